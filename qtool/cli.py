@@ -1,0 +1,194 @@
+"""Command line: the only place that prints, logs setup, or exits.
+
+Exit codes: 0 success, 1 user error (bad input or request), 2 usage error (click),
+3 internal error (a bug: the traceback is saved to a file), 130/143 interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import click
+
+from . import __version__, calibration, collect, data, model
+from .errors import QtoolError
+from .exporters import tensorrt
+from .fileio import check_output_path, write_atomic
+from .histogram import is_power_of_two
+
+log = logging.getLogger("qtool")
+
+EPILOG = "Exit codes: 0 ok, 1 bad input or request, 2 bad command line, 3 internal error (a bug)."
+
+
+class _Formatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{record.levelname.lower()}: {record.getMessage()}"
+
+
+def _setup_logging(quiet: bool, verbose: bool) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Formatter())
+    log.handlers[:] = [handler]
+    log.propagate = False
+    log.setLevel(logging.ERROR if quiet else logging.DEBUG if verbose else logging.INFO)
+
+
+@click.group(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="qtool")
+@click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr; no progress bar.")
+@click.option("-v", "--verbose", is_flag=True, help="Debug messages on stderr.")
+@click.pass_context
+def cli(ctx: click.Context, quiet: bool, verbose: bool) -> None:
+    """INT8 calibration for ONNX models."""
+    _setup_logging(quiet, verbose)
+    ctx.obj = {"quiet": quiet}
+
+
+def _progress(total: int, enabled: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="img", file=sys.stderr, disable=not (enabled and sys.stderr.isatty()), leave=False)
+
+
+def _emit(as_json: bool, summary: dict, text: str) -> None:
+    if as_json:
+        click.echo(json.dumps(summary, indent=1))
+    else:
+        click.echo(text)
+
+
+@cli.command(epilog=EPILOG)
+@click.argument("model_path", metavar="MODEL", type=click.Path(dir_okay=True, path_type=Path))
+@click.option("--images", "images_dir", required=True, type=click.Path(path_type=Path), help="Folder of calibration images (JPEG/PNG/BMP, sorted by name, searched recursively).")
+@click.option("--limit", type=click.IntRange(min=1), help="Use only the first N images.")
+@click.option("--size", help="HxW to resize to; needed only when the model's height/width are dynamic.")
+@click.option("--resize", type=click.Choice(data.RESIZE_MODES), default="stretch", show_default=True, help="How images are fitted to HxW (letterbox pads with grey 114).")
+@click.option("--scale", "scale_text", default="1/255", show_default=True, help="Pixel multiplier, a number or fraction.")
+@click.option("--mean", help="Per-channel mean subtracted after scaling, e.g. 0.485,0.456,0.406.")
+@click.option("--std", help="Per-channel std divided by after the mean, e.g. 0.229,0.224,0.225.")
+@click.option("--bgr", is_flag=True, help="Feed channels in BGR order (OpenCV-trained models).")
+@click.option("--layout", type=click.Choice(["nchw", "nhwc"]), help="Input layout [default: inferred from the model input].")
+@click.option("--batch-size", type=click.IntRange(min=1), help="Images per inference [default: the model's fixed batch, else 8].")
+@click.option("--bins", type=int, default=2048, show_default=True, help="Histogram bins per tensor (a power of two).")
+@click.option("--method", type=click.Choice(calibration.METHODS), default="entropy", show_default=True, help="entropy: NVIDIA's KL-divergence search; max: no clipping.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Calibration file [default: <model stem>.calib.json here].")
+@click.option("--trt-table", type=click.Path(path_type=Path), help="Also write a TensorRT INT8 calibration cache here.")
+@click.option("--trt-version", default=tensorrt.DEFAULT_VERSION, show_default=True, help="TensorRT version the cache header names (must match the builder).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
+@click.pass_context
+def calibrate(ctx, model_path, images_dir, limit, size, resize, scale_text, mean, std, bgr, layout, batch_size, bins, method, output, trt_table, trt_version, as_json):
+    """Run MODEL on calibration images and write per-tensor INT8 ranges.
+
+    Every float activation tensor is histogrammed (|x|, --bins bins) while the images stream
+    through onnxruntime, and its clipping threshold is chosen by --method. The calibration file
+    keeps the histograms, so thresholds can be recomputed without running the model again.
+    """
+    started = time.perf_counter()
+    if bins < 256 or not is_power_of_two(bins):
+        raise QtoolError(f"--bins {bins} must be a power of two >= 256 (e.g. 2048), so histograms merge exactly")
+    trt_number = tensorrt.version_number(trt_version) if trt_table else None
+    output = output or Path(f"{model_path.stem}.calib.json")
+    output = check_output_path(output, inputs=(model_path,))
+    if trt_table:
+        trt_table = check_output_path(trt_table, inputs=(model_path,))
+        if trt_table.resolve() == output.resolve():
+            raise QtoolError("--trt-table and -o name the same file; choose two paths")
+
+    loaded = model.load_model(model_path)
+    spec = model.image_input(loaded.proto)
+    pre = data.resolve_preprocess(
+        spec, size=data.parse_size(size), layout=layout, resize=resize,
+        scale=data.parse_scale(scale_text), mean=mean, std=std, bgr=bgr,
+    )
+    fixed_batch = spec.dims[0]
+    if fixed_batch is not None and batch_size not in (None, fixed_batch):
+        raise QtoolError(f"the model has a fixed batch of {fixed_batch}; --batch-size {batch_size} cannot be used")
+    batch_size = fixed_batch or batch_size or 8
+    images = data.list_images(images_dir, limit)
+    if len(images) % batch_size:
+        raise QtoolError(
+            f"{len(images)} images do not fill batches of {batch_size} (the model's fixed batch); "
+            f"use --limit {len(images) - len(images) % batch_size or batch_size}"
+        )
+
+    types = model.tensor_types(loaded.proto)
+    names = model.activation_tensors(loaded.proto, types)
+    session = collect.make_session(model.with_outputs(loaded.proto, names, types))
+    log.debug("calibrating %d tensors with %d images in batches of %d", len(names), len(images), batch_size)
+    with _progress(len(images), not (ctx.obj["quiet"] or as_json)) as bar:
+        hists = collect.collect(session, spec.name, names, data.batches(images, pre, batch_size), bins, bar)
+
+    records = [calibration.record_from_histogram(n, hists[n], method) for n in names]
+    warnings = []
+    nonfinite = [r.name for r in records if r.nonfinite]
+    if nonfinite:
+        warnings.append(f"{len(nonfinite)} tensor(s) had NaN/inf values (left out of the histograms): {', '.join(nonfinite[:5])}")
+    zero = [r.name for r in records if r.amax == 0]
+    if zero:
+        warnings.append(f"{len(zero)} tensor(s) were all zero (amax 0): {', '.join(zero[:5])}")
+    model_ref = os.path.relpath(loaded.path.resolve(), output.resolve().parent)
+    cal = calibration.Calibration(
+        model_path=Path(model_ref).as_posix(), model_sha256=loaded.sha256, method=method, num_bits=8,
+        bins=bins, samples=len(images), preprocess={"input": spec.name, "source": "images", **pre.to_dict()},
+        tensors=records,
+    )
+    if trt_table:
+        text, trt_warnings = tensorrt.write_cache(cal.amax(), trt_version)
+        warnings.extend(trt_warnings)
+    calibration.save(cal, output)
+    written = {"calibration": str(output)}
+    if trt_table:
+        write_atomic(trt_table, text.encode())
+        written["tensorrt_cache"] = str(trt_table)
+    for w in warnings:
+        log.warning(w)
+    seconds = time.perf_counter() - started
+    summary = {
+        "command": "calibrate", "model": str(model_path), "outputs": written, "tensors": len(records),
+        "images": len(images), "batch_size": batch_size, "method": method, "seconds": round(seconds, 3),
+        "warnings": warnings,
+    }
+    if trt_number is not None:
+        summary["tensorrt_header"] = f"TRT-{trt_number}-EntropyCalibration2"
+    text_out = f"calibrated {len(records)} tensors from {len(images)} images in {seconds:.1f} s ({method}) -> {output}"
+    if trt_table:
+        text_out += f"\nTensorRT cache TRT-{trt_number}-EntropyCalibration2 -> {trt_table}"
+    _emit(as_json, summary, text_out)
+
+
+def _save_traceback() -> str:
+    fd, path = tempfile.mkstemp(prefix="qtool-crash-", suffix=".txt")
+    with os.fdopen(fd, "w") as f:
+        traceback.print_exc(file=f)
+    return path
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: maps every outcome to a documented exit code."""
+    try:
+        rv = cli.main(args=argv, prog_name="qtool", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except QtoolError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except Exception as e:
+        where = _save_traceback()
+        click.echo(f"internal error (a bug in qtool): {type(e).__name__}: {e}; traceback saved to {where}", err=True)
+        sys.exit(3)
+    sys.exit(rv if isinstance(rv, int) else 0)

@@ -1,0 +1,65 @@
+"""Run the model batch by batch and stream every exposed tensor into its histogram.
+
+Only the current batch's activations are alive at any time: memory does not grow with the
+number of images.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from .errors import QtoolError
+from .histogram import TensorHistogram
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    # onnxruntime prefixes messages with "[ONNXRuntimeError] : 1 : FAIL : "
+    text = re.sub(r"^\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*\w+\s*:\s*", "", text)
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def make_session(proto: onnx.ModelProto) -> ort.InferenceSession:
+    """A CPU onnxruntime session for an in-memory model (no file is written anywhere)."""
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    try:
+        data = proto.SerializeToString()
+    except ValueError as e:  # protobuf refuses messages over 2 GB
+        raise QtoolError(f"model is too large to run in memory ({_first_line(e)})") from None
+    try:
+        return ort.InferenceSession(data, sess_options=opts, providers=["CPUExecutionProvider"])
+    except Exception as e:
+        msg = _first_line(e)
+        m = re.search(r"([\w.]+:)?(\w+)\(-?\d+\) is not a registered function/op", msg)
+        if m:
+            raise QtoolError(f"onnxruntime cannot load the model: unknown operator {m.group(0).split('(')[0]!r}") from None
+        raise QtoolError(f"onnxruntime cannot load the model: {msg}") from None
+
+
+def collect(
+    session: ort.InferenceSession,
+    input_name: str,
+    names: list[str],
+    batches: Iterable[tuple[np.ndarray, int]],
+    bins: int,
+    progress=None,
+) -> dict[str, TensorHistogram]:
+    """Histograms of every tensor in `names` over all batches."""
+    hists = {n: TensorHistogram(bins=bins) for n in names}
+    for batch, count in batches:
+        try:
+            outputs = session.run(names, {input_name: batch})
+        except Exception as e:
+            raise QtoolError(f"onnxruntime failed on a batch of shape {list(batch.shape)}: {_first_line(e)}") from None
+        for name, value in zip(names, outputs):
+            hists[name].update(value)
+        del outputs
+        if progress is not None:
+            progress.update(count)
+    return hists

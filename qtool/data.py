@@ -1,0 +1,209 @@
+"""Calibration inputs from an image folder: discovery, decoding, preprocessing, batching."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+from PIL import Image, ImageOps
+
+from .errors import QtoolError
+from .model import InputSpec
+
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp"}
+RESIZE_MODES = ("stretch", "letterbox", "center-crop")
+LETTERBOX_FILL = 114  # grey padding, as YOLO exporters' letterbox uses
+
+
+@dataclass(frozen=True)
+class Preprocess:
+    """Everything that turns an image file into one input sample; stored in the calibration file."""
+
+    height: int
+    width: int
+    channels: int  # 1 (grey) or 3
+    layout: str  # "nchw" or "nhwc"
+    resize: str = "stretch"
+    scale: float = 1 / 255
+    mean: tuple[float, ...] = (0.0,)
+    std: tuple[float, ...] = (1.0,)
+    bgr: bool = False
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["mean"], d["std"] = list(self.mean), list(self.std)
+        return d
+
+
+def parse_size(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    parts = text.lower().replace("×", "x").split("x")
+    try:
+        h, w = (int(p) for p in parts)
+    except ValueError:
+        raise QtoolError(f"--size {text!r} is not HxW, e.g. --size 320x320") from None
+    if h <= 0 or w <= 0:
+        raise QtoolError(f"--size {text!r} must have positive height and width, e.g. --size 320x320")
+    return h, w
+
+
+def parse_scale(text: str) -> float:
+    try:
+        if "/" in text:
+            num, den = text.split("/", 1)
+            value = float(num) / float(den)
+        else:
+            value = float(text)
+    except (ValueError, ZeroDivisionError):
+        raise QtoolError(f"--scale {text!r} is not a number or fraction, e.g. --scale 1/255") from None
+    if not math.isfinite(value) or value == 0:
+        raise QtoolError(f"--scale {text!r} must be a finite non-zero number")
+    return value
+
+
+def parse_channels(text: str | None, option: str, channels: int, default: float) -> tuple[float, ...]:
+    if text is None:
+        return (default,) * channels
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise QtoolError(f"{option} {text!r} is not a comma-separated list of numbers") from None
+    if len(values) == 1:
+        values = values * channels
+    if len(values) != channels:
+        raise QtoolError(f"{option} {text!r} has {len(values)} values but the model input has {channels} channels")
+    if not all(math.isfinite(v) for v in values):
+        raise QtoolError(f"{option} {text!r} must be finite numbers")
+    if option == "--std" and any(v == 0 for v in values):
+        raise QtoolError(f"--std {text!r} must not contain zero")
+    return values
+
+
+def infer_layout(dims: tuple[int | None, ...]) -> str:
+    """NCHW unless only the last dimension looks like a channel count."""
+    c_first, c_last = dims[1], dims[3]
+    if c_last in (1, 3) and c_first not in (1, 3):
+        return "nhwc"
+    return "nchw"
+
+
+def resolve_preprocess(
+    spec: InputSpec,
+    *,
+    size: tuple[int, int] | None,
+    layout: str | None,
+    resize: str,
+    scale: float,
+    mean: str | None,
+    std: str | None,
+    bgr: bool,
+) -> Preprocess:
+    """Fill in what the model's input shape determines; refuse what contradicts it."""
+    layout = layout or infer_layout(spec.dims)
+    if layout == "nchw":
+        c, h, w = spec.dims[1], spec.dims[2], spec.dims[3]
+    else:
+        h, w, c = spec.dims[1], spec.dims[2], spec.dims[3]
+    if c not in (1, 3):
+        what = "a dynamic channel dimension" if c is None else f"{c} channels"
+        raise QtoolError(
+            f"input {spec.name!r} {_shape(spec.dims)} has {what} in {layout.upper()} layout; images give 1 or 3 "
+            "channels (use --layout nchw|nhwc if the layout was guessed wrong)"
+        )
+    if size is not None:
+        if (h is not None and h != size[0]) or (w is not None and w != size[1]):
+            raise QtoolError(f"--size {size[0]}x{size[1]} contradicts the model input {spec.name!r} {_shape(spec.dims)}")
+        h, w = size
+    if h is None or w is None:
+        raise QtoolError(
+            f"input {spec.name!r} {_shape(spec.dims)} has dynamic height/width; give the calibration size with --size HxW"
+        )
+    return Preprocess(
+        height=h, width=w, channels=c, layout=layout, resize=resize, scale=scale,
+        mean=parse_channels(mean, "--mean", c, 0.0), std=parse_channels(std, "--std", c, 1.0), bgr=bgr,
+    )
+
+
+def _shape(dims: tuple[int | None, ...]) -> str:
+    return "[" + ",".join("?" if d is None else str(d) for d in dims) + "]"
+
+
+def list_images(folder: str | Path, limit: int | None = None) -> list[Path]:
+    """Image files under `folder` (recursively), sorted by relative path."""
+    root = Path(folder)
+    if not root.exists():
+        raise QtoolError(f"image folder {str(root)!r} does not exist")
+    if not root.is_dir():
+        raise QtoolError(f"--images {str(root)!r} is not a folder")
+    files = sorted(
+        (p for p in root.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()),
+        key=lambda p: p.relative_to(root).as_posix(),
+    )
+    if not files:
+        raise QtoolError(f"no images (.jpg, .jpeg, .png, .bmp) found in {str(root)!r}")
+    return files[:limit] if limit else files
+
+
+def _to_8bit(img: Image.Image) -> Image.Image:
+    """Grey 16/32-bit and float images to 8-bit grey; everything else untouched."""
+    if img.mode in ("I", "I;16", "I;16B", "I;16L", "I;16N", "F"):
+        arr = np.asarray(img, dtype=np.float64)
+        if img.mode == "F":
+            peak = 1.0 if np.nanmax(arr, initial=0.0) <= 1.0 else 255.0
+            arr = arr * (255.0 / peak)
+        else:
+            arr = arr / 257.0  # 16-bit full scale 65535 -> 255
+        return Image.fromarray(np.clip(np.rint(np.nan_to_num(arr)), 0, 255).astype(np.uint8), mode="L")
+    return img
+
+
+def load_image(path: Path, pre: Preprocess) -> np.ndarray:
+    """Decode and preprocess one image into a float32 sample (C,H,W) or (H,W,C)."""
+    try:
+        with Image.open(path) as im:
+            im.load()
+            img = ImageOps.exif_transpose(im) or im
+            img = _to_8bit(img)
+            img = img.convert("L" if pre.channels == 1 else "RGB")
+    except Exception as e:  # PIL raises many types for corrupt files
+        raise QtoolError(f"cannot read image {str(path)!r}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+    img = _resize(img, pre)
+    arr = np.asarray(img, dtype=np.float32)
+    if arr.ndim == 2:
+        arr = arr[:, :, None]
+    if pre.bgr and pre.channels == 3:
+        arr = arr[:, :, ::-1]
+    arr = (arr * np.float32(pre.scale) - np.asarray(pre.mean, np.float32)) / np.asarray(pre.std, np.float32)
+    if pre.layout == "nchw":
+        arr = arr.transpose(2, 0, 1)
+    return np.ascontiguousarray(arr, dtype=np.float32)
+
+
+def _resize(img: Image.Image, pre: Preprocess) -> Image.Image:
+    w, h = img.size
+    W, H = pre.width, pre.height
+    if pre.resize == "stretch" or (w, h) == (W, H):
+        return img if (w, h) == (W, H) else img.resize((W, H), Image.BILINEAR)
+    if pre.resize == "letterbox":
+        r = min(W / w, H / h)
+        nw, nh = max(1, round(w * r)), max(1, round(h * r))
+        fill = LETTERBOX_FILL if img.mode == "L" else (LETTERBOX_FILL,) * 3
+        canvas = Image.new(img.mode, (W, H), fill)
+        canvas.paste(img.resize((nw, nh), Image.BILINEAR), ((W - nw) // 2, (H - nh) // 2))
+        return canvas
+    # center-crop: cover the target, then cut the middle
+    r = max(W / w, H / h)
+    nw, nh = max(W, math.ceil(w * r)), max(H, math.ceil(h * r))
+    left, top = (nw - W) // 2, (nh - H) // 2
+    return img.resize((nw, nh), Image.BILINEAR).crop((left, top, left + W, top + H))
+
+
+def batches(paths: list[Path], pre: Preprocess, batch_size: int) -> Iterator[tuple[np.ndarray, int]]:
+    """Stacked batches of preprocessed images, with the number of images in each."""
+    for start in range(0, len(paths), batch_size):
+        chunk = paths[start : start + batch_size]
+        yield np.stack([load_image(p, pre) for p in chunk]), len(chunk)

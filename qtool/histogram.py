@@ -1,0 +1,120 @@
+"""Streaming histogram of |x| whose result does not depend on batch size or order.
+
+Design (why it is invariant): the histogram covers [0, R) with `bins` equal bins, where R is
+always a power of two strictly greater than the largest |x| seen so far, and `bins` is a power
+of two. Binning is floor(|x| * bins / R); multiplying by a power of two is exact in floating
+point, so the bin of every value is its exact mathematical bin. When a batch brings a larger
+|x|, R doubles (possibly several times) and pairs of bins are summed: floor(floor(y) / 2) ==
+floor(y / 2), so the folded histogram equals the one a single pass over all data with the
+final R would give. The final R therefore depends only on the global max, never on which
+batch came first. At the end the histogram is trimmed after the bin holding max|x|, so the
+stored histogram has between bins/2 + 1 and bins bins over [0, n * R / bins].
+Counts are int64 (never float32: no saturation). NaN/inf values are counted, not binned.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def is_power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def _range_above(value: float) -> float:
+    """Smallest power of two strictly greater than `value` (> 0)."""
+    _, exp = math.frexp(value)  # value = m * 2**exp with 0.5 <= m < 1
+    return math.ldexp(1.0, exp)
+
+
+@dataclass
+class TensorHistogram:
+    """Histogram of |x| plus min/max of x, built from a stream of arrays."""
+
+    bins: int = 2048
+    counts: np.ndarray | None = None  # int64[bins] over [0, top)
+    top: float = 0.0  # R: a power of two, 0.0 while only zeros were seen
+    min: float = math.inf
+    max: float = -math.inf
+    nonfinite: int = 0
+    size: int = 0
+
+    def __post_init__(self) -> None:
+        if not is_power_of_two(self.bins):
+            raise ValueError(f"bins must be a power of two, got {self.bins}")
+        if self.counts is None:
+            self.counts = np.zeros(self.bins, dtype=np.int64)
+
+    def update(self, x: np.ndarray) -> None:
+        """Add all values of `x` (any shape, any float dtype)."""
+        a = np.asarray(x)
+        if a.size == 0:
+            return
+        if a.dtype != np.float32 and a.dtype != np.float64:
+            a = a.astype(np.float32)
+        a = a.ravel()
+        lo, hi = float(a.min()), float(a.max())
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            finite = np.isfinite(a)
+            self.nonfinite += int(a.size - np.count_nonzero(finite))
+            a = a[finite]
+            if a.size == 0:
+                return
+            lo, hi = float(a.min()), float(a.max())
+        self.size += int(a.size)
+        self.min = min(self.min, lo)
+        self.max = max(self.max, hi)
+        absmax = max(-lo, hi)
+        if absmax > 0 and absmax >= self.top:
+            self._grow(_range_above(absmax))
+        if self.top == 0.0:  # only zeros so far
+            self.counts[0] += a.size
+            return
+        factor = self.bins / self.top  # a power of two: exact scaling
+        if factor < np.finfo(np.float32).max and a.dtype == np.float32:
+            idx = np.abs(a)
+            idx *= np.float32(factor)
+        else:
+            idx = np.abs(a.astype(np.float64)) * factor
+        self.counts += np.bincount(idx.astype(np.intp), minlength=self.bins)
+
+    def _grow(self, new_top: float) -> None:
+        if self.top > 0.0:
+            fold = int(round(new_top / self.top))
+            src = np.arange(self.bins) // fold
+            self.counts = np.bincount(src, weights=self.counts, minlength=self.bins).astype(np.int64)
+        self.top = new_top
+
+    def merge(self, other: "TensorHistogram") -> None:
+        """Add another histogram of the same bin count (e.g. from another shard)."""
+        if other.bins != self.bins:
+            raise ValueError("cannot merge histograms with different bin counts")
+        if other.top > self.top:
+            self._grow(other.top)
+        theirs = other.counts
+        if 0.0 < other.top < self.top:
+            fold = int(round(self.top / other.top))
+            theirs = np.bincount(np.arange(self.bins) // fold, weights=theirs, minlength=self.bins).astype(np.int64)
+        self.counts = self.counts + theirs
+        self.min = min(self.min, other.min)
+        self.max = max(self.max, other.max)
+        self.nonfinite += other.nonfinite
+        self.size += other.size
+
+    @property
+    def absmax(self) -> float:
+        if self.size == 0:
+            return 0.0
+        return max(-self.min, self.max, 0.0)
+
+    def trimmed(self) -> tuple[np.ndarray, np.ndarray]:
+        """(counts, edges) ending at the bin that holds max|x|: what thresholds are searched on."""
+        if self.top == 0.0:
+            # only zeros (or nothing): one bin [0, 0] keeps every consumer finite
+            return self.counts[:1].copy(), np.array([0.0, 0.0])
+        width = self.top / self.bins
+        n = int(np.flatnonzero(self.counts)[-1]) + 1
+        return self.counts[:n].copy(), np.arange(n + 1, dtype=np.float64) * width

@@ -1,0 +1,223 @@
+"""Loading an FP32 ONNX model and cataloguing the activation tensors to calibrate."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+from onnx import TensorProto, helper
+
+from .errors import QtoolError
+
+FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE}
+
+# Input slots that carry shapes, indices, axes or scalar parameters, never data to quantize.
+# A float tensor that only reaches such slots (possibly through other shape arithmetic) is
+# not an activation. Slot numbers follow the ONNX operator specs.
+NON_DATA_SLOTS: dict[str, tuple[int, ...]] = {
+    "Shape": (0,), "Size": (0,), "ConstantOfShape": (0,),
+    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4),
+    "Gather": (1,), "GatherElements": (1,), "GatherND": (1,),
+    "ScatterElements": (1,), "ScatterND": (1,), "Scatter": (1,),
+    "Resize": (1, 2, 3), "Upsample": (1,), "Pad": (1, 2, 3), "Clip": (1, 2),
+    "Squeeze": (1,), "Unsqueeze": (1,), "Split": (1,), "TopK": (1,), "OneHot": (0, 1, 2),
+    "CumSum": (1,), "Trilu": (1,), "Range": (0, 1, 2), "EyeLike": (0,),
+    "ReduceSum": (1,), "ReduceMean": (1,), "ReduceMax": (1,), "ReduceMin": (1,),
+    "ReduceProd": (1,), "ReduceL1": (1,), "ReduceL2": (1,), "ReduceLogSum": (1,),
+    "ReduceLogSumExp": (1,), "ReduceSumSquare": (1,),
+    "NonMaxSuppression": (2, 3, 4), "RoiAlign": (2,), "Dropout": (1, 2),
+}
+# Ops whose output is only a function of the input's shape or is random: never constant-folded.
+_NOT_FOLDABLE = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    path: Path
+    sha256: str
+    proto: onnx.ModelProto
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def load_model(path: str | os.PathLike) -> LoadedModel:
+    """Read an ONNX file (with its external data) or fail with a one-line reason."""
+    p = Path(path)
+    if not p.exists():
+        raise QtoolError(f"model file {str(p)!r} does not exist")
+    if not p.is_file():
+        raise QtoolError(f"model path {str(p)!r} is not a file")
+    try:
+        proto = onnx.load(str(p), load_external_data=True)
+    except FileNotFoundError as e:
+        raise QtoolError(f"model {str(p)!r} refers to external data that is missing: {e.filename or e}") from None
+    except Exception as e:  # protobuf DecodeError, truncated files, wrong format
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise QtoolError(f"{str(p)!r} is not a readable ONNX model ({reason}); check the file is complete") from None
+    if not proto.HasField("graph") or len(proto.graph.node) == 0:
+        raise QtoolError(f"{str(p)!r} is not an ONNX model with a graph (no nodes found); check the file")
+    return LoadedModel(path=p, sha256=file_sha256(p), proto=proto)
+
+
+def _subgraph_outer_refs(graph: onnx.GraphProto) -> set[str]:
+    """Names a subgraph (recursively) reads from enclosing scopes."""
+    local = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    for n in graph.node:
+        local.update(o for o in n.output if o)
+    refs: set[str] = set()
+    for n in graph.node:
+        refs.update(i for i in n.input if i and i not in local)
+        for sub in _subgraphs(n):
+            refs.update(r for r in _subgraph_outer_refs(sub) if r not in local)
+    refs.update(o.name for o in graph.output if o.name not in local)
+    return refs
+
+
+def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    subs = []
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            subs.append(a.g)
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            subs.extend(a.graphs)
+    return subs
+
+
+def tensor_types(proto: onnx.ModelProto) -> dict[str, int]:
+    """Element type of every main-graph tensor, from the model and ONNX shape inference."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
+    except Exception:  # custom domains or oversized models: use what the file declares
+        inferred = proto
+    types: dict[str, int] = {}
+    g = inferred.graph
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+            types[vi.name] = vi.type.tensor_type.elem_type
+    for t in g.initializer:
+        types[t.name] = t.data_type
+    for n in g.node:
+        if n.op_type == "Constant" and n.output:
+            for a in n.attribute:
+                if a.name == "value":
+                    types[n.output[0]] = a.t.data_type
+    return types
+
+
+def activation_tensors(proto: onnx.ModelProto, types: dict[str, int] | None = None) -> list[str]:
+    """Float tensors to calibrate, in graph order: graph inputs and node outputs that carry data.
+
+    Excluded: initializers and constants (Constant nodes and what folds from them), tensors of
+    unknown or non-float type, and tensors that only feed shape/index/parameter slots.
+    """
+    g = proto.graph
+    types = tensor_types(proto) if types is None else types
+    initializers = {t.name for t in g.initializer}
+    constants = set(initializers)
+    for n in g.node:
+        if n.op_type == "Constant" or (
+            n.input and n.op_type not in _NOT_FOLDABLE and not _subgraphs(n)
+            and all((not i) or i in constants for i in n.input)
+        ):
+            constants.update(o for o in n.output if o)
+
+    # Which tensors feed data (as opposed to shape/index) somewhere: walk the graph backwards.
+    needed_as_data = {o.name for o in g.output}
+    for n in g.node:
+        for sub in _subgraphs(n):
+            needed_as_data.update(_subgraph_outer_refs(sub))
+    for n in reversed(g.node):
+        outputs_are_data = any(o in needed_as_data for o in n.output if o)
+        skip = NON_DATA_SLOTS.get(n.op_type, ()) if n.domain in ("", "ai.onnx") else ()
+        for slot, name in enumerate(n.input):
+            if not name:
+                continue
+            if slot in skip:
+                continue
+            if outputs_are_data or n.op_type in ("If", "Loop", "Scan") or not n.output:
+                needed_as_data.add(name)
+
+    order = [i.name for i in g.input if i.name not in initializers]
+    for n in g.node:
+        order.extend(o for o in n.output if o)
+    seen: set[str] = set()
+    result = []
+    for name in order:
+        if name in seen or name in constants or name not in needed_as_data:
+            continue
+        seen.add(name)
+        if types.get(name) in FLOAT_TYPES:
+            result.append(name)
+    return result
+
+
+def with_outputs(proto: onnx.ModelProto, names: list[str], types: dict[str, int]) -> onnx.ModelProto:
+    """An in-memory copy of the model whose graph outputs include every tensor in `names`."""
+    exposed = onnx.ModelProto()
+    exposed.CopyFrom(proto)
+    present = {o.name for o in exposed.graph.output}
+    for name in names:
+        if name not in present:
+            exposed.graph.output.append(helper.make_tensor_value_info(name, types[name], None))
+    return exposed
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    name: str
+    elem_type: int
+    dims: tuple[int | None, ...]  # None where the dimension is dynamic
+
+
+def data_inputs(proto: onnx.ModelProto) -> list[InputSpec]:
+    """Graph inputs the caller must feed (inputs with an initializer default are excluded)."""
+    inits = {t.name for t in proto.graph.initializer}
+    specs = []
+    for vi in proto.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        dims = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in tt.shape.dim)
+        specs.append(InputSpec(vi.name, tt.elem_type, dims))
+    return specs
+
+
+def image_input(proto: onnx.ModelProto) -> InputSpec:
+    """The single float rank-4 input that images feed, or a clear refusal."""
+    specs = data_inputs(proto)
+    if not specs:
+        raise QtoolError("the model has no inputs to feed; nothing to calibrate")
+    names = ", ".join(f"{s.name} ({_type_name(s.elem_type)})" for s in specs)
+    if len(specs) > 1:
+        raise QtoolError(
+            f"the model has {len(specs)} inputs ({names}); --images feeds single-input image models only "
+            "(multi-input and non-image models are not supported yet)"
+        )
+    spec = specs[0]
+    if spec.elem_type not in FLOAT_TYPES:
+        raise QtoolError(
+            f"the model input {names} is not a float tensor; --images feeds float image inputs only "
+            "(non-image models are not supported yet)"
+        )
+    if len(spec.dims) != 4:
+        raise QtoolError(
+            f"the model input {spec.name!r} has rank {len(spec.dims)}, not 4 (N,C,H,W or N,H,W,C); "
+            "--images needs an image input"
+        )
+    return spec
+
+
+def _type_name(elem_type: int) -> str:
+    try:
+        return TensorProto.DataType.Name(elem_type).lower()
+    except ValueError:
+        return f"type {elem_type}"
