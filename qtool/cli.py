@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -41,7 +42,24 @@ def _setup_logging(quiet: bool, verbose: bool) -> None:
     log.setLevel(logging.ERROR if quiet else logging.DEBUG if verbose else logging.INFO)
 
 
-@click.group(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(click.Group):
+    """Turns QtoolError into a one-line message and exit 1, and a bug into exit 3."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except QtoolError as e:
+            click.echo(f"error: {e}", err=True)
+            ctx.exit(1)
+        except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort, KeyboardInterrupt):
+            raise
+        except Exception as e:
+            where = _save_traceback()
+            click.echo(f"internal error (a bug in qtool): {type(e).__name__}: {e}; traceback saved to {where}", err=True)
+            ctx.exit(3)
+
+
+@click.group(cls=_Group, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="qtool")
 @click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr; no progress bar.")
 @click.option("-v", "--verbose", is_flag=True, help="Debug messages on stderr.")
@@ -113,7 +131,7 @@ def calibrate(ctx, model_path, images_dir, limit, size, resize, scale_text, mean
         raise QtoolError(f"the model has a fixed batch of {fixed_batch}; --batch-size {batch_size} cannot be used")
     batch_size = fixed_batch or batch_size or 8
     images = data.list_images(images_dir, limit)
-    if len(images) % batch_size:
+    if fixed_batch and len(images) % fixed_batch:
         raise QtoolError(
             f"{len(images)} images do not fill batches of {batch_size} (the model's fixed batch); "
             f"use --limit {len(images) - len(images) % batch_size or batch_size}"
@@ -171,24 +189,20 @@ def _save_traceback() -> str:
     return path
 
 
+def _terminated(signum, frame):
+    # unwinds like an exception, so temporary output files are removed on the way out
+    raise SystemExit(143)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: maps every outcome to a documented exit code."""
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         rv = cli.main(args=argv, prog_name="qtool", standalone_mode=False)
-    except click.exceptions.Abort:
+    except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("interrupted", err=True)
         sys.exit(130)
     except click.ClickException as e:
         e.show()
         sys.exit(e.exit_code)
-    except QtoolError as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        sys.exit(130)
-    except Exception as e:
-        where = _save_traceback()
-        click.echo(f"internal error (a bug in qtool): {type(e).__name__}: {e}; traceback saved to {where}", err=True)
-        sys.exit(3)
     sys.exit(rv if isinstance(rv, int) else 0)

@@ -74,7 +74,7 @@ class TensorHistogram:
             self.counts[0] += a.size
             return
         factor = self.bins / self.top  # a power of two: exact scaling
-        if factor < np.finfo(np.float32).max and a.dtype == np.float32:
+        if factor <= 2.0**127 and a.dtype == np.float32:  # representable as float32
             idx = np.abs(a)
             idx *= np.float32(factor)
         else:

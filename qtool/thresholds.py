@@ -94,7 +94,9 @@ def entropy_divergences(h: np.ndarray, candidates: np.ndarray, nbins: int) -> np
         last = h[i - 1]
         outliers = total - S[i]
         p = last + outliers
-        q = np.where(last > 0, G[:, -1] / np.maximum(c[:, -1], 1), 0.0)
+        rows = np.arange(i.size)
+        k_last = (nbins * (i - 1)) // i  # group of bin i-1 (nbins-1 unless i < nbins)
+        q = np.where(last > 0, G[rows, k_last] / np.maximum(c[rows, k_last], 1), 0.0)
         oq = np.where(outliers > 0, outliers * np.log(np.where(q > 0, q, 1.0)), 0.0)
         kl_t = HL[i - 1] + _xlogx(p) - glog - oq
         kept = S[i]

@@ -11,13 +11,17 @@ import numpy as np
 
 
 def scipy_entropy(pk, qk) -> float:
-    """scipy.stats.entropy(pk, qk): normalise both, sum rel_entr (x log(x/y); 0 if x == 0; inf if y == 0 < x)."""
-    pk = 1.0 * np.asarray(pk) / np.sum(pk)
-    qk = 1.0 * np.asarray(qk) / np.sum(qk)
+    """scipy.stats.entropy(pk, qk): normalise both, sum scipy.special.rel_entr
+    (NaN if either is NaN; x log(x/y) if both > 0; 0 if x == 0 <= y; else inf)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pk = 1.0 * np.asarray(pk) / np.sum(pk)
+        qk = 1.0 * np.asarray(qk) / np.sum(qk)
     vec = np.zeros(len(pk))
     for j in range(len(pk)):
         x, y = pk[j], qk[j]
-        if x > 0 and y > 0:
+        if np.isnan(x) or np.isnan(y):
+            vec[j] = np.nan
+        elif x > 0 and y > 0:
             vec[j] = x * np.log(x / y)
         elif x == 0 and y >= 0:
             vec[j] = 0.0

@@ -1,0 +1,179 @@
+"""`qtool calibrate` end to end: the sample model, invariance, summaries and bad input."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper
+from PIL import Image
+
+import zoo
+from qtool.calibration import load
+from qtool.cli import cli
+from qtool.exporters.tensorrt import read_cache
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "sample_models" / "digits_cnn.onnx"
+IMAGES = ROOT / "calib_images"
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+@pytest.fixture
+def digits(tmp_path):
+    """The first 24 sample images, in a folder of their own."""
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    for p in sorted(IMAGES.glob("*.png"))[:24]:
+        shutil.copy(p, folder / p.name)
+    return folder
+
+
+def test_sample_model_end_to_end(tmp_path):
+    out, cache = tmp_path / "d.calib.json", tmp_path / "d.cache"
+    r = run("calibrate", SAMPLE, "--images", IMAGES, "-o", out, "--trt-table", cache)
+    assert r.exit_code == 0, r.output
+    assert "calibrated 21 tensors from 200 images" in r.output
+    cal = load(out)
+    assert cal.samples == 200 and cal.method == "entropy" and len(cal.tensors) == 21
+    assert (tmp_path / cal.model_path).resolve() == SAMPLE.resolve()
+    names = [t.name for t in cal.tensors]
+    assert names[0] == "input" and names[-1] == "logits"
+    for t in cal.tensors:
+        assert 0 < t.amax <= max(-t.min, t.max) + t.hist_range / len(t.counts)
+        assert sum(t.counts) > 0
+    # the input is pixel/255 in [0, 1]: max is exactly 1, histogram top 2 -> 2048 bins of 1/1024
+    inp = cal.tensors[0]
+    assert (inp.min, inp.max, inp.unsigned) == (0.0, 1.0, True)
+    assert inp.hist_range == 1025 / 1024
+    assert sum(inp.counts) == 200 * 32 * 32
+    header, entries = read_cache(cache.read_text())
+    assert header == {"version": 8601, "algorithm": "EntropyCalibration2"}
+    assert list(entries) == names
+    for t in cal.tensors:
+        assert entries[t.name] == pytest.approx(t.amax, rel=1e-6)
+
+
+def test_hand_worked_tiny_graph(tmp_path):
+    m = zoo.tiny_relu_model()
+    model = tmp_path / "relu.onnx"
+    onnx.save(m, model)
+    folder = tmp_path / "px"
+    folder.mkdir()
+    # grey 2x2 pixels 0, 1, 128, 255 with --scale 1/85 give inputs 0, 1/85, 128/85, 3
+    Image.fromarray(np.array([[0, 1], [128, 255]], np.uint8)).save(folder / "a.png")
+    out = tmp_path / "relu.calib.json"
+    r = run("calibrate", model, "--images", folder, "--scale", "1/85", "--mean", "0.5", "-o", out, "--method", "max")
+    assert r.exit_code == 0, r.output
+    cal = {t.name: t for t in load(out).tensors}
+    x, y = cal["x"], cal["y"]
+    # x = v/85 - 0.5 -> -0.5, -0.488.., 1.0058.., 2.5; |x| max 2.5 -> range [0, 4), width 1/512
+    assert (x.min, x.max) == pytest.approx((-0.5, 2.5))
+    nz = {i: c for i, c in enumerate(x.counts) if c}
+    assert nz == {int(0.5 * 512): 1, int((0.5 - 1 / 85) * 512): 1, int((128 / 85 - 0.5) * 512): 1, int(2.5 * 512): 1}
+    assert x.amax == pytest.approx(2.5) and y.amax == pytest.approx(2.5)
+    assert y.min == 0.0 and y.unsigned and sum(y.counts) == 4 and y.counts[0] == 2
+
+
+def test_batch_size_and_order_give_identical_files(tmp_path, digits):
+    reversed_dir = tmp_path / "rev"
+    reversed_dir.mkdir()
+    files = sorted(digits.iterdir())
+    for i, p in enumerate(files):  # same images, opposite sort order
+        shutil.copy(p, reversed_dir / f"{len(files) - i:03d}.png")
+    outs = []
+    for folder, bs in ((digits, 1), (digits, 8), (reversed_dir, 5)):
+        out = tmp_path / f"c{len(outs)}.calib.json"
+        r = run("calibrate", SAMPLE, "--images", folder, "--batch-size", bs, "-o", out)
+        assert r.exit_code == 0, r.output
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1] == outs[2]
+
+
+def test_json_summary(tmp_path, digits):
+    out = tmp_path / "s.calib.json"
+    r = run("calibrate", SAMPLE, "--images", digits, "-o", out, "--json")
+    assert r.exit_code == 0
+    summary = json.loads(r.stdout)
+    assert summary["tensors"] == 21 and summary["images"] == 24 and summary["outputs"]["calibration"] == str(out)
+
+
+def test_default_output_name_in_current_directory(tmp_path, digits, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = run("calibrate", SAMPLE, "--images", digits, "--limit", "3")
+    assert r.exit_code == 0, r.output
+    assert load(tmp_path / "digits_cnn.calib.json").samples == 3
+
+
+def _single_input_model(elem_type, shape, path):
+    x = helper.make_tensor_value_info("x", elem_type, shape)
+    y = helper.make_tensor_value_info("y", elem_type, shape)
+    m = helper.make_model(helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g", [x], [y]),
+                          opset_imports=[helper.make_opsetid("", 13)])
+    onnx.save(m, path)
+    return path
+
+
+def _bad_cases(tmp_path, digits):
+    corrupt = tmp_path / "corrupt.onnx"
+    corrupt.write_bytes(SAMPLE.read_bytes()[:3000])
+    text = tmp_path / "notes.onnx"
+    text.write_text("this is not a model")
+    intmodel = _single_input_model(TensorProto.INT64, [1, 3, 8, 8], tmp_path / "int.onnx")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    broken = tmp_path / "broken"
+    shutil.copytree(digits, broken)
+    (broken / "digit_0005.png").write_bytes(b"\x89PNG\r\n\x1a\n garbage")
+    dynamic = tmp_path / "dyn.onnx"
+    onnx.save(zoo.yolo_like(), dynamic)
+    return {
+        "missing model": (["calibrate", tmp_path / "nope.onnx", "--images", digits], "does not exist"),
+        "truncated model": (["calibrate", corrupt, "--images", digits], "not a readable ONNX model"),
+        "text file": (["calibrate", text, "--images", digits], "not a readable ONNX model"),
+        "int input": (["calibrate", intmodel, "--images", digits], "not a float tensor"),
+        "empty folder": (["calibrate", SAMPLE, "--images", empty], "no images"),
+        "missing folder": (["calibrate", SAMPLE, "--images", tmp_path / "none"], "does not exist"),
+        "unreadable image": (["calibrate", SAMPLE, "--images", broken], "digit_0005.png"),
+        "dynamic size": (["calibrate", dynamic, "--images", digits], "--size"),
+        "missing out dir": (["calibrate", SAMPLE, "--images", digits, "-o", tmp_path / "no" / "x.json"], "does not exist"),
+        "output is model": (["calibrate", SAMPLE, "--images", digits, "-o", SAMPLE], "input file"),
+        "bad mean": (["calibrate", SAMPLE, "--images", digits, "--mean", "1,2"], "1 channels"),
+        "bad size": (["calibrate", dynamic, "--images", digits, "--size", "0x0"], "positive"),
+        "bad bins": (["calibrate", SAMPLE, "--images", digits, "--bins", "1000"], "power of two"),
+        "bad trt version": (["calibrate", SAMPLE, "--images", digits, "--trt-table", tmp_path / "t.cache", "--trt-version", "x"], "--trt-version"),
+    }
+
+
+def test_bad_input_fails_cleanly(tmp_path, digits, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cases = _bad_cases(tmp_path, digits)
+    before = set(tmp_path.rglob("*"))
+    sample_bytes = SAMPLE.read_bytes()
+    for name, (args, needle) in cases.items():
+        r = run(*args, "-o", tmp_path / "out.calib.json") if "-o" not in args else run(*args)
+        assert r.exit_code == 1, (name, r.output)
+        lines = r.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), (name, r.output)
+        assert needle in lines[0], (name, lines[0])
+        assert "Traceback" not in r.output
+        assert set(tmp_path.rglob("*")) == before, name  # nothing written, not even a temp file
+    assert SAMPLE.read_bytes() == sample_bytes
+
+
+def test_console_script_exit_codes(tmp_path):
+    qtool = [sys.executable, "-c", "from qtool.cli import main; main()"]
+    r = subprocess.run(qtool + ["calibrate", str(tmp_path / "none.onnx"), "--images", str(tmp_path)], capture_output=True, text=True)
+    assert r.returncode == 1 and r.stderr.startswith("error: ") and "Traceback" not in r.stderr
+    r = subprocess.run(qtool + ["calibrate", "--no-such-flag"], capture_output=True, text=True)
+    assert r.returncode == 2
+    r = subprocess.run(qtool + ["--version"], capture_output=True, text=True)
+    assert r.returncode == 0 and "qtool" in r.stdout

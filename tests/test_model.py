@@ -1,0 +1,299 @@
+"""Unit tests of qtool/model.py: loading, the activation catalogue, exposing outputs, the image input."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import zoo
+from qtool import collect, model
+from qtool.errors import QtoolError
+
+FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE}
+
+
+# --------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------
+def _save(proto: onnx.ModelProto, path) -> str:
+    onnx.save_model(proto, str(path))
+    return str(path)
+
+
+def _inferred_types(proto: onnx.ModelProto) -> dict[str, int]:
+    """Element types from onnx shape inference, independent of qtool.model.tensor_types."""
+    g = onnx.shape_inference.infer_shapes(proto).graph
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in [*g.input, *g.value_info, *g.output]}
+    types.update({t.name: t.data_type for t in g.initializer})
+    return types
+
+
+def _graph_position(proto: onnx.ModelProto) -> dict[str, int]:
+    """Graph inputs at -1, then each node output at its node's index."""
+    pos = {i.name: -1 for i in proto.graph.input}
+    for k, n in enumerate(proto.graph.node):
+        for o in n.output:
+            pos.setdefault(o, k)
+    return pos
+
+
+def _subgraph_names(proto: onnx.ModelProto) -> set[str]:
+    """Every tensor name defined inside If/Loop bodies (inputs, node outputs, outputs)."""
+    names: set[str] = set()
+
+    def walk(graph: onnx.GraphProto) -> None:
+        names.update(i.name for i in graph.input)
+        names.update(o.name for o in graph.output)
+        for n in graph.node:
+            names.update(o for o in n.output if o)
+            for a in n.attribute:
+                for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                    walk(sub)
+
+    for n in proto.graph.node:
+        for a in n.attribute:
+            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                walk(sub)
+    return names
+
+
+def _rank2_model() -> onnx.ModelProto:
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "rank2",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 16])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def _int_image_model() -> onnx.ModelProto:
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT)], "uint8_image",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8, 8])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+# --------------------------------------------------------------------------
+# load_model
+# --------------------------------------------------------------------------
+def test_load_model_missing_file(tmp_path):
+    path = tmp_path / "nope.onnx"
+    with pytest.raises(QtoolError, match="nope.onnx"):
+        model.load_model(path)
+
+
+def test_load_model_directory(tmp_path):
+    d = tmp_path / "model_dir.onnx"
+    d.mkdir()
+    with pytest.raises(QtoolError, match="model_dir.onnx"):
+        model.load_model(d)
+
+
+def _truncated(path):
+    data = zoo.yolo_like().SerializeToString()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def _random_bytes(path):
+    path.write_bytes(np.random.default_rng(0).bytes(4096))
+
+
+def _text(path):
+    path.write_text("this is a text file, not an ONNX model\n")
+
+
+@pytest.mark.parametrize("write", [_truncated, _random_bytes, _text], ids=["truncated", "random", "text"])
+def test_load_model_unreadable_file(tmp_path, write):
+    path = tmp_path / "broken_model.onnx"
+    write(path)
+    with pytest.raises(QtoolError, match="broken_model.onnx"):
+        model.load_model(path)
+
+
+def test_load_model_reads_valid_model_and_hashes_the_file(tmp_path):
+    path = _save(zoo.yolo_like(), tmp_path / "yolo.onnx")
+    loaded = model.load_model(path)
+    assert loaded.sha256 == hashlib.sha256(open(path, "rb").read()).hexdigest()
+    assert len(loaded.proto.graph.node) == len(zoo.yolo_like().graph.node)
+
+
+def test_load_model_external_data(tmp_path):
+    path = zoo.external_data_model(tmp_path)
+    loaded = model.load_model(path)
+    weights = {t.name: numpy_helper.to_array(t) for t in loaded.proto.graph.initializer}
+    assert weights["conv1.weight"].shape == (8, 3, 3, 3)
+    assert weights["conv2.weight"].shape == (4, 8, 1, 1)
+    assert np.abs(weights["conv1.weight"]).sum() > 0  # real values, not an empty placeholder
+    assert loaded.sha256 == hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+def test_load_model_external_data_missing(tmp_path):
+    path = zoo.external_data_model(tmp_path)
+    os.remove(tmp_path / "weights.bin")
+    with pytest.raises(QtoolError, match="external_conv.onnx|weights.bin"):
+        model.load_model(path)
+
+
+# --------------------------------------------------------------------------
+# activation_tensors
+# --------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def yolo():
+    m = zoo.yolo_like()
+    return m, model.activation_tensors(m)
+
+
+def test_yolo_lists_input_output_and_activations(yolo):
+    m, names = yolo
+    listed = set(names)
+    assert {"images", "output0"} <= listed
+    by_op: dict[str, list[str]] = {}
+    for n in m.graph.node:
+        by_op.setdefault(n.op_type, []).extend(n.output)
+    silu_muls = [n.output[0] for n in m.graph.node if n.op_type == "Mul" and "/act/" in n.name]
+    assert len(silu_muls) >= 10
+    assert set(silu_muls) <= listed
+    types = _inferred_types(m)
+    for op in ("Sigmoid", "Concat", "Resize", "MaxPool"):
+        float_outs = [o for o in by_op[op] if types.get(o) in FLOAT_TYPES]
+        assert float_outs, op
+        assert set(float_outs) <= listed, (op, set(float_outs) - listed)
+
+
+def test_yolo_excludes_shape_only_ints_initializers_constants(yolo):
+    m, names = yolo
+    listed = set(names)
+    assert not listed & set(zoo.YOLO_SHAPE_ONLY_FLOATS)
+    types = _inferred_types(m)
+    assert all(types[n] in FLOAT_TYPES for n in names), [n for n in names if types[n] not in FLOAT_TYPES]
+    assert not listed & {n for n, t in types.items() if t == TensorProto.INT64}
+    assert not listed & {t.name for t in m.graph.initializer}
+    assert not listed & {o for n in m.graph.node if n.op_type == "Constant" for o in n.output}
+
+
+def test_yolo_order_follows_graph_without_duplicates(yolo):
+    m, names = yolo
+    assert len(names) == len(set(names))
+    assert names[0] == "images"
+    pos = _graph_position(m)
+    assert [pos[n] for n in names] == sorted(pos[n] for n in names)
+
+
+def test_yolo_opset11_same_rules():
+    m = zoo.yolo_like(opset=11)
+    names = model.activation_tensors(m)
+    assert {"images", "output0"} <= set(names)
+    assert not set(names) & set(zoo.YOLO_SHAPE_ONLY_FLOATS)
+    assert not set(names) & {t.name for t in m.graph.initializer}  # incl. empty roi/scales
+
+
+def test_paddle_excludes_constants_and_clip_bounds():
+    m = zoo.paddle_ocr_like()
+    listed = set(model.activation_tensors(m))
+    constants = {o for n in m.graph.node if n.op_type == "Constant" for o in n.output}
+    assert len(constants) >= 200
+    assert not listed & constants
+    clip_bounds = {i for n in m.graph.node if n.op_type == "Clip" for i in n.input[1:] if i}
+    assert clip_bounds and not listed & clip_bounds
+    for op in ("BatchNormalization", "HardSigmoid"):
+        outs = {n.output[0] for n in m.graph.node if n.op_type == op}
+        assert outs and outs <= listed, (op, outs - listed)
+    assert {"x", "softmax_0.tmp_0"} <= listed
+
+
+def test_control_flow_lists_if_loop_outputs_and_outer_scope_activation():
+    m = zoo.control_flow_model()
+    names = model.activation_tensors(m)
+    by_op = {n.op_type: n for n in m.graph.node}
+    assert by_op["If"].output[0] in names
+    assert by_op["Loop"].output[0] in names
+    assert by_op["Relu"].output[0] in names  # read by both subgraphs from the outer scope
+    inner = _subgraph_names(m)
+    assert {"then_out", "else_out", "body_scaled", "acc_out"} <= inner
+    assert not set(names) & inner
+    assert len(names) == len(set(names))
+
+
+# --------------------------------------------------------------------------
+# with_outputs
+# --------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "build, shape",
+    [
+        (zoo.yolo_like, (2, 3, 64, 96)),
+        (lambda: zoo.yolo_like(opset=11), (1, 3, 32, 32)),
+        (zoo.paddle_ocr_like, (2, 3, 32, 64)),
+        (zoo.control_flow_model, (1, 4, 8, 8)),
+        (zoo.nhwc_model, (2, 16, 16, 3)),
+    ],
+    ids=["yolo17", "yolo11", "paddle", "control_flow", "nhwc"],
+)
+def test_with_outputs_exposes_every_listed_tensor(build, shape):
+    m = build()
+    original_outputs = [o.SerializeToString() for o in m.graph.output]
+    original_bytes = m.SerializeToString()
+    types = model.tensor_types(m)
+    names = model.activation_tensors(m, types)
+    exposed = model.with_outputs(m, names, types)
+
+    assert exposed is not m
+    assert [o.SerializeToString() for o in m.graph.output] == original_outputs
+    assert m.SerializeToString() == original_bytes
+    assert set(names) <= {o.name for o in exposed.graph.output}
+
+    session = collect.make_session(exposed)
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    (input_name,) = [i.name for i in session.get_inputs()]
+    values = session.run(names, {input_name: x})
+    assert len(values) == len(names)
+    for name, v in zip(names, values):
+        assert isinstance(v, np.ndarray), name
+        assert v.dtype.kind == "f", (name, v.dtype)
+
+
+# --------------------------------------------------------------------------
+# image_input
+# --------------------------------------------------------------------------
+def test_image_input_refuses_two_inputs():
+    with pytest.raises(QtoolError, match=r"2 inputs.*\ba\b.*\bb\b.*single-input"):
+        model.image_input(zoo.two_input_model())
+
+
+def test_image_input_refuses_extra_int_input():
+    with pytest.raises(QtoolError, match=r"2 inputs.*image \(float\).*scale_id \(int64\)"):
+        model.image_input(zoo.int_input_model())
+
+
+def test_image_input_refuses_non_float_input():
+    with pytest.raises(QtoolError, match=r"x \(uint8\).*not a float tensor"):
+        model.image_input(_int_image_model())
+
+
+def test_image_input_refuses_rank2():
+    with pytest.raises(QtoolError, match=r"'x' has rank 2, not 4"):
+        model.image_input(_rank2_model())
+
+
+def test_image_input_yolo_dynamic_dims():
+    spec = model.image_input(zoo.yolo_like())
+    assert spec == model.InputSpec("images", TensorProto.FLOAT, (None, 3, None, None))
+
+
+def test_image_input_nhwc():
+    spec = model.image_input(zoo.nhwc_model())
+    assert spec == model.InputSpec("input_1", TensorProto.FLOAT, (None, 16, 16, 3))
+
+
+# --------------------------------------------------------------------------
+# make_session
+# --------------------------------------------------------------------------
+def test_make_session_names_unknown_custom_op():
+    with pytest.raises(QtoolError, match="MyUnknownOp"):
+        collect.make_session(zoo.custom_op_model())

@@ -1,0 +1,212 @@
+"""End to end: exporter-like models from tests/zoo.py calibrated through the CLI on noise images."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from PIL import Image
+
+import zoo
+from qtool import collect, model
+from qtool.cli import cli
+from qtool.errors import QtoolError
+from qtool.exporters.tensorrt import ZERO_AMAX_FALLBACK, read_cache
+
+N_IMAGES = 8  # a multiple of the batch sizes used below; test_image_count_not_a_multiple_of_the_batch covers 6
+
+
+# --------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------
+def _noise_images(seed: int = 0, n: int = N_IMAGES) -> list[np.ndarray]:
+    """Small random-noise RGB pictures of varying sizes (so every one is resized)."""
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, 256, size=(40 + 4 * i, 56 - 2 * i, 3), dtype=np.uint8) for i in range(n)]
+
+
+def _write_images(folder: Path, names: list[str], images: list[np.ndarray]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, arr in zip(names, images):
+        Image.fromarray(arr, mode="RGB").save(folder / name)
+    return folder
+
+
+@pytest.fixture
+def images(tmp_path) -> Path:
+    return _write_images(tmp_path / "images", [f"img_{i:02d}.png" for i in range(N_IMAGES)], _noise_images())
+
+
+def _save(proto: onnx.ModelProto, path: Path) -> Path:
+    onnx.save_model(proto, str(path))
+    return path
+
+
+def _invoke(*args):
+    return CliRunner().invoke(cli, ["-q", "calibrate", *[str(a) for a in args]])
+
+
+def _ok(result) -> None:
+    assert result.exit_code == 0 and result.exception is None, (result.output, result.exception)
+
+
+def _user_error(result) -> str:
+    """The message of a QtoolError (exit 1); anything else would be a crash, not a user error."""
+    assert result.exit_code == 1, result.output
+    assert isinstance(result.exception, QtoolError), repr(result.exception)
+    return str(result.exception)
+
+
+def _check_calibration(model_path: Path, calib_path: Path, cache_path: Path) -> None:
+    """The calibration JSON and the TensorRT cache agree with the model and with each other."""
+    loaded = model.load_model(model_path)
+    names = model.activation_tensors(loaded.proto)
+    doc = json.loads(calib_path.read_text())
+
+    assert doc["format"] == "qtool.calibration"
+    assert doc["model"]["sha256"] == hashlib.sha256(model_path.read_bytes()).hexdigest()
+    assert doc["samples"] == N_IMAGES
+    assert list(doc["tensors"]) == names
+    for name, t in doc["tensors"].items():
+        counts = t["histogram"]["counts"]
+        bin_width = t["histogram"]["range"][1] / len(counts)
+        bound = max(abs(t["min"]), abs(t["max"])) + bin_width
+        assert math.isfinite(t["amax"]) and 0 <= t["amax"] <= bound, (name, t["amax"], bound)
+        assert t["nonfinite"] == 0, name
+
+    header, entries = read_cache(cache_path.read_text())
+    assert header["algorithm"] == "EntropyCalibration2"
+    assert list(entries) == names
+    for name, cached in entries.items():
+        amax = doc["tensors"][name]["amax"]
+        expected = amax if amax > 0 else ZERO_AMAX_FALLBACK
+        assert cached == pytest.approx(expected, rel=1e-6), name
+
+
+# --------------------------------------------------------------------------
+# models that images can feed
+# --------------------------------------------------------------------------
+def _yolo17(d: Path):
+    return _save(zoo.yolo_like(), d / "yolo17.onnx"), ["--size", "64x96"]
+
+
+def _yolo11(d: Path):
+    return _save(zoo.yolo_like(opset=11), d / "yolo11.onnx"), ["--size", "64x96"]
+
+
+def _paddle(d: Path):
+    args = ["--size", "32x64", "--mean", "0.485,0.456,0.406", "--std", "0.229,0.224,0.225"]
+    return _save(zoo.paddle_ocr_like(), d / "paddle_ocr.onnx"), args
+
+
+def _nhwc(d: Path):
+    return _save(zoo.nhwc_model(), d / "tf_nhwc.onnx"), []
+
+
+def _external(d: Path):
+    return Path(zoo.external_data_model(d / "ext")), []
+
+
+@pytest.mark.parametrize("build", [_yolo17, _yolo11, _paddle, _nhwc, _external],
+                         ids=["yolo17", "yolo11", "paddle", "nhwc", "external_data"])
+def test_calibrate_real_world_model(tmp_path, images, build):
+    model_path, extra = build(tmp_path)
+    calib, cache = tmp_path / "out.calib.json", tmp_path / "out.cache"
+    result = _invoke(model_path, "--images", images, *extra, "-o", calib, "--trt-table", cache)
+    _ok(result)
+    _check_calibration(model_path, calib, cache)
+
+
+def test_nhwc_layout_is_inferred(tmp_path, images):
+    model_path, _ = _nhwc(tmp_path)
+    calib = tmp_path / "nhwc.calib.json"
+    _ok(_invoke(model_path, "--images", images, "-o", calib))
+    pre = json.loads(calib.read_text())["preprocess"]
+    assert (pre["layout"], pre["height"], pre["width"], pre["channels"]) == ("nhwc", 16, 16, 3)
+
+
+# --------------------------------------------------------------------------
+# refusals
+# --------------------------------------------------------------------------
+def test_dynamic_size_without_size_option(tmp_path, images, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the default output would land here
+    model_path, _ = _yolo17(tmp_path)
+    calib, cache = tmp_path / "out.calib.json", tmp_path / "out.cache"
+    message = _user_error(_invoke(model_path, "--images", images, "-o", calib, "--trt-table", cache))
+    assert "--size" in message
+    assert not calib.exists() and not cache.exists()
+    assert not list(tmp_path.glob("*.calib.json"))
+    _user_error(_invoke(model_path, "--images", images))  # default -o path
+    assert not list(tmp_path.glob("*.calib.json"))
+
+
+def test_four_channel_model_is_refused(tmp_path, images):
+    model_path = _save(zoo.control_flow_model(), tmp_path / "control_flow.onnx")
+    calib = tmp_path / "cf.calib.json"
+    message = _user_error(_invoke(model_path, "--images", images, "-o", calib))
+    assert "4 channels" in message and "1 or 3" in message
+    assert not calib.exists()
+
+
+def test_control_flow_model_calibrates_through_the_library():
+    m = zoo.control_flow_model()
+    types = model.tensor_types(m)
+    names = model.activation_tensors(m, types)
+    session = collect.make_session(model.with_outputs(m, names, types))
+    batch = np.random.default_rng(1).standard_normal((1, 4, 8, 8)).astype(np.float32)
+
+    hists = collect.collect(session, "x", names, [(batch, 1)], 2048)
+
+    assert list(hists) == names
+    values = dict(zip(names, session.run(names, {"x": batch})))
+    for name, h in hists.items():
+        v = values[name]
+        assert h.size == v.size and int(h.counts.sum()) == v.size, name
+        assert (h.min, h.max) == (float(v.min()), float(v.max())), name
+
+
+# --------------------------------------------------------------------------
+# invariance: batch size and image order do not change the calibration file
+# --------------------------------------------------------------------------
+def test_batch_size_and_order_invariance(tmp_path):
+    model_path, extra = _yolo17(tmp_path)
+    pictures = _noise_images(seed=7)
+    forward = _write_images(tmp_path / "forward", [f"a_{i}.png" for i in range(N_IMAGES)], pictures)
+    # the same pictures under names that sort in the reverse order
+    backward = _write_images(tmp_path / "backward", [f"b_{N_IMAGES - i}.png" for i in range(N_IMAGES)], pictures)
+
+    outputs = {}
+    for label, folder, batch in [("fwd_b1", forward, 1), ("fwd_b4", forward, 4), ("bwd_b1", backward, 1),
+                                 ("bwd_b4", backward, 4), ("fwd_default", forward, None)]:
+        out = tmp_path / f"{label}.calib.json"
+        batch_args = ["--batch-size", batch] if batch else []
+        _ok(_invoke(model_path, "--images", folder, *extra, *batch_args, "-o", out))
+        outputs[label] = out.read_bytes()
+
+    reference = outputs["fwd_b1"]
+    ref_tensors = json.loads(reference)["tensors"]
+    for label, data in outputs.items():
+        tensors = json.loads(data)["tensors"]
+        differing = [n for n in ref_tensors if tensors.get(n) != ref_tensors[n]]
+        assert not differing, f"{label} differs from fwd_b1 in tensors {differing}"
+        assert data == reference, label
+
+
+def test_image_count_not_a_multiple_of_the_batch(tmp_path):
+    """Dynamic batch: 6 images run as 6 (default 8) or 4 + 2 and give the file batch size 1 gives."""
+    model_path, extra = _yolo17(tmp_path)
+    folder = _write_images(tmp_path / "six", [f"img_{i}.png" for i in range(6)], _noise_images(seed=3, n=6))
+    outputs = {}
+    for batch in (1, 4, None):
+        out = tmp_path / f"b{batch}.calib.json"
+        batch_args = ["--batch-size", batch] if batch else []
+        _ok(_invoke(model_path, "--images", folder, *extra, *batch_args, "-o", out))
+        outputs[batch] = out.read_bytes()
+    assert json.loads(outputs[1])["samples"] == 6
+    assert outputs[4] == outputs[1] and outputs[None] == outputs[1]
