@@ -189,15 +189,19 @@ def _resize(img: Image.Image, pre: Preprocess) -> Image.Image:
     if pre.resize == "stretch" or (w, h) == (W, H):
         return img if (w, h) == (W, H) else img.resize((W, H), Image.BILINEAR)
     if pre.resize == "letterbox":
-        r = min(W / w, H / h)
-        nw, nh = max(1, round(w * r)), max(1, round(h * r))
+        if W * h <= H * w:  # width is the binding side (integer comparison, exact)
+            nw, nh = W, max(1, (2 * h * W + w) // (2 * w))  # round half up
+        else:
+            nw, nh = max(1, (2 * w * H + h) // (2 * h)), H
         fill = LETTERBOX_FILL if img.mode == "L" else (LETTERBOX_FILL,) * 3
         canvas = Image.new(img.mode, (W, H), fill)
         canvas.paste(img.resize((nw, nh), Image.BILINEAR), ((W - nw) // 2, (H - nh) // 2))
         return canvas
     # center-crop: cover the target, then cut the middle
-    r = max(W / w, H / h)
-    nw, nh = max(W, math.ceil(w * r)), max(H, math.ceil(h * r))
+    if W * h >= H * w:  # width is the tighter side: scale to width W (integer comparison, exact)
+        nw, nh = W, max(H, -(-h * W // w))
+    else:
+        nw, nh = max(W, -(-w * H // h)), H
     left, top = (nw - W) // 2, (nh - H) // 2
     return img.resize((nw, nh), Image.BILINEAR).crop((left, top, left + W, top + H))
 
