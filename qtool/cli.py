@@ -142,7 +142,10 @@ def calibrate(ctx, model_path, images_dir, limit, size, resize, scale_text, mean
     session = collect.make_session(model.with_outputs(loaded.proto, names, types))
     log.debug("calibrating %d tensors with %d images in batches of %d", len(names), len(images), batch_size)
     with _progress(len(images), not (ctx.obj["quiet"] or as_json)) as bar:
-        hists = collect.collect(session, spec.name, names, data.batches(images, pre, batch_size), bins, bar)
+        hists = collect.collect(
+            session, spec.name, names, data.batches(images, pre, batch_size), bins, bar,
+            static=frozenset(names) - model.data_dependent(loaded.proto), probe_size=fixed_batch or 1,
+        )
 
     records = [calibration.record_from_histogram(n, hists[n], method) for n in names]
     warnings = []

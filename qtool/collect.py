@@ -42,6 +42,14 @@ def make_session(proto: onnx.ModelProto) -> ort.InferenceSession:
         raise QtoolError(f"onnxruntime cannot load the model: {msg}") from None
 
 
+def _run(session: ort.InferenceSession, names: list[str], feeds: dict) -> list[np.ndarray]:
+    try:
+        return session.run(names, feeds)
+    except Exception as e:
+        shapes = {k: list(v.shape) for k, v in feeds.items()}
+        raise QtoolError(f"onnxruntime failed on inputs of shape {shapes}: {_first_line(e)}") from None
+
+
 def collect(
     session: ort.InferenceSession,
     input_name: str,
@@ -49,17 +57,32 @@ def collect(
     batches: Iterable[tuple[np.ndarray, int]],
     bins: int,
     progress=None,
+    static: frozenset[str] = frozenset(),
+    probe_size: int = 1,
 ) -> dict[str, TensorHistogram]:
-    """Histograms of every tensor in `names` over all batches."""
+    """Histograms of every tensor in `names` over all batches.
+
+    Tensors in `static` do not depend on input values (only on the input shape: decode grids
+    and the like). Their histogram comes from one run on the first `probe_size` samples, counted
+    once per `probe_size` samples seen, so it does not depend on the batch size.
+    """
     hists = {n: TensorHistogram(bins=bins) for n in names}
+    varying = [n for n in names if n not in static]
+    fixed = [n for n in names if n in static]
+    seen = 0
     for batch, count in batches:
-        try:
-            outputs = session.run(names, {input_name: batch})
-        except Exception as e:
-            raise QtoolError(f"onnxruntime failed on a batch of shape {list(batch.shape)}: {_first_line(e)}") from None
-        for name, value in zip(names, outputs):
+        if fixed and seen == 0:
+            for name, value in zip(fixed, _run(session, fixed, {input_name: batch[:probe_size]})):
+                hists[name].update(value)
+        outputs = _run(session, varying, {input_name: batch}) if varying else []
+        for name, value in zip(varying, outputs):
             hists[name].update(value)
         del outputs
+        seen += count
         if progress is not None:
             progress.update(count)
+    if seen % probe_size:
+        raise ValueError("the number of samples must be a multiple of probe_size")
+    for name in fixed:
+        hists[name].repeat(seen // probe_size)
     return hists

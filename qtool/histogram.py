@@ -104,6 +104,12 @@ class TensorHistogram:
         self.nonfinite += other.nonfinite
         self.size += other.size
 
+    def repeat(self, times: int) -> None:
+        """Count everything `times` times, as if the same data had been seen again."""
+        self.counts = self.counts * times
+        self.size *= times
+        self.nonfinite *= times
+
     @property
     def absmax(self) -> float:
         if self.size == 0:

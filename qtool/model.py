@@ -160,6 +160,26 @@ def activation_tensors(proto: onnx.ModelProto, types: dict[str, int] | None = No
     return result
 
 
+def data_dependent(proto: onnx.ModelProto) -> set[str]:
+    """Main-graph tensors whose values depend on the values fed to the graph inputs.
+
+    Only Shape and Size read nothing but a shape, so everything computed from them alone
+    (decode grids, anchor tables) has the same value for every input of a given size.
+    """
+    g = proto.graph
+    inits = {t.name for t in g.initializer}
+    dependent = {i.name for i in g.input if i.name not in inits}
+    for n in g.node:
+        if n.op_type in ("Shape", "Size") and n.domain in ("", "ai.onnx"):
+            continue
+        reads = set(n.input)
+        for sub in _subgraphs(n):
+            reads |= _subgraph_outer_refs(sub)
+        if reads & dependent:
+            dependent.update(o for o in n.output if o)
+    return dependent
+
+
 def with_outputs(proto: onnx.ModelProto, names: list[str], types: dict[str, int]) -> onnx.ModelProto:
     """An in-memory copy of the model whose graph outputs include every tensor in `names`."""
     exposed = onnx.ModelProto()

@@ -297,3 +297,14 @@ def test_image_input_nhwc():
 def test_make_session_names_unknown_custom_op():
     with pytest.raises(QtoolError, match="MyUnknownOp"):
         collect.make_session(zoo.custom_op_model())
+
+
+def test_data_dependent_separates_shape_derived_tensors():
+    m = zoo.yolo_like()
+    dependent = model.data_dependent(m)
+    names = model.activation_tensors(m)
+    static = [n for n in names if n not in dependent]
+    assert static, "the decode grid is computed from Shape only"
+    assert all("Cast" in n or "Range" in n or "grid" in n.lower() for n in static), static
+    assert "images" in dependent and "output0" in dependent
+    assert not any(n in dependent for n in zoo.YOLO_SHAPE_ONLY_FLOATS)

@@ -57,10 +57,21 @@ def _ok(result) -> None:
 
 
 def _user_error(result) -> str:
-    """The message of a QtoolError (exit 1); anything else would be a crash, not a user error."""
-    assert result.exit_code == 1, result.output
-    assert isinstance(result.exception, QtoolError), repr(result.exception)
-    return str(result.exception)
+    """The message of a user error (exit 1); a crash (exit 3, or a stray exception) fails the test."""
+    assert result.exit_code == 1, (result.output, result.exception)
+    if isinstance(result.exception, QtoolError):  # raised through cli(): main() would print it
+        return str(result.exception)
+    assert isinstance(result.exception, SystemExit), repr(result.exception)  # printed by the cli group
+    assert result.output.startswith("error: ") and "internal error" not in result.output, result.output
+    return result.output
+
+
+def _assert_same_calibration(label: str, data: bytes, reference: bytes) -> None:
+    ref_tensors = json.loads(reference)["tensors"]
+    tensors = json.loads(data)["tensors"]
+    differing = [n for n in ref_tensors if tensors.get(n) != ref_tensors[n]]
+    assert not differing, f"{label}: calibration differs from batch size 1 in tensors {differing}"
+    assert data == reference, label
 
 
 def _check_calibration(model_path: Path, calib_path: Path, cache_path: Path) -> None:
@@ -189,13 +200,8 @@ def test_batch_size_and_order_invariance(tmp_path):
         _ok(_invoke(model_path, "--images", folder, *extra, *batch_args, "-o", out))
         outputs[label] = out.read_bytes()
 
-    reference = outputs["fwd_b1"]
-    ref_tensors = json.loads(reference)["tensors"]
     for label, data in outputs.items():
-        tensors = json.loads(data)["tensors"]
-        differing = [n for n in ref_tensors if tensors.get(n) != ref_tensors[n]]
-        assert not differing, f"{label} differs from fwd_b1 in tensors {differing}"
-        assert data == reference, label
+        _assert_same_calibration(label, data, outputs["fwd_b1"])
 
 
 def test_image_count_not_a_multiple_of_the_batch(tmp_path):
@@ -209,4 +215,5 @@ def test_image_count_not_a_multiple_of_the_batch(tmp_path):
         _ok(_invoke(model_path, "--images", folder, *extra, *batch_args, "-o", out))
         outputs[batch] = out.read_bytes()
     assert json.loads(outputs[1])["samples"] == 6
-    assert outputs[4] == outputs[1] and outputs[None] == outputs[1]
+    _assert_same_calibration("--batch-size 4", outputs[4], outputs[1])
+    _assert_same_calibration("default batch", outputs[None], outputs[1])
