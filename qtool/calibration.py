@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +21,6 @@ from . import thresholds
 
 FORMAT = "qtool.calibration"
 VERSION = 1
-METHODS = ("entropy", "max")
 
 
 @dataclass
@@ -36,11 +35,23 @@ class TensorRecord:
 
     @property
     def unsigned(self) -> bool:
+        """Never negative: exporters may use the range [0, amax] (and amax was searched so)."""
         return self.min >= 0
+
+    @property
+    def absmax(self) -> float:
+        return max(-self.min, self.max, 0.0)
 
     def edges(self) -> np.ndarray:
         n = len(self.counts)
         return np.arange(n + 1, dtype=np.float64) * (self.hist_range / n if n else 0.0)
+
+    def threshold(self, method: str, kl_variant: str = "nvidia", unsigned: bool | None = None, num_bits: int = 8) -> float:
+        """Recompute this tensor's amax from its stored histogram."""
+        return thresholds.amax_for(
+            method, np.asarray(self.counts, dtype=np.int64), self.edges(), absmax=self.absmax,
+            unsigned=self.unsigned if unsigned is None else unsigned, kl_variant=kl_variant, num_bits=num_bits,
+        )
 
 
 @dataclass
@@ -53,32 +64,32 @@ class Calibration:
     samples: int
     preprocess: dict
     tensors: list[TensorRecord] = field(default_factory=list)
+    kl_variant: str = "nvidia"
 
     def amax(self) -> dict[str, float]:
         return {t.name: t.amax for t in self.tensors}
 
 
-def compute_amax(method: str, counts: np.ndarray, edges: np.ndarray, absmax: float, num_bits: int = 8) -> float:
-    if method == "entropy":
-        return thresholds.entropy_amax(counts, edges, num_bits=num_bits)
-    if method == "max":
-        return thresholds.max_amax(counts, edges, absmax)
-    raise ValueError(f"unknown method {method!r}")
-
-
-def record_from_histogram(name: str, hist: TensorHistogram, method: str, num_bits: int = 8) -> TensorRecord:
+def record_from_histogram(name: str, hist: TensorHistogram, method: str, kl_variant: str = "nvidia", num_bits: int = 8) -> TensorRecord:
     counts, edges = hist.trimmed()
-    amax = compute_amax(method, counts, edges, hist.absmax, num_bits)
     empty = hist.size == 0
-    return TensorRecord(
+    record = TensorRecord(
         name=name,
         min=0.0 if empty else hist.min,
         max=0.0 if empty else hist.max,
-        amax=amax,
+        amax=0.0,
         counts=[int(c) for c in counts],
         hist_range=float(edges[-1]),
         nonfinite=hist.nonfinite,
     )
+    record.amax = record.threshold(method, kl_variant, num_bits=num_bits)
+    return record
+
+
+def recompute(cal: Calibration, method: str, kl_variant: str = "nvidia") -> Calibration:
+    """The same calibration with every threshold recomputed from the stored histograms."""
+    tensors = [replace(t, amax=t.threshold(method, kl_variant, num_bits=cal.num_bits)) for t in cal.tensors]
+    return replace(cal, method=method, kl_variant=kl_variant, tensors=tensors)
 
 
 def to_json(cal: Calibration) -> str:
@@ -87,6 +98,7 @@ def to_json(cal: Calibration) -> str:
         "version": VERSION,
         "model": {"path": cal.model_path, "sha256": cal.model_sha256},
         "method": cal.method,
+        "kl_variant": cal.kl_variant,
         "num_bits": cal.num_bits,
         "bins": cal.bins,
         "samples": cal.samples,
@@ -145,6 +157,7 @@ def load(path: str | os.PathLike) -> Calibration:
             samples=int(doc["samples"]),
             preprocess=dict(doc["preprocess"]),
             tensors=tensors,
+            kl_variant=str(doc.get("kl_variant", "nvidia")),
         )
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
         raise QtoolError(f"{str(p)!r} is a damaged calibration file (bad or missing field: {e}); calibrate again") from None

@@ -151,3 +151,35 @@ def entropy_amax(
 def max_amax(hist: np.ndarray, bin_edges: np.ndarray, absmax: float) -> float:
     """The largest |x| seen (no clipping)."""
     return float(absmax) if np.isfinite(absmax) and absmax > 0 else 0.0
+
+
+METHODS = ("entropy", "max")
+KL_VARIANTS = ("nvidia",)
+
+
+def parse_method(text: str) -> str:
+    """Validate a --method value (e.g. 'entropy', 'max'); returns it normalised."""
+    method = text.strip().lower()
+    if method not in METHODS:
+        raise ValueError(f"unknown method {text!r}; choose one of {', '.join(METHODS)}")
+    return method
+
+
+def amax_for(
+    method: str,
+    hist: np.ndarray,
+    bin_edges: np.ndarray,
+    *,
+    absmax: float,
+    unsigned: bool = False,
+    kl_variant: str = "nvidia",
+    num_bits: int = 8,
+) -> float:
+    """The threshold `method` (as parse_method returns it) picks for one tensor's histogram."""
+    if method == "entropy":
+        if kl_variant != "nvidia":
+            raise ValueError(f"unknown KL variant {kl_variant!r}")
+        return entropy_amax(hist, bin_edges, num_bits=num_bits, unsigned=unsigned)
+    if method == "max":
+        return max_amax(hist, bin_edges, absmax)
+    raise ValueError(f"unknown method {method!r}")

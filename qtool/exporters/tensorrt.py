@@ -91,3 +91,35 @@ def read_cache(text: str) -> tuple[dict, dict[str, float]]:
             raise QtoolError(f"TensorRT cache line {n} is not '<name>: <8 hex digits>': {line[:80]!r}")
         entries[name] = hex_amax(value)
     return header, entries
+
+
+def suffix(**_options) -> str:
+    """Default output file suffix."""
+    return ".cache"
+CALIBRATOR_ALGORITHMS = {"entropy2": "EntropyCalibration2", "minmax": "MinMaxCalibration"}
+
+
+def cache_amax(cal, algorithm: str = "entropy2") -> dict[str, float]:
+    """The amax TensorRT should use per tensor.
+
+    TensorRT's implicit INT8 is symmetric signed (scale = amax / 127) even after ReLU, so an
+    entropy calibration is re-searched with the signed grid (128 levels) from the stored
+    histograms; other methods keep their amax; minmax uses max |x|.
+    """
+    if algorithm == "minmax":
+        return {t.name: t.absmax for t in cal.tensors}
+    if cal.method == "entropy":
+        return {t.name: t.threshold("entropy", cal.kl_variant, unsigned=False, num_bits=cal.num_bits) for t in cal.tensors}
+    return cal.amax()
+
+
+def export(loaded, cal, *, trt_version: str = DEFAULT_VERSION, algorithm: str = "entropy2", **_options):
+    """TensorRT calibration cache for `cal`."""
+    from . import ExportResult
+
+    if algorithm not in CALIBRATOR_ALGORITHMS:
+        raise QtoolError(f"--algorithm {algorithm!r} is not one of {', '.join(CALIBRATOR_ALGORITHMS)}")
+    header_algorithm = CALIBRATOR_ALGORITHMS[algorithm]
+    text, warnings = write_cache(cache_amax(cal, algorithm), trt_version, header_algorithm)
+    summary = {"header": text.splitlines()[0], "entries": len(text.splitlines()) - 1}
+    return ExportResult(text.encode(), warnings, summary)

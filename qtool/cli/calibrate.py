@@ -1,86 +1,22 @@
-"""Command line: the only place that prints, logs setup, or exits.
-
-Exit codes: 0 success, 1 user error (bad input or request), 2 usage error (click),
-3 internal error (a bug: the traceback is saved to a file), 130/143 interrupted.
-"""
+"""`qtool calibrate`: images through the model, histograms, thresholds, calibration file."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import signal
-import sys
-import tempfile
 import time
-import traceback
 from pathlib import Path
 
 import click
 
-from . import __version__, calibration, collect, data, model
-from .errors import QtoolError
-from .exporters import tensorrt
-from .fileio import check_output_path, write_atomic
-from .histogram import is_power_of_two
+from .. import calibration, collect, data, model, thresholds
+from ..errors import QtoolError
+from ..exporters import tensorrt
+from ..fileio import check_output_path, write_atomic
+from ..histogram import is_power_of_two
+from . import EPILOG, cli, emit, progress
 
 log = logging.getLogger("qtool")
-
-EPILOG = "Exit codes: 0 ok, 1 bad input or request, 2 bad command line, 3 internal error (a bug)."
-
-
-class _Formatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        return f"{record.levelname.lower()}: {record.getMessage()}"
-
-
-def _setup_logging(quiet: bool, verbose: bool) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_Formatter())
-    log.handlers[:] = [handler]
-    log.propagate = False
-    log.setLevel(logging.ERROR if quiet else logging.DEBUG if verbose else logging.INFO)
-
-
-class _Group(click.Group):
-    """Turns QtoolError into a one-line message and exit 1, and a bug into exit 3."""
-
-    def invoke(self, ctx: click.Context):
-        try:
-            return super().invoke(ctx)
-        except QtoolError as e:
-            click.echo(f"error: {e}", err=True)
-            ctx.exit(1)
-        except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort, KeyboardInterrupt):
-            raise
-        except Exception as e:
-            where = _save_traceback()
-            click.echo(f"internal error (a bug in qtool): {type(e).__name__}: {e}; traceback saved to {where}", err=True)
-            ctx.exit(3)
-
-
-@click.group(cls=_Group, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, "--version", prog_name="qtool")
-@click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr; no progress bar.")
-@click.option("-v", "--verbose", is_flag=True, help="Debug messages on stderr.")
-@click.pass_context
-def cli(ctx: click.Context, quiet: bool, verbose: bool) -> None:
-    """INT8 calibration for ONNX models."""
-    _setup_logging(quiet, verbose)
-    ctx.obj = {"quiet": quiet}
-
-
-def _progress(total: int, enabled: bool):
-    from tqdm import tqdm
-
-    return tqdm(total=total, unit="img", file=sys.stderr, disable=not (enabled and sys.stderr.isatty()), leave=False)
-
-
-def _emit(as_json: bool, summary: dict, text: str) -> None:
-    if as_json:
-        click.echo(json.dumps(summary, indent=1))
-    else:
-        click.echo(text)
 
 
 @cli.command(epilog=EPILOG)
@@ -96,13 +32,14 @@ def _emit(as_json: bool, summary: dict, text: str) -> None:
 @click.option("--layout", type=click.Choice(["nchw", "nhwc"]), help="Input layout [default: inferred from the model input].")
 @click.option("--batch-size", type=click.IntRange(min=1), help="Images per inference [default: the model's fixed batch, else 8].")
 @click.option("--bins", type=int, default=2048, show_default=True, help="Histogram bins per tensor (a power of two).")
-@click.option("--method", type=click.Choice(calibration.METHODS), default="entropy", show_default=True, help="entropy: NVIDIA's KL-divergence search; max: no clipping.")
+@click.option("--method", "method_text", default="entropy", show_default=True, help=f"Threshold method: {', '.join(thresholds.METHODS)}.")
+@click.option("--kl-variant", type=click.Choice(thresholds.KL_VARIANTS), default="nvidia", show_default=True, help="Whose entropy search to reproduce.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Calibration file [default: <model stem>.calib.json here].")
 @click.option("--trt-table", type=click.Path(path_type=Path), help="Also write a TensorRT INT8 calibration cache here.")
 @click.option("--trt-version", default=tensorrt.DEFAULT_VERSION, show_default=True, help="TensorRT version the cache header names (must match the builder).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
 @click.pass_context
-def calibrate(ctx, model_path, images_dir, limit, size, resize, scale_text, mean, std, bgr, layout, batch_size, bins, method, output, trt_table, trt_version, as_json):
+def calibrate(ctx, model_path, images_dir, limit, size, resize, scale_text, mean, std, bgr, layout, batch_size, bins, method_text, kl_variant, output, trt_table, trt_version, as_json):
     """Run MODEL on calibration images and write per-tensor INT8 ranges.
 
     Every float activation tensor is histogrammed (|x|, --bins bins) while the images stream
@@ -110,6 +47,10 @@ def calibrate(ctx, model_path, images_dir, limit, size, resize, scale_text, mean
     keeps the histograms, so thresholds can be recomputed without running the model again.
     """
     started = time.perf_counter()
+    try:
+        method = thresholds.parse_method(method_text)
+    except ValueError as e:
+        raise QtoolError(f"--method: {e}") from None
     if bins < 256 or not is_power_of_two(bins):
         raise QtoolError(f"--bins {bins} must be a power of two >= 256 (e.g. 2048), so histograms merge exactly")
     trt_number = tensorrt.version_number(trt_version) if trt_table else None
@@ -141,13 +82,13 @@ def calibrate(ctx, model_path, images_dir, limit, size, resize, scale_text, mean
     names = model.activation_tensors(loaded.proto, types)
     session = collect.make_session(model.with_outputs(loaded.proto, names, types))
     log.debug("calibrating %d tensors with %d images in batches of %d", len(names), len(images), batch_size)
-    with _progress(len(images), not (ctx.obj["quiet"] or as_json)) as bar:
+    with progress(len(images), not (ctx.obj["quiet"] or as_json)) as bar:
         hists = collect.collect(
             session, spec.name, names, data.batches(images, pre, batch_size), bins, bar,
             static=frozenset(names) - model.data_dependent(loaded.proto), probe_size=fixed_batch or 1,
         )
 
-    records = [calibration.record_from_histogram(n, hists[n], method) for n in names]
+    records = [calibration.record_from_histogram(n, hists[n], method, kl_variant) for n in names]
     warnings = []
     nonfinite = [r.name for r in records if r.nonfinite]
     if nonfinite:
@@ -159,15 +100,15 @@ def calibrate(ctx, model_path, images_dir, limit, size, resize, scale_text, mean
     cal = calibration.Calibration(
         model_path=Path(model_ref).as_posix(), model_sha256=loaded.sha256, method=method, num_bits=8,
         bins=bins, samples=len(images), preprocess={"input": spec.name, "source": "images", **pre.to_dict()},
-        tensors=records,
+        tensors=records, kl_variant=kl_variant,
     )
     if trt_table:
-        text, trt_warnings = tensorrt.write_cache(cal.amax(), trt_version)
-        warnings.extend(trt_warnings)
+        cache = tensorrt.export(loaded, cal, trt_version=trt_version)
+        warnings.extend(cache.warnings)
     calibration.save(cal, output)
     written = {"calibration": str(output)}
     if trt_table:
-        write_atomic(trt_table, text.encode())
+        write_atomic(trt_table, cache.data)
         written["tensorrt_cache"] = str(trt_table)
     for w in warnings:
         log.warning(w)
@@ -182,30 +123,6 @@ def calibrate(ctx, model_path, images_dir, limit, size, resize, scale_text, mean
     text_out = f"calibrated {len(records)} tensors from {len(images)} images in {seconds:.1f} s ({method}) -> {output}"
     if trt_table:
         text_out += f"\nTensorRT cache TRT-{trt_number}-EntropyCalibration2 -> {trt_table}"
-    _emit(as_json, summary, text_out)
+    emit(as_json, summary, text_out)
 
 
-def _save_traceback() -> str:
-    fd, path = tempfile.mkstemp(prefix="qtool-crash-", suffix=".txt")
-    with os.fdopen(fd, "w") as f:
-        traceback.print_exc(file=f)
-    return path
-
-
-def _terminated(signum, frame):
-    # unwinds like an exception, so temporary output files are removed on the way out
-    raise SystemExit(143)
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Console entry point: maps every outcome to a documented exit code."""
-    signal.signal(signal.SIGTERM, _terminated)
-    try:
-        rv = cli.main(args=argv, prog_name="qtool", standalone_mode=False)
-    except (click.exceptions.Abort, KeyboardInterrupt):
-        click.echo("interrupted", err=True)
-        sys.exit(130)
-    except click.ClickException as e:
-        e.show()
-        sys.exit(e.exit_code)
-    sys.exit(rv if isinstance(rv, int) else 0)

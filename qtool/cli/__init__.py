@@ -1,0 +1,116 @@
+"""Command line: the only place that prints, sets up logging, or exits. One module per command.
+
+Exit codes: 0 success, 1 user error (bad input or request), 2 usage error (click),
+3 internal error (a bug: the traceback is saved to a file), 130/143 interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import tempfile
+import traceback
+
+import click
+
+from .. import __version__
+from ..errors import QtoolError
+
+log = logging.getLogger("qtool")
+
+EPILOG = "Exit codes: 0 ok, 1 bad input or request, 2 bad command line, 3 internal error (a bug)."
+
+
+class _Formatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{record.levelname.lower()}: {record.getMessage()}"
+
+
+def _setup_logging(quiet: bool, verbose: bool) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Formatter())
+    log.handlers[:] = [handler]
+    log.propagate = False
+    log.setLevel(logging.ERROR if quiet else logging.DEBUG if verbose else logging.INFO)
+
+
+class _Group(click.Group):
+    """Turns QtoolError into a one-line message and exit 1, and a bug into exit 3."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except QtoolError as e:
+            click.echo(f"error: {e}", err=True)
+            ctx.exit(1)
+        except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort, KeyboardInterrupt):
+            raise
+        except Exception as e:
+            where = _save_traceback()
+            click.echo(f"internal error (a bug in qtool): {type(e).__name__}: {e}; traceback saved to {where}", err=True)
+            ctx.exit(3)
+
+
+@click.group(cls=_Group, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="qtool")
+@click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr; no progress bar.")
+@click.option("-v", "--verbose", is_flag=True, help="Debug messages on stderr.")
+@click.pass_context
+def cli(ctx: click.Context, quiet: bool, verbose: bool) -> None:
+    """INT8 calibration for ONNX models."""
+    _setup_logging(quiet, verbose)
+    ctx.obj = {"quiet": quiet}
+
+
+def progress(total: int, enabled: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="img", file=sys.stderr, disable=not (enabled and sys.stderr.isatty()), leave=False)
+
+
+def emit(as_json: bool, summary: dict, text: str) -> None:
+    if as_json:
+        click.echo(json.dumps(summary, indent=1))
+    else:
+        click.echo(text)
+
+
+def _save_traceback() -> str:
+    fd, path = tempfile.mkstemp(prefix="qtool-crash-", suffix=".txt")
+    with os.fdopen(fd, "w") as f:
+        traceback.print_exc(file=f)
+    return path
+
+
+def _terminated(signum, frame):
+    # unwinds like an exception, so temporary output files are removed on the way out
+    raise SystemExit(143)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: maps every outcome to a documented exit code."""
+    signal.signal(signal.SIGTERM, _terminated)
+    try:
+        rv = cli.main(args=argv, prog_name="qtool", standalone_mode=False)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _register_commands() -> None:
+    """Import every module of this package: each defines one command on `cli`."""
+    import importlib
+    import pkgutil
+
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
+        importlib.import_module(f"{__name__}.{info.name}")
+
+
+_register_commands()

@@ -1,0 +1,91 @@
+"""`qtool export`: a calibration (and its model) to a target format."""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import time
+from pathlib import Path
+
+import click
+
+from .. import calibration, model
+from ..errors import QtoolError
+from ..exporters import TARGETS, exporter, tensorrt
+from ..fileio import check_output_path, write_atomic
+from . import EPILOG, cli, emit
+
+log = logging.getLogger("qtool")
+
+
+def find_calibration(calib: Path | None) -> Path:
+    """--calib, or the single *.calib.json in the current directory."""
+    if calib is not None:
+        return calib
+    found = sorted(Path(".").glob("*.calib.json"))
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise QtoolError("no *.calib.json in the current directory; run qtool calibrate first or pass --calib FILE")
+    raise QtoolError(f"several calibration files here ({', '.join(p.name for p in found)}); choose one with --calib FILE")
+
+
+def load_checked_model(model_path: Path | None, calib_path: Path, cal: calibration.Calibration) -> model.LoadedModel:
+    """The model the calibration was made for: MODEL, or the path the file records; same SHA-256."""
+    path = model_path if model_path is not None else calib_path.parent / cal.model_path
+    if model_path is None and not path.exists():
+        raise QtoolError(f"the calibrated model {str(path)!r} (recorded in {str(calib_path)!r}) is missing; pass MODEL")
+    loaded = model.load_model(path)
+    if loaded.sha256 != cal.model_sha256:
+        raise QtoolError(
+            f"{str(path)!r} is not the model {str(calib_path)!r} was calibrated for (SHA-256 differs); calibrate it again"
+        )
+    return loaded
+
+
+def parse_target(text: str) -> str:
+    target = text.strip().lower()
+    if target not in TARGETS:
+        near = difflib.get_close_matches(target, TARGETS, n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        raise click.BadParameter(f"{text!r} is not one of {', '.join(TARGETS)}{hint}", param_hint="'--target'")
+    return target
+
+
+@cli.command(epilog=EPILOG)
+@click.argument("model_path", metavar="[MODEL]", required=False, type=click.Path(path_type=Path))
+@click.option("--target", "target_text", required=True, help=f"Output format: {', '.join(TARGETS)}.")
+@click.option("--calib", type=click.Path(path_type=Path), help="Calibration file [default: the single *.calib.json here].")
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Output file [default: <model stem> + the target's suffix, here].")
+@click.option("--trt-version", default=tensorrt.DEFAULT_VERSION, show_default=True, help="tensorrt: TensorRT version the cache header names.")
+@click.option("--algorithm", type=click.Choice(sorted(tensorrt.CALIBRATOR_ALGORITHMS)), default="entropy2", show_default=True, help="tensorrt: calibrator the cache claims to come from.")
+@click.option("--format", "fmt", default="cache", show_default=True, help="tensorrt: cache (trtexec --calib), dynamic-range (sampleINT8API name:amax), ort-trt (onnxruntime TensorRT EP).")
+@click.option("--exclude", multiple=True, help="openvino/qdq: keep this node or tensor in FP32 (repeatable).")
+@click.option("--weights-7bit", type=click.Choice(["first", "all"]), help="openvino/qdq: 7-bit weights against int8 overflow on CPUs without VNNI.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
+def export(model_path, target_text, calib, output, trt_version, algorithm, fmt, exclude, weights_7bit, as_json):
+    """Write the calibrated ranges of MODEL in a target format.
+
+    With no MODEL, the model recorded in the calibration file is used; either way it must be
+    byte-identical (SHA-256) to the one calibrated.
+    """
+    started = time.perf_counter()
+    target = parse_target(target_text)
+    module = exporter(target)
+    calib_path = find_calibration(calib)
+    cal = calibration.load(calib_path)
+    source = model_path if model_path is not None else calib_path.parent / cal.model_path
+    options = dict(trt_version=trt_version, algorithm=algorithm, fmt=fmt, exclude=list(exclude), weights_7bit=weights_7bit)
+    out = output or Path(Path(cal.model_path).stem + module.suffix(**options))
+    out = check_output_path(out, inputs=(source, calib_path))
+    loaded = load_checked_model(model_path, calib_path, cal)
+    result = module.export(loaded, cal, **options)
+    write_atomic(out, result.data)
+    for w in result.warnings:
+        log.warning(w)
+    seconds = time.perf_counter() - started
+    summary = {
+        "command": "export", "target": target, "model": str(loaded.path), "calibration": str(calib_path),
+        "outputs": {target: str(out)}, "seconds": round(seconds, 3), "warnings": result.warnings, **result.summary,
+    }
+    emit(as_json, summary, f"exported {target} from {calib_path} in {seconds:.1f} s -> {out}")
