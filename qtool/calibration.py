@@ -42,6 +42,17 @@ class TensorRecord:
     def absmax(self) -> float:
         return max(-self.min, self.max, 0.0)
 
+    def histogram(self, bins: int) -> TensorHistogram:
+        """The streaming histogram this record was made from (for merging shards)."""
+        n = len(self.counts)
+        counts = np.zeros(bins, dtype=np.int64)
+        counts[:n] = self.counts
+        size = int(counts.sum())
+        top = self.hist_range / n * bins if n and self.hist_range > 0 else 0.0
+        if size == 0:
+            return TensorHistogram(bins=bins, counts=counts, nonfinite=self.nonfinite)
+        return TensorHistogram(bins=bins, counts=counts, top=top, min=self.min, max=self.max, nonfinite=self.nonfinite, size=size)
+
     def edges(self) -> np.ndarray:
         n = len(self.counts)
         return np.arange(n + 1, dtype=np.float64) * (self.hist_range / n if n else 0.0)
@@ -65,6 +76,7 @@ class Calibration:
     preprocess: dict
     tensors: list[TensorRecord] = field(default_factory=list)
     kl_variant: str = "nvidia"
+    shard: tuple[int, int] | None = None  # (K, N) when made with --shard K/N
 
     def amax(self) -> dict[str, float]:
         return {t.name: t.amax for t in self.tensors}
@@ -92,6 +104,28 @@ def recompute(cal: Calibration, method: str, kl_variant: str = "nvidia") -> Cali
     return replace(cal, method=method, kl_variant=kl_variant, tensors=tensors)
 
 
+def merge(cals: list[Calibration]) -> Calibration:
+    """Combine calibrations of the same model and settings made on different inputs (e.g.
+    shards): the histograms add exactly, so the result equals one run over all inputs."""
+    first = cals[0]
+    for other in cals[1:]:
+        for what in ("model_sha256", "preprocess", "method", "kl_variant", "bins", "num_bits"):
+            if getattr(other, what) != getattr(first, what):
+                raise QtoolError(f"cannot merge: the files differ in {what.replace('_', ' ')} ({getattr(first, what)!r} vs {getattr(other, what)!r})")
+        if [t.name for t in other.tensors] != [t.name for t in first.tensors]:
+            raise QtoolError("cannot merge: the files calibrate different tensors")
+    shards = [c.shard for c in cals if c.shard]
+    if shards and len(set(shards)) != len(shards):
+        raise QtoolError(f"cannot merge: shard {shards[0][0]}/{shards[0][1]} given twice" if shards.count(shards[0]) > 1 else "cannot merge: a shard is given twice")
+    tensors = []
+    for i, t in enumerate(first.tensors):
+        hist = t.histogram(first.bins)
+        for other in cals[1:]:
+            hist.merge(other.tensors[i].histogram(first.bins))
+        tensors.append(record_from_histogram(t.name, hist, first.method, first.kl_variant, first.num_bits))
+    return replace(first, samples=sum(c.samples for c in cals), tensors=tensors, shard=None)
+
+
 def to_json(cal: Calibration) -> str:
     doc = {
         "format": FORMAT,
@@ -102,6 +136,7 @@ def to_json(cal: Calibration) -> str:
         "num_bits": cal.num_bits,
         "bins": cal.bins,
         "samples": cal.samples,
+        **({"shard": f"{cal.shard[0]}/{cal.shard[1]}"} if cal.shard else {}),
         "preprocess": cal.preprocess,
         "tensors": {
             t.name: {
@@ -158,6 +193,7 @@ def load(path: str | os.PathLike) -> Calibration:
             preprocess=dict(doc["preprocess"]),
             tensors=tensors,
             kl_variant=str(doc.get("kl_variant", "nvidia")),
+            shard=tuple(int(v) for v in doc["shard"].split("/")) if "shard" in doc else None,
         )
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
         raise QtoolError(f"{str(p)!r} is a damaged calibration file (bad or missing field: {e}); calibrate again") from None

@@ -1,13 +1,18 @@
 """Run the model batch by batch and stream every exposed tensor into its histogram.
 
-Only the current batch's activations are alive at any time: memory does not grow with the
-number of images.
+Only the current batch's activations are alive at any time (plus the next batch's decoded
+inputs, prepared in the background): memory does not grow with the number of inputs.
+Histograms of different tensors are filled in parallel threads (the binning kernel and
+numpy's reductions release the GIL); each tensor's histogram is only ever touched by one
+thread at a time, and its result does not depend on how the work was split.
 """
 
 from __future__ import annotations
 
+import os
 import re
-from typing import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Iterable, Iterator
 
 import numpy as np
 import onnx
@@ -15,6 +20,8 @@ import onnxruntime as ort
 
 from .errors import QtoolError
 from .histogram import TensorHistogram
+
+Feeds = dict[str, np.ndarray]
 
 
 def _first_line(e: Exception) -> str:
@@ -24,13 +31,19 @@ def _first_line(e: Exception) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
-def make_session(proto: onnx.ModelProto) -> ort.InferenceSession:
-    """A CPU onnxruntime session for an in-memory model (no file is written anywhere)."""
+def make_session(model: onnx.ModelProto, external_folder: str | os.PathLike | None = None) -> ort.InferenceSession:
+    """A CPU onnxruntime session for an in-memory model; no file is written anywhere.
+
+    `external_folder`: where weights the proto keeps in external files live (the original
+    model's folder); onnxruntime reads them from there, so models over 2 GB work.
+    """
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
+    if external_folder is not None:
+        opts.add_session_config_entry("session.model_external_initializers_file_folder_path", str(external_folder))
     try:
-        data = proto.SerializeToString()
-    except ValueError as e:  # protobuf refuses messages over 2 GB
+        data = model.SerializeToString()
+    except ValueError as e:  # protobuf refuses messages over 2 GB: weights must stay external
         raise QtoolError(f"model is too large to run in memory ({_first_line(e)})") from None
     try:
         return ort.InferenceSession(data, sess_options=opts, providers=["CPUExecutionProvider"])
@@ -42,7 +55,7 @@ def make_session(proto: onnx.ModelProto) -> ort.InferenceSession:
         raise QtoolError(f"onnxruntime cannot load the model: {msg}") from None
 
 
-def _run(session: ort.InferenceSession, names: list[str], feeds: dict) -> list[np.ndarray]:
+def _run(session: ort.InferenceSession, names: list[str], feeds: Feeds) -> list[np.ndarray]:
     try:
         return session.run(names, feeds)
     except Exception as e:
@@ -50,39 +63,66 @@ def _run(session: ort.InferenceSession, names: list[str], feeds: dict) -> list[n
         raise QtoolError(f"onnxruntime failed on inputs of shape {shapes}: {_first_line(e)}") from None
 
 
+def prefetch(items: Iterable) -> Iterator:
+    """Yield from `items`, preparing the next item in a background thread (image decoding
+    overlaps inference). Exceptions raised while preparing surface at the same position."""
+    it = iter(items)
+    done = object()
+    with ThreadPoolExecutor(1, thread_name_prefix="qtool-prefetch") as pool:
+        pending = pool.submit(next, it, done)
+        while True:
+            item = pending.result()
+            if item is done:
+                return
+            pending = pool.submit(next, it, done)
+            yield item
+
+
 def collect(
     session: ort.InferenceSession,
-    input_name: str,
     names: list[str],
-    batches: Iterable[tuple[np.ndarray, int]],
+    runs: Iterable[tuple[Feeds, int]],
     bins: int,
     progress=None,
     static: frozenset[str] = frozenset(),
     probe_size: int = 1,
-) -> dict[str, TensorHistogram]:
-    """Histograms of every tensor in `names` over all batches.
+    workers: int | None = None,
+) -> tuple[dict[str, TensorHistogram], int]:
+    """Histograms of every tensor in `names` over all runs, and the number of samples seen.
 
-    Tensors in `static` do not depend on input values (only on the input shape: decode grids
-    and the like). Their histogram comes from one run on the first `probe_size` samples, counted
-    once per `probe_size` samples seen, so it does not depend on the batch size.
+    `runs` yields (feeds, samples). Tensors in `static` do not depend on input values (only on
+    the input shape: decode grids and the like, with fixed-size batched inputs). Their
+    histogram comes from one run on the first `probe_size` samples, counted once per
+    `probe_size` samples seen, so it does not depend on the batch size.
     """
     hists = {n: TensorHistogram(bins=bins) for n in names}
     varying = [n for n in names if n not in static]
     fixed = [n for n in names if n in static]
     seen = 0
-    for batch, count in batches:
-        if fixed and seen == 0:
-            for name, value in zip(fixed, _run(session, fixed, {input_name: batch[:probe_size]})):
-                hists[name].update(value)
-        outputs = _run(session, varying, {input_name: batch}) if varying else []
-        for name, value in zip(varying, outputs):
+
+    def fill(pairs):
+        for name, value in pairs:
             hists[name].update(value)
-        del outputs
-        seen += count
-        if progress is not None:
-            progress.update(count)
-    if seen % probe_size:
-        raise ValueError("the number of samples must be a multiple of probe_size")
-    for name in fixed:
-        hists[name].repeat(seen // probe_size)
-    return hists
+
+    workers = workers or min(4, os.cpu_count() or 1)
+    with ThreadPoolExecutor(workers, thread_name_prefix="qtool-hist") as pool:
+        for feeds, count in prefetch(runs):
+            if fixed and seen == 0:
+                probe = {k: v[:probe_size] for k, v in feeds.items()}
+                fill(zip(fixed, _run(session, fixed, probe)))
+            outputs = _run(session, varying, feeds) if varying else []
+            # largest tensors first, dealt round-robin: balanced shares without a scheduler
+            order = sorted(range(len(outputs)), key=lambda i: -outputs[i].size)
+            shares = [[(varying[i], outputs[i]) for i in order[w::workers]] for w in range(workers)]
+            for f in [pool.submit(fill, share) for share in shares]:
+                f.result()
+            del outputs, shares
+            seen += count
+            if progress is not None:
+                progress.update(count)
+    if fixed:
+        if seen % probe_size:
+            raise ValueError("the number of samples must be a multiple of probe_size")
+        for name in fixed:
+            hists[name].repeat(seen // probe_size)
+    return hists, seen

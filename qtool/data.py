@@ -211,3 +211,111 @@ def batches(paths: list[Path], pre: Preprocess, batch_size: int) -> Iterator[tup
     for start in range(0, len(paths), batch_size):
         chunk = paths[start : start + batch_size]
         yield np.stack([load_image(p, pre) for p in chunk]), len(chunk)
+
+
+def image_runs(paths: list[Path], pre: Preprocess, input_name: str, batch_size: int) -> Iterator[tuple[dict, int]]:
+    """Feeds for the image input, `batch_size` images at a time."""
+    for batch, count in batches(paths, pre, batch_size):
+        yield {input_name: batch}, count
+
+
+ARRAY_SUFFIXES = {".npy", ".npz"}
+
+
+def list_arrays(folder: str | Path, limit: int | None = None) -> list[Path]:
+    """.npy/.npz files under `folder` (recursively), sorted by relative path."""
+    root = Path(folder)
+    if not root.exists():
+        raise QtoolError(f"data folder {str(root)!r} does not exist")
+    if not root.is_dir():
+        raise QtoolError(f"--data {str(root)!r} is not a folder")
+    files = sorted(
+        (p for p in root.rglob("*") if p.suffix.lower() in ARRAY_SUFFIXES and p.is_file()),
+        key=lambda p: p.relative_to(root).as_posix(),
+    )
+    if not files:
+        raise QtoolError(f"no .npy or .npz files found in {str(root)!r}")
+    return files[:limit] if limit else files
+
+
+def _np_dtype(elem_type: int) -> np.dtype:
+    from onnx import helper
+
+    return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+
+
+def _fit(path: Path, arr: np.ndarray, spec: InputSpec) -> np.ndarray:
+    """`arr` as the input `spec` takes it: batch axis added if missing, dtype converted."""
+    rank = len(spec.dims)
+    if arr.ndim == rank - 1 and rank > 0:
+        arr = arr[None]
+    elif arr.ndim != rank:
+        raise QtoolError(
+            f"{str(path)!r}: array for input {spec.name!r} has shape {list(arr.shape)}, but the input has rank {rank} "
+            f"({rank} dims with the batch axis, or {max(rank - 1, 0)} without)"
+        )
+    for axis, (want, got) in enumerate(zip(spec.dims, arr.shape)):
+        if want is not None and axis > 0 and want != got:
+            raise QtoolError(f"{str(path)!r}: input {spec.name!r} needs size {want} on axis {axis}, the array has {got}")
+    target = _np_dtype(spec.elem_type)
+    if arr.dtype != target:
+        if not np.can_cast(arr.dtype, target, casting="same_kind"):
+            raise QtoolError(f"{str(path)!r}: input {spec.name!r} takes {target}, the array is {arr.dtype}")
+        arr = arr.astype(target)
+    return np.ascontiguousarray(arr)
+
+
+def load_arrays(path: Path, specs: list[InputSpec]) -> tuple[dict, int]:
+    """One run's feeds from a .npy (single-input models) or .npz (keys = input names) file."""
+    try:
+        loaded = np.load(path, allow_pickle=False)
+        if isinstance(loaded, np.lib.npyio.NpzFile):
+            with loaded:
+                arrays = {k: loaded[k] for k in loaded.files}
+        else:
+            arrays = None
+    except Exception as e:
+        raise QtoolError(f"cannot read {str(path)!r}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+    if arrays is None:
+        if len(specs) != 1:
+            names = ", ".join(s.name for s in specs)
+            raise QtoolError(f"{str(path)!r}: a .npy file feeds single-input models; this model has inputs {names}: use .npz files keyed by input name")
+        arrays = {specs[0].name: loaded}
+    names = [s.name for s in specs]
+    missing = [n for n in names if n not in arrays]
+    if missing:
+        raise QtoolError(f"{str(path)!r} has no array for input(s) {', '.join(missing)} (it has: {', '.join(arrays) or 'nothing'})")
+    extra = [k for k in arrays if k not in names]
+    if extra:
+        raise QtoolError(f"{str(path)!r} has arrays {', '.join(extra)} that are not model inputs ({', '.join(names)})")
+    feeds = {s.name: _fit(path, arrays[s.name], s) for s in specs}
+    counts = {a.shape[0] for s, a in zip(specs, feeds.values()) if len(s.dims) > 0}
+    if len(counts) > 1:
+        raise QtoolError(f"{str(path)!r}: inputs disagree on the batch size ({sorted(counts)})")
+    return feeds, counts.pop() if counts else 1
+
+
+def array_runs(paths: list[Path], specs: list[InputSpec]) -> Iterator[tuple[dict, int]]:
+    """One run per file: files fix the batching, so results cannot depend on a batch size."""
+    for path in paths:
+        yield load_arrays(path, specs)
+
+
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    """'K/N' (1 <= K <= N): this process takes every N-th input starting with the K-th."""
+    if text is None:
+        return None
+    try:
+        k, n = (int(p) for p in text.split("/"))
+    except ValueError:
+        raise QtoolError(f"--shard {text!r} is not K/N, e.g. --shard 1/4") from None
+    if not 1 <= k <= n:
+        raise QtoolError(f"--shard {text!r} needs 1 <= K <= N")
+    return k, n
+
+
+def take_shard(items: list, shard: tuple[int, int] | None) -> list:
+    if shard is None:
+        return items
+    k, n = shard
+    return items[k - 1 :: n]

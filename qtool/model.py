@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
@@ -38,7 +39,22 @@ _NOT_FOLDABLE = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUni
 class LoadedModel:
     path: Path
     sha256: str
-    proto: onnx.ModelProto
+    proto: onnx.ModelProto  # with external data loaded, unless load_model(external_data=False)
+
+    @property
+    def external_files(self) -> list[str]:
+        """Locations (relative to the model's folder) of external data the proto still refers to."""
+        return sorted({
+            e.value for t in _all_initializers(self.proto.graph)
+            if t.data_location == TensorProto.EXTERNAL for e in t.external_data if e.key == "location"
+        })
+
+
+def _all_initializers(graph: onnx.GraphProto):
+    yield from graph.initializer
+    for n in graph.node:
+        for sub in _subgraphs(n):
+            yield from _all_initializers(sub)
 
 
 def file_sha256(path: str | os.PathLike) -> str:
@@ -49,15 +65,20 @@ def file_sha256(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
-def load_model(path: str | os.PathLike) -> LoadedModel:
-    """Read an ONNX file (with its external data) or fail with a one-line reason."""
+def load_model(path: str | os.PathLike, external_data: bool = True) -> LoadedModel:
+    """Read an ONNX file or fail with a one-line reason.
+
+    external_data=False leaves external weights on disk (they are checked to exist);
+    collect.make_session(proto, external_folder=path.parent) runs such a model without
+    copying them, whatever their size.
+    """
     p = Path(path)
     if not p.exists():
         raise QtoolError(f"model file {str(p)!r} does not exist")
     if not p.is_file():
         raise QtoolError(f"model path {str(p)!r} is not a file")
     try:
-        proto = onnx.load(str(p), load_external_data=True)
+        proto = onnx.load(str(p), load_external_data=external_data)
     except FileNotFoundError as e:
         raise QtoolError(f"model {str(p)!r} refers to external data that is missing: {e.filename or e}") from None
     except Exception as e:  # protobuf DecodeError, truncated files, wrong format
@@ -65,7 +86,11 @@ def load_model(path: str | os.PathLike) -> LoadedModel:
         raise QtoolError(f"{str(p)!r} is not a readable ONNX model ({reason}); check the file is complete") from None
     if not proto.HasField("graph") or len(proto.graph.node) == 0:
         raise QtoolError(f"{str(p)!r} is not an ONNX model with a graph (no nodes found); check the file")
-    return LoadedModel(path=p, sha256=file_sha256(p), proto=proto)
+    loaded = LoadedModel(path=p, sha256=file_sha256(p), proto=proto)
+    for location in loaded.external_files:
+        if not (p.parent / location).is_file():
+            raise QtoolError(f"model {str(p)!r} refers to external data that is missing: {location}")
+    return loaded
 
 
 def _subgraph_outer_refs(graph: onnx.GraphProto) -> set[str]:
@@ -90,6 +115,38 @@ def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
         elif a.type == onnx.AttributeProto.GRAPHS:
             subs.extend(a.graphs)
     return subs
+
+
+def activation_bytes(proto: onnx.ModelProto, names: list[str], input_dims: dict[str, tuple[int, ...]]) -> int | None:
+    """Bytes of the tensors `names` for one run with these concrete input shapes, from ONNX
+    shape inference; None when some shape cannot be inferred."""
+    g = proto.graph
+    saved = {vi.name: onnx.TypeProto() for vi in g.input if vi.name in input_dims}
+    try:
+        for vi in g.input:
+            if vi.name in input_dims:
+                saved[vi.name].CopyFrom(vi.type)
+                del vi.type.tensor_type.shape.dim[:]
+                for d in input_dims[vi.name]:
+                    vi.type.tensor_type.shape.dim.add().dim_value = int(d)
+        inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
+    except Exception:
+        return None
+    finally:
+        for vi in g.input:
+            if vi.name in saved:
+                vi.type.CopyFrom(saved[vi.name])
+    info = {vi.name: vi.type.tensor_type for vi in list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output)}
+    total = 0
+    for name in names:
+        tt = info.get(name)
+        if tt is None or not tt.HasField("shape") or not all(d.HasField("dim_value") for d in tt.shape.dim):
+            return None
+        size = 1
+        for d in tt.shape.dim:
+            size *= d.dim_value
+        total += size * np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type)).itemsize
+    return total
 
 
 def tensor_types(proto: onnx.ModelProto) -> dict[str, int]:
@@ -241,3 +298,4 @@ def _type_name(elem_type: int) -> str:
         return TensorProto.DataType.Name(elem_type).lower()
     except ValueError:
         return f"type {elem_type}"
+

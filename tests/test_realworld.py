@@ -177,7 +177,8 @@ def test_control_flow_model_calibrates_through_the_library():
     session = collect.make_session(model.with_outputs(m, names, types))
     batch = np.random.default_rng(1).standard_normal((1, 4, 8, 8)).astype(np.float32)
 
-    hists = collect.collect(session, "x", names, [(batch, 1)], 2048)
+    hists, seen = collect.collect(session, names, [({"x": batch}, 1)], 2048)
+    assert seen == 1
 
     assert list(hists) == names
     values = dict(zip(names, session.run(names, {"x": batch})))

@@ -1,4 +1,4 @@
-"""`qtool calibrate`: images through the model, histograms, thresholds, calibration file."""
+"""`qtool calibrate`: inputs through the model, histograms, thresholds, calibration file."""
 
 from __future__ import annotations
 
@@ -18,11 +18,25 @@ from . import EPILOG, cli, emit, progress
 
 log = logging.getLogger("qtool")
 
+# Auto batch size: as many images as keep one batch's exposed activations under this budget.
+BATCH_BYTES = 64 << 20
+MAX_AUTO_BATCH = 32
+
+
+def _auto_batch(proto, names, spec: model.InputSpec, pre: data.Preprocess) -> int:
+    hwc = (pre.channels, pre.height, pre.width) if pre.layout == "nchw" else (pre.height, pre.width, pre.channels)
+    per_image = model.activation_bytes(proto, names, {spec.name: (1, *hwc)})
+    if not per_image:
+        return 1
+    return max(1, min(MAX_AUTO_BATCH, BATCH_BYTES // per_image))
+
 
 @cli.command(epilog=EPILOG)
-@click.argument("model_path", metavar="MODEL", type=click.Path(dir_okay=True, path_type=Path))
-@click.option("--images", "images_dir", required=True, type=click.Path(path_type=Path), help="Folder of calibration images (JPEG/PNG/BMP, sorted by name, searched recursively).")
-@click.option("--limit", type=click.IntRange(min=1), help="Use only the first N images.")
+@click.argument("model_path", metavar="MODEL", type=click.Path(path_type=Path))
+@click.option("--images", "images_dir", type=click.Path(path_type=Path), help="Folder of calibration images (JPEG/PNG/BMP, sorted by name, searched recursively).")
+@click.option("--data", "data_dir", type=click.Path(path_type=Path), help="Folder of .npy (single-input models) or .npz (keys = input names) files, one run each.")
+@click.option("--limit", type=click.IntRange(min=1), help="Use only the first N images or data files.")
+@click.option("--shard", help="K/N: calibrate only every N-th input starting with the K-th; combine shards with qtool merge.")
 @click.option("--size", help="HxW to resize to; needed only when the model's height/width are dynamic.")
 @click.option("--resize", type=click.Choice(data.RESIZE_MODES), default="stretch", show_default=True, help="How images are fitted to HxW (letterbox pads with grey 114).")
 @click.option("--scale", "scale_text", default="1/255", show_default=True, help="Pixel multiplier, a number or fraction.")
@@ -30,7 +44,7 @@ log = logging.getLogger("qtool")
 @click.option("--std", help="Per-channel std divided by after the mean, e.g. 0.229,0.224,0.225.")
 @click.option("--bgr", is_flag=True, help="Feed channels in BGR order (OpenCV-trained models).")
 @click.option("--layout", type=click.Choice(["nchw", "nhwc"]), help="Input layout [default: inferred from the model input].")
-@click.option("--batch-size", type=click.IntRange(min=1), help="Images per inference [default: the model's fixed batch, else 8].")
+@click.option("--batch-size", type=click.IntRange(min=1), help="Images per inference [default: the model's fixed batch, else as many as fit 64 MB of activations]; results do not depend on it.")
 @click.option("--bins", type=int, default=2048, show_default=True, help="Histogram bins per tensor (a power of two).")
 @click.option("--method", "method_text", default="entropy", show_default=True, help=f"Threshold method: {', '.join(thresholds.METHODS)}.")
 @click.option("--kl-variant", type=click.Choice(thresholds.KL_VARIANTS), default="nvidia", show_default=True, help="Whose entropy search to reproduce.")
@@ -39,20 +53,25 @@ log = logging.getLogger("qtool")
 @click.option("--trt-version", default=tensorrt.DEFAULT_VERSION, show_default=True, help="TensorRT version the cache header names (must match the builder).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
 @click.pass_context
-def calibrate(ctx, model_path, images_dir, limit, size, resize, scale_text, mean, std, bgr, layout, batch_size, bins, method_text, kl_variant, output, trt_table, trt_version, as_json):
-    """Run MODEL on calibration images and write per-tensor INT8 ranges.
+def calibrate(ctx, model_path, images_dir, data_dir, limit, shard, size, resize, scale_text, mean, std, bgr, layout,
+              batch_size, bins, method_text, kl_variant, output, trt_table, trt_version, as_json):
+    """Run MODEL on calibration inputs and write per-tensor INT8 ranges.
 
-    Every float activation tensor is histogrammed (|x|, --bins bins) while the images stream
+    Inputs are images (--images, single-input image models) or arrays (--data, any model).
+    Every float activation tensor is histogrammed (|x|, --bins bins) while the inputs stream
     through onnxruntime, and its clipping threshold is chosen by --method. The calibration file
     keeps the histograms, so thresholds can be recomputed without running the model again.
     """
     started = time.perf_counter()
+    if (images_dir is None) == (data_dir is None):
+        raise QtoolError("give exactly one of --images DIR or --data DIR")
     try:
         method = thresholds.parse_method(method_text)
     except ValueError as e:
         raise QtoolError(f"--method: {e}") from None
     if bins < 256 or not is_power_of_two(bins):
         raise QtoolError(f"--bins {bins} must be a power of two >= 256 (e.g. 2048), so histograms merge exactly")
+    shard_kn = data.parse_shard(shard)
     trt_number = tensorrt.version_number(trt_version) if trt_table else None
     output = output or Path(f"{model_path.stem}.calib.json")
     output = check_output_path(output, inputs=(model_path,))
@@ -61,46 +80,66 @@ def calibrate(ctx, model_path, images_dir, limit, size, resize, scale_text, mean
         if trt_table.resolve() == output.resolve():
             raise QtoolError("--trt-table and -o name the same file; choose two paths")
 
-    loaded = model.load_model(model_path)
-    spec = model.image_input(loaded.proto)
-    pre = data.resolve_preprocess(
-        spec, size=data.parse_size(size), layout=layout, resize=resize,
-        scale=data.parse_scale(scale_text), mean=mean, std=std, bgr=bgr,
-    )
-    fixed_batch = spec.dims[0]
-    if fixed_batch is not None and batch_size not in (None, fixed_batch):
-        raise QtoolError(f"the model has a fixed batch of {fixed_batch}; --batch-size {batch_size} cannot be used")
-    batch_size = fixed_batch or batch_size or 8
-    images = data.list_images(images_dir, limit)
-    if fixed_batch and len(images) % fixed_batch:
-        raise QtoolError(
-            f"{len(images)} images do not fill batches of {batch_size} (the model's fixed batch); "
-            f"use --limit {len(images) - len(images) % batch_size or batch_size}"
-        )
-
+    loaded = model.load_model(model_path, external_data=False)
     types = model.tensor_types(loaded.proto)
     names = model.activation_tensors(loaded.proto, types)
-    session = collect.make_session(model.with_outputs(loaded.proto, names, types))
-    log.debug("calibrating %d tensors with %d images in batches of %d", len(names), len(images), batch_size)
-    with progress(len(images), not (ctx.obj["quiet"] or as_json)) as bar:
-        hists = collect.collect(
-            session, spec.name, names, data.batches(images, pre, batch_size), bins, bar,
-            static=frozenset(names) - model.data_dependent(loaded.proto), probe_size=fixed_batch or 1,
+    if images_dir is not None:
+        spec = model.image_input(loaded.proto)
+        pre = data.resolve_preprocess(
+            spec, size=data.parse_size(size), layout=layout, resize=resize,
+            scale=data.parse_scale(scale_text), mean=mean, std=std, bgr=bgr,
         )
+        fixed_batch = spec.dims[0]
+        if fixed_batch is not None and batch_size not in (None, fixed_batch):
+            raise QtoolError(f"the model has a fixed batch of {fixed_batch}; --batch-size {batch_size} cannot be used")
+        batch_size = fixed_batch or batch_size or _auto_batch(loaded.proto, names, spec, pre)
+        inputs = data.take_shard(data.list_images(images_dir, limit), shard_kn)
+        if not inputs:
+            raise QtoolError(f"shard {shard} of {len(data.list_images(images_dir, limit))} images is empty; use fewer shards")
+        if fixed_batch and len(inputs) % fixed_batch:
+            raise QtoolError(
+                f"{len(inputs)} images do not fill batches of {fixed_batch} (the model's fixed batch); "
+                f"use --limit {len(inputs) - len(inputs) % fixed_batch or fixed_batch}"
+            )
+        runs = data.image_runs(inputs, pre, spec.name, batch_size)
+        # tensors computed from the input's shape only (decode grids) are counted per image
+        static = frozenset(names) - model.data_dependent(loaded.proto)
+        probe = fixed_batch or 1
+        preprocess = {"source": "images", "input": spec.name, **pre.to_dict()}
+    else:
+        specs = model.data_inputs(loaded.proto)
+        if not specs:
+            raise QtoolError("the model has no inputs to feed; nothing to calibrate")
+        inputs = data.take_shard(data.list_arrays(data_dir, limit), shard_kn)
+        if not inputs:
+            raise QtoolError(f"shard {shard} of the data files is empty; use fewer shards")
+        runs, static, probe, batch_size = data.array_runs(inputs, specs), frozenset(), 1, None
+        preprocess = {"source": "data", "inputs": [s.name for s in specs]}
+
+    session = collect.make_session(
+        model.with_outputs(loaded.proto, names, types),
+        external_folder=loaded.path.parent if loaded.external_files else None,
+    )
+    log.debug("calibrating %d tensors with %d inputs (batch %s)", len(names), len(inputs), batch_size or "per file")
+    with progress(len(inputs), not (ctx.obj["quiet"] or as_json)) as bar:
+        hists, samples = collect.collect(session, names, runs, bins, bar, static=static, probe_size=probe)
 
     records = [calibration.record_from_histogram(n, hists[n], method, kl_variant) for n in names]
     warnings = []
-    nonfinite = [r.name for r in records if r.nonfinite]
+    nonfinite = [r for r in records if r.nonfinite]
     if nonfinite:
-        warnings.append(f"{len(nonfinite)} tensor(s) had NaN/inf values (left out of the histograms): {', '.join(nonfinite[:5])}")
+        warnings.append(
+            f"{len(nonfinite)} tensor(s) had NaN/inf values, left out of the histograms: "
+            + ", ".join(f"{r.name} ({r.nonfinite})" for r in nonfinite[:5])
+        )
     zero = [r.name for r in records if r.amax == 0]
     if zero:
         warnings.append(f"{len(zero)} tensor(s) were all zero (amax 0): {', '.join(zero[:5])}")
     model_ref = os.path.relpath(loaded.path.resolve(), output.resolve().parent)
     cal = calibration.Calibration(
         model_path=Path(model_ref).as_posix(), model_sha256=loaded.sha256, method=method, num_bits=8,
-        bins=bins, samples=len(images), preprocess={"input": spec.name, "source": "images", **pre.to_dict()},
-        tensors=records, kl_variant=kl_variant,
+        bins=bins, samples=samples, preprocess=preprocess, tensors=records, kl_variant=kl_variant,
+        shard=shard_kn,
     )
     if trt_table:
         cache = tensorrt.export(loaded, cal, trt_version=trt_version)
@@ -113,16 +152,17 @@ def calibrate(ctx, model_path, images_dir, limit, size, resize, scale_text, mean
     for w in warnings:
         log.warning(w)
     seconds = time.perf_counter() - started
+    what = "images" if images_dir is not None else "data files"
     summary = {
         "command": "calibrate", "model": str(model_path), "outputs": written, "tensors": len(records),
-        "images": len(images), "batch_size": batch_size, "method": method, "seconds": round(seconds, 3),
-        "warnings": warnings,
+        "inputs": len(inputs), "samples": samples, "batch_size": batch_size, "method": method,
+        "seconds": round(seconds, 3), "warnings": warnings,
     }
+    if images_dir is not None:
+        summary["images"] = len(inputs)
     if trt_number is not None:
         summary["tensorrt_header"] = f"TRT-{trt_number}-EntropyCalibration2"
-    text_out = f"calibrated {len(records)} tensors from {len(images)} images in {seconds:.1f} s ({method}) -> {output}"
+    text_out = f"calibrated {len(records)} tensors from {len(inputs)} {what} in {seconds:.1f} s ({method}) -> {output}"
     if trt_table:
         text_out += f"\nTensorRT cache TRT-{trt_number}-EntropyCalibration2 -> {trt_table}"
     emit(as_json, summary, text_out)
-
-
