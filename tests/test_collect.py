@@ -1,0 +1,165 @@
+"""Collection: --data inputs, shards and merge, auto batch size, non-finite and zero tensors."""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+
+import zoo
+from qtool.calibration import load
+from qtool.cli import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "sample_models" / "digits_cnn.onnx"
+IMAGES = ROOT / "calib_images"
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def ok(*args):
+    r = run(*args)
+    assert r.exit_code == 0, r.output
+    return r
+
+
+def fail(*args, needle):
+    r = run(*args)
+    assert r.exit_code == 1, r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], r.output
+    return lines[0]
+
+
+@pytest.fixture
+def digits(tmp_path):
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    for p in sorted(IMAGES.glob("*.png"))[:30]:
+        shutil.copy(p, folder / p.name)
+    return folder
+
+
+def test_shards_merge_to_the_single_run_file(tmp_path, digits):
+    ok("calibrate", SAMPLE, "--images", digits, "-o", tmp_path / "all.calib.json")
+    parts = []
+    for k in (1, 2, 3):
+        part = tmp_path / f"s{k}.calib.json"
+        ok("calibrate", SAMPLE, "--images", digits, "--shard", f"{k}/3", "-o", part)
+        assert load(part).samples == 10 and json.loads(part.read_text())["shard"] == f"{k}/3"
+        parts.append(part)
+    ok("merge", parts[2], parts[0], parts[1], "-o", tmp_path / "merged.calib.json")
+    assert (tmp_path / "merged.calib.json").read_bytes() == (tmp_path / "all.calib.json").read_bytes()
+
+
+def test_merge_refuses_mismatched_files(tmp_path, digits):
+    a, b = tmp_path / "a.calib.json", tmp_path / "b.calib.json"
+    ok("calibrate", SAMPLE, "--images", digits, "--shard", "1/2", "-o", a)
+    ok("calibrate", SAMPLE, "--images", digits, "--shard", "1/2", "--method", "max", "-o", b)
+    fail("merge", a, b, "-o", tmp_path / "m.json", needle="method")
+    fail("merge", a, a, "-o", tmp_path / "m.json", needle="twice")
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_auto_batch_size_equals_batch_one(tmp_path, digits):
+    r = ok("calibrate", SAMPLE, "--images", digits, "-o", tmp_path / "auto.calib.json", "--json")
+    assert json.loads(r.stdout)["batch_size"] > 1
+    ok("calibrate", SAMPLE, "--images", digits, "-o", tmp_path / "one.calib.json", "--batch-size", "1")
+    assert (tmp_path / "auto.calib.json").read_bytes() == (tmp_path / "one.calib.json").read_bytes()
+
+
+def test_npy_data_with_and_without_batch_axis(tmp_path):
+    m = tmp_path / "cf.onnx"
+    onnx.save(zoo.control_flow_model(), m)  # 4 channels: images cannot feed it
+    rng = np.random.default_rng(0)
+    samples = [rng.standard_normal((4, 8, 8)).astype(np.float32) for _ in range(5)]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    for i, s in enumerate(samples):
+        np.save(tmp_path / "a" / f"{i}.npy", s)
+        np.save(tmp_path / "b" / f"{i}.npy", s[None].astype(np.float64))  # batch axis, float64
+    ok("calibrate", m, "--data", tmp_path / "a", "-o", tmp_path / "a.calib.json")
+    ok("calibrate", m, "--data", tmp_path / "b", "-o", tmp_path / "b.calib.json")
+    a = (tmp_path / "a.calib.json").read_bytes()
+    assert a == (tmp_path / "b.calib.json").read_bytes()
+    cal = load(tmp_path / "a.calib.json")
+    assert cal.samples == 5 and cal.preprocess == {"source": "data", "inputs": ["x"]}
+    assert cal.tensors[0].name == "x" and sum(cal.tensors[0].counts) == 5 * 4 * 8 * 8
+
+
+def test_npz_multi_input_model_with_int64_input(tmp_path):
+    m = tmp_path / "mi.onnx"
+    onnx.save(zoo.int_input_model(), m)
+    rng = np.random.default_rng(1)
+    (tmp_path / "d").mkdir()
+    for i in range(4):
+        np.savez(tmp_path / "d" / f"{i}.npz", image=rng.standard_normal((1, 3, 8, 8)).astype(np.float32),
+                 scale_id=np.array([i % 4], np.int64))
+    ok("calibrate", m, "--data", tmp_path / "d", "-o", tmp_path / "mi.calib.json")
+    names = [t.name for t in load(tmp_path / "mi.calib.json").tensors]
+    assert "image" in names and "scale_id" not in names
+
+
+def test_dynamic_shapes_change_between_runs(tmp_path):
+    m = tmp_path / "yolo.onnx"
+    onnx.save(zoo.yolo_like(), m)
+    rng = np.random.default_rng(2)
+    (tmp_path / "d").mkdir()
+    for i, (h, w) in enumerate([(64, 96), (32, 32), (96, 64)]):
+        np.save(tmp_path / "d" / f"{i}.npy", rng.random((1, 3, h, w), dtype=np.float32))
+    ok("calibrate", m, "--data", tmp_path / "d", "-o", tmp_path / "y.calib.json")
+    assert load(tmp_path / "y.calib.json").samples == 3
+
+
+def _unary_model(path, op, **attrs):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, ["n", 4])
+    zero = numpy_helper.from_array(np.zeros(1, np.float32), "zero")
+    nodes = [helper.make_node(op, ["x"], ["y"], **attrs), helper.make_node("Mul", ["x", "zero"], ["z"])]
+    graph = helper.make_graph(nodes, "g", [x], [y, z], [zero])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
+    return path
+
+
+def test_nonfinite_and_all_zero_tensors(tmp_path):
+    m = _unary_model(tmp_path / "log.onnx", "Log")
+    (tmp_path / "d").mkdir()
+    np.save(tmp_path / "d" / "0.npy", np.array([[0.0, 1.0, -1.0, 2.0]], np.float32))  # log: -inf, 0, nan, 0.69
+    r = ok("calibrate", m, "--data", tmp_path / "d", "-o", tmp_path / "l.calib.json")
+    assert "NaN/inf" in r.output and "all zero" in r.output
+    cal = {t.name: t for t in load(tmp_path / "l.calib.json").tensors}
+    assert cal["y"].nonfinite == 2 and sum(cal["y"].counts) == 2
+    assert cal["y"].min == 0.0 and cal["y"].max == pytest.approx(np.log(2.0))
+    assert cal["z"].amax == 0.0 and np.isfinite(cal["z"].amax)
+
+
+def test_bad_data_inputs(tmp_path):
+    mi = tmp_path / "mi.onnx"
+    onnx.save(zoo.int_input_model(), mi)
+    cf = tmp_path / "cf.onnx"
+    onnx.save(zoo.control_flow_model(), cf)
+    d = {k: tmp_path / k for k in ("npz", "rank", "npy2", "dtype", "empty", "corrupt")}
+    for p in d.values():
+        p.mkdir()
+    np.savez(d["npz"] / "0.npz", image=np.zeros((1, 3, 8, 8), np.float32))
+    np.save(d["rank"] / "0.npy", np.zeros((8, 8), np.float32))
+    np.save(d["npy2"] / "0.npy", np.zeros((1, 3, 8, 8), np.float32))
+    np.savez(d["dtype"] / "0.npz", image=np.zeros((1, 3, 8, 8), np.float32), scale_id=np.array([0.5]))
+    (d["corrupt"] / "0.npy").write_bytes(b"\x93NUMPY garbage")
+    out = tmp_path / "o.calib.json"
+    fail("calibrate", mi, "--data", d["npz"], "-o", out, needle="scale_id")
+    fail("calibrate", cf, "--data", d["rank"], "-o", out, needle="rank 4")
+    fail("calibrate", mi, "--data", d["npy2"], "-o", out, needle=".npz")
+    fail("calibrate", mi, "--data", d["dtype"], "-o", out, needle="int64")
+    fail("calibrate", cf, "--data", d["empty"], "-o", out, needle="no .npy or .npz")
+    fail("calibrate", cf, "--data", d["corrupt"], "-o", out, needle="cannot read")
+    fail("calibrate", cf, "--data", d["empty"], "--images", d["empty"], "-o", out, needle="exactly one")
+    fail("calibrate", SAMPLE, "--images", IMAGES, "--shard", "4/3", "-o", out, needle="K <= N")
+    assert not out.exists()
