@@ -1,10 +1,10 @@
 """Run the model batch by batch and stream every exposed tensor into its histogram.
 
-Only the current batch's activations are alive at any time (plus the next batch's decoded
-inputs, prepared in the background): memory does not grow with the number of inputs.
-Histograms of different tensors are filled in parallel threads (the binning kernel and
-numpy's reductions release the GIL); each tensor's histogram is only ever touched by one
-thread at a time, and its result does not depend on how the work was split.
+At most two batches' activations are alive at any time (the one being histogrammed while
+the next runs), plus the next batch's decoded inputs, prepared in the background: memory
+does not grow with the number of inputs. Histograms of different tensors are filled in
+parallel threads (the binning kernel and numpy's reductions release the GIL); each tensor's
+histogram has one writer at a time, and its result does not depend on how the work was split.
 """
 
 from __future__ import annotations
@@ -39,6 +39,9 @@ def make_session(model: onnx.ModelProto, external_folder: str | os.PathLike | No
     """
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
+    # onnxruntime's idle threads spin between runs; calibration fills histograms in between,
+    # so spinning would only steal those cores
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if external_folder is not None:
         opts.add_session_config_entry("session.model_external_initializers_file_folder_path", str(external_folder))
     try:
@@ -106,20 +109,23 @@ def collect(
 
     workers = workers or min(4, os.cpu_count() or 1)
     with ThreadPoolExecutor(workers, thread_name_prefix="qtool-hist") as pool:
+        pending: list = []  # the previous batch's histogram tasks, running during this inference
         for feeds, count in prefetch(runs):
             if fixed and seen == 0:
                 probe = {k: v[:probe_size] for k, v in feeds.items()}
                 fill(zip(fixed, _run(session, fixed, probe)))
             outputs = _run(session, varying, feeds) if varying else []
+            for f in pending:  # one batch in flight at most: each histogram has one writer
+                f.result()
             # largest tensors first, dealt round-robin: balanced shares without a scheduler
             order = sorted(range(len(outputs)), key=lambda i: -outputs[i].size)
-            shares = [[(varying[i], outputs[i]) for i in order[w::workers]] for w in range(workers)]
-            for f in [pool.submit(fill, share) for share in shares]:
-                f.result()
-            del outputs, shares
+            pending = [pool.submit(fill, [(varying[i], outputs[i]) for i in order[w::workers]]) for w in range(workers)]
+            del outputs
             seen += count
             if progress is not None:
                 progress.update(count)
+        for f in pending:
+            f.result()
     if fixed:
         if seen % probe_size:
             raise ValueError("the number of samples must be a multiple of probe_size")
