@@ -206,16 +206,31 @@ def _resize(img: Image.Image, pre: Preprocess) -> Image.Image:
     return img.resize((nw, nh), Image.BILINEAR).crop((left, top, left + W, top + H))
 
 
-def batches(paths: list[Path], pre: Preprocess, batch_size: int) -> Iterator[tuple[np.ndarray, int]]:
-    """Stacked batches of preprocessed images, with the number of images in each."""
-    for start in range(0, len(paths), batch_size):
-        chunk = paths[start : start + batch_size]
-        yield np.stack([load_image(p, pre) for p in chunk]), len(chunk)
+def batches(paths: list[Path], pre: Preprocess, batch_size: int, skipped: list | None = None) -> Iterator[tuple[np.ndarray, int]]:
+    """Stacked batches of preprocessed images, with the number of images in each.
+
+    With a `skipped` list, unreadable images are appended to it (path, reason) and left out
+    instead of stopping the run; batches are then filled from the images that follow.
+    """
+    chunk: list[np.ndarray] = []
+    for path in paths:
+        try:
+            chunk.append(load_image(path, pre))
+        except QtoolError as e:
+            if skipped is None:
+                raise
+            skipped.append((path, str(e)))
+            continue
+        if len(chunk) == batch_size:
+            yield np.stack(chunk), len(chunk)
+            chunk = []
+    if chunk:
+        yield np.stack(chunk), len(chunk)
 
 
-def image_runs(paths: list[Path], pre: Preprocess, input_name: str, batch_size: int) -> Iterator[tuple[dict, int]]:
+def image_runs(paths: list[Path], pre: Preprocess, input_name: str, batch_size: int, skipped: list | None = None) -> Iterator[tuple[dict, int]]:
     """Feeds for the image input, `batch_size` images at a time."""
-    for batch, count in batches(paths, pre, batch_size):
+    for batch, count in batches(paths, pre, batch_size, skipped):
         yield {input_name: batch}, count
 
 

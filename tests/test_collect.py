@@ -163,3 +163,15 @@ def test_bad_data_inputs(tmp_path):
     fail("calibrate", cf, "--data", d["empty"], "--images", d["empty"], "-o", out, needle="exactly one")
     fail("calibrate", SAMPLE, "--images", IMAGES, "--shard", "4/3", "-o", out, needle="K <= N")
     assert not out.exists()
+
+
+def test_on_bad_image_skip(tmp_path, digits):
+    (digits / "digit_0003.png").write_bytes(b"not a png")
+    out = tmp_path / "s.calib.json"
+    fail("calibrate", SAMPLE, "--images", digits, "-o", out, needle="digit_0003.png")
+    r = ok("calibrate", SAMPLE, "--images", digits, "-o", out, "--on-bad-image", "skip")
+    assert "skipped 1 unreadable image" in r.output and "digit_0003.png" in r.output
+    assert load(out).samples == 29
+    (digits / "digit_0003.png").unlink()
+    ok("calibrate", SAMPLE, "--images", digits, "-o", tmp_path / "ref.calib.json")
+    assert out.read_bytes() == (tmp_path / "ref.calib.json").read_bytes()

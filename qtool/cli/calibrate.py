@@ -31,11 +31,22 @@ def _auto_batch(proto, names, spec: model.InputSpec, pre: data.Preprocess) -> in
     return max(1, min(MAX_AUTO_BATCH, BATCH_BYTES // per_image))
 
 
+def _full_batches(runs, size: int, skipped: list):
+    for feeds, count in runs:
+        if count != size:
+            raise QtoolError(
+                f"after skipping {len(skipped)} unreadable image(s) the last batch has {count} of the model's fixed "
+                f"batch of {size}; remove the unreadable images or use --on-bad-image fail to see them"
+            )
+        yield feeds, count
+
+
 @cli.command(epilog=EPILOG)
 @click.argument("model_path", metavar="MODEL", type=click.Path(path_type=Path))
 @click.option("--images", "images_dir", type=click.Path(path_type=Path), help="Folder of calibration images (JPEG/PNG/BMP, sorted by name, searched recursively).")
 @click.option("--data", "data_dir", type=click.Path(path_type=Path), help="Folder of .npy (single-input models) or .npz (keys = input names) files, one run each.")
 @click.option("--limit", type=click.IntRange(min=1), help="Use only the first N images or data files.")
+@click.option("--on-bad-image", type=click.Choice(["fail", "skip"]), default="fail", show_default=True, help="An unreadable image stops the run, or is skipped with a warning.")
 @click.option("--shard", help="K/N: calibrate only every N-th input starting with the K-th; combine shards with qtool merge.")
 @click.option("--size", help="HxW to resize to; needed only when the model's height/width are dynamic.")
 @click.option("--resize", type=click.Choice(data.RESIZE_MODES), default="stretch", show_default=True, help="How images are fitted to HxW (letterbox pads with grey 114).")
@@ -53,7 +64,7 @@ def _auto_batch(proto, names, spec: model.InputSpec, pre: data.Preprocess) -> in
 @click.option("--trt-version", default=tensorrt.DEFAULT_VERSION, show_default=True, help="TensorRT version the cache header names (must match the builder).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
 @click.pass_context
-def calibrate(ctx, model_path, images_dir, data_dir, limit, shard, size, resize, scale_text, mean, std, bgr, layout,
+def calibrate(ctx, model_path, images_dir, data_dir, limit, on_bad_image, shard, size, resize, scale_text, mean, std, bgr, layout,
               batch_size, bins, method_text, kl_variant, output, trt_table, trt_version, as_json):
     """Run MODEL on calibration inputs and write per-tensor INT8 ranges.
 
@@ -101,7 +112,10 @@ def calibrate(ctx, model_path, images_dir, data_dir, limit, shard, size, resize,
                 f"{len(inputs)} images do not fill batches of {fixed_batch} (the model's fixed batch); "
                 f"use --limit {len(inputs) - len(inputs) % fixed_batch or fixed_batch}"
             )
-        runs = data.image_runs(inputs, pre, spec.name, batch_size)
+        skipped: list | None = [] if on_bad_image == "skip" else None
+        runs = data.image_runs(inputs, pre, spec.name, batch_size, skipped)
+        if fixed_batch and skipped is not None:
+            runs = _full_batches(runs, fixed_batch, skipped)
         # tensors computed from the input's shape only (decode grids) are counted per image
         static = frozenset(names) - model.data_dependent(loaded.proto)
         probe = fixed_batch or 1
@@ -113,7 +127,7 @@ def calibrate(ctx, model_path, images_dir, data_dir, limit, shard, size, resize,
         inputs = data.take_shard(data.list_arrays(data_dir, limit), shard_kn)
         if not inputs:
             raise QtoolError(f"shard {shard} of the data files is empty; use fewer shards")
-        runs, static, probe, batch_size = data.array_runs(inputs, specs), frozenset(), 1, None
+        runs, static, probe, batch_size, skipped = data.array_runs(inputs, specs), frozenset(), 1, None, None
         preprocess = {"source": "data", "inputs": [s.name for s in specs]}
 
     session = collect.make_session(
@@ -123,9 +137,13 @@ def calibrate(ctx, model_path, images_dir, data_dir, limit, shard, size, resize,
     log.debug("calibrating %d tensors with %d inputs (batch %s)", len(names), len(inputs), batch_size or "per file")
     with progress(len(inputs), not (ctx.obj["quiet"] or as_json)) as bar:
         hists, samples = collect.collect(session, names, runs, bins, bar, static=static, probe_size=probe)
+    if samples == 0:
+        raise QtoolError(f"none of the {len(inputs)} images could be read; nothing was calibrated")
 
     records = [calibration.record_from_histogram(n, hists[n], method, kl_variant) for n in names]
     warnings = []
+    if skipped:
+        warnings.append(f"skipped {len(skipped)} unreadable image(s): " + "; ".join(reason for _, reason in skipped[:3]))
     nonfinite = [r for r in records if r.nonfinite]
     if nonfinite:
         warnings.append(
