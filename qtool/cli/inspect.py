@@ -1,0 +1,219 @@
+"""`qtool inspect`: what a calibration file or a TensorRT range file holds, and what it covers."""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+import click
+
+from .. import calibration, model
+from ..errors import QtoolError
+from ..exporters import tensorrt
+from . import EPILOG, cli, emit
+
+log = logging.getLogger("qtool")
+
+KINDS = {
+    "calibration": "qtool calibration file",
+    "tensorrt-cache": "TensorRT calibration cache",
+    "dynamic-range": "TensorRT sampleINT8API dynamic-range file",
+    "ort-trt": "onnxruntime TensorRT EP calibration table",
+}
+
+
+def _number(value: float | None):
+    """JSON-safe float: None for NaN/inf (JSON has neither)."""
+    return value if value is not None and math.isfinite(value) else None
+
+
+def read_file(path: Path) -> dict:
+    """Decode a calibration file, TensorRT cache, dynamic-range file or onnxruntime table.
+
+    The kind is told by content, never by the file name. Returns {'kind', 'header', 'tensors'}
+    with tensors sorted by name, each a dict with at least 'name' and 'amax'.
+    """
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise QtoolError(f"{str(path)!r} does not exist") from None
+    except IsADirectoryError:
+        raise QtoolError(f"{str(path)!r} is a directory; give a calibration file or a TensorRT cache") from None
+    except OSError as e:
+        raise QtoolError(f"{str(path)!r} cannot be read ({e.strerror or e})") from None
+    if not data.strip():
+        raise QtoolError(f"{str(path)!r} is empty")
+    text = None
+    if b"\0" not in data:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    if text is not None and text.lstrip().startswith("{"):
+        return _calibration(path)  # its messages name the file
+    first = next((line for line in (text or "").splitlines() if line.strip()), "")
+    try:
+        if text is not None and text.startswith("TRT-"):
+            return _cache(text)
+        if text is not None and ":" in first:
+            entries = tensorrt.read_dynamic_range(text)
+            return {"kind": "dynamic-range", "header": {}, "tensors": _plain(entries)}
+    except QtoolError as e:
+        raise QtoolError(f"{str(path)!r}: {e}") from None
+    if text is None:
+        try:
+            entries = tensorrt.read_ort_table(data)
+        except QtoolError as e:
+            if _is_onnx(data):
+                raise QtoolError(f"{str(path)!r} is an ONNX model; give it with --model and a calibration file or cache as FILE") from None
+            raise QtoolError(f"{str(path)!r} is binary and {e}") from None
+        return {"kind": "ort-trt", "header": {}, "tensors": _plain(entries)}
+    raise QtoolError(
+        f"{str(path)!r} is not a qtool calibration file, TensorRT cache, dynamic-range file or "
+        "onnxruntime TensorRT table (an ONNX model goes after --model)"
+    )
+
+
+def _is_onnx(data: bytes) -> bool:
+    try:
+        import onnx
+
+        return len(onnx.load_model_from_string(data).graph.node) > 0
+    except Exception:  # any decoding failure: not a model
+        return False
+
+
+def _plain(entries: dict[str, float]) -> list[dict]:
+    return [{"name": n, "amax": entries[n]} for n in sorted(entries)]
+
+
+def _calibration(path: Path) -> dict:
+    cal = calibration.load(path)
+    method = cal.method if cal.method != "entropy" else f"entropy ({cal.kl_variant})"
+    tensors = [
+        {"name": t.name, "min": t.min, "max": t.max, "amax": t.amax, "unsigned": t.unsigned,
+         "method": method, "nonfinite_values": t.nonfinite}
+        for t in sorted(cal.tensors, key=lambda t: t.name)
+    ]
+    header = {"model": cal.model_path, "sha256": cal.model_sha256, "method": cal.method,
+              "kl_variant": cal.kl_variant, "samples": cal.samples, "bins": cal.bins}
+    return {"kind": "calibration", "header": header, "tensors": tensors}
+
+
+def _cache(text: str) -> dict:
+    header, entries = tensorrt.read_cache(text)
+    hexes = tensorrt.read_cache_hex(text)
+    header = {"line": text.splitlines()[0].strip(), "version": header["version"],
+              "tensorrt": tensorrt.decode_version(header["version"]), "algorithm": header["algorithm"]}
+    tensors = [
+        {"name": n, "hex": hexes[n], "scale": tensorrt.hex_scale(hexes[n]), "amax": entries[n]}
+        for n in sorted(entries)
+    ]
+    return {"kind": "tensorrt-cache", "header": header, "tensors": tensors}
+
+
+def coverage(doc: dict, loaded: model.LoadedModel) -> dict:
+    """Which activation tensors of the model the file gives a usable range.
+
+    Usable: finite, and > 0 in a range file (TensorRT divides by the scale); a calibration
+    file's amax 0 is the exact range of an all-zero tensor and exports safely.
+    """
+    expected = model.activation_tensors(loaded.proto)
+    amax = {t["name"]: t["amax"] for t in doc["tensors"]}
+    missing = [n for n in expected if n not in amax]
+    nonfinite = [n for n in expected if n in amax and not math.isfinite(amax[n])]
+    nonpositive = [] if doc["kind"] == "calibration" else [
+        n for n in expected if n in amax and math.isfinite(amax[n]) and amax[n] <= 0
+    ]
+    wanted = set(expected)
+    extra = sorted(n for n in amax if n not in wanted)
+    covered = len(expected) - len(missing) - len(nonfinite) - len(nonpositive)
+    result = {
+        "model": str(loaded.path), "activation_tensors": len(expected), "covered": covered,
+        "percent": round(100.0 * covered / len(expected), 2) if expected else 100.0,
+        "missing": missing, "extra": extra, "nonfinite": nonfinite, "nonpositive": nonpositive,
+    }
+    if doc["kind"] == "calibration":
+        result["model_matches"] = doc["header"]["sha256"] == loaded.sha256
+    return result
+
+
+def _fmt(value) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def _table(rows: list[dict], columns: list[str]) -> str:
+    cells = [columns] + [[_fmt(r[c]) for c in columns] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    return "\n".join(
+        "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+        for row in cells
+    )
+
+
+def _text(path: Path, doc: dict, cov: dict | None) -> str:
+    kind, header, tensors = doc["kind"], doc["header"], doc["tensors"]
+    title = f"{path}: {KINDS[kind]}, {len(tensors)} tensors"
+    if kind == "calibration":
+        title += f", method {tensors[0]['method'] if tensors else header['method']}, {header['samples']} samples, model {header['model']}"
+        columns = ["name", "min", "max", "amax", "unsigned", "method"]
+    elif kind == "tensorrt-cache":
+        version = f"TensorRT {header['tensorrt']}" if header["tensorrt"] else f"unknown TensorRT version number {header['version']}"
+        title += f"\nheader {header['line']}: {version}, {header['algorithm']}"
+        columns = ["name", "hex", "scale", "amax"]
+    else:
+        columns = ["name", "amax"]
+    lines = [title]
+    if tensors:
+        lines.append(_table(tensors, columns))
+    if cov is not None:
+        lines.append(
+            f"coverage of {cov['model']}: {cov['covered']}/{cov['activation_tensors']} activation tensors "
+            f"({cov['percent']:g} %); {len(cov['missing'])} missing, {len(cov['extra'])} extra, "
+            f"{len(cov['nonfinite'])} non-finite" + (f", {len(cov['nonpositive'])} zero or negative" if cov["nonpositive"] else "")
+        )
+        for key, label in (("missing", "missing"), ("nonfinite", "non-finite"), ("nonpositive", "zero or negative"), ("extra", "extra")):
+            if cov[key]:
+                lines.append(f"{label}: " + ", ".join(cov[key]))
+    return "\n".join(lines)
+
+
+@cli.command(epilog=EPILOG)
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--model", "model_path", type=click.Path(path_type=Path), help="Report which activation tensors of this ONNX model FILE covers; exit 1 if any is missing.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
+@click.pass_context
+def inspect(ctx, file, model_path, as_json):
+    """Show what FILE holds: a calibration file, a TensorRT cache, a dynamic-range file or an
+    onnxruntime TensorRT table (told apart by content).
+
+    Calibration files list min, max, amax, unsigned and method per tensor; caches also show the
+    decoded header (version number -> TensorRT X.Y.Z, algorithm) and each entry's hex and scale.
+    Tensors are sorted by name.
+    """
+    doc = read_file(file)
+    cov = None
+    if model_path is not None:
+        cov = coverage(doc, model.load_model(model_path))
+        if cov.get("model_matches") is False:
+            log.warning("%s was calibrated for a different model than %s (SHA-256 differs)", file, model_path)
+    summary = {
+        "command": "inspect", "file": str(file), "kind": doc["kind"], "header": doc["header"],
+        "tensors": [{k: _number(v) if isinstance(v, float) else v for k, v in t.items()} for t in doc["tensors"]],
+    }
+    if cov is not None:
+        summary["coverage"] = cov
+    emit(as_json, summary, _text(file, doc, cov))
+    if cov is not None:
+        bad = len(cov["missing"]) + len(cov["nonfinite"]) + len(cov["nonpositive"])
+        if bad:
+            click.echo(
+                f"error: {bad} of {cov['activation_tensors']} activation tensors of {model_path} have no usable range in {file}",
+                err=True,
+            )
+            ctx.exit(1)
