@@ -118,9 +118,9 @@ def collect(
             for f in pending:  # one batch in flight at most: each histogram has one writer
                 f.result()
             # largest tensors first, dealt round-robin: balanced shares without a scheduler
-            order = sorted(range(len(outputs)), key=lambda i: -outputs[i].size)
-            pending = [pool.submit(fill, [(varying[i], outputs[i]) for i in order[w::workers]]) for w in range(workers)]
-            del outputs
+            pairs = sorted(zip(varying, outputs), key=lambda p: -p[1].size)
+            pending = [pool.submit(fill, pairs[w::workers]) for w in range(workers)]
+            outputs = pairs = None  # the tasks hold the only references now
             seen += count
             if progress is not None:
                 progress.update(count)

@@ -15,8 +15,12 @@ def check_output_path(path: str | os.PathLike, *, inputs: tuple = ()) -> Path:
     parent = out.parent if str(out.parent) else Path(".")
     if not parent.is_dir():
         raise QtoolError(f"output directory {str(parent)!r} does not exist; create it or choose another -o path")
-    if not os.access(parent, os.W_OK):
-        raise QtoolError(f"output directory {str(parent)!r} is not writable; choose another -o path")
+    try:  # the real test of writability (permissions, read-only mounts, root on /proc)
+        fd, probe = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".probe", dir=parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise QtoolError(f"output directory {str(parent)!r} is not writable ({e.strerror or e}); choose another output path") from None
     if out.is_dir():
         raise QtoolError(f"output path {str(out)!r} is a directory; give a file name")
     for src in inputs:
@@ -38,7 +42,10 @@ def _umask() -> int:
 def write_atomic(path: str | os.PathLike, data: bytes) -> None:
     """Write `data` to a temporary file beside `path`, fsync it, then rename it over `path`."""
     out = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent if str(out.parent) else ".")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent if str(out.parent) else ".")
+    except OSError as e:
+        raise QtoolError(f"cannot write {str(out)!r}: {e.strerror or e}; choose another output path") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -46,9 +53,11 @@ def write_atomic(path: str | os.PathLike, data: bytes) -> None:
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, out)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(e, OSError):  # disk full, quota, I/O error
+            raise QtoolError(f"cannot write {str(out)!r}: {e.strerror or e}; nothing was written") from None
         raise
