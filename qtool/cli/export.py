@@ -59,7 +59,7 @@ def parse_target(text: str) -> str:
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Output file [default: <model stem> + the target's suffix, here].")
 @click.option("--trt-version", default=tensorrt.DEFAULT_VERSION, show_default=True, help="tensorrt: TensorRT version the cache header names.")
 @click.option("--algorithm", type=click.Choice(sorted(tensorrt.CALIBRATOR_ALGORITHMS)), default="entropy2", show_default=True, help="tensorrt: calibrator the cache claims to come from.")
-@click.option("--format", "fmt", default="cache", show_default=True, help="tensorrt: cache (trtexec --calib), dynamic-range (sampleINT8API name:amax), ort-trt (onnxruntime TensorRT EP).")
+@click.option("--format", "fmt", default="cache", show_default=True, help="tensorrt: cache (trtexec --calib; onnxruntime with trt_int8_use_native_calibration_table=1), dynamic-range (sampleINT8API name:amax lines), ort-trt (onnxruntime TensorRT EP table: trt_int8_calibration_table_name=FILE in trt_engine_cache_path, native table off).")
 @click.option("--exclude", multiple=True, help="openvino/qdq: keep this node or tensor in FP32 (repeatable).")
 @click.option("--weights-7bit", type=click.Choice(["first", "all"]), help="openvino/qdq: 7-bit weights against int8 overflow on CPUs without VNNI.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
