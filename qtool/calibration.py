@@ -157,6 +157,30 @@ def save(cal: Calibration, path: str | os.PathLike) -> None:
     write_atomic(path, to_json(cal).encode())
 
 
+def _text(value) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected text, got {value!r}")
+    return value
+
+
+def _number(value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"expected a number, got {value!r}")
+    return float(value)
+
+
+def _count(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected an integer, got {value!r}")
+    return value
+
+
+def _mapping(value) -> dict:
+    if not isinstance(value, dict):
+        raise TypeError(f"expected an object, got {type(value).__name__}")
+    return dict(value)
+
+
 def load(path: str | os.PathLike) -> Calibration:
     """Read a calibration file, refusing anything that is not one this version understands."""
     p = Path(path)
@@ -174,30 +198,56 @@ def load(path: str | os.PathLike) -> Calibration:
         tensors = [
             TensorRecord(
                 name=str(name),
-                min=float(t["min"]),
-                max=float(t["max"]),
-                amax=float(t["amax"]),
-                counts=[int(c) for c in t["histogram"]["counts"]],
-                hist_range=float(t["histogram"]["range"][1]),
-                nonfinite=int(t.get("nonfinite", 0)),
+                min=_number(t["min"]),
+                max=_number(t["max"]),
+                amax=_number(t["amax"]),
+                counts=[_count(c) for c in t["histogram"]["counts"]],
+                hist_range=_number(t["histogram"]["range"][1]),
+                nonfinite=_count(t.get("nonfinite", 0)),
             )
-            for name, t in doc["tensors"].items()
+            for name, t in _mapping(doc["tensors"]).items()
         ]
         cal = Calibration(
-            model_path=str(doc["model"]["path"]),
-            model_sha256=str(doc["model"]["sha256"]),
-            method=str(doc["method"]),
-            num_bits=int(doc["num_bits"]),
-            bins=int(doc["bins"]),
-            samples=int(doc["samples"]),
-            preprocess=dict(doc["preprocess"]),
+            model_path=_text(doc["model"]["path"]),
+            model_sha256=_text(doc["model"]["sha256"]),
+            method=_text(doc["method"]),
+            num_bits=_count(doc["num_bits"]),
+            bins=_count(doc["bins"]),
+            samples=_count(doc["samples"]),
+            preprocess=_mapping(doc["preprocess"]),
             tensors=tensors,
-            kl_variant=str(doc.get("kl_variant", "nvidia")),
-            shard=tuple(int(v) for v in doc["shard"].split("/")) if "shard" in doc else None,
+            kl_variant=_text(doc.get("kl_variant", "nvidia")),
+            shard=tuple(int(v) for v in _text(doc["shard"]).split("/")) if "shard" in doc else None,
         )
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
         raise QtoolError(f"{str(p)!r} is a damaged calibration file (bad or missing field: {e}); calibrate again") from None
-    for t in cal.tensors:
-        if not all(math.isfinite(v) for v in (t.min, t.max, t.amax, t.hist_range)) or t.amax < 0:
-            raise QtoolError(f"{str(p)!r} has a non-finite or negative value for tensor {t.name!r}; calibrate again")
+    problem = _invalid(cal)
+    if problem:
+        raise QtoolError(f"{str(p)!r} is a damaged calibration file ({problem}); calibrate again")
     return cal
+
+
+def _invalid(cal: Calibration) -> str | None:
+    """What is wrong with a parsed calibration, or None."""
+    try:
+        thresholds.parse_method(cal.method)
+    except ValueError as e:
+        return str(e)
+    if cal.kl_variant not in thresholds.KL_VARIANTS:
+        return f"unknown KL variant {cal.kl_variant!r}"
+    if not 2 <= cal.num_bits <= 16 or cal.bins < 1 or cal.bins & (cal.bins - 1) or cal.samples < 0:
+        return "bad num_bits, bins or samples"
+    if cal.shard is not None and not (len(cal.shard) == 2 and 1 <= cal.shard[0] <= cal.shard[1]):
+        return "bad shard"
+    names = set()
+    for t in cal.tensors:
+        if t.name in names:
+            return f"tensor {t.name!r} appears twice"
+        names.add(t.name)
+        if not all(math.isfinite(v) for v in (t.min, t.max, t.amax, t.hist_range)) or t.amax < 0 or t.hist_range < 0:
+            return f"non-finite or negative value for tensor {t.name!r}"
+        if t.min > t.max and sum(t.counts) > 0:
+            return f"min above max for tensor {t.name!r}"
+        if not 1 <= len(t.counts) <= cal.bins or min(t.counts) < 0 or t.nonfinite < 0:
+            return f"bad histogram for tensor {t.name!r}"
+    return None

@@ -9,6 +9,8 @@ histogram has one writer at a time, and its result does not depend on how the wo
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -49,7 +51,9 @@ def make_session(model: onnx.ModelProto, external_folder: str | os.PathLike | No
     except ValueError as e:  # protobuf refuses messages over 2 GB: weights must stay external
         raise QtoolError(f"model is too large to run in memory ({_first_line(e)})") from None
     try:
-        return ort.InferenceSession(data, sess_options=opts, providers=["CPUExecutionProvider"])
+        # onnxruntime prints an "EP Error ... falling back" banner on stdout before retrying
+        with contextlib.redirect_stdout(io.StringIO()):
+            return ort.InferenceSession(data, sess_options=opts, providers=["CPUExecutionProvider"])
     except Exception as e:
         msg = _first_line(e)
         m = re.search(r"([\w.]+:)?(\w+)\(-?\d+\) is not a registered function/op", msg)
