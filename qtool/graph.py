@@ -1,0 +1,237 @@
+"""Graph hygiene on ONNX protos: names, producers/consumers, topological sort, cleanup.
+
+Small helpers the exporters share. They work in place on a GraphProto/ModelProto the caller
+owns (exporters copy the loaded model first). Subgraphs (If/Loop/Scan bodies) are left alone,
+but the main-graph tensors they read count as used, so nothing they need is removed or
+reordered after them.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+
+import onnx
+
+from .errors import QtoolError
+
+
+def subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    out = []
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            out.append(a.g)
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            out.extend(a.graphs)
+    return out
+
+
+def outer_refs(graph: onnx.GraphProto) -> set[str]:
+    """Names a (sub)graph reads but does not define itself (recursively)."""
+    local = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    for n in graph.node:
+        local.update(o for o in n.output if o)
+    refs: set[str] = set()
+    for n in graph.node:
+        refs.update(i for i in n.input if i and i not in local)
+        for sub in subgraphs(n):
+            refs.update(r for r in outer_refs(sub) if r not in local)
+    refs.update(o.name for o in graph.output if o.name not in local)
+    return refs
+
+
+def node_reads(node: onnx.NodeProto) -> list[str]:
+    """Every tensor name a node reads: its inputs and what its subgraphs take from outside."""
+    reads = [i for i in node.input if i]
+    for sub in subgraphs(node):
+        reads.extend(sorted(outer_refs(sub)))
+    return reads
+
+
+def producers(graph: onnx.GraphProto) -> dict[str, onnx.NodeProto]:
+    return {o: n for n in graph.node for o in n.output if o}
+
+
+def consumers(graph: onnx.GraphProto) -> dict[str, list[tuple[onnx.NodeProto, int]]]:
+    """tensor -> [(node, input slot)]; slot -1 for a read inside a subgraph."""
+    out: dict[str, list[tuple[onnx.NodeProto, int]]] = defaultdict(list)
+    for n in graph.node:
+        for slot, name in enumerate(n.input):
+            if name:
+                out[name].append((n, slot))
+        for sub in subgraphs(n):
+            for name in sorted(outer_refs(sub)):
+                out[name].append((n, -1))
+    return out
+
+
+class Namer:
+    """Hands out names unused anywhere in a model (tensors, nodes, initializers, subgraphs)."""
+
+    def __init__(self, model: onnx.ModelProto):
+        self.used: set[str] = set()
+        self._collect(model.graph)
+
+    def _collect(self, g: onnx.GraphProto) -> None:
+        self.used.add(g.name)
+        for vi in list(g.input) + list(g.output) + list(g.value_info):
+            self.used.add(vi.name)
+        self.used.update(t.name for t in g.initializer)
+        for n in g.node:
+            self.used.add(n.name)
+            self.used.update(n.input)
+            self.used.update(n.output)
+            for sub in subgraphs(n):
+                self._collect(sub)
+        self.used.discard("")
+
+    def fresh(self, base: str) -> str:
+        name, k = base, 1
+        while name in self.used:
+            name = f"{base}_{k}"
+            k += 1
+        self.used.add(name)
+        return name
+
+
+def unique_node_names(graph: onnx.GraphProto, namer: Namer) -> int:
+    """Give every unnamed or duplicate-named main-graph node a unique name; returns how many."""
+    seen: set[str] = set()
+    renamed = 0
+    for n in graph.node:
+        if not n.name or n.name in seen:
+            n.name = namer.fresh(n.name or f"{n.op_type}_{n.output[0] if n.output else 'node'}")
+            renamed += 1
+        seen.add(n.name)
+    return renamed
+
+
+def toposort(graph: onnx.GraphProto) -> None:
+    """Order nodes so every tensor is produced before it is read (stable: keeps the original
+    order where it is already valid). Raises QtoolError on a cycle."""
+    nodes = list(graph.node)
+    made_by: dict[str, int] = {}
+    for i, n in enumerate(nodes):
+        for o in n.output:
+            if o:
+                made_by[o] = i
+    deps: list[set[int]] = []
+    users: dict[int, list[int]] = defaultdict(list)
+    for i, n in enumerate(nodes):
+        d = {made_by[r] for r in node_reads(n) if r in made_by and made_by[r] != i}
+        deps.append(d)
+        for j in d:
+            users[j].append(i)
+    waiting = [len(d) for d in deps]
+    heap = [i for i, w in enumerate(waiting) if w == 0]  # smallest original index first: stable
+    heapq.heapify(heap)
+    order: list[int] = []
+    while heap:
+        i = heapq.heappop(heap)
+        order.append(i)
+        for j in users[i]:
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                heapq.heappush(heap, j)
+    if len(order) != len(nodes):
+        stuck = [nodes[i].name or nodes[i].op_type for i in range(len(nodes)) if waiting[i] > 0]
+        raise QtoolError(f"the graph has a cycle (through {', '.join(stuck[:3])}); it is not a valid ONNX model")
+    if order != list(range(len(nodes))):
+        del graph.node[:]
+        graph.node.extend(nodes[i] for i in order)
+
+
+def cleanup(graph: onnx.GraphProto) -> tuple[int, int]:
+    """Remove nodes nothing needs (walking back from the graph outputs) and initializers nothing
+    reads. Graph inputs stay (they are the model's interface), and so do initializers that are
+    also graph inputs. Returns (nodes removed, initializers removed)."""
+    made_by = producers(graph)
+    needed: set[str] = {o.name for o in graph.output}
+    keep: set[int] = set()
+    stack = list(needed)
+    while stack:
+        name = stack.pop()
+        n = made_by.get(name)
+        if n is None or id(n) in keep:
+            continue
+        keep.add(id(n))
+        for r in node_reads(n):
+            if r not in needed:
+                needed.add(r)
+                stack.append(r)
+    before = len(graph.node)
+    kept_nodes = [n for n in graph.node if id(n) in keep]
+    if len(kept_nodes) != before:
+        del graph.node[:]
+        graph.node.extend(kept_nodes)
+    inputs = {i.name for i in graph.input}
+    kept_inits = [t for t in graph.initializer if t.name in needed or t.name in inputs]
+    removed_inits = len(graph.initializer) - len(kept_inits)
+    if removed_inits:
+        del graph.initializer[:]
+        graph.initializer.extend(kept_inits)
+    produced = {o for n in graph.node for o in n.output} | {t.name for t in graph.initializer} | inputs
+    kept_vi = [vi for vi in graph.value_info if vi.name in produced]
+    if len(kept_vi) != len(graph.value_info):
+        del graph.value_info[:]
+        graph.value_info.extend(kept_vi)
+    return before - len(kept_nodes), removed_inits
+
+
+def ensure_opset(model: onnx.ModelProto, domain: str, version: int) -> None:
+    """Declare `domain` at `version` in opset_import (raising an older declaration)."""
+    for op in model.opset_import:
+        if op.domain == domain:
+            op.version = max(op.version, version)
+            return
+    model.opset_import.append(onnx.helper.make_opsetid(domain, version))
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    for op in model.opset_import:
+        if op.domain in ("", "ai.onnx"):
+            return op.version
+    raise QtoolError("the model declares no default-domain opset (opset_import); it is not a valid ONNX model")
+
+
+def copy_model(proto: onnx.ModelProto, base_dir: str | None = None) -> onnx.ModelProto:
+    """A deep copy to edit (the loaded model is never modified), with any external data the
+    proto still refers to read into it from `base_dir`, so the result is one self-contained file."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in copy.graph.initializer):
+        if base_dir is None:
+            raise QtoolError("the model refers to external data but its folder is unknown")
+        try:
+            from onnx.external_data_helper import load_external_data_for_model
+
+            load_external_data_for_model(copy, base_dir)
+        except (OSError, ValueError) as e:
+            raise QtoolError(f"cannot read the model's external data from {base_dir!r}: {e}") from None
+    return copy
+
+
+def finish(model: onnx.ModelProto, original: onnx.ModelProto | None = None) -> tuple[bytes, list[str]]:
+    """Toposort, remove what nothing uses, check, serialise. Returns (bytes, warnings).
+
+    A model that fails onnx.checker is refused as a qtool bug, unless the input model failed
+    the checker too (then it is only a warning: the exporter did not make it worse)."""
+    warnings: list[str] = []
+    toposort(model.graph)
+    cleanup(model.graph)
+    try:
+        data = model.SerializeToString()
+    except ValueError as e:  # protobuf refuses messages over 2 GB
+        raise QtoolError(f"the exported model is too large for one ONNX file ({e}); models over 2 GB are not supported yet") from None
+    try:
+        onnx.checker.check_model(data)
+    except onnx.checker.ValidationError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if original is not None:
+            try:
+                onnx.checker.check_model(original)
+            except onnx.checker.ValidationError:
+                warnings.append(f"the exported model fails onnx.checker ({first}), as does the input model")
+                return data, warnings
+        raise RuntimeError(f"exported model fails onnx.checker: {first}") from e
+    return data, warnings

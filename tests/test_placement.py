@@ -1,0 +1,340 @@
+"""Quantizer placement (NNCF CPU rules) and the graph helpers it relies on."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import zoo
+from qtool import graph as G
+from qtool import model as M
+from qtool import placement
+from qtool.calibration import TensorRecord
+from qtool.errors import QtoolError
+
+FLOAT = TensorProto.FLOAT
+
+
+class Net:
+    """A few-line graph builder: ops named after their output."""
+
+    def __init__(self, seed=0):
+        self.rng = np.random.default_rng(seed)
+        self.nodes, self.inits = [], []
+
+    def w(self, name, shape):
+        self.inits.append(numpy_helper.from_array(self.rng.standard_normal(shape).astype(np.float32), name))
+        return name
+
+    def c(self, name, value):
+        self.inits.append(numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+    def op(self, op_type, inputs, out, **attrs):
+        outs = out if isinstance(out, list) else [out]
+        self.nodes.append(helper.make_node(op_type, inputs, outs, name=f"n_{outs[0]}", **attrs))
+        return out
+
+    def conv(self, x, out, cin, cout, k=1, **attrs):
+        return self.op("Conv", [x, self.w(f"{out}.w", (cout, cin, k, k))], out, kernel_shape=[k, k], pads=[k // 2] * 4, **attrs)
+
+    def model(self, outputs, x_shape=(1, 4, 8, 8), opset=13):
+        g = helper.make_graph(self.nodes, "t", [helper.make_tensor_value_info("x", FLOAT, list(x_shape))],
+                              [helper.make_tensor_value_info(o, FLOAT, None) for o in outputs], initializer=self.inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+        m.ir_version = 8
+        return m
+
+
+def records(proto, amax=2.0, unsigned=(), overrides=None, skip=()):
+    """Calibration records for every activation of `proto` (amax 2, signed unless listed)."""
+    out = {}
+    for name in M.activation_tensors(proto):
+        if name in skip:
+            continue
+        a = (overrides or {}).get(name, amax)
+        lo = 0.0 if name in unsigned else -a
+        out[name] = TensorRecord(name, lo, a, a, [1, 1], a)
+    return out
+
+
+def sites(plan):
+    return {s.tensor: s for s in plan.activations}
+
+
+def weights(plan):
+    return {s.tensor: s for s in plan.weights}
+
+
+# --------------------------------------------------------------------------
+# the rules
+# --------------------------------------------------------------------------
+def test_conv_input_and_weights_and_range_passes_up_through_maxpool():
+    n = Net()
+    n.op("Relu", [n.conv("x", "c1", 4, 8, 3)], "r1")
+    n.op("MaxPool", ["r1"], "p1", kernel_shape=[2, 2], strides=[2, 2])
+    n.conv("p1", "c2", 8, 8)
+    m = n.model(["c2"])
+    plan = placement.place(m, records(m, unsigned={"r1", "p1"}, overrides={"r1": 3.0, "p1": 2.5}))
+    s = sites(plan)
+    assert set(s) == {"x", "r1"}  # the quantizer moved above the MaxPool
+    assert s["r1"].readers == [("n_p1", 0)] and s["x"].readers == [("n_c1", 0)]
+    assert (s["r1"].range.amax, s["r1"].range.unsigned) == (3.0, True)  # the range of the tensor quantized
+    w = weights(plan)
+    assert set(w) == {"c1.w", "c2.w"} and w["c1.w"].axis == 0 and w["c1.w"].bits == 8
+    assert plan.int8_layers == ["n_c1", "n_c2"] and not plan.fp32_layers and not plan.warnings
+
+
+def test_one_quantizer_per_tensor_and_unquantized_readers_keep_the_float_tensor():
+    n = Net()
+    n.op("Relu", ["x"], "r")
+    n.conv("r", "a", 4, 4)
+    n.conv("r", "b", 4, 4)
+    n.op("MaxPool", ["r"], "p", kernel_shape=[2, 2])  # read by the graph output only
+    m = n.model(["a", "b", "p"])
+    plan = placement.place(m, records(m, unsigned={"r"}))
+    s = sites(plan)
+    assert list(s) == ["r"] and sorted(s["r"].readers) == [("n_a", 0), ("n_b", 0)]
+
+
+def test_concat_inputs_share_the_concat_output_range():
+    n = Net()
+    n.op("Relu", [n.conv("x", "c1", 4, 4)], "r1")
+    n.op("Relu", [n.conv("x", "c2", 4, 4)], "r2")
+    n.op("Concat", ["r1", "r2"], "cat", axis=1)
+    n.conv("cat", "head", 8, 4)
+    m = n.model(["head"])
+    plan = placement.place(m, records(m, unsigned={"r1", "r2", "cat"}, overrides={"r1": 1.0, "r2": 5.0, "cat": 4.0}))
+    s = sites(plan)
+    assert {"r1", "r2"} <= set(s) and "cat" not in s
+    assert s["r1"].range == s["r2"].range == placement.Range(4.0, True)
+    assert s["r1"].readers == [("n_cat", 0)] and s["r2"].readers == [("n_cat", 1)]
+    assert "cat" in s["r1"].shared_with
+
+
+def test_concat_with_a_constant_input_keeps_its_quantizer_below():
+    n = Net()
+    n.op("Concat", [n.op("Relu", ["x"], "r"), n.w("bias_map", (1, 4, 8, 8))], "cat", axis=1)
+    n.conv("cat", "y", 8, 4)
+    m = n.model(["y"])
+    s = sites(placement.place(m, records(m)))
+    assert set(s) == {"cat"}
+
+
+def test_elementwise_ops_need_two_activations():
+    n = Net()
+    a = n.conv("x", "a", 4, 4)
+    b = n.conv("x", "b", 4, 4)
+    n.op("Add", [a, b], "sum")  # both activations: both quantized
+    n.op("Add", ["sum", n.c("bias", np.ones((1, 4, 1, 1), np.float32))], "biased")  # constant: not
+    n.op("Mul", ["biased", n.c("k", np.array(2.0, np.float32))], "scaled")
+    m = n.model(["scaled"])
+    s = sites(placement.place(m, records(m)))
+    assert set(s) == {"x", "a", "b"}
+    assert s["a"].readers == [("n_sum", 0)] and s["b"].readers == [("n_sum", 1)]
+
+
+def test_activation_patterns_are_not_split_by_quantizers():
+    """SiLU, HardSwish (both spellings), GELU, decomposed LayerNorm and an SE gate stay fused;
+    a residual Add of two real branches is quantized."""
+    n = Net()
+    y = n.conv("x", "c0", 4, 4)
+    silu = n.op("Mul", [y, n.op("Sigmoid", [y], "sig")], "silu")
+    hs = n.op("Mul", [silu, n.op("HardSigmoid", [silu], "hsig", alpha=1 / 6, beta=0.5)], "hswish")
+    t = n.op("Clip", [n.op("Add", [hs, n.c("three", np.array(3.0, np.float32))], "p3"), n.c("lo", np.array(0.0, np.float32)), n.c("hi", np.array(6.0, np.float32))], "clip")
+    hs2 = n.op("Div", [n.op("Mul", [hs, t], "hsw2"), n.c("six", np.array(6.0, np.float32))], "hswish2")
+    e = n.op("Add", [n.op("Erf", [n.op("Div", [hs2, n.c("sqrt2", np.array(1.41, np.float32))], "gd")], "erf"), n.c("one", np.array(1.0, np.float32))], "e1")
+    gelu = n.op("Mul", [hs2, e], "gelu")
+    mean = n.op("ReduceMean", [gelu], "mean", axes=[1], keepdims=1)
+    d = n.op("Sub", [gelu, mean], "centered")
+    var = n.op("ReduceMean", [n.op("Mul", [d, d], "sq")], "var", axes=[1], keepdims=1)
+    ln = n.op("Div", [d, n.op("Sqrt", [n.op("Add", [var, n.c("eps", np.array(1e-5, np.float32))], "ve")], "std")], "ln")
+    se = n.op("GlobalAveragePool", [ln], "gap")
+    se = n.op("HardSigmoid", [n.conv(n.op("Relu", [n.conv(se, "se1", 4, 2)], "ser"), "se2", 2, 4)], "gate")
+    gated = n.op("Mul", [ln, se], "se_out")
+    res = n.op("Add", [gated, n.conv(gated, "branch", 4, 4)], "res")  # residual: quantized
+    n.conv(res, "out", 4, 4)
+    m = n.model(["out"])
+    plan = placement.place(m, records(m))
+    readers = {r for s in plan.activations for r in s.readers}
+    for fused in ("n_silu", "n_hswish", "n_hsw2", "n_gelu", "n_centered", "n_ln", "n_sq", "n_se_out"):
+        assert not any(node == fused for node, _ in readers), fused
+    assert ("n_res", 0) in readers and ("n_res", 1) in readers
+    assert ("n_gap", 0) in readers  # the pooling input is quantized as usual
+    assert len(plan.int8_layers) == 5
+
+
+def test_shape_only_and_input_independent_tensors_are_never_quantized():
+    m = zoo.yolo_like()
+    plan = placement.place(m, records(m))
+    quantized = set(sites(plan))
+    assert not quantized & set(zoo.YOLO_SHAPE_ONLY_FLOATS)
+    dependent = M.data_dependent(m)
+    assert quantized <= dependent
+    assert all(node.startswith("/model.14/level") is False for s in plan.activations for node, _ in s.readers if "Add" in node)
+    convs = [n.name for n in m.graph.node if n.op_type == "Conv"]
+    assert sorted(plan.int8_layers) == sorted(convs)
+
+
+def test_split_passes_through_only_when_every_output_is_wanted():
+    n = Net()
+    n.op("Relu", ["x"], "r")
+    n.op("Split", ["r", n.c("sizes", np.array([2, 2], np.int64))], ["s0", "s1"], axis=1)
+    n.conv("s0", "a", 2, 2)
+    n.conv("s1", "b", 2, 2)
+    m = n.model(["a", "b"])
+    assert set(sites(placement.place(m, records(m)))) == {"r"}
+    n.nodes.pop()  # s1 now goes straight to a graph output
+    m = n.model(["a", "s1"])
+    assert set(sites(placement.place(m, records(m)))) == {"s0"}
+
+
+@pytest.mark.parametrize("op,attrs,slot,shape,axis", [
+    ("Gemm", {"transB": 1}, 1, (6, 4), 0),
+    ("Gemm", {}, 1, (4, 6), 1),
+    ("MatMul", {}, 1, (4, 6), 1),
+    ("MatMul", {}, 1, (2, 4, 6), 2),
+])
+def test_weight_axis_is_the_output_channel(op, attrs, slot, shape, axis):
+    n = Net()
+    n.op(op, [n.op("Relu", ["x"], "r"), n.w("W", shape)], "y", **attrs)
+    m = n.model(["y"], x_shape=(3, 4))
+    w = weights(placement.place(m, records(m)))["W"]
+    assert w.axis == axis and w.readers == [("n_y", slot)]
+
+
+def test_conv_transpose_weight_axis():
+    n = Net()
+    n.op("ConvTranspose", ["x", n.w("W", (4, 6, 2, 2))], "y", kernel_shape=[2, 2], strides=[2, 2])
+    m = n.model(["y"])
+    assert weights(placement.place(m, records(m)))["W"].axis == 1
+
+
+def test_matmul_of_two_activations_quantizes_both_per_tensor():
+    n = Net()
+    a = n.op("Relu", ["x"], "a")
+    b = n.op("Transpose", [n.op("Sigmoid", ["x"], "b")], "bt", perm=[0, 1, 3, 2])
+    n.op("MatMul", [a, b], "y")
+    m = n.model(["y"])
+    plan = placement.place(m, records(m))
+    assert set(sites(plan)) == {"a", "b"} and not plan.weights and plan.int8_layers == ["n_y"]
+
+
+# --------------------------------------------------------------------------
+# options and bad data
+# --------------------------------------------------------------------------
+def _chain():
+    n = Net()
+    n.op("Relu", [n.conv("x", "c1", 4, 4)], "r1")
+    n.op("Relu", [n.conv("r1", "c2", 4, 4)], "r2")
+    n.conv("r2", "c3", 4, 4)
+    return n.model(["c3"])
+
+
+def test_exclude_nodes_and_tensors():
+    m = _chain()
+    plan = placement.place(m, records(m), exclude=["n_c2"])
+    assert plan.fp32_layers == {"n_c2": "excluded"} and "c2.w" not in weights(plan)
+    assert set(sites(plan)) == {"x", "r2"}
+    plan = placement.place(m, records(m), exclude=["r1"])
+    assert "n_c2" in plan.fp32_layers and "r1" not in sites(plan)
+    with pytest.raises(QtoolError, match="did you mean 'n_c2'"):
+        placement.place(m, records(m), exclude=["n_c22"])
+
+
+def test_weights_7bit_first_or_all():
+    m = _chain()
+    assert {w.tensor: w.bits for w in placement.place(m, records(m), weights_7bit="first").weights} == {"c1.w": 7, "c2.w": 8, "c3.w": 8}
+    assert {w.bits for w in placement.place(m, records(m), weights_7bit="all").weights} == {7}
+    with pytest.raises(QtoolError):
+        placement.place(m, records(m), weights_7bit="some")
+
+
+def test_missing_zero_and_degenerate_calibration_give_warnings_not_crashes():
+    m = _chain()
+    recs = records(m, skip={"r1"})
+    recs["r2"] = TensorRecord("r2", 0.0, 0.0, 0.0, [5], 0.0)  # always zero
+    # a threshold below every calibrated value (what the entropy search returns when no value is near 0)
+    recs["x"] = TensorRecord("x", 0.5, 0.9, 0.25, [0, 0, 0, 0, 10, 30, 30, 20, 10], 1.0)
+    plan = placement.place(m, recs)
+    text = " ".join(plan.warnings)
+    assert "not in the calibration file" in text and "r1" in text
+    assert "amax 0" in text and "clip more than" in text
+    assert "n_c2" in plan.fp32_layers
+    s = sites(plan)
+    assert s["r2"].range.amax == 1.0 and s["x"].range.amax == pytest.approx(0.9)
+
+
+def test_nan_weights_leave_the_layer_in_fp32():
+    m = _chain()
+    w = next(t for t in m.graph.initializer if t.name == "c2.w")
+    bad = numpy_helper.to_array(w).copy()
+    bad[0, 0, 0, 0] = np.nan
+    w.CopyFrom(numpy_helper.from_array(bad, "c2.w"))
+    plan = placement.place(m, records(m))
+    assert "n_c2" in plan.fp32_layers and any("NaN" in x for x in plan.warnings)
+
+
+def test_float16_activations_only_where_the_target_allows():
+    m = _chain()
+    recs = records(m)
+    assert placement.place(m, recs, float_types=(TensorProto.FLOAT16,)).int8_layers == []
+
+
+# --------------------------------------------------------------------------
+# graph helpers
+# --------------------------------------------------------------------------
+def test_toposort_is_stable_and_finds_cycles():
+    m = _chain()
+    nodes = list(m.graph.node)
+    del m.graph.node[:]
+    m.graph.node.extend(reversed(nodes))
+    G.toposort(m.graph)
+    assert [n.name for n in m.graph.node] == [n.name for n in nodes]
+    m.graph.node[0].input[0] = m.graph.node[-1].output[0]  # c1 reads c3: a cycle
+    with pytest.raises(QtoolError, match="cycle"):
+        G.toposort(m.graph)
+
+
+def test_toposort_respects_subgraph_reads():
+    m = zoo.control_flow_model()
+    nodes = list(m.graph.node)
+    del m.graph.node[:]
+    m.graph.node.extend(reversed(nodes))
+    G.toposort(m.graph)
+    onnx.checker.check_model(m)
+
+
+def test_cleanup_removes_dead_nodes_and_initializers_only():
+    n = Net()
+    n.conv("x", "used", 4, 4)
+    n.conv("x", "dead", 4, 4)
+    n.w("orphan", (3,))
+    m = n.model(["used"])
+    m.graph.input.append(helper.make_tensor_value_info("orphan", FLOAT, [3]))  # initializer that is also an input
+    n.w("orphan2", (2,))
+    m.graph.initializer.append(n.inits[-1])
+    assert G.cleanup(m.graph) == (1, 2)  # node 'dead', initializers 'dead.w' and 'orphan2'
+    assert [x.name for x in m.graph.node] == ["n_used"]
+    assert {t.name for t in m.graph.initializer} == {"used.w", "orphan"}
+
+
+def test_namer_and_unique_node_names():
+    m = _chain()
+    m.graph.node[1].name = m.graph.node[0].name
+    m.graph.node[2].name = ""
+    namer = G.Namer(m)
+    assert namer.fresh("r1") == "r1_1" and namer.fresh("r1") == "r1_2" and namer.fresh("new") == "new"
+    assert G.unique_node_names(m.graph, namer) == 2
+    names = [x.name for x in m.graph.node]
+    assert len(set(names)) == len(names) and all(names)
+
+
+def test_ensure_opset():
+    m = _chain()
+    G.ensure_opset(m, "org.openvinotoolkit", 1)
+    G.ensure_opset(m, "org.openvinotoolkit", 1)
+    assert [(o.domain, o.version) for o in m.opset_import] == [("", 13), ("org.openvinotoolkit", 1)]
+    assert G.default_opset(m) == 13
