@@ -1,0 +1,107 @@
+"""Behaviour in scripts: determinism across processes, signals, logging levels, progress bars."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+
+from qtool.cli import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "sample_models" / "digits_cnn.onnx"
+IMAGES = ROOT / "calib_images"
+QTOOL = [sys.executable, "-m", "qtool"]
+
+
+def qtool(*args, cwd=None):
+    return subprocess.run(QTOOL + [str(a) for a in args], capture_output=True, text=True, cwd=cwd)
+
+
+def test_outputs_are_byte_identical_across_processes(tmp_path):
+    files = []
+    for run in (1, 2):
+        out, cache = tmp_path / f"r{run}.calib.json", tmp_path / f"r{run}.cache"
+        r = qtool("calibrate", SAMPLE, "--images", IMAGES, "--limit", "40", "-o", out, "--trt-table", cache)
+        assert r.returncode == 0, r.stderr
+        exported = tmp_path / f"r{run}.ranges.txt"
+        r = qtool("export", "--target", "tensorrt", "--calib", out, "--format", "dynamic-range", "-o", exported)
+        assert r.returncode == 0, r.stderr
+        files.append([out.read_bytes(), cache.read_bytes(), exported.read_bytes()])
+    assert files[0] == files[1]
+
+
+def _slow_model(path: Path) -> Path:
+    """Big convolutions: about a second per 256x256 image on two cores."""
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array((rng.standard_normal((64, 3, 7, 7)) * 0.05).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array((rng.standard_normal((64, 64, 7, 7)) * 0.01).astype(np.float32), "w2")
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[3, 3, 3, 3]),
+             helper.make_node("Conv", ["a", "w2"], ["b"], pads=[3, 3, 3, 3]),
+             helper.make_node("Conv", ["b", "w2"], ["y"], pads=[3, 3, 3, 3])]
+    graph = helper.make_graph(nodes, "slow", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 256, 256])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 256, 256])], [w1, w2])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
+    return path
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupted_run_leaves_nothing_and_exits_with_the_signal_code(tmp_path, sig, code):
+    model = _slow_model(tmp_path / "slow.onnx")
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    proc = subprocess.Popen(QTOOL + ["calibrate", str(model), "--images", str(IMAGES), "--limit", "60",
+                                     "-o", str(out_dir / "s.calib.json"), "--trt-table", str(out_dir / "s.cache")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err
+    assert "Traceback" not in err
+    assert list(out_dir.iterdir()) == []
+
+
+def _log_model(path: Path) -> Path:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])
+    graph = helper.make_graph([helper.make_node("Log", ["x"], ["y"])], "g", [x], [y])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
+    return path
+
+
+def test_quiet_verbose_and_json(tmp_path):
+    model = _log_model(tmp_path / "log.onnx")
+    (tmp_path / "d").mkdir()
+    np.save(tmp_path / "d" / "0.npy", np.array([[0.0, 1.0, 2.0, 3.0]], np.float32))  # log(0) = -inf: a warning
+    args = ["calibrate", model, "--data", tmp_path / "d", "-o", tmp_path / "l.calib.json"]
+    normal, quiet, verbose = qtool(*args), qtool("-q", *args), qtool("-v", *args)
+    assert normal.returncode == quiet.returncode == verbose.returncode == 0
+    assert "warning: " in normal.stderr and "NaN/inf" in normal.stderr
+    assert quiet.stderr == ""
+    assert "debug: " in verbose.stderr
+    as_json = qtool(*args, "--json")
+    summary = json.loads(as_json.stdout)  # stdout holds exactly one JSON document
+    assert summary["command"] == "calibrate" and summary["warnings"] and summary["outputs"]["calibration"].endswith("l.calib.json")
+
+
+def test_no_progress_bar_off_a_terminal(tmp_path):
+    r = qtool("calibrate", SAMPLE, "--images", IMAGES, "--limit", "40", "-o", tmp_path / "p.calib.json")
+    assert r.returncode == 0 and r.stderr == "" and "\r" not in r.stdout
+
+
+def test_version_and_help():
+    r = qtool("--version")
+    assert r.returncode == 0 and r.stdout.startswith("qtool, version ")
+    r = qtool("--help")
+    assert r.returncode == 0 and "Exit codes" in r.stdout
+    for command in ("calibrate", "export", "merge", "inspect"):
+        assert CliRunner().invoke(cli, [command, "--help"]).exit_code == 0
