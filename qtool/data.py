@@ -304,10 +304,10 @@ def load_arrays(path: Path, specs: list[InputSpec]) -> tuple[dict, int]:
     if extra:
         raise QtoolError(f"{str(path)!r} has arrays {', '.join(extra)} that are not model inputs ({', '.join(names)})")
     feeds = {s.name: _fit(path, arrays[s.name], s) for s in specs}
-    counts = {a.shape[0] for s, a in zip(specs, feeds.values()) if len(s.dims) > 0}
-    if len(counts) > 1:
-        raise QtoolError(f"{str(path)!r}: inputs disagree on the batch size ({sorted(counts)})")
-    return feeds, counts.pop() if counts else 1
+    # samples in this run: the common leading dimension, or 1 when the inputs have no common
+    # batch axis (a recurrent model's [time, batch, ...] features beside a [1, batch, ...] state)
+    leading = {a.shape[0] for s, a in zip(specs, feeds.values()) if len(s.dims) > 0}
+    return feeds, leading.pop() if len(leading) == 1 else 1
 
 
 def array_runs(paths: list[Path], specs: list[InputSpec]) -> Iterator[tuple[dict, int]]:

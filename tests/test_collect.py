@@ -175,3 +175,25 @@ def test_on_bad_image_skip(tmp_path, digits):
     (digits / "digit_0003.png").unlink()
     ok("calibrate", SAMPLE, "--images", digits, "-o", tmp_path / "ref.calib.json")
     assert out.read_bytes() == (tmp_path / "ref.calib.json").read_bytes()
+
+
+@pytest.mark.parametrize("build,make_sample", [
+    ("transformer_like", lambda rng, i: {"input_ids": rng.integers(0, 50, (1, 5 + i), dtype=np.int64)}),
+    ("lstm_like", lambda rng, i: {"features": rng.standard_normal((4 + i, 1, 8)).astype(np.float32),
+                                  "h0": np.zeros((1, 1, 12), np.float32), "c0": np.zeros((1, 1, 12), np.float32)}),
+    ("audio_like", lambda rng, i: {"waveform": rng.standard_normal((1, 800 + 40 * i)).astype(np.float32),
+                                   "sample_rate": np.array(8000 * (1 + i % 2), np.int64)}),
+], ids=["transformer", "recurrent", "audio"])
+def test_non_image_models_calibrate(tmp_path, build, make_sample):
+    m = tmp_path / f"{build}.onnx"
+    onnx.save(getattr(zoo, build)(), m)
+    rng = np.random.default_rng(4)
+    (tmp_path / "d").mkdir()
+    for i in range(4):  # sequence lengths differ from file to file
+        np.savez(tmp_path / "d" / f"{i}.npz", **make_sample(rng, i))
+    ok("calibrate", m, "--data", tmp_path / "d", "-o", tmp_path / "c.calib.json", "--trt-table", tmp_path / "c.cache")
+    cal = load(tmp_path / "c.calib.json")
+    assert cal.samples == 4 and all(np.isfinite(t.amax) for t in cal.tensors)
+    names = [t.name for t in cal.tensors]
+    assert "input_ids" not in names and "sample_rate" not in names  # integer inputs pass through
+    assert all(sum(t.counts) > 0 for t in cal.tensors)

@@ -608,6 +608,112 @@ def custom_op_model():
 # --------------------------------------------------------------------------
 # self-test
 # --------------------------------------------------------------------------
+def transformer_like(opset=17):
+    """A BERT-style encoder block exported from PyTorch: int64 token ids -> Gather embedding,
+    LayerNormalization, Q/K/V MatMuls, Softmax attention, GELU-less MLP with Erf, residual Adds."""
+    rng = np.random.default_rng(7)
+    d, vocab = 16, 50
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((vocab, d)) * 0.5).astype(np.float32), "embed.weight"),
+        numpy_helper.from_array(np.ones(d, np.float32), "ln.weight"),
+        numpy_helper.from_array(np.zeros(d, np.float32), "ln.bias"),
+        numpy_helper.from_array(np.array(d ** -0.5, np.float32), "attn.scale"),
+        numpy_helper.from_array(np.array(0.5, np.float32), "half"),
+        numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+        numpy_helper.from_array(np.array(2 ** -0.5, np.float32), "rsqrt2"),
+    ]
+    for name, shape in (("q", (d, d)), ("k", (d, d)), ("v", (d, d)), ("o", (d, d)), ("fc1", (d, 4 * d)), ("fc2", (4 * d, d))):
+        inits.append(numpy_helper.from_array((rng.standard_normal(shape) / np.sqrt(shape[0])).astype(np.float32), f"{name}.weight"))
+    nodes = [
+        helper.make_node("Gather", ["embed.weight", "input_ids"], ["/embed/Gather_output_0"]),
+        helper.make_node("LayerNormalization", ["/embed/Gather_output_0", "ln.weight", "ln.bias"], ["/ln/LayerNorm_output_0"], axis=-1),
+    ]
+    for name in ("q", "k", "v"):
+        nodes.append(helper.make_node("MatMul", ["/ln/LayerNorm_output_0", f"{name}.weight"], [f"/attn/{name}/MatMul_output_0"]))
+    nodes += [
+        helper.make_node("Transpose", ["/attn/k/MatMul_output_0"], ["/attn/kT"], perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["/attn/q/MatMul_output_0", "/attn/kT"], ["/attn/scores"]),
+        helper.make_node("Mul", ["/attn/scores", "attn.scale"], ["/attn/scaled"]),
+        helper.make_node("Softmax", ["/attn/scaled"], ["/attn/Softmax_output_0"], axis=-1),
+        helper.make_node("MatMul", ["/attn/Softmax_output_0", "/attn/v/MatMul_output_0"], ["/attn/context"]),
+        helper.make_node("MatMul", ["/attn/context", "o.weight"], ["/attn/o/MatMul_output_0"]),
+        helper.make_node("Add", ["/embed/Gather_output_0", "/attn/o/MatMul_output_0"], ["/res1"]),
+        helper.make_node("MatMul", ["/res1", "fc1.weight"], ["/mlp/fc1"]),
+        helper.make_node("Mul", ["/mlp/fc1", "rsqrt2"], ["/mlp/scaled"]),
+        helper.make_node("Erf", ["/mlp/scaled"], ["/mlp/erf"]),
+        helper.make_node("Add", ["/mlp/erf", "one"], ["/mlp/erf1"]),
+        helper.make_node("Mul", ["/mlp/fc1", "/mlp/erf1"], ["/mlp/gelu0"]),
+        helper.make_node("Mul", ["/mlp/gelu0", "half"], ["/mlp/gelu"]),
+        helper.make_node("MatMul", ["/mlp/gelu", "fc2.weight"], ["/mlp/fc2"]),
+        helper.make_node("Add", ["/res1", "/mlp/fc2"], ["last_hidden_state"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "encoder",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "sequence"])],
+        [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, ["batch", "sequence", d])],
+        inits,
+    )
+    return _make_model(graph, opset, producer="pytorch")
+
+
+def lstm_like(opset=14):
+    """A recurrent model: float features [T, batch, 8] and an initial hidden state -> LSTM -> Gemm-free head."""
+    rng = np.random.default_rng(8)
+    hidden, feat = 12, 8
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((1, 4 * hidden, feat)) * 0.3).astype(np.float32), "W"),
+        numpy_helper.from_array((rng.standard_normal((1, 4 * hidden, hidden)) * 0.3).astype(np.float32), "R"),
+        numpy_helper.from_array((rng.standard_normal((1, 8 * hidden)) * 0.1).astype(np.float32), "B"),
+        numpy_helper.from_array((rng.standard_normal((hidden, 3)) * 0.3).astype(np.float32), "head.weight"),
+    ]
+    nodes = [
+        helper.make_node("LSTM", ["features", "W", "R", "B", "", "h0", "c0"], ["Y", "Y_h", "Y_c"], hidden_size=hidden),
+        helper.make_node("Squeeze", ["Y", "axes1"], ["Y2"]),
+        helper.make_node("MatMul", ["Y2", "head.weight"], ["logits"]),
+    ]
+    inits.append(numpy_helper.from_array(np.array([1], np.int64), "axes1"))
+    graph = helper.make_graph(
+        nodes, "lstm",
+        [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["time", "batch", feat]),
+         helper.make_tensor_value_info("h0", TensorProto.FLOAT, [1, "batch", hidden]),
+         helper.make_tensor_value_info("c0", TensorProto.FLOAT, [1, "batch", hidden])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["time", "batch", 3]),
+         helper.make_tensor_value_info("Y_h", TensorProto.FLOAT, [1, "batch", hidden])],
+        inits,
+    )
+    return _make_model(graph, opset)
+
+
+def audio_like(opset=13):
+    """A keyword-spotting style audio model: waveform [batch, samples] and an int64 sample rate;
+    1-D convolutions on the waveform scaled by 16000 / sample_rate."""
+    rng = np.random.default_rng(9)
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((8, 1, 9)) * 0.3).astype(np.float32), "conv1.weight"),
+        numpy_helper.from_array((rng.standard_normal((8, 8, 5)) * 0.2).astype(np.float32), "conv2.weight"),
+        numpy_helper.from_array(np.array(16000.0, np.float32), "ref_rate"),
+        numpy_helper.from_array(np.array([1], np.int64), "axis1"),
+    ]
+    nodes = [
+        helper.make_node("Unsqueeze", ["waveform", "axis1"], ["/wave3d"]),
+        helper.make_node("Cast", ["sample_rate"], ["/rate_f"], to=TensorProto.FLOAT),
+        helper.make_node("Div", ["ref_rate", "/rate_f"], ["/gain"]),
+        helper.make_node("Mul", ["/wave3d", "/gain"], ["/wave_scaled"]),
+        helper.make_node("Conv", ["/wave_scaled", "conv1.weight"], ["/conv1"], strides=[4]),
+        helper.make_node("Relu", ["/conv1"], ["/relu1"]),
+        helper.make_node("Conv", ["/relu1", "conv2.weight"], ["/conv2"], strides=[2]),
+        helper.make_node("ReduceMean", ["/conv2"], ["embedding"], axes=[2], keepdims=0),
+    ]
+    graph = helper.make_graph(
+        nodes, "audio",
+        [helper.make_tensor_value_info("waveform", TensorProto.FLOAT, ["batch", "samples"]),
+         helper.make_tensor_value_info("sample_rate", TensorProto.INT64, [])],
+        [helper.make_tensor_value_info("embedding", TensorProto.FLOAT, ["batch", 8])],
+        inits,
+    )
+    return _make_model(graph, opset)
+
+
 def _random_feeds(model, dims, seed=0):
     rng = np.random.default_rng(seed)
     feeds = {}
