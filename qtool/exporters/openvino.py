@@ -1,0 +1,78 @@
+"""OpenVINO: the FP32 ONNX model with FakeQuantize nodes that OpenVINO runs in int8.
+
+Node format (openvinotoolkit/openvino src/frontends/onnx/frontend/src/op/org.openvinotoolkit/
+fake_quantize.cpp): op_type `FakeQuantize`, domain `org.openvinotoolkit` (declared version 1 in
+opset_import), inputs X, input_low, input_high, output_low, output_high, attribute `levels`.
+The ranges are initializers (constants), or OpenVINO's low-precision transformations do not
+turn the pair FakeQuantize -> Convolution into an int8 convolution. Output ranges equal input
+ranges (NNCF's export, seed 004). Shapes: scalar per tensor; [C,1,1,1] for Conv weights, the
+output-channel axis otherwise. onnxruntime cannot run the result; OpenVINO can.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from .. import graph as G
+from .. import placement, quant
+
+DOMAIN = "org.openvinotoolkit"
+FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16)
+
+
+def suffix(**_options) -> str:
+    return ".openvino.onnx"
+
+
+def _np_type(elem_type: int):
+    return np.float16 if elem_type == TensorProto.FLOAT16 else np.float32
+
+
+def _fake_quantize(model: onnx.ModelProto, namer: G.Namer, tensor: str, params: quant.QParams, shape: tuple, elem_type: int) -> str:
+    """Append a FakeQuantize reading `tensor`; returns the name of its output."""
+    dtype = _np_type(elem_type)
+    low = np.asarray(params.input_low, dtype=dtype).reshape(shape)
+    high = np.asarray(params.input_high, dtype=dtype).reshape(shape)
+    lo_name = namer.fresh(f"{tensor}/fq/input_low")
+    hi_name = namer.fresh(f"{tensor}/fq/input_high")
+    model.graph.initializer.extend([numpy_helper.from_array(low, lo_name), numpy_helper.from_array(high, hi_name)])
+    out = namer.fresh(f"{tensor}/fq")
+    model.graph.node.append(helper.make_node(
+        "FakeQuantize", [tensor, lo_name, hi_name, lo_name, hi_name], [out],
+        name=namer.fresh(f"{tensor}/FakeQuantize"), domain=DOMAIN, levels=params.levels,
+    ))
+    return out
+
+
+def _rewire(nodes: dict[str, onnx.NodeProto], readers: list[tuple[str, int]], new: str) -> None:
+    for node_name, slot in readers:
+        nodes[node_name].input[slot] = new
+
+
+def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
+    """Insert the plan's quantizers as FakeQuantize nodes (in place)."""
+    nodes = {n.name: n for n in model.graph.node}
+    for site in plan.activations:
+        out = _fake_quantize(model, namer, site.tensor, site.params(), (), site.elem_type)
+        _rewire(nodes, site.readers, out)
+    for site in plan.weights:
+        params = site.params()
+        out = _fake_quantize(model, namer, site.tensor, params, quant.range_shape(params, site.values.ndim), site.elem_type)
+        _rewire(nodes, site.readers, out)
+    G.ensure_opset(model, DOMAIN, 1)
+
+
+def export(loaded, cal, *, exclude=(), weights_7bit=None, **_options):
+    """FakeQuantize ONNX for OpenVINO from the calibration `cal` of `loaded`."""
+    from . import ExportResult
+
+    model = G.copy_model(loaded.proto, str(loaded.path.parent))
+    namer = G.Namer(model)
+    G.unique_node_names(model.graph, namer)
+    plan = placement.place(model, {t.name: t for t in cal.tensors}, exclude=list(exclude or ()),
+                           weights_7bit=weights_7bit, float_types=FLOAT_TYPES)
+    apply(model, namer, plan)
+    data, warnings = G.finish(model, loaded.proto)
+    return ExportResult(data, plan.warnings + warnings, {**plan.summary(), "fp32_layer_names": sorted(plan.fp32_layers)})

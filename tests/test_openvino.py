@@ -1,0 +1,425 @@
+"""`qtool export --target openvino`: FakeQuantize ONNX that OpenVINO really runs in int8.
+
+OpenVINO itself is the judge: it reads the file, its runtime model says which layers ran in
+u8/i8, and its FakeQuantize is compared with qtool.quant's numpy version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+from PIL import Image
+
+import zoo
+from qtool import calibration, model, quant
+from qtool.cli import cli
+
+ov = pytest.importorskip("openvino")
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "sample_models" / "digits_cnn.onnx"
+IMAGES = ROOT / "calib_images"
+HELDOUT = ROOT / "sample_models" / "digits_heldout.npz"
+LINEAR_LAYERS = ("Convolution", "MatMul", "FullyConnected")
+CORE = ov.Core()
+
+
+# --------------------------------------------------------------------------
+# helpers (test_qdq.py uses them too)
+# --------------------------------------------------------------------------
+def invoke(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def ok(result):
+    assert result.exit_code == 0 and result.exception is None, (result.output, result.exception)
+    return result
+
+
+def export(target, calib, out, *extra) -> dict:
+    r = ok(invoke("export", "--target", target, "--calib", calib, "-o", out, "--json", *extra))
+    return json.loads(r.stdout)
+
+
+def noise_images(folder: Path, n: int = 8, seed: int = 0) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    for i in range(n):
+        Image.fromarray(rng.integers(0, 256, size=(40 + 4 * i, 56 - 2 * i, 3), dtype=np.uint8), "RGB").save(folder / f"n{i:02d}.png")
+    return folder
+
+
+def calibrate(model_path: Path, images: Path, out: Path, *extra) -> Path:
+    ok(invoke("-q", "calibrate", model_path, "--images", images, "-o", out, *extra))
+    return out
+
+
+def heldout():
+    d = np.load(HELDOUT)
+    return d["x"], d["y"]
+
+
+def accuracy(logits, labels) -> float:
+    return float((np.argmax(logits, axis=1) == labels).mean() * 100)
+
+
+def ort_run(path_or_bytes, feeds):
+    sess = ort.InferenceSession(path_or_bytes if isinstance(path_or_bytes, bytes) else str(path_or_bytes), providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def ov_compile(path):
+    return CORE.compile_model(CORE.read_model(str(path)), "CPU")
+
+
+def linear_precisions(compiled) -> dict[str, str]:
+    """{layer name: runtimePrecision} of the Convolution/MatMul/FullyConnected layers OpenVINO runs."""
+    out = {}
+    for op in compiled.get_runtime_model().get_ops():
+        info = op.get_rt_info()
+        if str(info["layerType"].astype(str)) in LINEAR_LAYERS:
+            out[op.get_friendly_name()] = str(info["runtimePrecision"].astype(str))
+    return out
+
+
+def sqnr(ref, out) -> float:
+    ref, out = np.asarray(ref, np.float64), np.asarray(out, np.float64)
+    return float(10 * np.log10((ref ** 2).sum() / max(((ref - out) ** 2).sum(), 1e-30)))
+
+
+def noise_batch(h, w, n=4, seed=5):
+    return np.random.default_rng(seed).uniform(0.2, 0.8, size=(n, 3, h, w)).astype(np.float32)
+
+
+class _B:
+    """Builder for the two look-alikes below (seeded weights, PyTorch-style names)."""
+
+    def __init__(self, seed):
+        self.rng = np.random.default_rng(seed)
+        self.nodes, self.inits = [], []
+
+    def w(self, name, shape, std=None):
+        fan = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
+        a = self.rng.standard_normal(shape) * (std if std is not None else np.sqrt(2.0 / fan))
+        self.inits.append(numpy_helper.from_array(a.astype(np.float32), name))
+        return name
+
+    def c(self, name, value):
+        self.inits.append(numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+    def op(self, op_type, inputs, name, **attrs):
+        self.nodes.append(helper.make_node(op_type, list(inputs), [f"{name}_output_0"], name=name, **attrs))
+        return f"{name}_output_0"
+
+    def model(self, name, out, out_shape, opset):
+        g = helper.make_graph(self.nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, 32, 32])],
+                              [helper.make_tensor_value_info(out, TensorProto.FLOAT, out_shape)], initializer=self.inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], producer_name="pytorch")
+        m.ir_version = 8
+        onnx.checker.check_model(m, full_check=True)
+        return m
+
+
+def transformer_block(dim=32, heads=2, patch=8) -> onnx.ModelProto:
+    """ViT-style block on an image: patch Conv -> tokens -> LayerNormalization -> multi-head
+    attention (MatMul, Softmax) -> LayerNormalization -> MLP with GELU (Erf) -> mean -> Gemm."""
+    b = _B(8008)
+    hd = dim // heads
+    t = b.op("Conv", ["x", b.w("patch.weight", (dim, 3, patch, patch)), b.c("patch.bias", np.zeros(dim, np.float32))],
+             "/patch/Conv", kernel_shape=[patch, patch], strides=[patch, patch])
+    t = b.op("Reshape", [t, b.c("tokens_shape", np.array([0, dim, -1], np.int64))], "/tokens/Reshape")
+    x0 = b.op("Transpose", [t], "/tokens/Transpose", perm=[0, 2, 1])  # [n, T, dim]
+
+    def norm(name, x):
+        return b.op("LayerNormalization", [x, b.c(f"{name}.weight", np.ones(dim, np.float32)), b.c(f"{name}.bias", np.zeros(dim, np.float32))],
+                    f"/{name}/LayerNormalization", axis=-1, epsilon=1e-5)
+
+    def linear(name, x, cin, cout):
+        y = b.op("MatMul", [x, b.w(f"{name}.weight", (cin, cout), np.sqrt(1.0 / cin))], f"/{name}/MatMul")
+        return b.op("Add", [y, b.c(f"{name}.bias", (b.rng.standard_normal(cout) * 0.02).astype(np.float32))], f"/{name}/Add")
+
+    heads_shape = b.c("heads_shape", np.array([0, -1, heads, hd], np.int64))
+
+    def split(name, x):
+        return b.op("Transpose", [b.op("Reshape", [x, heads_shape], f"/{name}/Reshape")], f"/{name}/Transpose", perm=[0, 2, 1, 3])
+
+    ln = norm("ln1", x0)
+    q, k, v = (split(n, linear(n, ln, dim, dim)) for n in ("q", "k", "v"))
+    s = b.op("MatMul", [q, b.op("Transpose", [k], "/attn/Transpose_k", perm=[0, 1, 3, 2])], "/attn/MatMul")
+    s = b.op("Mul", [s, b.c("attn.scale", np.array(1.0 / np.sqrt(hd), np.float32))], "/attn/Mul")
+    o = b.op("MatMul", [b.op("Softmax", [s], "/attn/Softmax", axis=-1), v], "/attn/MatMul_1")
+    o = b.op("Reshape", [b.op("Transpose", [o], "/attn/Transpose_o", perm=[0, 2, 1, 3]), b.c("merge_shape", np.array([0, -1, dim], np.int64))], "/attn/Reshape")
+    x1 = b.op("Add", [x0, linear("o", o, dim, dim)], "/res1/Add")
+    h = linear("fc1", norm("ln2", x1), dim, 4 * dim)
+    erf = b.op("Erf", [b.op("Div", [h, b.c("sqrt2", np.array(np.sqrt(2.0), np.float32))], "/gelu/Div")], "/gelu/Erf")
+    h = b.op("Mul", [b.op("Mul", [h, b.op("Add", [erf, b.c("one", np.array(1.0, np.float32))], "/gelu/Add")], "/gelu/Mul"),
+                     b.c("half", np.array(0.5, np.float32))], "/gelu/Mul_1")
+    x2 = b.op("Add", [x1, linear("fc2", h, 4 * dim, dim)], "/res2/Add")
+    y = b.op("ReduceMean", [x2], "/pool/ReduceMean", axes=[1], keepdims=0)
+    y = b.op("Gemm", [y, b.w("head.weight", (10, dim), np.sqrt(1.0 / dim)), b.c("head.bias", np.zeros(10, np.float32))], "/head/Gemm", transB=1)
+    return b.model("transformer_block", y, ["n", 10], 17)
+
+
+def depthwise_cnn() -> onnx.ModelProto:
+    """MobileNetV3-style: HardSwish (the op, and x * HardSigmoid(x)), depthwise + pointwise
+    convs, squeeze-excitation gates with HardSigmoid, residual Adds, GAP, Gemm."""
+    b = _B(9009)
+
+    def conv(name, x, cin, cout, k, s=1, groups=1):
+        return b.op("Conv", [x, b.w(f"{name}.weight", (cout, cin // groups, k, k)), b.c(f"{name}.bias", (b.rng.standard_normal(cout) * 0.05).astype(np.float32))],
+                    f"/{name}/Conv", kernel_shape=[k, k], strides=[s, s], pads=[k // 2] * 4, group=groups)
+
+    def block(i, x, c, e, hswish_op):
+        t = conv(f"b{i}.expand", x, c, e, 1)
+        if hswish_op:
+            t = b.op("HardSwish", [t], f"/b{i}/HardSwish")
+        else:
+            t = b.op("Mul", [t, b.op("HardSigmoid", [t], f"/b{i}/HardSigmoid", alpha=1 / 6, beta=0.5)], f"/b{i}/Mul")
+        t = b.op("Relu", [conv(f"b{i}.dw", t, e, e, 3, groups=e)], f"/b{i}/Relu")
+        se = b.op("GlobalAveragePool", [t], f"/b{i}/se/GlobalAveragePool")
+        se = b.op("Relu", [conv(f"b{i}.se.fc1", se, e, 8, 1)], f"/b{i}/se/Relu")
+        se = b.op("HardSigmoid", [conv(f"b{i}.se.fc2", se, 8, e, 1)], f"/b{i}/se/HardSigmoid", alpha=0.2, beta=0.5)
+        t = conv(f"b{i}.project", b.op("Mul", [t, se], f"/b{i}/se/Mul"), e, c, 1)
+        return b.op("Add", [x, t], f"/b{i}/Add")
+
+    y = b.op("HardSwish", [conv("stem", "x", 3, 16, 3, 2)], "/stem/HardSwish")
+    y = block(0, y, 16, 32, True)
+    y = block(1, y, 16, 48, False)
+    y = b.op("HardSwish", [conv("last", y, 16, 64, 1)], "/last/HardSwish")
+    y = b.op("Flatten", [b.op("GlobalAveragePool", [y], "/pool/GlobalAveragePool")], "/flatten/Flatten", axis=1)
+    y = b.op("Gemm", [y, b.w("fc.weight", (10, 64)), b.c("fc.bias", np.zeros(10, np.float32))], "/fc/Gemm", transB=1)
+    return b.model("depthwise_cnn", y, ["n", 10], 14)
+
+
+# --------------------------------------------------------------------------
+# the sample model
+# --------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    """The sample model calibrated on 48 of its images, exported for OpenVINO."""
+    d = tmp_path_factory.mktemp("digits")
+    calib = calibrate(SAMPLE, IMAGES, d / "digits.calib.json", "--limit", "48")
+    out = d / "digits.openvino.onnx"
+    summary = export("openvino", calib, out)
+    return calib, out, summary
+
+
+def test_digits_runs_in_int8_in_openvino(digits):
+    _, out, summary = digits
+    assert summary["int8_layers"] == 7 and summary["fp32_layers"] == 0 and summary["warnings"] == []
+    precisions = linear_precisions(ov_compile(out))
+    assert len(precisions) == 7, precisions  # 6 Conv + 1 Gemm
+    assert set(precisions.values()) <= {"u8", "i8"}, precisions
+
+
+def test_digits_int8_accuracy_within_one_point_of_fp32(digits):
+    _, out, _ = digits
+    x, y = heldout()
+    fp32 = accuracy(ort_run(SAMPLE, {"input": x})[0], y)
+    int8 = accuracy(ov_compile(out)(x)[0], y)
+    assert fp32 == pytest.approx(99.5)
+    assert abs(int8 - fp32) <= 1.0, (fp32, int8)
+
+
+def test_openvino_fakequantize_equals_numpy_fake_quant():
+    """Per-tensor unsigned/signed activations, per-channel and 7-bit weights, on random data."""
+    rng = np.random.default_rng(11)
+    w = rng.standard_normal((6, 3, 3, 3)).astype(np.float32)
+    w[2] = 0.0  # an all-zero channel
+    cases = [
+        ("unsigned activation", quant.activation_params(2.5, True), (4, 6, 8, 8), 3.0),
+        ("signed activation", quant.activation_params(1.7, False), (4, 6, 8, 8), 2.0),
+        ("conv weights", quant.weight_params(w, 0), w.shape, None),
+        ("7-bit conv weights", quant.weight_params(w, 0, bits=7), w.shape, None),
+        ("matmul weights", quant.weight_params(w.reshape(6, -1).T, 1), (27, 6), None),
+    ]
+    for label, p, shape, spread in cases:
+        r_shape = quant.range_shape(p, len(shape))
+        lo = np.asarray(p.input_low, np.float32).reshape(r_shape)
+        hi = np.asarray(p.input_high, np.float32).reshape(r_shape)
+        x = (rng.standard_normal(shape) * spread).astype(np.float32) if spread else (w if shape == w.shape else w.reshape(6, -1).T.copy())
+        x = x + rng.uniform(-1e-3, 1e-3, x.shape).astype(np.float32)
+        inits = [numpy_helper.from_array(lo, "lo"), numpy_helper.from_array(hi, "hi")]
+        node = helper.make_node("FakeQuantize", ["x", "lo", "hi", "lo", "hi"], ["y"], domain="org.openvinotoolkit", levels=p.levels)
+        g = helper.make_graph([node], "fq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(shape))], initializer=inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("org.openvinotoolkit", 1)])
+        compiled = CORE.compile_model(CORE.read_model(m.SerializeToString(), b""), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+        got = compiled(x)[0]
+        want = quant.fake_quantize(x, lo, hi, lo, hi, p.levels)
+        step = (hi.astype(np.float64) - lo) / (p.levels - 1)
+        # the same grid point everywhere (float32 arithmetic inside OpenVINO: a few ulps apart)
+        np.testing.assert_array_equal(np.rint((got - lo) / step), np.rint((want - lo) / step), err_msg=label)
+        np.testing.assert_allclose(got, want, rtol=0, atol=float(np.max(step)) * 1e-4, err_msg=label)
+
+
+def test_exported_graph_hygiene(digits):
+    calib, out, _ = digits
+    before = hashlib.sha256(SAMPLE.read_bytes()).hexdigest()
+    m = onnx.load(str(out))
+    onnx.checker.check_model(m, full_check=False)
+    assert ("org.openvinotoolkit", 1) in [(o.domain, o.version) for o in m.opset_import]
+    inits = {t.name: t for t in m.graph.initializer}
+    assert len(inits) == len(m.graph.initializer)  # unique initializer names
+    names = [n.name for n in m.graph.node]
+    assert all(names) and len(set(names)) == len(names)
+    fqs = [n for n in m.graph.node if n.op_type == "FakeQuantize"]
+    assert len(fqs) == 9 + 7
+    for n in fqs:
+        assert n.domain == "org.openvinotoolkit" and len(n.input) == 5
+        assert all(i in inits for i in n.input[1:])  # constant ranges
+        levels = helper.get_attribute_value(n.attribute[0])
+        assert levels in (255, 256)
+    # topological order, nothing unused
+    seen = {i.name for i in m.graph.input} | set(inits)
+    used = set()
+    for n in m.graph.node:
+        assert all(i in seen for i in n.input if i), n.name
+        seen.update(n.output)
+        used.update(n.input)
+    assert set(inits) <= used
+    # weight ranges: [C,1,1,1] for Conv, the output rows of Gemm(transB=1)
+    by_input = {n.input[0]: n for n in fqs}
+    assert list(inits[by_input["onnx::Conv_66"].input[1]].dims) == [16, 1, 1, 1]
+    assert list(inits[by_input["fc.weight"].input[1]].dims) == [10, 1]
+    assert list(inits[by_input["input"].input[1]].dims) == []
+    lo = numpy_helper.to_array(inits[by_input["input"].input[1]])
+    assert float(lo) == 0.0  # the image input is never negative: [0, amax]
+    cal = calibration.load(calib)
+    rec = {t.name: t for t in cal.tensors}
+    hi = float(numpy_helper.to_array(inits[by_input["input"].input[2]]))
+    assert hi == pytest.approx(rec["input"].amax, rel=1e-6)
+    # the signed SiLU branch shares the Concat range [-amax*128/127, amax]
+    mul = by_input["/Mul_output_0"]
+    lo, hi = (float(numpy_helper.to_array(inits[mul.input[k]])) for k in (1, 2))
+    assert hi == pytest.approx(rec["/Concat_output_0"].amax, rel=1e-6) and lo == pytest.approx(-hi * 128 / 127, rel=1e-6)
+    assert hashlib.sha256(SAMPLE.read_bytes()).hexdigest() == before  # the input model is untouched
+
+
+def test_default_calibration_and_output_names(tmp_path, monkeypatch, digits):
+    calib, _, _ = digits
+    shutil.copy(SAMPLE, tmp_path / "digits_cnn.onnx")
+    cal = calibration.load(calib)
+    cal.model_path = "digits_cnn.onnx"
+    calibration.save(cal, tmp_path / "digits_cnn.calib.json")
+    monkeypatch.chdir(tmp_path)
+    ok(invoke("-q", "export", "--target", "openvino"))
+    assert (tmp_path / "digits_cnn.openvino.onnx").is_file()
+    # a different model than the one calibrated is refused
+    m = onnx.load(str(tmp_path / "digits_cnn.onnx"))
+    m.producer_name = "changed"
+    onnx.save(m, str(tmp_path / "digits_cnn.onnx"))
+    r = invoke("export", "--target", "openvino", "-o", "again.onnx")
+    assert r.exit_code == 1 and "SHA-256" in r.output and not (tmp_path / "again.onnx").exists()
+
+
+def test_exclude_keeps_layers_in_fp32(digits, tmp_path):
+    calib, _, _ = digits
+    out = tmp_path / "ex.onnx"
+    summary = export("openvino", calib, out, "--exclude", "/head/head.0/Conv", "--exclude", "/fc/Gemm")
+    assert summary["int8_layers"] == 5 and summary["fp32_layer_names"] == ["/fc/Gemm", "/head/head.0/Conv"]
+    precisions = linear_precisions(ov_compile(out))
+    int8 = {k for k, v in precisions.items() if v in ("u8", "i8")}
+    assert len(int8) == 5 and not any(k.startswith("/head/") or "fc" in k for k in int8), precisions
+    r = invoke("export", "--target", "openvino", "--calib", calib, "-o", tmp_path / "x.onnx", "--exclude", "/head/head.0/Cnv")
+    assert r.exit_code == 1 and "did you mean '/head/head.0/Conv'" in r.output
+
+
+def test_weights_7bit(digits, tmp_path):
+    calib, _, _ = digits
+    out = tmp_path / "w7.onnx"
+    export("openvino", calib, out, "--weights-7bit", "all")
+    m = onnx.load(str(out))
+    inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+    for n in m.graph.node:
+        if n.op_type == "FakeQuantize" and n.input[0] in inits:  # weights
+            w, hi = inits[n.input[0]], inits[n.input[2]]
+            q = np.rint(w / (hi / 127))
+            assert np.abs(q).max() <= 63
+    assert set(linear_precisions(ov_compile(out)).values()) <= {"u8", "i8"}
+    x, y = heldout()
+    assert accuracy(ov_compile(out)(x)[0], y) >= 97.0
+
+
+# --------------------------------------------------------------------------
+# real-world graphs
+# --------------------------------------------------------------------------
+def _export_and_run(tmp_path, proto_or_path, size, min_int8):
+    path = proto_or_path if isinstance(proto_or_path, str) else str(tmp_path / "model.onnx")
+    if not isinstance(proto_or_path, str):
+        onnx.save(proto_or_path, path)
+    calib = calibrate(Path(path), noise_images(tmp_path / "images"), tmp_path / "m.calib.json", "--size", size)
+    out = tmp_path / "m.openvino.onnx"
+    summary = export("openvino", calib, out)
+    assert summary["int8_layers"] >= min_int8, summary
+    compiled = ov_compile(out)
+    precisions = linear_precisions(compiled)
+    assert set(precisions.values()) <= {"u8", "i8"}, precisions
+    assert len(precisions) >= min_int8 * 0.7  # OpenVINO may fuse some (e.g. attention into one subgraph)
+    h, w = (int(v) for v in size.split("x"))
+    x = noise_batch(h, w)
+    name = compiled.inputs[0].any_name
+    got = compiled({name: x})[0]
+    ref = ort_run(path, {name: x})[0]
+    assert got.shape == ref.shape and np.isfinite(got).all()
+    return summary, sqnr(ref, got), out
+
+
+def test_yolo_like_detector(tmp_path):
+    summary, quality, _ = _export_and_run(tmp_path, zoo.yolo_like(), "64x96", 15)
+    assert summary["int8_layers"] == 15 and quality > 25
+
+
+def test_paddle_ocr_like_opset11(tmp_path):
+    summary, _, _ = _export_and_run(tmp_path, zoo.paddle_ocr_like(), "32x64", 100)
+    assert summary["fp32_layers"] == 0
+
+
+def test_transformer_block(tmp_path):
+    summary, quality, out = _export_and_run(tmp_path, transformer_block(), "32x32", 10)
+    assert summary["int8_layers"] == 10 and quality > 15  # patch conv, q/k/v/o, two attention MatMuls, MLP, head
+    ops = {n.op_type for n in onnx.load(str(out)).graph.node}
+    assert {"MatMul", "Softmax", "LayerNormalization", "FakeQuantize"} <= ops
+
+
+def test_depthwise_separable_cnn_with_hardswish(tmp_path):
+    summary, quality, _ = _export_and_run(tmp_path, depthwise_cnn(), "32x32", 13)
+    assert summary["int8_layers"] == 13 and quality > 15
+
+
+def test_external_data_model_gives_one_loadable_file(tmp_path):
+    path = zoo.external_data_model(tmp_path / "ext")
+    _, _, out = _export_and_run(tmp_path, path, "16x16", 2)
+    m = onnx.load(str(out), load_external_data=False)
+    assert not any(t.data_location == TensorProto.EXTERNAL for t in m.graph.initializer)
+
+
+def test_control_flow_model_exports(tmp_path):
+    """If/Loop bodies read main-graph activations; calibrated through the library (4 channels)."""
+    proto = zoo.control_flow_model()
+    path = tmp_path / "cf.onnx"
+    onnx.save(proto, str(path))
+    types = model.tensor_types(proto)
+    names = model.activation_tensors(proto, types)
+    x = np.random.default_rng(0).uniform(-1, 1, (1, 4, 8, 8)).astype(np.float32)
+    exposed = model.with_outputs(proto, names, types).SerializeToString()
+    values = ort.InferenceSession(exposed, providers=["CPUExecutionProvider"]).run(names, {"x": x})
+    tensors = [calibration.TensorRecord(n, float(v.min()), float(v.max()), float(np.abs(v).max()), [1, 1], float(np.abs(v).max()))
+               for n, v in zip(names, values)]
+    cal = calibration.Calibration("cf.onnx", model.file_sha256(path), "max", 8, 2048, 1, {}, tensors)
+    calibration.save(cal, tmp_path / "cf.calib.json")
+    out = tmp_path / "cf.openvino.onnx"
+    summary = export("openvino", tmp_path / "cf.calib.json", out)
+    assert summary["int8_layers"] == 2
+    got = ov_compile(out)(x)[0]
+    assert sqnr(ort_run(path, {"x": x})[0], got) > 15
