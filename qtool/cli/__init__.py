@@ -21,7 +21,7 @@ from ..errors import QtoolError
 
 log = logging.getLogger("qtool")
 
-EPILOG = "Exit codes: 0 ok, 1 bad input or request, 2 bad command line, 3 internal error (a bug)."
+EPILOG = "Exit codes: 0 ok, 1 bad input, bad request or failed check, 2 bad command line, 3 internal error (a bug), 130/143 interrupted."
 
 
 class _Formatter(logging.Formatter):
