@@ -428,7 +428,7 @@ def place(proto: onnx.ModelProto, records: dict, *, exclude: list[str] | tuple =
     # 4. Weights (checked before deciding which layers run in int8).
     weight_values: dict[str, np.ndarray] = {}
     bad_weights: set[str] = set()
-    for node_name, wts in weights_of.items():
+    for wts in weights_of.values():
         for _, t in wts:
             if t in weight_values or t in bad_weights:
                 continue

@@ -15,11 +15,11 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+import zoo
 from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 from PIL import Image
 
-import zoo
 from qtool import calibration, model, quant
 from qtool.cli import cli
 

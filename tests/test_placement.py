@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+import zoo
 from onnx import TensorProto, helper, numpy_helper
 
-import zoo
 from qtool import graph as G
 from qtool import model as M
 from qtool import placement

@@ -1,0 +1,166 @@
+"""`qtool export --target qdq`: QuantizeLinear/DequantizeLinear ONNX that onnxruntime runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+import zoo
+from onnx import numpy_helper
+from test_openvino import (
+    IMAGES,
+    SAMPLE,
+    accuracy,
+    calibrate,
+    depthwise_cnn,
+    export,
+    heldout,
+    invoke,
+    linear_precisions,
+    noise_batch,
+    noise_images,
+    ort_run,
+    ov_compile,
+    sqnr,
+    transformer_block,
+)
+
+from qtool import calibration, placement, quant
+from qtool.exporters import qdq
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    d = tmp_path_factory.mktemp("digits_qdq")
+    calib = calibrate(SAMPLE, IMAGES, d / "digits.calib.json", "--limit", "48")
+    out = d / "digits.qdq.onnx"
+    return calib, out, export("qdq", calib, out)
+
+
+def _inits(m):
+    return {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+
+
+def test_digits_qdq_accuracy_in_onnxruntime(digits):
+    _, out, summary = digits
+    assert summary["int8_layers"] == 7 and summary["warnings"] == [] and summary["opset"] == 13
+    x, y = heldout()
+    fp32 = accuracy(ort_run(SAMPLE, {"input": x})[0], y)
+    int8 = accuracy(ort_run(out, {"input": x})[0], y)
+    assert abs(int8 - fp32) <= 1.0, (fp32, int8)
+
+
+def test_qdq_structure_and_same_placement_as_openvino(digits, tmp_path):
+    calib, out, _ = digits
+    m = onnx.load(str(out))
+    onnx.checker.check_model(m, full_check=True)
+    inits = _inits(m)
+    rec = {t.name: t for t in calibration.load(calib).tensors}
+    plan = {s.tensor: s.range for s in placement.place(onnx.load(str(SAMPLE)), rec).activations}
+    q_inputs = set()
+    for n in m.graph.node:
+        if n.op_type == "QuantizeLinear":
+            q_inputs.add(n.input[0])
+            scale, zp = inits[n.input[1]], inits[n.input[2]]
+            r = plan[n.input[0]]
+            if r.unsigned:
+                assert zp.dtype == np.uint8 and float(scale) == pytest.approx(r.amax / 255, rel=1e-6)
+            else:
+                assert zp.dtype == np.int8 and float(scale) == pytest.approx(r.amax / 127, rel=1e-6)
+            assert int(zp) == 0
+        if n.op_type == "DequantizeLinear" and n.input[0] in inits:  # a weight
+            w = inits[n.input[0]]
+            assert w.dtype == np.int8 and w.min() >= -127 and w.max() <= 127
+            axis = next(a.i for a in n.attribute if a.name == "axis")
+            assert inits[n.input[1]].shape == (w.shape[axis],)
+            assert np.abs(w).max(axis=tuple(i for i in range(w.ndim) if i != axis)).max() == 127
+    assert q_inputs == set(plan)
+    assert plan["input"].unsigned and not plan["/Mul_output_0"].unsigned
+    fq = tmp_path / "fq.onnx"
+    export("openvino", calib, fq)
+    fq_inputs = {n.input[0] for n in onnx.load(str(fq)).graph.node if n.op_type == "FakeQuantize"}
+    assert fq_inputs & set(rec) == q_inputs  # the same activation quantizers as the OpenVINO target
+    assert "onnx::Conv_66" not in inits  # float weights replaced by int8 ones
+    assert not any(n.op_type == "Gemm" and n.input[1] == "fc.weight" for n in m.graph.node)
+
+
+def test_qdq_equals_the_grid_maths(digits):
+    """The int8 weights are quant.quantize_linear of the float weights, per output channel."""
+    _, out, _ = digits
+    inits = _inits(onnx.load(str(out)))
+    original = _inits(onnx.load(str(SAMPLE)))
+    w = original["onnx::Conv_69"]
+    p = quant.weight_params(w, axis=0)
+    np.testing.assert_array_equal(inits["onnx::Conv_69/int8"], quant.quantize_linear(w, p.scale.reshape(-1, 1, 1, 1), 0, p.grid))
+    np.testing.assert_allclose(inits["onnx::Conv_69/scale"], p.scale.astype(np.float32))
+
+
+def test_openvino_also_runs_the_qdq_model_in_int8(digits):
+    _, out, _ = digits
+    precisions = linear_precisions(ov_compile(out))
+    assert len(precisions) == 7 and set(precisions.values()) <= {"u8", "i8"}
+
+
+def test_weights_7bit_in_qdq(digits, tmp_path):
+    calib, _, _ = digits
+    out = tmp_path / "w7.onnx"
+    export("qdq", calib, out, "--weights-7bit", "first")
+    inits = _inits(onnx.load(str(out)))
+    assert np.abs(inits["onnx::Conv_66/int8"]).max() == 63  # the first layer
+    assert np.abs(inits["onnx::Conv_69/int8"]).max() == 127
+
+
+@pytest.mark.parametrize("build,size", [(lambda: zoo.paddle_ocr_like(), "32x64"), (lambda: zoo.yolo_like(11), "64x64")], ids=["paddle_opset11", "yolo_opset11"])
+def test_old_opsets_are_converted_to_13(tmp_path, build, size):
+    proto = build()
+    assert proto.opset_import[0].version == 11
+    path = tmp_path / "m.onnx"
+    onnx.save(proto, str(path))
+    calib = calibrate(path, noise_images(tmp_path / "images"), tmp_path / "m.calib.json", "--size", size)
+    out = tmp_path / "m.qdq.onnx"
+    summary = export("qdq", calib, out)
+    assert summary["opset"] == 13 and summary["fp32_layers"] == 0
+    assert any("converted from opset 11 to opset 13" in w for w in summary["warnings"])
+    m = onnx.load(str(out))
+    onnx.checker.check_model(m, full_check=True)
+    assert any(n.op_type == "DequantizeLinear" and any(a.name == "axis" for a in n.attribute) for n in m.graph.node)
+    h, w = (int(v) for v in size.split("x"))
+    x = noise_batch(h, w, n=2)
+    ref, got = ort_run(path, {m.graph.input[0].name: x})[0], ort_run(out, {m.graph.input[0].name: x})[0]
+    assert got.shape == ref.shape and np.isfinite(got).all()
+    assert onnx.load(str(path)).opset_import[0].version == 11  # the input file is untouched
+
+
+def test_failed_opset_conversion_is_a_clear_error(tmp_path, monkeypatch):
+    proto = zoo.yolo_like(11)
+    path = tmp_path / "m.onnx"
+    onnx.save(proto, str(path))
+    calib = calibrate(path, noise_images(tmp_path / "images"), tmp_path / "m.calib.json", "--size", "32x32")
+
+    def broken(model, target):
+        raise RuntimeError("no adapter for SomeOp")
+
+    from onnx import version_converter
+    monkeypatch.setattr(version_converter, "convert_version", broken)
+    r = invoke("export", "--target", "qdq", "--calib", calib, "-o", tmp_path / "out.onnx")
+    assert r.exit_code == 1 and "opset 11" in r.output and "no adapter for SomeOp" in r.output
+    assert not (tmp_path / "out.onnx").exists()
+
+
+@pytest.mark.parametrize("build,layers", [(transformer_block, 10), (depthwise_cnn, 13)], ids=["transformer", "depthwise"])
+def test_real_world_blocks_run_in_onnxruntime(tmp_path, build, layers):
+    path = tmp_path / "m.onnx"
+    onnx.save(build(), str(path))
+    calib = calibrate(path, noise_images(tmp_path / "images"), tmp_path / "m.calib.json")
+    out = tmp_path / "m.qdq.onnx"
+    summary = export("qdq", calib, out)
+    assert summary["int8_layers"] == layers
+    x = noise_batch(32, 32)
+    assert sqnr(ort_run(path, {"x": x})[0], ort_run(out, {"x": x})[0]) > 15
+
+
+def test_upgrade_opset_leaves_new_models_alone():
+    m = zoo.yolo_like(17)
+    same, warnings = qdq.upgrade_opset(m)
+    assert same is m and warnings == []
+    assert qdq.suffix() == ".qdq.onnx"
