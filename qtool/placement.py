@@ -50,7 +50,8 @@ _ACTIVATION_PARTS = {
     "Reciprocal", "Neg", "Abs", "Clip", "Softplus", "Elu", "Selu", "Gelu", "Mish", "Pow", "Identity",
     "Add", "Sub", "Mul", "Div", "Max", "Min", "ReduceMean", "ReduceSumSquare", "ReduceSum", "ReduceL2",
 }
-_WALK_LIMIT = 24  # nodes visited when recognising an activation pattern
+_WALK_LIMIT = 24
+_QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear", "FakeQuantize", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger"}  # nodes visited when recognising an activation pattern
 
 
 @dataclass
@@ -465,10 +466,10 @@ def place(proto: onnx.ModelProto, records: dict, *, exclude: list[str] | tuple =
         wts = weights_of.get(n.name, [])
         if not all(satisfied(t) for t in tensors):
             if n.op_type in LINEAR:
-                fp32[n.name] = "an input could not be quantized (excluded or not calibrated)"
+                fp32[n.name] = "input excluded" if set(tensors) & excluded_tensors else "an input has no calibrated range"
             continue
         if any(t in bad_weights for _, t in wts):
-            fp32[n.name] = "weight could not be quantized"
+            fp32[n.name] = "weight excluded" if any(t in excluded_tensors for _, t in wts) else "weight has NaN or infinity"
             continue
         for slot, t in enumerate(n.input):
             if t in tensors and (n.name, slot) in wanted.get(t, []):
@@ -499,4 +500,13 @@ def place(proto: onnx.ModelProto, records: dict, *, exclude: list[str] | tuple =
         ))
     order = {name: i for i, name in enumerate(m.producer)}
     activation_sites.sort(key=lambda s: order.get(s.tensor, -1))
+    unexpected = {k: v for k, v in fp32.items() if "excluded" not in v and not v.startswith("no activation input")}
+    if unexpected:
+        warnings.append(
+            f"{len(unexpected)} Conv/ConvTranspose/MatMul/Gemm layer(s) stay FP32: "
+            + "; ".join(f"{k} ({v})" for k, v in list(unexpected.items())[:3]) + (" ..." if len(unexpected) > 3 else "")
+        )
+    already = sorted({n.op_type for n in m.graph.node if n.op_type in _QUANTIZED_OPS})
+    if already:
+        warnings.append(f"the model already contains {', '.join(already)} nodes; quantizing it again may lose accuracy")
     return Plan(activation_sites, list(weight_sites.values()), int8_layers, fp32, warnings)

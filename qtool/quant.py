@@ -36,8 +36,17 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = [
-    "Grid", "QParams", "grid", "range_from_scale", "scale_from_range", "fake_quantize",
-    "quantize_linear", "dequantize_linear", "activation_params", "weight_params", "range_shape",
+    "Grid",
+    "QParams",
+    "activation_params",
+    "dequantize_linear",
+    "fake_quantize",
+    "grid",
+    "quantize_linear",
+    "range_from_scale",
+    "range_shape",
+    "scale_from_range",
+    "weight_params",
 ]
 
 

@@ -262,7 +262,7 @@ def test_missing_zero_and_degenerate_calibration_give_warnings_not_crashes():
     text = " ".join(plan.warnings)
     assert "not in the calibration file" in text and "r1" in text
     assert "amax 0" in text and "clip more than" in text
-    assert "n_c2" in plan.fp32_layers
+    assert "n_c2" in plan.fp32_layers and "n_c2 (an input has no calibrated range)" in text
     s = sites(plan)
     assert s["r2"].range.amax == 1.0 and s["x"].range.amax == pytest.approx(0.9)
 
@@ -275,6 +275,15 @@ def test_nan_weights_leave_the_layer_in_fp32():
     w.CopyFrom(numpy_helper.from_array(bad, "c2.w"))
     plan = placement.place(m, records(m))
     assert "n_c2" in plan.fp32_layers and any("NaN" in x for x in plan.warnings)
+
+
+def test_an_already_quantized_model_is_flagged():
+    n = Net()
+    q = n.op("QuantizeLinear", ["x", n.c("s", np.array(0.1, np.float32)), n.c("z", np.array(0, np.uint8))], "q")
+    n.conv(n.op("DequantizeLinear", [q, "s", "z"], "dq"), "y", 4, 4)
+    m = n.model(["y"])
+    plan = placement.place(m, records(m))
+    assert any("already contains DequantizeLinear, QuantizeLinear" in w for w in plan.warnings)
 
 
 def test_float16_activations_only_where_the_target_allows():
