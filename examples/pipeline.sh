@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Calibrate a model, export it for TensorRT and OpenVINO, and stop at the first failure.
+# Usage: examples/pipeline.sh MODEL.onnx IMAGE_DIR OUT_DIR
+# Exit codes of qtool: 0 ok, 1 bad input or request, 2 bad command line, 3 internal error (a bug),
+# 130/143 interrupted. Each step writes its output atomically, so a failed step leaves no file.
+set -euo pipefail
+model=$1 images=$2 out=$3
+mkdir -p "$out"
+stem=$(basename "$model" .onnx)
+calib="$out/$stem.calib.json"
+
+# calibrate: the JSON summary on stdout is one document; warnings and errors go to stderr
+if ! summary=$(qtool -q calibrate "$model" --images "$images" -o "$calib" --json); then
+  echo "calibration failed (exit $?)" >&2
+  exit 1
+fi
+echo "calibrated $(python3 -c 'import json,sys; print(json.load(sys.stdin)["tensors"])' <<< "$summary") tensors"
+
+qtool -q export "$model" --calib "$calib" --target tensorrt --trt-version 10.3.0 -o "$out/$stem.cache"
+qtool -q export "$model" --calib "$calib" --target openvino -o "$out/$stem.openvino.onnx"
+
+# gate: the cache must cover every activation tensor of the model (inspect exits 1 otherwise)
+qtool inspect "$out/$stem.cache" --model "$model" --json > "$out/coverage.json"
+echo "done: $out"
