@@ -12,6 +12,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from .errors import QtoolError
+from .graph import outer_refs, subgraphs
 
 FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE}
 
@@ -53,7 +54,7 @@ class LoadedModel:
 def _all_initializers(graph: onnx.GraphProto):
     yield from graph.initializer
     for n in graph.node:
-        for sub in _subgraphs(n):
+        for sub in subgraphs(n):
             yield from _all_initializers(sub)
 
 
@@ -91,30 +92,6 @@ def load_model(path: str | os.PathLike, external_data: bool = True) -> LoadedMod
         if not (p.parent / location).is_file():
             raise QtoolError(f"model {str(p)!r} refers to external data that is missing: {location}")
     return loaded
-
-
-def _subgraph_outer_refs(graph: onnx.GraphProto) -> set[str]:
-    """Names a subgraph (recursively) reads from enclosing scopes."""
-    local = {i.name for i in graph.input} | {t.name for t in graph.initializer}
-    for n in graph.node:
-        local.update(o for o in n.output if o)
-    refs: set[str] = set()
-    for n in graph.node:
-        refs.update(i for i in n.input if i and i not in local)
-        for sub in _subgraphs(n):
-            refs.update(r for r in _subgraph_outer_refs(sub) if r not in local)
-    refs.update(o.name for o in graph.output if o.name not in local)
-    return refs
-
-
-def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
-    subs = []
-    for a in node.attribute:
-        if a.type == onnx.AttributeProto.GRAPH:
-            subs.append(a.g)
-        elif a.type == onnx.AttributeProto.GRAPHS:
-            subs.extend(a.graphs)
-    return subs
 
 
 def activation_bytes(proto: onnx.ModelProto, names: list[str], input_dims: dict[str, tuple[int, ...]]) -> int | None:
@@ -182,7 +159,7 @@ def activation_tensors(proto: onnx.ModelProto, types: dict[str, int] | None = No
     constants = set(initializers)
     for n in g.node:
         if n.op_type == "Constant" or (
-            n.input and n.op_type not in _NOT_FOLDABLE and not _subgraphs(n)
+            n.input and n.op_type not in _NOT_FOLDABLE and not subgraphs(n)
             and all((not i) or i in constants for i in n.input)
         ):
             constants.update(o for o in n.output if o)
@@ -190,8 +167,8 @@ def activation_tensors(proto: onnx.ModelProto, types: dict[str, int] | None = No
     # Which tensors feed data (as opposed to shape/index) somewhere: walk the graph backwards.
     needed_as_data = {o.name for o in g.output}
     for n in g.node:
-        for sub in _subgraphs(n):
-            needed_as_data.update(_subgraph_outer_refs(sub))
+        for sub in subgraphs(n):
+            needed_as_data.update(outer_refs(sub))
     for n in reversed(g.node):
         outputs_are_data = any(o in needed_as_data for o in n.output if o)
         skip = NON_DATA_SLOTS.get(n.op_type, ()) if n.domain in ("", "ai.onnx") else ()
@@ -230,8 +207,8 @@ def data_dependent(proto: onnx.ModelProto) -> set[str]:
         if n.op_type in ("Shape", "Size") and n.domain in ("", "ai.onnx"):
             continue
         reads = set(n.input)
-        for sub in _subgraphs(n):
-            reads |= _subgraph_outer_refs(sub)
+        for sub in subgraphs(n):
+            reads |= outer_refs(sub)
         if reads & dependent:
             dependent.update(o for o in n.output if o)
     return dependent
