@@ -654,6 +654,22 @@ def parse_method(text: str) -> str:
     raise ValueError(f"unknown method {text!r}: choose entropy, max, mse or percentile:P (e.g. percentile:99.99){hint}")
 
 
+def _nvidia_start(hist: np.ndarray, start_bin: int = 128) -> int:
+    """The first candidate whose kept bins hold any data (at least `start_bin`).
+
+    NVIDIA's search scores a candidate whose kept bins are all empty as NaN, and its reversed
+    argmin then picks the last such candidate: a threshold below every value, clipping all of
+    them (a tensor with nothing near zero, e.g. a sigmoid output of confident scores). qtool's
+    calibration starts the search after the first non-empty bin instead; `entropy_amax` itself
+    keeps NVIDIA's behaviour exactly. Elsewhere the two agree bin for bin.
+    """
+    h = np.asarray(hist)
+    nonzero = np.flatnonzero(h[1:]) + 1  # h[0] is replaced by h[1] before searching
+    if nonzero.size == 0 or nonzero[0] == 1:
+        return start_bin
+    return max(start_bin, int(nonzero[0]) + 1)
+
+
 def amax_for(
     method: str,
     hist: np.ndarray,
@@ -669,7 +685,9 @@ def amax_for(
         raise ValueError(f"unknown KL variant {kl_variant!r}: choose one of {', '.join(KL_VARIANTS)}")
     method = parse_method(method)
     if method == "entropy":
-        search = {"nvidia": entropy_amax, "ncnn": ncnn_entropy_amax, "ppq": ppq_entropy_amax}[kl_variant]
+        if kl_variant == "nvidia":
+            return entropy_amax(hist, bin_edges, num_bits=num_bits, unsigned=unsigned, start_bin=_nvidia_start(hist))
+        search = {"ncnn": ncnn_entropy_amax, "ppq": ppq_entropy_amax}[kl_variant]
         return search(hist, bin_edges, num_bits=num_bits, unsigned=unsigned)
     if method == "mse":
         return mse_amax(hist, bin_edges, num_bits=num_bits, unsigned=unsigned)

@@ -387,3 +387,19 @@ def test_float_counts_never_give_nan_or_inf(counts, num_bits, unsigned):
     for spec in ALL:
         amax = _amax(spec, h, edges, unsigned, num_bits)
         assert math.isfinite(amax) and edges[0] <= amax <= edges[-1], spec
+
+
+def test_calibration_never_picks_a_threshold_below_all_data():
+    amax_for, entropy_amax, nvidia_entropy_amax = T.amax_for, T.entropy_amax, literal.nvidia_entropy_amax
+    # nothing below bin 300 (e.g. confident sigmoid scores): NVIDIA's code returns a threshold
+    # below every value; the calibration path starts its search at the first non-empty bin
+    h = np.zeros(2048, np.int64)
+    h[300:2048] = np.random.default_rng(0).integers(1, 50, 1748)
+    edges = np.arange(2049) / 2048
+    exact = nvidia_entropy_amax(h, edges)
+    assert entropy_amax(h, edges) == exact and exact <= edges[300]
+    guarded = amax_for("entropy", h, edges, absmax=1.0)
+    assert guarded > edges[300]
+    assert guarded == entropy_amax(h, edges, start_bin=301)
+    dense = np.histogram(np.abs(np.random.default_rng(1).standard_normal(50000)), bins=2048)[0]
+    assert amax_for("entropy", dense, edges, absmax=1.0) == entropy_amax(dense, edges)  # same where data starts low
