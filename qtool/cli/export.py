@@ -62,8 +62,9 @@ def parse_target(text: str) -> str:
 @click.option("--format", "fmt", default="cache", show_default=True, help="tensorrt: cache (trtexec --calib; onnxruntime with trt_int8_use_native_calibration_table=1), dynamic-range (sampleINT8API name:amax lines), ort-trt (onnxruntime TensorRT EP table: trt_int8_calibration_table_name=FILE in trt_engine_cache_path, native table off).")
 @click.option("--exclude", multiple=True, help="openvino/qdq: keep this node or tensor in FP32 (repeatable).")
 @click.option("--weights-7bit", type=click.Choice(["first", "all"]), help="openvino/qdq: 7-bit weights against int8 overflow on CPUs without VNNI.")
+@click.option("--keep-fp32", type=click.IntRange(min=1), metavar="N", help="openvino/qdq: also keep in FP32 the layers reading the N quantized tensors that qtool evaluate ranks most harmful. The calibration file does not record its inputs, so the ranking runs on 16 inputs drawn (seeded) from its histograms of the model inputs; to rank on real data, run qtool evaluate and --exclude the layers it lists.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
-def export(model_path, target_text, calib, output, trt_version, algorithm, fmt, exclude, weights_7bit, as_json):
+def export(model_path, target_text, calib, output, trt_version, algorithm, fmt, exclude, weights_7bit, keep_fp32, as_json):
     """Write the calibrated ranges of MODEL in a target format.
 
     With no MODEL, the model recorded in the calibration file is used; either way it must be
@@ -78,8 +79,19 @@ def export(model_path, target_text, calib, output, trt_version, algorithm, fmt, 
     options = dict(trt_version=trt_version, algorithm=algorithm, fmt=fmt, exclude=list(exclude), weights_7bit=weights_7bit)
     out = output or Path(Path(cal.model_path).stem + module.suffix(**options))
     out = check_output_path(out, inputs=(source, calib_path))
+    if keep_fp32 and target == "tensorrt":
+        raise QtoolError("--keep-fp32 applies to --target openvino or qdq")
     loaded = load_checked_model(model_path, calib_path, cal)
+    kept = None
+    if keep_fp32:
+        from ..evaluate import keep_fp32 as rank_and_keep
+
+        kept = rank_and_keep(loaded, cal, keep_fp32, exclude=options["exclude"], weights_7bit=weights_7bit)
+        options["exclude"] = options["exclude"] + kept.exclude
     result = module.export(loaded, cal, **options)
+    if kept is not None:
+        result.warnings[:0] = kept.warnings
+        result.summary["kept_fp32"] = kept.tensors
     write_atomic(out, result.data)
     for w in result.warnings:
         log.warning(w)

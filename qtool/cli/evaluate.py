@@ -1,0 +1,175 @@
+"""`qtool evaluate`: the int8 model (QDQ simulation) against FP32 on held-out inputs."""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from .. import calibration, data, model
+from .. import evaluate as ev
+from ..errors import QtoolError
+from . import EPILOG, cli, emit
+from .export import find_calibration, load_checked_model
+
+log = logging.getLogger("qtool")
+
+DEFAULT_BATCH = 8
+_FLAGS = ("size", "resize", "scale", "mean", "std", "bgr", "layout")
+
+
+def _channels_text(values) -> str:
+    return ",".join(repr(float(v)) for v in values)
+
+
+def image_preprocess(spec: model.InputSpec, recorded: dict, *, size, resize, scale_text, mean, std, bgr, layout) -> data.Preprocess:
+    """The calibration file's image preprocessing, with each flag given overriding its part."""
+    rec = recorded if recorded.get("source") == "images" else {}
+    if rec and rec.get("input") not in (None, spec.name):
+        rec = {}
+    try:
+        rec_size = (int(rec["height"]), int(rec["width"])) if "height" in rec else None
+        rec_scale = float(rec["scale"]) if "scale" in rec else None
+        rec_mean = _channels_text(rec["mean"]) if "mean" in rec else None
+        rec_std = _channels_text(rec["std"]) if "std" in rec else None
+    except (TypeError, ValueError, KeyError):
+        raise QtoolError("the calibration file's recorded image preprocessing is damaged; give --size/--scale/--mean/--std") from None
+    new_layout = layout or rec.get("layout") or data.infer_layout(spec.dims)
+    if new_layout not in ("nchw", "nhwc"):
+        raise QtoolError(f"the calibration file records an unknown layout {new_layout!r}; give --layout")
+    hw = spec.dims[2:4] if new_layout == "nchw" else spec.dims[1:3]
+    new_size = data.parse_size(size) if size is not None else (rec_size if None in hw else None)
+    new_resize = resize or rec.get("resize", "stretch")
+    if new_resize not in data.RESIZE_MODES:
+        raise QtoolError(f"the calibration file records an unknown resize mode {new_resize!r}; give --resize")
+    new_scale = data.parse_scale(scale_text) if scale_text is not None else (rec_scale if rec_scale is not None else 1 / 255)
+    return data.resolve_preprocess(
+        spec, size=new_size, layout=new_layout, resize=new_resize, scale=new_scale,
+        mean=mean if mean is not None else rec_mean, std=std if std is not None else rec_std,
+        bgr=bool(rec.get("bgr", False)) if bgr is None else bgr,
+    )
+
+
+def _progress(total: int, enabled: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="pass", file=sys.stderr, disable=not (enabled and sys.stderr.isatty()), leave=False)
+
+
+@cli.command(epilog=EPILOG)
+@click.argument("model_path", metavar="MODEL", type=click.Path(path_type=Path))
+@click.option("--calib", type=click.Path(path_type=Path), help="Calibration file [default: the single *.calib.json here].")
+@click.option("--images", "images_dir", type=click.Path(path_type=Path), help="Folder of held-out images (single-input image models).")
+@click.option("--data", "data_dir", type=click.Path(path_type=Path), help="Folder of held-out .npy (single-input models) or .npz (keys = input names) files.")
+@click.option("--limit", type=click.IntRange(min=1), help="Use only the first N images or data files.")
+@click.option("--size", help="HxW [default: the calibration file's].")
+@click.option("--resize", type=click.Choice(data.RESIZE_MODES), help="Image fitting [default: the calibration file's].")
+@click.option("--scale", "scale_text", help="Pixel multiplier [default: the calibration file's].")
+@click.option("--mean", help="Per-channel mean [default: the calibration file's].")
+@click.option("--std", help="Per-channel std [default: the calibration file's].")
+@click.option("--bgr/--rgb", default=None, help="Channel order [default: the calibration file's].")
+@click.option("--layout", type=click.Choice(["nchw", "nhwc"]), help="Input layout [default: the calibration file's].")
+@click.option("--batch-size", type=click.IntRange(min=1), help=f"Images per inference [default: the model's fixed batch, else {DEFAULT_BATCH}]; results do not depend on it.")
+@click.option("--exclude", multiple=True, help="Keep this node or tensor in FP32, as qtool export --exclude (repeatable).")
+@click.option("--weights-7bit", type=click.Choice(["first", "all"]), help="7-bit weights, as qtool export --weights-7bit.")
+@click.option("--tensors/--no-tensors", "per_tensor", default=True, show_default=True, help="Also rank every quantized tensor by the output SQNR of quantizing it alone (one model run over the inputs per tensor).")
+@click.option("--fail-below", type=float, metavar="DB", help="Exit 1 when an output's SQNR is below DB decibels (a quality gate); the results are printed first.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout (infinite SQNR as the string \"inf\").")
+@click.pass_context
+def evaluate(ctx, model_path, calib, images_dir, data_dir, limit, size, resize, scale_text, mean, std, bgr, layout,
+             batch_size, exclude, weights_7bit, per_tensor, fail_below, as_json):
+    """Compare the int8 model with FP32 on held-out inputs.
+
+    The int8 model is simulated in onnxruntime with the QDQ export (qtool export --target qdq,
+    built in memory) of the calibration. Images are preprocessed as the calibration file
+    records unless flags override it. Use inputs the calibration did not see.
+
+    Per model output: SQNR in dB (10 log10 of signal power over error power, over all
+    samples; +inf when identical), cosine similarity, and for outputs shaped [N, classes] the
+    share of samples whose top-1 class agrees. Per quantized tensor (activation or weight
+    quantizer): the output SQNR when only that tensor is quantized, worst first, with the
+    layers reading it (qtool export --keep-fp32 N keeps the layers of the N worst in FP32;
+    --exclude them yourself to use this ranking on your data).
+    """
+    started = time.perf_counter()
+    if (images_dir is None) == (data_dir is None):
+        raise QtoolError("give exactly one of --images DIR or --data DIR")
+    if fail_below is not None and not math.isfinite(fail_below):
+        raise QtoolError(f"--fail-below {fail_below} must be a finite number of decibels")
+    given = {name for name, value in zip(_FLAGS, (size, resize, scale_text, mean, std, bgr, layout)) if value is not None}
+    if data_dir is not None and given:
+        raise QtoolError(f"--{sorted(given)[0]} applies to --images; .npy/.npz data is fed as it is")
+    calib_path = find_calibration(calib)
+    cal = calibration.load(calib_path)
+    loaded = load_checked_model(model_path, calib_path, cal)
+
+    if images_dir is not None:
+        spec = model.image_input(loaded.proto)
+        pre = image_preprocess(spec, cal.preprocess, size=size, resize=resize, scale_text=scale_text, mean=mean,
+                               std=std, bgr=bgr, layout=layout)
+        fixed = spec.dims[0]
+        if fixed is not None and batch_size not in (None, fixed):
+            raise QtoolError(f"the model has a fixed batch of {fixed}; --batch-size {batch_size} cannot be used")
+        batch = fixed or batch_size or DEFAULT_BATCH
+        inputs = data.list_images(images_dir, limit)
+        if fixed and len(inputs) % fixed:
+            raise QtoolError(
+                f"{len(inputs)} images do not fill batches of {fixed} (the model's fixed batch); "
+                f"use --limit {len(inputs) - len(inputs) % fixed or fixed}"
+            )
+
+        def runs():
+            return data.image_runs(inputs, pre, spec.name, batch)
+    else:
+        specs = model.data_inputs(loaded.proto)
+        if not specs:
+            raise QtoolError("the model has no inputs to feed; nothing to evaluate")
+        inputs = data.list_arrays(data_dir, limit)
+
+        def runs():
+            return data.array_runs(inputs, specs)
+
+    options = dict(exclude=list(exclude), weights_7bit=weights_7bit)
+    units = ev.work_units(loaded, cal, per_tensor=per_tensor, **options)
+    with _progress(units, not (ctx.obj["quiet"] or as_json)) as bar:
+        result = ev.evaluate(loaded, cal, runs, per_tensor=per_tensor, progress=bar, **options)
+    for w in result.warnings:
+        log.warning(w)
+    seconds = time.perf_counter() - started
+    failing = [o for o in result.outputs if fail_below is not None and not o.sqnr_db >= fail_below]
+    summary = {
+        "command": "evaluate", "model": str(loaded.path), "model_sha256": loaded.sha256, "calibration": str(calib_path),
+        "inputs": len(inputs), **ev.to_json(result),
+        "fail_below": fail_below, "passed": None if fail_below is None else not failing,
+        "seconds": round(seconds, 3), "warnings": result.warnings,
+    }
+    emit(as_json, summary, _text(result, len(inputs), "images" if images_dir is not None else "data files", seconds))
+    if failing:
+        worst = min(failing, key=lambda o: (o.sqnr_db if not math.isnan(o.sqnr_db) else -math.inf))
+        raise QtoolError(
+            f"output {worst.name!r} SQNR {ev.format_db(worst.sqnr_db)} dB is below --fail-below {fail_below:g} dB"
+            + (f" ({len(failing)} outputs fail)" if len(failing) > 1 else "")
+        )
+
+
+def _text(result: ev.Evaluation, inputs: int, what: str, seconds: float) -> str:
+    q = result.plan_summary
+    lines = [
+        f"int8 (QDQ simulation: {q.get('int8_layers', 0)} int8 layers, {q.get('activation_quantizers', 0)} activation and "
+        f"{q.get('weight_quantizers', 0)} weight quantizers) vs FP32 on {result.samples} samples from {inputs} {what} in {seconds:.1f} s",
+    ]
+    width = max([len("output")] + [len(o.name) for o in result.outputs])
+    lines.append(f"{'output':<{width}}  {'SQNR dB':>8}  {'cosine':>8}  {'top-1 agree':>11}")
+    for o in result.outputs:
+        top1 = f"{o.top1_agreement * 100:.2f} %" if o.top1_agreement is not None else "-"
+        cos = "nan" if math.isnan(o.cosine) else f"{o.cosine:.5f}"
+        lines.append(f"{o.name:<{width}}  {ev.format_db(o.sqnr_db):>8}  {cos:>8}  {top1:>11}")
+    if result.tensors:
+        lines.append("quantized tensors, most harmful first (output SQNR dB with only that tensor quantized):")
+        for i, t in enumerate(result.tensors, 1):
+            lines.append(f"{i:>4}  {ev.format_db(t.sqnr_db):>8}  {t.kind:<10}  {t.tensor}  -> {', '.join(t.layers) or '-'}")
+    return "\n".join(lines)

@@ -1,0 +1,511 @@
+"""How good is the int8 model: the QDQ simulation against FP32, per output and per quantizer.
+
+The quantized model is the QDQ export (qtool.exporters.qdq), built in memory and run in
+onnxruntime on CPU; the reference is the FP32 model. All statistics are float64 and
+accumulated over every sample, so they do not depend on the batch size.
+
+Per compared (float) model output:
+  sqnr_db   10 log10(sum ref^2 / sum (ref - q)^2) over all elements of all samples.
+            +inf when the int8 output equals the FP32 output exactly (no noise), -inf when the
+            FP32 output is all zero and the int8 one is not, or the int8 output is NaN/inf
+            where the FP32 one is finite. Elements where FP32 itself is NaN/inf are skipped
+            (counted in `skipped`).
+  cosine    sum(ref q) / (|ref| |q|) over everything; 1.0 when both are all zero, 0.0 when
+            exactly one is.
+  top1      share of samples whose argmax agrees, for outputs that look like class scores:
+            shape [N, C] with C >= 2 once singleton axes after the batch axis are dropped.
+
+Per quantizer ("quantized tensor": every activation quantizer and every weight quantizer of
+the placement): the model with only that quantizer applied, its SQNR on each output, and the
+worst (lowest) of those as the tensor's score; sorted worst first. JSON has no infinity, so
+json_number() writes +inf/-inf as the strings "inf"/"-inf" (and NaN as "nan").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from . import collect, placement
+from . import graph as G
+from .errors import QtoolError
+from .exporters import qdq
+
+Feeds = dict[str, np.ndarray]
+Runs = Callable[[], Iterable[tuple[Feeds, int]]]  # a fresh iterator of (feeds, samples) per call
+
+# Inputs and FP32 outputs of all runs are kept in memory up to this size, so the per-quantizer
+# passes do not decode the inputs and run the FP32 model again; beyond it they do.
+CACHE_BYTES = 512 << 20
+
+COMPUTE_OPS = placement.LINEAR | placement.ELEMENTWISE | placement.POOLING
+_FORWARDING = placement.PASS_THROUGH | {"Concat"}
+
+
+# ---------------------------------------------------------------- metrics
+
+
+def sqnr_db(signal: float, noise: float) -> float:
+    """10 log10(signal / noise) for sums of squares; +inf without noise, -inf without signal."""
+    signal, noise = float(signal), float(noise)
+    if math.isnan(signal) or math.isnan(noise):
+        return math.nan
+    if noise == 0:
+        return math.inf
+    if signal == 0 or math.isinf(noise):
+        return -math.inf
+    if math.isinf(signal):
+        return math.inf
+    return 10.0 * (math.log10(signal) - math.log10(noise))
+
+
+def cosine(dot: float, ref_sq: float, out_sq: float) -> float:
+    """dot / (|ref| |out|): 1.0 when both are all zero, 0.0 when exactly one is."""
+    if ref_sq == 0 and out_sq == 0:
+        return 1.0
+    if ref_sq == 0 or out_sq == 0:
+        return 0.0
+    value = float(dot) / (math.sqrt(ref_sq) * math.sqrt(out_sq))
+    return max(-1.0, min(1.0, value)) if math.isfinite(value) else math.nan
+
+
+def looks_like_class_scores(shape: tuple[int, ...]) -> bool:
+    """[N, C] with C >= 2 once singleton axes after the batch axis are dropped."""
+    if len(shape) < 2:
+        return False
+    rest = [d for d in shape[1:] if d != 1]
+    return len(rest) == 1 and rest[0] >= 2
+
+
+def json_number(value: float | None, digits: int = 4):
+    """A JSON-safe number: rounded when finite, the strings 'inf', '-inf', 'nan' otherwise."""
+    if value is None:
+        return None
+    value = float(value)
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return round(value, digits)
+
+
+def from_json_number(value) -> float | None:
+    """Inverse of json_number (for files written by qtool evaluate --json)."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value in ("inf", "-inf", "nan"):
+        return float(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"expected a number or 'inf'/'-inf'/'nan', got {value!r}")
+    return float(value)
+
+
+def format_db(value: float) -> str:
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "+inf" if value > 0 else "-inf"
+    return f"{value:.2f}"
+
+
+class _Acc:
+    """Float64 running sums comparing one output of the quantized model with FP32."""
+
+    def __init__(self):
+        self.signal = self.noise = self.dot = self.out_sq = 0.0
+        self.broken = 0  # elements where FP32 is finite and the int8 model's is not
+        self.agree = self.top1_samples = 0
+        self.samples = self.skipped = self.shape_mismatches = 0
+        self.classes = True
+
+    def update(self, ref: np.ndarray, out: np.ndarray) -> None:
+        if ref.shape != out.shape:
+            self.shape_mismatches += 1
+            return
+        self.samples += ref.shape[0] if ref.ndim else 1
+        self.classes = self.classes and looks_like_class_scores(ref.shape)
+        r = np.asarray(ref, dtype=np.float64).ravel()
+        o = np.asarray(out, dtype=np.float64).ravel()
+        finite = np.isfinite(r)
+        all_finite = bool(finite.all())
+        if not all_finite:
+            self.skipped += int((~finite).sum())
+            r, o = r[finite], o[finite]
+        ok = np.isfinite(o)
+        if not ok.all():
+            self.broken += int((~ok).sum())
+            r, o = r[ok], o[ok]
+        diff = r - o
+        with np.errstate(over="ignore", invalid="ignore"):
+            self.signal += float(np.dot(r, r))
+            self.noise += float(np.dot(diff, diff))
+            self.dot += float(np.dot(r, o))
+            self.out_sq += float(np.dot(o, o))
+        if self.classes and all_finite:
+            n = ref.shape[0]
+            a, b = ref.reshape(n, -1), out.reshape(n, -1)
+            self.agree += int((np.argmax(a, axis=1) == np.argmax(b, axis=1)).sum())
+            self.top1_samples += n
+
+    def sqnr(self) -> float:
+        return -math.inf if self.broken else sqnr_db(self.signal, self.noise)
+
+    def cosine(self) -> float:
+        return math.nan if self.broken else cosine(self.dot, self.signal, self.out_sq)
+
+    def top1(self) -> float | None:
+        return self.agree / self.top1_samples if self.classes and self.top1_samples else None
+
+
+@dataclass
+class OutputMetrics:
+    name: str
+    sqnr_db: float
+    cosine: float
+    top1_agreement: float | None  # share of samples in 0..1, None when not class scores
+    samples: int
+    skipped: int = 0  # elements where FP32 itself was NaN/inf
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name, "sqnr_db": json_number(self.sqnr_db), "cosine": json_number(self.cosine, 6),
+            "top1_agreement": json_number(self.top1_agreement, 6), "samples": self.samples, "skipped_nonfinite": self.skipped,
+        }
+
+
+@dataclass
+class TensorSensitivity:
+    """The model with only this tensor's quantizer applied, compared with FP32."""
+
+    tensor: str
+    kind: str  # "activation" or "weight"
+    layers: list[str]  # compute nodes reading the quantizer (what --keep-fp32 keeps in FP32)
+    outputs: dict[str, float]  # SQNR dB per compared output
+    order: int = 0  # position in the placement (graph order), the tie-breaker
+
+    @property
+    def sqnr_db(self) -> float:
+        values = list(self.outputs.values())
+        if any(math.isnan(v) for v in values):
+            return math.nan
+        return min(values) if values else math.nan
+
+    def to_json(self) -> dict:
+        return {
+            "tensor": self.tensor, "kind": self.kind, "sqnr_db": json_number(self.sqnr_db),
+            "outputs": {k: json_number(v) for k, v in self.outputs.items()}, "layers": self.layers,
+        }
+
+
+def _rank_key(t: TensorSensitivity):
+    v = t.sqnr_db
+    return (-math.inf if math.isnan(v) else v, t.order)
+
+
+@dataclass
+class Evaluation:
+    outputs: list[OutputMetrics]
+    tensors: list[TensorSensitivity]  # worst first; empty when not asked for
+    samples: int
+    plan_summary: dict
+    fp32_layers: dict[str, str]
+    not_compared: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def worst_sqnr_db(self) -> float:
+        values = [o.sqnr_db for o in self.outputs]
+        if any(math.isnan(v) for v in values):
+            return math.nan
+        return min(values) if values else math.nan
+
+
+# ---------------------------------------------------------------- the quantized model
+
+
+@dataclass
+class Prepared:
+    """The model as the QDQ exporter edits it (opset upgraded, unique node names) and its plan."""
+
+    model: onnx.ModelProto
+    plan: placement.Plan
+    records: dict
+    warnings: list[str]
+
+
+def prepare(loaded, cal, *, exclude=(), weights_7bit=None) -> Prepared:
+    """The steps of qdq.export up to the placement, kept so single quantizers can be applied."""
+    model = G.copy_model(loaded.proto, str(loaded.path.parent))
+    model, warnings = qdq.upgrade_opset(model)
+    G.unique_node_names(model.graph, G.Namer(model))
+    records = {t.name: t for t in cal.tensors}
+    plan = _place(model, records, exclude, weights_7bit)
+    return Prepared(model, plan, records, warnings + plan.warnings)
+
+
+def _place(model, records, exclude, weights_7bit) -> placement.Plan:
+    return placement.place(model, records, exclude=list(exclude or ()), weights_7bit=weights_7bit,
+                           float_types=(TensorProto.FLOAT,))
+
+
+def _with_sites(prepared: Prepared, activations: list, weights: list) -> onnx.ModelProto:
+    model = onnx.ModelProto()
+    model.CopyFrom(prepared.model)
+    plan = placement.Plan(activations, weights, [], {}, [])
+    qdq.apply(model, G.Namer(model), plan)
+    G.toposort(model.graph)
+    return model
+
+
+def compute_layers(model: onnx.ModelProto, readers: list[tuple[str, int]]) -> list[str]:
+    """The compute nodes (Conv, Gemm, Add, pooling ...) that end up reading a quantizer read by
+    `readers`: pass-through ops and Concat it was moved above are followed down to them."""
+    nodes = {n.name: n for n in model.graph.node}
+    consumers = G.consumers(model.graph)
+    found: list[str] = []
+    seen: set[str] = set()
+    stack = [name for name, _ in readers]
+    while stack:
+        name = stack.pop(0)
+        if name in seen:
+            continue
+        seen.add(name)
+        n = nodes.get(name)
+        if n is None:
+            continue
+        if n.domain in ("", "ai.onnx") and n.op_type in _FORWARDING and n.op_type not in COMPUTE_OPS:
+            for o in n.output:
+                stack.extend(c.name for c, _ in consumers.get(o, ()))
+        else:
+            found.append(name)
+    return found
+
+
+# ---------------------------------------------------------------- running
+
+
+class _Reference:
+    """(feeds, samples, FP32 outputs) of every run, cached while small (see CACHE_BYTES)."""
+
+    def __init__(self, runs: Runs, session, names: list[str], budget: int = CACHE_BYTES):
+        self.runs, self.session, self.names, self.budget = runs, session, names, budget
+        self.cached: list | None = None
+        self.passes = 0
+
+    def __iter__(self) -> Iterator[tuple[Feeds, int, list[np.ndarray]]]:
+        if self.cached is not None:
+            yield from self.cached
+            return
+        cache: list | None = [] if self.passes == 0 else None
+        size = 0
+        self.passes += 1
+        for feeds, count in collect.prefetch(self.runs()):
+            ref = collect._run(self.session, self.names, feeds)
+            if cache is not None:
+                size += sum(v.nbytes for v in feeds.values()) + sum(np.asarray(r).nbytes for r in ref)
+                cache = cache if size <= self.budget else None
+                if cache is not None:
+                    cache.append((feeds, count, ref))
+            yield feeds, count, ref
+        if cache is not None:
+            self.cached = cache
+
+
+def _compare(reference: _Reference, session, names: list[str]) -> tuple[list[_Acc], int]:
+    accs = [_Acc() for _ in names]
+    samples = 0
+    for feeds, count, ref in reference:
+        out = collect._run(session, names, feeds)
+        for acc, r, o in zip(accs, ref, out):
+            acc.update(np.asarray(r), np.asarray(o))
+        samples += count
+    return accs, samples
+
+
+def _float_outputs(proto: onnx.ModelProto) -> tuple[list[str], list[str]]:
+    compared, skipped = [], []
+    for o in proto.graph.output:
+        t = o.type.tensor_type.elem_type if o.type.HasField("tensor_type") else 0
+        (compared if t in (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE) else skipped).append(o.name)
+    return compared, skipped
+
+
+def _session(loaded, proto: onnx.ModelProto):
+    return collect.make_session(proto, external_folder=loaded.path.parent if loaded.external_files else None)
+
+
+def sensitivities(prepared: Prepared, reference: _Reference, names: list[str], progress=None) -> list[TensorSensitivity]:
+    """Every quantizer of the plan on its own, worst first."""
+    sites = [("activation", s) for s in prepared.plan.activations] + [("weight", s) for s in prepared.plan.weights]
+    result = []
+    for order, (kind, site) in enumerate(sites):
+        model = _with_sites(prepared, [site] if kind == "activation" else [], [site] if kind == "weight" else [])
+        accs, _ = _compare(reference, collect.make_session(model), names)
+        result.append(TensorSensitivity(
+            site.tensor, kind, compute_layers(prepared.model, site.readers),
+            {n: a.sqnr() for n, a in zip(names, accs)}, order,
+        ))
+        if progress is not None:
+            progress.update(1)
+    result.sort(key=_rank_key)
+    return result
+
+
+def evaluate(loaded, cal, runs: Runs, *, exclude=(), weights_7bit=None, per_tensor: bool = True,
+             progress=None, cache_bytes: int = CACHE_BYTES) -> Evaluation:
+    """Compare the QDQ simulation of `cal` on `loaded` with FP32 on the inputs `runs` gives."""
+    names, not_compared = _float_outputs(loaded.proto)
+    if not names:
+        raise QtoolError("the model has no float outputs to compare (SQNR needs float outputs)")
+    exported = qdq.export(loaded, cal, exclude=exclude, weights_7bit=weights_7bit)
+    prepared = prepare(loaded, cal, exclude=exclude, weights_7bit=weights_7bit)
+    reference = _Reference(runs, _session(loaded, loaded.proto), names, cache_bytes)
+    quantized = collect.make_session(onnx.load_model_from_string(exported.data))
+    accs, samples = _compare(reference, quantized, names)
+    if samples == 0:
+        raise QtoolError("no inputs to evaluate on")
+    if progress is not None:
+        progress.update(1)
+    warnings = list(exported.warnings)
+    for n, a in zip(names, accs):
+        if a.shape_mismatches:
+            warnings.append(f"output {n!r} had a different shape in the int8 model in {a.shape_mismatches} run(s); those runs were not compared")
+        if a.broken:
+            warnings.append(f"output {n!r}: the int8 model gave {a.broken} NaN/inf value(s) where FP32 is finite")
+        if a.skipped:
+            warnings.append(f"output {n!r}: {a.skipped} FP32 value(s) were NaN/inf and were not compared")
+    if not_compared:
+        warnings.append(f"non-float output(s) not compared: {', '.join(not_compared)}")
+    outputs = [
+        OutputMetrics(n, a.sqnr(), a.cosine(), a.top1(), a.samples, a.skipped)
+        for n, a in zip(names, accs)
+    ]
+    tensors = sensitivities(prepared, reference, names, progress) if per_tensor else []
+    return Evaluation(outputs, tensors, samples, exported.summary, dict(prepared.plan.fp32_layers), not_compared, warnings)
+
+
+def work_units(loaded, cal, *, exclude=(), weights_7bit=None, per_tensor=True) -> int:
+    """Model passes evaluate() makes (for a progress bar)."""
+    if not per_tensor:
+        return 1
+    prepared = prepare(loaded, cal, exclude=exclude, weights_7bit=weights_7bit)
+    return 1 + len(prepared.plan.activations) + len(prepared.plan.weights)
+
+
+def to_json(ev: Evaluation) -> dict:
+    return {
+        "samples": ev.samples,
+        "sqnr_db": json_number(ev.worst_sqnr_db),
+        "outputs": [o.to_json() for o in ev.outputs],
+        "not_compared": ev.not_compared,
+        "quantization": {k: v for k, v in ev.plan_summary.items()},
+        "tensors": [{"rank": i + 1, **t.to_json()} for i, t in enumerate(ev.tensors)],
+    }
+
+
+# ---------------------------------------------------------------- mixed precision
+
+
+SYNTHETIC_SAMPLES = 16
+SYNTHETIC_SEED = 0
+
+
+def synthetic_runs(loaded, cal, samples: int = SYNTHETIC_SAMPLES, seed: int = SYNTHETIC_SEED) -> Runs:
+    """Inputs drawn from the calibration file itself: every element of every model input
+    independently from that input's stored histogram of |x| (uniform within a bin), with a
+    random sign when the input was ever negative, clipped to the recorded [min, max]. Seeded,
+    so the same file gives the same inputs. The calibration file does not record the inputs it
+    was made from, so this is what a ranking without other inputs can use."""
+    from . import model as M
+
+    specs = M.data_inputs(loaded.proto)
+    records = {t.name: t for t in cal.tensors}
+    pre = cal.preprocess if cal.preprocess.get("source") == "images" else {}
+    shapes = {}
+    for spec in specs:
+        rec = records.get(spec.name)
+        if spec.elem_type != TensorProto.FLOAT or rec is None:
+            raise QtoolError(
+                f"--keep-fp32 ranks layers on inputs drawn from the calibration file's histograms of the model inputs, and "
+                f"input {spec.name!r} has none (not a calibrated float input); use qtool evaluate and --exclude instead"
+            )
+        dims = list(spec.dims)
+        if pre and spec.name == pre.get("input") and len(dims) == 4:
+            hwc = (pre["channels"], pre["height"], pre["width"]) if pre["layout"] == "nchw" else (pre["height"], pre["width"], pre["channels"])
+            dims[1:] = [d if d is not None else v for d, v in zip(dims[1:], hwc)]
+        if any(d is None for d in dims[1:]):
+            raise QtoolError(
+                f"--keep-fp32 needs the full shape of input {spec.name!r} to draw ranking inputs, and it has a dynamic "
+                "dimension; use qtool evaluate and --exclude instead"
+            )
+        shapes[spec.name] = (dims[0], tuple(dims[1:]))
+
+    def sample(rng, rec, shape) -> np.ndarray:
+        counts = np.asarray(rec.counts, dtype=np.float64)
+        size = int(np.prod(shape))
+        if counts.sum() <= 0 or rec.hist_range <= 0:
+            return np.zeros(shape, np.float32)
+        width = rec.hist_range / counts.size
+        idx = rng.choice(counts.size, size=size, p=counts / counts.sum())
+        x = np.minimum((idx + rng.random(size)) * width, rec.absmax)
+        if not rec.unsigned:
+            x = x * rng.choice(np.array([-1.0, 1.0]), size=size)
+        return np.clip(x, rec.min, rec.max).reshape(shape).astype(np.float32)
+
+    fixed = {d for d, _ in shapes.values()} - {None}
+    batch = fixed.pop() if len(fixed) == 1 else (1 if fixed else 8)
+
+    def runs():
+        rng = np.random.default_rng(seed)
+        done = 0
+        while done < samples:
+            n = batch if fixed or batch == 1 else min(batch, samples - done)
+            feeds = {name: sample(rng, records[name], (n, *rest)) for name, (_, rest) in shapes.items()}
+            yield feeds, n
+            done += n
+
+    return runs
+
+
+@dataclass
+class KeepFp32:
+    exclude: list[str]  # node names for --exclude
+    tensors: list[dict]  # the chosen quantized tensors: tensor, sqnr_db, layers
+    warnings: list[str]
+
+
+def keep_fp32(loaded, cal, count: int, *, runs: Runs | None = None, exclude=(), weights_7bit=None) -> KeepFp32:
+    """The layers to keep in FP32 so that the `count` quantized tensors ranked most harmful
+    (as evaluate ranks them, on `runs`, by default synthetic_runs) are no longer quantized.
+    Walking the ranking worst first, a tensor already unquantized by an earlier choice is
+    skipped, so `count` tensors really go."""
+    names, _ = _float_outputs(loaded.proto)
+    if not names:
+        raise QtoolError("--keep-fp32: the model has no float outputs to rank layers by")
+    prepared = prepare(loaded, cal, exclude=exclude, weights_7bit=weights_7bit)
+    reference = _Reference(runs or synthetic_runs(loaded, cal), _session(loaded, loaded.proto), names)
+    ranking = sensitivities(prepared, reference, names)
+    chosen: list[dict] = []
+    extra: list[str] = []
+    current = prepared.plan
+    for t in ranking:
+        if len(chosen) == count:
+            break
+        present = {s.tensor for s in current.activations} | {s.tensor for s in current.weights}
+        if t.tensor not in present:
+            continue
+        new = [n for n in t.layers if n not in extra]
+        if not new:
+            continue
+        extra.extend(new)
+        chosen.append({"tensor": t.tensor, "ranking_sqnr_db": json_number(t.sqnr_db), "layers": new})
+        current = _place(prepared.model, prepared.records, list(exclude or ()) + extra, weights_7bit)
+    warnings = []
+    if len(chosen) < count:
+        warnings.append(f"--keep-fp32 {count}: only {len(chosen)} quantized tensor(s) could be kept in FP32")
+    return KeepFp32(extra, chosen, warnings)

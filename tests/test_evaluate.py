@@ -1,0 +1,279 @@
+"""`qtool evaluate` and `qtool export --keep-fp32`: the int8 model (QDQ simulation) against FP32.
+
+The yardstick is independent of qtool's own code: the exported QDQ file run by a plain
+onnxruntime session, images decoded with PIL here, SQNR computed here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from click.testing import CliRunner
+from PIL import Image
+
+import zoo
+from qtool import evaluate as ev
+from qtool.cli import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "sample_models" / "digits_cnn.onnx"
+IMAGES = ROOT / "calib_images"
+HELDOUT = ROOT / "sample_models" / "digits_heldout.npz"
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def ok(result):
+    assert result.exit_code == 0 and result.exception is None, (result.output, result.exception)
+    return result
+
+
+def strict_json(text: str):
+    """json.loads that refuses NaN/Infinity tokens (not JSON, though Python writes them)."""
+    def refuse(token):
+        raise ValueError(f"non-JSON token {token}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def run(path_or_bytes, feeds) -> list[np.ndarray]:
+    sess = ort.InferenceSession(path_or_bytes if isinstance(path_or_bytes, bytes) else str(path_or_bytes), providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def sqnr(ref, out) -> float:
+    ref, out = np.asarray(ref, np.float64), np.asarray(out, np.float64)
+    return float(10 * np.log10((ref ** 2).sum() / ((ref - out) ** 2).sum()))
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    """The sample model calibrated on the bundled images, and the held-out set as .npy files."""
+    d = tmp_path_factory.mktemp("digits_eval")
+    calib = d / "digits.calib.json"
+    ok(invoke("-q", "calibrate", SAMPLE, "--images", IMAGES, "-o", calib))
+    held = np.load(HELDOUT)
+    x, y = held["x"], held["y"]
+    (d / "held").mkdir()
+    for i in range(0, len(x), 100):
+        np.save(d / "held" / f"h{i:03d}.npy", x[i : i + 100])
+    r = ok(invoke("evaluate", SAMPLE, "--calib", calib, "--data", d / "held", "--json"))
+    return {"dir": d, "calib": calib, "held": d / "held", "x": x, "y": y, "eval": strict_json(r.stdout)}
+
+
+def test_sqnr_agrees_with_the_exported_qdq_file_in_onnxruntime(digits):
+    out = digits["dir"] / "digits.qdq.onnx"
+    ok(invoke("-q", "export", "--target", "qdq", "--calib", digits["calib"], "-o", out))
+    x = digits["x"]
+    ref, q = run(SAMPLE, {"input": x})[0], run(out, {"input": x})[0]
+    theirs = sqnr(ref, q)
+    e = digits["eval"]
+    (logits,) = e["outputs"]
+    assert logits["name"] == "logits" and logits["samples"] == 400 and e["samples"] == 400
+    assert abs(logits["sqnr_db"] - theirs) < 0.5, (logits["sqnr_db"], theirs)
+    assert e["sqnr_db"] == logits["sqnr_db"]
+    cos = float((ref.astype(np.float64) * q).sum() / np.linalg.norm(ref.astype(np.float64)) / np.linalg.norm(q.astype(np.float64)))
+    assert logits["cosine"] == pytest.approx(cos, abs=1e-5)
+    assert logits["top1_agreement"] == pytest.approx(float((ref.argmax(1) == q.argmax(1)).mean()), abs=1e-9)
+    assert e["quantization"]["int8_layers"] == 7 and e["passed"] is None
+
+
+def test_images_use_the_recorded_preprocessing(digits, tmp_path):
+    names = sorted(IMAGES.glob("*.png"))[:24]
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    for p in names:
+        (folder / p.name).write_bytes(p.read_bytes())
+    # the sample model's preprocessing, done here with PIL: grey, 32x32, / 255
+    x = np.stack([np.asarray(Image.open(p).convert("L").resize((32, 32), Image.BILINEAR), np.float32)[None] / 255 for p in names])
+    out = tmp_path / "q.onnx"
+    ok(invoke("-q", "export", "--target", "qdq", "--calib", digits["calib"], "-o", out))
+    theirs = sqnr(run(SAMPLE, {"input": x})[0], run(out, {"input": x})[0])
+    r = ok(invoke("evaluate", SAMPLE, "--calib", digits["calib"], "--images", folder, "--no-tensors", "--json", "--batch-size", "5"))
+    e = strict_json(r.stdout)
+    assert e["inputs"] == 24 and e["samples"] == 24 and e["tensors"] == []
+    assert abs(e["sqnr_db"] - theirs) < 0.5, (e["sqnr_db"], theirs)
+    # a flag overrides the recorded value: pixels x255 is another input, another result
+    r = ok(invoke("evaluate", SAMPLE, "--calib", digits["calib"], "--images", folder, "--no-tensors", "--json", "--scale", "1"))
+    assert abs(strict_json(r.stdout)["sqnr_db"] - theirs) > 1.0
+
+
+def test_per_tensor_ranking_worst_first_and_consistent(digits):
+    tensors = digits["eval"]["tensors"]
+    q = digits["eval"]["quantization"]
+    assert len(tensors) == q["activation_quantizers"] + q["weight_quantizers"] == 16
+    values = [t["sqnr_db"] for t in tensors]
+    assert values == sorted(values) and [t["rank"] for t in tensors] == list(range(1, 17))
+    assert {t["kind"] for t in tensors} == {"activation", "weight"}
+    for t in tensors:
+        assert t["layers"] and t["outputs"] == {"logits": t["sqnr_db"]}
+    # one quantizer alone adds less noise than all of them together
+    assert values[0] >= digits["eval"]["sqnr_db"] - 0.5
+    weights = {t["tensor"]: t for t in tensors if t["kind"] == "weight"}
+    assert weights["fc.weight"]["layers"] == ["/fc/Gemm"]
+    # a quantizer moved above MaxPool is charged to the layers that read the MaxPool output
+    stem = next(t for t in tensors if t["tensor"] == "/stem/stem.2/Relu_output_0")
+    assert sorted(stem["layers"]) == ["/Add", "/res_a/res_a.0/Conv"]
+
+
+def test_single_quantizer_sqnr_matches_a_model_with_that_quantizer_only(digits):
+    """The worst tensor's number, reproduced with the placement and qdq.apply by hand."""
+    from qtool import calibration, model
+    from qtool.exporters import qdq
+
+    loaded = model.load_model(SAMPLE)
+    cal = calibration.load(digits["calib"])
+    prepared = ev.prepare(loaded, cal)
+    worst = digits["eval"]["tensors"][0]
+    site = next(s for s in prepared.plan.activations + prepared.plan.weights if s.tensor == worst["tensor"])
+    m = onnx.ModelProto()
+    m.CopyFrom(prepared.model)
+    from qtool import graph as G
+    from qtool import placement
+
+    is_act = isinstance(site, placement.ActivationSite)
+    qdq.apply(m, G.Namer(m), placement.Plan([site] if is_act else [], [] if is_act else [site], [], {}, []))
+    G.toposort(m.graph)
+    x = digits["x"]
+    assert abs(sqnr(run(SAMPLE, {"input": x})[0], run(m.SerializeToString(), {"input": x})[0]) - worst["sqnr_db"]) < 0.01
+
+
+def test_excluding_the_worst_layers_raises_sqnr(digits):
+    worst = digits["eval"]["tensors"][0]
+    args = [a for layer in worst["layers"] for a in ("--exclude", layer)]
+    r = ok(invoke("evaluate", SAMPLE, "--calib", digits["calib"], "--data", digits["held"], "--no-tensors", "--json", *args))
+    assert strict_json(r.stdout)["sqnr_db"] > digits["eval"]["sqnr_db"] + 1.0
+
+
+def test_keep_fp32_3_raises_output_sqnr(digits, tmp_path):
+    full, kept = tmp_path / "full.onnx", tmp_path / "kept.onnx"
+    ok(invoke("-q", "export", "--target", "qdq", "--calib", digits["calib"], "-o", full))
+    r = ok(invoke("export", "--target", "qdq", "--calib", digits["calib"], "-o", kept, "--keep-fp32", "3", "--json"))
+    summary = json.loads(r.stdout)
+    assert len(summary["kept_fp32"]) == 3
+    layers = [layer for k in summary["kept_fp32"] for layer in k["layers"]]
+    assert len(layers) == len(set(layers)) >= 3
+    assert set(summary["fp32_layer_names"]) <= set(layers) and summary["int8_layers"] < 7
+    x = digits["x"]
+    ref = run(SAMPLE, {"input": x})[0]
+    before, after = sqnr(ref, run(full, {"input": x})[0]), sqnr(ref, run(kept, {"input": x})[0])
+    assert after > before + 3.0, (before, after)
+    # the same exclusions through evaluate give the same number
+    args = [a for layer in layers for a in ("--exclude", layer)]
+    r = ok(invoke("evaluate", SAMPLE, "--calib", digits["calib"], "--data", digits["held"], "--no-tensors", "--json", *args))
+    assert abs(strict_json(r.stdout)["sqnr_db"] - after) < 0.5
+    # the ranking is seeded: the same file gives the same choice
+    again = json.loads(ok(invoke("export", "--target", "qdq", "--calib", digits["calib"], "-o", tmp_path / "k2.onnx", "--keep-fp32", "3", "--json")).stdout)
+    assert again["kept_fp32"] == summary["kept_fp32"]
+    assert (tmp_path / "k2.onnx").read_bytes() == kept.read_bytes()
+
+
+def test_keep_fp32_more_than_there_are_warns(digits, tmp_path):
+    r = ok(invoke("export", "--target", "openvino", "--calib", digits["calib"], "-o", tmp_path / "ov.onnx", "--keep-fp32", "40", "--json"))
+    s = json.loads(r.stdout)
+    assert s["int8_layers"] == 0 and any("only" in w for w in s["warnings"])
+
+
+def test_fail_below_gate(digits):
+    common = ("evaluate", SAMPLE, "--calib", digits["calib"], "--data", digits["held"], "--no-tensors", "--json")
+    r = invoke(*common, "--fail-below", "60")
+    assert r.exit_code == 1
+    assert strict_json(r.stdout)["passed"] is False  # results first, then the verdict
+    assert r.stderr.strip().count("\n") == 0 and "below --fail-below 60 dB" in r.stderr
+    r = ok(invoke(*common, "--fail-below", "5"))
+    assert strict_json(r.stdout)["passed"] is True
+
+
+def test_identical_outputs_give_inf_as_a_json_string(tmp_path):
+    """A model with nothing to quantize: the int8 model is the FP32 one, SQNR +inf."""
+    onnx.save(zoo.tiny_relu_model(), tmp_path / "relu.onnx")
+    (tmp_path / "d").mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(3):
+        np.save(tmp_path / "d" / f"{i}.npy", rng.standard_normal((2, 1, 2, 2)).astype(np.float32))
+    ok(invoke("-q", "calibrate", tmp_path / "relu.onnx", "--data", tmp_path / "d", "-o", tmp_path / "r.calib.json"))
+    r = ok(invoke("evaluate", tmp_path / "relu.onnx", "--calib", tmp_path / "r.calib.json", "--data", tmp_path / "d", "--json", "--fail-below", "100"))
+    e = strict_json(r.stdout)
+    assert e["sqnr_db"] == "inf" and e["outputs"][0]["sqnr_db"] == "inf" and e["outputs"][0]["cosine"] == 1.0
+    assert e["outputs"][0]["top1_agreement"] is None and e["passed"] is True and e["tensors"] == []
+    r = ok(invoke("evaluate", tmp_path / "relu.onnx", "--calib", tmp_path / "r.calib.json", "--data", tmp_path / "d"))
+    assert "+inf" in r.stdout
+
+
+@pytest.mark.parametrize("extra, message", [
+    ((), "exactly one of --images DIR or --data DIR"),
+    (("--images", IMAGES, "--data", IMAGES), "exactly one of"),
+    (("--data", "HELD", "--scale", "1"), "--scale applies to --images"),
+    (("--data", "HELD", "--fail-below", "nan"), "must be a finite number"),
+    (("--data", "HELD", "--exclude", "/no/such/Conv"), "no node or tensor named"),
+    (("--images", "MISSING"), "does not exist"),
+])
+def test_bad_input_one_line_exit_1(digits, extra, message):
+    extra = [digits["held"] if a == "HELD" else digits["dir"] / "missing" if a == "MISSING" else a for a in extra]
+    r = invoke("evaluate", SAMPLE, "--calib", digits["calib"], *extra)
+    assert r.exit_code == 1 and message in r.stderr and r.stderr.count("\n") == 1, r.output
+    assert r.stdout == ""
+
+
+def test_other_models_calibration_is_refused(digits, tmp_path):
+    onnx.save(zoo.tiny_relu_model(), tmp_path / "relu.onnx")
+    r = invoke("evaluate", tmp_path / "relu.onnx", "--calib", digits["calib"], "--data", digits["held"])
+    assert r.exit_code == 1 and "SHA-256 differs" in r.stderr
+
+
+def test_keep_fp32_refused_for_tensorrt_and_without_float_inputs(digits, tmp_path):
+    r = invoke("export", "--target", "tensorrt", "--calib", digits["calib"], "-o", tmp_path / "x.cache", "--keep-fp32", "2")
+    assert r.exit_code == 1 and "openvino or qdq" in r.stderr and not (tmp_path / "x.cache").exists()
+    onnx.save(zoo.int_input_model(), tmp_path / "mixed.onnx")
+    (tmp_path / "d").mkdir()
+    np.savez(tmp_path / "d" / "0.npz", image=np.ones((1, 3, 8, 8), np.float32), scale_id=np.array([1], np.int64))
+    ok(invoke("-q", "calibrate", tmp_path / "mixed.onnx", "--data", tmp_path / "d", "-o", tmp_path / "m.calib.json"))
+    r = invoke("export", "--target", "qdq", "--calib", tmp_path / "m.calib.json", "-o", tmp_path / "m.qdq.onnx", "--keep-fp32", "1")
+    assert r.exit_code == 1 and "scale_id" in r.stderr and not (tmp_path / "m.qdq.onnx").exists()
+    # evaluate itself takes such a model: its inputs come from the data files
+    r = ok(invoke("evaluate", tmp_path / "mixed.onnx", "--calib", tmp_path / "m.calib.json", "--data", tmp_path / "d", "--json"))
+    assert isinstance(strict_json(r.stdout)["sqnr_db"], (float, str))
+
+
+# ---------------------------------------------------------------- the numbers themselves
+
+
+def test_sqnr_and_cosine_edge_cases():
+    assert ev.sqnr_db(1.0, 0.0) == math.inf and ev.sqnr_db(0.0, 0.0) == math.inf
+    assert ev.sqnr_db(0.0, 1.0) == -math.inf and ev.sqnr_db(1.0, math.inf) == -math.inf
+    assert ev.sqnr_db(100.0, 1.0) == pytest.approx(20.0)
+    assert ev.sqnr_db(1e-300, 1e-310) == pytest.approx(100.0)  # no underflow in the ratio
+    assert ev.cosine(0.0, 0.0, 0.0) == 1.0 and ev.cosine(0.0, 1.0, 0.0) == 0.0
+    assert [ev.json_number(v) for v in (math.inf, -math.inf, math.nan, 1.23456)] == ["inf", "-inf", "nan", 1.2346]
+    assert [ev.from_json_number(v) for v in ("inf", "-inf", 2)] == [math.inf, -math.inf, 2.0]
+    assert ev.looks_like_class_scores((8, 10)) and ev.looks_like_class_scores((8, 1000, 1, 1))
+    assert not ev.looks_like_class_scores((1, 84, 8400)) and not ev.looks_like_class_scores((8, 1)) and not ev.looks_like_class_scores((8,))
+
+
+def test_accumulator_is_batch_independent_and_handles_nonfinite():
+    rng = np.random.default_rng(3)
+    ref = rng.standard_normal((12, 5)).astype(np.float32)
+    out = ref + rng.normal(0, 0.05, ref.shape).astype(np.float32)
+    one, three = ev._Acc(), ev._Acc()
+    one.update(ref, out)
+    for i in range(0, 12, 4):
+        three.update(ref[i : i + 4], out[i : i + 4])
+    assert one.sqnr() == pytest.approx(three.sqnr(), rel=1e-12) and one.top1() == three.top1()
+    assert one.sqnr() == pytest.approx(sqnr(ref, out), rel=1e-9)
+    bad = out.copy()
+    bad[0, 0] = np.nan
+    acc = ev._Acc()
+    acc.update(ref, bad)
+    assert acc.sqnr() == -math.inf and math.isnan(acc.cosine())
+    nan_ref = ref.copy()
+    nan_ref[1, 1] = np.inf
+    acc = ev._Acc()
+    acc.update(nan_ref, out)
+    assert acc.skipped == 1 and math.isfinite(acc.sqnr()) and acc.top1() is None
