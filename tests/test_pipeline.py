@@ -32,10 +32,13 @@ def test_outputs_are_byte_identical_across_processes(tmp_path):
         out, cache = tmp_path / f"r{run}.calib.json", tmp_path / f"r{run}.cache"
         r = qtool("calibrate", SAMPLE, "--images", IMAGES, "--limit", "40", "-o", out, "--trt-table", cache)
         assert r.returncode == 0, r.stderr
-        exported = tmp_path / f"r{run}.ranges.txt"
-        r = qtool("export", "--target", "tensorrt", "--calib", out, "--format", "dynamic-range", "-o", exported)
-        assert r.returncode == 0, r.stderr
-        files.append([out.read_bytes(), cache.read_bytes(), exported.read_bytes()])
+        produced = [out.read_bytes(), cache.read_bytes()]
+        for target, extra in (("tensorrt", ["--format", "dynamic-range"]), ("openvino", []), ("qdq", [])):
+            exported = tmp_path / f"r{run}.{target}.out"
+            r = qtool("export", "--target", target, "--calib", out, "-o", exported, *extra)
+            assert r.returncode == 0, r.stderr
+            produced.append(exported.read_bytes())
+        files.append(produced)
     assert files[0] == files[1]
 
 
