@@ -687,8 +687,9 @@ def amax_for(
     if method == "entropy":
         if kl_variant == "nvidia":
             return entropy_amax(hist, bin_edges, num_bits=num_bits, unsigned=unsigned, start_bin=_nvidia_start(hist))
+        # ncnn and PPQ search every tensor on the signed grid (128 levels), as those tools do
         search = {"ncnn": ncnn_entropy_amax, "ppq": ppq_entropy_amax}[kl_variant]
-        return search(hist, bin_edges, num_bits=num_bits, unsigned=unsigned)
+        return search(hist, bin_edges, num_bits=num_bits, unsigned=False)
     if method == "mse":
         return mse_amax(hist, bin_edges, num_bits=num_bits, unsigned=unsigned)
     if method == "max":
