@@ -49,7 +49,6 @@ def setup(n_images: int) -> tuple[Path, Path]:
 
 
 def worker(mode: str, n: int, model: Path, folder: Path) -> dict:
-    import numpy as np
 
     images = sorted(folder.glob("*.jpg"))[:n]
     if mode == "plain":

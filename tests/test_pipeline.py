@@ -1,7 +1,6 @@
 """Behaviour in scripts: determinism across processes, signals, logging levels, progress bars."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
