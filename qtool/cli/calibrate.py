@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 import click
 
@@ -39,6 +41,56 @@ def _full_batches(runs, size: int, skipped: list):
                 f"batch of {size}; remove the unreadable images or use --on-bad-image fail to see them"
             )
         yield feeds, count
+
+
+@dataclass
+class _Source:
+    """Where calibration inputs come from and how they are run."""
+
+    inputs: list[Path]  # image or array files, after --limit and --shard
+    runs: Iterable  # (feeds, samples) per inference
+    preprocess: dict  # recorded in the calibration file
+    batch_size: int | None = None  # None: one run per data file
+    static: frozenset = frozenset()  # tensors counted once per `probe` samples
+    probe: int = 1
+    skipped: list | None = None  # unreadable images, with --on-bad-image skip
+
+
+def _image_source(loaded, names, images_dir, limit, shard, on_bad_image, batch_size, options) -> _Source:
+    spec = model.image_input(loaded.proto)
+    pre = data.resolve_preprocess(spec, **options)
+    fixed_batch = spec.dims[0]
+    if fixed_batch is not None and batch_size not in (None, fixed_batch):
+        raise QtoolError(f"the model has a fixed batch of {fixed_batch}; --batch-size {batch_size} cannot be used")
+    batch_size = fixed_batch or batch_size or _auto_batch(loaded.proto, names, spec, pre)
+    everything = data.list_images(images_dir, limit)
+    inputs = data.take_shard(everything, shard)
+    if not inputs:
+        raise QtoolError(f"shard {shard[0]}/{shard[1]} of {len(everything)} images is empty; use fewer shards")
+    if fixed_batch and len(inputs) % fixed_batch:
+        raise QtoolError(
+            f"{len(inputs)} images do not fill batches of {fixed_batch} (the model's fixed batch); "
+            f"use --limit {len(inputs) - len(inputs) % fixed_batch or fixed_batch}"
+        )
+    skipped: list | None = [] if on_bad_image == "skip" else None
+    runs = data.image_runs(inputs, pre, spec.name, batch_size, skipped)
+    if fixed_batch and skipped is not None:
+        runs = _full_batches(runs, fixed_batch, skipped)
+    # tensors computed from the input's shape only (decode grids) are counted per image
+    static = frozenset(names) - model.data_dependent(loaded.proto)
+    return _Source(inputs, runs, {"source": "images", "input": spec.name, **pre.to_dict()},
+                   batch_size, static, fixed_batch or 1, skipped)
+
+
+def _data_source(loaded, data_dir, limit, shard) -> _Source:
+    specs = model.data_inputs(loaded.proto)
+    if not specs:
+        raise QtoolError("the model has no inputs to feed; nothing to calibrate")
+    everything = data.list_arrays(data_dir, limit)
+    inputs = data.take_shard(everything, shard)
+    if not inputs:
+        raise QtoolError(f"shard {shard[0]}/{shard[1]} of {len(everything)} data files is empty; use fewer shards")
+    return _Source(inputs, data.array_runs(inputs, specs), {"source": "data", "inputs": [s.name for s in specs]})
 
 
 @cli.command(epilog=EPILOG)
@@ -95,40 +147,12 @@ def calibrate(ctx, model_path, images_dir, data_dir, limit, on_bad_image, shard,
     types = model.tensor_types(loaded.proto)
     names = model.activation_tensors(loaded.proto, types)
     if images_dir is not None:
-        spec = model.image_input(loaded.proto)
-        pre = data.resolve_preprocess(
-            spec, size=data.parse_size(size), layout=layout, resize=resize,
-            scale=data.parse_scale(scale_text), mean=mean, std=std, bgr=bgr,
-        )
-        fixed_batch = spec.dims[0]
-        if fixed_batch is not None and batch_size not in (None, fixed_batch):
-            raise QtoolError(f"the model has a fixed batch of {fixed_batch}; --batch-size {batch_size} cannot be used")
-        batch_size = fixed_batch or batch_size or _auto_batch(loaded.proto, names, spec, pre)
-        inputs = data.take_shard(data.list_images(images_dir, limit), shard_kn)
-        if not inputs:
-            raise QtoolError(f"shard {shard} of {len(data.list_images(images_dir, limit))} images is empty; use fewer shards")
-        if fixed_batch and len(inputs) % fixed_batch:
-            raise QtoolError(
-                f"{len(inputs)} images do not fill batches of {fixed_batch} (the model's fixed batch); "
-                f"use --limit {len(inputs) - len(inputs) % fixed_batch or fixed_batch}"
-            )
-        skipped: list | None = [] if on_bad_image == "skip" else None
-        runs = data.image_runs(inputs, pre, spec.name, batch_size, skipped)
-        if fixed_batch and skipped is not None:
-            runs = _full_batches(runs, fixed_batch, skipped)
-        # tensors computed from the input's shape only (decode grids) are counted per image
-        static = frozenset(names) - model.data_dependent(loaded.proto)
-        probe = fixed_batch or 1
-        preprocess = {"source": "images", "input": spec.name, **pre.to_dict()}
+        source = _image_source(loaded, names, images_dir, limit, shard_kn, on_bad_image, batch_size, dict(
+            size=data.parse_size(size), layout=layout, resize=resize, scale=data.parse_scale(scale_text),
+            mean=mean, std=std, bgr=bgr))
     else:
-        specs = model.data_inputs(loaded.proto)
-        if not specs:
-            raise QtoolError("the model has no inputs to feed; nothing to calibrate")
-        inputs = data.take_shard(data.list_arrays(data_dir, limit), shard_kn)
-        if not inputs:
-            raise QtoolError(f"shard {shard} of the data files is empty; use fewer shards")
-        runs, static, probe, batch_size, skipped = data.array_runs(inputs, specs), frozenset(), 1, None, None
-        preprocess = {"source": "data", "inputs": [s.name for s in specs]}
+        source = _data_source(loaded, data_dir, limit, shard_kn)
+    inputs, batch_size, skipped = source.inputs, source.batch_size, source.skipped
 
     session = collect.make_session(
         model.with_outputs(loaded.proto, names, types),
@@ -136,7 +160,7 @@ def calibrate(ctx, model_path, images_dir, data_dir, limit, on_bad_image, shard,
     )
     log.debug("calibrating %d tensors with %d inputs (batch %s)", len(names), len(inputs), batch_size or "per file")
     with progress(len(inputs), not (ctx.obj["quiet"] or as_json)) as bar:
-        hists, samples = collect.collect(session, names, runs, bins, bar, static=static, probe_size=probe)
+        hists, samples = collect.collect(session, names, source.runs, bins, bar, static=source.static, probe_size=source.probe)
     if samples == 0:
         raise QtoolError(f"none of the {len(inputs)} images could be read; nothing was calibrated")
 
@@ -156,7 +180,7 @@ def calibrate(ctx, model_path, images_dir, data_dir, limit, on_bad_image, shard,
     model_ref = os.path.relpath(loaded.path.resolve(), output.resolve().parent)
     cal = calibration.Calibration(
         model_path=Path(model_ref).as_posix(), model_sha256=loaded.sha256, method=method, num_bits=8,
-        bins=bins, samples=samples, preprocess=preprocess, tensors=records, kl_variant=kl_variant,
+        bins=bins, samples=samples, preprocess=source.preprocess, tensors=records, kl_variant=kl_variant,
         shard=shard_kn,
     )
     if trt_table:
