@@ -24,8 +24,8 @@ json_number() writes +inf/-inf as the strings "inf"/"-inf" (and NaN as "nan").
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import onnx
@@ -101,7 +101,7 @@ def from_json_number(value) -> float | None:
     if isinstance(value, str) and value in ("inf", "-inf", "nan"):
         return float(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"expected a number or 'inf'/'-inf'/'nan', got {value!r}")
+        raise TypeError(f"expected a number or 'inf'/'-inf'/'nan', got {value!r}")
     return float(value)
 
 
@@ -187,6 +187,7 @@ class TensorSensitivity:
     layers: list[str]  # compute nodes reading the quantizer (what --keep-fp32 keeps in FP32)
     outputs: dict[str, float]  # SQNR dB per compared output
     order: int = 0  # position in the placement (graph order), the tie-breaker
+    range: dict | None = None  # activations: the amax/unsigned quantized with, tensors sharing it
 
     @property
     def sqnr_db(self) -> float:
@@ -199,6 +200,7 @@ class TensorSensitivity:
         return {
             "tensor": self.tensor, "kind": self.kind, "sqnr_db": json_number(self.sqnr_db),
             "outputs": {k: json_number(v) for k, v in self.outputs.items()}, "layers": self.layers,
+            **({"range": self.range} if self.range is not None else {}),
         }
 
 
@@ -346,9 +348,12 @@ def sensitivities(prepared: Prepared, reference: _Reference, names: list[str], p
     for order, (kind, site) in enumerate(sites):
         model = _with_sites(prepared, [site] if kind == "activation" else [], [site] if kind == "weight" else [])
         accs, _ = _compare(reference, collect.make_session(model), names)
+        rng = None
+        if kind == "activation":
+            rng = {"amax": site.range.amax, "unsigned": site.range.unsigned, "shared_with": list(site.shared_with)}
         result.append(TensorSensitivity(
             site.tensor, kind, compute_layers(prepared.model, site.readers),
-            {n: a.sqnr() for n, a in zip(names, accs)}, order,
+            {n: a.sqnr() for n, a in zip(names, accs)}, order, rng,
         ))
         if progress is not None:
             progress.update(1)
@@ -364,6 +369,9 @@ def evaluate(loaded, cal, runs: Runs, *, exclude=(), weights_7bit=None, per_tens
         raise QtoolError("the model has no float outputs to compare (SQNR needs float outputs)")
     exported = qdq.export(loaded, cal, exclude=exclude, weights_7bit=weights_7bit)
     prepared = prepare(loaded, cal, exclude=exclude, weights_7bit=weights_7bit)
+    if progress is not None:  # a tqdm bar: one step per model pass over the inputs
+        progress.total = 1 + (len(prepared.plan.activations) + len(prepared.plan.weights) if per_tensor else 0)
+        progress.refresh()
     reference = _Reference(runs, _session(loaded, loaded.proto), names, cache_bytes)
     quantized = collect.make_session(onnx.load_model_from_string(exported.data))
     accs, samples = _compare(reference, quantized, names)
@@ -387,14 +395,6 @@ def evaluate(loaded, cal, runs: Runs, *, exclude=(), weights_7bit=None, per_tens
     ]
     tensors = sensitivities(prepared, reference, names, progress) if per_tensor else []
     return Evaluation(outputs, tensors, samples, exported.summary, dict(prepared.plan.fp32_layers), not_compared, warnings)
-
-
-def work_units(loaded, cal, *, exclude=(), weights_7bit=None, per_tensor=True) -> int:
-    """Model passes evaluate() makes (for a progress bar)."""
-    if not per_tensor:
-        return 1
-    prepared = prepare(loaded, cal, exclude=exclude, weights_7bit=weights_7bit)
-    return 1 + len(prepared.plan.activations) + len(prepared.plan.weights)
 
 
 def to_json(ev: Evaluation) -> dict:

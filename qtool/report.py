@@ -11,7 +11,10 @@ Per tensor (a row of the table):
             its entropy search minimises, its h[0] = h[1] convention included); empty when
             the tensor is all zero.
   SQNR      from `qtool evaluate --json` results, when given: the output SQNR with only this
-            tensor quantized (empty for tensors that are not quantizer sites).
+            tensor quantized (empty for tensors that are not quantizer sites). The evaluation also
+            says which range the export really quantizes each tensor with; where that is not the
+            file's amax (a range shared by a Concat or pass-through group, or max |x| in place of a
+            degenerate threshold) it is drawn and noted in orange.
 The table sorts by clicking a column heading, or on opening with #sort=clipped|kl|sqnr|order in the
 address (a few lines of inline script; without script the page shows graph order). Plots are matplotlib SVG, inline, ids made unique per plot; nothing is
 fetched from the network. Same inputs give the same bytes.
@@ -44,7 +47,7 @@ def require_matplotlib():
     """matplotlib, or a one-line QtoolError saying how to install it."""
     try:
         import matplotlib
-        from matplotlib.figure import Figure  # noqa: F401
+        import matplotlib.figure
     except ImportError:
         raise QtoolError("qtool report draws its plots with matplotlib, which is not installed; pip install 'qtool[report]'") from None
     return matplotlib
@@ -87,7 +90,7 @@ class Row:
     clipped: float
     kl: float | None
     sqnr: float | None  # from the evaluation
-    sqnr_kind: str | None = None
+    quantized_amax: float | None = None  # the range the export quantizes with (from the evaluation)
 
 
 def load_evaluation(path: Path, cal: Calibration) -> dict:
@@ -103,18 +106,25 @@ def load_evaluation(path: Path, cal: Calibration) -> dict:
     if doc.get("model_sha256") != cal.model_sha256:
         raise QtoolError(f"{str(path)!r} evaluates another model than the calibration file's (SHA-256 differs)")
     try:
-        tensors = {str(t["tensor"]): (from_json_number(t["sqnr_db"]), str(t["kind"])) for t in doc.get("tensors", [])}
+        tensors, ranges = {}, {}
+        for t in doc.get("tensors", []):
+            tensors[str(t["tensor"])] = from_json_number(t["sqnr_db"])
+            if t.get("range") is not None:
+                amax = float(t["range"]["amax"])
+                for name in [t["tensor"], *t["range"].get("shared_with", [])]:
+                    ranges.setdefault(str(name), amax)
         outputs = [(str(o["name"]), from_json_number(o["sqnr_db"]), from_json_number(o.get("cosine")),
                     from_json_number(o.get("top1_agreement"))) for o in doc.get("outputs", [])]
         samples = int(doc.get("samples", 0))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise QtoolError(f"{str(path)!r} is a damaged evaluation file (bad or missing field: {e})") from None
-    return {"tensors": tensors, "outputs": outputs, "samples": samples}
+    return {"tensors": tensors, "ranges": ranges, "outputs": outputs, "samples": samples}
 
 
 def rows(cal: Calibration, evaluation: dict | None = None) -> list[Row]:
     result = []
     sens = evaluation["tensors"] if evaluation else {}
+    ranges = evaluation["ranges"] if evaluation else {}
     for k, rec in enumerate(cal.tensors):
         ths = {}
         for m in methods():
@@ -122,9 +132,8 @@ def rows(cal: Calibration, evaluation: dict | None = None) -> list[Row]:
                 ths[m] = rec.threshold(m, cal.kl_variant, num_bits=cal.num_bits)
             except ValueError as e:
                 raise QtoolError(f"tensor {rec.name!r}: cannot compute the {m} threshold ({e})") from None
-        s = sens.get(rec.name)
         result.append(Row(k, rec, ths, placement.clipped_fraction(rec), kl_divergence(rec, rec.amax, cal.num_bits),
-                          s[0] if s else None, s[1] if s else None))
+                          sens.get(rec.name), ranges.get(rec.name)))
     return result
 
 
@@ -143,6 +152,10 @@ def _merged(record: TensorRecord) -> tuple[np.ndarray, np.ndarray]:
 
 def _count_label(v: float, _pos=None) -> str:
     return f"{v:g}" if v < 1000 else f"1e{round(math.log10(v))}"
+
+
+def _differs(a: float, b: float) -> bool:
+    return abs(a - b) > 1e-6 * max(abs(a), abs(b), 1e-30)
 
 
 def _fmt(v: float) -> str:
@@ -178,6 +191,8 @@ def plot_svg(row: Row, method: str, prefix: str) -> str:
         for j, (m, v) in enumerate(row.thresholds.items()):
             ax.axvline(v, color=_COLORS[j % len(_COLORS)], linewidth=1.1, linestyle=styles[j % len(styles)], label=f"{m}: {_fmt(v)}")
         ax.axvline(rec.amax, color="black", linewidth=2.2, linestyle=(0, (4, 2)), alpha=0.75, label=f"file ({method}): {_fmt(rec.amax)}")
+        if row.quantized_amax is not None and _differs(row.quantized_amax, rec.amax):
+            ax.axvline(row.quantized_amax, color="#e6550d", linewidth=2.2, alpha=0.8, label=f"quantized at: {_fmt(row.quantized_amax)}")
         ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7, frameon=False, borderaxespad=0)
         buf = io.StringIO()
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
@@ -188,13 +203,23 @@ def _inline(svg: str, prefix: str) -> str:
     """matplotlib's SVG document as an element: no prolog or metadata, path coordinates to
     0.01 pt, ids kept only where referenced and then prefixed (unique within the page)."""
     svg = svg[svg.index("<svg"):]
-    svg = re.sub(r"<metadata>.*?</metadata>\s*", "", svg, flags=re.S)
+    svg = re.sub(r"<metadata>.*?</metadata>\s*", "", svg, flags=re.DOTALL)
     svg = re.sub(r'\bd="([^"]*)"', lambda m: 'd="' + re.sub(r"(\.\d\d)\d+", r"\1", " ".join(m.group(1).split())) + '"', svg)
     used = set(re.findall(r"url\(#([^)]+)\)", svg)) | set(re.findall(r'href="#([^"]+)"', svg))
     svg = re.sub(r'\sid="([^"]+)"', lambda m: f' id="{prefix}{m.group(1)}"' if m.group(1) in used else "", svg)
     svg = re.sub(r"url\(#([^)]+)\)", lambda m: f"url(#{prefix}{m.group(1)})", svg)
     svg = re.sub(r'href="#([^"]+)"', lambda m: f'href="#{prefix}{m.group(1)}"', svg)
     return svg.strip()
+
+
+def _quantized_note(row: Row) -> str:
+    q = row.quantized_amax
+    if q is None or not _differs(q, row.record.amax):
+        return ""
+    counts = np.asarray(row.record.counts, dtype=np.float64)
+    left = row.record.edges()[:-1]
+    share = float(counts[left >= q].sum() / counts.sum()) if counts.sum() > 0 and q < row.record.absmax else 0.0
+    return f"<span class=\"note\" title=\"the range the export uses (shared or degenerate-threshold fallback)\">quantized at {_fmt(q)}, clips {share * 100:.3f} %</span>"
 
 
 def _attr(v: float | None) -> str:
@@ -208,9 +233,9 @@ body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;mar
 h1{font-size:1.35em;margin:0 0 .3em} .meta{color:#555;font-size:.9em;margin:.2em 0}
 table{border-collapse:collapse;font-size:.86em} th,td{border-bottom:1px solid #ddd;padding:.3em .5em;vertical-align:middle;text-align:right}
 th{background:#f3f3f3;position:sticky;top:0;z-index:1} th.sort{cursor:pointer;color:#0645ad;white-space:nowrap}
-th.sort:hover{text-decoration:underline} td.name{white-space:normal;text-align:left;font-family:ui-monospace,Consolas,monospace;max-width:20em;word-break:break-all}
+th.sort:hover{text-decoration:underline} th.left{text-align:left} td.name{white-space:normal;text-align:left;font-family:ui-monospace,Consolas,monospace;min-width:14em;max-width:22em;word-break:break-all}
 td{white-space:nowrap} td.plot{padding:0} td.plot svg{width:640px;height:240px;display:block} .bad{color:#b30000;font-weight:600}
-table.outputs{margin:.5em 0 1em}
+table.outputs{margin:.5em 0 1em} .note{color:#e6550d;font-size:.85em;display:block;white-space:normal;max-width:9em;margin-left:auto}
 """
 
 _SCRIPT = """
@@ -252,14 +277,16 @@ def render(cal: Calibration, calib_name: str, evaluation: dict | None = None) ->
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n",
         f"<title>qtool report: {e(calib_name)}</title>\n<style>{_STYLE}</style>\n</head>\n<body>\n",
         f"<h1>Calibration report: {e(calib_name)}</h1>\n",
-        f"<p class=\"meta\">model {e(cal.model_path)} (SHA-256 {e(cal.model_sha256[:16])}…) · method {e(cal.method)}"
-        f"{' (' + e(cal.kl_variant) + ')' if cal.method == 'entropy' else ''} · {cal.num_bits} bits · {cal.bins} bins · "
-        f"{cal.samples} samples · {len(cal.tensors)} tensors</p>\n",
+        (
+            f"<p class=\"meta\">model {e(cal.model_path)} (SHA-256 {e(cal.model_sha256[:16])}…) · method {e(cal.method)}"
+            f"{' (' + e(cal.kl_variant) + ')' if cal.method == 'entropy' else ''} · {cal.num_bits} bits · {cal.bins} bins · "
+            f"{cal.samples} samples · {len(cal.tensors)} tensors</p>\n"
+        ),
         f"<p class=\"meta\">preprocessing: {e(json.dumps(cal.preprocess))}</p>\n",
     ]
     if evaluation:
         parts.append(f"<p class=\"meta\">qtool evaluate on {evaluation['samples']} samples: the int8 model (QDQ simulation) against FP32</p>\n")
-        parts.append("<table class=\"outputs\"><thead><tr><th>output</th><th>SQNR dB</th><th>cosine</th><th>top-1 agreement</th></tr></thead><tbody>\n")
+        parts.append("<table class=\"outputs\"><thead><tr><th class=\"left\">output</th><th>SQNR dB</th><th>cosine</th><th>top-1 agreement</th></tr></thead><tbody>\n")
         for name, sqnr, cos, top1 in evaluation["outputs"]:
             parts.append(
                 f"<tr><td class=\"name\">{e(name)}</td><td>{format_db(sqnr) if sqnr is not None else ''}</td>"
@@ -269,7 +296,9 @@ def render(cal: Calibration, calib_name: str, evaluation: dict | None = None) ->
     parts.append(
         "<p class=\"meta\">Click a column heading to sort. clipped: share of calibrated values above the file's amax; "
         "KL: NVIDIA's entropy divergence at that amax"
-        + ("; SQNR: output SQNR (dB) with only this tensor quantized, from qtool evaluate" if evaluation else "")
+        + ("; SQNR: output SQNR (dB) with only this tensor quantized, from qtool evaluate; in orange, where the export "
+           "quantizes with another range than the file's amax (a range shared by a Concat or pass-through group, or max |x| "
+           "for a degenerate threshold)" if evaluation else "")
         + ". Plots: histogram of |x| with each method's threshold.</p>\n"
     )
     heads = [("order", "#"), (None, "tensor"), (None, "min"), ("absmax", "max |x|"), ("amax", "amax"),
@@ -282,7 +311,8 @@ def render(cal: Calibration, calib_name: str, evaluation: dict | None = None) ->
         if key:
             parts.append(f"<th class=\"sort\" data-key=\"{key}\" aria-sort=\"none\">{e(label)}<span></span></th>")
         else:
-            parts.append(f"<th>{e(label)}</th>")
+            left = ' class="left"' if label == "tensor" else ""
+            parts.append(f"<th{left}>{e(label)}</th>")
     parts.append("</tr></thead>\n<tbody>\n")
     for row in table:
         rec = row.record
@@ -291,7 +321,7 @@ def render(cal: Calibration, calib_name: str, evaluation: dict | None = None) ->
         clipped_cls = " class=\"bad\"" if row.clipped > placement.MAX_CLIPPED else ""
         cells = [
             f"<td>{row.order + 1}</td>", f"<td class=\"name\">{e(rec.name)}</td>", f"<td>{_fmt(rec.min)}</td>",
-            f"<td>{_fmt(rec.absmax)}</td>", f"<td>{_fmt(rec.amax)}</td>", f"<td{clipped_cls}>{row.clipped * 100:.3f} %</td>",
+            f"<td>{_fmt(rec.absmax)}</td>", f"<td>{_fmt(rec.amax)}{_quantized_note(row)}</td>", f"<td{clipped_cls}>{row.clipped * 100:.3f} %</td>",
             f"<td>{'' if row.kl is None else f'{row.kl:.4g}'}</td>",
         ]
         if evaluation:

@@ -14,10 +14,10 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+import zoo
 from click.testing import CliRunner
 from PIL import Image
 
-import zoo
 from qtool import evaluate as ev
 from qtool.cli import cli
 
@@ -114,6 +114,10 @@ def test_per_tensor_ranking_worst_first_and_consistent(digits):
     assert {t["kind"] for t in tensors} == {"activation", "weight"}
     for t in tensors:
         assert t["layers"] and t["outputs"] == {"logits": t["sqnr_db"]}
+        assert ("range" in t) == (t["kind"] == "activation")
+    concat = {t["tensor"]: t["range"] for t in tensors if t["tensor"] in ("/Mul_output_0", "/branch_relu/branch_relu.2/Relu_output_0")}
+    assert len(concat) == 2 and concat["/Mul_output_0"]["amax"] == concat["/branch_relu/branch_relu.2/Relu_output_0"]["amax"]
+    assert "/Concat_output_0" in concat["/Mul_output_0"]["shared_with"]
     # one quantizer alone adds less noise than all of them together
     assert values[0] >= digits["eval"]["sqnr_db"] - 0.5
     weights = {t["tensor"]: t for t in tensors if t["kind"] == "weight"}

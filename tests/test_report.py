@@ -4,7 +4,6 @@ headless Chromium when one is installed (scripts/screenshot_report.py)."""
 from __future__ import annotations
 
 import json
-import math
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
@@ -23,7 +22,7 @@ SAMPLE = ROOT / "sample_models" / "digits_cnn.onnx"
 IMAGES = ROOT / "calib_images"
 HELDOUT = ROOT / "sample_models" / "digits_heldout.npz"
 sys.path.insert(0, str(ROOT / "scripts"))
-import screenshot_report  # noqa: E402
+import screenshot_report
 
 
 def invoke(*args):
@@ -130,6 +129,11 @@ def test_sort_keys_and_sqnr_from_the_evaluation(work):
         else:
             assert row["data-sqnr"] == ""
     assert sum(r["data-sqnr"] != "" for r in page.rows) == sum(t["kind"] == "activation" for t in ev["tensors"])
+    # the Concat group's shared range is not the file's amax for this input: drawn and noted
+    row = next(r for r in page.rows if "/branch_relu/branch_relu.2/Relu_output_0" in r["text"])
+    shared = next(t["range"]["amax"] for t in ev["tensors"] if t["tensor"] == "/branch_relu/branch_relu.2/Relu_output_0")
+    assert f"quantized at {shared:.4g}" in row["text"] and f"quantized at: {shared:.4g}" in row["text"]
+    assert sum("quantized at" in r["text"] for r in page.rows) >= 1
 
 
 def test_kl_is_lowest_at_the_entropy_threshold(work):

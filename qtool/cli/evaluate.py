@@ -102,7 +102,7 @@ def evaluate(ctx, model_path, calib, images_dir, data_dir, limit, size, resize, 
         raise QtoolError(f"--fail-below {fail_below} must be a finite number of decibels")
     given = {name for name, value in zip(_FLAGS, (size, resize, scale_text, mean, std, bgr, layout)) if value is not None}
     if data_dir is not None and given:
-        raise QtoolError(f"--{sorted(given)[0]} applies to --images; .npy/.npz data is fed as it is")
+        raise QtoolError(f"--{min(given)} applies to --images; .npy/.npz data is fed as it is")
     calib_path = find_calibration(calib)
     cal = calibration.load(calib_path)
     loaded = load_checked_model(model_path, calib_path, cal)
@@ -133,9 +133,8 @@ def evaluate(ctx, model_path, calib, images_dir, data_dir, limit, size, resize, 
         def runs():
             return data.array_runs(inputs, specs)
 
-    options = dict(exclude=list(exclude), weights_7bit=weights_7bit)
-    units = ev.work_units(loaded, cal, per_tensor=per_tensor, **options)
-    with _progress(units, not (ctx.obj["quiet"] or as_json)) as bar:
+    options = {"exclude": list(exclude), "weights_7bit": weights_7bit}
+    with _progress(1, not (ctx.obj["quiet"] or as_json)) as bar:
         result = ev.evaluate(loaded, cal, runs, per_tensor=per_tensor, progress=bar, **options)
     for w in result.warnings:
         log.warning(w)
@@ -158,10 +157,10 @@ def evaluate(ctx, model_path, calib, images_dir, data_dir, limit, size, resize, 
 
 def _text(result: ev.Evaluation, inputs: int, what: str, seconds: float) -> str:
     q = result.plan_summary
-    lines = [
+    lines = [(
         f"int8 (QDQ simulation: {q.get('int8_layers', 0)} int8 layers, {q.get('activation_quantizers', 0)} activation and "
-        f"{q.get('weight_quantizers', 0)} weight quantizers) vs FP32 on {result.samples} samples from {inputs} {what} in {seconds:.1f} s",
-    ]
+        f"{q.get('weight_quantizers', 0)} weight quantizers) vs FP32 on {result.samples} samples from {inputs} {what} in {seconds:.1f} s"
+    )]
     width = max([len("output")] + [len(o.name) for o in result.outputs])
     lines.append(f"{'output':<{width}}  {'SQNR dB':>8}  {'cosine':>8}  {'top-1 agree':>11}")
     for o in result.outputs:
