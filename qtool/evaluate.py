@@ -415,18 +415,56 @@ SYNTHETIC_SAMPLES = 16
 SYNTHETIC_SEED = 0
 
 
+def _upsample(low: np.ndarray, h: int, w: int) -> np.ndarray:
+    """Bilinear (align-corners) resize of the last two axes."""
+    def axis(x, size, ax):
+        n = x.shape[ax]
+        pos = np.linspace(0.0, n - 1.0, size)
+        i0 = np.clip(np.floor(pos).astype(np.intp), 0, max(n - 2, 0))
+        t = pos - i0
+        a, b = np.take(x, i0, axis=ax), np.take(x, np.minimum(i0 + 1, n - 1), axis=ax)
+        shape = [1] * x.ndim
+        shape[ax] = size
+        return a + (b - a) * t.reshape(shape)
+    return axis(axis(low, h, low.ndim - 2), w, low.ndim - 1)
+
+
+def _from_histogram(rec, field: np.ndarray) -> np.ndarray:
+    """Values with the record's distribution of |x|, placed by the ranks of `field` within
+    each sample (axis 0): the largest |field| gets the largest |x|; signs follow the field's
+    when the tensor was ever negative. Clipped to the recorded [min, max]."""
+    counts = np.asarray(rec.counts, dtype=np.float64)
+    if counts.sum() <= 0 or rec.hist_range <= 0:
+        return np.zeros(field.shape, np.float32)
+    n = field.shape[0]
+    flat = field.reshape(n, -1)
+    key = flat if rec.unsigned else np.abs(flat)
+    u = (np.argsort(np.argsort(key, axis=1, kind="stable"), axis=1) + 0.5) / key.shape[1]
+    cdf = np.cumsum(counts) / counts.sum()
+    b = np.minimum(np.searchsorted(cdf, u, side="right"), counts.size - 1)
+    lo = np.where(b > 0, cdf[np.maximum(b - 1, 0)], 0.0)
+    p = counts[b] / counts.sum()
+    frac = np.clip((u - lo) / np.where(p > 0, p, 1.0), 0.0, 1.0)
+    x = np.minimum((b + frac) * (rec.hist_range / counts.size), rec.absmax)
+    if not rec.unsigned:
+        x = np.where(flat < 0, -x, x)
+    return np.clip(x, rec.min, rec.max).reshape(field.shape).astype(np.float32)
+
+
 def synthetic_runs(loaded, cal, samples: int = SYNTHETIC_SAMPLES, seed: int = SYNTHETIC_SEED) -> Runs:
-    """Inputs drawn from the calibration file itself: every element of every model input
-    independently from that input's stored histogram of |x| (uniform within a bin), with a
-    random sign when the input was ever negative, clipped to the recorded [min, max]. Seeded,
-    so the same file gives the same inputs. The calibration file does not record the inputs it
-    was made from, so this is what a ranking without other inputs can use."""
+    """Inputs made from the calibration file itself, for a ranking when no inputs are given
+    (the file does not record the inputs it was made from). Each model input gets exactly its
+    recorded distribution of |x| (from the stored histogram), arranged by a random field: for
+    the image input of an image calibration a smooth one (Gaussian noise on a grid 8 times
+    coarser, bilinearly upsampled), so the images have regions and edges rather than pixel
+    noise; for other inputs independent noise. Signs follow the field where the input was ever
+    negative; values are clipped to the recorded [min, max]. Seeded: same file, same inputs."""
     from . import model as M
 
     specs = M.data_inputs(loaded.proto)
     records = {t.name: t for t in cal.tensors}
     pre = cal.preprocess if cal.preprocess.get("source") == "images" else {}
-    shapes = {}
+    shapes, images = {}, {}
     for spec in specs:
         rec = records.get(spec.name)
         if spec.elem_type != TensorProto.FLOAT or rec is None:
@@ -435,9 +473,11 @@ def synthetic_runs(loaded, cal, samples: int = SYNTHETIC_SAMPLES, seed: int = SY
                 f"input {spec.name!r} has none (not a calibrated float input); use qtool evaluate and --exclude instead"
             )
         dims = list(spec.dims)
-        if pre and spec.name == pre.get("input") and len(dims) == 4:
-            hwc = (pre["channels"], pre["height"], pre["width"]) if pre["layout"] == "nchw" else (pre["height"], pre["width"], pre["channels"])
+        if pre and spec.name == pre.get("input") and len(dims) == 4 and pre.get("layout") in ("nchw", "nhwc"):
+            nchw = pre["layout"] == "nchw"
+            hwc = (pre["channels"], pre["height"], pre["width"]) if nchw else (pre["height"], pre["width"], pre["channels"])
             dims[1:] = [d if d is not None else v for d, v in zip(dims[1:], hwc)]
+            images[spec.name] = nchw
         if any(d is None for d in dims[1:]):
             raise QtoolError(
                 f"--keep-fp32 needs the full shape of input {spec.name!r} to draw ranking inputs, and it has a dynamic "
@@ -445,17 +485,12 @@ def synthetic_runs(loaded, cal, samples: int = SYNTHETIC_SAMPLES, seed: int = SY
             )
         shapes[spec.name] = (dims[0], tuple(dims[1:]))
 
-    def sample(rng, rec, shape) -> np.ndarray:
-        counts = np.asarray(rec.counts, dtype=np.float64)
-        size = int(np.prod(shape))
-        if counts.sum() <= 0 or rec.hist_range <= 0:
-            return np.zeros(shape, np.float32)
-        width = rec.hist_range / counts.size
-        idx = rng.choice(counts.size, size=size, p=counts / counts.sum())
-        x = np.minimum((idx + rng.random(size)) * width, rec.absmax)
-        if not rec.unsigned:
-            x = x * rng.choice(np.array([-1.0, 1.0]), size=size)
-        return np.clip(x, rec.min, rec.max).reshape(shape).astype(np.float32)
+    def field(rng, name, shape) -> np.ndarray:
+        if name not in images:
+            return rng.standard_normal(shape)
+        n, (c, h, w) = shape[0], (shape[1:] if images[name] else (shape[3], shape[1], shape[2]))
+        smooth = _upsample(rng.standard_normal((n, c, max(2, -(-h // 8)), max(2, -(-w // 8)))), h, w)
+        return smooth if images[name] else smooth.transpose(0, 2, 3, 1)
 
     fixed = {d for d, _ in shapes.values()} - {None}
     batch = fixed.pop() if len(fixed) == 1 else (1 if fixed else 8)
@@ -465,7 +500,7 @@ def synthetic_runs(loaded, cal, samples: int = SYNTHETIC_SAMPLES, seed: int = SY
         done = 0
         while done < samples:
             n = batch if fixed or batch == 1 else min(batch, samples - done)
-            feeds = {name: sample(rng, records[name], (n, *rest)) for name, (_, rest) in shapes.items()}
+            feeds = {name: _from_histogram(records[name], field(rng, name, (n, *rest))) for name, (_, rest) in shapes.items()}
             yield feeds, n
             done += n
 

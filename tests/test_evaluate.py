@@ -168,7 +168,7 @@ def test_keep_fp32_3_raises_output_sqnr(digits, tmp_path):
     x = digits["x"]
     ref = run(SAMPLE, {"input": x})[0]
     before, after = sqnr(ref, run(full, {"input": x})[0]), sqnr(ref, run(kept, {"input": x})[0])
-    assert after > before + 3.0, (before, after)
+    assert after > before + 5.0, (before, after)
     # the same exclusions through evaluate give the same number
     args = [a for layer in layers for a in ("--exclude", layer)]
     r = ok(invoke("evaluate", SAMPLE, "--calib", digits["calib"], "--data", digits["held"], "--no-tensors", "--json", *args))
@@ -259,6 +259,27 @@ def test_sqnr_and_cosine_edge_cases():
     assert [ev.from_json_number(v) for v in ("inf", "-inf", 2)] == [math.inf, -math.inf, 2.0]
     assert ev.looks_like_class_scores((8, 10)) and ev.looks_like_class_scores((8, 1000, 1, 1))
     assert not ev.looks_like_class_scores((1, 84, 8400)) and not ev.looks_like_class_scores((8, 1)) and not ev.looks_like_class_scores((8,))
+
+
+def test_synthetic_inputs_have_the_recorded_distribution():
+    from qtool import calibration
+
+    rng = np.random.default_rng(1)
+    values = np.concatenate([np.zeros(3000), rng.exponential(1.0, 7000)])
+    counts, _ = np.histogram(values, bins=256, range=(0, 8))
+    rec = calibration.TensorRecord("x", 0.0, float(values.max()), 4.0, [int(c) for c in counts], 8.0)
+    field = ev._upsample(rng.standard_normal((4, 1, 5, 5)), 32, 32)
+    x = ev._from_histogram(rec, field)
+    assert x.shape == (4, 1, 32, 32) and x.min() >= 0 and x.max() <= rec.max
+    got, _ = np.histogram(x, bins=256, range=(0, 8))
+    assert np.abs(got / got.sum() - counts / counts.sum()).max() < 0.01
+    # smooth: neighbouring pixels are far closer than independent draws would be
+    assert np.abs(np.diff(x, axis=3)).mean() < 0.3 * np.abs(x[..., rng.permutation(32)] - x).mean()
+    signed = calibration.TensorRecord("s", -2.0, 3.0, 2.0, [int(c) for c in counts], 8.0)
+    y = ev._from_histogram(signed, rng.standard_normal((2, 100)))
+    assert y.min() >= -2.0 and y.max() <= 3.0 and (y < 0).any() and (y > 0).any()
+    empty = calibration.TensorRecord("z", 0.0, 0.0, 0.0, [0], 0.0)
+    assert not ev._from_histogram(empty, field).any()
 
 
 def test_accumulator_is_batch_independent_and_handles_nonfinite():
