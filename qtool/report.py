@@ -106,9 +106,11 @@ def load_evaluation(path: Path, cal: Calibration) -> dict:
     if doc.get("model_sha256") != cal.model_sha256:
         raise QtoolError(f"{str(path)!r} evaluates another model than the calibration file's (SHA-256 differs)")
     try:
-        tensors, ranges = {}, {}
+        tensors, ranges, weights = {}, {}, []
         for t in doc.get("tensors", []):
             tensors[str(t["tensor"])] = from_json_number(t["sqnr_db"])
+            if t["kind"] == "weight":
+                weights.append((str(t["tensor"]), from_json_number(t["sqnr_db"]), [str(x) for x in t.get("layers", [])]))
             if t.get("range") is not None:
                 amax = float(t["range"]["amax"])
                 for name in [t["tensor"], *t["range"].get("shared_with", [])]:
@@ -118,7 +120,7 @@ def load_evaluation(path: Path, cal: Calibration) -> dict:
         samples = int(doc.get("samples", 0))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise QtoolError(f"{str(path)!r} is a damaged evaluation file (bad or missing field: {e})") from None
-    return {"tensors": tensors, "ranges": ranges, "outputs": outputs, "samples": samples}
+    return {"tensors": tensors, "ranges": ranges, "weights": weights, "outputs": outputs, "samples": samples}
 
 
 def rows(cal: Calibration, evaluation: dict | None = None) -> list[Row]:
@@ -293,6 +295,18 @@ def render(cal: Calibration, calib_name: str, evaluation: dict | None = None) ->
                 f"<td>{'' if cos is None else f'{cos:.5f}'}</td><td>{'' if top1 is None else f'{top1 * 100:.2f} %'}</td></tr>\n"
             )
         parts.append("</tbody></table>\n")
+        if evaluation["weights"]:
+            parts.append(
+                "<details><summary class=\"meta\">weight quantizers (per channel, not in the calibration file): output SQNR "
+                "with only that weight quantized, worst first</summary>\n<table class=\"outputs\"><thead><tr>"
+                "<th class=\"left\">weight</th><th>SQNR dB</th><th class=\"left\">layers</th></tr></thead><tbody>\n"
+            )
+            for name, sqnr, layers in evaluation["weights"]:
+                parts.append(
+                    f"<tr><td class=\"name\">{e(name)}</td><td>{'' if sqnr is None else format_db(sqnr)}</td>"
+                    f"<td class=\"name\">{e(', '.join(layers))}</td></tr>\n"
+                )
+            parts.append("</tbody></table></details>\n")
     parts.append(
         "<p class=\"meta\">Click a column heading to sort. clipped: share of calibrated values above the file's amax; "
         "KL: NVIDIA's entropy divergence at that amax"

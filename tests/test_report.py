@@ -134,6 +134,10 @@ def test_sort_keys_and_sqnr_from_the_evaluation(work):
     shared = next(t["range"]["amax"] for t in ev["tensors"] if t["tensor"] == "/branch_relu/branch_relu.2/Relu_output_0")
     assert f"quantized at {shared:.4g}" in row["text"] and f"quantized at: {shared:.4g}" in row["text"]
     assert sum("quantized at" in r["text"] for r in page.rows) >= 1
+    text = work["html"].read_text(encoding="utf-8")
+    for t in ev["tensors"]:
+        if t["kind"] == "weight":  # no histogram to plot, listed apart
+            assert f">{t['tensor']}</td><td>{t['sqnr_db']:.2f}</td>" in text
 
 
 def test_kl_is_lowest_at_the_entropy_threshold(work):
