@@ -411,102 +411,6 @@ def to_json(ev: Evaluation) -> dict:
 # ---------------------------------------------------------------- mixed precision
 
 
-SYNTHETIC_SAMPLES = 16
-SYNTHETIC_SEED = 0
-
-
-def _upsample(low: np.ndarray, h: int, w: int) -> np.ndarray:
-    """Bilinear (align-corners) resize of the last two axes."""
-    def axis(x, size, ax):
-        n = x.shape[ax]
-        pos = np.linspace(0.0, n - 1.0, size)
-        i0 = np.clip(np.floor(pos).astype(np.intp), 0, max(n - 2, 0))
-        t = pos - i0
-        a, b = np.take(x, i0, axis=ax), np.take(x, np.minimum(i0 + 1, n - 1), axis=ax)
-        shape = [1] * x.ndim
-        shape[ax] = size
-        return a + (b - a) * t.reshape(shape)
-    return axis(axis(low, h, low.ndim - 2), w, low.ndim - 1)
-
-
-def _from_histogram(rec, field: np.ndarray) -> np.ndarray:
-    """Values with the record's distribution of |x|, placed by the ranks of `field` within
-    each sample (axis 0): the largest |field| gets the largest |x|; signs follow the field's
-    when the tensor was ever negative. Clipped to the recorded [min, max]."""
-    counts = np.asarray(rec.counts, dtype=np.float64)
-    if counts.sum() <= 0 or rec.hist_range <= 0:
-        return np.zeros(field.shape, np.float32)
-    n = field.shape[0]
-    flat = field.reshape(n, -1)
-    key = flat if rec.unsigned else np.abs(flat)
-    u = (np.argsort(np.argsort(key, axis=1, kind="stable"), axis=1) + 0.5) / key.shape[1]
-    cdf = np.cumsum(counts) / counts.sum()
-    b = np.minimum(np.searchsorted(cdf, u, side="right"), counts.size - 1)
-    lo = np.where(b > 0, cdf[np.maximum(b - 1, 0)], 0.0)
-    p = counts[b] / counts.sum()
-    frac = np.clip((u - lo) / np.where(p > 0, p, 1.0), 0.0, 1.0)
-    x = np.minimum((b + frac) * (rec.hist_range / counts.size), rec.absmax)
-    if not rec.unsigned:
-        x = np.where(flat < 0, -x, x)
-    return np.clip(x, rec.min, rec.max).reshape(field.shape).astype(np.float32)
-
-
-def synthetic_runs(loaded, cal, samples: int = SYNTHETIC_SAMPLES, seed: int = SYNTHETIC_SEED) -> Runs:
-    """Inputs made from the calibration file itself, for a ranking when no inputs are given
-    (the file does not record the inputs it was made from). Each model input gets exactly its
-    recorded distribution of |x| (from the stored histogram), arranged by a random field: for
-    the image input of an image calibration a smooth one (Gaussian noise on a grid 8 times
-    coarser, bilinearly upsampled), so the images have regions and edges rather than pixel
-    noise; for other inputs independent noise. Signs follow the field where the input was ever
-    negative; values are clipped to the recorded [min, max]. Seeded: same file, same inputs."""
-    from . import model as M
-
-    specs = M.data_inputs(loaded.proto)
-    records = {t.name: t for t in cal.tensors}
-    pre = cal.preprocess if cal.preprocess.get("source") == "images" else {}
-    shapes, images = {}, {}
-    for spec in specs:
-        rec = records.get(spec.name)
-        if spec.elem_type != TensorProto.FLOAT or rec is None:
-            raise QtoolError(
-                f"--keep-fp32 ranks layers on inputs drawn from the calibration file's histograms of the model inputs, and "
-                f"input {spec.name!r} has none (not a calibrated float input); use qtool evaluate and --exclude instead"
-            )
-        dims = list(spec.dims)
-        if pre and spec.name == pre.get("input") and len(dims) == 4 and pre.get("layout") in ("nchw", "nhwc"):
-            nchw = pre["layout"] == "nchw"
-            hwc = (pre["channels"], pre["height"], pre["width"]) if nchw else (pre["height"], pre["width"], pre["channels"])
-            dims[1:] = [d if d is not None else v for d, v in zip(dims[1:], hwc)]
-            images[spec.name] = nchw
-        if any(d is None for d in dims[1:]):
-            raise QtoolError(
-                f"--keep-fp32 needs the full shape of input {spec.name!r} to draw ranking inputs, and it has a dynamic "
-                "dimension; use qtool evaluate and --exclude instead"
-            )
-        shapes[spec.name] = (dims[0], tuple(dims[1:]))
-
-    def field(rng, name, shape) -> np.ndarray:
-        if name not in images:
-            return rng.standard_normal(shape)
-        n, (c, h, w) = shape[0], (shape[1:] if images[name] else (shape[3], shape[1], shape[2]))
-        smooth = _upsample(rng.standard_normal((n, c, max(2, -(-h // 8)), max(2, -(-w // 8)))), h, w)
-        return smooth if images[name] else smooth.transpose(0, 2, 3, 1)
-
-    fixed = {d for d, _ in shapes.values()} - {None}
-    batch = fixed.pop() if len(fixed) == 1 else (1 if fixed else 8)
-
-    def runs():
-        rng = np.random.default_rng(seed)
-        done = 0
-        while done < samples:
-            n = batch if fixed or batch == 1 else min(batch, samples - done)
-            feeds = {name: _from_histogram(records[name], field(rng, name, (n, *rest))) for name, (_, rest) in shapes.items()}
-            yield feeds, n
-            done += n
-
-    return runs
-
-
 @dataclass
 class KeepFp32:
     exclude: list[str]  # node names for --exclude
@@ -514,16 +418,16 @@ class KeepFp32:
     warnings: list[str]
 
 
-def keep_fp32(loaded, cal, count: int, *, runs: Runs | None = None, exclude=(), weights_7bit=None) -> KeepFp32:
+def keep_fp32(loaded, cal, count: int, runs: Runs, *, exclude=(), weights_7bit=None) -> KeepFp32:
     """The layers to keep in FP32 so that the `count` quantized tensors ranked most harmful
-    (as evaluate ranks them, on `runs`, by default synthetic_runs) are no longer quantized.
+    (as evaluate ranks them, on `runs`) are no longer quantized.
     Walking the ranking worst first, a tensor already unquantized by an earlier choice is
     skipped, so `count` tensors really go."""
     names, _ = _float_outputs(loaded.proto)
     if not names:
         raise QtoolError("--keep-fp32: the model has no float outputs to rank layers by")
     prepared = prepare(loaded, cal, exclude=exclude, weights_7bit=weights_7bit)
-    reference = _Reference(runs or synthetic_runs(loaded, cal), _session(loaded, loaded.proto), names)
+    reference = _Reference(runs, _session(loaded, loaded.proto), names)
     ranking = sensitivities(prepared, reference, names)
     chosen: list[dict] = []
     extra: list[str] = []

@@ -60,6 +60,38 @@ def _progress(total: int, enabled: bool):
     return tqdm(total=total, unit="pass", file=sys.stderr, disable=not (enabled and sys.stderr.isatty()), leave=False)
 
 
+def held_out_runs(loaded, cal, images_dir, data_dir, limit, batch_size=None, **flags):
+    """(input files, a function giving fresh runs over them): images preprocessed as the
+    calibration file records, each given flag overriding its part; or .npy/.npz data."""
+    if images_dir is not None:
+        spec = model.image_input(loaded.proto)
+        pre = image_preprocess(spec, cal.preprocess, **{f: flags.get(f) for f in
+                               ("size", "resize", "scale_text", "mean", "std", "bgr", "layout")})
+        fixed = spec.dims[0]
+        if fixed is not None and batch_size not in (None, fixed):
+            raise QtoolError(f"the model has a fixed batch of {fixed}; --batch-size {batch_size} cannot be used")
+        batch = fixed or batch_size or DEFAULT_BATCH
+        inputs = data.list_images(images_dir, limit)
+        if fixed and len(inputs) % fixed:
+            raise QtoolError(
+                f"{len(inputs)} images do not fill batches of {fixed} (the model's fixed batch); "
+                f"use --limit {len(inputs) - len(inputs) % fixed or fixed}"
+            )
+
+        def runs():
+            return data.image_runs(inputs, pre, spec.name, batch)
+    else:
+        specs = model.data_inputs(loaded.proto)
+        if not specs:
+            raise QtoolError("the model has no inputs to feed; nothing to evaluate")
+        inputs = data.list_arrays(data_dir, limit)
+
+        def runs():
+            return data.array_runs(inputs, specs)
+
+    return inputs, runs
+
+
 @cli.command(epilog=EPILOG)
 @click.argument("model_path", metavar="MODEL", type=click.Path(path_type=Path))
 @click.option("--calib", type=click.Path(path_type=Path), help="Calibration file [default: the single *.calib.json here].")
@@ -107,31 +139,8 @@ def evaluate(ctx, model_path, calib, images_dir, data_dir, limit, size, resize, 
     cal = calibration.load(calib_path)
     loaded = load_checked_model(model_path, calib_path, cal)
 
-    if images_dir is not None:
-        spec = model.image_input(loaded.proto)
-        pre = image_preprocess(spec, cal.preprocess, size=size, resize=resize, scale_text=scale_text, mean=mean,
-                               std=std, bgr=bgr, layout=layout)
-        fixed = spec.dims[0]
-        if fixed is not None and batch_size not in (None, fixed):
-            raise QtoolError(f"the model has a fixed batch of {fixed}; --batch-size {batch_size} cannot be used")
-        batch = fixed or batch_size or DEFAULT_BATCH
-        inputs = data.list_images(images_dir, limit)
-        if fixed and len(inputs) % fixed:
-            raise QtoolError(
-                f"{len(inputs)} images do not fill batches of {fixed} (the model's fixed batch); "
-                f"use --limit {len(inputs) - len(inputs) % fixed or fixed}"
-            )
-
-        def runs():
-            return data.image_runs(inputs, pre, spec.name, batch)
-    else:
-        specs = model.data_inputs(loaded.proto)
-        if not specs:
-            raise QtoolError("the model has no inputs to feed; nothing to evaluate")
-        inputs = data.list_arrays(data_dir, limit)
-
-        def runs():
-            return data.array_runs(inputs, specs)
+    inputs, runs = held_out_runs(loaded, cal, images_dir, data_dir, limit, batch_size, size=size, resize=resize,
+                                 scale_text=scale_text, mean=mean, std=std, bgr=bgr, layout=layout)
 
     options = {"exclude": list(exclude), "weights_7bit": weights_7bit}
     with _progress(1, not (ctx.obj["quiet"] or as_json)) as bar:

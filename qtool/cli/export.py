@@ -62,9 +62,13 @@ def parse_target(text: str) -> str:
 @click.option("--format", "fmt", default="cache", show_default=True, help="tensorrt: cache (trtexec --calib; onnxruntime with trt_int8_use_native_calibration_table=1), dynamic-range (sampleINT8API name:amax lines), ort-trt (onnxruntime TensorRT EP table: trt_int8_calibration_table_name=FILE in trt_engine_cache_path, native table off).")
 @click.option("--exclude", multiple=True, help="openvino/qdq: keep this node or tensor in FP32 (repeatable).")
 @click.option("--weights-7bit", type=click.Choice(["first", "all"]), help="openvino/qdq: 7-bit weights against int8 overflow on CPUs without VNNI.")
-@click.option("--keep-fp32", type=click.IntRange(min=1), metavar="N", help="openvino/qdq: also keep in FP32 the layers reading the N quantized tensors that qtool evaluate ranks most harmful. The calibration file does not record its inputs, so the ranking runs on 16 seeded inputs made from its histograms of the model inputs (for an image model, smooth random images with the recorded pixel distribution); to rank on your data, run qtool evaluate and --exclude the layers it lists.")
+@click.option("--keep-fp32", type=click.IntRange(min=1), metavar="N", help="openvino/qdq: also keep in FP32 the layers reading the N quantized tensors that qtool evaluate ranks most harmful on the inputs of --images/--data (preprocessed as the calibration file records).")
+@click.option("--images", "images_dir", type=click.Path(path_type=Path), help="With --keep-fp32: images to rank the layers on.")
+@click.option("--data", "data_dir", type=click.Path(path_type=Path), help="With --keep-fp32: .npy/.npz files to rank the layers on.")
+@click.option("--limit", type=click.IntRange(min=1), help="With --keep-fp32: use only the first N images or data files.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
-def export(model_path, target_text, calib, output, trt_version, algorithm, fmt, exclude, weights_7bit, keep_fp32, as_json):
+def export(model_path, target_text, calib, output, trt_version, algorithm, fmt, exclude, weights_7bit, keep_fp32,
+           images_dir, data_dir, limit, as_json):
     """Write the calibrated ranges of MODEL in a target format.
 
     With no MODEL, the model recorded in the calibration file is used; either way it must be
@@ -81,12 +85,18 @@ def export(model_path, target_text, calib, output, trt_version, algorithm, fmt, 
     out = check_output_path(out, inputs=(source, calib_path))
     if keep_fp32 and target == "tensorrt":
         raise QtoolError("--keep-fp32 applies to --target openvino or qdq")
+    if keep_fp32 and (images_dir is None) == (data_dir is None):
+        raise QtoolError("--keep-fp32 ranks layers on real inputs: give exactly one of --images DIR or --data DIR")
+    if not keep_fp32 and (images_dir or data_dir or limit):
+        raise QtoolError("--images, --data and --limit are only used with --keep-fp32")
     loaded = load_checked_model(model_path, calib_path, cal)
     kept = None
     if keep_fp32:
         from ..evaluate import keep_fp32 as rank_and_keep
+        from .evaluate import held_out_runs
 
-        kept = rank_and_keep(loaded, cal, keep_fp32, exclude=options["exclude"], weights_7bit=weights_7bit)
+        _, runs = held_out_runs(loaded, cal, images_dir, data_dir, limit)
+        kept = rank_and_keep(loaded, cal, keep_fp32, runs, exclude=options["exclude"], weights_7bit=weights_7bit)
         options["exclude"] = options["exclude"] + kept.exclude
     result = module.export(loaded, cal, **options)
     if kept is not None:
