@@ -62,7 +62,8 @@ def make_session(model: onnx.ModelProto, external_folder: str | os.PathLike | No
         raise QtoolError(f"onnxruntime cannot load the model: {msg}") from None
 
 
-def _run(session: ort.InferenceSession, names: list[str], feeds: Feeds) -> list[np.ndarray]:
+def run(session: ort.InferenceSession, names: list[str], feeds: Feeds) -> list[np.ndarray]:
+    """session.run, with a failure turned into a one-line QtoolError naming the input shapes."""
     try:
         return session.run(names, feeds)
     except Exception as e:
@@ -117,8 +118,8 @@ def collect(
         for feeds, count in prefetch(runs):
             if fixed and seen == 0:
                 probe = {k: v[:probe_size] for k, v in feeds.items()}
-                fill(zip(fixed, _run(session, fixed, probe)))
-            outputs = _run(session, varying, feeds) if varying else []
+                fill(zip(fixed, run(session, fixed, probe)))
+            outputs = run(session, varying, feeds) if varying else []
             for f in pending:  # one batch in flight at most: each histogram has one writer
                 f.result()
             # largest tensors first, dealt round-robin: balanced shares without a scheduler

@@ -307,7 +307,7 @@ class _Reference:
         size = 0
         self.passes += 1
         for feeds, count in collect.prefetch(self.runs()):
-            ref = collect._run(self.session, self.names, feeds)
+            ref = collect.run(self.session, self.names, feeds)
             if cache is not None:
                 size += sum(v.nbytes for v in feeds.values()) + sum(np.asarray(r).nbytes for r in ref)
                 cache = cache if size <= self.budget else None
@@ -322,7 +322,7 @@ def _compare(reference: _Reference, session, names: list[str]) -> tuple[list[_Ac
     accs = [_Acc() for _ in names]
     samples = 0
     for feeds, count, ref in reference:
-        out = collect._run(session, names, feeds)
+        out = collect.run(session, names, feeds)
         for acc, r, o in zip(accs, ref, out):
             acc.update(np.asarray(r), np.asarray(o))
         samples += count
