@@ -132,20 +132,25 @@ def _shape(dims: tuple[int | None, ...]) -> str:
     return "[" + ",".join("?" if d is None else str(d) for d in dims) + "]"
 
 
-def list_images(folder: str | Path, limit: int | None = None) -> list[Path]:
-    """Image files under `folder` (recursively), sorted by relative path."""
+def _list_files(folder: str | Path, suffixes: set[str], option: str, what: str, limit: int | None) -> list[Path]:
+    """Files with these suffixes under `folder` (recursively), sorted by relative path."""
     root = Path(folder)
     if not root.exists():
-        raise QtoolError(f"image folder {str(root)!r} does not exist")
+        raise QtoolError(f"{option} folder {str(root)!r} does not exist")
     if not root.is_dir():
-        raise QtoolError(f"--images {str(root)!r} is not a folder")
+        raise QtoolError(f"{option} {str(root)!r} is not a folder")
     files = sorted(
-        (p for p in root.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()),
+        (p for p in root.rglob("*") if p.suffix.lower() in suffixes and p.is_file()),
         key=lambda p: p.relative_to(root).as_posix(),
     )
     if not files:
-        raise QtoolError(f"no images (.jpg, .jpeg, .png, .bmp) found in {str(root)!r}")
+        raise QtoolError(f"no {what} found in {str(root)!r}")
     return files[:limit] if limit else files
+
+
+def list_images(folder: str | Path, limit: int | None = None) -> list[Path]:
+    """Image files under `folder` (recursively), sorted by relative path."""
+    return _list_files(folder, IMAGE_SUFFIXES, "--images", "images (.jpg, .jpeg, .png, .bmp)", limit)
 
 
 def _to_8bit(img: Image.Image) -> Image.Image:
@@ -239,18 +244,7 @@ ARRAY_SUFFIXES = {".npy", ".npz"}
 
 def list_arrays(folder: str | Path, limit: int | None = None) -> list[Path]:
     """.npy/.npz files under `folder` (recursively), sorted by relative path."""
-    root = Path(folder)
-    if not root.exists():
-        raise QtoolError(f"data folder {str(root)!r} does not exist")
-    if not root.is_dir():
-        raise QtoolError(f"--data {str(root)!r} is not a folder")
-    files = sorted(
-        (p for p in root.rglob("*") if p.suffix.lower() in ARRAY_SUFFIXES and p.is_file()),
-        key=lambda p: p.relative_to(root).as_posix(),
-    )
-    if not files:
-        raise QtoolError(f"no .npy or .npz files found in {str(root)!r}")
-    return files[:limit] if limit else files
+    return _list_files(folder, ARRAY_SUFFIXES, "--data", ".npy or .npz files", limit)
 
 
 def _np_dtype(elem_type: int) -> np.dtype:
