@@ -10,8 +10,21 @@ src/nncf/openvino/quantization/ignored_patterns.py; reference section 5):
 * Element-wise Add/Sub/Mul/Div/Max/Min: both inputs, when both carry data. Not when the op is
   part of an activation or normalisation of a single tensor, which OpenVINO fuses into one op
   (x*sigmoid(x) -> Swish, x*HardSigmoid(x) / x*clip(x+3,0,6)/6 -> HSwish, GELU, a decomposed
-  LayerNorm), nor the gating Mul of a squeeze-excitation block (NNCF's SE_BLOCK pattern).
-* AveragePool, GlobalAveragePool, ReduceMean, Resize: the data input.
+  LayerNorm). The gating Mul of a squeeze-excitation block is quantized like any other
+  (NNCF's SE_BLOCK pattern marks it PATTERN_NODE_TO_EXCLUDE: left out of the ignored nodes),
+  so every reader of the block input reads one quantized tensor.
+* Ignored patterns (NNCF src/nncf/openvino/quantization/ignored_patterns.py and
+  src/nncf/onnx/quantization/ignored_patterns.py; on by default, `ignored_patterns=False` turns
+  them off): the nodes of these subgraphs get no quantizer on their inputs, so their linear
+  layers stay FP32: the gating path of a squeeze-excitation block (ReduceMean/GlobalAveragePool
+  -> Conv/Gemm/MatMul -> activation -> Conv/Gemm/MatMul -> Sigmoid/HardSigmoid -> Mul; the pool
+  and the Mul are not part of it), the attention output (Softmax [-> Reshape] -> MatMul with
+  V from Reshape/Transpose/Split/Gather/Squeeze/Concat), rotary position embeddings
+  (MatMul [-> Transpose] -> Concat -> Sin, Cos) and SAM's positional embedding
+  (MatMul -> Mul -> Sin, Cos -> Concat).
+* AveragePool, GlobalAveragePool, ReduceMean, Resize: the data input; not the ReduceMean of squares
+  in a decomposed LayerNorm (OpenVINO fuses the normalisation into MVN, whose input NNCF
+  quantizes), and the centring Sub(x, ReduceMean(x)) reads the same quantized x as the mean.
 * Shape/index tensors and tensors that do not depend on the input (decode grids) never.
 * MaxPool, Reshape, Transpose, Flatten, Squeeze, Unsqueeze, Slice, Split pass ranges through: when everything that reads their output wants it quantized, the
   quantizer moves up to their input (one quantizer, the op runs on integers). Concat does the
@@ -96,14 +109,21 @@ class Plan:
     int8_layers: list[str]  # Conv/ConvTranspose/MatMul/Gemm nodes with every input quantized
     fp32_layers: dict[str, str]  # such nodes left in FP32, with the reason
     warnings: list[str]
+    ignored: dict[str, str] = field(default_factory=dict)  # node -> the ignored pattern it is part of
 
     def summary(self) -> dict:
-        return {
+        out = {
             "activation_quantizers": len(self.activations),
             "weight_quantizers": len(self.weights),
             "int8_layers": len(self.int8_layers),
             "fp32_layers": len(self.fp32_layers),
         }
+        if self.ignored:
+            patterns: dict[str, int] = {}
+            for name in self.ignored.values():
+                patterns[name] = patterns.get(name, 0) + 1
+            out["ignored_pattern_nodes"] = dict(sorted(patterns.items()))
+        return out
 
 
 class _Groups:
@@ -228,36 +248,180 @@ def _roots(m: _Model, t: str, stop: str, budget: list[int]) -> set[str] | None:
     return roots
 
 
-def _derives_only_from(m: _Model, t: str, source: str) -> bool:
-    """Every data path back from `t` reaches `source` within a few ops (any op type)."""
-    seen: set[str] = set()
-    stack = [t]
-    while stack:
-        x = stack.pop()
-        if x == source or x in seen:
-            continue
-        seen.add(x)
-        if len(seen) > _WALK_LIMIT:
-            return False
-        n = m.producer.get(x)
-        if n is None:
-            return False  # reached a graph input other than source
-        data = [i for i in n.input if i and m.is_data(i)]
-        if not data:
-            return False
-        stack.extend(data)
-    return True
-
-
 def is_fused_elementwise(m: _Model, node: onnx.NodeProto) -> bool:
     """An element-wise op with two data inputs that OpenVINO/NNCF treat as part of an
     activation, a normalisation or an SE gate, not as an op with two quantized inputs."""
     a, b = node.input[0], node.input[1]
     ra, rb = _roots(m, a, b, [_WALK_LIMIT]), _roots(m, b, a, [_WALK_LIMIT])
-    if rb == {a} or ra == {b} or (ra is not None and ra == rb and len(ra) == 1):
-        return True  # x op f(x), or f(x) op g(x), through activation parts: SiLU, HardSwish, GELU, LayerNorm
-    if node.op_type == "Mul":  # squeeze-excitation: x * gate(x), the gate through pool/conv
-        return _derives_only_from(m, b, a) or _derives_only_from(m, a, b)
+    # x op f(x), or f(x) op g(x), through activation parts: SiLU, HardSwish, GELU, LayerNorm
+    return rb == {a} or ra == {b} or (ra is not None and ra == rb and len(ra) == 1)
+
+
+# ---------------------------------------------------------------- ignored patterns
+
+IGNORED_PATTERNS = ("se_block", "attention_output", "rope", "sam_pe")
+_SHAPE_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose"}
+_SE_GATES = {"Sigmoid", "HardSigmoid"}  # NNCF ONNX: SIGMOID || HARDSIGMOID
+# NNCF: RELU, PRELU, SWISH (OpenVINO); the ONNX pattern takes any atomic activation
+_SE_ACTIVATIONS = {"Relu", "PRelu", "LeakyRelu", "Clip", "HardSwish", "HardSigmoid", "Sigmoid", "Tanh", "Elu", "Selu",
+                   "Softplus", "Gelu", "Mish"}
+_MHA_BRANCH = {"Reshape", "Transpose", "Split", "Gather", "Squeeze", "Concat"}  # READVALUE||RESHAPE||TRANSPOSE||GATHER||SQUEEZE||CONCAT (+ SPLIT)
+
+
+def _producer(m: _Model, t: str) -> onnx.NodeProto | None:
+    n = m.producer.get(t)
+    return n if n is not None and _standard(n) else None
+
+
+def _skip(m: _Model, t: str, nodes: list, bias: bool = True) -> str:
+    """Walk up from `t` through shape-only ops and (with bias) Add/Sub/Mul of a constant;
+    the walked nodes are appended to `nodes`. Returns the tensor reached."""
+    for _ in range(_WALK_LIMIT):
+        n = _producer(m, t)
+        if n is None or not n.input:
+            return t
+        if n.op_type in _SHAPE_OPS:
+            nodes.append(n)
+            t = n.input[0]
+        elif bias and n.op_type in ("Add", "Sub", "Mul") and len(n.input) == 2 and n.input[1] in m.constants:
+            nodes.append(n)
+            t = n.input[0]
+        elif bias and n.op_type in ("Add", "Mul") and len(n.input) == 2 and n.input[0] in m.constants:
+            nodes.append(n)
+            t = n.input[1]
+        else:
+            return t
+    return t
+
+
+def _linear_data_input(m: _Model, n: onnx.NodeProto) -> str | None:
+    """The data input of a Conv/Gemm/MatMul with a constant weight, else None."""
+    if n.op_type not in LINEAR or len(n.input) < 2:
+        return None
+    if n.input[1] in m.constants:
+        return n.input[0]
+    if n.op_type in ("MatMul", "Gemm") and n.input[0] in m.constants:
+        return n.input[1]
+    return None
+
+
+def _se_block(m: _Model, mul: onnx.NodeProto) -> list[onnx.NodeProto]:
+    """The gating path of a squeeze-excitation block ending at `mul`, or []."""
+    for slot in (0, 1):
+        nodes: list[onnx.NodeProto] = []
+        t = _skip(m, mul.input[slot], nodes, bias=False)
+        gate = _producer(m, t)
+        if gate is None or gate.op_type not in _SE_GATES:
+            continue
+        nodes.append(gate)
+        second = _producer(m, _skip(m, gate.input[0], nodes))
+        t = _linear_data_input(m, second) if second is not None else None
+        if t is None:
+            continue
+        nodes.append(second)
+        t = _skip(m, t, nodes)
+        act = _producer(m, t)
+        if act is None:
+            continue
+        if act.op_type == "Mul" and len(act.input) == 2:  # Swish: x * sigmoid(x)
+            sig = [_producer(m, i) for i in act.input]
+            k = next((k for k in (0, 1) if sig[k] is not None and sig[k].op_type == "Sigmoid" and sig[k].input[0] == act.input[1 - k]), None)
+            if k is None:
+                continue
+            nodes += [act, sig[k]]
+            t = act.input[1 - k]
+        elif act.op_type in _SE_ACTIVATIONS:
+            nodes.append(act)
+            t = act.input[0]
+        else:
+            continue
+        first = _producer(m, _skip(m, t, nodes))
+        t = _linear_data_input(m, first) if first is not None else None
+        if t is None:
+            continue
+        nodes.append(first)
+        pool = _producer(m, _skip(m, t, nodes, bias=False))
+        if pool is None or pool.op_type not in ("ReduceMean", "GlobalAveragePool"):
+            continue
+        other = mul.input[1 - slot]
+        if pool.input[0] == other or _skip(m, pool.input[0], [], bias=False) == _skip(m, other, [], bias=False):
+            return nodes
+    return []
+
+
+def _attention_output(m: _Model, mm: onnx.NodeProto) -> list[onnx.NodeProto]:
+    """Softmax [-> Reshape] -> MatMul <- Reshape/Transpose/Split/Gather/Squeeze/Concat."""
+    if len(mm.input) != 2:
+        return []
+    for slot in (0, 1):
+        p = _producer(m, mm.input[slot])
+        nodes = []
+        if p is not None and p.op_type == "Reshape":
+            nodes.append(p)
+            p = _producer(m, p.input[0])
+        branch = _producer(m, mm.input[1 - slot])
+        if p is not None and p.op_type == "Softmax" and branch is not None and branch.op_type in _MHA_BRANCH:
+            return [p, *nodes, branch, mm]
+    return []
+
+
+def _rope(m: _Model, mm: onnx.NodeProto) -> list[onnx.NodeProto]:
+    """MatMul [-> Transpose] -> Concat (of it twice) -> Sin, Cos."""
+    nodes = [mm]
+    t = mm.output[0]
+    readers = [n for n, _ in m.readers.get(t, ())]
+    if len(readers) == 1 and readers[0].op_type == "Transpose":
+        nodes.append(readers[0])
+        t = readers[0].output[0]
+        readers = [n for n, _ in m.readers.get(t, ())]
+    for cat in readers:
+        if cat.op_type == "Concat" and list(cat.input).count(t) >= 2:
+            after = {n.op_type: n for n, _ in m.readers.get(cat.output[0], ())}
+            if "Sin" in after and "Cos" in after:
+                return nodes + [cat, after["Sin"], after["Cos"]]
+    return []
+
+
+def _sam_pe(m: _Model, mm: onnx.NodeProto) -> list[onnx.NodeProto]:
+    """MatMul -> Mul -> Sin, Cos -> Concat."""
+    for mul, _ in m.readers.get(mm.output[0], ()):
+        if mul.op_type != "Mul":
+            continue
+        after = {n.op_type: n for n, _ in m.readers.get(mul.output[0], ())}
+        if "Sin" in after and "Cos" in after:
+            cats = {n.name for n, _ in m.readers.get(after["Sin"].output[0], ()) if n.op_type == "Concat"}
+            cats &= {n.name for n, _ in m.readers.get(after["Cos"].output[0], ()) if n.op_type == "Concat"}
+            if cats:
+                return [mm, mul, after["Sin"], after["Cos"], m.nodes[min(cats)]]
+    return []
+
+
+def ignored_nodes(m: _Model) -> dict[str, str]:
+    """Node name -> the NNCF ignored pattern (IGNORED_PATTERNS) it belongs to."""
+    found: dict[str, str] = {}
+    for n in m.graph.node:
+        if not _standard(n):
+            continue
+        if n.op_type == "Mul" and len(n.input) == 2:
+            for x in _se_block(m, n):
+                found.setdefault(x.name, "se_block")
+        if n.op_type == "MatMul":
+            for name, match in (("attention_output", _attention_output), ("rope", _rope), ("sam_pe", _sam_pe)):
+                for x in match(m, n):
+                    found.setdefault(x.name, name)
+    return found
+
+
+def _is_variance(m: _Model, n: onnx.NodeProto) -> bool:
+    """A ReduceMean of squares (the variance of a decomposed LayerNorm/MVN): OpenVINO fuses the
+    normalisation into one MVN op whose input is the only one NNCF quantizes."""
+    p = m.producer.get(n.input[0])
+    if p is None or not _standard(p) or len(p.input) != 2:
+        return False
+    if p.op_type == "Mul":
+        return p.input[0] == p.input[1]
+    if p.op_type == "Pow" and p.input[1] in m.constants:
+        return bool(np.all(numpy_helper.to_array(m.constants[p.input[1]]) == 2))
     return False
 
 
@@ -283,15 +447,21 @@ def _resolve_names(m: _Model, names: list[str]) -> tuple[set[str], set[str]]:
 
 
 def place(proto: onnx.ModelProto, records: dict, *, exclude: list[str] | tuple = (), weights_7bit: str | None = None,
-          float_types: tuple[int, ...] = (TensorProto.FLOAT,)) -> Plan:
+          float_types: tuple[int, ...] = (TensorProto.FLOAT,), ignored_patterns: bool = True) -> Plan:
     """The quantizers for `proto` (whose nodes must have unique names), given the calibration
-    records {tensor name: TensorRecord}. float_types: element types the target can quantize."""
+    records {tensor name: TensorRecord}. float_types: element types the target can quantize.
+    ignored_patterns: leave NNCF's ignored patterns (see the module docstring) unquantized."""
     if weights_7bit not in (None, "first", "all"):
         raise QtoolError(f"--weights-7bit must be 'first' or 'all', not {weights_7bit!r}")
     m = _Model(proto)
     excluded_nodes, excluded_tensors = _resolve_names(m, list(exclude))
     warnings: list[str] = []
     fp32: dict[str, str] = {}
+    ignored = ignored_nodes(m) if ignored_patterns else {}
+    for name, pattern in ignored.items():
+        if m.nodes[name].op_type in LINEAR and name not in excluded_nodes:
+            fp32[name] = f"ignored pattern {pattern}"
+    excluded_nodes = excluded_nodes | set(ignored)
 
     def quantizable_act(t: str) -> bool:
         return m.is_data(t) and m.types.get(t) in float_types
@@ -303,7 +473,7 @@ def place(proto: onnx.ModelProto, records: dict, *, exclude: list[str] | tuple =
     linear_order: list[str] = []
     for n in m.graph.node:
         if not _standard(n) or n.name in excluded_nodes:
-            if n.op_type in LINEAR and n.name in excluded_nodes:
+            if n.op_type in LINEAR and n.name in excluded_nodes and n.name not in fp32:
                 fp32[n.name] = "excluded"
             continue
         op = n.op_type
@@ -331,7 +501,7 @@ def place(proto: onnx.ModelProto, records: dict, *, exclude: list[str] | tuple =
                 continue
             acts = [(0, n.input[0]), (1, n.input[1])]
         elif op in POOLING:
-            if not n.input or not quantizable_act(n.input[0]):
+            if not n.input or not quantizable_act(n.input[0]) or _is_variance(m, n):
                 continue
             acts = [(0, n.input[0])]
         else:
@@ -340,6 +510,11 @@ def place(proto: onnx.ModelProto, records: dict, *, exclude: list[str] | tuple =
         weights_of[n.name] = wts
         for slot, t in acts:
             wanted[t].append((n.name, slot))
+        if op == "ReduceMean":  # a decomposed LayerNorm/MVN reads one quantized input throughout
+            for sub, slot in m.readers.get(n.output[0], ()):
+                if sub.op_type == "Sub" and slot == 1 and sub.input[0] == n.input[0] and _standard(sub) and sub.name not in excluded_nodes:
+                    asks[sub.name] = [n.input[0]]
+                    wanted[n.input[0]].append((sub.name, 0))
 
     # 2. Move requests up through pass-through ops and Concat (reverse topological order, so
     #    every reader of a tensor has asked before its producer is visited).
@@ -500,7 +675,7 @@ def place(proto: onnx.ModelProto, records: dict, *, exclude: list[str] | tuple =
         ))
     order = {name: i for i, name in enumerate(m.producer)}
     activation_sites.sort(key=lambda s: order.get(s.tensor, -1))
-    unexpected = {k: v for k, v in fp32.items() if "excluded" not in v and not v.startswith("no activation input")}
+    unexpected = {k: v for k, v in fp32.items() if "excluded" not in v and not v.startswith(("no activation input", "ignored pattern"))}
     if unexpected:
         warnings.append(
             f"{len(unexpected)} Conv/ConvTranspose/MatMul/Gemm layer(s) stay FP32: "
@@ -509,4 +684,4 @@ def place(proto: onnx.ModelProto, records: dict, *, exclude: list[str] | tuple =
     already = sorted({n.op_type for n in m.graph.node if n.op_type in _QUANTIZED_OPS})
     if already:
         warnings.append(f"the model already contains {', '.join(already)} nodes; quantizing it again may lose accuracy")
-    return Plan(activation_sites, list(weight_sites.values()), int8_layers, fp32, warnings)
+    return Plan(activation_sites, list(weight_sites.values()), int8_layers, fp32, warnings, ignored)

@@ -354,13 +354,13 @@ def test_weights_7bit(digits, tmp_path):
 # --------------------------------------------------------------------------
 # real-world graphs
 # --------------------------------------------------------------------------
-def _export_and_run(tmp_path, proto_or_path, size, min_int8):
+def _export_and_run(tmp_path, proto_or_path, size, min_int8, *extra, config=None):
     path = proto_or_path if isinstance(proto_or_path, str) else str(tmp_path / "model.onnx")
     if not isinstance(proto_or_path, str):
         onnx.save(proto_or_path, path)
     calib = calibrate(Path(path), noise_images(tmp_path / "images"), tmp_path / "m.calib.json", "--size", size)
     out = tmp_path / "m.openvino.onnx"
-    summary = export("openvino", calib, out)
+    summary = export("openvino", calib, out, *extra)
     assert summary["int8_layers"] >= min_int8, summary
     compiled = ov_compile(out)
     precisions = linear_precisions(compiled)
@@ -369,7 +369,7 @@ def _export_and_run(tmp_path, proto_or_path, size, min_int8):
     h, w = (int(v) for v in size.split("x"))
     x = noise_batch(h, w)
     name = compiled.inputs[0].any_name
-    got = compiled({name: x})[0]
+    got = (compiled if config is None else CORE.compile_model(str(out), "CPU", config))({name: x})[0]
     ref = ort_run(path, {name: x})[0]
     assert got.shape == ref.shape and np.isfinite(got).all()
     return summary, sqnr(ref, got), out
@@ -381,20 +381,33 @@ def test_yolo_like_detector(tmp_path):
 
 
 def test_paddle_ocr_like_opset11(tmp_path):
-    summary, _, _ = _export_and_run(tmp_path, zoo.paddle_ocr_like(), "32x64", 100)
+    summary, _, _ = _export_and_run(tmp_path, zoo.paddle_ocr_like(), "32x64", 100, "--no-ignored-patterns")
     assert summary["fp32_layers"] == 0
+    # by default the squeeze-excitation gating convolutions (HardSigmoid gates) stay FP32
+    default = export("openvino", tmp_path / "m.calib.json", tmp_path / "d.onnx")
+    se = default["ignored_pattern_nodes"]["se_block"]
+    assert default["fp32_layers"] > 0 and default["int8_layers"] + default["fp32_layers"] == summary["int8_layers"]
+    assert se >= 3 * default["fp32_layers"] // 2
+    assert not any("stay FP32" in w for w in default["warnings"])
 
 
 def test_transformer_block(tmp_path):
-    summary, quality, out = _export_and_run(tmp_path, transformer_block(), "32x32", 10)
-    assert summary["int8_layers"] == 10 and quality > 15  # patch conv, q/k/v/o, two attention MatMuls, MLP, head
+    # f32 for the layers left in FP32: on CPUs with bf16 (AMX), OpenVINO 2026.4 runs this attention
+    # (int8 Q @ K^T, softmax @ V in bf16) wrongly, NNCF's own quantization of it too (~8 dB)
+    summary, quality, out = _export_and_run(tmp_path, transformer_block(), "32x32", 9, config={"INFERENCE_PRECISION_HINT": "f32"})
+    # patch conv, q/k/v/o, Q @ K^T, MLP, head; softmax @ V is NNCF's ignored attention output
+    assert summary["int8_layers"] == 9 and quality > 15
+    assert summary["ignored_pattern_nodes"] == {"attention_output": 3}  # Softmax, V's Transpose, MatMul
     ops = {n.op_type for n in onnx.load(str(out)).graph.node}
     assert {"MatMul", "Softmax", "LayerNormalization", "FakeQuantize"} <= ops
 
 
 def test_depthwise_separable_cnn_with_hardswish(tmp_path):
-    summary, quality, _ = _export_and_run(tmp_path, depthwise_cnn(), "32x32", 13)
+    summary, quality, _ = _export_and_run(tmp_path, depthwise_cnn(), "32x32", 13, "--no-ignored-patterns")
     assert summary["int8_layers"] == 13 and quality > 15
+    default = export("openvino", tmp_path / "m.calib.json", tmp_path / "d.onnx")  # the SE convolutions stay FP32
+    assert default["int8_layers"] == 9
+    assert default["fp32_layer_names"] == ["/b0.se.fc1/Conv", "/b0.se.fc2/Conv", "/b1.se.fc1/Conv", "/b1.se.fc2/Conv"]
 
 
 def test_external_data_model_gives_one_loadable_file(tmp_path):

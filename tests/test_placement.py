@@ -137,8 +137,9 @@ def test_elementwise_ops_need_two_activations():
 
 
 def test_activation_patterns_are_not_split_by_quantizers():
-    """SiLU, HardSwish (both spellings), GELU, decomposed LayerNorm and an SE gate stay fused;
-    a residual Add of two real branches is quantized."""
+    """SiLU, HardSwish (both spellings), GELU and decomposed LayerNorm stay fused; a residual Add
+    of two real branches and an SE gating Mul (NNCF quantizes it) are quantized; the SE block's
+    gating convolutions are NNCF's ignored SE_BLOCK pattern and stay FP32."""
     n = Net()
     y = n.conv("x", "c0", 4, 4)
     silu = n.op("Mul", [y, n.op("Sigmoid", [y], "sig")], "silu")
@@ -159,11 +160,21 @@ def test_activation_patterns_are_not_split_by_quantizers():
     m = n.model(["out"])
     plan = placement.place(m, records(m))
     readers = {r for s in plan.activations for r in s.readers}
-    for fused in ("n_silu", "n_hswish", "n_hsw2", "n_gelu", "n_centered", "n_ln", "n_sq", "n_se_out"):
+    for fused in ("n_silu", "n_hswish", "n_hsw2", "n_gelu", "n_ln", "n_sq", "n_var"):
         assert not any(node == fused for node, _ in readers), fused
+    # the LayerNorm's mean and its centring Sub read one quantized input (OpenVINO's MVN input)
+    gelu_site = next(s for s in plan.activations if s.tensor == "gelu")
+    assert set(gelu_site.readers) == {("n_mean", 0), ("n_centered", 0)}
     assert ("n_res", 0) in readers and ("n_res", 1) in readers
+    assert ("n_se_out", 0) in readers and ("n_se_out", 1) in readers
     assert ("n_gap", 0) in readers  # the pooling input is quantized as usual
-    assert len(plan.int8_layers) == 5
+    ln_site = next(s for s in plan.activations if s.tensor == "ln")
+    assert {("n_gap", 0), ("n_se_out", 0)} <= set(ln_site.readers)  # one quantized tensor for both readers
+    assert sorted(plan.int8_layers) == ["n_branch", "n_c0", "n_out"]
+    assert plan.fp32_layers == {"n_se1": "ignored pattern se_block", "n_se2": "ignored pattern se_block"}
+    assert set(plan.ignored) == {"n_se1", "n_ser", "n_se2", "n_gate"} and not plan.warnings
+    plain = placement.place(m, records(m), ignored_patterns=False)
+    assert len(plain.int8_layers) == 5 and not plain.ignored
 
 
 def test_shape_only_and_input_independent_tensors_are_never_quantized():

@@ -66,9 +66,10 @@ def parse_target(text: str) -> str:
 @click.option("--images", "images_dir", type=click.Path(path_type=Path), help="With --keep-fp32: images to rank the layers on.")
 @click.option("--data", "data_dir", type=click.Path(path_type=Path), help="With --keep-fp32: .npy/.npz files to rank the layers on.")
 @click.option("--limit", type=click.IntRange(min=1), help="With --keep-fp32: use only the first N images or data files.")
+@click.option("--no-ignored-patterns", is_flag=True, help="openvino/qdq: also quantize NNCF's ignored patterns (squeeze-excitation gating path, attention output MatMul, RoPE), which stay FP32 by default.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
 def export(model_path, target_text, calib, output, trt_version, algorithm, fmt, exclude, weights_7bit, keep_fp32,
-           images_dir, data_dir, limit, as_json):
+           images_dir, data_dir, limit, no_ignored_patterns, as_json):
     """Write the calibrated ranges of MODEL in a target format.
 
     With no MODEL, the model recorded in the calibration file is used; either way it must be
@@ -80,7 +81,8 @@ def export(model_path, target_text, calib, output, trt_version, algorithm, fmt, 
     calib_path = find_calibration(calib)
     cal = calibration.load(calib_path)
     source = model_path if model_path is not None else calib_path.parent / cal.model_path
-    options = dict(trt_version=trt_version, algorithm=algorithm, fmt=fmt, exclude=list(exclude), weights_7bit=weights_7bit)
+    options = dict(trt_version=trt_version, algorithm=algorithm, fmt=fmt, exclude=list(exclude), weights_7bit=weights_7bit,
+                   ignored_patterns=not no_ignored_patterns)
     out = output or Path(Path(cal.model_path).stem + module.suffix(**options))
     out = check_output_path(out, inputs=(source, calib_path))
     if keep_fp32 and target == "tensorrt":

@@ -64,7 +64,7 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
     G.ensure_opset(model, DOMAIN, 1)
 
 
-def export(loaded, cal, *, exclude=(), weights_7bit=None, **_options):
+def export(loaded, cal, *, exclude=(), weights_7bit=None, ignored_patterns=True, **_options):
     """FakeQuantize ONNX for OpenVINO from the calibration `cal` of `loaded`."""
     from . import ExportResult
 
@@ -72,7 +72,7 @@ def export(loaded, cal, *, exclude=(), weights_7bit=None, **_options):
     namer = G.Namer(model)
     G.unique_node_names(model.graph, namer)
     plan = placement.place(model, {t.name: t for t in cal.tensors}, exclude=list(exclude or ()),
-                           weights_7bit=weights_7bit, float_types=FLOAT_TYPES)
+                           weights_7bit=weights_7bit, ignored_patterns=ignored_patterns, float_types=FLOAT_TYPES)
     apply(model, namer, plan)
     data, warnings = G.finish(model, loaded.proto)
     return ExportResult(data, plan.warnings + warnings, {**plan.summary(), "fp32_layer_names": sorted(plan.fp32_layers)})

@@ -88,7 +88,7 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
     model.graph.node.extend(new_nodes)
 
 
-def export(loaded, cal, *, exclude=(), weights_7bit=None, **_options):
+def export(loaded, cal, *, exclude=(), weights_7bit=None, ignored_patterns=True, **_options):
     """QDQ ONNX from the calibration `cal` of `loaded`."""
     from . import ExportResult
 
@@ -97,7 +97,7 @@ def export(loaded, cal, *, exclude=(), weights_7bit=None, **_options):
     namer = G.Namer(model)
     G.unique_node_names(model.graph, namer)
     plan = placement.place(model, {t.name: t for t in cal.tensors}, exclude=list(exclude or ()),
-                           weights_7bit=weights_7bit, float_types=(TensorProto.FLOAT,))
+                           weights_7bit=weights_7bit, ignored_patterns=ignored_patterns, float_types=(TensorProto.FLOAT,))
     apply(model, namer, plan)
     data, more = G.finish(model, loaded.proto)
     summary = {**plan.summary(), "opset": G.default_opset(model), "fp32_layer_names": sorted(plan.fp32_layers)}
