@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .biascorrection import UNIT_LOG2, SampleStats
 from .errors import QtoolError
 from .fileio import write_atomic
 from .histogram import TensorHistogram
@@ -32,6 +33,7 @@ class TensorRecord:
     counts: list[int]
     hist_range: float  # the histogram covers [0, hist_range] with len(counts) equal bins
     nonfinite: int = 0
+    stats: SampleStats | None = None  # per-sample statistics (files from older versions have none)
 
     @property
     def unsigned(self) -> bool:
@@ -58,7 +60,14 @@ class TensorRecord:
         return np.arange(n + 1, dtype=np.float64) * (self.hist_range / n if n else 0.0)
 
     def threshold(self, method: str, kl_variant: str = "nvidia", unsigned: bool | None = None, num_bits: int = 8) -> float:
-        """Recompute this tensor's amax from its stored histogram."""
+        """Recompute this tensor's amax from its stored histogram (mean-minmax: from its
+        per-sample statistics, NNCF's MEAN_MINMAX with the ABS_MAX reducer of symmetric quantizers:
+        the mean over samples of each sample's max |x|)."""
+        if thresholds.parse_method(method) == "mean-minmax":
+            if self.stats is None or not self.stats.count:
+                raise QtoolError(f"tensor {self.name!r} has no per-sample statistics (a calibration file from an older qtool); "
+                                 "calibrate again to use mean-minmax")
+            return min(self.stats.mean_absmax, self.absmax)
         return thresholds.amax_for(
             method, np.asarray(self.counts, dtype=np.int64), self.edges(), absmax=self.absmax,
             unsigned=self.unsigned if unsigned is None else unsigned, kl_variant=kl_variant, num_bits=num_bits,
@@ -82,7 +91,8 @@ class Calibration:
         return {t.name: t.amax for t in self.tensors}
 
 
-def record_from_histogram(name: str, hist: TensorHistogram, method: str, kl_variant: str = "nvidia", num_bits: int = 8) -> TensorRecord:
+def record_from_histogram(name: str, hist: TensorHistogram, method: str, kl_variant: str = "nvidia", num_bits: int = 8,
+                          stats: SampleStats | None = None) -> TensorRecord:
     counts, edges = hist.trimmed()
     empty = hist.size == 0
     record = TensorRecord(
@@ -93,6 +103,7 @@ def record_from_histogram(name: str, hist: TensorHistogram, method: str, kl_vari
         counts=[int(c) for c in counts],
         hist_range=float(edges[-1]),
         nonfinite=hist.nonfinite,
+        stats=stats,
     )
     record.amax = record.threshold(method, kl_variant, num_bits=num_bits)
     return record
@@ -120,13 +131,29 @@ def merge(cals: list[Calibration]) -> Calibration:
     tensors = []
     for i, t in enumerate(first.tensors):
         hist = t.histogram(first.bins)
+        stats = t.stats
         for other in cals[1:]:
             hist.merge(other.tensors[i].histogram(first.bins))
-        tensors.append(record_from_histogram(t.name, hist, first.method, first.kl_variant, first.num_bits))
+            theirs = other.tensors[i].stats
+            stats = stats.merge(theirs) if stats is not None and theirs is not None else None
+        tensors.append(record_from_histogram(t.name, hist, first.method, first.kl_variant, first.num_bits, stats))
     return replace(first, samples=sum(c.samples for c in cals), tensors=tensors, shard=None)
 
 
 def to_json(cal: Calibration) -> str:
+    def tensor(t: TensorRecord) -> dict:
+        out = {
+            "min": t.min,
+            "max": t.max,
+            "amax": t.amax,
+            "unsigned": t.unsigned,
+            "nonfinite": t.nonfinite,
+            "histogram": {"range": [0.0, t.hist_range], "counts": t.counts},
+        }
+        if t.stats is not None:
+            out["per_sample"] = t.stats.to_json()
+        return out
+
     doc = {
         "format": FORMAT,
         "version": VERSION,
@@ -138,17 +165,9 @@ def to_json(cal: Calibration) -> str:
         "samples": cal.samples,
         **({"shard": f"{cal.shard[0]}/{cal.shard[1]}"} if cal.shard else {}),
         "preprocess": cal.preprocess,
-        "tensors": {
-            t.name: {
-                "min": t.min,
-                "max": t.max,
-                "amax": t.amax,
-                "unsigned": t.unsigned,
-                "nonfinite": t.nonfinite,
-                "histogram": {"range": [0.0, t.hist_range], "counts": t.counts},
-            }
-            for t in cal.tensors
-        },
+        # per_sample sums (exact integers) count multiples of 2**per_sample_unit_log2
+        **({"per_sample_unit_log2": UNIT_LOG2} if any(t.stats is not None for t in cal.tensors) else {}),
+        "tensors": {t.name: tensor(t) for t in cal.tensors},
     }
     return json.dumps(doc, indent=1, allow_nan=False) + "\n"
 
@@ -204,6 +223,7 @@ def load(path: str | os.PathLike) -> Calibration:
                 counts=[_count(c) for c in t["histogram"]["counts"]],
                 hist_range=_number(t["histogram"]["range"][1]),
                 nonfinite=_count(t.get("nonfinite", 0)),
+                stats=SampleStats.from_json(t["per_sample"]) if "per_sample" in t else None,
             )
             for name, t in _mapping(doc["tensors"]).items()
         ]
@@ -219,6 +239,8 @@ def load(path: str | os.PathLike) -> Calibration:
             kl_variant=_text(doc.get("kl_variant", "nvidia")),
             shard=tuple(int(v) for v in _text(doc["shard"]).split("/")) if "shard" in doc else None,
         )
+        if any(t.stats is not None for t in tensors) and doc.get("per_sample_unit_log2") != UNIT_LOG2:
+            raise ValueError(f"per_sample_unit_log2 must be {UNIT_LOG2}")
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
         raise QtoolError(f"{str(p)!r} is a damaged calibration file (bad or missing field: {e}); calibrate again") from None
     problem = _invalid(cal)
@@ -250,4 +272,6 @@ def _invalid(cal: Calibration) -> str | None:
             return f"min above max for tensor {t.name!r}"
         if not 1 <= len(t.counts) <= cal.bins or min(t.counts) < 0 or t.nonfinite < 0:
             return f"bad histogram for tensor {t.name!r}"
+        if cal.method == "mean-minmax" and (t.stats is None or not t.stats.count):
+            return f"method mean-minmax without per-sample statistics for tensor {t.name!r}"
     return None

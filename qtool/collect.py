@@ -95,6 +95,7 @@ def collect(
     static: frozenset[str] = frozenset(),
     probe_size: int = 1,
     workers: int | None = None,
+    stats: dict | None = None,
 ) -> tuple[dict[str, TensorHistogram], int]:
     """Histograms of every tensor in `names` over all runs, and the number of samples seen.
 
@@ -102,15 +103,18 @@ def collect(
     the input shape: decode grids and the like, with fixed-size batched inputs). Their
     histogram comes from one run on the first `probe_size` samples, counted once per
     `probe_size` samples seen, so it does not depend on the batch size.
+    `stats`: {tensor: biascorrection.SampleStats} also updated (per-sample statistics).
     """
     hists = {n: TensorHistogram(bins=bins) for n in names}
     varying = [n for n in names if n not in static]
     fixed = [n for n in names if n in static]
     seen = 0
 
-    def fill(pairs):
+    def fill(pairs, samples):
         for name, value in pairs:
             hists[name].update(value)
+            if stats is not None and name in stats:
+                stats[name].update(value, samples)
 
     workers = workers or min(4, os.cpu_count() or 1)
     with ThreadPoolExecutor(workers, thread_name_prefix="qtool-hist") as pool:
@@ -118,13 +122,13 @@ def collect(
         for feeds, count in prefetch(runs):
             if fixed and seen == 0:
                 probe = {k: v[:probe_size] for k, v in feeds.items()}
-                fill(zip(fixed, run(session, fixed, probe)))
+                fill(zip(fixed, run(session, fixed, probe)), probe_size)
             outputs = run(session, varying, feeds) if varying else []
             for f in pending:  # one batch in flight at most: each histogram has one writer
                 f.result()
             # largest tensors first, dealt round-robin: balanced shares without a scheduler
             pairs = sorted(zip(varying, outputs), key=lambda p: -p[1].size)
-            pending = [pool.submit(fill, pairs[w::workers]) for w in range(workers)]
+            pending = [pool.submit(fill, pairs[w::workers], count) for w in range(workers)]
             outputs = pairs = None  # the tasks hold the only references now
             seen += count
             if progress is not None:
@@ -136,4 +140,6 @@ def collect(
             raise ValueError("the number of samples must be a multiple of probe_size")
         for name in fixed:
             hists[name].repeat(seen // probe_size)
+            if stats is not None and name in stats:
+                stats[name].repeat(seen // probe_size)
     return hists, seen

@@ -17,11 +17,16 @@ src/nncf/openvino/quantization/ignored_patterns.py; reference section 5):
   src/nncf/onnx/quantization/ignored_patterns.py; on by default, `ignored_patterns=False` turns
   them off): the nodes of these subgraphs get no quantizer on their inputs, so their linear
   layers stay FP32: the gating path of a squeeze-excitation block (ReduceMean/GlobalAveragePool
-  -> Conv/Gemm/MatMul -> activation -> Conv/Gemm/MatMul -> Sigmoid/HardSigmoid -> Mul; the pool
+  -> Conv/Gemm/MatMul [+ bias] -> activation -> Conv/Gemm/MatMul [+ bias] -> Sigmoid or
+  HSigmoid = HardSigmoid(1/6, 0.5) -> Mul, as NNCF matches it on the OpenVINO graph; the pool
   and the Mul are not part of it), the attention output (Softmax [-> Reshape] -> MatMul with
   V from Reshape/Transpose/Split/Gather/Squeeze/Concat), rotary position embeddings
   (MatMul [-> Transpose] -> Concat -> Sin, Cos) and SAM's positional embedding
   (MatMul -> Mul -> Sin, Cos -> Concat).
+* Depthwise Conv (one input channel per group): its data input per channel (NNCF's CPU setup
+  gives DEPTHWISE_CONVOLUTION the per-channel activation space q8_a_ch, with min-max ranges per
+  channel), when the calibration file has the per-channel max |x| and no other op reads the
+  quantized tensor; per tensor otherwise.
 * AveragePool, GlobalAveragePool, ReduceMean, Resize: the data input; not the ReduceMean of squares
   in a decomposed LayerNorm (OpenVINO fuses the normalisation into MVN, whose input NNCF
   quantizes), and the centring Sub(x, ReduceMean(x)) reads the same quantized x as the mean.
@@ -75,16 +80,23 @@ class Range:
 
 @dataclass
 class ActivationSite:
-    """One per-tensor quantizer on `tensor`, read by `readers` (node name, input slot)."""
+    """One quantizer on `tensor`, read by `readers` (node name, input slot): per tensor, or per
+    channel (axis 1 of a rank-`rank` tensor) when `channel_amax` is set."""
 
     tensor: str
     elem_type: int
     range: Range
     readers: list[tuple[str, int]] = field(default_factory=list)
     shared_with: list[str] = field(default_factory=list)  # tensors in the same range group
+    channel_amax: np.ndarray | None = None
+    rank: int | None = None
 
     def params(self) -> quant.QParams:
-        return quant.activation_params(self.range.amax, self.range.unsigned)
+        if self.channel_amax is None:
+            return quant.activation_params(self.range.amax, self.range.unsigned)
+        g = quant.grid(8, signed=not self.range.unsigned)
+        amax = np.asarray(self.channel_amax, dtype=np.float64)
+        return quant.QParams(amax / g.qmax, np.zeros(amax.shape, dtype=np.int64), g, 1)
 
 
 @dataclass
@@ -261,7 +273,7 @@ def is_fused_elementwise(m: _Model, node: onnx.NodeProto) -> bool:
 
 IGNORED_PATTERNS = ("se_block", "attention_output", "rope", "sam_pe")
 _SHAPE_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose"}
-_SE_GATES = {"Sigmoid", "HardSigmoid"}  # NNCF ONNX: SIGMOID || HARDSIGMOID
+_HSIGMOID = (1 / 6, 0.5)  # HardSigmoid(alpha, beta) that OpenVINO calls HSigmoid
 # NNCF: RELU, PRELU, SWISH (OpenVINO); the ONNX pattern takes any atomic activation
 _SE_ACTIVATIONS = {"Relu", "PRelu", "LeakyRelu", "Clip", "HardSwish", "HardSigmoid", "Sigmoid", "Tanh", "Elu", "Selu",
                    "Softplus", "Gelu", "Mish"}
@@ -283,10 +295,10 @@ def _skip(m: _Model, t: str, nodes: list, bias: bool = True) -> str:
         if n.op_type in _SHAPE_OPS:
             nodes.append(n)
             t = n.input[0]
-        elif bias and n.op_type in ("Add", "Sub", "Mul") and len(n.input) == 2 and n.input[1] in m.constants:
+        elif bias and n.op_type in ("Add", "Sub", "Mul") and len(n.input) == 2 and not m.is_data(n.input[1]):
             nodes.append(n)
             t = n.input[0]
-        elif bias and n.op_type in ("Add", "Mul") and len(n.input) == 2 and n.input[0] in m.constants:
+        elif bias and n.op_type in ("Add", "Mul") and len(n.input) == 2 and not m.is_data(n.input[0]):
             nodes.append(n)
             t = n.input[1]
         else:
@@ -305,13 +317,25 @@ def _linear_data_input(m: _Model, n: onnx.NodeProto) -> str | None:
     return None
 
 
+def _is_se_gate(n: onnx.NodeProto) -> bool:
+    """Sigmoid, or the HardSigmoid OpenVINO turns into HSigmoid (NNCF's OpenVINO SE_BLOCK gate:
+    SIGMOID || HSIGMOID; paddle's HardSigmoid(0.2, 0.5) is OpenVINO's HardSigmoid, which NNCF's
+    pattern does not match, so NNCF quantizes those blocks and so does qtool)."""
+    if n.op_type == "Sigmoid":
+        return True
+    if n.op_type != "HardSigmoid":
+        return False
+    alpha, beta = float(_attr(n, "alpha", 0.2)), float(_attr(n, "beta", 0.5))
+    return abs(alpha - _HSIGMOID[0]) < 1e-6 and abs(beta - _HSIGMOID[1]) < 1e-6
+
+
 def _se_block(m: _Model, mul: onnx.NodeProto) -> list[onnx.NodeProto]:
     """The gating path of a squeeze-excitation block ending at `mul`, or []."""
     for slot in (0, 1):
         nodes: list[onnx.NodeProto] = []
         t = _skip(m, mul.input[slot], nodes, bias=False)
         gate = _producer(m, t)
-        if gate is None or gate.op_type not in _SE_GATES:
+        if gate is None or not _is_se_gate(gate):
             continue
         nodes.append(gate)
         second = _producer(m, _skip(m, gate.input[0], nodes))
@@ -412,6 +436,14 @@ def ignored_nodes(m: _Model) -> dict[str, str]:
     return found
 
 
+def _is_depthwise(n: onnx.NodeProto, dims: dict[str, list[int]]) -> bool:
+    """A Conv with one input channel per group (NNCF's DepthwiseConvolution metatype)."""
+    if n.op_type != "Conv" or len(n.input) < 2 or int(_attr(n, "group", 1)) <= 1:
+        return False
+    w = dims.get(n.input[1])
+    return w is not None and len(w) >= 3 and w[1] == 1
+
+
 def _is_variance(m: _Model, n: onnx.NodeProto) -> bool:
     """A ReduceMean of squares (the variance of a decomposed LayerNorm/MVN): OpenVINO fuses the
     normalisation into one MVN op whose input is the only one NNCF quantizes."""
@@ -447,10 +479,13 @@ def _resolve_names(m: _Model, names: list[str]) -> tuple[set[str], set[str]]:
 
 
 def place(proto: onnx.ModelProto, records: dict, *, exclude: list[str] | tuple = (), weights_7bit: str | None = None,
-          float_types: tuple[int, ...] = (TensorProto.FLOAT,), ignored_patterns: bool = True) -> Plan:
+          float_types: tuple[int, ...] = (TensorProto.FLOAT,), ignored_patterns: bool = True,
+          depthwise_per_channel: bool = True) -> Plan:
     """The quantizers for `proto` (whose nodes must have unique names), given the calibration
     records {tensor name: TensorRecord}. float_types: element types the target can quantize.
-    ignored_patterns: leave NNCF's ignored patterns (see the module docstring) unquantized."""
+    ignored_patterns: leave NNCF's ignored patterns (see the module docstring) unquantized.
+    depthwise_per_channel: quantize the inputs of depthwise Convs per channel where the records
+    have per-channel ranges."""
     if weights_7bit not in (None, "first", "all"):
         raise QtoolError(f"--weights-7bit must be 'first' or 'all', not {weights_7bit!r}")
     m = _Model(proto)
@@ -673,6 +708,22 @@ def place(proto: onnx.ModelProto, records: dict, *, exclude: list[str] | tuple =
             t, m.types.get(t, TensorProto.FLOAT), group_range[root], readers_of_site[t],
             sorted(x for x in members[root] if x != t),
         ))
+    if depthwise_per_channel:
+        dims = {name: list(t.dims) for name, t in m.constants.items()}
+        for site in activation_sites:
+            stats = getattr(records.get(site.tensor), "stats", None)
+            peak = None if stats is None or stats.axis != 1 else stats.channel_absmax
+            if peak is None or site.shared_with or site.tensor in excluded_tensors:
+                continue
+            convs = [m.nodes[name] for name, slot in site.readers if slot == 0]
+            if len(convs) != len(site.readers) or not all(_is_depthwise(c, dims) for c in convs):
+                continue
+            if any(int(dims[c.input[1]][0]) != len(peak) for c in convs):
+                continue
+            amax = np.asarray(peak, dtype=np.float64)
+            fallback = float(amax.max()) if amax.size and amax.max() > 0 else 1.0
+            site.channel_amax = np.where((amax > 0) & np.isfinite(amax), amax, fallback)
+            site.rank = len(dims[convs[0].input[1]])
     order = {name: i for i, name in enumerate(m.producer)}
     activation_sites.sort(key=lambda s: order.get(s.tensor, -1))
     unexpected = {k: v for k, v in fp32.items() if "excluded" not in v and not v.startswith(("no activation input", "ignored pattern"))}

@@ -38,8 +38,9 @@ import math
 import numpy as np
 
 KL_VARIANTS = ("nvidia", "ncnn", "ppq")
-METHODS = ("entropy", "max", "mse", "percentile:P")
-_PLAIN_METHODS = ("entropy", "max", "mse")
+METHODS = ("entropy", "max", "mse", "percentile:P", "auto")  # computed from a histogram
+SAMPLE_METHODS = ("mean-minmax",)  # computed from per-sample statistics (TensorRecord.threshold)
+_PLAIN_METHODS = ("entropy", "max", "mse", "mean-minmax", "auto")
 
 _REL_TOL = 1e-7  # re-evaluate candidates this close to the best fast value (relative) ...
 _ABS_TOL = 1e-9  # ... or absolute; the fast values are accurate to ~1e-12 of their size
@@ -651,7 +652,7 @@ def parse_method(text: str) -> str:
         return f"percentile:{_format_number(p)}"
     near = difflib.get_close_matches(method.split(":")[0], _PLAIN_METHODS + ("percentile",), n=1)
     hint = f"; did you mean {near[0]!r}?" if near else ""
-    raise ValueError(f"unknown method {text!r}: choose entropy, max, mse or percentile:P (e.g. percentile:99.99){hint}")
+    raise ValueError(f"unknown method {text!r}: choose entropy, max, mse or percentile:P (e.g. percentile:99.99), or mean-minmax or auto{hint}")
 
 
 def _nvidia_start(hist: np.ndarray, start_bin: int = 128) -> int:
@@ -684,6 +685,10 @@ def amax_for(
     if kl_variant not in KL_VARIANTS:
         raise ValueError(f"unknown KL variant {kl_variant!r}: choose one of {', '.join(KL_VARIANTS)}")
     method = parse_method(method)
+    if method == "mean-minmax":
+        raise ValueError("mean-minmax needs per-sample statistics, not a histogram (TensorRecord.threshold)")
+    if method == "auto":
+        return auto_choice(hist, bin_edges, absmax=absmax, unsigned=unsigned, kl_variant=kl_variant, num_bits=num_bits)[1]
     if method == "entropy":
         if kl_variant == "nvidia":
             return entropy_amax(hist, bin_edges, num_bits=num_bits, unsigned=unsigned, start_bin=_nvidia_start(hist))
@@ -695,3 +700,44 @@ def amax_for(
     if method == "max":
         return max_amax(hist, bin_edges, absmax)
     return percentile_amax(hist, bin_edges, float(method.split(":", 1)[1]))
+
+
+# ---------------------------------------------------------------- auto
+
+AUTO_CANDIDATES = ("entropy", "percentile:99.99", "percentile:99.999", "mse")
+_SUBSAMPLES = 8  # points per bin at which the quantizer's error is evaluated
+
+
+def quantization_error(hist: np.ndarray, bin_edges: np.ndarray, amax: float, *, unsigned: bool = False, num_bits: int = 8) -> float:
+    """Mean squared error per value of fake-quantizing the histogram's values with threshold
+    `amax` on the grid qtool exports (unsigned: 2^bits levels on [0, amax]; signed: step
+    amax / (2^(bits-1) - 1), magnitudes up to amax), values spread evenly inside each bin:
+    rounding error inside the range, x - amax above it."""
+    h, edges = _prepare(hist, bin_edges)
+    total = float(np.sum(h, dtype=np.float64)) if h.size else 0.0
+    if total <= 0 or not amax > 0:
+        return 0.0
+    top = (1 << num_bits) - 1 if unsigned else (1 << (num_bits - 1)) - 1
+    step = amax / top
+    frac = (np.arange(_SUBSAMPLES) + 0.5) / _SUBSAMPLES
+    x = edges[:-1, None] + (edges[1:] - edges[:-1])[:, None] * frac  # points inside each bin
+    q = np.minimum(np.rint(x / step), top) * step
+    per_bin = ((x - q) ** 2).mean(axis=1)
+    return float(np.dot(h.astype(np.float64), per_bin) / total)
+
+
+def auto_choice(hist: np.ndarray, bin_edges: np.ndarray, *, absmax: float, unsigned: bool = False, kl_variant: str = "nvidia",
+                num_bits: int = 8) -> tuple[str, float]:
+    """(method, amax): the AUTO_CANDIDATES method whose threshold gives the lowest
+    quantization_error on this histogram (the first listed on a tie)."""
+    best = None
+    for method in AUTO_CANDIDATES:
+        amax = amax_for(method, hist, bin_edges, absmax=absmax, unsigned=unsigned, kl_variant=kl_variant, num_bits=num_bits)
+        if not amax > 0:
+            continue
+        err = quantization_error(hist, bin_edges, amax, unsigned=unsigned, num_bits=num_bits)
+        if best is None or err < best[0]:
+            best = (err, method, amax)
+    if best is None:
+        return AUTO_CANDIDATES[0], 0.0
+    return best[1], best[2]

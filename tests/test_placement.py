@@ -153,7 +153,7 @@ def test_activation_patterns_are_not_split_by_quantizers():
     var = n.op("ReduceMean", [n.op("Mul", [d, d], "sq")], "var", axes=[1], keepdims=1)
     ln = n.op("Div", [d, n.op("Sqrt", [n.op("Add", [var, n.c("eps", np.array(1e-5, np.float32))], "ve")], "std")], "ln")
     se = n.op("GlobalAveragePool", [ln], "gap")
-    se = n.op("HardSigmoid", [n.conv(n.op("Relu", [n.conv(se, "se1", 4, 2)], "ser"), "se2", 2, 4)], "gate")
+    se = n.op("HardSigmoid", [n.conv(n.op("Relu", [n.conv(se, "se1", 4, 2)], "ser"), "se2", 2, 4)], "gate", alpha=1 / 6, beta=0.5)
     gated = n.op("Mul", [ln, se], "se_out")
     res = n.op("Add", [gated, n.conv(gated, "branch", 4, 4)], "res")  # residual: quantized
     n.conv(res, "out", 4, 4)
@@ -358,3 +358,23 @@ def test_ensure_opset():
     G.ensure_opset(m, "org.openvinotoolkit", 1)
     assert [(o.domain, o.version) for o in m.opset_import] == [("", 13), ("org.openvinotoolkit", 1)]
     assert G.default_opset(m) == 13
+
+
+def test_se_pattern_follows_nncf_on_the_openvino_graph():
+    """Sigmoid and HSigmoid = HardSigmoid(1/6, 0.5) gates make the SE gating path FP32; paddle's
+    HardSigmoid(0.2, 0.5) is OpenVINO's HardSigmoid, which NNCF's pattern does not match. The bias
+    of a gating conv may be an Add of a reshaped constant (paddle2onnx)."""
+    for gate, attrs, ignored in (("Sigmoid", {}, True), ("HardSigmoid", {"alpha": 1 / 6, "beta": 0.5}, True),
+                                 ("HardSigmoid", {"alpha": 0.2, "beta": 0.5}, False)):
+        n = Net()
+        y = n.conv("x", "c0", 4, 4)
+        pooled = n.op("ReduceMean", [y], "pool", axes=[2, 3], keepdims=1)
+        b = n.op("Reshape", [n.c("b1", np.ones(2, np.float32)), n.c("shape", np.array([1, 2, 1, 1], np.int64))], "b1r")
+        h = n.op("Relu", [n.op("Add", [n.conv(pooled, "se1", 4, 2), b], "se1b")], "ser")
+        g = n.op(gate, [n.conv(h, "se2", 2, 4)], "gate", **attrs)
+        n.conv(n.op("Mul", [y, g], "gated"), "out", 4, 4)
+        m = n.model(["out"])
+        plan = placement.place(m, records(m))
+        assert (sorted(plan.fp32_layers) == ["n_se1", "n_se2"]) == ignored, (gate, attrs)
+        assert ("n_se1b" in plan.ignored) == ignored
+        assert len(placement.place(m, records(m), ignored_patterns=False).int8_layers) == 4

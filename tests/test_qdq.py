@@ -147,7 +147,7 @@ def test_failed_opset_conversion_is_a_clear_error(tmp_path, monkeypatch):
     assert not (tmp_path / "out.onnx").exists()
 
 
-@pytest.mark.parametrize("build,layers", [(transformer_block, 9), (depthwise_cnn, 9)], ids=["transformer", "depthwise"])
+@pytest.mark.parametrize("build,layers", [(transformer_block, 9), (depthwise_cnn, 13)], ids=["transformer", "depthwise"])
 def test_real_world_blocks_run_in_onnxruntime(tmp_path, build, layers):
     path = tmp_path / "m.onnx"
     onnx.save(build(), str(path))

@@ -11,7 +11,7 @@ from typing import Iterable
 
 import click
 
-from .. import calibration, collect, data, model, thresholds
+from .. import biascorrection, calibration, collect, data, model, thresholds
 from ..errors import QtoolError
 from ..exporters import tensorrt
 from ..fileio import check_output_path, write_atomic
@@ -109,7 +109,7 @@ def _data_source(loaded, data_dir, limit, shard) -> _Source:
 @click.option("--layout", type=click.Choice(["nchw", "nhwc"]), help="Input layout [default: inferred from the model input].")
 @click.option("--batch-size", type=click.IntRange(min=1), help="Images per inference [default: the model's fixed batch, else as many as fit 64 MB of activations]; results do not depend on it.")
 @click.option("--bins", type=int, default=2048, show_default=True, help="Histogram bins per tensor (a power of two).")
-@click.option("--method", "method_text", default="entropy", show_default=True, help=f"Threshold method: {', '.join(thresholds.METHODS)}.")
+@click.option("--method", "method_text", default="entropy", show_default=True, help=f"Threshold method: {', '.join(thresholds.METHODS + thresholds.SAMPLE_METHODS)}.")
 @click.option("--kl-variant", type=click.Choice(thresholds.KL_VARIANTS), default="nvidia", show_default=True, help="Whose entropy search to reproduce.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Calibration file [default: <model stem>.calib.json here].")
 @click.option("--trt-table", type=click.Path(path_type=Path), help="Also write a TensorRT INT8 calibration cache here.")
@@ -160,11 +160,13 @@ def calibrate(ctx, model_path, images_dir, data_dir, limit, on_bad_image, shard,
     )
     log.debug("calibrating %d tensors with %d inputs (batch %s)", len(names), len(inputs), batch_size or "per file")
     with progress(len(inputs), not (ctx.obj["quiet"] or as_json)) as bar:
-        hists, samples = collect.collect(session, names, source.runs, bins, bar, static=source.static, probe_size=source.probe)
+        # per-sample min, max |x| and per-channel means of layer inputs: for mean-minmax and bias correction
+        stats = biascorrection.new_stats(loaded.proto, names)
+        hists, samples = collect.collect(session, names, source.runs, bins, bar, static=source.static, probe_size=source.probe, stats=stats)
     if samples == 0:
         raise QtoolError(f"none of the {len(inputs)} images could be read; nothing was calibrated")
 
-    records = [calibration.record_from_histogram(n, hists[n], method, kl_variant) for n in names]
+    records = [calibration.record_from_histogram(n, hists[n], method, kl_variant, stats=stats[n]) for n in names]
     warnings = []
     if skipped:
         warnings.append(f"skipped {len(skipped)} unreadable image(s): " + "; ".join(reason for _, reason in skipped[:3]))

@@ -67,9 +67,10 @@ def parse_target(text: str) -> str:
 @click.option("--data", "data_dir", type=click.Path(path_type=Path), help="With --keep-fp32: .npy/.npz files to rank the layers on.")
 @click.option("--limit", type=click.IntRange(min=1), help="With --keep-fp32: use only the first N images or data files.")
 @click.option("--no-ignored-patterns", is_flag=True, help="openvino/qdq: also quantize NNCF's ignored patterns (squeeze-excitation gating path, attention output MatMul, RoPE), which stay FP32 by default.")
+@click.option("--no-bias-correction", is_flag=True, help="openvino/qdq: keep the biases as they are instead of shifting each int8 Conv/MatMul/Gemm bias by the mean output error its weight quantization causes (from the per-channel input means in the calibration file; NNCF's fast bias correction).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
 def export(model_path, target_text, calib, output, trt_version, algorithm, fmt, exclude, weights_7bit, keep_fp32,
-           images_dir, data_dir, limit, no_ignored_patterns, as_json):
+           images_dir, data_dir, limit, no_ignored_patterns, no_bias_correction, as_json):
     """Write the calibrated ranges of MODEL in a target format.
 
     With no MODEL, the model recorded in the calibration file is used; either way it must be
@@ -82,7 +83,7 @@ def export(model_path, target_text, calib, output, trt_version, algorithm, fmt, 
     cal = calibration.load(calib_path)
     source = model_path if model_path is not None else calib_path.parent / cal.model_path
     options = dict(trt_version=trt_version, algorithm=algorithm, fmt=fmt, exclude=list(exclude), weights_7bit=weights_7bit,
-                   ignored_patterns=not no_ignored_patterns)
+                   ignored_patterns=not no_ignored_patterns, bias_correction=not no_bias_correction)
     out = output or Path(Path(cal.model_path).stem + module.suffix(**options))
     out = check_output_path(out, inputs=(source, calib_path))
     if keep_fp32 and target == "tensorrt":

@@ -25,7 +25,7 @@ def _parse_method(text: str) -> str:
 
 @cli.command(epilog=EPILOG)
 @click.argument("calib_path", metavar="FILE", type=click.Path(path_type=Path))
-@click.option("--method", "method_text", help=f"Threshold method: {', '.join(thresholds.METHODS)} [default: the file's].")
+@click.option("--method", "method_text", help=f"Threshold method: {', '.join(thresholds.METHODS + thresholds.SAMPLE_METHODS)} [default: the file's].")
 @click.option("--kl-variant", type=click.Choice(thresholds.KL_VARIANTS), help="Whose entropy search to reproduce [default: the file's].")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write the result here [default: rewrite FILE in place].")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")

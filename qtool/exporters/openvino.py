@@ -16,7 +16,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from .. import graph as G
-from .. import placement, quant
+from .. import biascorrection, placement, quant
 
 DOMAIN = "org.openvinotoolkit"
 FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16)
@@ -55,7 +55,9 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
     """Insert the plan's quantizers as FakeQuantize nodes (in place)."""
     nodes = {n.name: n for n in model.graph.node}
     for site in plan.activations:
-        out = _fake_quantize(model, namer, site.tensor, site.params(), (), site.elem_type)
+        params = site.params()
+        shape = () if site.channel_amax is None else quant.range_shape(params, site.rank)  # [1, C, 1, 1] per channel
+        out = _fake_quantize(model, namer, site.tensor, params, shape, site.elem_type)
         _rewire(nodes, site.readers, out)
     for site in plan.weights:
         params = site.params()
@@ -64,7 +66,7 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
     G.ensure_opset(model, DOMAIN, 1)
 
 
-def export(loaded, cal, *, exclude=(), weights_7bit=None, ignored_patterns=True, **_options):
+def export(loaded, cal, *, exclude=(), weights_7bit=None, ignored_patterns=True, bias_correction=True, **_options):
     """FakeQuantize ONNX for OpenVINO from the calibration `cal` of `loaded`."""
     from . import ExportResult
 
@@ -73,6 +75,8 @@ def export(loaded, cal, *, exclude=(), weights_7bit=None, ignored_patterns=True,
     G.unique_node_names(model.graph, namer)
     plan = placement.place(model, {t.name: t for t in cal.tensors}, exclude=list(exclude or ()),
                            weights_7bit=weights_7bit, ignored_patterns=ignored_patterns, float_types=FLOAT_TYPES)
+    corrected, bc_warnings = biascorrection.apply_to_export(model, namer, plan, cal, bias_correction)
     apply(model, namer, plan)
     data, warnings = G.finish(model, loaded.proto)
-    return ExportResult(data, plan.warnings + warnings, {**plan.summary(), "fp32_layer_names": sorted(plan.fp32_layers)})
+    summary = {**plan.summary(), "fp32_layer_names": sorted(plan.fp32_layers), "bias_corrected_layers": corrected}
+    return ExportResult(data, plan.warnings + bc_warnings + warnings, summary)

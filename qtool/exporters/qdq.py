@@ -17,7 +17,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from .. import graph as G
-from .. import placement, quant
+from .. import biascorrection, placement, quant
 from ..errors import QtoolError
 
 MIN_OPSET = 13
@@ -69,8 +69,9 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
         zp = _init(model, namer, f"{site.tensor}/zero_point", np.asarray(p.zero_point, dtype=ztype))
         q = namer.fresh(f"{site.tensor}/quantized")
         dq = namer.fresh(f"{site.tensor}/dequantized")
-        new_nodes.append(helper.make_node("QuantizeLinear", [site.tensor, scale, zp], [q], name=namer.fresh(f"{site.tensor}/QuantizeLinear")))
-        new_nodes.append(helper.make_node("DequantizeLinear", [q, scale, zp], [dq], name=namer.fresh(f"{site.tensor}/DequantizeLinear")))
+        attrs = {"axis": p.axis} if p.axis is not None and np.ndim(p.scale) > 0 else {}  # per channel: depthwise Conv inputs
+        new_nodes.append(helper.make_node("QuantizeLinear", [site.tensor, scale, zp], [q], name=namer.fresh(f"{site.tensor}/QuantizeLinear"), **attrs))
+        new_nodes.append(helper.make_node("DequantizeLinear", [q, scale, zp], [dq], name=namer.fresh(f"{site.tensor}/DequantizeLinear"), **attrs))
         for node_name, slot in site.readers:
             nodes[node_name].input[slot] = dq
     for site in plan.weights:
@@ -88,7 +89,7 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
     model.graph.node.extend(new_nodes)
 
 
-def export(loaded, cal, *, exclude=(), weights_7bit=None, ignored_patterns=True, **_options):
+def export(loaded, cal, *, exclude=(), weights_7bit=None, ignored_patterns=True, bias_correction=True, **_options):
     """QDQ ONNX from the calibration `cal` of `loaded`."""
     from . import ExportResult
 
@@ -98,7 +99,9 @@ def export(loaded, cal, *, exclude=(), weights_7bit=None, ignored_patterns=True,
     G.unique_node_names(model.graph, namer)
     plan = placement.place(model, {t.name: t for t in cal.tensors}, exclude=list(exclude or ()),
                            weights_7bit=weights_7bit, ignored_patterns=ignored_patterns, float_types=(TensorProto.FLOAT,))
+    corrected, bc_warnings = biascorrection.apply_to_export(model, namer, plan, cal, bias_correction)
     apply(model, namer, plan)
     data, more = G.finish(model, loaded.proto)
-    summary = {**plan.summary(), "opset": G.default_opset(model), "fp32_layer_names": sorted(plan.fp32_layers)}
-    return ExportResult(data, warnings + plan.warnings + more, summary)
+    summary = {**plan.summary(), "opset": G.default_opset(model), "fp32_layer_names": sorted(plan.fp32_layers),
+               "bias_corrected_layers": corrected}
+    return ExportResult(data, warnings + plan.warnings + bc_warnings + more, summary)

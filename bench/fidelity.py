@@ -1,0 +1,357 @@
+"""Fidelity of qtool's OpenVINO int8 export vs NNCF's nncf.quantize, on real trained models.
+
+For each model that `fetch_dev_models.sh` downloads (PP-OCRv5 det/rec/cls, PP-OCRv6 det/rec
+small, MTCNN P-/R-/O-Net), prints side by side, measured in this run on this machine:
+  - the task metric of the int8 model against the FP32 model, both run in OpenVINO on held-out
+    inputs: text detectors mask IoU at 0.3 (probability map > 0.3, intersection over union summed
+    over the held-out set), text recognisers per-step argmax agreement (CTC steps), the
+    orientation classifier top-1 agreement, MTCNN stages the SQNR of the outputs (mean over the
+    outputs, dB);
+  - the number of layers OpenVINO runs in int8 (runtimePrecision u8/i8 of
+    Convolution/MatMul/FullyConnected) out of all of them;
+  - latency relative to FP32 (batch 1, LATENCY hint, f32 inference precision for the baseline).
+Both tools quantize from the same calibration inputs (default 200) and are evaluated on other
+inputs (default 100). qtool runs as a user runs it (`qtool calibrate --data`, `qtool export
+--target openvino`, default options unless --qtool-args says otherwise); NNCF with its defaults
+(`nncf.quantize(ov.convert_model(model), dataset, subset_size=N)`).
+
+Inputs, generated at run time from the photo crops fetch_dev_models.sh writes (the held-out set
+uses other crops of the same photos, mirrored): text detectors get photo crops with dark and
+light text lines drawn on them; recognisers and the classifier get single text lines on photo
+backgrounds (the classifier's upside down half the time); MTCNN stages get photo crops at their
+input size. Preprocessing follows each model's package (PaddleOCR: BGR, ImageNet mean/std for the
+detectors, (x/255 - 0.5)/0.5 for rec/cls; MTCNN: (x - 127.5)/128, NHWC).
+
+nncf and scikit-image are bench-only dependencies. Usage:
+  bash ../shared/tools/fetch_dev_models.sh        # models and photos into ~/.cache/qtool-dev
+  python bench/fidelity.py [--models ppocrv5_det,...] [--calib 200] [--eval 100] [--runs 100]
+                           [--qtool-args "--method auto"] [--dev DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import string
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+WORK = Path(tempfile.gettempdir()) / "qtool-bench" / "fidelity"
+LINEAR = ("Convolution", "MatMul", "FullyConnected", "Deconvolution")
+
+# name: (file under models/, task, input shape (batch 1), preprocessing)
+MODELS = {
+    "ppocrv5_det": ("ppocrv5_det/det.onnx", "det", (1, 3, 480, 480), "imagenet"),
+    "ppocrv5_rec": ("ppocrv5_rec/rec.onnx", "rec", (1, 3, 48, 320), "half"),
+    "ppocrv5_cls": ("ppocrv5_cls/cls.onnx", "cls", (1, 3, 48, 192), "half"),
+    "ppocrv6_det": ("PP-OCRv6_det_small.onnx", "det", (1, 3, 480, 480), "imagenet"),
+    "ppocrv6_rec": ("PP-OCRv6_rec_small.onnx", "rec", (1, 3, 48, 320), "half"),
+    "mtcnn_pnet": ("pnet.onnx", "sqnr", (1, 96, 96, 3), "mtcnn"),
+    "mtcnn_rnet": ("rnet.onnx", "sqnr", (1, 24, 24, 3), "mtcnn"),
+    "mtcnn_onet": ("onet.onnx", "sqnr", (1, 48, 48, 3), "mtcnn"),
+}
+
+WORDS = string.ascii_letters + string.digits
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def _font(size: int):
+    from PIL import ImageFont
+
+    for path in ("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf"):
+        if os.path.exists(path):
+            return ImageFont.truetype(path, size)
+    return ImageFont.load_default(size=size)
+
+
+def _word(rng) -> str:
+    n = int(rng.integers(3, 12))
+    text = "".join(WORDS[i] for i in rng.integers(0, len(WORDS), n))
+    if rng.random() < 0.4:
+        text += " " + "".join(WORDS[i] for i in rng.integers(0, len(WORDS), int(rng.integers(2, 8))))
+    return text
+
+
+def _photo(photos: list[Path], rng, size: tuple[int, int], held_out: bool):
+    """A crop of one of the photos, resized to size (w, h); held-out crops come mirrored."""
+    from PIL import Image, ImageOps
+
+    with Image.open(photos[int(rng.integers(len(photos)))]) as im:
+        im = im.convert("RGB")
+        w, h = im.size
+        s = rng.uniform(0.5, 1.0)
+        cw, ch = max(8, int(w * s)), max(8, int(h * s))
+        x, y = int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1))
+        im = im.crop((x, y, x + cw, y + ch)).resize(size)
+    return ImageOps.mirror(im) if held_out else im
+
+
+def _text_scene(photos, rng, w, h, held_out):
+    from PIL import ImageDraw
+
+    im = _photo(photos, rng, (w, h), held_out)
+    draw = ImageDraw.Draw(im)
+    for _ in range(int(rng.integers(3, 9))):
+        size = int(rng.integers(14, 40))
+        x, y = int(rng.integers(0, w // 2)), int(rng.integers(0, h - size))
+        dark = rng.random() < 0.7
+        colour = tuple(int(c) for c in (rng.integers(0, 70, 3) if dark else rng.integers(190, 256, 3)))
+        draw.text((x, y), _word(rng), fill=colour, font=_font(size))
+    return im
+
+
+def _text_line(photos, rng, w, h, held_out, flip: bool):
+    from PIL import Image, ImageDraw, ImageEnhance
+
+    bg = _photo(photos, rng, (w, h), held_out)
+    bg = ImageEnhance.Brightness(ImageEnhance.Contrast(bg).enhance(0.3)).enhance(1.6)  # pale background
+    draw = ImageDraw.Draw(bg)
+    size = int(rng.integers(26, 38))
+    text = _word(rng)
+    font = _font(size)
+    colour = tuple(int(c) for c in rng.integers(0, 80, 3))
+    draw.text((int(rng.integers(2, 12)), (h - size) // 2 - 2), text, fill=colour, font=font)
+    return bg.transpose(Image.ROTATE_180) if flip else bg
+
+
+def make_input(task: str, shape: tuple, pre: str, photos: list[Path], rng, held_out: bool) -> np.ndarray:
+    if pre == "mtcnn":
+        _, h, w, _ = shape
+        im = _photo(photos, rng, (w, h), held_out)
+    else:
+        _, _, h, w = shape
+        if task == "det":
+            im = _text_scene(photos, rng, w, h, held_out)
+        else:
+            im = _text_line(photos, rng, w, h, held_out, flip=task == "cls" and rng.random() < 0.5)
+    x = np.asarray(im, dtype=np.float32)
+    if pre == "mtcnn":
+        return ((x - 127.5) / 128.0)[None].astype(np.float32)
+    x = x[:, :, ::-1] / 255.0  # PaddleOCR reads BGR with OpenCV
+    if pre == "imagenet":
+        x = (x - np.array([0.485, 0.456, 0.406], np.float32)) / np.array([0.229, 0.224, 0.225], np.float32)
+    else:
+        x = (x - 0.5) / 0.5
+    return np.ascontiguousarray(x.transpose(2, 0, 1)[None], dtype=np.float32)
+
+
+# ---------------------------------------------------------------- OpenVINO
+
+
+def int8_layers(compiled) -> tuple[int, int]:
+    total = int8 = 0
+    for op in compiled.get_runtime_model().get_ops():
+        info = op.get_rt_info()
+        if str(info["layerType"].astype(str)) in LINEAR:
+            total += 1
+            int8 += str(info["runtimePrecision"].astype(str)) in ("u8", "i8")
+    return int8, total
+
+
+def run_all(core, path, samples, config=None) -> list[list[np.ndarray]]:
+    compiled = core.compile_model(str(path), "CPU", config or {})
+    request = compiled.create_infer_request()
+    outs = []
+    for s in samples:
+        res = request.infer([s])
+        outs.append([np.array(res[o], dtype=np.float64) for o in compiled.outputs])
+    return outs
+
+
+def latencies_ms(core, models: dict, sample, runs: int, rounds: int = 3) -> dict:
+    """Median latency per model (batch 1, LATENCY hint); models alternate over rounds and keep
+    their best round, so a noisy moment hits every model alike."""
+    requests = {}
+    for label, (path, config) in models.items():
+        compiled = core.compile_model(str(path), "CPU", {"PERFORMANCE_HINT": "LATENCY", **(config or {})})
+        requests[label] = compiled.create_infer_request()
+        for _ in range(max(5, runs // 10)):
+            requests[label].infer([sample])
+    best = {label: float("inf") for label in models}
+    for _ in range(rounds):
+        for label, request in requests.items():
+            times = []
+            for _ in range(runs):
+                t = time.perf_counter()
+                request.infer([sample])
+                times.append(time.perf_counter() - t)
+            best[label] = min(best[label], float(np.median(times) * 1000))
+    return best
+
+
+# ---------------------------------------------------------------- metrics
+
+
+def sqnr_db(ref: np.ndarray, out: np.ndarray) -> float:
+    noise = float(((ref - out) ** 2).sum())
+    return float(10 * np.log10(float((ref ** 2).sum()) / max(noise, 1e-30)))
+
+
+def metric(task: str, ref: list[list[np.ndarray]], out: list[list[np.ndarray]]) -> tuple[str, float]:
+    if task == "det":
+        inter = union = 0
+        for r, o in zip(ref, out):
+            a, b = r[0] > 0.3, o[0] > 0.3
+            inter += int(np.logical_and(a, b).sum())
+            union += int(np.logical_or(a, b).sum())
+        return "mask IoU@0.3", inter / max(union, 1)
+    if task in ("rec", "cls"):
+        same = total = 0
+        for r, o in zip(ref, out):
+            a, b = r[0].argmax(-1), o[0].argmax(-1)
+            same += int((a == b).sum())
+            total += a.size
+        return ("step argmax agr." if task == "rec" else "top-1 agreement"), same / max(total, 1)
+    per_output = [sqnr_db(np.concatenate([r[i].ravel() for r in ref]), np.concatenate([o[i].ravel() for o in out]))
+                  for i in range(len(ref[0]))]
+    return "output SQNR dB", float(np.mean(per_output))
+
+
+# ---------------------------------------------------------------- tools
+
+
+def run_qtool(model_path: Path, data_dir: Path, out_dir: Path, methods: list[str], extra_calib: list[str],
+              extra_export: list[str]) -> dict[str, tuple[Path, float]]:
+    """Calibrate once (the first method), recompute the others from the stored histograms, export
+    each; {method: (FakeQuantize ONNX, seconds for calibrate + export)}."""
+    from click.testing import CliRunner
+
+    from qtool.cli import cli
+
+    calib = out_dir / "qtool.calib.json"
+    t = time.perf_counter()
+    r = CliRunner().invoke(cli, ["-q", "calibrate", str(model_path), "--data", str(data_dir), "-o", str(calib),
+                                 "--method", methods[0], *extra_calib])
+    if r.exit_code:
+        raise RuntimeError(f"qtool calibrate failed: {r.output}")
+    t_cal = time.perf_counter() - t
+    out = {}
+    for method in methods:
+        tag = method.replace(":", "")
+        this = calib
+        if method != methods[0]:
+            this = out_dir / f"qtool.{tag}.calib.json"
+            r = CliRunner().invoke(cli, ["-q", "recompute", str(calib), "--method", method, "-o", str(this)])
+            if r.exit_code:
+                raise RuntimeError(f"qtool recompute failed: {r.output}")
+        fq = out_dir / f"qtool.{tag}.openvino.onnx"
+        t = time.perf_counter()
+        r = CliRunner().invoke(cli, ["-q", "export", "--target", "openvino", "--calib", str(this), "-o", str(fq), *extra_export])
+        if r.exit_code:
+            raise RuntimeError(f"qtool export failed: {r.output}")
+        out[method] = (fq, t_cal + time.perf_counter() - t)
+    return out
+
+
+def run_nncf(model_path: Path, samples: list[np.ndarray], out_dir: Path, shape) -> tuple[Path, float]:
+    import nncf
+    import openvino as ov
+
+    xml = out_dir / "nncf.xml"
+    t = time.perf_counter()
+    model = ov.convert_model(str(model_path))
+    quantized = nncf.quantize(model, nncf.Dataset(samples), subset_size=len(samples))
+    ov.save_model(quantized, str(xml), compress_to_fp16=False)
+    return xml, time.perf_counter() - t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=",".join(MODELS), help="comma-separated subset of: " + ", ".join(MODELS))
+    ap.add_argument("--calib", type=int, default=200, help="calibration inputs (both tools)")
+    ap.add_argument("--eval", type=int, default=100, help="held-out inputs for the metric")
+    ap.add_argument("--runs", type=int, default=100, help="timed inferences per model and round")
+    ap.add_argument("--methods", default="entropy", help="qtool threshold methods, comma-separated; the first calibrates, the others are recomputed")
+    ap.add_argument("--calib-args", default="", help="extra qtool calibrate options")
+    ap.add_argument("--export-args", default="", help="extra qtool export options, e.g. '--no-bias-correction'")
+    ap.add_argument("--precision", default="f32", help="OpenVINO inference precision for every model (f32: layers left in FP32 run in f32; "
+                                                        "'default': the CPU's default, bf16 where the CPU has it)")
+    ap.add_argument("--dev", type=Path, default=Path.home() / ".cache" / "qtool-dev", help="fetch_dev_models.sh folder")
+    ap.add_argument("--reuse-nncf", action="store_true", help="reuse NNCF models from an earlier run with the same inputs")
+    ap.add_argument("--json", type=Path, help="also write the results here")
+    args = ap.parse_args()
+
+    import openvino as ov
+
+    try:
+        import nncf
+    except ImportError:
+        sys.exit("nncf is not installed: pip install nncf (bench-only dependency)")
+    photos = sorted((args.dev / "photos").glob("*.jpg"))
+    if not photos:
+        sys.exit(f"no photos in {args.dev / 'photos'}: run bash ../shared/tools/fetch_dev_models.sh (needs scikit-image)")
+    names = [m.strip() for m in args.models.split(",") if m.strip()]
+    for name in names:
+        if name not in MODELS:
+            sys.exit(f"unknown model {name!r}: choose from {', '.join(MODELS)}")
+    core = ov.Core()
+    f32 = {"INFERENCE_PRECISION_HINT": "f32"}
+    run_config = None if args.precision == "default" else {"INFERENCE_PRECISION_HINT": args.precision}
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    results = {}
+    print(f"{args.calib} calibration inputs, {args.eval} held-out inputs; OpenVINO {ov.__version__} ({args.precision} precision), "
+          f"nncf {nncf.__version__}; qtool calibrate {args.calib_args or '(defaults)'} / export {args.export_args or '(defaults)'}", flush=True)
+    labels = [f"q:{m}" for m in methods] + ["NNCF"]
+    print(f"{'model':12s} {'metric':17s} " + " ".join(f"{x:>10s}" for x in labels)
+          + f" {'int8 layers ' + '/'.join(['q'] * len(methods) + ['N', 'all']):>22s} {'latency/FP32 q,N':>17s}  seconds q,N")
+    for name in names:
+        rel, task, shape, pre = MODELS[name]
+        model_path = args.dev / "models" / rel
+        if not model_path.exists():
+            print(f"{name:12s} missing {model_path}: run fetch_dev_models.sh")
+            continue
+        out_dir = WORK / name
+        data_dir = out_dir / "calib"
+        data_dir.mkdir(parents=True, exist_ok=True)
+        calib_rng, eval_rng = np.random.default_rng(1000), np.random.default_rng(2000)
+        calib = [make_input(task, shape, pre, photos, calib_rng, held_out=False) for _ in range(args.calib)]
+        held = [make_input(task, shape, pre, photos, eval_rng, held_out=True) for _ in range(args.eval)]
+        eval_dir = out_dir / "eval"
+        eval_dir.mkdir(exist_ok=True)
+        for folder, arrays in ((data_dir, calib), (eval_dir, held)):
+            for old in folder.glob("*.npy"):
+                old.unlink()
+            for i, x in enumerate(arrays):
+                np.save(folder / f"{i:04d}.npy", x)
+
+        qtool_runs = run_qtool(model_path, data_dir, out_dir, methods, shlex.split(args.calib_args), shlex.split(args.export_args))
+        n_path = out_dir / "nncf.xml"
+        stamp = out_dir / "nncf.inputs"
+        key = f"{args.calib} {float(np.sum([x.sum() for x in calib])):.6e}"
+        if args.reuse_nncf and n_path.exists() and stamp.exists() and stamp.read_text() == key:
+            n_time = float("nan")
+        else:
+            n_path, n_time = run_nncf(model_path, calib, out_dir, shape)
+            stamp.write_text(key)
+
+        ref = run_all(core, model_path, held, f32)
+        paths = {f"q:{m}": p for m, (p, _) in qtool_runs.items()} | {"NNCF": n_path}
+        scores, int8 = {}, {}
+        for label, path in paths.items():
+            metric_name, scores[label] = metric(task, ref, run_all(core, path, held, run_config))
+            int8[label], total = int8_layers(core.compile_model(str(path), "CPU", run_config or {}))
+        first = f"q:{methods[0]}"
+        lat = latencies_ms(core, {"fp32": (model_path, f32), "qtool": (paths[first], run_config), "nncf": (n_path, run_config)},
+                           held[0], args.runs)
+        results[name] = {"metric": metric_name, "scores": scores, "int8_layers": int8, "layers": total, "latency_ms": lat,
+                         "seconds": {"qtool": {m: t for m, (_, t) in qtool_runs.items()}, "nncf": n_time}}
+        fmt = "{:10.2f}" if "SQNR" in metric_name else "{:10.4f}"
+        layers = "/".join(str(int8[label]) for label in labels) + f"/{total}"
+        ratio = f"{lat['qtool'] / lat['fp32']:.2f},{lat['nncf'] / lat['fp32']:.2f}"
+        took = f"{qtool_runs[methods[0]][1]:.0f},{n_time:.0f}"
+        print(f"{name:12s} {metric_name:17s} " + " ".join(fmt.format(scores[label]) for label in labels)
+              + f" {layers:>22s} {ratio:>17s}  {took}", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
