@@ -81,8 +81,11 @@ class SampleStats:
             self._add(part)
 
     def _add(self, a: np.ndarray) -> None:
-        finite = a if np.all(np.isfinite(a)) else np.where(np.isfinite(a), a, 0)
-        lo, hi = float(finite.min()), float(finite.max())
+        lo, hi = float(a.min()), float(a.max())
+        finite = a
+        if not (np.isfinite(lo) and np.isfinite(hi)):  # NaN/inf count as 0 here (the histogram counts them apart)
+            finite = np.where(np.isfinite(a), a, 0)
+            lo, hi = float(finite.min()), float(finite.max())
         self.count += 1
         self.min_sum += int(_to_units(lo))
         self.absmax_sum += int(_to_units(max(-lo, hi, 0.0)))

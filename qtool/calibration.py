@@ -2,6 +2,14 @@
 
 JSON, written atomically and deterministically (same inputs -> same bytes): no timestamps,
 keys in a fixed order, tensors in graph order.
+
+Optional per tensor (files from older versions lack them and still load): `per_sample`, the
+statistics qtool.biascorrection.SampleStats gathers: `count` samples, `min_sum` and
+`absmax_sum` (per-sample min and max |x|), for the data inputs of Conv/MatMul/Gemm
+`channel_axis` and `channel_sums` (per-sample per-channel means), for depthwise-conv inputs
+`channel_absmax`; the sums are exact integers counting multiples of 2**per_sample_unit_log2
+(a top-level field), so shards merge exactly. They feed --method mean-minmax and the exporters'
+bias correction.
 """
 
 from __future__ import annotations

@@ -18,8 +18,9 @@ src/nncf/openvino/quantization/ignored_patterns.py; reference section 5):
   them off): the nodes of these subgraphs get no quantizer on their inputs, so their linear
   layers stay FP32: the gating path of a squeeze-excitation block (ReduceMean/GlobalAveragePool
   -> Conv/Gemm/MatMul [+ bias] -> activation -> Conv/Gemm/MatMul [+ bias] -> Sigmoid or
-  HSigmoid = HardSigmoid(1/6, 0.5) -> Mul, as NNCF matches it on the OpenVINO graph; the pool
-  and the Mul are not part of it), the attention output (Softmax [-> Reshape] -> MatMul with
+  relu6(x + 3) / 6 -> Mul, as NNCF matches it on the OpenVINO graph (an ONNX HardSigmoid
+  stays OpenVINO's HardSigmoid, not HSigmoid, so NNCF quantizes such blocks, e.g. PP-OCR's);
+  the pool and the Mul are not part of it), the attention output (Softmax [-> Reshape] -> MatMul with
   V from Reshape/Transpose/Split/Gather/Squeeze/Concat), rotary position embeddings
   (MatMul [-> Transpose] -> Concat -> Sin, Cos) and SAM's positional embedding
   (MatMul -> Mul -> Sin, Cos -> Concat).
@@ -273,7 +274,6 @@ def is_fused_elementwise(m: _Model, node: onnx.NodeProto) -> bool:
 
 IGNORED_PATTERNS = ("se_block", "attention_output", "rope", "sam_pe")
 _SHAPE_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose"}
-_HSIGMOID = (1 / 6, 0.5)  # HardSigmoid(alpha, beta) that OpenVINO calls HSigmoid
 # NNCF: RELU, PRELU, SWISH (OpenVINO); the ONNX pattern takes any atomic activation
 _SE_ACTIVATIONS = {"Relu", "PRelu", "LeakyRelu", "Clip", "HardSwish", "HardSigmoid", "Sigmoid", "Tanh", "Elu", "Selu",
                    "Softplus", "Gelu", "Mish"}
@@ -317,16 +317,38 @@ def _linear_data_input(m: _Model, n: onnx.NodeProto) -> str | None:
     return None
 
 
-def _is_se_gate(n: onnx.NodeProto) -> bool:
-    """Sigmoid, or the HardSigmoid OpenVINO turns into HSigmoid (NNCF's OpenVINO SE_BLOCK gate:
-    SIGMOID || HSIGMOID; paddle's HardSigmoid(0.2, 0.5) is OpenVINO's HardSigmoid, which NNCF's
-    pattern does not match, so NNCF quantizes those blocks and so does qtool)."""
+def _scalar(m: _Model, t: str) -> float | None:
+    c = m.constants.get(t)
+    if c is None:
+        return None
+    v = numpy_helper.to_array(c)
+    return float(v.ravel()[0]) if v.size == 1 else None
+
+
+def _se_gate(m: _Model, t: str) -> tuple[list[onnx.NodeProto], str] | None:
+    """The gate producing `t` as NNCF matches it on the OpenVINO graph (SIGMOID || HSIGMOID):
+    Sigmoid, or relu6(x + 3) / 6 (Clip(x + 3, 0, 6) then / 6 or * 1/6), which OpenVINO fuses into
+    HSigmoid; returns (its nodes, its input). An ONNX HardSigmoid stays OpenVINO's HardSigmoid,
+    which NNCF's pattern does not match (PP-OCR's SE blocks): NNCF quantizes those blocks."""
+    n = _producer(m, t)
+    if n is None:
+        return None
     if n.op_type == "Sigmoid":
-        return True
-    if n.op_type != "HardSigmoid":
-        return False
-    alpha, beta = float(_attr(n, "alpha", 0.2)), float(_attr(n, "beta", 0.5))
-    return abs(alpha - _HSIGMOID[0]) < 1e-6 and abs(beta - _HSIGMOID[1]) < 1e-6
+        return [n], n.input[0]
+    if n.op_type in ("Div", "Mul") and len(n.input) == 2:
+        k = _scalar(m, n.input[1])
+        clip = _producer(m, n.input[0])
+        if k is None or abs((k if n.op_type == "Div" else 1 / k if k else 0) - 6) > 1e-4 or clip is None or clip.op_type != "Clip":
+            return None
+        lo, hi = ((_scalar(m, clip.input[1]) if len(clip.input) > 1 and clip.input[1] else None),
+                  (_scalar(m, clip.input[2]) if len(clip.input) > 2 and clip.input[2] else None))
+        lo = _attr(clip, "min", lo)
+        hi = _attr(clip, "max", hi)
+        add = _producer(m, clip.input[0])
+        if lo != 0 or hi is None or abs(hi - 6) > 1e-6 or add is None or add.op_type != "Add" or _scalar(m, add.input[1]) != 3:
+            return None
+        return [n, clip, add], add.input[0]
+    return None
 
 
 def _se_block(m: _Model, mul: onnx.NodeProto) -> list[onnx.NodeProto]:
@@ -334,11 +356,11 @@ def _se_block(m: _Model, mul: onnx.NodeProto) -> list[onnx.NodeProto]:
     for slot in (0, 1):
         nodes: list[onnx.NodeProto] = []
         t = _skip(m, mul.input[slot], nodes, bias=False)
-        gate = _producer(m, t)
-        if gate is None or not _is_se_gate(gate):
+        gate = _se_gate(m, t)
+        if gate is None:
             continue
-        nodes.append(gate)
-        second = _producer(m, _skip(m, gate.input[0], nodes))
+        nodes += gate[0]
+        second = _producer(m, _skip(m, gate[1], nodes))
         t = _linear_data_input(m, second) if second is not None else None
         if t is None:
             continue

@@ -153,7 +153,7 @@ def test_activation_patterns_are_not_split_by_quantizers():
     var = n.op("ReduceMean", [n.op("Mul", [d, d], "sq")], "var", axes=[1], keepdims=1)
     ln = n.op("Div", [d, n.op("Sqrt", [n.op("Add", [var, n.c("eps", np.array(1e-5, np.float32))], "ve")], "std")], "ln")
     se = n.op("GlobalAveragePool", [ln], "gap")
-    se = n.op("HardSigmoid", [n.conv(n.op("Relu", [n.conv(se, "se1", 4, 2)], "ser"), "se2", 2, 4)], "gate", alpha=1 / 6, beta=0.5)
+    se = n.op("Sigmoid", [n.conv(n.op("Relu", [n.conv(se, "se1", 4, 2)], "ser"), "se2", 2, 4)], "gate")
     gated = n.op("Mul", [ln, se], "se_out")
     res = n.op("Add", [gated, n.conv(gated, "branch", 4, 4)], "res")  # residual: quantized
     n.conv(res, "out", 4, 4)
@@ -361,20 +361,31 @@ def test_ensure_opset():
 
 
 def test_se_pattern_follows_nncf_on_the_openvino_graph():
-    """Sigmoid and HSigmoid = HardSigmoid(1/6, 0.5) gates make the SE gating path FP32; paddle's
-    HardSigmoid(0.2, 0.5) is OpenVINO's HardSigmoid, which NNCF's pattern does not match. The bias
-    of a gating conv may be an Add of a reshaped constant (paddle2onnx)."""
-    for gate, attrs, ignored in (("Sigmoid", {}, True), ("HardSigmoid", {"alpha": 1 / 6, "beta": 0.5}, True),
-                                 ("HardSigmoid", {"alpha": 0.2, "beta": 0.5}, False)):
+    """Sigmoid and relu6(x + 3) / 6 (OpenVINO's HSigmoid) gates make the SE gating path FP32; an ONNX
+    HardSigmoid stays OpenVINO's HardSigmoid, which NNCF's pattern does not match. The bias of a
+    gating conv may be an Add of a reshaped constant (paddle2onnx)."""
+    def sigmoid(n, x):
+        return n.op("Sigmoid", [x], "gate")
+
+    def hardsigmoid(alpha):
+        return lambda n, x: n.op("HardSigmoid", [x], "gate", alpha=alpha, beta=0.5)
+
+    def relu6(n, x):
+        t = n.op("Clip", [n.op("Add", [x, n.c("three", np.array(3.0, np.float32))], "g3"),
+                          n.c("lo", np.array(0.0, np.float32)), n.c("hi", np.array(6.0, np.float32))], "g6")
+        return n.op("Div", [t, n.c("six", np.array(6.0, np.float32))], "gate")
+
+    for label, gate, ignored in (("sigmoid", sigmoid, True), ("relu6(x+3)/6", relu6, True),
+                                 ("HardSigmoid(1/6)", hardsigmoid(1 / 6), False), ("HardSigmoid(0.2)", hardsigmoid(0.2), False)):
         n = Net()
         y = n.conv("x", "c0", 4, 4)
         pooled = n.op("ReduceMean", [y], "pool", axes=[2, 3], keepdims=1)
         b = n.op("Reshape", [n.c("b1", np.ones(2, np.float32)), n.c("shape", np.array([1, 2, 1, 1], np.int64))], "b1r")
         h = n.op("Relu", [n.op("Add", [n.conv(pooled, "se1", 4, 2), b], "se1b")], "ser")
-        g = n.op(gate, [n.conv(h, "se2", 2, 4)], "gate", **attrs)
+        g = gate(n, n.conv(h, "se2", 2, 4))
         n.conv(n.op("Mul", [y, g], "gated"), "out", 4, 4)
         m = n.model(["out"])
         plan = placement.place(m, records(m))
-        assert (sorted(plan.fp32_layers) == ["n_se1", "n_se2"]) == ignored, (gate, attrs)
-        assert ("n_se1b" in plan.ignored) == ignored
+        assert (sorted(plan.fp32_layers) == ["n_se1", "n_se2"]) == ignored, label
+        assert ("n_se1b" in plan.ignored) == ignored and ("n_gate" in plan.ignored) == ignored
         assert len(placement.place(m, records(m), ignored_patterns=False).int8_layers) == 4
