@@ -6,9 +6,9 @@ src/nncf/quantization/algorithms/fast_bias_correction/algorithm.py), run by defa
 min-max quantization: for every Conv/MatMul with a bias whose weights were quantized, the mean
 over the calibration samples of the layer's input, per input channel, is collected on the FP32
 model; the layer with quantized weights is run on a blob that holds that mean everywhere, and
-each output channel's bias is shifted by (mean FP32 output - mean quantized output). A shift is
-applied only when max |shift / bias| < 2 (FAST_BIAS_CORRECTION_THRESHOLD), so never to a layer
-with a zero bias element.
+each output channel's bias is shifted by (mean FP32 output - mean quantized output). NNCF applies
+a shift only when max |shift / bias| < 2 (FAST_BIAS_CORRECTION_THRESHOLD), so never to a layer
+with a zero bias element; qtool applies every shift by default (see `correct`).
 
 qtool splits the same computation between its two commands:
 
@@ -47,7 +47,7 @@ from onnx import numpy_helper
 
 UNIT_LOG2 = -40
 UNIT = 2.0 ** UNIT_LOG2  # the stored sums count multiples of this
-THRESHOLD = 2.0  # NNCF FAST_BIAS_CORRECTION_THRESHOLD: max |shift / bias| of an applied shift
+NNCF_THRESHOLD = 2.0  # NNCF FAST_BIAS_CORRECTION_THRESHOLD: max |shift / bias| of an applied shift
 
 
 def _to_units(values) -> np.ndarray:
@@ -326,14 +326,17 @@ def _readers(graph: onnx.GraphProto) -> dict[str, list[onnx.NodeProto]]:
     return out
 
 
-def correct(model: onnx.ModelProto, namer, plan, records: dict, threshold: float | None = THRESHOLD) -> Correction:
+def correct(model: onnx.ModelProto, namer, plan, records: dict, threshold: float | None = None) -> Correction:
     """Shift the biases of the plan's int8 Conv/MatMul/Gemm layers by the mean output error their
     weight quantization causes (in place; run before the quantizers are inserted).
 
     records: {tensor: TensorRecord}; a layer whose data input has no per-channel means in its
-    record (a calibration file from an older qtool) is skipped. threshold: NNCF's rule, a layer
-    whose shift reaches `threshold` times its bias in some channel (or has a zero bias element) is
-    left alone; None applies every shift."""
+    record (a calibration file from an older qtool) is skipped. threshold: with NNCF_THRESHOLD,
+    NNCF's rule: a layer whose shift reaches that many times its bias in some channel (or that
+    has a zero bias element) is left alone. The default None applies every shift: the shift is
+    the exact mean of the weight error, not an estimate that needs a guard, and skipping the
+    layers the rule rejects (a third to a half of them in the PP-OCR models) cost accuracy in
+    bench/fidelity.py (PP-OCRv5 det mask IoU 0.886 vs 0.869, rec 0.987 vs 0.982)."""
     from . import quant
 
     out = Correction()

@@ -121,6 +121,11 @@ def test_bias_shift_is_the_weight_error_applied_to_the_input_means():
     d = (w - np.clip(np.rint(w / scale), -127, 127) * scale).reshape(6, 2, 9).sum(axis=2)
     expected = b + (d * means.reshape(3, 2)[np.arange(6) // 2]).sum(axis=1)
     np.testing.assert_allclose(new, expected, rtol=1e-5, atol=1e-6)
+    # NNCF's magnitude rule (optional) leaves a layer with a zero bias element alone
+    m.graph.initializer.append(numpy_helper.from_array(np.zeros(6, np.float32), "b0"))
+    m.graph.node[0].input[2] = "b0"
+    nncf_rule = biascorrection.correct(m, G.Namer(m), plan, records, threshold=biascorrection.NNCF_THRESHOLD)
+    assert nncf_rule.layers == [] and "zero bias" in nncf_rule.skipped["conv"]
 
 
 # ---------------------------------------------------------------- ignored patterns
