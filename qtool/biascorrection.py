@@ -112,7 +112,7 @@ class SampleStats:
         if self.channel_sums is not None:
             self.channel_sums = [v * times for v in self.channel_sums]
 
-    def merge(self, other: "SampleStats") -> "SampleStats":
+    def merge(self, other: SampleStats) -> SampleStats:
         if self.axis != other.axis or (self.channel_sums is None) != (other.channel_sums is None) or (
                 self.channel_sums is not None and len(self.channel_sums) != len(other.channel_sums)):
             sums, axis = None, None
@@ -151,7 +151,7 @@ class SampleStats:
         return out
 
     @classmethod
-    def from_json(cls, doc: dict) -> "SampleStats":
+    def from_json(cls, doc: dict) -> SampleStats:
         def integer(v):
             if isinstance(v, bool) or not isinstance(v, int):
                 raise TypeError(f"expected an integer, got {v!r}")
@@ -449,7 +449,8 @@ def apply_to_export(model: onnx.ModelProto, namer, plan, cal, enabled: bool = Tr
         return 0, []
     records = {t.name: t for t in cal.tensors}
     if not any(getattr(t, "stats", None) is not None for t in cal.tensors):
-        return 0, ["the calibration file has no per-channel means (made by an older qtool): biases are not corrected; "
-                   "calibrate again for bias correction"]
+        warning = ("the calibration file has no per-channel means (made by an older qtool): biases are not corrected; "
+                   "calibrate again for bias correction")
+        return 0, [warning]
     result = correct(model, namer, plan, records)
     return len(result.layers), []

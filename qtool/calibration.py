@@ -22,11 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
+from . import thresholds
 from .biascorrection import UNIT_LOG2, SampleStats
 from .errors import QtoolError
 from .fileio import write_atomic
 from .histogram import TensorHistogram
-from . import thresholds
 
 FORMAT = "qtool.calibration"
 VERSION = 1

@@ -292,10 +292,7 @@ def _skip(m: _Model, t: str, nodes: list, bias: bool = True) -> str:
         n = _producer(m, t)
         if n is None or not n.input:
             return t
-        if n.op_type in _SHAPE_OPS:
-            nodes.append(n)
-            t = n.input[0]
-        elif bias and n.op_type in ("Add", "Sub", "Mul") and len(n.input) == 2 and not m.is_data(n.input[1]):
+        if n.op_type in _SHAPE_OPS or (bias and n.op_type in ("Add", "Sub", "Mul") and len(n.input) == 2 and not m.is_data(n.input[1])):
             nodes.append(n)
             t = n.input[0]
         elif bias and n.op_type in ("Add", "Mul") and len(n.input) == 2 and not m.is_data(n.input[0]):

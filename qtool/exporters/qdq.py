@@ -16,8 +16,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .. import graph as G
 from .. import biascorrection, placement, quant
+from .. import graph as G
 from ..errors import QtoolError
 
 MIN_OPSET = 13
