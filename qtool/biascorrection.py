@@ -56,6 +56,13 @@ def _to_units(values) -> np.ndarray:
     return np.array([int(v) for v in np.atleast_1d(a).ravel()], dtype=object).reshape(np.shape(a))
 
 
+def _channel_rows(a: np.ndarray, axis: int) -> np.ndarray | None:
+    """`a` as a [channels, rest] view when every axis before `axis` has size 1, else None."""
+    if a.ndim < 2 or any(d != 1 for d in a.shape[:axis]) or not a.flags.c_contiguous:
+        return None
+    return a.reshape(a.shape[axis], -1)
+
+
 @dataclass
 class SampleStats:
     """Sums over samples (in UNITs, exact) of one tensor's per-sample min, max |x| and, when
@@ -69,19 +76,19 @@ class SampleStats:
     channel_absmax: list[float] | None = None  # max |x| per channel along `axis` (depthwise conv inputs)
     track_absmax: bool = False
 
-    def update(self, value: np.ndarray, samples: int) -> None:
+    def update(self, value: np.ndarray, samples: int, extrema: tuple[float, float] | None = None) -> None:
+        """Add the samples in `value`; `extrema`: its (min, max) when already known (one sample)."""
         a = np.asarray(value)
         if a.size == 0:
             return
         if samples > 1 and a.ndim >= 1 and a.shape[0] == samples:
-            parts = [a[i : i + 1] for i in range(samples)]
+            for i in range(samples):
+                self._add(a[i : i + 1])
         else:
-            parts = [a]
-        for part in parts:
-            self._add(part)
+            self._add(a, extrema)
 
-    def _add(self, a: np.ndarray) -> None:
-        lo, hi = float(a.min()), float(a.max())
+    def _add(self, a: np.ndarray, extrema: tuple[float, float] | None = None) -> None:
+        lo, hi = extrema if extrema is not None else (float(a.min()), float(a.max()))
         finite = a
         if not (np.isfinite(lo) and np.isfinite(hi)):  # NaN/inf count as 0 here (the histogram counts them apart)
             finite = np.where(np.isfinite(a), a, 0)
@@ -91,7 +98,11 @@ class SampleStats:
         self.absmax_sum += int(_to_units(max(-lo, hi, 0.0)))
         if self.axis is not None and finite.ndim > 0:
             axis = self.axis % finite.ndim
-            means = finite.mean(axis=tuple(i for i in range(finite.ndim) if i != axis), dtype=np.float64)
+            rows = _channel_rows(finite, axis)
+            if rows is not None:  # one sample, channels first: contiguous row reductions (fast)
+                means = rows.sum(axis=1).astype(np.float64) / max(rows.shape[1], 1)
+            else:
+                means = finite.mean(axis=tuple(i for i in range(finite.ndim) if i != axis), dtype=np.float64)
             units = _to_units(means)
             if self.channel_sums is None:
                 self.channel_sums = [0] * units.size
@@ -100,7 +111,10 @@ class SampleStats:
                 return
             self.channel_sums = list(np.asarray(self.channel_sums, dtype=object) + units)
             if self.track_absmax:
-                peak = np.abs(finite).max(axis=tuple(i for i in range(finite.ndim) if i != axis)).astype(np.float64)
+                if rows is not None:
+                    peak = np.maximum(rows.max(axis=1), -rows.min(axis=1)).astype(np.float64)
+                else:
+                    peak = np.abs(finite).max(axis=tuple(i for i in range(finite.ndim) if i != axis)).astype(np.float64)
                 old = peak if self.channel_absmax is None else np.maximum(np.asarray(self.channel_absmax), peak)
                 self.channel_absmax = [float(v) for v in old]
 

@@ -112,9 +112,9 @@ def collect(
 
     def fill(pairs, samples):
         for name, value in pairs:
-            hists[name].update(value)
+            extrema = hists[name].update(value)
             if stats is not None and name in stats:
-                stats[name].update(value, samples)
+                stats[name].update(value, samples, extrema)
 
     workers = workers or min(4, os.cpu_count() or 1)
     with ThreadPoolExecutor(workers, thread_name_prefix="qtool-hist") as pool:

@@ -91,15 +91,20 @@ class TensorHistogram:
         if self.counts is None:
             self.counts = np.zeros(self.bins, dtype=np.int64)
 
-    def update(self, x: np.ndarray) -> None:
-        """Add all values of `x` (any shape, any float dtype)."""
+    def update(self, x: np.ndarray) -> tuple[float, float] | None:
+        """Add all values of `x` (any shape, any float dtype); returns x's (min, max), NaN
+        propagating as numpy's reductions do, for callers that need them too."""
         a = np.asarray(x)
         if a.size == 0:
-            return
+            return None
         if a.dtype != np.float32 and a.dtype != np.float64:
             a = a.astype(np.float32)
         a = np.ascontiguousarray(a).ravel()
-        lo, hi = float(a.min()), float(a.max())
+        extrema = lo, hi = float(a.min()), float(a.max())
+        self._add(a, lo, hi)
+        return extrema
+
+    def _add(self, a: np.ndarray, lo: float, hi: float) -> None:
         if not (math.isfinite(lo) and math.isfinite(hi)):
             finite = np.isfinite(a)
             self.nonfinite += int(a.size - np.count_nonzero(finite))
