@@ -45,6 +45,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from openvino_vs_nncf import latencies_ms  # noqa: E402  one latency protocol for both benches
+
 WORK = Path(tempfile.gettempdir()) / "qtool-bench" / "fidelity"
 LINEAR = ("Convolution", "MatMul", "FullyConnected", "Deconvolution")
 
@@ -167,27 +170,6 @@ def run_all(core, path, samples, config=None) -> list[list[np.ndarray]]:
         res = request.infer([s])
         outs.append([np.array(res[o], dtype=np.float64) for o in compiled.outputs])
     return outs
-
-
-def latencies_ms(core, models: dict, sample, runs: int, rounds: int = 3) -> dict:
-    """Median latency per model (batch 1, LATENCY hint); models alternate over rounds and keep
-    their best round, so a noisy moment hits every model alike."""
-    requests = {}
-    for label, (path, config) in models.items():
-        compiled = core.compile_model(str(path), "CPU", {"PERFORMANCE_HINT": "LATENCY", **(config or {})})
-        requests[label] = compiled.create_infer_request()
-        for _ in range(max(5, runs // 10)):
-            requests[label].infer([sample])
-    best = {label: float("inf") for label in models}
-    for _ in range(rounds):
-        for label, request in requests.items():
-            times = []
-            for _ in range(runs):
-                t = time.perf_counter()
-                request.infer([sample])
-                times.append(time.perf_counter() - t)
-            best[label] = min(best[label], float(np.median(times) * 1000))
-    return best
 
 
 # ---------------------------------------------------------------- metrics
@@ -344,7 +326,7 @@ def main() -> None:
             int8[label], total = int8_layers(core.compile_model(str(path), "CPU", run_config or {}))
         first = f"q:{methods[0]}"
         lat = latencies_ms(core, {"fp32": (model_path, f32), "qtool": (paths[first], run_config), "nncf": (n_path, run_config)},
-                           held[0], args.runs)
+                           held[0], args.runs, rounds=3)
         results[name] = {"metric": metric_name, "scores": scores, "int8_layers": int8, "layers": total, "latency_ms": lat,
                          "seconds": {"qtool": {m: t for m, (_, t) in qtool_runs.items()}, "nncf": n_time}}
         fmt = "{:10.2f}" if "SQNR" in metric_name else "{:10.4f}"
