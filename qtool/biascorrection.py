@@ -45,6 +45,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from . import graph as G
+
 UNIT_LOG2 = -40
 UNIT = 2.0 ** UNIT_LOG2  # the stored sums count multiples of this
 NNCF_THRESHOLD = 2.0  # NNCF FAST_BIAS_CORRECTION_THRESHOLD: max |shift / bias| of an applied shift
@@ -203,12 +205,6 @@ def _constant_names(graph: onnx.GraphProto) -> set[str]:
     return names
 
 
-def _attr(node: onnx.NodeProto, name: str, default=None):
-    for a in node.attribute:
-        if a.name == name:
-            return onnx.helper.get_attribute_value(a)
-    return default
-
 
 def data_input(node: onnx.NodeProto, constants) -> tuple[int, int] | None:
     """(slot, channel axis) of the data input of a Conv/MatMul/Gemm with a constant weight."""
@@ -219,7 +215,7 @@ def data_input(node: onnx.NodeProto, constants) -> tuple[int, int] | None:
     if node.op_type == "MatMul" and node.input[1] in constants:
         return 0, -1
     if node.op_type == "Gemm" and node.input[1] in constants:
-        return 0, 0 if int(_attr(node, "transA", 0)) else 1
+        return 0, 0 if int(G.attr(node, "transA", 0)) else 1
     return None
 
 
@@ -228,18 +224,11 @@ def _dims(graph: onnx.GraphProto) -> dict[str, list[int]]:
     out = {t.name: list(t.dims) for t in graph.initializer}
     for n in graph.node:
         if n.op_type == "Constant" and n.output:
-            v = _attr(n, "value")
+            v = G.attr(n, "value")
             if isinstance(v, onnx.TensorProto):
                 out[n.output[0]] = list(v.dims)
     return out
 
-
-def is_depthwise(node: onnx.NodeProto, dims: dict[str, list[int]]) -> bool:
-    """A Conv with one input channel per group (group > 1)."""
-    if node.op_type != "Conv" or len(node.input) < 2 or int(_attr(node, "group", 1)) <= 1:
-        return False
-    w = dims.get(node.input[1])
-    return w is not None and len(w) >= 2 and w[1] == 1
 
 
 def channel_axes(proto: onnx.ModelProto, names) -> dict[str, tuple[int, bool]]:
@@ -254,7 +243,7 @@ def channel_axes(proto: onnx.ModelProto, names) -> dict[str, tuple[int, bool]]:
         if found is not None and n.input[found[0]] in wanted:
             t = n.input[found[0]]
             axis, depthwise = axes.get(t, (found[1], False))
-            axes[t] = (axis, depthwise or (axis == 1 and is_depthwise(n, dims)))
+            axes[t] = (axis, depthwise or (axis == 1 and G.is_depthwise(n, dims)))
     return axes
 
 
@@ -295,7 +284,7 @@ class _Constants:
         if n is None or depth > 4 or n.domain not in ("", "ai.onnx"):
             return None
         if n.op_type == "Constant":
-            v = _attr(n, "value")
+            v = G.attr(n, "value")
             return numpy_helper.to_array(v) if isinstance(v, onnx.TensorProto) else None
         x = self.value(n.input[0], depth + 1) if n.input else None
         if x is None:
@@ -306,10 +295,10 @@ class _Constants:
             shape = self.value(n.input[1], depth + 1)
             if shape is None:
                 return None
-            shape = [x.shape[i] if s == 0 and not _attr(n, "allowzero", 0) else int(s) for i, s in enumerate(shape.tolist())]
+            shape = [x.shape[i] if s == 0 and not G.attr(n, "allowzero", 0) else int(s) for i, s in enumerate(shape.tolist())]
             return x.reshape(shape)
         if n.op_type in ("Unsqueeze", "Squeeze"):
-            axes = _attr(n, "axes")
+            axes = G.attr(n, "axes")
             if axes is None and len(n.input) > 1:
                 a = self.value(n.input[1], depth + 1)
                 axes = None if a is None else a.tolist()
@@ -380,7 +369,7 @@ def correct(model: onnx.ModelProto, namer, plan, records: dict, threshold: float
         wq = quant.dequantize_linear(quant.quantize_linear(w, p.scale, p.zero_point, p.grid, ax), p.scale, p.zero_point, ax)
         d = w - wq
         if n.op_type == "Conv":
-            groups = int(_attr(n, "group", 1))
+            groups = int(G.attr(n, "group", 1))
             cout, cin_g = d.shape[0], d.shape[1]
             if means.size != cin_g * groups or cout % groups:
                 out.skipped[name] = "channel count mismatch"
@@ -392,14 +381,14 @@ def correct(model: onnx.ModelProto, namer, plan, records: dict, threshold: float
             if d.ndim != 2:
                 out.skipped[name] = "batched weight"
                 continue
-            if n.op_type == "Gemm" and int(_attr(n, "transB", 0)):
+            if n.op_type == "Gemm" and int(G.attr(n, "transB", 0)):
                 d = d.T
             if means.size != d.shape[0]:
                 out.skipped[name] = "channel count mismatch"
                 continue
             shift = means @ d
             if n.op_type == "Gemm":
-                shift = shift * float(_attr(n, "alpha", 1.0)) / float(_attr(n, "beta", 1.0))
+                shift = shift * float(G.attr(n, "alpha", 1.0)) / float(G.attr(n, "beta", 1.0))
         reason = _apply(model, namer, n, shift, w.ndim if n.op_type == "Conv" else 2, consts, readers, outputs, threshold)
         if reason:
             out.skipped[name] = reason
@@ -438,7 +427,7 @@ def _apply(model, namer, n, shift: np.ndarray, out_rank: int, consts: _Constants
             gamma, value, var = (consts.value(node.input[i]) for i in (1, 2, 4))
             if gamma is None or value is None or var is None:
                 return "BatchNormalization parameters are not constants"
-            scale = gamma.astype(np.float64) / np.sqrt(var.astype(np.float64) + float(_attr(node, "epsilon", 1e-5)))
+            scale = gamma.astype(np.float64) / np.sqrt(var.astype(np.float64) + float(G.attr(node, "epsilon", 1e-5)))
             axis, out_rank = 0, 1
         else:
             return "no bias"

@@ -26,6 +26,23 @@ def subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
     return out
 
 
+def attr(node: onnx.NodeProto, name: str, default=None):
+    """The value of a node attribute, or `default` when the node does not set it."""
+    for a in node.attribute:
+        if a.name == name:
+            return onnx.helper.get_attribute_value(a)
+    return default
+
+
+def is_depthwise(node: onnx.NodeProto, dims: dict[str, list[int]]) -> bool:
+    """A Conv with one input channel per group (NNCF's DepthwiseConvolution metatype);
+    `dims`: shapes of the constants, for the weight."""
+    if node.op_type != "Conv" or len(node.input) < 2 or int(attr(node, "group", 1)) <= 1:
+        return False
+    w = dims.get(node.input[1])
+    return w is not None and len(w) >= 3 and w[1] == 1
+
+
 def outer_refs(graph: onnx.GraphProto) -> set[str]:
     """Names a (sub)graph reads but does not define itself (recursively)."""
     local = {i.name for i in graph.input} | {t.name for t in graph.initializer}

@@ -180,12 +180,6 @@ def usable_amax(record) -> float:
     return float(record.absmax) if clipped_fraction(record) > MAX_CLIPPED else float(record.amax)
 
 
-def _attr(node: onnx.NodeProto, name: str, default=None):
-    for a in node.attribute:
-        if a.name == name:
-            return onnx.helper.get_attribute_value(a)
-    return default
-
 
 def weight_axis(node: onnx.NodeProto, slot: int, rank: int) -> int | None:
     """The output-channel axis of a constant input of a linear layer (None: per tensor)."""
@@ -193,11 +187,11 @@ def weight_axis(node: onnx.NodeProto, slot: int, rank: int) -> int | None:
     if op == "Conv":
         return 0 if slot == 1 and rank >= 2 else None
     if op == "ConvTranspose":  # W is [C_in, C_out/group, k...]; per channel only when group == 1
-        return 1 if slot == 1 and rank >= 2 and int(_attr(node, "group", 1)) == 1 else None
+        return 1 if slot == 1 and rank >= 2 and int(G.attr(node, "group", 1)) == 1 else None
     if op == "Gemm":  # Y = op(A) @ op(B): rows of A, columns of B
         if slot == 0:
-            return 1 if int(_attr(node, "transA", 0)) else 0
-        return 0 if int(_attr(node, "transB", 0)) else 1
+            return 1 if int(G.attr(node, "transA", 0)) else 0
+        return 0 if int(G.attr(node, "transB", 0)) else 1
     if op == "MatMul":
         if rank < 2:
             return None
@@ -224,7 +218,7 @@ class _Model:
                 del self.constants[name]
         for n in g.node:
             if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and n.output:
-                value = _attr(n, "value")
+                value = G.attr(n, "value")
                 if isinstance(value, onnx.TensorProto):
                     self.constants[n.output[0]] = value
         self.nodes = {n.name: n for n in g.node}
@@ -339,8 +333,8 @@ def _se_gate(m: _Model, t: str) -> tuple[list[onnx.NodeProto], str] | None:
             return None
         lo, hi = ((_scalar(m, clip.input[1]) if len(clip.input) > 1 and clip.input[1] else None),
                   (_scalar(m, clip.input[2]) if len(clip.input) > 2 and clip.input[2] else None))
-        lo = _attr(clip, "min", lo)
-        hi = _attr(clip, "max", hi)
+        lo = G.attr(clip, "min", lo)
+        hi = G.attr(clip, "max", hi)
         add = _producer(m, clip.input[0])
         if lo != 0 or hi is None or abs(hi - 6) > 1e-6 or add is None or add.op_type != "Add" or _scalar(m, add.input[1]) != 3:
             return None
@@ -454,13 +448,6 @@ def ignored_nodes(m: _Model) -> dict[str, str]:
                     found.setdefault(x.name, name)
     return found
 
-
-def _is_depthwise(n: onnx.NodeProto, dims: dict[str, list[int]]) -> bool:
-    """A Conv with one input channel per group (NNCF's DepthwiseConvolution metatype)."""
-    if n.op_type != "Conv" or len(n.input) < 2 or int(_attr(n, "group", 1)) <= 1:
-        return False
-    w = dims.get(n.input[1])
-    return w is not None and len(w) >= 3 and w[1] == 1
 
 
 def _is_variance(m: _Model, n: onnx.NodeProto) -> bool:
@@ -735,7 +722,7 @@ def place(proto: onnx.ModelProto, records: dict, *, exclude: list[str] | tuple =
             if peak is None or site.shared_with or site.tensor in excluded_tensors:
                 continue
             convs = [m.nodes[name] for name, slot in site.readers if slot == 0]
-            if len(convs) != len(site.readers) or not all(_is_depthwise(c, dims) for c in convs):
+            if len(convs) != len(site.readers) or not all(G.is_depthwise(c, dims) for c in convs):
                 continue
             if any(int(dims[c.input[1]][0]) != len(peak) for c in convs):
                 continue
