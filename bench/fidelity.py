@@ -46,10 +46,14 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from openvino_vs_nncf import latencies_ms  # noqa: E402  one latency protocol for both benches
+from openvino_vs_nncf import int8_layers as _int8_layers, latencies_ms  # noqa: E402  shared with that bench
 
 WORK = Path(tempfile.gettempdir()) / "qtool-bench" / "fidelity"
 LINEAR = ("Convolution", "MatMul", "FullyConnected", "Deconvolution")
+
+
+def int8_layers(compiled) -> tuple[int, int]:
+    return _int8_layers(compiled, LINEAR)
 
 # name: (file under models/, task, input shape (batch 1), preprocessing)
 MODELS = {
@@ -150,16 +154,6 @@ def make_input(task: str, shape: tuple, pre: str, photos: list[Path], rng, held_
 
 
 # ---------------------------------------------------------------- OpenVINO
-
-
-def int8_layers(compiled) -> tuple[int, int]:
-    total = int8 = 0
-    for op in compiled.get_runtime_model().get_ops():
-        info = op.get_rt_info()
-        if str(info["layerType"].astype(str)) in LINEAR:
-            total += 1
-            int8 += str(info["runtimePrecision"].astype(str)) in ("u8", "i8")
-    return int8, total
 
 
 def run_all(core, path, samples, config=None) -> list[list[np.ndarray]]:

@@ -39,12 +39,12 @@ def preprocess(paths, size):
     return [load_image(p, pre)[None] for p in paths]
 
 
-def int8_layers(compiled) -> tuple[int, int]:
-    """(int8 layers, all Convolution/MatMul/FullyConnected layers) in OpenVINO's runtime model."""
+def int8_layers(compiled, layer_types=LINEAR) -> tuple[int, int]:
+    """(int8 layers, all layers of `layer_types`) in OpenVINO's runtime model."""
     total = int8 = 0
     for op in compiled.get_runtime_model().get_ops():
         info = op.get_rt_info()
-        if str(info["layerType"].astype(str)) in LINEAR:
+        if str(info["layerType"].astype(str)) in layer_types:
             total += 1
             int8 += str(info["runtimePrecision"].astype(str)) in ("u8", "i8")
     return int8, total
