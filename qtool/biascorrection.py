@@ -39,6 +39,7 @@ the first axis when that axis has the batch's size, else the whole run.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -52,17 +53,19 @@ UNIT = 2.0 ** UNIT_LOG2  # the stored sums count multiples of this
 NNCF_THRESHOLD = 2.0  # NNCF FAST_BIAS_CORRECTION_THRESHOLD: max |shift / bias| of an applied shift
 
 
-def _to_units(values) -> np.ndarray:
-    """float values -> exact Python ints (object array), rounded half to even to multiples of UNIT."""
-    a = np.rint(np.ldexp(np.asarray(values, dtype=np.float64), -UNIT_LOG2))
-    return np.array([int(v) for v in np.atleast_1d(a).ravel()], dtype=object).reshape(np.shape(a))
+def _units(values) -> np.ndarray:
+    """float values -> float64 integers: rounded half to even to multiples of UNIT (exact for
+    float32 inputs, whose 24-bit mantissas fit float64's 53)."""
+    return np.rint(np.ldexp(np.asarray(values, dtype=np.float64), -UNIT_LOG2))
 
 
-def _channel_rows(a: np.ndarray, axis: int) -> np.ndarray | None:
-    """`a` as a [channels, rest] view when every axis before `axis` has size 1, else None."""
-    if a.ndim < 2 or any(d != 1 for d in a.shape[:axis]) or not a.flags.c_contiguous:
-        return None
-    return a.reshape(a.shape[axis], -1)
+def _unit(value: float) -> int:
+    """One value in UNITs, rounded half to even (as _units)."""
+    return round(math.ldexp(value, -UNIT_LOG2))
+
+
+# Channel sums accumulate in int64 while their bound stays below this, then move to Python ints.
+_INT64_ROOM = 2.0**62
 
 
 @dataclass
@@ -77,58 +80,82 @@ class SampleStats:
     channel_sums: list[int] | None = None
     channel_absmax: list[float] | None = None  # max |x| per channel along `axis` (depthwise conv inputs)
     track_absmax: bool = False
+    # channel sums not yet in channel_sums: exact int64 partial sums and a bound on their magnitude
+    _pending: np.ndarray | None = field(default=None, repr=False, compare=False)
+    _pending_bound: float = field(default=0.0, repr=False, compare=False)
 
-    def update(self, value: np.ndarray, samples: int, extrema: tuple[float, float] | None = None) -> None:
-        """Add the samples in `value`; `extrema`: its (min, max) when already known (one sample)."""
+    def update(self, value: np.ndarray, rows: int, extrema) -> None:
+        """Add the `rows` samples `value` splits into along its first axis; `extrema`: their
+        histogram.Extrema (NaN and inf count as 0 here; the histogram counts them apart)."""
         a = np.asarray(value)
         if a.size == 0:
             return
-        if samples > 1 and a.ndim >= 1 and a.shape[0] == samples:
-            for i in range(samples):
-                self._add(a[i : i + 1])
-        else:
-            self._add(a, extrema)
+        for lo, hi, bad in zip(extrema.lo, extrema.hi, extrema.nonfinite):
+            if bad:
+                lo, hi = min(lo, 0.0), max(hi, 0.0)
+            self.min_sum += _unit(lo)
+            self.absmax_sum += _unit(max(-lo, hi, 0.0))
+        self.count += rows
+        if self.axis is not None and a.ndim > 0:
+            self._add_channels(a, rows, any(extrema.nonfinite))
 
-    def _add(self, a: np.ndarray, extrema: tuple[float, float] | None = None) -> None:
-        lo, hi = extrema if extrema is not None else (float(a.min()), float(a.max()))
-        finite = a
-        if not (np.isfinite(lo) and np.isfinite(hi)):  # NaN/inf count as 0 here (the histogram counts them apart)
-            finite = np.where(np.isfinite(a), a, 0)
-            lo, hi = float(finite.min()), float(finite.max())
-        self.count += 1
-        self.min_sum += int(_to_units(lo))
-        self.absmax_sum += int(_to_units(max(-lo, hi, 0.0)))
-        if self.axis is not None and finite.ndim > 0:
-            axis = self.axis % finite.ndim
-            rows = _channel_rows(finite, axis)
-            if rows is not None:  # one sample, channels first: contiguous row reductions (fast)
-                means = rows.sum(axis=1).astype(np.float64) / max(rows.shape[1], 1)
-            else:
-                means = finite.mean(axis=tuple(i for i in range(finite.ndim) if i != axis), dtype=np.float64)
-            units = _to_units(means)
-            if self.channel_sums is None:
-                self.channel_sums = [0] * units.size
-            if len(self.channel_sums) != units.size:  # the channel count changed: not a channel axis
-                self.axis, self.channel_sums, self.channel_absmax, self.track_absmax = None, None, None, False
-                return
-            self.channel_sums = list(np.asarray(self.channel_sums, dtype=object) + units)
-            if self.track_absmax:
-                if rows is not None:
-                    peak = np.maximum(rows.max(axis=1), -rows.min(axis=1)).astype(np.float64)
-                else:
-                    peak = np.abs(finite).max(axis=tuple(i for i in range(finite.ndim) if i != axis)).astype(np.float64)
-                old = peak if self.channel_absmax is None else np.maximum(np.asarray(self.channel_absmax), peak)
-                self.channel_absmax = [float(v) for v in old]
+    def _add_channels(self, a: np.ndarray, rows: int, bad: bool) -> None:
+        sample = (1, *a.shape[1:]) if rows > 1 else a.shape  # a sample keeps a (size 1) first axis
+        axis = self.axis % len(sample)
+        outer = int(np.prod(sample[:axis]))
+        inner = int(np.prod(sample[axis + 1 :]))
+        v = np.ascontiguousarray(a).reshape(rows, outer, sample[axis], inner)
+        if bad:
+            v = np.where(np.isfinite(v), v, 0)
+        # one sample at a time, so a sample's sums do not depend on the batch it came in
+        means = np.stack([v[r].sum(axis=(0, 2), dtype=np.float64) for r in range(rows)]) / max(outer * inner, 1)
+        channels = means.shape[1]
+        if self.channel_sums is None:
+            self.channel_sums = [0] * channels
+        if len(self.channel_sums) != channels:  # the channel count changed: not a channel axis
+            self.axis, self.channel_sums, self.channel_absmax, self.track_absmax = None, None, None, False
+            self._pending, self._pending_bound = None, 0.0
+            return
+        units = _units(means)
+        bound = float(np.abs(units).max(initial=0.0)) * rows
+        if self._pending_bound + bound >= _INT64_ROOM:
+            self._flush()
+        if bound < _INT64_ROOM:
+            if self._pending is None:
+                self._pending = np.zeros(channels, np.int64)
+            self._pending += units.astype(np.int64).sum(axis=0)
+            self._pending_bound += bound
+        else:  # means beyond 2**22: Python ints
+            for row in units:
+                self.channel_sums = [s + int(v) for s, v in zip(self.channel_sums, row)]
+        if self.track_absmax:
+            peak = np.maximum(v.max(axis=(0, 1, 3)), -v.min(axis=(0, 1, 3))).astype(np.float64)
+            old = peak if self.channel_absmax is None else np.maximum(np.asarray(self.channel_absmax), peak)
+            self.channel_absmax = [float(p) for p in old]
+
+    def _flush(self) -> None:
+        if self._pending is not None:
+            self.channel_sums = [s + int(v) for s, v in zip(self.channel_sums, self._pending)]
+            self._pending, self._pending_bound = None, 0.0
 
     def repeat(self, times: int) -> None:
         """As if every sample had been seen `times` times."""
+        self._flush()
         self.count *= times
         self.min_sum *= times
         self.absmax_sum *= times
         if self.channel_sums is not None:
             self.channel_sums = [v * times for v in self.channel_sums]
 
+    def fresh(self) -> SampleStats:
+        """An empty accumulator gathering the same statistics."""
+        return SampleStats(axis=self.axis, track_absmax=self.track_absmax)
+
     def merge(self, other: SampleStats) -> SampleStats:
+        self._flush()
+        other._flush()
+        if not other.count or not self.count:  # nothing seen: nothing to combine
+            return self if other.count == 0 else other
         if self.axis != other.axis or (self.channel_sums is None) != (other.channel_sums is None) or (
                 self.channel_sums is not None and len(self.channel_sums) != len(other.channel_sums)):
             sums, axis = None, None
@@ -153,11 +180,13 @@ class SampleStats:
         return self._mean(self.absmax_sum)
 
     def channel_means(self) -> np.ndarray | None:
+        self._flush()
         if self.channel_sums is None or not self.count:
             return None
         return np.array([self._mean(v) for v in self.channel_sums], dtype=np.float64)
 
     def to_json(self) -> dict:
+        self._flush()
         out = {"count": self.count, "min_sum": self.min_sum, "absmax_sum": self.absmax_sum}
         if self.channel_sums is not None:
             out["channel_axis"] = self.axis

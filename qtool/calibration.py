@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -156,11 +158,23 @@ def to_json(cal: Calibration) -> str:
             "amax": t.amax,
             "unsigned": t.unsigned,
             "nonfinite": t.nonfinite,
-            "histogram": {"range": [0.0, t.hist_range], "counts": t.counts},
+            "histogram": {"range": [0.0, t.hist_range], "counts": inline(t.counts)},
         }
         if t.stats is not None:
-            out["per_sample"] = t.stats.to_json()
+            stats = t.stats.to_json()
+            for key in ("channel_sums", "channel_absmax"):
+                if key in stats:
+                    stats[key] = inline(stats[key])
+            out["per_sample"] = stats
         return out
+
+    # long number lists go on one line each (indent=1 would give every number its own line)
+    marker = f"qtool-inline-{uuid.uuid4().hex}-"
+    lists: list[str] = []
+
+    def inline(values) -> str:
+        lists.append(json.dumps([v if isinstance(v, float) else int(v) for v in values], separators=(",", ":"), allow_nan=False))
+        return f"{marker}{len(lists) - 1}"
 
     doc = {
         "format": FORMAT,
@@ -177,7 +191,8 @@ def to_json(cal: Calibration) -> str:
         **({"per_sample_unit_log2": UNIT_LOG2} if any(t.stats is not None for t in cal.tensors) else {}),
         "tensors": {t.name: tensor(t) for t in cal.tensors},
     }
-    return json.dumps(doc, indent=1, allow_nan=False) + "\n"
+    text = json.dumps(doc, indent=1, allow_nan=False)
+    return re.sub(f'"{marker}(\\d+)"', lambda m: lists[int(m.group(1))], text) + "\n"
 
 
 def save(cal: Calibration, path: str | os.PathLike) -> None:

@@ -1,19 +1,25 @@
 """Run the model batch by batch and stream every exposed tensor into its histogram.
 
-At most two batches' activations are alive at any time (the one being histogrammed while
-the next runs), plus the next batch's decoded inputs, prepared in the background: memory
-does not grow with the number of inputs. Histograms of different tensors are filled in
-parallel threads (the binning kernel and numpy's reductions release the GIL); each tensor's
-histogram has one writer at a time, and its result does not depend on how the work was split.
+Calibration parallelises across batches, not inside one: each of `workers` threads takes the
+next batch (decoding it), runs it through onnxruntime on one intra-op thread and histograms
+the outputs into its own accumulator. Single-threaded runs side by side use the cores better
+than one run on all of them (onnxruntime's parallel sections leave cores idle between
+operators), and the histogram work of one worker overlaps the inference of the others. The
+accumulators add exactly at the end (histogram.TensorHistogram.merge, exact integer sums), so
+the result does not depend on which worker saw which batch. Each worker holds one batch's
+activations at a time: memory does not grow with the number of inputs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import os
 import re
-from concurrent.futures import ThreadPoolExecutor
+import sys
+import threading
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import Iterable, Iterator
 
 import numpy as np
@@ -25,6 +31,8 @@ from .histogram import TensorHistogram
 
 Feeds = dict[str, np.ndarray]
 
+GIL_SWITCH_SECONDS = 0.0005  # while workers run (Python's default is 0.005)
+
 
 def _first_line(e: Exception) -> str:
     text = str(e).strip()
@@ -33,14 +41,18 @@ def _first_line(e: Exception) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
-def make_session(model: onnx.ModelProto, external_folder: str | os.PathLike | None = None) -> ort.InferenceSession:
+def make_session(model: onnx.ModelProto, external_folder: str | os.PathLike | None = None,
+                 threads: int | None = None) -> ort.InferenceSession:
     """A CPU onnxruntime session for an in-memory model; no file is written anywhere.
 
     `external_folder`: where weights the proto keeps in external files live (the original
     model's folder); onnxruntime reads them from there, so models over 2 GB work.
+    `threads`: intra-op threads per run (default: onnxruntime's, one per core).
     """
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
+    if threads is not None:
+        opts.intra_op_num_threads = threads
     # onnxruntime's idle threads spin between runs; calibration fills histograms in between,
     # so spinning would only steal those cores
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
@@ -86,6 +98,30 @@ def prefetch(items: Iterable) -> Iterator:
             yield item
 
 
+class _Accumulator:
+    """One worker's histograms and per-sample statistics; workers' accumulators add exactly."""
+
+    def __init__(self, names: list[str], bins: int, stats: dict | None):
+        self.hists = {n: TensorHistogram(bins=bins) for n in names}
+        self.stats = {n: s.fresh() for n, s in stats.items()} if stats else {}
+        self.seen = 0
+
+    def fill(self, pairs, samples: int) -> None:
+        for name, value in pairs:
+            # one sample per entry of the first axis when it has the batch's size, else one in all
+            rows = samples if samples > 1 and value.ndim >= 1 and value.shape[0] == samples else 1
+            extrema = self.hists[name].update(value, rows)
+            if extrema is not None and name in self.stats:
+                self.stats[name].update(value, rows, extrema)
+
+    def merge(self, other: "_Accumulator") -> None:
+        for name, hist in other.hists.items():
+            self.hists[name].merge(hist)
+        for name, stats in other.stats.items():
+            self.stats[name] = self.stats[name].merge(stats)
+        self.seen += other.seen
+
+
 def collect(
     session: ort.InferenceSession,
     names: list[str],
@@ -94,7 +130,7 @@ def collect(
     progress=None,
     static: frozenset[str] = frozenset(),
     probe_size: int = 1,
-    workers: int | None = None,
+    workers: int = 1,
     stats: dict | None = None,
 ) -> tuple[dict[str, TensorHistogram], int]:
     """Histograms of every tensor in `names` over all runs, and the number of samples seen.
@@ -103,38 +139,59 @@ def collect(
     the input shape: decode grids and the like, with fixed-size batched inputs). Their
     histogram comes from one run on the first `probe_size` samples, counted once per
     `probe_size` samples seen, so it does not depend on the batch size.
-    `stats`: {tensor: biascorrection.SampleStats} also updated (per-sample statistics).
+    `workers` threads each take the next run, run the session (give it one intra-op thread
+    per worker) and histogram the outputs into their own accumulators, merged at the end.
+    `stats`: {tensor: biascorrection.SampleStats}, replaced by the collected statistics.
     """
-    hists = {n: TensorHistogram(bins=bins) for n in names}
     varying = [n for n in names if n not in static]
     fixed = [n for n in names if n in static]
-    seen = 0
+    accs = [_Accumulator(names, bins, stats) for _ in range(max(1, workers))]
+    source = iter(runs)
+    lock = threading.Lock()  # guards `source` (decoding happens in next()) and `progress`
+    stop = threading.Event()
 
-    def fill(pairs, samples):
-        for name, value in pairs:
-            extrema = hists[name].update(value)
-            if stats is not None and name in stats:
-                stats[name].update(value, samples, extrema)
+    first = next(source, None)
+    if first is not None:
+        if fixed:
+            probe = {k: v[:probe_size] for k, v in first[0].items()}
+            accs[0].fill(zip(fixed, run(session, fixed, probe)), probe_size)
+        source = itertools.chain([first], source)
 
-    workers = workers or min(4, os.cpu_count() or 1)
-    with ThreadPoolExecutor(workers, thread_name_prefix="qtool-hist") as pool:
-        pending: list = []  # the previous batch's histogram tasks, running during this inference
-        for feeds, count in prefetch(runs):
-            if fixed and seen == 0:
-                probe = {k: v[:probe_size] for k, v in feeds.items()}
-                fill(zip(fixed, run(session, fixed, probe)), probe_size)
+    def work(acc: _Accumulator) -> None:
+        while not stop.is_set():
+            with lock:
+                item = next(source, None)
+            if item is None:
+                return
+            feeds, count = item
             outputs = run(session, varying, feeds) if varying else []
-            for f in pending:  # one batch in flight at most: each histogram has one writer
-                f.result()
-            # largest tensors first, dealt round-robin: balanced shares without a scheduler
-            pairs = sorted(zip(varying, outputs), key=lambda p: -p[1].size)
-            pending = [pool.submit(fill, pairs[w::workers], count) for w in range(workers)]
-            outputs = pairs = None  # the tasks hold the only references now
-            seen += count
+            # last computed first: those are still in the CPU caches (names are in graph order)
+            acc.fill(reversed(list(zip(varying, outputs))), count)
+            acc.seen += count
             if progress is not None:
-                progress.update(count)
-        for f in pending:
-            f.result()
+                with lock:
+                    progress.update(count)
+
+    switch = sys.getswitchinterval()
+    # workers hand the GIL back and forth between their numpy/kernel calls: short turns keep
+    # one from waiting for another's whole Python slice
+    sys.setswitchinterval(min(switch, GIL_SWITCH_SECONDS))
+    try:
+        with ThreadPoolExecutor(len(accs), thread_name_prefix="qtool-collect") as pool:
+            futures = [pool.submit(work, acc) for acc in accs]
+            try:
+                done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+                for f in done:
+                    f.result()
+            finally:  # an error or an interrupt: the other workers stop after their current run
+                stop.set()
+    finally:
+        sys.setswitchinterval(switch)
+    for acc in accs[1:]:
+        accs[0].merge(acc)
+    hists, seen = accs[0].hists, accs[0].seen
+    if stats is not None:
+        stats.update(accs[0].stats)
     if fixed:
         if seen % probe_size:
             raise ValueError("the number of samples must be a multiple of probe_size")

@@ -36,19 +36,39 @@ def _numpy_add_bins(a: np.ndarray, factor: float, counts: np.ndarray) -> None:
 
 @lru_cache(maxsize=1)
 def _kernel():
-    """A fused |x| -> bin -> count loop: one read of the data instead of four array passes."""
+    """|x| -> bin -> count in one read of the data instead of numpy's four array passes.
+
+    Bin indices are computed a chunk at a time (a loop the compiler vectorizes), then counted
+    into four interleaved sub-histograms: neighbouring activations often share a bin, and
+    one counter would make every increment wait for the previous one.
+    """
     from numba import njit
+
+    chunk = 2048
 
     @njit(nogil=True, cache=True)
     def add_bins(x, factor, counts):  # pragma: no cover - compiled
-        n, outside = counts.size, 0
-        for i in range(x.size):
-            j = int(abs(x[i]) * factor)
-            if j < n:
-                counts[j] += 1
-            else:
-                outside += 1
-        return outside
+        n = counts.size
+        w = n + 1  # slot n counts values at or beyond the top (the caller guarantees none)
+        sub = np.zeros(4 * w, np.int64)
+        idx = np.empty(chunk, np.uint32)
+        limit = x.dtype.type(n)
+        for start in range(0, x.size, chunk):
+            m = min(chunk, x.size - start)
+            for i in range(m):
+                f = abs(x[start + i]) * factor
+                idx[i] = np.uint32(f) if f < limit else np.uint32(n)
+            q = m - m % 4
+            for i in range(0, q, 4):
+                sub[idx[i]] += 1
+                sub[w + idx[i + 1]] += 1
+                sub[2 * w + idx[i + 2]] += 1
+                sub[3 * w + idx[i + 3]] += 1
+            for i in range(q, m):
+                sub[idx[i]] += 1
+        for j in range(n):
+            counts[j] += sub[j] + sub[w + j] + sub[2 * w + j] + sub[3 * w + j]
+        return sub[n] + sub[w + n] + sub[2 * w + n] + sub[3 * w + n]
 
     return add_bins
 
@@ -76,6 +96,16 @@ def _range_above(value: float) -> float:
     return math.ldexp(1.0, exp)
 
 
+@dataclass(frozen=True)
+class Extrema:
+    """Per part of an array: min and max of its finite values (inf and -inf when it has none),
+    and how many of its values are NaN or infinite."""
+
+    lo: list[float]
+    hi: list[float]
+    nonfinite: list[int]
+
+
 @dataclass
 class TensorHistogram:
     """Histogram of |x| plus min/max of x, built from a stream of arrays."""
@@ -94,27 +124,37 @@ class TensorHistogram:
         if self.counts is None:
             self.counts = np.zeros(self.bins, dtype=np.int64)
 
-    def update(self, x: np.ndarray) -> tuple[float, float] | None:
-        """Add all values of `x` (any shape, any float dtype); returns x's (min, max), NaN
-        propagating as numpy's reductions do, for callers that need them too."""
+    def update(self, x: np.ndarray, rows: int = 1) -> Extrema | None:
+        """Add all values of `x` (any shape, any float dtype). Returns the extrema of each of
+        the `rows` equal parts x splits into along its first axis, for callers that keep
+        per-sample statistics (rows=1: x is one part)."""
         a = np.asarray(x)
         if a.size == 0:
             return None
         if a.dtype != np.float32 and a.dtype != np.float64:
             a = a.astype(np.float32)
-        a = np.ascontiguousarray(a).ravel()
-        extrema = lo, hi = float(a.min()), float(a.max())
-        self._add(a, lo, hi)
-        return extrema
+        a = np.ascontiguousarray(a).reshape(rows, -1)
+        if rows == 1:  # the common case, without per-row arrays
+            lo, hi = [float(a.min())], [float(a.max())]
+        else:
+            lo, hi = a.min(axis=1).tolist(), a.max(axis=1).tolist()
+        nonfinite = [0] * rows
+        flat = a.ravel()
+        if not all(map(math.isfinite, lo + hi)):
+            finite = np.isfinite(a)
+            nonfinite = (a.shape[1] - np.count_nonzero(finite, axis=1)).tolist()
+            for r, bad in enumerate(nonfinite):
+                if bad:
+                    row = a[r][finite[r]]
+                    lo[r], hi[r] = (float(row.min()), float(row.max())) if row.size else (math.inf, -math.inf)
+            self.nonfinite += sum(nonfinite)
+            flat = flat[finite.ravel()]
+        if flat.size:
+            self._add(flat, min(lo), max(hi))
+        return Extrema(lo, hi, nonfinite)
 
     def _add(self, a: np.ndarray, lo: float, hi: float) -> None:
-        if not (math.isfinite(lo) and math.isfinite(hi)):
-            finite = np.isfinite(a)
-            self.nonfinite += int(a.size - np.count_nonzero(finite))
-            a = a[finite]
-            if a.size == 0:
-                return
-            lo, hi = float(a.min()), float(a.max())
+        """Bin the finite values `a`, whose min and max are lo and hi."""
         self.size += int(a.size)
         self.min = min(self.min, lo)
         self.max = max(self.max, hi)

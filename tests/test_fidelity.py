@@ -15,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from qtool import biascorrection, calibration, thresholds
 from qtool.cli import cli
+from qtool.histogram import TensorHistogram
 
 FLOAT = TensorProto.FLOAT
 
@@ -109,7 +110,8 @@ def test_bias_shift_is_the_weight_error_applied_to_the_input_means():
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     means = np.array([0.5, 1.0, -2.0, 0.25, 3.0, 1.5])
     stats = biascorrection.SampleStats(axis=1)
-    stats.update(np.broadcast_to(means.reshape(1, 6, 1, 1), (1, 6, 5, 5)), 1)
+    x = np.broadcast_to(means.reshape(1, 6, 1, 1), (1, 6, 5, 5))
+    stats.update(x, 1, TensorHistogram().update(x))
     records = {"x": calibration.TensorRecord("x", -3.0, 3.0, 3.0, [1, 1], 3.0, stats=stats),
                "y": calibration.TensorRecord("y", -9.0, 9.0, 9.0, [1, 1], 9.0)}
     plan = placement.place(m, records)

@@ -23,14 +23,23 @@ log = logging.getLogger("qtool")
 # Auto batch size: as many images as keep one batch's exposed activations under this budget.
 BATCH_BYTES = 64 << 20
 MAX_AUTO_BATCH = 32
+# Workers (each holds one batch's activations): as many as there are cores and this budget allows.
+IN_FLIGHT_BYTES = 512 << 20
 
 
-def _auto_batch(proto, names, spec: model.InputSpec, pre: data.Preprocess) -> int:
+def _image_bytes(proto, names, spec: model.InputSpec, pre: data.Preprocess) -> int | None:
+    """Bytes of the exposed activations of one image, when shape inference can tell."""
     hwc = (pre.channels, pre.height, pre.width) if pre.layout == "nchw" else (pre.height, pre.width, pre.channels)
-    per_image = model.activation_bytes(proto, names, {spec.name: (1, *hwc)})
-    if not per_image:
-        return 1
-    return max(1, min(MAX_AUTO_BATCH, BATCH_BYTES // per_image))
+    return model.activation_bytes(proto, names, {spec.name: (1, *hwc)}) or None
+
+
+def _parallelism(batches: int, batch_bytes: int | None) -> tuple[int, int]:
+    """(workers, onnxruntime threads per run): batches side by side first, cores left over
+    go to each run."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    room = IN_FLIGHT_BYTES // batch_bytes if batch_bytes else 4
+    workers = max(1, min(cores, batches, room))
+    return workers, max(1, cores // workers)
 
 
 def _full_batches(runs, size: int, skipped: list):
@@ -54,6 +63,7 @@ class _Source:
     static: frozenset = frozenset()  # tensors counted once per `probe` samples
     probe: int = 1
     skipped: list | None = None  # unreadable images, with --on-bad-image skip
+    batch_bytes: int | None = None  # exposed activations of one batch, when known
 
 
 def _image_source(loaded, names, images_dir, limit, shard, on_bad_image, batch_size, options) -> _Source:
@@ -62,7 +72,9 @@ def _image_source(loaded, names, images_dir, limit, shard, on_bad_image, batch_s
     fixed_batch = spec.dims[0]
     if fixed_batch is not None and batch_size not in (None, fixed_batch):
         raise QtoolError(f"the model has a fixed batch of {fixed_batch}; --batch-size {batch_size} cannot be used")
-    batch_size = fixed_batch or batch_size or _auto_batch(loaded.proto, names, spec, pre)
+    per_image = _image_bytes(loaded.proto, names, spec, pre)
+    auto = max(1, min(MAX_AUTO_BATCH, BATCH_BYTES // per_image)) if per_image else 1
+    batch_size = fixed_batch or batch_size or auto
     everything = data.list_images(images_dir, limit)
     inputs = data.take_shard(everything, shard)
     if not inputs:
@@ -79,7 +91,7 @@ def _image_source(loaded, names, images_dir, limit, shard, on_bad_image, batch_s
     # tensors computed from the input's shape only (decode grids) are counted per image
     static = frozenset(names) - model.data_dependent(loaded.proto)
     return _Source(inputs, runs, {"source": "images", "input": spec.name, **pre.to_dict()},
-                   batch_size, static, fixed_batch or 1, skipped)
+                   batch_size, static, fixed_batch or 1, skipped, per_image and per_image * batch_size)
 
 
 def _data_source(loaded, data_dir, limit, shard) -> _Source:
@@ -154,15 +166,19 @@ def calibrate(ctx, model_path, images_dir, data_dir, limit, on_bad_image, shard,
         source = _data_source(loaded, data_dir, limit, shard_kn)
     inputs, batch_size, skipped = source.inputs, source.batch_size, source.skipped
 
+    workers, threads = _parallelism(-(-len(inputs) // (batch_size or 1)), source.batch_bytes)
     session = collect.make_session(
         model.with_outputs(loaded.proto, names, types),
         external_folder=loaded.path.parent if loaded.external_files else None,
+        threads=threads,
     )
-    log.debug("calibrating %d tensors with %d inputs (batch %s)", len(names), len(inputs), batch_size or "per file")
+    log.debug("calibrating %d tensors with %d inputs (batch %s, %d workers of %d threads)", len(names), len(inputs),
+              batch_size or "per file", workers, threads)
     with progress(len(inputs), not (ctx.obj["quiet"] or as_json)) as bar:
         # per-sample min, max |x| and per-channel means of layer inputs: for mean-minmax and bias correction
         stats = biascorrection.new_stats(loaded.proto, names)
-        hists, samples = collect.collect(session, names, source.runs, bins, bar, static=source.static, probe_size=source.probe, stats=stats)
+        hists, samples = collect.collect(session, names, source.runs, bins, bar, static=source.static, probe_size=source.probe,
+                                         workers=workers, stats=stats)
     if samples == 0:
         raise QtoolError(f"none of the {len(inputs)} images could be read; nothing was calibrated")
 
