@@ -197,6 +197,23 @@ def test_mean_minmax_is_the_mean_of_per_sample_maxima_and_shards_merge_exactly(t
     assert (tmp_path / "merged.calib.json").read_bytes() == full.read_bytes()
 
 
+def test_per_sample_statistics_do_not_depend_on_the_batch():
+    """A batch of four gives the same sums as four batches of one (channel rows longer than numpy's
+    8192-value buffers, a NaN in one sample), and the sums are exact integers."""
+    rng = np.random.default_rng(2)
+    x = rng.normal(0.3, 2.0, (4, 3, 100, 100)).astype(np.float32)
+    x[2, 1, 5, 5] = np.nan
+    whole, parts = biascorrection.SampleStats(axis=1, track_absmax=True), biascorrection.SampleStats(axis=1, track_absmax=True)
+    whole.update(x, 4, TensorHistogram().update(x, 4))
+    for i in range(4):
+        parts.update(x[i : i + 1], 1, TensorHistogram().update(x[i : i + 1]))
+    assert whole.to_json() == parts.to_json()
+    assert whole.count == 4 and all(isinstance(v, int) for v in whole.to_json()["channel_sums"])
+    clean = np.where(np.isfinite(x), x, 0).astype(np.float64)
+    np.testing.assert_allclose(whole.channel_means(), clean.mean(axis=(2, 3)).mean(axis=0), rtol=1e-9)
+    assert whole.mean_min == pytest.approx(clean.min(axis=(1, 2, 3)).mean(), abs=1e-9)
+
+
 def test_version_1_files_without_statistics_still_work(tmp_path):
     rng = np.random.default_rng(4)
     model = biased_cnn(tmp_path, rng)

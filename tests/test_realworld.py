@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from PIL import Image
 
 import zoo
-from qtool import collect, model
+from qtool import biascorrection, collect, model
 from qtool.calibration import load as load_calibration
 from qtool.cli import cli
 from qtool.errors import QtoolError
@@ -186,6 +186,46 @@ def test_control_flow_model_calibrates_through_the_library():
         v = values[name]
         assert h.size == v.size and int(h.counts.sum()) == v.size, name
         assert (h.min, h.max) == (float(v.min()), float(v.max())), name
+
+
+def test_worker_count_does_not_change_histograms_or_statistics():
+    """Workers fill their own accumulators, merged at the end: any split of the batches among any
+    number of workers gives the same histograms and per-sample statistics, static tensors included."""
+    m = zoo.yolo_like()
+    types = model.tensor_types(m)
+    names = model.activation_tensors(m, types)
+    static = frozenset(names) - model.data_dependent(m)
+    rng = np.random.default_rng(5)
+    batches = [({"images": rng.random((2, 3, 64, 96), dtype=np.float32) * 2 - 0.5}, 2) for _ in range(5)]
+    session = collect.make_session(model.with_outputs(m, names, types), threads=1)
+    results = []
+    for workers in (1, 2, 3):
+        stats = biascorrection.new_stats(m, names)
+        hists, seen = collect.collect(session, names, iter(batches), 2048, static=static, workers=workers, stats=stats)
+        results.append((seen, {n: (h.top, h.counts.tolist(), h.min, h.max, h.size) for n, h in hists.items()},
+                        {n: st.to_json() for n, st in stats.items()}))
+    assert results[0][0] == 10 and static and any("channel_sums" in st for st in results[0][2].values())
+    assert results[0] == results[1] == results[2]
+
+
+def test_a_worker_error_stops_collection():
+    m = zoo.tiny_relu_model()
+    types = model.tensor_types(m)
+    names = model.activation_tensors(m, types)
+    session = collect.make_session(model.with_outputs(m, names, types), threads=1)
+    name = m.graph.input[0].name
+    dims = [d.dim_value or 1 for d in m.graph.input[0].type.tensor_type.shape.dim]
+    good = ({name: np.ones(dims, np.float32)}, 1)
+    bad = ({name: np.ones([d + 1 for d in dims], np.float32)}, 1)  # wrong shape: onnxruntime refuses it
+
+    def runs():
+        yield good
+        yield bad
+        for _ in range(1000):
+            yield good
+
+    with pytest.raises(QtoolError, match="onnxruntime failed"):
+        collect.collect(session, names, runs(), 2048, workers=2)
 
 
 # --------------------------------------------------------------------------
