@@ -3,6 +3,7 @@
 Prints, measured in this run on this machine:
   - plain onnxruntime inference of N images incl. decoding (a simple decode-and-run loop),
   - `qtool calibrate` on the same images, and the ratio calibrate / plain,
+  - onnxruntime alone with every tensor exposed, run as qtool runs it: the floor of the ratio,
   - peak RSS of qtool at 100 and at 400 images (flat memory means these agree),
   - onnxruntime's own entropy calibrator on 32 images, time and peak RSS, for comparison.
 Each measurement runs in a fresh process so peak RSS is its own.
@@ -61,6 +62,40 @@ def worker(mode: str, n: int, model: Path, folder: Path) -> dict:
         sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
         for p in images:
             sess.run(None, {"images": data.load_image(p, pre)[None]})
+        return {"seconds": time.perf_counter() - started, "rss_mb": peak_rss_mb()}
+    if mode == "exposed":
+        # onnxruntime alone with every tensor qtool histograms exposed as an output, run the way
+        # qtool runs it (one thread per run, one run per core side by side, decoding included),
+        # outputs dropped: what calibration would cost if histograms were free
+        import threading
+
+        import onnx
+
+        from qtool import collect, data
+        from qtool import model as qmodel
+
+        pre = data.Preprocess(height=320, width=320, channels=3, layout="nchw")
+        started = time.perf_counter()
+        proto = onnx.load(str(model))
+        types = qmodel.tensor_types(proto)
+        names = qmodel.activation_tensors(proto, types)
+        sess = collect.make_session(qmodel.with_outputs(proto, names, types), threads=1)
+        todo, lock = iter(images), threading.Lock()
+
+        def work():
+            while True:
+                with lock:
+                    p = next(todo, None)
+                    if p is None:
+                        return
+                    x = data.load_image(p, pre)[None]
+                sess.run(names, {"images": x})
+
+        threads = [threading.Thread(target=work) for _ in range(os.cpu_count() or 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
         return {"seconds": time.perf_counter() - started, "rss_mb": peak_rss_mb()}
     if mode == "qtool":
         from click.testing import CliRunner
@@ -128,10 +163,13 @@ def main() -> None:
     n = args.images
     plain = measure("plain", n)
     ours = measure("qtool", n)
+    exposed = measure("exposed", n)
     small = measure("qtool", 100)
     print(f"plain inference, {n} images incl. decoding: {plain['seconds']:.2f} s")
     print(f"qtool calibrate, {n} images:               {ours['seconds']:.2f} s (batch {ours['batch_size']})")
     print(f"ratio calibrate / plain inference:         {ours['seconds'] / plain['seconds']:.2f}  (goal <= 2.0)")
+    print(f"floor: every tensor exposed, no histograms: {exposed['seconds']:.2f} s, "
+          f"ratio {exposed['seconds'] / plain['seconds']:.2f}")
     print(f"qtool peak RSS: 100 images {small['rss_mb']:.0f} MB, {n} images {ours['rss_mb']:.0f} MB "
           f"({(ours['rss_mb'] / small['rss_mb'] - 1) * 100:+.1f} %)")
     if not args.skip_ort:

@@ -84,11 +84,11 @@ class SampleStats:
     _pending: np.ndarray | None = field(default=None, repr=False, compare=False)
     _pending_bound: float = field(default=0.0, repr=False, compare=False)
 
-    def update(self, value: np.ndarray, rows: int, extrema) -> None:
-        """Add the `rows` samples `value` splits into along its first axis; `extrema`: their
+    def update(self, parts: list[np.ndarray], rows: int, extrema) -> None:
+        """Add the `rows` samples a tensor splits into along its first axis. `parts`: the tensor,
+        or arrays that make it up when concatenated along `axis`; `extrema`: the samples'
         histogram.Extrema (NaN and inf count as 0 here; the histogram counts them apart)."""
-        a = np.asarray(value)
-        if a.size == 0:
+        if not extrema.lo:
             return
         for lo, hi, bad in zip(extrema.lo, extrema.hi, extrema.nonfinite):
             if bad:
@@ -96,19 +96,24 @@ class SampleStats:
             self.min_sum += _unit(lo)
             self.absmax_sum += _unit(max(-lo, hi, 0.0))
         self.count += rows
-        if self.axis is not None and a.ndim > 0:
-            self._add_channels(a, rows, any(extrema.nonfinite))
+        if self.axis is not None and parts[0].ndim > 0:
+            self._add_channels([np.asarray(a) for a in parts], rows, any(extrema.nonfinite))
 
-    def _add_channels(self, a: np.ndarray, rows: int, bad: bool) -> None:
-        sample = (1, *a.shape[1:]) if rows > 1 else a.shape  # a sample keeps a (size 1) first axis
-        axis = self.axis % len(sample)
-        outer = int(np.prod(sample[:axis]))
-        inner = int(np.prod(sample[axis + 1 :]))
-        v = np.ascontiguousarray(a).reshape(rows, outer, sample[axis], inner)
-        if bad:
-            v = np.where(np.isfinite(v), v, 0)
-        # one sample at a time, so a sample's sums do not depend on the batch it came in
-        means = np.stack([v[r].sum(axis=(0, 2), dtype=np.float64) for r in range(rows)]) / max(outer * inner, 1)
+    def _add_channels(self, parts: list[np.ndarray], rows: int, bad: bool) -> None:
+        means, peaks = [], []
+        for a in parts:
+            sample = (1, *a.shape[1:]) if rows > 1 else a.shape  # a sample keeps a (size 1) first axis
+            axis = self.axis % len(sample)
+            outer = int(np.prod(sample[:axis]))
+            inner = int(np.prod(sample[axis + 1 :]))
+            v = np.ascontiguousarray(a).reshape(rows, outer, sample[axis], inner)
+            if bad:
+                v = np.where(np.isfinite(v), v, 0)
+            # one sample at a time, so a sample's sums do not depend on the batch it came in
+            means.append(np.stack([v[r].sum(axis=(0, 2), dtype=np.float64) for r in range(rows)]) / max(outer * inner, 1))
+            if self.track_absmax:
+                peaks.append(np.maximum(v.max(axis=(0, 1, 3)), -v.min(axis=(0, 1, 3))).astype(np.float64))
+        means = np.concatenate(means, axis=1)  # [rows, channels]
         channels = means.shape[1]
         if self.channel_sums is None:
             self.channel_sums = [0] * channels
@@ -129,7 +134,7 @@ class SampleStats:
             for row in units:
                 self.channel_sums = [s + int(v) for s, v in zip(self.channel_sums, row)]
         if self.track_absmax:
-            peak = np.maximum(v.max(axis=(0, 1, 3)), -v.min(axis=(0, 1, 3))).astype(np.float64)
+            peak = np.concatenate(peaks)
             old = peak if self.channel_absmax is None else np.maximum(np.asarray(self.channel_absmax), peak)
             self.channel_absmax = [float(p) for p in old]
 

@@ -26,8 +26,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from . import model
 from .errors import QtoolError
-from .histogram import TensorHistogram
+from .histogram import Extrema, TensorHistogram
 
 Feeds = dict[str, np.ndarray]
 
@@ -98,21 +99,52 @@ def prefetch(items: Iterable) -> Iterator:
             yield item
 
 
-class _Accumulator:
-    """One worker's histograms and per-sample statistics; workers' accumulators add exactly."""
+def summed_concatenations(proto: onnx.ModelProto, names: list[str], static: frozenset[str] = frozenset(),
+                          stats: dict | None = None) -> dict[str, list[str]]:
+    """The `derived` argument of collect: {Concat output: its parts} for the concatenations in
+    `names` (model.concatenations) that need not be fetched. Left out: those touching a static
+    tensor, those whose parts are themselves concatenations left out of the fetch, and those
+    whose per-channel statistics run along another axis than the concatenation."""
+    found = {out: parts for out, (axis, parts) in model.concatenations(proto, names).items()
+             if not {out, *parts} & static and (stats is None or out not in stats or stats[out].axis in (None, axis))}
+    return {out: parts for out, parts in found.items() if not set(parts) & found.keys()}
 
-    def __init__(self, names: list[str], bins: int, stats: dict | None):
-        self.hists = {n: TensorHistogram(bins=bins) for n in names}
+
+class _Accumulator:
+    """One worker's histograms and per-sample statistics; workers' accumulators add exactly.
+
+    `derived`: {tensor: the tensors it concatenates}; such a tensor is not run, its statistics
+    come from its parts batch by batch and its histogram from theirs at the end."""
+
+    def __init__(self, names: list[str], bins: int, stats: dict | None, derived: dict[str, list[str]]):
+        self.hists = {n: TensorHistogram(bins=bins) for n in names if n not in derived}
         self.stats = {n: s.fresh() for n, s in stats.items()} if stats else {}
+        self.derived = {n: parts for n, parts in derived.items() if n in self.stats}
+        self.parts = {p for parts in self.derived.values() for p in parts}
         self.seen = 0
 
     def fill(self, pairs, samples: int) -> None:
+        kept = {}
         for name, value in pairs:
             # one sample per entry of the first axis when it has the batch's size, else one in all
             rows = samples if samples > 1 and value.ndim >= 1 and value.shape[0] == samples else 1
             extrema = self.hists[name].update(value, rows)
-            if extrema is not None and name in self.stats:
-                self.stats[name].update(value, rows, extrema)
+            if extrema is None:
+                continue
+            if name in self.stats:
+                self.stats[name].update([value], rows, extrema)
+            if name in self.parts:
+                kept[name] = value, rows, extrema
+        for name, parts in self.derived.items():
+            got = [kept[p] for p in parts if p in kept]  # empty parts add nothing
+            if got:
+                rows = got[0][1]
+                if any(r != rows for _, r, _ in got):
+                    raise AssertionError(f"the parts of {name} split into different samples")
+                extrema = Extrema([min(e.lo[r] for _, _, e in got) for r in range(rows)],
+                                  [max(e.hi[r] for _, _, e in got) for r in range(rows)],
+                                  [sum(e.nonfinite[r] for _, _, e in got) for r in range(rows)])
+                self.stats[name].update([v for v, _, _ in got], rows, extrema)
 
     def merge(self, other: "_Accumulator") -> None:
         for name, hist in other.hists.items():
@@ -132,6 +164,7 @@ def collect(
     probe_size: int = 1,
     workers: int = 1,
     stats: dict | None = None,
+    derived: dict[str, list[str]] | None = None,
 ) -> tuple[dict[str, TensorHistogram], int]:
     """Histograms of every tensor in `names` over all runs, and the number of samples seen.
 
@@ -142,10 +175,16 @@ def collect(
     `workers` threads each take the next run, run the session (give it one intra-op thread
     per worker) and histogram the outputs into their own accumulators, merged at the end.
     `stats`: {tensor: biascorrection.SampleStats}, replaced by the collected statistics.
+    `derived`: {tensor: its parts} for tensors that concatenate other tensors of `names` along
+    a non-batch axis (model.concatenations; with stats, along their channel axis): they are not
+    fetched from the session, their histogram is the sum of their parts' histograms.
     """
-    varying = [n for n in names if n not in static]
+    derived = derived or {}
+    if any(n in static or set(parts) & static or set(parts) & derived.keys() for n, parts in derived.items()):
+        raise ValueError("a derived tensor must be made of varying, fetched tensors")
+    varying = [n for n in names if n not in static and n not in derived]
     fixed = [n for n in names if n in static]
-    accs = [_Accumulator(names, bins, stats) for _ in range(max(1, workers))]
+    accs = [_Accumulator(names, bins, stats, derived) for _ in range(max(1, workers))]
     source = iter(runs)
     lock = threading.Lock()  # guards `source` (decoding happens in next()) and `progress`
     stop = threading.Event()
@@ -189,7 +228,15 @@ def collect(
         sys.setswitchinterval(switch)
     for acc in accs[1:]:
         accs[0].merge(acc)
-    hists, seen = accs[0].hists, accs[0].seen
+    seen = accs[0].seen
+    hists = {}
+    for name in names:
+        if name in derived:
+            hists[name] = TensorHistogram(bins=bins)
+            for part in derived[name]:
+                hists[name].merge(accs[0].hists[part])
+        else:
+            hists[name] = accs[0].hists[name]
     if stats is not None:
         stats.update(accs[0].stats)
     if fixed:

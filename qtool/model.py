@@ -194,6 +194,21 @@ def activation_tensors(proto: onnx.ModelProto, types: dict[str, int] | None = No
     return result
 
 
+def concatenations(proto: onnx.ModelProto, names: list[str]) -> dict[str, tuple[int, list[str]]]:
+    """{output: (axis, inputs)} of the main-graph Concat nodes whose output and inputs are all in
+    `names` and whose axis is positive (never the batch axis): such an output holds exactly its
+    inputs' values, sample by sample, so its histogram is the sum of theirs."""
+    wanted = set(names)
+    out = {}
+    for n in proto.graph.node:
+        if n.op_type != "Concat" or n.domain not in ("", "ai.onnx") or len(n.output) != 1:
+            continue
+        axis = next((a.i for a in n.attribute if a.name == "axis"), None)
+        if axis is not None and axis > 0 and n.output[0] in wanted and n.input and all(i in wanted for i in n.input):
+            out[n.output[0]] = (int(axis), list(n.input))
+    return out
+
+
 def data_dependent(proto: onnx.ModelProto) -> set[str]:
     """Main-graph tensors whose values depend on the values fed to the graph inputs.
 

@@ -111,7 +111,7 @@ def test_bias_shift_is_the_weight_error_applied_to_the_input_means():
     means = np.array([0.5, 1.0, -2.0, 0.25, 3.0, 1.5])
     stats = biascorrection.SampleStats(axis=1)
     x = np.broadcast_to(means.reshape(1, 6, 1, 1), (1, 6, 5, 5))
-    stats.update(x, 1, TensorHistogram().update(x))
+    stats.update([x], 1, TensorHistogram().update(x))
     records = {"x": calibration.TensorRecord("x", -3.0, 3.0, 3.0, [1, 1], 3.0, stats=stats),
                "y": calibration.TensorRecord("y", -9.0, 9.0, 9.0, [1, 1], 9.0)}
     plan = placement.place(m, records)
@@ -204,9 +204,9 @@ def test_per_sample_statistics_do_not_depend_on_the_batch():
     x = rng.normal(0.3, 2.0, (4, 3, 100, 100)).astype(np.float32)
     x[2, 1, 5, 5] = np.nan
     whole, parts = biascorrection.SampleStats(axis=1, track_absmax=True), biascorrection.SampleStats(axis=1, track_absmax=True)
-    whole.update(x, 4, TensorHistogram().update(x, 4))
+    whole.update([x], 4, TensorHistogram().update(x, 4))
     for i in range(4):
-        parts.update(x[i : i + 1], 1, TensorHistogram().update(x[i : i + 1]))
+        parts.update([x[i : i + 1]], 1, TensorHistogram().update(x[i : i + 1]))
     assert whole.to_json() == parts.to_json()
     assert whole.count == 4 and all(isinstance(v, int) for v in whole.to_json()["channel_sums"])
     clean = np.where(np.isfinite(x), x, 0).astype(np.float64)

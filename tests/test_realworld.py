@@ -208,6 +208,29 @@ def test_worker_count_does_not_change_histograms_or_statistics():
     assert results[0] == results[1] == results[2]
 
 
+def test_concatenations_sum_to_the_histograms_and_statistics_of_fetched_tensors():
+    """A Concat's output is summed from its parts instead of fetched: same histogram, min/max and
+    per-sample statistics as fetching it, channel means included."""
+    m = zoo.yolo_like()
+    types = model.tensor_types(m)
+    names = model.activation_tensors(m, types)
+    static = frozenset(names) - model.data_dependent(m)
+    plan = collect.summed_concatenations(m, names, static, biascorrection.new_stats(m, names))
+    assert len(plan) >= 3 and any(biascorrection.new_stats(m, names)[out].axis == 1 for out in plan)
+    rng = np.random.default_rng(6)
+    batches = [({"images": rng.random((2, 3, 64, 96), dtype=np.float32)}, 2) for _ in range(3)]
+    batches[1][0]["images"][1, 0, :4, :4] = np.nan  # non-finite values in one sample
+    session = collect.make_session(model.with_outputs(m, names, types), threads=1)
+    results = []
+    for derived in ({}, plan):
+        stats = biascorrection.new_stats(m, names)
+        hists, _ = collect.collect(session, names, iter(batches), 2048, static=static, workers=2, stats=stats, derived=derived)
+        results.append(({n: (h.top, h.counts.tolist(), h.min, h.max, h.size, h.nonfinite) for n, h in hists.items()},
+                        {n: st.to_json() for n, st in stats.items()}))
+    assert list(results[1][0]) == names
+    assert results[0] == results[1]
+
+
 def test_a_worker_error_stops_collection():
     m = zoo.tiny_relu_model()
     types = model.tensor_types(m)

@@ -166,19 +166,23 @@ def calibrate(ctx, model_path, images_dir, data_dir, limit, on_bad_image, shard,
         source = _data_source(loaded, data_dir, limit, shard_kn)
     inputs, batch_size, skipped = source.inputs, source.batch_size, source.skipped
 
+    # per-sample min, max |x| and per-channel means of layer inputs: for mean-minmax and bias correction
+    stats = biascorrection.new_stats(loaded.proto, names)
+    # a Concat's output holds its inputs' values: summed from their histograms instead of fetched
+    derived = collect.summed_concatenations(loaded.proto, names, source.static, stats)
+    fetched = [n for n in names if n not in derived]
+
     workers, threads = _parallelism(-(-len(inputs) // (batch_size or 1)), source.batch_bytes)
     session = collect.make_session(
-        model.with_outputs(loaded.proto, names, types),
+        model.with_outputs(loaded.proto, fetched, types),
         external_folder=loaded.path.parent if loaded.external_files else None,
         threads=threads,
     )
-    log.debug("calibrating %d tensors with %d inputs (batch %s, %d workers of %d threads)", len(names), len(inputs),
-              batch_size or "per file", workers, threads)
+    log.debug("calibrating %d tensors (%d summed from concatenated parts) with %d inputs (batch %s, %d workers of %d threads)",
+              len(names), len(derived), len(inputs), batch_size or "per file", workers, threads)
     with progress(len(inputs), not (ctx.obj["quiet"] or as_json)) as bar:
-        # per-sample min, max |x| and per-channel means of layer inputs: for mean-minmax and bias correction
-        stats = biascorrection.new_stats(loaded.proto, names)
         hists, samples = collect.collect(session, names, source.runs, bins, bar, static=source.static, probe_size=source.probe,
-                                         workers=workers, stats=stats)
+                                         workers=workers, stats=stats, derived=derived)
     if samples == 0:
         raise QtoolError(f"none of the {len(inputs)} images could be read; nothing was calibrated")
 
