@@ -195,17 +195,19 @@ def activation_tensors(proto: onnx.ModelProto, types: dict[str, int] | None = No
 
 
 def concatenations(proto: onnx.ModelProto, names: list[str]) -> dict[str, tuple[int, list[str]]]:
-    """{output: (axis, inputs)} of the main-graph Concat nodes whose output and inputs are all in
-    `names` and whose axis is positive (never the batch axis): such an output holds exactly its
-    inputs' values, sample by sample, so its histogram is the sum of theirs."""
+    """{tensor: (axis, parts)} for tensors in `names` that are exactly their parts (all in `names`)
+    concatenated along a positive axis (never the batch axis), sample by sample: the output of a
+    Concat, and the input of a Split (whose outputs always cover it). Such a tensor's histogram is
+    the sum of its parts' histograms."""
     wanted = set(names)
     out = {}
     for n in proto.graph.node:
-        if n.op_type != "Concat" or n.domain not in ("", "ai.onnx") or len(n.output) != 1:
+        if n.op_type not in ("Concat", "Split") or n.domain not in ("", "ai.onnx"):
             continue
-        axis = next((a.i for a in n.attribute if a.name == "axis"), None)
-        if axis is not None and axis > 0 and n.output[0] in wanted and n.input and all(i in wanted for i in n.input):
-            out[n.output[0]] = (int(axis), list(n.input))
+        axis = next((a.i for a in n.attribute if a.name == "axis"), 0 if n.op_type == "Split" else None)
+        whole, parts = (n.output[0], list(n.input)) if n.op_type == "Concat" else (n.input[0], list(n.output))
+        if axis is not None and axis > 0 and whole in wanted and parts and all(p in wanted for p in parts):
+            out.setdefault(whole, (int(axis), parts))
     return out
 
 

@@ -231,6 +231,35 @@ def test_concatenations_sum_to_the_histograms_and_statistics_of_fetched_tensors(
     assert results[0] == results[1]
 
 
+def test_split_inputs_are_summed_from_their_outputs():
+    """x -> Conv -> c -> Split(axis 1) -> a, b -> Concat(b, a, axis 1) -> y: c and y both hold exactly
+    the values of a and b (per sample), so neither is fetched, and nothing changes."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(8)
+    w = numpy_helper.from_array(rng.normal(0, 1, (6, 3, 3, 3)).astype(np.float32), "w")
+    v = numpy_helper.from_array(rng.normal(0, 1, (2, 6, 1, 1)).astype(np.float32), "v")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Split", ["c"], ["a", "b"], axis=1),
+             helper.make_node("Concat", ["b", "a"], ["y"], axis=1),
+             helper.make_node("Conv", ["y", "v"], ["z"])]
+    g = helper.make_graph(nodes, "split", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, 8, 8])],
+                          [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)], initializer=[w, v])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    names = model.activation_tensors(m)
+    plan = collect.summed_concatenations(m, names, frozenset(), biascorrection.new_stats(m, names))
+    assert plan == {"c": ["a", "b"], "y": ["b", "a"]}
+    batches = [({"x": rng.normal(0, 1, (3, 3, 8, 8)).astype(np.float32)}, 3) for _ in range(2)]
+    session = collect.make_session(model.with_outputs(m, names, model.tensor_types(m)), threads=1)
+    results = []
+    for derived in ({}, plan):
+        stats = biascorrection.new_stats(m, names)
+        hists, _ = collect.collect(session, names, iter(batches), 256, stats=stats, derived=derived)
+        results.append(({n: (h.top, h.counts.tolist(), h.min, h.max, h.size) for n, h in hists.items()},
+                        {n: st.to_json() for n, st in stats.items()}))
+    assert "channel_sums" in results[0][1]["y"] and results[0] == results[1]
+
+
 def test_a_worker_error_stops_collection():
     m = zoo.tiny_relu_model()
     types = model.tensor_types(m)
