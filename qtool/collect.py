@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import itertools
 import os
 import re
 import sys
@@ -26,7 +25,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from . import model
+from . import histogram, model
 from .errors import QtoolError
 from .histogram import Extrema, TensorHistogram
 
@@ -189,12 +188,24 @@ def collect(
     lock = threading.Lock()  # guards `source` (decoding happens in next()) and `progress`
     stop = threading.Event()
 
+    def take(acc: _Accumulator, feeds: Feeds, count: int) -> None:
+        outputs = run(session, varying, feeds) if varying else []
+        # last computed first: those are still in the CPU caches (names are in graph order)
+        acc.fill(reversed(list(zip(varying, outputs))), count)
+        acc.seen += count
+        if progress is not None:
+            with lock:
+                progress.update(count)
+
     first = next(source, None)
     if first is not None:
         if fixed:
             probe = {k: v[:probe_size] for k, v in first[0].items()}
             accs[0].fill(zip(fixed, run(session, fixed, probe)), probe_size)
-        source = itertools.chain([first], source)
+        # the first batch alone: a large tensor starts loading the binning kernel, which is then
+        # ready before the workers start (loading it while they run stalls them all)
+        take(accs[0], *first)
+        histogram.wait_for_kernel()
 
     def work(acc: _Accumulator) -> None:
         while not stop.is_set():
@@ -202,14 +213,7 @@ def collect(
                 item = next(source, None)
             if item is None:
                 return
-            feeds, count = item
-            outputs = run(session, varying, feeds) if varying else []
-            # last computed first: those are still in the CPU caches (names are in graph order)
-            acc.fill(reversed(list(zip(varying, outputs))), count)
-            acc.seen += count
-            if progress is not None:
-                with lock:
-                    progress.update(count)
+            take(acc, *item)
 
     switch = sys.getswitchinterval()
     # workers hand the GIL back and forth between their numpy/kernel calls: short turns keep

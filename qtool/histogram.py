@@ -36,7 +36,16 @@ _loader: threading.Thread | None = None
 
 def _load_kernel() -> None:
     global _ready
-    _ready = _kernel()
+    kernel = _kernel()
+    for dtype in (np.float32, np.float64):  # numba compiles (or loads) each signature at its first call
+        kernel(np.zeros(1, dtype), dtype(1.0), np.zeros(2, np.int64))
+    _ready = kernel
+
+
+def wait_for_kernel() -> None:
+    """Return once the kernel is ready, if something started loading it."""
+    if _loader is not None:
+        _loader.join()
 
 
 def _start_loading() -> None:
