@@ -104,13 +104,14 @@ class SampleStats:
         for a in parts:
             sample = (1, *a.shape[1:]) if rows > 1 else a.shape  # a sample keeps a (size 1) first axis
             axis = self.axis % len(sample)
-            outer = int(np.prod(sample[:axis]))
-            inner = int(np.prod(sample[axis + 1 :]))
+            outer = math.prod(sample[:axis])
+            inner = math.prod(sample[axis + 1 :])
             v = np.ascontiguousarray(a).reshape(rows, outer, sample[axis], inner)
             if bad:
                 v = np.where(np.isfinite(v), v, 0)
             # one sample at a time, so a sample's sums do not depend on the batch it came in
-            means.append(np.stack([v[r].sum(axis=(0, 2), dtype=np.float64) for r in range(rows)]) / max(outer * inner, 1))
+            sums = [np.add.reduce(v[r], axis=(0, 2), dtype=np.float64) for r in range(rows)]
+            means.append((sums[0][None] if rows == 1 else np.stack(sums)) / max(outer * inner, 1))
             if self.track_absmax:
                 peaks.append(np.maximum(v.max(axis=(0, 1, 3)), -v.min(axis=(0, 1, 3))).astype(np.float64))
         means = np.concatenate(means, axis=1)  # [rows, channels]

@@ -18,6 +18,7 @@ import math
 import threading
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
@@ -126,8 +127,7 @@ def _range_above(value: float) -> float:
     return math.ldexp(1.0, exp)
 
 
-@dataclass(frozen=True)
-class Extrema:
+class Extrema(NamedTuple):
     """Per part of an array: min and max of its finite values (inf and -inf when it has none),
     and how many of its values are NaN or infinite."""
 
@@ -165,9 +165,9 @@ class TensorHistogram:
             a = a.astype(np.float32)
         a = np.ascontiguousarray(a).reshape(rows, -1)
         if rows == 1:  # the common case, without per-row arrays
-            lo, hi = [float(a.min())], [float(a.max())]
+            lo, hi = [float(np.minimum.reduce(a, axis=None))], [float(np.maximum.reduce(a, axis=None))]
         else:
-            lo, hi = a.min(axis=1).tolist(), a.max(axis=1).tolist()
+            lo, hi = np.minimum.reduce(a, axis=1).tolist(), np.maximum.reduce(a, axis=1).tolist()
         nonfinite = [0] * rows
         flat = a.ravel()
         if not all(map(math.isfinite, lo + hi)):
