@@ -168,7 +168,7 @@ def calibrate(ctx, model_path, images_dir, data_dir, limit, on_bad_image, shard,
 
     # per-sample min, max |x| and per-channel means of layer inputs: for mean-minmax and bias correction
     stats = biascorrection.new_stats(loaded.proto, names)
-    # a Concat's output holds its inputs' values: summed from their histograms instead of fetched
+    # a Concat's output (a Split's input) holds exactly its parts' values: summed, not fetched
     derived = collect.summed_concatenations(loaded.proto, names, source.static, stats)
     fetched = [n for n in names if n not in derived]
 
