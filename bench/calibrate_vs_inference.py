@@ -80,8 +80,8 @@ def worker(mode: str, n: int, model: Path, folder: Path) -> dict:
         types = qmodel.tensor_types(proto)
         names = qmodel.activation_tensors(proto, types)
         static = frozenset(names) - qmodel.data_dependent(proto)
-        summed = collect.summed_concatenations(proto, names, static, biascorrection.new_stats(proto, names))
-        names = [n for n in names if n not in summed]
+        derived = collect.derivations(proto, names, types, static, biascorrection.new_stats(proto, names))
+        names = [n for n in names if n not in derived]
         sess = collect.make_session(qmodel.with_outputs(proto, names, types), threads=1)
         todo, lock = iter(images), threading.Lock()
 

@@ -19,6 +19,7 @@ import re
 import sys
 import threading
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 import numpy as np
@@ -98,43 +99,65 @@ def prefetch(items: Iterable) -> Iterator:
             yield item
 
 
-def summed_concatenations(proto: onnx.ModelProto, names: list[str], static: frozenset[str] = frozenset(),
-                          stats: dict | None = None) -> dict[str, list[str]]:
-    """The `derived` argument of collect: {Concat output: its parts} for the concatenations in
-    `names` (model.concatenations) that need not be fetched. Left out: those touching a static
-    tensor, those whose parts are themselves concatenations left out of the fetch, and those
-    whose per-channel statistics run along another axis than the concatenation."""
-    found = {out: parts for out, (axis, parts) in model.concatenations(proto, names).items()
-             if not {out, *parts} & static and (stats is None or out not in stats or stats[out].axis in (None, axis))}
-    return {out: parts for out, parts in found.items() if not set(parts) & found.keys()}
+@dataclass(frozen=True)
+class Derived:
+    """How collect gets a tensor without fetching it from onnxruntime."""
+
+    op: str  # "concat": its parts put together (histograms add); "mul": the product of its two parts
+    parts: tuple[str, ...]
+
+
+def derivations(proto: onnx.ModelProto, names: list[str], types: dict[str, int], static: frozenset[str] = frozenset(),
+                stats: dict | None = None) -> dict[str, Derived]:
+    """The `derived` argument of collect: tensors of `names` that need not be fetched.
+
+    Concatenations (model.concatenations): left out when they touch a static tensor, when a
+    part is itself a concatenation, or when their per-channel statistics run along another axis.
+    Products (model.products): left out when they touch a static tensor or a part is derived.
+    Every derivation reads only fetched tensors and products of fetched tensors."""
+    cat = {out: tuple(parts) for out, (axis, parts) in model.concatenations(proto, names).items()
+           if not {out, *parts} & static and (stats is None or out not in stats or stats[out].axis in (None, axis))}
+    mul = {out: ab for out, ab in model.products(proto, names, types).items() if out not in cat and not {out, *ab} & static}
+    mul = {out: ab for out, ab in mul.items() if not set(ab) & (cat.keys() | mul.keys())}
+    cat = {out: parts for out, parts in cat.items() if not set(parts) & cat.keys()}
+    return {n: Derived("concat", cat[n]) if n in cat else Derived("mul", mul[n]) for n in names if n in cat or n in mul}
 
 
 class _Accumulator:
     """One worker's histograms and per-sample statistics; workers' accumulators add exactly.
 
-    `derived`: {tensor: the tensors it concatenates}; such a tensor is not run, its statistics
-    come from its parts batch by batch and its histogram from theirs at the end."""
+    Derived tensors are not run: a product is computed from its parts batch by batch and then
+    treated as if fetched; a concatenation's statistics come from its parts batch by batch and
+    its histogram from theirs at the end."""
 
-    def __init__(self, names: list[str], bins: int, stats: dict | None, derived: dict[str, list[str]]):
-        self.hists = {n: TensorHistogram(bins=bins) for n in names if n not in derived}
+    def __init__(self, names: list[str], bins: int, stats: dict | None, derived: dict[str, Derived]):
+        self.hists = {n: TensorHistogram(bins=bins) for n in names if n not in derived or derived[n].op == "mul"}
         self.stats = {n: s.fresh() for n, s in stats.items()} if stats else {}
-        self.derived = {n: parts for n, parts in derived.items() if n in self.stats}
-        self.parts = {p for parts in self.derived.values() for p in parts}
+        self.products = {n: d.parts for n, d in derived.items() if d.op == "mul"}
+        self.concats = {n: d.parts for n, d in derived.items() if d.op == "concat" and n in self.stats}
+        self.needed = {p for parts in [*self.products.values(), *self.concats.values()] for p in parts}
         self.seen = 0
 
     def fill(self, pairs, samples: int) -> None:
-        kept = {}
-        for name, value in pairs:
+        kept: dict[str, tuple] = {}
+
+        def add(name: str, value: np.ndarray) -> None:
             # one sample per entry of the first axis when it has the batch's size, else one in all
             rows = samples if samples > 1 and value.ndim >= 1 and value.shape[0] == samples else 1
             extrema = self.hists[name].update(value, rows)
             if extrema is None:
-                continue
+                return
             if name in self.stats:
                 self.stats[name].update([value], rows, extrema)
-            if name in self.parts:
+            if name in self.needed:
                 kept[name] = value, rows, extrema
-        for name, parts in self.derived.items():
+
+        for name, value in pairs:
+            add(name, value)
+        for name, (a, b) in self.products.items():
+            if a in kept and b in kept:  # an empty part makes an empty product
+                add(name, np.multiply(kept[a][0], kept[b][0]))
+        for name, parts in self.concats.items():
             got = [kept[p] for p in parts if p in kept]  # empty parts add nothing
             if got:
                 rows = got[0][1]
@@ -163,7 +186,7 @@ def collect(
     probe_size: int = 1,
     workers: int = 1,
     stats: dict | None = None,
-    derived: dict[str, list[str]] | None = None,
+    derived: dict[str, Derived] | None = None,
 ) -> tuple[dict[str, TensorHistogram], int]:
     """Histograms of every tensor in `names` over all runs, and the number of samples seen.
 
@@ -174,14 +197,14 @@ def collect(
     `workers` threads each take the next run, run the session (give it one intra-op thread
     per worker) and histogram the outputs into their own accumulators, merged at the end.
     `stats`: {tensor: biascorrection.SampleStats}, replaced by the collected statistics.
-    `derived`: {tensor: its parts} for tensors that concatenate other tensors of `names` along
-    a non-batch axis (model.concatenations; with stats, along their channel axis): they are not
-    fetched from the session, their histogram is the sum of their parts' histograms.
+    `derived`: tensors not fetched from the session but computed from fetched ones (see
+    `derivations`): the results are the same as fetching them.
     """
     derived = derived or {}
-    if any(n in static or set(parts) & static or set(parts) & derived.keys() for n, parts in derived.items()):
-        raise ValueError("a derived tensor must be made of varying, fetched tensors")
     varying = [n for n in names if n not in static and n not in derived]
+    products = {n for n, d in derived.items() if d.op == "mul"}
+    if not all(set(d.parts) <= set(varying) | (products if d.op == "concat" else set()) for d in derived.values()):
+        raise ValueError("a derived tensor must be made of fetched tensors (or, for a concatenation, products)")
     fixed = [n for n in names if n in static]
     accs = [_Accumulator(names, bins, stats, derived) for _ in range(max(1, workers))]
     source = iter(runs)
@@ -235,9 +258,9 @@ def collect(
     seen = accs[0].seen
     hists = {}
     for name in names:
-        if name in derived:
+        if name in derived and derived[name].op == "concat":
             hists[name] = TensorHistogram(bins=bins)
-            for part in derived[name]:
+            for part in derived[name].parts:
                 hists[name].merge(accs[0].hists[part])
         else:
             hists[name] = accs[0].hists[name]

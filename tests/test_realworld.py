@@ -208,18 +208,25 @@ def test_worker_count_does_not_change_histograms_or_statistics():
     assert results[0] == results[1] == results[2]
 
 
-def test_concatenations_sum_to_the_histograms_and_statistics_of_fetched_tensors():
-    """A Concat's output is summed from its parts instead of fetched: same histogram, min/max and
-    per-sample statistics as fetching it, channel means included."""
-    m = zoo.yolo_like()
+@pytest.mark.parametrize("build, shape", [(zoo.yolo_like, (2, 3, 64, 96)), (zoo.paddle_ocr_like, (2, 3, 48, 64))])
+def test_derived_tensors_equal_fetched_ones(build, shape):
+    """Concat outputs summed from their parts and Mul outputs computed from their inputs (with
+    broadcasting: the paddle model's squeeze-excitation gates) give the same histograms, min/max
+    and per-sample statistics, channel means included, as fetching them from onnxruntime."""
+    m = build()
     types = model.tensor_types(m)
     names = model.activation_tensors(m, types)
     static = frozenset(names) - model.data_dependent(m)
-    plan = collect.summed_concatenations(m, names, static, biascorrection.new_stats(m, names))
-    assert len(plan) >= 3 and any(biascorrection.new_stats(m, names)[out].axis == 1 for out in plan)
+    stats = biascorrection.new_stats(m, names)
+    plan = collect.derivations(m, names, types, static, stats)
+    ops = [d.op for d in plan.values()]
+    assert ops.count("mul") >= 10
+    if build is zoo.yolo_like:
+        assert ops.count("concat") >= 3 and any(stats[out].axis == 1 for out, d in plan.items() if d.op == "concat")
     rng = np.random.default_rng(6)
-    batches = [({"images": rng.random((2, 3, 64, 96), dtype=np.float32)}, 2) for _ in range(3)]
-    batches[1][0]["images"][1, 0, :4, :4] = np.nan  # non-finite values in one sample
+    feed = m.graph.input[0].name
+    batches = [({feed: rng.random(shape, dtype=np.float32)}, 2) for _ in range(3)]
+    batches[1][0][feed][1, 0, :4, :4] = np.nan  # non-finite values in one sample
     session = collect.make_session(model.with_outputs(m, names, types), threads=1)
     results = []
     for derived in ({}, plan):
@@ -247,8 +254,8 @@ def test_split_inputs_are_summed_from_their_outputs():
                           [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)], initializer=[w, v])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
     names = model.activation_tensors(m)
-    plan = collect.summed_concatenations(m, names, frozenset(), biascorrection.new_stats(m, names))
-    assert plan == {"c": ["a", "b"], "y": ["b", "a"]}
+    plan = collect.derivations(m, names, model.tensor_types(m), frozenset(), biascorrection.new_stats(m, names))
+    assert plan == {"c": collect.Derived("concat", ("a", "b")), "y": collect.Derived("concat", ("b", "a"))}
     batches = [({"x": rng.normal(0, 1, (3, 3, 8, 8)).astype(np.float32)}, 3) for _ in range(2)]
     session = collect.make_session(model.with_outputs(m, names, model.tensor_types(m)), threads=1)
     results = []

@@ -168,8 +168,9 @@ def calibrate(ctx, model_path, images_dir, data_dir, limit, on_bad_image, shard,
 
     # per-sample min, max |x| and per-channel means of layer inputs: for mean-minmax and bias correction
     stats = biascorrection.new_stats(loaded.proto, names)
-    # a Concat's output (a Split's input) holds exactly its parts' values: summed, not fetched
-    derived = collect.summed_concatenations(loaded.proto, names, source.static, stats)
+    # a Concat's output (a Split's input) holds exactly its parts' values, a Mul's output is the
+    # product of its inputs: such tensors are computed from fetched ones, not fetched
+    derived = collect.derivations(loaded.proto, names, types, source.static, stats)
     fetched = [n for n in names if n not in derived]
 
     workers, threads = _parallelism(-(-len(inputs) // (batch_size or 1)), source.batch_bytes)
@@ -178,7 +179,7 @@ def calibrate(ctx, model_path, images_dir, data_dir, limit, on_bad_image, shard,
         external_folder=loaded.path.parent if loaded.external_files else None,
         threads=threads,
     )
-    log.debug("calibrating %d tensors (%d summed from concatenated parts) with %d inputs (batch %s, %d workers of %d threads)",
+    log.debug("calibrating %d tensors (%d computed from others) with %d inputs (batch %s, %d workers of %d threads)",
               len(names), len(derived), len(inputs), batch_size or "per file", workers, threads)
     with progress(len(inputs), not (ctx.obj["quiet"] or as_json)) as bar:
         hists, samples = collect.collect(session, names, source.runs, bins, bar, static=source.static, probe_size=source.probe,
