@@ -103,8 +103,11 @@ def prefetch(items: Iterable) -> Iterator:
 class Derived:
     """How collect gets a tensor without fetching it from onnxruntime."""
 
-    op: str  # "concat": its parts put together (histograms add); "mul": the product of its two parts
+    op: str  # "concat": its parts put together (histograms add); "Add", "Sub", "Mul": of its two parts
     parts: tuple[str, ...]
+
+
+_UFUNCS = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply}
 
 
 def derivations(proto: onnx.ModelProto, names: list[str], types: dict[str, int], static: frozenset[str] = frozenset(),
@@ -113,29 +116,31 @@ def derivations(proto: onnx.ModelProto, names: list[str], types: dict[str, int],
 
     Concatenations (model.concatenations): left out when they touch a static tensor, when a
     part is itself a concatenation, or when their per-channel statistics run along another axis.
-    Products (model.products): left out when they touch a static tensor or a part is derived.
-    Every derivation reads only fetched tensors and products of fetched tensors."""
+    Add/Sub/Mul outputs (model.arithmetic): left out when they touch a static tensor or an input
+    is a concatenation left out of the fetch. In graph order, every derivation reads fetched
+    tensors and Add/Sub/Mul outputs computed before it."""
     cat = {out: tuple(parts) for out, (axis, parts) in model.concatenations(proto, names).items()
            if not {out, *parts} & static and (stats is None or out not in stats or stats[out].axis in (None, axis))}
-    mul = {out: ab for out, ab in model.products(proto, names, types).items() if out not in cat and not {out, *ab} & static}
-    mul = {out: ab for out, ab in mul.items() if not set(ab) & (cat.keys() | mul.keys())}
+    ops = {out: (op, a, b) for out, (op, a, b) in model.arithmetic(proto, names, types).items()
+           if out not in cat and not {out, a, b} & static}
+    ops = {out: (op, a, b) for out, (op, a, b) in ops.items() if not {a, b} & cat.keys()}
     cat = {out: parts for out, parts in cat.items() if not set(parts) & cat.keys()}
-    return {n: Derived("concat", cat[n]) if n in cat else Derived("mul", mul[n]) for n in names if n in cat or n in mul}
+    return {n: Derived("concat", cat[n]) if n in cat else Derived(ops[n][0], ops[n][1:]) for n in names if n in cat or n in ops}
 
 
 class _Accumulator:
     """One worker's histograms and per-sample statistics; workers' accumulators add exactly.
 
-    Derived tensors are not run: a product is computed from its parts batch by batch and then
-    treated as if fetched; a concatenation's statistics come from its parts batch by batch and
-    its histogram from theirs at the end."""
+    Derived tensors are not run: an Add/Sub/Mul output is computed from its inputs batch by
+    batch and then treated as if fetched; a concatenation's statistics come from its parts batch
+    by batch and its histogram from theirs at the end."""
 
     def __init__(self, names: list[str], bins: int, stats: dict | None, derived: dict[str, Derived]):
-        self.hists = {n: TensorHistogram(bins=bins) for n in names if n not in derived or derived[n].op == "mul"}
+        self.hists = {n: TensorHistogram(bins=bins) for n in names if n not in derived or derived[n].op != "concat"}
         self.stats = {n: s.fresh() for n, s in stats.items()} if stats else {}
-        self.products = {n: d.parts for n, d in derived.items() if d.op == "mul"}
+        self.computed = {n: (_UFUNCS[d.op], *d.parts) for n, d in derived.items() if d.op != "concat"}
         self.concats = {n: d.parts for n, d in derived.items() if d.op == "concat" and n in self.stats}
-        self.needed = {p for parts in [*self.products.values(), *self.concats.values()] for p in parts}
+        self.needed = {p for d in derived.values() for p in d.parts}
         self.seen = 0
 
     def fill(self, pairs, samples: int) -> None:
@@ -154,9 +159,9 @@ class _Accumulator:
 
         for name, value in pairs:
             add(name, value)
-        for name, (a, b) in self.products.items():
-            if a in kept and b in kept:  # an empty part makes an empty product
-                add(name, np.multiply(kept[a][0], kept[b][0]))
+        for name, (ufunc, a, b) in self.computed.items():
+            if a in kept and b in kept:  # an empty input makes an empty output
+                add(name, ufunc(kept[a][0], kept[b][0]))
         for name, parts in self.concats.items():
             got = [kept[p] for p in parts if p in kept]  # empty parts add nothing
             if got:
@@ -202,9 +207,12 @@ def collect(
     """
     derived = derived or {}
     varying = [n for n in names if n not in static and n not in derived]
-    products = {n for n, d in derived.items() if d.op == "mul"}
-    if not all(set(d.parts) <= set(varying) | (products if d.op == "concat" else set()) for d in derived.values()):
-        raise ValueError("a derived tensor must be made of fetched tensors (or, for a concatenation, products)")
+    available = set(varying)
+    for name, d in derived.items():  # in graph order: every input fetched or computed before
+        if not set(d.parts) <= available:
+            raise ValueError(f"{name} must be derived from fetched tensors or Add/Sub/Mul outputs computed before it")
+        if d.op != "concat":
+            available.add(name)
     fixed = [n for n in names if n in static]
     accs = [_Accumulator(names, bins, stats, derived) for _ in range(max(1, workers))]
     source = iter(runs)

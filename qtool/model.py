@@ -211,13 +211,16 @@ def concatenations(proto: onnx.ModelProto, names: list[str]) -> dict[str, tuple[
     return out
 
 
-def products(proto: onnx.ModelProto, names: list[str], types: dict[str, int]) -> dict[str, tuple[str, str]]:
-    """{output: (a, b)} of the main-graph Mul nodes whose output and inputs are float32 tensors
-    in `names`: the output is a * b, one correctly rounded float32 product per element (with
-    ONNX's numpy broadcasting), which numpy computes bit for bit from the inputs."""
+ARITHMETIC = ("Add", "Sub", "Mul")  # correctly rounded IEEE operations, the same in numpy
+
+
+def arithmetic(proto: onnx.ModelProto, names: list[str], types: dict[str, int]) -> dict[str, tuple[str, str, str]]:
+    """{output: (op_type, a, b)} of the main-graph Add, Sub and Mul nodes whose output and inputs
+    are float32 tensors in `names`: each output element is one correctly rounded float32 operation
+    on the inputs (with ONNX's numpy broadcasting), which numpy computes bit for bit."""
     wanted = {n for n in names if types.get(n) == onnx.TensorProto.FLOAT}
-    return {n.output[0]: (n.input[0], n.input[1]) for n in proto.graph.node
-            if n.op_type == "Mul" and n.domain in ("", "ai.onnx") and len(n.input) == 2 and len(n.output) == 1
+    return {n.output[0]: (n.op_type, n.input[0], n.input[1]) for n in proto.graph.node
+            if n.op_type in ARITHMETIC and n.domain in ("", "ai.onnx") and len(n.input) == 2 and len(n.output) == 1
             and n.output[0] in wanted and n.input[0] in wanted and n.input[1] in wanted}
 
 

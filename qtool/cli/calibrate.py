@@ -168,8 +168,8 @@ def calibrate(ctx, model_path, images_dir, data_dir, limit, on_bad_image, shard,
 
     # per-sample min, max |x| and per-channel means of layer inputs: for mean-minmax and bias correction
     stats = biascorrection.new_stats(loaded.proto, names)
-    # a Concat's output (a Split's input) holds exactly its parts' values, a Mul's output is the
-    # product of its inputs: such tensors are computed from fetched ones, not fetched
+    # a Concat's output (a Split's input) holds exactly its parts' values, an Add/Sub/Mul output is
+    # one exact float32 operation on its inputs: such tensors are computed from fetched ones
     derived = collect.derivations(loaded.proto, names, types, source.static, stats)
     fetched = [n for n in names if n not in derived]
 
