@@ -38,8 +38,9 @@ _loader: threading.Thread | None = None
 def _load_kernel() -> None:
     global _ready
     kernel = _kernel()
-    for dtype in (np.float32, np.float64):  # numba compiles (or loads) each signature at its first call
-        kernel(np.zeros(1, dtype), dtype(1.0), np.zeros(2, np.int64))
+    # numba compiles (or loads) a signature at its first call: float32, as activations nearly
+    # always are (a float64 model's first call pays its own)
+    kernel(np.zeros(1, np.float32), np.float32(1.0), np.zeros(2, np.int64))
     _ready = kernel
 
 
@@ -49,7 +50,8 @@ def wait_for_kernel() -> None:
         _loader.join()
 
 
-def _start_loading() -> None:
+def start_loading() -> None:
+    """Start loading the kernel in a background thread (once)."""
     global _loader
     with _loading:
         if _loader is None:
@@ -111,7 +113,7 @@ def add_bins(a: np.ndarray, factor: float, counts: np.ndarray) -> None:
     kernel = _ready
     if kernel is None or a.size < KERNEL_MIN_SIZE:
         if kernel is None and a.size >= KERNEL_START_SIZE:
-            _start_loading()
+            start_loading()
         _numpy_add_bins(a, factor, counts)
     elif kernel(a, a.dtype.type(factor), counts):
         raise AssertionError("histogram kernel: a value outside [0, top)")

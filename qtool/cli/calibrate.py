@@ -11,11 +11,10 @@ from typing import Iterable
 
 import click
 
-from .. import biascorrection, calibration, collect, data, model, thresholds
+from .. import biascorrection, calibration, collect, data, histogram, model, thresholds
 from ..errors import QtoolError
 from ..exporters import tensorrt
 from ..fileio import check_output_path, write_atomic
-from ..histogram import is_power_of_two
 from . import EPILOG, cli, emit, progress
 
 log = logging.getLogger("qtool")
@@ -25,6 +24,8 @@ BATCH_BYTES = 64 << 20
 MAX_AUTO_BATCH = 32
 # Workers (each holds one batch's activations): as many as there are cores and this budget allows.
 IN_FLIGHT_BYTES = 512 << 20
+# Batches of this many activation bytes start loading the binning kernel before the first run.
+KERNEL_EARLY_BYTES = 16 << 20
 
 
 def _image_bytes(proto, names, spec: model.InputSpec, pre: data.Preprocess) -> int | None:
@@ -144,7 +145,7 @@ def calibrate(ctx, model_path, images_dir, data_dir, limit, on_bad_image, shard,
         method = thresholds.parse_method(method_text)
     except ValueError as e:
         raise QtoolError(f"--method: {e}") from None
-    if bins < 256 or not is_power_of_two(bins):
+    if bins < 256 or not histogram.is_power_of_two(bins):
         raise QtoolError(f"--bins {bins} must be a power of two >= 256 (e.g. 2048), so histograms merge exactly")
     shard_kn = data.parse_shard(shard)
     trt_number = tensorrt.version_number(trt_version) if trt_table else None
@@ -173,6 +174,8 @@ def calibrate(ctx, model_path, images_dir, data_dir, limit, on_bad_image, shard,
     derived = collect.derivations(loaded.proto, names, types, source.static, stats)
     fetched = [n for n in names if n not in derived]
 
+    if source.batch_bytes and source.batch_bytes >= KERNEL_EARLY_BYTES:
+        histogram.start_loading()  # surely needed: loads while the session is built and the first batch runs
     workers, threads = _parallelism(-(-len(inputs) // (batch_size or 1)), source.batch_bytes)
     session = collect.make_session(
         model.with_outputs(loaded.proto, fetched, types),
