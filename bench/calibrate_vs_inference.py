@@ -8,7 +8,7 @@ Prints, measured in this run on this machine:
   - onnxruntime's own entropy calibrator on 32 images, time and peak RSS, for comparison.
 Each measurement runs in a fresh process so peak RSS is its own.
 
-Usage: python bench/calibrate_vs_inference.py [--images 400] [--skip-ort]
+Usage: python bench/calibrate_vs_inference.py [--images 400] [--repeat 3] [--skip-ort]
 """
 
 from __future__ import annotations
@@ -152,6 +152,7 @@ def main() -> None:
     ap.add_argument("--images", type=int, default=400)
     ap.add_argument("--worker")
     ap.add_argument("--skip-ort", action="store_true")
+    ap.add_argument("--repeat", type=int, default=3, help="rounds of plain and qtool runs (medians compared)")
     args = ap.parse_args()
     model, folder = setup(max(args.images, 400))
     if args.worker:
@@ -164,13 +165,17 @@ def main() -> None:
     proto = onnx.load(str(model))
     print(f"model: {len(qmodel.activation_tensors(proto))} float activation tensors, 320x320 input, {os.cpu_count()} CPUs")
     n = args.images
-    plain = measure("plain", n)
-    ours = measure("qtool", n)
+    # plain and qtool alternate, --repeat times each: the machine's drift hits both alike, and
+    # the medians are compared
+    rounds = [(measure("plain", n), measure("qtool", n)) for _ in range(args.repeat)]
+    plain = sorted((r[0] for r in rounds), key=lambda m: m["seconds"])[len(rounds) // 2]
+    ours = sorted((r[1] for r in rounds), key=lambda m: m["seconds"])[len(rounds) // 2]
     exposed = measure("exposed", n)
     small = measure("qtool", 100)
-    print(f"plain inference, {n} images incl. decoding: {plain['seconds']:.2f} s")
-    print(f"qtool calibrate, {n} images:               {ours['seconds']:.2f} s (batch {ours['batch_size']})")
-    print(f"ratio calibrate / plain inference:         {ours['seconds'] / plain['seconds']:.2f}  (goal <= 2.0)")
+    print(f"plain inference, {n} images incl. decoding: {plain['seconds']:.2f} s (median of {args.repeat})")
+    print(f"qtool calibrate, {n} images:               {ours['seconds']:.2f} s (median of {args.repeat}, batch {ours['batch_size']})")
+    each = ", ".join(f"{q['seconds'] / p['seconds']:.2f}" for p, q in rounds)
+    print(f"ratio calibrate / plain inference:         {ours['seconds'] / plain['seconds']:.2f}  (goal <= 2.0; each round: {each})")
     print(f"floor: tensors exposed, no histograms:     {exposed['seconds']:.2f} s, "
           f"ratio {exposed['seconds'] / plain['seconds']:.2f}")
     print(f"qtool peak RSS: 100 images {small['rss_mb']:.0f} MB, {n} images {ours['rss_mb']:.0f} MB "
