@@ -9,21 +9,16 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from click.testing import CliRunner
 from PIL import Image
 
 import zoo
 from qtool.calibration import load
-from qtool.cli import cli
 from qtool.exporters.tensorrt import read_cache
+from runcli import invoke as run
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_models" / "digits_cnn.onnx"
 IMAGES = ROOT / "calib_images"
-
-
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
 
 
 @pytest.fixture

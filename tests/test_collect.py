@@ -7,20 +7,15 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
 import zoo
 from qtool.calibration import load
-from qtool.cli import cli
+from runcli import invoke as run
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_models" / "digits_cnn.onnx"
 IMAGES = ROOT / "calib_images"
-
-
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
 
 
 def ok(*args):

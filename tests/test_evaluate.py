@@ -15,20 +15,15 @@ import onnx
 import onnxruntime as ort
 import pytest
 import zoo
-from click.testing import CliRunner
 from PIL import Image
 
 from qtool import evaluate as ev
-from qtool.cli import cli
+from runcli import invoke
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_models" / "digits_cnn.onnx"
 IMAGES = ROOT / "calib_images"
 HELDOUT = ROOT / "sample_models" / "digits_heldout.npz"
-
-
-def invoke(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
 
 
 def ok(result):

@@ -10,18 +10,13 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
 from qtool import biascorrection, calibration, thresholds
-from qtool.cli import cli
 from qtool.histogram import TensorHistogram
+from runcli import invoke
 
 FLOAT = TensorProto.FLOAT
-
-
-def invoke(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
 
 
 def ok(*args):

@@ -7,19 +7,14 @@ import shutil
 import numpy as np
 import onnx
 import pytest
-from click.testing import CliRunner
 from PIL import Image
 
 from qtool.calibration import load
-from qtool.cli import cli
 from qtool.exporters.tensorrt import hex_amax, read_cache, read_dynamic_range, read_ort_table
 from test_tensorrt import chain_model
+from runcli import invoke as run
 
 FORMATS = {"cache": ".cache", "dynamic-range": ".dynamic_range.txt", "ort-trt": ".calibration.flatbuffers"}
-
-
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
 
 
 @pytest.fixture(scope="module")

@@ -16,12 +16,11 @@ import onnx
 import onnxruntime as ort
 import pytest
 import zoo
-from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 from PIL import Image
 
 from qtool import calibration, model, quant
-from qtool.cli import cli
+from runcli import invoke
 
 ov = pytest.importorskip("openvino")
 
@@ -36,8 +35,6 @@ CORE = ov.Core()
 # --------------------------------------------------------------------------
 # helpers (test_qdq.py uses them too)
 # --------------------------------------------------------------------------
-def invoke(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
 
 
 def ok(result):

@@ -4,15 +4,10 @@ import json
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 from qtool import calibration, thresholds
-from qtool.cli import cli
 from qtool.histogram import TensorHistogram
-
-
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
+from runcli import invoke as run
 
 
 def _calibration(n_tensors=12, bins=2048, seed=0, method="entropy"):

@@ -10,10 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 from qtool import calibration, report, thresholds
-from qtool.cli import cli
 
 pytest.importorskip("matplotlib")
 
@@ -23,10 +21,7 @@ IMAGES = ROOT / "calib_images"
 HELDOUT = ROOT / "sample_models" / "digits_heldout.npz"
 sys.path.insert(0, str(ROOT / "scripts"))
 import screenshot_report
-
-
-def invoke(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
+from runcli import invoke
 
 
 def ok(result):
