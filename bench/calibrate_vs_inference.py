@@ -82,7 +82,8 @@ def worker(mode: str, n: int, model: Path, folder: Path) -> dict:
         static = frozenset(names) - qmodel.data_dependent(proto)
         derived = collect.derivations(proto, names, types, static, biascorrection.new_stats(proto, names))
         names = [n for n in names if n not in derived]
-        sess = collect.make_session(qmodel.with_outputs(proto, names, types), threads=1)
+        sess, blocked = collect.fetching_session(qmodel.with_outputs(proto, names, types), names, static, threads=1)
+        names = [blocked[n].source if n in blocked else n for n in names]
         todo, lock = iter(images), threading.Lock()
 
         def work():

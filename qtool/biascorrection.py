@@ -47,6 +47,7 @@ import onnx
 from onnx import numpy_helper
 
 from . import graph as G
+from . import histogram, nchwc
 
 UNIT_LOG2 = -40
 UNIT = 2.0 ** UNIT_LOG2  # the stored sums count multiples of this
@@ -84,10 +85,11 @@ class SampleStats:
     _pending: np.ndarray | None = field(default=None, repr=False, compare=False)
     _pending_bound: float = field(default=0.0, repr=False, compare=False)
 
-    def update(self, parts: list[np.ndarray], rows: int, extrema) -> None:
+    def update(self, parts: list[np.ndarray], rows: int, extrema, blocks: list[int | None] | None = None) -> None:
         """Add the `rows` samples a tensor splits into along its first axis. `parts`: the tensor,
         or arrays that make it up when concatenated along `axis`; `extrema`: the samples'
-        histogram.Extrema (NaN and inf count as 0 here; the histogram counts them apart)."""
+        histogram.Extrema (NaN and inf count as 0 here; the histogram counts them apart);
+        `blocks`: per part, its channel block when it is in onnxruntime's blocked layout (nchwc)."""
         if not extrema.lo:
             return
         for lo, hi, bad in zip(extrema.lo, extrema.hi, extrema.nonfinite):
@@ -97,23 +99,31 @@ class SampleStats:
             self.absmax_sum += _unit(max(-lo, hi, 0.0))
         self.count += rows
         if self.axis is not None and parts[0].ndim > 0:
-            self._add_channels([np.asarray(a) for a in parts], rows, any(extrema.nonfinite))
+            self._add_channels([np.asarray(a) for a in parts], rows, any(extrema.nonfinite), blocks or [None] * len(parts))
 
-    def _add_channels(self, parts: list[np.ndarray], rows: int, bad: bool) -> None:
+    def _add_channels(self, parts: list[np.ndarray], rows: int, bad: bool, blocks: list[int | None]) -> None:
         means, peaks = [], []
-        for a in parts:
+        for a, block in zip(parts, blocks):
             sample = (1, *a.shape[1:]) if rows > 1 else a.shape  # a sample keeps a (size 1) first axis
             axis = self.axis % len(sample)
+            if block and not (len(sample) == 4 and axis == 1):
+                a, block = nchwc.unblocked(a, block), None
             outer = math.prod(sample[:axis])
             inner = math.prod(sample[axis + 1 :])
-            v = np.ascontiguousarray(a).reshape(rows, outer, sample[axis], inner)
+            if block:  # [sample, outer, channel block, inner, channel in block]
+                v = np.ascontiguousarray(a).reshape(rows, outer, sample[axis] // block, inner, block)
+            else:
+                v = np.ascontiguousarray(a).reshape(rows, outer, sample[axis], inner)
             if bad:
                 v = np.where(np.isfinite(v), v, 0)
-            # one sample at a time, so a sample's sums do not depend on the batch it came in
-            sums = [np.add.reduce(v[r], axis=(0, 2), dtype=np.float64) for r in range(rows)]
-            means.append((sums[0][None] if rows == 1 else np.stack(sums)) / max(outer * inner, 1))
+            if block:  # numpy cannot sum along a middle axis fast; each sample alone, in order
+                sums = histogram.ordered_sums(v).reshape(rows, -1)
+            else:  # one sample at a time, so a sample's sums do not depend on the batch it came in
+                sums = [np.add.reduce(v[r], axis=(0, 2), dtype=np.float64) for r in range(rows)]
+                sums = sums[0][None] if rows == 1 else np.stack(sums)
+            means.append(sums / max(outer * inner, 1))
             if self.track_absmax:
-                peaks.append(np.maximum(v.max(axis=(0, 1, 3)), -v.min(axis=(0, 1, 3))).astype(np.float64))
+                peaks.append(np.maximum(v.max(axis=(0, 1, 3)), -v.min(axis=(0, 1, 3))).reshape(-1).astype(np.float64))
         means = np.concatenate(means, axis=1)  # [rows, channels]
         channels = means.shape[1]
         if self.channel_sums is None:

@@ -26,7 +26,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from . import histogram, model
+from . import histogram, model, nchwc
 from .errors import QtoolError
 from .histogram import Extrema, TensorHistogram
 
@@ -43,17 +43,20 @@ def _first_line(e: Exception) -> str:
 
 
 def make_session(model: onnx.ModelProto, external_folder: str | os.PathLike | None = None,
-                 threads: int | None = None) -> ort.InferenceSession:
+                 threads: int | None = None, optimized: bool = False) -> ort.InferenceSession:
     """A CPU onnxruntime session for an in-memory model; no file is written anywhere.
 
     `external_folder`: where weights the proto keeps in external files live (the original
     model's folder); onnxruntime reads them from there, so models over 2 GB work.
     `threads`: intra-op threads per run (default: onnxruntime's, one per core).
+    `optimized`: the model is a graph onnxruntime optimized already (nchwc): run it as it is.
     """
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     if threads is not None:
         opts.intra_op_num_threads = threads
+    if optimized:
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     # onnxruntime's idle threads spin between runs; calibration fills histograms in between,
     # so spinning would only steal those cores
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
@@ -73,6 +76,27 @@ def make_session(model: onnx.ModelProto, external_folder: str | os.PathLike | No
         if m:
             raise QtoolError(f"onnxruntime cannot load the model: unknown operator {m.group(0).split('(')[0]!r}") from None
         raise QtoolError(f"onnxruntime cannot load the model: {msg}") from None
+
+
+def fetching_session(model: onnx.ModelProto, fetched: list[str], keep: frozenset[str] = frozenset(),
+                     external_folder: str | os.PathLike | None = None, threads: int | None = None
+                     ) -> tuple[ort.InferenceSession, dict[str, nchwc.Blocked]]:
+    """A session for `model`, whose outputs include `fetched`, and the fetched tensors it returns
+    in onnxruntime's blocked layout (the `blocked` argument of collect; see nchwc). Tensors in
+    `keep` come in NCHW. Models with external weights, and machines or onnxruntime builds
+    without the blocked layout, get make_session's session and every tensor in NCHW."""
+    block = nchwc.block_size() if external_folder is None else None
+    if block is not None:
+        try:
+            graph = nchwc.optimized(model)
+        except Exception:  # make_session below says what is wrong with the model
+            graph = None
+        if graph is not None:
+            stripped, blocked = nchwc.strip_reorders(graph, fetched, keep, block)
+            if blocked:
+                with contextlib.suppress(QtoolError):
+                    return make_session(stripped, threads=threads, optimized=True), blocked
+    return make_session(model, external_folder=external_folder, threads=threads), {}
 
 
 def run(session: ort.InferenceSession, names: list[str], feeds: Feeds) -> list[np.ndarray]:
@@ -133,45 +157,58 @@ class _Accumulator:
 
     Derived tensors are not run: an Add/Sub/Mul output is computed from its inputs batch by
     batch and then treated as if fetched; a concatenation's statistics come from its parts batch
-    by batch and its histogram from theirs at the end."""
+    by batch and its histogram from theirs at the end. Tensors in `blocks` arrive in
+    onnxruntime's blocked layout (nchwc): histograms do not mind, statistics read the layout,
+    and an operation on two such tensors is computed in it."""
 
-    def __init__(self, names: list[str], bins: int, stats: dict | None, derived: dict[str, Derived]):
+    def __init__(self, names: list[str], bins: int, stats: dict | None, derived: dict[str, Derived], blocks: dict[str, int]):
         self.hists = {n: TensorHistogram(bins=bins) for n in names if n not in derived or derived[n].op != "concat"}
         self.stats = {n: s.fresh() for n, s in stats.items()} if stats else {}
         self.computed = {n: (_UFUNCS[d.op], *d.parts) for n, d in derived.items() if d.op != "concat"}
         self.concats = {n: d.parts for n, d in derived.items() if d.op == "concat" and n in self.stats}
         self.needed = {p for d in derived.values() for p in d.parts}
+        self.blocks = blocks
         self.seen = 0
 
     def fill(self, pairs, samples: int) -> None:
         kept: dict[str, tuple] = {}
 
-        def add(name: str, value: np.ndarray) -> None:
+        def add(name: str, value: np.ndarray, block: int | None) -> None:
             # one sample per entry of the first axis when it has the batch's size, else one in all
             rows = samples if samples > 1 and value.ndim >= 1 and value.shape[0] == samples else 1
             extrema = self.hists[name].update(value, rows)
             if extrema is None:
                 return
             if name in self.stats:
-                self.stats[name].update([value], rows, extrema)
+                self.stats[name].update([value], rows, extrema, [block])
             if name in self.needed:
-                kept[name] = value, rows, extrema
+                kept[name] = value, rows, extrema, block
 
         for name, value in pairs:
-            add(name, value)
+            block = self.blocks.get(name)
+            if block and not nchwc.blocked_shape(value, block):
+                raise AssertionError(f"{name} came from onnxruntime with shape {value.shape}, not in blocks of {block} channels")
+            add(name, value, block)
         for name, (ufunc, a, b) in self.computed.items():
             if a in kept and b in kept:  # an empty input makes an empty output
-                add(name, ufunc(kept[a][0], kept[b][0]))
+                (x, _, _, bx), (y, _, _, by) = kept[a], kept[b]
+                if bx and bx == by:  # elementwise on the blocks: the blocked form of the result
+                    z = ufunc(nchwc.view5(x, bx), nchwc.view5(y, by))
+                    add(name, z.reshape(z.shape[0], -1, *z.shape[2:4]), bx)
+                else:
+                    x = nchwc.unblocked(x, bx) if bx else x
+                    y = nchwc.unblocked(y, by) if by else y
+                    add(name, ufunc(x, y), None)
         for name, parts in self.concats.items():
             got = [kept[p] for p in parts if p in kept]  # empty parts add nothing
             if got:
                 rows = got[0][1]
-                if any(r != rows for _, r, _ in got):
+                if any(g[1] != rows for g in got):
                     raise AssertionError(f"the parts of {name} split into different samples")
-                extrema = Extrema([min(e.lo[r] for _, _, e in got) for r in range(rows)],
-                                  [max(e.hi[r] for _, _, e in got) for r in range(rows)],
-                                  [sum(e.nonfinite[r] for _, _, e in got) for r in range(rows)])
-                self.stats[name].update([v for v, _, _ in got], rows, extrema)
+                extrema = Extrema([min(g[2].lo[r] for g in got) for r in range(rows)],
+                                  [max(g[2].hi[r] for g in got) for r in range(rows)],
+                                  [sum(g[2].nonfinite[r] for g in got) for r in range(rows)])
+                self.stats[name].update([g[0] for g in got], rows, extrema, [g[3] for g in got])
 
     def merge(self, other: "_Accumulator") -> None:
         for name, hist in other.hists.items():
@@ -192,6 +229,7 @@ def collect(
     workers: int = 1,
     stats: dict | None = None,
     derived: dict[str, Derived] | None = None,
+    blocked: dict[str, nchwc.Blocked] | None = None,
 ) -> tuple[dict[str, TensorHistogram], int]:
     """Histograms of every tensor in `names` over all runs, and the number of samples seen.
 
@@ -204,8 +242,11 @@ def collect(
     `stats`: {tensor: biascorrection.SampleStats}, replaced by the collected statistics.
     `derived`: tensors not fetched from the session but computed from fetched ones (see
     `derivations`): the results are the same as fetching them.
+    `blocked`: fetched tensors the session returns in blocked layout (see fetching_session),
+    with the same results.
     """
     derived = derived or {}
+    blocked = blocked or {}
     varying = [n for n in names if n not in static and n not in derived]
     available = set(varying)
     for name, d in derived.items():  # in graph order: every input fetched or computed before
@@ -214,13 +255,17 @@ def collect(
         if d.op != "concat":
             available.add(name)
     fixed = [n for n in names if n in static]
-    accs = [_Accumulator(names, bins, stats, derived) for _ in range(max(1, workers))]
+    if not set(blocked) <= set(varying):
+        raise ValueError("only fetched tensors that depend on the input can come in blocked layout")
+    sources = [blocked[n].source if n in blocked else n for n in varying]
+    blocks = {n: b.block for n, b in blocked.items()}
+    accs = [_Accumulator(names, bins, stats, derived, blocks) for _ in range(max(1, workers))]
     source = iter(runs)
     lock = threading.Lock()  # guards `source` (decoding happens in next()) and `progress`
     stop = threading.Event()
 
     def take(acc: _Accumulator, feeds: Feeds, count: int) -> None:
-        outputs = run(session, varying, feeds) if varying else []
+        outputs = run(session, sources, feeds) if varying else []
         # last computed first: those are still in the CPU caches (names are in graph order)
         acc.fill(reversed(list(zip(varying, outputs))), count)
         acc.seen += count

@@ -37,11 +37,12 @@ _loader: threading.Thread | None = None
 
 def _load_kernel() -> None:
     global _ready
-    kernel = _kernel()
+    kernel, sums = _kernel(), _sums_kernel()
     # numba compiles (or loads) a signature at its first call: float32, as activations nearly
     # always are (a float64 model's first call pays its own)
     kernel(np.zeros(1, np.float32), np.float32(1.0), np.zeros(2, np.int64))
-    _ready = kernel
+    sums(np.zeros((1, 1, 1, 1, 1), np.float32), np.zeros((1, 1, 1)))
+    _ready = kernel, sums
 
 
 def wait_for_kernel() -> None:
@@ -110,13 +111,49 @@ def add_bins(a: np.ndarray, factor: float, counts: np.ndarray) -> None:
     Both paths compute the same product in a's dtype and truncate it, so they give identical
     counts; the caller guarantees every index is below len(counts).
     """
-    kernel = _ready
-    if kernel is None or a.size < KERNEL_MIN_SIZE:
-        if kernel is None and a.size >= KERNEL_START_SIZE:
+    if _ready is None or a.size < KERNEL_MIN_SIZE:
+        if _ready is None and a.size >= KERNEL_START_SIZE:
             start_loading()
         _numpy_add_bins(a, factor, counts)
-    elif kernel(a, a.dtype.type(factor), counts):
+    elif _ready[0](a, a.dtype.type(factor), counts):
         raise AssertionError("histogram kernel: a value outside [0, top)")
+
+
+@lru_cache(maxsize=1)
+def _sums_kernel():
+    """Sums over axes 1 and 3 of [samples, outer, groups, inner, lanes], for every (sample,
+    group, lane), in float64, one value after the other: what np.add.accumulate does, with
+    the lanes (contiguous) summed side by side."""
+    from numba import njit
+
+    @njit(nogil=True, cache=True)
+    def ordered_sums(v, out):  # pragma: no cover - compiled
+        rows, outer, groups, inner, lanes = v.shape
+        for r in range(rows):
+            for g in range(groups):
+                acc = out[r, g]
+                for j in range(lanes):
+                    acc[j] = v[r, 0, g, 0, j]
+                for o in range(outer):
+                    for i in range(1 if o == 0 else 0, inner):
+                        for j in range(lanes):
+                            acc[j] += v[r, o, g, i, j]
+
+    return ordered_sums
+
+
+def ordered_sums(v: np.ndarray) -> np.ndarray:
+    """float64 sums of `v` [samples, outer, groups, inner, lanes] over axes 1 and 3, each summed
+    in order (outer-major, the first value as the start): [samples, groups, lanes]. The kernel
+    and numpy add the same values in the same order: identical results, and each sample's and
+    each lane's sums depend on nothing else in the array."""
+    rows, outer, groups, inner, lanes = v.shape
+    if _ready is not None and v.size >= KERNEL_MIN_SIZE:
+        out = np.empty((rows, groups, lanes))
+        _ready[1](np.ascontiguousarray(v), out)
+        return out
+    flat = v.transpose(0, 2, 1, 3, 4).reshape(rows, groups, outer * inner, lanes)
+    return np.add.accumulate(flat, axis=2, dtype=np.float64)[:, :, -1]
 
 
 def is_power_of_two(n: int) -> bool:

@@ -177,16 +177,17 @@ def calibrate(ctx, model_path, images_dir, data_dir, limit, on_bad_image, shard,
     if source.batch_bytes and source.batch_bytes >= KERNEL_EARLY_BYTES:
         histogram.start_loading()  # surely needed: loads while the session is built and the first batch runs
     workers, threads = _parallelism(-(-len(inputs) // (batch_size or 1)), source.batch_bytes)
-    session = collect.make_session(
-        model.with_outputs(loaded.proto, fetched, types),
+    session, blocked = collect.fetching_session(
+        model.with_outputs(loaded.proto, fetched, types), fetched, keep=source.static,
         external_folder=loaded.path.parent if loaded.external_files else None,
         threads=threads,
     )
-    log.debug("calibrating %d tensors (%d computed from others) with %d inputs (batch %s, %d workers of %d threads)",
-              len(names), len(derived), len(inputs), batch_size or "per file", workers, threads)
+    log.debug("calibrating %d tensors (%d computed from others, %d fetched in blocked layout) with %d inputs "
+              "(batch %s, %d workers of %d threads)",
+              len(names), len(derived), len(blocked), len(inputs), batch_size or "per file", workers, threads)
     with progress(len(inputs), not (ctx.obj["quiet"] or as_json)) as bar:
         hists, samples = collect.collect(session, names, source.runs, bins, bar, static=source.static, probe_size=source.probe,
-                                         workers=workers, stats=stats, derived=derived)
+                                         workers=workers, stats=stats, derived=derived, blocked=blocked)
     if samples == 0:
         raise QtoolError(f"none of the {len(inputs)} images could be read; nothing was calibrated")
 

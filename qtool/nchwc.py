@@ -1,0 +1,145 @@
+"""Fetch activations in onnxruntime's blocked channel layout instead of paying for reorders.
+
+On x86 onnxruntime runs 2-D convolutions (and the pooling and elementwise operators between
+them) in NCHWc: channels in blocks of B, 8 with AVX2 and 16 with AVX-512, so element
+[n, c, h, w] of a logical NCHW tensor sits at [n, c // B, h, w, c % B]. A tensor that is a
+graph output gets a com.microsoft.nchwc ReorderOutput node that copies it back to NCHW
+(microsoft/onnxruntime onnxruntime/core/optimizer/nchwc_transformer.cc; the op's attributes
+`channels` and `channels_last` are in onnxruntime/core/graph/contrib_ops/nchwc_schema_defs.cc).
+With every tensor of a detector exposed, those copies are a fifth of onnxruntime's time.
+
+Histograms and extrema do not depend on where values sit, per-channel statistics can read the
+blocked layout, and an elementwise operation on two blocked tensors is the blocked form of the
+result; so calibration fetches such tensors before the reorder. onnxruntime optimizes the
+exposed model once (it writes the optimized graph to a temporary file), the reorders that only
+feed graph outputs are dropped, and that graph runs without further optimization. The values
+fetched are the ones the reorder would have copied, bit for bit. The array onnxruntime returns
+has the logical NCHW shape over blocked memory; `Blocked` says how to read it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import tempfile
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+DOMAIN = "com.microsoft.nchwc"
+
+
+@dataclass(frozen=True)
+class Blocked:
+    """A fetched tensor in blocked layout: `source` is the tensor onnxruntime returns for it."""
+
+    source: str
+    block: int
+
+
+def view5(a: np.ndarray, block: int) -> np.ndarray:
+    """The blocked memory of a 4-D array with the logical NCHW shape, as [N, C/B, H, W, B]."""
+    n, c, h, w = a.shape
+    return np.ascontiguousarray(a).reshape(n, c // block, h, w, block)
+
+
+def unblocked(a: np.ndarray, block: int) -> np.ndarray:
+    """The NCHW array a blocked array stands for (a copy)."""
+    n, c, h, w = a.shape
+    return np.ascontiguousarray(view5(a, block).transpose(0, 1, 4, 2, 3)).reshape(n, c, h, w)
+
+
+def blocked_shape(a: np.ndarray, block: int) -> bool:
+    """Whether `a` can be read as blocked: 4-D with whole channel blocks (the channel count is
+    what onnxruntime reports: a padded count would put padding among the values)."""
+    return a.ndim == 4 and a.shape[1] % block == 0
+
+
+def _session(data: bytes, optimized_path: str | None = None, optimize: bool = True) -> ort.InferenceSession:
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    opts.intra_op_num_threads = 1
+    if optimized_path is not None:
+        opts.optimized_model_filepath = optimized_path
+    if not optimize:
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    with contextlib.redirect_stdout(io.StringIO()):
+        return ort.InferenceSession(data, sess_options=opts, providers=["CPUExecutionProvider"])
+
+
+def optimized(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The graph onnxruntime runs for `model` on this machine, layout transformations included."""
+    with tempfile.TemporaryDirectory(prefix="qtool-") as tmp:
+        path = str(Path(tmp) / "optimized.onnx")
+        _session(model.SerializeToString(), optimized_path=path)
+        return onnx.load(path)
+
+
+def strip_reorders(graph_model: onnx.ModelProto, fetched: list[str], keep: frozenset[str], block: int
+                   ) -> tuple[onnx.ModelProto, dict[str, Blocked]]:
+    """Drop the NCHW reorders of an optimized graph that only produce graph outputs in `fetched`
+    (not in `keep`), and output their blocked inputs instead."""
+    g = graph_model.graph
+    outputs = {o.name for o in g.output}
+    read = {i for n in g.node for i in n.input} | {i for n in g.node for a in n.attribute for i in _graph_inputs(a)}
+    wanted = set(fetched) - keep
+    blocked: dict[str, Blocked] = {}
+    for node in g.node:
+        if node.domain != DOMAIN or node.op_type != "ReorderOutput" or len(node.output) != 1:
+            continue
+        out = node.output[0]
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        if out in wanted and out in outputs and out not in read and not attrs.get("channels_last", 0) \
+                and attrs.get("channels", 0) % block == 0 and node.input[0] not in outputs:
+            blocked[out] = Blocked(node.input[0], block)
+    stripped = onnx.ModelProto()
+    stripped.CopyFrom(graph_model)
+    g = stripped.graph
+    kept = [n for n in g.node if not (n.op_type == "ReorderOutput" and n.domain == DOMAIN and n.output[0] in blocked)]
+    del g.node[:]
+    g.node.extend(kept)
+    outs = [helper.make_empty_tensor_value_info(blocked[o.name].source) if o.name in blocked else o for o in g.output]
+    del g.output[:]
+    g.output.extend(outs)
+    return stripped, blocked
+
+
+def _graph_inputs(attr: onnx.AttributeProto):
+    """Names a subgraph attribute reads (If/Loop bodies may read outer tensors)."""
+    for sub in list(attr.graphs) + ([attr.g] if attr.HasField("g") else []):
+        for n in sub.node:
+            yield from n.input
+
+
+@lru_cache(maxsize=1)
+def block_size() -> int | None:
+    """onnxruntime's channel block on this machine, found by running a convolution both ways;
+    None when it does not use a blocked layout (or no longer in the way this module reads)."""
+    channels, h, w = 64, 3, 5
+    rng = np.random.default_rng(0)
+    weight = helper.make_tensor("w", TensorProto.FLOAT, (channels, channels, 1, 1),
+                                rng.standard_normal(channels * channels).astype(np.float32))
+    conv = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[1, 1])
+    probe = helper.make_model(
+        helper.make_graph([conv], "probe", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, channels, h, w))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, channels, h, w))], [weight]),
+        opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    x = rng.standard_normal((1, channels, h, w)).astype(np.float32)
+    try:
+        expected = _session(probe.SerializeToString()).run(["y"], {"x": x})[0]
+        graph = optimized(probe)
+        for block in (4, 8, 16, 32, 64):
+            stripped, blocked = strip_reorders(graph, ["y"], frozenset(), block)
+            if "y" not in blocked:
+                return None  # no reorder: the convolution runs in NCHW
+            got = _session(stripped.SerializeToString(), optimize=False).run([blocked["y"].source], {"x": x})[0]
+            if got.shape == expected.shape and np.array_equal(unblocked(got, block), expected):
+                return block
+    except Exception:  # an onnxruntime without these internals: fetch NCHW as before
+        return None
+    return None
