@@ -173,7 +173,8 @@ def to_json(cal: Calibration) -> str:
     lists: list[str] = []
 
     def inline(values) -> str:
-        lists.append(json.dumps([v if isinstance(v, float) else int(v) for v in values], separators=(",", ":"), allow_nan=False))
+        plain = values.tolist() if isinstance(values, np.ndarray) else [v if isinstance(v, float) else int(v) for v in values]
+        lists.append(json.dumps(plain, separators=(",", ":"), allow_nan=False))
         return f"{marker}{len(lists) - 1}"
 
     doc = {
