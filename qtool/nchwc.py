@@ -31,6 +31,8 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
+from .graph import node_reads
+
 DOMAIN = "com.microsoft.nchwc"
 
 
@@ -86,7 +88,7 @@ def strip_reorders(graph_model: onnx.ModelProto, fetched: list[str], keep: froze
     (not in `keep`), and output their blocked inputs instead."""
     g = graph_model.graph
     outputs = {o.name for o in g.output}
-    read = {i for n in g.node for i in n.input} | {i for n in g.node for a in n.attribute for i in _graph_inputs(a)}
+    read = {i for n in g.node for i in node_reads(n)}
     wanted = set(fetched) - keep
     blocked: dict[str, Blocked] = {}
     for node in g.node:
@@ -107,13 +109,6 @@ def strip_reorders(graph_model: onnx.ModelProto, fetched: list[str], keep: froze
     del g.output[:]
     g.output.extend(outs)
     return stripped, blocked
-
-
-def _graph_inputs(attr: onnx.AttributeProto):
-    """Names a subgraph attribute reads (If/Loop bodies may read outer tensors)."""
-    for sub in list(attr.graphs) + ([attr.g] if attr.HasField("g") else []):
-        for n in sub.node:
-            yield from n.input
 
 
 @lru_cache(maxsize=1)
