@@ -1,6 +1,9 @@
-"""Where quantizers go: NNCF's CPU placement, as data the exporters turn into nodes.
+"""Where quantizers go, as data the exporters turn into nodes: the machinery (requests, moves
+through pass-through ops, shared-range groups, exclusions, ranges, weights) shared by every
+target, driven by a target's `qtool.rules.Rules`. This docstring describes the CPU rules
+(OpenVINO and onnxruntime QDQ); qtool.rules describes TensorRT's.
 
-Rules (openvinotoolkit/nncf src/nncf/common/hardware/setups/cpu.py, quantizer propagation and
+CPU rules (openvinotoolkit/nncf src/nncf/common/hardware/setups/cpu.py, quantizer propagation and
 the OpenVINO fused/ignored patterns in src/nncf/openvino/hardware/fused_patterns.py and
 src/nncf/openvino/quantization/ignored_patterns.py; reference section 5):
 
@@ -54,23 +57,16 @@ import onnx
 from onnx import TensorProto, numpy_helper
 
 from . import graph as G
-from . import model as M
+from . import patterns as P
 from . import quant
 from .errors import QtoolError
+from .rules import CPU, Rules
 
-LINEAR = {"Conv", "ConvTranspose", "MatMul", "Gemm"}
-ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Max", "Min"}
-POOLING = {"AveragePool", "GlobalAveragePool", "ReduceMean", "Resize"}
-PASS_THROUGH = {"MaxPool", "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Slice", "Split", "Identity"}
-# Ops that make up activation functions and normalisations of one tensor (walked through when
-# deciding whether an element-wise op only combines a tensor with a function of itself).
-_ACTIVATION_PARTS = {
-    "Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Erf", "Exp", "Log", "Sqrt",
-    "Reciprocal", "Neg", "Abs", "Clip", "Softplus", "Elu", "Selu", "Gelu", "Mish", "Pow", "Identity",
-    "Add", "Sub", "Mul", "Div", "Max", "Min", "ReduceMean", "ReduceSumSquare", "ReduceSum", "ReduceL2",
-}
-_WALK_LIMIT = 24
-_QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear", "FakeQuantize", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger"}  # nodes visited when recognising an activation pattern
+LINEAR = set(CPU.linear)
+ELEMENTWISE = set(CPU.elementwise)
+POOLING = set(CPU.pooling)
+PASS_THROUGH = set(CPU.pass_through)
+_QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear", "FakeQuantize", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger"}
 
 
 @dataclass
@@ -180,7 +176,6 @@ def usable_amax(record) -> float:
     return float(record.absmax) if clipped_fraction(record) > MAX_CLIPPED else float(record.amax)
 
 
-
 def weight_axis(node: onnx.NodeProto, slot: int, rank: int) -> int | None:
     """The output-channel axis of a constant input of a linear layer (None: per tensor)."""
     op = node.op_type
@@ -199,271 +194,18 @@ def weight_axis(node: onnx.NodeProto, slot: int, rank: int) -> int | None:
     return None
 
 
-class _Model:
-    """What placement needs to know about the main graph."""
-
-    def __init__(self, proto: onnx.ModelProto):
-        self.proto = proto
-        g = proto.graph
-        self.graph = g
-        self.types = M.tensor_types(proto)
-        self.activations = set(M.activation_tensors(proto, self.types)) & M.data_dependent(proto)
-        self.producer = G.producers(g)
-        self.readers = G.consumers(g)
-        self.outputs = {o.name for o in g.output}
-        self.constants: dict[str, onnx.TensorProto] = {t.name: t for t in g.initializer}
-        inputs = {i.name for i in g.input}
-        for name in list(self.constants):
-            if name in inputs:  # an initializer that is also an input can be overridden
-                del self.constants[name]
-        for n in g.node:
-            if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and n.output:
-                value = G.attr(n, "value")
-                if isinstance(value, onnx.TensorProto):
-                    self.constants[n.output[0]] = value
-        self.nodes = {n.name: n for n in g.node}
-
-    def is_data(self, t: str) -> bool:
-        return t in self.activations
-
-
-def _standard(node: onnx.NodeProto) -> bool:
-    return node.domain in ("", "ai.onnx")
-
-
-def _roots(m: _Model, t: str, stop: str, budget: list[int]) -> set[str] | None:
-    """The data tensors `t` is computed from through activation/normalisation parts only,
-    walking no further than `stop` (None when the walk is too long)."""
-    n = m.producer.get(t)
-    if t == stop or n is None or not _standard(n) or n.op_type not in _ACTIVATION_PARTS:
-        return {t}
-    budget[0] -= 1
-    if budget[0] < 0:
-        return None
-    if n.op_type in ELEMENTWISE:
-        data_inputs = [i for i in n.input[:2] if i and m.is_data(i)]
-    else:
-        data_inputs = [n.input[0]] if n.input and m.is_data(n.input[0]) else []
-    if not data_inputs:
-        return {t}
-    roots: set[str] = set()
-    for i in dict.fromkeys(data_inputs):
-        r = _roots(m, i, stop, budget)
-        if r is None:
-            return None
-        roots |= r
-    return roots
-
-
-def is_fused_elementwise(m: _Model, node: onnx.NodeProto) -> bool:
-    """An element-wise op with two data inputs that OpenVINO/NNCF treat as part of an
-    activation, a normalisation or an SE gate, not as an op with two quantized inputs."""
-    a, b = node.input[0], node.input[1]
-    ra, rb = _roots(m, a, b, [_WALK_LIMIT]), _roots(m, b, a, [_WALK_LIMIT])
-    # x op f(x), or f(x) op g(x), through activation parts: SiLU, HardSwish, GELU, LayerNorm
-    return rb == {a} or ra == {b} or (ra is not None and ra == rb and len(ra) == 1)
-
-
-# ---------------------------------------------------------------- ignored patterns
-
-IGNORED_PATTERNS = ("se_block", "attention_output", "rope", "sam_pe")
-_SHAPE_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose"}
-# NNCF: RELU, PRELU, SWISH (OpenVINO); the ONNX pattern takes any atomic activation
-_SE_ACTIVATIONS = {"Relu", "PRelu", "LeakyRelu", "Clip", "HardSwish", "HardSigmoid", "Sigmoid", "Tanh", "Elu", "Selu",
-                   "Softplus", "Gelu", "Mish"}
-_MHA_BRANCH = {"Reshape", "Transpose", "Split", "Gather", "Squeeze", "Concat"}  # READVALUE||RESHAPE||TRANSPOSE||GATHER||SQUEEZE||CONCAT (+ SPLIT)
-
-
-def _producer(m: _Model, t: str) -> onnx.NodeProto | None:
-    n = m.producer.get(t)
-    return n if n is not None and _standard(n) else None
-
-
-def _skip(m: _Model, t: str, nodes: list, bias: bool = True) -> str:
-    """Walk up from `t` through shape-only ops and (with bias) Add/Sub/Mul of a constant;
-    the walked nodes are appended to `nodes`. Returns the tensor reached."""
-    for _ in range(_WALK_LIMIT):
-        n = _producer(m, t)
-        if n is None or not n.input:
-            return t
-        if n.op_type in _SHAPE_OPS or (bias and n.op_type in ("Add", "Sub", "Mul") and len(n.input) == 2 and not m.is_data(n.input[1])):
-            nodes.append(n)
-            t = n.input[0]
-        elif bias and n.op_type in ("Add", "Mul") and len(n.input) == 2 and not m.is_data(n.input[0]):
-            nodes.append(n)
-            t = n.input[1]
-        else:
-            return t
-    return t
-
-
-def _linear_data_input(m: _Model, n: onnx.NodeProto) -> str | None:
-    """The data input of a Conv/Gemm/MatMul with a constant weight, else None."""
-    if n.op_type not in LINEAR or len(n.input) < 2:
-        return None
-    if n.input[1] in m.constants:
-        return n.input[0]
-    if n.op_type in ("MatMul", "Gemm") and n.input[0] in m.constants:
-        return n.input[1]
+def tensorrt_weight_axis(node: onnx.NodeProto, slot: int, rank: int) -> int | None:
+    """The per-channel axis TensorRT's ONNX parser accepts for a constant input (None: per tensor):
+    Conv 0, ConvTranspose 1, Gemm B 0 when transB else 1, MatMul's [K, N] weight 1."""
+    op = node.op_type
+    if op in ("Conv", "ConvTranspose") or (op == "Gemm" and slot == 1):
+        return weight_axis(node, slot, rank)
+    if op == "MatMul" and slot == 1 and rank == 2:
+        return 1
     return None
 
 
-def _scalar(m: _Model, t: str) -> float | None:
-    c = m.constants.get(t)
-    if c is None:
-        return None
-    v = numpy_helper.to_array(c)
-    return float(v.ravel()[0]) if v.size == 1 else None
-
-
-def _se_gate(m: _Model, t: str) -> tuple[list[onnx.NodeProto], str] | None:
-    """The gate producing `t` as NNCF matches it on the OpenVINO graph (SIGMOID || HSIGMOID):
-    Sigmoid, or relu6(x + 3) / 6 (Clip(x + 3, 0, 6) then / 6 or * 1/6), which OpenVINO fuses into
-    HSigmoid; returns (its nodes, its input). An ONNX HardSigmoid stays OpenVINO's HardSigmoid,
-    which NNCF's pattern does not match (PP-OCR's SE blocks): NNCF quantizes those blocks."""
-    n = _producer(m, t)
-    if n is None:
-        return None
-    if n.op_type == "Sigmoid":
-        return [n], n.input[0]
-    if n.op_type in ("Div", "Mul") and len(n.input) == 2:
-        k = _scalar(m, n.input[1])
-        clip = _producer(m, n.input[0])
-        if k is None or abs((k if n.op_type == "Div" else 1 / k if k else 0) - 6) > 1e-4 or clip is None or clip.op_type != "Clip":
-            return None
-        lo, hi = ((_scalar(m, clip.input[1]) if len(clip.input) > 1 and clip.input[1] else None),
-                  (_scalar(m, clip.input[2]) if len(clip.input) > 2 and clip.input[2] else None))
-        lo = G.attr(clip, "min", lo)
-        hi = G.attr(clip, "max", hi)
-        add = _producer(m, clip.input[0])
-        if lo != 0 or hi is None or abs(hi - 6) > 1e-6 or add is None or add.op_type != "Add" or _scalar(m, add.input[1]) != 3:
-            return None
-        return [n, clip, add], add.input[0]
-    return None
-
-
-def _se_block(m: _Model, mul: onnx.NodeProto) -> list[onnx.NodeProto]:
-    """The gating path of a squeeze-excitation block ending at `mul`, or []."""
-    for slot in (0, 1):
-        nodes: list[onnx.NodeProto] = []
-        t = _skip(m, mul.input[slot], nodes, bias=False)
-        gate = _se_gate(m, t)
-        if gate is None:
-            continue
-        nodes += gate[0]
-        second = _producer(m, _skip(m, gate[1], nodes))
-        t = _linear_data_input(m, second) if second is not None else None
-        if t is None:
-            continue
-        nodes.append(second)
-        t = _skip(m, t, nodes)
-        act = _producer(m, t)
-        if act is None:
-            continue
-        if act.op_type == "Mul" and len(act.input) == 2:  # Swish: x * sigmoid(x)
-            sig = [_producer(m, i) for i in act.input]
-            k = next((k for k in (0, 1) if sig[k] is not None and sig[k].op_type == "Sigmoid" and sig[k].input[0] == act.input[1 - k]), None)
-            if k is None:
-                continue
-            nodes += [act, sig[k]]
-            t = act.input[1 - k]
-        elif act.op_type in _SE_ACTIVATIONS:
-            nodes.append(act)
-            t = act.input[0]
-        else:
-            continue
-        first = _producer(m, _skip(m, t, nodes))
-        t = _linear_data_input(m, first) if first is not None else None
-        if t is None:
-            continue
-        nodes.append(first)
-        pool = _producer(m, _skip(m, t, nodes, bias=False))
-        if pool is None or pool.op_type not in ("ReduceMean", "GlobalAveragePool"):
-            continue
-        other = mul.input[1 - slot]
-        if pool.input[0] == other or _skip(m, pool.input[0], [], bias=False) == _skip(m, other, [], bias=False):
-            return nodes
-    return []
-
-
-def _attention_output(m: _Model, mm: onnx.NodeProto) -> list[onnx.NodeProto]:
-    """Softmax [-> Reshape] -> MatMul <- Reshape/Transpose/Split/Gather/Squeeze/Concat."""
-    if len(mm.input) != 2:
-        return []
-    for slot in (0, 1):
-        p = _producer(m, mm.input[slot])
-        nodes = []
-        if p is not None and p.op_type == "Reshape":
-            nodes.append(p)
-            p = _producer(m, p.input[0])
-        branch = _producer(m, mm.input[1 - slot])
-        if p is not None and p.op_type == "Softmax" and branch is not None and branch.op_type in _MHA_BRANCH:
-            return [p, *nodes, branch, mm]
-    return []
-
-
-def _rope(m: _Model, mm: onnx.NodeProto) -> list[onnx.NodeProto]:
-    """MatMul [-> Transpose] -> Concat (of it twice) -> Sin, Cos."""
-    nodes = [mm]
-    t = mm.output[0]
-    readers = [n for n, _ in m.readers.get(t, ())]
-    if len(readers) == 1 and readers[0].op_type == "Transpose":
-        nodes.append(readers[0])
-        t = readers[0].output[0]
-        readers = [n for n, _ in m.readers.get(t, ())]
-    for cat in readers:
-        if cat.op_type == "Concat" and list(cat.input).count(t) >= 2:
-            after = {n.op_type: n for n, _ in m.readers.get(cat.output[0], ())}
-            if "Sin" in after and "Cos" in after:
-                return nodes + [cat, after["Sin"], after["Cos"]]
-    return []
-
-
-def _sam_pe(m: _Model, mm: onnx.NodeProto) -> list[onnx.NodeProto]:
-    """MatMul -> Mul -> Sin, Cos -> Concat."""
-    for mul, _ in m.readers.get(mm.output[0], ()):
-        if mul.op_type != "Mul":
-            continue
-        after = {n.op_type: n for n, _ in m.readers.get(mul.output[0], ())}
-        if "Sin" in after and "Cos" in after:
-            cats = {n.name for n, _ in m.readers.get(after["Sin"].output[0], ()) if n.op_type == "Concat"}
-            cats &= {n.name for n, _ in m.readers.get(after["Cos"].output[0], ()) if n.op_type == "Concat"}
-            if cats:
-                return [mm, mul, after["Sin"], after["Cos"], m.nodes[min(cats)]]
-    return []
-
-
-def ignored_nodes(m: _Model) -> dict[str, str]:
-    """Node name -> the NNCF ignored pattern (IGNORED_PATTERNS) it belongs to."""
-    found: dict[str, str] = {}
-    for n in m.graph.node:
-        if not _standard(n):
-            continue
-        if n.op_type == "Mul" and len(n.input) == 2:
-            for x in _se_block(m, n):
-                found.setdefault(x.name, "se_block")
-        if n.op_type == "MatMul":
-            for name, match in (("attention_output", _attention_output), ("rope", _rope), ("sam_pe", _sam_pe)):
-                for x in match(m, n):
-                    found.setdefault(x.name, name)
-    return found
-
-
-
-def _is_variance(m: _Model, n: onnx.NodeProto) -> bool:
-    """A ReduceMean of squares (the variance of a decomposed LayerNorm/MVN): OpenVINO fuses the
-    normalisation into one MVN op whose input is the only one NNCF quantizes."""
-    p = m.producer.get(n.input[0])
-    if p is None or not _standard(p) or len(p.input) != 2:
-        return False
-    if p.op_type == "Mul":
-        return p.input[0] == p.input[1]
-    if p.op_type == "Pow" and p.input[1] in m.constants:
-        return bool(np.all(numpy_helper.to_array(m.constants[p.input[1]]) == 2))
-    return False
-
-
-def _resolve_names(m: _Model, names: list[str]) -> tuple[set[str], set[str]]:
+def _resolve_names(m: P.GraphView, names: list[str], option: str = "--exclude") -> tuple[set[str], set[str]]:
     node_names = set(m.nodes)
     tensor_names = set(m.producer) | {i.name for i in m.graph.input} | set(m.constants)
     nodes, tensors, unknown = set(), set(), []
@@ -480,246 +222,330 @@ def _resolve_names(m: _Model, names: list[str]) -> tuple[set[str], set[str]]:
         for u in unknown:
             near = difflib.get_close_matches(u, known, n=1)
             hints.append(f"{u!r}" + (f" (did you mean {near[0]!r}?)" if near else ""))
-        raise QtoolError(f"--exclude: no node or tensor named {', '.join(hints)} in the model")
+        raise QtoolError(f"{option}: no node or tensor named {', '.join(hints)} in the model")
     return nodes, tensors
 
 
-def place(proto: onnx.ModelProto, records: dict, *, exclude: list[str] | tuple = (), weights_7bit: str | None = None,
-          float_types: tuple[int, ...] = (TensorProto.FLOAT,), ignored_patterns: bool = True,
-          depthwise_per_channel: bool = True) -> Plan:
-    """The quantizers for `proto` (whose nodes must have unique names), given the calibration
-    records {tensor name: TensorRecord}. float_types: element types the target can quantize.
-    ignored_patterns: leave NNCF's ignored patterns (see the module docstring) unquantized.
-    depthwise_per_channel: quantize the inputs of depthwise Convs per channel where the records
-    have per-channel ranges."""
-    if weights_7bit not in (None, "first", "all"):
-        raise QtoolError(f"--weights-7bit must be 'first' or 'all', not {weights_7bit!r}")
-    m = _Model(proto)
-    excluded_nodes, excluded_tensors = _resolve_names(m, list(exclude))
-    warnings: list[str] = []
-    fp32: dict[str, str] = {}
-    ignored = ignored_nodes(m) if ignored_patterns else {}
-    for name, pattern in ignored.items():
-        if m.nodes[name].op_type in LINEAR and name not in excluded_nodes:
-            fp32[name] = f"ignored pattern {pattern}"
-    excluded_nodes = excluded_nodes | set(ignored)
+def _listed(names, limit: int = 5) -> str:
+    names = sorted(names)
+    return ", ".join(names[:limit]) + (" ..." if len(names) > limit else "")
 
-    def quantizable_act(t: str) -> bool:
-        return m.is_data(t) and m.types.get(t) in float_types
 
-    # 1. What each op asks for: activation requests (tensor, node, slot) and weights.
-    wanted: dict[str, list[tuple[str, int]]] = defaultdict(list)
-    asks: dict[str, list[str]] = {}  # node -> tensors it needs quantized
-    weights_of: dict[str, list[tuple[int, str]]] = {}
-    linear_order: list[str] = []
-    for n in m.graph.node:
-        if not _standard(n) or n.name in excluded_nodes:
-            if n.op_type in LINEAR and n.name in excluded_nodes and n.name not in fp32:
-                fp32[n.name] = "excluded"
-            continue
-        op = n.op_type
+class _Placer:
+    """One placement run: the graph, the target's rules and the decisions taken so far."""
+
+    def __init__(self, proto: onnx.ModelProto, records: dict, rules: Rules, float_types: tuple[int, ...]):
+        self.m = P.GraphView(proto)
+        self.records = records
+        self.rules = rules
+        self.float_types = float_types
+        self.warnings: list[str] = []
+        self.fp32: dict[str, str] = {}  # linear node -> why it stays FP32
+        self.ignored: dict[str, str] = {}  # node -> the pattern or default exclusion that keeps it FP32
+        self.excluded_nodes: set[str] = set()
+        self.excluded_tensors: set[str] = set()
+        self.wanted: dict[str, list[tuple[str, int]]] = defaultdict(list)  # tensor -> (node, slot) asking for it quantized
+        self.asks: dict[str, list[str]] = {}  # node -> tensors it needs quantized
+        self.weights_of: dict[str, list[tuple[int, str]]] = {}
+        self.linear_order: list[str] = []
+        self.groups = _Groups()
+        self.moved: dict[str, list[tuple[str, int, str]]] = {}  # tensor -> [(node, slot, upstream tensor)]
+        self.concat_outputs: set[str] = set()
+        self._satisfied: dict[str, bool] = {}
+
+    def quantizable_act(self, t: str) -> bool:
+        return self.m.is_data(t) and self.m.types.get(t) in self.float_types
+
+    # ------------------------------------------------------------ 0. what stays FP32
+    def exclude(self, exclude, include, ignored_patterns: bool) -> None:
+        m, rules = self.m, self.rules
+        self.excluded_nodes, self.excluded_tensors = _resolve_names(m, list(exclude))
+        included, _ = _resolve_names(m, list(include), "--include")
+        found: dict[str, str] = {}
+        if rules.ignored_patterns and ignored_patterns:
+            found.update(P.ignored_nodes(m))
+        if rules.tensorrt_exclusions:
+            found.update(P.tensorrt_exclusions(m))
+        unused = sorted(included - set(found))
+        if unused:
+            self.warnings.append(f"--include: {_listed(unused)} not excluded by default; nothing to include")
+        self.ignored = {k: v for k, v in found.items() if k not in included}
+        for name, why in self.ignored.items():
+            if m.nodes[name].op_type in rules.linear and name not in self.excluded_nodes:
+                self.fp32[name] = why if why.startswith("default exclusion") else f"ignored pattern {why}"
+        self.excluded_nodes |= set(self.ignored)
+
+    # ------------------------------------------------------------ 1. what each op asks for
+    def request(self) -> None:
+        pools: list[onnx.NodeProto] = []
+        for n in self.m.graph.node:
+            if not P.standard(n) or n.name in self.excluded_nodes:
+                if n.op_type in self.rules.linear and n.name in self.excluded_nodes and n.name not in self.fp32:
+                    self.fp32[n.name] = "excluded"
+                continue
+            acts, wts = self._node_requests(n)
+            if acts is None:
+                continue
+            if n.op_type in self.rules.pooling and self.rules.pooling_needs_neighbour:
+                pools.append(n)
+                continue
+            self._ask(n, acts, wts)
+        for n in reversed(pools):  # pooling only next to a quantized neighbour (reverse: readers first)
+            if self.wanted.get(n.input[0]) or any(self.wanted.get(o) for o in n.output):
+                self._ask(n, [(0, n.input[0])], [])
+
+    def _ask(self, n: onnx.NodeProto, acts: list[tuple[int, str]], wts: list[tuple[int, str]]) -> None:
+        self.asks[n.name] = [t for _, t in acts]
+        self.weights_of[n.name] = wts
+        for slot, t in acts:
+            self.wanted[t].append((n.name, slot))
+        if n.op_type == "ReduceMean" and self.rules.nncf_patterns:  # a decomposed LayerNorm reads one quantized input
+            for sub, slot in self.m.readers.get(n.output[0], ()):
+                if sub.op_type == "Sub" and slot == 1 and sub.input[0] == n.input[0] and P.standard(sub) and sub.name not in self.excluded_nodes:
+                    self.asks[sub.name] = [n.input[0]]
+                    self.wanted[n.input[0]].append((sub.name, 0))
+
+    def _node_requests(self, n: onnx.NodeProto):
+        """(activation inputs, constant weights) node `n` wants quantized, or (None, None)."""
+        op, m, rules = n.op_type, self.m, self.rules
+        if op in rules.linear:
+            return self._linear_requests(n)
+        if op in rules.elementwise:
+            if len(n.input) != 2 or not all(self.quantizable_act(t) for t in n.input):
+                return None, None
+            if rules.nncf_patterns and P.is_fused_elementwise(m, n):
+                return None, None
+            return [(0, n.input[0]), (1, n.input[1])], []
+        if op == "Add" and rules.residual_add:
+            skip = P.residual_skip_input(m, n)
+            if skip is None or not self.quantizable_act(n.input[skip]):
+                return None, None
+            return [(skip, n.input[skip])], []
+        if op in rules.pooling:
+            if not n.input or not self.quantizable_act(n.input[0]) or (rules.nncf_patterns and P.is_variance(m, n)):
+                return None, None
+            return [(0, n.input[0])], []
+        return None, None
+
+    def _linear_requests(self, n: onnx.NodeProto):
+        m, op = self.m, n.op_type
         acts: list[tuple[int, str]] = []
         wts: list[tuple[int, str]] = []
-        if op in LINEAR:
-            slots = (0, 1) if len(n.input) >= 2 else ()
-            reason = "" if slots else "fewer than two inputs"
-            for slot in slots:
-                t = n.input[slot]
-                if t in m.constants and m.constants[t].data_type in float_types and (op in ("MatMul", "Gemm") or slot == 1):
-                    wts.append((slot, t))
-                elif quantizable_act(t) and not (op in ("Conv", "ConvTranspose") and slot == 1):
-                    acts.append((slot, t))
-                else:
-                    reason = f"input {t!r} is neither a calibrated activation nor a float constant weight"
-            if not acts and not reason:
-                reason = "no activation input (constant folding will compute it)"
-            if reason:
-                fp32[n.name] = reason
-                continue
-            linear_order.append(n.name)
-        elif op in ELEMENTWISE:
-            if len(n.input) != 2 or not all(quantizable_act(t) for t in n.input) or is_fused_elementwise(m, n):
-                continue
-            acts = [(0, n.input[0]), (1, n.input[1])]
-        elif op in POOLING:
-            if not n.input or not quantizable_act(n.input[0]) or _is_variance(m, n):
-                continue
-            acts = [(0, n.input[0])]
-        else:
-            continue
-        asks[n.name] = [t for _, t in acts]
-        weights_of[n.name] = wts
-        for slot, t in acts:
-            wanted[t].append((n.name, slot))
-        if op == "ReduceMean":  # a decomposed LayerNorm/MVN reads one quantized input throughout
-            for sub, slot in m.readers.get(n.output[0], ()):
-                if sub.op_type == "Sub" and slot == 1 and sub.input[0] == n.input[0] and _standard(sub) and sub.name not in excluded_nodes:
-                    asks[sub.name] = [n.input[0]]
-                    wanted[n.input[0]].append((sub.name, 0))
-
-    # 2. Move requests up through pass-through ops and Concat (reverse topological order, so
-    #    every reader of a tensor has asked before its producer is visited).
-    groups = _Groups()
-    moved: dict[str, list[tuple[str, int, str]]] = {}  # tensor -> [(node, slot, upstream tensor)]
-    concat_outputs: set[str] = set()
-    for n in reversed(m.graph.node):
-        if not _standard(n) or n.name in excluded_nodes or not n.output:
-            continue
-        op = n.op_type
-        if op not in PASS_THROUGH and op != "Concat":
-            continue
-        outs = [o for o in n.output if o]
-        if not outs or any(
-            o in m.outputs or o in excluded_tensors or not wanted.get(o)
-            or len(wanted[o]) != len(m.readers.get(o, ())) for o in outs
-        ):
-            continue  # someone reads an output unquantized: keep the quantizer below this op
-        slots = range(len(n.input)) if op == "Concat" else [0]
-        ups = [(s, n.input[s]) for s in slots if n.input[s]]
-        if not ups or not all(quantizable_act(t) and t not in excluded_tensors for _, t in ups):
-            continue
-        for o in outs:
-            moved[o] = [(n.name, s, t) for s, t in ups]
-            for s, t in ups:
-                groups.union(o, t)
-        for s, t in ups:
-            if (n.name, s) not in wanted[t]:
-                wanted[t].append((n.name, s))
-        if op == "Concat":
-            concat_outputs.update(outs)
-
-    # 3. Ranges: per group, the Concat outputs' calibrated range if the group has one, else
-    #    the widest range of the tensors actually quantized.
-    sites = [t for t in wanted if wanted[t] and t not in moved]
-    members: dict[str, list[str]] = defaultdict(list)
-    for t in set(wanted) | set(moved):
-        members[groups.find(t)].append(t)
-    group_range: dict[str, Range | None] = {}
-    missing: list[str] = []
-    zero: list[str] = []
-    degenerate: list[str] = []
-    for root, names in members.items():
-        anchors = [t for t in names if t in concat_outputs and t in records]
-        if not anchors:
-            anchors = [t for t in names if t in sites and t in records]
-        if not anchors:
-            group_range[root] = None
-            missing.extend(t for t in names if t in sites and t not in records)
-            continue
-        for t in anchors:
-            if clipped_fraction(records[t]) > MAX_CLIPPED:
-                degenerate.append(t)
-        amax = max(usable_amax(records[t]) for t in anchors)
-        unsigned = all(records[t].unsigned for t in anchors)
-        if not (np.isfinite(amax) and amax > 0):
-            zero.append(anchors[0])
-            amax = 1.0
-        group_range[root] = Range(amax, unsigned)
-    if missing:
-        warnings.append(
-            f"{len(missing)} tensor(s) to quantize are not in the calibration file, their readers stay FP32 "
-            f"(was the file made for this model?): " + ", ".join(sorted(missing)[:5]) + (" ..." if len(missing) > 5 else "")
-        )
-    if degenerate:
-        warnings.append(
-            f"{len(degenerate)} calibrated threshold(s) clip more than {MAX_CLIPPED:.0%} of the tensor's values "
-            "(typically a tensor that is never near zero, e.g. a sigmoid output); their maximum |x| is used instead: "
-            + ", ".join(sorted(degenerate)[:5]) + (" ..." if len(degenerate) > 5 else "")
-        )
-    if zero:
-        warnings.append(f"{len(zero)} range(s) had amax 0 (tensor always zero) and got [0, 1]: " + ", ".join(sorted(zero)[:5]))
-
-    ok_cache: dict[str, bool] = {}
-
-    def satisfied(t: str) -> bool:
-        if t not in ok_cache:
-            ok_cache[t] = False  # guards against cycles in malformed graphs
-            if t in excluded_tensors:
-                ok_cache[t] = False
-            elif t in moved:
-                ok_cache[t] = all(satisfied(u) for _, _, u in moved[t])
+        slots = (0, 1) if len(n.input) >= 2 else ()
+        reason = "" if slots else "fewer than two inputs"
+        for slot in slots:
+            t = n.input[slot]
+            if t in m.constants and m.constants[t].data_type in self.float_types and (op in ("MatMul", "Gemm") or slot == 1):
+                wts.append((slot, t))
+            elif self.quantizable_act(t) and not (op in ("Conv", "ConvTranspose") and slot == 1):
+                acts.append((slot, t))
             else:
-                ok_cache[t] = group_range.get(groups.find(t)) is not None
-        return ok_cache[t]
+                reason = f"input {t!r} is neither a calibrated activation nor a float constant weight"
+        if not acts and not reason:
+            reason = "no activation input (constant folding will compute it)"
+        if reason:
+            self.fp32[n.name] = reason
+            return None, None
+        self.linear_order.append(n.name)
+        return acts, wts
 
-    # 4. Weights (checked before deciding which layers run in int8).
-    weight_values: dict[str, np.ndarray] = {}
-    bad_weights: set[str] = set()
-    for wts in weights_of.values():
-        for _, t in wts:
-            if t in weight_values or t in bad_weights:
+    # ------------------------------------------------------------ 2. moves through pass-through ops
+    def propagate(self) -> None:
+        """Move requests up through pass-through ops and Concat (reverse topological order, so
+        every reader of a tensor has asked before its producer is visited)."""
+        m, wanted = self.m, self.wanted
+        for n in reversed(m.graph.node):
+            if not P.standard(n) or n.name in self.excluded_nodes or not n.output:
                 continue
-            if t in excluded_tensors:
-                bad_weights.add(t)
+            op = n.op_type
+            if op not in self.rules.pass_through and op != "Concat":
                 continue
-            try:
-                values = numpy_helper.to_array(m.constants[t])
-            except Exception as e:  # external data not loaded, damaged tensor
-                raise QtoolError(f"cannot read weight {t!r}: {e}") from None
-            if not np.all(np.isfinite(values)):
-                warnings.append(f"weight {t!r} contains NaN or infinity; the layers reading it stay FP32")
-                bad_weights.add(t)
+            outs = [o for o in n.output if o]
+            if not outs or any(
+                o in m.outputs or o in self.excluded_tensors or not wanted.get(o)
+                or len(wanted[o]) != len(m.readers.get(o, ())) for o in outs
+            ):
+                continue  # someone reads an output unquantized: keep the quantizer below this op
+            slots = range(len(n.input)) if op == "Concat" else [0]
+            ups = [(s, n.input[s]) for s in slots if n.input[s]]
+            if not ups or not all(self.quantizable_act(t) and t not in self.excluded_tensors for _, t in ups):
                 continue
-            weight_values[t] = values
+            for o in outs:
+                self.moved[o] = [(n.name, s, t) for s, t in ups]
+                for s, t in ups:
+                    self.groups.union(o, t)
+            for s, t in ups:
+                if (n.name, s) not in wanted[t]:
+                    wanted[t].append((n.name, s))
+            if op == "Concat":
+                self.concat_outputs.update(outs)
+        if self.rules.concat_shares_quantized_inputs:
+            self._share_concat_ranges()
 
-    # 5. Decide per op; collect which quantizer each reader reads.
-    readers_of_site: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    def _share_concat_ranges(self) -> None:
+        """A Concat whose output is quantized shares its range with every input quantized for
+        other readers (TensorRT would otherwise requantize after moving Q across the Concat)."""
+        for n in self.m.graph.node:
+            if n.op_type != "Concat" or not P.standard(n) or not n.output or n.output[0] in self.moved:
+                continue
+            out = n.output[0]
+            if not self.wanted.get(out):
+                continue
+            for t in n.input:
+                if t and self.wanted.get(t):
+                    self.groups.union(out, t)
+                    self.concat_outputs.add(out)
 
-    def need(t: str, reader: tuple[str, int]) -> None:
-        if t in moved:
-            for node_name, slot, up in moved[t]:
-                need(up, (node_name, slot))
-        elif reader not in readers_of_site[t]:
-            readers_of_site[t].append(reader)
+    # ------------------------------------------------------------ 3. ranges per shared group
+    def ranges(self) -> None:
+        """Per group, the Concat outputs' calibrated range if the group has one, else the widest
+        range of the tensors actually quantized."""
+        records, rules = self.records, self.rules
+        self.sites = [t for t in self.wanted if self.wanted[t] and t not in self.moved]
+        site_set = set(self.sites)
+        self.members: dict[str, list[str]] = defaultdict(list)
+        for t in set(self.wanted) | set(self.moved):
+            self.members[self.groups.find(t)].append(t)
+        self.group_range: dict[str, Range | None] = {}
+        missing: list[str] = []
+        zero: list[str] = []
+        degenerate: list[str] = []
+        for root, names in self.members.items():
+            anchors = [t for t in names if t in self.concat_outputs and t in records]
+            if not anchors:
+                anchors = [t for t in names if t in site_set and t in records]
+            if not anchors:
+                self.group_range[root] = None
+                missing.extend(t for t in names if t in site_set and t not in records)
+                continue
+            if rules.clip_fallback:
+                degenerate += [t for t in anchors if clipped_fraction(records[t]) > MAX_CLIPPED]
+                amax = max(usable_amax(records[t]) for t in anchors)
+            else:
+                amax = max(float(records[t].amax) for t in anchors)
+            unsigned = not rules.signed_only and all(records[t].unsigned for t in anchors)
+            if not (np.isfinite(amax) and amax > 0):
+                zero.append(anchors[0])
+                amax = 1.0
+            self.group_range[root] = Range(amax, unsigned)
+        self._range_warnings(missing, degenerate, zero)
 
-    int8_layers: list[str] = []
-    weight_sites: dict[str, WeightSite] = {}
-    first_linear = linear_order[0] if linear_order else None
-    for n in m.graph.node:
-        if n.name not in asks:
-            continue
-        tensors = asks[n.name]
-        wts = weights_of.get(n.name, [])
-        if not all(satisfied(t) for t in tensors):
-            if n.op_type in LINEAR:
-                fp32[n.name] = "input excluded" if set(tensors) & excluded_tensors else "an input has no calibrated range"
-            continue
-        if any(t in bad_weights for _, t in wts):
-            fp32[n.name] = "weight excluded" if any(t in excluded_tensors for _, t in wts) else "weight has NaN or infinity"
-            continue
-        for slot, t in enumerate(n.input):
-            if t in tensors and (n.name, slot) in wanted.get(t, []):
-                need(t, (n.name, slot))
-        if n.op_type in LINEAR:
-            int8_layers.append(n.name)
-        for slot, t in wts:
-            values = weight_values[t]
-            axis = weight_axis(n, slot, values.ndim)
+    def _range_warnings(self, missing: list[str], degenerate: list[str], zero: list[str]) -> None:
+        if missing:
+            self.warnings.append(
+                f"{len(missing)} tensor(s) to quantize are not in the calibration file, their readers stay FP32 "
+                f"(was the file made for this model?): " + ", ".join(sorted(missing)[:5]) + (" ..." if len(missing) > 5 else "")
+            )
+        if degenerate:
+            self.warnings.append(
+                f"{len(degenerate)} calibrated threshold(s) clip more than {MAX_CLIPPED:.0%} of the tensor's values "
+                "(typically a tensor that is never near zero, e.g. a sigmoid output); their maximum |x| is used instead: "
+                + ", ".join(sorted(degenerate)[:5]) + (" ..." if len(degenerate) > 5 else "")
+            )
+        if zero:
+            self.warnings.append(f"{len(zero)} range(s) had amax 0 (tensor always zero) and got [0, 1]: " + ", ".join(sorted(zero)[:5]))
+
+    def satisfied(self, t: str) -> bool:
+        cache = self._satisfied
+        if t not in cache:
+            cache[t] = False  # guards against cycles in malformed graphs
+            if t in self.excluded_tensors:
+                cache[t] = False
+            elif t in self.moved:
+                cache[t] = all(self.satisfied(u) for _, _, u in self.moved[t])
+            else:
+                cache[t] = self.group_range.get(self.groups.find(t)) is not None
+        return cache[t]
+
+    # ------------------------------------------------------------ 4. weights
+    def read_weights(self) -> None:
+        """Weight values, checked before deciding which layers run in int8."""
+        self.weight_values: dict[str, np.ndarray] = {}
+        self.bad_weights: set[str] = set()
+        for wts in self.weights_of.values():
+            for _, t in wts:
+                if t in self.weight_values or t in self.bad_weights:
+                    continue
+                if t in self.excluded_tensors:
+                    self.bad_weights.add(t)
+                    continue
+                try:
+                    values = numpy_helper.to_array(self.m.constants[t])
+                except Exception as e:  # external data not loaded, damaged tensor
+                    raise QtoolError(f"cannot read weight {t!r}: {e}") from None
+                if not np.all(np.isfinite(values)):
+                    self.warnings.append(f"weight {t!r} contains NaN or infinity; the layers reading it stay FP32")
+                    self.bad_weights.add(t)
+                    continue
+                self.weight_values[t] = values
+
+    # ------------------------------------------------------------ 5. decide per op
+    def decide(self, weights_7bit: str | None) -> tuple[list[ActivationSite], list[WeightSite], list[str]]:
+        """Which ops run quantized, and which quantizer each of their inputs reads."""
+        m = self.m
+        readers_of_site: dict[str, list[tuple[str, int]]] = defaultdict(list)
+
+        def need(t: str, reader: tuple[str, int]) -> None:
+            if t in self.moved:
+                for node_name, slot, up in self.moved[t]:
+                    need(up, (node_name, slot))
+            elif reader not in readers_of_site[t]:
+                readers_of_site[t].append(reader)
+
+        int8_layers: list[str] = []
+        weight_sites: dict[str, WeightSite] = {}
+        first_linear = self.linear_order[0] if self.linear_order else None
+        for n in m.graph.node:
+            if n.name not in self.asks:
+                continue
+            tensors = self.asks[n.name]
+            wts = self.weights_of.get(n.name, [])
+            if not all(self.satisfied(t) for t in tensors):
+                if n.op_type in self.rules.linear:
+                    self.fp32[n.name] = "input excluded" if set(tensors) & self.excluded_tensors else "an input has no calibrated range"
+                continue
+            if any(t in self.bad_weights for _, t in wts):
+                self.fp32[n.name] = "weight excluded" if any(t in self.excluded_tensors for _, t in wts) else "weight has NaN or infinity"
+                continue
+            for slot, t in enumerate(n.input):
+                if t in tensors and (n.name, slot) in self.wanted.get(t, []):
+                    need(t, (n.name, slot))
+            if n.op_type in self.rules.linear:
+                int8_layers.append(n.name)
             bits = 7 if weights_7bit == "all" or (weights_7bit == "first" and n.name == first_linear) else 8
-            site = weight_sites.get(t)
-            if site is None:
-                weight_sites[t] = WeightSite(t, m.constants[t].data_type, axis, bits, values, [(n.name, slot)])
-                continue
-            if site.axis != axis:  # one tensor, two layouts (a weight shared by different ops)
-                site.axis = None
-            site.bits = min(site.bits, bits)
-            site.readers.append((n.name, slot))
+            for slot, t in wts:
+                self._add_weight(weight_sites, n, slot, t, bits)
+        activation_sites = []
+        for t in self.sites:
+            if readers_of_site.get(t):
+                root = self.groups.find(t)
+                activation_sites.append(ActivationSite(
+                    t, m.types.get(t, TensorProto.FLOAT), self.group_range[root], readers_of_site[t],
+                    sorted(x for x in self.members[root] if x != t),
+                ))
+        return activation_sites, list(weight_sites.values()), int8_layers
 
-    activation_sites = []
-    for t in sites:
-        if not readers_of_site.get(t):
-            continue
-        root = groups.find(t)
-        activation_sites.append(ActivationSite(
-            t, m.types.get(t, TensorProto.FLOAT), group_range[root], readers_of_site[t],
-            sorted(x for x in members[root] if x != t),
-        ))
-    if depthwise_per_channel:
+    def _add_weight(self, weight_sites: dict[str, WeightSite], n: onnx.NodeProto, slot: int, t: str, bits: int) -> None:
+        values = self.weight_values[t]
+        axis_of = tensorrt_weight_axis if self.rules.weight_axes == "tensorrt" else weight_axis
+        axis = axis_of(n, slot, values.ndim)
+        site = weight_sites.get(t)
+        if site is None:
+            weight_sites[t] = WeightSite(t, self.m.constants[t].data_type, axis, bits, values, [(n.name, slot)])
+            return
+        if site.axis != axis:  # one tensor, two layouts (a weight shared by different ops)
+            site.axis = None
+        site.bits = min(site.bits, bits)
+        site.readers.append((n.name, slot))
+
+    # ------------------------------------------------------------ 6. depthwise inputs per channel
+    def per_channel_depthwise(self, activation_sites: list[ActivationSite]) -> None:
+        m = self.m
         dims = {name: list(t.dims) for name, t in m.constants.items()}
         for site in activation_sites:
-            stats = getattr(records.get(site.tensor), "stats", None)
+            stats = getattr(self.records.get(site.tensor), "stats", None)
             peak = None if stats is None or stats.axis != 1 else stats.channel_absmax
-            if peak is None or site.shared_with or site.tensor in excluded_tensors:
+            if peak is None or site.shared_with or site.tensor in self.excluded_tensors:
                 continue
             convs = [m.nodes[name] for name, slot in site.readers if slot == 0]
             if len(convs) != len(site.readers) or not all(G.is_depthwise(c, dims) for c in convs):
@@ -730,15 +556,41 @@ def place(proto: onnx.ModelProto, records: dict, *, exclude: list[str] | tuple =
             fallback = float(amax.max()) if amax.size and amax.max() > 0 else 1.0
             site.channel_amax = np.where((amax > 0) & np.isfinite(amax), amax, fallback)
             site.rank = len(dims[convs[0].input[1]])
-    order = {name: i for i, name in enumerate(m.producer)}
+
+    def final_warnings(self) -> None:
+        unexpected = {k: v for k, v in self.fp32.items()
+                      if "excluded" not in v and not v.startswith(("no activation input", "ignored pattern", "default exclusion"))}
+        if unexpected:
+            self.warnings.append(
+                f"{len(unexpected)} Conv/ConvTranspose/MatMul/Gemm layer(s) stay FP32: "
+                + "; ".join(f"{k} ({v})" for k, v in list(unexpected.items())[:3]) + (" ..." if len(unexpected) > 3 else "")
+            )
+        already = sorted({n.op_type for n in self.m.graph.node if n.op_type in _QUANTIZED_OPS})
+        if already:
+            self.warnings.append(f"the model already contains {', '.join(already)} nodes; quantizing it again may lose accuracy")
+
+
+def place(proto: onnx.ModelProto, records: dict, *, rules: Rules = CPU, exclude: list[str] | tuple = (),
+          include: list[str] | tuple = (), weights_7bit: str | None = None,
+          float_types: tuple[int, ...] = (TensorProto.FLOAT,), ignored_patterns: bool = True,
+          depthwise_per_channel: bool = True) -> Plan:
+    """The quantizers for `proto` (whose nodes must have unique names) under a target's `rules`,
+    given the calibration records {tensor name: TensorRecord}. float_types: element types the
+    target can quantize. exclude: nodes/tensors kept FP32; include: nodes the rules' default
+    exclusions or ignored patterns would keep FP32, quantized anyway. ignored_patterns=False turns
+    NNCF's ignored patterns off; depthwise_per_channel=False keeps depthwise Conv inputs per tensor."""
+    if weights_7bit not in (None, "first", "all"):
+        raise QtoolError(f"--weights-7bit must be 'first' or 'all', not {weights_7bit!r}")
+    p = _Placer(proto, records, rules, float_types)
+    p.exclude(exclude, include, ignored_patterns)
+    p.request()
+    p.propagate()
+    p.ranges()
+    p.read_weights()
+    activation_sites, weight_sites, int8_layers = p.decide(weights_7bit)
+    if rules.depthwise_per_channel and depthwise_per_channel:
+        p.per_channel_depthwise(activation_sites)
+    order = {name: i for i, name in enumerate(p.m.producer)}
     activation_sites.sort(key=lambda s: order.get(s.tensor, -1))
-    unexpected = {k: v for k, v in fp32.items() if "excluded" not in v and not v.startswith(("no activation input", "ignored pattern"))}
-    if unexpected:
-        warnings.append(
-            f"{len(unexpected)} Conv/ConvTranspose/MatMul/Gemm layer(s) stay FP32: "
-            + "; ".join(f"{k} ({v})" for k, v in list(unexpected.items())[:3]) + (" ..." if len(unexpected) > 3 else "")
-        )
-    already = sorted({n.op_type for n in m.graph.node if n.op_type in _QUANTIZED_OPS})
-    if already:
-        warnings.append(f"the model already contains {', '.join(already)} nodes; quantizing it again may lose accuracy")
-    return Plan(activation_sites, list(weight_sites.values()), int8_layers, fp32, warnings, ignored)
+    p.final_warnings()
+    return Plan(activation_sites, weight_sites, int8_layers, p.fp32, p.warnings, p.ignored)

@@ -1,0 +1,487 @@
+"""Graph patterns that quantizer placement recognises, as functions over a read-only view.
+
+NNCF's (openvinotoolkit/nncf): activations and normalisations OpenVINO fuses (element-wise ops
+that combine a tensor with a function of itself), its ignored patterns (src/nncf/openvino/
+quantization/ignored_patterns.py, src/nncf/onnx/quantization/ignored_patterns.py) and the
+variance of a decomposed LayerNorm. TensorRT's (NVIDIA/Model-Optimizer modelopt/onnx/
+quantization/graph_utils.py, partitioning.py; the TensorRT developer guide's Q/DQ placement
+recommendations): the skip input of a residual Add and ModelOpt's default exclusions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from . import graph as G
+from . import model as M
+
+LINEAR = {"Conv", "ConvTranspose", "MatMul", "Gemm"}
+ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Max", "Min"}
+
+# Ops that make up activation functions and normalisations of one tensor (walked through when
+# deciding whether an element-wise op only combines a tensor with a function of itself).
+_ACTIVATION_PARTS = {
+    "Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Erf", "Exp", "Log", "Sqrt",
+    "Reciprocal", "Neg", "Abs", "Clip", "Softplus", "Elu", "Selu", "Gelu", "Mish", "Pow", "Identity",
+    "Add", "Sub", "Mul", "Div", "Max", "Min", "ReduceMean", "ReduceSumSquare", "ReduceSum", "ReduceL2",
+}
+_WALK_LIMIT = 24
+
+
+class GraphView:
+    """What placement needs to know about the main graph."""
+
+    def __init__(self, proto: onnx.ModelProto):
+        self.proto = proto
+        g = proto.graph
+        self.graph = g
+        self.types = M.tensor_types(proto)
+        self.activations = set(M.activation_tensors(proto, self.types)) & M.data_dependent(proto)
+        self.producer = G.producers(g)
+        self.readers = G.consumers(g)
+        self.outputs = {o.name for o in g.output}
+        self.constants: dict[str, onnx.TensorProto] = {t.name: t for t in g.initializer}
+        inputs = {i.name for i in g.input}
+        for name in list(self.constants):
+            if name in inputs:  # an initializer that is also an input can be overridden
+                del self.constants[name]
+        for n in g.node:
+            if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and n.output:
+                value = G.attr(n, "value")
+                if isinstance(value, onnx.TensorProto):
+                    self.constants[n.output[0]] = value
+        self.nodes = {n.name: n for n in g.node}
+
+    def is_data(self, t: str) -> bool:
+        return t in self.activations
+
+
+def standard(node: onnx.NodeProto) -> bool:
+    return node.domain in ("", "ai.onnx")
+
+
+def _roots(m: GraphView, t: str, stop: str, budget: list[int]) -> set[str] | None:
+    """The data tensors `t` is computed from through activation/normalisation parts only,
+    walking no further than `stop` (None when the walk is too long)."""
+    n = m.producer.get(t)
+    if t == stop or n is None or not standard(n) or n.op_type not in _ACTIVATION_PARTS:
+        return {t}
+    budget[0] -= 1
+    if budget[0] < 0:
+        return None
+    if n.op_type in ELEMENTWISE:
+        data_inputs = [i for i in n.input[:2] if i and m.is_data(i)]
+    else:
+        data_inputs = [n.input[0]] if n.input and m.is_data(n.input[0]) else []
+    if not data_inputs:
+        return {t}
+    roots: set[str] = set()
+    for i in dict.fromkeys(data_inputs):
+        r = _roots(m, i, stop, budget)
+        if r is None:
+            return None
+        roots |= r
+    return roots
+
+
+def is_fused_elementwise(m: GraphView, node: onnx.NodeProto) -> bool:
+    """An element-wise op with two data inputs that OpenVINO/NNCF treat as part of an
+    activation, a normalisation or an SE gate, not as an op with two quantized inputs."""
+    a, b = node.input[0], node.input[1]
+    ra, rb = _roots(m, a, b, [_WALK_LIMIT]), _roots(m, b, a, [_WALK_LIMIT])
+    # x op f(x), or f(x) op g(x), through activation parts: SiLU, HardSwish, GELU, LayerNorm
+    return rb == {a} or ra == {b} or (ra is not None and ra == rb and len(ra) == 1)
+
+
+# ---------------------------------------------------------------- ignored patterns
+
+IGNORED_PATTERNS = ("se_block", "attention_output", "rope", "sam_pe")
+_SHAPE_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose"}
+# NNCF: RELU, PRELU, SWISH (OpenVINO); the ONNX pattern takes any atomic activation
+_SE_ACTIVATIONS = {"Relu", "PRelu", "LeakyRelu", "Clip", "HardSwish", "HardSigmoid", "Sigmoid", "Tanh", "Elu", "Selu",
+                   "Softplus", "Gelu", "Mish"}
+_MHA_BRANCH = {"Reshape", "Transpose", "Split", "Gather", "Squeeze", "Concat"}  # READVALUE||RESHAPE||TRANSPOSE||GATHER||SQUEEZE||CONCAT (+ SPLIT)
+
+
+def producer(m: GraphView, t: str) -> onnx.NodeProto | None:
+    n = m.producer.get(t)
+    return n if n is not None and standard(n) else None
+
+
+def _skip(m: GraphView, t: str, nodes: list, bias: bool = True) -> str:
+    """Walk up from `t` through shape-only ops and (with bias) Add/Sub/Mul of a constant;
+    the walked nodes are appended to `nodes`. Returns the tensor reached."""
+    for _ in range(_WALK_LIMIT):
+        n = producer(m, t)
+        if n is None or not n.input:
+            return t
+        if n.op_type in _SHAPE_OPS or (bias and n.op_type in ("Add", "Sub", "Mul") and len(n.input) == 2 and not m.is_data(n.input[1])):
+            nodes.append(n)
+            t = n.input[0]
+        elif bias and n.op_type in ("Add", "Mul") and len(n.input) == 2 and not m.is_data(n.input[0]):
+            nodes.append(n)
+            t = n.input[1]
+        else:
+            return t
+    return t
+
+
+def _linear_data_input(m: GraphView, n: onnx.NodeProto) -> str | None:
+    """The data input of a Conv/Gemm/MatMul with a constant weight, else None."""
+    if n.op_type not in LINEAR or len(n.input) < 2:
+        return None
+    if n.input[1] in m.constants:
+        return n.input[0]
+    if n.op_type in ("MatMul", "Gemm") and n.input[0] in m.constants:
+        return n.input[1]
+    return None
+
+
+def _scalar(m: GraphView, t: str) -> float | None:
+    c = m.constants.get(t)
+    if c is None:
+        return None
+    v = numpy_helper.to_array(c)
+    return float(v.ravel()[0]) if v.size == 1 else None
+
+
+def _se_gate(m: GraphView, t: str) -> tuple[list[onnx.NodeProto], str] | None:
+    """The gate producing `t` as NNCF matches it on the OpenVINO graph (SIGMOID || HSIGMOID):
+    Sigmoid, or relu6(x + 3) / 6 (Clip(x + 3, 0, 6) then / 6 or * 1/6), which OpenVINO fuses into
+    HSigmoid; returns (its nodes, its input). An ONNX HardSigmoid stays OpenVINO's HardSigmoid,
+    which NNCF's pattern does not match (PP-OCR's SE blocks): NNCF quantizes those blocks."""
+    n = producer(m, t)
+    if n is None:
+        return None
+    if n.op_type == "Sigmoid":
+        return [n], n.input[0]
+    if n.op_type in ("Div", "Mul") and len(n.input) == 2:
+        k = _scalar(m, n.input[1])
+        clip = producer(m, n.input[0])
+        if k is None or abs((k if n.op_type == "Div" else 1 / k if k else 0) - 6) > 1e-4 or clip is None or clip.op_type != "Clip":
+            return None
+        lo, hi = ((_scalar(m, clip.input[1]) if len(clip.input) > 1 and clip.input[1] else None),
+                  (_scalar(m, clip.input[2]) if len(clip.input) > 2 and clip.input[2] else None))
+        lo = G.attr(clip, "min", lo)
+        hi = G.attr(clip, "max", hi)
+        add = producer(m, clip.input[0])
+        if lo != 0 or hi is None or abs(hi - 6) > 1e-6 or add is None or add.op_type != "Add" or _scalar(m, add.input[1]) != 3:
+            return None
+        return [n, clip, add], add.input[0]
+    return None
+
+
+def _se_block(m: GraphView, mul: onnx.NodeProto) -> list[onnx.NodeProto]:
+    """The gating path of a squeeze-excitation block ending at `mul`, or []."""
+    for slot in (0, 1):
+        nodes: list[onnx.NodeProto] = []
+        t = _skip(m, mul.input[slot], nodes, bias=False)
+        gate = _se_gate(m, t)
+        if gate is None:
+            continue
+        nodes += gate[0]
+        second = producer(m, _skip(m, gate[1], nodes))
+        t = _linear_data_input(m, second) if second is not None else None
+        if t is None:
+            continue
+        nodes.append(second)
+        t = _skip(m, t, nodes)
+        act = producer(m, t)
+        if act is None:
+            continue
+        if act.op_type == "Mul" and len(act.input) == 2:  # Swish: x * sigmoid(x)
+            sig = [producer(m, i) for i in act.input]
+            k = next((k for k in (0, 1) if sig[k] is not None and sig[k].op_type == "Sigmoid" and sig[k].input[0] == act.input[1 - k]), None)
+            if k is None:
+                continue
+            nodes += [act, sig[k]]
+            t = act.input[1 - k]
+        elif act.op_type in _SE_ACTIVATIONS:
+            nodes.append(act)
+            t = act.input[0]
+        else:
+            continue
+        first = producer(m, _skip(m, t, nodes))
+        t = _linear_data_input(m, first) if first is not None else None
+        if t is None:
+            continue
+        nodes.append(first)
+        pool = producer(m, _skip(m, t, nodes, bias=False))
+        if pool is None or pool.op_type not in ("ReduceMean", "GlobalAveragePool"):
+            continue
+        other = mul.input[1 - slot]
+        if pool.input[0] == other or _skip(m, pool.input[0], [], bias=False) == _skip(m, other, [], bias=False):
+            return nodes
+    return []
+
+
+def _attention_output(m: GraphView, mm: onnx.NodeProto) -> list[onnx.NodeProto]:
+    """Softmax [-> Reshape] -> MatMul <- Reshape/Transpose/Split/Gather/Squeeze/Concat."""
+    if len(mm.input) != 2:
+        return []
+    for slot in (0, 1):
+        p = producer(m, mm.input[slot])
+        nodes = []
+        if p is not None and p.op_type == "Reshape":
+            nodes.append(p)
+            p = producer(m, p.input[0])
+        branch = producer(m, mm.input[1 - slot])
+        if p is not None and p.op_type == "Softmax" and branch is not None and branch.op_type in _MHA_BRANCH:
+            return [p, *nodes, branch, mm]
+    return []
+
+
+def _rope(m: GraphView, mm: onnx.NodeProto) -> list[onnx.NodeProto]:
+    """MatMul [-> Transpose] -> Concat (of it twice) -> Sin, Cos."""
+    nodes = [mm]
+    t = mm.output[0]
+    readers = [n for n, _ in m.readers.get(t, ())]
+    if len(readers) == 1 and readers[0].op_type == "Transpose":
+        nodes.append(readers[0])
+        t = readers[0].output[0]
+        readers = [n for n, _ in m.readers.get(t, ())]
+    for cat in readers:
+        if cat.op_type == "Concat" and list(cat.input).count(t) >= 2:
+            after = {n.op_type: n for n, _ in m.readers.get(cat.output[0], ())}
+            if "Sin" in after and "Cos" in after:
+                return nodes + [cat, after["Sin"], after["Cos"]]
+    return []
+
+
+def _sam_pe(m: GraphView, mm: onnx.NodeProto) -> list[onnx.NodeProto]:
+    """MatMul -> Mul -> Sin, Cos -> Concat."""
+    for mul, _ in m.readers.get(mm.output[0], ()):
+        if mul.op_type != "Mul":
+            continue
+        after = {n.op_type: n for n, _ in m.readers.get(mul.output[0], ())}
+        if "Sin" in after and "Cos" in after:
+            cats = {n.name for n, _ in m.readers.get(after["Sin"].output[0], ()) if n.op_type == "Concat"}
+            cats &= {n.name for n, _ in m.readers.get(after["Cos"].output[0], ()) if n.op_type == "Concat"}
+            if cats:
+                return [mm, mul, after["Sin"], after["Cos"], m.nodes[min(cats)]]
+    return []
+
+
+def ignored_nodes(m: GraphView) -> dict[str, str]:
+    """Node name -> the NNCF ignored pattern (IGNORED_PATTERNS) it belongs to."""
+    found: dict[str, str] = {}
+    for n in m.graph.node:
+        if not standard(n):
+            continue
+        if n.op_type == "Mul" and len(n.input) == 2:
+            for x in _se_block(m, n):
+                found.setdefault(x.name, "se_block")
+        if n.op_type == "MatMul":
+            for name, match in (("attention_output", _attention_output), ("rope", _rope), ("sam_pe", _sam_pe)):
+                for x in match(m, n):
+                    found.setdefault(x.name, name)
+    return found
+
+
+
+def is_variance(m: GraphView, n: onnx.NodeProto) -> bool:
+    """A ReduceMean of squares (the variance of a decomposed LayerNorm/MVN): OpenVINO fuses the
+    normalisation into one MVN op whose input is the only one NNCF quantizes."""
+    p = m.producer.get(n.input[0])
+    if p is None or not standard(p) or len(p.input) != 2:
+        return False
+    if p.op_type == "Mul":
+        return p.input[0] == p.input[1]
+    if p.op_type == "Pow" and p.input[1] in m.constants:
+        return bool(np.all(numpy_helper.to_array(m.constants[p.input[1]]) == 2))
+    return False
+
+
+
+# ---------------------------------------------------------------- TensorRT (ModelOpt)
+
+# What TensorRT fuses into a Conv before a residual Add, walking up from the Add's input
+# (ModelOpt graph_utils.get_fusible_backbone: [Relu] <- [BatchNormalization] <- [bias Add] <-
+# [constant Mul] <- Conv/ConvTranspose, each step optional).
+_BACKBONE_STEPS = ("Relu", "BatchNormalization", "BiasAdd", "ConstMul")
+_ANCESTOR_LIMIT = 4096
+
+
+def _backbone_step(m: GraphView, n: onnx.NodeProto) -> tuple[str, str] | None:
+    """(step kind, data input) of a node TensorRT fuses into the Conv below it, else None."""
+    if n.op_type in ("Relu", "BatchNormalization") and n.input:
+        return n.op_type, n.input[0]
+    if n.op_type in ("Add", "Mul") and len(n.input) == 2:
+        const = [i for i in n.input if i in m.constants]
+        data = [i for i in n.input if i not in m.constants]
+        if len(const) == 1 and len(data) == 1:
+            return ("BiasAdd" if n.op_type == "Add" else "ConstMul"), data[0]
+    return None
+
+
+def fusible_backbone(m: GraphView, t: str) -> onnx.NodeProto | None:
+    """The Conv/ConvTranspose that `t` comes out of through ops TensorRT fuses into it, else None."""
+    n = producer(m, t)
+    steps = _BACKBONE_STEPS
+    while n is not None:
+        if n.op_type in ("Conv", "ConvTranspose"):
+            return n
+        step = _backbone_step(m, n)
+        if step is None or step[0] not in steps:
+            return None
+        steps = steps[steps.index(step[0]) + 1:]
+        n = producer(m, step[1])
+    return None
+
+
+def _ancestors(m: GraphView, start: onnx.NodeProto) -> dict[str, int]:
+    """Node name -> hops from `start` (0) walking up through data inputs (breadth first)."""
+    dist = {start.name: 0}
+    frontier = [start]
+    while frontier and len(dist) < _ANCESTOR_LIMIT:
+        nxt = []
+        for n in frontier:
+            for t in n.input:
+                p = m.producer.get(t)
+                if p is not None and p.name not in dist:
+                    dist[p.name] = dist[n.name] + 1
+                    nxt.append(p)
+        frontier = nxt
+    return dist
+
+
+def lowest_common_ancestor(m: GraphView, a: onnx.NodeProto, b: onnx.NodeProto) -> tuple[str | None, int, int]:
+    """(the common ancestor of nodes a and b nearest to both, its distance from a, from b);
+    (None, -1, -1) when they share none."""
+    da, db = _ancestors(m, a), _ancestors(m, b)
+    common = [n for n in da if n in db]
+    if not common:
+        return None, -1, -1
+    best = min(common, key=lambda n: (da[n] + db[n], da[n]))
+    return best, da[best], db[best]
+
+
+def residual_skip_input(m: GraphView, add: onnx.NodeProto) -> int | None:
+    """The input slot of a residual Add to quantize (the skip connection), or None when the Add
+    is not residual. ModelOpt's rule (graph_utils.build_non_residual_input_map): an Add of two
+    node outputs, at least one coming out of a Conv that TensorRT fuses the Add into; the fused
+    input is the one on the longer path back to their lowest common ancestor (an input whose
+    Conv is that ancestor is not residual)."""
+    if len(add.input) != 2 or any(i in m.constants or i not in m.producer for i in add.input):
+        return None
+    pa, pb = m.producer[add.input[0]], m.producer[add.input[1]]
+    ba, bb = fusible_backbone(m, add.input[0]), fusible_backbone(m, add.input[1])
+    lca, da, db = lowest_common_ancestor(m, pa, pb)
+    if ba is not None and bb is not None:
+        if ba.name == bb.name or ba.op_type != bb.op_type:
+            return None
+        fused = 0 if da > db else 1
+    elif ba is not None:
+        if lca == ba.name:
+            return None
+        fused = 0
+    elif bb is not None:
+        if lca == bb.name:
+            return None
+        fused = 1
+    else:
+        return None
+    return 1 - fused
+
+
+def _static_shapes(m: GraphView) -> dict[str, list[int | None]]:
+    """Tensor name -> dims (None where unknown) from onnx shape inference on the main graph."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(m.proto)
+    except Exception:  # a model onnx cannot infer (custom ops): no shapes, no shape-based exclusions
+        inferred = m.proto
+    g = inferred.graph
+    shapes: dict[str, list[int | None]] = {}
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        t = vi.type.tensor_type
+        if t.HasField("shape"):
+            shapes[vi.name] = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+    for name, c in m.constants.items():
+        shapes[name] = list(c.dims)
+    return shapes
+
+
+MIN_CHANNELS = 16  # ModelOpt graph_utils: Conv I/O channels and MatMul/Gemm K, N below this stay FP32
+MAX_ATTENTION_SEQUENCE = 512  # ModelOpt find_nodes_from_mha_to_exclude: int8 attention core only up to here
+
+
+def _conv_exclusion(m: GraphView, n: onnx.NodeProto, graph_inputs: set[str]) -> str | None:
+    """ModelOpt's small-Conv rule (graph_utils.find_nodes_from_convs_to_exclude, int8)."""
+    w = m.constants.get(n.input[1]) if len(n.input) > 1 else None
+    if w is None or len(w.dims) < 3:
+        return None
+    oc, ic = int(w.dims[0]), int(w.dims[1])
+    if oc >= MIN_CHANNELS and ic >= MIN_CHANNELS:
+        return None
+    group = int(G.attr(n, "group", 1))
+    kernel = list(G.attr(n, "kernel_shape", list(w.dims[2:])))
+    if group == 1 and (oc % 8 == 0 or ic % 8 == 0) and len(set(kernel)) == 1 and (
+            any(i in graph_inputs for i in n.input) or oc >= MIN_CHANNELS or ic >= MIN_CHANNELS):
+        return None
+    if group > 1 and oc % 8 == 0 and all(k >= 3 for k in kernel):
+        return None
+    return f"default exclusion: Conv with {ic} input / {oc} output channels per group (TensorRT has no fast int8 kernel)"
+
+
+def _matmul_exclusion(m: GraphView, n: onnx.NodeProto, shapes: dict) -> str | None:
+    """ModelOpt's GEMV and small-GEMM rules (graph_utils._exclude_matmuls_by_shape_inference)."""
+    out = shapes.get(n.output[0])
+    if not out:
+        return None
+    both_data = all(i not in m.constants for i in n.input[:2])
+    if both_data:
+        if len(out) >= 2 and 1 in (out[-1], out[-2]):
+            return "default exclusion: GEMV-shaped MatMul (a dimension of 1)"
+    elif len(out) < 3 and 1 in out:
+        return "default exclusion: GEMV-shaped MatMul/Gemm (a dimension of 1)"
+    b = shapes.get(n.input[1]) if len(n.input) > 1 else None
+    trans_b = n.op_type == "Gemm" and int(G.attr(n, "transB", 0))
+    k = b[-1 if trans_b else -2] if b and len(b) >= 2 else None
+    nn = out[-1] if len(out) >= 2 else None
+    if (nn is not None and 0 < nn < MIN_CHANNELS) or (k is not None and 0 < k < MIN_CHANNELS):
+        return f"default exclusion: small MatMul/Gemm (K={k}, N={nn} < {MIN_CHANNELS})"
+    return None
+
+
+def _attention_cores(m: GraphView, shapes: dict) -> dict[str, str]:
+    """The two MatMuls around a Softmax (Q.K^T and .V) whose sequence length exceeds 512."""
+    found: dict[str, str] = {}
+    for sm in m.graph.node:
+        if sm.op_type != "Softmax" or not standard(sm):
+            continue
+        first = producer(m, sm.input[0])
+        while first is not None and first.op_type in ("Mul", "Div", "Add", "Where") and first.input:
+            first = producer(m, first.input[0])  # scale and mask between Q.K^T and Softmax
+        if first is None or first.op_type != "MatMul":
+            continue
+        second = [r for r, slot in m.readers.get(sm.output[0], ()) if r.op_type == "MatMul"]
+        key = shapes.get(first.input[1]) if len(first.input) > 1 else None
+        seq = key[-1] if key else None
+        if seq is not None and seq > MAX_ATTENTION_SEQUENCE:
+            why = f"default exclusion: attention core with sequence length {seq} > {MAX_ATTENTION_SEQUENCE}"
+            for mm in [first, *second]:
+                found[mm.name] = why
+    return found
+
+
+def tensorrt_exclusions(m: GraphView) -> dict[str, str]:
+    """Node -> why ModelOpt keeps it FP32 by default for TensorRT (shapes from onnx shape
+    inference; a dimension it cannot infer excludes nothing)."""
+    shapes = _static_shapes(m)
+    graph_inputs = {i.name for i in m.graph.input}
+    found: dict[str, str] = {}
+    for n in m.graph.node:
+        if not standard(n):
+            continue
+        why = None
+        if n.op_type == "Conv":
+            why = _conv_exclusion(m, n, graph_inputs)
+        elif n.op_type in ("MatMul", "Gemm") and len(n.input) >= 2:
+            why = _matmul_exclusion(m, n, shapes)
+        if why:
+            found[n.name] = why
+    for name, why in _attention_cores(m, shapes).items():
+        found.setdefault(name, why)
+    return found
