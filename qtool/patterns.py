@@ -298,16 +298,23 @@ def is_variance(m: GraphView, n: onnx.NodeProto) -> bool:
 # ---------------------------------------------------------------- TensorRT (ModelOpt)
 
 # What TensorRT fuses into a Conv before a residual Add, walking up from the Add's input
-# (ModelOpt graph_utils.get_fusible_backbone: [Relu] <- [BatchNormalization] <- [bias Add] <-
-# [constant Mul] <- Conv/ConvTranspose, each step optional).
-_BACKBONE_STEPS = ("Relu", "BatchNormalization", "BiasAdd", "ConstMul")
+# (ModelOpt graph_utils.get_fusible_backbone: [MaxPool] <- [Relu or SiLU] <- [BatchNormalization]
+# <- [bias Add] <- [constant Mul] <- Conv/ConvTranspose, each step optional).
+_BACKBONE_STEPS = ("MaxPool", "Activation", "BatchNormalization", "BiasAdd", "ConstMul")
 _ANCESTOR_LIMIT = 4096
 
 
 def _backbone_step(m: GraphView, n: onnx.NodeProto) -> tuple[str, str] | None:
     """(step kind, data input) of a node TensorRT fuses into the Conv below it, else None."""
-    if n.op_type in ("Relu", "BatchNormalization") and n.input:
+    if n.op_type in ("MaxPool", "BatchNormalization") and n.input:
         return n.op_type, n.input[0]
+    if n.op_type == "Relu" and n.input:
+        return "Activation", n.input[0]
+    if n.op_type == "Mul" and len(n.input) == 2:  # SiLU: x * Sigmoid(x)
+        for k in (0, 1):
+            sig = producer(m, n.input[k])
+            if sig is not None and sig.op_type == "Sigmoid" and sig.input[0] == n.input[1 - k]:
+                return "Activation", n.input[1 - k]
     if n.op_type in ("Add", "Mul") and len(n.input) == 2:
         const = [i for i in n.input if i in m.constants]
         data = [i for i in n.input if i not in m.constants]
@@ -348,13 +355,14 @@ def _ancestors(m: GraphView, start: onnx.NodeProto) -> dict[str, int]:
 
 
 def lowest_common_ancestor(m: GraphView, a: onnx.NodeProto, b: onnx.NodeProto) -> tuple[str | None, int, int]:
-    """(the common ancestor of nodes a and b nearest to both, its distance from a, from b);
-    (None, -1, -1) when they share none."""
+    """(the common ancestor of nodes a and b nearest to a, its distance from a, from b), as
+    ModelOpt's modelopt/onnx/utils.py find_lowest_common_ancestor picks it (distances here are
+    shortest paths); (None, -1, -1) when they share none."""
     da, db = _ancestors(m, a), _ancestors(m, b)
     common = [n for n in da if n in db]
     if not common:
         return None, -1, -1
-    best = min(common, key=lambda n: (da[n] + db[n], da[n]))
+    best = min(common, key=lambda n: (da[n], db[n]))
     return best, da[best], db[best]
 
 
@@ -390,7 +398,7 @@ def _static_shapes(m: GraphView) -> dict[str, list[int | None]]:
     """Tensor name -> dims (None where unknown) from onnx shape inference on the main graph."""
     try:
         inferred = onnx.shape_inference.infer_shapes(m.proto)
-    except Exception:  # a model onnx cannot infer (custom ops): no shapes, no shape-based exclusions
+    except Exception:  # noqa: BLE001 (a model onnx cannot infer, e.g. custom ops: no shape-based exclusions)
         inferred = m.proto
     g = inferred.graph
     shapes: dict[str, list[int | None]] = {}

@@ -127,11 +127,17 @@ class Plan:
             "int8_layers": len(self.int8_layers),
             "fp32_layers": len(self.fp32_layers),
         }
-        if self.ignored:
-            patterns: dict[str, int] = {}
-            for name in self.ignored.values():
+        patterns: dict[str, int] = {}
+        exclusions: dict[str, str] = {}
+        for node, name in self.ignored.items():
+            if name.startswith("default exclusion"):
+                exclusions[node] = name.removeprefix("default exclusion: ")
+            else:
                 patterns[name] = patterns.get(name, 0) + 1
+        if patterns:
             out["ignored_pattern_nodes"] = dict(sorted(patterns.items()))
+        if exclusions:
+            out["default_exclusions"] = dict(sorted(exclusions.items()))
         return out
 
 
@@ -252,6 +258,7 @@ class _Placer:
         self.moved: dict[str, list[tuple[str, int, str]]] = {}  # tensor -> [(node, slot, upstream tensor)]
         self.concat_outputs: set[str] = set()
         self._satisfied: dict[str, bool] = {}
+        self.pools: list[onnx.NodeProto] = []  # pooling ops waiting for a quantized neighbour
 
     def quantizable_act(self, t: str) -> bool:
         return self.m.is_data(t) and self.m.types.get(t) in self.float_types
@@ -277,7 +284,6 @@ class _Placer:
 
     # ------------------------------------------------------------ 1. what each op asks for
     def request(self) -> None:
-        pools: list[onnx.NodeProto] = []
         for n in self.m.graph.node:
             if not P.standard(n) or n.name in self.excluded_nodes:
                 if n.op_type in self.rules.linear and n.name in self.excluded_nodes and n.name not in self.fp32:
@@ -287,10 +293,14 @@ class _Placer:
             if acts is None:
                 continue
             if n.op_type in self.rules.pooling and self.rules.pooling_needs_neighbour:
-                pools.append(n)
+                self.pools.append(n)
                 continue
             self._ask(n, acts, wts)
-        for n in reversed(pools):  # pooling only next to a quantized neighbour (reverse: readers first)
+
+    def request_pools(self) -> None:
+        """Pooling next to a quantized neighbour only: its output is quantized for a reader
+        (after the moves through pass-through ops) or its input is quantized anyway."""
+        for n in reversed(self.pools):
             if self.wanted.get(n.input[0]) or any(self.wanted.get(o) for o in n.output):
                 self._ask(n, [(0, n.input[0])], [])
 
@@ -585,6 +595,9 @@ def place(proto: onnx.ModelProto, records: dict, *, rules: Rules = CPU, exclude:
     p.exclude(exclude, include, ignored_patterns)
     p.request()
     p.propagate()
+    if p.pools:
+        p.request_pools()
+        p.propagate()
     p.ranges()
     p.read_weights()
     activation_sites, weight_sites, int8_layers = p.decide(weights_7bit)

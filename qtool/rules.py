@@ -13,7 +13,9 @@ graph_utils.py, partitioning.py):
 * AveragePool/GlobalAveragePool only next to a quantized neighbour; MaxPool and the
   shape ops pass the quantizer through; a Concat's quantized inputs and output share one scale;
 * signed INT8 everywhere (TensorRT: "only supports symmetric quantization"), activation scale =
-  the cache's amax / 127, no clipping fallback (the Q/DQ model and the cache agree bit for bit);
+  the cache's amax / 127 (bit for bit), except where that threshold is degenerate (clips more than
+  placement.MAX_CLIPPED of the values: NVIDIA's signed-grid entropy search on a tensor with no
+  values near zero, e.g. an image input); there max |x| is used, as on every target;
 * ModelOpt's default exclusions: small Convs, GEMV-shaped and small MatMul/Gemm, the attention
   core above sequence length 512 (qtool.patterns.tensorrt_exclusions); `--include` overrides them.
 """
@@ -76,7 +78,7 @@ TENSORRT = Rules(
     tensorrt_exclusions=True,
     weight_axes="tensorrt",
     signed_only=True,
-    clip_fallback=False,
+    clip_fallback=True,
     depthwise_per_channel=False,
 )
 

@@ -231,7 +231,7 @@ def test_other_models_calibration_is_refused(digits, tmp_path):
 
 def test_keep_fp32_needs_real_inputs_and_a_fake_quant_target(digits, tmp_path):
     r = invoke("export", "--target", "tensorrt", "--calib", digits["calib"], "-o", tmp_path / "x.cache", "--keep-fp32", "2")
-    assert r.exit_code == 1 and "openvino or qdq" in r.stderr and not (tmp_path / "x.cache").exists()
+    assert r.exit_code == 2 and "openvino or qdq" in r.stderr and not (tmp_path / "x.cache").exists()  # a usage error
     r = invoke("export", "--target", "qdq", "--calib", digits["calib"], "-o", tmp_path / "x.onnx", "--keep-fp32", "2")
     assert r.exit_code == 1 and "--images DIR or --data DIR" in r.stderr and not (tmp_path / "x.onnx").exists()
     r = invoke("export", "--target", "qdq", "--calib", digits["calib"], "-o", tmp_path / "x.onnx", "--images", IMAGES)

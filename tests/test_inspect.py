@@ -183,9 +183,8 @@ def test_directory_and_bad_model_fail_in_one_line(calibrated, tmp_path):
 
 
 @pytest.mark.parametrize("args", [
-    ["--format", "bogus"],
-    ["--format", "bogus", "-o", "{d}/x.out"],
     ["--trt-version", "6.0.1"],
+    ["--trt-version", "11.4", "--format", "cache"],
     ["--trt-version", "8.10.0", "--format", "dynamic-range"],
     ["--calib", "{d}/nope.calib.json"],
 ])
@@ -197,8 +196,11 @@ def test_export_bad_requests_fail_in_one_line_without_output(calibrated, tmp_pat
     r = run("export", "--target", "tensorrt", *[a.format(d=tmp_path) for a in args])
     one_error_line(r)
     assert sorted(p.name for p in tmp_path.iterdir()) == before
-    if "bogus" in args:
-        assert "cache, dynamic-range, ort-trt" in r.stderr
+
+
+def test_export_unknown_format_is_a_usage_error(calibrated, tmp_path):
+    r = run("export", "--target", "tensorrt", "--calib", calibrated["calibration"], "--format", "bogus", "-o", tmp_path / "x.out")
+    assert r.exit_code == 2 and "'qdq', 'cache', 'dynamic-range', 'ort-trt'" in r.stderr and not (tmp_path / "x.out").exists()
 
 
 def test_default_output_names_per_format(calibrated, tmp_path, monkeypatch):
@@ -212,3 +214,36 @@ def test_default_output_names_per_format(calibrated, tmp_path, monkeypatch):
         assert doc["outputs"]["tensorrt"] == f"chains{suffix}" and (tmp_path / f"chains{suffix}").is_file()
         assert doc["format"] == fmt and doc["coverage"]["missing"] == 0 and doc["entries"] == 21
     assert len((tmp_path / "chains.dynamic_range.txt").read_text().splitlines()) == 21
+
+
+def test_onnx_model_without_trt_version_points_to_it(calibrated):
+    r = run("inspect", calibrated["model"])
+    one_error_line(r)
+    assert "--trt-version" in r.stderr
+
+
+def test_trt_version_checks_the_onnx_model(calibrated):
+    r = run("inspect", calibrated["model"], "--trt-version", "11.4", "--json")
+    assert r.exit_code == 1  # a float model: no Q/DQ node, and TensorRT 11 has no other INT8 path
+    doc = json.loads(r.stdout)
+    assert doc["kind"] == "onnx" and [v["rule"] for v in doc["violations"]] == ["no-qdq"] and doc["qdq_nodes"] == 0
+
+
+@pytest.mark.parametrize("which,args,code", [
+    ("cache", ["--trt-version", "10.3"], 2),  # not an ONNX model: usage error
+    ("calibration", ["--trt-version", "10.3"], 2),
+    ("text", ["--trt-version", "10.3"], 2),
+    ("directory", ["--trt-version", "10.3"], 1),
+    ("model", ["--trt-version", "10.3", "--model", "{model}"], 2),
+    ("model", ["--trt-version", "7.2"], 1),
+    ("model", ["--trt-version", "ten"], 1),
+    ("missing", ["--trt-version", "10.3"], 1),
+])
+def test_trt_version_bad_requests(calibrated, tmp_path, which, args, code):
+    f = {"missing": tmp_path / "nope.onnx", "directory": tmp_path, "text": tmp_path / "notes.txt"}.get(which) or calibrated[which]
+    (tmp_path / "notes.txt").write_text("hello\n")
+    r = run("inspect", f, *[a.format(model=calibrated["model"]) for a in args])
+    assert r.exit_code == code, r.output
+    assert "Traceback" not in r.output and r.stdout == ""
+    if code == 1:
+        one_error_line(r)

@@ -109,9 +109,9 @@ def test_zero_and_nonfinite_amax_never_reach_the_file():
     assert warnings and "amax 0" in warnings[0]
 
 
-def test_tensorrt_11_warns_and_points_to_qdq():
-    _, warnings = write_cache({"a": 1.0}, "11.0.0")
-    assert any("TensorRT 11" in w and "--target qdq" in w for w in warnings)
+def test_tensorrt_11_has_no_cache():
+    with pytest.raises(QtoolError, match="TensorRT 11 removed implicit INT8"):
+        write_cache({"a": 1.0}, "11.0.0")
 
 
 def test_names_with_colons_are_written_with_a_warning():
@@ -314,7 +314,7 @@ def test_export_fills_pass_through_outputs_missing_from_the_calibration():
     names = model.activation_tensors(m)
     amax = {n: float(i + 1) for i, n in enumerate(names)}
     own = [n for n in names if n not in PASS_THROUGH_OUTPUTS]
-    result = tensorrt.export(Loaded(m), fake_calibration(own, amax))
+    result = tensorrt.export(Loaded(m), fake_calibration(own, amax), fmt="cache")
     header, back = read_cache(result.data.decode())
     assert list(back) == names  # every activation tensor, graph order, inputs and outputs included
     assert result.summary["coverage"] == {"activation_tensors": len(names), "written": len(names),
@@ -328,7 +328,7 @@ def test_export_replaces_zero_ranges_of_pass_through_outputs_by_the_inputs():
     m = chain_model()
     names = model.activation_tensors(m)
     amax = {n: 2.0 for n in names} | {"flat": 0.0, "lin_max": 0.0}
-    _, back = read_cache(tensorrt.export(Loaded(m), fake_calibration(names, amax)).data.decode())
+    _, back = read_cache(tensorrt.export(Loaded(m), fake_calibration(names, amax), fmt="cache").data.decode())
     assert back["flat"] == cache_round_trip(2.0)  # from relu
     assert back["lin_max"] == cache_round_trip(tensorrt.ZERO_AMAX_FALLBACK)  # nothing to inherit
 
@@ -365,16 +365,18 @@ def test_export_formats_and_suffixes():
         tensorrt.export(Loaded(m), cal, fmt="dynamic-range", trt_version="banana")
     text = tensorrt.export(Loaded(m), cal, fmt="dynamic-range").data.decode()
     assert text.splitlines() == [f"{n}:3.0" for n in names]
-    minmax = tensorrt.export(Loaded(m), cal, algorithm="minmax", trt_version="10.3.0")
+    minmax = tensorrt.export(Loaded(m), cal, algorithm="minmax", trt_version="10.3.0", fmt="cache")
     assert minmax.data.decode().startswith("TRT-100300-MinMaxCalibration\n")
-    assert any("--target qdq" in w for w in tensorrt.export(Loaded(m), cal, fmt="ort-trt", trt_version="11.0").warnings)
+    assert any("deprecate" in w for w in minmax.warnings)
+    with pytest.raises(QtoolError, match="TensorRT 11 removed implicit INT8"):
+        tensorrt.export(Loaded(m), cal, fmt="ort-trt", trt_version="11.0")
 
 
 def test_export_of_tf2onnx_names_warns_about_colons():
     m = zoo.nhwc_model()
     names = model.activation_tensors(m)
     cal = fake_calibration(names, {n: 2.0 for n in names})
-    cache = tensorrt.export(Loaded(m), cal)
+    cache = tensorrt.export(Loaded(m), cal, fmt="cache")
     assert any("':'" in w and "onnxruntime" in w for w in cache.warnings)
     assert set(read_cache(cache.data.decode())[1]) == set(names)
     assert set(read_ort_table(tensorrt.export(Loaded(m), cal, fmt="ort-trt").data)) == set(names)

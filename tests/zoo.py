@@ -40,6 +40,8 @@ __all__ = [
     "int_input_model",
     "external_data_model",
     "custom_op_model",
+    "resnet_like",
+    "deconv_gemm_like",
 ]
 
 FLOAT = TensorProto.FLOAT
@@ -714,6 +716,67 @@ def audio_like(opset=13):
     return _make_model(graph, opset)
 
 
+def resnet_like(opset=13):
+    """A torchvision-style ResNet stem and basic block (static 1x3x32x32): Conv -> BatchNormalization
+    -> Relu, MaxPool, two Conv-BN with a residual Add of the block input, a projection shortcut
+    block, GlobalAveragePool -> Flatten -> Gemm (transB=1), plus a 12->6 channel Conv (a shape
+    ModelOpt leaves in FP32)."""
+    g = _Graph(11)
+
+    def conv_bn(x, cin, cout, k, scope, stride=1, relu=True):
+        w = g.init(f"{scope}.weight", _conv_w(g.rng, cout, cin, k))
+        y = g.op("Conv", [x, w], scope, kernel_shape=[k, k], pads=[k // 2] * 4, strides=[stride, stride])
+        bn = [g.init(f"{scope}.bn.{n}", v.astype(np.float32)) for n, v in (
+            ("scale", g.rng.uniform(0.5, 1.5, cout)), ("bias", g.rng.normal(0, 0.1, cout)),
+            ("mean", g.rng.normal(0, 0.1, cout)), ("var", g.rng.uniform(0.5, 1.5, cout)))]
+        y = g.op("BatchNormalization", [y, *bn], scope)
+        return g.op("Relu", [y], scope) if relu else y
+
+    x = conv_bn("input", 3, 16, 3, "/stem")
+    x = g.op("MaxPool", [x], "/stem", kernel_shape=[2, 2], strides=[2, 2])
+    h = conv_bn(x, 16, 16, 3, "/layer1/conv1")
+    h = conv_bn(h, 16, 16, 3, "/layer1/conv2", relu=False)
+    x = g.op("Relu", [g.op("Add", [h, x], "/layer1")], "/layer1")
+    h = conv_bn(x, 16, 32, 3, "/layer2/conv1", stride=2)
+    h = conv_bn(h, 32, 32, 3, "/layer2/conv2", relu=False)
+    s = conv_bn(x, 16, 32, 1, "/layer2/downsample", stride=2, relu=False)
+    x = g.op("Relu", [g.op("Add", [s, h], "/layer2")], "/layer2")
+    t = conv_bn(g.op("Slice", [x, g.init("c0", np.array([0], np.int64)), g.init("c12", np.array([12], np.int64)),
+                              g.init("ax1", np.array([1], np.int64))], "/narrow"), 12, 6, 1, "/narrow")
+    x = g.op("GlobalAveragePool", [x], "/pool")
+    x = g.op("Flatten", [x], "/pool")
+    fc = g.init("fc.weight", (g.rng.standard_normal((10, 32)) / np.sqrt(32)).astype(np.float32))
+    y = g.op("Gemm", [x, fc, g.init("fc.bias", np.zeros(10, np.float32))], "/fc", outputs=["logits"], transB=1)
+    graph = g.graph("resnet", [helper.make_tensor_value_info("input", FLOAT, [1, 3, 32, 32])],
+                    [helper.make_tensor_value_info(y, FLOAT, [1, 10]), helper.make_tensor_value_info(t, FLOAT, [1, 6, 8, 8])])
+    return _make_model(graph, opset, producer="pytorch")
+
+
+def deconv_gemm_like(opset=13):
+    """A decoder-style model (static 2x3x16x16): Conv, ConvTranspose (group 1, stride 2) -> Relu,
+    Concat of a skip and an upsampled branch -> Conv, then a head through Reshape -> Gemm
+    (transB=0) and MatMul with a constant [K, N] weight."""
+    g = _Graph(12)
+    w1 = g.init("enc.weight", _conv_w(g.rng, 16, 3, 3))
+    e = g.op("Relu", [g.op("Conv", ["input", w1], "/enc", kernel_shape=[3, 3], pads=[1] * 4, strides=[2, 2])], "/enc")
+    wt = g.init("up.weight", (g.rng.standard_normal((16, 16, 2, 2)) * 0.2).astype(np.float32))  # [C_in, C_out, k, k]
+    u = g.op("Relu", [g.op("ConvTranspose", [e, wt, g.init("up.bias", np.zeros(16, np.float32))], "/up",
+                           kernel_shape=[2, 2], strides=[2, 2])], "/up")
+    skip = g.op("Relu", [g.op("Conv", ["input", g.init("skip.weight", _conv_w(g.rng, 16, 3, 3))], "/skip",
+                              kernel_shape=[3, 3], pads=[1] * 4)], "/skip")
+    c = g.op("Concat", [u, skip], "/cat", axis=1)
+    d = g.op("Relu", [g.op("Conv", [c, g.init("dec.weight", _conv_w(g.rng, 16, 32, 3))], "/dec",
+                           kernel_shape=[3, 3], pads=[1] * 4, strides=[4, 4])], "/dec")
+    f = g.op("Reshape", [d, g.init("flat", np.array([2, 256], np.int64))], "/head")
+    h = g.op("Relu", [g.op("Gemm", [f, g.init("head.weight", (g.rng.standard_normal((256, 32)) / 16).astype(np.float32))],
+                           "/head")], "/head")
+    y = g.op("MatMul", [h, g.init("out.weight", (g.rng.standard_normal((32, 16)) / 6).astype(np.float32))], "/out",
+             outputs=["features"])
+    graph = g.graph("decoder", [helper.make_tensor_value_info("input", FLOAT, [2, 3, 16, 16])],
+                    [helper.make_tensor_value_info(y, FLOAT, [2, 16])])
+    return _make_model(graph, opset, producer="pytorch")
+
+
 def _random_feeds(model, dims, seed=0):
     rng = np.random.default_rng(seed)
     feeds = {}
@@ -766,6 +829,8 @@ if __name__ == "__main__":
     _, (y,) = run("tiny_affine_model", tiny_affine_model(3.0, -1.0), {"n": 3})
     run("nhwc_model", nhwc_model(), {"n": 2})
     run("two_input_model", two_input_model(), {})
+    run("resnet_like", resnet_like(), {})
+    run("deconv_gemm_like", deconv_gemm_like(), {})
     run("int_input_model", int_input_model(), {})
     with tempfile.TemporaryDirectory() as d:
         p = external_data_model(d)

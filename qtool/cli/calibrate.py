@@ -126,7 +126,7 @@ def _data_source(loaded, data_dir, limit, shard) -> _Source:
 @click.option("--kl-variant", type=click.Choice(thresholds.KL_VARIANTS), default="nvidia", show_default=True, help="Whose entropy search to reproduce.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Calibration file [default: <model stem>.calib.json here].")
 @click.option("--trt-table", type=click.Path(path_type=Path), help="Also write a TensorRT INT8 calibration cache here.")
-@click.option("--trt-version", default=tensorrt.DEFAULT_VERSION, show_default=True, help="TensorRT version the cache header names (must match the builder).")
+@click.option("--trt-version", default=tensorrt.CACHE_VERSION, show_default=True, help="TensorRT version the cache header names (must match the builder; 7.x to 10.x: TensorRT 11 has no calibration cache).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
 @click.pass_context
 def calibrate(ctx, model_path, images_dir, data_dir, limit, on_bad_image, shard, size, resize, scale_text, mean, std, bgr, layout,

@@ -11,7 +11,7 @@ import click
 
 from .. import calibration, model
 from ..errors import QtoolError
-from ..exporters import TARGETS, exporter, tensorrt
+from ..exporters import TARGETS, exporter, tensorrt, trt_qdq
 from ..fileio import check_output_path, write_atomic
 from . import EPILOG, cli, emit
 
@@ -43,6 +43,21 @@ def load_checked_model(model_path: Path | None, calib_path: Path, cal: calibrati
     return loaded
 
 
+_ONLY = {
+    "trt_version": ("--trt-version", ("tensorrt",)), "format": ("--format", ("tensorrt",)), "method": ("--method", ("tensorrt",)),
+    "high_precision": ("--high-precision", ("tensorrt",)), "weights": ("--weights", ("tensorrt",)),
+    "weights_7bit": ("--weights-7bit", ("openvino", "qdq")), "keep_fp32": ("--keep-fp32", ("openvino", "qdq")),
+}
+
+
+def check_target_options(target: str, **given) -> None:
+    """A usage error for an option that the chosen target does not read."""
+    for key, value in given.items():
+        option, targets = _ONLY[key]
+        if value and target not in targets:
+            raise click.UsageError(f"{option} applies to --target {' or '.join(targets)}, not {target}")
+
+
 def parse_target(text: str) -> str:
     target = text.strip().lower()
     if target not in TARGETS:
@@ -57,20 +72,24 @@ def parse_target(text: str) -> str:
 @click.option("--target", "target_text", required=True, help=f"Output format: {', '.join(TARGETS)}.")
 @click.option("--calib", type=click.Path(path_type=Path), help="Calibration file [default: the single *.calib.json here].")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Output file [default: <model stem> + the target's suffix, here].")
-@click.option("--trt-version", default=tensorrt.DEFAULT_VERSION, show_default=True, help="tensorrt: TensorRT version the cache header names.")
-@click.option("--algorithm", type=click.Choice(sorted(tensorrt.CALIBRATOR_ALGORITHMS)), default="entropy2", show_default=True, help="tensorrt: calibrator the cache claims to come from.")
-@click.option("--format", "fmt", default="cache", show_default=True, help="tensorrt: cache (trtexec --calib; onnxruntime with trt_int8_use_native_calibration_table=1), dynamic-range (sampleINT8API name:amax lines), ort-trt (onnxruntime TensorRT EP table: trt_int8_calibration_table_name=FILE in trt_engine_cache_path, native table off).")
-@click.option("--exclude", multiple=True, help="openvino/qdq: keep this node or tensor in FP32 (repeatable).")
+@click.option("--trt-version", help=f"tensorrt: the TensorRT that builds the engine [default: the installed tensorrt package's, else {tensorrt.LATEST_VERSION}].")
+@click.option("--format", "fmt", type=click.Choice(tensorrt.FORMATS), help="tensorrt: qdq (ONNX with QuantizeLinear/DequantizeLinear placed by TensorRT's rules; default for 10.x and 11.x, the only INT8 input of 11.x), cache (trtexec --calib; default for 8.x/9.x; onnxruntime with trt_int8_use_native_calibration_table=1), dynamic-range (sampleINT8API name:amax lines), ort-trt (onnxruntime TensorRT EP table: trt_int8_calibration_table_name=FILE in trt_engine_cache_path, native table off).")
+@click.option("--algorithm", type=click.Choice(sorted(tensorrt.CALIBRATOR_ALGORITHMS)), default="entropy2", show_default=True, help="tensorrt: entropy2 (the signed-grid entropy threshold, as TensorRT's EntropyCalibration2) or minmax (max |x|); the cache header names it.")
+@click.option("--method", help="tensorrt: recompute every activation threshold on the signed grid with this method (entropy, max, mse, percentile:P, mean-minmax) instead of --algorithm's.")
+@click.option("--high-precision", type=click.Choice(["fp16", "fp32"]), help="tensorrt qdq: the type of the unquantized layers in the ONNX (strongly typed builds run them so); fp16 converts them with graph inputs/outputs kept FP32 [default: fp16 for 10.x/11.x, fp32 for 8.x/9.x].")
+@click.option("--weights", type=click.Choice(["fp32", "int8"]), default="fp32", show_default=True, help="tensorrt qdq: FP32 weight -> QuantizeLinear -> DequantizeLinear (every version), or INT8 weight -> DequantizeLinear (10.x/11.x; 4x smaller file).")
+@click.option("--include", multiple=True, help="tensorrt qdq/openvino/qdq: quantize this node although a default exclusion (ModelOpt's small Conv/GEMV/attention rules) or an ignored pattern keeps it FP32 (repeatable).")
+@click.option("--exclude", multiple=True, help="keep this node or tensor in FP32 (repeatable; tensorrt: --format qdq).")
 @click.option("--weights-7bit", type=click.Choice(["first", "all"]), help="openvino/qdq: 7-bit weights against int8 overflow on CPUs without VNNI.")
 @click.option("--keep-fp32", type=click.IntRange(min=1), metavar="N", help="openvino/qdq: also keep in FP32 the layers reading the N quantized tensors that qtool evaluate ranks most harmful on the inputs of --images/--data (preprocessed as the calibration file records).")
 @click.option("--images", "images_dir", type=click.Path(path_type=Path), help="With --keep-fp32: images to rank the layers on.")
 @click.option("--data", "data_dir", type=click.Path(path_type=Path), help="With --keep-fp32: .npy/.npz files to rank the layers on.")
 @click.option("--limit", type=click.IntRange(min=1), help="With --keep-fp32: use only the first N images or data files.")
 @click.option("--no-ignored-patterns", is_flag=True, help="openvino/qdq: also quantize NNCF's ignored patterns (squeeze-excitation gating path, attention output MatMul, RoPE), which stay FP32 by default.")
-@click.option("--no-bias-correction", is_flag=True, help="openvino/qdq: keep the biases as they are instead of shifting each int8 Conv/MatMul/Gemm bias by the mean output error its weight quantization causes (from the per-channel input means in the calibration file; NNCF's fast bias correction).")
+@click.option("--no-bias-correction", is_flag=True, help="openvino/qdq/tensorrt qdq: keep the biases as they are instead of shifting each int8 Conv/MatMul/Gemm bias by the mean output error its weight quantization causes (from the per-channel input means in the calibration file; NNCF's fast bias correction).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
-def export(model_path, target_text, calib, output, trt_version, algorithm, fmt, exclude, weights_7bit, keep_fp32,
-           images_dir, data_dir, limit, no_ignored_patterns, no_bias_correction, as_json):
+def export(model_path, target_text, calib, output, trt_version, fmt, algorithm, method, high_precision, weights, include,
+           exclude, weights_7bit, keep_fp32, images_dir, data_dir, limit, no_ignored_patterns, no_bias_correction, as_json):
     """Write the calibrated ranges of MODEL in a target format.
 
     With no MODEL, the model recorded in the calibration file is used; either way it must be
@@ -78,16 +97,19 @@ def export(model_path, target_text, calib, output, trt_version, algorithm, fmt, 
     """
     started = time.perf_counter()
     target = parse_target(target_text)
+    check_target_options(target, trt_version=trt_version, format=fmt, method=method, high_precision=high_precision,
+                         weights=weights != "fp32", weights_7bit=weights_7bit, keep_fp32=keep_fp32)
     module = exporter(target)
     calib_path = find_calibration(calib)
     cal = calibration.load(calib_path)
     source = model_path if model_path is not None else calib_path.parent / cal.model_path
-    options = dict(trt_version=trt_version, algorithm=algorithm, fmt=fmt, exclude=list(exclude), weights_7bit=weights_7bit,
+    if target == "tensorrt":
+        trt_version, fmt = tensorrt.resolve(trt_version, fmt)
+    options = dict(trt_version=trt_version, algorithm=algorithm, fmt=fmt, method=method, high_precision=high_precision,
+                   weights=weights, exclude=list(exclude), include=list(include), weights_7bit=weights_7bit,
                    ignored_patterns=not no_ignored_patterns, bias_correction=not no_bias_correction)
     out = output or Path(Path(cal.model_path).stem + module.suffix(**options))
     out = check_output_path(out, inputs=(source, calib_path))
-    if keep_fp32 and target == "tensorrt":
-        raise QtoolError("--keep-fp32 applies to --target openvino or qdq")
     if keep_fp32 and (images_dir is None) == (data_dir is None):
         raise QtoolError("--keep-fp32 ranks layers on real inputs: give exactly one of --images DIR or --data DIR")
     if not keep_fp32 and (images_dir or data_dir or limit):
@@ -105,6 +127,8 @@ def export(model_path, target_text, calib, output, trt_version, algorithm, fmt, 
     if kept is not None:
         result.warnings[:0] = kept.warnings
         result.summary["kept_fp32"] = kept.tensors
+    if target == "tensorrt" and fmt == "qdq":
+        result.summary["build"] = trt_qdq.build_command(tensorrt.major_of(trt_version), str(out))
     write_atomic(out, result.data)
     for w in result.warnings:
         log.warning(w)
@@ -113,4 +137,5 @@ def export(model_path, target_text, calib, output, trt_version, algorithm, fmt, 
         "command": "export", "target": target, "model": str(loaded.path), "calibration": str(calib_path),
         "outputs": {target: str(out)}, "seconds": round(seconds, 3), "warnings": result.warnings, **result.summary,
     }
-    emit(as_json, summary, f"exported {target} from {calib_path} in {seconds:.1f} s -> {out}")
+    text = f"exported {target} from {calib_path} in {seconds:.1f} s -> {out}"
+    emit(as_json, summary, text + (f"\nbuild it with: {summary['build']}" if "build" in summary else ""))

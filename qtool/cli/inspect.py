@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import Counter
 from pathlib import Path
 
 import click
 
-from .. import calibration, model
+from .. import calibration, model, trtrules
 from ..errors import QtoolError
 from ..exporters import tensorrt
 from . import EPILOG, cli, emit
@@ -66,7 +67,10 @@ def read_file(path: Path) -> dict:
             entries = tensorrt.read_ort_table(data)
         except QtoolError as e:
             if _is_onnx(data):
-                raise QtoolError(f"{str(path)!r} is an ONNX model; give it with --model and a calibration file or cache as FILE") from None
+                raise QtoolError(
+                    f"{str(path)!r} is an ONNX model; check its Q/DQ nodes with --trt-version X, or give it with "
+                    "--model and a calibration file or cache as FILE"
+                ) from None
             raise QtoolError(f"{str(path)!r} is binary and {e}") from None
         return {"kind": "ort-trt", "header": {}, "tensors": _plain(entries)}
     raise QtoolError(
@@ -76,11 +80,12 @@ def read_file(path: Path) -> dict:
 
 
 def _is_onnx(data: bytes) -> bool:
-    try:
-        import onnx
+    import onnx
+    from google.protobuf.message import Error as ProtobufError
 
+    try:
         return len(onnx.load_model_from_string(data).graph.node) > 0
-    except Exception:  # any decoding failure: not a model
+    except (ProtobufError, ValueError, TypeError, RuntimeError):  # any decoding failure: not a model
         return False
 
 
@@ -183,19 +188,73 @@ def _text(path: Path, doc: dict, cov: dict | None) -> str:
     return "\n".join(lines)
 
 
+def _onnx_text(path: Path, version: str, found: list[trtrules.Violation], qdq: int) -> str:
+    lines = [f"{v.node or '<model>'}: {v.rule}: {v.message}" for v in found]
+    if found:
+        counts = ", ".join(f"{rule} {n}" for rule, n in sorted(Counter(v.rule for v in found).items()))
+        lines.append(f"{path}: {len(found)} violation(s) of the TensorRT {version} Q/DQ rules, {qdq} Q/DQ nodes ({counts})")
+    else:
+        lines.append(f"{path}: no violation of the TensorRT {version} Q/DQ rules, {qdq} Q/DQ nodes")
+    return "\n".join(lines)
+
+
+def _inspect_onnx(ctx: click.Context, file: Path, trt_version: str, as_json: bool) -> None:
+    """`inspect MODEL.onnx --trt-version X`: the Q/DQ rules the model breaks; exit 1 if any."""
+    major, minor, patch = trtrules.parse_version(trt_version)
+    version = f"{major}.{minor}.{patch}"
+    loaded = model.load_model(file)
+    found = trtrules.check(loaded.proto, trt_version)
+    qdq = trtrules.qdq_nodes(loaded.proto)
+    summary = {
+        "command": "inspect", "file": str(file), "kind": "onnx", "trt_version": version,
+        "opset": trtrules.default_opset(loaded.proto),
+        "qdq_nodes": qdq, "violations": [{"node": v.node, "rule": v.rule, "message": v.message} for v in found],
+    }
+    emit(as_json, summary, _onnx_text(file, version, found, qdq))
+    if found:
+        click.echo(f"error: {file} breaks the TensorRT {version} Q/DQ rules in {len(found)} place(s)", err=True)
+        ctx.exit(1)
+
+
+def _require_onnx(path: Path) -> None:
+    """FILE must be an ONNX model for --trt-version: missing or unreadable is bad input (exit 1),
+    another kind of file a usage error (exit 2)."""
+    if not path.exists():
+        raise QtoolError(f"{str(path)!r} does not exist")
+    try:
+        data = path.read_bytes()
+    except IsADirectoryError:
+        raise QtoolError(f"{str(path)!r} is a directory; give an ONNX model") from None
+    except OSError as e:
+        raise QtoolError(f"{str(path)!r} cannot be read ({e.strerror or e})") from None
+    if not _is_onnx(data):
+        raise click.UsageError(f"--trt-version checks an ONNX model's Q/DQ nodes, and {str(path)!r} is not an ONNX model")
+
+
 @cli.command(epilog=EPILOG)
 @click.argument("file", type=click.Path(path_type=Path))
 @click.option("--model", "model_path", type=click.Path(path_type=Path), help="Report which activation tensors of this ONNX model FILE covers; exit 1 if any is missing.")
+@click.option("--trt-version", help="FILE is a Q/DQ ONNX model: list every way its QuantizeLinear/DequantizeLinear nodes break this TensorRT version's ONNX parser rules (e.g. 8.6, 10.3, 11.4); exit 1 if any.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
 @click.pass_context
-def inspect(ctx, file, model_path, as_json):
+def inspect(ctx, file, model_path, trt_version, as_json):
     """Show what FILE holds: a calibration file, a TensorRT cache, a dynamic-range file or an
     onnxruntime TensorRT table (told apart by content).
 
     Calibration files list min, max, amax, unsigned and method per tensor; caches also show the
     decoded header (version number -> TensorRT X.Y.Z, algorithm) and each entry's hex and scale.
     Tensors are sorted by name.
+
+    With --trt-version X, FILE is an ONNX model with QuantizeLinear/DequantizeLinear nodes: each
+    rule of TensorRT X's ONNX parser it breaks is printed as `node: rule: message`.
     """
+    if trt_version is not None:
+        if model_path is not None:
+            raise click.UsageError("--trt-version checks the ONNX model given as FILE; it does not go with --model")
+        trtrules.parse_version(trt_version)
+        _require_onnx(file)
+        _inspect_onnx(ctx, file, trt_version, as_json)
+        return
     doc = read_file(file)
     cov = None
     if model_path is not None:

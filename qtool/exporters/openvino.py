@@ -66,14 +66,14 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
     G.ensure_opset(model, DOMAIN, 1)
 
 
-def export(loaded, cal, *, exclude=(), weights_7bit=None, ignored_patterns=True, bias_correction=True, **_options):
+def export(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_patterns=True, bias_correction=True, **_options):
     """FakeQuantize ONNX for OpenVINO from the calibration `cal` of `loaded`."""
     from . import ExportResult
 
     model = G.copy_model(loaded.proto, str(loaded.path.parent))
     namer = G.Namer(model)
     G.unique_node_names(model.graph, namer)
-    plan = placement.place(model, {t.name: t for t in cal.tensors}, exclude=list(exclude or ()),
+    plan = placement.place(model, {t.name: t for t in cal.tensors}, exclude=list(exclude or ()), include=list(include or ()),
                            weights_7bit=weights_7bit, ignored_patterns=ignored_patterns, float_types=FLOAT_TYPES)
     corrected, bc_warnings = biascorrection.apply_to_export(model, namer, plan, cal, bias_correction)
     apply(model, namer, plan)

@@ -27,8 +27,9 @@ def suffix(**_options) -> str:
     return ".qdq.onnx"
 
 
-def upgrade_opset(model: onnx.ModelProto, target: int = MIN_OPSET) -> tuple[onnx.ModelProto, list[str]]:
-    """The model at default-domain opset >= target (converted with onnx.version_converter)."""
+def upgrade_opset(model: onnx.ModelProto, target: int = MIN_OPSET, why: str = "per-channel DequantizeLinear") -> tuple[onnx.ModelProto, list[str]]:
+    """The model at default-domain opset >= target (converted with onnx.version_converter);
+    `why` names what needs that opset in the messages."""
     current = G.default_opset(model)
     if current >= target:
         return model, []
@@ -39,7 +40,7 @@ def upgrade_opset(model: onnx.ModelProto, target: int = MIN_OPSET) -> tuple[onnx
     except Exception as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise QtoolError(
-            f"the model is opset {current}; per-channel DequantizeLinear needs opset {target} and onnx's version "
+            f"the model is opset {current}; {why} needs opset {target} and onnx's version "
             f"converter failed ({reason}); re-export the model at opset {target} or later"
         ) from None
     try:
@@ -49,7 +50,7 @@ def upgrade_opset(model: onnx.ModelProto, target: int = MIN_OPSET) -> tuple[onnx
             f"the model is opset {current}; converting it to opset {target} gave an invalid model "
             f"({str(e).strip().splitlines()[0]}); re-export the model at opset {target} or later"
         ) from None
-    return converted, [f"the model was converted from opset {current} to opset {target} (per-channel DequantizeLinear needs {target})"]
+    return converted, [f"the model was converted from opset {current} to opset {target} ({why} needs {target})"]
 
 
 def _init(model: onnx.ModelProto, namer: G.Namer, base: str, array: np.ndarray) -> str:
@@ -89,7 +90,7 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
     model.graph.node.extend(new_nodes)
 
 
-def export(loaded, cal, *, exclude=(), weights_7bit=None, ignored_patterns=True, bias_correction=True, **_options):
+def export(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_patterns=True, bias_correction=True, **_options):
     """QDQ ONNX from the calibration `cal` of `loaded`."""
     from . import ExportResult
 
@@ -97,7 +98,7 @@ def export(loaded, cal, *, exclude=(), weights_7bit=None, ignored_patterns=True,
     model, warnings = upgrade_opset(model)
     namer = G.Namer(model)
     G.unique_node_names(model.graph, namer)
-    plan = placement.place(model, {t.name: t for t in cal.tensors}, exclude=list(exclude or ()),
+    plan = placement.place(model, {t.name: t for t in cal.tensors}, exclude=list(exclude or ()), include=list(include or ()),
                            weights_7bit=weights_7bit, ignored_patterns=ignored_patterns, float_types=(TensorProto.FLOAT,))
     corrected, bc_warnings = biascorrection.apply_to_export(model, namer, plan, cal, bias_correction)
     apply(model, namer, plan)

@@ -1,6 +1,14 @@
-"""TensorRT INT8 ranges: the calibration cache and the two related range files.
+"""TensorRT INT8: a Q/DQ model (explicit quantization) or the calibration cache and the two
+related range files (implicit quantization).
+
+Which TensorRT reads what (reference: TensorRT 10.x-to-11.x migration guide and trtexec docs;
+TensorRT C API deprecated.html): 8.x/9.x the cache (`--int8 --calib`) and Q/DQ models (with
+`--int8`); 10.x Q/DQ (recommended, `--stronglyTyped`) and the cache (deprecated since 10.1);
+11.x Q/DQ only: implicit INT8, the calibrator API and trtexec's --int8/--calib are gone.
 
 Formats (`--format`):
+  qdq            an ONNX model with QuantizeLinear/DequantizeLinear placed by TensorRT's rules
+                 (qtool.exporters.trt_qdq); the default for 10.x and 11.x.
   cache          what `trtexec --calib=FILE` and IInt8Calibrator read (reference section 4;
                  NVIDIA/TensorRT samples/common/sampleEngines.cpp `readScalesFromCalibrationCache`):
                      TRT-<version>-<algorithm>
@@ -38,15 +46,25 @@ from .. import model, passthrough
 from ..errors import QtoolError
 
 ALGORITHMS = ("EntropyCalibration2", "MinMaxCalibration", "EntropyCalibration", "LegacyCalibration")
-DEFAULT_VERSION = "8.6.1"
-FORMATS = ("cache", "dynamic-range", "ort-trt")
-SUFFIXES = {"cache": ".cache", "dynamic-range": ".dynamic_range.txt", "ort-trt": ".calibration.flatbuffers"}
+# The header `calibrate --trt-table` writes unless told: the newest TensorRT whose implicit INT8
+# is not deprecated (JetPack 5 and many deployed servers still build with it).
+CACHE_VERSION = "8.6.1"
+# The newest TensorRT qtool knows (11.4, 2026); the default target when `tensorrt` is not installed.
+LATEST_VERSION = "11.4.0"
+KNOWN_MAJORS = (8, 9, 10, 11)
+FORMATS = ("qdq", "cache", "dynamic-range", "ort-trt")
+RANGE_FORMATS = ("cache", "dynamic-range", "ort-trt")  # implicit INT8: TensorRT 10 and earlier
+SUFFIXES = {"qdq": ".trt.onnx", "cache": ".cache", "dynamic-range": ".dynamic_range.txt", "ort-trt": ".calibration.flatbuffers"}
 # Written for an all-zero (or never-seen) tensor: any positive range quantizes zeros exactly,
 # while a zero scale would make TensorRT divide by zero.
 ZERO_AMAX_FALLBACK = 1.0
-TRT11_WARNING = (
-    "TensorRT 11 and later have no calibration-cache (implicit) INT8 and ignore these ranges; "
-    "use --target qdq (explicit quantization) there"
+TRT11_REMOVED = (
+    "TensorRT 11 removed implicit INT8 (no calibration cache, no --int8/--calib, no calibrator API), "
+    "so it cannot read a {fmt} file; use --format qdq, or name an older TensorRT with --trt-version"
+)
+TRT10_DEPRECATED = (
+    "TensorRT 10.1 and later deprecate implicit INT8 (calibration caches) and TensorRT 11 removed it; "
+    "--format qdq (the default for 10.x) is the supported path"
 )
 
 
@@ -56,12 +74,47 @@ def _listed(names: list[str], limit: int = 5) -> str:
 
 # ----------------------------------------------------------------------------- versions, hex
 
-def version_number(version: str) -> int:
-    """'8.6.1' -> 8601, '10.3.0' -> 100300 (the number in the cache header)."""
+def parse_version(version: str) -> tuple[int, int, int]:
+    """'10.3' -> (10, 3, 0); a one-line error for text that is not a version."""
     m = re.fullmatch(r"(\d+)\.(\d+)(?:\.(\d+))?(?:\.\d+)?", version.strip())
     if not m:
-        raise QtoolError(f"--trt-version {version!r} is not a version like 8.6.1 or 10.3.0")
-    major, minor, patch = int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+        raise QtoolError(f"--trt-version {version!r} is not a version like 8.6.1, 10.3.0 or 11.4")
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+def installed_version() -> str | None:
+    """The version of the `tensorrt` Python package, when one imports."""
+    try:
+        import tensorrt  # optional: only its version is read
+    except Exception:  # noqa: BLE001 (absent, or a stub wheel that fails to import)
+        return None
+    version = getattr(tensorrt, "__version__", None)
+    return version if isinstance(version, str) else None
+
+
+def default_version() -> str:
+    """The installed TensorRT's version, else the newest one qtool knows."""
+    return installed_version() or LATEST_VERSION
+
+
+def major_of(version: str) -> int:
+    """The major version, checked to be one qtool knows (8.x to 11.x)."""
+    major = parse_version(version)[0]
+    if major not in KNOWN_MAJORS:
+        raise QtoolError(f"--trt-version {version}: qtool knows TensorRT 8.x to 11.x")
+    return major
+
+
+def default_format(version: str) -> str:
+    """What `version` builds INT8 from by default: the cache before 10, a Q/DQ model from 10."""
+    return "cache" if major_of(version) < 10 else "qdq"
+
+
+def version_number(version: str) -> int:
+    """'8.6.1' -> 8601, '10.3.0' -> 100300 (the number in the cache header)."""
+    major, minor, patch = parse_version(version)
+    if major >= 11:
+        raise QtoolError(TRT11_REMOVED.format(fmt="calibration cache"))
     # below 10 the minor has one decimal digit in the number (8.10 would read as 9.0)
     if major < 7 or minor > (99 if major >= 10 else 9) or patch > 99:
         raise QtoolError(f"--trt-version {version!r} is not a TensorRT version with INT8 calibration caches (7.x to 10.x)")
@@ -144,14 +197,12 @@ def _check_names(names, what: str) -> None:
 
 # ----------------------------------------------------------------------------- cache
 
-def write_cache(amax: dict[str, float], version: str = DEFAULT_VERSION, algorithm: str = "EntropyCalibration2") -> tuple[str, list[str]]:
+def write_cache(amax: dict[str, float], version: str = CACHE_VERSION, algorithm: str = "EntropyCalibration2") -> tuple[str, list[str]]:
     """Cache text for {tensor name: amax} in the given order, and warnings for the user."""
     if algorithm not in ALGORITHMS:
         raise QtoolError(f"unknown TensorRT calibration algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
     lines = [f"TRT-{version_number(version)}-{algorithm}"]
     warnings = []
-    if int(version.split(".")[0]) >= 11:
-        warnings.append(TRT11_WARNING)
     _check_names(amax, "TensorRT cache")
     amax, replaced = _replace_unusable(amax)
     for name, value in amax.items():
@@ -411,20 +462,66 @@ def check_format(fmt: str) -> str:
     return fmt
 
 
-def suffix(fmt: str = "cache", **_options) -> str:
+def resolve(trt_version: str | None = None, fmt: str | None = None) -> tuple[str, str]:
+    """(version, format) with the defaults filled in and the pair checked: TensorRT 11 reads
+    only Q/DQ models; a range format with no version named writes the CACHE_VERSION header."""
+    if fmt is not None:
+        check_format(fmt)
+    if trt_version is None:
+        trt_version = default_version()
+        if fmt in RANGE_FORMATS and major_of(trt_version) >= 11:
+            trt_version = CACHE_VERSION
+    major = major_of(trt_version)
+    fmt = fmt or default_format(trt_version)
+    if fmt in RANGE_FORMATS:
+        if major >= 11:
+            raise QtoolError(TRT11_REMOVED.format(fmt=fmt))
+        version_number(trt_version)
+    return trt_version, fmt
+
+
+def suffix(fmt: str | None = None, trt_version: str | None = None, **_options) -> str:
     """Default output file suffix for the format."""
-    return SUFFIXES[check_format(fmt)]
+    return SUFFIXES[resolve(trt_version, fmt)[1]]
 
 
-def export(loaded, cal, *, trt_version: str = DEFAULT_VERSION, algorithm: str = "entropy2", fmt: str = "cache", **_options):
-    """TensorRT ranges for `cal` in format `fmt` (see the module docstring)."""
+def signed_amax(cal, algorithm: str = "entropy2", method: str | None = None) -> dict[str, float]:
+    """The TensorRT amax per tensor: `method` recomputed on the signed grid when given, else the cache's."""
+    if method is None:
+        return cache_amax(cal, algorithm)
+    return {t.name: t.threshold(method, cal.kl_variant, unsigned=False, num_bits=cal.num_bits) for t in cal.tensors}
+
+
+def export(loaded, cal, *, trt_version: str | None = None, algorithm: str = "entropy2", fmt: str | None = None,
+           method: str | None = None, high_precision: str | None = None, weights: str = "fp32",
+           exclude=(), include=(), bias_correction: bool = True, **_options):
+    """TensorRT INT8 for `cal` in format `fmt` for `trt_version` (see the module docstring)."""
     from . import ExportResult
 
-    check_format(fmt)
+    trt_version, fmt = resolve(trt_version, fmt)
     if algorithm not in CALIBRATOR_ALGORITHMS:
         raise QtoolError(f"--algorithm {algorithm!r} is not one of {', '.join(CALIBRATOR_ALGORITHMS)}")
-    version_number(trt_version)
-    ranges, report = model_ranges(loaded.proto, cache_amax(cal, algorithm))
+    major = major_of(trt_version)
+    amax = signed_amax(cal, algorithm, method)
+    if fmt == "qdq":
+        from . import trt_qdq
+
+        data, warnings, summary = trt_qdq.export(
+            loaded, cal, amax, major=major, high_precision=high_precision or ("fp16" if major >= 10 else "fp32"),
+            weights=weights, exclude=exclude, include=include, bias_correction=bias_correction)
+        summary = {"format": fmt, "trt_version": trt_version, **summary}
+        return ExportResult(data, warnings, summary)
+    if high_precision is not None or weights != "fp32" or exclude or include:
+        raise QtoolError("--high-precision, --weights, --exclude and --include apply to --format qdq only")
+    data, warnings, summary = _ranges_file(loaded, amax, trt_version, algorithm, fmt)
+    if major == 10:
+        warnings.insert(0, TRT10_DEPRECATED)
+    return ExportResult(data, warnings, {"format": fmt, "trt_version": trt_version, **summary})
+
+
+def _ranges_file(loaded, amax: dict[str, float], trt_version: str, algorithm: str, fmt: str) -> tuple[bytes, list[str], dict]:
+    """(bytes, warnings, summary) of a cache, dynamic-range file or onnxruntime table."""
+    ranges, report = model_ranges(loaded.proto, amax)
     warnings = []
     if report["missing"]:
         warnings.append(
@@ -436,25 +533,21 @@ def export(loaded, cal, *, trt_version: str = DEFAULT_VERSION, algorithm: str = 
             f"{len(report['dropped'])} calibrated tensor(s) are not activation tensors of the model (shape/index or "
             f"unknown tensors) and are left out: {_listed(report['dropped'])}"
         )
-    summary: dict = {"format": fmt}
+    summary: dict = {}
     if fmt == "cache":
         text, more = write_cache(ranges, trt_version, CALIBRATOR_ALGORITHMS[algorithm])
         data = text.encode()
         summary["header"] = text.split("\n", 1)[0]
         entries = text.count("\n") - 1
+    elif fmt == "dynamic-range":
+        text, more = write_dynamic_range(ranges)
+        data = text.encode()
+        entries = text.count("\n")
     else:
-        if int(trt_version.split(".")[0]) >= 11:
-            warnings.append(TRT11_WARNING)
-        if fmt == "dynamic-range":
-            text, more = write_dynamic_range(ranges)
-            data = text.encode()
-            entries = text.count("\n")
-        else:
-            data, more = write_ort_table(ranges)
-            entries = len(ranges)
-    warnings += more
+        data, more = write_ort_table(ranges)
+        entries = len(ranges)
     summary.update(entries=entries, coverage={
         "activation_tensors": len(ranges) + len(report["missing"]), "written": entries,
         "inherited": len(report["inherited"]), "missing": len(report["missing"]), "dropped": len(report["dropped"]),
     })
-    return ExportResult(data, warnings, summary)
+    return data, warnings + more, summary

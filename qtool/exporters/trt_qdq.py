@@ -1,0 +1,154 @@
+"""TensorRT explicit quantization: an ONNX model with QuantizeLinear/DequantizeLinear nodes placed
+by TensorRT's rules (qtool.rules.TENSORRT), the only INT8 input TensorRT 11 has.
+
+What TensorRT's ONNX parser accepts (onnx/onnx-tensorrt onnxOpImporters.cpp and docs/operators.md,
+branches 8.6-GA and 10.1-GA; the TensorRT developer guide, "Explicit Quantization"):
+* signed INT8 only, zero points given explicitly and all 0; scales constant, finite, positive;
+* activations per tensor, scale = amax / 127 with amax from the signed-grid entropy search, the
+  float32 number the calibration cache holds for the same tensor (exporters/tensorrt.scale_hex);
+* weights per output channel on the axis the parser wants (Conv 0, ConvTranspose 1, Gemm by
+  transB, MatMul [K, N] 1), grid [-127, 127], scale max|w| / 127: an FP32 initializer ->
+  QuantizeLinear -> DequantizeLinear (every version) or an INT8 initializer -> DequantizeLinear
+  (10/11, 4x smaller);
+* opset: 13 at least (`axis`), 19 when the scales are FP16; the parser of 8.x reads up to 17,
+  10.x up to 20, 11.x up to 25.
+Strongly typed builds (10.x with --stronglyTyped, always on 11.x) run each layer in the type the
+ONNX gives it, so `high_precision="fp16"` converts the unquantized part to FP16 (qtool.fp16; graph
+inputs and outputs stay FP32), as NVIDIA ModelOpt does by default.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from .. import biascorrection, placement, quant
+from .. import graph as G
+from ..errors import QtoolError
+from ..rules import TENSORRT
+
+# TensorRT major -> (lowest, highest) default-domain opset of a Q/DQ model its parser reads
+OPSETS = {8: (13, 17), 9: (13, 17), 10: (13, 20), 11: (13, 25)}
+FP16_OPSET = 19  # QuantizeLinear/DequantizeLinear-19 take FP16 scales
+
+
+def build_command(major: int, path: str) -> str:
+    """The trtexec line that builds an INT8 engine from the Q/DQ model at `path`."""
+    if major < 10:
+        return f"trtexec --onnx={path} --int8 --fp16"
+    if major == 10:
+        return f"trtexec --onnx={path} --stronglyTyped"
+    return f"trtexec --onnx={path}"
+
+
+def check_options(major: int, high_precision: str, weights: str) -> None:
+    if high_precision not in ("fp16", "fp32"):
+        raise QtoolError(f"--high-precision must be fp16 or fp32, not {high_precision!r}")
+    if weights not in ("fp32", "int8"):
+        raise QtoolError(f"--weights must be fp32 or int8, not {weights!r}")
+    if major < 10 and weights == "int8":
+        raise QtoolError(f"--weights int8 (INT8 initializer -> DequantizeLinear) needs TensorRT 10 or later; "
+                         f"TensorRT {major}.x reads FP32 weights with QuantizeLinear -> DequantizeLinear: drop --weights int8")
+    if major < 10 and high_precision == "fp16":
+        raise QtoolError(f"--high-precision fp16 needs FP16 scales (opset {FP16_OPSET}), which TensorRT {major}.x's parser does "
+                         f"not read (opset <= {OPSETS[major][1]}); use --high-precision fp32 and build with --fp16")
+
+
+def _target_opset(model: onnx.ModelProto, major: int, high_precision: str) -> int:
+    lowest, highest = OPSETS[major]
+    current = G.default_opset(model)
+    wanted = max(current, lowest, FP16_OPSET if high_precision == "fp16" else lowest)
+    if wanted > highest:
+        why = f"FP16 scales need opset {FP16_OPSET}" if current <= highest else f"the model is opset {current}"
+        raise QtoolError(f"{why}, but TensorRT {major}.x's ONNX parser reads Q/DQ models up to opset {highest}; "
+                         + ("use --high-precision fp32" if current <= highest else f"re-export the model at opset {highest} or lower"))
+    return wanted
+
+
+def _init(model: onnx.ModelProto, namer: G.Namer, base: str, array: np.ndarray) -> str:
+    name = namer.fresh(base)
+    model.graph.initializer.append(numpy_helper.from_array(array, name))
+    return name
+
+
+def activation_scale(amax: float) -> np.float32:
+    """amax / 127 in float32 arithmetic, the exact number the calibration cache writes."""
+    return np.float32(amax) / np.float32(127.0)
+
+
+def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan, weights: str) -> None:
+    """Insert the plan's quantizers as TensorRT-style Q/DQ nodes (in place)."""
+    nodes = {n.name: n for n in model.graph.node}
+    new_nodes = []
+    for site in plan.activations:
+        scale = _init(model, namer, f"{site.tensor}/scale", np.asarray(activation_scale(site.range.amax)))
+        zp = _init(model, namer, f"{site.tensor}/zero_point", np.zeros((), dtype=np.int8))
+        q, dq = namer.fresh(f"{site.tensor}/quantized"), namer.fresh(f"{site.tensor}/dequantized")
+        new_nodes.append(helper.make_node("QuantizeLinear", [site.tensor, scale, zp], [q], name=namer.fresh(f"{site.tensor}/QuantizeLinear")))
+        new_nodes.append(helper.make_node("DequantizeLinear", [q, scale, zp], [dq], name=namer.fresh(f"{site.tensor}/DequantizeLinear")))
+        for node_name, slot in site.readers:
+            nodes[node_name].input[slot] = dq
+    for site in plan.weights:
+        new_nodes += _weight_nodes(model, namer, site, weights)
+        for node_name, slot in site.readers:
+            nodes[node_name].input[slot] = new_nodes[-1].output[0]
+    model.graph.node.extend(new_nodes)
+
+
+def _weight_nodes(model: onnx.ModelProto, namer: G.Namer, site: placement.WeightSite, weights: str) -> list[onnx.NodeProto]:
+    p = site.params()
+    axis = p.axis if p.axis is not None and np.ndim(p.scale) > 0 else None
+    attrs = {"axis": axis} if axis is not None else {}
+    scale = _init(model, namer, f"{site.tensor}/scale", np.asarray(p.scale, dtype=np.float32))
+    zp = _init(model, namer, f"{site.tensor}/zero_point", np.zeros(np.shape(p.scale), dtype=np.int8))
+    dq = namer.fresh(f"{site.tensor}/dequantized")
+    if weights == "int8":
+        q = quant.quantize_linear(site.values, np.asarray(p.scale, dtype=np.float32), p.zero_point, p.grid, axis).astype(np.int8)
+        source = _init(model, namer, f"{site.tensor}/int8", q)
+        return [helper.make_node("DequantizeLinear", [source, scale, zp], [dq], name=namer.fresh(f"{site.tensor}/DequantizeLinear"), **attrs)]
+    q = namer.fresh(f"{site.tensor}/quantized")
+    return [
+        helper.make_node("QuantizeLinear", [site.tensor, scale, zp], [q], name=namer.fresh(f"{site.tensor}/QuantizeLinear"), **attrs),
+        helper.make_node("DequantizeLinear", [q, scale, zp], [dq], name=namer.fresh(f"{site.tensor}/DequantizeLinear"), **attrs),
+    ]
+
+
+def signed_records(cal, amax: dict[str, float]) -> dict:
+    """The calibration records with amax replaced by the TensorRT amax of each tensor."""
+    from dataclasses import replace
+
+    return {t.name: replace(t, amax=float(amax[t.name])) for t in cal.tensors if t.name in amax}
+
+
+def export(loaded, cal, amax: dict[str, float], *, major: int, high_precision: str, weights: str,
+           exclude=(), include=(), bias_correction: bool = True):
+    """(model bytes, warnings, summary) of the Q/DQ model for TensorRT `major`, with the
+    activation thresholds `amax` {tensor: amax on the signed grid}."""
+    from .qdq import upgrade_opset
+
+    check_options(major, high_precision, weights)
+    model = G.copy_model(loaded.proto, str(loaded.path.parent))
+    opset, source_opset = _target_opset(model, major, high_precision), G.default_opset(model)
+    model, _ = upgrade_opset(model, opset, why=f"TensorRT {major}.x Q/DQ with {high_precision.upper()} scales")
+    warnings: list[str] = []
+    namer = G.Namer(model)
+    G.unique_node_names(model.graph, namer)
+    plan = placement.place(model, signed_records(cal, amax), rules=TENSORRT, exclude=list(exclude or ()),
+                           include=list(include or ()), float_types=(TensorProto.FLOAT,))
+    corrected, bc_warnings = biascorrection.apply_to_export(model, namer, plan, cal, bias_correction)
+    apply(model, namer, plan, weights)
+    summary = {**plan.summary(), "opset": G.default_opset(model), "source_opset": source_opset, "fp32_layer_names": sorted(plan.fp32_layers),
+               "bias_corrected_layers": corrected, "high_precision": high_precision, "weights": weights}
+    warnings += plan.warnings + bc_warnings
+    if high_precision == "fp16":
+        from .. import fp16
+
+        G.toposort(model.graph)
+        G.cleanup(model.graph)
+        converted = fp16.to_fp16(model, activation_absmax={t.name: t.absmax for t in cal.tensors})
+        model = converted.model
+        warnings += converted.warnings
+        summary["kept_fp32_for_fp16"] = converted.kept_fp32
+    data, more = G.finish(model, loaded.proto)
+    return data, warnings + more, summary

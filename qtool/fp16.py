@@ -1,0 +1,491 @@
+"""FP16 for the unquantized part of a (Q/DQ) ONNX model, for TensorRT strongly typed builds.
+
+A strongly typed TensorRT 10/11 network runs every layer in the type the ONNX gives it, so an
+all-FP32 Q/DQ model runs its unquantized layers in FP32; NVIDIA's answer is an FP16 ONNX outside
+the Q/DQ pairs (ModelOpt `--high_precision_dtype fp16`; /work/shared/reference/TENSORRT.md §1).
+`to_fp16` does that with onnxruntime's converter
+(`onnxruntime/transformers/float16.py: convert_float_to_float16`, onnxruntime 1.32) and guards it.
+
+What the converter does, found by reading that file and by the tests in tests/test_fp16.py:
+
+* It never produces inf: `convert_np_to_float16` clamps |x| > 65504 to 65504 and non-zero
+  |x| < 5.96e-8 up to 5.96e-8. So a Paddle BatchNormalization variance of 1.2e7 silently becomes
+  65504 (a wrong model, not an invalid one); NVIDIA ModelOpt's conversion once made such a constant
+  inf and the model output all zeros. The guard below keeps such constants, and their readers, FP32.
+* Blocked nodes (op_block_list / node_block_list) get Cast nodes around them, but the tensor
+  between two blocked nodes still goes FP32 -> FP16 -> FP32 (each blocked output is cast to FP16,
+  each blocked input back to FP32): an activation above 65504 kept FP32 would still overflow.
+  The same holds for a blocked node next to a kept-FP32 graph input/output. `_drop_cast_pairs`
+  removes those round trips and gives the tensors their original names back.
+* Casts are appended at the end of the node list: the graph is no longer topologically sorted
+  (onnx.checker refuses it; qtool.graph.toposort fixes it).
+* QuantizeLinear/DequantizeLinear need no special case: they are not blocked, their FP32 scale
+  initializers become FP16 (so QuantizeLinear-19 has x and y_scale both FP16 and a DequantizeLinear
+  feeding an FP16 Conv outputs FP16), int8 zero points and int8 weights are left alone, and a
+  scale shared by a blocked and an unblocked Q/DQ is converted once with a Cast for the blocked one.
+  onnxruntime 1.32 (CPU) runs FP16 Q/DQ, but only up to ORT_ENABLE_BASIC optimisation: its
+  EXTENDED level fuses DQ -> Concat -> Q into com.microsoft QLinearConcat, which rejects FP16
+  scales ("Type 'tensor(float16)' of input parameter ... of operator (QLinearConcat) ... is
+  invalid"; seen on onnxruntime's own QDQ quantizer output of sample_models/digits_cnn.onnx), so
+  the check below runs at BASIC and whoever runs the FP16 model in onnxruntime must do the same.
+  Scales get a stricter, per-element guard (below).
+* Constant nodes' `value` tensors are converted, `value_float(s)` attributes are not (their output
+  would be declared FP16 but be FP32): `_normalize_constants` rewrites them as `value` tensors.
+* Resize `scales` stays FP32 (its ALWAYS_FLOAT_INPUTS); DEFAULT_OP_BLOCK_LIST (Range, TopK, Min,
+  Max, NonMaxSuppression, ...) stays FP32.
+
+The guard keeps a node FP32 when (reason recorded in `Fp16Result.kept_fp32`):
+(a) it reads a float constant (initializer or Constant) holding inf/NaN, with |x| > 65504, or whose
+    FP16 rounding error exceeds 2^-8 of the tensor's max |x| (half an INT8 step of its own range:
+    the tensor's values are tiny, subnormal or clamped in FP16). A Q/DQ scale must meet that bound
+    element by element (a 2^-8 relative scale error moves the end of the INT8 range by half a step).
+    A Constant node holding such a constant stays FP32 too;
+(b) it produces or reads an activation whose calibrated max |x| exceeds ACTIVATION_LIMIT = 65504/4
+    (two binades of headroom over what calibration saw; ModelOpt AutoCast's default `data_max` is
+    512, docs: nvidia.github.io/Model-Optimizer/guides/8_autocast.html, a much wider margin for
+    uncalibrated use);
+(c) it is named in `keep_fp32_nodes`;
+(d) its op type is on DEFAULT_OP_BLOCK_LIST or EXTRA_OP_BLOCK_LIST, or it computes shapes (a node
+    whose outputs reach only shape/index/parameter slots, qtool.model.NON_DATA_SLOTS, and that
+    reads or writes a float: FP16 holds integers exactly only up to 2048; Shape/Size and Constant
+    nodes excepted), or it is a custom-domain op (com.microsoft ops, TensorRT plugins: the converter
+    does not know which of their inputs must stay float32).
+Q/DQ then follow their neighbours (`_follow_qdq`): a DequantizeLinear feeding only FP32 nodes,
+and a QuantizeLinear of an FP32 tensor or feeding only FP32 DequantizeLinears, stay FP32, so no
+Cast sits between a DQ and its Conv; a Constant node read only by FP32 nodes stays FP32.
+Where FP32 and FP16 nodes share a constant, the FP32 side gets an FP32 initializer of the FP16
+value (`_fp32_constant_copies`) rather than the converter's Cast: TensorRT wants constant scales.
+Afterwards the model must pass onnx.checker,
+hold only finite FP16 constants, and load and run in onnxruntime (CPU, zero inputs), else
+QtoolError; when the input model itself fails the checker or does not run, that is a warning.
+If/Loop/Scan bodies are converted by the converter as it sees fit (not guarded).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+from onnxruntime.transformers.float16 import (
+    DEFAULT_OP_BLOCK_LIST,
+    convert_float_to_float16,
+    convert_np_to_float16,
+)
+
+from .errors import QtoolError
+from .graph import Namer, consumers, outer_refs, producers, subgraphs, toposort
+from .model import NON_DATA_SLOTS
+
+FP16_MAX = 65504.0
+ACTIVATION_LIMIT = FP16_MAX / 4
+REL_TOL = 2.0**-8
+# onnxruntime's converter defaults (float16.py): values it clamps to.
+_MIN_POSITIVE, _MAX_FINITE = 5.96e-08, 65504.0
+# Float-only inputs the converter does not know about (ONNX spec: DynamicQuantizeLinear x is float).
+EXTRA_OP_BLOCK_LIST = ("DynamicQuantizeLinear",)
+_SHAPE_READERS = {"Shape", "Size"}  # read only a shape, never values
+_FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16}
+
+
+@dataclass
+class Fp16Result:
+    model: onnx.ModelProto
+    kept_fp32: dict[str, str] = field(default_factory=dict)  # node name -> why it stays FP32
+    warnings: list[str] = field(default_factory=list)
+
+
+def to_fp16(
+    model: onnx.ModelProto,
+    *,
+    activation_absmax: dict[str, float] | None = None,
+    keep_fp32_nodes: Iterable[str] = (),
+) -> Fp16Result:
+    """The model with its float computation in FP16 and FP32 graph inputs/outputs (module doc)."""
+    work = onnx.ModelProto()
+    work.CopyFrom(model)
+    g = work.graph
+    namer = Namer(work)
+    for n in g.node:  # node_block_list works by name: every node needs one
+        if not n.name:
+            n.name = namer.fresh(f"{n.op_type}_{n.output[0] if n.output else 'node'}")
+    _normalize_constants(g)
+    try:
+        work = onnx.shape_inference.infer_shapes(work, strict_mode=False)
+    except Exception as e:  # noqa: BLE001 - custom ops, oversized models
+        raise QtoolError(f"FP16 conversion needs ONNX shape inference, which failed: {_first_line(e)}") from None
+    g = work.graph
+    kept: dict[str, str] = {}
+    names = {n.name for n in g.node}
+    for name in keep_fp32_nodes:
+        if name not in names:
+            raise QtoolError(f"no node named {name!r} in the model (keep FP32 nodes)")
+        kept.setdefault(name, "kept FP32 on request")
+    _guard_constants(g, kept)
+    _guard_activations(g, activation_absmax or {}, kept)
+    _guard_shape_nodes(work, kept)
+    blocked_ops = set(DEFAULT_OP_BLOCK_LIST) | set(EXTRA_OP_BLOCK_LIST)
+    for n in g.node:
+        if n.op_type in blocked_ops:
+            kept.setdefault(n.name, f"op type {n.op_type} stays FP32 (onnxruntime's float16 block list)")
+        elif n.domain not in ("", "ai.onnx"):
+            kept.setdefault(n.name, f"custom-domain op {n.domain}.{n.op_type}: its float types are unknown")
+    _follow_qdq(g, kept)
+    _follow_constants(g, kept)
+    original_tensors = _tensor_names(g)
+    n_before = len(g.node)
+    out = convert_float_to_float16(
+        work, keep_io_types=True, disable_shape_infer=True,
+        op_block_list=sorted(blocked_ops), node_block_list=sorted(kept),
+    )
+    _drop_cast_pairs(out.graph, n_before, original_tensors)
+    _fp32_constant_copies(out.graph)
+    toposort(out.graph)
+    warnings = _verify(out, model)
+    order = {n.name: i for i, n in enumerate(out.graph.node)}
+    kept_sorted = dict(sorted(kept.items(), key=lambda kv: (order.get(kv[0], -1), kv[0])))
+    return Fp16Result(out, kept_sorted, warnings)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _tensor_names(g: onnx.GraphProto) -> set[str]:
+    names = {i.name for i in g.input} | {o.name for o in g.output} | {t.name for t in g.initializer}
+    for n in g.node:
+        names.update(n.input)
+        names.update(n.output)
+    names.discard("")
+    return names
+
+
+def _normalize_constants(g: onnx.GraphProto) -> None:
+    """Constant value_float/value_floats -> an equal `value` tensor (the converter only converts
+    tensor attributes: onnxruntime/transformers/float16.py)."""
+    for n in g.node:
+        if n.op_type != "Constant" or n.domain not in ("", "ai.onnx"):
+            continue
+        for a in list(n.attribute):
+            if a.name in ("value_float", "value_floats"):
+                vals = [a.f] if a.name == "value_float" else list(a.floats)
+                dims = [] if a.name == "value_float" else [len(vals)]
+                t = numpy_helper.from_array(np.array(vals, dtype=np.float32).reshape(dims), "value")
+                n.attribute.remove(a)
+                n.attribute.append(helper.make_attribute("value", t))
+
+
+def _float_constants(g: onnx.GraphProto) -> list[tuple[str, TensorProto, onnx.NodeProto | None]]:
+    """(tensor name, float32 TensorProto, Constant node or None) for the main graph's constants."""
+    out: list[tuple[str, TensorProto, onnx.NodeProto | None]] = [
+        (t.name, t, None) for t in g.initializer if t.data_type == TensorProto.FLOAT
+    ]
+    for n in g.node:
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and n.output:
+            for a in n.attribute:
+                if a.name == "value" and a.t.data_type == TensorProto.FLOAT:
+                    out.append((n.output[0], a.t, n))
+    return out
+
+
+def constant_problem(arr: np.ndarray, per_element: bool = False) -> str | None:
+    """Why a float32 constant must not become FP16, or None. `per_element`: each value must keep
+    its own relative precision (Q/DQ scales) instead of precision relative to the tensor's max."""
+    a = np.asarray(arr, dtype=np.float32).ravel()
+    if a.size == 0:
+        return None
+    if not np.all(np.isfinite(a)):
+        return "holds inf/NaN"
+    mags = np.abs(a)
+    amax = float(mags.max())
+    if amax > FP16_MAX:
+        return f"has |x| up to {amax:.3g} > 65504"
+    err = np.abs(convert_np_to_float16(a, _MIN_POSITIVE, _MAX_FINITE).astype(np.float64) - a)
+    bound = REL_TOL * (mags.astype(np.float64) if per_element else amax)
+    if np.any(err > bound):
+        tiny = float(mags[mags > 0].min())
+        return f"loses precision in FP16 (smallest non-zero |x| {tiny:.3g}, below FP16's normal range 6.1e-05)"
+    return None
+
+
+def _guard_constants(g: onnx.GraphProto, kept: dict[str, str]) -> None:
+    """(a): readers (and Constant nodes) of constants FP16 cannot hold stay FP32."""
+    readers = consumers(g)
+    for name, t, const_node in _float_constants(g):
+        try:
+            arr = numpy_helper.to_array(t)
+        except Exception as e:  # noqa: BLE001 - external data not loaded
+            raise QtoolError(f"cannot read constant {name!r} ({_first_line(e)}); load the model's external data first") from None
+        users = readers.get(name, [])
+        as_scale = any(u.op_type in ("QuantizeLinear", "DequantizeLinear") and slot == 1 for u, slot in users)
+        why = constant_problem(arr) or (constant_problem(arr, per_element=True) if as_scale else None)
+        if why is None:
+            continue
+        reason = f"constant {name!r} {why}"
+        if const_node is not None:
+            kept.setdefault(const_node.name, reason)
+        for u, _ in users:
+            kept.setdefault(u.name, reason)
+
+
+def _guard_activations(g: onnx.GraphProto, absmax: dict[str, float], kept: dict[str, str]) -> None:
+    """(b): producers and readers of activations calibrated above ACTIVATION_LIMIT stay FP32."""
+    made_by = producers(g)
+    readers = consumers(g)
+    for name in sorted(absmax):
+        value = float(absmax[name])
+        if np.isfinite(value) and value <= ACTIVATION_LIMIT:
+            continue
+        reason = f"activation {name!r} reaches {value:.3g} at calibration (> {ACTIVATION_LIMIT:g} = 65504/4)"
+        if name in made_by:
+            kept.setdefault(made_by[name].name, reason)
+        for u, _ in readers.get(name, []):
+            kept.setdefault(u.name, reason)
+
+
+def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
+    g = model.graph
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in list(g.input) + list(g.value_info) + list(g.output)
+             if vi.type.HasField("tensor_type")}
+    types.update({t.name: t.data_type for t in g.initializer})
+    for n in g.node:
+        if n.op_type == "Constant" and n.output:
+            for a in n.attribute:
+                if a.name == "value":
+                    types[n.output[0]] = a.t.data_type
+    return types
+
+
+def _guard_shape_nodes(model: onnx.ModelProto, kept: dict[str, str]) -> None:
+    """(d): nodes that compute shapes (outputs reach only shape/index/parameter slots, as in
+    qtool.model.activation_tensors) and touch a float stay FP32."""
+    g = model.graph
+    types = _elem_types(model)
+    data = {o.name for o in g.output}
+    for n in g.node:
+        for sub in subgraphs(n):
+            data.update(outer_refs(sub))
+    shape_nodes = []
+    for n in reversed(g.node):
+        outputs_are_data = any(o in data for o in n.output if o) or not n.output or bool(subgraphs(n))
+        if not outputs_are_data:
+            shape_nodes.append(n)
+        skip = NON_DATA_SLOTS.get(n.op_type, ()) if n.domain in ("", "ai.onnx") else ()
+        for slot, name in enumerate(n.input):
+            if name and slot not in skip and outputs_are_data:
+                data.add(name)
+    for n in reversed(shape_nodes):
+        if n.op_type in _SHAPE_READERS or n.op_type == "Constant":  # Constants: _follow_constants
+            continue
+        if any(types.get(t) in _FLOAT_TYPES for t in list(n.input) + list(n.output) if t):
+            kept.setdefault(n.name, "computes a shape/index/parameter (FP16 holds integers exactly only to 2048)")
+
+
+def _follow_qdq(g: onnx.GraphProto, kept: dict[str, str]) -> None:
+    """A DequantizeLinear whose readers all stay FP32 stays FP32 (FP32 scale, no Cast between it and
+    its Conv), and so does a QuantizeLinear whose DequantizeLinears stay FP32 or that quantizes an
+    FP32 tensor (a kept node's output or a graph input)."""
+    inputs = {i.name for i in g.input}
+    changed = True
+    while changed:
+        changed = False
+        made_by, readers = producers(g), consumers(g)
+        for n in g.node:
+            if n.name in kept or n.domain not in ("", "ai.onnx"):
+                continue
+            if n.op_type == "DequantizeLinear":
+                users = readers.get(n.output[0], [])
+                if users and all(u.name in kept for u, _ in users):
+                    kept[n.name] = f"dequantizes for FP32 node {users[0][0].name!r}"
+                    changed = True
+            elif n.op_type == "QuantizeLinear":
+                src = made_by.get(n.input[0])
+                users = readers.get(n.output[0], [])
+                if users and all(u.name in kept for u, _ in users):
+                    kept[n.name] = f"quantizes for FP32 node {users[0][0].name!r}"
+                    changed = True
+                elif n.input[0] in inputs or (src is not None and src.name in kept):
+                    what = f"node {src.name!r}" if src is not None else f"graph input {n.input[0]!r}"
+                    kept[n.name] = f"quantizes the FP32 output of {what}"
+                    changed = True
+
+
+def _follow_constants(g: onnx.GraphProto, kept: dict[str, str]) -> None:
+    """A float Constant node read only by FP32 nodes stays FP32 (no FP16 rounding of, say, 4097.0)."""
+    readers = consumers(g)
+    for n in g.node:
+        if n.op_type != "Constant" or n.name in kept or not n.output:
+            continue
+        users = readers.get(n.output[0], [])
+        if users and all(u.name in kept for u, _ in users):
+            kept[n.name] = f"read only by FP32 node {users[0][0].name!r}"
+
+
+def _fp32_constant_copies(g: onnx.GraphProto) -> None:
+    """Cast(FP16 initializer -> FP32), inserted where FP32 and FP16 nodes share a constant, becomes an
+    FP32 initializer of the same value (Q/DQ scales must be constants for TensorRT; TENSORRT.md §2)."""
+    inits = {t.name: t for t in g.initializer if t.data_type == TensorProto.FLOAT16}
+    dead = []
+    for n in g.node:
+        if _cast_to(n) == TensorProto.FLOAT and n.input[0] in inits:
+            value = numpy_helper.to_array(inits[n.input[0]]).astype(np.float32)
+            g.initializer.append(numpy_helper.from_array(value, n.output[0]))
+            dead.append(n)
+    for n in dead:
+        g.node.remove(n)
+    if dead:
+        gone = {n.output[0] for n in dead}
+        vis = [vi for vi in g.value_info if vi.name not in gone]
+        del g.value_info[:]
+        g.value_info.extend(vis)
+    used = {x for n in g.node for x in n.input} | {o.name for o in g.output}
+    unused = [t for t in g.initializer if t.name not in used and t.name in inits]
+    for t in unused:
+        g.initializer.remove(t)
+
+
+def _cast_to(n: onnx.NodeProto) -> int | None:
+    return next((a.i for a in n.attribute if a.name == "to"), None) if n.op_type == "Cast" else None
+
+
+def _rename(g: onnx.GraphProto, old: str, new: str) -> None:
+    """Rename a main-graph tensor that is FP32 (node inputs/outputs and value_info)."""
+    for n in g.node:
+        for i, x in enumerate(n.input):
+            if x == old:
+                n.input[i] = new
+        for i, x in enumerate(n.output):
+            if x == old:
+                n.output[i] = new
+    keep = [vi for vi in g.value_info if vi.name != new]
+    for vi in keep:
+        if vi.name == old:
+            vi.name = new
+            vi.type.tensor_type.elem_type = TensorProto.FLOAT
+    del g.value_info[:]
+    g.value_info.extend(keep)
+
+
+def _drop_cast_pairs(g: onnx.GraphProto, n_before: int, original: set[str]) -> None:
+    """Remove the converter's FP32 -> FP16 -> FP32 round trips (Cast pairs it inserted between two
+    blocked nodes or a blocked node and a kept-FP32 graph input/output) and give the FP32 tensors
+    back their original names."""
+    inserted = [n for n in list(g.node)[n_before:] if n.op_type == "Cast"]
+    ids = {id(n) for n in inserted}
+    outputs = {o.name for o in g.output}
+    dead: set[int] = set()
+    for b in inserted:
+        a = producers(g).get(b.input[0])
+        if _cast_to(b) != TensorProto.FLOAT or a is None or id(a) not in ids or _cast_to(a) != TensorProto.FLOAT16:
+            continue
+        s, u = a.input[0], b.output[0]
+        if u not in outputs:
+            dead.add(id(b))
+            b.output[0] = ""  # detach before renaming u's readers to s
+            _rename_reads(g, u, s)
+        elif s not in original and s in producers(g) and s not in outputs:
+            dead.add(id(b))
+            b.output[0] = ""
+            _rename(g, s, u)
+        else:
+            b.op_type, b.input[0] = "Identity", s
+            del b.attribute[:]
+    reads = {x for n in g.node if id(n) not in dead for x in n.input}
+    for a in inserted:
+        if _cast_to(a) != TensorProto.FLOAT16 or id(a) in dead:
+            continue
+        s, t = a.input[0], a.output[0]
+        if t not in reads and t not in outputs:
+            dead.add(id(a))
+            if s not in original and t in original and s in producers(g):
+                a.output[0] = ""
+                _rename(g, s, t)
+    kept_nodes = [n for n in g.node if id(n) not in dead]
+    del g.node[:]
+    g.node.extend(kept_nodes)
+    live = _tensor_names(g) - {i.name for i in g.input} - outputs
+    vis = [vi for vi in g.value_info if vi.name in live]
+    del g.value_info[:]
+    g.value_info.extend(vis)
+
+
+def _rename_reads(g: onnx.GraphProto, old: str, new: str) -> None:
+    for n in g.node:
+        for i, x in enumerate(n.input):
+            if x == old:
+                n.input[i] = new
+
+
+def _check_finite(g: onnx.GraphProto) -> None:
+    """Every FP16 initializer and constant attribute tensor (subgraphs included) is finite."""
+    tensors = [(t.name, t) for t in g.initializer]
+    for n in g.node:
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.TENSOR:
+                tensors.append((f"{n.name}.{a.name}", a.t))
+        for sub in subgraphs(n):
+            _check_finite(sub)
+    for name, t in tensors:
+        if t.data_type == TensorProto.FLOAT16 and not np.all(np.isfinite(numpy_helper.to_array(t))):
+            raise QtoolError(f"FP16 conversion made constant {name!r} non-finite")
+
+
+def _feed(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """Zeros for every graph input; an unknown first dim is 1, other unknown dims 64 (a multiple
+    of every usual stride, a plausible sequence length)."""
+    inits = {t.name for t in model.graph.initializer}
+    feed = {}
+    for i in model.graph.input:
+        if i.name in inits:
+            continue
+        tt = i.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else (1 if k == 0 else 64) for k, d in enumerate(tt.shape.dim)]
+        feed[i.name] = np.zeros(dims, dtype=helper.tensor_dtype_to_np_dtype(tt.elem_type))
+    return feed
+
+
+def _ort_run(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 4  # fatal only: a library does not print
+    # BASIC: the model as written. EXTENDED fuses DQ -> Concat -> Q into com.microsoft
+    # QLinearConcat, which refuses FP16 scales in onnxruntime 1.32 (module doc).
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return sess.run(None, feed)
+
+
+def _verify(out: onnx.ModelProto, original: onnx.ModelProto) -> list[str]:
+    """Finite FP16 constants, onnx.checker, onnxruntime loads and runs (QtoolError otherwise);
+    returns warnings for what could not be checked."""
+    _check_finite(out.graph)
+    warnings = []
+    try:
+        onnx.checker.check_model(out)
+    except onnx.checker.ValidationError as e:
+        try:
+            onnx.checker.check_model(original)
+        except onnx.checker.ValidationError:
+            warnings.append(f"the FP16 model fails onnx.checker ({_first_line(e)}), as does the input model")
+        else:
+            raise QtoolError(f"FP16 conversion made an invalid model: {_first_line(e)}") from None
+    feed = _feed(out)
+    try:
+        got = _ort_run(out, feed)
+    except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
+        try:
+            _ort_run(original, feed)
+        except Exception:  # noqa: BLE001
+            return [*warnings, f"FP16 model not run in onnxruntime (the input model does not run on zero inputs either: {_first_line(e)})"]
+        raise QtoolError(f"onnxruntime cannot run the FP16 model: {_first_line(e)}") from None
+    bad = [i for i, v in enumerate(got) if np.issubdtype(v.dtype, np.floating) and not np.all(np.isfinite(v))]
+    if not bad:
+        return warnings
+    ref = _ort_run(original, feed)
+    names = [o.name for o in out.graph.output]
+    return [*warnings, *(f"FP16 output {names[i]!r} is not finite on all-zero inputs (the FP32 model's is)"
+            for i in bad if np.all(np.isfinite(ref[i])))]

@@ -1,0 +1,253 @@
+"""qtool.fp16.to_fp16: FP16 outside the Q/DQ pairs, guarded against constants and activations
+FP16 cannot hold (Paddle BatchNormalization variance ~1e7)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import zoo
+from onnx import TensorProto, helper, numpy_helper
+
+from qtool.errors import QtoolError
+from qtool.fp16 import ACTIVATION_LIMIT, constant_problem, to_fp16
+
+FLOAT = TensorProto.FLOAT
+
+
+def _model(nodes, inits, inputs, outputs, opset=19):
+    g = helper.make_graph(nodes, "g", inputs, outputs, initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], producer_name="qtool-tests")
+    m.ir_version = 9
+    onnx.checker.check_model(m, full_check=True)
+    return m
+
+
+def _vi(name, shape, t=FLOAT):
+    return helper.make_tensor_value_info(name, t, shape)
+
+
+def _run(m, feed):
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, feed)
+
+
+def _qdq(nodes, inits, x, scale, name, axis=None):
+    """x -> QuantizeLinear -> DequantizeLinear with int8 zero points; returns the DQ output."""
+    inits[f"{name}.scale"] = np.asarray(scale, np.float32)
+    inits[f"{name}.zp"] = np.zeros(np.shape(scale), np.int8)
+    kw = {} if axis is None else {"axis": axis}
+    ins = [x, f"{name}.scale", f"{name}.zp"]
+    nodes.append(helper.make_node("QuantizeLinear", ins, [f"{name}.q"], name=f"{name}/Q", **kw))
+    nodes.append(helper.make_node("DequantizeLinear", [f"{name}.q", *ins[1:]], [f"{name}.dq"], name=f"{name}/DQ", **kw))
+    return f"{name}.dq"
+
+
+def paddle_bn_model():
+    """Q/DQ Conv -> BatchNormalization with a ~1e7 variance (as paddle2onnx emits) -> Relu."""
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((8, 3, 3, 3)) * 0.2).astype(np.float32)
+    nodes, inits = [], {"w": w}
+    xdq = _qdq(nodes, inits, "x", 3.0 / 127, "x")
+    wdq = _qdq(nodes, inits, "w", np.abs(w).reshape(8, -1).max(1) / 127, "w", axis=0)
+    nodes.append(helper.make_node("Conv", [xdq, wdq], ["c"], name="conv", pads=[1, 1, 1, 1]))
+    inits.update({
+        "bn.scale": rng.uniform(500, 1500, 8).astype(np.float32),
+        "bn.bias": rng.uniform(-1, 1, 8).astype(np.float32),
+        "bn.mean": rng.uniform(-0.1, 0.1, 8).astype(np.float32),
+        "bn.var": rng.uniform(0.8e7, 1.2e7, 8).astype(np.float32),
+    })
+    nodes.append(helper.make_node("BatchNormalization", ["c", "bn.scale", "bn.bias", "bn.mean", "bn.var"], ["b"], name="bn"))
+    nodes.append(helper.make_node("Relu", ["b"], ["y"], name="relu"))
+    return _model(nodes, inits, [_vi("x", [1, 3, 16, 16])], [_vi("y", [1, 8, 16, 16])])
+
+
+def plain_model():
+    """Conv -> Relu -> Conv, plus a residual Add: no Q/DQ, nothing FP16 cannot hold."""
+    rng = np.random.default_rng(1)
+    inits = {
+        "w1": (rng.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32),
+        "b1": rng.standard_normal(4).astype(np.float32) * 0.1,
+        "w2": (rng.standard_normal((4, 4, 3, 3)) * 0.3).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["c2", "r1"], ["y"], name="add"),
+    ]
+    return _model(nodes, inits, [_vi("x", [1, 3, 8, 8])], [_vi("y", [1, 4, 8, 8])])
+
+
+def _fp16_constants(g):
+    out = [t for t in g.initializer if t.data_type == TensorProto.FLOAT16]
+    out += [a.t for n in g.node for a in n.attribute if a.type == onnx.AttributeProto.TENSOR and a.t.data_type == TensorProto.FLOAT16]
+    return out
+
+
+def _io_types(m):
+    return [v.type.tensor_type.elem_type for v in list(m.graph.input) + list(m.graph.output)]
+
+
+def _rel_err(ref, got):
+    return float(np.abs(got - ref).max() / np.abs(ref).max())
+
+
+def test_paddle_bn_variance_stays_fp32():
+    m = paddle_bn_model()
+    res = to_fp16(m)
+    out = res.model
+    onnx.checker.check_model(out, full_check=True)
+    for t in _fp16_constants(out.graph):
+        assert np.all(np.isfinite(numpy_helper.to_array(t))), t.name
+    assert "bn" in res.kept_fp32 and "bn.var" in res.kept_fp32["bn"] and "65504" in res.kept_fp32["bn"]
+    inits = {t.name: t for t in out.graph.initializer}
+    assert inits["bn.var"].data_type == FLOAT
+    np.testing.assert_array_equal(numpy_helper.to_array(inits["bn.var"]), numpy_helper.to_array(
+        next(t for t in m.graph.initializer if t.name == "bn.var")))
+    # the Conv and the DequantizeLinears feeding it are FP16; the DQ scales are FP16
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in out.graph.value_info}
+    assert types["c"] == TensorProto.FLOAT16 and types["w.dq"] == TensorProto.FLOAT16
+    assert inits["w.scale"].data_type == TensorProto.FLOAT16
+    assert _io_types(out) == [FLOAT, FLOAT]
+    x = np.random.default_rng(2).uniform(-3, 3, (1, 3, 16, 16)).astype(np.float32)
+    (ref,), (got,) = _run(m, {"x": x}), _run(out, {"x": x})
+    assert np.count_nonzero(got) > got.size // 4
+    assert _rel_err(ref, got) < 1e-2
+
+
+def test_unguarded_converter_breaks_the_bn_model():
+    """What the guard prevents: onnxruntime's converter clamps the variance to 65504."""
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    m = paddle_bn_model()
+    bad = convert_float_to_float16(m, keep_io_types=True)
+    var = next(t for t in bad.graph.initializer if t.name == "bn.var")
+    assert numpy_helper.to_array(var).max() == np.float16(65504)
+    assert constant_problem(numpy_helper.to_array(next(t for t in m.graph.initializer if t.name == "bn.var")))
+
+
+def test_plain_model_fully_converted():
+    m = plain_model()
+    res = to_fp16(m)
+    out = res.model
+    onnx.checker.check_model(out, full_check=True)
+    assert res.kept_fp32 == {} and res.warnings == []
+    assert all(t.data_type == TensorProto.FLOAT16 for t in out.graph.initializer)
+    assert _io_types(out) == [FLOAT, FLOAT]
+    assert [n.op_type for n in out.graph.node].count("Cast") == 2
+    x = np.random.default_rng(3).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    (ref,), (got,) = _run(m, {"x": x}), _run(out, {"x": x})
+    assert got.dtype == np.float32
+    assert _rel_err(ref, got) < 5e-3
+
+
+def test_large_activation_keeps_producer_and_readers_fp32():
+    m = plain_model()
+    res = to_fp16(m, activation_absmax={"r1": 1e5, "c1": 10.0, "y": ACTIVATION_LIMIT})
+    out = res.model
+    onnx.checker.check_model(out, full_check=True)
+    assert set(res.kept_fp32) == {"relu1", "conv2", "add"}
+    assert all("'r1'" in why for why in res.kept_fp32.values())
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in out.graph.value_info}
+    assert types["r1"] == FLOAT and types["c1"] == TensorProto.FLOAT16
+    # no FP32 -> FP16 -> FP32 round trip between kept nodes, none before the FP32 output
+    made_by = {o: n for n in out.graph.node for o in n.output}
+    assert made_by["y"].name == "add"
+    for n in out.graph.node:
+        if n.name in ("conv2", "add"):
+            assert all(made_by.get(i) is None or made_by[i].op_type != "Cast" for i in n.input if i != "c2_cast_to_fp32")
+    x = np.random.default_rng(4).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    (ref,), (got,) = _run(m, {"x": x}), _run(out, {"x": x})
+    assert _rel_err(ref, got) < 5e-3
+
+
+def test_keep_fp32_nodes_and_unknown_name():
+    m = plain_model()
+    res = to_fp16(m, keep_fp32_nodes=["conv2"])
+    assert list(res.kept_fp32) == ["conv2"]
+    with pytest.raises(QtoolError, match="no node named"):
+        to_fp16(m, keep_fp32_nodes=["nope"])
+
+
+def test_deterministic_bytes():
+    for make in (paddle_bn_model, plain_model):
+        m = make()
+        a = to_fp16(m, activation_absmax={"c": 7e4}).model.SerializeToString()
+        b = to_fp16(m, activation_absmax={"c": 7e4}).model.SerializeToString()
+        assert a == b
+
+
+def test_input_not_mutated():
+    m = paddle_bn_model()
+    before = m.SerializeToString()
+    to_fp16(m, activation_absmax={"c": 1e6})
+    assert m.SerializeToString() == before
+
+
+def test_int8_weight_dq_and_tiny_scale():
+    """INT8 initializer -> DQ converts (FP16 scale, FP16 output); a scale FP16 cannot represent
+    keeps its Q/DQ FP32 with an FP32 scale initializer, not a Cast."""
+    rng = np.random.default_rng(5)
+    wq = rng.integers(-127, 128, (4, 3, 3, 3)).astype(np.int8)
+    inits = {"wq": wq, "w.scale": np.full(4, 0.01, np.float32), "w.zp": np.zeros(4, np.int8)}
+    nodes = [helper.make_node("DequantizeLinear", ["wq", "w.scale", "w.zp"], ["w.dq"], name="w/DQ", axis=0)]
+    xdq = _qdq(nodes, inits, "x", 1e-9, "x")
+    nodes.append(helper.make_node("Conv", [xdq, "w.dq"], ["y"], name="conv"))
+    m = _model(nodes, inits, [_vi("x", [1, 3, 5, 5])], [_vi("y", [1, 4, 3, 3])])
+    res = to_fp16(m)
+    out = res.model
+    onnx.checker.check_model(out, full_check=True)
+    assert "x.scale" in res.kept_fp32["x/Q"] and "x.scale" in res.kept_fp32["x/DQ"]
+    inits_out = {t.name: t.data_type for t in out.graph.initializer}
+    assert inits_out["x.scale"] == FLOAT and inits_out["w.scale"] == TensorProto.FLOAT16
+    assert inits_out["wq"] == TensorProto.INT8
+    x = (rng.standard_normal((1, 3, 5, 5)) * 1e-7).astype(np.float32)
+    (ref,), (got,) = _run(m, {"x": x}), _run(out, {"x": x})
+    assert _rel_err(ref, got) < 1e-2
+
+
+def test_constant_problem_rules():
+    assert constant_problem(np.array([1e-5, 0.5], np.float32)) is None  # tiny next to a big max
+    assert constant_problem(np.array([1e-9, 2e-9], np.float32))  # all tiny: clamped in FP16
+    assert constant_problem(np.array([1e-5], np.float32)) is None  # eps-sized scalar is fine
+    assert constant_problem(np.array([7e4], np.float32))
+    assert constant_problem(np.array([np.inf], np.float32))
+    assert constant_problem(np.array([1e-3, 1e-6], np.float32), per_element=True)  # subnormal scale
+    assert constant_problem(np.array([0.0, 0.0], np.float32)) is None
+
+
+def test_shape_computation_stays_fp32():
+    """yolo_like's Shape -> Cast(float) -> Mul -> Floor -> Cast(int64) -> Resize sizes stays FP32."""
+    m = zoo.yolo_like(opset=19)
+    res = to_fp16(m)
+    onnx.checker.check_model(res.model)
+    for name in ("/model.8/Cast", "/model.8/Mul", "/model.8/Floor"):
+        assert name in res.kept_fp32, sorted(res.kept_fp32)
+    feed = {i.name: np.random.default_rng(6).standard_normal(
+        [d.dim_value or 64 for d in i.type.tensor_type.shape.dim]).astype(np.float32) for i in m.graph.input}
+    ref, got = _run(m, feed), _run(res.model, feed)
+    for r, g in zip(ref, got):
+        assert r.shape == g.shape
+
+
+def test_qdq_concat_runs():
+    """DQ -> Concat -> Q (onnxruntime's EXTENDED optimisation would make it QLinearConcat, which
+    refuses FP16 scales): the FP16 model is valid and runs, FP16 scales included."""
+    nodes, inits = [], {}
+    a = _qdq(nodes, inits, "a", 0.05, "a")
+    b = _qdq(nodes, inits, "b", 0.05, "b")
+    nodes.append(helper.make_node("Concat", [a, b], ["cat"], name="concat", axis=1))
+    c = _qdq(nodes, inits, "cat", 0.05, "cat")
+    nodes.append(helper.make_node("Relu", [c], ["y"], name="relu"))
+    m = _model(nodes, inits, [_vi("a", [1, 2, 4, 4]), _vi("b", [1, 2, 4, 4])], [_vi("y", [1, 4, 4, 4])])
+    res = to_fp16(m)
+    onnx.checker.check_model(res.model, full_check=True)
+    assert {t.name: t.data_type for t in res.model.graph.initializer}["cat.scale"] == TensorProto.FLOAT16
+    rng = np.random.default_rng(7)
+    feed = {k: rng.standard_normal((1, 2, 4, 4)).astype(np.float32) for k in "ab"}
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    got = ort.InferenceSession(res.model.SerializeToString(), opts, providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    np.testing.assert_allclose(got, _run(m, feed)[0], atol=0.05)
