@@ -16,9 +16,14 @@ if ! summary=$(qtool -q calibrate "$model" --images "$images" -o "$calib" --json
 fi
 echo "calibrated $(python3 -c 'import json,sys; print(json.load(sys.stdin)["tensors"])' <<< "$summary") tensors"
 
-qtool -q export "$model" --calib "$calib" --target tensorrt --trt-version 10.3.0 -o "$out/$stem.cache"
+# TensorRT 10/11: a Q/DQ model (the build command is in the JSON summary's "build")
+qtool -q export "$model" --calib "$calib" --target tensorrt --trt-version 10.3.0 -o "$out/$stem.trt.onnx" --json > "$out/trt.json"
+# TensorRT 8.6: the calibration cache
+qtool -q export "$model" --calib "$calib" --target tensorrt --trt-version 8.6.1 -o "$out/$stem.cache"
 qtool -q export "$model" --calib "$calib" --target openvino -o "$out/$stem.openvino.onnx"
 
-# gate: the cache must cover every activation tensor of the model (inspect exits 1 otherwise)
+# gates: the Q/DQ model obeys TensorRT 10.3's parser rules, and the cache covers every activation
+# tensor of the model (inspect exits 1 otherwise)
+qtool inspect "$out/$stem.trt.onnx" --trt-version 10.3.0 --json > "$out/trt_rules.json"
 qtool inspect "$out/$stem.cache" --model "$model" --json > "$out/coverage.json"
 echo "done: $out"

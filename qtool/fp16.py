@@ -286,9 +286,9 @@ def _guard_shape_nodes(model: onnx.ModelProto, kept: dict[str, str]) -> None:
 
 def _follow_qdq(g: onnx.GraphProto, kept: dict[str, str]) -> None:
     """A DequantizeLinear whose readers all stay FP32 stays FP32 (FP32 scale, no Cast between it and
-    its Conv), and so does a QuantizeLinear whose DequantizeLinears stay FP32 or that quantizes an
-    FP32 tensor (a kept node's output or a graph input)."""
-    inputs = {i.name for i in g.input}
+    its Conv), and so does a QuantizeLinear whose DequantizeLinears stay FP32 or that quantizes a
+    kept node's output. A graph input's QuantizeLinear reads the FP16 Cast the converter puts after
+    the input, as in ModelOpt's models, so Q -> DQ -> Conv stays one FP16 pattern TensorRT fuses."""
     changed = True
     while changed:
         changed = False
@@ -307,9 +307,8 @@ def _follow_qdq(g: onnx.GraphProto, kept: dict[str, str]) -> None:
                 if users and all(u.name in kept for u, _ in users):
                     kept[n.name] = f"quantizes for FP32 node {users[0][0].name!r}"
                     changed = True
-                elif n.input[0] in inputs or (src is not None and src.name in kept):
-                    what = f"node {src.name!r}" if src is not None else f"graph input {n.input[0]!r}"
-                    kept[n.name] = f"quantizes the FP32 output of {what}"
+                elif src is not None and src.name in kept:
+                    kept[n.name] = f"quantizes the FP32 output of node {src.name!r}"
                     changed = True
 
 

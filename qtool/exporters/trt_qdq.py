@@ -31,6 +31,11 @@ from ..rules import TENSORRT
 # TensorRT major -> (lowest, highest) default-domain opset of a Q/DQ model its parser reads
 OPSETS = {8: (13, 17), 9: (13, 17), 10: (13, 20), 11: (13, 25)}
 FP16_OPSET = 19  # QuantizeLinear/DequantizeLinear-19 take FP16 scales
+# Smallest scale written when scales are FP16: 2^-16 is exact in FP16 and every scale above it
+# keeps 8 significant bits there. A smaller one (a weight channel with max |w| < 2e-3, often a dead
+# channel with values near 1e-20) would lose its precision or flush to zero, and qtool.fp16 would
+# then keep its Q/DQ and Conv in FP32; with the floor such a channel quantizes to a few levels or 0.
+FP16_SCALE_FLOOR = 2.0 ** -16
 
 
 def build_command(major: int, path: str) -> str:
@@ -77,12 +82,12 @@ def activation_scale(amax: float) -> np.float32:
     return np.float32(amax) / np.float32(127.0)
 
 
-def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan, weights: str) -> None:
-    """Insert the plan's quantizers as TensorRT-style Q/DQ nodes (in place)."""
+def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan, weights: str, floor: float = 0.0) -> None:
+    """Insert the plan's quantizers as TensorRT-style Q/DQ nodes (in place); no scale below `floor`."""
     nodes = {n.name: n for n in model.graph.node}
     new_nodes = []
     for site in plan.activations:
-        scale = _init(model, namer, f"{site.tensor}/scale", np.asarray(activation_scale(site.range.amax)))
+        scale = _init(model, namer, f"{site.tensor}/scale", np.asarray(max(activation_scale(site.range.amax), np.float32(floor))))
         zp = _init(model, namer, f"{site.tensor}/zero_point", np.zeros((), dtype=np.int8))
         q, dq = namer.fresh(f"{site.tensor}/quantized"), namer.fresh(f"{site.tensor}/dequantized")
         new_nodes.append(helper.make_node("QuantizeLinear", [site.tensor, scale, zp], [q], name=namer.fresh(f"{site.tensor}/QuantizeLinear")))
@@ -90,21 +95,23 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan, weights:
         for node_name, slot in site.readers:
             nodes[node_name].input[slot] = dq
     for site in plan.weights:
-        new_nodes += _weight_nodes(model, namer, site, weights)
+        new_nodes += _weight_nodes(model, namer, site, weights, floor)
         for node_name, slot in site.readers:
             nodes[node_name].input[slot] = new_nodes[-1].output[0]
     model.graph.node.extend(new_nodes)
 
 
-def _weight_nodes(model: onnx.ModelProto, namer: G.Namer, site: placement.WeightSite, weights: str) -> list[onnx.NodeProto]:
+def _weight_nodes(model: onnx.ModelProto, namer: G.Namer, site: placement.WeightSite, weights: str,
+                  floor: float) -> list[onnx.NodeProto]:
     p = site.params()
     axis = p.axis if p.axis is not None and np.ndim(p.scale) > 0 else None
     attrs = {"axis": axis} if axis is not None else {}
-    scale = _init(model, namer, f"{site.tensor}/scale", np.asarray(p.scale, dtype=np.float32))
+    values = np.maximum(np.asarray(p.scale, dtype=np.float32), np.float32(floor))
+    scale = _init(model, namer, f"{site.tensor}/scale", values)
     zp = _init(model, namer, f"{site.tensor}/zero_point", np.zeros(np.shape(p.scale), dtype=np.int8))
     dq = namer.fresh(f"{site.tensor}/dequantized")
     if weights == "int8":
-        q = quant.quantize_linear(site.values, np.asarray(p.scale, dtype=np.float32), p.zero_point, p.grid, axis).astype(np.int8)
+        q = quant.quantize_linear(site.values, values, p.zero_point, p.grid, axis).astype(np.int8)
         source = _init(model, namer, f"{site.tensor}/int8", q)
         return [helper.make_node("DequantizeLinear", [source, scale, zp], [dq], name=namer.fresh(f"{site.tensor}/DequantizeLinear"), **attrs)]
     q = namer.fresh(f"{site.tensor}/quantized")
@@ -137,7 +144,7 @@ def export(loaded, cal, amax: dict[str, float], *, major: int, high_precision: s
     plan = placement.place(model, signed_records(cal, amax), rules=TENSORRT, exclude=list(exclude or ()),
                            include=list(include or ()), float_types=(TensorProto.FLOAT,))
     corrected, bc_warnings = biascorrection.apply_to_export(model, namer, plan, cal, bias_correction)
-    apply(model, namer, plan, weights)
+    apply(model, namer, plan, weights, FP16_SCALE_FLOOR if high_precision == "fp16" else 0.0)
     summary = {**plan.summary(), "opset": G.default_opset(model), "source_opset": source_opset, "fp32_layer_names": sorted(plan.fp32_layers),
                "bias_corrected_layers": corrected, "high_precision": high_precision, "weights": weights}
     warnings += plan.warnings + bc_warnings
