@@ -337,3 +337,29 @@ def test_inspect_passes_qtools_own_tensorrt_output(calibrated, tmp_path):
 def test_helper_model_builders_are_valid():
     for build in (zoo.resnet_like, zoo.deconv_gemm_like):
         onnx.checker.check_model(build(), full_check=True)
+
+
+def test_fp16_scales_of_dead_weight_channels_stay_fp16_and_fused(tmp_path):
+    """Real PP-OCR weights have output channels with max |w| near 1e-20: their scales are floored
+    at 2^-16 (exact in FP16) instead of keeping the Q/DQ and its Conv in FP32 behind a Cast."""
+    n = Net()
+    n.conv("x", "c", 4, 16, k=3)
+    m = n.model(["c"], x_shape=(1, 4, 8, 8))
+    w = next(t for t in m.graph.initializer if t.name == "c.w")
+    values = numpy_helper.to_array(w).copy()
+    values[3] *= 1e-20
+    w.CopyFrom(numpy_helper.from_array(values, "c.w"))
+    path = tmp_path / "dead.onnx"
+    onnx.save(m, str(path))
+    data = tmp_path / "d"
+    data.mkdir()
+    np.save(data / "0.npy", np.random.default_rng(1).standard_normal((1, 4, 8, 8)).astype(np.float32))
+    ok(invoke("-q", "calibrate", path, "--data", data, "-o", tmp_path / "dead.calib.json"))
+    summary = export(tmp_path / "dead.calib.json", tmp_path / "dead.trt.onnx", "--trt-version", "11.4")
+    assert summary["kept_fp32_for_fp16"] == {}
+    out = onnx.load(str(tmp_path / "dead.trt.onnx"))
+    scale = next(numpy_helper.to_array(t) for t in out.graph.initializer if t.name == "c.w/scale")
+    assert scale.dtype == np.float16 and scale[3] == np.float16(2.0 ** -16) and np.all(scale >= np.float16(2.0 ** -16))
+    conv = next(x for x in out.graph.node if x.op_type == "Conv")
+    producers = {o: x.op_type for x in out.graph.node for o in x.output}
+    assert [producers[i] for i in conv.input[:2]] == ["DequantizeLinear", "DequantizeLinear"]
