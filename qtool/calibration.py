@@ -21,6 +21,7 @@ import re
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -99,6 +100,66 @@ class Calibration:
 
     def amax(self) -> dict[str, float]:
         return {t.name: t.amax for t in self.tensors}
+
+    def decide(self, *, signed: bool, method: str | None = None, fallback: bool = True) -> dict[str, Threshold]:
+        """The threshold every tensor gets on a target's grid (see `decide`)."""
+        return {t.name: decide(t, signed=signed, method=method, calibrated_with=self.method, kl_variant=self.kl_variant,
+                               num_bits=self.num_bits, fallback=fallback) for t in self.tensors}
+
+
+# A clipping threshold is meant to cut off a thin tail. One that clips more than this share of
+# the calibrated values is degenerate: the entropy search returns one when no value lies near
+# zero (every candidate below the smallest |x| has divergence 0 and the last one wins), which
+# would map the whole tensor to a single value.
+MAX_CLIPPED = 0.10
+# Methods whose threshold depends on the number of grid levels, searched again when a target's
+# grid differs from the one the calibration searched on (unsigned 256 levels vs signed 128).
+GRID_DEPENDENT = ("entropy",)
+
+
+class Threshold(NamedTuple):
+    amax: float
+    unsigned: bool  # the target may use [0, amax]
+    clipped: float  # share of the calibrated values above the searched amax
+    degenerate: bool  # clipped > MAX_CLIPPED: amax is max |x| instead (with the fallback)
+
+
+def clipped_fraction(record, amax: float | None = None) -> float:
+    """Share of the record's calibrated |x| values above `amax` (default: its own), from the stored histogram."""
+    amax = record.amax if amax is None else amax
+    counts = np.asarray(record.counts, dtype=np.float64)
+    total = counts.sum()
+    if total <= 0 or amax >= record.absmax:
+        return 0.0
+    left = record.edges()[:-1]
+    return float(counts[left >= amax].sum() / total)
+
+
+def decide(record, *, signed: bool, method: str | None = None, calibrated_with: str | None = None,
+           kl_variant: str = "nvidia", num_bits: int = 8, fallback: bool = True) -> Threshold:
+    """The clipping threshold a target uses for one tensor: the one place every exporter, the
+    report and evaluate take it from. The rule:
+
+    1. method given: searched again from the stored histogram with it, on the target's grid
+       (signed when `signed` or the tensor ever goes negative, else unsigned);
+    2. else the calibration file's amax, except that a target on the signed grid searches a
+       never-negative tensor again when the calibration method depends on the grid
+       (GRID_DEPENDENT: entropy, searched with 256 levels at calibration, 128 on the signed grid);
+    3. with `fallback`, a threshold clipping more than MAX_CLIPPED of the values is replaced by
+       max |x| (the TensorRT calibration cache alone keeps NVIDIA's threshold as it is).
+    """
+    unsigned = record.unsigned and not signed
+    if method is not None:
+        amax = record.threshold(method, kl_variant, unsigned=unsigned, num_bits=num_bits)
+    elif signed and record.unsigned and calibrated_with in GRID_DEPENDENT:
+        amax = record.threshold(calibrated_with, kl_variant, unsigned=False, num_bits=num_bits)
+    else:
+        amax = float(record.amax)
+    clipped = clipped_fraction(record, amax)
+    degenerate = clipped > MAX_CLIPPED
+    if fallback and degenerate:
+        amax = float(record.absmax)
+    return Threshold(float(amax), unsigned, clipped, degenerate)
 
 
 def record_from_histogram(name: str, hist: TensorHistogram, method: str, kl_variant: str = "nvidia", num_bits: int = 8,

@@ -42,7 +42,8 @@ src/nncf/openvino/quantization/ignored_patterns.py; reference section 5):
 * One quantizer per tensor, whatever the number of readers; only readers that asked for the
   quantized tensor read it.
 
-Ranges: activations from the calibration file (amax, unsigned); weights from the weights
+Ranges: activations from qtool.calibration.decide (the file's amax on the target's grid, with the
+clipping fallback); weights from the weights
 (qtool.quant). The result is a `Plan`; exporters add FakeQuantize or Q/DQ nodes from it.
 """
 
@@ -59,6 +60,7 @@ from onnx import TensorProto, numpy_helper
 from . import graph as G
 from . import patterns as P
 from . import quant
+from .calibration import MAX_CLIPPED, Threshold, decide
 from .errors import QtoolError
 from .rules import CPU, Rules
 
@@ -160,28 +162,6 @@ class _Groups:
             self.parent[rb] = ra
 
 
-# A clipping threshold is meant to cut off a thin tail. One that clips more than this share of
-# the calibrated values is degenerate: the entropy search returns one when no value lies near
-# zero (every candidate below the smallest |x| has divergence 0 and the last one wins), which
-# would map the whole tensor to a single value.
-MAX_CLIPPED = 0.10
-
-
-def clipped_fraction(record) -> float:
-    """Share of the record's calibrated |x| values above its amax (from the stored histogram)."""
-    counts = np.asarray(record.counts, dtype=np.float64)
-    total = counts.sum()
-    if total <= 0 or record.amax >= record.absmax:
-        return 0.0
-    left = record.edges()[:-1]
-    return float(counts[left >= record.amax].sum() / total)
-
-
-def usable_amax(record) -> float:
-    """The record's amax, or its max |x| when that threshold is degenerate (see MAX_CLIPPED)."""
-    return float(record.absmax) if clipped_fraction(record) > MAX_CLIPPED else float(record.amax)
-
-
 def weight_axis(node: onnx.NodeProto, slot: int, rank: int) -> int | None:
     """The output-channel axis of a constant input of a linear layer (None: per tensor)."""
     op = node.op_type
@@ -240,9 +220,12 @@ def _listed(names, limit: int = 5) -> str:
 class _Placer:
     """One placement run: the graph, the target's rules and the decisions taken so far."""
 
-    def __init__(self, proto: onnx.ModelProto, records: dict, rules: Rules, float_types: tuple[int, ...]):
+    def __init__(self, proto: onnx.ModelProto, records: dict, rules: Rules, float_types: tuple[int, ...],
+                 thresholds: dict[str, Threshold] | None):
         self.m = P.GraphView(proto)
         self.records = records
+        self.thresholds = thresholds if thresholds is not None else {
+            name: decide(rec, signed=rules.signed_only, fallback=rules.clip_fallback) for name, rec in records.items()}
         self.rules = rules
         self.float_types = float_types
         self.warnings: list[str] = []
@@ -410,7 +393,7 @@ class _Placer:
     def ranges(self) -> None:
         """Per group, the Concat outputs' calibrated range if the group has one, else the widest
         range of the tensors actually quantized."""
-        records, rules = self.records, self.rules
+        records, rules = self.thresholds, self.rules
         self.sites = [t for t in self.wanted if self.wanted[t] and t not in self.moved]
         site_set = set(self.sites)
         self.members: dict[str, list[str]] = defaultdict(list)
@@ -428,12 +411,11 @@ class _Placer:
                 self.group_range[root] = None
                 missing.extend(t for t in names if t in site_set and t not in records)
                 continue
+            decided = [self.thresholds[t] for t in anchors]
             if rules.clip_fallback:
-                degenerate += [t for t in anchors if clipped_fraction(records[t]) > MAX_CLIPPED]
-                amax = max(usable_amax(records[t]) for t in anchors)
-            else:
-                amax = max(float(records[t].amax) for t in anchors)
-            unsigned = not rules.signed_only and all(records[t].unsigned for t in anchors)
+                degenerate += [t for t, d in zip(anchors, decided) if d.degenerate]
+            amax = max(d.amax for d in decided)
+            unsigned = all(d.unsigned for d in decided)
             if not (np.isfinite(amax) and amax > 0):
                 zero.append(anchors[0])
                 amax = 1.0
@@ -580,18 +562,20 @@ class _Placer:
             self.warnings.append(f"the model already contains {', '.join(already)} nodes; quantizing it again may lose accuracy")
 
 
-def place(proto: onnx.ModelProto, records: dict, *, rules: Rules = CPU, exclude: list[str] | tuple = (),
+def place(proto: onnx.ModelProto, records: dict, *, rules: Rules = CPU, thresholds: dict[str, Threshold] | None = None,
+          exclude: list[str] | tuple = (),
           include: list[str] | tuple = (), weights_7bit: str | None = None,
           float_types: tuple[int, ...] = (TensorProto.FLOAT,), ignored_patterns: bool = True,
           depthwise_per_channel: bool = True) -> Plan:
     """The quantizers for `proto` (whose nodes must have unique names) under a target's `rules`,
     given the calibration records {tensor name: TensorRecord}. float_types: element types the
-    target can quantize. exclude: nodes/tensors kept FP32; include: nodes the rules' default
+    target can quantize. thresholds: the amax per tensor (qtool.calibration.decide; default: the
+    records' own, on the rules' grid, with the rules' clipping fallback). exclude: nodes/tensors kept FP32; include: nodes the rules' default
     exclusions or ignored patterns would keep FP32, quantized anyway. ignored_patterns=False turns
     NNCF's ignored patterns off; depthwise_per_channel=False keeps depthwise Conv inputs per tensor."""
     if weights_7bit not in (None, "first", "all"):
         raise QtoolError(f"--weights-7bit must be 'first' or 'all', not {weights_7bit!r}")
-    p = _Placer(proto, records, rules, float_types)
+    p = _Placer(proto, records, rules, float_types, thresholds)
     p.exclude(exclude, include, ignored_patterns)
     p.request()
     p.propagate()

@@ -6,7 +6,7 @@ Per tensor (a row of the table):
             most PLOT_BINS so the page stays small), a vertical line per threshold method
             (thresholds.METHODS, percentile:P as PERCENTILES) recomputed from the histogram
             with TensorRecord.threshold, and the file's own amax as a thick dashed line.
-  clipped   share of the calibrated values above the file's amax (placement.clipped_fraction).
+  clipped   share of the calibrated values above the file's amax (calibration.clipped_fraction).
   KL        NVIDIA's entropy-calibration divergence KL(P||Q) at the file's amax (the quantity
             its entropy search minimises, its h[0] = h[1] convention included); empty when
             the tensor is all zero.
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import placement, thresholds
+from . import calibration, thresholds
 from .calibration import Calibration, TensorRecord
 from .errors import QtoolError
 from .evaluate import format_db, from_json_number
@@ -134,7 +134,7 @@ def rows(cal: Calibration, evaluation: dict | None = None) -> list[Row]:
                 ths[m] = rec.threshold(m, cal.kl_variant, num_bits=cal.num_bits)
             except ValueError as e:
                 raise QtoolError(f"tensor {rec.name!r}: cannot compute the {m} threshold ({e})") from None
-        result.append(Row(k, rec, ths, placement.clipped_fraction(rec), kl_divergence(rec, rec.amax, cal.num_bits),
+        result.append(Row(k, rec, ths, calibration.clipped_fraction(rec), kl_divergence(rec, rec.amax, cal.num_bits),
                           sens.get(rec.name), ranges.get(rec.name)))
     return result
 
@@ -332,7 +332,7 @@ def render(cal: Calibration, calib_name: str, evaluation: dict | None = None) ->
         rec = row.record
         data_attrs = (f"data-order=\"{row.order}\" data-absmax=\"{_attr(rec.absmax)}\" data-amax=\"{_attr(rec.amax)}\" "
                       f"data-clipped=\"{_attr(row.clipped)}\" data-kl=\"{_attr(row.kl)}\" data-sqnr=\"{_attr(row.sqnr)}\"")
-        clipped_cls = " class=\"bad\"" if row.clipped > placement.MAX_CLIPPED else ""
+        clipped_cls = " class=\"bad\"" if row.clipped > calibration.MAX_CLIPPED else ""
         cells = [
             f"<td>{row.order + 1}</td>", f"<td class=\"name\">{e(rec.name)}</td>", f"<td>{_fmt(rec.min)}</td>",
             f"<td>{_fmt(rec.absmax)}</td>", f"<td>{_fmt(rec.amax)}{_quantized_note(row)}</td>", f"<td{clipped_cls}>{row.clipped * 100:.3f} %</td>",

@@ -14,7 +14,7 @@ graph_utils.py, partitioning.py):
   shape ops pass the quantizer through; a Concat's quantized inputs and output share one scale;
 * signed INT8 everywhere (TensorRT: "only supports symmetric quantization"), activation scale =
   the cache's amax / 127 (bit for bit), except where that threshold is degenerate (clips more than
-  placement.MAX_CLIPPED of the values: NVIDIA's signed-grid entropy search on a tensor with no
+  calibration.MAX_CLIPPED of the values: NVIDIA's signed-grid entropy search on a tensor with no
   values near zero, e.g. an image input); there max |x| is used, as on every target;
 * ModelOpt's default exclusions: small Convs, GEMV-shaped and small MatMul/Gemm, the attention
   core above sequence length 512 (qtool.patterns.tensorrt_exclusions); `--include` overrides them.

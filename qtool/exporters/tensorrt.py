@@ -43,6 +43,7 @@ import struct
 import numpy as np
 
 from .. import model, passthrough
+from ..rules import TENSORRT
 from ..errors import QtoolError
 
 ALGORITHMS = ("EntropyCalibration2", "MinMaxCalibration", "EntropyCalibration", "LegacyCalibration")
@@ -414,17 +415,13 @@ CALIBRATOR_ALGORITHMS = {"entropy2": "EntropyCalibration2", "minmax": "MinMaxCal
 
 
 def cache_amax(cal, algorithm: str = "entropy2") -> dict[str, float]:
-    """The amax TensorRT should use per tensor.
-
-    TensorRT's implicit INT8 is symmetric signed (scale = amax / 127) even after ReLU, so an
-    entropy calibration is re-searched with the signed grid (128 levels) from the stored
-    histograms; other methods keep their amax; minmax uses max |x|.
-    """
+    """The amax TensorRT's calibration cache holds per tensor: on the signed grid (TensorRT's
+    implicit INT8 is symmetric signed, scale = amax / 127, even after ReLU), NVIDIA's threshold as
+    it is (no clipping fallback: the cache is what TensorRT's own calibrator would write);
+    minmax: max |x|."""
     if algorithm == "minmax":
         return {t.name: t.absmax for t in cal.tensors}
-    if cal.method == "entropy":
-        return {t.name: t.threshold("entropy", cal.kl_variant, unsigned=False, num_bits=cal.num_bits) for t in cal.tensors}
-    return cal.amax()
+    return {name: d.amax for name, d in cal.decide(signed=True, fallback=False).items()}
 
 
 def model_ranges(proto, own: dict[str, float]) -> tuple[dict[str, float], dict[str, list[str]]]:
@@ -485,11 +482,12 @@ def suffix(fmt: str | None = None, trt_version: str | None = None, **_options) -
     return SUFFIXES[resolve(trt_version, fmt)[1]]
 
 
-def signed_amax(cal, algorithm: str = "entropy2", method: str | None = None) -> dict[str, float]:
-    """The TensorRT amax per tensor: `method` recomputed on the signed grid when given, else the cache's."""
-    if method is None:
-        return cache_amax(cal, algorithm)
-    return {t.name: t.threshold(method, cal.kl_variant, unsigned=False, num_bits=cal.num_bits) for t in cal.tensors}
+def signed_thresholds(cal, algorithm: str = "entropy2", method: str | None = None, fallback: bool = False) -> dict:
+    """{tensor: calibration.Threshold} on TensorRT's signed grid: `method` when given, else
+    --algorithm's (entropy2: the calibration's threshold, minmax: max |x|)."""
+    if method is None and algorithm == "minmax":
+        method = "max"
+    return cal.decide(signed=True, method=method, fallback=fallback)
 
 
 def export(loaded, cal, *, trt_version: str | None = None, algorithm: str = "entropy2", fmt: str | None = None,
@@ -502,17 +500,17 @@ def export(loaded, cal, *, trt_version: str | None = None, algorithm: str = "ent
     if algorithm not in CALIBRATOR_ALGORITHMS:
         raise QtoolError(f"--algorithm {algorithm!r} is not one of {', '.join(CALIBRATOR_ALGORITHMS)}")
     major = major_of(trt_version)
-    amax = signed_amax(cal, algorithm, method)
     if fmt == "qdq":
         from . import trt_qdq
 
         data, warnings, summary = trt_qdq.export(
-            loaded, cal, amax, major=major, high_precision=high_precision or ("fp16" if major >= 10 else "fp32"),
+            loaded, cal, signed_thresholds(cal, algorithm, method, fallback=TENSORRT.clip_fallback), major=major, high_precision=high_precision or ("fp16" if major >= 10 else "fp32"),
             weights=weights, exclude=exclude, include=include, bias_correction=bias_correction)
         summary = {"format": fmt, "trt_version": trt_version, **summary}
         return ExportResult(data, warnings, summary)
     if high_precision is not None or weights != "fp32" or exclude or include:
         raise QtoolError("--high-precision, --weights, --exclude and --include apply to --format qdq only")
+    amax = cache_amax(cal, algorithm) if method is None else {n: d.amax for n, d in signed_thresholds(cal, method=method).items()}
     data, warnings, summary = _ranges_file(loaded, amax, trt_version, algorithm, fmt)
     if major == 10:
         warnings.insert(0, TRT10_DEPRECATED)

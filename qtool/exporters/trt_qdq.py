@@ -121,17 +121,10 @@ def _weight_nodes(model: onnx.ModelProto, namer: G.Namer, site: placement.Weight
     ]
 
 
-def signed_records(cal, amax: dict[str, float]) -> dict:
-    """The calibration records with amax replaced by the TensorRT amax of each tensor."""
-    from dataclasses import replace
-
-    return {t.name: replace(t, amax=float(amax[t.name])) for t in cal.tensors if t.name in amax}
-
-
-def export(loaded, cal, amax: dict[str, float], *, major: int, high_precision: str, weights: str,
+def export(loaded, cal, thresholds: dict, *, major: int, high_precision: str, weights: str,
            exclude=(), include=(), bias_correction: bool = True):
     """(model bytes, warnings, summary) of the Q/DQ model for TensorRT `major`, with the
-    activation thresholds `amax` {tensor: amax on the signed grid}."""
+    activation thresholds {tensor: calibration.Threshold on the signed grid}."""
     from .qdq import upgrade_opset
 
     check_options(major, high_precision, weights)
@@ -141,7 +134,7 @@ def export(loaded, cal, amax: dict[str, float], *, major: int, high_precision: s
     warnings: list[str] = []
     namer = G.Namer(model)
     G.unique_node_names(model.graph, namer)
-    plan = placement.place(model, signed_records(cal, amax), rules=TENSORRT, exclude=list(exclude or ()),
+    plan = placement.place(model, {t.name: t for t in cal.tensors}, rules=TENSORRT, thresholds=thresholds, exclude=list(exclude or ()),
                            include=list(include or ()), float_types=(TensorProto.FLOAT,))
     corrected, bc_warnings = biascorrection.apply_to_export(model, namer, plan, cal, bias_correction)
     apply(model, namer, plan, weights, FP16_SCALE_FLOOR if high_precision == "fp16" else 0.0)
