@@ -57,14 +57,15 @@ class _Index:
     types: dict[str, int] = field(default_factory=dict)
 
 
-def parse_version(text: str) -> tuple[int, int, int]:
-    """'10.3' -> (10, 3, 0); '8.6.1' and '8.6.1.6' (build number ignored) are accepted too."""
+def parse_version(text: str, known_only: bool = True) -> tuple[int, int, int]:
+    """'10.3' -> (10, 3, 0); '8.6.1' and '8.6.1.6' (build number ignored) are accepted too.
+    known_only: the major must be one whose rules qtool knows (8.x to 11.x)."""
     m = re.fullmatch(r"(\d+)\.(\d+)(?:\.(\d+))?(?:\.\d+)?", str(text).strip())
     if not m:
-        raise QtoolError(f"TensorRT version {text!r} is not a version like 8.6, 10.3 or 11.4.0")
+        raise QtoolError(f"--trt-version {text!r} is not a version like 8.6.1, 10.3.0 or 11.4")
     major, minor, patch = int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
-    if major not in OPSETS:
-        raise QtoolError(f"TensorRT version {text!r}: the Q/DQ rules are known for TensorRT 8.x to 11.x only")
+    if known_only and major not in OPSETS:
+        raise QtoolError(f"--trt-version {text}: qtool knows TensorRT 8.x to 11.x")
     return major, minor, patch
 
 

@@ -13,7 +13,7 @@ from PIL import Image
 
 import zoo
 from qtool.calibration import load
-from qtool.exporters.tensorrt import read_cache
+from qtool.trtfiles import read_cache
 from runcli import invoke as run
 
 ROOT = Path(__file__).resolve().parents[1]

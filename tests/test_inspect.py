@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from qtool.calibration import load
-from qtool.exporters.tensorrt import hex_amax, read_cache, read_dynamic_range, read_ort_table
+from qtool.trtfiles import hex_amax, read_cache, read_dynamic_range, read_ort_table
 from test_tensorrt import chain_model
 from runcli import invoke as run
 

@@ -15,8 +15,8 @@ from qtool import model, passthrough
 from qtool.calibration import Calibration, TensorRecord
 from qtool.errors import QtoolError
 from qtool.exporters import tensorrt
-from qtool.exporters.tensorrt import (
-    decode_version, hex_amax, hex_scale, read_cache, read_dynamic_range, read_ort_table, scale_hex,
+from qtool.trtfiles import (
+    ZERO_AMAX_FALLBACK, decode_version, hex_amax, hex_scale, read_cache, read_dynamic_range, read_ort_table, scale_hex,
     version_number, write_cache, write_dynamic_range, write_ort_table,
 )
 
@@ -330,7 +330,7 @@ def test_export_replaces_zero_ranges_of_pass_through_outputs_by_the_inputs():
     amax = {n: 2.0 for n in names} | {"flat": 0.0, "lin_max": 0.0}
     _, back = read_cache(tensorrt.export(Loaded(m), fake_calibration(names, amax), fmt="cache").data.decode())
     assert back["flat"] == cache_round_trip(2.0)  # from relu
-    assert back["lin_max"] == cache_round_trip(tensorrt.ZERO_AMAX_FALLBACK)  # nothing to inherit
+    assert back["lin_max"] == cache_round_trip(ZERO_AMAX_FALLBACK)  # nothing to inherit
 
 
 def test_export_warns_about_missing_tensors_and_drops_shape_tensors():

@@ -22,7 +22,7 @@ from test_openvino import (
 )
 from test_placement import Net, records
 
-from qtool import placement, trtrules
+from qtool import placement, trtfiles, trtrules
 from qtool.calibration import load as load_calibration
 from qtool.exporters import tensorrt
 from qtool.rules import TENSORRT
@@ -116,7 +116,7 @@ def test_activation_scales_equal_the_cache_bit_for_bit(calibrated, tmp_path):
     assert degenerate == {"input"}
     export(calib, tmp_path / "m.onnx", "--trt-version", "10.3", "--high-precision", "fp32")
     export(calib, tmp_path / "m.cache", "--trt-version", "10.3", "--format", "cache")
-    cache = tensorrt.read_cache_hex((tmp_path / "m.cache").read_text())
+    cache = trtfiles.read_cache_hex((tmp_path / "m.cache").read_text())
     m = onnx.load(str(tmp_path / "m.onnx"))
     inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
     compared = 0

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import click
 
-from .. import calibration, model, trtrules
+from .. import calibration, model, trtfiles, trtrules
 from ..errors import QtoolError
-from ..exporters import tensorrt
 from . import EPILOG, cli, emit
 
 log = logging.getLogger("qtool")
@@ -58,13 +57,13 @@ def read_file(path: Path) -> dict:
         if text is not None and text.startswith("TRT-"):
             return _cache(text)
         if text is not None and ":" in first:
-            entries = tensorrt.read_dynamic_range(text)
+            entries = trtfiles.read_dynamic_range(text)
             return {"kind": "dynamic-range", "header": {}, "tensors": _plain(entries)}
     except QtoolError as e:
         raise QtoolError(f"{str(path)!r}: {e}") from None
     if text is None:
         try:
-            entries = tensorrt.read_ort_table(data)
+            entries = trtfiles.read_ort_table(data)
         except QtoolError as e:
             if _is_onnx(data):
                 raise QtoolError(
@@ -107,12 +106,12 @@ def _calibration(path: Path) -> dict:
 
 
 def _cache(text: str) -> dict:
-    header, entries = tensorrt.read_cache(text)
-    hexes = tensorrt.read_cache_hex(text)
+    header, entries = trtfiles.read_cache(text)
+    hexes = trtfiles.read_cache_hex(text)
     header = {"line": text.splitlines()[0].strip(), "version": header["version"],
-              "tensorrt": tensorrt.decode_version(header["version"]), "algorithm": header["algorithm"]}
+              "tensorrt": trtfiles.decode_version(header["version"]), "algorithm": header["algorithm"]}
     tensors = [
-        {"name": n, "hex": hexes[n], "scale": tensorrt.hex_scale(hexes[n]), "amax": entries[n]}
+        {"name": n, "hex": hexes[n], "scale": trtfiles.hex_scale(hexes[n]), "amax": entries[n]}
         for n in sorted(entries)
     ]
     return {"kind": "tensorrt-cache", "header": header, "tensors": tensors}

@@ -27,9 +27,8 @@ from .. import biascorrection, placement, quant
 from .. import graph as G
 from ..errors import QtoolError
 from ..rules import TENSORRT
+from ..trtrules import OPSETS
 
-# TensorRT major -> (lowest, highest) default-domain opset of a Q/DQ model its parser reads
-OPSETS = {8: (13, 17), 9: (13, 17), 10: (13, 20), 11: (13, 25)}
 FP16_OPSET = 19  # QuantizeLinear/DequantizeLinear-19 take FP16 scales
 # Smallest scale written when scales are FP16: 2^-16 is exact in FP16 and every scale above it
 # keeps 8 significant bits there. A smaller one (a weight channel with max |w| < 2e-3, often a dead
