@@ -18,7 +18,7 @@ from qtool import biascorrection, collect, model
 from qtool.calibration import load as load_calibration
 from qtool.cli import cli
 from qtool.errors import QtoolError
-from qtool.exporters.tensorrt import ZERO_AMAX_FALLBACK, read_cache
+from qtool.trtfiles import ZERO_AMAX_FALLBACK, read_cache
 
 N_IMAGES = 8  # a multiple of the batch sizes used below; test_image_count_not_a_multiple_of_the_batch covers 6
 
