@@ -268,6 +268,13 @@ def test_options_of_other_targets_are_usage_errors(calibrated, tmp_path):
     assert r.exit_code == 2 and "--trt-version applies to --target tensorrt" in r.stderr
     r = invoke("export", "--target", "tensorrt", "--calib", calib, "-o", tmp_path / "x.onnx", "--weights-7bit", "all")
     assert r.exit_code == 2 and not (tmp_path / "x.onnx").exists()
+    r = invoke("export", "--target", "qdq", "--calib", calib, "-o", tmp_path / "x.onnx", "--algorithm", "minmax")
+    assert r.exit_code == 2 and "--algorithm applies to --target tensorrt" in r.stderr
+    r = invoke("export", "--target", "tensorrt", "--calib", calib, "-o", tmp_path / "x.onnx", "--no-ignored-patterns")
+    assert r.exit_code == 2 and "--no-ignored-patterns applies to --target openvino or qdq" in r.stderr
+    r = invoke("export", "--target", "tensorrt", "--calib", calib, "-o", tmp_path / "x.cache", "--trt-version", "8.6",
+               "--no-bias-correction")
+    assert r.exit_code == 1 and "apply to --format qdq only" in r.stderr and not (tmp_path / "x.cache").exists()
 
 
 def test_calibrate_refuses_an_11x_cache_header(tmp_path):

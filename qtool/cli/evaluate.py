@@ -10,86 +10,21 @@ from pathlib import Path
 
 import click
 
-from .. import calibration, data, model
+from .. import calibration, data
 from .. import evaluate as ev
 from ..errors import QtoolError
+from ..inputs import DEFAULT_BATCH, find_calibration, held_out_runs, load_checked_model
 from . import EPILOG, cli, emit
-from .export import find_calibration, load_checked_model
 
 log = logging.getLogger("qtool")
 
-DEFAULT_BATCH = 8
 _FLAGS = ("size", "resize", "scale", "mean", "std", "bgr", "layout")
-
-
-def _channels_text(values) -> str:
-    return ",".join(repr(float(v)) for v in values)
-
-
-def image_preprocess(spec: model.InputSpec, recorded: dict, *, size, resize, scale_text, mean, std, bgr, layout) -> data.Preprocess:
-    """The calibration file's image preprocessing, with each flag given overriding its part."""
-    rec = recorded if recorded.get("source") == "images" else {}
-    if rec and rec.get("input") not in (None, spec.name):
-        rec = {}
-    try:
-        rec_size = (int(rec["height"]), int(rec["width"])) if "height" in rec else None
-        rec_scale = float(rec["scale"]) if "scale" in rec else None
-        rec_mean = _channels_text(rec["mean"]) if "mean" in rec else None
-        rec_std = _channels_text(rec["std"]) if "std" in rec else None
-    except (TypeError, ValueError, KeyError):
-        raise QtoolError("the calibration file's recorded image preprocessing is damaged; give --size/--scale/--mean/--std") from None
-    new_layout = layout or rec.get("layout") or data.infer_layout(spec.dims)
-    if new_layout not in ("nchw", "nhwc"):
-        raise QtoolError(f"the calibration file records an unknown layout {new_layout!r}; give --layout")
-    hw = spec.dims[2:4] if new_layout == "nchw" else spec.dims[1:3]
-    new_size = data.parse_size(size) if size is not None else (rec_size if None in hw else None)
-    new_resize = resize or rec.get("resize", "stretch")
-    if new_resize not in data.RESIZE_MODES:
-        raise QtoolError(f"the calibration file records an unknown resize mode {new_resize!r}; give --resize")
-    new_scale = data.parse_scale(scale_text) if scale_text is not None else (rec_scale if rec_scale is not None else 1 / 255)
-    return data.resolve_preprocess(
-        spec, size=new_size, layout=new_layout, resize=new_resize, scale=new_scale,
-        mean=mean if mean is not None else rec_mean, std=std if std is not None else rec_std,
-        bgr=bool(rec.get("bgr", False)) if bgr is None else bgr,
-    )
 
 
 def _progress(total: int, enabled: bool):
     from tqdm import tqdm
 
     return tqdm(total=total, unit="pass", file=sys.stderr, disable=not (enabled and sys.stderr.isatty()), leave=False)
-
-
-def held_out_runs(loaded, cal, images_dir, data_dir, limit, batch_size=None, **flags):
-    """(input files, a function giving fresh runs over them): images preprocessed as the
-    calibration file records, each given flag overriding its part; or .npy/.npz data."""
-    if images_dir is not None:
-        spec = model.image_input(loaded.proto)
-        pre = image_preprocess(spec, cal.preprocess, **{f: flags.get(f) for f in
-                               ("size", "resize", "scale_text", "mean", "std", "bgr", "layout")})
-        fixed = spec.dims[0]
-        if fixed is not None and batch_size not in (None, fixed):
-            raise QtoolError(f"the model has a fixed batch of {fixed}; --batch-size {batch_size} cannot be used")
-        batch = fixed or batch_size or DEFAULT_BATCH
-        inputs = data.list_images(images_dir, limit)
-        if fixed and len(inputs) % fixed:
-            raise QtoolError(
-                f"{len(inputs)} images do not fill batches of {fixed} (the model's fixed batch); "
-                f"use --limit {len(inputs) - len(inputs) % fixed or fixed}"
-            )
-
-        def runs():
-            return data.image_runs(inputs, pre, spec.name, batch)
-    else:
-        specs = model.data_inputs(loaded.proto)
-        if not specs:
-            raise QtoolError("the model has no inputs to feed; nothing to evaluate")
-        inputs = data.list_arrays(data_dir, limit)
-
-        def runs():
-            return data.array_runs(inputs, specs)
-
-    return inputs, runs
 
 
 @cli.command(epilog=EPILOG)

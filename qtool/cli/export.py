@@ -9,44 +9,21 @@ from pathlib import Path
 
 import click
 
-from .. import calibration, model
+from .. import calibration
 from ..errors import QtoolError
 from ..exporters import TARGETS, exporter, tensorrt, trt_qdq
 from ..fileio import check_output_path, write_atomic
+from ..inputs import find_calibration, held_out_runs, load_checked_model
 from . import EPILOG, cli, emit
 
 log = logging.getLogger("qtool")
 
 
-def find_calibration(calib: Path | None) -> Path:
-    """--calib, or the single *.calib.json in the current directory."""
-    if calib is not None:
-        return calib
-    found = sorted(Path(".").glob("*.calib.json"))
-    if len(found) == 1:
-        return found[0]
-    if not found:
-        raise QtoolError("no *.calib.json in the current directory; run qtool calibrate first or pass --calib FILE")
-    raise QtoolError(f"several calibration files here ({', '.join(p.name for p in found)}); choose one with --calib FILE")
-
-
-def load_checked_model(model_path: Path | None, calib_path: Path, cal: calibration.Calibration) -> model.LoadedModel:
-    """The model the calibration was made for: MODEL, or the path the file records; same SHA-256."""
-    path = model_path if model_path is not None else calib_path.parent / cal.model_path
-    if model_path is None and not path.exists():
-        raise QtoolError(f"the calibrated model {str(path)!r} (recorded in {str(calib_path)!r}) is missing; pass MODEL")
-    loaded = model.load_model(path)
-    if loaded.sha256 != cal.model_sha256:
-        raise QtoolError(
-            f"{str(path)!r} is not the model {str(calib_path)!r} was calibrated for (SHA-256 differs); calibrate it again"
-        )
-    return loaded
-
-
 _ONLY = {
     "trt_version": ("--trt-version", ("tensorrt",)), "format": ("--format", ("tensorrt",)), "method": ("--method", ("tensorrt",)),
     "high_precision": ("--high-precision", ("tensorrt",)), "weights": ("--weights", ("tensorrt",)),
-    "weights_7bit": ("--weights-7bit", ("openvino", "qdq")), "keep_fp32": ("--keep-fp32", ("openvino", "qdq")),
+    "algorithm": ("--algorithm", ("tensorrt",)), "weights_7bit": ("--weights-7bit", ("openvino", "qdq")),
+    "keep_fp32": ("--keep-fp32", ("openvino", "qdq")), "no_ignored_patterns": ("--no-ignored-patterns", ("openvino", "qdq")),
 }
 
 
@@ -74,7 +51,7 @@ def parse_target(text: str) -> str:
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Output file [default: <model stem> + the target's suffix, here].")
 @click.option("--trt-version", help=f"tensorrt: the TensorRT that builds the engine [default: the installed tensorrt package's, else {tensorrt.LATEST_VERSION}].")
 @click.option("--format", "fmt", type=click.Choice(tensorrt.FORMATS), help="tensorrt: qdq (ONNX with QuantizeLinear/DequantizeLinear placed by TensorRT's rules; default for 10.x and 11.x, the only INT8 input of 11.x), cache (trtexec --calib; default for 8.x/9.x; onnxruntime with trt_int8_use_native_calibration_table=1), dynamic-range (sampleINT8API name:amax lines), ort-trt (onnxruntime TensorRT EP table: trt_int8_calibration_table_name=FILE in trt_engine_cache_path, native table off).")
-@click.option("--algorithm", type=click.Choice(sorted(tensorrt.CALIBRATOR_ALGORITHMS)), default="entropy2", show_default=True, help="tensorrt: entropy2 (the signed-grid entropy threshold, as TensorRT's EntropyCalibration2) or minmax (max |x|); the cache header names it.")
+@click.option("--algorithm", type=click.Choice(sorted(tensorrt.CALIBRATOR_ALGORITHMS)), help="tensorrt: entropy2 (default) (the signed-grid entropy threshold, as TensorRT's EntropyCalibration2) or minmax (max |x|); the cache header names it.")
 @click.option("--method", help="tensorrt: recompute every activation threshold on the signed grid with this method (entropy, max, mse, percentile:P, mean-minmax) instead of --algorithm's.")
 @click.option("--high-precision", type=click.Choice(["fp16", "fp32"]), help="tensorrt qdq: the type of the unquantized layers in the ONNX (strongly typed builds run them so); fp16 converts them with graph inputs/outputs kept FP32 [default: fp16 for 10.x/11.x, fp32 for 8.x/9.x].")
 @click.option("--weights", type=click.Choice(["fp32", "int8"]), default="fp32", show_default=True, help="tensorrt qdq: FP32 weight -> QuantizeLinear -> DequantizeLinear (every version), or INT8 weight -> DequantizeLinear (10.x/11.x; 4x smaller file).")
@@ -97,15 +74,16 @@ def export(model_path, target_text, calib, output, trt_version, fmt, algorithm, 
     """
     started = time.perf_counter()
     target = parse_target(target_text)
-    check_target_options(target, trt_version=trt_version, format=fmt, method=method, high_precision=high_precision,
-                         weights=weights != "fp32", weights_7bit=weights_7bit, keep_fp32=keep_fp32)
+    check_target_options(target, trt_version=trt_version, format=fmt, algorithm=algorithm, method=method,
+                         high_precision=high_precision, weights=weights != "fp32", weights_7bit=weights_7bit,
+                         keep_fp32=keep_fp32, no_ignored_patterns=no_ignored_patterns)
     module = exporter(target)
     calib_path = find_calibration(calib)
     cal = calibration.load(calib_path)
     source = model_path if model_path is not None else calib_path.parent / cal.model_path
     if target == "tensorrt":
         trt_version, fmt = tensorrt.resolve(trt_version, fmt)
-    options = dict(trt_version=trt_version, algorithm=algorithm, fmt=fmt, method=method, high_precision=high_precision,
+    options = dict(trt_version=trt_version, algorithm=algorithm or "entropy2", fmt=fmt, method=method, high_precision=high_precision,
                    weights=weights, exclude=list(exclude), include=list(include), weights_7bit=weights_7bit,
                    ignored_patterns=not no_ignored_patterns, bias_correction=not no_bias_correction)
     out = output or Path(Path(cal.model_path).stem + module.suffix(**options))
@@ -118,7 +96,6 @@ def export(model_path, target_text, calib, output, trt_version, fmt, algorithm, 
     kept = None
     if keep_fp32:
         from ..evaluate import keep_fp32 as rank_and_keep
-        from .evaluate import held_out_runs
 
         _, runs = held_out_runs(loaded, cal, images_dir, data_dir, limit)
         kept = rank_and_keep(loaded, cal, keep_fp32, runs, exclude=options["exclude"], weights_7bit=weights_7bit)

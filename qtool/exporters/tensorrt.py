@@ -170,8 +170,8 @@ def export(loaded, cal, *, trt_version: str | None = None, algorithm: str = "ent
             weights=weights, exclude=exclude, include=include, bias_correction=bias_correction)
         summary = {"format": fmt, "trt_version": trt_version, **summary}
         return ExportResult(data, warnings, summary)
-    if high_precision is not None or weights != "fp32" or exclude or include:
-        raise QtoolError("--high-precision, --weights, --exclude and --include apply to --format qdq only")
+    if high_precision is not None or weights != "fp32" or exclude or include or not bias_correction:
+        raise QtoolError("--high-precision, --weights, --exclude, --include and --no-bias-correction apply to --format qdq only")
     amax = cache_amax(cal, algorithm) if method is None else {n: d.amax for n, d in signed_thresholds(cal, method=method).items()}
     data, warnings, summary = _ranges_file(loaded, amax, trt_version, algorithm, fmt)
     if major == 10:
