@@ -46,7 +46,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from openvino_vs_nncf import int8_layers as _int8_layers, latencies_ms  # noqa: E402  shared with that bench
+from openvino_vs_nncf import int8_layers as _int8_layers
+from openvino_vs_nncf import latencies_ms
 
 WORK = Path(tempfile.gettempdir()) / "qtool-bench" / "fidelity"
 LINEAR = ("Convolution", "MatMul", "FullyConnected", "Deconvolution")

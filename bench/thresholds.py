@@ -23,10 +23,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
-import literal
+import literal  # noqa: E402 (after the sys.path lines above)
 
-from qtool import thresholds
-from qtool.histogram import TensorHistogram
+from qtool import thresholds  # noqa: E402
+from qtool.histogram import TensorHistogram  # noqa: E402
 
 CASES = [
     # label, qtool function, literal yardstick, keyword arguments

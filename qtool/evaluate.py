@@ -403,7 +403,7 @@ def to_json(ev: Evaluation) -> dict:
         "sqnr_db": json_number(ev.worst_sqnr_db),
         "outputs": [o.to_json() for o in ev.outputs],
         "not_compared": ev.not_compared,
-        "quantization": {k: v for k, v in ev.plan_summary.items()},
+        "quantization": dict(ev.plan_summary),
         "tensors": [{"rank": i + 1, **t.to_json()} for i, t in enumerate(ev.tensors)],
     }
 

@@ -114,7 +114,7 @@ def to_fp16(
     _normalize_constants(g)
     try:
         work = onnx.shape_inference.infer_shapes(work, strict_mode=False)
-    except Exception as e:  # noqa: BLE001 - custom ops, oversized models
+    except Exception as e:
         raise QtoolError(f"FP16 conversion needs ONNX shape inference, which failed: {_first_line(e)}") from None
     g = work.graph
     kept: dict[str, str] = {}
@@ -217,7 +217,7 @@ def _guard_constants(g: onnx.GraphProto, kept: dict[str, str]) -> None:
     for name, t, const_node in _float_constants(g):
         try:
             arr = numpy_helper.to_array(t)
-        except Exception as e:  # noqa: BLE001 - external data not loaded
+        except Exception as e:
             raise QtoolError(f"cannot read constant {name!r} ({_first_line(e)}); load the model's external data first") from None
         users = readers.get(name, [])
         as_scale = any(u.op_type in ("QuantizeLinear", "DequantizeLinear") and slot == 1 for u, slot in users)
@@ -475,10 +475,10 @@ def _verify(out: onnx.ModelProto, original: onnx.ModelProto) -> list[str]:
     feed = _feed(out)
     try:
         got = _ort_run(out, feed)
-    except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
+    except Exception as e:
         try:
             _ort_run(original, feed)
-        except Exception:  # noqa: BLE001
+        except Exception:
             return [*warnings, f"FP16 model not run in onnxruntime (the input model does not run on zero inputs either: {_first_line(e)})"]
         raise QtoolError(f"onnxruntime cannot run the FP16 model: {_first_line(e)}") from None
     bad = [i for i, v in enumerate(got) if np.issubdtype(v.dtype, np.floating) and not np.all(np.isfinite(v))]

@@ -12,7 +12,8 @@ Pure functions over an onnx.ModelProto: no I/O, the model is never modified.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Mapping, TypeVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import TypeVar
 
 import onnx
 

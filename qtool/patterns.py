@@ -398,7 +398,7 @@ def _static_shapes(m: GraphView) -> dict[str, list[int | None]]:
     """Tensor name -> dims (None where unknown) from onnx shape inference on the main graph."""
     try:
         inferred = onnx.shape_inference.infer_shapes(m.proto)
-    except Exception:  # noqa: BLE001 (a model onnx cannot infer, e.g. custom ops: no shape-based exclusions)
+    except Exception:
         inferred = m.proto
     g = inferred.graph
     shapes: dict[str, list[int | None]] = {}

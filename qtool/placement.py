@@ -365,7 +365,7 @@ class _Placer:
                 continue
             for o in outs:
                 self.moved[o] = [(n.name, s, t) for s, t in ups]
-                for s, t in ups:
+                for _, t in ups:
                     self.groups.union(o, t)
             for s, t in ups:
                 if (n.name, s) not in wanted[t]:

@@ -216,7 +216,7 @@ def ppq_entropy_amax(hist, edges, num_bits=8, unsigned=False):
             kl += p * (math.log10(p + 1e-30) - math.log10(q + 1e-30))
         losses.append({"kl": kl, "bin_range": bin_range})
 
-    best_bin_range = sorted(losses, key=lambda x: x["kl"])[0]["bin_range"]  # noqa: FURB192 (PPQ's stable sort)
+    best_bin_range = sorted(losses, key=lambda x: x["kl"])[0]["bin_range"]
     # PPQ: scale = best_bin_range * hist_scale / quant_bins, i.e. amax = best_bin_range * w
     return float(edges[min(best_bin_range, n)])
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+import zoo
 from click.testing import CliRunner
 from onnx import TensorProto, helper
 
-import zoo
 from qtool.cli import cli
 
 ROOT = Path(__file__).resolve().parents[1]

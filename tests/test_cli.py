@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from PIL import Image
-
 import zoo
+from PIL import Image
+from runcli import invoke as run
+
 from qtool.calibration import load
 from qtool.trtfiles import read_cache
-from runcli import invoke as run
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_models" / "digits_cnn.onnx"

@@ -12,7 +12,14 @@ import pytest
 from PIL import Image
 
 from qtool.data import (
-    Preprocess, batches, infer_layout, list_images, load_image, parse_channels, parse_scale, parse_size,
+    Preprocess,
+    batches,
+    infer_layout,
+    list_images,
+    load_image,
+    parse_channels,
+    parse_scale,
+    parse_size,
     resolve_preprocess,
 )
 from qtool.errors import QtoolError

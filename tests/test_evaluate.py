@@ -16,9 +16,9 @@ import onnxruntime as ort
 import pytest
 import zoo
 from PIL import Image
+from runcli import invoke
 
 from qtool import evaluate as ev
-from runcli import invoke
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_models" / "digits_cnn.onnx"

@@ -8,11 +8,11 @@ import numpy as np
 import onnx
 import pytest
 from PIL import Image
+from runcli import invoke as run
+from test_tensorrt import chain_model
 
 from qtool.calibration import load
 from qtool.trtfiles import hex_amax, read_cache, read_dynamic_range, read_ort_table
-from test_tensorrt import chain_model
-from runcli import invoke as run
 
 FORMATS = {"cache": ".cache", "dynamic-range": ".dynamic_range.txt", "ort-trt": ".calibration.flatbuffers"}
 

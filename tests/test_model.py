@@ -8,9 +8,9 @@ import os
 import numpy as np
 import onnx
 import pytest
+import zoo
 from onnx import TensorProto, helper, numpy_helper
 
-import zoo
 from qtool import collect, model
 from qtool.errors import QtoolError
 

@@ -18,9 +18,9 @@ import pytest
 import zoo
 from onnx import TensorProto, helper, numpy_helper
 from PIL import Image
+from runcli import invoke
 
 from qtool import calibration, model, quant
-from runcli import invoke
 
 ov = pytest.importorskip("openvino")
 

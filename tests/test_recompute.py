@@ -4,10 +4,10 @@ import json
 
 import numpy as np
 import pytest
+from runcli import invoke as run
 
 from qtool import calibration, thresholds
 from qtool.histogram import TensorHistogram
-from runcli import invoke as run
 
 
 def _calibration(n_tensors=12, bins=2048, seed=0, method="entropy"):

@@ -6,18 +6,28 @@ import struct
 import numpy as np
 import onnx
 import pytest
+import zoo
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
-import zoo
 from qtool import model, passthrough
 from qtool.calibration import Calibration, TensorRecord
 from qtool.errors import QtoolError
 from qtool.exporters import tensorrt
 from qtool.trtfiles import (
-    ZERO_AMAX_FALLBACK, decode_version, hex_amax, hex_scale, read_cache, read_dynamic_range, read_ort_table, scale_hex,
-    version_number, write_cache, write_dynamic_range, write_ort_table,
+    ZERO_AMAX_FALLBACK,
+    decode_version,
+    hex_amax,
+    hex_scale,
+    read_cache,
+    read_dynamic_range,
+    read_ort_table,
+    scale_hex,
+    version_number,
+    write_cache,
+    write_dynamic_range,
+    write_ort_table,
 )
 
 FLOAT = TensorProto.FLOAT
@@ -327,7 +337,7 @@ def test_export_fills_pass_through_outputs_missing_from_the_calibration():
 def test_export_replaces_zero_ranges_of_pass_through_outputs_by_the_inputs():
     m = chain_model()
     names = model.activation_tensors(m)
-    amax = {n: 2.0 for n in names} | {"flat": 0.0, "lin_max": 0.0}
+    amax = dict.fromkeys(names, 2.0) | {"flat": 0.0, "lin_max": 0.0}
     _, back = read_cache(tensorrt.export(Loaded(m), fake_calibration(names, amax), fmt="cache").data.decode())
     assert back["flat"] == cache_round_trip(2.0)  # from relu
     assert back["lin_max"] == cache_round_trip(ZERO_AMAX_FALLBACK)  # nothing to inherit
@@ -339,7 +349,7 @@ def test_export_warns_about_missing_tensors_and_drops_shape_tensors():
     assert not set(zoo.YOLO_SHAPE_ONLY_FLOATS) & set(names)
     lost = [n for n in names if "Conv_output" in n][:3]
     cal_names = [n for n in names if n not in lost] + zoo.YOLO_SHAPE_ONLY_FLOATS
-    cal = fake_calibration(cal_names, {n: 1.5 for n in cal_names})
+    cal = fake_calibration(cal_names, dict.fromkeys(cal_names, 1.5))
     for fmt, read in (("cache", lambda d: read_cache(d.decode())[1]), ("dynamic-range", lambda d: read_dynamic_range(d.decode())), ("ort-trt", read_ort_table)):
         result = tensorrt.export(Loaded(m), cal, fmt=fmt)
         written = read(result.data)
@@ -353,7 +363,7 @@ def test_export_warns_about_missing_tensors_and_drops_shape_tensors():
 def test_export_formats_and_suffixes():
     m = chain_model()
     names = model.activation_tensors(m)
-    cal = fake_calibration(names, {n: 3.0 for n in names})
+    cal = fake_calibration(names, dict.fromkeys(names, 3.0))
     assert tensorrt.suffix(fmt="cache") == ".cache"
     assert tensorrt.suffix(fmt="dynamic-range") == ".dynamic_range.txt"
     assert tensorrt.suffix(fmt="ort-trt") == ".calibration.flatbuffers"
@@ -375,7 +385,7 @@ def test_export_formats_and_suffixes():
 def test_export_of_tf2onnx_names_warns_about_colons():
     m = zoo.nhwc_model()
     names = model.activation_tensors(m)
-    cal = fake_calibration(names, {n: 2.0 for n in names})
+    cal = fake_calibration(names, dict.fromkeys(names, 2.0))
     cache = tensorrt.export(Loaded(m), cal, fmt="cache")
     assert any("':'" in w and "onnxruntime" in w for w in cache.warnings)
     assert set(read_cache(cache.data.decode())[1]) == set(names)

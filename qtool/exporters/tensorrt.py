@@ -50,7 +50,7 @@ def installed_version() -> str | None:
     """The version of the `tensorrt` Python package, when one imports."""
     try:
         import tensorrt  # optional: only its version is read
-    except Exception:  # noqa: BLE001 (absent, or a stub wheel that fails to import)
+    except Exception:
         return None
     version = getattr(tensorrt, "__version__", None)
     return version if isinstance(version, str) else None
