@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import difflib
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import onnx
@@ -61,6 +61,7 @@ from . import graph as G
 from . import patterns as P
 from . import quant
 from .calibration import MAX_CLIPPED, Threshold, decide
+from .policy import ACTIVATIONS, WEIGHTS, Policies, Policy, activation_params, weight_params
 from .errors import QtoolError
 from .rules import CPU, Rules
 
@@ -89,13 +90,14 @@ class ActivationSite:
     shared_with: list[str] = field(default_factory=list)  # tensors in the same range group
     channel_amax: np.ndarray | None = None
     rank: int | None = None
+    policy: Policy = ACTIVATIONS
+    low: float | None = None  # calibrated min and max, for asymmetric policies
+    high: float | None = None
 
     def params(self) -> quant.QParams:
         if self.channel_amax is None:
-            return quant.activation_params(self.range.amax, self.range.unsigned)
-        g = quant.grid(8, signed=not self.range.unsigned)
-        amax = np.asarray(self.channel_amax, dtype=np.float64)
-        return quant.QParams(amax / g.qmax, np.zeros(amax.shape, dtype=np.int64), g, 1)
+            return activation_params(self.range.amax, self.range.unsigned, self.policy, self.low, self.high)
+        return activation_params(self.channel_amax, self.range.unsigned, replace(self.policy, symmetric=True), axis=1)
 
 
 @dataclass
@@ -105,12 +107,14 @@ class WeightSite:
     tensor: str
     elem_type: int
     axis: int | None
-    bits: int
+    headroom_bits: int  # 1: NNCF's 7-bit overflow fix (scale amax / 63 on the 8-bit grid)
     values: np.ndarray
     readers: list[tuple[str, int]] = field(default_factory=list)
+    policy: Policy = WEIGHTS
 
     def params(self) -> quant.QParams:
-        return quant.weight_params(self.values, self.axis, self.bits)
+        axis = self.axis if self.policy.per_channel else None
+        return weight_params(self.values, axis, self.policy, self.headroom_bits)
 
 
 @dataclass
@@ -504,9 +508,9 @@ class _Placer:
                     need(t, (n.name, slot))
             if n.op_type in self.rules.linear:
                 int8_layers.append(n.name)
-            bits = 7 if weights_7bit == "all" or (weights_7bit == "first" and n.name == first_linear) else 8
+            headroom = 1 if weights_7bit == "all" or (weights_7bit == "first" and n.name == first_linear) else 0
             for slot, t in wts:
-                self._add_weight(weight_sites, n, slot, t, bits)
+                self._add_weight(weight_sites, n, slot, t, headroom)
         activation_sites = []
         for t in self.sites:
             if readers_of_site.get(t):
@@ -517,20 +521,41 @@ class _Placer:
                 ))
         return activation_sites, list(weight_sites.values()), int8_layers
 
-    def _add_weight(self, weight_sites: dict[str, WeightSite], n: onnx.NodeProto, slot: int, t: str, bits: int) -> None:
+    def _add_weight(self, weight_sites: dict[str, WeightSite], n: onnx.NodeProto, slot: int, t: str, headroom: int) -> None:
         values = self.weight_values[t]
         axis_of = tensorrt_weight_axis if self.rules.weight_axes == "tensorrt" else weight_axis
         axis = axis_of(n, slot, values.ndim)
         site = weight_sites.get(t)
         if site is None:
-            weight_sites[t] = WeightSite(t, self.m.constants[t].data_type, axis, bits, values, [(n.name, slot)])
+            weight_sites[t] = WeightSite(t, self.m.constants[t].data_type, axis, headroom, values, [(n.name, slot)])
             return
         if site.axis != axis:  # one tensor, two layouts (a weight shared by different ops)
             site.axis = None
-        site.bits = min(site.bits, bits)
+        site.headroom_bits = max(site.headroom_bits, headroom)
         site.readers.append((n.name, slot))
 
-    # ------------------------------------------------------------ 6. depthwise inputs per channel
+    # ------------------------------------------------------------ 6. policies
+    def attach_policies(self, activation_sites: list[ActivationSite], weight_sites: list[WeightSite],
+                        policies: Policies, recompute) -> None:
+        """Each quantizer's policy (later rules win); an activation whose policy has other bits than
+        8 gets its threshold searched again for that grid (`recompute(tensor, policy)`), and an
+        asymmetric one its calibrated [min, max] (over its shared-range group)."""
+        ops = {n.name: n.op_type for n in self.m.graph.node}
+        for site in activation_sites:
+            nodes = [name for name, _ in site.readers]
+            site.policy = policies.for_quantizer("activations", site.tensor, nodes, [ops[n] for n in nodes])
+            group = [t for t in [site.tensor, *site.shared_with] if t in self.records]
+            if site.policy.bits != 8 and recompute is not None and group:
+                site.range = Range(max(recompute(t, site.policy) for t in group), site.range.unsigned)
+            if not site.policy.symmetric and group:
+                site.low = min(float(self.records[t].min) for t in group)
+                site.high = max(float(self.records[t].max) for t in group)
+        for site in weight_sites:
+            nodes = [name for name, _ in site.readers]
+            site.policy = policies.for_quantizer("weights", site.tensor, nodes, [ops[n] for n in nodes])
+        self.warnings += policies.unused()
+
+    # ------------------------------------------------------------ 7. depthwise inputs per channel
     def per_channel_depthwise(self, activation_sites: list[ActivationSite]) -> None:
         m = self.m
         dims = {name: list(t.dims) for name, t in m.constants.items()}
@@ -563,14 +588,16 @@ class _Placer:
 
 
 def place(proto: onnx.ModelProto, records: dict, *, rules: Rules = CPU, thresholds: dict[str, Threshold] | None = None,
-          exclude: list[str] | tuple = (),
+          policies: Policies | None = None, recompute=None, exclude: list[str] | tuple = (),
           include: list[str] | tuple = (), weights_7bit: str | None = None,
           float_types: tuple[int, ...] = (TensorProto.FLOAT,), ignored_patterns: bool = True,
           depthwise_per_channel: bool = True) -> Plan:
     """The quantizers for `proto` (whose nodes must have unique names) under a target's `rules`,
     given the calibration records {tensor name: TensorRecord}. float_types: element types the
     target can quantize. thresholds: the amax per tensor (qtool.calibration.decide; default: the
-    records' own, on the rules' grid, with the rules' clipping fallback). exclude: nodes/tensors kept FP32; include: nodes the rules' default
+    records' own, on the rules' grid, with the rules' clipping fallback). policies: the policy
+    of each quantizer (qtool.policy; default: 8-bit, as qtool.policy.ACTIVATIONS/WEIGHTS), with
+    `recompute(tensor, policy) -> amax` for activation grids of other bits. exclude: nodes/tensors kept FP32; include: nodes the rules' default
     exclusions or ignored patterns would keep FP32, quantized anyway. ignored_patterns=False turns
     NNCF's ignored patterns off; depthwise_per_channel=False keeps depthwise Conv inputs per tensor."""
     if weights_7bit not in (None, "first", "all"):
@@ -585,6 +612,8 @@ def place(proto: onnx.ModelProto, records: dict, *, rules: Rules = CPU, threshol
     p.ranges()
     p.read_weights()
     activation_sites, weight_sites, int8_layers = p.decide(weights_7bit)
+    if policies is not None:
+        p.attach_policies(activation_sites, weight_sites, policies, recompute)
     if rules.depthwise_per_channel and depthwise_per_channel:
         p.per_channel_depthwise(activation_sites)
     order = {name: i for i, name in enumerate(p.m.producer)}

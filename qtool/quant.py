@@ -38,7 +38,6 @@ import numpy as np
 __all__ = [
     "Grid",
     "QParams",
-    "activation_params",
     "dequantize_linear",
     "fake_quantize",
     "grid",
@@ -46,7 +45,6 @@ __all__ = [
     "range_from_scale",
     "range_shape",
     "scale_from_range",
-    "weight_params",
 ]
 
 
@@ -138,7 +136,7 @@ def fake_quantize(x, input_low, input_high, output_low, output_high, levels: int
     return y.astype(out_type)
 
 
-def _along(a: np.ndarray, axis: int | None, ndim: int) -> np.ndarray:
+def along(a: np.ndarray, axis: int | None, ndim: int) -> np.ndarray:
     """Reshape a per-channel vector so that it broadcasts along `axis` of an ndim array."""
     a = np.asarray(a)
     if axis is None or a.ndim == 0:
@@ -151,16 +149,16 @@ def _along(a: np.ndarray, axis: int | None, ndim: int) -> np.ndarray:
 def quantize_linear(x, scale, zero_point, g: Grid, axis: int | None = None) -> np.ndarray:
     """ONNX QuantizeLinear: clip(rint(x / scale) + zp, qmin, qmax) as int64 (axis: per-channel)."""
     xf = np.asarray(x, dtype=np.float64)
-    s = _along(np.asarray(scale, dtype=np.float64), axis, xf.ndim)
-    zp = _along(np.asarray(zero_point, dtype=np.int64), axis, xf.ndim)
+    s = along(np.asarray(scale, dtype=np.float64), axis, xf.ndim)
+    zp = along(np.asarray(zero_point, dtype=np.int64), axis, xf.ndim)
     return np.clip(np.rint(xf / s) + zp, g.qmin, g.qmax).astype(np.int64)
 
 
 def dequantize_linear(q, scale, zero_point, axis: int | None = None) -> np.ndarray:
     """ONNX DequantizeLinear: (q - zp) * scale, float64."""
     qa = np.asarray(q, dtype=np.int64)
-    s = _along(np.asarray(scale, dtype=np.float64), axis, qa.ndim)
-    zp = _along(np.asarray(zero_point, dtype=np.int64), axis, qa.ndim)
+    s = along(np.asarray(scale, dtype=np.float64), axis, qa.ndim)
+    zp = along(np.asarray(zero_point, dtype=np.int64), axis, qa.ndim)
     return (qa - zp) * s
 
 
@@ -186,44 +184,10 @@ class QParams:
         return range_from_scale(self.scale, self.zero_point, self.grid)[1]
 
 
-def activation_params(amax: float, unsigned: bool, num_bits: int = 8) -> QParams:
-    """Per-tensor activation quantizer with clipping threshold amax > 0 (see module docstring)."""
-    amax = float(amax)
-    if not (np.isfinite(amax) and amax > 0):
-        raise ValueError(f"amax must be finite and > 0, got {amax}")
-    g = grid(num_bits, signed=not unsigned)
-    scale = amax / g.qmax
-    return QParams(np.array(scale), np.array(0, dtype=np.int64), g)
-
-
 # All-zero (or denormal) weight channels: any positive scale represents zeros exactly; a zero
 # scale would give 0/0 = NaN in the FakeQuantize formula (NNCF `fix_zero_filters_symmetric`
 # solves the same problem).
-_MIN_WEIGHT_AMAX = 1e-30
-
-
-def weight_params(w, axis: int | None, bits: int = 8) -> QParams:
-    """Symmetric narrow-range weight quantizer from the weights themselves.
-
-    axis: the output-channel axis (per-channel scales = max|w| over every other axis), or None
-    for one scale. bits 8: grid [-127, 127], scale amax/127. bits 7: the same exported grid with
-    scale amax/63 (weights land on [-63, 63]; NNCF's overflow fix).
-    """
-    if bits not in (7, 8):
-        raise ValueError("weight bits must be 7 or 8")
-    wa = np.abs(np.asarray(w, dtype=np.float64))
-    if not np.all(np.isfinite(wa)):
-        raise ValueError("weights contain NaN or infinity")
-    if axis is None:
-        amax = np.asarray(wa.max() if wa.size else 0.0)
-    else:
-        axis = axis % wa.ndim
-        amax = wa.max(axis=tuple(i for i in range(wa.ndim) if i != axis)) if wa.size else np.zeros(wa.shape[axis])
-    fallback = float(amax.max()) if amax.size and amax.max() > _MIN_WEIGHT_AMAX else 1.0
-    amax = np.where(amax > _MIN_WEIGHT_AMAX, amax, fallback)
-    g = grid(8, signed=True, narrow=True)
-    used = 2 ** (bits - 1) - 1  # 127 or 63
-    return QParams(amax / used, np.zeros(amax.shape, dtype=np.int64), g, axis)
+MIN_WEIGHT_AMAX = 1e-30
 
 
 def range_shape(params: QParams, rank: int) -> tuple[int, ...]:

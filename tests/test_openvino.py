@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 from PIL import Image
 from runcli import invoke
 
-from qtool import calibration, model, quant
+from qtool import calibration, model, policy, quant
 
 ov = pytest.importorskip("openvino")
 
@@ -234,11 +234,11 @@ def test_openvino_fakequantize_equals_numpy_fake_quant():
     w = rng.standard_normal((6, 3, 3, 3)).astype(np.float32)
     w[2] = 0.0  # an all-zero channel
     cases = [
-        ("unsigned activation", quant.activation_params(2.5, True), (4, 6, 8, 8), 3.0),
-        ("signed activation", quant.activation_params(1.7, False), (4, 6, 8, 8), 2.0),
-        ("conv weights", quant.weight_params(w, 0), w.shape, None),
-        ("7-bit conv weights", quant.weight_params(w, 0, bits=7), w.shape, None),
-        ("matmul weights", quant.weight_params(w.reshape(6, -1).T, 1), (27, 6), None),
+        ("unsigned activation", policy.activation_params(2.5, True), (4, 6, 8, 8), 3.0),
+        ("signed activation", policy.activation_params(1.7, False), (4, 6, 8, 8), 2.0),
+        ("conv weights", policy.weight_params(w, 0), w.shape, None),
+        ("7-bit conv weights", policy.weight_params(w, 0, headroom_bits=1), w.shape, None),
+        ("matmul weights", policy.weight_params(w.reshape(6, -1).T, 1), (27, 6), None),
     ]
     for label, p, shape, spread in cases:
         r_shape = quant.range_shape(p, len(shape))

@@ -83,7 +83,7 @@ def test_conv_input_and_weights_and_range_passes_up_through_maxpool():
     assert s["r1"].readers == [("n_p1", 0)] and s["x"].readers == [("n_c1", 0)]
     assert (s["r1"].range.amax, s["r1"].range.unsigned) == (3.0, True)  # the range of the tensor quantized
     w = weights(plan)
-    assert set(w) == {"c1.w", "c2.w"} and w["c1.w"].axis == 0 and w["c1.w"].bits == 8
+    assert set(w) == {"c1.w", "c2.w"} and w["c1.w"].axis == 0 and w["c1.w"].headroom_bits == 0
     assert plan.int8_layers == ["n_c1", "n_c2"] and not plan.fp32_layers and not plan.warnings
 
 
@@ -257,8 +257,8 @@ def test_exclude_nodes_and_tensors():
 
 def test_weights_7bit_first_or_all():
     m = _chain()
-    assert {w.tensor: w.bits for w in placement.place(m, records(m), weights_7bit="first").weights} == {"c1.w": 7, "c2.w": 8, "c3.w": 8}
-    assert {w.bits for w in placement.place(m, records(m), weights_7bit="all").weights} == {7}
+    assert {w.tensor: w.headroom_bits for w in placement.place(m, records(m), weights_7bit="first").weights} == {"c1.w": 1, "c2.w": 0, "c3.w": 0}
+    assert {w.headroom_bits for w in placement.place(m, records(m), weights_7bit="all").weights} == {1}
     with pytest.raises(QtoolError):
         placement.place(m, records(m), weights_7bit="some")
 

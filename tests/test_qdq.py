@@ -25,7 +25,7 @@ from test_openvino import (
     transformer_block,
 )
 
-from qtool import calibration, placement, quant
+from qtool import calibration, placement, policy, quant
 from qtool.exporters import qdq
 
 
@@ -90,7 +90,7 @@ def test_qdq_equals_the_grid_maths(digits):
     inits = _inits(onnx.load(str(out)))
     original = _inits(onnx.load(str(SAMPLE)))
     w = original["onnx::Conv_69"]
-    p = quant.weight_params(w, axis=0)
+    p = policy.weight_params(w, axis=0)
     np.testing.assert_array_equal(inits["onnx::Conv_69/int8"], quant.quantize_linear(w, p.scale.reshape(-1, 1, 1, 1), 0, p.grid))
     np.testing.assert_allclose(inits["onnx::Conv_69/scale"], p.scale.astype(np.float32))
 

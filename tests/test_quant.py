@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qtool import quant
+from qtool import policy, quant
 from qtool.quant import Grid, grid
 
 GRIDS = {
@@ -105,7 +105,7 @@ def test_fake_quantize_spec_cases():
 @given(seed=st.integers(0, 2**31 - 1), amax=st.floats(1e-3, 1e3), unsigned=st.booleans())
 def test_fake_quantize_equals_quantize_dequantize(seed, amax, unsigned):
     """On a grid with an integer zero point, OpenVINO's formula is exactly QDQ."""
-    p = quant.activation_params(amax, unsigned)
+    p = policy.activation_params(amax, unsigned)
     x = np.random.default_rng(seed).uniform(-1.5 * amax, 1.5 * amax, 500)
     fq = quant.fake_quantize(x, p.input_low, p.input_high, p.input_low, p.input_high, p.levels)
     qdq = quant.dequantize_linear(quant.quantize_linear(x, p.scale, p.zero_point, p.grid), p.scale, p.zero_point)
@@ -114,7 +114,7 @@ def test_fake_quantize_equals_quantize_dequantize(seed, amax, unsigned):
 
 def test_fake_quantize_per_channel_broadcast():
     w = np.random.default_rng(0).standard_normal((4, 3, 2, 2))
-    p = quant.weight_params(w, axis=0)
+    p = policy.weight_params(w, axis=0)
     shape = quant.range_shape(p, 4)
     assert shape == (4, 1, 1, 1)
     lo, hi = p.input_low.reshape(shape), p.input_high.reshape(shape)
@@ -135,21 +135,21 @@ def test_quantize_linear_rounds_half_to_even_and_saturates():
 
 
 def test_activation_params():
-    p = quant.activation_params(3.0, unsigned=True)
+    p = policy.activation_params(3.0, unsigned=True)
     assert (p.levels, float(p.input_low), float(p.input_high)) == (256, 0.0, 3.0)
-    p = quant.activation_params(3.0, unsigned=False)
+    p = policy.activation_params(3.0, unsigned=False)
     assert p.levels == 256 and float(p.zero_point) == 0 and float(p.scale) == pytest.approx(3 / 127)
     assert float(p.input_high) == pytest.approx(3.0) and float(p.input_low) == pytest.approx(-3.0 * 128 / 127)
     for bad in (0.0, -1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError):
-            quant.activation_params(bad, True)
+            policy.activation_params(bad, True)
 
 
 def test_weight_params_per_channel_axes_and_zero_channels():
     rng = np.random.default_rng(1)
     w = rng.standard_normal((3, 5)).astype(np.float32)  # MatMul B [K, N]
     w[:, 2] = 0.0  # an all-zero output channel
-    p = quant.weight_params(w, axis=1)
+    p = policy.weight_params(w, axis=1)
     assert p.scale.shape == (5,) and p.levels == 255 and p.axis == 1
     assert np.all(np.isfinite(p.scale)) and np.all(p.scale > 0)
     np.testing.assert_allclose(p.scale[[0, 1, 3, 4]], np.abs(w).max(axis=0)[[0, 1, 3, 4]] / 127)
@@ -160,16 +160,16 @@ def test_weight_params_per_channel_axes_and_zero_channels():
     q = quant.quantize_linear(w, p.scale, p.zero_point, p.grid, axis=1)
     assert q.min() >= -127 and q.max() <= 127 and np.abs(q).max(axis=0)[0] == 127
     # all-zero tensor: still a valid (positive) scale
-    assert float(quant.weight_params(np.zeros((2, 2)), None).scale) > 0
+    assert float(policy.weight_params(np.zeros((2, 2)), None).scale) > 0
     with pytest.raises(ValueError):
-        quant.weight_params(np.array([1.0, np.nan]), None)
+        policy.weight_params(np.array([1.0, np.nan]), None)
 
 
 def test_weight_params_7bit_uses_half_the_grid():
     w = np.random.default_rng(2).standard_normal((8, 4, 3, 3))
-    p7 = quant.weight_params(w, axis=0, bits=7)
+    p7 = policy.weight_params(w, axis=0, headroom_bits=1)
     assert p7.levels == 255  # exported as an 8-bit narrow quantizer ...
     q = quant.quantize_linear(w, p7.scale.reshape(8, 1, 1, 1), 0, p7.grid)
     assert np.abs(q).max() == 63  # ... whose weights only use [-63, 63]
     np.testing.assert_allclose(p7.input_high, np.abs(w).max(axis=(1, 2, 3)) * 127 / 63)
-    assert quant.range_shape(quant.weight_params(w, None), 4) == ()
+    assert quant.range_shape(policy.weight_params(w, None), 4) == ()

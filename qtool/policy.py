@@ -1,0 +1,273 @@
+"""Quantization policy: one small record per quantizer, and the rules that choose it.
+
+A `Policy` says how one tensor is quantized (PPQ's TensorQuantizationConfig, OpenPPL/ppq
+ppq/core/quant.py, reduced to what a runtime can run): bits, signed or unsigned grid, symmetric or
+asymmetric, per tensor or per channel, a float or power-of-two scale, and the rounding. It is the
+single source of the integer grid (quant_min/quant_max), the scale and the zero point: placement
+attaches one to every quantizer and the exporters and evaluate read it.
+
+    grid     signed [-2^(b-1), 2^(b-1)-1] (weights: narrow, [-2^(b-1)+1, 2^(b-1)-1]) or unsigned
+             [0, 2^b-1]; `signed=None` lets an activation take the unsigned grid when it is never
+             negative (qtool's default), weights are always signed;
+    scale    symmetric: amax / qmax; asymmetric: (high - low) / (qmax - qmin) over the clipped
+             [low, high] with the zero point rounded onto the grid and the range moved to put
+             zero exactly on it; pow2: the next power of two up (never clips more than the float
+             scale: a larger step, the same or a wider range);
+    rounding half-even (ONNX QuantizeLinear, OpenVINO FakeQuantize), half-up, half-down,
+             half-away (from zero), toward-zero, up, down. Weights are quantized by qtool with the
+             policy's rounding; activations are rounded by the runtime (half-even in ONNX and
+             OpenVINO), so other modes apply to weights and to the numpy simulation.
+
+Choosing: `Policies` holds the default policies (activations, weights) and rules applied in order
+(later rules win), each matching a node or tensor by exact name, glob, regex or op type and
+setting some fields. A rule file is JSON or TOML (see `load_rules`).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+
+import numpy as np
+
+from . import quant
+from .errors import QtoolError
+
+ROUNDINGS = ("half-even", "half-up", "half-down", "half-away", "toward-zero", "up", "down")
+SCALES = ("float", "pow2")
+MIN_BITS, MAX_BITS = 2, 16  # runtimes: 4-bit and 8-bit weights, 8- and 16-bit activations
+
+
+def round_values(x: np.ndarray, mode: str) -> np.ndarray:
+    """x rounded to integers by `mode` (float64 in, float64 out)."""
+    x = np.asarray(x, dtype=np.float64)
+    if mode == "half-even":
+        return np.rint(x)
+    if mode == "half-up":
+        return np.floor(x + 0.5)
+    if mode == "half-down":
+        return np.ceil(x - 0.5)
+    if mode == "half-away":
+        return np.sign(x) * np.floor(np.abs(x) + 0.5)
+    if mode == "toward-zero":
+        return np.trunc(x)
+    if mode == "up":
+        return np.ceil(x)
+    if mode == "down":
+        return np.floor(x)
+    raise ValueError(f"unknown rounding {mode!r}")
+
+
+def pow2_scale(scale: np.ndarray) -> np.ndarray:
+    """The smallest power of two >= scale, element-wise (exact in float32 and float16 ranges)."""
+    s = np.asarray(scale, dtype=np.float64)
+    return np.exp2(np.ceil(np.log2(s)))
+
+
+@dataclass(frozen=True)
+class Policy:
+    bits: int = 8
+    signed: bool | None = None  # None: unsigned when never negative (activations); weights are signed
+    symmetric: bool = True
+    per_channel: bool = False
+    scale: str = "float"
+    rounding: str = "half-even"
+
+    def __post_init__(self):
+        if not (isinstance(self.bits, int) and MIN_BITS <= self.bits <= MAX_BITS):
+            raise QtoolError(f"bits must be an integer from {MIN_BITS} to {MAX_BITS}, not {self.bits!r}")
+        if self.scale not in SCALES:
+            raise QtoolError(f"scale must be one of {', '.join(SCALES)}, not {self.scale!r}")
+        if self.rounding not in ROUNDINGS:
+            raise QtoolError(f"rounding must be one of {', '.join(ROUNDINGS)}, not {self.rounding!r}")
+
+    def describe(self) -> str:
+        sign = {None: "auto", True: "signed", False: "unsigned"}[self.signed]
+        return (f"{self.bits}-bit {sign} {'symmetric' if self.symmetric else 'asymmetric'} "
+                f"{'per-channel' if self.per_channel else 'per-tensor'} {self.scale} scale, {self.rounding}")
+
+    def to_json(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+ACTIVATIONS = Policy()
+WEIGHTS = Policy(signed=True, per_channel=True)
+
+
+def _scaled(scale: np.ndarray, policy: Policy) -> np.ndarray:
+    return pow2_scale(scale) if policy.scale == "pow2" else np.asarray(scale, dtype=np.float64)
+
+
+def activation_params(amax, unsigned: bool, policy: Policy = ACTIVATIONS, low=None, high=None, axis: int | None = None) -> quant.QParams:
+    """The quantizer of an activation with threshold `amax` (> 0; per channel along `axis` when an array):
+    symmetric on [0, amax] (unsigned) or [-amax * (qmax+1)/qmax, amax]; asymmetric on the
+    calibrated [low, high] clipped to [-amax, amax], zero exactly on the grid."""
+    signed = (not unsigned) if policy.signed is None else policy.signed
+    g = quant.grid(policy.bits, signed=signed)
+    a = np.asarray(amax, dtype=np.float64)
+    if not (np.all(np.isfinite(a)) and np.all(a > 0)):
+        raise ValueError(f"amax must be finite and > 0, got {amax}")
+    if policy.symmetric or low is None or high is None:
+        scale = _scaled(a / g.qmax, policy)
+        return quant.QParams(scale, np.zeros(a.shape, dtype=np.int64), g, axis if a.ndim else None)
+    lo = np.minimum(np.maximum(np.asarray(low, np.float64), -a), 0.0)  # the range holds zero
+    hi = np.maximum(np.minimum(np.asarray(high, np.float64), a), 0.0)
+    hi = np.where(hi - lo > 0, hi, a)
+    scale = _scaled((hi - lo) / (g.qmax - g.qmin), policy)
+    zp = np.clip(np.rint(g.qmin - lo / scale), g.qmin, g.qmax).astype(np.int64)
+    return quant.QParams(scale, zp, g, axis if a.ndim else None)
+
+
+def weight_params(w, axis: int | None, policy: Policy = WEIGHTS, headroom_bits: int = 0) -> quant.QParams:
+    """Symmetric narrow-range weight quantizer from the weights (per channel along `axis`).
+    headroom_bits: scale amax / (qmax >> headroom) on the same exported grid (NNCF's 7-bit
+    overflow fix is 8 bits with one bit of headroom)."""
+    wa = np.abs(np.asarray(w, dtype=np.float64))
+    if not np.all(np.isfinite(wa)):
+        raise ValueError("weights contain NaN or infinity")
+    if axis is None:
+        amax = np.asarray(wa.max() if wa.size else 0.0)
+    else:
+        axis = axis % wa.ndim
+        amax = wa.max(axis=tuple(i for i in range(wa.ndim) if i != axis)) if wa.size else np.zeros(wa.shape[axis])
+    fallback = float(amax.max()) if amax.size and amax.max() > quant.MIN_WEIGHT_AMAX else 1.0
+    amax = np.where(amax > quant.MIN_WEIGHT_AMAX, amax, fallback)
+    g = quant.grid(policy.bits, signed=True, narrow=True)
+    used = g.qmax >> headroom_bits
+    return quant.QParams(_scaled(amax / used, policy), np.zeros(amax.shape, dtype=np.int64), g, axis)
+
+
+def quantize(x, params: quant.QParams, rounding: str = "half-even") -> np.ndarray:
+    """clip(round(x / scale) + zp, qmin, qmax) as int64, rounded by `rounding` (axis: per channel)."""
+    xf = np.asarray(x, dtype=np.float64)
+    s = quant.along(np.asarray(params.scale, dtype=np.float64), params.axis, xf.ndim)
+    zp = quant.along(np.asarray(params.zero_point, dtype=np.int64), params.axis, xf.ndim)
+    return np.clip(round_values(xf / s, rounding) + zp, params.grid.qmin, params.grid.qmax).astype(np.int64)
+
+
+def fake_quantize(x, params: quant.QParams, rounding: str = "half-even") -> np.ndarray:
+    """x through the quantizer and back (float64): the numpy simulation of any policy."""
+    q = quantize(x, params, rounding)
+    return quant.dequantize_linear(q, params.scale, params.zero_point, params.axis if np.ndim(params.scale) else None)
+
+
+# ---------------------------------------------------------------- choosing policies
+
+_MATCHERS = ("name", "glob", "regex", "op_type")
+_FIELDS = {f.name for f in fields(Policy)}
+_KINDS = ("activations", "weights")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Set `changes` on the policies of `kinds` quantizers whose node or tensor matches."""
+
+    match: str  # one of _MATCHERS
+    pattern: str
+    changes: dict
+    kinds: tuple[str, ...] = _KINDS
+    where: str = ""  # for messages: "rule 3 of policy.json"
+
+    def matches(self, names: list[str], op_types: list[str]) -> bool:
+        if self.match == "op_type":
+            return self.pattern in op_types
+        if self.match == "name":
+            return self.pattern in names
+        if self.match == "glob":
+            return any(fnmatch.fnmatchcase(n, self.pattern) for n in names)
+        return any(re.search(self.pattern, n) for n in names)
+
+
+@dataclass
+class Policies:
+    """Default policies plus rules (later wins); `for_quantizer` resolves one quantizer."""
+
+    activations: Policy = ACTIVATIONS
+    weights: Policy = WEIGHTS
+    rules: list[Rule] = field(default_factory=list)
+    used: set = field(default_factory=set)  # indexes of rules that matched something
+
+    def for_quantizer(self, kind: str, tensor: str, nodes: list[str], op_types: list[str]) -> Policy:
+        """The policy of the `kind` ("activations"/"weights") quantizer on `tensor`, read by `nodes`."""
+        policy = self.activations if kind == "activations" else self.weights
+        for i, rule in enumerate(self.rules):
+            if kind in rule.kinds and rule.matches([tensor, *nodes], op_types):
+                self.used.add(i)
+                try:
+                    policy = replace(policy, **rule.changes)
+                except TypeError as e:
+                    raise QtoolError(f"{rule.where}: {e}") from None
+        return policy
+
+    def unused(self) -> list[str]:
+        return [f"{r.where} ({r.match} {r.pattern!r}) matches no quantizer" for i, r in enumerate(self.rules) if i not in self.used]
+
+    @property
+    def default(self) -> bool:
+        return self.activations == ACTIVATIONS and self.weights == WEIGHTS and not self.rules
+
+
+def _parse_rule(item, where: str) -> Rule:
+    if not isinstance(item, dict):
+        raise QtoolError(f"{where} must be a table/object with one of {', '.join(_MATCHERS)} and policy fields")
+    unknown = sorted(set(item) - set(_MATCHERS) - _FIELDS - {"apply_to"})
+    if unknown:
+        raise QtoolError(f"{where}: unknown key {unknown[0]!r} (keys: {', '.join(_MATCHERS + tuple(sorted(_FIELDS)))}, apply_to)")
+    matchers = [k for k in _MATCHERS if k in item]
+    if len(matchers) != 1:
+        raise QtoolError(f"{where} needs exactly one of {', '.join(_MATCHERS)}")
+    kinds = item.get("apply_to", list(_KINDS))
+    kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
+    if not kinds or any(k not in _KINDS for k in kinds):
+        raise QtoolError(f"{where}: apply_to must be activations, weights or both")
+    pattern = str(item[matchers[0]])
+    if matchers[0] == "regex":
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            raise QtoolError(f"{where}: bad regex {pattern!r} ({e})") from None
+    changes = {k: item[k] for k in _FIELDS if k in item}
+    replace(ACTIVATIONS, **changes)  # validates the values now, with the rule's name in the message
+    return Rule(matchers[0], pattern, changes, kinds, where)
+
+
+def load_rules(path: Path) -> list[Rule]:
+    """Rules from a JSON file ({"rules": [...]}) or TOML file ([[rules]] tables). Each rule has one
+    matcher (name, glob, regex or op_type), optional apply_to (activations/weights) and the policy
+    fields it sets (bits, signed, symmetric, per_channel, scale, rounding)."""
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise QtoolError(f"--policy {str(path)!r} cannot be read ({e.strerror or e})") from None
+    try:
+        if str(path).endswith(".toml"):
+            try:
+                import tomllib
+            except ModuleNotFoundError:  # Python 3.10
+                raise QtoolError("--policy: TOML files need Python 3.11; use a JSON file") from None
+            doc = tomllib.loads(text)
+        else:
+            doc = json.loads(text)
+    except (ValueError, TypeError) as e:
+        raise QtoolError(f"--policy {str(path)!r} is not valid {'TOML' if str(path).endswith('.toml') else 'JSON'} ({e})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("rules"), list) or set(doc) - {"rules"}:
+        raise QtoolError(f"--policy {str(path)!r} must hold one list named rules (unknown keys: {sorted(set(doc) - {'rules'}) if isinstance(doc, dict) else '-'})")
+    return [_parse_rule(item, f"rule {i + 1} of {Path(path).name}") for i, item in enumerate(doc["rules"])]
+
+
+def from_options(weight_bits: int | None = None, activation_bits: int | None = None, scale: str | None = None,
+                 rounding: str | None = None, rules: list[Rule] | None = None) -> Policies:
+    """Policies from the whole-model options and a rule list."""
+    common = {k: v for k, v in (("scale", scale), ("rounding", rounding)) if v is not None}
+    acts = replace(ACTIVATIONS, **common, **({"bits": activation_bits} if activation_bits else {}))
+    wts = replace(WEIGHTS, **common, **({"bits": weight_bits} if weight_bits else {}))
+    return Policies(acts, wts, list(rules or []))
+
+
+def is_pow2(x) -> bool:
+    """Every element an exact power of two."""
+    m, _ = np.frexp(np.asarray(x, dtype=np.float64))
+    return bool(np.all(m == 0.5))
