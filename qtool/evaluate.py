@@ -1,7 +1,8 @@
 """How good is the int8 model: the QDQ simulation against FP32, per output and per quantizer.
 
 The quantized model is the QDQ export (qtool.exporters.qdq), built in memory and run in
-onnxruntime on CPU; the reference is the FP32 model. All statistics are float64 and
+onnxruntime on CPU, with the export's bias correction and quantization policies; the reference is
+the FP32 model. All statistics are float64 and
 accumulated over every sample, so they do not depend on the batch size.
 
 Per compared (float) model output:
@@ -16,7 +17,8 @@ Per compared (float) model output:
             shape [N, C] with C >= 2 once singleton axes after the batch axis are dropped.
 
 Per quantizer ("quantized tensor": every activation quantizer and every weight quantizer of
-the placement): the model with only that quantizer applied, its SQNR on each output, and the
+the placement): the model with only that quantizer applied as export writes it (a weight
+quantizer with the bias shift of the layers reading it), its SQNR on each output, and the
 worst (lowest) of those as the tensor's score; sorted worst first. JSON has no infinity, so
 json_number() writes +inf/-inf as the strings "inf"/"-inf" (and NaN as "nan").
 """
@@ -188,6 +190,7 @@ class TensorSensitivity:
     outputs: dict[str, float]  # SQNR dB per compared output
     order: int = 0  # position in the placement (graph order), the tie-breaker
     range: dict | None = None  # activations: the amax/unsigned quantized with, tensors sharing it
+    policy: str = ""  # the quantizer's policy (qtool.policy.Policy.describe)
 
     @property
     def sqnr_db(self) -> float:
@@ -200,7 +203,7 @@ class TensorSensitivity:
         return {
             "tensor": self.tensor, "kind": self.kind, "sqnr_db": json_number(self.sqnr_db),
             "outputs": {k: json_number(v) for k, v in self.outputs.items()}, "layers": self.layers,
-            **({"range": self.range} if self.range is not None else {}),
+            **({"range": self.range} if self.range is not None else {}), "policy": self.policy,
         }
 
 
@@ -230,36 +233,17 @@ class Evaluation:
 # ---------------------------------------------------------------- the quantized model
 
 
-@dataclass
-class Prepared:
-    """The model as the QDQ exporter edits it (opset upgraded, unique node names) and its plan."""
-
-    model: onnx.ModelProto
-    plan: placement.Plan
-    records: dict
-    warnings: list[str]
+def prepare(loaded, cal, *, exclude=(), weights_7bit=None, policies=None) -> qdq.Prepared:
+    """The QDQ export's preparation (qtool.exporters.qdq.prepare): the model evaluate measures is
+    the one export writes."""
+    return qdq.prepare(loaded, cal, exclude=exclude, weights_7bit=weights_7bit, policies=policies)
 
 
-def prepare(loaded, cal, *, exclude=(), weights_7bit=None) -> Prepared:
-    """The steps of qdq.export up to the placement, kept so single quantizers can be applied."""
-    model = G.copy_model(loaded.proto, str(loaded.path.parent))
-    model, warnings = qdq.upgrade_opset(model)
-    G.unique_node_names(model.graph, G.Namer(model))
-    records = {t.name: t for t in cal.tensors}
-    plan = _place(model, records, exclude, weights_7bit)
-    return Prepared(model, plan, records, warnings + plan.warnings)
-
-
-def _place(model, records, exclude, weights_7bit) -> placement.Plan:
-    return placement.place(model, records, exclude=list(exclude or ()), weights_7bit=weights_7bit,
-                           float_types=(TensorProto.FLOAT,))
-
-
-def _with_sites(prepared: Prepared, activations: list, weights: list) -> onnx.ModelProto:
-    model = onnx.ModelProto()
-    model.CopyFrom(prepared.model)
-    plan = placement.Plan(activations, weights, [], {}, [])
-    qdq.apply(model, G.Namer(model), plan)
+def _with_sites(prepared: qdq.Prepared, cal, activations: list, weights: list, bias_correction: bool = True) -> onnx.ModelProto:
+    """The prepared model with only these quantizers, as export writes them: a weight quantizer
+    comes with the bias shift of the layers reading it (the rest of the model stays FP32)."""
+    layers = [name for site in weights for name, _ in site.readers]
+    model, _, _ = qdq.quantized(prepared, cal, placement.Plan(activations, weights, layers, {}, []), bias_correction)
     G.toposort(model.graph)
     return model
 
@@ -341,19 +325,21 @@ def _session(loaded, proto: onnx.ModelProto):
     return collect.make_session(proto, external_folder=loaded.path.parent if loaded.external_files else None)
 
 
-def sensitivities(prepared: Prepared, reference: _Reference, names: list[str], progress=None) -> list[TensorSensitivity]:
+def sensitivities(prepared: qdq.Prepared, cal, reference: _Reference, names: list[str], progress=None,
+                  bias_correction: bool = True) -> list[TensorSensitivity]:
     """Every quantizer of the plan on its own, worst first."""
     sites = [("activation", s) for s in prepared.plan.activations] + [("weight", s) for s in prepared.plan.weights]
     result = []
     for order, (kind, site) in enumerate(sites):
-        model = _with_sites(prepared, [site] if kind == "activation" else [], [site] if kind == "weight" else [])
+        model = _with_sites(prepared, cal, [site] if kind == "activation" else [], [site] if kind == "weight" else [],
+                            bias_correction)
         accs, _ = _compare(reference, collect.make_session(model), names)
         rng = None
         if kind == "activation":
             rng = {"amax": site.range.amax, "unsigned": site.range.unsigned, "shared_with": list(site.shared_with)}
         result.append(TensorSensitivity(
             site.tensor, kind, compute_layers(prepared.model, site.readers),
-            {n: a.sqnr() for n, a in zip(names, accs)}, order, rng,
+            {n: a.sqnr() for n, a in zip(names, accs)}, order, rng, site.policy.describe(),
         ))
         if progress is not None:
             progress.update(1)
@@ -361,14 +347,14 @@ def sensitivities(prepared: Prepared, reference: _Reference, names: list[str], p
     return result
 
 
-def evaluate(loaded, cal, runs: Runs, *, exclude=(), weights_7bit=None, per_tensor: bool = True,
+def evaluate(loaded, cal, runs: Runs, *, exclude=(), weights_7bit=None, policies=None, per_tensor: bool = True,
              progress=None, cache_bytes: int = CACHE_BYTES) -> Evaluation:
     """Compare the QDQ simulation of `cal` on `loaded` with FP32 on the inputs `runs` gives."""
     names, not_compared = _float_outputs(loaded.proto)
     if not names:
         raise QtoolError("the model has no float outputs to compare (SQNR needs float outputs)")
-    exported = qdq.export(loaded, cal, exclude=exclude, weights_7bit=weights_7bit)
-    prepared = prepare(loaded, cal, exclude=exclude, weights_7bit=weights_7bit)
+    exported = qdq.export(loaded, cal, exclude=exclude, weights_7bit=weights_7bit, policies=policies)
+    prepared = prepare(loaded, cal, exclude=exclude, weights_7bit=weights_7bit, policies=policies)
     if progress is not None:  # a tqdm bar: one step per model pass over the inputs
         progress.total = 1 + (len(prepared.plan.activations) + len(prepared.plan.weights) if per_tensor else 0)
         progress.refresh()
@@ -393,7 +379,7 @@ def evaluate(loaded, cal, runs: Runs, *, exclude=(), weights_7bit=None, per_tens
         OutputMetrics(n, a.sqnr(), a.cosine(), a.top1(), a.samples, a.skipped)
         for n, a in zip(names, accs)
     ]
-    tensors = sensitivities(prepared, reference, names, progress) if per_tensor else []
+    tensors = sensitivities(prepared, cal, reference, names, progress) if per_tensor else []
     return Evaluation(outputs, tensors, samples, exported.summary, dict(prepared.plan.fp32_layers), not_compared, warnings)
 
 
@@ -418,7 +404,7 @@ class KeepFp32:
     warnings: list[str]
 
 
-def keep_fp32(loaded, cal, count: int, runs: Runs, *, exclude=(), weights_7bit=None) -> KeepFp32:
+def keep_fp32(loaded, cal, count: int, runs: Runs, *, exclude=(), weights_7bit=None, policies=None) -> KeepFp32:
     """The layers to keep in FP32 so that the `count` quantized tensors ranked most harmful
     (as evaluate ranks them, on `runs`) are no longer quantized.
     Walking the ranking worst first, a tensor already unquantized by an earlier choice is
@@ -426,9 +412,9 @@ def keep_fp32(loaded, cal, count: int, runs: Runs, *, exclude=(), weights_7bit=N
     names, _ = _float_outputs(loaded.proto)
     if not names:
         raise QtoolError("--keep-fp32: the model has no float outputs to rank layers by")
-    prepared = prepare(loaded, cal, exclude=exclude, weights_7bit=weights_7bit)
+    prepared = prepare(loaded, cal, exclude=exclude, weights_7bit=weights_7bit, policies=policies)
     reference = _Reference(runs, _session(loaded, loaded.proto), names)
-    ranking = sensitivities(prepared, reference, names)
+    ranking = sensitivities(prepared, cal, reference, names)
     chosen: list[dict] = []
     extra: list[str] = []
     current = prepared.plan
@@ -443,7 +429,7 @@ def keep_fp32(loaded, cal, count: int, runs: Runs, *, exclude=(), weights_7bit=N
             continue
         extra.extend(new)
         chosen.append({"tensor": t.tensor, "ranking_sqnr_db": json_number(t.sqnr_db), "layers": new})
-        current = _place(prepared.model, prepared.records, list(exclude or ()) + extra, weights_7bit)
+        current = prepared.place(extra)
     warnings = []
     if len(chosen) < count:
         warnings.append(f"--keep-fp32 {count}: only {len(chosen)} quantized tensor(s) could be kept in FP32")

@@ -61,8 +61,8 @@ from . import graph as G
 from . import patterns as P
 from . import quant
 from .calibration import MAX_CLIPPED, Threshold, decide
-from .policy import ACTIVATIONS, WEIGHTS, Policies, Policy, activation_params, weight_params
 from .errors import QtoolError
+from .policy import ACTIVATIONS, WEIGHTS, Policies, Policy, activation_params, weight_params
 from .rules import CPU, Rules
 
 LINEAR = set(CPU.linear)

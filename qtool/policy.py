@@ -271,3 +271,26 @@ def is_pow2(x) -> bool:
     """Every element an exact power of two."""
     m, _ = np.frexp(np.asarray(x, dtype=np.float64))
     return bool(np.all(m == 0.5))
+
+
+def searcher(cal):
+    """recompute(tensor, policy) -> amax: the calibration's method searched again on the policy's
+    grid (its bits, signed unless the tensor is never negative), with the clipping fallback."""
+    from .calibration import decide
+
+    records = {t.name: t for t in cal.tensors}
+
+    def recompute(tensor: str, policy: Policy) -> float:
+        return decide(records[tensor], signed=policy.signed is True, method=cal.method, kl_variant=cal.kl_variant,
+                      num_bits=policy.bits).amax
+
+    return recompute
+
+
+def runtime_rounding_warnings(plan, runtime: str) -> list[str]:
+    """Activations whose policy rounds otherwise than half to even: the runtime rounds them half to even."""
+    odd = sorted({s.policy.rounding for s in plan.activations if s.policy.rounding != "half-even"})
+    if not odd:
+        return []
+    return [f"{runtime} rounds activations half to even; --rounding {', '.join(odd)} applies to the weights and to the "
+            "numpy simulation (qtool.policy.fake_quantize) only"]

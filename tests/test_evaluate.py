@@ -144,6 +144,30 @@ def test_single_quantizer_sqnr_matches_a_model_with_that_quantizer_only(digits):
     assert abs(sqnr(run(SAMPLE, {"input": x})[0], run(m.SerializeToString(), {"input": x})[0]) - worst["sqnr_db"]) < 0.01
 
 
+def test_a_weight_quantizer_is_ranked_with_the_bias_shift_export_writes(digits):
+    """The ranking measures the shipped model: a weight quantizer alone comes with its layer's
+    corrected bias, the bias the QDQ export writes for that layer, and no other layer's shift."""
+    from qtool import calibration, model
+    from qtool.exporters import qdq
+
+    loaded = model.load_model(SAMPLE)
+    cal = calibration.load(digits["calib"])
+    prepared = ev.prepare(loaded, cal)
+    exported = onnx.load_model_from_string(qdq.export(loaded, cal).data)
+    original = {t.name: onnx.numpy_helper.to_array(t) for t in loaded.proto.graph.initializer}
+
+    def biases(m):
+        values = {t.name: onnx.numpy_helper.to_array(t) for t in m.graph.initializer}
+        return {n.name: values.get(n.input[2]) for n in m.graph.node if n.op_type == "Conv" and len(n.input) > 2}
+
+    shipped, before = biases(exported), {n.name: original.get(n.input[2]) for n in loaded.proto.graph.node if n.op_type == "Conv" and len(n.input) > 2}
+    site = next(s for s in prepared.plan.weights if s.readers[0][0] in shipped)
+    layer = site.readers[0][0]
+    alone = biases(ev._with_sites(prepared, cal, [], [site]))
+    assert not np.array_equal(shipped[layer], before[layer]) and np.array_equal(alone[layer], shipped[layer])
+    assert all(np.array_equal(alone[n], before[n]) for n in alone if n != layer)
+
+
 def test_excluding_the_worst_layers_raises_sqnr(digits):
     worst = digits["eval"]["tensors"][0]
     args = [a for layer in worst["layers"] for a in ("--exclude", layer)]

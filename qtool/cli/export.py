@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from .. import calibration
+from .. import calibration, policy
 from ..errors import QtoolError
 from ..exporters import TARGETS, exporter, tensorrt, trt_qdq
 from ..fileio import check_output_path, write_atomic
@@ -24,6 +24,9 @@ _ONLY = {
     "high_precision": ("--high-precision", ("tensorrt",)), "weights": ("--weights", ("tensorrt",)),
     "algorithm": ("--algorithm", ("tensorrt",)), "weights_7bit": ("--weights-7bit", ("openvino", "qdq")),
     "keep_fp32": ("--keep-fp32", ("openvino", "qdq")), "no_ignored_patterns": ("--no-ignored-patterns", ("openvino", "qdq")),
+    # TensorRT's explicit quantization is INT8 (signed, float scales): no other policy applies there
+    "weight_bits": ("--weight-bits", ("openvino", "qdq")), "activation_bits": ("--activation-bits", ("openvino", "qdq")),
+    "scale": ("--scale", ("openvino", "qdq")), "rounding": ("--rounding", ("openvino", "qdq")), "policy": ("--policy", ("openvino", "qdq")),
 }
 
 
@@ -64,9 +67,15 @@ def parse_target(text: str) -> str:
 @click.option("--limit", type=click.IntRange(min=1), help="With --keep-fp32: use only the first N images or data files.")
 @click.option("--no-ignored-patterns", is_flag=True, help="openvino/qdq: also quantize NNCF's ignored patterns (squeeze-excitation gating path, attention output MatMul, RoPE), which stay FP32 by default.")
 @click.option("--no-bias-correction", is_flag=True, help="openvino/qdq/tensorrt qdq: keep the biases as they are instead of shifting each int8 Conv/MatMul/Gemm bias by the mean output error its weight quantization causes (from the per-channel input means in the calibration file; NNCF's fast bias correction).")
+@click.option("--weight-bits", type=click.IntRange(2, 8), help="openvino/qdq: weight bits (default 8; 4: INT4 weights, opset 21 in QDQ).")
+@click.option("--activation-bits", type=click.IntRange(2, 16), help="openvino/qdq: activation bits (default 8; QDQ takes 8 or 16, 16 needs opset 21; FakeQuantize any).")
+@click.option("--scale", "scale_kind", type=click.Choice(["float", "pow2"]), help="openvino/qdq: float scales (default) or powers of two (rounded up: nothing clips more), for accelerators that requantize by shifting.")
+@click.option("--rounding", type=click.Choice(["half-even", "half-up", "half-down", "half-away", "toward-zero", "up", "down"]), help="openvino/qdq: weight rounding (default half-even, as the runtimes round activations).")
+@click.option("--policy", "policy_file", type=click.Path(path_type=Path), help="openvino/qdq: JSON or TOML rules setting the policy of matching quantizers (name, glob, regex or op_type; later rules win); see qtool inspect --policy.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
 def export(model_path, target_text, calib, output, trt_version, fmt, algorithm, method, high_precision, weights, include,
-           exclude, weights_7bit, keep_fp32, images_dir, data_dir, limit, no_ignored_patterns, no_bias_correction, as_json):
+           exclude, weights_7bit, keep_fp32, images_dir, data_dir, limit, no_ignored_patterns, no_bias_correction,
+           weight_bits, activation_bits, scale_kind, rounding, policy_file, as_json):
     """Write the calibrated ranges of MODEL in a target format.
 
     With no MODEL, the model recorded in the calibration file is used; either way it must be
@@ -76,7 +85,8 @@ def export(model_path, target_text, calib, output, trt_version, fmt, algorithm, 
     target = parse_target(target_text)
     check_target_options(target, trt_version=trt_version, format=fmt, algorithm=algorithm, method=method,
                          high_precision=high_precision, weights=weights != "fp32", weights_7bit=weights_7bit,
-                         keep_fp32=keep_fp32, no_ignored_patterns=no_ignored_patterns)
+                         keep_fp32=keep_fp32, no_ignored_patterns=no_ignored_patterns, weight_bits=weight_bits,
+                         activation_bits=activation_bits, scale=scale_kind, rounding=rounding, policy=policy_file)
     module = exporter(target)
     calib_path = find_calibration(calib)
     cal = calibration.load(calib_path)
@@ -85,7 +95,9 @@ def export(model_path, target_text, calib, output, trt_version, fmt, algorithm, 
         trt_version, fmt = tensorrt.resolve(trt_version, fmt)
     options = dict(trt_version=trt_version, algorithm=algorithm or "entropy2", fmt=fmt, method=method, high_precision=high_precision,
                    weights=weights, exclude=list(exclude), include=list(include), weights_7bit=weights_7bit,
-                   ignored_patterns=not no_ignored_patterns, bias_correction=not no_bias_correction)
+                   ignored_patterns=not no_ignored_patterns, bias_correction=not no_bias_correction,
+                   policies=policy.from_options(weight_bits, activation_bits, scale_kind, rounding,
+                                                policy.load_rules(policy_file) if policy_file else None))
     out = output or Path(Path(cal.model_path).stem + module.suffix(**options))
     out = check_output_path(out, inputs=(source, calib_path))
     if keep_fp32 and (images_dir is None) == (data_dir is None):

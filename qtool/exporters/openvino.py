@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .. import biascorrection, placement, quant
+from .. import biascorrection, placement, policy, quant
 from .. import graph as G
 
 DOMAIN = "org.openvinotoolkit"
@@ -61,12 +61,18 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
         _rewire(nodes, site.readers, out)
     for site in plan.weights:
         params = site.params()
-        out = _fake_quantize(model, namer, site.tensor, params, quant.range_shape(params, site.values.ndim), site.elem_type)
+        source = site.tensor
+        if site.policy.rounding != "half-even":  # FakeQuantize rounds half to even: give it weights already on the grid
+            rounded = policy.fake_quantize(site.values, params, site.policy.rounding).astype(_np_type(site.elem_type))
+            source = namer.fresh(f"{site.tensor}/rounded")
+            model.graph.initializer.append(numpy_helper.from_array(rounded, source))
+        out = _fake_quantize(model, namer, source, params, quant.range_shape(params, site.values.ndim), site.elem_type)
         _rewire(nodes, site.readers, out)
     G.ensure_opset(model, DOMAIN, 1)
 
 
-def export(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_patterns=True, bias_correction=True, **_options):
+def export(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_patterns=True, bias_correction=True,
+           policies=None, **_options):
     """FakeQuantize ONNX for OpenVINO from the calibration `cal` of `loaded`."""
     from . import ExportResult
 
@@ -74,9 +80,11 @@ def export(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_pa
     namer = G.Namer(model)
     G.unique_node_names(model.graph, namer)
     plan = placement.place(model, {t.name: t for t in cal.tensors}, exclude=list(exclude or ()), include=list(include or ()),
-                           weights_7bit=weights_7bit, ignored_patterns=ignored_patterns, float_types=FLOAT_TYPES)
+                           weights_7bit=weights_7bit, ignored_patterns=ignored_patterns, float_types=FLOAT_TYPES,
+                           policies=policies, recompute=policy.searcher(cal))
     corrected, bc_warnings = biascorrection.apply_to_export(model, namer, plan, cal, bias_correction)
     apply(model, namer, plan)
     data, warnings = G.finish(model, loaded.proto)
+    warnings = policy.runtime_rounding_warnings(plan, "OpenVINO") + warnings
     summary = {**plan.summary(), "fp32_layer_names": sorted(plan.fp32_layers), "bias_corrected_layers": corrected}
     return ExportResult(data, plan.warnings + bc_warnings + warnings, summary)

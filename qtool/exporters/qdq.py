@@ -12,12 +12,16 @@ model there (reference section 8).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from .. import biascorrection, placement, quant
 from .. import graph as G
+from .. import policy as policy_mod
 from ..errors import QtoolError
 
 MIN_OPSET = 13
@@ -59,50 +63,136 @@ def _init(model: onnx.ModelProto, namer: G.Namer, base: str, array: np.ndarray) 
     return name
 
 
+# Integer types Q/DQ hold (ONNX QuantizeLinear-21: INT4/UINT4 and INT16/UINT16 need opset 21)
+_NUMPY = {TensorProto.INT8: np.int8, TensorProto.UINT8: np.uint8}
+WIDE_OPSET = 21
+
+
+def storage_type(grid: quant.Grid) -> int:
+    """The smallest Q/DQ integer type holding `grid`."""
+    for bits, signed_type, unsigned_type in ((4, TensorProto.INT4, TensorProto.UINT4), (8, TensorProto.INT8, TensorProto.UINT8),
+                                             (16, TensorProto.INT16, TensorProto.UINT16)):
+        full = quant.grid(bits, signed=grid.signed)
+        if full.qmin <= grid.qmin and grid.qmax <= full.qmax:
+            return signed_type if grid.signed else unsigned_type
+    raise QtoolError(f"no ONNX integer type holds the grid [{grid.qmin}, {grid.qmax}]")
+
+
+def needs_wide_types(policies) -> bool:
+    """Whether any policy may need 4- or 16-bit storage (opset 21)."""
+    if policies is None:
+        return False
+    bits = {policies.activations.bits, policies.weights.bits} | {r.changes["bits"] for r in policies.rules if "bits" in r.changes}
+    return any(b <= 4 or b > 8 for b in bits)
+
+
+def _int_init(model: onnx.ModelProto, namer: G.Namer, base: str, values: np.ndarray, elem_type: int) -> str:
+    name = namer.fresh(base)
+    if elem_type in _NUMPY:
+        model.graph.initializer.append(numpy_helper.from_array(np.asarray(values, dtype=_NUMPY[elem_type]), name))
+    else:
+        v = np.asarray(values, dtype=np.int64)
+        model.graph.initializer.append(helper.make_tensor(name, elem_type, list(v.shape), v.ravel().tolist()))
+    return name
+
+
+def _activation_nodes(model, namer, site: placement.ActivationSite) -> list[onnx.NodeProto]:
+    p = site.params()
+    ztype = storage_type(p.grid)
+    full = quant.grid({TensorProto.INT4: 4, TensorProto.UINT4: 4, TensorProto.INT16: 16, TensorProto.UINT16: 16}.get(ztype, 8), p.grid.signed)
+    if (full.qmin, full.qmax) != (p.grid.qmin, p.grid.qmax):
+        raise QtoolError(f"QuantizeLinear saturates to whole 4-, 8- or 16-bit types; the {site.policy.bits}-bit activations of "
+                         f"{site.tensor!r} need a FakeQuantize target (--target openvino)")
+    scale = _init(model, namer, f"{site.tensor}/scale", np.asarray(p.scale, dtype=np.float32))
+    zp = _int_init(model, namer, f"{site.tensor}/zero_point", p.zero_point, ztype)
+    q = namer.fresh(f"{site.tensor}/quantized")
+    dq = namer.fresh(f"{site.tensor}/dequantized")
+    attrs = {"axis": p.axis} if p.axis is not None and np.ndim(p.scale) > 0 else {}  # per channel: depthwise Conv inputs
+    return [helper.make_node("QuantizeLinear", [site.tensor, scale, zp], [q], name=namer.fresh(f"{site.tensor}/QuantizeLinear"), **attrs),
+            helper.make_node("DequantizeLinear", [q, scale, zp], [dq], name=namer.fresh(f"{site.tensor}/DequantizeLinear"), **attrs)]
+
+
+def _weight_node(model, namer, site: placement.WeightSite) -> onnx.NodeProto:
+    p = site.params()
+    axis = p.axis if p.axis is not None and np.ndim(p.scale) > 0 else None
+    ztype = storage_type(p.grid)
+    q = policy_mod.quantize(site.values, p, site.policy.rounding)
+    wq = _int_init(model, namer, f"{site.tensor}/int8" if ztype == TensorProto.INT8 else f"{site.tensor}/int", q, ztype)
+    scale = _init(model, namer, f"{site.tensor}/scale", np.asarray(p.scale, dtype=np.float32))
+    zp = _int_init(model, namer, f"{site.tensor}/zero_point", np.zeros(np.shape(p.scale), dtype=np.int64), ztype)
+    dq = namer.fresh(f"{site.tensor}/dequantized")
+    attrs = {"axis": axis} if axis is not None else {}
+    return helper.make_node("DequantizeLinear", [wq, scale, zp], [dq], name=namer.fresh(f"{site.tensor}/DequantizeLinear"), **attrs)
+
+
 def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
     """Insert the plan's quantizers as QuantizeLinear/DequantizeLinear nodes (in place)."""
     nodes = {n.name: n for n in model.graph.node}
     new_nodes = []
     for site in plan.activations:
-        p = site.params()
-        ztype = np.int8 if p.grid.signed else np.uint8
-        scale = _init(model, namer, f"{site.tensor}/scale", np.asarray(p.scale, dtype=np.float32))
-        zp = _init(model, namer, f"{site.tensor}/zero_point", np.asarray(p.zero_point, dtype=ztype))
-        q = namer.fresh(f"{site.tensor}/quantized")
-        dq = namer.fresh(f"{site.tensor}/dequantized")
-        attrs = {"axis": p.axis} if p.axis is not None and np.ndim(p.scale) > 0 else {}  # per channel: depthwise Conv inputs
-        new_nodes.append(helper.make_node("QuantizeLinear", [site.tensor, scale, zp], [q], name=namer.fresh(f"{site.tensor}/QuantizeLinear"), **attrs))
-        new_nodes.append(helper.make_node("DequantizeLinear", [q, scale, zp], [dq], name=namer.fresh(f"{site.tensor}/DequantizeLinear"), **attrs))
+        new_nodes += _activation_nodes(model, namer, site)
         for node_name, slot in site.readers:
-            nodes[node_name].input[slot] = dq
+            nodes[node_name].input[slot] = new_nodes[-1].output[0]
     for site in plan.weights:
-        p = site.params()
-        axis = p.axis if p.axis is not None and np.ndim(p.scale) > 0 else None
-        q = quant.quantize_linear(site.values, p.scale, p.zero_point, p.grid, axis).astype(np.int8)
-        wq = _init(model, namer, f"{site.tensor}/int8", q)
-        scale = _init(model, namer, f"{site.tensor}/scale", np.asarray(p.scale, dtype=np.float32))
-        zp = _init(model, namer, f"{site.tensor}/zero_point", np.zeros(np.shape(p.scale), dtype=np.int8))
-        dq = namer.fresh(f"{site.tensor}/dequantized")
-        attrs = {"axis": axis} if axis is not None else {}
-        new_nodes.append(helper.make_node("DequantizeLinear", [wq, scale, zp], [dq], name=namer.fresh(f"{site.tensor}/DequantizeLinear"), **attrs))
+        new_nodes.append(_weight_node(model, namer, site))
         for node_name, slot in site.readers:
-            nodes[node_name].input[slot] = dq
+            nodes[node_name].input[slot] = new_nodes[-1].output[0]
     model.graph.node.extend(new_nodes)
 
 
-def export(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_patterns=True, bias_correction=True, **_options):
-    """QDQ ONNX from the calibration `cal` of `loaded`."""
+@dataclass
+class Prepared:
+    """The model as the QDQ export edits it before inserting quantizers: opset raised, node names
+    unique, biases not yet corrected; its plan, and what the export options were."""
+
+    model: onnx.ModelProto
+    plan: placement.Plan
+    records: dict
+    warnings: list[str]
+    place: Callable  # place(exclude) -> Plan: the same placement with more nodes kept FP32
+
+
+def prepare(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_patterns=True, policies=None) -> Prepared:
+    """The steps of the QDQ export up to the placement: `export` and qtool.evaluate share them."""
+    model = G.copy_model(loaded.proto, str(loaded.path.parent))
+    if needs_wide_types(policies):
+        model, warnings = upgrade_opset(model, WIDE_OPSET, why="QuantizeLinear/DequantizeLinear with 4- or 16-bit integers")
+    else:
+        model, warnings = upgrade_opset(model)
+    G.unique_node_names(model.graph, G.Namer(model))
+    records = {t.name: t for t in cal.tensors}
+
+    def place(more_excluded=()) -> placement.Plan:
+        return placement.place(model, records, exclude=list(exclude or ()) + list(more_excluded), include=list(include or ()),
+                               weights_7bit=weights_7bit, ignored_patterns=ignored_patterns, float_types=(TensorProto.FLOAT,),
+                               policies=policies, recompute=policy_mod.searcher(cal))
+
+    plan = place()
+    return Prepared(model, plan, records, warnings + plan.warnings + policy_mod.runtime_rounding_warnings(plan, "onnxruntime"), place)
+
+
+def quantized(prepared: Prepared, cal, plan: placement.Plan | None = None, bias_correction: bool = True) -> tuple[onnx.ModelProto, int, list[str]]:
+    """A copy of the prepared model with `plan`'s quantizers (default: all) and, with
+    bias_correction, the bias shifts of its int8 layers: (model, layers corrected, warnings)."""
+    plan = prepared.plan if plan is None else plan
+    model = onnx.ModelProto()
+    model.CopyFrom(prepared.model)
+    namer = G.Namer(model)
+    corrected, warnings = biascorrection.apply_to_export(model, namer, plan, cal, bias_correction)
+    apply(model, namer, plan)
+    return model, corrected, warnings
+
+
+def export(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_patterns=True, bias_correction=True,
+           policies=None, **_options):
+    """QDQ ONNX from the calibration `cal` of `loaded` (policies: qtool.policy.Policies)."""
     from . import ExportResult
 
-    model = G.copy_model(loaded.proto, str(loaded.path.parent))
-    model, warnings = upgrade_opset(model)
-    namer = G.Namer(model)
-    G.unique_node_names(model.graph, namer)
-    plan = placement.place(model, {t.name: t for t in cal.tensors}, exclude=list(exclude or ()), include=list(include or ()),
-                           weights_7bit=weights_7bit, ignored_patterns=ignored_patterns, float_types=(TensorProto.FLOAT,))
-    corrected, bc_warnings = biascorrection.apply_to_export(model, namer, plan, cal, bias_correction)
-    apply(model, namer, plan)
+    prepared = prepare(loaded, cal, exclude=exclude, include=include, weights_7bit=weights_7bit,
+                       ignored_patterns=ignored_patterns, policies=policies)
+    model, corrected, bc_warnings = quantized(prepared, cal, bias_correction=bias_correction)
     data, more = G.finish(model, loaded.proto)
+    plan = prepared.plan
     summary = {**plan.summary(), "opset": G.default_opset(model), "fp32_layer_names": sorted(plan.fp32_layers),
                "bias_corrected_layers": corrected}
-    return ExportResult(data, warnings + plan.warnings + bc_warnings + more, summary)
+    return ExportResult(data, prepared.warnings + bc_warnings + more, summary)
