@@ -230,7 +230,10 @@ def _parse_rule(item, where: str) -> Rule:
         except re.error as e:
             raise QtoolError(f"{where}: bad regex {pattern!r} ({e})") from None
     changes = {k: item[k] for k in _FIELDS if k in item}
-    replace(ACTIVATIONS, **changes)  # validates the values now, with the rule's name in the message
+    try:
+        replace(ACTIVATIONS, **changes)  # validates the values now, with the rule's name in the message
+    except QtoolError as e:
+        raise QtoolError(f"{where}: {e}") from None
     return Rule(matchers[0], pattern, changes, kinds, where)
 
 

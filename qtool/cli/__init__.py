@@ -13,6 +13,7 @@ import signal
 import sys
 import tempfile
 import traceback
+from pathlib import Path
 
 import click
 
@@ -76,6 +77,30 @@ def emit(as_json: bool, summary: dict, text: str) -> None:
         click.echo(json.dumps(summary, indent=1))
     else:
         click.echo(text)
+
+
+def policy_options(command=None, *, scale_flag: str = "--scale"):
+    """The options that choose quantization policies (qtool.policy), shared by export and evaluate
+    (whose --scale is the pixel multiplier: there the scale kind is `scale_flag`)."""
+    if command is None:
+        return lambda c: policy_options(c, scale_flag=scale_flag)
+    options = [
+        click.option("--weight-bits", type=click.IntRange(2, 8), help="openvino/qdq: weight bits (default 8; 4: INT4 weights, opset 21 in QDQ)."),
+        click.option("--activation-bits", type=click.IntRange(2, 16), help="openvino/qdq: activation bits (default 8; QDQ takes 8 or 16, 16 needs opset 21; FakeQuantize any)."),
+        click.option(scale_flag, "scale_kind", type=click.Choice(["float", "pow2"]), help="openvino/qdq: float scales (default) or powers of two (rounded up: nothing clips more), for accelerators that requantize by shifting."),
+        click.option("--rounding", type=click.Choice(["half-even", "half-up", "half-down", "half-away", "toward-zero", "up", "down"]), help="openvino/qdq: weight rounding (default half-even, as the runtimes round activations)."),
+        click.option("--policy", "policy_file", type=click.Path(path_type=Path), help="openvino/qdq: JSON or TOML rules setting the policy of matching quantizers (name, glob, regex or op_type; later rules win); qtool inspect CALIB --policy FILE shows what each quantizer gets."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def policies_from(weight_bits, activation_bits, scale_kind, rounding, policy_file):
+    from .. import policy
+
+    rules = policy.load_rules(policy_file) if policy_file else None
+    return policy.from_options(weight_bits, activation_bits, scale_kind, rounding, rules)
 
 
 def _save_traceback() -> str:

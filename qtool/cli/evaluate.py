@@ -14,7 +14,7 @@ from .. import calibration, data
 from .. import evaluate as ev
 from ..errors import QtoolError
 from ..inputs import DEFAULT_BATCH, find_calibration, held_out_runs, load_checked_model
-from . import EPILOG, cli, emit
+from . import EPILOG, cli, emit, policies_from, policy_options
 
 log = logging.getLogger("qtool")
 
@@ -45,10 +45,12 @@ def _progress(total: int, enabled: bool):
 @click.option("--weights-7bit", type=click.Choice(["first", "all"]), help="7-bit weights, as qtool export --weights-7bit.")
 @click.option("--tensors/--no-tensors", "per_tensor", default=True, show_default=True, help="Also rank every quantized tensor by the output SQNR of quantizing it alone (one model run over the inputs per tensor).")
 @click.option("--fail-below", type=float, metavar="DB", help="Exit 1 when an output's SQNR is below DB decibels (a quality gate); the results are printed first.")
+@policy_options(scale_flag="--scale-kind")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout (infinite SQNR as the string \"inf\").")
 @click.pass_context
 def evaluate(ctx, model_path, calib, images_dir, data_dir, limit, size, resize, scale_text, mean, std, bgr, layout,
-             batch_size, exclude, weights_7bit, per_tensor, fail_below, as_json):
+             batch_size, exclude, weights_7bit, per_tensor, fail_below, weight_bits, activation_bits, scale_kind, rounding,
+             policy_file, as_json):
     """Compare the int8 model with FP32 on held-out inputs.
 
     The int8 model is simulated in onnxruntime with the QDQ export (qtool export --target qdq,
@@ -77,7 +79,8 @@ def evaluate(ctx, model_path, calib, images_dir, data_dir, limit, size, resize, 
     inputs, runs = held_out_runs(loaded, cal, images_dir, data_dir, limit, batch_size, size=size, resize=resize,
                                  scale_text=scale_text, mean=mean, std=std, bgr=bgr, layout=layout)
 
-    options = {"exclude": list(exclude), "weights_7bit": weights_7bit}
+    options = {"exclude": list(exclude), "weights_7bit": weights_7bit,
+               "policies": policies_from(weight_bits, activation_bits, scale_kind, rounding, policy_file)}
     with _progress(1, not (ctx.obj["quiet"] or as_json)) as bar:
         result = ev.evaluate(loaded, cal, runs, per_tensor=per_tensor, progress=bar, **options)
     for w in result.warnings:

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import click
 
-from .. import calibration, policy
+from .. import calibration
 from ..errors import QtoolError
 from ..exporters import TARGETS, exporter, tensorrt, trt_qdq
 from ..fileio import check_output_path, write_atomic
 from ..inputs import find_calibration, held_out_runs, load_checked_model
-from . import EPILOG, cli, emit
+from . import EPILOG, cli, emit, policies_from, policy_options
 
 log = logging.getLogger("qtool")
 
@@ -67,11 +67,7 @@ def parse_target(text: str) -> str:
 @click.option("--limit", type=click.IntRange(min=1), help="With --keep-fp32: use only the first N images or data files.")
 @click.option("--no-ignored-patterns", is_flag=True, help="openvino/qdq: also quantize NNCF's ignored patterns (squeeze-excitation gating path, attention output MatMul, RoPE), which stay FP32 by default.")
 @click.option("--no-bias-correction", is_flag=True, help="openvino/qdq/tensorrt qdq: keep the biases as they are instead of shifting each int8 Conv/MatMul/Gemm bias by the mean output error its weight quantization causes (from the per-channel input means in the calibration file; NNCF's fast bias correction).")
-@click.option("--weight-bits", type=click.IntRange(2, 8), help="openvino/qdq: weight bits (default 8; 4: INT4 weights, opset 21 in QDQ).")
-@click.option("--activation-bits", type=click.IntRange(2, 16), help="openvino/qdq: activation bits (default 8; QDQ takes 8 or 16, 16 needs opset 21; FakeQuantize any).")
-@click.option("--scale", "scale_kind", type=click.Choice(["float", "pow2"]), help="openvino/qdq: float scales (default) or powers of two (rounded up: nothing clips more), for accelerators that requantize by shifting.")
-@click.option("--rounding", type=click.Choice(["half-even", "half-up", "half-down", "half-away", "toward-zero", "up", "down"]), help="openvino/qdq: weight rounding (default half-even, as the runtimes round activations).")
-@click.option("--policy", "policy_file", type=click.Path(path_type=Path), help="openvino/qdq: JSON or TOML rules setting the policy of matching quantizers (name, glob, regex or op_type; later rules win); see qtool inspect --policy.")
+@policy_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
 def export(model_path, target_text, calib, output, trt_version, fmt, algorithm, method, high_precision, weights, include,
            exclude, weights_7bit, keep_fp32, images_dir, data_dir, limit, no_ignored_patterns, no_bias_correction,
@@ -96,8 +92,7 @@ def export(model_path, target_text, calib, output, trt_version, fmt, algorithm, 
     options = dict(trt_version=trt_version, algorithm=algorithm or "entropy2", fmt=fmt, method=method, high_precision=high_precision,
                    weights=weights, exclude=list(exclude), include=list(include), weights_7bit=weights_7bit,
                    ignored_patterns=not no_ignored_patterns, bias_correction=not no_bias_correction,
-                   policies=policy.from_options(weight_bits, activation_bits, scale_kind, rounding,
-                                                policy.load_rules(policy_file) if policy_file else None))
+                   policies=policies_from(weight_bits, activation_bits, scale_kind, rounding, policy_file))
     out = output or Path(Path(cal.model_path).stem + module.suffix(**options))
     out = check_output_path(out, inputs=(source, calib_path))
     if keep_fp32 and (images_dir is None) == (data_dir is None):
@@ -110,7 +105,8 @@ def export(model_path, target_text, calib, output, trt_version, fmt, algorithm, 
         from ..evaluate import keep_fp32 as rank_and_keep
 
         _, runs = held_out_runs(loaded, cal, images_dir, data_dir, limit)
-        kept = rank_and_keep(loaded, cal, keep_fp32, runs, exclude=options["exclude"], weights_7bit=weights_7bit)
+        kept = rank_and_keep(loaded, cal, keep_fp32, runs, exclude=options["exclude"], weights_7bit=weights_7bit,
+                             policies=options["policies"])
         options["exclude"] = options["exclude"] + kept.exclude
     result = module.export(loaded, cal, **options)
     if kept is not None:

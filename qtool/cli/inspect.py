@@ -11,7 +11,7 @@ import click
 
 from .. import calibration, model, trtfiles, trtrules
 from ..errors import QtoolError
-from . import EPILOG, cli, emit
+from . import EPILOG, cli, emit, policies_from, policy_options
 
 log = logging.getLogger("qtool")
 
@@ -215,6 +215,26 @@ def _inspect_onnx(ctx: click.Context, file: Path, trt_version: str, as_json: boo
         ctx.exit(1)
 
 
+def _inspect_policies(file: Path, policies, as_json: bool) -> None:
+    """Each quantizer of the calibration's model with the policy it resolves to."""
+    from ..exporters import qdq
+    from ..inputs import load_checked_model
+
+    cal = calibration.load(file)
+    loaded = load_checked_model(None, file, cal)
+    prepared = qdq.prepare(loaded, cal, policies=policies)
+    ops = {n.name: n.op_type for n in prepared.model.graph.node}
+    rows = [{"kind": kind, "tensor": site.tensor, "read_by": sorted({ops[n] for n, _ in site.readers}), **site.policy.to_json()}
+            for kind, sites in (("activation", prepared.plan.activations), ("weight", prepared.plan.weights)) for site in sites]
+    for w in prepared.warnings:
+        log.warning(w)
+    lines = [f"{len(rows)} quantizers of {loaded.path} (openvino/qdq placement):"]
+    lines += [f"  {r['kind']:<10} {r['tensor']}  [{', '.join(r['read_by'])}]  {site.policy.describe()}"
+              for r, site in zip(rows, prepared.plan.activations + prepared.plan.weights)]
+    emit(as_json, {"command": "inspect", "file": str(file), "kind": "policies", "quantizers": rows,
+                   "warnings": prepared.warnings}, "\n".join(lines))
+
+
 def _require_onnx(path: Path) -> None:
     """FILE must be an ONNX model for --trt-version: missing or unreadable is bad input (exit 1),
     another kind of file a usage error (exit 2)."""
@@ -234,9 +254,10 @@ def _require_onnx(path: Path) -> None:
 @click.argument("file", type=click.Path(path_type=Path))
 @click.option("--model", "model_path", type=click.Path(path_type=Path), help="Report which activation tensors of this ONNX model FILE covers; exit 1 if any is missing.")
 @click.option("--trt-version", help="FILE is a Q/DQ ONNX model: list every way its QuantizeLinear/DequantizeLinear nodes break this TensorRT version's ONNX parser rules (e.g. 8.6, 10.3, 11.4); exit 1 if any.")
+@policy_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
 @click.pass_context
-def inspect(ctx, file, model_path, trt_version, as_json):
+def inspect(ctx, file, model_path, trt_version, weight_bits, activation_bits, scale_kind, rounding, policy_file, as_json):
     """Show what FILE holds: a calibration file, a TensorRT cache, a dynamic-range file or an
     onnxruntime TensorRT table (told apart by content).
 
@@ -246,7 +267,16 @@ def inspect(ctx, file, model_path, trt_version, as_json):
 
     With --trt-version X, FILE is an ONNX model with QuantizeLinear/DequantizeLinear nodes: each
     rule of TensorRT X's ONNX parser it breaks is printed as `node: rule: message`.
+
+    With --policy FILE (or the other policy options), FILE is a calibration file: every quantizer
+    the openvino/qdq export of its model places is listed with the policy it resolves to.
     """
+    given = (weight_bits, activation_bits, scale_kind, rounding, policy_file)
+    if any(v is not None for v in given):
+        if trt_version is not None or model_path is not None:
+            raise click.UsageError("the policy options go with a calibration file alone (not with --trt-version or --model)")
+        _inspect_policies(file, policies_from(*given), as_json)
+        return
     if trt_version is not None:
         if model_path is not None:
             raise click.UsageError("--trt-version checks the ONNX model given as FILE; it does not go with --model")
