@@ -91,6 +91,7 @@ class Row:
     kl: float | None
     sqnr: float | None  # from the evaluation
     quantized_amax: float | None = None  # the range the export quantizes with (from the evaluation)
+    policy: str = ""  # the quantizer's policy (from the evaluation)
 
 
 def load_evaluation(path: Path, cal: Calibration) -> dict:
@@ -106,11 +107,13 @@ def load_evaluation(path: Path, cal: Calibration) -> dict:
     if doc.get("model_sha256") != cal.model_sha256:
         raise QtoolError(f"{str(path)!r} evaluates another model than the calibration file's (SHA-256 differs)")
     try:
-        tensors, ranges, weights = {}, {}, []
+        tensors, ranges, weights, policies = {}, {}, [], {}
         for t in doc.get("tensors", []):
             tensors[str(t["tensor"])] = from_json_number(t["sqnr_db"])
+            policies[str(t["tensor"])] = str(t.get("policy", ""))
             if t["kind"] == "weight":
-                weights.append((str(t["tensor"]), from_json_number(t["sqnr_db"]), [str(x) for x in t.get("layers", [])]))
+                weights.append((str(t["tensor"]), from_json_number(t["sqnr_db"]), [str(x) for x in t.get("layers", [])],
+                                str(t.get("policy", ""))))
             if t.get("range") is not None:
                 amax = float(t["range"]["amax"])
                 for name in [t["tensor"], *t["range"].get("shared_with", [])]:
@@ -120,13 +123,14 @@ def load_evaluation(path: Path, cal: Calibration) -> dict:
         samples = int(doc.get("samples", 0))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise QtoolError(f"{str(path)!r} is a damaged evaluation file (bad or missing field: {e})") from None
-    return {"tensors": tensors, "ranges": ranges, "weights": weights, "outputs": outputs, "samples": samples}
+    return {"tensors": tensors, "ranges": ranges, "weights": weights, "outputs": outputs, "samples": samples, "policies": policies}
 
 
 def rows(cal: Calibration, evaluation: dict | None = None) -> list[Row]:
     result = []
     sens = evaluation["tensors"] if evaluation else {}
     ranges = evaluation["ranges"] if evaluation else {}
+    policies = evaluation.get("policies", {}) if evaluation else {}
     for k, rec in enumerate(cal.tensors):
         ths = {}
         for m in methods():
@@ -135,7 +139,7 @@ def rows(cal: Calibration, evaluation: dict | None = None) -> list[Row]:
             except ValueError as e:
                 raise QtoolError(f"tensor {rec.name!r}: cannot compute the {m} threshold ({e})") from None
         result.append(Row(k, rec, ths, calibration.clipped_fraction(rec), kl_divergence(rec, rec.amax, cal.num_bits),
-                          sens.get(rec.name), ranges.get(rec.name)))
+                          sens.get(rec.name), ranges.get(rec.name), policies.get(rec.name, "")))
     return result
 
 
@@ -299,12 +303,13 @@ def render(cal: Calibration, calib_name: str, evaluation: dict | None = None) ->
             parts.append(
                 "<details><summary class=\"meta\">weight quantizers (per channel, not in the calibration file): output SQNR "
                 "with only that weight quantized, worst first</summary>\n<table class=\"outputs\"><thead><tr>"
-                "<th class=\"left\">weight</th><th>SQNR dB</th><th class=\"left\">layers</th></tr></thead><tbody>\n"
+                "<th class=\"left\">weight</th><th>SQNR dB</th><th class=\"left\">layers</th><th class=\"left\">policy</th>"
+                "</tr></thead><tbody>\n"
             )
-            for name, sqnr, layers in evaluation["weights"]:
+            for name, sqnr, layers, policy in evaluation["weights"]:
                 parts.append(
                     f"<tr><td class=\"name\">{e(name)}</td><td>{'' if sqnr is None else format_db(sqnr)}</td>"
-                    f"<td class=\"name\">{e(', '.join(layers))}</td></tr>\n"
+                    f"<td class=\"name\">{e(', '.join(layers))}</td><td class=\"name\">{e(policy)}</td></tr>\n"
                 )
             parts.append("</tbody></table></details>\n")
     parts.append(
@@ -339,7 +344,8 @@ def render(cal: Calibration, calib_name: str, evaluation: dict | None = None) ->
             f"<td>{'' if row.kl is None else f'{row.kl:.4g}'}</td>",
         ]
         if evaluation:
-            cells.append(f"<td>{'' if row.sqnr is None else format_db(row.sqnr)}</td>")
+            policy = f"<br><small>{e(row.policy)}</small>" if row.policy else ""
+            cells.append(f"<td>{'' if row.sqnr is None else format_db(row.sqnr)}{policy}</td>")
         cells.append(f"<td class=\"plot\">{plot_svg(row, cal.method, f't{row.order}-')}</td>")
         parts.append(f"<tr {data_attrs}>" + "".join(cells) + "</tr>\n")
     parts.append(f"</tbody></table>\n<script>{_SCRIPT}</script>\n</body>\n</html>\n")

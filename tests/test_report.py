@@ -135,6 +135,19 @@ def test_sort_keys_and_sqnr_from_the_evaluation(work):
             assert f">{t['tensor']}</td><td>{t['sqnr_db']:.2f}</td>" in text
 
 
+def test_the_report_shows_each_quantizers_policy(work, tmp_path):
+    r = ok(invoke("evaluate", SAMPLE, "--calib", work["calib"], "--data", work["dir"] / "held", "--json", "--no-tensors"))
+    assert json.loads(r.stdout)["tensors"] == []
+    r = ok(invoke("evaluate", SAMPLE, "--calib", work["calib"], "--data", work["dir"] / "held", "--json", "--weight-bits", "4",
+                  "--limit", "1"))
+    (tmp_path / "eval.json").write_text(r.stdout)
+    out = tmp_path / "r.html"
+    ok(invoke("-q", "report", work["calib"], "-o", out, "--evaluation", tmp_path / "eval.json"))
+    text = out.read_text(encoding="utf-8")
+    assert "4-bit signed symmetric per-channel float scale, half-even" in text  # the weights table
+    assert "8-bit auto symmetric per-tensor float scale, half-even" in text  # an activation row
+
+
 def test_kl_is_lowest_at_the_entropy_threshold(work):
     """The KL column is the divergence NVIDIA's entropy search minimises."""
     cal = calibration.load(work["calib"])
