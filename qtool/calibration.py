@@ -4,7 +4,7 @@ JSON, written atomically and deterministically (same inputs -> same bytes): no t
 keys in a fixed order, tensors in graph order.
 
 Optional per tensor (files from older versions lack them and still load): `per_sample`, the
-statistics qtool.biascorrection.SampleStats gathers: `count` samples, `min_sum` and
+statistics qtool.stats.SampleStats gathers: `count` samples, `min_sum` and
 `absmax_sum` (per-sample min and max |x|), for the data inputs of Conv/MatMul/Gemm
 `channel_axis` and `channel_sums` (per-sample per-channel means), for depthwise-conv inputs
 `channel_absmax`; the sums are exact integers counting multiples of 2**per_sample_unit_log2
@@ -26,10 +26,10 @@ from typing import NamedTuple
 import numpy as np
 
 from . import thresholds
-from .biascorrection import UNIT_LOG2, SampleStats
 from .errors import QtoolError
 from .fileio import write_atomic
 from .histogram import TensorHistogram
+from .stats import UNIT_LOG2, SampleStats
 
 FORMAT = "qtool.calibration"
 VERSION = 1
@@ -97,9 +97,23 @@ class Calibration:
     tensors: list[TensorRecord] = field(default_factory=list)
     kl_variant: str = "nvidia"
     shard: tuple[int, int] | None = None  # (K, N) when made with --shard K/N
+    warnings: list[str] = field(default_factory=list, compare=False, repr=False)  # of the run that made it; not saved
 
     def amax(self) -> dict[str, float]:
         return {t.name: t.amax for t in self.tensors}
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the calibration file (atomically; the model path recorded relative to it)."""
+        save(self, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Calibration:
+        """Read a calibration file."""
+        return load(path)
+
+    def recompute(self, method: str, kl_variant: str | None = None) -> Calibration:
+        """Every threshold searched again from the stored histograms with `method`."""
+        return recompute(self, method, kl_variant or self.kl_variant)
 
     def decide(self, *, signed: bool, method: str | None = None, fallback: bool = True) -> dict[str, Threshold]:
         """The threshold every tensor gets on a target's grid (see `decide`)."""
@@ -257,8 +271,17 @@ def to_json(cal: Calibration) -> str:
     return re.sub(f'"{marker}(\\d+)"', lambda m: lists[int(m.group(1))], text) + "\n"
 
 
+def relocate(cal: Calibration, path: str | os.PathLike) -> Calibration:
+    """The calibration with an absolute model path made relative to the folder of the file `path`
+    (files record where their model is from where they are)."""
+    model = Path(cal.model_path)
+    if not model.is_absolute():
+        return cal
+    return replace(cal, model_path=Path(os.path.relpath(model, Path(path).resolve().parent)).as_posix())
+
+
 def save(cal: Calibration, path: str | os.PathLike) -> None:
-    write_atomic(path, to_json(cal).encode())
+    write_atomic(path, to_json(relocate(cal, path)).encode())
 
 
 def _text(value) -> str:

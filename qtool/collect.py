@@ -18,9 +18,9 @@ import os
 import re
 import sys
 import threading
+from collections.abc import Iterable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Iterable, Iterator
 
 import numpy as np
 import onnx
@@ -210,7 +210,7 @@ class _Accumulator:
                                   [sum(g[2].nonfinite[r] for g in got) for r in range(rows)])
                 self.stats[name].update([g[0] for g in got], rows, extrema, [g[3] for g in got])
 
-    def merge(self, other: "_Accumulator") -> None:
+    def merge(self, other: _Accumulator) -> None:
         for name, hist in other.hists.items():
             self.hists[name].merge(hist)
         for name, stats in other.stats.items():
@@ -239,7 +239,7 @@ def collect(
     `probe_size` samples seen, so it does not depend on the batch size.
     `workers` threads each take the next run, run the session (give it one intra-op thread
     per worker) and histogram the outputs into their own accumulators, merged at the end.
-    `stats`: {tensor: biascorrection.SampleStats}, replaced by the collected statistics.
+    `stats`: {tensor: stats.SampleStats}, replaced by the collected statistics.
     `derived`: tensors not fetched from the session but computed from fetched ones (see
     `derivations`): the results are the same as fetching them.
     `blocked`: fetched tensors the session returns in blocked layout (see fetching_session),

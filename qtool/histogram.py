@@ -22,7 +22,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-
 # The kernel beats numpy from a few thousand values on (0.7 ns/value against 2.1 at 4096),
 # but starting it (numba import and compile or cache load, ~0.5 s once per process) only pays
 # for a model with large tensors: the first tensor of KERNEL_START_SIZE values starts loading it
@@ -72,19 +71,24 @@ def _kernel():
 
     Bin indices are computed a chunk at a time (a loop the compiler vectorizes), then counted
     into four interleaved sub-histograms: neighbouring activations often share a bin, and
-    one counter would make every increment wait for the previous one.
+    one counter would make every increment wait for the previous one. The sub-histograms count
+    in 16 bits (16 KB for 2048 bins: they stay in the L1 cache beside the data) and are added
+    into `counts` every `flush` chunks, before a counter can wrap.
     """
     from numba import njit
 
     chunk = 2048
+    flush = 120  # chunks between flushes: a uint16 counter gets at most chunk / 4 + 3 per chunk
 
     @njit(nogil=True, cache=True)
     def add_bins(x, factor, counts):  # pragma: no cover - compiled
         n = counts.size
         w = n + 1  # slot n counts values at or beyond the top (the caller guarantees none)
-        sub = np.zeros(4 * w, np.int64)
+        sub = np.zeros(4 * w, np.uint16)  # 16-bit counters: the four sub-histograms stay in L1
         idx = np.empty(chunk, np.uint32)
         limit = x.dtype.type(n)
+        over = 0
+        done = 0
         for start in range(0, x.size, chunk):
             m = min(chunk, x.size - start)
             for i in range(m):
@@ -98,9 +102,14 @@ def _kernel():
                 sub[3 * w + idx[i + 3]] += 1
             for i in range(q, m):
                 sub[idx[i]] += 1
-        for j in range(n):
-            counts[j] += sub[j] + sub[w + j] + sub[2 * w + j] + sub[3 * w + j]
-        return sub[n] + sub[w + n] + sub[2 * w + n] + sub[3 * w + n]
+            done += 1
+            if done == flush or start + chunk >= x.size:
+                for j in range(n):
+                    counts[j] += np.int64(sub[j]) + np.int64(sub[w + j]) + np.int64(sub[2 * w + j]) + np.int64(sub[3 * w + j])
+                over += np.int64(sub[n]) + np.int64(sub[w + n]) + np.int64(sub[2 * w + n]) + np.int64(sub[3 * w + n])
+                sub[:] = 0
+                done = 0
+        return over
 
     return add_bins
 
@@ -197,15 +206,20 @@ class TensorHistogram:
         """Add all values of `x` (any shape, any float dtype). Returns the extrema of each of
         the `rows` equal parts x splits into along its first axis, for callers that keep
         per-sample statistics (rows=1: x is one part)."""
-        a = np.asarray(x)
+        a = x if type(x) is np.ndarray else np.asarray(x)
         if a.size == 0:
             return None
         if a.dtype != np.float32 and a.dtype != np.float64:
             a = a.astype(np.float32)
-        a = np.ascontiguousarray(a).reshape(rows, -1)
         if rows == 1:  # the common case, without per-row arrays
-            lo, hi = [float(np.minimum.reduce(a, axis=None))], [float(np.maximum.reduce(a, axis=None))]
+            flat = a.reshape(-1) if a.flags.c_contiguous else np.ascontiguousarray(a).reshape(-1)
+            lo, hi = float(np.minimum.reduce(flat)), float(np.maximum.reduce(flat))
+            if -math.inf < lo and hi < math.inf:  # finite (NaN fails both): nothing to leave out
+                self._add(flat, lo, hi)
+                return Extrema([lo], [hi], [0])
+            a, lo, hi = flat.reshape(1, -1), [lo], [hi]
         else:
+            a = np.ascontiguousarray(a).reshape(rows, -1)
             lo, hi = np.minimum.reduce(a, axis=1).tolist(), np.maximum.reduce(a, axis=1).tolist()
         nonfinite = [0] * rows
         flat = a.ravel()
@@ -245,7 +259,7 @@ class TensorHistogram:
             self.counts = np.bincount(src, weights=self.counts, minlength=self.bins).astype(np.int64)
         self.top = new_top
 
-    def merge(self, other: "TensorHistogram") -> None:
+    def merge(self, other: TensorHistogram) -> None:
         """Add another histogram of the same bin count (e.g. from another shard)."""
         if other.bins != self.bins:
             raise ValueError("cannot merge histograms with different bin counts")

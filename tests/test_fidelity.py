@@ -11,10 +11,11 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from runcli import invoke
 
 from qtool import biascorrection, calibration, thresholds
 from qtool.histogram import TensorHistogram
-from runcli import invoke
+from qtool.stats import UNIT_LOG2, SampleStats
 
 FLOAT = TensorProto.FLOAT
 
@@ -104,7 +105,7 @@ def test_bias_shift_is_the_weight_error_applied_to_the_input_means():
                           initializer=[numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     means = np.array([0.5, 1.0, -2.0, 0.25, 3.0, 1.5])
-    stats = biascorrection.SampleStats(axis=1)
+    stats = SampleStats(axis=1)
     x = np.broadcast_to(means.reshape(1, 6, 1, 1), (1, 6, 5, 5))
     stats.update([x], 1, TensorHistogram().update(x))
     records = {"x": calibration.TensorRecord("x", -3.0, 3.0, 3.0, [1, 1], 3.0, stats=stats),
@@ -198,7 +199,7 @@ def test_per_sample_statistics_do_not_depend_on_the_batch():
     rng = np.random.default_rng(2)
     x = rng.normal(0.3, 2.0, (4, 3, 100, 100)).astype(np.float32)
     x[2, 1, 5, 5] = np.nan
-    whole, parts = biascorrection.SampleStats(axis=1, track_absmax=True), biascorrection.SampleStats(axis=1, track_absmax=True)
+    whole, parts = SampleStats(axis=1, track_absmax=True), SampleStats(axis=1, track_absmax=True)
     whole.update([x], 4, TensorHistogram().update(x, 4))
     for i in range(4):
         parts.update([x[i : i + 1]], 1, TensorHistogram().update(x[i : i + 1]))
@@ -215,7 +216,7 @@ def test_version_1_files_without_statistics_still_work(tmp_path):
     calib = tmp_path / "m.calib.json"
     ok("-q", "calibrate", model, "--data", write_data(tmp_path / "d", samples(rng, 6)), "-o", calib)
     doc = json.loads(calib.read_text())
-    assert doc["version"] == 1 and doc["per_sample_unit_log2"] == biascorrection.UNIT_LOG2
+    assert doc["version"] == 1 and doc["per_sample_unit_log2"] == UNIT_LOG2
     doc.pop("per_sample_unit_log2")
     for t in doc["tensors"].values():
         t.pop("per_sample")

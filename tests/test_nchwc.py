@@ -7,9 +7,10 @@ import re
 
 import numpy as np
 import pytest
-
 import zoo
-from qtool import biascorrection, collect, histogram, model, nchwc
+
+from qtool import collect, histogram, model, nchwc
+from qtool.stats import SampleStats, new_stats
 
 BLOCK = nchwc.block_size()
 needs_blocks = pytest.mark.skipif(BLOCK is None, reason="onnxruntime does not use a blocked layout on this machine")
@@ -63,7 +64,7 @@ def test_blocked_layout_changes_no_histogram_or_statistic(build, shape):
     with derived tensors computed from blocked inputs (Mul with a broadcast gate included) and
     non-finite values, equal those collected from NCHW outputs."""
     m, types, names, static = _setup(build)
-    stats = biascorrection.new_stats(m, names)
+    stats = new_stats(m, names)
     plan = collect.derivations(m, names, types, static, stats)
     fetched = [n for n in names if n not in plan]
     exposed = model.with_outputs(m, fetched, types)
@@ -76,7 +77,7 @@ def test_blocked_layout_changes_no_histogram_or_statistic(build, shape):
     batches[1][0][feed][1, 0, :4, :4] = np.nan
     results = []
     for session, layout in ((collect.make_session(exposed, threads=1), {}), (blocked_session, blocked)):
-        stats = biascorrection.new_stats(m, names)
+        stats = new_stats(m, names)
         hists, _ = collect.collect(session, names, iter(batches), 2048, static=static, workers=2, stats=stats,
                                    derived=plan, blocked=layout)
         results.append(({n: (h.top, h.counts.tolist(), h.min, h.max, h.size, h.nonfinite) for n, h in hists.items()},
@@ -99,7 +100,7 @@ def test_operations_on_mixed_layouts():
     results = []
     for blocks, feed in (({}, [("a", a), ("b", b), ("g", g)]),
                          ({"a": 8, "g": 8}, [("a", _blocked(a, 8)), ("b", b), ("g", _blocked(g, 8))])):
-        stats = {n: biascorrection.SampleStats(axis=1, track_absmax=True) for n in names}
+        stats = {n: SampleStats(axis=1, track_absmax=True) for n in names}
         acc = collect._Accumulator(names, 256, stats, derived, blocks)
         acc.fill(feed, 2)
         results.append(({n: (h.top, h.counts.tolist(), h.min, h.max) for n, h in acc.hists.items()},
@@ -134,7 +135,6 @@ def test_models_with_external_weights_are_fetched_in_nchw():
 def test_calibration_file_is_the_same_in_either_layout(tmp_path, monkeypatch):
     import onnx
     from PIL import Image
-
     from runcli import invoke
 
     path = tmp_path / "yolo.onnx"

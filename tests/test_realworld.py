@@ -10,14 +10,15 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+import zoo
 from click.testing import CliRunner
 from PIL import Image
 
-import zoo
-from qtool import biascorrection, collect, model
+from qtool import collect, model
 from qtool.calibration import load as load_calibration
 from qtool.cli import cli
 from qtool.errors import QtoolError
+from qtool.stats import new_stats
 from qtool.trtfiles import ZERO_AMAX_FALLBACK, read_cache
 
 N_IMAGES = 8  # a multiple of the batch sizes used below; test_image_count_not_a_multiple_of_the_batch covers 6
@@ -200,7 +201,7 @@ def test_worker_count_does_not_change_histograms_or_statistics():
     session = collect.make_session(model.with_outputs(m, names, types), threads=1)
     results = []
     for workers in (1, 2, 3):
-        stats = biascorrection.new_stats(m, names)
+        stats = new_stats(m, names)
         hists, seen = collect.collect(session, names, iter(batches), 2048, static=static, workers=workers, stats=stats)
         results.append((seen, {n: (h.top, h.counts.tolist(), h.min, h.max, h.size) for n, h in hists.items()},
                         {n: st.to_json() for n, st in stats.items()}))
@@ -217,7 +218,7 @@ def test_derived_tensors_equal_fetched_ones(build, shape):
     types = model.tensor_types(m)
     names = model.activation_tensors(m, types)
     static = frozenset(names) - model.data_dependent(m)
-    stats = biascorrection.new_stats(m, names)
+    stats = new_stats(m, names)
     plan = collect.derivations(m, names, types, static, stats)
     ops = [d.op for d in plan.values()]
     assert ops.count("Mul") >= 10 and ops.count("Add") >= 1
@@ -230,7 +231,7 @@ def test_derived_tensors_equal_fetched_ones(build, shape):
     session = collect.make_session(model.with_outputs(m, names, types), threads=1)
     results = []
     for derived in ({}, plan):
-        stats = biascorrection.new_stats(m, names)
+        stats = new_stats(m, names)
         hists, _ = collect.collect(session, names, iter(batches), 2048, static=static, workers=2, stats=stats, derived=derived)
         results.append(({n: (h.top, h.counts.tolist(), h.min, h.max, h.size, h.nonfinite) for n, h in hists.items()},
                         {n: st.to_json() for n, st in stats.items()}))
@@ -254,13 +255,13 @@ def test_split_inputs_are_summed_from_their_outputs():
                           [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)], initializer=[w, v])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
     names = model.activation_tensors(m)
-    plan = collect.derivations(m, names, model.tensor_types(m), frozenset(), biascorrection.new_stats(m, names))
+    plan = collect.derivations(m, names, model.tensor_types(m), frozenset(), new_stats(m, names))
     assert plan == {"c": collect.Derived("concat", ("a", "b")), "y": collect.Derived("concat", ("b", "a"))}
     batches = [({"x": rng.normal(0, 1, (3, 3, 8, 8)).astype(np.float32)}, 3) for _ in range(2)]
     session = collect.make_session(model.with_outputs(m, names, model.tensor_types(m)), threads=1)
     results = []
     for derived in ({}, plan):
-        stats = biascorrection.new_stats(m, names)
+        stats = new_stats(m, names)
         hists, _ = collect.collect(session, names, iter(batches), 256, stats=stats, derived=derived)
         results.append(({n: (h.top, h.counts.tolist(), h.min, h.max, h.size) for n, h in hists.items()},
                         {n: st.to_json() for n, st in stats.items()}))
