@@ -253,8 +253,10 @@ def _np_dtype(elem_type: int) -> np.dtype:
     return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
 
 
-def _fit(path: Path, arr: np.ndarray, spec: InputSpec) -> np.ndarray:
-    """`arr` as the input `spec` takes it: batch axis added if missing, dtype converted."""
+def _fit(path, arr: np.ndarray, spec: InputSpec) -> np.ndarray:
+    """`arr` as the input `spec` takes it: batch axis added if missing, dtype converted
+    (`path`: the file, or a description of an in-memory item, for messages)."""
+    arr = np.asarray(arr)
     rank = len(spec.dims)
     if arr.ndim == rank - 1 and rank > 0:
         arr = arr[None]
@@ -290,14 +292,20 @@ def load_arrays(path: Path, specs: list[InputSpec]) -> tuple[dict, int]:
             names = ", ".join(s.name for s in specs)
             raise QtoolError(f"{str(path)!r}: a .npy file feeds single-input models; this model has inputs {names}: use .npz files keyed by input name")
         arrays = {specs[0].name: loaded}
+    return feeds_from(arrays, specs, path)
+
+
+def feeds_from(arrays: dict, specs: list[InputSpec], where) -> tuple[dict, int]:
+    """One run's feeds from {input name: array} (`where`: a file or item, for messages), and
+    the number of samples in it."""
     names = [s.name for s in specs]
     missing = [n for n in names if n not in arrays]
     if missing:
-        raise QtoolError(f"{str(path)!r} has no array for input(s) {', '.join(missing)} (it has: {', '.join(arrays) or 'nothing'})")
+        raise QtoolError(f"{str(where)!r} has no array for input(s) {', '.join(missing)} (it has: {', '.join(arrays) or 'nothing'})")
     extra = [k for k in arrays if k not in names]
     if extra:
-        raise QtoolError(f"{str(path)!r} has arrays {', '.join(extra)} that are not model inputs ({', '.join(names)})")
-    feeds = {s.name: _fit(path, arrays[s.name], s) for s in specs}
+        raise QtoolError(f"{str(where)!r} has arrays {', '.join(extra)} that are not model inputs ({', '.join(names)})")
+    feeds = {s.name: _fit(where, arrays[s.name], s) for s in specs}
     # samples in this run: the common leading dimension, or 1 when the inputs have no common
     # batch axis (a recurrent model's [time, batch, ...] features beside a [1, batch, ...] state)
     leading = {a.shape[0] for s, a in zip(specs, feeds.values()) if len(s.dims) > 0}
@@ -308,6 +316,18 @@ def array_runs(paths: list[Path], specs: list[InputSpec]) -> Iterator[tuple[dict
     """One run per file: files fix the batching, so results cannot depend on a batch size."""
     for path in paths:
         yield load_arrays(path, specs)
+
+
+def memory_runs(items, specs: list[InputSpec]) -> Iterator[tuple[dict, int]]:
+    """One run per item of an in-memory loader (Polygraphy's convention: an iterable of
+    {input name: ndarray}, batch axis first; a bare array feeds a single-input model)."""
+    for i, item in enumerate(items):
+        where = f"loader item {i}"
+        if not isinstance(item, dict):
+            if len(specs) != 1:
+                raise QtoolError(f"{where} is not a dict of input name -> array; this model has inputs {', '.join(s.name for s in specs)}")
+            item = {specs[0].name: item}
+        yield feeds_from(item, specs, where)
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:

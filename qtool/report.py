@@ -35,7 +35,7 @@ import numpy as np
 from . import calibration, thresholds
 from .calibration import Calibration, TensorRecord
 from .errors import QtoolError
-from .evaluate import format_db, from_json_number
+from .evaluation import format_db, from_json_number
 
 PLOT_BINS = 256
 _FLOOR = 0.5

@@ -687,8 +687,8 @@ def amax_for(
     method = parse_method(method)
     if method == "mean-minmax":
         raise ValueError("mean-minmax needs per-sample statistics, not a histogram (TensorRecord.threshold)")
-    if method in ("entropy", "mse", "auto") and 2 ** (num_bits - 1) >= len(hist):
-        # a grid as fine as the histogram: no clipping search can resolve it (16-bit activations)
+    if method in ("entropy", "mse", "auto") and num_bits > 8 and 2 ** (num_bits - 1) >= len(hist):
+        # wider grids (16-bit activations) as fine as the histogram: no clipping search resolves them
         return max_amax(hist, bin_edges, absmax)
     if method == "auto":
         return auto_choice(hist, bin_edges, absmax=absmax, unsigned=unsigned, kl_variant=kl_variant, num_bits=num_bits)[1]

@@ -18,7 +18,7 @@ import zoo
 from PIL import Image
 from runcli import invoke
 
-from qtool import evaluate as ev
+from qtool import evaluation as ev
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_models" / "digits_cnn.onnx"

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from .. import calibration, data
-from .. import evaluate as ev
+from .. import evaluation as ev
 from ..errors import QtoolError
 from ..inputs import DEFAULT_BATCH, find_calibration, held_out_runs, load_checked_model
 from . import EPILOG, cli, emit, policies_from, policy_options

@@ -102,7 +102,7 @@ def export(model_path, target_text, calib, output, trt_version, fmt, algorithm, 
     loaded = load_checked_model(model_path, calib_path, cal)
     kept = None
     if keep_fp32:
-        from ..evaluate import keep_fp32 as rank_and_keep
+        from ..evaluation import keep_fp32 as rank_and_keep
 
         _, runs = held_out_runs(loaded, cal, images_dir, data_dir, limit)
         kept = rank_and_keep(loaded, cal, keep_fp32, runs, exclude=options["exclude"], weights_7bit=weights_7bit,

@@ -153,7 +153,7 @@ class Prepared:
 
 
 def prepare(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_patterns=True, policies=None) -> Prepared:
-    """The steps of the QDQ export up to the placement: `export` and qtool.evaluate share them."""
+    """The steps of the QDQ export up to the placement: `export` and qtool.evaluation share them."""
     model = G.copy_model(loaded.proto, str(loaded.path.parent))
     if needs_wide_types(policies):
         model, warnings = upgrade_opset(model, WIDE_OPSET, why="QuantizeLinear/DequantizeLinear with 4- or 16-bit integers")

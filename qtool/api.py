@@ -1,0 +1,180 @@
+"""The Python API: what each command does, as functions that never print and never exit.
+
+    cal = qtool.calibrate("model.onnx", images="imgs/", size=(320, 320), limit=200)
+    cal = qtool.calibrate(proto_or_path, data=loader)      # any iterable of {input name: ndarray}
+    cal.save("model.calib.json"); cal = qtool.Calibration.load("model.calib.json")
+    cal2 = cal.recompute("percentile:99.99"); merged = qtool.merge([cal_a, cal_b])
+    onnx_bytes = qtool.export("model.onnx", cal, target="openvino", path="model.openvino.onnx")
+    result = qtool.evaluate("model.onnx", cal, data=loader)
+
+Inputs in memory follow Polygraphy's data-loader convention: an iterable of dicts mapping input
+names to numpy arrays, batch axis first (a bare array is taken for a single-input model); each item
+is one inference. A torch DataLoader works through a generator: `({"input": x.numpy()} for x, _ in
+loader)`. User errors raise qtool.QtoolError (one line: what is wrong and what to do); warnings go
+to the "qtool" logger and to the result objects (`Calibration.warnings`, `Evaluation.warnings`,
+`export(...)` returns bytes and logs). The command line is this API plus parsing and printing, and
+both give byte-identical files for the same inputs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import onnx
+
+from . import calibration, model, pipeline, thresholds
+from . import data as _data
+from . import evaluation as _evaluate
+from .calibration import Calibration
+from .errors import QtoolError
+from .exporters import TARGETS, exporter
+
+log = logging.getLogger("qtool")
+
+def _loaded(model_or_path, external_data: bool = True) -> model.LoadedModel:
+    """A LoadedModel from a path or an in-memory ModelProto (its SHA-256: of its serialized bytes)."""
+    if isinstance(model_or_path, onnx.ModelProto):
+        if not model_or_path.HasField("graph") or not model_or_path.graph.node:
+            raise QtoolError("the ModelProto has no graph nodes; give a complete ONNX model")
+        digest = hashlib.sha256(model_or_path.SerializeToString()).hexdigest()
+        return model.LoadedModel(path=Path.cwd() / "in-memory.onnx", sha256=digest, proto=model_or_path)
+    if isinstance(model_or_path, (str, os.PathLike)):
+        return model.load_model(model_or_path, external_data=external_data)
+    raise QtoolError(f"model must be a path or an onnx.ModelProto, not {type(model_or_path).__name__}")
+
+
+class _Progress:
+    """What the pipeline calls on a tqdm bar (update, total, refresh) over a plain callback(n)."""
+
+    def __init__(self, callback: Callable[[int], None]):
+        self.callback = callback
+        self.total = None
+
+    def update(self, n: int = 1) -> None:
+        self.callback(n)
+
+    def refresh(self) -> None:
+        pass
+
+
+def _channels(values) -> str | None:
+    if values is None or isinstance(values, str):
+        return values
+    return ",".join(repr(float(v)) for v in values)
+
+
+def _size(size) -> tuple[int, int] | None:
+    if size is None or isinstance(size, tuple):
+        return size
+    return _data.parse_size(str(size))
+
+
+def calibrate(model_or_path, *, images: str | os.PathLike | None = None, data=None, limit: int | None = None,
+              shard: tuple[int, int] | str | None = None, on_bad_image: str = "fail", size=None, resize: str = "stretch",
+              scale: float = 1 / 255, mean=None, std=None, bgr: bool = False, layout: str | None = None,
+              batch_size: int | None = None, bins: int = 2048, method: str = "entropy", kl_variant: str = "nvidia",
+              progress: Callable[[int], None] | None = None) -> Calibration:
+    """Run the model on calibration inputs and return per-tensor histograms and thresholds, as
+    `qtool calibrate` does. One source of inputs: `images` (a folder, for single-input image models;
+    size/resize/scale/mean/std/bgr/layout preprocess them), or `data`: a folder of .npy/.npz files or
+    an in-memory loader (see the module docstring). `progress(n)` is called as inputs are done."""
+    folder = data if isinstance(data, (str, os.PathLike)) else None
+    loader = data if data is not None and folder is None else None
+    options = None
+    if images is not None:
+        options = dict(size=_size(size), layout=layout, resize=resize, scale=float(scale), mean=_channels(mean),
+                       std=_channels(std), bgr=bgr)
+    cal, report = pipeline.run(
+        _loaded(model_or_path, external_data=False), images=images, data_dir=folder, loader=loader, limit=limit,
+        shard=_shard(shard), on_bad_image=on_bad_image, batch_size=batch_size, image_options=options, bins=bins,
+        method=method, kl_variant=kl_variant, progress=_Progress(progress) if progress else None)
+    cal.warnings = list(report.warnings)
+    for w in cal.warnings:
+        log.warning(w)
+    return cal
+
+
+def _shard(shard) -> tuple[int, int] | None:
+    return shard if shard is None or isinstance(shard, tuple) else _data.parse_shard(str(shard))
+
+
+def recompute(cal: Calibration, method: str, kl_variant: str | None = None) -> Calibration:
+    """New thresholds from the stored histograms, as `qtool recompute` does."""
+    try:
+        thresholds.parse_method(method)
+    except ValueError as e:
+        raise QtoolError(f"method: {e}") from None
+    return cal.recompute(method, kl_variant)
+
+
+def merge(cals: Iterable[Calibration]) -> Calibration:
+    """Shards combined exactly, as `qtool merge` does."""
+    cals = list(cals)
+    if not cals:
+        raise QtoolError("merge needs at least one calibration")
+    return calibration.merge(cals)
+
+
+# The options each target's exporter reads (anything else is an error, as on the command line).
+EXPORT_OPTIONS = {
+    "tensorrt": {"trt_version", "fmt", "algorithm", "method", "high_precision", "weights", "exclude", "include", "bias_correction"},
+    "openvino": {"exclude", "include", "weights_7bit", "ignored_patterns", "bias_correction", "policies"},
+    "qdq": {"exclude", "include", "weights_7bit", "ignored_patterns", "bias_correction", "policies"},
+}
+
+
+def export(model_or_path, cal: Calibration, *, target: str, path: str | os.PathLike | None = None, **options) -> bytes:
+    """The bytes of `target`'s file for this calibration (written atomically to `path` when given),
+    as `qtool export` writes them. Options per target (EXPORT_OPTIONS): tensorrt: trt_version, fmt
+    (qdq/cache/dynamic-range/ort-trt), algorithm, method, high_precision, weights; openvino and qdq:
+    weights_7bit, ignored_patterns, policies (qtool.policy.Policies); all: exclude, include, bias_correction."""
+    if target not in TARGETS:
+        raise QtoolError(f"target {target!r} is not one of {', '.join(TARGETS)}")
+    unknown = sorted(set(options) - EXPORT_OPTIONS[target])
+    if unknown:
+        raise QtoolError(f"option {unknown[0]!r} does not apply to target {target!r} (it takes {', '.join(sorted(EXPORT_OPTIONS[target]))})")
+    loaded = _loaded(model_or_path)
+    if loaded.sha256 != cal.model_sha256:
+        raise QtoolError("the model is not the one the calibration was made for (SHA-256 differs); calibrate it again")
+    if target == "tensorrt":
+        from .exporters import tensorrt
+
+        options["trt_version"], options["fmt"] = tensorrt.resolve(options.get("trt_version"), options.get("fmt"))
+    result = exporter(target).export(loaded, cal, **options)
+    for w in result.warnings:
+        log.warning(w)
+    if path is not None:
+        from .fileio import check_output_path, write_atomic
+
+        write_atomic(check_output_path(Path(path), inputs=()), result.data)
+    return result.data
+
+
+def evaluate(model_or_path, cal: Calibration, *, images: str | os.PathLike | None = None, data=None, limit: int | None = None,
+             per_tensor: bool = True, exclude=(), weights_7bit: str | None = None, policies=None,
+             progress: Callable[[int], None] | None = None) -> _evaluate.Evaluation:
+    """The int8 model (QDQ simulation, as export writes it) against FP32 on held-out inputs, as
+    `qtool evaluate` does: images (preprocessed as the calibration records), a folder of
+    .npy/.npz, or an in-memory loader."""
+    from .inputs import held_out_runs
+
+    loaded = _loaded(model_or_path)
+    if loaded.sha256 != cal.model_sha256:
+        raise QtoolError("the model is not the one the calibration was made for (SHA-256 differs); calibrate it again")
+    if data is not None and not isinstance(data, (str, os.PathLike)):
+        specs = model.data_inputs(loaded.proto)
+        items = list(data)
+
+        def runs():
+            return _data.memory_runs(items[:limit] if limit else items, specs)
+    else:
+        _, runs = held_out_runs(loaded, cal, images, data, limit)
+    result = _evaluate.evaluate(loaded, cal, runs, exclude=exclude, weights_7bit=weights_7bit, policies=policies,
+                                per_tensor=per_tensor, progress=_Progress(progress) if progress else None)
+    for w in result.warnings:
+        log.warning(w)
+    return result

@@ -1,0 +1,235 @@
+"""Calibration as a library function: inputs (image folder, .npy/.npz folder or an in-memory
+loader) through the model, histograms, thresholds -> a Calibration. `qtool calibrate` and
+qtool.calibrate() both run `run`, so they give byte-identical files for the same inputs."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import calibration, collect, data, histogram, model, thresholds
+from .errors import QtoolError
+from .stats import new_stats
+
+log = logging.getLogger("qtool")
+
+# Auto batch size: as many images as keep one batch's exposed activations under this budget.
+BATCH_BYTES = 64 << 20
+MAX_AUTO_BATCH = 32
+# Workers (each holds one batch's activations): as many as there are cores and this budget allows.
+IN_FLIGHT_BYTES = 512 << 20
+# Batches of this many activation bytes start loading the binning kernel before the first run.
+KERNEL_EARLY_BYTES = 16 << 20
+
+
+def _image_bytes(proto, names, spec: model.InputSpec, pre: data.Preprocess) -> int | None:
+    """Bytes of the exposed activations of one image, when shape inference can tell."""
+    hwc = (pre.channels, pre.height, pre.width) if pre.layout == "nchw" else (pre.height, pre.width, pre.channels)
+    return model.activation_bytes(proto, names, {spec.name: (1, *hwc)}) or None
+
+
+def _parallelism(batches: int, batch_bytes: int | None) -> tuple[int, int]:
+    """(workers, onnxruntime threads per run): batches side by side first, cores left over
+    go to each run."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    room = IN_FLIGHT_BYTES // batch_bytes if batch_bytes else 4
+    workers = max(1, min(cores, batches, room))
+    return workers, max(1, cores // workers)
+
+
+def _full_batches(runs, size: int, skipped: list):
+    for feeds, count in runs:
+        if count != size:
+            raise QtoolError(
+                f"after skipping {len(skipped)} unreadable image(s) the last batch has {count} of the model's fixed "
+                f"batch of {size}; remove the unreadable images or use --on-bad-image fail to see them"
+            )
+        yield feeds, count
+
+
+@dataclass
+class _Source:
+    """Where calibration inputs come from and how they are run."""
+
+    inputs: list[Path]  # image or array files, after --limit and --shard
+    runs: Iterable  # (feeds, samples) per inference
+    preprocess: dict  # recorded in the calibration file
+    batch_size: int | None = None  # None: one run per data file
+    static: frozenset = frozenset()  # tensors counted once per `probe` samples
+    probe: int = 1
+    skipped: list | None = None  # unreadable images, with --on-bad-image skip
+    batch_bytes: int | None = None  # exposed activations of one batch, when known
+
+
+def _image_source(loaded, names, images_dir, limit, shard, on_bad_image, batch_size, options) -> _Source:
+    spec = model.image_input(loaded.proto)
+    pre = data.resolve_preprocess(spec, **options)
+    fixed_batch = spec.dims[0]
+    if fixed_batch is not None and batch_size not in (None, fixed_batch):
+        raise QtoolError(f"the model has a fixed batch of {fixed_batch}; --batch-size {batch_size} cannot be used")
+    per_image = _image_bytes(loaded.proto, names, spec, pre)
+    auto = max(1, min(MAX_AUTO_BATCH, BATCH_BYTES // per_image)) if per_image else 1
+    batch_size = fixed_batch or batch_size or auto
+    everything = data.list_images(images_dir, limit)
+    inputs = data.take_shard(everything, shard)
+    if not inputs:
+        raise QtoolError(f"shard {shard[0]}/{shard[1]} of {len(everything)} images is empty; use fewer shards")
+    if fixed_batch and len(inputs) % fixed_batch:
+        raise QtoolError(
+            f"{len(inputs)} images do not fill batches of {fixed_batch} (the model's fixed batch); "
+            f"use --limit {len(inputs) - len(inputs) % fixed_batch or fixed_batch}"
+        )
+    skipped: list | None = [] if on_bad_image == "skip" else None
+    runs = data.image_runs(inputs, pre, spec.name, batch_size, skipped)
+    if fixed_batch and skipped is not None:
+        runs = _full_batches(runs, fixed_batch, skipped)
+    # tensors computed from the input's shape only (decode grids) are counted per image
+    static = frozenset(names) - model.data_dependent(loaded.proto)
+    return _Source(inputs, runs, {"source": "images", "input": spec.name, **pre.to_dict()},
+                   batch_size, static, fixed_batch or 1, skipped, per_image and per_image * batch_size)
+
+
+def _data_source(loaded, data_dir, limit, shard) -> _Source:
+    specs = model.data_inputs(loaded.proto)
+    if not specs:
+        raise QtoolError("the model has no inputs to feed; nothing to calibrate")
+    everything = data.list_arrays(data_dir, limit)
+    inputs = data.take_shard(everything, shard)
+    if not inputs:
+        raise QtoolError(f"shard {shard[0]}/{shard[1]} of {len(everything)} data files is empty; use fewer shards")
+    return _Source(inputs, data.array_runs(inputs, specs), {"source": "data", "inputs": [s.name for s in specs]})
+
+
+
+
+def _memory_source(loaded, loader, limit, shard) -> _Source:
+    """An in-memory loader: any iterable of {input name: ndarray} (batch axis first), one run each."""
+    specs = model.data_inputs(loaded.proto)
+    if not specs:
+        raise QtoolError("the model has no inputs to feed; nothing to calibrate")
+    if isinstance(loader, (str, bytes, dict)) or not isinstance(loader, Iterable):
+        raise QtoolError("data= takes an iterable of {input name: array} dicts (or arrays for a single-input model), e.g. a list or a generator")
+    items = iter(loader)
+    if limit is not None or shard is not None:
+        import itertools
+
+        items = itertools.islice(items, limit)
+        if shard is not None:
+            items = itertools.islice(items, shard[0] - 1, None, shard[1])
+    return _Source([], _Counted(data.memory_runs(items, specs)), {"source": "data", "inputs": [s.name for s in specs]})
+
+
+class _Counted:
+    """An iterator that counts what it gave (the items of an in-memory loader)."""
+
+    def __init__(self, items):
+        self.items, self.count = iter(items), 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        item = next(self.items)
+        self.count += 1
+        return item
+
+
+@dataclass
+class Report:
+    """What a calibration run saw, beside the Calibration it made."""
+
+    inputs: int  # image or data files (items of an in-memory loader)
+    samples: int
+    batch_size: int | None
+    warnings: list[str] = field(default_factory=list)
+    skipped: list = field(default_factory=list)  # unreadable images skipped, (path, reason)
+
+
+def _source(loaded, names, images, data_dir, loader, limit, shard, on_bad_image, batch_size, image_options) -> _Source:
+    given = [x for x in (images, data_dir, loader) if x is not None]
+    if len(given) != 1:
+        raise QtoolError("give exactly one of --images DIR or --data DIR" if loader is None
+                         else "give exactly one source of inputs: images=, data= (a folder or an in-memory loader)")
+    if images is not None:
+        return _image_source(loaded, names, images, limit, shard, on_bad_image, batch_size, image_options or {})
+    if data_dir is not None:
+        return _data_source(loaded, data_dir, limit, shard)
+    return _memory_source(loaded, loader, limit, shard)
+
+
+def run(loaded: model.LoadedModel, *, images=None, data_dir=None, loader=None, limit: int | None = None,
+        shard: tuple[int, int] | None = None, on_bad_image: str = "fail", batch_size: int | None = None,
+        image_options: dict | None = None, bins: int = 2048, method: str = "entropy", kl_variant: str = "nvidia",
+        progress=None) -> tuple[calibration.Calibration, Report]:
+    """Calibrate `loaded` on one source of inputs: an image folder (image_options: size, layout,
+    resize, scale, mean, std, bgr as data.resolve_preprocess takes them), a folder of .npy/.npz
+    files, or an in-memory loader. progress: an object with update(n) (a tqdm bar), or None.
+    The Calibration's model_path is the model's absolute path (calibration.relocate makes it
+    relative to where the file is saved)."""
+    try:
+        method = thresholds.parse_method(method)
+    except ValueError as e:
+        raise QtoolError(f"--method: {e}") from None
+    if bins < 256 or not histogram.is_power_of_two(bins):
+        raise QtoolError(f"--bins {bins} must be a power of two >= 256 (e.g. 2048), so histograms merge exactly")
+    types = model.tensor_types(loaded.proto)
+    names = model.activation_tensors(loaded.proto, types)
+    source = _source(loaded, names, images, data_dir, loader, limit, shard, on_bad_image, batch_size, image_options)
+    hists, stats, samples = _collect(loaded, names, types, source, bins, progress)
+    if samples == 0:
+        what = "images could be read" if images is not None else "inputs were given"
+        raise QtoolError(f"none of the {len(source.inputs)} {what}; nothing was calibrated" if source.inputs
+                         else "the loader gave no inputs; nothing was calibrated")
+    records = [calibration.record_from_histogram(n, hists[n], method, kl_variant, stats=stats[n]) for n in names]
+    cal = calibration.Calibration(
+        model_path=loaded.path.resolve().as_posix(), model_sha256=loaded.sha256, method=method, num_bits=8,
+        bins=bins, samples=samples, preprocess=source.preprocess, tensors=records, kl_variant=kl_variant, shard=shard,
+    )
+    count = source.runs.count if isinstance(source.runs, _Counted) else len(source.inputs)
+    return cal, Report(count, samples, source.batch_size, _warnings(records, source.skipped), list(source.skipped or []))
+
+
+def _collect(loaded, names, types, source: _Source, bins: int, progress):
+    # per-sample min, max |x| and per-channel means of layer inputs: for mean-minmax and bias correction
+    stats = new_stats(loaded.proto, names)
+    # a Concat's output (a Split's input) holds exactly its parts' values, an Add/Sub/Mul output is
+    # one exact float32 operation on its inputs: such tensors are computed from fetched ones
+    derived = collect.derivations(loaded.proto, names, types, source.static, stats)
+    fetched = [n for n in names if n not in derived]
+    if source.batch_bytes and source.batch_bytes >= KERNEL_EARLY_BYTES:
+        histogram.start_loading()  # surely needed: loads while the session is built and the first batch runs
+    batches = -(-len(source.inputs) // (source.batch_size or 1)) if source.inputs else os.cpu_count() or 1
+    workers, threads = _parallelism(batches, source.batch_bytes)
+    if progress is not None and source.inputs and hasattr(progress, "total"):  # a tqdm bar: now its length is known
+        progress.total = len(source.inputs)
+        progress.refresh()
+    session, blocked = collect.fetching_session(
+        model.with_outputs(loaded.proto, fetched, types), fetched, keep=source.static,
+        external_folder=loaded.path.parent if loaded.external_files else None,
+        threads=threads,
+    )
+    log.debug("calibrating %d tensors (%d computed from others, %d fetched in blocked layout) with %d inputs "
+              "(batch %s, %d workers of %d threads)",
+              len(names), len(derived), len(blocked), len(source.inputs), source.batch_size or "per file", workers, threads)
+    hists, samples = collect.collect(session, names, source.runs, bins, progress, static=source.static, probe_size=source.probe,
+                                     workers=workers, stats=stats, derived=derived, blocked=blocked)
+    return hists, stats, samples
+
+
+def _warnings(records, skipped) -> list[str]:
+    warnings = []
+    if skipped:
+        warnings.append(f"skipped {len(skipped)} unreadable image(s): " + "; ".join(reason for _, reason in skipped[:3]))
+    nonfinite = [r for r in records if r.nonfinite]
+    if nonfinite:
+        warnings.append(
+            f"{len(nonfinite)} tensor(s) had NaN/inf values, left out of the histograms: "
+            + ", ".join(f"{r.name} ({r.nonfinite})" for r in nonfinite[:5])
+        )
+    zero = [r.name for r in records if r.amax == 0]
+    if zero:
+        warnings.append(f"{len(zero)} tensor(s) were all zero (amax 0): {', '.join(zero[:5])}")
+    return warnings
