@@ -247,22 +247,12 @@ def collect(
     """
     derived = derived or {}
     blocked = blocked or {}
-    varying = [n for n in names if n not in static and n not in derived]
-    available = set(varying)
-    for name, d in derived.items():  # in graph order: every input fetched or computed before
-        if not set(d.parts) <= available:
-            raise ValueError(f"{name} must be derived from fetched tensors or Add/Sub/Mul outputs computed before it")
-        if d.op != "concat":
-            available.add(name)
-    fixed = [n for n in names if n in static]
-    if not set(blocked) <= set(varying):
-        raise ValueError("only fetched tensors that depend on the input can come in blocked layout")
+    varying, fixed = _plan(names, static, derived, blocked)
     sources = [blocked[n].source if n in blocked else n for n in varying]
     blocks = {n: b.block for n, b in blocked.items()}
     accs = [_Accumulator(names, bins, stats, derived, blocks) for _ in range(max(1, workers))]
     source = iter(runs)
     lock = threading.Lock()  # guards `source` (decoding happens in next()) and `progress`
-    stop = threading.Event()
 
     def take(acc: _Accumulator, feeds: Feeds, count: int) -> None:
         outputs = run(session, sources, feeds) if varying else []
@@ -282,6 +272,30 @@ def collect(
         # ready before the workers start (loading it while they run stalls them all)
         take(accs[0], *first)
         histogram.wait_for_kernel()
+    _run_workers(accs, source, lock, take)
+    for acc in accs[1:]:
+        accs[0].merge(acc)
+    return _assemble(accs[0], names, bins, stats, derived, fixed, probe_size)
+
+
+def _plan(names, static, derived, blocked) -> tuple[list[str], list[str]]:
+    """(tensors fetched per run, tensors fetched once), after checking what `collect` was given."""
+    varying = [n for n in names if n not in static and n not in derived]
+    available = set(varying)
+    for name, d in derived.items():  # in graph order: every input fetched or computed before
+        if not set(d.parts) <= available:
+            raise ValueError(f"{name} must be derived from fetched tensors or Add/Sub/Mul outputs computed before it")
+        if d.op != "concat":
+            available.add(name)
+    if not set(blocked) <= set(varying):
+        raise ValueError("only fetched tensors that depend on the input can come in blocked layout")
+    return varying, [n for n in names if n in static]
+
+
+def _run_workers(accs: list, source, lock: threading.Lock, take) -> None:
+    """One thread per accumulator takes the next run until `source` is empty; the first error
+    stops the others after their current run and is raised."""
+    stop = threading.Event()
 
     def work(acc: _Accumulator) -> None:
         while not stop.is_set():
@@ -306,19 +320,22 @@ def collect(
                 stop.set()
     finally:
         sys.setswitchinterval(switch)
-    for acc in accs[1:]:
-        accs[0].merge(acc)
-    seen = accs[0].seen
+
+
+def _assemble(acc, names, bins, stats, derived, fixed, probe_size) -> tuple[dict[str, TensorHistogram], int]:
+    """The histograms per tensor (Concat outputs summed from their parts, tensors fetched once
+    counted per probe), the statistics written into `stats`, and the samples seen."""
+    seen = acc.seen
     hists = {}
     for name in names:
         if name in derived and derived[name].op == "concat":
             hists[name] = TensorHistogram(bins=bins)
             for part in derived[name].parts:
-                hists[name].merge(accs[0].hists[part])
+                hists[name].merge(acc.hists[part])
         else:
-            hists[name] = accs[0].hists[name]
+            hists[name] = acc.hists[name]
     if stats is not None:
-        stats.update(accs[0].stats)
+        stats.update(acc.stats)
     if fixed:
         if seen % probe_size:
             raise ValueError("the number of samples must be a multiple of probe_size")

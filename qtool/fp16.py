@@ -2,7 +2,7 @@
 
 A strongly typed TensorRT 10/11 network runs every layer in the type the ONNX gives it, so an
 all-FP32 Q/DQ model runs its unquantized layers in FP32; NVIDIA's answer is an FP16 ONNX outside
-the Q/DQ pairs (ModelOpt `--high_precision_dtype fp16`; /work/shared/reference/TENSORRT.md §1).
+the Q/DQ pairs (ModelOpt `--high_precision_dtype fp16`, NVIDIA/Model-Optimizer modelopt/onnx/autocast; the README's TensorRT section).
 `to_fp16` does that with onnxruntime's converter
 (`onnxruntime/transformers/float16.py: convert_float_to_float16`, onnxruntime 1.32) and guards it.
 
@@ -325,7 +325,7 @@ def _follow_constants(g: onnx.GraphProto, kept: dict[str, str]) -> None:
 
 def _fp32_constant_copies(g: onnx.GraphProto) -> None:
     """Cast(FP16 initializer -> FP32), inserted where FP32 and FP16 nodes share a constant, becomes an
-    FP32 initializer of the same value (Q/DQ scales must be constants for TensorRT; TENSORRT.md §2)."""
+    FP32 initializer of the same value (Q/DQ scales must be constants for TensorRT: qtool.trtrules)."""
     inits = {t.name: t for t in g.initializer if t.data_type == TensorProto.FLOAT16}
     dead = []
     for n in g.node:

@@ -5,7 +5,7 @@ target, driven by a target's `qtool.rules.Rules`. This docstring describes the C
 
 CPU rules (openvinotoolkit/nncf src/nncf/common/hardware/setups/cpu.py, quantizer propagation and
 the OpenVINO fused/ignored patterns in src/nncf/openvino/hardware/fused_patterns.py and
-src/nncf/openvino/quantization/ignored_patterns.py; reference section 5):
+src/nncf/openvino/quantization/ignored_patterns.py):
 
 * Conv, ConvTranspose, MatMul, Gemm: the data input(s) per tensor and the constant weight per
   output channel. Such a layer computes in int8 only if every input is quantized, so when one

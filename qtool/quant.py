@@ -10,7 +10,7 @@ Two equivalent descriptions of one uniform quantizer are used by the exporters:
       input_high = (qmax - zp) * scale
   and back: scale = (input_high - input_low) / (qmax - qmin), zp = qmin - input_low / scale,
   which must land on an integer inside the grid.
-  (Derivation: MQBench mqbench/deploy/deploy_openvino.py, seed 004; reference section 6.)
+  (Derivation: ModelTC/MQBench mqbench/deploy/deploy_openvino.py.)
 
 Conventions (NNCF's CPU defaults, openvinotoolkit/nncf src/nncf/quantization/fake_quantize.py
 `symmetric_range`, src/nncf/common/hardware/setups/cpu.py):

@@ -2,7 +2,7 @@
 sampleINT8API dynamic-range file and onnxruntime's TensorRT table; how each is written and read.
 The TensorRT exporter writes them, `qtool inspect` reads them.
 
-  cache          what `trtexec --calib=FILE` and IInt8Calibrator read (reference section 4;
+  cache          what `trtexec --calib=FILE` and IInt8Calibrator read (
                  NVIDIA/TensorRT samples/common/sampleEngines.cpp `readScalesFromCalibrationCache`):
                      TRT-<version>-<algorithm>
                      <tensor name>: <8 hex digits: big-endian IEEE-754 float32 of scale = amax / 127>

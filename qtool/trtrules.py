@@ -9,7 +9,7 @@ Sources (facts only, the code is ours): onnx/onnx-tensorrt `onnxOpImporters.cpp`
 scales of static shape, per-axis scales for weights only, ONNX's UINT8 default replaced by INT8)
 and `docs/operators.md` (QLinearConv, ConvInteger, MatMulInteger not supported; opset per branch,
 8.6-GA and 10.x); NVIDIA TensorRT developer guide, "Explicit Quantization" (Q/DQ rules and the
-per-channel weight axes); summarised in /work/shared/reference/TENSORRT.md sections 1-2.
+per-channel weight axes); summarised in the README's TensorRT section.
 """
 
 from __future__ import annotations

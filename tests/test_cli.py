@@ -22,13 +22,9 @@ IMAGES = ROOT / "calib_images"
 
 
 @pytest.fixture
-def digits(tmp_path):
+def digits(sample_images):
     """The first 24 sample images, in a folder of their own."""
-    folder = tmp_path / "imgs"
-    folder.mkdir()
-    for p in sorted(IMAGES.glob("*.png"))[:24]:
-        shutil.copy(p, folder / p.name)
-    return folder
+    return sample_images(24)
 
 
 def test_sample_model_end_to_end(tmp_path):

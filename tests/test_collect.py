@@ -1,7 +1,6 @@
 """Collection: --data inputs, shards and merge, auto batch size, non-finite and zero tensors."""
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -33,12 +32,9 @@ def fail(*args, needle):
 
 
 @pytest.fixture
-def digits(tmp_path):
-    folder = tmp_path / "imgs"
-    folder.mkdir()
-    for p in sorted(IMAGES.glob("*.png"))[:30]:
-        shutil.copy(p, folder / p.name)
-    return folder
+def digits(sample_images):
+    """The first 30 sample images, in a folder of their own."""
+    return sample_images(30)
 
 
 def test_shards_merge_to_the_single_run_file(tmp_path, digits):

@@ -74,7 +74,7 @@ def test_decode_version(number, version):
 
 
 def test_known_hex():
-    # reference section 4: 3caa54fc <-> scale 0.020792 <-> amax 2.6406
+    # one entry worked by hand: 3caa54fc <-> scale 0.020792 <-> amax 2.6406
     assert round(hex_scale("3caa54fc"), 6) == 0.020792
     assert round(hex_amax("3caa54fc"), 4) == 2.6406
     assert scale_hex(hex_amax("3caa54fc")) == "3caa54fc"

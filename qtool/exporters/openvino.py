@@ -5,7 +5,7 @@ fake_quantize.cpp): op_type `FakeQuantize`, domain `org.openvinotoolkit` (declar
 opset_import), inputs X, input_low, input_high, output_low, output_high, attribute `levels`.
 The ranges are initializers (constants), or OpenVINO's low-precision transformations do not
 turn the pair FakeQuantize -> Convolution into an int8 convolution. Output ranges equal input
-ranges (NNCF's export, seed 004). Shapes: scalar per tensor; [C,1,1,1] for Conv weights, the
+ranges (as NNCF's ONNX export writes them, openvinotoolkit/nncf src/nncf/onnx/graph/node_utils.py). Shapes: scalar per tensor; [C,1,1,1] for Conv weights, the
 output-channel axis otherwise. onnxruntime cannot run the result; OpenVINO can.
 """
 

@@ -7,7 +7,7 @@ range [-127, 127], or [-63, 63] with --weights-7bit) with a per-output-channel D
 
 DequantizeLinear's `axis` needs opset 13, so older models (paddle2onnx writes opset 11-12) are
 converted with onnx's version converter first; onnxruntime's own quantizer writes an invalid
-model there (reference section 8).
+model there (its DequantizeLinear `axis` needs opset 13).
 """
 
 from __future__ import annotations
