@@ -76,7 +76,7 @@ def _size(size) -> tuple[int, int] | None:
 def calibrate(model_or_path, *, images: str | os.PathLike | None = None, data=None, limit: int | None = None,
               shard: tuple[int, int] | str | None = None, on_bad_image: str = "fail", size=None, resize: str = "stretch",
               scale: float = 1 / 255, mean=None, std=None, bgr: bool = False, layout: str | None = None,
-              batch_size: int | None = None, bins: int = 2048, method: str = "entropy", kl_variant: str = "nvidia",
+              batch_size: int | None = None, bins: int = 2048, method: str | None = None, kl_variant: str = "nvidia",
               progress: Callable[[int], None] | None = None) -> Calibration:
     """Run the model on calibration inputs and return per-tensor histograms and thresholds, as
     `qtool calibrate` does. One source of inputs: `images` (a folder, for single-input image models;
@@ -91,7 +91,8 @@ def calibrate(model_or_path, *, images: str | os.PathLike | None = None, data=No
     cal, report = pipeline.run(
         _loaded(model_or_path, external_data=False), images=images, data_dir=folder, loader=loader, limit=limit,
         shard=_shard(shard), on_bad_image=on_bad_image, batch_size=batch_size, image_options=options, bins=bins,
-        method=method, kl_variant=kl_variant, progress=_Progress(progress) if progress else None)
+        method=method or "entropy", kl_variant=kl_variant, progress=_Progress(progress) if progress else None)
+    cal.pinned = method is not None  # a method given is kept by every export; else each target picks its best
     cal.warnings = list(report.warnings)
     for w in cal.warnings:
         log.warning(w)
@@ -122,8 +123,8 @@ def merge(cals: Iterable[Calibration]) -> Calibration:
 # The options each target's exporter reads (anything else is an error, as on the command line).
 EXPORT_OPTIONS = {
     "tensorrt": {"trt_version", "fmt", "algorithm", "method", "high_precision", "weights", "exclude", "include", "bias_correction"},
-    "openvino": {"exclude", "include", "weights_7bit", "ignored_patterns", "bias_correction", "policies"},
-    "qdq": {"exclude", "include", "weights_7bit", "ignored_patterns", "bias_correction", "policies"},
+    "openvino": {"exclude", "include", "weights_7bit", "ignored_patterns", "bias_correction", "policies", "method"},
+    "qdq": {"exclude", "include", "weights_7bit", "ignored_patterns", "bias_correction", "policies", "method"},
 }
 
 

@@ -9,7 +9,9 @@ statistics qtool.stats.SampleStats gathers: `count` samples, `min_sum` and
 `channel_axis` and `channel_sums` (per-sample per-channel means), for depthwise-conv inputs
 `channel_absmax`; the sums are exact integers counting multiples of 2**per_sample_unit_log2
 (a top-level field), so shards merge exactly. They feed --method mean-minmax and the exporters'
-bias correction.
+bias correction. Optional at the top: `method_pinned: true` when the user chose the method
+(calibrate or recompute --method); exports then keep the file's thresholds, otherwise each
+target picks its own default method from the histograms.
 """
 
 from __future__ import annotations
@@ -97,10 +99,23 @@ class Calibration:
     tensors: list[TensorRecord] = field(default_factory=list)
     kl_variant: str = "nvidia"
     shard: tuple[int, int] | None = None  # (K, N) when made with --shard K/N
+    pinned: bool = False  # the user chose `method` (calibrate/recompute --method): exports keep it
     warnings: list[str] = field(default_factory=list, compare=False, repr=False)  # of the run that made it; not saved
 
     def amax(self) -> dict[str, float]:
         return {t.name: t.amax for t in self.tensors}
+
+    def method_for(self, rules, method: str | None = None) -> str | None:
+        """The method a target (qtool.rules.Rules) searches thresholds with: `method` when given,
+        else none (the file's thresholds) when the user pinned the file's method, else the
+        target's default method."""
+        if method is not None:
+            return method
+        return None if self.pinned else rules.default_method
+
+    def for_target(self, rules, method: str | None = None) -> dict[str, Threshold]:
+        """The thresholds that target uses (see method_for and `decide`)."""
+        return self.decide(signed=rules.signed_only, method=self.method_for(rules, method), fallback=rules.clip_fallback)
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the calibration file (atomically; the model path recorded relative to it)."""
@@ -128,7 +143,7 @@ class Calibration:
 MAX_CLIPPED = 0.10
 # Methods whose threshold depends on the number of grid levels, searched again when a target's
 # grid differs from the one the calibration searched on (unsigned 256 levels vs signed 128).
-GRID_DEPENDENT = ("entropy",)
+GRID_DEPENDENT = ("entropy", "mse", "auto")
 
 
 class Threshold(NamedTuple):
@@ -158,7 +173,7 @@ def decide(record, *, signed: bool, method: str | None = None, calibrated_with: 
        (signed when `signed` or the tensor ever goes negative, else unsigned);
     2. else the calibration file's amax, except that a target on the signed grid searches a
        never-negative tensor again when the calibration method depends on the grid
-       (GRID_DEPENDENT: entropy, searched with 256 levels at calibration, 128 on the signed grid);
+       (GRID_DEPENDENT: entropy, mse and auto: 256 levels at calibration, 128 on the signed grid);
     3. with `fallback`, a threshold clipping more than MAX_CLIPPED of the values is replaced by
        max |x| (the TensorRT calibration cache alone keeps NVIDIA's threshold as it is).
     """
@@ -197,7 +212,7 @@ def record_from_histogram(name: str, hist: TensorHistogram, method: str, kl_vari
 def recompute(cal: Calibration, method: str, kl_variant: str = "nvidia") -> Calibration:
     """The same calibration with every threshold recomputed from the stored histograms."""
     tensors = [replace(t, amax=t.threshold(method, kl_variant, num_bits=cal.num_bits)) for t in cal.tensors]
-    return replace(cal, method=method, kl_variant=kl_variant, tensors=tensors)
+    return replace(cal, method=method, kl_variant=kl_variant, tensors=tensors, pinned=True)
 
 
 def merge(cals: list[Calibration]) -> Calibration:
@@ -205,7 +220,7 @@ def merge(cals: list[Calibration]) -> Calibration:
     shards): the histograms add exactly, so the result equals one run over all inputs."""
     first = cals[0]
     for other in cals[1:]:
-        for what in ("model_sha256", "preprocess", "method", "kl_variant", "bins", "num_bits"):
+        for what in ("model_sha256", "preprocess", "method", "pinned", "kl_variant", "bins", "num_bits"):
             if getattr(other, what) != getattr(first, what):
                 raise QtoolError(f"cannot merge: the files differ in {what.replace('_', ' ')} ({getattr(first, what)!r} vs {getattr(other, what)!r})")
         if [t.name for t in other.tensors] != [t.name for t in first.tensors]:
@@ -262,6 +277,7 @@ def to_json(cal: Calibration) -> str:
         "bins": cal.bins,
         "samples": cal.samples,
         **({"shard": f"{cal.shard[0]}/{cal.shard[1]}"} if cal.shard else {}),
+        **({"method_pinned": True} if cal.pinned else {}),
         "preprocess": cal.preprocess,
         # per_sample sums (exact integers) count multiples of 2**per_sample_unit_log2
         **({"per_sample_unit_log2": UNIT_LOG2} if any(t.stats is not None for t in cal.tensors) else {}),
@@ -282,6 +298,12 @@ def relocate(cal: Calibration, path: str | os.PathLike) -> Calibration:
 
 def save(cal: Calibration, path: str | os.PathLike) -> None:
     write_atomic(path, to_json(relocate(cal, path)).encode())
+
+
+def _flag(value) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"expected true or false, got {value!r}")
+    return value
 
 
 def _text(value) -> str:
@@ -346,6 +368,7 @@ def load(path: str | os.PathLike) -> Calibration:
             tensors=tensors,
             kl_variant=_text(doc.get("kl_variant", "nvidia")),
             shard=tuple(int(v) for v in _text(doc["shard"]).split("/")) if "shard" in doc else None,
+            pinned=_flag(doc.get("method_pinned", False)),
         )
         if any(t.stats is not None for t in tensors) and doc.get("per_sample_unit_log2") != UNIT_LOG2:
             raise ValueError(f"per_sample_unit_log2 must be {UNIT_LOG2}")

@@ -233,10 +233,10 @@ class Evaluation:
 # ---------------------------------------------------------------- the quantized model
 
 
-def prepare(loaded, cal, *, exclude=(), weights_7bit=None, policies=None) -> qdq.Prepared:
+def prepare(loaded, cal, *, exclude=(), weights_7bit=None, policies=None, method=None) -> qdq.Prepared:
     """The QDQ export's preparation (qtool.exporters.qdq.prepare): the model evaluate measures is
     the one export writes."""
-    return qdq.prepare(loaded, cal, exclude=exclude, weights_7bit=weights_7bit, policies=policies)
+    return qdq.prepare(loaded, cal, exclude=exclude, weights_7bit=weights_7bit, policies=policies, method=method)
 
 
 def _with_sites(prepared: qdq.Prepared, cal, activations: list, weights: list, bias_correction: bool = True) -> onnx.ModelProto:
@@ -347,14 +347,14 @@ def sensitivities(prepared: qdq.Prepared, cal, reference: _Reference, names: lis
     return result
 
 
-def evaluate(loaded, cal, runs: Runs, *, exclude=(), weights_7bit=None, policies=None, per_tensor: bool = True,
+def evaluate(loaded, cal, runs: Runs, *, exclude=(), weights_7bit=None, policies=None, method=None, per_tensor: bool = True,
              progress=None, cache_bytes: int = CACHE_BYTES) -> Evaluation:
     """Compare the QDQ simulation of `cal` on `loaded` with FP32 on the inputs `runs` gives."""
     names, not_compared = _float_outputs(loaded.proto)
     if not names:
         raise QtoolError("the model has no float outputs to compare (SQNR needs float outputs)")
-    exported = qdq.export(loaded, cal, exclude=exclude, weights_7bit=weights_7bit, policies=policies)
-    prepared = prepare(loaded, cal, exclude=exclude, weights_7bit=weights_7bit, policies=policies)
+    exported = qdq.export(loaded, cal, exclude=exclude, weights_7bit=weights_7bit, policies=policies, method=method)
+    prepared = prepare(loaded, cal, exclude=exclude, weights_7bit=weights_7bit, policies=policies, method=method)
     if progress is not None:  # a tqdm bar: one step per model pass over the inputs
         progress.total = 1 + (len(prepared.plan.activations) + len(prepared.plan.weights) if per_tensor else 0)
         progress.refresh()
@@ -404,7 +404,7 @@ class KeepFp32:
     warnings: list[str]
 
 
-def keep_fp32(loaded, cal, count: int, runs: Runs, *, exclude=(), weights_7bit=None, policies=None) -> KeepFp32:
+def keep_fp32(loaded, cal, count: int, runs: Runs, *, exclude=(), weights_7bit=None, policies=None, method=None) -> KeepFp32:
     """The layers to keep in FP32 so that the `count` quantized tensors ranked most harmful
     (as evaluate ranks them, on `runs`) are no longer quantized.
     Walking the ranking worst first, a tensor already unquantized by an earlier choice is
@@ -412,7 +412,7 @@ def keep_fp32(loaded, cal, count: int, runs: Runs, *, exclude=(), weights_7bit=N
     names, _ = _float_outputs(loaded.proto)
     if not names:
         raise QtoolError("--keep-fp32: the model has no float outputs to rank layers by")
-    prepared = prepare(loaded, cal, exclude=exclude, weights_7bit=weights_7bit, policies=policies)
+    prepared = prepare(loaded, cal, exclude=exclude, weights_7bit=weights_7bit, policies=policies, method=method)
     reference = _Reference(runs, _session(loaded, loaded.proto), names)
     ranking = sensitivities(prepared, cal, reference, names)
     chosen: list[dict] = []

@@ -267,7 +267,7 @@ class TensorHistogram:
             self._grow(other.top)
         theirs = other.counts
         if 0.0 < other.top < self.top:
-            fold = int(round(self.top / other.top))
+            fold = min(int(round(self.top / other.top)), self.bins)  # beyond `bins` every bin folds into bin 0 alike
             theirs = np.bincount(np.arange(self.bins) // fold, weights=theirs, minlength=self.bins).astype(np.int64)
         self.counts = self.counts + theirs
         self.min = min(self.min, other.min)

@@ -276,15 +276,15 @@ def is_pow2(x) -> bool:
     return bool(np.all(m == 0.5))
 
 
-def searcher(cal):
-    """recompute(tensor, policy) -> amax: the calibration's method searched again on the policy's
-    grid (its bits, signed unless the tensor is never negative), with the clipping fallback."""
+def searcher(cal, method: str | None = None):
+    """recompute(tensor, policy) -> amax: `method` (default: the calibration's) searched again on
+    the policy's grid (its bits, signed unless the tensor is never negative), with the clipping fallback."""
     from .calibration import decide
 
     records = {t.name: t for t in cal.tensors}
 
     def recompute(tensor: str, policy: Policy) -> float:
-        return decide(records[tensor], signed=policy.signed is True, method=cal.method, kl_variant=cal.kl_variant,
+        return decide(records[tensor], signed=policy.signed is True, method=method or cal.method, kl_variant=cal.kl_variant,
                       num_bits=policy.bits).amax
 
     return recompute

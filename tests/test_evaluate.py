@@ -123,22 +123,20 @@ def test_per_tensor_ranking_worst_first_and_consistent(digits):
 
 
 def test_single_quantizer_sqnr_matches_a_model_with_that_quantizer_only(digits):
-    """The worst tensor's number, reproduced with the placement and qdq.apply by hand."""
-    from qtool import calibration, model
+    """The worst tensor's number, reproduced with the QDQ export's steps by hand: its placement,
+    the quantizer alone (a weight with the bias shift of its layers) and onnxruntime."""
+    from qtool import calibration, model, placement
+    from qtool import graph as G
     from qtool.exporters import qdq
 
     loaded = model.load_model(SAMPLE)
     cal = calibration.load(digits["calib"])
-    prepared = ev.prepare(loaded, cal)
+    prepared = qdq.prepare(loaded, cal)
     worst = digits["eval"]["tensors"][0]
     site = next(s for s in prepared.plan.activations + prepared.plan.weights if s.tensor == worst["tensor"])
-    m = onnx.ModelProto()
-    m.CopyFrom(prepared.model)
-    from qtool import graph as G
-    from qtool import placement
-
     is_act = isinstance(site, placement.ActivationSite)
-    qdq.apply(m, G.Namer(m), placement.Plan([site] if is_act else [], [] if is_act else [site], [], {}, []))
+    layers = [] if is_act else [name for name, _ in site.readers]
+    m, _, _ = qdq.quantized(prepared, cal, placement.Plan([site] if is_act else [], [] if is_act else [site], layers, {}, []))
     G.toposort(m.graph)
     x = digits["x"]
     assert abs(sqnr(run(SAMPLE, {"input": x})[0], run(m.SerializeToString(), {"input": x})[0]) - worst["sqnr_db"]) < 0.01

@@ -27,6 +27,7 @@ from test_openvino import (
 
 from qtool import calibration, placement, policy, quant
 from qtool.exporters import qdq
+from qtool.rules import CPU
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +56,9 @@ def test_qdq_structure_and_same_placement_as_openvino(digits, tmp_path):
     m = onnx.load(str(out))
     onnx.checker.check_model(m, full_check=True)
     inits = _inits(m)
-    rec = {t.name: t for t in calibration.load(calib).tensors}
-    plan = {s.tensor: s.range for s in placement.place(onnx.load(str(SAMPLE)), rec).activations}
+    cal = calibration.load(calib)
+    rec = {t.name: t for t in cal.tensors}
+    plan = {s.tensor: s.range for s in placement.place(onnx.load(str(SAMPLE)), rec, thresholds=cal.for_target(CPU)).activations}
     q_inputs = set()
     for n in m.graph.node:
         if n.op_type == "QuantizeLinear":

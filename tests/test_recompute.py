@@ -65,10 +65,14 @@ def test_rewrites_the_file_in_place(calib_file, args, method, variant):
 
 def test_round_trip_gives_the_same_bytes(calib_file):
     original = calib_file.read_bytes()
-    assert run("recompute", calib_file, "--method", "mse").exit_code == 0
-    assert calib_file.read_bytes() != original
+    assert b"method_pinned" not in original  # calibrated without --method: each export picks its target's method
     assert run("recompute", calib_file, "--method", "entropy", "--kl-variant", "nvidia").exit_code == 0
-    assert calib_file.read_bytes() == original
+    pinned = calib_file.read_bytes()
+    assert pinned == original.replace(b' "preprocess"', b' "method_pinned": true,\n "preprocess"', 1)
+    assert run("recompute", calib_file, "--method", "mse").exit_code == 0
+    assert calib_file.read_bytes() != pinned
+    assert run("recompute", calib_file, "--method", "entropy", "--kl-variant", "nvidia").exit_code == 0
+    assert calib_file.read_bytes() == pinned
 
 
 def test_output_elsewhere_leaves_the_input_alone(calib_file, tmp_path):

@@ -32,7 +32,7 @@ log = logging.getLogger("qtool")
 @click.option("--layout", type=click.Choice(["nchw", "nhwc"]), help="Input layout [default: inferred from the model input].")
 @click.option("--batch-size", type=click.IntRange(min=1), help="Images per inference [default: the model's fixed batch, else as many as fit 64 MB of activations]; results do not depend on it.")
 @click.option("--bins", type=int, default=2048, show_default=True, help="Histogram bins per tensor (a power of two).")
-@click.option("--method", "method_text", default="entropy", show_default=True, help=f"Threshold method: {', '.join(thresholds.METHODS + thresholds.SAMPLE_METHODS)}.")
+@click.option("--method", "method_text", help=f"Threshold method: {', '.join(thresholds.METHODS + thresholds.SAMPLE_METHODS)} [default: entropy, with each export choosing its target's best method from the histograms; a method given here is kept by every export].")
 @click.option("--kl-variant", type=click.Choice(thresholds.KL_VARIANTS), default="nvidia", show_default=True, help="Whose entropy search to reproduce.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Calibration file [default: <model stem>.calib.json here].")
 @click.option("--trt-table", type=click.Path(path_type=Path), help="Also write a TensorRT INT8 calibration cache here.")
@@ -67,7 +67,8 @@ def calibrate(ctx, model_path, images_dir, data_dir, limit, on_bad_image, shard,
     with progress(0, not (ctx.obj["quiet"] or as_json)) as bar:
         cal, report = pipeline.run(loaded, images=images_dir, data_dir=data_dir, limit=limit, shard=shard_kn,
                                    on_bad_image=on_bad_image, batch_size=batch_size, image_options=image_options, bins=bins,
-                                   method=method_text, kl_variant=kl_variant, progress=bar)
+                                   method=method_text or "entropy", kl_variant=kl_variant, progress=bar)
+    cal.pinned = method_text is not None
     cal = calibration.relocate(cal, output)
     warnings = list(report.warnings)
     if trt_table:

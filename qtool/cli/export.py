@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from .. import calibration
+from .. import calibration, thresholds
 from ..errors import QtoolError
 from ..exporters import TARGETS, exporter, tensorrt, trt_qdq
 from ..fileio import check_output_path, write_atomic
@@ -20,7 +20,7 @@ log = logging.getLogger("qtool")
 
 
 _ONLY = {
-    "trt_version": ("--trt-version", ("tensorrt",)), "format": ("--format", ("tensorrt",)), "method": ("--method", ("tensorrt",)),
+    "trt_version": ("--trt-version", ("tensorrt",)), "format": ("--format", ("tensorrt",)),
     "high_precision": ("--high-precision", ("tensorrt",)), "weights": ("--weights", ("tensorrt",)),
     "algorithm": ("--algorithm", ("tensorrt",)), "weights_7bit": ("--weights-7bit", ("openvino", "qdq")),
     "keep_fp32": ("--keep-fp32", ("openvino", "qdq")), "no_ignored_patterns": ("--no-ignored-patterns", ("openvino", "qdq")),
@@ -55,7 +55,7 @@ def parse_target(text: str) -> str:
 @click.option("--trt-version", help=f"tensorrt: the TensorRT that builds the engine [default: the installed tensorrt package's, else {tensorrt.LATEST_VERSION}].")
 @click.option("--format", "fmt", type=click.Choice(tensorrt.FORMATS), help="tensorrt: qdq (ONNX with QuantizeLinear/DequantizeLinear placed by TensorRT's rules; default for 10.x and 11.x, the only INT8 input of 11.x), cache (trtexec --calib; default for 8.x/9.x; onnxruntime with trt_int8_use_native_calibration_table=1), dynamic-range (sampleINT8API name:amax lines), ort-trt (onnxruntime TensorRT EP table: trt_int8_calibration_table_name=FILE in trt_engine_cache_path, native table off).")
 @click.option("--algorithm", type=click.Choice(sorted(tensorrt.CALIBRATOR_ALGORITHMS)), help="tensorrt: entropy2 (default) (the signed-grid entropy threshold, as TensorRT's EntropyCalibration2) or minmax (max |x|); the cache header names it.")
-@click.option("--method", help="tensorrt: recompute every activation threshold on the signed grid with this method (entropy, max, mse, percentile:P, mean-minmax) instead of --algorithm's.")
+@click.option("--method", help="Recompute every activation threshold for this export with this method (entropy, max, mse, percentile:P, mean-minmax, auto) [default: the method calibrate was given, else the target's: openvino/qdq auto (lowest error per tensor), tensorrt NVIDIA's entropy].")
 @click.option("--high-precision", type=click.Choice(["fp16", "fp32"]), help="tensorrt qdq: the type of the unquantized layers in the ONNX (strongly typed builds run them so); fp16 converts them with graph inputs/outputs kept FP32 [default: fp16 for 10.x/11.x, fp32 for 8.x/9.x].")
 @click.option("--weights", type=click.Choice(["fp32", "int8"]), default="fp32", show_default=True, help="tensorrt qdq: FP32 weight -> QuantizeLinear -> DequantizeLinear (every version), or INT8 weight -> DequantizeLinear (10.x/11.x; 4x smaller file).")
 @click.option("--include", multiple=True, help="tensorrt qdq/openvino/qdq: quantize this node although a default exclusion (ModelOpt's small Conv/GEMV/attention rules) or an ignored pattern keeps it FP32 (repeatable).")
@@ -79,7 +79,12 @@ def export(model_path, target_text, calib, output, trt_version, fmt, algorithm, 
     """
     started = time.perf_counter()
     target = parse_target(target_text)
-    check_target_options(target, trt_version=trt_version, format=fmt, algorithm=algorithm, method=method,
+    if method is not None:
+        try:
+            thresholds.parse_method(method)
+        except ValueError as e:
+            raise QtoolError(f"--method: {e}") from None
+    check_target_options(target, trt_version=trt_version, format=fmt, algorithm=algorithm,
                          high_precision=high_precision, weights=weights != "fp32", weights_7bit=weights_7bit,
                          keep_fp32=keep_fp32, no_ignored_patterns=no_ignored_patterns, weight_bits=weight_bits,
                          activation_bits=activation_bits, scale=scale_kind, rounding=rounding, policy=policy_file)
@@ -106,7 +111,7 @@ def export(model_path, target_text, calib, output, trt_version, fmt, algorithm, 
 
         _, runs = held_out_runs(loaded, cal, images_dir, data_dir, limit)
         kept = rank_and_keep(loaded, cal, keep_fp32, runs, exclude=options["exclude"], weights_7bit=weights_7bit,
-                             policies=options["policies"])
+                             policies=options["policies"], method=method)
         options["exclude"] = options["exclude"] + kept.exclude
     result = module.export(loaded, cal, **options)
     if kept is not None:

@@ -17,6 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from .. import biascorrection, placement, policy, quant
 from .. import graph as G
+from ..rules import CPU
 
 DOMAIN = "org.openvinotoolkit"
 FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16)
@@ -72,16 +73,17 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
 
 
 def export(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_patterns=True, bias_correction=True,
-           policies=None, **_options):
+           policies=None, method=None, **_options):
     """FakeQuantize ONNX for OpenVINO from the calibration `cal` of `loaded`."""
     from . import ExportResult
 
     model = G.copy_model(loaded.proto, str(loaded.path.parent))
     namer = G.Namer(model)
     G.unique_node_names(model.graph, namer)
-    plan = placement.place(model, {t.name: t for t in cal.tensors}, exclude=list(exclude or ()), include=list(include or ()),
+    plan = placement.place(model, {t.name: t for t in cal.tensors}, thresholds=cal.for_target(CPU, method),
+                           exclude=list(exclude or ()), include=list(include or ()),
                            weights_7bit=weights_7bit, ignored_patterns=ignored_patterns, float_types=FLOAT_TYPES,
-                           policies=policies, recompute=policy.searcher(cal))
+                           policies=policies, recompute=policy.searcher(cal, cal.method_for(CPU, method)))
     corrected, bc_warnings = biascorrection.apply_to_export(model, namer, plan, cal, bias_correction)
     apply(model, namer, plan)
     data, warnings = G.finish(model, loaded.proto)

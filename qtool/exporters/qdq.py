@@ -23,6 +23,7 @@ from .. import biascorrection, placement, quant
 from .. import graph as G
 from .. import policy as policy_mod
 from ..errors import QtoolError
+from ..rules import CPU
 
 MIN_OPSET = 13
 
@@ -152,7 +153,8 @@ class Prepared:
     place: Callable  # place(exclude) -> Plan: the same placement with more nodes kept FP32
 
 
-def prepare(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_patterns=True, policies=None) -> Prepared:
+def prepare(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_patterns=True, policies=None,
+            method: str | None = None) -> Prepared:
     """The steps of the QDQ export up to the placement: `export` and qtool.evaluation share them."""
     model = G.copy_model(loaded.proto, str(loaded.path.parent))
     if needs_wide_types(policies):
@@ -161,11 +163,13 @@ def prepare(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_p
         model, warnings = upgrade_opset(model)
     G.unique_node_names(model.graph, G.Namer(model))
     records = {t.name: t for t in cal.tensors}
+    thresholds = cal.for_target(CPU, method)
 
     def place(more_excluded=()) -> placement.Plan:
-        return placement.place(model, records, exclude=list(exclude or ()) + list(more_excluded), include=list(include or ()),
+        return placement.place(model, records, thresholds=thresholds, exclude=list(exclude or ()) + list(more_excluded),
+                               include=list(include or ()),
                                weights_7bit=weights_7bit, ignored_patterns=ignored_patterns, float_types=(TensorProto.FLOAT,),
-                               policies=policies, recompute=policy_mod.searcher(cal))
+                               policies=policies, recompute=policy_mod.searcher(cal, cal.method_for(CPU, method)))
 
     plan = place()
     return Prepared(model, plan, records, warnings + plan.warnings + policy_mod.runtime_rounding_warnings(plan, "onnxruntime"), place)
@@ -184,12 +188,12 @@ def quantized(prepared: Prepared, cal, plan: placement.Plan | None = None, bias_
 
 
 def export(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_patterns=True, bias_correction=True,
-           policies=None, **_options):
+           policies=None, method=None, **_options):
     """QDQ ONNX from the calibration `cal` of `loaded` (policies: qtool.policy.Policies)."""
     from . import ExportResult
 
     prepared = prepare(loaded, cal, exclude=exclude, include=include, weights_7bit=weights_7bit,
-                       ignored_patterns=ignored_patterns, policies=policies)
+                       ignored_patterns=ignored_patterns, policies=policies, method=method)
     model, corrected, bc_warnings = quantized(prepared, cal, bias_correction=bias_correction)
     data, more = G.finish(model, loaded.proto)
     plan = prepared.plan
