@@ -62,7 +62,7 @@ from . import patterns as P
 from . import quant
 from .calibration import MAX_CLIPPED, Threshold, decide
 from .errors import QtoolError
-from .policy import ACTIVATIONS, WEIGHTS, Policies, Policy, activation_params, weight_params
+from .policy import ACTIVATIONS, WEIGHTS, Policies, Policy, activation_params, choose_symmetry, weight_params
 from .rules import CPU, Rules
 
 LINEAR = set(CPU.linear)
@@ -547,9 +547,12 @@ class _Placer:
             group = [t for t in [site.tensor, *site.shared_with] if t in self.records]
             if site.policy.bits != 8 and recompute is not None and group:
                 site.range = Range(max(recompute(t, site.policy) for t in group), site.range.unsigned)
-            if not site.policy.symmetric and group:
+            if site.policy.symmetric is not True and group:
                 site.low = min(float(self.records[t].min) for t in group)
                 site.high = max(float(self.records[t].max) for t in group)
+                if site.policy.symmetric is None:  # auto: the finer grid, per tensor
+                    symmetric = site.channel_amax is not None or choose_symmetry(site.range.amax, site.low, site.high, site.policy.bits)
+                    site.policy = replace(site.policy, symmetric=symmetric)
         for site in weight_sites:
             nodes = [name for name, _ in site.readers]
             site.policy = policies.for_quantizer("weights", site.tensor, nodes, [ops[n] for n in nodes])
@@ -612,10 +615,10 @@ def place(proto: onnx.ModelProto, records: dict, *, rules: Rules = CPU, threshol
     p.ranges()
     p.read_weights()
     activation_sites, weight_sites, int8_layers = p.decide(weights_7bit)
-    if policies is not None:
-        p.attach_policies(activation_sites, weight_sites, policies, recompute)
     if rules.depthwise_per_channel and depthwise_per_channel:
         p.per_channel_depthwise(activation_sites)
+    if policies is not None:
+        p.attach_policies(activation_sites, weight_sites, policies, recompute)
     order = {name: i for i, name in enumerate(p.m.producer)}
     activation_sites.sort(key=lambda s: order.get(s.tensor, -1))
     p.final_warnings()

@@ -71,7 +71,7 @@ def pow2_scale(scale: np.ndarray) -> np.ndarray:
 class Policy:
     bits: int = 8
     signed: bool | None = None  # None: unsigned when never negative (activations); weights are signed
-    symmetric: bool = True
+    symmetric: bool | None = True  # None (activations): per tensor whichever grid quantizes finer (`choose_symmetry`)
     per_channel: bool = False
     scale: str = "float"
     rounding: str = "half-even"
@@ -86,7 +86,8 @@ class Policy:
 
     def describe(self) -> str:
         sign = {None: "auto", True: "signed", False: "unsigned"}[self.signed]
-        return (f"{self.bits}-bit {sign} {'symmetric' if self.symmetric else 'asymmetric'} "
+        symmetry = {None: "auto-symmetric", True: "symmetric", False: "asymmetric"}[self.symmetric]
+        return (f"{self.bits}-bit {sign} {symmetry} "
                 f"{'per-channel' if self.per_channel else 'per-tensor'} {self.scale} scale, {self.rounding}")
 
     def to_json(self) -> dict:
@@ -105,12 +106,14 @@ def activation_params(amax, unsigned: bool, policy: Policy = ACTIVATIONS, low=No
     """The quantizer of an activation with threshold `amax` (> 0; per channel along `axis` when an array):
     symmetric on [0, amax] (unsigned) or [-amax * (qmax+1)/qmax, amax]; asymmetric on the
     calibrated [low, high] clipped to [-amax, amax], zero exactly on the grid."""
-    signed = (not unsigned) if policy.signed is None else policy.signed
+    asymmetric = policy.symmetric is False and low is not None and high is not None
+    # asymmetric: an unsigned grid with a zero point (u8 in OpenVINO and onnxruntime), unless told otherwise
+    signed = (not unsigned and not asymmetric) if policy.signed is None else policy.signed
     g = quant.grid(policy.bits, signed=signed)
     a = np.asarray(amax, dtype=np.float64)
     if not (np.all(np.isfinite(a)) and np.all(a > 0)):
         raise ValueError(f"amax must be finite and > 0, got {amax}")
-    if policy.symmetric or low is None or high is None:
+    if not asymmetric:
         scale = _scaled(a / g.qmax, policy)
         return quant.QParams(scale, np.zeros(a.shape, dtype=np.int64), g, axis if a.ndim else None)
     lo = np.minimum(np.maximum(np.asarray(low, np.float64), -a), 0.0)  # the range holds zero
@@ -119,6 +122,23 @@ def activation_params(amax, unsigned: bool, policy: Policy = ACTIVATIONS, low=No
     scale = _scaled((hi - lo) / (g.qmax - g.qmin), policy)
     zp = np.clip(np.rint(g.qmin - lo / scale), g.qmin, g.qmax).astype(np.int64)
     return quant.QParams(scale, zp, g, axis if a.ndim else None)
+
+
+# Asymmetric activations take a zero point; `symmetric=None` chooses them only where the step
+# shrinks by at least this factor (a tensor whose negative side is short, e.g. a SiLU output).
+ASYMMETRIC_GAIN = 0.9
+
+
+def choose_symmetry(amax: float, low: float, high: float, bits: int = 8) -> bool:
+    """True (symmetric) or False (asymmetric) for an activation with threshold `amax` and
+    calibrated range [low, high]: both grids clip the same values (|x| > amax), so the one with the
+    smaller step quantizes with less error; asymmetric wins when its step is at most
+    ASYMMETRIC_GAIN of the symmetric one. Never-negative tensors stay symmetric (already [0, amax])."""
+    if low >= 0 or not (amax > 0):
+        return True
+    sym_step = amax / (2 ** (bits - 1) - 1)
+    asym_step = (min(high, amax) - max(low, -amax)) / (2 ** bits - 1)
+    return not asym_step <= ASYMMETRIC_GAIN * sym_step
 
 
 def weight_params(w, axis: int | None, policy: Policy = WEIGHTS, headroom_bits: int = 0) -> quant.QParams:
@@ -261,11 +281,15 @@ def load_rules(path: Path) -> list[Rule]:
     return [_parse_rule(item, f"rule {i + 1} of {Path(path).name}") for i, item in enumerate(doc["rules"])]
 
 
+ACTIVATION_MODES = {"symmetric": True, "asymmetric": False, "auto": None}
+
+
 def from_options(weight_bits: int | None = None, activation_bits: int | None = None, scale: str | None = None,
-                 rounding: str | None = None, rules: list[Rule] | None = None) -> Policies:
-    """Policies from the whole-model options and a rule list."""
+                 rounding: str | None = None, rules: list[Rule] | None = None, activations: str | None = None) -> Policies:
+    """Policies from the whole-model options and a rule list (activations: symmetric, asymmetric or auto)."""
     common = {k: v for k, v in (("scale", scale), ("rounding", rounding)) if v is not None}
-    acts = replace(ACTIVATIONS, **common, **({"bits": activation_bits} if activation_bits else {}))
+    acts = replace(ACTIVATIONS, **common, **({"bits": activation_bits} if activation_bits else {}),
+                   **({"symmetric": ACTIVATION_MODES[activations]} if activations else {}))
     wts = replace(WEIGHTS, **common, **({"bits": weight_bits} if weight_bits else {}))
     return Policies(acts, wts, list(rules or []))
 

@@ -48,7 +48,7 @@ def test_pow2_scales_are_exact_powers_of_two_and_never_clip_more():
 def test_asymmetric_zero_point_is_exactly_on_the_grid():
     pol = policy.Policy(symmetric=False)
     p = policy.activation_params(10.0, False, pol, low=-0.3, high=10.0)
-    assert p.grid.qmin == -128 and p.zero_point.dtype == np.int64
+    assert p.grid == quant.Grid(0, 255) and p.zero_point.dtype == np.int64  # u8 with a zero point
     lo, hi = p.input_low, p.input_high
     assert abs(lo + 0.3) <= p.scale / 2 and abs(hi - 10.0) <= p.scale / 2  # moved by under half a step to put zero on the grid
     assert policy.fake_quantize(np.array(0.0), p) == 0.0  # zero survives exactly
@@ -220,3 +220,51 @@ def test_policy_cli_errors_and_inspect(digits, tmp_path):
     (tmp_path / "bad.json").write_text('{"rules": [{"op_type": "Conv", "bits": 33}]}')
     r = invoke("export", "--target", "qdq", "--calib", calib, "-o", tmp_path / "x.onnx", "--policy", tmp_path / "bad.json")
     assert r.exit_code == 1 and r.stderr.count("\n") == 1 and "bits must be an integer" in r.stderr
+
+
+# ----------------------------------------------------------------------------- asymmetric activations
+
+def test_asymmetric_fakequantize_in_openvino_equals_numpy(tmp_path):
+    """OpenVINO's FakeQuantize on the asymmetric range qtool writes gives qtool's numpy values."""
+    from onnx import helper
+
+    p = policy.activation_params(6.0, False, policy.Policy(symmetric=False), low=-0.4, high=6.0)
+    assert p.grid == quant.Grid(0, 255) and 0 < int(p.zero_point) < 255  # u8 with a zero point
+    lo, hi = np.float32(p.input_low), np.float32(p.input_high)
+    inits = [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("lo", lo), ("hi", hi))]
+    node = helper.make_node("FakeQuantize", ["x", "lo", "hi", "lo", "hi"], ["y"], domain="org.openvinotoolkit", levels=p.levels)
+    g = helper.make_graph([node], "fq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4096])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4096])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("org.openvinotoolkit", 1)])
+    onnx.save(m, str(tmp_path / "fq.onnx"))
+    x = np.random.default_rng(3).uniform(-1.0, 7.0, (1, 4096)).astype(np.float32)
+    got = ov_compile(tmp_path / "fq.onnx")({"x": x})[0]
+    want = policy.fake_quantize(x, quant.QParams(np.float64(p.scale), p.zero_point, p.grid), "half-even")
+    assert np.abs(got - want).max() <= 1e-5 * 6  # float32 arithmetic in the runtime
+    assert np.all(np.isin(np.round((want - lo) / p.scale), np.arange(256)))  # every value on the u8 grid
+
+
+def test_asymmetric_activations_run_int8_in_openvino_and_agree_with_onnxruntime(digits, tmp_path):
+    d, calib, _, _ = digits
+    for target, name in (("openvino", "a.openvino.onnx"), ("qdq", "a.qdq.onnx")):
+        ok(invoke("export", "--target", target, "--calib", calib, "-o", tmp_path / name, "--activations", "asymmetric"))
+    m = onnx.load(str(tmp_path / "a.qdq.onnx"))
+    zps = [numpy_helper.to_array(t) for t in m.graph.initializer if t.name.endswith("/zero_point") and t.data_type == TensorProto.UINT8]
+    assert any(int(z) != 0 for z in zps)  # some activation has a zero point
+    compiled = ov_compile(tmp_path / "a.openvino.onnx")
+    from test_openvino import linear_precisions
+
+    assert set(linear_precisions(compiled).values()) == {"u8"}  # every int8 layer of the default export still is
+    x, _ = heldout()
+    ov_out = np.concatenate([compiled({"input": x[i:i + 1]})[0] for i in range(32)])
+    ort_out = ort_run(tmp_path / "a.qdq.onnx", {"input": x[:32]})[0]
+    fp32 = ort_run(SAMPLE, {"input": x[:32]})[0]
+    assert np.abs(ov_out - ort_out).max() < 0.1 * np.abs(fp32).max()  # the two runtimes run the same quantizers
+
+
+def test_auto_symmetry_picks_asymmetric_only_where_the_step_shrinks():
+    assert policy.choose_symmetry(10.0, -0.3, 10.0) is False  # a SiLU-like output: half the levels unused
+    assert policy.choose_symmetry(10.0, -9.5, 10.0) is True  # nearly symmetric: nothing to gain
+    assert policy.choose_symmetry(4.0, 0.0, 4.0) is True  # never negative: [0, amax] already
+    r = invoke("export", "--target", "tensorrt", "--calib", "x.calib.json", "--activations", "asymmetric")
+    assert r.exit_code == 2 and "--activations applies to --target openvino or qdq" in r.stderr

@@ -88,6 +88,7 @@ def policy_options(command=None, *, scale_flag: str = "--scale"):
         click.option("--weight-bits", type=click.IntRange(2, 8), help="openvino/qdq: weight bits (default 8; 4: INT4 weights, opset 21 in QDQ)."),
         click.option("--activation-bits", type=click.IntRange(2, 16), help="openvino/qdq: activation bits (default 8; QDQ takes 8 or 16, 16 needs opset 21; FakeQuantize any)."),
         click.option(scale_flag, "scale_kind", type=click.Choice(["float", "pow2"]), help="openvino/qdq: float scales (default) or powers of two (rounded up: nothing clips more), for accelerators that requantize by shifting."),
+        click.option("--activations", "activation_mode", type=click.Choice(["symmetric", "asymmetric", "auto"]), help="openvino/qdq: activation grids: symmetric (zero point 0), asymmetric (u8 with a zero point, [min, max]), or auto (per tensor the finer of the two)."),
         click.option("--rounding", type=click.Choice(["half-even", "half-up", "half-down", "half-away", "toward-zero", "up", "down"]), help="openvino/qdq: weight rounding (default half-even, as the runtimes round activations)."),
         click.option("--policy", "policy_file", type=click.Path(path_type=Path), help="openvino/qdq: JSON or TOML rules setting the policy of matching quantizers (name, glob, regex or op_type; later rules win); qtool inspect CALIB --policy FILE shows what each quantizer gets."),
     ]
@@ -96,11 +97,11 @@ def policy_options(command=None, *, scale_flag: str = "--scale"):
     return command
 
 
-def policies_from(weight_bits, activation_bits, scale_kind, rounding, policy_file):
+def policies_from(weight_bits, activation_bits, scale_kind, activation_mode, rounding, policy_file):
     from .. import policy
 
     rules = policy.load_rules(policy_file) if policy_file else None
-    return policy.from_options(weight_bits, activation_bits, scale_kind, rounding, rules)
+    return policy.from_options(weight_bits, activation_bits, scale_kind, rounding, rules, activation_mode)
 
 
 def _save_traceback() -> str:

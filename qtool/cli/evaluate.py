@@ -49,7 +49,7 @@ def _progress(total: int, enabled: bool):
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout (infinite SQNR as the string \"inf\").")
 @click.pass_context
 def evaluate(ctx, model_path, calib, images_dir, data_dir, limit, size, resize, scale_text, mean, std, bgr, layout,
-             batch_size, exclude, weights_7bit, per_tensor, fail_below, weight_bits, activation_bits, scale_kind, rounding,
+             batch_size, exclude, weights_7bit, per_tensor, fail_below, weight_bits, activation_bits, scale_kind, activation_mode, rounding,
              policy_file, as_json):
     """Compare the int8 model with FP32 on held-out inputs.
 
@@ -80,7 +80,7 @@ def evaluate(ctx, model_path, calib, images_dir, data_dir, limit, size, resize, 
                                  scale_text=scale_text, mean=mean, std=std, bgr=bgr, layout=layout)
 
     options = {"exclude": list(exclude), "weights_7bit": weights_7bit,
-               "policies": policies_from(weight_bits, activation_bits, scale_kind, rounding, policy_file)}
+               "policies": policies_from(weight_bits, activation_bits, scale_kind, activation_mode, rounding, policy_file)}
     with _progress(1, not (ctx.obj["quiet"] or as_json)) as bar:
         result = ev.evaluate(loaded, cal, runs, per_tensor=per_tensor, progress=bar, **options)
     for w in result.warnings:

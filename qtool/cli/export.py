@@ -26,7 +26,7 @@ _ONLY = {
     "keep_fp32": ("--keep-fp32", ("openvino", "qdq")), "no_ignored_patterns": ("--no-ignored-patterns", ("openvino", "qdq")),
     # TensorRT's explicit quantization is INT8 (signed, float scales): no other policy applies there
     "weight_bits": ("--weight-bits", ("openvino", "qdq")), "activation_bits": ("--activation-bits", ("openvino", "qdq")),
-    "scale": ("--scale", ("openvino", "qdq")), "rounding": ("--rounding", ("openvino", "qdq")), "policy": ("--policy", ("openvino", "qdq")),
+    "scale": ("--scale", ("openvino", "qdq")), "activations": ("--activations", ("openvino", "qdq")), "rounding": ("--rounding", ("openvino", "qdq")), "policy": ("--policy", ("openvino", "qdq")),
 }
 
 
@@ -71,7 +71,7 @@ def parse_target(text: str) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
 def export(model_path, target_text, calib, output, trt_version, fmt, algorithm, method, high_precision, weights, include,
            exclude, weights_7bit, keep_fp32, images_dir, data_dir, limit, no_ignored_patterns, no_bias_correction,
-           weight_bits, activation_bits, scale_kind, rounding, policy_file, as_json):
+           weight_bits, activation_bits, scale_kind, activation_mode, rounding, policy_file, as_json):
     """Write the calibrated ranges of MODEL in a target format.
 
     With no MODEL, the model recorded in the calibration file is used; either way it must be
@@ -87,7 +87,8 @@ def export(model_path, target_text, calib, output, trt_version, fmt, algorithm, 
     check_target_options(target, trt_version=trt_version, format=fmt, algorithm=algorithm,
                          high_precision=high_precision, weights=weights != "fp32", weights_7bit=weights_7bit,
                          keep_fp32=keep_fp32, no_ignored_patterns=no_ignored_patterns, weight_bits=weight_bits,
-                         activation_bits=activation_bits, scale=scale_kind, rounding=rounding, policy=policy_file)
+                         activation_bits=activation_bits, scale=scale_kind, activations=activation_mode, rounding=rounding,
+                         policy=policy_file)
     module = exporter(target)
     calib_path = find_calibration(calib)
     cal = calibration.load(calib_path)
@@ -97,7 +98,7 @@ def export(model_path, target_text, calib, output, trt_version, fmt, algorithm, 
     options = dict(trt_version=trt_version, algorithm=algorithm or "entropy2", fmt=fmt, method=method, high_precision=high_precision,
                    weights=weights, exclude=list(exclude), include=list(include), weights_7bit=weights_7bit,
                    ignored_patterns=not no_ignored_patterns, bias_correction=not no_bias_correction,
-                   policies=policies_from(weight_bits, activation_bits, scale_kind, rounding, policy_file))
+                   policies=policies_from(weight_bits, activation_bits, scale_kind, activation_mode, rounding, policy_file))
     out = output or Path(Path(cal.model_path).stem + module.suffix(**options))
     out = check_output_path(out, inputs=(source, calib_path))
     if keep_fp32 and (images_dir is None) == (data_dir is None):

@@ -257,7 +257,7 @@ def _require_onnx(path: Path) -> None:
 @policy_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
 @click.pass_context
-def inspect(ctx, file, model_path, trt_version, weight_bits, activation_bits, scale_kind, rounding, policy_file, as_json):
+def inspect(ctx, file, model_path, trt_version, weight_bits, activation_bits, scale_kind, activation_mode, rounding, policy_file, as_json):
     """Show what FILE holds: a calibration file, a TensorRT cache, a dynamic-range file or an
     onnxruntime TensorRT table (told apart by content).
 
@@ -271,7 +271,7 @@ def inspect(ctx, file, model_path, trt_version, weight_bits, activation_bits, sc
     With --policy FILE (or the other policy options), FILE is a calibration file: every quantizer
     the openvino/qdq export of its model places is listed with the policy it resolves to.
     """
-    given = (weight_bits, activation_bits, scale_kind, rounding, policy_file)
+    given = (weight_bits, activation_bits, scale_kind, activation_mode, rounding, policy_file)
     if any(v is not None for v in given):
         if trt_version is not None or model_path is not None:
             raise click.UsageError("the policy options go with a calibration file alone (not with --trt-version or --model)")
