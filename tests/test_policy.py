@@ -268,3 +268,22 @@ def test_auto_symmetry_picks_asymmetric_only_where_the_step_shrinks():
     assert policy.choose_symmetry(4.0, 0.0, 4.0) is True  # never negative: [0, amax] already
     r = invoke("export", "--target", "tensorrt", "--calib", "x.calib.json", "--activations", "asymmetric")
     assert r.exit_code == 2 and "--activations applies to --target openvino or qdq" in r.stderr
+
+
+def test_opset21_exports_load_in_onnxruntime_with_its_default_optimizations(tmp_path):
+    """A PP-OCR-like model with 4-bit weights: every activation Q/DQ is written unsigned at opset 21
+    (onnxruntime's optimizer breaks signed QuantizeLinear-21 there), the same quantizers."""
+    import zoo
+    from test_openvino import noise_batch, noise_images
+
+    path = tmp_path / "p.onnx"
+    onnx.save(zoo.paddle_ocr_like(), str(path))
+    calib = calibrate(path, noise_images(tmp_path / "i"), tmp_path / "p.calib.json", "--size", "32x64")
+    ok(invoke("export", "--target", "qdq", "--calib", calib, "-o", tmp_path / "w4.onnx", "--weight-bits", "4", "--no-ignored-patterns"))
+    m = onnx.load(str(tmp_path / "w4.onnx"))
+    inits = {t.name: t for t in m.graph.initializer}
+    assert m.opset_import[0].version == 21
+    assert {inits[n.input[2]].data_type for n in m.graph.node if n.op_type == "QuantizeLinear"} == {TensorProto.UINT8}
+    x = noise_batch(32, 64, n=2)
+    got = ort_run(tmp_path / "w4.onnx", {m.graph.input[0].name: x})[0]  # default session options
+    assert np.isfinite(got).all()

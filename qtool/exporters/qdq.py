@@ -97,8 +97,21 @@ def _int_init(model: onnx.ModelProto, namer: G.Namer, base: str, values: np.ndar
     return name
 
 
+def _unsigned(p: quant.QParams) -> quant.QParams:
+    """The same quantizer on the unsigned grid: q + 2^(b-1) with the zero point moved alike (the
+    values it represents and the rounding are unchanged)."""
+    if not p.grid.signed:
+        return p
+    shift = -p.grid.qmin
+    return quant.QParams(p.scale, np.asarray(p.zero_point) + shift, quant.Grid(0, p.grid.qmax + shift), p.axis)
+
+
 def _activation_nodes(model, namer, site: placement.ActivationSite) -> list[onnx.NodeProto]:
     p = site.params()
+    if G.default_opset(model) >= WIDE_OPSET:
+        # onnxruntime 1.32's optimizer breaks signed QuantizeLinear-21 (its int8 -> uint8 rewrite keeps
+        # output_dtype INT8 beside a UINT8 zero point and the session fails to load): write them unsigned
+        p = _unsigned(p)
     ztype = storage_type(p.grid)
     full = quant.grid({TensorProto.INT4: 4, TensorProto.UINT4: 4, TensorProto.INT16: 16, TensorProto.UINT16: 16}.get(ztype, 8), p.grid.signed)
     if (full.qmin, full.qmax) != (p.grid.qmin, p.grid.qmax):
