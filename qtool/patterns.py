@@ -395,10 +395,19 @@ def residual_skip_input(m: GraphView, add: onnx.NodeProto) -> int | None:
 
 
 def _static_shapes(m: GraphView) -> dict[str, list[int | None]]:
-    """Tensor name -> dims (None where unknown) from onnx shape inference on the main graph."""
+    """Tensor name -> dims (None where unknown) from onnx shape inference on the main graph, with a
+    dynamic batch (the first dimension of an input) taken as 1, the batch a TensorRT engine is
+    usually built and measured for (ModelOpt measures its shapes on its calibration batches)."""
+    model = onnx.ModelProto()
+    model.CopyFrom(m.proto)
+    for vi in model.graph.input:
+        dims = vi.type.tensor_type.shape.dim
+        if len(dims) > 1 and not dims[0].HasField("dim_value"):
+            dims[0].Clear()
+            dims[0].dim_value = 1
     try:
-        inferred = onnx.shape_inference.infer_shapes(m.proto)
-    except Exception:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # a model onnx cannot infer (custom ops): no shape-based exclusions
         inferred = m.proto
     g = inferred.graph
     shapes: dict[str, list[int | None]] = {}
