@@ -404,6 +404,26 @@ class KeepFp32:
     warnings: list[str]
 
 
+def walk(prepared: qdq.Prepared, ranking: list[TensorSensitivity], count: int) -> list[tuple[dict, list[str]]]:
+    """Up to `count` steps down the ranking, worst first: (the tensor, the layers kept in FP32 so
+    far). A tensor already unquantized by an earlier step's layers is skipped, so each step really
+    removes one more quantizer."""
+    steps: list[tuple[dict, list[str]]] = []
+    extra: list[str] = []
+    current = prepared.plan
+    for t in ranking:
+        if len(steps) == count:
+            break
+        present = {s.tensor for s in current.activations} | {s.tensor for s in current.weights}
+        new = [n for n in t.layers if n not in extra]
+        if t.tensor not in present or not new:
+            continue
+        extra = extra + new
+        steps.append(({"tensor": t.tensor, "ranking_sqnr_db": json_number(t.sqnr_db), "layers": new}, extra))
+        current = prepared.place(extra)
+    return steps
+
+
 def keep_fp32(loaded, cal, count: int, runs: Runs, *, exclude=(), weights_7bit=None, policies=None, method=None) -> KeepFp32:
     """The layers to keep in FP32 so that the `count` quantized tensors ranked most harmful
     (as evaluate ranks them, on `runs`) are no longer quantized.
@@ -415,21 +435,9 @@ def keep_fp32(loaded, cal, count: int, runs: Runs, *, exclude=(), weights_7bit=N
     prepared = prepare(loaded, cal, exclude=exclude, weights_7bit=weights_7bit, policies=policies, method=method)
     reference = _Reference(runs, _session(loaded, loaded.proto), names)
     ranking = sensitivities(prepared, cal, reference, names)
-    chosen: list[dict] = []
-    extra: list[str] = []
-    current = prepared.plan
-    for t in ranking:
-        if len(chosen) == count:
-            break
-        present = {s.tensor for s in current.activations} | {s.tensor for s in current.weights}
-        if t.tensor not in present:
-            continue
-        new = [n for n in t.layers if n not in extra]
-        if not new:
-            continue
-        extra.extend(new)
-        chosen.append({"tensor": t.tensor, "ranking_sqnr_db": json_number(t.sqnr_db), "layers": new})
-        current = prepared.place(extra)
+    steps = walk(prepared, ranking, count)
+    chosen = [tensor for tensor, _ in steps]
+    extra = steps[-1][1] if steps else []
     warnings = []
     if len(chosen) < count:
         warnings.append(f"--keep-fp32 {count}: only {len(chosen)} quantized tensor(s) could be kept in FP32")

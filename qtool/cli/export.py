@@ -9,7 +9,8 @@ from pathlib import Path
 
 import click
 
-from .. import calibration, thresholds
+from .. import budget, calibration, thresholds
+from ..budget import parse_budget
 from ..errors import QtoolError
 from ..exporters import TARGETS, exporter, tensorrt, trt_qdq
 from ..fileio import check_output_path, write_atomic
@@ -23,11 +24,35 @@ _ONLY = {
     "trt_version": ("--trt-version", ("tensorrt",)), "format": ("--format", ("tensorrt",)),
     "high_precision": ("--high-precision", ("tensorrt",)), "weights": ("--weights", ("tensorrt",)),
     "algorithm": ("--algorithm", ("tensorrt",)), "weights_7bit": ("--weights-7bit", ("openvino", "qdq")),
-    "keep_fp32": ("--keep-fp32", ("openvino", "qdq")), "no_ignored_patterns": ("--no-ignored-patterns", ("openvino", "qdq")),
+    "keep_fp32": ("--keep-fp32", ("openvino", "qdq")), "max_drop": ("--max-drop", ("openvino", "qdq")), "no_ignored_patterns": ("--no-ignored-patterns", ("openvino", "qdq")),
     # TensorRT's explicit quantization is INT8 (signed, float scales): no other policy applies there
     "weight_bits": ("--weight-bits", ("openvino", "qdq")), "activation_bits": ("--activation-bits", ("openvino", "qdq")),
     "scale": ("--scale", ("openvino", "qdq")), "activations": ("--activations", ("openvino", "qdq")), "rounding": ("--rounding", ("openvino", "qdq")), "policy": ("--policy", ("openvino", "qdq")),
 }
+
+
+def _mixed_precision(loaded, cal, target, keep_fp32, budget_, max_fp32, options, images_dir, data_dir, limit) -> dict:
+    """--keep-fp32 N or --max-drop BUDGET: the layers to keep in FP32 and what the summary says."""
+    _, runs = held_out_runs(loaded, cal, images_dir, data_dir, limit)
+    shared = {k: options[k] for k in ("weights_7bit", "policies", "method")}
+    if keep_fp32:
+        from ..evaluation import keep_fp32 as rank_and_keep
+
+        kept = rank_and_keep(loaded, cal, keep_fp32, runs, exclude=options["exclude"], **shared)
+        return {"exclude": kept.exclude, "warnings": kept.warnings, "kept_fp32": kept.tensors}
+    found = budget.meet(loaded, cal, runs, budget_, max_fp32, exclude=options["exclude"], bias_correction=options["bias_correction"],
+                        ignored_patterns=options["ignored_patterns"], include=options["include"], **shared)
+    if not found.met:
+        raise QtoolError(f"no set of at most {max_fp32} layer group(s) kept in FP32 meets {budget_.describe()} (best reached: "
+                         f"{budget_.describe(found.value)}); allow more with --max-fp32, relax --max-drop, or calibrate on more inputs")
+    feeds = next(iter(runs()))[0]
+    module = exporter(target)
+    before = budget.latency_ms(target, module.export(loaded, cal, **options).data, feeds)
+    after = before if not found.exclude else budget.latency_ms(
+        target, module.export(loaded, cal, **{**options, "exclude": options["exclude"] + found.exclude}).data, feeds)
+    return {"exclude": found.exclude, "warnings": [], "kept_fp32": found.tensors, "budget": {
+        "required": budget_.describe(), "reached": budget_.describe(found.value), "trials": found.trials,
+        "latency_ms": None if before is None else {"all_int8": round(before, 3), "with_fp32_layers": round(after, 3)}}}
 
 
 def check_target_options(target: str, **given) -> None:
@@ -62,15 +87,17 @@ def parse_target(text: str) -> str:
 @click.option("--exclude", multiple=True, help="keep this node or tensor in FP32 (repeatable; tensorrt: --format qdq).")
 @click.option("--weights-7bit", type=click.Choice(["first", "all"]), help="openvino/qdq: 7-bit weights against int8 overflow on CPUs without VNNI.")
 @click.option("--keep-fp32", type=click.IntRange(min=1), metavar="N", help="openvino/qdq: also keep in FP32 the layers reading the N quantized tensors that qtool evaluate ranks most harmful on the inputs of --images/--data (preprocessed as the calibration file records).")
-@click.option("--images", "images_dir", type=click.Path(path_type=Path), help="With --keep-fp32: images to rank the layers on.")
-@click.option("--data", "data_dir", type=click.Path(path_type=Path), help="With --keep-fp32: .npy/.npz files to rank the layers on.")
-@click.option("--limit", type=click.IntRange(min=1), help="With --keep-fp32: use only the first N images or data files.")
+@click.option("--max-drop", metavar="BUDGET", help="openvino/qdq: keep in FP32 the fewest layers, worst ranked first, that bring the int8 model within BUDGET on --images/--data: a worst output SQNR (e.g. 30dB) or a top-1 agreement drop (e.g. 1%); each step re-measures the exported model; exit 1 when --max-fp32 tensors are not enough.")
+@click.option("--max-fp32", type=click.IntRange(min=1), default=20, show_default=True, help="With --max-drop: the most quantized tensors whose layers may be kept in FP32.")
+@click.option("--images", "images_dir", type=click.Path(path_type=Path), help="With --keep-fp32/--max-drop: held-out images to rank and measure on.")
+@click.option("--data", "data_dir", type=click.Path(path_type=Path), help="With --keep-fp32/--max-drop: held-out .npy/.npz files.")
+@click.option("--limit", type=click.IntRange(min=1), help="With --keep-fp32/--max-drop: use only the first N images or data files.")
 @click.option("--no-ignored-patterns", is_flag=True, help="openvino/qdq: also quantize NNCF's ignored patterns (squeeze-excitation gating path, attention output MatMul, RoPE), which stay FP32 by default.")
 @click.option("--no-bias-correction", is_flag=True, help="openvino/qdq/tensorrt qdq: keep the biases as they are instead of shifting each int8 Conv/MatMul/Gemm bias by the mean output error its weight quantization causes (from the per-channel input means in the calibration file; NNCF's fast bias correction).")
 @policy_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
 def export(model_path, target_text, calib, output, trt_version, fmt, algorithm, method, high_precision, weights, include,
-           exclude, weights_7bit, keep_fp32, images_dir, data_dir, limit, no_ignored_patterns, no_bias_correction,
+           exclude, weights_7bit, keep_fp32, max_drop, max_fp32, images_dir, data_dir, limit, no_ignored_patterns, no_bias_correction,
            weight_bits, activation_bits, scale_kind, activation_mode, rounding, policy_file, as_json):
     """Write the calibrated ranges of MODEL in a target format.
 
@@ -86,7 +113,7 @@ def export(model_path, target_text, calib, output, trt_version, fmt, algorithm, 
             raise QtoolError(f"--method: {e}") from None
     check_target_options(target, trt_version=trt_version, format=fmt, algorithm=algorithm,
                          high_precision=high_precision, weights=weights != "fp32", weights_7bit=weights_7bit,
-                         keep_fp32=keep_fp32, no_ignored_patterns=no_ignored_patterns, weight_bits=weight_bits,
+                         keep_fp32=keep_fp32, max_drop=max_drop, no_ignored_patterns=no_ignored_patterns, weight_bits=weight_bits,
                          activation_bits=activation_bits, scale=scale_kind, activations=activation_mode, rounding=rounding,
                          policy=policy_file)
     module = exporter(target)
@@ -101,23 +128,23 @@ def export(model_path, target_text, calib, output, trt_version, fmt, algorithm, 
                    policies=policies_from(weight_bits, activation_bits, scale_kind, activation_mode, rounding, policy_file))
     out = output or Path(Path(cal.model_path).stem + module.suffix(**options))
     out = check_output_path(out, inputs=(source, calib_path))
-    if keep_fp32 and (images_dir is None) == (data_dir is None):
-        raise QtoolError("--keep-fp32 ranks layers on real inputs: give exactly one of --images DIR or --data DIR")
-    if not keep_fp32 and (images_dir or data_dir or limit):
-        raise QtoolError("--images, --data and --limit are only used with --keep-fp32")
+    if keep_fp32 and max_drop:
+        raise QtoolError("--keep-fp32 N and --max-drop BUDGET both choose the layers kept in FP32: give one")
+    budget_ = parse_budget(max_drop) if max_drop else None
+    if (keep_fp32 or budget_) and (images_dir is None) == (data_dir is None):
+        raise QtoolError(f"{'--keep-fp32' if keep_fp32 else '--max-drop'} measures on real inputs: give exactly one of --images DIR or --data DIR")
+    if not (keep_fp32 or budget_) and (images_dir or data_dir or limit):
+        raise QtoolError("--images, --data and --limit are only used with --keep-fp32 or --max-drop")
     loaded = load_checked_model(model_path, calib_path, cal)
-    kept = None
-    if keep_fp32:
-        from ..evaluation import keep_fp32 as rank_and_keep
-
-        _, runs = held_out_runs(loaded, cal, images_dir, data_dir, limit)
-        kept = rank_and_keep(loaded, cal, keep_fp32, runs, exclude=options["exclude"], weights_7bit=weights_7bit,
-                             policies=options["policies"], method=method)
-        options["exclude"] = options["exclude"] + kept.exclude
+    mixed = None
+    if keep_fp32 or budget_:
+        mixed = _mixed_precision(loaded, cal, target, keep_fp32, budget_, max_fp32, options, images_dir, data_dir, limit)
+        options["exclude"] = options["exclude"] + mixed["exclude"]
     result = module.export(loaded, cal, **options)
-    if kept is not None:
-        result.warnings[:0] = kept.warnings
-        result.summary["kept_fp32"] = kept.tensors
+    if mixed is not None:
+        result.warnings[:0] = mixed.pop("warnings")
+        mixed.pop("exclude")
+        result.summary.update(mixed)
     if target == "tensorrt" and fmt == "qdq":
         result.summary["build"] = trt_qdq.build_command(tensorrt.major_of(trt_version), str(out))
     write_atomic(out, result.data)

@@ -1,0 +1,146 @@
+"""Mixed precision by an accuracy budget: keep in FP32 the fewest layers that bring the int8
+model within the budget (NNCF's quantize_with_accuracy_control, with qtool evaluate's metrics).
+
+The budget is the worst output SQNR in dB (`30dB`) or a top-1 agreement drop (`1%`: at least 99 %
+of the samples keep FP32's top-1 class, on outputs shaped like class scores). Candidates are the
+quantized tensors ranked as `qtool evaluate` ranks them (worst first, with the layers reading
+each); every trial exports the real QDQ model with the first k candidates' layers in FP32 and
+measures it on the held-out inputs: k = 1, 2, 4, ... until the budget is met, then a bisection
+between the last two, so about 2 log2(k) exports. The metric is not strictly monotonic in k; the
+result is the smallest k found that meets it, confirmed by its own measurement.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+import onnx
+
+from . import collect
+from . import evaluation as ev
+from .errors import QtoolError
+from .exporters import qdq
+
+
+@dataclass(frozen=True)
+class Budget:
+    metric: str  # "sqnr" (worst output SQNR, dB) or "top1" (worst top-1 agreement, 0..1)
+    bound: float  # the least acceptable value
+
+    def value(self, outputs: list[ev.OutputMetrics]) -> float:
+        if self.metric == "sqnr":
+            return min((o.sqnr_db for o in outputs), default=math.nan)
+        found = [o.top1_agreement for o in outputs if o.top1_agreement is not None]
+        if not found:
+            raise QtoolError("--max-drop N% needs outputs shaped like class scores ([N, classes]); use --max-drop <dB> (output SQNR)")
+        return min(found)
+
+    def met(self, value: float) -> bool:
+        return not math.isnan(value) and value >= self.bound
+
+    def describe(self, value: float | None = None) -> str:
+        if self.metric == "sqnr":
+            return f"{value:.2f} dB" if value is not None else f"output SQNR >= {self.bound:g} dB"
+        return f"{value * 100:.2f} %" if value is not None else f"top-1 agreement >= {self.bound * 100:g} %"
+
+
+def parse_budget(text: str) -> Budget:
+    """'30dB' or '30' -> worst output SQNR >= 30 dB; '1%' -> top-1 agreement >= 99 %."""
+    t = text.strip().lower().replace(" ", "")
+    m = re.fullmatch(r"([0-9]*\.?[0-9]+)(db|%)?", t)
+    if not m:
+        raise QtoolError(f"--max-drop {text!r} is not a budget: give an output SQNR in dB (e.g. 30dB) or a top-1 drop in % (e.g. 1%)")
+    number = float(m.group(1))
+    if m.group(2) == "%":
+        if not 0 <= number < 100:
+            raise QtoolError(f"--max-drop {text!r}: a top-1 drop must be from 0 to 100 %")
+        return Budget("top1", 1 - number / 100)
+    return Budget("sqnr", number)
+
+
+@dataclass
+class BudgetResult:
+    met: bool
+    value: float  # the metric of the chosen model
+    exclude: list[str]  # layers kept in FP32 (for --exclude)
+    tensors: list[dict]  # the candidates they stand for, worst first
+    trials: list[dict] = field(default_factory=list)  # {"fp32_tensors": k, "value": v} per export measured
+
+
+def _measure(loaded, cal, reference, names, budget: Budget, exclude: list[str], options: dict) -> float:
+    data = qdq.export(loaded, cal, exclude=exclude, **options).data
+    accs, _ = ev._compare(reference, collect.make_session(onnx.load_model_from_string(data)), names)
+    outputs = [ev.OutputMetrics(n, a.sqnr(), a.cosine(), a.top1(), a.samples) for n, a in zip(names, accs)]
+    return budget.value(outputs)
+
+
+def meet(loaded, cal, runs: ev.Runs, budget: Budget, max_fp32: int, *, exclude=(), **options) -> BudgetResult:
+    """The fewest ranked tensors (at most `max_fp32`) whose layers kept in FP32 meet `budget`."""
+    names, _ = ev._float_outputs(loaded.proto)
+    if not names:
+        raise QtoolError("--max-drop: the model has no float outputs to measure")
+    reference = ev._Reference(runs, ev._session(loaded, loaded.proto), names)
+    trials: list[dict] = []
+
+    def trial(k: int, extra: list[str]) -> float:
+        value = _measure(loaded, cal, reference, names, budget, list(exclude) + extra, options)
+        trials.append({"fp32_tensors": k, "value": ev.json_number(value, 6)})
+        return value
+
+    base = trial(0, [])
+    if budget.met(base):
+        return BudgetResult(True, base, [], [], trials)
+    prepared = ev.prepare(loaded, cal, exclude=exclude, **{k: v for k, v in options.items() if k in ("weights_7bit", "policies", "method")})
+    steps = ev.walk(prepared, ev.sensitivities(prepared, cal, reference, names), max_fp32)
+    if not steps:
+        return BudgetResult(False, base, [], [], trials)
+    values: dict[int, float] = {}
+    k, low = 1, 0
+    while True:  # doubling: the first k that meets the budget, or all candidates
+        k = min(k, len(steps))
+        values[k] = trial(k, steps[k - 1][1])
+        if budget.met(values[k]) or k == len(steps):
+            break
+        low, k = k, 2 * k
+    high = k
+    if not budget.met(values[high]):
+        return BudgetResult(False, values[high], steps[high - 1][1], [s[0] for s in steps[:high]], trials)
+    while high - low > 1:  # bisection between the last failing and the first passing k
+        mid = (low + high) // 2
+        values[mid] = trial(mid, steps[mid - 1][1])
+        low, high = (low, mid) if budget.met(values[mid]) else (mid, high)
+    return BudgetResult(True, values[high], steps[high - 1][1], [s[0] for s in steps[:high]], trials)
+
+
+def latency_ms(target: str, model_bytes: bytes, feeds: dict, runs: int = 30) -> float | None:
+    """Median latency (ms, one input) in the target's runtime: OpenVINO for FakeQuantize models
+    (None when OpenVINO is not installed), onnxruntime for QDQ."""
+    import statistics
+    import time
+
+    if target == "openvino":
+        try:
+            import openvino as ov
+        except ImportError:
+            return None
+        core = ov.Core()
+        compiled = core.compile_model(core.read_model(model_bytes, b""), "CPU", {"PERFORMANCE_HINT": "LATENCY"})
+        request = compiled.create_infer_request()
+
+        def infer():
+            request.infer(feeds)
+    else:
+        session = collect.make_session(onnx.load_model_from_string(model_bytes))
+
+        def infer():
+            session.run(None, feeds)
+    for _ in range(5):
+        infer()
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        infer()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1000

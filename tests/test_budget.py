@@ -1,0 +1,70 @@
+"""qtool export --max-drop: the fewest FP32 layers that meet an accuracy budget."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from runcli import invoke
+from test_openvino import HELDOUT, IMAGES, SAMPLE, ok, ort_run, sqnr
+
+from qtool.budget import Budget, parse_budget
+from qtool.errors import QtoolError
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    d = tmp_path_factory.mktemp("budget")
+    ok(invoke("-q", "calibrate", SAMPLE, "--images", IMAGES, "--limit", "48", "-o", d / "c.calib.json"))
+    x = np.load(HELDOUT)["x"][:200]
+    (d / "held").mkdir()
+    for i in range(0, 200, 50):
+        np.save(d / "held" / f"h{i:03d}.npy", x[i:i + 50])
+    return d, x
+
+
+def test_parse_budget():
+    assert parse_budget("30dB") == Budget("sqnr", 30.0) == parse_budget("30")
+    assert parse_budget("1%") == Budget("top1", 0.99)
+    for bad in ("thirty", "-3dB", "100%", "5 dBm"):
+        with pytest.raises(QtoolError, match="--max-drop"):
+            parse_budget(bad)
+
+
+def test_max_drop_meets_its_budget_with_the_fewest_layers(setup, tmp_path):
+    d, x = setup
+    base = json.loads(ok(invoke("evaluate", SAMPLE, "--calib", d / "c.calib.json", "--data", d / "held", "--json", "--no-tensors")).stdout)
+    goal = base["sqnr_db"] + 6  # well above what the all-int8 model reaches
+    out = tmp_path / "m.qdq.onnx"
+    summary = json.loads(ok(invoke("export", "--target", "qdq", "--calib", d / "c.calib.json", "-o", out, "--json",
+                                   "--max-drop", f"{goal}dB", "--data", d / "held")).stdout)
+    kept = summary["kept_fp32"]
+    assert kept and summary["fp32_layers"] >= 1
+    reached = sqnr(ort_run(SAMPLE, {"input": x})[0], ort_run(out, {"input": x})[0])
+    assert reached >= goal - 1e-6  # confirmed on the written file, independently
+    trials = {t["fp32_tensors"]: t["value"] for t in summary["budget"]["trials"]}
+    assert trials[0] < goal and trials[len(kept)] >= goal
+    assert len(kept) == 1 or trials[len(kept) - 1] < goal  # one tensor fewer does not meet it
+    assert summary["budget"]["latency_ms"]["with_fp32_layers"] > 0
+
+
+def test_a_budget_already_met_keeps_everything_int8(setup, tmp_path):
+    d, _ = setup
+    summary = json.loads(ok(invoke("export", "--target", "openvino", "--calib", d / "c.calib.json", "-o", tmp_path / "m.onnx",
+                                   "--json", "--max-drop", "1%", "--data", d / "held")).stdout)
+    assert summary["kept_fp32"] == [] and summary["budget"]["reached"] == "100.00 %"
+
+
+def test_an_unreachable_budget_fails_cleanly(setup, tmp_path):
+    d, _ = setup
+    out = tmp_path / "m.onnx"
+    r = invoke("export", "--target", "qdq", "--calib", d / "c.calib.json", "-o", out, "--max-drop", "90dB", "--max-fp32", "2",
+               "--data", d / "held")
+    assert r.exit_code == 1 and "no set of at most 2 layer group(s)" in r.stderr and r.stderr.count("\n") == 1
+    assert not out.exists()
+    r = invoke("export", "--target", "qdq", "--calib", d / "c.calib.json", "-o", out, "--max-drop", "1%", "--keep-fp32", "2",
+               "--data", d / "held")
+    assert r.exit_code == 1 and "give one" in r.stderr
+    r = invoke("export", "--target", "qdq", "--calib", d / "c.calib.json", "-o", out, "--max-drop", "1%")
+    assert r.exit_code == 1 and "--images DIR or --data DIR" in r.stderr
