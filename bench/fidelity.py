@@ -15,7 +15,9 @@ inputs (default 100; 10x that for the 2-class orientation classifier). Every mod
 inference precision (--precision), so the metric measures quantization alone: on CPUs with bf16
 the layers left in FP32 would otherwise run in bf16. qtool runs as a user runs it (`qtool calibrate --data`, `qtool export
 --target openvino`, default options unless --calib-args/--export-args say otherwise; one column per
---methods entry, the others recomputed from the same calibration file); NNCF with its defaults
+--methods variant: `default` is qtool with no flags at all, `entropy` the method qtool used by default
+before export chose per target, `default+asym` adds --activations auto; all from one calibration
+file); NNCF with its defaults
 (`nncf.quantize(ov.convert_model(model), dataset, subset_size=N)`).
 
 Inputs, generated at run time from the photo crops fetch_dev_models.sh writes (the held-out set
@@ -28,7 +30,7 @@ detectors, (x/255 - 0.5)/0.5 for rec/cls; MTCNN: (x - 127.5)/128, NHWC).
 nncf and scikit-image are bench-only dependencies. Usage:
   bash ../shared/tools/fetch_dev_models.sh        # models and photos into ~/.cache/qtool-dev
   python bench/fidelity.py [--models ppocrv5_det,...] [--calib 200] [--eval 100] [--runs 100]
-                           [--methods auto,entropy] [--export-args "--no-bias-correction"] [--dev DIR]
+                           [--methods default,entropy,default+asym] [--export-args "--no-bias-correction"] [--dev DIR]
 """
 
 from __future__ import annotations
@@ -198,36 +200,40 @@ def metric(task: str, ref: list[list[np.ndarray]], out: list[list[np.ndarray]]) 
 # ---------------------------------------------------------------- tools
 
 
-def run_qtool(model_path: Path, data_dir: Path, out_dir: Path, methods: list[str], extra_calib: list[str],
+LEVERS = {"asym": ["--activations", "auto"], "sym": ["--activations", "symmetric"], "nobc": ["--no-bias-correction"]}
+
+
+def run_qtool(model_path: Path, data_dir: Path, out_dir: Path, variants: list[str], extra_calib: list[str],
               extra_export: list[str]) -> dict[str, tuple[Path, float]]:
-    """Calibrate once (the first method), recompute the others from the stored histograms, export
-    each; {method: (FakeQuantize ONNX, seconds for calibrate + export)}."""
+    """Calibrate once (no --method: each export takes its target's default), then per variant
+    "METHOD[+LEVER...]" export the FakeQuantize model: METHOD `default` exports the file as it is,
+    any other method is recomputed from the stored histograms first; LEVERs add export options
+    (LEVERS). {variant: (FakeQuantize ONNX, seconds for calibrate + that export)}."""
     from click.testing import CliRunner
 
     from qtool.cli import cli
 
+    def qtool(*args):
+        r = CliRunner().invoke(cli, [str(a) for a in args])
+        if r.exit_code:
+            raise RuntimeError(f"qtool {args[1]} failed: {r.output}")
+
     calib = out_dir / "qtool.calib.json"
     t = time.perf_counter()
-    r = CliRunner().invoke(cli, ["-q", "calibrate", str(model_path), "--data", str(data_dir), "-o", str(calib),
-                                 "--method", methods[0], *extra_calib])
-    if r.exit_code:
-        raise RuntimeError(f"qtool calibrate failed: {r.output}")
+    qtool("-q", "calibrate", model_path, "--data", data_dir, "-o", calib, *extra_calib)
     t_cal = time.perf_counter() - t
     out = {}
-    for method in methods:
-        tag = method.replace(":", "")
+    for variant in variants:
+        method, *levers = variant.split("+")
+        tag = variant.replace(":", "").replace("+", "_")
         this = calib
-        if method != methods[0]:
+        if method != "default":
             this = out_dir / f"qtool.{tag}.calib.json"
-            r = CliRunner().invoke(cli, ["-q", "recompute", str(calib), "--method", method, "-o", str(this)])
-            if r.exit_code:
-                raise RuntimeError(f"qtool recompute failed: {r.output}")
+            qtool("-q", "recompute", calib, "--method", method, "-o", this)
         fq = out_dir / f"qtool.{tag}.openvino.onnx"
         t = time.perf_counter()
-        r = CliRunner().invoke(cli, ["-q", "export", "--target", "openvino", "--calib", str(this), "-o", str(fq), *extra_export])
-        if r.exit_code:
-            raise RuntimeError(f"qtool export failed: {r.output}")
-        out[method] = (fq, t_cal + time.perf_counter() - t)
+        qtool("-q", "export", "--target", "openvino", "--calib", this, "-o", fq, *extra_export, *(x for lever in levers for x in LEVERS[lever]))
+        out[variant] = (fq, t_cal + time.perf_counter() - t)
     return out
 
 
@@ -249,7 +255,9 @@ def main() -> None:
     ap.add_argument("--calib", type=int, default=200, help="calibration inputs (both tools)")
     ap.add_argument("--eval", type=int, default=100, help="held-out inputs for the metric")
     ap.add_argument("--runs", type=int, default=100, help="timed inferences per model and round")
-    ap.add_argument("--methods", default="auto,entropy", help="qtool threshold methods, comma-separated; the first calibrates (and is timed), the others are recomputed")
+    ap.add_argument("--methods", default="default,entropy,default+asym", help="qtool variants METHOD[+LEVER], comma-separated: "
+                    "default (no --method anywhere: the target's default), or a method recomputed from the histograms; levers: "
+                    + ", ".join(LEVERS) + "; the first is timed")
     ap.add_argument("--calib-args", default="", help="extra qtool calibrate options")
     ap.add_argument("--export-args", default="", help="extra qtool export options, e.g. '--no-bias-correction'")
     ap.add_argument("--precision", default="f32", help="OpenVINO inference precision for every model (f32: layers left in FP32 run in f32; "
