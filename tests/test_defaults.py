@@ -38,7 +38,7 @@ def test_export_method_equals_recompute_then_export(calibs, tmp_path, target, me
 def test_unpinned_files_get_each_targets_default_and_pinned_files_keep_theirs(calibs, tmp_path):
     free, pinned = calibs / "free.calib.json", calibs / "pinned.calib.json"
     assert not calibration.load(free).pinned and calibration.load(pinned).pinned
-    assert CPU.default_method == "auto" and TENSORRT.default_method is None
+    assert CPU.default_method == "auto" and TENSORRT.default_method == "mse"
     export(free, tmp_path / "default.onnx", "--target", "openvino")
     export(free, tmp_path / "auto.onnx", "--target", "openvino", "--method", "auto")
     assert (tmp_path / "default.onnx").read_bytes() == (tmp_path / "auto.onnx").read_bytes()

@@ -166,7 +166,9 @@ def export(loaded, cal, *, trt_version: str | None = None, algorithm: str = "ent
         from . import trt_qdq
 
         data, warnings, summary = trt_qdq.export(
-            loaded, cal, signed_thresholds(cal, algorithm, method, fallback=TENSORRT.clip_fallback), major=major, high_precision=high_precision or ("fp16" if major >= 10 else "fp32"),
+            loaded, cal, signed_thresholds(cal, algorithm, method if algorithm == "minmax" else cal.method_for(TENSORRT, method),
+                                           fallback=TENSORRT.clip_fallback),
+            major=major, high_precision=high_precision or ("fp16" if major >= 10 else "fp32"),
             weights=weights, exclude=exclude, include=include, bias_correction=bias_correction)
         summary = {"format": fmt, "trt_version": trt_version, **summary}
         return ExportResult(data, warnings, summary)
