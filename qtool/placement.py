@@ -62,7 +62,7 @@ from . import patterns as P
 from . import quant
 from .calibration import MAX_CLIPPED, Threshold, decide
 from .errors import QtoolError
-from .policy import ACTIVATIONS, WEIGHTS, Policies, Policy, activation_params, choose_symmetry, weight_params
+from .policy import SYMMETRIC, WEIGHTS, Policies, Policy, activation_params, choose_symmetry, weight_params
 from .rules import CPU, Rules
 
 LINEAR = set(CPU.linear)
@@ -90,7 +90,7 @@ class ActivationSite:
     shared_with: list[str] = field(default_factory=list)  # tensors in the same range group
     channel_amax: np.ndarray | None = None
     rank: int | None = None
-    policy: Policy = ACTIVATIONS
+    policy: Policy = SYMMETRIC
     low: float | None = None  # calibrated min and max, for asymmetric policies
     high: float | None = None
 
@@ -599,7 +599,7 @@ def place(proto: onnx.ModelProto, records: dict, *, rules: Rules = CPU, threshol
     given the calibration records {tensor name: TensorRecord}. float_types: element types the
     target can quantize. thresholds: the amax per tensor (qtool.calibration.decide; default: the
     records' own, on the rules' grid, with the rules' clipping fallback). policies: the policy
-    of each quantizer (qtool.policy; default: 8-bit, as qtool.policy.ACTIVATIONS/WEIGHTS), with
+    of each quantizer (qtool.policy; default: none, every quantizer 8-bit symmetric), with
     `recompute(tensor, policy) -> amax` for activation grids of other bits. exclude: nodes/tensors kept FP32; include: nodes the rules' default
     exclusions or ignored patterns would keep FP32, quantized anyway. ignored_patterns=False turns
     NNCF's ignored patterns off; depthwise_per_channel=False keeps depthwise Conv inputs per tensor."""

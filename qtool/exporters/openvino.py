@@ -83,7 +83,8 @@ def export(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_pa
     plan = placement.place(model, {t.name: t for t in cal.tensors}, thresholds=cal.for_target(CPU, method),
                            exclude=list(exclude or ()), include=list(include or ()),
                            weights_7bit=weights_7bit, ignored_patterns=ignored_patterns, float_types=FLOAT_TYPES,
-                           policies=policies, recompute=policy.searcher(cal, cal.method_for(CPU, method)))
+                           policies=policies if policies is not None else policy.Policies(),
+                           recompute=policy.searcher(cal, cal.method_for(CPU, method)))
     corrected, bc_warnings = biascorrection.apply_to_export(model, namer, plan, cal, bias_correction)
     apply(model, namer, plan)
     data, warnings = G.finish(model, loaded.proto)

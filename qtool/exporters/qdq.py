@@ -170,6 +170,7 @@ def prepare(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_p
             method: str | None = None) -> Prepared:
     """The steps of the QDQ export up to the placement: `export` and qtool.evaluation share them."""
     model = G.copy_model(loaded.proto, str(loaded.path.parent))
+    policies = policies if policies is not None else policy_mod.Policies()
     if needs_wide_types(policies):
         model, warnings = upgrade_opset(model, WIDE_OPSET, why="QuantizeLinear/DequantizeLinear with 4- or 16-bit integers")
     else:
