@@ -77,7 +77,7 @@ from onnxruntime.transformers.float16 import (
 
 from .errors import QtoolError
 from .graph import Namer, consumers, outer_refs, producers, subgraphs, toposort
-from .model import NON_DATA_SLOTS
+from .model import NON_DATA_SLOTS, tensor_types
 
 FP16_MAX = 65504.0
 ACTIVATION_LIMIT = FP16_MAX / 4
@@ -246,24 +246,11 @@ def _guard_activations(g: onnx.GraphProto, absmax: dict[str, float], kept: dict[
             kept.setdefault(u.name, reason)
 
 
-def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
-    g = model.graph
-    types = {vi.name: vi.type.tensor_type.elem_type for vi in list(g.input) + list(g.value_info) + list(g.output)
-             if vi.type.HasField("tensor_type")}
-    types.update({t.name: t.data_type for t in g.initializer})
-    for n in g.node:
-        if n.op_type == "Constant" and n.output:
-            for a in n.attribute:
-                if a.name == "value":
-                    types[n.output[0]] = a.t.data_type
-    return types
-
-
 def _guard_shape_nodes(model: onnx.ModelProto, kept: dict[str, str]) -> None:
     """(d): nodes that compute shapes (outputs reach only shape/index/parameter slots, as in
     qtool.model.activation_tensors) and touch a float stay FP32."""
     g = model.graph
-    types = _elem_types(model)
+    types = tensor_types(model)
     data = {o.name for o in g.output}
     for n in g.node:
         for sub in subgraphs(n):

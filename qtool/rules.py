@@ -90,5 +90,3 @@ TENSORRT = Rules(
     # (entropy fell 7.7 dB short on MTCNN O-Net and 0.045 mask IoU on PP-OCRv6 det)
     default_method="mse",
 )
-
-TARGETS = {"cpu": CPU, "tensorrt": TENSORRT}
