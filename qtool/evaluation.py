@@ -243,7 +243,7 @@ def _with_sites(prepared: qdq.Prepared, cal, activations: list, weights: list, b
     """The prepared model with only these quantizers, as export writes them: a weight quantizer
     comes with the bias shift of the layers reading it (the rest of the model stays FP32)."""
     layers = [name for site in weights for name, _ in site.readers]
-    model, _, _ = qdq.quantized(prepared, cal, placement.Plan(activations, weights, layers, {}, []), bias_correction)
+    model, _, _ = qdq.quantized(prepared, cal, placement.Plan(activations, weights, layers, {}, []), bias_correction, simulate=True)
     G.toposort(model.graph)
     return model
 
@@ -359,7 +359,13 @@ def evaluate(loaded, cal, runs: Runs, *, exclude=(), weights_7bit=None, policies
         progress.total = 1 + (len(prepared.plan.activations) + len(prepared.plan.weights) if per_tensor else 0)
         progress.refresh()
     reference = _Reference(runs, _session(loaded, loaded.proto), names, cache_bytes)
-    quantized = collect.make_session(onnx.load_model_from_string(exported.data))
+    if any(s.policy.rounding != "half-even" for s in prepared.plan.activations):
+        # roundings QuantizeLinear cannot express: the same model with those quantizers as float arithmetic
+        model, _, _ = qdq.quantized(prepared, cal, simulate=True)
+        G.toposort(model.graph)
+        quantized = collect.make_session(model)
+    else:
+        quantized = collect.make_session(onnx.load_model_from_string(exported.data))
     accs, samples = _compare(reference, quantized, names)
     if samples == 0:
         raise QtoolError("no inputs to evaluate on")

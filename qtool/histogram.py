@@ -91,8 +91,9 @@ def _kernel():
         done = 0
         for start in range(0, x.size, chunk):
             m = min(chunk, x.size - start)
+            xs = x[start : start + m]  # a view: indexing it with i < m vectorizes, x[start + i] does not
             for i in range(m):
-                f = abs(x[start + i]) * factor
+                f = abs(xs[i]) * factor
                 idx[i] = np.uint32(f) if f < limit else np.uint32(n)
             q = m - m % 4
             for i in range(0, q, 4):
