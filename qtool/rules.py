@@ -86,7 +86,7 @@ TENSORRT = Rules(
     clip_fallback=True,
     depthwise_per_channel=False,
     # the Q/DQ model's default (the cache keeps NVIDIA's entropy): measured in onnxruntime on the
-    # eight real models of bench/tensorrt_vs_modelopt.py, mse meets or ties ModelOpt's best on seven
-    # (entropy fell 7.7 dB short on MTCNN O-Net and 0.045 mask IoU on PP-OCRv6 det)
+    # eight real models of bench/tensorrt_vs_modelopt.py, mse beats ModelOpt's best on six (entropy
+    # fell 7.7 dB short on MTCNN O-Net and 0.045 mask IoU on PP-OCRv6 det); README, TensorRT section
     default_method="mse",
 )
