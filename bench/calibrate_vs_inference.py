@@ -12,8 +12,9 @@ measured in this run on this machine:
     (one thread per run, one run per core side by side, decoding included), outputs dropped,
   - qtool's peak RSS at 100 and at N images (memory is flat when they agree),
   - a per-image phase profile of collection on one thread (one worker, one onnxruntime thread:
-    the phases add up to the time per image): decode, onnxruntime, binning (|x| -> bin counts),
-    min/max, per-sample statistics, derived tensors, Python overhead (the rest of the time spent
+    the phases add up to the time per image): decode, onnxruntime, binning (|x| -> bin counts,
+    with the min/max of the same pass once a tensor's range is known), min/max (numpy's, where
+    binning is not that one pass), per-sample statistics, derived tensors, Python overhead (the rest of the time spent
     handling outputs), and the fixed cost after collection (thresholds and file writing).
 Images: the photos of fetch_dev_models.sh (repeated when fewer than N), else generated ones.
 Each measurement runs in a fresh process so peak RSS is its own.
@@ -261,6 +262,8 @@ def profile(name: str, path: Path, paths: list[Path]) -> dict:
     timer.wrap(collect._Accumulator, "fill", "handling")
     timer.wrap(histogram.TensorHistogram, "update", "histogram")  # min/max, then binning
     timer.wrap(histogram, "add_bins", "binning")
+    if hasattr(histogram, "binned_extrema"):  # the one-pass kernel: bins and min/max together
+        timer.wrap(histogram, "binned_extrema", "binning")
     timer.wrap(stats.SampleStats, "update", "statistics")
     if hasattr(collect._Accumulator, "derive"):
         timer.wrap(collect._Accumulator, "derive", "derived")

@@ -176,11 +176,12 @@ class _Accumulator:
         def add(name: str, value: np.ndarray, block: int | None) -> None:
             # one sample per entry of the first axis when it has the batch's size, else one in all
             rows = samples if samples > 1 and value.ndim >= 1 and value.shape[0] == samples else 1
-            extrema = self.hists[name].update(value, rows)
+            stats = self.stats.get(name)
+            extrema = self.hists[name].update(value, rows, stats.segments(value, rows, block) if stats is not None else 1)
             if extrema is None:
                 return
-            if name in self.stats:
-                self.stats[name].update([value], rows, extrema, [block])
+            if stats is not None:
+                stats.update([value], rows, extrema, [block])
             if name in self.needed:
                 kept[name] = value, rows, extrema, block
 
@@ -191,14 +192,7 @@ class _Accumulator:
             add(name, value, block)
         for name, (ufunc, a, b) in self.computed.items():
             if a in kept and b in kept:  # an empty input makes an empty output
-                (x, _, _, bx), (y, _, _, by) = kept[a], kept[b]
-                if bx and bx == by:  # elementwise on the blocks: the blocked form of the result
-                    z = ufunc(nchwc.view5(x, bx), nchwc.view5(y, by))
-                    add(name, z.reshape(z.shape[0], -1, *z.shape[2:4]), bx)
-                else:
-                    x = nchwc.unblocked(x, bx) if bx else x
-                    y = nchwc.unblocked(y, by) if by else y
-                    add(name, ufunc(x, y), None)
+                add(name, *self.derive(ufunc, kept[a], kept[b]))
         for name, parts in self.concats.items():
             got = [kept[p] for p in parts if p in kept]  # empty parts add nothing
             if got:
@@ -209,6 +203,16 @@ class _Accumulator:
                                   [max(g[2].hi[r] for g in got) for r in range(rows)],
                                   [sum(g[2].nonfinite[r] for g in got) for r in range(rows)])
                 self.stats[name].update([g[0] for g in got], rows, extrema, [g[3] for g in got])
+
+    def derive(self, ufunc, a: tuple, b: tuple) -> tuple[np.ndarray, int | None]:
+        """An Add/Sub/Mul output from its kept inputs: (value, its channel block or None)."""
+        (x, _, _, bx), (y, _, _, by) = a, b
+        if bx and bx == by:  # elementwise on the blocks: the blocked form of the result
+            z = ufunc(nchwc.view5(x, bx), nchwc.view5(y, by))
+            return z.reshape(z.shape[0], -1, *z.shape[2:4]), bx
+        x = nchwc.unblocked(x, bx) if bx else x
+        y = nchwc.unblocked(y, by) if by else y
+        return ufunc(x, y), None
 
     def merge(self, other: _Accumulator) -> None:
         for name, hist in other.hists.items():

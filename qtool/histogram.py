@@ -39,8 +39,8 @@ def _load_kernel() -> None:
     kernel, sums = _kernel(), _sums_kernel()
     # numba compiles (or loads) a signature at its first call: float32, as activations nearly
     # always are (a float64 model's first call pays its own)
-    kernel(np.zeros(1, np.float32), np.float32(1.0), np.zeros(2, np.int64))
-    sums(np.zeros((1, 1, 1, 1, 1), np.float32), np.zeros((1, 1, 1)))
+    _run_kernel(kernel, np.zeros((1, 1), np.float32), 1.0, np.zeros(2, np.int64))
+    sums(np.zeros((1, 1, 1, 1, 1), np.float32), np.zeros((1, 1, 1)), *np.zeros((2, 1, 1), np.float32), True)
     _ready = kernel, sums
 
 
@@ -67,52 +67,96 @@ def _numpy_add_bins(a: np.ndarray, factor: float, counts: np.ndarray) -> None:
 
 @lru_cache(maxsize=1)
 def _kernel():
-    """|x| -> bin -> count in one read of the data instead of numpy's four array passes.
+    """|x| -> bin -> count, and each row's min and max, in one read of the data instead of
+    numpy's four array passes for the bins and two for the extrema.
 
-    Bin indices are computed a chunk at a time (a loop the compiler vectorizes), then counted
-    into four interleaved sub-histograms: neighbouring activations often share a bin, and
-    one counter would make every increment wait for the previous one. The sub-histograms count
-    in 16 bits (16 KB for 2048 bins: they stay in the L1 cache beside the data) and are added
-    into `counts` every `flush` chunks, before a counter can wrap.
+    Bin indices are computed a chunk at a time (a loop the compiler vectorizes: it indexes a
+    view of the chunk, since x[start + i] would need a negative-index check per value), then
+    counted into four sub-histograms: neighbouring activations often share a bin, and one
+    counter would make every increment wait for the previous one. The sub-histograms count in
+    16 bits (16 KB for 2048 bins: they stay in the L1 cache beside the data) and move into a
+    64-bit total every `flush` chunks, before a counter can wrap. The total reaches `counts`
+    only when every value was below the top (none in slot n, where values at or beyond it and
+    NaN go): a caller that guessed the range can try again with another.
+
+    The extrema are those of integer keys, in the same vectorized loop: a float's bits as a
+    signed integer, with the magnitude bits flipped when negative, order as the floats do
+    (-0.0 just below +0.0; NaN beyond the infinities). `lo` and `hi` get each row's keys.
     """
     from numba import njit
 
-    chunk = 2048
-    flush = 120  # chunks between flushes: a uint16 counter gets at most chunk / 4 + 3 per chunk
+    chunk = 512  # 2 KB of indices beside 16 KB of counters: L1-sized (2048 measured 5-15 % slower)
+    # a chunk of m values adds at most m // 4 + 1 to a counter; flush before one could pass 65535
+    room = 65535 - (chunk // 4 + 1)
 
     @njit(nogil=True, cache=True)
-    def add_bins(x, factor, counts):  # pragma: no cover - compiled
+    def add_bins(x, bits, shift, mask, factor, counts, lo, hi):  # pragma: no cover - compiled
         n = counts.size
-        w = n + 1  # slot n counts values at or beyond the top (the caller guarantees none)
-        sub = np.zeros(4 * w, np.uint16)  # 16-bit counters: the four sub-histograms stay in L1
+        s0, s1 = np.zeros(n + 1, np.uint16), np.zeros(n + 1, np.uint16)
+        s2, s3 = np.zeros(n + 1, np.uint16), np.zeros(n + 1, np.uint16)
+        total = np.zeros(n + 1, np.int64)
         idx = np.empty(chunk, np.uint32)
         limit = x.dtype.type(n)
-        over = 0
-        done = 0
-        for start in range(0, x.size, chunk):
-            m = min(chunk, x.size - start)
-            xs = x[start : start + m]  # a view: indexing it with i < m vectorizes, x[start + i] does not
-            for i in range(m):
-                f = abs(xs[i]) * factor
-                idx[i] = np.uint32(f) if f < limit else np.uint32(n)
-            q = m - m % 4
-            for i in range(0, q, 4):
-                sub[idx[i]] += 1
-                sub[w + idx[i + 1]] += 1
-                sub[2 * w + idx[i + 2]] += 1
-                sub[3 * w + idx[i + 3]] += 1
-            for i in range(q, m):
-                sub[idx[i]] += 1
-            done += 1
-            if done == flush or start + chunk >= x.size:
-                for j in range(n):
-                    counts[j] += np.int64(sub[j]) + np.int64(sub[w + j]) + np.int64(sub[2 * w + j]) + np.int64(sub[3 * w + j])
-                over += np.int64(sub[n]) + np.int64(sub[w + n]) + np.int64(sub[2 * w + n]) + np.int64(sub[3 * w + n])
-                sub[:] = 0
-                done = 0
-        return over
+        load = 0
+        rows, cols = x.shape
+        for r in range(rows):
+            xr, br = x[r], bits[r]
+            kmin, kmax = mask, ~mask
+            for start in range(0, cols, chunk):
+                m = min(chunk, cols - start)
+                xs, bs = xr[start : start + m], br[start : start + m]
+                for i in range(m):
+                    f = abs(xs[i]) * factor
+                    idx[i] = np.uint32(f) if f < limit else np.uint32(n)
+                    b = bs[i]
+                    k = b ^ ((b >> shift) & mask)
+                    kmin, kmax = min(kmin, k), max(kmax, k)
+                q = m - m % 4
+                for i in range(0, q, 4):
+                    s0[idx[i]] += np.uint16(1)
+                    s1[idx[i + 1]] += np.uint16(1)
+                    s2[idx[i + 2]] += np.uint16(1)
+                    s3[idx[i + 3]] += np.uint16(1)
+                if m > q:  # the last (up to) three values, one to each of s0, s1, s2
+                    s0[idx[q]] += np.uint16(1)
+                    if m > q + 1:
+                        s1[idx[q + 1]] += np.uint16(1)
+                    if m > q + 2:
+                        s2[idx[q + 2]] += np.uint16(1)
+                load += m // 4 + 1
+                if load > room:  # by values, not chunks: rows of a few values do not flush more often
+                    for j in range(n + 1):
+                        total[j] += np.int64(s0[j]) + np.int64(s1[j]) + np.int64(s2[j]) + np.int64(s3[j])
+                    s0[:], s1[:], s2[:], s3[:], load = 0, 0, 0, 0, 0
+            lo[r], hi[r] = kmin, kmax
+        for j in range(n + 1):
+            total[j] += np.int64(s0[j]) + np.int64(s1[j]) + np.int64(s2[j]) + np.int64(s3[j])
+        if total[n] == 0:
+            for j in range(n):
+                counts[j] += total[j]
+        return total[n]
 
     return add_bins
+
+
+_KEYS = {np.dtype(np.float32): (np.int32, np.int32(31), np.int32(0x7FFFFFFF)),
+         np.dtype(np.float64): (np.int64, np.int64(63), np.int64(0x7FFFFFFFFFFFFFFF))}
+
+
+def _run_kernel(kernel, a: np.ndarray, factor: float, counts: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
+    """The kernel on a C-contiguous float [rows, cols] array: (values not counted, since at or
+    beyond the top or not finite, in which case counts is untouched; the key of each row's min;
+    of its max: see _floats)."""
+    ints, shift, mask = _KEYS[a.dtype]
+    lo, hi = np.empty(a.shape[0], ints), np.empty(a.shape[0], ints)
+    over = kernel(a, a.view(ints), shift, mask, a.dtype.type(factor), counts, lo, hi)
+    return over, lo, hi
+
+
+def _floats(keys: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """The floats of the kernel's order-preserving integer keys."""
+    _, shift, mask = _KEYS[dtype]
+    return (keys ^ ((keys >> shift) & mask)).view(dtype)
 
 
 def add_bins(a: np.ndarray, factor: float, counts: np.ndarray) -> None:
@@ -125,45 +169,95 @@ def add_bins(a: np.ndarray, factor: float, counts: np.ndarray) -> None:
         if _ready is None and a.size >= KERNEL_START_SIZE:
             start_loading()
         _numpy_add_bins(a, factor, counts)
-    elif _ready[0](a, a.dtype.type(factor), counts):
+    elif _run_kernel(_ready[0], a.reshape(1, -1), factor, counts)[0]:
         raise AssertionError("histogram kernel: a value outside [0, top)")
+
+
+def binned_extrema(a: np.ndarray, factor: float, counts: np.ndarray, segments: int = 1
+                   ) -> tuple[list[float], list[float], tuple[np.ndarray, np.ndarray] | None] | None:
+    """Bin the C-contiguous [rows, cols] float array `a` with `factor` (a power of two in a's
+    dtype) and return each row's min and max, in one pass, when every value is finite and
+    |x| * factor < len(counts); otherwise None, with counts untouched. With `segments` > 1,
+    also the min and max of each of the equal parts every row splits into (arrays [rows *
+    segments]; a zero among them may have either sign). The caller checks that the kernel is
+    ready."""
+    over, lo, hi = _run_kernel(_ready[0], a.reshape(a.shape[0] * segments, -1), factor, counts)
+    if over:
+        return None
+    parts = None
+    if segments > 1:  # the keys order as the floats do, -0.0 below +0.0: their extrema are exact
+        parts = _floats(lo, a.dtype), _floats(hi, a.dtype)
+        lo, hi = lo.reshape(-1, segments).min(axis=1), hi.reshape(-1, segments).max(axis=1)
+    lo, hi = _floats(lo, a.dtype).tolist(), _floats(hi, a.dtype).tolist()
+    for r in range(len(lo)):
+        # a zero extremum of either sign may come with the other: take the one numpy picks
+        if lo[r] == 0.0 and math.copysign(1.0, lo[r]) < 0:
+            lo[r] = float(np.minimum.reduce(a[r]))
+        if hi[r] == 0.0 and math.copysign(1.0, hi[r]) > 0:
+            hi[r] = float(np.maximum.reduce(a[r]))
+    return lo, hi, parts
 
 
 @lru_cache(maxsize=1)
 def _sums_kernel():
     """Sums over axes 1 and 3 of [samples, outer, groups, inner, lanes], for every (sample,
     group, lane), in float64, one value after the other: what np.add.accumulate does, with
-    the lanes (contiguous) summed side by side."""
+    the lanes (contiguous) summed side by side (a loop over views of rows of lanes, which
+    the compiler vectorizes). With `track`, also the max and min of every (group, lane)."""
     from numba import njit
 
     @njit(nogil=True, cache=True)
-    def ordered_sums(v, out):  # pragma: no cover - compiled
+    def ordered_sums(v, out, hi, lo, track):  # pragma: no cover - compiled
         rows, outer, groups, inner, lanes = v.shape
         for r in range(rows):
+            vr = v[r]
             for g in range(groups):
-                acc = out[r, g]
+                acc, first = out[r, g], vr[0, g, 0]
+                top, bottom = hi[g], lo[g]
                 for j in range(lanes):
-                    acc[j] = v[r, 0, g, 0, j]
+                    acc[j] = first[j]
+                    if track and r == 0:
+                        top[j], bottom[j] = first[j], first[j]
                 for o in range(outer):
+                    block = vr[o, g]
                     for i in range(1 if o == 0 else 0, inner):
+                        row = block[i]
                         for j in range(lanes):
-                            acc[j] += v[r, o, g, i, j]
+                            acc[j] += row[j]
+                        if track:
+                            for j in range(lanes):
+                                top[j] = max(top[j], row[j])
+                                bottom[j] = min(bottom[j], row[j])
+                if track and r > 0:
+                    for j in range(lanes):
+                        top[j], bottom[j] = max(top[j], first[j]), min(bottom[j], first[j])
 
     return ordered_sums
 
 
-def ordered_sums(v: np.ndarray) -> np.ndarray:
+def _numpy_peaks(v: np.ndarray) -> np.ndarray:
+    return np.maximum(v.max(axis=(0, 1, 3)), -v.min(axis=(0, 1, 3))).reshape(-1).astype(np.float64)
+
+
+def ordered_sums(v: np.ndarray, peaks: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """float64 sums of `v` [samples, outer, groups, inner, lanes] over axes 1 and 3, each summed
     in order (outer-major, the first value as the start): [samples, groups, lanes]. The kernel
     and numpy add the same values in the same order: identical results, and each sample's and
-    each lane's sums depend on nothing else in the array."""
+    each lane's sums depend on nothing else in the array. With `peaks` (v finite), also max |x|
+    over axes 0, 1 and 3, flattened: (sums, peaks), from the same read of v."""
     rows, outer, groups, inner, lanes = v.shape
     if _ready is not None and v.size >= KERNEL_MIN_SIZE:
         out = np.empty((rows, groups, lanes))
-        _ready[1](np.ascontiguousarray(v), out)
-        return out
+        hi, lo = np.empty((groups, lanes), v.dtype), np.empty((groups, lanes), v.dtype)
+        _ready[1](np.ascontiguousarray(v), out, hi, lo, peaks)
+        if not peaks:
+            return out
+        peak = np.maximum(hi, -lo).reshape(-1)
+        # max and min are exact, but which zero numpy returns where both signs meet is its own
+        return out, (peak.astype(np.float64) if peak.all() else _numpy_peaks(v))
     flat = v.transpose(0, 2, 1, 3, 4).reshape(rows, groups, outer * inner, lanes)
-    return np.add.accumulate(flat, axis=2, dtype=np.float64)[:, :, -1]
+    out = np.add.accumulate(flat, axis=2, dtype=np.float64)[:, :, -1]
+    return (out, _numpy_peaks(v)) if peaks else out
 
 
 def is_power_of_two(n: int) -> bool:
@@ -183,6 +277,8 @@ class Extrema(NamedTuple):
     lo: list[float]
     hi: list[float]
     nonfinite: list[int]
+    # when asked for and known: min and max of each of the equal parts every sample splits into
+    parts: tuple[np.ndarray, np.ndarray] | None = None
 
 
 @dataclass
@@ -203,15 +299,19 @@ class TensorHistogram:
         if self.counts is None:
             self.counts = np.zeros(self.bins, dtype=np.int64)
 
-    def update(self, x: np.ndarray, rows: int = 1) -> Extrema | None:
+    def update(self, x: np.ndarray, rows: int = 1, segments: int = 1) -> Extrema | None:
         """Add all values of `x` (any shape, any float dtype). Returns the extrema of each of
         the `rows` equal parts x splits into along its first axis, for callers that keep
-        per-sample statistics (rows=1: x is one part)."""
+        per-sample statistics (rows=1: x is one part), and, when they come at no cost, those
+        of the `segments` equal parts each of them splits into (Extrema.parts)."""
         a = x if type(x) is np.ndarray else np.asarray(x)
         if a.size == 0:
             return None
         if a.dtype != np.float32 and a.dtype != np.float64:
             a = a.astype(np.float32)
+        fast = self._in_range(a, rows, segments)
+        if fast is not None:
+            return fast
         if rows == 1:  # the common case, without per-row arrays
             flat = a.reshape(-1) if a.flags.c_contiguous else np.ascontiguousarray(a).reshape(-1)
             lo, hi = float(np.minimum.reduce(flat)), float(np.maximum.reduce(flat))
@@ -236,6 +336,25 @@ class TensorHistogram:
         if flat.size:
             self._add(flat, min(lo), max(hi))
         return Extrema(lo, hi, nonfinite)
+
+    def _in_range(self, a: np.ndarray, rows: int, segments: int = 1) -> Extrema | None:
+        """Bins and extrema in one pass of the kernel, when the range is already known and the
+        values turn out finite and inside it (the common case after the first batches); None,
+        with nothing counted, otherwise."""
+        if _ready is None or a.size < KERNEL_MIN_SIZE or self.top == 0.0 or self.nonfinite:
+            return None
+        factor = self.bins / self.top
+        if a.dtype == np.float32 and not factor <= 2.0**127:  # not a float32: _add's float64 path
+            return None
+        a = np.ascontiguousarray(a).reshape(rows, -1)
+        got = binned_extrema(a, factor, self.counts, segments if a.shape[1] % segments == 0 else 1)
+        if got is None:
+            return None
+        lo, hi, parts = got
+        self.size += int(a.size)
+        self.min = min(self.min, min(lo))
+        self.max = max(self.max, max(hi))
+        return Extrema(lo, hi, [0] * rows, parts)
 
     def _add(self, a: np.ndarray, lo: float, hi: float) -> None:
         """Bin the finite values `a`, whose min and max are lo and hi."""

@@ -38,10 +38,13 @@ _INT64_ROOM = 2.0**62
 
 
 def sample_channels(parts: list[np.ndarray], rows: int, axis: int, bad: bool, blocks: list[int | None],
-                    track_absmax: bool) -> tuple[np.ndarray, np.ndarray | None]:
+                    track_absmax: bool, known: tuple[np.ndarray, np.ndarray] | None = None
+                    ) -> tuple[np.ndarray, np.ndarray | None]:
     """Per-sample channel means [rows, channels] of a tensor (or of the parts it concatenates
     along `axis`), and, with track_absmax, the batch's max |x| per channel; `bad`: NaN and inf
-    count as 0; `blocks`: per part, its channel block when in onnxruntime's blocked layout."""
+    count as 0; `blocks`: per part, its channel block when in onnxruntime's blocked layout;
+    `known`: the min and max of every (sample, channel) of a single part, when the histogram
+    had them (see SampleStats.segments)."""
     means, peaks = [], []
     for a, block in zip(parts, blocks):
         sample = (1, *a.shape[1:]) if rows > 1 else a.shape  # a sample keeps a (size 1) first axis
@@ -57,14 +60,29 @@ def sample_channels(parts: list[np.ndarray], rows: int, axis: int, bad: bool, bl
         if bad:
             v = np.where(np.isfinite(v), v, 0)
         if block:  # numpy cannot sum along a middle axis fast; each sample alone, in order
-            sums = histogram.ordered_sums(v).reshape(rows, -1)
+            sums = histogram.ordered_sums(v, track_absmax)
+            if track_absmax:
+                sums, peak = sums
+                peaks.append(peak)
+            sums = sums.reshape(rows, -1)
         else:  # one sample at a time, so a sample's sums do not depend on the batch it came in
             sums = [np.add.reduce(v[r], axis=(0, 2), dtype=np.float64) for r in range(rows)]
             sums = sums[0][None] if rows == 1 else np.stack(sums)
+            if track_absmax:
+                peaks.append(_peaks(v, known))
         means.append(sums / max(outer * inner, 1))
-        if track_absmax:
-            peaks.append(np.maximum(v.max(axis=(0, 1, 3)), -v.min(axis=(0, 1, 3))).reshape(-1).astype(np.float64))
     return np.concatenate(means, axis=1), (np.concatenate(peaks) if track_absmax else None)
+
+
+def _peaks(v: np.ndarray, known: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
+    """max |x| per channel of v [rows, outer, channels, inner]; from `known` (min and max per
+    row and channel) unless a channel's is zero, where numpy's choice of sign is kept."""
+    if known is not None:
+        lo, hi = (k.reshape(v.shape[0], -1) for k in known)
+        peak = np.maximum(hi.max(axis=0), -lo.min(axis=0))
+        if peak.all():
+            return peak.astype(np.float64)
+    return np.maximum(v.max(axis=(0, 1, 3)), -v.min(axis=(0, 1, 3))).reshape(-1).astype(np.float64)
 
 
 @dataclass
@@ -97,10 +115,21 @@ class SampleStats:
             self.absmax_sum += _unit(max(-lo, hi, 0.0))
         self.count += rows
         if self.axis is not None and parts[0].ndim > 0:
-            self._add_channels([np.asarray(a) for a in parts], rows, any(extrema.nonfinite), blocks or [None] * len(parts))
+            known = extrema.parts if len(parts) == 1 else None
+            self._add_channels([np.asarray(a) for a in parts], rows, any(extrema.nonfinite), blocks or [None] * len(parts),
+                               known)
 
-    def _add_channels(self, parts: list[np.ndarray], rows: int, bad: bool, blocks: list[int | None]) -> None:
-        means, peak = sample_channels(parts, rows, self.axis, bad, blocks, self.track_absmax)
+    def segments(self, value: np.ndarray, rows: int, block: int | None) -> int:
+        """For TensorHistogram.update: the channels, when `value`'s samples split into one
+        contiguous part per channel and the extrema of those parts give the per-channel max |x|
+        this gathers (depthwise-conv inputs in NCHW); else 1."""
+        if not self.track_absmax or block or value.ndim < 2 or value.shape[0] != rows or self.axis % value.ndim != 1:
+            return 1
+        return value.shape[1]
+
+    def _add_channels(self, parts: list[np.ndarray], rows: int, bad: bool, blocks: list[int | None],
+                      known: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+        means, peak = sample_channels(parts, rows, self.axis, bad, blocks, self.track_absmax, known)
         channels = means.shape[1]
         if self.channel_sums is None:
             self.channel_sums = [0] * channels

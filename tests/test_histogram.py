@@ -81,7 +81,7 @@ def test_bins_must_be_a_power_of_two():
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_kernel_and_numpy_paths_count_identically(dtype):
-    from qtool.histogram import KERNEL_MIN_SIZE, _kernel, _numpy_add_bins
+    from qtool.histogram import KERNEL_MIN_SIZE, _floats, _kernel, _numpy_add_bins, _run_kernel
 
     rng = np.random.default_rng(3)
     a = np.minimum(np.abs(rng.standard_normal(KERNEL_MIN_SIZE * 3 + 7)), 3.99).astype(dtype)  # not whole chunks
@@ -89,6 +89,77 @@ def test_kernel_and_numpy_paths_count_identically(dtype):
     a[100:200] = np.nextafter(dtype(4.0), dtype(0.0))  # just below the top: last bin
     factor = 2048 / 4.0
     fast, slow = np.zeros(2048, np.int64), np.zeros(2048, np.int64)
-    assert _kernel()(a, a.dtype.type(factor), fast) == 0
+    a[300] = -2.5
+    over, lo, hi = _run_kernel(_kernel(), a.reshape(1, -1), factor, fast)
+    lo, hi = _floats(lo, a.dtype), _floats(hi, a.dtype)
+    assert over == 0 and (lo[0], hi[0]) == (a.min(), a.max()) == (-2.5, a[100])
     _numpy_add_bins(a, factor, slow)
     assert np.array_equal(fast, slow) and fast.sum() == a.size and fast[-1] >= 100
+    a[5] = 4.0  # at the top: nothing counted
+    assert _run_kernel(_kernel(), a.reshape(1, -1), factor, fast)[0] == 1 and np.array_equal(fast, slow)
+
+
+def _one_pass_disabled(monkeypatch):
+    from qtool import histogram
+
+    monkeypatch.setattr(histogram.TensorHistogram, "_in_range", lambda self, a, rows, segments=1: None)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_one_pass_path_matches_the_separate_passes(dtype, monkeypatch):
+    # the kernel bins and finds extrema together once the range is known; a batch beyond the
+    # range, NaN/inf, and zeros of both signs at an extremum fall back or defer to numpy
+    from qtool import histogram
+
+    histogram.start_loading()
+    histogram.wait_for_kernel()
+    rng = np.random.default_rng(5)
+    n = histogram.KERNEL_MIN_SIZE * 2 + 3
+    batches = [np.maximum(rng.standard_normal(n), 0).astype(dtype), rng.standard_normal(n).astype(dtype),
+               (rng.standard_normal((3, n)) * 50).astype(dtype), rng.standard_normal((3, n)).astype(dtype)]
+    zeros = np.abs(rng.standard_normal(n)).astype(dtype)
+    zeros[:2] = [0.0, -0.0]
+    negative = -zeros
+    odd = rng.standard_normal(n).astype(dtype)
+    odd[7] = np.nan
+    batches += [zeros, negative, -np.abs(batches[1]), odd, batches[1][::2].copy()[None].repeat(2, 0)]
+
+    def run():
+        h, got = TensorHistogram(bins=2048), []
+        for b in batches:
+            e = h.update(b, rows=b.shape[0] if b.ndim == 2 else 1)
+            got.append([[(v, np.copysign(1.0, v)) for v in vs] for vs in (e.lo, e.hi)] + [e.nonfinite])
+        return h, got
+
+    fast, fast_extrema = run()
+    _one_pass_disabled(monkeypatch)
+    slow, slow_extrema = run()
+    assert fast_extrema == slow_extrema
+    assert np.array_equal(fast.counts, slow.counts) and fast.top == slow.top
+    assert (fast.min, fast.max, fast.size, fast.nonfinite) == (slow.min, slow.max, slow.size, slow.nonfinite)
+
+
+def test_per_channel_extrema_of_the_one_pass_give_the_same_statistics():
+    # depthwise-conv inputs in NCHW: the per-channel max |x| comes from the binning pass
+    from qtool import histogram
+    from qtool.stats import SampleStats
+
+    histogram.start_loading()
+    histogram.wait_for_kernel()
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 6, 70, 70)).astype(np.float32)
+    x[1, 2] = 0.0  # a dead channel in one sample
+    x[:, 4] = 0.0  # and in all: its peak is numpy's
+    x[0, 4, 0, :3] = [-0.0, 0.0, -0.0]
+    h = TensorHistogram()
+    assert h.update(x, 2, 6).parts is None  # the first batch fixes the range: no one pass yet
+    e = h.update(x, 2, 6)
+    lo, hi = e.parts
+    assert np.array_equal(lo, x.reshape(12, -1).min(axis=1)) and np.array_equal(hi, x.reshape(12, -1).max(axis=1))
+    assert e.lo == x.reshape(2, -1).min(axis=1).tolist() and e.hi == x.reshape(2, -1).max(axis=1).tolist()
+    with_parts, without = SampleStats(axis=1, track_absmax=True), SampleStats(axis=1, track_absmax=True)
+    assert with_parts.segments(x, 2, None) == 6 and with_parts.segments(x, 2, 8) == 1
+    with_parts.update([x], 2, e)
+    without.update([x], 2, e._replace(parts=None))
+    assert with_parts.to_json() == without.to_json()
+    assert [np.copysign(1, v) for v in with_parts.channel_absmax] == [np.copysign(1, v) for v in without.channel_absmax]

@@ -123,6 +123,13 @@ def test_ordered_sums_kernel_and_numpy_agree():
     assert np.array_equal(histogram.ordered_sums(v[1:2]), by_kernel[1:2])
     assert np.allclose(by_kernel, v.astype(np.float64).sum(axis=(1, 3)), rtol=1e-9, atol=0)
     assert not np.array_equal(histogram.ordered_sums(v[:, :, :, ::-1]), by_kernel)  # the order is real
+    # with the per-lane max |x| of the same read: numpy's, zeros included
+    v[:, :, 1, :, 3] = 0.0
+    v[1, 0, 1, 5, 3] = -0.0
+    sums, peaks = histogram.ordered_sums(v, peaks=True)
+    numpy_peaks = np.maximum(v.max(axis=(0, 1, 3)), -v.min(axis=(0, 1, 3))).reshape(-1).astype(np.float64)
+    assert np.array_equal(sums, histogram.ordered_sums(v)) and np.array_equal(peaks, numpy_peaks)
+    assert np.array_equal(np.signbit(peaks), np.signbit(numpy_peaks)) and peaks[11] == 0
 
 
 def test_models_with_external_weights_are_fetched_in_nchw():
