@@ -76,14 +76,17 @@ def default_format(version: str) -> str:
 CALIBRATOR_ALGORITHMS = {"entropy2": "EntropyCalibration2", "minmax": "MinMaxCalibration"}
 
 
-def cache_amax(cal, algorithm: str = "entropy2") -> dict[str, float]:
-    """The amax TensorRT's calibration cache holds per tensor: on the signed grid (TensorRT's
-    implicit INT8 is symmetric signed, scale = amax / 127, even after ReLU), NVIDIA's threshold as
-    it is (no clipping fallback: the cache is what TensorRT's own calibrator would write);
-    minmax: max |x|."""
-    if algorithm == "minmax":
-        return {t.name: t.absmax for t in cal.tensors}
-    return {name: d.amax for name, d in cal.decide(signed=True, fallback=False).items()}
+def thresholds(cal, fmt: str, algorithm: str = "entropy2", method: str | None = None) -> dict:
+    """{tensor: calibration.Threshold} on TensorRT's signed grid (TensorRT's INT8 is symmetric
+    signed, scale = amax / 127, even after ReLU): `method` when given, max |x| with --algorithm
+    minmax; otherwise for the range files the calibration's threshold as NVIDIA's calibrator
+    would write it (entropy searched again on the signed grid, no clipping fallback), for the Q/DQ
+    model the TENSORRT rules' method and clipping fallback (calibration.Calibration.method_for)."""
+    if method is None and algorithm == "minmax":
+        method = "max"
+    if fmt == "qdq":
+        return cal.decide(signed=True, method=cal.method_for(TENSORRT, method), fallback=TENSORRT.clip_fallback)
+    return cal.decide(signed=True, method=method, fallback=False)
 
 
 def model_ranges(proto, own: dict[str, float]) -> tuple[dict[str, float], dict[str, list[str]]]:
@@ -144,14 +147,6 @@ def suffix(fmt: str | None = None, trt_version: str | None = None, **_options) -
     return SUFFIXES[resolve(trt_version, fmt)[1]]
 
 
-def signed_thresholds(cal, algorithm: str = "entropy2", method: str | None = None, fallback: bool = False) -> dict:
-    """{tensor: calibration.Threshold} on TensorRT's signed grid: `method` when given, else
-    --algorithm's (entropy2: the calibration's threshold, minmax: max |x|)."""
-    if method is None and algorithm == "minmax":
-        method = "max"
-    return cal.decide(signed=True, method=method, fallback=fallback)
-
-
 def export(loaded, cal, *, trt_version: str | None = None, algorithm: str = "entropy2", fmt: str | None = None,
            method: str | None = None, high_precision: str | None = None, weights: str = "fp32",
            exclude=(), include=(), bias_correction: bool = True, **_options):
@@ -166,15 +161,14 @@ def export(loaded, cal, *, trt_version: str | None = None, algorithm: str = "ent
         from . import trt_qdq
 
         data, warnings, summary = trt_qdq.export(
-            loaded, cal, signed_thresholds(cal, algorithm, method if algorithm == "minmax" else cal.method_for(TENSORRT, method),
-                                           fallback=TENSORRT.clip_fallback),
-            major=major, high_precision=high_precision or ("fp16" if major >= 10 else "fp32"),
+            loaded, cal, thresholds(cal, fmt, algorithm, method), major=major,
+            high_precision=high_precision or ("fp16" if major >= 10 else "fp32"),
             weights=weights, exclude=exclude, include=include, bias_correction=bias_correction)
         summary = {"format": fmt, "trt_version": trt_version, **summary}
         return ExportResult(data, warnings, summary)
     if high_precision is not None or weights != "fp32" or exclude or include or not bias_correction:
         raise QtoolError("--high-precision, --weights, --exclude, --include and --no-bias-correction apply to --format qdq only")
-    amax = cache_amax(cal, algorithm) if method is None else {n: d.amax for n, d in signed_thresholds(cal, method=method).items()}
+    amax = {name: d.amax for name, d in thresholds(cal, fmt, algorithm, method).items()}
     data, warnings, summary = _ranges_file(loaded, amax, trt_version, algorithm, fmt)
     if major == 10:
         warnings.insert(0, TRT10_DEPRECATED)
