@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from .. import biascorrection, placement, policy, quant
 from .. import graph as G
-from ..rules import CPU
+from . import cpu_plan
 
 DOMAIN = "org.openvinotoolkit"
 FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16)
@@ -80,11 +80,8 @@ def export(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_pa
     model = G.copy_model(loaded.proto, str(loaded.path.parent))
     namer = G.Namer(model)
     G.unique_node_names(model.graph, namer)
-    plan = placement.place(model, {t.name: t for t in cal.tensors}, thresholds=cal.for_target(CPU, method),
-                           exclude=list(exclude or ()), include=list(include or ()),
-                           weights_7bit=weights_7bit, ignored_patterns=ignored_patterns, float_types=FLOAT_TYPES,
-                           policies=policies if policies is not None else policy.Policies(),
-                           recompute=policy.searcher(cal, cal.method_for(CPU, method)))
+    plan = cpu_plan(model, cal, float_types=FLOAT_TYPES, exclude=exclude, include=include, weights_7bit=weights_7bit,
+                    ignored_patterns=ignored_patterns, policies=policies, method=method)
     corrected, bc_warnings = biascorrection.apply_to_export(model, namer, plan, cal, bias_correction)
     apply(model, namer, plan)
     data, warnings = G.finish(model, loaded.proto)

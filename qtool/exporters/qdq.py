@@ -23,7 +23,7 @@ from .. import biascorrection, placement, quant
 from .. import graph as G
 from .. import policy as policy_mod
 from ..errors import QtoolError
-from ..rules import CPU
+from . import cpu_plan
 
 MIN_OPSET = 13
 
@@ -200,7 +200,6 @@ class Prepared:
 
     model: onnx.ModelProto
     plan: placement.Plan
-    records: dict
     warnings: list[str]
     place: Callable  # place(exclude) -> Plan: the same placement with more nodes kept FP32
 
@@ -215,17 +214,15 @@ def prepare(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_p
     else:
         model, warnings = upgrade_opset(model)
     G.unique_node_names(model.graph, G.Namer(model))
-    records = {t.name: t for t in cal.tensors}
-    thresholds = cal.for_target(CPU, method)
 
     def place(more_excluded=()) -> placement.Plan:
-        return placement.place(model, records, thresholds=thresholds, exclude=list(exclude or ()) + list(more_excluded),
-                               include=list(include or ()),
-                               weights_7bit=weights_7bit, ignored_patterns=ignored_patterns, float_types=(TensorProto.FLOAT,),
-                               policies=policies, recompute=policy_mod.searcher(cal, cal.method_for(CPU, method)))
+        return cpu_plan(model, cal, float_types=(TensorProto.FLOAT,), exclude=list(exclude or ()) + list(more_excluded),
+                        include=include, weights_7bit=weights_7bit, ignored_patterns=ignored_patterns, policies=policies,
+                        method=method)
 
     plan = place()
-    return Prepared(model, plan, records, warnings + plan.warnings + policy_mod.runtime_rounding_warnings(plan, "onnxruntime"), place)
+    warnings += plan.warnings + policy_mod.runtime_rounding_warnings(plan, "onnxruntime")
+    return Prepared(model, plan, warnings, place)
 
 
 def quantized(prepared: Prepared, cal, plan: placement.Plan | None = None, bias_correction: bool = True,
