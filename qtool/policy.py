@@ -165,10 +165,8 @@ def weight_params(w, axis: int | None, policy: Policy = WEIGHTS, headroom_bits: 
 
 def quantize(x, params: quant.QParams, rounding: str = "half-even") -> np.ndarray:
     """clip(round(x / scale) + zp, qmin, qmax) as int64, rounded by `rounding` (axis: per channel)."""
-    xf = np.asarray(x, dtype=np.float64)
-    s = quant.along(np.asarray(params.scale, dtype=np.float64), params.axis, xf.ndim)
-    zp = quant.along(np.asarray(params.zero_point, dtype=np.int64), params.axis, xf.ndim)
-    return np.clip(round_values(xf / s, rounding) + zp, params.grid.qmin, params.grid.qmax).astype(np.int64)
+    return quant.quantize_linear(x, params.scale, params.zero_point, params.grid, params.axis,
+                                 round_fn=lambda t: round_values(t, rounding))
 
 
 def fake_quantize(x, params: quant.QParams, rounding: str = "half-even") -> np.ndarray:

@@ -136,7 +136,7 @@ def fake_quantize(x, input_low, input_high, output_low, output_high, levels: int
     return y.astype(out_type)
 
 
-def along(a: np.ndarray, axis: int | None, ndim: int) -> np.ndarray:
+def _along(a: np.ndarray, axis: int | None, ndim: int) -> np.ndarray:
     """Reshape a per-channel vector so that it broadcasts along `axis` of an ndim array."""
     a = np.asarray(a)
     if axis is None or a.ndim == 0:
@@ -146,19 +146,20 @@ def along(a: np.ndarray, axis: int | None, ndim: int) -> np.ndarray:
     return a.reshape(shape)
 
 
-def quantize_linear(x, scale, zero_point, g: Grid, axis: int | None = None) -> np.ndarray:
-    """ONNX QuantizeLinear: clip(rint(x / scale) + zp, qmin, qmax) as int64 (axis: per-channel)."""
+def quantize_linear(x, scale, zero_point, g: Grid, axis: int | None = None, round_fn=np.rint) -> np.ndarray:
+    """ONNX QuantizeLinear: clip(rint(x / scale) + zp, qmin, qmax) as int64 (axis: per-channel);
+    `round_fn` replaces rint for other roundings (qtool.policy.quantize)."""
     xf = np.asarray(x, dtype=np.float64)
-    s = along(np.asarray(scale, dtype=np.float64), axis, xf.ndim)
-    zp = along(np.asarray(zero_point, dtype=np.int64), axis, xf.ndim)
-    return np.clip(np.rint(xf / s) + zp, g.qmin, g.qmax).astype(np.int64)
+    s = _along(np.asarray(scale, dtype=np.float64), axis, xf.ndim)
+    zp = _along(np.asarray(zero_point, dtype=np.int64), axis, xf.ndim)
+    return np.clip(round_fn(xf / s) + zp, g.qmin, g.qmax).astype(np.int64)
 
 
 def dequantize_linear(q, scale, zero_point, axis: int | None = None) -> np.ndarray:
     """ONNX DequantizeLinear: (q - zp) * scale, float64."""
     qa = np.asarray(q, dtype=np.int64)
-    s = along(np.asarray(scale, dtype=np.float64), axis, qa.ndim)
-    zp = along(np.asarray(zero_point, dtype=np.int64), axis, qa.ndim)
+    s = _along(np.asarray(scale, dtype=np.float64), axis, qa.ndim)
+    zp = _along(np.asarray(zero_point, dtype=np.int64), axis, qa.ndim)
     return (qa - zp) * s
 
 
