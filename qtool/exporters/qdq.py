@@ -58,7 +58,7 @@ def upgrade_opset(model: onnx.ModelProto, target: int = MIN_OPSET, why: str = "p
     return converted, [f"the model was converted from opset {current} to opset {target} ({why} needs {target})"]
 
 
-def _init(model: onnx.ModelProto, namer: G.Namer, base: str, array: np.ndarray) -> str:
+def add_initializer(model: onnx.ModelProto, namer: G.Namer, base: str, array: np.ndarray) -> str:
     name = namer.fresh(base)
     model.graph.initializer.append(numpy_helper.from_array(array, name))
     return name
@@ -117,7 +117,7 @@ def _activation_nodes(model, namer, site: placement.ActivationSite) -> list[onnx
     if (full.qmin, full.qmax) != (p.grid.qmin, p.grid.qmax):
         raise QtoolError(f"QuantizeLinear saturates to whole 4-, 8- or 16-bit types; the {site.policy.bits}-bit activations of "
                          f"{site.tensor!r} need a FakeQuantize target (--target openvino)")
-    scale = _init(model, namer, f"{site.tensor}/scale", np.asarray(p.scale, dtype=np.float32))
+    scale = add_initializer(model, namer, f"{site.tensor}/scale", np.asarray(p.scale, dtype=np.float32))
     zp = _int_init(model, namer, f"{site.tensor}/zero_point", p.zero_point, ztype)
     q = namer.fresh(f"{site.tensor}/quantized")
     dq = namer.fresh(f"{site.tensor}/dequantized")
@@ -132,7 +132,7 @@ def _weight_node(model, namer, site: placement.WeightSite) -> onnx.NodeProto:
     ztype = storage_type(p.grid)
     q = policy_mod.quantize(site.values, p, site.policy.rounding)
     wq = _int_init(model, namer, f"{site.tensor}/int8" if ztype == TensorProto.INT8 else f"{site.tensor}/int", q, ztype)
-    scale = _init(model, namer, f"{site.tensor}/scale", np.asarray(p.scale, dtype=np.float32))
+    scale = add_initializer(model, namer, f"{site.tensor}/scale", np.asarray(p.scale, dtype=np.float32))
     zp = _int_init(model, namer, f"{site.tensor}/zero_point", np.zeros(np.shape(p.scale), dtype=np.int64), ztype)
     dq = namer.fresh(f"{site.tensor}/dequantized")
     attrs = {"axis": axis} if axis is not None else {}
@@ -152,9 +152,9 @@ def _simulated_nodes(model, namer, site: placement.ActivationSite) -> list[onnx.
     what evaluate runs for activations whose rounding QuantizeLinear cannot express."""
     p = site.params()
     shape = quant.range_shape(p, site.rank) if site.channel_amax is not None else ()
-    const = {k: _init(model, namer, f"{site.tensor}/sim_{k}", np.asarray(v, np.float32).reshape(shape if np.ndim(v) else ()))
+    const = {k: add_initializer(model, namer, f"{site.tensor}/sim_{k}", np.asarray(v, np.float32).reshape(shape if np.ndim(v) else ()))
              for k, v in (("scale", p.scale), ("zp", p.zero_point), ("half", 0.5))}
-    lo, hi = (_init(model, namer, f"{site.tensor}/sim_{k}", np.asarray(v, np.float32)) for k, v in (("qmin", p.grid.qmin), ("qmax", p.grid.qmax)))
+    lo, hi = (add_initializer(model, namer, f"{site.tensor}/sim_{k}", np.asarray(v, np.float32)) for k, v in (("qmin", p.grid.qmin), ("qmax", p.grid.qmax)))
     nodes: list[onnx.NodeProto] = []
 
     def op(kind, *inputs):

@@ -4,8 +4,9 @@ by TensorRT's rules (qtool.rules.TENSORRT), the only INT8 input TensorRT 11 has.
 What TensorRT's ONNX parser accepts (onnx/onnx-tensorrt onnxOpImporters.cpp and docs/operators.md,
 branches 8.6-GA and 10.1-GA; the TensorRT developer guide, "Explicit Quantization"):
 * signed INT8 only, zero points given explicitly and all 0; scales constant, finite, positive;
-* activations per tensor, scale = amax / 127 with amax from the signed-grid entropy search, the
-  float32 number the calibration cache holds for the same tensor (exporters/tensorrt.scale_hex);
+* activations per tensor, scale = amax / 127 computed in float32 as the calibration cache writes
+  it (qtool.trtfiles.scale_hex), amax from exporters/tensorrt.thresholds (mse by default; with
+  --method entropy the cache's own amax, so the two agree bit for bit);
 * weights per output channel on the axis the parser wants (Conv 0, ConvTranspose 1, Gemm by
   transB, MatMul [K, N] 1), grid [-127, 127], scale max|w| / 127: an FP32 initializer ->
   QuantizeLinear -> DequantizeLinear (every version) or an INT8 initializer -> DequantizeLinear
@@ -21,13 +22,14 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from .. import biascorrection, placement, quant
 from .. import graph as G
 from ..errors import QtoolError
 from ..rules import TENSORRT
 from ..trtrules import OPSETS
+from .qdq import add_initializer, upgrade_opset
 
 FP16_OPSET = 19  # QuantizeLinear/DequantizeLinear-19 take FP16 scales
 # Smallest scale written when scales are FP16: 2^-16 is exact in FP16 and every scale above it
@@ -70,12 +72,6 @@ def _target_opset(model: onnx.ModelProto, major: int, high_precision: str) -> in
     return wanted
 
 
-def _init(model: onnx.ModelProto, namer: G.Namer, base: str, array: np.ndarray) -> str:
-    name = namer.fresh(base)
-    model.graph.initializer.append(numpy_helper.from_array(array, name))
-    return name
-
-
 def activation_scale(amax: float) -> np.float32:
     """amax / 127 in float32 arithmetic, the exact number the calibration cache writes."""
     return np.float32(amax) / np.float32(127.0)
@@ -86,8 +82,8 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan, weights:
     nodes = {n.name: n for n in model.graph.node}
     new_nodes = []
     for site in plan.activations:
-        scale = _init(model, namer, f"{site.tensor}/scale", np.asarray(max(activation_scale(site.range.amax), np.float32(floor))))
-        zp = _init(model, namer, f"{site.tensor}/zero_point", np.zeros((), dtype=np.int8))
+        scale = add_initializer(model, namer, f"{site.tensor}/scale", np.asarray(max(activation_scale(site.range.amax), np.float32(floor))))
+        zp = add_initializer(model, namer, f"{site.tensor}/zero_point", np.zeros((), dtype=np.int8))
         q, dq = namer.fresh(f"{site.tensor}/quantized"), namer.fresh(f"{site.tensor}/dequantized")
         new_nodes.append(helper.make_node("QuantizeLinear", [site.tensor, scale, zp], [q], name=namer.fresh(f"{site.tensor}/QuantizeLinear")))
         new_nodes.append(helper.make_node("DequantizeLinear", [q, scale, zp], [dq], name=namer.fresh(f"{site.tensor}/DequantizeLinear")))
@@ -106,12 +102,12 @@ def _weight_nodes(model: onnx.ModelProto, namer: G.Namer, site: placement.Weight
     axis = p.axis if p.axis is not None and np.ndim(p.scale) > 0 else None
     attrs = {"axis": axis} if axis is not None else {}
     values = np.maximum(np.asarray(p.scale, dtype=np.float32), np.float32(floor))
-    scale = _init(model, namer, f"{site.tensor}/scale", values)
-    zp = _init(model, namer, f"{site.tensor}/zero_point", np.zeros(np.shape(p.scale), dtype=np.int8))
+    scale = add_initializer(model, namer, f"{site.tensor}/scale", values)
+    zp = add_initializer(model, namer, f"{site.tensor}/zero_point", np.zeros(np.shape(p.scale), dtype=np.int8))
     dq = namer.fresh(f"{site.tensor}/dequantized")
     if weights == "int8":
         q = quant.quantize_linear(site.values, values, p.zero_point, p.grid, axis).astype(np.int8)
-        source = _init(model, namer, f"{site.tensor}/int8", q)
+        source = add_initializer(model, namer, f"{site.tensor}/int8", q)
         return [helper.make_node("DequantizeLinear", [source, scale, zp], [dq], name=namer.fresh(f"{site.tensor}/DequantizeLinear"), **attrs)]
     q = namer.fresh(f"{site.tensor}/quantized")
     return [
@@ -124,8 +120,6 @@ def export(loaded, cal, thresholds: dict, *, major: int, high_precision: str, we
            exclude=(), include=(), bias_correction: bool = True):
     """(model bytes, warnings, summary) of the Q/DQ model for TensorRT `major`, with the
     activation thresholds {tensor: calibration.Threshold on the signed grid}."""
-    from .qdq import upgrade_opset
-
     check_options(major, high_precision, weights)
     model = G.copy_model(loaded.proto, str(loaded.path.parent))
     opset, source_opset = _target_opset(model, major, high_precision), G.default_opset(model)
