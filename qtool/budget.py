@@ -20,6 +20,7 @@ import onnx
 
 from . import collect
 from . import evaluation as ev
+from . import graph as G
 from .errors import QtoolError
 from .exporters import qdq
 
@@ -69,30 +70,29 @@ class BudgetResult:
     trials: list[dict] = field(default_factory=list)  # {"fp32_tensors": k, "value": v} per export measured
 
 
-def _measure(loaded, cal, reference, names, budget: Budget, exclude: list[str], options: dict) -> float:
-    data = qdq.export(loaded, cal, exclude=exclude, **options).data
-    accs, _ = ev._compare(reference, collect.make_session(onnx.load_model_from_string(data)), names)
-    outputs = [ev.OutputMetrics(n, a.sqnr(), a.cosine(), a.top1(), a.samples) for n, a in zip(names, accs)]
-    return budget.value(outputs)
-
-
-def meet(loaded, cal, runs: ev.Runs, budget: Budget, max_fp32: int, *, exclude=(), **options) -> BudgetResult:
-    """The fewest ranked tensors (at most `max_fp32`) whose layers kept in FP32 meet `budget`."""
+def meet(loaded, cal, runs: ev.Runs, budget: Budget, max_fp32: int, *, bias_correction: bool = True,
+         **options) -> BudgetResult:
+    """The fewest ranked tensors (at most `max_fp32`) whose layers kept in FP32 meet `budget`.
+    options: those of qdq.prepare (exclude, include, weights_7bit, ignored_patterns, policies,
+    method); one preparation serves the ranking and every trial, each the model export writes."""
     names, _ = ev._float_outputs(loaded.proto)
     if not names:
         raise QtoolError("--max-drop: the model has no float outputs to measure")
     reference = ev._Reference(runs, ev._session(loaded, loaded.proto), names)
+    prepared = qdq.prepare(loaded, cal, **options)
     trials: list[dict] = []
 
     def trial(k: int, extra: list[str]) -> float:
-        value = _measure(loaded, cal, reference, names, budget, list(exclude) + extra, options)
+        model, _, _ = qdq.quantized(prepared, cal, prepared.place(extra) if extra else prepared.plan, bias_correction)
+        G.toposort(model.graph)
+        accs, _ = ev._compare(reference, collect.make_session(model), names)
+        value = budget.value(ev.output_metrics(names, accs))
         trials.append({"fp32_tensors": k, "value": ev.json_number(value, 6)})
         return value
 
     base = trial(0, [])
     if budget.met(base):
         return BudgetResult(True, base, [], [], trials)
-    prepared = ev.prepare(loaded, cal, exclude=exclude, **{k: v for k, v in options.items() if k in ("weights_7bit", "policies", "method")})
     steps = ev.walk(prepared, ev.sensitivities(prepared, cal, reference, names), max_fp32)
     if not steps:
         return BudgetResult(False, base, [], [], trials)

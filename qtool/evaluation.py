@@ -381,12 +381,13 @@ def evaluate(loaded, cal, runs: Runs, *, exclude=(), weights_7bit=None, policies
             warnings.append(f"output {n!r}: {a.skipped} FP32 value(s) were NaN/inf and were not compared")
     if not_compared:
         warnings.append(f"non-float output(s) not compared: {', '.join(not_compared)}")
-    outputs = [
-        OutputMetrics(n, a.sqnr(), a.cosine(), a.top1(), a.samples, a.skipped)
-        for n, a in zip(names, accs)
-    ]
+    outputs = output_metrics(names, accs)
     tensors = sensitivities(prepared, cal, reference, names, progress) if per_tensor else []
     return Evaluation(outputs, tensors, samples, exported.summary, dict(prepared.plan.fp32_layers), not_compared, warnings)
+
+
+def output_metrics(names: list[str], accs: list[_Acc]) -> list[OutputMetrics]:
+    return [OutputMetrics(n, a.sqnr(), a.cosine(), a.top1(), a.samples, a.skipped) for n, a in zip(names, accs)]
 
 
 def to_json(ev: Evaluation) -> dict:
