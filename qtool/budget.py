@@ -93,7 +93,7 @@ def meet(loaded, cal, runs: ev.Runs, budget: Budget, max_fp32: int, *, bias_corr
     base = trial(0, [])
     if budget.met(base):
         return BudgetResult(True, base, [], [], trials)
-    steps = ev.walk(prepared, ev.sensitivities(prepared, cal, reference, names), max_fp32)
+    steps = ev.walk(prepared, ev.sensitivities(prepared, cal, reference, names, bias_correction=bias_correction), max_fp32)
     if not steps:
         return BudgetResult(False, base, [], [], trials)
     values: dict[int, float] = {}

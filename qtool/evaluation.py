@@ -233,12 +233,6 @@ class Evaluation:
 # ---------------------------------------------------------------- the quantized model
 
 
-def prepare(loaded, cal, *, exclude=(), weights_7bit=None, policies=None, method=None) -> qdq.Prepared:
-    """The QDQ export's preparation (qtool.exporters.qdq.prepare): the model evaluate measures is
-    the one export writes."""
-    return qdq.prepare(loaded, cal, exclude=exclude, weights_7bit=weights_7bit, policies=policies, method=method)
-
-
 def _with_sites(prepared: qdq.Prepared, cal, activations: list, weights: list, bias_correction: bool = True) -> onnx.ModelProto:
     """The prepared model with only these quantizers, as export writes them: a weight quantizer
     comes with the bias shift of the layers reading it (the rest of the model stays FP32)."""
@@ -354,7 +348,7 @@ def evaluate(loaded, cal, runs: Runs, *, exclude=(), weights_7bit=None, policies
     if not names:
         raise QtoolError("the model has no float outputs to compare (SQNR needs float outputs)")
     exported = qdq.export(loaded, cal, exclude=exclude, weights_7bit=weights_7bit, policies=policies, method=method)
-    prepared = prepare(loaded, cal, exclude=exclude, weights_7bit=weights_7bit, policies=policies, method=method)
+    prepared = qdq.prepare(loaded, cal, exclude=exclude, weights_7bit=weights_7bit, policies=policies, method=method)
     if progress is not None:  # a tqdm bar: one step per model pass over the inputs
         progress.total = 1 + (len(prepared.plan.activations) + len(prepared.plan.weights) if per_tensor else 0)
         progress.refresh()
@@ -431,17 +425,18 @@ def walk(prepared: qdq.Prepared, ranking: list[TensorSensitivity], count: int) -
     return steps
 
 
-def keep_fp32(loaded, cal, count: int, runs: Runs, *, exclude=(), weights_7bit=None, policies=None, method=None) -> KeepFp32:
+def keep_fp32(loaded, cal, count: int, runs: Runs, *, bias_correction: bool = True, **options) -> KeepFp32:
     """The layers to keep in FP32 so that the `count` quantized tensors ranked most harmful
-    (as evaluate ranks them, on `runs`) are no longer quantized.
+    (as evaluate ranks them, on `runs`) are no longer quantized. options: those of qdq.prepare,
+    the export's, so the ranking is of the placement exported.
     Walking the ranking worst first, a tensor already unquantized by an earlier choice is
     skipped, so `count` tensors really go."""
     names, _ = _float_outputs(loaded.proto)
     if not names:
         raise QtoolError("--keep-fp32: the model has no float outputs to rank layers by")
-    prepared = prepare(loaded, cal, exclude=exclude, weights_7bit=weights_7bit, policies=policies, method=method)
+    prepared = qdq.prepare(loaded, cal, **options)
     reference = _Reference(runs, _session(loaded, loaded.proto), names)
-    ranking = sensitivities(prepared, cal, reference, names)
+    ranking = sensitivities(prepared, cal, reference, names, bias_correction=bias_correction)
     steps = walk(prepared, ranking, count)
     chosen = [tensor for tensor, _ in steps]
     extra = steps[-1][1] if steps else []

@@ -150,7 +150,7 @@ def test_a_weight_quantizer_is_ranked_with_the_bias_shift_export_writes(digits):
 
     loaded = model.load_model(SAMPLE)
     cal = calibration.load(digits["calib"])
-    prepared = ev.prepare(loaded, cal)
+    prepared = qdq.prepare(loaded, cal)
     exported = onnx.load_model_from_string(qdq.export(loaded, cal).data)
     original = {t.name: onnx.numpy_helper.to_array(t) for t in loaded.proto.graph.initializer}
 
