@@ -47,6 +47,14 @@ def _loaded(model_or_path, external_data: bool = True) -> model.LoadedModel:
     raise QtoolError(f"model must be a path or an onnx.ModelProto, not {type(model_or_path).__name__}")
 
 
+def _checked(model_or_path, cal: Calibration) -> model.LoadedModel:
+    """The model, refused unless it is the one `cal` was made for (same SHA-256)."""
+    loaded = _loaded(model_or_path)
+    if loaded.sha256 != cal.model_sha256:
+        raise QtoolError("the model is not the one the calibration was made for (SHA-256 differs); calibrate it again")
+    return loaded
+
+
 class _Progress:
     """What the pipeline calls on a tqdm bar (update, total, refresh) over a plain callback(n)."""
 
@@ -138,9 +146,7 @@ def export(model_or_path, cal: Calibration, *, target: str, path: str | os.PathL
     unknown = sorted(set(options) - EXPORT_OPTIONS[target])
     if unknown:
         raise QtoolError(f"option {unknown[0]!r} does not apply to target {target!r} (it takes {', '.join(sorted(EXPORT_OPTIONS[target]))})")
-    loaded = _loaded(model_or_path)
-    if loaded.sha256 != cal.model_sha256:
-        raise QtoolError("the model is not the one the calibration was made for (SHA-256 differs); calibrate it again")
+    loaded = _checked(model_or_path, cal)
     if target == "tensorrt":
         from .exporters import tensorrt
 
@@ -163,9 +169,7 @@ def evaluate(model_or_path, cal: Calibration, *, images: str | os.PathLike | Non
     .npy/.npz, or an in-memory loader."""
     from .inputs import held_out_runs
 
-    loaded = _loaded(model_or_path)
-    if loaded.sha256 != cal.model_sha256:
-        raise QtoolError("the model is not the one the calibration was made for (SHA-256 differs); calibrate it again")
+    loaded = _checked(model_or_path, cal)
     if data is not None and not isinstance(data, (str, os.PathLike)):
         specs = model.data_inputs(loaded.proto)
         items = list(data)
