@@ -347,8 +347,8 @@ def evaluate(loaded, cal, runs: Runs, *, exclude=(), weights_7bit=None, policies
     names, not_compared = _float_outputs(loaded.proto)
     if not names:
         raise QtoolError("the model has no float outputs to compare (SQNR needs float outputs)")
-    exported = qdq.export(loaded, cal, exclude=exclude, weights_7bit=weights_7bit, policies=policies, method=method)
     prepared = qdq.prepare(loaded, cal, exclude=exclude, weights_7bit=weights_7bit, policies=policies, method=method)
+    exported = qdq.export_prepared(loaded, cal, prepared)
     if progress is not None:  # a tqdm bar: one step per model pass over the inputs
         progress.total = 1 + (len(prepared.plan.activations) + len(prepared.plan.weights) if per_tensor else 0)
         progress.refresh()

@@ -243,10 +243,15 @@ def quantized(prepared: Prepared, cal, plan: placement.Plan | None = None, bias_
 def export(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_patterns=True, bias_correction=True,
            policies=None, method=None, **_options):
     """QDQ ONNX from the calibration `cal` of `loaded` (policies: qtool.policy.Policies)."""
-    from . import ExportResult
-
     prepared = prepare(loaded, cal, exclude=exclude, include=include, weights_7bit=weights_7bit,
                        ignored_patterns=ignored_patterns, policies=policies, method=method)
+    return export_prepared(loaded, cal, prepared, bias_correction)
+
+
+def export_prepared(loaded, cal, prepared: Prepared, bias_correction: bool = True):
+    """The QDQ file of a preparation (export's last steps, which evaluate shares)."""
+    from . import ExportResult
+
     model, corrected, bc_warnings = quantized(prepared, cal, bias_correction=bias_correction)
     data, more = G.finish(model, loaded.proto)
     plan = prepared.plan
