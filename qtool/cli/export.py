@@ -46,13 +46,17 @@ def _mixed_precision(loaded, cal, target, keep_fp32, budget_, max_fp32, options,
         raise QtoolError(f"no set of at most {max_fp32} layer group(s) kept in FP32 meets {budget_.describe()} (best reached: "
                          f"{budget_.describe(found.value)}); allow more with --max-fp32, relax --max-drop, or calibrate on more inputs")
     feeds = next(iter(runs()))[0]
-    module = exporter(target)
-    before = budget.latency_ms(target, module.export(loaded, cal, **options).data, feeds)
-    after = before if not found.exclude else budget.latency_ms(
-        target, module.export(loaded, cal, **{**options, "exclude": options["exclude"] + found.exclude}).data, feeds)
-    return {"exclude": found.exclude, "warnings": [], "kept_fp32": found.tensors, "budget": {
-        "required": budget_.describe(), "reached": budget_.describe(found.value), "trials": found.trials,
-        "latency_ms": None if before is None else {"all_int8": round(before, 3), "with_fp32_layers": round(after, 3)}}}
+    before = budget.latency_ms(target, exporter(target).export(loaded, cal, **options).data, feeds) if found.exclude else None
+    return {"exclude": found.exclude, "warnings": [], "kept_fp32": found.tensors, "latency": (feeds, before), "budget": {
+        "required": budget_.describe(), "reached": budget_.describe(found.value), "trials": found.trials}}
+
+
+def _latency(target: str, data: bytes, feeds: dict, before: float | None) -> dict | None:
+    """The budget's latency cost: the exported model against the all-int8 one (`before`, None when
+    no layer was kept in FP32: the same model); None without the target's runtime."""
+    after = budget.latency_ms(target, data, feeds)
+    before = after if before is None else before
+    return None if after is None else {"all_int8": round(before, 3), "with_fp32_layers": round(after, 3)}
 
 
 def check_target_options(target: str, **given) -> None:
@@ -144,6 +148,8 @@ def export(model_path, target_text, calib, output, trt_version, fmt, algorithm, 
     if mixed is not None:
         result.warnings[:0] = mixed.pop("warnings")
         mixed.pop("exclude")
+        if "latency" in mixed:
+            mixed["budget"]["latency_ms"] = _latency(target, result.data, *mixed.pop("latency"))
         result.summary.update(mixed)
     if target == "tensorrt" and fmt == "qdq":
         result.summary["build"] = trt_qdq.build_command(tensorrt.major_of(trt_version), str(out))
