@@ -94,25 +94,38 @@ def load_model(path: str | os.PathLike, external_data: bool = True) -> LoadedMod
     return loaded
 
 
-def activation_bytes(proto: onnx.ModelProto, names: list[str], input_dims: dict[str, tuple[int, ...]]) -> int | None:
-    """Bytes of the tensors `names` for one run with these concrete input shapes, from ONNX
-    shape inference; None when some shape cannot be inferred."""
+def infer_with_inputs(proto: onnx.ModelProto, input_dims: dict[str, tuple]) -> onnx.ModelProto | None:
+    """ONNX shape inference with the inputs of `input_dims` given these dimensions (None keeps
+    the declared one), without copying the model (its inputs are restored); None when it fails."""
     g = proto.graph
     saved = {vi.name: onnx.TypeProto() for vi in g.input if vi.name in input_dims}
     try:
         for vi in g.input:
             if vi.name in input_dims:
                 saved[vi.name].CopyFrom(vi.type)
+                declared = list(saved[vi.name].tensor_type.shape.dim)
                 del vi.type.tensor_type.shape.dim[:]
-                for d in input_dims[vi.name]:
-                    vi.type.tensor_type.shape.dim.add().dim_value = int(d)
-        inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
-    except Exception:
+                for k, d in enumerate(input_dims[vi.name]):
+                    dim = vi.type.tensor_type.shape.dim.add()
+                    if d is None and k < len(declared):
+                        dim.CopyFrom(declared[k])
+                    else:
+                        dim.dim_value = int(d)
+        return onnx.shape_inference.infer_shapes(proto, strict_mode=False)
+    except Exception:  # a model onnx cannot infer (custom ops, oversized)
         return None
     finally:
         for vi in g.input:
             if vi.name in saved:
                 vi.type.CopyFrom(saved[vi.name])
+
+
+def activation_bytes(proto: onnx.ModelProto, names: list[str], input_dims: dict[str, tuple[int, ...]]) -> int | None:
+    """Bytes of the tensors `names` for one run with these concrete input shapes, from ONNX
+    shape inference; None when some shape cannot be inferred."""
+    inferred = infer_with_inputs(proto, input_dims)
+    if inferred is None:
+        return None
     info = {vi.name: vi.type.tensor_type for vi in list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output)}
     total = 0
     for name in names:

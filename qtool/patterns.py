@@ -398,18 +398,9 @@ def _static_shapes(m: GraphView) -> dict[str, list[int | None]]:
     """Tensor name -> dims (None where unknown) from onnx shape inference on the main graph, with a
     dynamic batch (the first dimension of an input) taken as 1, the batch a TensorRT engine is
     usually built and measured for (ModelOpt measures its shapes on its calibration batches)."""
-    model = onnx.ModelProto()
-    model.CopyFrom(m.proto)
-    for vi in model.graph.input:
-        dims = vi.type.tensor_type.shape.dim
-        if len(dims) > 1 and not dims[0].HasField("dim_value"):
-            dims[0].Clear()
-            dims[0].dim_value = 1
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model)
-    except Exception:  # a model onnx cannot infer (custom ops): no shape-based exclusions
-        inferred = m.proto
-    g = inferred.graph
+    batch_one = {vi.name: (1,) + (None,) * (len(vi.type.tensor_type.shape.dim) - 1) for vi in m.graph.input
+                 if len(vi.type.tensor_type.shape.dim) > 1 and not vi.type.tensor_type.shape.dim[0].HasField("dim_value")}
+    g = (M.infer_with_inputs(m.proto, batch_one) or m.proto).graph  # no shapes inferred: no shape-based exclusions
     shapes: dict[str, list[int | None]] = {}
     for vi in list(g.input) + list(g.value_info) + list(g.output):
         t = vi.type.tensor_type
