@@ -152,6 +152,46 @@ def derivations(proto: onnx.ModelProto, names: list[str], types: dict[str, int],
     return {n: Derived("concat", cat[n]) if n in cat else Derived(ops[n][0], ops[n][1:]) for n in names if n in cat or n in ops}
 
 
+class _Team:
+    """This thread and `size` - 1 others, for one worker's run outputs: each takes the next
+    tensor when done with its last (every tensor has its own histogram and statistics)."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.pool = ThreadPoolExecutor(size - 1, thread_name_prefix="qtool-fill") if size > 1 else None
+
+    def share(self, items: list[tuple], fn) -> None:
+        """fn(*item) for every item, in `items` order; the first error is raised once all stopped."""
+        if self.pool is None or len(items) < 2:
+            for item in items:
+                fn(*item)
+            return
+        queue = iter(items)  # next() on a list iterator is atomic: no item is taken twice
+        failed = threading.Event()
+
+        def drain() -> None:
+            for item in queue:
+                if failed.is_set():
+                    return
+                try:
+                    fn(*item)
+                except BaseException:
+                    failed.set()
+                    raise
+
+        futures = [self.pool.submit(drain) for _ in range(self.size - 1)]
+        try:
+            drain()
+        finally:
+            done, _ = wait(futures)
+        for f in done:
+            f.result()
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+
+
 class _Accumulator:
     """One worker's histograms and per-sample statistics; workers' accumulators add exactly.
 
@@ -170,7 +210,9 @@ class _Accumulator:
         self.blocks = blocks
         self.seen = 0
 
-    def fill(self, pairs, samples: int) -> None:
+    def fill(self, pairs, samples: int, team: _Team | None = None) -> None:
+        """Histogram (and gather the statistics of) one run's outputs, `pairs` of (name, value),
+        the fetched ones on the threads of `team`."""
         kept: dict[str, tuple] = {}
 
         def add(name: str, value: np.ndarray, block: int | None) -> None:
@@ -185,11 +227,17 @@ class _Accumulator:
             if name in self.needed:
                 kept[name] = value, rows, extrema, block
 
+        todo = []
         for name, value in pairs:
             block = self.blocks.get(name)
             if block and not nchwc.blocked_shape(value, block):
                 raise AssertionError(f"{name} came from onnxruntime with shape {value.shape}, not in blocks of {block} channels")
-            add(name, value, block)
+            todo.append((name, value, block))
+        if team is None:
+            for item in todo:
+                add(*item)
+        else:
+            team.share(todo, add)
         for name, (ufunc, a, b) in self.computed.items():
             if a in kept and b in kept:  # an empty input makes an empty output
                 add(name, *self.derive(ufunc, kept[a], kept[b]))
@@ -234,6 +282,7 @@ def collect(
     stats: dict | None = None,
     derived: dict[str, Derived] | None = None,
     blocked: dict[str, nchwc.Blocked] | None = None,
+    spread: int = 1,
 ) -> tuple[dict[str, TensorHistogram], int]:
     """Histograms of every tensor in `names` over all runs, and the number of samples seen.
 
@@ -243,6 +292,8 @@ def collect(
     `probe_size` samples seen, so it does not depend on the batch size.
     `workers` threads each take the next run, run the session (give it one intra-op thread
     per worker) and histogram the outputs into their own accumulators, merged at the end.
+    `spread`: threads each worker histograms its outputs on (when fewer workers than cores fit
+    in memory, the cores that ran onnxruntime's parallel sections share the histograms).
     `stats`: {tensor: stats.SampleStats}, replaced by the collected statistics.
     `derived`: tensors not fetched from the session but computed from fetched ones (see
     `derivations`): the results are the same as fetching them.
@@ -255,28 +306,33 @@ def collect(
     sources = [blocked[n].source if n in blocked else n for n in varying]
     blocks = {n: b.block for n, b in blocked.items()}
     accs = [_Accumulator(names, bins, stats, derived, blocks) for _ in range(max(1, workers))]
+    teams = {id(acc): _Team(max(1, spread)) for acc in accs}
     source = iter(runs)
     lock = threading.Lock()  # guards `source` (decoding happens in next()) and `progress`
 
     def take(acc: _Accumulator, feeds: Feeds, count: int) -> None:
         outputs = run(session, sources, feeds) if varying else []
         # last computed first: those are still in the CPU caches (names are in graph order)
-        acc.fill(reversed(list(zip(varying, outputs))), count)
+        acc.fill(reversed(list(zip(varying, outputs))), count, teams[id(acc)])
         acc.seen += count
         if progress is not None:
             with lock:
                 progress.update(count)
 
-    first = next(source, None)
-    if first is not None:
-        if fixed:
-            probe = {k: v[:probe_size] for k, v in first[0].items()}
-            accs[0].fill(zip(fixed, run(session, fixed, probe)), probe_size)
-        # the first batch alone: a large tensor starts loading the binning kernel, which is then
-        # ready before the workers start (loading it while they run stalls them all)
-        take(accs[0], *first)
-        histogram.wait_for_kernel()
-    _run_workers(accs, source, lock, take)
+    try:
+        first = next(source, None)
+        if first is not None:
+            if fixed:
+                probe = {k: v[:probe_size] for k, v in first[0].items()}
+                accs[0].fill(zip(fixed, run(session, fixed, probe)), probe_size)
+            # the first batch alone: a large tensor starts loading the binning kernel, which is then
+            # ready before the workers start (loading it while they run stalls them all)
+            take(accs[0], *first)
+            histogram.wait_for_kernel()
+        _run_workers(accs, source, lock, take)
+    finally:
+        for team in teams.values():
+            team.close()
     for acc in accs[1:]:
         accs[0].merge(acc)
     return _assemble(accs[0], names, bins, stats, derived, fixed, probe_size)

@@ -215,7 +215,7 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
               "(batch %s, %d workers of %d threads)",
               len(names), len(derived), len(blocked), len(source.inputs), source.batch_size or "per file", workers, threads)
     hists, samples = collect.collect(session, names, source.runs, bins, progress, static=source.static, probe_size=source.probe,
-                                     workers=workers, stats=stats, derived=derived, blocked=blocked)
+                                     workers=workers, stats=stats, derived=derived, blocked=blocked, spread=threads)
     return hists, stats, samples
 
 
