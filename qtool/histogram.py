@@ -72,28 +72,30 @@ def _kernel():
 
     Bin indices are computed a chunk at a time (a loop the compiler vectorizes: it indexes a
     view of the chunk, since x[start + i] would need a negative-index check per value), then
-    counted into four sub-histograms: neighbouring activations often share a bin, and one
-    counter would make every increment wait for the previous one. The sub-histograms count in
-    16 bits (16 KB for 2048 bins: they stay in the L1 cache beside the data) and move into a
-    64-bit total every `flush` chunks, before a counter can wrap. The total reaches `counts`
+    counted into eight sub-histograms: neighbouring activations often share a bin, and one
+    counter would make every increment wait for the previous one (four measured 1.4x slower
+    on real models' activations; sixteen no longer fit the L1 cache). The sub-histograms count
+    in 16 bits (32 KB for 2048 bins: they stay in the L1 cache beside the data) and move into
+    a 64-bit total every `flush` chunks, before a counter can wrap. The total reaches `counts`
     only when every value was below the top (none in slot n, where values at or beyond it and
     NaN go): a caller that guessed the range can try again with another.
 
-    The extrema are those of integer keys, in the same vectorized loop: a float's bits as a
-    signed integer, with the magnitude bits flipped when negative, order as the floats do
-    (-0.0 just below +0.0; NaN beyond the infinities). `lo` and `hi` get each row's keys.
+    The extrema are those of integer keys, in a second vectorized loop over the chunk (one loop
+    doing both is not vectorized): a float's bits as a signed integer, with the magnitude bits
+    flipped when negative, order as the floats do (-0.0 just below +0.0; NaN beyond the
+    infinities). `lo` and `hi` get each row's keys.
     """
     from numba import njit
 
-    chunk = 512  # 2 KB of indices beside 16 KB of counters: L1-sized (2048 measured 5-15 % slower)
-    # a chunk of m values adds at most m // 4 + 1 to a counter; flush before one could pass 65535
-    room = 65535 - (chunk // 4 + 1)
+    chunk = 512  # 2 KB of indices beside 32 KB of counters: L1-sized
+    ways = 8
+    # a chunk of m values adds at most m // ways + 1 to a counter; flush before one could pass 65535
+    room = 65535 - (chunk // ways + 1)
 
     @njit(nogil=True, cache=True)
     def add_bins(x, bits, shift, mask, factor, counts, lo, hi):  # pragma: no cover - compiled
         n = counts.size
-        s0, s1 = np.zeros(n + 1, np.uint16), np.zeros(n + 1, np.uint16)
-        s2, s3 = np.zeros(n + 1, np.uint16), np.zeros(n + 1, np.uint16)
+        sub = np.zeros((ways, n + 1), np.uint16)
         total = np.zeros(n + 1, np.int64)
         idx = np.empty(chunk, np.uint32)
         limit = x.dtype.type(n)
@@ -108,29 +110,27 @@ def _kernel():
                 for i in range(m):
                     f = abs(xs[i]) * factor
                     idx[i] = np.uint32(f) if f < limit else np.uint32(n)
+                for i in range(m):
                     b = bs[i]
                     k = b ^ ((b >> shift) & mask)
                     kmin, kmax = min(kmin, k), max(kmax, k)
-                q = m - m % 4
-                for i in range(0, q, 4):
-                    s0[idx[i]] += np.uint16(1)
-                    s1[idx[i + 1]] += np.uint16(1)
-                    s2[idx[i + 2]] += np.uint16(1)
-                    s3[idx[i + 3]] += np.uint16(1)
-                if m > q:  # the last (up to) three values, one to each of s0, s1, s2
-                    s0[idx[q]] += np.uint16(1)
-                    if m > q + 1:
-                        s1[idx[q + 1]] += np.uint16(1)
-                    if m > q + 2:
-                        s2[idx[q + 2]] += np.uint16(1)
-                load += m // 4 + 1
+                q = m - m % ways
+                for i in range(0, q, ways):
+                    for w in range(ways):  # unrolled: `ways` is a compile-time constant
+                        sub[w, idx[i + w]] += np.uint16(1)
+                for i in range(q, m):  # the last (up to) ways - 1 values, one to each sub-histogram
+                    sub[i - q, idx[i]] += np.uint16(1)
+                load += m // ways + 1
                 if load > room:  # by values, not chunks: rows of a few values do not flush more often
-                    for j in range(n + 1):
-                        total[j] += np.int64(s0[j]) + np.int64(s1[j]) + np.int64(s2[j]) + np.int64(s3[j])
-                    s0[:], s1[:], s2[:], s3[:], load = 0, 0, 0, 0, 0
+                    for w in range(ways):
+                        for j in range(n + 1):
+                            total[j] += np.int64(sub[w, j])
+                    sub[:] = 0
+                    load = 0
             lo[r], hi[r] = kmin, kmax
-        for j in range(n + 1):
-            total[j] += np.int64(s0[j]) + np.int64(s1[j]) + np.int64(s2[j]) + np.int64(s3[j])
+        for w in range(ways):
+            for j in range(n + 1):
+                total[j] += np.int64(sub[w, j])
         if total[n] == 0:
             for j in range(n):
                 counts[j] += total[j]
