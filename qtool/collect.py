@@ -283,6 +283,7 @@ def collect(
     derived: dict[str, Derived] | None = None,
     blocked: dict[str, nchwc.Blocked] | None = None,
     spread: int = 1,
+    kernel: bool = True,
 ) -> tuple[dict[str, TensorHistogram], int]:
     """Histograms of every tensor in `names` over all runs, and the number of samples seen.
 
@@ -299,6 +300,8 @@ def collect(
     `derivations`): the results are the same as fetching them.
     `blocked`: fetched tensors the session returns in blocked layout (see fetching_session),
     with the same results.
+    `kernel`: bin with the compiled kernel (histogram.start_loading), ready from the second run
+    on; worth its load time when the runs bin a few hundred MB or more. Same results either way.
     """
     derived = derived or {}
     blocked = blocked or {}
@@ -319,14 +322,16 @@ def collect(
             with lock:
                 progress.update(count)
 
+    if kernel:
+        histogram.start_loading()
     try:
         first = next(source, None)
         if first is not None:
             if fixed:
                 probe = {k: v[:probe_size] for k, v in first[0].items()}
                 accs[0].fill(zip(fixed, run(session, fixed, probe)), probe_size)
-            # the first batch alone: a large tensor starts loading the binning kernel, which is then
-            # ready before the workers start (loading it while they run stalls them all)
+            # the first batch alone, while the binning kernel loads: it is then ready before the
+            # workers start (loading it while they run stalls them all)
             take(accs[0], *first)
             histogram.wait_for_kernel()
         _run_workers(accs, source, lock, take)

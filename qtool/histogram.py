@@ -22,12 +22,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-# The kernel beats numpy from a few thousand values on (0.7 ns/value against 2.1 at 4096),
-# but starting it (numba import and compile or cache load, ~0.5 s once per process) only pays
-# for a model with large tensors: the first tensor of KERNEL_START_SIZE values starts loading it
-# in a background thread, numpy bins everything until it is ready, and from then on the kernel
-# takes every tensor of KERNEL_MIN_SIZE values or more. Both count identically.
-KERNEL_START_SIZE = 1 << 16
+# The kernel beats numpy from a few thousand values on (0.7 ns/value against 2.1 at 4096, 7 at
+# a million), but starting it (numba import and cache load or compile, ~0.5 s once per process)
+# only pays for a run that bins a few hundred MB: whoever runs one calls start_loading(), numpy
+# bins everything until the kernel is ready, and from then on the kernel takes every tensor of
+# KERNEL_MIN_SIZE values or more. Both count identically.
 KERNEL_MIN_SIZE = 1 << 12
 _ready = None  # the kernel, once loaded
 _loading = threading.Lock()
@@ -166,8 +165,6 @@ def add_bins(a: np.ndarray, factor: float, counts: np.ndarray) -> None:
     counts; the caller guarantees every index is below len(counts).
     """
     if _ready is None or a.size < KERNEL_MIN_SIZE:
-        if _ready is None and a.size >= KERNEL_START_SIZE:
-            start_loading()
         _numpy_add_bins(a, factor, counts)
     elif _run_kernel(_ready[0], a.reshape(1, -1), factor, counts)[0]:
         raise AssertionError("histogram kernel: a value outside [0, top)")
