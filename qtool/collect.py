@@ -152,6 +152,11 @@ def derivations(proto: onnx.ModelProto, names: list[str], types: dict[str, int],
     return {n: Derived("concat", cat[n]) if n in cat else Derived(ops[n][0], ops[n][1:]) for n in names if n in cat or n in ops}
 
 
+def _serial(items: list[tuple], fn) -> None:
+    for item in items:
+        fn(*item)
+
+
 class _Team:
     """This thread and `size` - 1 others, for one worker's run outputs: each takes the next
     tensor when done with its last (every tensor has its own histogram and statistics)."""
@@ -163,9 +168,7 @@ class _Team:
     def share(self, items: list[tuple], fn) -> None:
         """fn(*item) for every item, in `items` order; the first error is raised once all stopped."""
         if self.pool is None or len(items) < 2:
-            for item in items:
-                fn(*item)
-            return
+            return _serial(items, fn)
         queue = iter(items)  # next() on a list iterator is atomic: no item is taken twice
         failed = threading.Event()
 
@@ -204,7 +207,13 @@ class _Accumulator:
     def __init__(self, names: list[str], bins: int, stats: dict | None, derived: dict[str, Derived], blocks: dict[str, int]):
         self.hists = {n: TensorHistogram(bins=bins) for n in names if n not in derived or derived[n].op != "concat"}
         self.stats = {n: s.fresh() for n, s in stats.items()} if stats else {}
-        self.computed = {n: (_UFUNCS[d.op], *d.parts) for n, d in derived.items() if d.op != "concat"}
+        # Add/Sub/Mul outputs in waves: each reads fetched tensors and outputs of earlier waves only
+        level: dict[str, int] = {}
+        for n, d in derived.items():
+            if d.op != "concat":
+                level[n] = 1 + max((level.get(p, -1) for p in d.parts), default=-1)
+        self.waves = [[(n, _UFUNCS[derived[n].op], *derived[n].parts) for n in level if level[n] == w]
+                      for w in range(max(level.values(), default=-1) + 1)]
         self.concats = {n: d.parts for n, d in derived.items() if d.op == "concat" and n in self.stats}
         self.needed = {p for d in derived.values() for p in d.parts}
         self.blocks = blocks
@@ -212,7 +221,7 @@ class _Accumulator:
 
     def fill(self, pairs, samples: int, team: _Team | None = None) -> None:
         """Histogram (and gather the statistics of) one run's outputs, `pairs` of (name, value),
-        the fetched ones on the threads of `team`."""
+        on the threads of `team`."""
         kept: dict[str, tuple] = {}
 
         def add(name: str, value: np.ndarray, block: int | None) -> None:
@@ -227,21 +236,11 @@ class _Accumulator:
             if name in self.needed:
                 kept[name] = value, rows, extrema, block
 
-        todo = []
-        for name, value in pairs:
-            block = self.blocks.get(name)
-            if block and not nchwc.blocked_shape(value, block):
-                raise AssertionError(f"{name} came from onnxruntime with shape {value.shape}, not in blocks of {block} channels")
-            todo.append((name, value, block))
-        if team is None:
-            for item in todo:
-                add(*item)
-        else:
-            team.share(todo, add)
-        for name, (ufunc, a, b) in self.computed.items():
+        def compute(name: str, ufunc, a: str, b: str) -> None:
             if a in kept and b in kept:  # an empty input makes an empty output
                 add(name, *self.derive(ufunc, kept[a], kept[b]))
-        for name, parts in self.concats.items():
+
+        def gather(name: str, parts: tuple[str, ...]) -> None:
             got = [kept[p] for p in parts if p in kept]  # empty parts add nothing
             if got:
                 rows = got[0][1]
@@ -251,6 +250,18 @@ class _Accumulator:
                                   [max(g[2].hi[r] for g in got) for r in range(rows)],
                                   [sum(g[2].nonfinite[r] for g in got) for r in range(rows)])
                 self.stats[name].update([g[0] for g in got], rows, extrema, [g[3] for g in got])
+
+        todo = []
+        for name, value in pairs:
+            block = self.blocks.get(name)
+            if block and not nchwc.blocked_shape(value, block):
+                raise AssertionError(f"{name} came from onnxruntime with shape {value.shape}, not in blocks of {block} channels")
+            todo.append((name, value, block))
+        share = team.share if team is not None else _serial
+        share(todo, add)
+        for wave in self.waves:
+            share(wave, compute)
+        share(list(self.concats.items()), gather)
 
     def derive(self, ufunc, a: tuple, b: tuple) -> tuple[np.ndarray, int | None]:
         """An Add/Sub/Mul output from its kept inputs: (value, its channel block or None)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -191,7 +192,8 @@ def test_control_flow_model_calibrates_through_the_library():
 
 def test_worker_count_does_not_change_histograms_or_statistics():
     """Workers fill their own accumulators, merged at the end: any split of the batches among any
-    number of workers gives the same histograms and per-sample statistics, static tensors included."""
+    number of workers, and of a run's outputs among the threads of a worker (spread), gives the
+    same histograms and per-sample statistics, static and derived tensors included."""
     m = zoo.yolo_like()
     types = model.tensor_types(m)
     names = model.activation_tensors(m, types)
@@ -199,14 +201,17 @@ def test_worker_count_does_not_change_histograms_or_statistics():
     rng = np.random.default_rng(5)
     batches = [({"images": rng.random((2, 3, 64, 96), dtype=np.float32) * 2 - 0.5}, 2) for _ in range(5)]
     session = collect.make_session(model.with_outputs(m, names, types), threads=1)
+    derived = collect.derivations(m, names, types, static, new_stats(m, names))
+    assert any(d.op == "Mul" for d in derived.values())
     results = []
-    for workers in (1, 2, 3):
+    for workers, spread in ((1, 1), (2, 1), (3, 1), (1, 2), (2, 3)):
         stats = new_stats(m, names)
-        hists, seen = collect.collect(session, names, iter(batches), 2048, static=static, workers=workers, stats=stats)
+        hists, seen = collect.collect(session, names, iter(batches), 2048, static=static, workers=workers, stats=stats,
+                                      derived=derived, spread=spread)
         results.append((seen, {n: (h.top, h.counts.tolist(), h.min, h.max, h.size) for n, h in hists.items()},
                         {n: st.to_json() for n, st in stats.items()}))
     assert results[0][0] == 10 and static and any("channel_sums" in st for st in results[0][2].values())
-    assert results[0] == results[1] == results[2]
+    assert all(r == results[0] for r in results[1:])
 
 
 @pytest.mark.parametrize("build, shape", [(zoo.yolo_like, (2, 3, 64, 96)), (zoo.paddle_ocr_like, (2, 3, 48, 64))])
@@ -286,6 +291,30 @@ def test_a_worker_error_stops_collection():
 
     with pytest.raises(QtoolError, match="onnxruntime failed"):
         collect.collect(session, names, runs(), 2048, workers=2)
+
+
+def test_an_error_on_a_helper_thread_reaches_the_caller():
+    """An error histogramming one tensor on a worker's helper thread (spread) stops the run and
+    is raised, not lost in the thread."""
+    m = zoo.yolo_like()
+    types = model.tensor_types(m)
+    names = model.activation_tensors(m, types)
+    session = collect.make_session(model.with_outputs(m, names, types), threads=1)
+    x = np.ones((1, 3, 64, 96), np.float32)
+
+    class Broken(collect.TensorHistogram):
+        def update(self, *args, **kwargs):
+            if threading.current_thread().name.startswith("qtool-fill"):
+                raise RuntimeError("broken histogram")
+            return super().update(*args, **kwargs)
+
+    original = collect.TensorHistogram
+    collect.TensorHistogram = Broken
+    try:
+        with pytest.raises(RuntimeError, match="broken histogram"):
+            collect.collect(session, names, iter([({"images": x}, 1)] * 3), 2048, spread=2)
+    finally:
+        collect.TensorHistogram = original
 
 
 # --------------------------------------------------------------------------
