@@ -20,7 +20,8 @@ Images: the photos of fetch_dev_models.sh (repeated when fewer than N), else gen
 Each measurement runs in a fresh process so peak RSS is its own.
 
 Usage: python bench/calibrate_vs_inference.py [--images 400] [--repeat 3] [--models yolov8n,...]
-                                              [--profile-images 60] [--skip-ort]
+                                              [--profile-images 60] [--skip-ort] [--json OUT] [--compare OLD]
+(--compare: the --json of a run on another commit, whose ratio and profile print beside.)
 """
 
 from __future__ import annotations
@@ -310,7 +311,7 @@ def measure(mode: str, name: str, n: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def bench(name: str, n: int, repeat: int, profile_images: int) -> dict:
+def bench(name: str, n: int, repeat: int, profile_images: int, before: dict | None = None) -> dict:
     import onnx
 
     from qtool import model as qmodel
@@ -339,6 +340,10 @@ def bench(name: str, n: int, repeat: int, profile_images: int) -> dict:
           + ", ".join(f"{k} {prof[k]:.2f}" for k in phases) + f"; total {prof['total']:.2f}")
     print(f"fixed cost: thresholds for {prof['tensors']} tensors {prof['thresholds_s']:.2f} s, file {prof['write_s']:.2f} s",
           flush=True)
+    if before:  # a --json file of an earlier run (another commit): the same lines, then
+        was = before["profile"]
+        print(f"before (--compare): ratio {before['ratio']:.2f}, floor {before['floor']:.2f}, peak RSS {before['rss_n']:.0f} MB; "
+              f"profile ms/img: " + ", ".join(f"{k} {was[k]:.2f}" for k in phases) + f"; total {was['total']:.2f}")
     return {"ratio": ratio, "rounds": each, "plain_s": plain["seconds"], "qtool_s": ours["seconds"],
             "floor": exposed["seconds"] / plain["seconds"], "rss_100": small["rss_mb"], "rss_n": ours["rss_mb"], "profile": prof}
 
@@ -353,6 +358,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="rounds of plain and qtool runs (medians compared)")
     ap.add_argument("--profile-images", type=int, default=60)
     ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument("--compare", type=Path, help="a --json file of an earlier run: print its ratio and profile beside")
     args = ap.parse_args()
     if args.worker:
         print(json.dumps(worker(args.worker, args.model, args.images)))
@@ -362,7 +368,8 @@ def main() -> None:
         if MODELS[name][0] is not None and not model_path(name).exists():
             print(f"\n== {name}: missing {model_path(name)}: run ../shared/tools/fetch_dev_models.sh")
             continue
-        results[name] = bench(name, args.images, args.repeat, args.profile_images)
+        earlier = json.loads(args.compare.read_text()).get(name) if args.compare else None
+        results[name] = bench(name, args.images, args.repeat, args.profile_images, earlier)
     if not args.skip_ort and "yolov8n" in results:
         ort_r = measure("ort", "yolov8n", 32)
         q32 = measure("qtool", "yolov8n", 32)
