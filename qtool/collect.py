@@ -321,7 +321,9 @@ def collect(
     blocks = {n: b.block for n, b in blocked.items()}
     accs = [_Accumulator(names, bins, stats, derived, blocks) for _ in range(max(1, workers))]
     teams = {id(acc): _Team(max(1, spread)) for acc in accs}
-    source = iter(runs)
+    # one worker with threads to spare (a run too large for two in memory): the next inputs are
+    # decoded while this run is histogrammed, instead of after
+    source = prefetch(runs) if len(accs) == 1 and spread > 1 else iter(runs)
     lock = threading.Lock()  # guards `source` (decoding happens in next()) and `progress`
 
     def take(acc: _Accumulator, feeds: Feeds, count: int) -> None:
@@ -349,6 +351,8 @@ def collect(
     finally:
         for team in teams.values():
             team.close()
+        if hasattr(source, "close"):  # a prefetching generator: its thread stops
+            source.close()
     for acc in accs[1:]:
         accs[0].merge(acc)
     return _assemble(accs[0], names, bins, stats, derived, fixed, probe_size)

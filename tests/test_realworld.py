@@ -293,6 +293,27 @@ def test_a_worker_error_stops_collection():
         collect.collect(session, names, runs(), 2048, workers=2)
 
 
+def test_an_input_error_while_prefetching_reaches_the_caller():
+    """A lone worker with threads to spare decodes the next inputs in the background: an error
+    there (an unreadable image) surfaces as it would inline, and no more inputs are taken."""
+    m = zoo.yolo_like()
+    types = model.tensor_types(m)
+    names = model.activation_tensors(m, types)
+    session = collect.make_session(model.with_outputs(m, names, types), threads=1)
+    taken = []
+
+    def runs():
+        for i in range(50):
+            taken.append(i)
+            if i == 2:
+                raise QtoolError("image 2 is unreadable")
+            yield {"images": np.ones((1, 3, 64, 96), np.float32)}, 1
+
+    with pytest.raises(QtoolError, match="image 2 is unreadable"):
+        collect.collect(session, names, runs(), 2048, spread=2)
+    assert taken == [0, 1, 2]
+
+
 def test_an_error_on_a_helper_thread_reaches_the_caller():
     """An error histogramming one tensor on a worker's helper thread (spread) stops the run and
     is raised, not lost in the thread."""
