@@ -207,13 +207,13 @@ class _Accumulator:
     def __init__(self, names: list[str], bins: int, stats: dict | None, derived: dict[str, Derived], blocks: dict[str, int]):
         self.hists = {n: TensorHistogram(bins=bins) for n in names if n not in derived or derived[n].op != "concat"}
         self.stats = {n: s.fresh() for n, s in stats.items()} if stats else {}
-        # Add/Sub/Mul outputs in waves: each reads fetched tensors and outputs of earlier waves only
-        level: dict[str, int] = {}
-        for n, d in derived.items():
-            if d.op != "concat":
-                level[n] = 1 + max((level.get(p, -1) for p in d.parts), default=-1)
-        self.waves = [[(n, _UFUNCS[derived[n].op], *derived[n].parts) for n in level if level[n] == w]
-                      for w in range(max(level.values(), default=-1) + 1)]
+        # Add/Sub/Mul outputs: computed as soon as the last of their inputs is histogrammed (from
+        # the CPU caches, on the thread that did it); {input: [(output, ufunc, a, b)]}
+        self.computed = {n: (n, _UFUNCS[d.op], *d.parts) for n, d in derived.items() if d.op != "concat"}
+        self.readers: dict[str, list[tuple]] = {}
+        for n, (_, _, a, b) in self.computed.items():
+            for part in dict.fromkeys((a, b)):
+                self.readers.setdefault(part, []).append(self.computed[n])
         self.concats = {n: d.parts for n, d in derived.items() if d.op == "concat" and n in self.stats}
         self.needed = {p for d in derived.values() for p in d.parts}
         self.blocks = blocks
@@ -223,22 +223,34 @@ class _Accumulator:
         """Histogram (and gather the statistics of) one run's outputs, `pairs` of (name, value),
         on the threads of `team`."""
         kept: dict[str, tuple] = {}
+        waiting = {n: len({a, b}) for n, (_, _, a, b) in self.computed.items()}  # inputs not yet kept
+        lock = threading.Lock()
 
-        def add(name: str, value: np.ndarray, block: int | None) -> None:
+        def one(name: str, value: np.ndarray, block: int | None) -> list[tuple]:
+            """Histogram one tensor; the computed tensors it was the last missing input of."""
             # one sample per entry of the first axis when it has the batch's size, else one in all
             rows = samples if samples > 1 and value.ndim >= 1 and value.shape[0] == samples else 1
             stats = self.stats.get(name)
             extrema = self.hists[name].update(value, rows, stats.segments(value, rows, block) if stats is not None else 1)
             if extrema is None:
-                return
+                return []
             if stats is not None:
                 stats.update([value], rows, extrema, [block])
             if name in self.needed:
                 kept[name] = value, rows, extrema, block
+            ready = []
+            for out, ufunc, a, b in self.readers.get(name, ()):  # an empty input makes no output
+                with lock:
+                    waiting[out] -= 1
+                    if waiting[out] == 0:
+                        ready.append((out, ufunc, a, b))
+            return ready
 
-        def compute(name: str, ufunc, a: str, b: str) -> None:
-            if a in kept and b in kept:  # an empty input makes an empty output
-                add(name, *self.derive(ufunc, kept[a], kept[b]))
+        def add(name: str, value: np.ndarray, block: int | None) -> None:
+            ready = one(name, value, block)
+            while ready:  # a loop, not recursion: a closure calling itself would be a reference cycle
+                out, ufunc, a, b = ready.pop()
+                ready += one(out, *self.derive(ufunc, kept[a], kept[b]))
 
         def gather(name: str, parts: tuple[str, ...]) -> None:
             got = [kept[p] for p in parts if p in kept]  # empty parts add nothing
@@ -259,8 +271,6 @@ class _Accumulator:
             todo.append((name, value, block))
         share = team.share if team is not None else _serial
         share(todo, add)
-        for wave in self.waves:
-            share(wave, compute)
         share(list(self.concats.items()), gather)
 
     def derive(self, ufunc, a: tuple, b: tuple) -> tuple[np.ndarray, int | None]:
