@@ -207,14 +207,16 @@ class _Accumulator:
     def __init__(self, names: list[str], bins: int, stats: dict | None, derived: dict[str, Derived], blocks: dict[str, int]):
         self.hists = {n: TensorHistogram(bins=bins) for n in names if n not in derived or derived[n].op != "concat"}
         self.stats = {n: s.fresh() for n, s in stats.items()} if stats else {}
-        # Add/Sub/Mul outputs: computed as soon as the last of their inputs is histogrammed (from
-        # the CPU caches, on the thread that did it); {input: [(output, ufunc, a, b)]}
-        self.computed = {n: (n, _UFUNCS[d.op], *d.parts) for n, d in derived.items() if d.op != "concat"}
-        self.readers: dict[str, list[tuple]] = {}
-        for n, (_, _, a, b) in self.computed.items():
-            for part in dict.fromkeys((a, b)):
-                self.readers.setdefault(part, []).append(self.computed[n])
-        self.concats = {n: d.parts for n, d in derived.items() if d.op == "concat" and n in self.stats}
+        # Add/Sub/Mul outputs, and the statistics of concatenations, as soon as the last of their
+        # inputs is histogrammed (from the CPU caches, on the thread that did it)
+        self.computed = {n: _UFUNCS[d.op] for n, d in derived.items() if d.op != "concat"}
+        self.concats = {n for n, d in derived.items() if d.op == "concat" and n in self.stats}
+        self.inputs = {n: tuple(dict.fromkeys(d.parts)) for n, d in derived.items() if n in self.computed or n in self.concats}
+        self.readers: dict[str, list[str]] = {}  # {input: [outputs]}
+        for n, parts in self.inputs.items():
+            for part in parts:
+                self.readers.setdefault(part, []).append(n)
+        self.parts = {n: d.parts for n, d in derived.items()}
         self.needed = {p for d in derived.values() for p in d.parts}
         self.blocks = blocks
         self.seen = 0
@@ -223,7 +225,7 @@ class _Accumulator:
         """Histogram (and gather the statistics of) one run's outputs, `pairs` of (name, value),
         on the threads of `team`."""
         kept: dict[str, tuple] = {}
-        waiting = {n: len({a, b}) for n, (_, _, a, b) in self.computed.items()}  # inputs not yet kept
+        waiting = {n: len(parts) for n, parts in self.inputs.items()}  # inputs not yet kept
         lock = threading.Lock()
 
         def one(name: str, value: np.ndarray, block: int | None) -> list[tuple]:
@@ -239,21 +241,25 @@ class _Accumulator:
             if name in self.needed:
                 kept[name] = value, rows, extrema, block
             ready = []
-            for out, ufunc, a, b in self.readers.get(name, ()):  # an empty input makes no output
+            for out in self.readers.get(name, ()):
                 with lock:
                     waiting[out] -= 1
                     if waiting[out] == 0:
-                        ready.append((out, ufunc, a, b))
+                        ready.append(out)
             return ready
 
         def add(name: str, value: np.ndarray, block: int | None) -> None:
             ready = one(name, value, block)
             while ready:  # a loop, not recursion: a closure calling itself would be a reference cycle
-                out, ufunc, a, b = ready.pop()
-                ready += one(out, *self.derive(ufunc, kept[a], kept[b]))
+                out = ready.pop()
+                if out in self.concats:
+                    gather(out, self.parts[out])
+                else:
+                    a, b = self.parts[out]
+                    ready += one(out, *self.derive(self.computed[out], kept[a], kept[b]))
 
         def gather(name: str, parts: tuple[str, ...]) -> None:
-            got = [kept[p] for p in parts if p in kept]  # empty parts add nothing
+            got = [kept[p] for p in parts if p in kept]
             if got:
                 rows = got[0][1]
                 if any(g[1] != rows for g in got):
@@ -271,7 +277,8 @@ class _Accumulator:
             todo.append((name, value, block))
         share = team.share if team is not None else _serial
         share(todo, add)
-        share(list(self.concats.items()), gather)
+        # a concatenation with an empty part (which adds nothing) waits for it in vain
+        share([(n, self.parts[n]) for n in self.concats if 0 < waiting[n] < len(self.inputs[n])], gather)
 
     def derive(self, ufunc, a: tuple, b: tuple) -> tuple[np.ndarray, int | None]:
         """An Add/Sub/Mul output from its kept inputs: (value, its channel block or None)."""

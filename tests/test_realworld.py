@@ -273,6 +273,38 @@ def test_split_inputs_are_summed_from_their_outputs():
     assert "channel_sums" in results[0][1]["y"] and results[0] == results[1]
 
 
+def test_a_concatenation_with_an_empty_part_gets_the_others():
+    """Split into 3, 0 and 3 channels, Concat back: the empty part adds nothing, and the
+    concatenation's statistics (gathered once all its parts are in) come from the other two."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(9)
+    w = numpy_helper.from_array(rng.normal(0, 1, (6, 3, 3, 3)).astype(np.float32), "w")
+    v = numpy_helper.from_array(rng.normal(0, 1, (2, 6, 1, 1)).astype(np.float32), "v")
+    sizes = numpy_helper.from_array(np.array([3, 0, 3], np.int64), "sizes")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Split", ["c", "sizes"], ["a", "e", "b"], axis=1),
+             helper.make_node("Concat", ["b", "e", "a"], ["y"], axis=1),
+             helper.make_node("Conv", ["y", "v"], ["z"])]
+    g = helper.make_graph(nodes, "split0", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, 8, 8])],
+                          [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)], initializer=[w, v, sizes])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    names = model.activation_tensors(m)
+    types = model.tensor_types(m)
+    plan = collect.derivations(m, names, types, frozenset(), new_stats(m, names))
+    assert plan["y"] == collect.Derived("concat", ("b", "e", "a"))
+    batches = [({"x": rng.normal(0, 1, (2, 3, 8, 8)).astype(np.float32)}, 2) for _ in range(2)]
+    session = collect.make_session(model.with_outputs(m, names, types), threads=1)
+    results = []
+    for derived, spread in (({}, 1), (plan, 1), (plan, 2)):
+        stats = new_stats(m, names)
+        hists, _ = collect.collect(session, names, iter(batches), 256, stats=stats, derived=derived, spread=spread)
+        results.append(({n: (h.top, h.counts.tolist(), h.min, h.max, h.size) for n, h in hists.items()},
+                        {n: st.to_json() for n, st in stats.items()}))
+    assert results[0][0]["e"][4] == 0 and len(results[0][1]["y"]["channel_sums"]) == 6
+    assert results[0] == results[1] == results[2]
+
+
 def test_a_worker_error_stops_collection():
     m = zoo.tiny_relu_model()
     types = model.tensor_types(m)
