@@ -228,8 +228,9 @@ class _Accumulator:
         waiting = {n: len(parts) for n, parts in self.inputs.items()}  # inputs not yet kept
         lock = threading.Lock()
 
-        def one(name: str, value: np.ndarray, block: int | None) -> list[tuple]:
-            """Histogram one tensor; the computed tensors it was the last missing input of."""
+        def one(name: str, value: np.ndarray, block: int | None) -> list[str]:
+            """Histogram one tensor; the derived tensors (to compute, or concatenations whose
+            statistics to gather) it was the last missing input of."""
             # one sample per entry of the first axis when it has the batch's size, else one in all
             rows = samples if samples > 1 and value.ndim >= 1 and value.shape[0] == samples else 1
             stats = self.stats.get(name)
@@ -329,7 +330,7 @@ def collect(
     `blocked`: fetched tensors the session returns in blocked layout (see fetching_session),
     with the same results.
     `kernel`: bin with the compiled kernel (histogram.start_loading), ready from the second run
-    on; worth its load time when the runs bin a few hundred MB or more. Same results either way.
+    on; worth its load time when the runs bin hundreds of MB. Same results either way.
     """
     derived = derived or {}
     blocked = blocked or {}
