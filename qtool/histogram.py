@@ -143,14 +143,14 @@ _KEYS = {np.dtype(np.float32): (np.int32, np.int32(31), np.int32(0x7FFFFFFF)),
          np.dtype(np.float64): (np.int64, np.int64(63), np.int64(0x7FFFFFFFFFFFFFFF))}
 
 
-def _run_kernel(kernel, a: np.ndarray, factor: float, counts: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
+def _run_kernel(kernel, a: np.ndarray, factor: float, counts: np.ndarray) -> tuple[int, np.ndarray]:
     """The kernel on a C-contiguous float [rows, cols] array: (values not counted, since at or
-    beyond the top or not finite, in which case counts is untouched; the key of each row's min;
-    of its max: see _floats)."""
+    beyond the top or not finite, in which case counts is untouched; [2, rows]: the key of each
+    row's min, then of its max: see _floats)."""
     ints, shift, mask = _KEYS[a.dtype]
-    lo, hi = np.empty(a.shape[0], ints), np.empty(a.shape[0], ints)
-    over = kernel(a, a.view(ints), shift, mask, a.dtype.type(factor), counts, lo, hi)
-    return over, lo, hi
+    ends = np.empty((2, a.shape[0]), ints)
+    over = kernel(a, a.view(ints), shift, mask, a.dtype.type(factor), counts, ends[0], ends[1])
+    return over, ends
 
 
 def _floats(keys: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -179,14 +179,14 @@ def binned_extrema(a: np.ndarray, factor: float, counts: np.ndarray, segments: i
     also the min and max of each of the equal parts every row splits into (arrays [rows *
     segments]; a zero among them may have either sign). The caller checks that the kernel is
     ready."""
-    over, lo, hi = _run_kernel(_ready[0], a.reshape(a.shape[0] * segments, -1), factor, counts)
+    over, ends = _run_kernel(_ready[0], a.reshape(a.shape[0] * segments, -1), factor, counts)
     if over:
         return None
     parts = None
     if segments > 1:  # the keys order as the floats do, -0.0 below +0.0: their extrema are exact
-        parts = _floats(lo, a.dtype), _floats(hi, a.dtype)
-        lo, hi = lo.reshape(-1, segments).min(axis=1), hi.reshape(-1, segments).max(axis=1)
-    lo, hi = _floats(lo, a.dtype).tolist(), _floats(hi, a.dtype).tolist()
+        parts = tuple(_floats(ends, a.dtype))
+        ends = np.stack((ends[0].reshape(-1, segments).min(axis=1), ends[1].reshape(-1, segments).max(axis=1)))
+    lo, hi = _floats(ends, a.dtype).tolist()
     for r in range(len(lo)):
         # a zero extremum of either sign may come with the other: take the one numpy picks
         if lo[r] == 0.0 and math.copysign(1.0, lo[r]) < 0:

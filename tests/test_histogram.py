@@ -90,8 +90,8 @@ def test_kernel_and_numpy_paths_count_identically(dtype):
     factor = 2048 / 4.0
     fast, slow = np.zeros(2048, np.int64), np.zeros(2048, np.int64)
     a[300] = -2.5
-    over, lo, hi = _run_kernel(_kernel(), a.reshape(1, -1), factor, fast)
-    lo, hi = _floats(lo, a.dtype), _floats(hi, a.dtype)
+    over, ends = _run_kernel(_kernel(), a.reshape(1, -1), factor, fast)
+    lo, hi = _floats(ends, a.dtype)
     assert over == 0 and (lo[0], hi[0]) == (a.min(), a.max()) == (-2.5, a[100])
     _numpy_add_bins(a, factor, slow)
     assert np.array_equal(fast, slow) and fast.sum() == a.size and fast[-1] >= 100
