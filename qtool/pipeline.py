@@ -22,8 +22,8 @@ MAX_AUTO_BATCH = 32
 # Workers (each holds one batch's activations): as many as there are cores and this budget allows.
 IN_FLIGHT_BYTES = 512 << 20
 # Calibrations that bin this many activation bytes in all (or an unknown amount) use the compiled
-# binning kernel (histogram.start_loading: ~0.4 s of one core and ~60 MB to load, then ~6 ns/value
-# less than numpy's; MTCNN O-Net over 400 images, 280 MB, is faster without it).
+# binning kernel (histogram.start_loading: ~0.4 s of one core and ~60 MB to load, then 2-3x
+# numpy's speed, bench/binning.py; MTCNN O-Net over 400 images, 280 MB, is faster without it).
 KERNEL_BYTES = 512 << 20
 
 
