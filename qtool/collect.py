@@ -57,9 +57,11 @@ def make_session(model: onnx.ModelProto, external_folder: str | os.PathLike | No
         opts.intra_op_num_threads = threads
     if optimized:
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    # onnxruntime's idle threads spin between runs; calibration fills histograms in between,
-    # so spinning would only steal those cores
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    # onnxruntime's threads spin while waiting for work (waking a sleeping one costs each
+    # parallel section more than the spin), and stop at the end of a run: calibration fills
+    # histograms on those cores between runs
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "1")
+    opts.add_session_config_entry("session.force_spinning_stop", "1")
     if external_folder is not None:
         opts.add_session_config_entry("session.model_external_initializers_file_folder_path", str(external_folder))
     try:
