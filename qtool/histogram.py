@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
@@ -34,9 +33,18 @@ _loading = threading.Lock()
 _loader: threading.Thread | None = None
 
 
+def _kernel():
+    """The compiled binning loop (qtool.kernels.add_bins; importing it imports numba)."""
+    from . import kernels
+
+    return kernels.add_bins
+
+
 def _load_kernel() -> None:
     global _ready
-    kernel, sums = _kernel(), _sums_kernel()
+    from . import kernels
+
+    kernel, sums = kernels.add_bins, kernels.ordered_sums
     # numba compiles (or loads) a signature at its first call: float32, as activations nearly
     # always are (a float64 model's first call pays its own)
     _run_kernel(kernel, np.zeros((1, 1), np.float32), 1.0, np.zeros(2, np.int64))
@@ -63,80 +71,6 @@ def _numpy_add_bins(a: np.ndarray, factor: float, counts: np.ndarray) -> None:
     idx = np.abs(a)
     idx *= a.dtype.type(factor)
     counts += np.bincount(idx.astype(np.intp), minlength=counts.size)
-
-
-@lru_cache(maxsize=1)
-def _kernel():
-    """|x| -> bin -> count, and each row's min and max, in one read of the data instead of
-    numpy's four array passes for the bins and two for the extrema.
-
-    Bin indices are computed a chunk at a time (a loop the compiler vectorizes: it indexes a
-    view of the chunk, since x[start + i] would need a negative-index check per value), then
-    counted into eight sub-histograms: neighbouring activations often share a bin, and one
-    counter would make every increment wait for the previous one (four measured 1.4x slower
-    on real models' activations; sixteen no longer fit the L1 cache). The sub-histograms count
-    in 16 bits (32 KB for 2048 bins: they stay in the L1 cache beside the data) and move into
-    a 64-bit total every `flush` chunks, before a counter can wrap. The total reaches `counts`
-    only when every value was below the top (none in slot n, where values at or beyond it and
-    NaN go): a caller that guessed the range can try again with another.
-
-    The extrema are those of integer keys, in a second vectorized loop over the chunk (one loop
-    doing both is not vectorized): a float's bits as a signed integer, with the magnitude bits
-    flipped when negative, order as the floats do (-0.0 just below +0.0; NaN beyond the
-    infinities). `lo` and `hi` get each row's keys.
-    """
-    from numba import njit
-
-    chunk = 512  # 2 KB of indices beside 32 KB of counters: L1-sized
-    ways = 8
-    # a chunk of m values adds at most m // ways + 1 to a counter; flush before one could pass 65535
-    room = 65535 - (chunk // ways + 1)
-
-    @njit(nogil=True, cache=True)
-    def add_bins(x, bits, shift, mask, factor, counts, lo, hi):  # pragma: no cover - compiled
-        n = counts.size
-        sub = np.zeros((ways, n + 1), np.uint16)
-        total = np.zeros(n + 1, np.int64)
-        idx = np.empty(chunk, np.uint32)
-        limit = x.dtype.type(n)
-        load = 0
-        rows, cols = x.shape
-        for r in range(rows):
-            xr, br = x[r], bits[r]
-            kmin, kmax = mask, ~mask
-            for start in range(0, cols, chunk):
-                m = min(chunk, cols - start)
-                xs, bs = xr[start : start + m], br[start : start + m]
-                for i in range(m):
-                    f = abs(xs[i]) * factor
-                    idx[i] = np.uint32(f) if f < limit else np.uint32(n)
-                for i in range(m):
-                    b = bs[i]
-                    k = b ^ ((b >> shift) & mask)
-                    kmin, kmax = min(kmin, k), max(kmax, k)
-                q = m - m % ways
-                for i in range(0, q, ways):
-                    for w in range(ways):  # unrolled: `ways` is a compile-time constant
-                        sub[w, idx[i + w]] += np.uint16(1)
-                for i in range(q, m):  # the last (up to) ways - 1 values, one to each sub-histogram
-                    sub[i - q, idx[i]] += np.uint16(1)
-                load += m // ways + 1
-                if load > room:  # by values, not chunks: rows of a few values do not flush more often
-                    for w in range(ways):
-                        for j in range(n + 1):
-                            total[j] += np.int64(sub[w, j])
-                    sub[:] = 0
-                    load = 0
-            lo[r], hi[r] = kmin, kmax
-        for w in range(ways):
-            for j in range(n + 1):
-                total[j] += np.int64(sub[w, j])
-        if total[n] == 0:
-            for j in range(n):
-                counts[j] += total[j]
-        return total[n]
-
-    return add_bins
 
 
 _KEYS = {np.dtype(np.float32): (np.int32, np.int32(31), np.int32(0x7FFFFFFF)),
@@ -194,43 +128,6 @@ def binned_extrema(a: np.ndarray, factor: float, counts: np.ndarray, segments: i
         if hi[r] == 0.0 and math.copysign(1.0, hi[r]) > 0:
             hi[r] = float(np.maximum.reduce(a[r]))
     return lo, hi, parts
-
-
-@lru_cache(maxsize=1)
-def _sums_kernel():
-    """Sums over axes 1 and 3 of [samples, outer, groups, inner, lanes], for every (sample,
-    group, lane), in float64, one value after the other: what np.add.accumulate does, with
-    the lanes (contiguous) summed side by side (a loop over views of rows of lanes, which
-    the compiler vectorizes). With `track`, also the max and min of every (group, lane)."""
-    from numba import njit
-
-    @njit(nogil=True, cache=True)
-    def ordered_sums(v, out, hi, lo, track):  # pragma: no cover - compiled
-        rows, outer, groups, inner, lanes = v.shape
-        for r in range(rows):
-            vr = v[r]
-            for g in range(groups):
-                acc, first = out[r, g], vr[0, g, 0]
-                top, bottom = hi[g], lo[g]
-                for j in range(lanes):
-                    acc[j] = first[j]
-                    if track and r == 0:
-                        top[j], bottom[j] = first[j], first[j]
-                for o in range(outer):
-                    block = vr[o, g]
-                    for i in range(1 if o == 0 else 0, inner):
-                        row = block[i]
-                        for j in range(lanes):
-                            acc[j] += row[j]
-                        if track:
-                            for j in range(lanes):
-                                top[j] = max(top[j], row[j])
-                                bottom[j] = min(bottom[j], row[j])
-                if track and r > 0:
-                    for j in range(lanes):
-                        top[j], bottom[j] = max(top[j], first[j]), min(bottom[j], first[j])
-
-    return ordered_sums
 
 
 def _numpy_peaks(v: np.ndarray) -> np.ndarray:
