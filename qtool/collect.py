@@ -125,6 +125,38 @@ def prefetch(items: Iterable) -> Iterator:
             yield item
 
 
+class _Ahead:
+    """An iterator over `items` that prepares the next item in a background thread when told
+    to (start), so that it is ready when asked for. A lone worker starts it once its run is
+    done: decoding while onnxruntime runs on every core slows that run by more than the decode
+    takes (PP-OCRv5 det: 129 -> 144 ms per run), while the histograms beside it lose only its
+    time. Exceptions raised while preparing surface at the same position."""
+
+    _done = object()
+
+    def __init__(self, items: Iterable):
+        self.items = iter(items)
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="qtool-prefetch")
+        self.pending = None
+
+    def start(self) -> None:
+        if self.pending is None:
+            self.pending = self.pool.submit(next, self.items, self._done)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        pending, self.pending = self.pending, None
+        item = pending.result() if pending is not None else next(self.items, self._done)
+        if item is self._done:
+            raise StopIteration
+        return item
+
+    def close(self) -> None:
+        self.pool.shutdown(cancel_futures=True)
+
+
 @dataclass(frozen=True)
 class Derived:
     """How collect gets a tensor without fetching it from onnxruntime."""
@@ -343,11 +375,14 @@ def collect(
     teams = {id(acc): _Team(max(1, spread)) for acc in accs}
     # one worker with threads to spare (a run too large for two in memory): the next inputs are
     # decoded while this run is histogrammed, instead of after
-    source = prefetch(runs) if len(accs) == 1 and spread > 1 else iter(runs)
+    ahead = _Ahead(runs) if len(accs) == 1 and spread > 1 else None
+    source = ahead if ahead is not None else iter(runs)
     lock = threading.Lock()  # guards `source` (decoding happens in next()) and `progress`
 
     def take(acc: _Accumulator, feeds: Feeds, count: int) -> None:
         outputs = run(session, sources, feeds) if varying else []
+        if ahead is not None:
+            ahead.start()
         # last computed first: those are still in the CPU caches (names are in graph order)
         acc.fill(reversed(list(zip(varying, outputs))), count, teams[id(acc)])
         acc.seen += count
@@ -371,8 +406,8 @@ def collect(
     finally:
         for team in teams.values():
             team.close()
-        if hasattr(source, "close"):  # a prefetching generator: its thread stops
-            source.close()
+        if ahead is not None:
+            ahead.close()
     for acc in accs[1:]:
         accs[0].merge(acc)
     return _assemble(accs[0], names, bins, stats, derived, fixed, probe_size)

@@ -346,6 +346,32 @@ def test_an_input_error_while_prefetching_reaches_the_caller():
     assert taken == [0, 1, 2]
 
 
+def test_a_lone_worker_decodes_the_next_inputs_after_its_run():
+    """The background decode of a lone worker's next inputs starts once its run is done (beside
+    the histograms), never while onnxruntime runs on every core."""
+    m = zoo.yolo_like()
+    types = model.tensor_types(m)
+    names = model.activation_tensors(m, types)
+    session = collect.make_session(model.with_outputs(m, names, types), threads=1)
+    events = []
+
+    class Logged:
+        def run(self, outputs, feeds):
+            events.append(("run", int(feeds["images"][0, 0, 0, 0])))
+            out = session.run(outputs, feeds)
+            events.append(("ran", int(feeds["images"][0, 0, 0, 0])))
+            return out
+
+    def runs():
+        for i in range(6):
+            events.append(("decode", i))
+            yield {"images": np.full((1, 3, 64, 96), i, np.float32)}, 1
+
+    collect.collect(Logged(), names, runs(), 2048, spread=2, kernel=False)
+    for i in range(1, 6):
+        assert events.index(("decode", i)) > events.index(("ran", i - 1)), events
+
+
 def test_an_error_on_a_helper_thread_reaches_the_caller():
     """An error histogramming one tensor on a worker's helper thread (spread) stops the run and
     is raised, not lost in the thread."""
