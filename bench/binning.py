@@ -36,7 +36,7 @@ def outputs(name: str) -> list[np.ndarray]:
 
     proto = onnx.load(str(model_path(name)))
     pre, feed = preprocess(name, proto), proto.graph.input[0].name
-    _, static, _, _, fetched, types = _plan(proto)
+    _, static, _, _, fetched, types = _plan(proto, name)
     sess, blocked = collect.fetching_session(qmodel.with_outputs(proto, fetched, types), fetched, static, threads=1)
     varying = [t for t in fetched if t not in static]
     x = data.load_image(sorted(images(1).glob("*.jpg"))[0], pre)[None]

@@ -122,16 +122,17 @@ def preprocess(name: str, proto):
                                    bgr="--bgr" in args)
 
 
-def _plan(proto):
-    """What qtool calibrate fetches: (names, static, stats, derived, fetched)."""
-    from qtool import collect, stats
+def _plan(proto, name: str):
+    """What qtool calibrate fetches for one image: (names, static, stats, derived, fetched, types)."""
+    from qtool import collect, pipeline, stats
     from qtool import model as qmodel
 
     types = qmodel.tensor_types(proto)
     names = qmodel.activation_tensors(proto, types)
     static = frozenset(names) - qmodel.data_dependent(proto)
     st = stats.new_stats(proto, names)
-    derived = collect.derivations(proto, names, types, static, st)
+    sizes = pipeline.image_bytes(proto, names, qmodel.image_input(proto), preprocess(name, proto))
+    derived = collect.derivations(proto, names, types, static, st, sizes)
     return names, static, st, derived, [n for n in names if n not in derived], types
 
 
@@ -162,7 +163,7 @@ def worker(mode: str, name: str, n: int) -> dict:
         started = time.perf_counter()
         proto = onnx.load(str(path))
         pre, feed = preprocess(name, proto), proto.graph.input[0].name
-        names, static, _, _, fetched, types = _plan(proto)
+        names, static, _, _, fetched, types = _plan(proto, name)
         sess, blocked = collect.fetching_session(qmodel.with_outputs(proto, fetched, types), fetched, static, threads=1)
         sources = [blocked[t].source if t in blocked else t for t in fetched]
         todo, lock = iter(paths), threading.Lock()
@@ -254,7 +255,7 @@ def profile(name: str, path: Path, paths: list[Path]) -> dict:
 
     proto = onnx.load(str(path))
     pre, feed = preprocess(name, proto), proto.graph.input[0].name
-    names, static, st, derived, fetched, types = _plan(proto)
+    names, static, st, derived, fetched, types = _plan(proto, name)
     sess, blocked = collect.fetching_session(qmodel.with_outputs(proto, fetched, types), fetched, static, threads=1)
     histogram.start_loading()
     histogram.wait_for_kernel()

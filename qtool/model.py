@@ -120,23 +120,23 @@ def infer_with_inputs(proto: onnx.ModelProto, input_dims: dict[str, tuple]) -> o
                 vi.type.CopyFrom(saved[vi.name])
 
 
-def activation_bytes(proto: onnx.ModelProto, names: list[str], input_dims: dict[str, tuple[int, ...]]) -> int | None:
-    """Bytes of the tensors `names` for one run with these concrete input shapes, from ONNX
-    shape inference; None when some shape cannot be inferred."""
+def tensor_bytes(proto: onnx.ModelProto, names: list[str], input_dims: dict[str, tuple[int, ...]]) -> dict[str, int]:
+    """Bytes of the tensors of `names` for one run with these concrete input shapes, as far as
+    ONNX shape inference can tell: tensors whose shape it cannot infer are left out."""
     inferred = infer_with_inputs(proto, input_dims)
     if inferred is None:
-        return None
+        return {}
     info = {vi.name: vi.type.tensor_type for vi in list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output)}
-    total = 0
+    sizes = {}
     for name in names:
         tt = info.get(name)
         if tt is None or not tt.HasField("shape") or not all(d.HasField("dim_value") for d in tt.shape.dim):
-            return None
+            continue
         size = 1
         for d in tt.shape.dim:
             size *= d.dim_value
-        total += size * np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type)).itemsize
-    return total
+        sizes[name] = size * np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type)).itemsize
+    return sizes
 
 
 def tensor_types(proto: onnx.ModelProto) -> dict[str, int]:

@@ -27,10 +27,10 @@ IN_FLIGHT_BYTES = 512 << 20
 KERNEL_BYTES = 512 << 20
 
 
-def _image_bytes(proto, names, spec: model.InputSpec, pre: data.Preprocess) -> int | None:
-    """Bytes of the exposed activations of one image, when shape inference can tell."""
+def image_bytes(proto, names, spec: model.InputSpec, pre: data.Preprocess) -> dict[str, int]:
+    """Bytes of the activations of one image, those whose shape inference can tell."""
     hwc = (pre.channels, pre.height, pre.width) if pre.layout == "nchw" else (pre.height, pre.width, pre.channels)
-    return model.activation_bytes(proto, names, {spec.name: (1, *hwc)}) or None
+    return model.tensor_bytes(proto, names, {spec.name: (1, *hwc)})
 
 
 def _parallelism(batches: int, batch_bytes: int | None) -> tuple[int, int]:
@@ -64,6 +64,7 @@ class _Source:
     probe: int = 1
     skipped: list | None = None  # unreadable images, with --on-bad-image skip
     batch_bytes: int | None = None  # exposed activations of one batch, when known
+    tensor_bytes: dict[str, int] | None = None  # activations' bytes in one batch, those known
 
 
 def _image_source(loaded, names, images_dir, limit, shard, on_bad_image, batch_size, options) -> _Source:
@@ -72,7 +73,8 @@ def _image_source(loaded, names, images_dir, limit, shard, on_bad_image, batch_s
     fixed_batch = spec.dims[0]
     if fixed_batch is not None and batch_size not in (None, fixed_batch):
         raise QtoolError(f"the model has a fixed batch of {fixed_batch}; --batch-size {batch_size} cannot be used")
-    per_image = _image_bytes(loaded.proto, names, spec, pre)
+    sizes = image_bytes(loaded.proto, names, spec, pre)
+    per_image = (sum(sizes.values()) or None) if len(sizes) == len(names) else None
     auto = max(1, min(MAX_AUTO_BATCH, BATCH_BYTES // per_image)) if per_image else 1
     batch_size = fixed_batch or batch_size or auto
     everything = data.list_images(images_dir, limit)
@@ -91,7 +93,8 @@ def _image_source(loaded, names, images_dir, limit, shard, on_bad_image, batch_s
     # tensors computed from the input's shape only (decode grids) are counted per image
     static = frozenset(names) - model.data_dependent(loaded.proto)
     return _Source(inputs, runs, {"source": "images", "input": spec.name, **pre.to_dict()},
-                   batch_size, static, fixed_batch or 1, skipped, per_image and per_image * batch_size)
+                   batch_size, static, fixed_batch or 1, skipped, per_image and per_image * batch_size,
+                   {n: b * batch_size for n, b in sizes.items()})
 
 
 def _data_source(loaded, data_dir, limit, shard) -> _Source:
@@ -199,7 +202,7 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
     stats = new_stats(loaded.proto, names)
     # a Concat's output (a Split's input) holds exactly its parts' values, an Add/Sub/Mul output is
     # one exact float32 operation on its inputs: such tensors are computed from fetched ones
-    derived = collect.derivations(loaded.proto, names, types, source.static, stats)
+    derived = collect.derivations(loaded.proto, names, types, source.static, stats, source.tensor_bytes)
     fetched = [n for n in names if n not in derived]
     batches = -(-len(source.inputs) // (source.batch_size or 1)) if source.inputs else os.cpu_count() or 1
     kernel = not source.batch_bytes or source.batch_bytes * batches >= KERNEL_BYTES
