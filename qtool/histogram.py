@@ -33,16 +33,9 @@ _loading = threading.Lock()
 _loader: threading.Thread | None = None
 
 
-def _kernel():
-    """The compiled binning loop (qtool.kernels.add_bins; importing it imports numba)."""
-    from . import kernels
-
-    return kernels.add_bins
-
-
 def _load_kernel() -> None:
     global _ready
-    from . import kernels
+    from . import kernels  # imports numba
 
     kernel, sums = kernels.add_bins, kernels.ordered_sums
     # numba compiles (or loads) a signature at its first call: float32, as activations nearly

@@ -81,7 +81,8 @@ def test_bins_must_be_a_power_of_two():
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_kernel_and_numpy_paths_count_identically(dtype):
-    from qtool.histogram import KERNEL_MIN_SIZE, _floats, _kernel, _numpy_add_bins, _run_kernel
+    from qtool.histogram import KERNEL_MIN_SIZE, _floats, _numpy_add_bins, _run_kernel
+    from qtool.kernels import add_bins
 
     rng = np.random.default_rng(3)
     a = np.minimum(np.abs(rng.standard_normal(KERNEL_MIN_SIZE * 3 + 7)), 3.99).astype(dtype)  # not whole chunks
@@ -90,13 +91,13 @@ def test_kernel_and_numpy_paths_count_identically(dtype):
     factor = 2048 / 4.0
     fast, slow = np.zeros(2048, np.int64), np.zeros(2048, np.int64)
     a[300] = -2.5
-    over, ends = _run_kernel(_kernel(), a.reshape(1, -1), factor, fast)
+    over, ends = _run_kernel(add_bins, a.reshape(1, -1), factor, fast)
     lo, hi = _floats(ends, a.dtype)
     assert over == 0 and (lo[0], hi[0]) == (a.min(), a.max()) == (-2.5, a[100])
     _numpy_add_bins(a, factor, slow)
     assert np.array_equal(fast, slow) and fast.sum() == a.size and fast[-1] >= 100
     a[5] = 4.0  # at the top: nothing counted
-    assert _run_kernel(_kernel(), a.reshape(1, -1), factor, fast)[0] == 1 and np.array_equal(fast, slow)
+    assert _run_kernel(add_bins, a.reshape(1, -1), factor, fast)[0] == 1 and np.array_equal(fast, slow)
 
 
 def _one_pass_disabled(monkeypatch):
