@@ -200,7 +200,7 @@ def record_from_histogram(name: str, hist: TensorHistogram, method: str, kl_vari
         min=0.0 if empty else hist.min,
         max=0.0 if empty else hist.max,
         amax=0.0,
-        counts=[int(c) for c in counts],
+        counts=counts.tolist(),  # int64 -> Python ints
         hist_range=float(edges[-1]),
         nonfinite=hist.nonfinite,
         stats=stats,
