@@ -110,21 +110,6 @@ def run(session: ort.InferenceSession, names: list[str], feeds: Feeds) -> list[n
         raise QtoolError(f"onnxruntime failed on inputs of shape {shapes}: {_first_line(e)}") from None
 
 
-def prefetch(items: Iterable) -> Iterator:
-    """Yield from `items`, preparing the next item in a background thread (image decoding
-    overlaps inference). Exceptions raised while preparing surface at the same position."""
-    it = iter(items)
-    done = object()
-    with ThreadPoolExecutor(1, thread_name_prefix="qtool-prefetch") as pool:
-        pending = pool.submit(next, it, done)
-        while True:
-            item = pending.result()
-            if item is done:
-                return
-            pending = pool.submit(next, it, done)
-            yield item
-
-
 class _Ahead:
     """An iterator over `items` that prepares the next item in a background thread when told
     to (start), so that it is ready when asked for. A lone worker starts it once its run is
@@ -155,6 +140,20 @@ class _Ahead:
 
     def close(self) -> None:
         self.pool.shutdown(cancel_futures=True)
+
+
+def prefetch(items: Iterable) -> Iterator:
+    """Yield from `items`, preparing the next item in a background thread while the caller
+    uses this one (image decoding overlaps inference). Exceptions raised while preparing
+    surface at the same position."""
+    ahead = _Ahead(items)
+    try:
+        ahead.start()
+        for item in ahead:
+            ahead.start()
+            yield item
+    finally:
+        ahead.close()
 
 
 @dataclass(frozen=True)
