@@ -68,15 +68,16 @@ def _numpy_add_bins(a: np.ndarray, factor: float, counts: np.ndarray) -> None:
 
 _KEYS = {np.dtype(np.float32): (np.int32, np.int32(31), np.int32(0x7FFFFFFF)),
          np.dtype(np.float64): (np.int64, np.int64(63), np.int64(0x7FFFFFFFFFFFFFFF))}
+_UNSIGNED = {np.dtype(np.float32): np.uint32, np.dtype(np.float64): np.uint64}
 
 
 def _run_kernel(kernel, a: np.ndarray, factor: float, counts: np.ndarray) -> tuple[int, np.ndarray]:
     """The kernel on a C-contiguous float [rows, cols] array: (values not counted, since at or
     beyond the top or not finite, in which case counts is untouched; [2, rows]: the key of each
     row's min, then of its max: see _floats)."""
-    ints, shift, mask = _KEYS[a.dtype]
+    ints, _, mask = _KEYS[a.dtype]
     ends = np.empty((2, a.shape[0]), ints)
-    over = kernel(a, a.view(ints), shift, mask, a.dtype.type(factor), counts, ends[0], ends[1])
+    over = kernel(a, a.view(ints), a.view(_UNSIGNED[a.dtype]), mask, a.dtype.type(factor), counts, ends[0], ends[1])
     return over, ends
 
 

@@ -100,6 +100,30 @@ def test_kernel_and_numpy_paths_count_identically(dtype):
     assert _run_kernel(add_bins, a.reshape(1, -1), factor, fast)[0] == 1 and np.array_equal(fast, slow)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_kernel_extrema_are_those_of_the_ordered_keys(dtype):
+    # each row's min and max key, for rows of every sign mix, zeros of both signs, infinities
+    # and NaNs of both signs (the kernel finds them from reductions of the raw bits)
+    from qtool.histogram import _KEYS, _run_kernel
+    from qtool.kernels import add_bins
+
+    ints, shift, mask = _KEYS[np.dtype(dtype)]
+    rng = np.random.default_rng(8)
+    n = 1100  # two chunks and a bit
+    base = rng.standard_normal(n).astype(dtype)
+    rows = [base, np.abs(base), -np.abs(base), np.zeros(n, dtype), np.full(n, -0.0, dtype)]
+    for special in (-0.0, 0.0, np.inf, -np.inf, np.nan, -np.nan):
+        for row in (np.abs(base), -np.abs(base)):
+            r = row.copy()
+            r[rng.integers(n)] = special
+            rows.append(r)
+    a = np.stack(rows)
+    _, ends = _run_kernel(add_bins, a, 1.0, np.zeros(8, np.int64))
+    b = a.view(ints)
+    keys = b ^ ((b >> shift) & mask)
+    assert np.array_equal(ends[0], keys.min(axis=1)) and np.array_equal(ends[1], keys.max(axis=1))
+
+
 def _one_pass_disabled(monkeypatch):
     from qtool import histogram
 
