@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import os
 import re
 import sys
 import threading
 from collections.abc import Iterable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
@@ -157,11 +158,21 @@ def prefetch(items: Iterable) -> Iterator:
 
 
 @dataclass(frozen=True)
+class Constant:
+    """The constant operand of an Add/Sub/Mul that collect computes."""
+
+    slot: int  # 0: first operand, 1: second
+    name: str
+    value: np.ndarray = field(compare=False)
+
+
+@dataclass(frozen=True)
 class Derived:
     """How collect gets a tensor without fetching it from onnxruntime."""
 
-    op: str  # "concat": its parts put together (histograms add); "Add", "Sub", "Mul": of its two parts
-    parts: tuple[str, ...]
+    op: str  # "concat": its parts put together (histograms add); "Add", "Sub", "Mul": of its parts
+    parts: tuple[str, ...]  # the tensors it is computed from: two, or one and `constant`
+    constant: Constant | None = None
 
 
 _UFUNCS = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply}
@@ -181,18 +192,21 @@ def derivations(proto: onnx.ModelProto, names: list[str], types: dict[str, int],
 
     Concatenations (model.concatenations): left out when they touch a static tensor, when a
     part is itself a concatenation, or when their per-channel statistics run along another axis.
-    Add/Sub/Mul outputs (model.arithmetic): left out when they touch a static tensor, an input
+    Add/Sub/Mul outputs of two tensors of `names` (model.arithmetic) or of one and a constant
+    (model.constant_arithmetic): left out when they touch a static tensor, an input
     is a concatenation left out of the fetch, or `sizes` (bytes per run, where known) puts them
     over COMPUTE_BYTES. In graph order, every derivation reads fetched tensors and Add/Sub/Mul
     outputs computed before it."""
     sizes = sizes or {}
     cat = {out: tuple(parts) for out, (axis, parts) in model.concatenations(proto, names).items()
            if not {out, *parts} & static and (stats is None or out not in stats or stats[out].axis in (None, axis))}
-    ops = {out: (op, a, b) for out, (op, a, b) in model.arithmetic(proto, names, types).items()
-           if out not in cat and not {out, a, b} & static and sizes.get(out, 0) <= COMPUTE_BYTES}
-    ops = {out: (op, a, b) for out, (op, a, b) in ops.items() if not {a, b} & cat.keys()}
+    ops = {out: Derived(op, (a, b)) for out, (op, a, b) in model.arithmetic(proto, names, types).items()}
+    ops.update({out: Derived(op, (x,), Constant(slot, c, value))
+                for out, (op, x, slot, c, value) in model.constant_arithmetic(proto, names, types).items()})
+    ops = {out: d for out, d in ops.items() if out not in cat and not {out, *d.parts} & static
+           and not set(d.parts) & cat.keys() and sizes.get(out, 0) <= COMPUTE_BYTES}
     cat = {out: parts for out, parts in cat.items() if not set(parts) & cat.keys()}
-    return {n: Derived("concat", cat[n]) if n in cat else Derived(ops[n][0], ops[n][1:]) for n in names if n in cat or n in ops}
+    return {n: Derived("concat", cat[n]) if n in cat else ops[n] for n in names if n in cat or n in ops}
 
 
 def _serial(items: list[tuple], fn) -> None:
@@ -241,8 +255,8 @@ class _Team:
 class _Accumulator:
     """One worker's histograms and per-sample statistics; workers' accumulators add exactly.
 
-    Derived tensors are not run: an Add/Sub/Mul output is computed from its inputs batch by
-    batch and then treated as if fetched; a concatenation's statistics come from its parts batch
+    Derived tensors are not run: an Add/Sub/Mul output is computed from its inputs (and
+    constant) batch by batch and then treated as if fetched; a concatenation's statistics come from its parts batch
     by batch and its histogram from theirs at the end. Tensors in `blocks` arrive in
     onnxruntime's blocked layout (nchwc): histograms do not mind, statistics read the layout,
     and an operation on two such tensors is computed in it."""
@@ -260,7 +274,15 @@ class _Accumulator:
             for part in parts:
                 self.readers.setdefault(part, []).append(n)
         self.parts = {n: d.parts for n, d in derived.items()}
+        self.constants = {n: d.constant for n, d in derived.items() if d.constant is not None}
         self.needed = {p for d in derived.values() for p in d.parts}
+        # computed tensors whose every reader is computed from them alone, on the same thread
+        # right after them: they go into scratch memory of that thread, reused run after run
+        # (written while in the CPU caches, instead of into fresh pages)
+        concat_parts = {p for n in self.concats for p in self.inputs[n]}
+        self.scratch = {n for n in self.computed if n not in concat_parts
+                        and all(r in self.constants for r in self.readers.get(n, ()))}
+        self.pools = threading.local()
         self.blocks = blocks
         self.seen = 0
 
@@ -294,13 +316,28 @@ class _Accumulator:
 
         def add(name: str, value: np.ndarray, block: int | None) -> None:
             ready = one(name, value, block)
+            free = self._pool()
+            held: dict[str, list] = {}  # scratch of this thread in use: {tensor: [buffer, readers to come]}
             while ready:  # a loop, not recursion: a closure calling itself would be a reference cycle
                 out = ready.pop()
                 if out in self.concats:
                     gather(out, self.parts[out])
-                else:
-                    a, b = self.parts[out]
-                    ready += one(out, *self.derive(self.computed[out], kept[a], kept[b]))
+                    continue
+                parts = self.parts[out]
+                buffer = (free.pop() if free else _NO_BYTES) if out in self.scratch else None
+                value, block = self.derive(out, [kept[p] for p in parts], buffer)
+                for p in parts:  # a scratch input all of whose readers are done is free again
+                    if p in held:
+                        held[p][1] -= 1
+                        if held[p][1] == 0:
+                            free.append(held.pop(p)[0])
+                ready += one(out, value, block)
+                if out in self.scratch:  # value is a view of the bytes it was written into
+                    readers = len(self.readers.get(out, ()))
+                    if readers:
+                        held[out] = [value.base, readers]
+                    else:
+                        free.append(value.base)
 
         def gather(name: str, parts: tuple[str, ...]) -> None:
             got = [kept[p] for p in parts if p in kept]
@@ -324,15 +361,31 @@ class _Accumulator:
         # a concatenation with an empty part (which adds nothing) waits for it in vain
         share([(n, self.parts[n]) for n in self.concats if 0 < waiting[n] < len(self.inputs[n])], gather)
 
-    def derive(self, ufunc, a: tuple, b: tuple) -> tuple[np.ndarray, int | None]:
-        """An Add/Sub/Mul output from its kept inputs: (value, its channel block or None)."""
-        (x, _, _, bx), (y, _, _, by) = a, b
+    def _pool(self) -> list[np.ndarray]:
+        """This thread's free scratch buffers."""
+        pool = getattr(self.pools, "free", None)
+        if pool is None:
+            pool = self.pools.free = []
+        return pool
+
+    def derive(self, name: str, inputs: list[tuple], buffer: np.ndarray | None = None) -> tuple[np.ndarray, int | None]:
+        """An Add/Sub/Mul output from its kept inputs: (value, its channel block or None),
+        written into `buffer` (bytes, grown when too small) when one is given."""
+        ufunc, constant = self.computed[name], self.constants.get(name)
+        if constant is not None:
+            (x, _, _, bx), c = inputs[0], constant.value
+            if bx and c.size == 1 and c.ndim <= x.ndim:  # a scalar: the same on the blocks
+                c, block = c.reshape(()), bx
+            else:
+                x, block = (nchwc.unblocked(x, bx) if bx else x), None
+            return _apply(ufunc, (c, x) if constant.slot == 0 else (x, c), buffer), block
+        (x, _, _, bx), (y, _, _, by) = inputs
         if bx and bx == by:  # elementwise on the blocks: the blocked form of the result
-            z = ufunc(nchwc.view5(x, bx), nchwc.view5(y, by))
+            z = _apply(ufunc, (nchwc.view5(x, bx), nchwc.view5(y, by)), buffer)
             return z.reshape(z.shape[0], -1, *z.shape[2:4]), bx
         x = nchwc.unblocked(x, bx) if bx else x
         y = nchwc.unblocked(y, by) if by else y
-        return ufunc(x, y), None
+        return _apply(ufunc, (x, y), buffer), None
 
     def merge(self, other: _Accumulator) -> None:
         for name, hist in other.hists.items():
@@ -340,6 +393,22 @@ class _Accumulator:
         for name, stats in other.stats.items():
             self.stats[name] = self.stats[name].merge(stats)
         self.seen += other.seen
+
+
+_NO_BYTES = np.empty(0, np.uint8)
+
+
+def _apply(ufunc, operands: tuple, buffer: np.ndarray | None) -> np.ndarray:
+    """ufunc(*operands), into the bytes (uint8) of `buffer` when given, or of new ones when
+    it is too small: then the result's base is the buffer."""
+    if buffer is None:
+        return ufunc(*operands)
+    shape = np.broadcast_shapes(*(np.shape(o) for o in operands))
+    dtype = np.result_type(*operands)
+    size = math.prod(shape) * dtype.itemsize
+    if buffer.size < size:
+        buffer = np.empty(size, np.uint8)
+    return ufunc(*operands, out=buffer[:size].view(dtype).reshape(shape))
 
 
 def collect(

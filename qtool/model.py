@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from .errors import QtoolError
 from .graph import outer_refs, subgraphs
@@ -235,6 +235,36 @@ def arithmetic(proto: onnx.ModelProto, names: list[str], types: dict[str, int]) 
     return {n.output[0]: (n.op_type, n.input[0], n.input[1]) for n in proto.graph.node
             if n.op_type in ARITHMETIC and n.domain in ("", "ai.onnx") and len(n.input) == 2 and len(n.output) == 1
             and n.output[0] in wanted and n.input[0] in wanted and n.input[1] in wanted}
+
+
+def constant_arithmetic(proto: onnx.ModelProto, names: list[str], types: dict[str, int]
+                        ) -> dict[str, tuple[str, str, int, str, np.ndarray]]:
+    """{output: (op_type, input, slot of the constant, constant's name, its value)} of the
+    main-graph Add, Sub and Mul nodes whose output and one input are float32 tensors in `names`
+    and whose other input is a float32 constant (an initializer the graph does not take as an
+    input, or a Constant node's tensor) kept in the model: each output element is one correctly
+    rounded float32 operation, which numpy computes bit for bit."""
+    g = proto.graph
+    inputs = {i.name for i in g.input}
+    constants = {t.name: t for t in g.initializer if t.name not in inputs}
+    for n in g.node:
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+            value = next((a.t for a in n.attribute if a.name == "value"), None)
+            if value is not None:
+                constants[n.output[0]] = value
+    wanted = {n for n in names if types.get(n) == TensorProto.FLOAT}
+    out = {}
+    for n in g.node:
+        if (n.op_type not in ARITHMETIC or n.domain not in ("", "ai.onnx") or len(n.input) != 2 or len(n.output) != 1
+                or n.output[0] not in wanted):
+            continue
+        for slot, (x, c) in enumerate(((n.input[1], n.input[0]), (n.input[0], n.input[1]))):
+            t = constants.get(c)
+            if (x in wanted and t is not None and t.data_type == TensorProto.FLOAT
+                    and t.data_location != TensorProto.EXTERNAL and len(t.dims) <= 8):
+                out[n.output[0]] = (n.op_type, x, slot, c, numpy_helper.to_array(t))
+                break
+    return out
 
 
 def data_dependent(proto: onnx.ModelProto) -> set[str]:

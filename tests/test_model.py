@@ -308,3 +308,33 @@ def test_data_dependent_separates_shape_derived_tensors():
     assert all("Cast" in n or "Range" in n or "grid" in n.lower() for n in static), static
     assert "images" in dependent and "output0" in dependent
     assert not any(n in dependent for n in zoo.YOLO_SHAPE_ONLY_FLOATS)
+
+
+def test_constant_arithmetic_finds_float_constants_the_graph_cannot_replace():
+    """Add/Sub/Mul of an activation and a float32 constant (initializer or Constant node, on
+    either side), not of an initializer the graph also takes as an input (a caller may feed
+    it) nor of an integer constant."""
+    f = TensorProto.FLOAT
+    k = numpy_helper.from_array(np.float32([2.0]), "k")
+    fed = numpy_helper.from_array(np.float32([3.0]), "fed")
+    n = numpy_helper.from_array(np.int64([1]), "n")
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Mul", ["r", "k"], ["by_init"]),
+        helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.float32([[0.5]]), "c")),
+        helper.make_node("Sub", ["c", "r"], ["from_node"]),
+        helper.make_node("Add", ["r", "fed"], ["by_input"]),
+        helper.make_node("Cast", ["r"], ["ri"], to=TensorProto.INT64),
+        helper.make_node("Add", ["ri", "n"], ["ints"]),
+        helper.make_node("Add", ["r", "by_init"], ["two"]),
+    ]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", f, [1, 4]), helper.make_tensor_value_info("fed", f, [1])],
+                          [helper.make_tensor_value_info(o, f if o != "ints" else TensorProto.INT64, None)
+                           for o in ("from_node", "by_input", "ints", "two")], initializer=[k, fed, n])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    types = model.tensor_types(m)
+    names = model.activation_tensors(m, types)
+    found = model.constant_arithmetic(m, names, types)
+    assert {o: v[:4] for o, v in found.items()} == {"by_init": ("Mul", "r", 1, "k"), "from_node": ("Sub", "r", 0, "c")}
+    assert found["from_node"][4].dtype == np.float32 and found["from_node"][4].shape == (1, 1)
+    assert set(model.arithmetic(m, names, types)) == {"two"}  # by_input stays fetched

@@ -109,6 +109,43 @@ def test_operations_on_mixed_layouts():
     assert len(results[0][1]["cat"]["channel_sums"]) == 32 and results[0][1]["gated"]["channel_absmax"]
 
 
+def test_operations_with_constants_on_both_layouts():
+    """Add/Sub/Mul of a tensor and a constant (scalar or per channel, either operand; in chains
+    that reuse scratch memory, run after run) give what fetching their outputs gives, from NCHW
+    and from blocked inputs."""
+    rng = np.random.default_rng(4)
+    runs = [rng.standard_normal((2, 16, 3, 5)).astype(np.float32) for _ in range(3)]
+    scale, shift, half = np.float32([2.5]), np.float32(-0.75), np.float32([[[1.5]]])
+    bias = rng.standard_normal((16, 1, 1)).astype(np.float32)
+    names = ["a", "m", "u", "s", "t", "v", "b", "r"]
+    derived = {"m": collect.Derived("Mul", ("a",), collect.Constant(1, "scale", scale)),  # a * 2.5
+               "u": collect.Derived("Mul", ("m",), collect.Constant(1, "scale", scale)),  # m * 2.5, after s and t
+               "s": collect.Derived("Add", ("m",), collect.Constant(1, "shift", shift)),  # m - 0.75
+               "t": collect.Derived("Sub", ("s",), collect.Constant(0, "half", half)),  # 1.5 - s
+               "v": collect.Derived("Mul", ("s",), collect.Constant(1, "scale", scale)),  # s * 2.5, before t
+               "b": collect.Derived("Add", ("a",), collect.Constant(0, "bias", bias)),  # bias + a
+               "r": collect.Derived("Mul", ("t", "b"))}
+
+    def values(a):
+        m = a * scale
+        s = m + shift
+        t = half - s
+        b = bias + a
+        return {"a": a, "m": m, "u": m * scale, "s": s, "t": t, "v": s * scale, "b": b, "r": t * b}
+
+    results = []
+    for plan, blocks, layout in (({}, {}, lambda x: x), (derived, {}, lambda x: x), (derived, {"a": 8}, lambda x: _blocked(x, 8))):
+        stats = {n: SampleStats(axis=1, track_absmax=True) for n in names}
+        acc = collect._Accumulator(names, 256, stats, plan, blocks)
+        for a in runs:
+            v = values(a)
+            acc.fill([("a", layout(a))] + [(n, v[n]) for n in names[1:] if n not in plan], 2)
+        results.append(({n: (h.top, h.counts.tolist(), h.min, h.max) for n, h in acc.hists.items()},
+                        {n: st.to_json() for n, st in acc.stats.items()}))
+    assert results[1] == results[0] and results[2] == results[0]
+    assert collect._Accumulator(names, 256, {}, derived, {}).scratch == {"m", "u", "s", "v", "r"}  # t is read by r too
+
+
 def test_ordered_sums_kernel_and_numpy_agree():
     """The blocked channel sums: the kernel and numpy add in the same order (values spread over
     many orders of magnitude, where the order shows), and a sample's sums do not depend on the
