@@ -256,10 +256,10 @@ class _Accumulator:
     """One worker's histograms and per-sample statistics; workers' accumulators add exactly.
 
     Derived tensors are not run: an Add/Sub/Mul output is computed from its inputs (and
-    constant) batch by batch and then treated as if fetched; a concatenation's statistics come from its parts batch
-    by batch and its histogram from theirs at the end. Tensors in `blocks` arrive in
-    onnxruntime's blocked layout (nchwc): histograms do not mind, statistics read the layout,
-    and an operation on two such tensors is computed in it."""
+    constant) batch by batch and then treated as if fetched; a concatenation's statistics come
+    from its parts batch by batch and its histogram from theirs at the end. Tensors in `blocks`
+    arrive in onnxruntime's blocked layout (nchwc): histograms do not mind, statistics read the
+    layout, and an operation on two such tensors (or on one and a scalar) is computed in it."""
 
     def __init__(self, names: list[str], bins: int, stats: dict | None, derived: dict[str, Derived], blocks: dict[str, int]):
         self.hists = {n: TensorHistogram(bins=bins) for n in names if n not in derived or derived[n].op != "concat"}
