@@ -177,15 +177,23 @@ def load_image(path: Path, pre: Preprocess) -> np.ndarray:
     except Exception as e:  # PIL raises many types for corrupt files
         raise QtoolError(f"cannot read image {str(path)!r}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
     img = _resize(img, pre)
-    arr = np.asarray(img, dtype=np.float32)
+    # channel order and layout are set on the 8-bit pixels (a quarter of the bytes to move; the
+    # conversion to float32 is exact), then (x * scale - mean) / std runs in place, in that order
+    arr = np.asarray(img)
     if arr.ndim == 2:
         arr = arr[:, :, None]
     if pre.bgr and pre.channels == 3:
         arr = arr[:, :, ::-1]
-    arr = (arr * np.float32(pre.scale) - np.asarray(pre.mean, np.float32)) / np.asarray(pre.std, np.float32)
+    mean, std = np.asarray(pre.mean, np.float32), np.asarray(pre.std, np.float32)
     if pre.layout == "nchw":
-        arr = arr.transpose(2, 0, 1)
-    return np.ascontiguousarray(arr, dtype=np.float32)
+        arr, mean, std = arr.transpose(2, 0, 1), mean.reshape(-1, 1, 1), std.reshape(-1, 1, 1)
+    out = np.ascontiguousarray(arr, dtype=np.float32)
+    if np.broadcast_shapes(out.shape, mean.shape, std.shape) != out.shape:
+        raise QtoolError(f"mean {pre.mean} and std {pre.std} need one value or one per channel ({out.shape[0 if pre.layout == 'nchw' else -1]})")
+    out *= np.float32(pre.scale)
+    out -= mean
+    out /= std
+    return out
 
 
 def _resize(img: Image.Image, pre: Preprocess) -> Image.Image:

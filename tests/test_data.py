@@ -140,6 +140,25 @@ def test_mean_std_applied_after_scale_per_channel(tmp_path):
     assert got[1, 0, 0] == pytest.approx((0 - 0.456) / 0.224, rel=1e-5)  # red pixel, G channel
 
 
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_normalization_is_float32_scale_then_mean_then_std_bit_for_bit(tmp_path, layout):
+    # calibration files hold what the model saw: the values must not depend on how they are computed
+    a = np.random.default_rng(0).integers(0, 256, (5, 7, 3), dtype=np.uint8)
+    p = save(tmp_path / "rgb.png", Image.fromarray(a, "RGB"))
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    got = load_image(p, pre(h=5, w=7, layout=layout, bgr=True, scale=1 / 255, mean=mean, std=std))
+    x = a[:, :, ::-1].astype(np.float32)
+    want = (x * np.float32(1 / 255) - np.float32(mean)) / np.float32(std)
+    assert got.dtype == np.float32 and got.flags.c_contiguous
+    np.testing.assert_array_equal(got, want.transpose(2, 0, 1) if layout == "nchw" else want)
+
+
+def test_a_mean_per_channel_must_match_the_channels(tmp_path):
+    p = save(tmp_path / "rgb.png", Image.fromarray(RGB_2x2, "RGB"))
+    with pytest.raises(QtoolError, match="one per channel"):
+        load_image(p, pre(c=1, mean=(0.1, 0.2, 0.3)))
+
+
 def test_layouts_shape_dtype_contiguity(tmp_path):
     a = np.arange(18, dtype=np.uint8).reshape(2, 3, 3) * 10  # H=2, W=3: catches H/W swaps
     p = save(tmp_path / "rgb.png", Image.fromarray(a, "RGB"))
