@@ -441,8 +441,9 @@ def collect(
     `derivations`): the results are the same as fetching them.
     `blocked`: fetched tensors the session returns in blocked layout (see fetching_session),
     with the same results.
-    `kernel`: bin with the compiled kernel (histogram.start_loading), ready from the second run
-    on; worth its load time when the runs bin hundreds of MB. Same results either way.
+    `kernel`: bin with the compiled kernel (histogram.start_loading), which the first run's
+    histograms wait for; worth its load time when the runs bin hundreds of MB. Same results
+    either way.
     """
     derived = derived or {}
     blocked = blocked or {}
@@ -461,6 +462,8 @@ def collect(
         outputs = run(session, sources, feeds) if varying else []
         if ahead is not None:
             ahead.start()
+        if kernel:  # binning with numpy while the kernel loads slows both (YOLOv8n look-alike, 100
+            histogram.wait_for_kernel()  # images: 2.75-3.23 s against 2.70-2.87 waiting)
         # last computed first: those are still in the CPU caches (names are in graph order)
         acc.fill(reversed(list(zip(varying, outputs))), count, teams[id(acc)])
         acc.seen += count
@@ -479,7 +482,6 @@ def collect(
             # the first batch alone, while the binning kernel loads: it is then ready before the
             # workers start (loading it while they run stalls them all)
             take(accs[0], *first)
-            histogram.wait_for_kernel()
         _run_workers(accs, source, lock, take)
     finally:
         for team in teams.values():
