@@ -22,11 +22,11 @@ from typing import NamedTuple
 import numpy as np
 
 # The kernel beats numpy from a few thousand values on (0.7 ns/value against 2.1 at 4096; on
-# real activations 2-3x, bench/binning.py), but starting it (numba import and cache load or
+# real activations 3-4x, bench/binning.py), but starting it (numba import and cache load or
 # compile, ~0.5 s once per process) only pays for a run that bins hundreds of MB: whoever runs
-# one calls start_loading() (calibrate: pipeline.KERNEL_BYTES), numpy bins everything until the
-# kernel is ready, and from then on the kernel takes every tensor of KERNEL_MIN_SIZE values or
-# more. Both count identically.
+# one calls start_loading() (calibrate: pipeline.KERNEL_BYTES; collect waits for it before
+# its first histograms), numpy bins everything until the kernel is ready, and from then on the
+# kernel takes every tensor of KERNEL_MIN_SIZE values or more. Both count identically.
 KERNEL_MIN_SIZE = 1 << 12
 _ready = None  # the kernel, once loaded
 _loading = threading.Lock()
