@@ -260,8 +260,7 @@ def constant_arithmetic(proto: onnx.ModelProto, names: list[str], types: dict[st
             continue
         for slot, (x, c) in enumerate(((n.input[1], n.input[0]), (n.input[0], n.input[1]))):
             t = constants.get(c)
-            if (x in wanted and t is not None and t.data_type == TensorProto.FLOAT
-                    and t.data_location != TensorProto.EXTERNAL and len(t.dims) <= 8):
+            if x in wanted and t is not None and t.data_type == TensorProto.FLOAT and t.data_location != TensorProto.EXTERNAL:
                 out[n.output[0]] = (n.op_type, x, slot, c, numpy_helper.to_array(t))
                 break
     return out
