@@ -462,8 +462,10 @@ def collect(
         outputs = run(session, sources, feeds) if varying else []
         if ahead is not None:
             ahead.start()
-        if kernel:  # binning with numpy while the kernel loads slows both (YOLOv8n look-alike, 100
-            histogram.wait_for_kernel()  # images: 2.75-3.23 s against 2.70-2.87 waiting)
+        # binning with numpy while the kernel loads slows both (YOLOv8n look-alike, 100 images:
+        # 2.75-3.23 s against 2.70-2.87 waiting)
+        if kernel:
+            histogram.wait_for_kernel()
         # last computed first: those are still in the CPU caches (names are in graph order)
         acc.fill(reversed(list(zip(varying, outputs))), count, teams[id(acc)])
         acc.seen += count
@@ -480,7 +482,7 @@ def collect(
                 probe = {k: v[:probe_size] for k, v in first[0].items()}
                 accs[0].fill(zip(fixed, run(session, fixed, probe)), probe_size)
             # the first batch alone, while the binning kernel loads: it is then ready before the
-            # workers start (loading it while they run stalls them all)
+            # workers start (their runs beside the load stall on the GIL it holds)
             take(accs[0], *first)
         _run_workers(accs, source, lock, take)
     finally:

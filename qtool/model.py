@@ -227,14 +227,21 @@ def concatenations(proto: onnx.ModelProto, names: list[str]) -> dict[str, tuple[
 ARITHMETIC = ("Add", "Sub", "Mul")  # correctly rounded IEEE operations, the same in numpy
 
 
+def _arithmetic_nodes(proto: onnx.ModelProto, names: list[str], types: dict[str, int]) -> tuple[list, set[str]]:
+    """The main-graph Add, Sub and Mul nodes of two inputs whose output is a float32 tensor of
+    `names`, and those float32 tensors."""
+    wanted = {n for n in names if types.get(n) == TensorProto.FLOAT}
+    nodes = [n for n in proto.graph.node if n.op_type in ARITHMETIC and n.domain in ("", "ai.onnx")
+             and len(n.input) == 2 and len(n.output) == 1 and n.output[0] in wanted]
+    return nodes, wanted
+
+
 def arithmetic(proto: onnx.ModelProto, names: list[str], types: dict[str, int]) -> dict[str, tuple[str, str, str]]:
     """{output: (op_type, a, b)} of the main-graph Add, Sub and Mul nodes whose output and inputs
     are float32 tensors in `names`: each output element is one correctly rounded float32 operation
     on the inputs (with ONNX's numpy broadcasting), which numpy computes bit for bit."""
-    wanted = {n for n in names if types.get(n) == onnx.TensorProto.FLOAT}
-    return {n.output[0]: (n.op_type, n.input[0], n.input[1]) for n in proto.graph.node
-            if n.op_type in ARITHMETIC and n.domain in ("", "ai.onnx") and len(n.input) == 2 and len(n.output) == 1
-            and n.output[0] in wanted and n.input[0] in wanted and n.input[1] in wanted}
+    nodes, wanted = _arithmetic_nodes(proto, names, types)
+    return {n.output[0]: (n.op_type, n.input[0], n.input[1]) for n in nodes if n.input[0] in wanted and n.input[1] in wanted}
 
 
 def constant_arithmetic(proto: onnx.ModelProto, names: list[str], types: dict[str, int]
@@ -252,12 +259,9 @@ def constant_arithmetic(proto: onnx.ModelProto, names: list[str], types: dict[st
             value = next((a.t for a in n.attribute if a.name == "value"), None)
             if value is not None:
                 constants[n.output[0]] = value
-    wanted = {n for n in names if types.get(n) == TensorProto.FLOAT}
+    nodes, wanted = _arithmetic_nodes(proto, names, types)
     out = {}
-    for n in g.node:
-        if (n.op_type not in ARITHMETIC or n.domain not in ("", "ai.onnx") or len(n.input) != 2 or len(n.output) != 1
-                or n.output[0] not in wanted):
-            continue
+    for n in nodes:
         for slot, (x, c) in enumerate(((n.input[1], n.input[0]), (n.input[0], n.input[1]))):
             t = constants.get(c)
             if x in wanted and t is not None and t.data_type == TensorProto.FLOAT and t.data_location != TensorProto.EXTERNAL:
