@@ -284,6 +284,7 @@ class _Accumulator:
                         and all(r in self.constants for r in self.readers.get(n, ()))}
         self.pools = threading.local()
         self.blocks = blocks
+        self.rows: dict[tuple[str, int], np.ndarray] = {}
         self.seen = 0
 
     def fill(self, pairs, samples: int, team: _Team | None = None) -> None:
@@ -376,6 +377,10 @@ class _Accumulator:
             (x, _, _, bx), c = inputs[0], constant.value
             if bx and c.size == 1 and c.ndim <= x.ndim:  # a scalar: the same on the blocks
                 c, block = c.reshape(()), bx
+            elif bx and _per_channel(c, x.shape):  # one per channel (a bias): laid out as x's blocks
+                operands = (self._row(name, c, x.shape[3], bx), nchwc.view5(x, bx))
+                z = _apply(ufunc, operands if constant.slot == 0 else operands[::-1], buffer)
+                return z.reshape(z.shape[0], -1, *z.shape[2:4]), bx
             else:
                 x, block = (nchwc.unblocked(x, bx) if bx else x), None
             return _apply(ufunc, (c, x) if constant.slot == 0 else (x, c), buffer), block
@@ -387,6 +392,15 @@ class _Accumulator:
         y = nchwc.unblocked(y, by) if by else y
         return _apply(ufunc, (x, y), buffer), None
 
+    def _row(self, name: str, c: np.ndarray, width: int, block: int) -> np.ndarray:
+        """A per-channel constant as a row of blocks of x's width, [1, C/B, 1, W, B]: numpy adds
+        it along whole rows (0.2 ns/value here) instead of a block at a time (0.3)."""
+        key = name, width
+        row = self.rows.get(key)
+        if row is None:
+            row = self.rows[key] = np.ascontiguousarray(np.broadcast_to(c.reshape(1, -1, 1, 1, block), (1, c.size // block, 1, width, block)))
+        return row
+
     def merge(self, other: _Accumulator) -> None:
         for name, hist in other.hists.items():
             self.hists[name].merge(hist)
@@ -396,6 +410,15 @@ class _Accumulator:
 
 
 _NO_BYTES = np.empty(0, np.uint8)
+
+
+def _per_channel(c: np.ndarray, shape: tuple[int, ...]) -> bool:
+    """Whether the constant `c`, broadcast against an NCHW tensor of `shape`, holds one value
+    per channel and makes nothing larger: [C, 1, 1] or [1, C, 1, 1]."""
+    if c.ndim > 4 or len(shape) != 4:
+        return False
+    full = (1,) * (4 - c.ndim) + c.shape
+    return full == (1, shape[1], 1, 1)
 
 
 def _apply(ufunc, operands: tuple, buffer: np.ndarray | None) -> np.ndarray:

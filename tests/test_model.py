@@ -310,6 +310,53 @@ def test_data_dependent_separates_shape_derived_tensors():
     assert not any(n in dependent for n in zoo.YOLO_SHAPE_ONLY_FLOATS)
 
 
+def test_constant_arithmetic_folds_reshapes_of_constants():
+    """A constant reaching Add/Sub/Mul through Reshape, Squeeze, Unsqueeze, Flatten or Identity
+    (Paddle exports add a Conv's bias through a Reshape of it) has the folded value; a Reshape
+    to a shape computed from an activation is not a constant."""
+    f = TensorProto.FLOAT
+    bias = np.arange(4, dtype=np.float32) - 1.5
+    inits = [numpy_helper.from_array(bias, "b"), numpy_helper.from_array(np.int64([1, -1, 1, 1]), "shape"),
+             numpy_helper.from_array(np.int64([0, 2]), "axes"), numpy_helper.from_array(np.float32([[7.0]]), "k")]
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Constant", [], ["zero_shape"], value=numpy_helper.from_array(np.int64([0, 4, 1, 1]), "z")),
+        helper.make_node("Reshape", ["b", "shape"], ["b4"]),
+        helper.make_node("Identity", ["b4"], ["b4i"]),
+        helper.make_node("Add", ["r", "b4i"], ["biased"]),  # through two folds
+        helper.make_node("Unsqueeze", ["b", "axes"], ["bu"]),  # [1, 4, 1]
+        helper.make_node("Reshape", ["b4", "zero_shape"], ["b0"]),  # 0 copies the input's dimension
+        helper.make_node("Mul", ["b0", "r"], ["scaled"]),
+        helper.make_node("Squeeze", ["k"], ["ks"]),
+        helper.make_node("Flatten", ["b4"], ["bf"], axis=1),
+        helper.make_node("Sub", ["scaled", "ks"], ["shifted"]),
+        helper.make_node("Shape", ["r"], ["rs"]),
+        helper.make_node("Reshape", ["b", "rs"], ["bdyn"]),
+        helper.make_node("Add", ["shifted", "bdyn"], ["dynamic"]),
+    ]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", f, [1, 4, 1, 1])],
+                          [helper.make_tensor_value_info(o, f, None) for o in ("biased", "dynamic", "bu", "bf")],
+                          initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    types = model.tensor_types(m)
+    names = model.activation_tensors(m, types)
+    found = model.constant_arithmetic(m, names, types)
+    assert {o: v[:4] for o, v in found.items()} == {"biased": ("Add", "r", 1, "b4i"), "scaled": ("Mul", "r", 0, "b0"),
+                                                     "shifted": ("Sub", "scaled", 1, "ks")}
+    assert np.array_equal(found["biased"][4], bias.reshape(1, 4, 1, 1)) and found["biased"][4].dtype == np.float32
+    assert np.array_equal(found["scaled"][4], bias.reshape(1, 4, 1, 1))
+    assert found["shifted"][4].shape == () and found["shifted"][4] == 7.0
+    value = model._constant_values(m)
+    assert value("bu").shape == (1, 4, 1) and value("bf").shape == (1, 4) and value("bdyn") is None
+    old_unsqueeze = helper.make_node("Unsqueeze", ["b"], ["o"], axes=[0, -1])  # opset < 13: axes is an attribute
+    assert model._reshaped(old_unsqueeze, bias, None).shape == (1, 4, 1)
+    # what onnxruntime computes for the same graph
+    x = np.float32([[[[2.0]], [[-1.0]], [[0.5]], [[3.0]]]])
+    import onnxruntime as ort
+    got = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(["biased"], {"x": x})[0]
+    assert np.array_equal(got, np.maximum(x, 0) + bias.reshape(1, 4, 1, 1))
+
+
 def test_constant_arithmetic_finds_float_constants_the_graph_cannot_replace():
     """Add/Sub/Mul of an activation and a float32 constant (initializer or Constant node, on
     either side), not of an initializer the graph also takes as an input (a caller may feed
