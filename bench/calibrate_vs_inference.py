@@ -124,15 +124,14 @@ def preprocess(name: str, proto):
 
 def _plan(proto, name: str):
     """What qtool calibrate fetches for one image: (names, static, stats, derived, fetched, types)."""
-    from qtool import collect, pipeline, stats
+    from qtool import collect, stats
     from qtool import model as qmodel
 
     types = qmodel.tensor_types(proto)
     names = qmodel.activation_tensors(proto, types)
     static = frozenset(names) - qmodel.data_dependent(proto)
     st = stats.new_stats(proto, names)
-    sizes = pipeline.image_bytes(proto, names, qmodel.image_input(proto), preprocess(name, proto))
-    derived = collect.derivations(proto, names, types, static, st, sizes)
+    derived = collect.derivations(proto, names, types, static, st)
     return names, static, st, derived, [n for n in names if n not in derived], types
 
 

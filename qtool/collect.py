@@ -177,34 +177,28 @@ class Derived:
 
 _UFUNCS = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply}
 
-# An Add/Sub/Mul output larger than this per run is fetched, not computed: computing it reads
-# both inputs back from memory and writes a new array, while onnxruntime computes it anyway;
-# one that fits the core's L2 cache (2 MB here) is cheaper to compute right after its inputs
-# are binned than to have onnxruntime write out (PP-OCRv5 det at 640, 60 images: 13.8-14.0 s
-# computing all 21 against 13.3-13.4 fetching the 8 of 2.3-9.4 MB; the YOLOv8n look-alike's
-# reach 1.6 MB, and fetching those over 256 KB was no faster).
-COMPUTE_BYTES = 2 << 20
-
 
 def derivations(proto: onnx.ModelProto, names: list[str], types: dict[str, int], static: frozenset[str] = frozenset(),
-                stats: dict | None = None, sizes: dict[str, int] | None = None) -> dict[str, Derived]:
+                stats: dict | None = None) -> dict[str, Derived]:
     """The `derived` argument of collect: tensors of `names` that need not be fetched.
 
     Concatenations (model.concatenations): left out when they touch a static tensor, when a
     part is itself a concatenation, or when their per-channel statistics run along another axis.
     Add/Sub/Mul outputs of two tensors of `names` (model.arithmetic) or of one and a constant
-    (model.constant_arithmetic): left out when they touch a static tensor, an input
-    is a concatenation left out of the fetch, or `sizes` (bytes per run, where known) puts them
-    over COMPUTE_BYTES. In graph order, every derivation reads fetched tensors and Add/Sub/Mul
-    outputs computed before it."""
-    sizes = sizes or {}
+    (model.constant_arithmetic): left out when they touch a static tensor or an input is a
+    concatenation left out of the fetch. Computed, not fetched, whatever their size: onnxruntime
+    then writes less, and the output lives only while it is binned, not for the whole run's
+    histograms (PP-OCRv5 det at 640, 60 images on a 2-core AMD EPYC: 5.9-6.2 s and 678 MB of
+    peak RSS computing all, 6.4-6.6 s and 810 MB fetching those over 2 MB; a 2-core Intel
+    Sapphire Rapids measured computing those 4 % slower). In graph order, every derivation
+    reads fetched tensors and Add/Sub/Mul outputs computed before it."""
     cat = {out: tuple(parts) for out, (axis, parts) in model.concatenations(proto, names).items()
            if not {out, *parts} & static and (stats is None or out not in stats or stats[out].axis in (None, axis))}
     ops = {out: Derived(op, (a, b)) for out, (op, a, b) in model.arithmetic(proto, names, types).items()}
     ops.update({out: Derived(op, (x,), Constant(slot, c, value))
                 for out, (op, x, slot, c, value) in model.constant_arithmetic(proto, names, types).items()})
     ops = {out: d for out, d in ops.items() if out not in cat and not {out, *d.parts} & static
-           and not set(d.parts) & cat.keys() and sizes.get(out, 0) <= COMPUTE_BYTES}
+           and not set(d.parts) & cat.keys()}
     cat = {out: parts for out, parts in cat.items() if not set(parts) & cat.keys()}
     return {n: Derived("concat", cat[n]) if n in cat else ops[n] for n in names if n in cat or n in ops}
 

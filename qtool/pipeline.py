@@ -64,7 +64,6 @@ class _Source:
     probe: int = 1
     skipped: list | None = None  # unreadable images, with --on-bad-image skip
     batch_bytes: int | None = None  # exposed activations of one batch, when known
-    tensor_bytes: dict[str, int] | None = None  # activations' bytes in one batch, those known
 
 
 def _image_source(loaded, names, images_dir, limit, shard, on_bad_image, batch_size, options) -> _Source:
@@ -93,8 +92,7 @@ def _image_source(loaded, names, images_dir, limit, shard, on_bad_image, batch_s
     # tensors computed from the input's shape only (decode grids) are counted per image
     static = frozenset(names) - model.data_dependent(loaded.proto)
     return _Source(inputs, runs, {"source": "images", "input": spec.name, **pre.to_dict()},
-                   batch_size, static, fixed_batch or 1, skipped, per_image and per_image * batch_size,
-                   {n: b * batch_size for n, b in sizes.items()})
+                   batch_size, static, fixed_batch or 1, skipped, per_image and per_image * batch_size)
 
 
 def _data_source(loaded, data_dir, limit, shard) -> _Source:
@@ -202,7 +200,7 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
     stats = new_stats(loaded.proto, names)
     # a Concat's output (a Split's input) holds exactly its parts' values, an Add/Sub/Mul output is
     # one exact float32 operation on its inputs: such tensors are computed from fetched ones
-    derived = collect.derivations(loaded.proto, names, types, source.static, stats, source.tensor_bytes)
+    derived = collect.derivations(loaded.proto, names, types, source.static, stats)
     fetched = [n for n in names if n not in derived]
     batches = -(-len(source.inputs) // (source.batch_size or 1)) if source.inputs else os.cpu_count() or 1
     kernel = not source.batch_bytes or source.batch_bytes * batches >= KERNEL_BYTES

@@ -385,3 +385,16 @@ def test_constant_arithmetic_finds_float_constants_the_graph_cannot_replace():
     assert {o: v[:4] for o, v in found.items()} == {"by_init": ("Mul", "r", 1, "k"), "from_node": ("Sub", "r", 0, "c")}
     assert found["from_node"][4].dtype == np.float32 and found["from_node"][4].shape == (1, 1)
     assert set(model.arithmetic(m, names, types)) == {"two"}  # by_input stays fetched
+
+
+def test_tensor_bytes_are_what_onnxruntime_returns():
+    """The bytes of each activation for a given input shape (auto batch size and workers come from
+    them): those shape inference can tell equal the arrays onnxruntime returns, and most are told."""
+    m = zoo.yolo_like()
+    types = model.tensor_types(m)
+    names = model.activation_tensors(m, types)
+    sizes = model.tensor_bytes(m, names, {"images": (2, 3, 64, 96)})
+    assert len(sizes) > len(names) // 2
+    session = collect.make_session(model.with_outputs(m, list(sizes), types), threads=1)
+    values = session.run(list(sizes), {"images": np.zeros((2, 3, 64, 96), np.float32)})
+    assert {n: v.nbytes for n, v in zip(sizes, values)} == sizes

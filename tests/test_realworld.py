@@ -245,36 +245,6 @@ def test_derived_tensors_equal_fetched_ones(build, shape):
     assert results[0] == results[1]
 
 
-def _shapes(m, names, shape) -> dict[str, tuple]:
-    """The shapes of one sample of `names` onnxruntime computes for an input of `shape`."""
-    session = collect.make_session(model.with_outputs(m, names, model.tensor_types(m)), threads=1)
-    values = session.run(names, {m.graph.input[0].name: np.zeros(shape, np.float32)})
-    return {n: v.shape[1:] for n, v in zip(names, values)}
-
-
-def test_large_arithmetic_outputs_are_fetched():
-    """An Add/Sub/Mul output over COMPUTE_BYTES per run is fetched, not computed (what reads it
-    still is); sizes come from shape inference, and a tensor it cannot size is computed."""
-    m = zoo.yolo_like()
-    types = model.tensor_types(m)
-    names = model.activation_tensors(m, types)
-    static = frozenset(names) - model.data_dependent(m)
-    stats = new_stats(m, names)
-    sizes = model.tensor_bytes(m, names, {"images": (2, 3, 64, 96)})
-    plan = collect.derivations(m, names, types, static, stats, sizes)
-    assert plan == collect.derivations(m, names, types, static, stats)  # all small here
-    assert any(d.constant for d in plan.values())  # Mul by a stride: computed too
-    arith = [n for n, d in plan.items() if d.op != "concat" and n in sizes]
-    assert len(arith) > 10
-    assert all(sizes[n] == 2 * 4 * math.prod(shape) for n, shape in _shapes(m, arith, (2, 3, 64, 96)).items())
-    big = max(arith, key=sizes.get)
-    assert any(big in d.parts for d in plan.values())
-    larger = {**sizes, big: collect.COMPUTE_BYTES + 4}
-    assert collect.derivations(m, names, types, static, stats, larger) == {n: d for n, d in plan.items() if n != big}
-    unknown = {n: v for n, v in larger.items() if n != big}
-    assert collect.derivations(m, names, types, static, stats, unknown) == plan
-
-
 def test_split_inputs_are_summed_from_their_outputs():
     """x -> Conv -> c -> Split(axis 1) -> a, b -> Concat(b, a, axis 1) -> y: c and y both hold exactly
     the values of a and b (per sample), so neither is fetched, and nothing changes."""
