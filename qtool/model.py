@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -258,8 +259,8 @@ def _reshaped(node: onnx.NodeProto, x: np.ndarray, arg: np.ndarray | None) -> np
     if op == "Identity":
         return x
     if op == "Flatten":
-        axis = _attribute(node, "axis", 1) % (x.ndim or 1) if x.ndim else 0
-        return x.reshape(int(np.prod(x.shape[:axis])), -1)
+        axis = _attribute(node, "axis", 1)  # in [-rank, rank]
+        return x.reshape(math.prod(x.shape[:axis + x.ndim if axis < 0 else axis]), -1)
     if op == "Reshape":
         shape = [int(d) for d in arg]
         if not _attribute(node, "allowzero", 0):  # 0 copies the input's dimension
