@@ -442,6 +442,7 @@ def collect(
     blocked: dict[str, nchwc.Blocked] | None = None,
     spread: int = 1,
     kernel: bool = True,
+    helpers: Iterable = (),
 ) -> tuple[dict[str, TensorHistogram], int]:
     """Histograms of every tensor in `names` over all runs, and the number of samples seen.
 
@@ -461,7 +462,30 @@ def collect(
     `kernel`: bin with the compiled kernel (histogram.start_loading), which the first run's
     histograms wait for; worth its load time when the runs bin hundreds of MB. Same results
     either way.
+    `helpers`: other processes taking runs of the same inputs (procs.Helper): once this process's
+    runs are done, what each gathered (its `finish()`) adds in exactly.
     """
+    acc = accumulate(session, names, runs, bins, progress, static, probe_size, workers, stats, derived, blocked, spread, kernel)
+    for helper in helpers:
+        part = helper.finish()
+        if part is not None:
+            acc.merge(part)
+    return _assemble(acc, names, bins, stats, derived or {}, [n for n in names if n in static], probe_size)
+
+
+@dataclass
+class Partial:
+    """What an accumulator gathered, as another process hands it over (see `accumulate`)."""
+
+    hists: dict[str, TensorHistogram]
+    stats: dict
+    seen: int
+
+
+def accumulate(session, names, runs, bins, progress=None, static=frozenset(), probe_size=1, workers=1, stats=None,
+               derived=None, blocked=None, spread=1, kernel=True) -> _Accumulator:
+    """collect's histograms and statistics before they are put together: Concat outputs still
+    as their parts, tensors fetched once counted once (the arguments are collect's)."""
     derived = derived or {}
     blocked = blocked or {}
     varying, fixed = _plan(names, static, derived, blocked)
@@ -509,7 +533,7 @@ def collect(
             ahead.close()
     for acc in accs[1:]:
         accs[0].merge(acc)
-    return _assemble(accs[0], names, bins, stats, derived, fixed, probe_size)
+    return accs[0]
 
 
 def _plan(names, static, derived, blocked) -> tuple[list[str], list[str]]:

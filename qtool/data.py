@@ -338,6 +338,22 @@ def memory_runs(items, specs: list[InputSpec]) -> Iterator[tuple[dict, int]]:
         yield feeds_from(item, specs, where)
 
 
+@dataclass(frozen=True)
+class ImageRuns:
+    """Runs of one image each, by index: what calibration's helper processes take one at a time."""
+
+    paths: list[Path]
+    pre: Preprocess
+    input_name: str
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def run(self, i: int) -> tuple[dict, int]:
+        """The feeds of image i, and its one sample (QtoolError if it is unreadable)."""
+        return {self.input_name: load_image(self.paths[i], self.pre)[None]}, 1
+
+
 def parse_shard(text: str | None) -> tuple[int, int] | None:
     """'K/N' (1 <= K <= N): this process takes every N-th input starting with the K-th."""
     if text is None:

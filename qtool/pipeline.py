@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import calibration, collect, data, histogram, model, thresholds
+from . import calibration, collect, data, histogram, model, procs, thresholds
 from .errors import QtoolError
 from .stats import new_stats
 
@@ -25,6 +25,10 @@ IN_FLIGHT_BYTES = 512 << 20
 # binning kernel (histogram.start_loading: ~0.4 s of one core and ~60 MB to load, then 2-3x
 # numpy's speed, bench/binning.py; MTCNN O-Net over 400 images, 280 MB, is faster without it).
 KERNEL_BYTES = 512 << 20
+# Calibrations that bin this many bytes, one image per run, run side by side in processes
+# instead of threads (procs: each process has its own GIL) when the cores allow more than one
+# worker: a helper's start (~1 s of one core: imports, session, kernel) pays from there on.
+HELPER_BYTES = 512 << 20
 
 
 def image_bytes(proto, names, spec: model.InputSpec, pre: data.Preprocess) -> dict[str, int]:
@@ -64,6 +68,8 @@ class _Source:
     probe: int = 1
     skipped: list | None = None  # unreadable images, with --on-bad-image skip
     batch_bytes: int | None = None  # exposed activations of one batch, when known
+    images: data.ImageRuns | None = None  # the runs by index, when each is one image (helpers can take them)
+    least_bytes: int = 0  # exposed activations of one batch that shape inference can tell
 
 
 def _image_source(loaded, names, images_dir, limit, shard, on_bad_image, batch_size, options) -> _Source:
@@ -91,8 +97,10 @@ def _image_source(loaded, names, images_dir, limit, shard, on_bad_image, batch_s
         runs = _full_batches(runs, fixed_batch, skipped)
     # tensors computed from the input's shape only (decode grids) are counted per image
     static = frozenset(names) - model.data_dependent(loaded.proto)
+    images = data.ImageRuns(inputs, pre, spec.name) if batch_size == 1 else None
     return _Source(inputs, runs, {"source": "images", "input": spec.name, **pre.to_dict()},
-                   batch_size, static, fixed_batch or 1, skipped, per_image and per_image * batch_size)
+                   batch_size, static, fixed_batch or 1, skipped, per_image and per_image * batch_size, images,
+                   sum(sizes.values()) * batch_size)
 
 
 def _data_source(loaded, data_dir, limit, shard) -> _Source:
@@ -210,18 +218,49 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
     if progress is not None and source.inputs and hasattr(progress, "total"):  # a tqdm bar: now its length is known
         progress.total = len(source.inputs)
         progress.refresh()
-    session, blocked = collect.fetching_session(
-        model.with_outputs(loaded.proto, fetched, types), fetched, keep=source.static,
-        external_folder=loaded.path.parent if loaded.external_files else None,
-        threads=threads,
-    )
-    log.debug("calibrating %d tensors (%d computed from others, %d fetched in blocked layout) with %d inputs "
-              "(batch %s, %d workers of %d threads)",
-              len(names), len(derived), len(blocked), len(source.inputs), source.batch_size or "per file", workers, threads)
-    hists, samples = collect.collect(session, names, source.runs, bins, progress, static=source.static, probe_size=source.probe,
-                                     workers=workers, stats=stats, derived=derived, blocked=blocked, spread=threads,
-                                     kernel=kernel)
+    exposed = model.with_outputs(loaded.proto, fetched, types)
+    folder = loaded.path.parent if loaded.external_files else None
+    helpers = _helpers(exposed, folder, fetched, names, source, bins, stats, derived, workers, kernel, progress)
+    if helpers:
+        progress = helpers[0].progress
+        workers, threads = 1, 1
+        skipped = [] if source.skipped is not None else None
+        runs = procs.claimed_runs(source.images, helpers[0].claims.take, skipped)
+    else:
+        runs = source.runs
+    try:
+        session, blocked = collect.fetching_session(exposed, fetched, keep=source.static, external_folder=folder, threads=threads)
+        log.debug("calibrating %d tensors (%d computed from others, %d fetched in blocked layout) with %d inputs "
+                  "(batch %s, %d workers of %d threads, %d helper processes)", len(names), len(derived), len(blocked),
+                  len(source.inputs), source.batch_size or "per file", workers, threads, len(helpers))
+        hists, samples = collect.collect(session, names, runs, bins, progress, static=source.static, probe_size=source.probe,
+                                         workers=workers, stats=stats, derived=derived, blocked=blocked, spread=threads,
+                                         kernel=kernel, helpers=helpers)
+    finally:
+        for helper in helpers:
+            helper.close()
+    if helpers and skipped is not None:  # in input order, as one process would have met them
+        source.skipped[:] = [(path, reason) for _, path, reason in sorted(skipped + [s for h in helpers for s in h.skipped])]
     return hists, stats, samples
+
+
+def _helpers(exposed, folder, fetched, names, source: _Source, bins, stats, derived, workers, kernel, progress) -> list:
+    """Helper processes (procs) for all workers but this process's own, started now so that
+    they get ready while this process builds its session; none when the calibration is small,
+    its runs are not one image each, or the cores allow one worker."""
+    if workers < 2 or not kernel or source.images is None or source.least_bytes * len(source.images) < HELPER_BYTES:
+        return []
+    try:
+        model_bytes = exposed.SerializeToString()
+    except ValueError:  # over protobuf's 2 GB: the weights stay external, threads it is
+        return []
+    static = source.static
+    job = procs.Job(model_bytes, None if folder is None else str(folder), fetched, static,
+                    [n for n in names if n not in static], bins, {n: s for n, s in stats.items() if n not in static},
+                    derived, source.images, source.skipped is not None)
+    claims = procs.Claims(len(source.images))
+    shared = procs.Locked(progress) if progress is not None else None
+    return [procs.Helper(job, claims, shared) for _ in range(workers - 1)]
 
 
 def _warnings(records, skipped) -> list[str]:

@@ -1,0 +1,113 @@
+"""Helper processes (qtool.procs): a large calibration takes its images in this process and in
+helpers, with the same file as one process, whichever process meets an unreadable image."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import zoo
+from click.testing import CliRunner
+from PIL import Image
+
+from qtool import pipeline, procs
+from qtool.cli import cli
+
+N = 12
+
+
+@pytest.fixture
+def setup(tmp_path) -> tuple[Path, Path]:
+    """The YOLO-like exporter graph (decode grids counted per image, Concat and Add/Mul outputs
+    computed, blocked layouts) and noise pictures of varying sizes."""
+    model = tmp_path / "yolo.onnx"
+    onnx.save(zoo.yolo_like(), model)
+    folder = tmp_path / "images"
+    folder.mkdir()
+    rng = np.random.default_rng(5)
+    for i in range(N):
+        Image.fromarray(rng.integers(0, 256, (40 + 4 * i, 60 - 2 * i, 3), dtype=np.uint8)).save(folder / f"{i:02d}.png")
+    return model, folder
+
+
+def _calibrate(monkeypatch, model: Path, folder: Path, out: Path, helpers: bool, *extra):
+    """`qtool calibrate` in this process, with helper processes for any size of run (two
+    workers) or with none; with helpers this process waits for theirs to take an image before
+    taking its second, so that both take some. Returns (result, images each helper took)."""
+    monkeypatch.setattr(pipeline, "KERNEL_BYTES", 0)
+    monkeypatch.setattr(pipeline, "HELPER_BYTES", 0 if helpers else 1 << 60)
+    monkeypatch.setattr(pipeline, "_parallelism", lambda batches, size: (2, 1))
+    took: list[int] = []
+    started = threading.Event()
+    take, finish = procs.Claims.take, procs.Helper.finish
+
+    def waiting_take(self, who=None):
+        if who is None and self.next > 0:
+            started.wait(60)
+        got = take(self, who)
+        if who is not None:
+            started.set()
+        return got
+
+    def counting_finish(self):
+        took.append(self.claims.taken.get(self, 0))
+        return finish(self)
+
+    monkeypatch.setattr(procs.Claims, "take", waiting_take)
+    monkeypatch.setattr(procs.Helper, "finish", counting_finish)
+    result = CliRunner().invoke(cli, ["-q", "calibrate", str(model), "--images", str(folder), "--size", "64x96",
+                                      "-o", str(out), "--json", *extra])
+    return result, took
+
+
+def test_a_helper_process_gives_the_same_file(setup, tmp_path, monkeypatch):
+    model, folder = setup
+    files = {}
+    for helpers in (False, True):
+        out = tmp_path / f"{helpers}.calib.json"
+        result, took = _calibrate(monkeypatch, model, folder, out, helpers)
+        assert result.exit_code == 0, (result.output, result.exception)
+        assert json.loads(result.stdout)["samples"] == N
+        files[helpers] = json.loads(out.read_text())
+        assert (0 < took[0] < N) if helpers else took == []
+    assert files[True]["samples"] == N and files[True]["tensors"] == files[False]["tensors"]
+
+
+def test_unreadable_images_in_helpers(setup, tmp_path, monkeypatch):
+    """Skipped where they are met, reported in input order as one process would; or the
+    run stops with the image's one-line error."""
+    model, folder = setup
+    for name in ("03.png", "09.png", "10.png"):
+        (folder / name).write_bytes(b"not an image")
+    reports = {}
+    for helpers in (False, True):
+        out = tmp_path / f"{helpers}.calib.json"
+        result, took = _calibrate(monkeypatch, model, folder, out, helpers, "--on-bad-image", "skip")
+        assert result.exit_code == 0, (result.output, result.exception)
+        reports[helpers] = json.loads(result.stdout)
+        assert reports[helpers]["samples"] == N - 3
+        reports[helpers]["tensors"] = json.loads(out.read_text())["tensors"]
+    assert reports[True]["warnings"] == reports[False]["warnings"] and "03.png" in reports[True]["warnings"][0]
+    assert reports[True]["tensors"] == reports[False]["tensors"]
+    out = tmp_path / "fail.calib.json"
+    result, _ = _calibrate(monkeypatch, model, folder, out, True)
+    assert result.exit_code == 1 and "cannot read image" in result.output and "Traceback" not in result.output
+    assert not out.exists()
+
+
+def test_a_helper_that_cannot_start_leaves_the_run_to_this_process(setup, tmp_path, monkeypatch, capfd):
+    model, folder = setup
+    monkeypatch.setattr(procs.Helper, "COMMAND", [sys.executable, "-c", "raise SystemExit(3)"])
+    monkeypatch.setattr(pipeline, "KERNEL_BYTES", 0)
+    monkeypatch.setattr(pipeline, "HELPER_BYTES", 0)
+    monkeypatch.setattr(pipeline, "_parallelism", lambda batches, size: (2, 1))
+    out = tmp_path / "alone.calib.json"
+    result = CliRunner().invoke(cli, ["-q", "calibrate", str(model), "--images", str(folder), "--size", "64x96", "-o", str(out)])
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert json.loads(out.read_text())["samples"] == N
+    assert capfd.readouterr().err == ""  # nothing printed from the thread that served it
