@@ -260,7 +260,16 @@ def _helpers(exposed, folder, fetched, names, source: _Source, bins, stats, deri
                     derived, source.images, source.skipped is not None)
     claims = procs.Claims(len(source.images))
     shared = procs.Locked(progress) if progress is not None else None
-    return [procs.Helper(job, claims, shared) for _ in range(workers - 1)]
+    helpers = []
+    try:
+        for _ in range(workers - 1):
+            helpers.append(procs.Helper(job, claims, shared))
+    except OSError as e:  # no Python to start (an embedded interpreter): worker threads instead
+        log.debug("no helper process (%s): worker threads instead", e)
+        for helper in helpers:
+            helper.close()
+        return []
+    return helpers
 
 
 def _warnings(records, skipped) -> list[str]:

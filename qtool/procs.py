@@ -108,8 +108,9 @@ class Helper:
         self.error: BaseException | None = None
         self.log = tempfile.TemporaryFile()  # its stderr, for the message if it fails
         env = dict(os.environ)
-        root = str(Path(__file__).resolve().parent.parent)  # it imports this very qtool
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        root = Path(__file__).resolve().parent.parent
+        if root.name not in ("site-packages", "dist-packages"):  # a checkout or an editable install: this very qtool
+            env["PYTHONPATH"] = str(root) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         self.proc = subprocess.Popen(self.COMMAND, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.log, env=env)
         self.thread = threading.Thread(target=self._serve, args=(job,), name="qtool-helper", daemon=True)

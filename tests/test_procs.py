@@ -100,9 +100,11 @@ def test_unreadable_images_in_helpers(setup, tmp_path, monkeypatch):
     assert not out.exists()
 
 
-def test_a_helper_that_cannot_start_leaves_the_run_to_this_process(setup, tmp_path, monkeypatch, capfd):
+@pytest.mark.parametrize("command", [[sys.executable, "-c", "raise SystemExit(3)"], ["/nonexistent/python3"]])
+def test_a_helper_that_cannot_start_leaves_the_run_to_this_process(setup, tmp_path, monkeypatch, capfd, command):
+    """It ends at once, or there is no Python to start it (an embedded interpreter)."""
     model, folder = setup
-    monkeypatch.setattr(procs.Helper, "COMMAND", [sys.executable, "-c", "raise SystemExit(3)"])
+    monkeypatch.setattr(procs.Helper, "COMMAND", command)
     monkeypatch.setattr(pipeline, "KERNEL_BYTES", 0)
     monkeypatch.setattr(pipeline, "HELPER_BYTES", 0)
     monkeypatch.setattr(pipeline, "_parallelism", lambda batches, size: (2, 1))
