@@ -29,6 +29,9 @@ KERNEL_BYTES = 512 << 20
 # instead of threads (procs: each process has its own GIL) when the cores allow more than one
 # worker: a helper's start (~1 s of one core: imports, session, kernel) pays from there on.
 HELPER_BYTES = 512 << 20
+# Each helper holds its own interpreter, onnxruntime and kernel (~300 MB): beyond this many, the
+# workers for the other cores are threads of this process, as before.
+MAX_HELPERS = 3
 
 
 def image_bytes(proto, names, spec: model.InputSpec, pre: data.Preprocess) -> dict[str, int]:
@@ -223,7 +226,7 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
     helpers = _helpers(exposed, folder, fetched, names, source, bins, stats, derived, workers, kernel, progress)
     if helpers:
         progress = helpers[0].progress
-        workers, threads = 1, 1
+        workers, threads = workers - len(helpers), 1
         skipped = [] if source.skipped is not None else None
         runs = procs.claimed_runs(source.images, helpers[0].claims.take, skipped)
     else:
@@ -245,9 +248,9 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
 
 
 def _helpers(exposed, folder, fetched, names, source: _Source, bins, stats, derived, workers, kernel, progress) -> list:
-    """Helper processes (procs) for all workers but this process's own, started now so that
-    they get ready while this process builds its session; none when the calibration is small,
-    its runs are not one image each, or the cores allow one worker."""
+    """Helper processes (procs) for the workers but this process's own (up to MAX_HELPERS),
+    started now so that they get ready while this process builds its session; none when the
+    calibration is small, its runs are not one image each, or the cores allow one worker."""
     if workers < 2 or not kernel or source.images is None or source.least_bytes * len(source.images) < HELPER_BYTES:
         return []
     try:
@@ -262,7 +265,7 @@ def _helpers(exposed, folder, fetched, names, source: _Source, bins, stats, deri
     shared = procs.Locked(progress) if progress is not None else None
     helpers = []
     try:
-        for _ in range(workers - 1):
+        for _ in range(min(workers - 1, MAX_HELPERS)):
             helpers.append(procs.Helper(job, claims, shared))
     except OSError as e:  # no Python to start (an embedded interpreter): worker threads instead
         log.debug("no helper process (%s): worker threads instead", e)

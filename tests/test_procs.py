@@ -35,13 +35,15 @@ def setup(tmp_path) -> tuple[Path, Path]:
     return model, folder
 
 
-def _calibrate(monkeypatch, model: Path, folder: Path, out: Path, helpers: bool, *extra):
-    """`qtool calibrate` in this process, with helper processes for any size of run (two
-    workers) or with none; with helpers this process waits for theirs to take an image before
-    taking its second, so that both take some. Returns (result, images each helper took)."""
+def _calibrate(monkeypatch, model: Path, folder: Path, out: Path, helpers: bool, *extra, workers: int = 2):
+    """`qtool calibrate` in this process, with helper processes for any size of run (`workers`
+    workers: one helper, the others threads here) or with none; with helpers this process waits
+    for the helper to take an image before taking its second, so that both take some. Returns
+    (result, images each helper took)."""
     monkeypatch.setattr(pipeline, "KERNEL_BYTES", 0)
     monkeypatch.setattr(pipeline, "HELPER_BYTES", 0 if helpers else 1 << 60)
-    monkeypatch.setattr(pipeline, "_parallelism", lambda batches, size: (2, 1))
+    monkeypatch.setattr(pipeline, "MAX_HELPERS", 1)
+    monkeypatch.setattr(pipeline, "_parallelism", lambda batches, size: (workers, 1))
     took: list[int] = []
     started = threading.Event()
     take, finish = procs.Claims.take, procs.Helper.finish
@@ -65,12 +67,14 @@ def _calibrate(monkeypatch, model: Path, folder: Path, out: Path, helpers: bool,
     return result, took
 
 
-def test_a_helper_process_gives_the_same_file(setup, tmp_path, monkeypatch):
+@pytest.mark.parametrize("workers", [2, 3])
+def test_a_helper_process_gives_the_same_file(setup, tmp_path, monkeypatch, workers):
+    """With this process's one worker, or two worker threads, beside the helper."""
     model, folder = setup
     files = {}
     for helpers in (False, True):
         out = tmp_path / f"{helpers}.calib.json"
-        result, took = _calibrate(monkeypatch, model, folder, out, helpers)
+        result, took = _calibrate(monkeypatch, model, folder, out, helpers, workers=workers)
         assert result.exit_code == 0, (result.output, result.exception)
         assert json.loads(result.stdout)["samples"] == N
         files[helpers] = json.loads(out.read_text())
