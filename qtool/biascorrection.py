@@ -55,51 +55,6 @@ class Correction:
     skipped: dict[str, str] = field(default_factory=dict)  # layer -> why not
 
 
-class _Constants:
-    """Constant values of a graph: initializers, Constant nodes and shape ops folded over them."""
-
-    def __init__(self, graph: onnx.GraphProto):
-        self.graph = graph
-        self.inits = {t.name: t for t in graph.initializer}
-        for name in {i.name for i in graph.input}:
-            self.inits.pop(name, None)
-        self.nodes = {n.output[0]: n for n in graph.node if n.output}
-
-    def value(self, t: str, depth: int = 0) -> np.ndarray | None:
-        if t in self.inits:
-            return numpy_helper.to_array(self.inits[t])
-        n = self.nodes.get(t)
-        if n is None or depth > 4 or n.domain not in ("", "ai.onnx"):
-            return None
-        if n.op_type == "Constant":
-            v = G.attr(n, "value")
-            return numpy_helper.to_array(v) if isinstance(v, onnx.TensorProto) else None
-        x = self.value(n.input[0], depth + 1) if n.input else None
-        if x is None:
-            return None
-        if n.op_type == "Identity":
-            return x
-        if n.op_type == "Reshape" and len(n.input) > 1:
-            shape = self.value(n.input[1], depth + 1)
-            if shape is None:
-                return None
-            shape = [x.shape[i] if s == 0 and not G.attr(n, "allowzero", 0) else int(s) for i, s in enumerate(shape.tolist())]
-            return x.reshape(shape)
-        if n.op_type in ("Unsqueeze", "Squeeze"):
-            axes = G.attr(n, "axes")
-            if axes is None and len(n.input) > 1:
-                a = self.value(n.input[1], depth + 1)
-                axes = None if a is None else a.tolist()
-            if n.op_type == "Unsqueeze":
-                if axes is None:
-                    return None
-                for ax in sorted(a % (x.ndim + len(axes)) for a in axes):
-                    x = np.expand_dims(x, ax)
-                return x
-            return np.squeeze(x, axis=None if axes is None else tuple(axes))
-        return None
-
-
 def _along(value: np.ndarray, channels: int, axis: int, out_rank: int) -> bool:
     """True when `value`, broadcast against the layer output (rank out_rank), holds one entry
     per output channel along output axis `axis` and nothing else."""
@@ -133,7 +88,7 @@ def correct(model: onnx.ModelProto, namer, plan, records: dict, threshold: float
     out = Correction()
     g = model.graph
     nodes = {n.name: n for n in g.node}
-    consts = _Constants(g)
+    consts = G.Constants(g)
     readers = _readers(g)
     outputs = {o.name for o in g.output}
     weight_site = {(node, slot): site for site in plan.weights for node, slot in site.readers}
@@ -184,7 +139,7 @@ def correct(model: onnx.ModelProto, namer, plan, records: dict, threshold: float
     return out
 
 
-def _apply(model, namer, n, shift: np.ndarray, out_rank: int, consts: _Constants, readers, outputs, threshold) -> str | None:
+def _apply(model, namer, n, shift: np.ndarray, out_rank: int, consts: G.Constants, readers, outputs, threshold) -> str | None:
     """Add `shift` (per output channel) to the bias of layer `n`; None, or why it was not done."""
     channels = shift.size
     axis = 1 if n.op_type == "Conv" else out_rank - 1  # the output channel axis

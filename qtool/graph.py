@@ -9,9 +9,12 @@ reordered after them.
 from __future__ import annotations
 
 import heapq
+import math
 from collections import defaultdict
 
+import numpy as np
 import onnx
+from onnx import TensorProto, numpy_helper
 
 from .errors import QtoolError
 
@@ -32,6 +35,67 @@ def attr(node: onnx.NodeProto, name: str, default=None):
         if a.name == name:
             return onnx.helper.get_attribute_value(a)
     return default
+
+
+_RESHAPING = ("Identity", "Reshape", "Squeeze", "Unsqueeze", "Flatten")
+
+
+def _reshaped(node: onnx.NodeProto, x: np.ndarray, arg: np.ndarray | None) -> np.ndarray:
+    """What an Identity, Reshape, Squeeze, Unsqueeze or Flatten node makes of the constant `x`
+    (`arg`: its constant second input, if any): the same values, in the shape the ONNX spec says."""
+    op = node.op_type
+    if op == "Identity":
+        return x
+    if op == "Flatten":
+        axis = attr(node, "axis", 1)  # in [-rank, rank]
+        return x.reshape(math.prod(x.shape[:axis + x.ndim if axis < 0 else axis]), -1)
+    if op == "Reshape":
+        shape = [int(d) for d in arg]
+        if not attr(node, "allowzero", 0):  # 0 copies the input's dimension
+            shape = [x.shape[i] if d == 0 else d for i, d in enumerate(shape)]
+        return x.reshape(shape)
+    axes = [int(a) for a in (arg if arg is not None else attr(node, "axes", []))]
+    if op == "Squeeze":
+        return np.squeeze(x, axis=tuple(a % x.ndim for a in axes)) if axes else np.squeeze(x)
+    if not axes:
+        raise ValueError("Unsqueeze without axes")
+    rank = x.ndim + len(axes)  # Unsqueeze
+    return np.expand_dims(x, axis=tuple(sorted(a % rank for a in axes)))
+
+
+class Constants:
+    """Constant values of a main graph: initializers it does not take as inputs, Constant nodes'
+    tensors, and what Identity, Reshape, Squeeze, Unsqueeze and Flatten make of those (folded as
+    onnxruntime does: Paddle exports add a Conv's bias through a Reshape of it). Values are read
+    when asked for: a model's weights are not copied."""
+
+    def __init__(self, graph: onnx.GraphProto):
+        self.inits = {t.name: t for t in graph.initializer}
+        for name in {i.name for i in graph.input}:
+            self.inits.pop(name, None)
+        self.nodes = {n.output[0]: n for n in graph.node if n.output}
+
+    def value(self, t: str, depth: int = 0) -> np.ndarray | None:
+        """The value of tensor `t`, or None when the graph does not fix it (or keeps it in a
+        file of external data)."""
+        if t in self.inits:
+            init = self.inits[t]
+            return None if init.data_location == TensorProto.EXTERNAL else numpy_helper.to_array(init)
+        n = self.nodes.get(t)
+        if n is None or depth > 4 or n.domain not in ("", "ai.onnx"):
+            return None
+        if n.op_type == "Constant":
+            v = attr(n, "value")
+            return numpy_helper.to_array(v) if isinstance(v, onnx.TensorProto) else None
+        if n.op_type not in _RESHAPING or not n.input:
+            return None
+        args = [self.value(i, depth + 1) if i else None for i in n.input]
+        if args[0] is None or any(a is None for i, a in zip(n.input[1:], args[1:]) if i):
+            return None
+        try:
+            return _reshaped(n, args[0], args[1] if len(args) > 1 else None)
+        except (ValueError, IndexError, TypeError):  # a node onnxruntime would refuse: nothing to fold
+            return None
 
 
 def is_depthwise(node: onnx.NodeProto, dims: dict[str, list[int]]) -> bool:

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from .errors import QtoolError
-from .graph import outer_refs, subgraphs
+from .graph import Constants, outer_refs, subgraphs
 
 FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE}
 
@@ -245,84 +244,14 @@ def arithmetic(proto: onnx.ModelProto, names: list[str], types: dict[str, int]) 
     return {n.output[0]: (n.op_type, n.input[0], n.input[1]) for n in nodes if n.input[0] in wanted and n.input[1] in wanted}
 
 
-def _attribute(node: onnx.NodeProto, name: str, default=None):
-    for a in node.attribute:
-        if a.name == name:
-            return helper.get_attribute_value(a)
-    return default
-
-
-def _reshaped(node: onnx.NodeProto, x: np.ndarray, arg: np.ndarray | None) -> np.ndarray:
-    """What a Reshape, Squeeze, Unsqueeze, Flatten or Identity node makes of the constant `x`
-    (`arg`: its constant second input, if any): the same values, in the shape the ONNX spec says."""
-    op = node.op_type
-    if op == "Identity":
-        return x
-    if op == "Flatten":
-        axis = _attribute(node, "axis", 1)  # in [-rank, rank]
-        return x.reshape(math.prod(x.shape[:axis + x.ndim if axis < 0 else axis]), -1)
-    if op == "Reshape":
-        shape = [int(d) for d in arg]
-        if not _attribute(node, "allowzero", 0):  # 0 copies the input's dimension
-            shape = [x.shape[i] if d == 0 else d for i, d in enumerate(shape)]
-        return x.reshape(shape)
-    axes = [int(a) for a in (arg if arg is not None else _attribute(node, "axes", []))]
-    if op == "Squeeze":
-        return np.squeeze(x, axis=tuple(a % x.ndim for a in axes)) if axes else np.squeeze(x)
-    rank = x.ndim + len(axes)  # Unsqueeze
-    return np.expand_dims(x, axis=tuple(sorted(a % rank for a in axes)))
-
-
-_RESHAPING = ("Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity")
-
-
-def _constant_values(proto: onnx.ModelProto):
-    """A function from a main-graph tensor's name to its value when the model fixes it (None
-    otherwise): an initializer the graph does not take as an input, a Constant node's tensor,
-    or what Reshape, Squeeze, Unsqueeze, Flatten or Identity make of those (folded here, as
-    onnxruntime does: ppocr's exports add a Conv's bias through a Reshape of it). Values are
-    read only when asked for: a model's weights are not copied."""
-    g = proto.graph
-    inputs = {i.name for i in g.input}
-    stored = {t.name: t for t in g.initializer if t.name not in inputs}
-    for n in g.node:
-        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
-            value = next((a.t for a in n.attribute if a.name == "value"), None)
-            if value is not None:
-                stored[n.output[0]] = value
-    reshaping = {n.output[0]: n for n in g.node
-                 if n.op_type in _RESHAPING and n.domain in ("", "ai.onnx") and len(n.output) == 1}
-    done: dict[str, np.ndarray | None] = {}
-
-    def value(name: str, depth: int = 0) -> np.ndarray | None:
-        if name not in done:
-            t, node = stored.get(name), reshaping.get(name)
-            if t is not None:
-                done[name] = numpy_helper.to_array(t) if t.data_location != TensorProto.EXTERNAL else None
-            elif node is not None and depth < 16:
-                args = [value(i, depth + 1) if i else None for i in node.input]
-                got = None
-                if args and args[0] is not None and all(a is not None for i, a in zip(node.input[1:], args[1:]) if i):
-                    try:
-                        got = _reshaped(node, args[0], args[1] if len(args) > 1 else None)
-                    except (ValueError, IndexError, TypeError):
-                        got = None  # a node onnxruntime would refuse: nothing to fold
-                done[name] = got
-            else:
-                done[name] = None
-        return done[name]
-
-    return value
-
-
 def constant_arithmetic(proto: onnx.ModelProto, names: list[str], types: dict[str, int]
                         ) -> dict[str, tuple[str, str, int, str, np.ndarray]]:
     """{output: (op_type, input, slot of the constant, constant's name, its value)} of the
     main-graph Add, Sub and Mul nodes whose output and one input are float32 tensors in `names`
-    and whose other input is a float32 constant the model fixes (_constant_values) and keeps in
+    and whose other input is a float32 constant the model fixes (graph.Constants) and keeps in
     the model: each output element is one correctly rounded float32 operation, which numpy
     computes bit for bit."""
-    value = _constant_values(proto)
+    value = Constants(proto.graph).value
     nodes, wanted = _arithmetic_nodes(proto, names, types)
     out = {}
     for n in nodes:

@@ -11,7 +11,7 @@ import pytest
 import zoo
 from onnx import TensorProto, helper, numpy_helper
 
-from qtool import collect, model
+from qtool import collect, graph, model
 from qtool.errors import QtoolError
 
 FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE}
@@ -346,13 +346,13 @@ def test_constant_arithmetic_folds_reshapes_of_constants():
     assert np.array_equal(found["biased"][4], bias.reshape(1, 4, 1, 1)) and found["biased"][4].dtype == np.float32
     assert np.array_equal(found["scaled"][4], bias.reshape(1, 4, 1, 1))
     assert found["shifted"][4].shape == () and found["shifted"][4] == 7.0
-    value = model._constant_values(m)
+    value = graph.Constants(m.graph).value
     assert value("bu").shape == (1, 4, 1) and value("bf").shape == (1, 4) and value("bdyn") is None
     old_unsqueeze = helper.make_node("Unsqueeze", ["b"], ["o"], axes=[0, -1])  # opset < 13: axes is an attribute
-    assert model._reshaped(old_unsqueeze, bias, None).shape == (1, 4, 1)
+    assert graph._reshaped(old_unsqueeze, bias, None).shape == (1, 4, 1)
     for axis, shape in ((2, (8, 1)), (0, (1, 8)), (-1, (4, 2))):  # axis 2 = the rank: one column
         flatten = helper.make_node("Flatten", ["b"], ["o"], axis=axis)
-        assert model._reshaped(flatten, np.zeros((4, 2), np.float32), None).shape == shape
+        assert graph._reshaped(flatten, np.zeros((4, 2), np.float32), None).shape == shape
     # what onnxruntime computes for the same graph
     x = np.float32([[[[2.0]], [[-1.0]], [[0.5]], [[3.0]]]])
     import onnxruntime as ort
