@@ -349,9 +349,9 @@ class ImageRuns:
     def __len__(self) -> int:
         return len(self.paths)
 
-    def run(self, i: int) -> tuple[dict, int]:
-        """The feeds of image i, and its one sample (QtoolError if it is unreadable)."""
-        return {self.input_name: load_image(self.paths[i], self.pre)[None]}, 1
+    def run(self, i: int, skipped: list | None = None) -> Iterator[tuple[dict, int]]:
+        """The run of image i, as image_runs gives it (none if it is unreadable and skipped)."""
+        return image_runs([self.paths[i]], self.pre, self.input_name, 1, skipped)
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:

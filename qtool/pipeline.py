@@ -243,7 +243,8 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
         for helper in helpers:
             helper.close()
     if helpers and skipped is not None:  # in input order, as one process would have met them
-        source.skipped[:] = [(path, reason) for _, path, reason in sorted(skipped + [s for h in helpers for s in h.skipped])]
+        order = {path: k for k, path in enumerate(source.images.paths)}
+        source.skipped[:] = sorted(skipped + [s for h in helpers for s in h.skipped], key=lambda s: order[s[0]])
     return hists, stats, samples
 
 

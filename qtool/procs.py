@@ -71,17 +71,10 @@ class Claims:
 
 
 def claimed_runs(images: ImageRuns, take: Callable[[], int | None], skipped: list | None) -> Iterator[tuple[dict, int]]:
-    """Runs of the inputs `take()` hands out until it gives None. An unreadable input stops the
-    run (QtoolError), or, when `skipped` is a list, is appended to it as (index, path, reason)."""
+    """Runs of the images `take()` hands out until it gives None; unreadable ones as
+    data.batches treats them (an error, or (path, reason) appended to `skipped`)."""
     while (i := take()) is not None:
-        try:
-            run = images.run(i)
-        except QtoolError as e:
-            if skipped is None:
-                raise
-            skipped.append((i, images.paths[i], str(e)))
-            continue
-        yield run
+        yield from images.run(i, skipped)
 
 
 class Locked:
