@@ -17,6 +17,8 @@ from typing import TypeVar
 
 import onnx
 
+from .graph import attr as _attr
+
 V = TypeVar("V")
 
 # op type -> input slots that carry data copied to the outputs (None: every input)
@@ -27,13 +29,6 @@ DATA_SLOTS: dict[str, tuple[int, ...] | None] = {
 }
 # op type -> outputs that carry copied values (None: every output); MaxPool's 2nd output is Indices
 DATA_OUTPUTS: dict[str, tuple[int, ...] | None] = {"MaxPool": (0,)}
-
-
-def _attr(node: onnx.NodeProto, name: str, default=None):
-    for a in node.attribute:
-        if a.name == name:
-            return onnx.helper.get_attribute_value(a)
-    return default
 
 
 def is_pass_through(node: onnx.NodeProto) -> bool:

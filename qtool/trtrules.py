@@ -23,6 +23,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from .errors import QtoolError
+from .graph import attr as _attr
 
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
 DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -171,13 +172,6 @@ def _type_name(dtype: int) -> str:
         return TensorProto.DataType.Name(dtype)
     except ValueError:
         return f"type {dtype}"
-
-
-def _attr(node: onnx.NodeProto, name: str, default=None):
-    for attr in node.attribute:
-        if attr.name == name:
-            return helper.get_attribute_value(attr)
-    return default
 
 
 def _input(node: onnx.NodeProto, i: int) -> str:
