@@ -28,6 +28,7 @@ import numpy as np
 # its first histograms), numpy bins everything until the kernel is ready, and from then on the
 # kernel takes every tensor of KERNEL_MIN_SIZE values or more. Both count identically.
 KERNEL_MIN_SIZE = 1 << 12
+KERNEL_MAX_BINS = 1 << 24  # its uint32 indices address 8 counters per bin (kernels.add_bins)
 _ready = None  # the kernel, once loaded
 _loading = threading.Lock()
 _loader: threading.Thread | None = None
@@ -93,7 +94,7 @@ def add_bins(a: np.ndarray, factor: float, counts: np.ndarray) -> None:
     Both paths compute the same product in a's dtype and truncate it, so they give identical
     counts; the caller guarantees every index is below len(counts).
     """
-    if _ready is None or a.size < KERNEL_MIN_SIZE:
+    if _ready is None or a.size < KERNEL_MIN_SIZE or counts.size > KERNEL_MAX_BINS:
         _numpy_add_bins(a, factor, counts)
     elif _run_kernel(_ready[0], a.reshape(1, -1), factor, counts)[0]:
         raise AssertionError("histogram kernel: a value outside [0, top)")
@@ -230,7 +231,7 @@ class TensorHistogram:
         """Bins and extrema in one pass of the kernel, when the range is already known and the
         values turn out finite and inside it (the common case after the first batches); None,
         with nothing counted, otherwise."""
-        if _ready is None or a.size < KERNEL_MIN_SIZE or self.top == 0.0 or self.nonfinite:
+        if _ready is None or a.size < KERNEL_MIN_SIZE or self.bins > KERNEL_MAX_BINS or self.top == 0.0 or self.nonfinite:
             return None
         factor = self.bins / self.top
         if a.dtype == np.float32 and not factor <= 2.0**127:  # not a float32: _add's float64 path

@@ -188,3 +188,38 @@ def test_per_channel_extrema_of_the_one_pass_give_the_same_statistics():
     without.update([x], 2, e._replace(parts=None))
     assert with_parts.to_json() == without.to_json()
     assert [np.copysign(1, v) for v in with_parts.channel_absmax] == [np.copysign(1, v) for v in without.channel_absmax]
+
+
+def test_kernel_counts_runs_of_one_bin_past_its_16_bit_counters():
+    # 8 interleaved 16-bit counters per bin: a million equal values (and a row of 5 after
+    # them) must move to the 64-bit total before any counter wraps
+    from qtool.histogram import _run_kernel
+    from qtool.kernels import add_bins
+
+    a = np.full((2, 600_005), 1.5, np.float32)
+    a[1, :5] = 0.25
+    counts = np.zeros(2048, np.int64)
+    assert _run_kernel(add_bins, a, 2048 / 2.0, counts)[0] == 0
+    assert counts[1536] == a.size - 5 and counts[256] == 5 and counts.sum() == a.size
+
+
+def test_too_many_bins_for_the_kernel_bin_in_numpy(monkeypatch):
+    from qtool import histogram
+
+    histogram.start_loading()
+    histogram.wait_for_kernel()
+    rng = np.random.default_rng(2)
+    batches = [rng.standard_normal(histogram.KERNEL_MIN_SIZE * 2).astype(np.float32) * s for s in (1, 3, 2)]
+    expected = TensorHistogram(bins=2048)
+    for b in batches:
+        expected.update(b)
+
+    def refuse(*args):
+        raise AssertionError("kernel called")
+
+    monkeypatch.setattr(histogram, "KERNEL_MAX_BINS", 1024)
+    monkeypatch.setattr(histogram, "_run_kernel", refuse)
+    h = TensorHistogram(bins=2048)
+    for b in batches:
+        h.update(b)
+    assert np.array_equal(h.counts, expected.counts) and (h.top, h.min, h.max) == (expected.top, expected.min, expected.max)
