@@ -15,6 +15,7 @@ Counts are int64 (never float32: no saturation). NaN/inf values are counted, not
 from __future__ import annotations
 
 import math
+import sys
 import threading
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -32,17 +33,28 @@ KERNEL_MAX_BINS = 1 << 24  # its uint32 indices address 8 counters per bin (kern
 _ready = None  # the kernel, once loaded
 _loading = threading.Lock()
 _loader: threading.Thread | None = None
+# Set by processes qtool owns (the command line, helper processes): numba's first load imports
+# scipy.linalg, when installed, only to learn whether its np.dot may call BLAS (0.1 s of a
+# 0.45 s load on a Zen 5); the kernels use none. A library caller's process keeps numba's answer.
+WITHOUT_BLAS_PROBE = False
 
 
 def _load_kernel() -> None:
     global _ready
-    from . import kernels  # imports numba
+    probe_off = WITHOUT_BLAS_PROBE and "scipy.linalg" not in sys.modules
+    if probe_off:
+        sys.modules["scipy.linalg"] = None  # importing it fails at once: numba takes it as no BLAS
+    try:
+        from . import kernels  # imports numba
 
-    kernel, sums = kernels.add_bins, kernels.ordered_sums
-    # numba compiles (or loads) a signature at its first call: float32, as activations nearly
-    # always are (a float64 model's first call pays its own)
-    _run_kernel(kernel, np.zeros((1, 1), np.float32), 1.0, np.zeros(2, np.int64))
-    sums(np.zeros((1, 1, 1, 1, 1), np.float32), np.zeros((1, 1, 1)), *np.zeros((2, 1, 1), np.float32), True)
+        kernel, sums = kernels.add_bins, kernels.ordered_sums
+        # numba compiles (or loads) a signature at its first call: float32, as activations nearly
+        # always are (a float64 model's first call pays its own)
+        _run_kernel(kernel, np.zeros((1, 1), np.float32), 1.0, np.zeros(2, np.int64))
+        sums(np.zeros((1, 1, 1, 1, 1), np.float32), np.zeros((1, 1, 1)), *np.zeros((2, 1, 1), np.float32), True)
+    finally:
+        if probe_off and sys.modules.get("scipy.linalg", 0) is None:
+            del sys.modules["scipy.linalg"]
     _ready = kernel, sums
 
 

@@ -189,16 +189,19 @@ class _Done:
 
 def main() -> None:
     """The helper process: take runs until none are left, then hand back what they gave."""
+    from . import histogram
+
+    histogram.WITHOUT_BLAS_PROBE = True
+    histogram.start_loading()  # first: it takes longer than the rest of the start
     import onnx
 
-    from . import collect, histogram
+    from . import collect
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent ends it
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # whatever a library prints goes to the log, not into the pickles
     inp = sys.stdin.buffer
     job: Job = pickle.load(inp)
-    histogram.start_loading()
     done = _Done()
 
     def take() -> int | None:

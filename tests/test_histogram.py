@@ -223,3 +223,24 @@ def test_too_many_bins_for_the_kernel_bin_in_numpy(monkeypatch):
     for b in batches:
         h.update(b)
     assert np.array_equal(h.counts, expected.counts) and (h.top, h.min, h.max) == (expected.top, expected.min, expected.max)
+
+
+def test_a_qtool_process_loads_the_kernel_without_scipy_and_leaves_it_importable():
+    # numba's first load would import scipy.linalg to probe for BLAS; a process qtool owns skips
+    # the probe, and scipy.linalg imports normally afterwards
+    import subprocess
+    import sys
+
+    pytest.importorskip("scipy.linalg")
+    code = (
+        "import sys\n"
+        "from qtool import histogram\n"
+        "histogram.WITHOUT_BLAS_PROBE = {flag}\n"
+        "histogram.start_loading(); histogram.wait_for_kernel()\n"
+        "print(histogram._ready is not None, 'scipy.linalg' in sys.modules)\n"
+        "import scipy.linalg\n"
+        "print(scipy.linalg.norm([3.0, 4.0]))\n"
+    )
+    for flag, imported in ((True, False), (False, True)):
+        out = subprocess.run([sys.executable, "-c", code.format(flag=flag)], capture_output=True, text=True, check=True).stdout
+        assert out.split() == ["True", str(imported), "5.0"], (flag, out)

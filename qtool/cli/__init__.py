@@ -62,7 +62,10 @@ class _Group(click.Group):
 @click.pass_context
 def cli(ctx: click.Context, quiet: bool, verbose: bool) -> None:
     """INT8 calibration for ONNX models."""
+    from .. import histogram
+
     _setup_logging(quiet, verbose)
+    histogram.WITHOUT_BLAS_PROBE = True  # a command's process is qtool's
     ctx.obj = {"quiet": quiet}
 
 
