@@ -52,9 +52,9 @@ def add_bins(x, bits, ubits, mask, factor, counts, lo, hi):  # pragma: no cover 
     loop computes that address, so the counting loop only loads, adds and stores (on a Zen 5,
     0.36-0.41 against 0.41-0.44 ns/value for rows of sub-histograms, bench/binning.py). The
     sub-histograms count in 16 bits (32 KB for 2048 bins: they stay in the L1 cache beside
-    the data) and move into a 64-bit total before a counter can wrap. The total reaches `counts` only when every value
-    was below the top (none in slot n, where values at or beyond it and NaN go): a caller that
-    guessed the range can try again with another.
+    the data) and move into a 64-bit total before a counter can wrap. The total reaches
+    `counts` only when every value was below the top (none in slot n, where values at or
+    beyond it and NaN go): a caller that guessed the range can try again with another.
 
     The extrema are those of integer keys: a float's bits as a signed integer, with the
     magnitude bits flipped when negative, order as the floats do (-0.0 just below +0.0; NaN
