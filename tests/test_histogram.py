@@ -225,13 +225,17 @@ def test_too_many_bins_for_the_kernel_bin_in_numpy(monkeypatch):
     assert np.array_equal(h.counts, expected.counts) and (h.top, h.min, h.max) == (expected.top, expected.min, expected.max)
 
 
-def test_a_qtool_process_loads_the_kernel_without_scipy_and_leaves_it_importable():
+def test_a_qtool_process_loads_the_kernel_without_scipy_and_leaves_it_importable(tmp_path):
     # numba's first load would import scipy.linalg to probe for BLAS; a process qtool owns skips
-    # the probe, and scipy.linalg imports normally afterwards
+    # the probe, and scipy.linalg imports normally afterwards. A stand-in scipy (first on the
+    # path) tells whether it was imported, whether or not the real one is installed.
+    import os
     import subprocess
     import sys
 
-    pytest.importorskip("scipy.linalg")
+    (tmp_path / "scipy" / "linalg").mkdir(parents=True)
+    (tmp_path / "scipy" / "__init__.py").write_text("__version__ = \"1.14.0\"\n")
+    (tmp_path / "scipy" / "linalg" / "__init__.py").write_text("def norm(v):\n    return sum(x * x for x in v) ** 0.5\n")
     code = (
         "import sys\n"
         "from qtool import histogram\n"
@@ -241,6 +245,8 @@ def test_a_qtool_process_loads_the_kernel_without_scipy_and_leaves_it_importable
         "import scipy.linalg\n"
         "print(scipy.linalg.norm([3.0, 4.0]))\n"
     )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), *sys.path]))
     for flag, imported in ((True, False), (False, True)):
-        out = subprocess.run([sys.executable, "-c", code.format(flag=flag)], capture_output=True, text=True, check=True).stdout
+        out = subprocess.run([sys.executable, "-c", code.format(flag=flag)], capture_output=True, text=True, check=True,
+                             env=env).stdout
         assert out.split() == ["True", str(imported), "5.0"], (flag, out)
