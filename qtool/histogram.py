@@ -86,18 +86,21 @@ _UNSIGNED = {np.dtype(np.float32): np.uint32, np.dtype(np.float64): np.uint64}
 
 def _run_kernel(kernel, a: np.ndarray, factor: float, counts: np.ndarray) -> tuple[int, np.ndarray]:
     """The kernel on a C-contiguous float [rows, cols] array: (values not counted, since at or
-    beyond the top or not finite, in which case counts is untouched; [2, rows]: the key of each
-    row's min, then of its max: see _floats)."""
-    ints, _, mask = _KEYS[a.dtype]
-    ends = np.empty((2, a.shape[0]), ints)
-    over = kernel(a, a.view(ints), a.view(_UNSIGNED[a.dtype]), mask, a.dtype.type(factor), counts, ends[0], ends[1])
+    beyond the top or not finite, in which case counts is untouched; [2, rows] of a's dtype:
+    each row's min, then its max, in the order of _keys)."""
+    ints = _KEYS[a.dtype][0]
+    ends = np.empty((2, a.shape[0]), a.dtype)
+    over = kernel(a, a.view(ints), a.view(_UNSIGNED[a.dtype]), a.dtype.type(factor), counts, ends.view(ints))
     return over, ends
 
 
-def _floats(keys: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """The floats of the kernel's order-preserving integer keys."""
-    _, shift, mask = _KEYS[dtype]
-    return (keys ^ ((keys >> shift) & mask)).view(dtype)
+def _keys(floats: np.ndarray) -> np.ndarray:
+    """Integer keys that order as the floats do (-0.0 just below +0.0), and back: the map is
+    its own inverse on the bits, floats in, keys out (as integers) or keys in (viewed as the
+    floats' dtype), floats out."""
+    ints, shift, mask = _KEYS[floats.dtype]
+    bits = floats.view(ints)
+    return bits ^ ((bits >> shift) & mask)
 
 
 def add_bins(a: np.ndarray, factor: float, counts: np.ndarray) -> None:
@@ -124,10 +127,12 @@ def binned_extrema(a: np.ndarray, factor: float, counts: np.ndarray, segments: i
     if over:
         return None
     parts = None
-    if segments > 1:  # the keys order as the floats do, -0.0 below +0.0: their extrema are exact
-        parts = tuple(_floats(ends, a.dtype))
-        ends = np.stack((ends[0].reshape(-1, segments).min(axis=1), ends[1].reshape(-1, segments).max(axis=1)))
-    lo, hi = _floats(ends, a.dtype).tolist()
+    if segments > 1:  # extrema of the keys, which order -0.0 below +0.0: exact
+        parts = tuple(ends)
+        keys = _keys(ends)
+        keys = np.stack((keys[0].reshape(-1, segments).min(axis=1), keys[1].reshape(-1, segments).max(axis=1)))
+        ends = _keys(keys.view(a.dtype)).view(a.dtype)
+    lo, hi = ends.tolist()
     for r in range(len(lo)):
         # a zero extremum of either sign may come with the other: take the one numpy picks
         if lo[r] == 0.0 and math.copysign(1.0, lo[r]) < 0:

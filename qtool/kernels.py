@@ -39,7 +39,7 @@ def prefetch(typingctx, array, index):
 
 
 @njit(nogil=True, cache=True)
-def add_bins(x, bits, ubits, mask, factor, counts, lo, hi):  # pragma: no cover - compiled
+def add_bins(x, bits, ubits, factor, counts, ends):  # pragma: no cover - compiled
     """|x| -> bin -> count, and each row's min and max, in one read of the data instead of
     numpy's four array passes for the bins and two for the extrema.
 
@@ -56,14 +56,15 @@ def add_bins(x, bits, ubits, mask, factor, counts, lo, hi):  # pragma: no cover 
     `counts` only when every value was below the top (none in slot n, where values at or
     beyond it and NaN go): a caller that guessed the range can try again with another.
 
-    The extrema are those of integer keys: a float's bits as a signed integer, with the
-    magnitude bits flipped when negative, order as the floats do (-0.0 just below +0.0; NaN
-    beyond the infinities). `lo` and `hi` get each row's keys. They come from three plain
-    reductions of the bits, which the compiler vectorizes at the data's width (computing the
-    keys in the loop widened them to 64 bits: 0.21 against 0.09 ns/value): the signed max is
-    the largest float's bits when one is non-negative, else the signed min is (all negative:
-    the smallest magnitude); the unsigned max is the smallest float's bits when one is
-    negative (the largest magnitude), else the signed min is.
+    The extrema are those of the order of integer keys: a float's bits as a signed integer,
+    with the magnitude bits flipped when negative, order as the floats do (-0.0 just below
+    +0.0; NaN beyond the infinities). `ends` [2, rows] gets the bits of each row's smallest
+    and largest float in that order (as a float array's integer view: the caller reads them as
+    floats). They come from three plain reductions of the bits, which the compiler vectorizes
+    at the data's width (computing the keys in the loop widened them to 64 bits: 0.21 against
+    0.09 ns/value): the signed max is the largest float's bits when one is non-negative, else
+    the signed min is (all negative: the smallest magnitude); the unsigned max is the smallest
+    float's bits when one is negative (the largest magnitude), else the signed min is.
 
     Each chunk starts by asking the memory for the next one, a prefetch per cache line: the
     counting, which reads no new data, then overlaps its arrival (activations come cold from
@@ -103,12 +104,11 @@ def add_bins(x, bits, ubits, mask, factor, counts, lo, hi):  # pragma: no cover 
                         total[j] += np.int64(sub[j * WAYS + w])
                 sub[:] = 0
                 load = 0
-        hi[r] = smax if smax >= 0 else smin ^ mask
+        ends[1, r] = smax if smax >= 0 else smin
         if smin >= 0:
-            lo[r] = smin
-        else:  # stored first, as lo's signed integer (an expression mixing the two would be a float)
-            lo[r] = umax
-            lo[r] ^= mask
+            ends[0, r] = smin
+        else:  # stored alone, as ends' signed integer (an expression mixing the two would be a float)
+            ends[0, r] = umax
     for j in range(n + 1):
         for w in range(WAYS):
             total[j] += np.int64(sub[j * WAYS + w])

@@ -81,7 +81,7 @@ def test_bins_must_be_a_power_of_two():
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_kernel_and_numpy_paths_count_identically(dtype):
-    from qtool.histogram import KERNEL_MIN_SIZE, _floats, _numpy_add_bins, _run_kernel
+    from qtool.histogram import KERNEL_MIN_SIZE, _numpy_add_bins, _run_kernel
     from qtool.kernels import add_bins
 
     rng = np.random.default_rng(3)
@@ -91,8 +91,7 @@ def test_kernel_and_numpy_paths_count_identically(dtype):
     factor = 2048 / 4.0
     fast, slow = np.zeros(2048, np.int64), np.zeros(2048, np.int64)
     a[300] = -2.5
-    over, ends = _run_kernel(add_bins, a.reshape(1, -1), factor, fast)
-    lo, hi = _floats(ends, a.dtype)
+    over, (lo, hi) = _run_kernel(add_bins, a.reshape(1, -1), factor, fast)
     assert over == 0 and (lo[0], hi[0]) == (a.min(), a.max()) == (-2.5, a[100])
     _numpy_add_bins(a, factor, slow)
     assert np.array_equal(fast, slow) and fast.sum() == a.size and fast[-1] >= 100
@@ -104,7 +103,7 @@ def test_kernel_and_numpy_paths_count_identically(dtype):
 def test_kernel_extrema_are_those_of_the_ordered_keys(dtype):
     # each row's min and max key, for rows of every sign mix, zeros of both signs, infinities
     # and NaNs of both signs (the kernel finds them from reductions of the raw bits)
-    from qtool.histogram import _KEYS, _run_kernel
+    from qtool.histogram import _KEYS, _keys, _run_kernel
     from qtool.kernels import add_bins
 
     ints, shift, mask = _KEYS[np.dtype(dtype)]
@@ -120,8 +119,10 @@ def test_kernel_extrema_are_those_of_the_ordered_keys(dtype):
     a = np.stack(rows)
     _, ends = _run_kernel(add_bins, a, 1.0, np.zeros(8, np.int64))
     b = a.view(ints)
-    keys = b ^ ((b >> shift) & mask)
-    assert np.array_equal(ends[0], keys.min(axis=1)) and np.array_equal(ends[1], keys.max(axis=1))
+    keys = b ^ ((b >> shift) & mask)  # written out here, not taken from _keys
+    assert ends.dtype == a.dtype
+    assert np.array_equal(_keys(ends)[0], keys.min(axis=1)) and np.array_equal(_keys(ends)[1], keys.max(axis=1))
+    assert np.array_equal(_keys(_keys(ends).view(a.dtype)), ends.view(ints))  # keys back to the floats' bits
 
 
 def _one_pass_disabled(monkeypatch):
