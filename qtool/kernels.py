@@ -75,9 +75,6 @@ def add_bins(x, bits, ubits, factor, counts, ends):  # pragma: no cover - compil
     sub = np.zeros((n + 1) * WAYS, np.uint16)  # counter w of bin b at b * WAYS + w
     total = np.zeros(n + 1, np.int64)
     idx = np.empty(CHUNK, np.uint32)
-    lanes = np.empty(CHUNK, np.uint32)
-    for i in range(CHUNK):
-        lanes[i] = i % WAYS
     line = 64 // x.itemsize  # values per cache line
     limit = x.dtype.type(n)
     load = 0
@@ -92,7 +89,7 @@ def add_bins(x, bits, ubits, factor, counts, ends):  # pragma: no cover - compil
                 prefetch(xr, p)
             for i in range(m):
                 f = abs(xs[i]) * factor
-                idx[i] = (np.uint32(f) if f < limit else np.uint32(n)) * np.uint32(WAYS) + lanes[i]
+                idx[i] = (np.uint32(f) if f < limit else np.uint32(n)) * np.uint32(WAYS) + np.uint32(i % WAYS)
             for i in range(m):
                 smin, smax, umax = min(smin, bs[i]), max(smax, bs[i]), max(umax, us[i])
             for i in range(m):
