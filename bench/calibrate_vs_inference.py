@@ -16,7 +16,10 @@ measured in this run on this machine:
     the phases add up to the time per image): decode, onnxruntime, binning (|x| -> bin counts,
     with the min/max of the same pass once a tensor's range is known), min/max (numpy's, where
     binning is not that one pass), per-sample statistics, derived tensors, Python overhead (the rest of the time spent
-    handling outputs), and the fixed cost after collection (thresholds and file writing).
+    handling outputs), and the fixed cost after collection (thresholds and file writing),
+  - a bound for exact histograms: the floor plus the profile's binning of every value, spread
+    over all cores without loss. Calibrate's time above it is statistics, derived tensors,
+    Python and the cores' contention: all that code outside the kernel can cut.
 Images: the photos of fetch_dev_models.sh (repeated when fewer than N), else generated ones.
 Each measurement runs in a fresh process so peak RSS is its own.
 
@@ -299,11 +302,14 @@ def profile(name: str, path: Path, paths: list[Path]) -> dict:
     del thresholds
     s = timer.seconds
     ms = {k: v / seen * 1e3 for k, v in s.items()}
+    # values binned per image: a concatenation's histogram adds its parts', a static tensor's is binned once
+    binned = sum(hists[n].size for n in names if n not in static and not (n in derived and derived[n].op == "concat")) / seen
     out = {"images": seen, "tensors": len(names), "fetched": len(fetched), "total": total / seen * 1e3,
            "decode": decode / seen * 1e3, "onnxruntime": ms["onnxruntime"], "binning": ms["binning"],
            "min/max": ms["histogram"] - ms["binning"], "statistics": ms["statistics"], "derived": ms.get("derived", 0.0)}
     out["python"] = ms["handling"] - ms["histogram"] - ms["statistics"] - out["derived"]
     out["calls/img"] = {k: v / seen for k, v in timer.calls.items()}
+    out["binned/img"] = binned
     out["thresholds_s"], out["write_s"] = search, write
     return out
 
@@ -349,12 +355,18 @@ def bench(name: str, n: int, repeat: int, profile_images: int, before: dict | No
           + ", ".join(f"{k} {prof[k]:.2f}" for k in phases) + f"; total {prof['total']:.2f}")
     print(f"fixed cost: thresholds for {prof['tensors']} tensors {prof['thresholds_s']:.2f} s, file {prof['write_s']:.2f} s",
           flush=True)
+    # what exact histograms cost at least: the floor's runs plus the binning of every value at the speed the profile
+    # measured, spread over all cores without loss (statistics, derived tensors and Python left out)
+    cores = os.cpu_count() or 1
+    bound = exposed["seconds"] + n * prof["binning"] / 1e3 / cores
+    print(f"{f'bound: floor + binning on {cores} cores:':<43}{bound:.2f} s, ratio {bound / plain['seconds']:.2f}  "
+          f"({prof['binned/img'] / 1e6:.1f} M values/img binned at {prof['binning'] / prof['binned/img'] * 1e6:.2f} ns/value)")
     if before:  # a --json file of an earlier run (another commit): the same lines, then
         was = before["profile"]
         print(f"before (--compare): ratio {before['ratio']:.2f}, floor {before['floor']:.2f}, peak RSS {before['rss_n']:.0f} MB; "
               f"profile ms/img: " + ", ".join(f"{k} {was[k]:.2f}" for k in phases) + f"; total {was['total']:.2f}")
     return {"ratio": ratio, "rounds": each, "best": best, "plain_s": plain["seconds"], "qtool_s": ours["seconds"],
-            "floor": exposed["seconds"] / plain["seconds"], "rss_100": small["rss_mb"], "rss_n": ours["rss_mb"], "profile": prof}
+            "floor": exposed["seconds"] / plain["seconds"], "bound": bound / plain["seconds"], "rss_100": small["rss_mb"], "rss_n": ours["rss_mb"], "profile": prof}
 
 
 def main() -> None:
