@@ -73,6 +73,11 @@ def start_loading() -> None:
             _loader.start()
 
 
+def _kernel_takes(size: int, bins: int = 0) -> bool:
+    """Whether the loaded kernel takes an array of `size` values (into `bins` bins)."""
+    return _ready is not None and size >= KERNEL_MIN_SIZE and bins <= KERNEL_MAX_BINS
+
+
 def _numpy_add_bins(a: np.ndarray, factor: float, counts: np.ndarray) -> None:
     idx = np.abs(a)
     idx *= a.dtype.type(factor)
@@ -109,7 +114,7 @@ def add_bins(a: np.ndarray, factor: float, counts: np.ndarray) -> None:
     Both paths compute the same product in a's dtype and truncate it, so they give identical
     counts; the caller guarantees every index is below len(counts).
     """
-    if _ready is None or a.size < KERNEL_MIN_SIZE or counts.size > KERNEL_MAX_BINS:
+    if not _kernel_takes(a.size, counts.size):
         _numpy_add_bins(a, factor, counts)
     elif _run_kernel(_ready[0], a.reshape(1, -1), factor, counts)[0]:
         raise AssertionError("histogram kernel: a value outside [0, top)")
@@ -153,7 +158,7 @@ def ordered_sums(v: np.ndarray, peaks: bool = False) -> np.ndarray | tuple[np.nd
     each lane's sums depend on nothing else in the array. With `peaks` (v finite), also max |x|
     over axes 0, 1 and 3, flattened: (sums, peaks), from the same read of v."""
     rows, outer, groups, inner, lanes = v.shape
-    if _ready is not None and v.size >= KERNEL_MIN_SIZE:
+    if _kernel_takes(v.size):
         out = np.empty((rows, groups, lanes))
         hi, lo = np.empty((groups, lanes), v.dtype), np.empty((groups, lanes), v.dtype)
         _ready[1](np.ascontiguousarray(v), out, hi, lo, peaks)
@@ -248,7 +253,7 @@ class TensorHistogram:
         """Bins and extrema in one pass of the kernel, when the range is already known and the
         values turn out finite and inside it (the common case after the first batches); None,
         with nothing counted, otherwise."""
-        if _ready is None or a.size < KERNEL_MIN_SIZE or self.bins > KERNEL_MAX_BINS or self.top == 0.0 or self.nonfinite:
+        if not _kernel_takes(a.size, self.bins) or self.top == 0.0 or self.nonfinite:
             return None
         factor = self.bins / self.top
         if a.dtype == np.float32 and not factor <= 2.0**127:  # not a float32: _add's float64 path
