@@ -69,6 +69,8 @@ LINEAR = set(CPU.linear)
 ELEMENTWISE = set(CPU.elementwise)
 POOLING = set(CPU.pooling)
 PASS_THROUGH = set(CPU.pass_through)
+WEIGHTS_7BIT = (None, "auto", "first", "all", "none")  # None: auto
+SEVEN_BIT_COST = 0.1  # the overflow guard gives 7-bit weights where they add at most this share of a layer's rounding noise
 _QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear", "FakeQuantize", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger"}
 
 
@@ -111,6 +113,7 @@ class WeightSite:
     values: np.ndarray
     readers: list[tuple[str, int]] = field(default_factory=list)
     policy: Policy = WEIGHTS
+    unsigned_storage: bool = False  # stored as uint8 with zero point 128 (the same values; onnxruntime's exact u8 x u8 kernels)
 
     def params(self) -> quant.QParams:
         axis = self.axis if self.policy.per_channel else None
@@ -125,6 +128,7 @@ class Plan:
     fp32_layers: dict[str, str]  # such nodes left in FP32, with the reason
     warnings: list[str]
     ignored: dict[str, str] = field(default_factory=dict)  # node -> the ignored pattern it is part of
+    overflow: dict = field(default_factory=dict)  # the overflow guard: mode, remedy, layers given it (with why)
 
     def summary(self) -> dict:
         out = {
@@ -144,6 +148,8 @@ class Plan:
             out["ignored_pattern_nodes"] = dict(sorted(patterns.items()))
         if exclusions:
             out["default_exclusions"] = dict(sorted(exclusions.items()))
+        if self.overflow:
+            out["overflow_fix"] = self.overflow
         return out
 
 
@@ -577,6 +583,65 @@ class _Placer:
             site.channel_amax = np.where((amax > 0) & np.isfinite(amax), amax, fallback)
             site.rank = len(dims[convs[0].input[1]])
 
+    # ------------------------------------------------------------ 8. overflow on CPUs without VNNI
+    def guard_overflow(self, activation_sites: list[ActivationSite], weight_sites: list[WeightSite], int8_layers: list[str],
+                       remedy: str) -> dict[str, dict]:
+        """Give the layers whose u8 x s8 pair sums can saturate (qtool.overflow) the target's
+        remedy. "uint8" (onnxruntime): weights stored as uint8 with zero point 128, the same values,
+        which onnxruntime multiplies with its u8 x u8 kernels, exactly, on every CPU; wherever the
+        saturation noise reaches 1 % of the layer's own rounding noise. "7bit" (OpenVINO, whose int8
+        kernels take s8 weights only): where the saturation noise exceeds what 7-bit weights add,
+        7-bit weights if they add at most SEVEN_BIT_COST of the layer's noise, else the layer stays
+        FP32 (exact; typically the image's first layer, where 7-bit weights cost most).
+        {layer: {"remedy": "uint8 weights" | "7-bit weights" | "fp32", "why": ...}}; FP32 layers
+        are only listed (place() places again without them)."""
+        from . import overflow
+        from .policy import quantize
+
+        by_tensor = {s.tensor: s for s in activation_sites}
+        weights = {s.tensor: s for s in weight_sites}
+        dims = {name: list(t.dims) for name, t in self.m.constants.items()}
+        raw = self._raw_inputs()
+        fixed: dict[str, dict] = {}
+        for name in int8_layers:
+            n = self.m.nodes[name]
+            wts = self.weights_of.get(name, [])
+            acts = self.asks.get(name, [])
+            if len(wts) != 1 or len(acts) != 1:
+                continue
+            (slot, wt), t = wts[0], acts[0]
+            site, upstream = None, t
+            while site is None and upstream is not None:
+                site = by_tensor.get(upstream)
+                upstream = self.moved[upstream][0][2] if upstream in self.moved else None
+            record = self.records.get(t) or (self.records.get(site.tensor) if site else None)
+            wsite = weights.get(wt)
+            if site is None or record is None or wsite is None or wsite.headroom_bits:
+                continue
+            q = quantize(wsite.values, wsite.params(), wsite.policy.rounding)
+            risk = overflow.assess(n, slot, q, dims, record, site.params(), correlated=t in raw)
+            if risk is None:
+                continue
+            if remedy == "uint8" and risk.saturation > 0.01 * risk.noise:
+                wsite.unsigned_storage = True
+                fixed[name] = {"remedy": "uint8 weights", "why": risk.describe()}
+            elif remedy == "7bit" and risk.saturation > risk.seven_bit:
+                if risk.seven_bit <= SEVEN_BIT_COST * risk.noise:
+                    wsite.headroom_bits = 1
+                    fixed[name] = {"remedy": "7-bit weights", "why": risk.describe()}
+                else:
+                    fixed[name] = {"remedy": "fp32", "why": risk.describe()}
+        return fixed
+
+    def _raw_inputs(self) -> set[str]:
+        """Tensors computed from a float graph input by no linear layer (the image itself, up to
+        preprocessing): their neighbouring channels and positions move together."""
+        raw = {i.name for i in self.m.graph.input if self.m.types.get(i.name) in self.float_types}
+        for n in self.m.graph.node:
+            if n.op_type not in self.rules.linear and any(t in raw for t in n.input):
+                raw.update(o for o in n.output if o)
+        return raw
+
     def final_warnings(self) -> None:
         unexpected = {k: v for k, v in self.fp32.items()
                       if "excluded" not in v and not v.startswith(("no activation input", "ignored pattern", "default exclusion"))}
@@ -592,7 +657,7 @@ class _Placer:
 
 def place(proto: onnx.ModelProto, records: dict, *, rules: Rules = CPU, thresholds: dict[str, Threshold] | None = None,
           policies: Policies | None = None, recompute=None, exclude: list[str] | tuple = (),
-          include: list[str] | tuple = (), weights_7bit: str | None = None,
+          include: list[str] | tuple = (), weights_7bit: str | None = None, overflow_remedy: str | None = None,
           float_types: tuple[int, ...] = (TensorProto.FLOAT,), ignored_patterns: bool = True,
           depthwise_per_channel: bool = True) -> Plan:
     """The quantizers for `proto` (whose nodes must have unique names) under a target's `rules`,
@@ -603,8 +668,8 @@ def place(proto: onnx.ModelProto, records: dict, *, rules: Rules = CPU, threshol
     `recompute(tensor, policy) -> amax` for activation grids of other bits. exclude: nodes/tensors kept FP32; include: nodes the rules' default
     exclusions or ignored patterns would keep FP32, quantized anyway. ignored_patterns=False turns
     NNCF's ignored patterns off; depthwise_per_channel=False keeps depthwise Conv inputs per tensor."""
-    if weights_7bit not in (None, "first", "all"):
-        raise QtoolError(f"--weights-7bit must be 'first' or 'all', not {weights_7bit!r}")
+    if weights_7bit not in WEIGHTS_7BIT:
+        raise QtoolError(f"--weights-7bit must be one of {', '.join(WEIGHTS_7BIT[1:])}, not {weights_7bit!r}")
     p = _Placer(proto, records, rules, float_types, thresholds)
     p.exclude(exclude, include, ignored_patterns)
     p.request()
@@ -619,7 +684,24 @@ def place(proto: onnx.ModelProto, records: dict, *, rules: Rules = CPU, threshol
         p.per_channel_depthwise(activation_sites)
     if policies is not None:
         p.attach_policies(activation_sites, weight_sites, policies, recompute)
+    overflow_fix: dict = {}
+    if overflow_remedy is not None:
+        mode = weights_7bit or "auto"
+        if mode == "auto":
+            layers = p.guard_overflow(activation_sites, weight_sites, int8_layers, overflow_remedy)
+            fp32 = sorted(name for name, fix in layers.items() if fix["remedy"] == "fp32")
+            if fp32:  # place again with those layers in FP32 (the guard may then find no more)
+                plan = place(proto, records, rules=rules, thresholds=thresholds, policies=policies, recompute=recompute,
+                             exclude=[*exclude, *fp32], include=include, weights_7bit=weights_7bit, overflow_remedy=overflow_remedy,
+                             float_types=float_types, ignored_patterns=ignored_patterns, depthwise_per_channel=depthwise_per_channel)
+                plan.overflow["layers"] = dict(sorted({**plan.overflow["layers"], **{k: layers[k] for k in fp32}}.items()))
+                plan.fp32_layers.update(dict.fromkeys(fp32, "kept FP32 by the overflow guard"))
+                return plan
+        else:
+            layers = {name: {"remedy": "7-bit weights", "why": f"--weights-7bit {mode}"}
+                      for w in weight_sites if w.headroom_bits for name, _ in w.readers}
+        overflow_fix = {"mode": mode, "layers": dict(sorted(layers.items()))}
     order = {name: i for i, name in enumerate(p.m.producer)}
     activation_sites.sort(key=lambda s: order.get(s.tensor, -1))
     p.final_warnings()
-    return Plan(activation_sites, weight_sites, int8_layers, p.fp32, p.warnings, p.ignored)
+    return Plan(activation_sites, weight_sites, int8_layers, p.fp32, p.warnings, p.ignored, overflow_fix)

@@ -52,7 +52,9 @@ def test_digits_qdq_accuracy_in_onnxruntime(digits):
 
 
 def test_qdq_structure_and_same_placement_as_openvino(digits, tmp_path):
-    calib, out, _ = digits
+    calib, out, summary = digits
+    guarded = set(summary["overflow_fix"]["layers"])
+    assert summary["overflow_fix"]["mode"] == "auto" and "/stem/stem.0/Conv" in guarded  # the image's first layer
     m = onnx.load(str(out))
     onnx.checker.check_model(m, full_check=True)
     inits = _inits(m)
@@ -71,15 +73,21 @@ def test_qdq_structure_and_same_placement_as_openvino(digits, tmp_path):
                 assert zp.dtype == np.int8 and float(scale) == pytest.approx(r.amax / 127, rel=1e-6)
             assert int(zp) == 0
         if n.op_type == "DequantizeLinear" and n.input[0] in inits:  # a weight
-            w = inits[n.input[0]]
-            assert w.dtype == np.int8 and w.min() >= -127 and w.max() <= 127
+            w, zp = inits[n.input[0]], inits[n.input[2]]
+            reader = next(r.name for r in m.graph.node if n.output[0] in r.input)
+            if reader in guarded:  # the overflow guard: the same values as uint8 with zero point 128
+                assert w.dtype == np.uint8 and set(zp.tolist()) == {128}
+                w = w.astype(np.int16) - 128
+            else:
+                assert w.dtype == np.int8 and set(zp.tolist()) == {0}
+            assert w.min() >= -127 and w.max() <= 127
             axis = next(a.i for a in n.attribute if a.name == "axis")
             assert inits[n.input[1]].shape == (w.shape[axis],)
             assert np.abs(w).max(axis=tuple(i for i in range(w.ndim) if i != axis)).max() == 127
     assert q_inputs == set(plan)
     assert plan["input"].unsigned and not plan["/Mul_output_0"].unsigned
     fq = tmp_path / "fq.onnx"
-    export("openvino", calib, fq)
+    export("openvino", calib, fq, "--weights-7bit", "none")  # the guard keeps the first layer FP32 in OpenVINO
     fq_inputs = {n.input[0] for n in onnx.load(str(fq)).graph.node if n.op_type == "FakeQuantize"}
     assert fq_inputs & set(rec) == q_inputs  # the same activation quantizers as the OpenVINO target
     assert "onnx::Conv_66" not in inits  # float weights replaced by int8 ones
@@ -93,14 +101,24 @@ def test_qdq_equals_the_grid_maths(digits):
     original = _inits(onnx.load(str(SAMPLE)))
     w = original["onnx::Conv_69"]
     p = policy.weight_params(w, axis=0)
-    np.testing.assert_array_equal(inits["onnx::Conv_69/int8"], quant.quantize_linear(w, p.scale.reshape(-1, 1, 1, 1), 0, p.grid))
+    stored = inits.get("onnx::Conv_69/int8")
+    if stored is None:  # guarded against overflow: the same values as uint8 with zero point 128
+        stored = inits["onnx::Conv_69/uint8"].astype(np.int16) - 128
+    np.testing.assert_array_equal(stored, quant.quantize_linear(w, p.scale.reshape(-1, 1, 1, 1), 0, p.grid))
     np.testing.assert_allclose(inits["onnx::Conv_69/scale"], p.scale.astype(np.float32))
 
 
-def test_openvino_also_runs_the_qdq_model_in_int8(digits):
-    _, out, _ = digits
+def test_openvino_also_runs_the_qdq_model(digits, tmp_path):
+    """OpenVINO runs the QDQ model's int8 weights in int8 and the Convs with the overflow guard's
+    uint8 weights (which its int8 convolutions do not take) in FP32; without the guard, every layer in int8."""
+    calib, out, summary = digits
+    guarded = set(summary["overflow_fix"]["layers"])
     precisions = linear_precisions(ov_compile(out))
-    assert len(precisions) == 7 and set(precisions.values()) <= {"u8", "i8"}
+    assert len(precisions) == 7 and 0 < len(guarded) < 7
+    assert {k.removesuffix("/WithoutBiases") for k, v in precisions.items() if v == "f32"} == {g for g in guarded if "Conv" in g}
+    plain = tmp_path / "plain.qdq.onnx"
+    export("qdq", calib, plain, "--activations", "symmetric", "--weights-7bit", "none")
+    assert set(linear_precisions(ov_compile(plain)).values()) <= {"u8", "i8"}
 
 
 def test_weights_7bit_in_qdq(digits, tmp_path):

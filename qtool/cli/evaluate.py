@@ -42,7 +42,7 @@ def _progress(total: int, enabled: bool):
 @click.option("--layout", type=click.Choice(["nchw", "nhwc"]), help="Input layout [default: the calibration file's].")
 @click.option("--batch-size", type=click.IntRange(min=1), help=f"Images per inference [default: the model's fixed batch, else {DEFAULT_BATCH}]; results do not depend on it.")
 @click.option("--exclude", multiple=True, help="Keep this node or tensor in FP32, as qtool export --exclude (repeatable).")
-@click.option("--weights-7bit", type=click.Choice(["first", "all"]), help="7-bit weights, as qtool export --weights-7bit.")
+@click.option("--weights-7bit", type=click.Choice(["auto", "first", "all", "none"]), help="The overflow guard, as qtool export --weights-7bit [default: auto].")
 @click.option("--tensors/--no-tensors", "per_tensor", default=True, show_default=True, help="Also rank every quantized tensor by the output SQNR of quantizing it alone (one model run over the inputs per tensor).")
 @click.option("--fail-below", type=float, metavar="DB", help="Exit 1 when an output's SQNR is below DB decibels (a quality gate); the results are printed first.")
 @policy_options(scale_flag="--scale-kind")

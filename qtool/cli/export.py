@@ -63,7 +63,7 @@ def check_target_options(target: str, **given) -> None:
     """A usage error for an option that the chosen target does not read."""
     for key, value in given.items():
         option, targets = _ONLY[key]
-        if value and target not in targets:
+        if value and value != "auto" and target not in targets:
             raise click.UsageError(f"{option} applies to --target {' or '.join(targets)}, not {target}")
 
 
@@ -89,7 +89,7 @@ def parse_target(text: str) -> str:
 @click.option("--weights", type=click.Choice(["fp32", "int8"]), default="fp32", show_default=True, help="tensorrt qdq: FP32 weight -> QuantizeLinear -> DequantizeLinear (every version), or INT8 weight -> DequantizeLinear (10.x/11.x; 4x smaller file).")
 @click.option("--include", multiple=True, help="tensorrt qdq/openvino/qdq: quantize this node although a default exclusion (ModelOpt's small Conv/GEMV/attention rules) or an ignored pattern keeps it FP32 (repeatable).")
 @click.option("--exclude", multiple=True, help="keep this node or tensor in FP32 (repeatable; tensorrt: --format qdq).")
-@click.option("--weights-7bit", type=click.Choice(["first", "all"]), help="openvino/qdq: 7-bit weights against int8 overflow on CPUs without VNNI.")
+@click.option("--weights-7bit", type=click.Choice(["auto", "first", "all", "none"]), help="openvino/qdq: the guard against int8 pair sums saturating on CPUs without VNNI. auto (default): the layers whose calibrated inputs and weights can saturate get 7-bit weights (openvino) or uint8 weights with zero point 128, the same values computed exactly (qdq); first/all: 7-bit weights on the first/every int8 layer; none: no guard.")
 @click.option("--keep-fp32", type=click.IntRange(min=1), metavar="N", help="openvino/qdq: also keep in FP32 the layers reading the N quantized tensors that qtool evaluate ranks most harmful on the inputs of --images/--data (preprocessed as the calibration file records).")
 @click.option("--max-drop", metavar="BUDGET", help="openvino/qdq: keep in FP32 the fewest layers, worst ranked first, that bring the int8 model within BUDGET on --images/--data: a worst output SQNR (e.g. 30dB) or a top-1 agreement drop (e.g. 1%); each step re-measures the exported model; exit 1 when --max-fp32 tensors are not enough.")
 @click.option("--max-fp32", type=click.IntRange(min=1), default=20, show_default=True, help="With --max-drop: the most quantized tensors whose layers may be kept in FP32.")

@@ -27,16 +27,18 @@ def exporter(target: str):
     return importlib.import_module(f"{__name__}.{target}")
 
 
-def cpu_plan(model, cal, *, float_types: tuple[int, ...], exclude=(), include=(), weights_7bit=None,
+def cpu_plan(model, cal, *, float_types: tuple[int, ...], overflow_remedy: str, exclude=(), include=(), weights_7bit=None,
              ignored_patterns: bool = True, policies=None, method: str | None = None):
     """The placement of the OpenVINO and QDQ exports (`model` with unique node names): NNCF's CPU
-    rules, the thresholds those targets use (calibration.Calibration.for_target) and the
-    quantizers' policies (default: qtool.policy.Policies())."""
+    rules, the thresholds those targets use (calibration.Calibration.for_target), the
+    quantizers' policies (default: qtool.policy.Policies()) and the target's remedy for layers
+    whose int8 pair sums can saturate on CPUs without VNNI (placement.place, qtool.overflow)."""
     from .. import placement, policy
     from ..rules import CPU
 
     return placement.place(model, {t.name: t for t in cal.tensors}, thresholds=cal.for_target(CPU, method),
                            exclude=list(exclude or ()), include=list(include or ()), weights_7bit=weights_7bit,
+                           overflow_remedy=overflow_remedy,
                            ignored_patterns=ignored_patterns, float_types=float_types,
                            policies=policies if policies is not None else policy.Policies(),
                            recompute=policy.searcher(cal, cal.method_for(CPU, method)))

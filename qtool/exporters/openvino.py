@@ -80,7 +80,7 @@ def export(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_pa
     model = G.copy_model(loaded.proto, str(loaded.path.parent))
     namer = G.Namer(model)
     G.unique_node_names(model.graph, namer)
-    plan = cpu_plan(model, cal, float_types=FLOAT_TYPES, exclude=exclude, include=include, weights_7bit=weights_7bit,
+    plan = cpu_plan(model, cal, float_types=FLOAT_TYPES, overflow_remedy="7bit", exclude=exclude, include=include, weights_7bit=weights_7bit,
                     ignored_patterns=ignored_patterns, policies=policies, method=method)
     corrected, bc_warnings = biascorrection.apply_to_export(model, namer, plan, cal, bias_correction)
     apply(model, namer, plan)

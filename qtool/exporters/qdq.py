@@ -129,11 +129,15 @@ def _activation_nodes(model, namer, site: placement.ActivationSite) -> list[onnx
 def _weight_node(model, namer, site: placement.WeightSite) -> onnx.NodeProto:
     p = site.params()
     axis = p.axis if p.axis is not None and np.ndim(p.scale) > 0 else None
-    ztype = storage_type(p.grid)
     q = policy_mod.quantize(site.values, p, site.policy.rounding)
-    wq = _int_init(model, namer, f"{site.tensor}/int8" if ztype == TensorProto.INT8 else f"{site.tensor}/int", q, ztype)
+    if site.unsigned_storage:  # the same values as uint8 with zero point 128: onnxruntime's u8 x u8 kernels never saturate
+        shift = p.grid.qmax + 1
+        q, p = q + shift, quant.QParams(p.scale, np.asarray(p.zero_point) + shift, quant.Grid(p.grid.qmin + shift, p.grid.qmax + shift), p.axis)
+    ztype = storage_type(p.grid)
+    kind = {TensorProto.INT8: "int8", TensorProto.UINT8: "uint8"}.get(ztype, "int")
+    wq = _int_init(model, namer, f"{site.tensor}/{kind}", q, ztype)
     scale = add_initializer(model, namer, f"{site.tensor}/scale", np.asarray(p.scale, dtype=np.float32))
-    zp = _int_init(model, namer, f"{site.tensor}/zero_point", np.zeros(np.shape(p.scale), dtype=np.int64), ztype)
+    zp = _int_init(model, namer, f"{site.tensor}/zero_point", np.broadcast_to(p.zero_point, np.shape(p.scale)), ztype)
     dq = namer.fresh(f"{site.tensor}/dequantized")
     attrs = {"axis": axis} if axis is not None else {}
     return helper.make_node("DequantizeLinear", [wq, scale, zp], [dq], name=namer.fresh(f"{site.tensor}/DequantizeLinear"), **attrs)
@@ -216,7 +220,7 @@ def prepare(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_p
     G.unique_node_names(model.graph, G.Namer(model))
 
     def place(more_excluded=()) -> placement.Plan:
-        return cpu_plan(model, cal, float_types=(TensorProto.FLOAT,), exclude=list(exclude or ()) + list(more_excluded),
+        return cpu_plan(model, cal, float_types=(TensorProto.FLOAT,), overflow_remedy="uint8", exclude=list(exclude or ()) + list(more_excluded),
                         include=include, weights_7bit=weights_7bit, ignored_patterns=ignored_patterns, policies=policies,
                         method=method)
 

@@ -1,0 +1,186 @@
+"""Where u8 x s8 pair sums can saturate on x86 CPUs without VNNI, estimated per layer from the
+calibration histogram and the integer weights.
+
+Without VNNI, onnxruntime's MLAS and OpenVINO's oneDNN multiply u8 activation codes by s8 weights
+with vpmaddubsw, which adds each pair of adjacent products along the reduction axis into a
+saturating int16 (onnxruntime onnxruntime/core/mlas/lib/x86_64/QgemmU8S8KernelAvx2.S; oneDNN's
+"int8 computation behavior" notes; onnxruntime's reduce_range and NNCF's OverflowFix exist for
+it). The code a runtime multiplies is the stored u8 value: q for an unsigned activation, q + 128
+for a signed one (both runtimes shift s8 activations to u8 and correct with the zero point), so a
+pair saturates when a1*|w1| + a2*|w2| > 32767 with w1, w2 of the same sign (opposite signs stay
+within 255 * 127). With weights on [-63, 63] no pair can (255 * 63 * 2 < 32767).
+
+The estimate, in units of (activation scale x weight scale), per output channel:
+  saturation   every pair's expected squared excess E[((a * S - 32767)+)^2], S = |w1| + |w2|,
+               with both activations of a pair equal to one code drawn from the histogram (image
+               channels and neighbouring positions move together), the pairs' excesses added
+               coherently (they all lose in the same direction);
+  7-bit cost   the weight rounding noise 7-bit weights add: K * E[q^2] * (step7^2 - 1) / 12;
+  int8 noise   the layer's own rounding noise: K * E[q^2] / 12 + sum(w^2) / 12.
+Pairs are taken in both layouts runtimes use (MLAS: kernel position outer, channel inner, the
+flattened axis paired; oneDNN: channels paired within a kernel position, padded) and the worse
+counts. Depthwise convolutions have no pairs along a reduction axis (channels are the vector
+lanes) and are never at risk.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from . import graph as G
+from . import quant
+
+LIMIT = 32767
+CODES = np.arange(256, dtype=np.float64)
+SEVEN_BIT_STEP = 127 / 63  # the 7-bit weight step on the 8-bit grid (policy.weight_params, headroom 1)
+
+
+@dataclass(frozen=True)
+class Risk:
+    """One layer's estimate (sums over output channels, units of activation x weight scale)."""
+
+    saturation: float  # expected squared error from saturated pairs
+    seven_bit: float  # extra rounding noise of 7-bit weights
+    noise: float  # the int8 layer's own rounding noise
+    share: float  # share of calibrated activation codes that saturate the layer's largest pair
+
+    def describe(self) -> str:
+        return (f"saturation noise {_db(self.saturation, self.noise)} dB of the int8 noise "
+                f"(7-bit weights add {_db(self.seven_bit, self.noise)} dB); {self.share:.2%} of activation codes saturate its largest pair")
+
+
+def _db(x: float, ref: float) -> str:
+    if x <= 0:
+        return "-inf"
+    if ref <= 0:
+        return "+inf"
+    return f"{10 * np.log10(x / ref):+.1f}"
+
+
+def activation_codes(record, params: quant.QParams) -> tuple[np.ndarray, np.ndarray, float]:
+    """(P(code = a) for a in 0..255 on the positive side, the share of values there, E[q^2]) of
+    the u8 code the kernel multiplies, from the record's histogram of |x|. A bin reachable by
+    values of both signs is split evenly between them; only positive values make large codes."""
+    counts = np.asarray(record.counts, dtype=np.float64)
+    total = counts.sum()
+    pmf = np.zeros(256)
+    if total <= 0 or not np.isfinite(total) or params.axis is not None:
+        return pmf, 0.0, 0.0
+    edges = record.edges()
+    centre = (edges[:-1] + edges[1:]) / 2
+    scale = float(params.scale)
+    g = params.grid
+    zp = int(params.zero_point)
+    q_pos = np.clip(np.rint(centre / scale) + zp, g.qmin, g.qmax)  # positive value centre -> its grid point
+    q_abs = np.minimum(np.rint(centre / scale), max(g.qmax - zp, zp - g.qmin))
+    can_pos = centre <= max(record.max, 0.0) + (edges[1] - edges[0])
+    can_neg = centre <= max(-record.min, 0.0) + (edges[1] - edges[0])
+    both = can_pos & can_neg
+    weight = np.where(both, 0.5, np.where(can_pos, 1.0, 0.0))
+    codes = np.clip(q_pos - g.qmin, 0, 255).astype(np.int64)  # the stored u8 value: q + 128 on the signed grid
+    np.add.at(pmf, codes, counts * weight)
+    mean_sq = float((counts * q_abs ** 2).sum() / total)
+    return pmf / total, float((counts * weight).sum() / total), mean_sq
+
+
+def reduction_rows(node: onnx.NodeProto, slot: int, q: np.ndarray, dims: dict) -> list[np.ndarray]:
+    """The integer weights of one linear layer as [output, reduction] matrices, one per pair layout
+    a runtime uses; [] when the kernel has no pairs along the reduction (depthwise)."""
+    op = node.op_type
+    if op == "Conv" and slot == 1 and q.ndim >= 3:
+        if G.is_depthwise(node, dims):
+            return []
+        w = np.moveaxis(q, 1, -1)  # [O, k..., C]: channel inner
+        mlas = w.reshape(w.shape[0], -1)
+        c = w.shape[-1]
+        padded = np.concatenate([w, np.zeros((*w.shape[:-1], c % 2), w.dtype)], axis=-1) if c % 2 else w
+        return [mlas, padded.reshape(w.shape[0], -1)]
+    if op == "ConvTranspose" and slot == 1 and q.ndim >= 3 and int(G.attr(node, "group", 1)) == 1:
+        w = np.moveaxis(q, 0, -1)  # [C_out, k..., C_in]
+        return [w.reshape(w.shape[0], -1)]
+    if op == "MatMul" and q.ndim >= 2:
+        w = q.reshape(-1, *q.shape[-2:])
+        w = np.swapaxes(w, -1, -2) if slot == 1 else w  # rows: output columns (B) or rows (A)
+        return [w.reshape(-1, w.shape[-1])]
+    if op == "Gemm" and q.ndim == 2:
+        trans = int(G.attr(node, "transB" if slot == 1 else "transA", 0))
+        rows = q if (trans if slot == 1 else not trans) else q.T
+        return [rows]
+    return []
+
+
+def _pair_sums(rows: np.ndarray) -> np.ndarray:
+    """|w1| + |w2| of each adjacent pair (0 when the signs differ: such a pair cannot saturate)."""
+    w = rows.astype(np.int64)
+    if w.shape[1] % 2:
+        w = np.concatenate([w, np.zeros((w.shape[0], 1), np.int64)], axis=1)
+    a, b = w[:, 0::2], w[:, 1::2]
+    return np.where(a * b > 0, np.abs(a) + np.abs(b), 0)
+
+
+def _excess_sq_correlated(pmf: np.ndarray) -> np.ndarray:
+    """Per pair sum S = 0..254: E[((a * S - LIMIT)+)^2] with both codes of the pair equal."""
+    excess = np.maximum(np.outer(np.arange(255, dtype=np.float64), CODES) - LIMIT, 0.0)
+    return (excess ** 2) @ pmf
+
+
+_BIN = 8  # |w| in bins of 8 for the independent model (the bin centre stands for the bin)
+
+
+def _excess_sq_independent(pmf: np.ndarray) -> np.ndarray:
+    """Per binned (|w1|, |w2|): E[((a1 |w1| + a2 |w2| - LIMIT)+)^2] with a1, a2 independent."""
+    centres = np.arange(_BIN / 2 - 0.5, 128, _BIN)
+    live = np.flatnonzero(pmf)
+    a, p = CODES[live], pmf[live]
+    out = np.zeros((len(centres), len(centres)))
+    for i, u in enumerate(centres):
+        for j in range(i + 1):
+            s = np.maximum(np.add.outer(a * u, a * centres[j]) - LIMIT, 0.0)
+            out[i, j] = out[j, i] = float(p @ (s ** 2) @ p)
+    return out
+
+
+def assess(node: onnx.NodeProto, slot: int, q: np.ndarray, dims: dict, record, act: quant.QParams,
+           correlated: bool) -> Risk | None:
+    """The saturation estimate of one layer with integer weights `q` (at input `slot`) and the
+    activation quantizer `act` (on 8 bits; None for other grids or a layer without pairs).
+    correlated: the two activations of a pair are equal and the pairs of one output saturate
+    together (an image: neighbouring channels and positions move together); otherwise they are
+    independent and so are the pairs' errors."""
+    if act.grid.qmax - act.grid.qmin != 255 or np.abs(q).max(initial=0) > 127:
+        return None
+    layouts = reduction_rows(node, slot, q, dims)
+    if not layouts:
+        return None
+    pmf, _, mean_sq = activation_codes(record, act)
+    worst = share = 0.0
+    table = _excess_sq_correlated(pmf) if correlated else None
+    for rows in layouts:
+        w = np.abs(rows.astype(np.int64))
+        if w.shape[1] % 2:
+            w = np.concatenate([w, np.zeros((w.shape[0], 1), np.int64)], axis=1)
+        sums = _pair_sums(rows)
+        if correlated:
+            per_row = np.sqrt(table[sums]).sum(axis=1)  # coherent: the errors add up
+            sat = float((per_row ** 2).sum())
+        else:
+            at_risk = sums > LIMIT // 255
+            if not at_risk.any():
+                sat = 0.0
+            else:
+                if table is None:
+                    table = _excess_sq_independent(pmf)
+                u, v = w[:, 0::2][at_risk] // _BIN, w[:, 1::2][at_risk] // _BIN
+                sat = float(table[u, v].sum())
+        worst = max(worst, sat)
+        top = int(sums.max(initial=0))
+        if top:
+            share = max(share, float(pmf[CODES * top > LIMIT].sum()))
+    rows = layouts[0].astype(np.float64)
+    k = rows.shape[1]
+    noise = rows.shape[0] * k * mean_sq / 12 + float((rows ** 2).sum()) / 12
+    seven = rows.shape[0] * k * mean_sq * (SEVEN_BIT_STEP ** 2 - 1) / 12
+    return Risk(worst, seven, noise, share)

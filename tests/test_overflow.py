@@ -1,0 +1,187 @@
+"""The overflow guard: layers whose u8 x s8 pair sums can saturate on CPUs without VNNI get
+uint8 weights (qdq, exact) or 7-bit weights (openvino); the rest keep int8 weights."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import qtool
+from qtool import overflow, quant
+from qtool.calibration import TensorRecord
+
+RNG = np.random.default_rng(7)
+
+
+def _record(values: np.ndarray, bins: int = 2048) -> TensorRecord:
+    a = np.abs(values.ravel().astype(np.float64))
+    top = float(a.max())
+    counts, _ = np.histogram(a, bins=bins, range=(0, top))
+    return TensorRecord("x", float(values.min()), float(values.max()), top, counts.tolist(), top)
+
+
+def _conv(cout=8, cin=16, k=3, group=1):
+    return helper.make_node("Conv", ["x", "w"], ["y"], name="conv", group=group, pads=[1, 1, 1, 1])
+
+
+def test_pairs_of_opposite_signs_never_saturate():
+    rows = np.array([[127, -127, 127, 127, -5, 3]])
+    assert overflow._pair_sums(rows).tolist() == [[0, 254, 0]]
+
+
+def test_saturation_estimate_follows_weights_and_activations():
+    bright = np.full(10000, 1.0)  # every code at the top of the u8 grid
+    act = quant.QParams(np.asarray(1 / 255), np.asarray(0), quant.grid(8, signed=False))
+    q = np.full((8, 16, 3, 3), 127)
+    dims = {"w": list(q.shape)}
+    for correlated in (True, False):
+        risk = overflow.assess(_conv(), 1, q, dims, _record(bright), act, correlated)
+        assert risk.saturation > risk.seven_bit > 0 and risk.share == 1.0
+        seven = overflow.assess(_conv(), 1, np.full_like(q, 63), dims, _record(bright), act, correlated)
+        assert seven.saturation == 0  # 255 * 63 * 2 < 32767
+        dark = overflow.assess(_conv(), 1, q, dims, _record(np.full(10000, 0.4)), act, correlated)
+        assert dark.saturation == 0  # codes of 102: 102 * 254 < 32767
+        alternating = np.where(np.indices(q.shape)[1] % 2 == 0, 127, -127)
+        assert overflow.assess(_conv(), 1, alternating, dims, _record(bright), act, correlated).saturation == 0
+
+
+def test_independent_activations_rarely_saturate_together():
+    """A sparse tail (1 % of codes near the top): independent pairs both large 1 % of 1 % of the time."""
+    act = quant.QParams(np.asarray(1 / 255), np.asarray(0), quant.grid(8, signed=False))
+    q = np.full((8, 16, 3, 3), 127)
+    sparse = np.where(RNG.random(100000) < 0.01, 0.9, 0.05)
+    dims = {"w": list(q.shape)}
+    together = overflow.assess(_conv(), 1, q, dims, _record(sparse), act, correlated=True).saturation
+    apart = overflow.assess(_conv(), 1, q, dims, _record(sparse), act, correlated=False).saturation
+    assert 0 < apart < together / 100
+
+
+def test_signed_activations_count_from_the_shifted_code():
+    """A signed activation is multiplied as q + 128: small positive values already saturate a pair of 127s."""
+    act = quant.QParams(np.asarray(1 / 127), np.asarray(0), quant.grid(8, signed=True))
+    q = np.full((8, 16, 1, 1), 127)
+    small = RNG.uniform(0.05, 0.1, 10000) * np.where(RNG.random(10000) < 0.5, 1, -1)  # q of about +-6..13
+    assert overflow.assess(_conv(k=1), 1, q, {"w": list(q.shape)}, _record(small), act, False).saturation > 0
+    negative = -np.abs(small)
+    assert overflow.assess(_conv(k=1), 1, q, {"w": list(q.shape)}, _record(negative), act, False).saturation == 0
+
+
+def test_depthwise_convolutions_are_never_at_risk():
+    act = quant.QParams(np.asarray(1 / 255), np.asarray(0), quant.grid(8, signed=False))
+    q = np.full((16, 1, 3, 3), 127)
+    assert overflow.assess(_conv(group=16), 1, q, {"w": list(q.shape)}, _record(np.ones(100)), act, True) is None
+
+
+# ---------------------------------------------------------------- exports
+
+
+def _image_model() -> onnx.ModelProto:
+    """An image stem (3 -> 16, positive weights: a brightness detector) then a 16 -> 8 Conv whose
+    neighbouring input channels have weights of opposite signs: the stem saturates without VNNI,
+    the second Conv cannot."""
+    w1 = (np.abs(RNG.standard_normal((16, 3, 3, 3))) * 0.3 + 0.05).astype(np.float32)
+    signs = np.where(np.arange(16) % 2 == 0, 1.0, -1.0).reshape(1, 16, 1, 1)
+    w2 = (np.abs(RNG.standard_normal((8, 16, 3, 3))) * 0.05 * signs).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], name="stem", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu"),
+        helper.make_node("Conv", ["r1", "w2"], ["y"], name="head", pads=[1, 1, 1, 1]),
+    ]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])],
+                          [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m
+
+
+def _images(n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    grey = rng.uniform(0.5, 1.0, (n, 1, 16, 16))  # bright, channels moving together
+    return np.clip(grey + rng.normal(0, 0.03, (n, 3, 16, 16)), 0, 1).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def calibrated():
+    m = _image_model()
+    return m, qtool.calibrate(m, data=({"x": x[None]} for x in _images(32, 1)))
+
+
+def _run(data: bytes, x: np.ndarray, optimize: bool) -> np.ndarray:
+    so = ort.SessionOptions()
+    if not optimize:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    s = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+    return np.concatenate([s.run(None, {"x": xi[None]})[0] for xi in x])
+
+
+def _weights(data: bytes) -> dict[str, np.ndarray]:
+    """The dequantized weights of a QDQ model by the node reading them."""
+    m = onnx.load_model_from_string(data)
+    inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+    out = {}
+    for n in m.graph.node:
+        if n.op_type == "DequantizeLinear" and n.input[0] in inits:
+            q, s, z = (inits[i] for i in n.input)
+            reader = next(r.name for r in m.graph.node if n.output[0] in r.input)
+            out[reader] = (q.dtype, (q.astype(np.float64) - z.reshape(-1, 1, 1, 1)) * s.reshape(-1, 1, 1, 1))
+    return out
+
+
+def test_qdq_stores_the_stem_unsigned_with_the_same_values(calibrated, tmp_path):
+    m, cal = calibrated
+    auto = qtool.export(m, cal, target="qdq")
+    plain = qtool.export(m, cal, target="qdq", weights_7bit="none")
+    a, p = _weights(auto), _weights(plain)
+    assert a["stem"][0] == np.uint8 and p["stem"][0] == np.int8 and a["head"][0] == np.int8
+    np.testing.assert_array_equal(a["stem"][1], p["stem"][1])  # the same weights, stored otherwise
+    z = next(numpy_helper.to_array(t) for t in onnx.load_model_from_string(auto).graph.initializer if t.name.startswith("w1/zero_point"))
+    assert z.dtype == np.uint8 and set(z.tolist()) == {128}
+
+
+def test_qdq_default_runs_exactly_in_onnxruntime_on_any_cpu(calibrated):
+    """onnxruntime's int8 kernels (this CPU's) agree with the exact arithmetic (Q/DQ as float ops):
+    without the guard, a CPU without VNNI saturates the stem's pair sums."""
+    m, cal = calibrated
+    data = qtool.export(m, cal, target="qdq")
+    x = _images(8, 2)
+    real, exact = _run(data, x, True), _run(data, x, False)
+    noise = float(((real - exact) ** 2).sum()) / float((exact ** 2).sum())
+    assert noise < 1e-4, noise
+
+
+def test_summary_names_the_guarded_layers_and_why(calibrated, tmp_path):
+    from qtool.exporters import exporter
+
+    m, cal = calibrated
+    path = tmp_path / "m.onnx"
+    onnx.save(m, str(path))
+    loaded = qtool.api._checked(str(path), cal)
+    qdq_fix = exporter("qdq").export(loaded, cal).summary["overflow_fix"]
+    assert qdq_fix["mode"] == "auto" and list(qdq_fix["layers"]) == ["stem"]
+    assert qdq_fix["layers"]["stem"]["remedy"] == "uint8 weights" and "saturat" in qdq_fix["layers"]["stem"]["why"]
+    ov = exporter("openvino").export(loaded, cal).summary
+    assert list(ov["overflow_fix"]["layers"]) == ["stem"] and ov["overflow_fix"]["layers"]["stem"]["remedy"] == "fp32"
+    assert ov["fp32_layer_names"] == ["stem"] and ov["int8_layers"] == 1
+    assert exporter("openvino").export(loaded, cal, weights_7bit="none").summary["overflow_fix"]["layers"] == {}
+    every = exporter("qdq").export(loaded, cal, weights_7bit="all").summary["overflow_fix"]["layers"]
+    assert {k: v["remedy"] for k, v in every.items()} == {"head": "7-bit weights", "stem": "7-bit weights"}
+
+
+def test_openvino_keeps_the_stem_fp32_where_7bit_weights_would_cost_accuracy(calibrated):
+    """The stem's 7-bit weights would add more noise than its int8 rounding: it stays FP32 (exact);
+    an inner layer whose 7-bit weights cost little gets them (placement.SEVEN_BIT_COST)."""
+    m, cal = calibrated
+    fq = onnx.load_model_from_string(qtool.export(m, cal, target="openvino"))
+    assert {n.input[0] for n in fq.graph.node if n.op_type == "FakeQuantize"} & {"x", "w1"} == set()
+    seven = onnx.load_model_from_string(qtool.export(m, cal, target="openvino", weights_7bit="first"))
+    inits = {t.name: numpy_helper.to_array(t) for t in seven.graph.initializer}
+    steps = {}
+    for n in seven.graph.node:
+        if n.op_type == "FakeQuantize" and n.input[0] in ("w1", "w2"):
+            w, hi = inits[n.input[0]], inits[n.input[2]].reshape(-1)
+            steps[n.input[0]] = np.abs(np.rint(w.reshape(len(hi), -1) / (hi[:, None] / 127))).max()
+    assert steps == {"w1": 63, "w2": 127}
