@@ -185,3 +185,25 @@ def test_openvino_keeps_the_stem_fp32_where_7bit_weights_would_cost_accuracy(cal
             w, hi = inits[n.input[0]], inits[n.input[2]].reshape(-1)
             steps[n.input[0]] = np.abs(np.rint(w.reshape(len(hi), -1) / (hi[:, None] / 127))).max()
     assert steps == {"w1": 63, "w2": 127}
+
+
+def test_openvino_gives_7bit_weights_where_they_cost_little():
+    """An inner layer (not reading the image) whose signed input is small but whose pairs of large
+    weights saturate on any positive value: 7-bit weights add little noise there, so it gets them
+    (the first layer's pairs have opposite signs: never at risk)."""
+    from qtool import placement
+
+    w_a = (np.abs(RNG.standard_normal((16, 16, 1, 1))) * np.where(np.arange(16) % 2, -0.1, 0.1).reshape(1, 16, 1, 1)).astype(np.float32)
+    w_b = np.full((8, 16, 1, 1), 0.5, np.float32)
+    nodes = [helper.make_node("Conv", ["x", "wa"], ["t"], name="a"), helper.make_node("Conv", ["t", "wb"], ["y"], name="b")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 4, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 4, 4])],
+                          [numpy_helper.from_array(w_a, "wa"), numpy_helper.from_array(w_b, "wb")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    small = RNG.uniform(-0.05, 0.05, 100000)
+    t = np.where(RNG.random(100000) < 0.01, 0.9, small)
+    records = {"x": _record(RNG.uniform(0, 0.4, 100000)), "t": _record(t)}
+    plan = placement.place(m, records, overflow_remedy="7bit")
+    assert {k: v["remedy"] for k, v in plan.overflow["layers"].items()} == {"b": "7-bit weights"}
+    assert {w.tensor: w.headroom_bits for w in plan.weights} == {"wa": 0, "wb": 1}
+    assert placement.place(m, records, overflow_remedy="7bit", weights_7bit="none").overflow["layers"] == {}
