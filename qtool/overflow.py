@@ -131,16 +131,20 @@ _BIN = 8  # |w| in bins of 8 for the independent model (the bin centre stands fo
 
 
 def _excess_sq_independent(pmf: np.ndarray) -> np.ndarray:
-    """Per binned (|w1|, |w2|): E[((a1 |w1| + a2 |w2| - LIMIT)+)^2] with a1, a2 independent."""
+    """Per binned (|w1|, |w2|): E[((a1 |w1| + a2 |w2| - LIMIT)+)^2] with a1, a2 independent.
+    For each a2 the excess is positive for a1 > t = (LIMIT - a2 |w2|) / |w1|, so the sum over a1 is
+    |w1|^2 S2(t) - 2 |w1| r S1(t) + r^2 S0(t) with r = LIMIT - a2 |w2| and S_k(t) the sums of
+    P(a) a^k over the codes above t (suffix sums)."""
     centres = np.arange(_BIN / 2 - 0.5, 128, _BIN)
-    live = np.flatnonzero(pmf)
-    a, p = CODES[live], pmf[live]
-    out = np.zeros((len(centres), len(centres)))
-    for i, u in enumerate(centres):
-        for j in range(i + 1):
-            s = np.maximum(np.add.outer(a * u, a * centres[j]) - LIMIT, 0.0)
-            out[i, j] = out[j, i] = float(p @ (s ** 2) @ p)
-    return out
+    suffix = np.zeros((3, 257))
+    for k in range(3):
+        suffix[k, :256] = np.cumsum((pmf * CODES ** k)[::-1])[::-1]
+    u = centres[:, None, None]  # |w1|
+    r = LIMIT - CODES[None, None, :] * centres[None, :, None]  # LIMIT - a2 |w2|, [1, w2, a2]
+    first = np.clip(np.floor(r / u).astype(np.int64) + 1, 0, 256)  # the first code a1 above t
+    s0, s1, s2 = suffix[0][first], suffix[1][first], suffix[2][first]
+    inner = u ** 2 * s2 - 2 * u * r * s1 + r ** 2 * s0
+    return np.maximum(inner, 0.0) @ pmf
 
 
 def assess(node: onnx.NodeProto, slot: int, q: np.ndarray, dims: dict, record, act: quant.QParams,

@@ -69,6 +69,15 @@ def test_signed_activations_count_from_the_shifted_code():
     assert overflow.assess(_conv(k=1), 1, q, {"w": list(q.shape)}, _record(negative), act, False).saturation == 0
 
 
+def test_independent_pairs_closed_form_equals_the_double_sum():
+    pmf = RNG.random(256) ** 8
+    pmf /= pmf.sum()
+    centres = np.arange(overflow._BIN / 2 - 0.5, 128, overflow._BIN)
+    brute = np.array([[pmf @ np.maximum(np.add.outer(overflow.CODES * u, overflow.CODES * v) - overflow.LIMIT, 0) ** 2 @ pmf
+                       for v in centres] for u in centres])
+    np.testing.assert_allclose(overflow._excess_sq_independent(pmf), brute, rtol=1e-9, atol=1e-9 * brute.max())
+
+
 def test_depthwise_convolutions_are_never_at_risk():
     act = quant.QParams(np.asarray(1 / 255), np.asarray(0), quant.grid(8, signed=False))
     q = np.full((16, 1, 3, 3), 127)
