@@ -18,6 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 from .. import biascorrection, placement, policy, quant
 from .. import graph as G
 from . import cpu_plan
+from .qdq import Prepared
 
 DOMAIN = "org.openvinotoolkit"
 FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16)
@@ -72,18 +73,42 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
     G.ensure_opset(model, DOMAIN, 1)
 
 
+def prepare(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_patterns=True, policies=None,
+            method: str | None = None) -> Prepared:
+    """The steps of the export up to the placement (as qdq.prepare): `export` and qtool.evaluation share them."""
+    model = G.copy_model(loaded.proto, str(loaded.path.parent))
+    G.unique_node_names(model.graph, G.Namer(model))
+
+    def place(more_excluded=()) -> placement.Plan:
+        return cpu_plan(model, cal, float_types=FLOAT_TYPES, overflow_remedy="7bit", exclude=list(exclude or ()) + list(more_excluded),
+                        include=include, weights_7bit=weights_7bit, ignored_patterns=ignored_patterns, policies=policies, method=method)
+
+    plan = place()
+    return Prepared(model, plan, list(plan.warnings), place)
+
+
+def quantized(prepared: Prepared, cal, plan: placement.Plan | None = None,
+              bias_correction: bool = True) -> tuple[onnx.ModelProto, int, list[str]]:
+    """A copy of the prepared model with `plan`'s FakeQuantize nodes (default: all) and, with
+    bias_correction, the bias shifts of its int8 layers: (model, layers corrected, warnings)."""
+    plan = prepared.plan if plan is None else plan
+    model = onnx.ModelProto()
+    model.CopyFrom(prepared.model)
+    namer = G.Namer(model)
+    corrected, warnings = biascorrection.apply_to_export(model, namer, plan, cal, bias_correction)
+    apply(model, namer, plan)
+    return model, corrected, warnings
+
+
 def export(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_patterns=True, bias_correction=True,
            policies=None, method=None, **_options):
     """FakeQuantize ONNX for OpenVINO from the calibration `cal` of `loaded`."""
     from . import ExportResult
 
-    model = G.copy_model(loaded.proto, str(loaded.path.parent))
-    namer = G.Namer(model)
-    G.unique_node_names(model.graph, namer)
-    plan = cpu_plan(model, cal, float_types=FLOAT_TYPES, overflow_remedy="7bit", exclude=exclude, include=include, weights_7bit=weights_7bit,
-                    ignored_patterns=ignored_patterns, policies=policies, method=method)
-    corrected, bc_warnings = biascorrection.apply_to_export(model, namer, plan, cal, bias_correction)
-    apply(model, namer, plan)
+    prepared = prepare(loaded, cal, exclude=exclude, include=include, weights_7bit=weights_7bit,
+                       ignored_patterns=ignored_patterns, policies=policies, method=method)
+    plan = prepared.plan
+    model, corrected, bc_warnings = quantized(prepared, cal, bias_correction=bias_correction)
     data, warnings = G.finish(model, loaded.proto)
     warnings = policy.runtime_rounding_warnings(plan, "OpenVINO") + warnings
     summary = {**plan.summary(), "fp32_layer_names": sorted(plan.fp32_layers), "bias_corrected_layers": corrected}
