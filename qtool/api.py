@@ -162,13 +162,23 @@ def export(model_or_path, cal: Calibration, *, target: str, path: str | os.PathL
 
 
 def evaluate(model_or_path, cal: Calibration, *, images: str | os.PathLike | None = None, data=None, limit: int | None = None,
-             per_tensor: bool = True, exclude=(), weights_7bit: str | None = None, policies=None,
-             progress: Callable[[int], None] | None = None) -> _evaluate.Evaluation:
-    """The int8 model (QDQ simulation, as export writes it) against FP32 on held-out inputs, as
-    `qtool evaluate` does: images (preprocessed as the calibration records), a folder of
-    .npy/.npz, or an in-memory loader."""
+             target: str = "qdq", runtime: str | None = None, per_tensor: bool = False,
+             progress: Callable[[int], None] | None = None, **options) -> _evaluate.Evaluation:
+    """The int8 model of `target` (qdq, openvino or tensorrt: its file as `export` builds it, with
+    the export `options` that target reads, EXPORT_OPTIONS) against FP32 on held-out inputs, as
+    `qtool evaluate` does: the exact simulation of the file's arithmetic, the same on every CPU;
+    with runtime="openvino" (target openvino) or "onnxruntime" (qdq, tensorrt) also that runtime's
+    int8 kernels on this CPU (Evaluation.runtime). per_tensor: also rank every quantizer (openvino
+    and qdq; one model run over the inputs each). Inputs: images (preprocessed as the calibration
+    records), a folder of .npy/.npz, or an in-memory loader."""
     from .inputs import held_out_runs
 
+    if target not in TARGETS:
+        raise QtoolError(f"target {target!r} is not one of {', '.join(TARGETS)}")
+    unknown = sorted(set(options) - EXPORT_OPTIONS[target])
+    if unknown:
+        raise QtoolError(f"option {unknown[0]!r} does not apply to target {target!r} (it takes {', '.join(sorted(EXPORT_OPTIONS[target]))})")
+    _evaluate.check_request(target, runtime, per_tensor)
     loaded = _checked(model_or_path, cal)
     if data is not None and not isinstance(data, (str, os.PathLike)):
         specs = model.data_inputs(loaded.proto)
@@ -178,8 +188,8 @@ def evaluate(model_or_path, cal: Calibration, *, images: str | os.PathLike | Non
             return _data.memory_runs(items[:limit] if limit else items, specs)
     else:
         _, runs = held_out_runs(loaded, cal, images, data, limit)
-    result = _evaluate.evaluate(loaded, cal, runs, exclude=exclude, weights_7bit=weights_7bit, policies=policies,
-                                per_tensor=per_tensor, progress=_Progress(progress) if progress else None)
+    result = _evaluate.evaluate(loaded, cal, runs, target=target, runtime=runtime, per_tensor=per_tensor,
+                                progress=_Progress(progress) if progress else None, **options)
     for w in result.warnings:
         log.warning(w)
     return result

@@ -4,8 +4,9 @@ model within the budget (NNCF's quantize_with_accuracy_control, with qtool evalu
 The budget is the worst output SQNR in dB (`30dB`) or a top-1 agreement drop (`1%`: at least 99 %
 of the samples keep FP32's top-1 class, on outputs shaped like class scores). Candidates are the
 quantized tensors ranked as `qtool evaluate` ranks them (worst first, with the layers reading
-each); every trial exports the real QDQ model with the first k candidates' layers in FP32 and
-measures it on the held-out inputs: k = 1, 2, 4, ... until the budget is met, then a bisection
+each), in the target's own model (QDQ or OpenVINO FakeQuantize); every trial builds that target's
+model with the first k candidates' layers in FP32 and measures its exact simulation
+(qtool.simulate, the same on every CPU) on the held-out inputs: k = 1, 2, 4, ... until the budget is met, then a bisection
 between the last two, so about 2 log2(k) exports. The metric is not strictly monotonic in k; the
 result is the smallest k found that meets it, confirmed by its own measurement.
 """
@@ -18,11 +19,9 @@ from dataclasses import dataclass, field
 
 import onnx
 
-from . import collect
+from . import collect, simulate
 from . import evaluation as ev
-from . import graph as G
 from .errors import QtoolError
-from .exporters import qdq
 
 
 @dataclass(frozen=True)
@@ -70,22 +69,22 @@ class BudgetResult:
     trials: list[dict] = field(default_factory=list)  # {"fp32_tensors": k, "value": v} per export measured
 
 
-def meet(loaded, cal, runs: ev.Runs, budget: Budget, max_fp32: int, *, bias_correction: bool = True,
+def meet(loaded, cal, runs: ev.Runs, budget: Budget, max_fp32: int, *, target: str = "qdq", bias_correction: bool = True,
          **options) -> BudgetResult:
     """The fewest ranked tensors (at most `max_fp32`) whose layers kept in FP32 meet `budget`.
-    options: those of qdq.prepare (exclude, include, weights_7bit, ignored_patterns, policies,
-    method); one preparation serves the ranking and every trial, each the model export writes."""
+    target: openvino or qdq, whose model is ranked and measured; options: those of its prepare
+    (exclude, include, weights_7bit, ignored_patterns, policies, method); one preparation serves the
+    ranking and every trial, each the model export writes, simulated exactly."""
     names, _ = ev._float_outputs(loaded.proto)
     if not names:
         raise QtoolError("--max-drop: the model has no float outputs to measure")
+    module, prepared = ev.prepare(target, loaded, cal, options, "--max-drop")
     reference = ev._Reference(runs, ev._session(loaded, loaded.proto), names)
-    prepared = qdq.prepare(loaded, cal, **options)
     trials: list[dict] = []
 
     def trial(k: int, extra: list[str]) -> float:
-        model, _, _ = qdq.quantized(prepared, cal, prepared.place(extra) if extra else prepared.plan, bias_correction)
-        G.toposort(model.graph)
-        accs, _ = ev._compare(reference, collect.make_session(model), names)
+        model = ev.built(module, prepared, cal, prepared.place(extra) if extra else prepared.plan, bias_correction)
+        accs, _ = ev._compare(reference, simulate.simulation(model), names)
         value = budget.value(ev.output_metrics(names, accs))
         trials.append({"fp32_tensors": k, "value": ev.json_number(value, 6)})
         return value
@@ -93,7 +92,7 @@ def meet(loaded, cal, runs: ev.Runs, budget: Budget, max_fp32: int, *, bias_corr
     base = trial(0, [])
     if budget.met(base):
         return BudgetResult(True, base, [], [], trials)
-    steps = ev.walk(prepared, ev.sensitivities(prepared, cal, reference, names, bias_correction=bias_correction), max_fp32)
+    steps = ev.walk(prepared, ev.sensitivities(module, prepared, cal, reference, names, bias_correction=bias_correction), max_fp32)
     if not steps:
         return BudgetResult(False, base, [], [], trials)
     values: dict[int, float] = {}
@@ -122,20 +121,15 @@ def latency_ms(target: str, model_bytes: bytes, feeds: dict, runs: int = 30) -> 
 
     if target == "openvino":
         try:
-            import openvino as ov
-        except ImportError:
+            simulate.openvino()
+        except QtoolError:
             return None
-        core = ov.Core()
-        compiled = core.compile_model(core.read_model(model_bytes, b""), "CPU", {"PERFORMANCE_HINT": "LATENCY"})
-        request = compiled.create_infer_request()
-
-        def infer():
-            request.infer(feeds)
+        session = simulate.OpenVINOSession(model_bytes, {"PERFORMANCE_HINT": "LATENCY"})
     else:
         session = collect.make_session(onnx.load_model_from_string(model_bytes))
 
-        def infer():
-            session.run(None, feeds)
+    def infer():
+        session.run(None, feeds)
     for _ in range(5):
         infer()
     times = []

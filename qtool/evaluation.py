@@ -1,9 +1,13 @@
-"""How good is the int8 model: the QDQ simulation against FP32, per output and per quantizer.
+"""How good is the int8 model that ships: a target's export against FP32, per output and per quantizer.
 
-The quantized model is the QDQ export (qtool.exporters.qdq), built in memory and run in
-onnxruntime on CPU, with the export's bias correction and quantization policies; the reference is
-the FP32 model. All statistics are float64 and
-accumulated over every sample, so they do not depend on the batch size.
+The int8 model is the target's file (qtool.exporters: `qdq` Q/DQ, `openvino` FakeQuantize,
+`tensorrt` its Q/DQ ONNX with the FP16 part), built in memory by the target's exporter with the
+export's options, and run as qtool.simulate's exact simulation of its arithmetic: the same number
+on every CPU. On request the real runtime on this CPU runs the same file too (OpenVINO for
+openvino, onnxruntime's int8 kernels for qdq/tensorrt); its numbers are reported beside the
+simulation's, with a warning where they differ by more than RUNTIME_GAP_DB on an output. The
+reference is the FP32 model. All statistics are float64 and accumulated over every sample, so they
+do not depend on the batch size.
 
 Per compared (float) model output:
   sqnr_db   10 log10(sum ref^2 / sum (ref - q)^2) over all elements of all samples.
@@ -16,10 +20,11 @@ Per compared (float) model output:
   top1      share of samples whose argmax agrees, for outputs that look like class scores:
             shape [N, C] with C >= 2 once singleton axes after the batch axis are dropped.
 
-Per quantizer ("quantized tensor": every activation quantizer and every weight quantizer of
-the placement): the model with only that quantizer applied as export writes it (a weight
-quantizer with the bias shift of the layers reading it), its SQNR on each output, and the
-worst (lowest) of those as the tensor's score; sorted worst first. JSON has no infinity, so
+Per quantizer (on request; targets openvino and qdq; "quantized tensor": every activation
+quantizer and every weight quantizer of the placement): the model with only that quantizer
+applied as the target's export writes it (a weight quantizer with the bias shift of the layers
+reading it), simulated, its SQNR on each output, and the worst (lowest) of those as the tensor's
+score; sorted worst first. JSON has no infinity, so
 json_number() writes +inf/-inf as the strings "inf"/"-inf" (and NaN as "nan").
 """
 
@@ -33,10 +38,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from . import collect, placement
+from . import collect, cpu, placement, simulate
 from . import graph as G
 from .errors import QtoolError
-from .exporters import qdq
+from .exporters import TARGETS, exporter
 
 Feeds = dict[str, np.ndarray]
 Runs = Callable[[], Iterable[tuple[Feeds, int]]]  # a fresh iterator of (feeds, samples) per call
@@ -44,6 +49,11 @@ Runs = Callable[[], Iterable[tuple[Feeds, int]]]  # a fresh iterator of (feeds, 
 # Inputs and FP32 outputs of all runs are kept in memory up to this size, so the per-quantizer
 # passes do not decode the inputs and run the FP32 model again; beyond it they do.
 CACHE_BYTES = 512 << 20
+
+RANKED = ("openvino", "qdq")  # targets whose exporters build a model of any subset of quantizers (prepare/quantized)
+PREPARE_OPTIONS = ("exclude", "include", "weights_7bit", "ignored_patterns", "policies", "method")  # those of prepare()
+RUNTIME_GAP_DB = 1.0  # runtime and simulation further apart than this on an output: a warning names the likely cause
+_CAP_DB = 100.0  # SQNRs above this are float rounding alone (nothing quantized): no gap between them is reported
 
 COMPUTE_OPS = placement.LINEAR | placement.ELEMENTWISE | placement.POOLING
 _FORWARDING = placement.PASS_THROUGH | {"Concat"}
@@ -212,32 +222,77 @@ def _rank_key(t: TensorSensitivity):
     return (-math.inf if math.isnan(v) else v, t.order)
 
 
+def _worst(outputs: list[OutputMetrics]) -> float:
+    values = [o.sqnr_db for o in outputs]
+    if any(math.isnan(v) for v in values):
+        return math.nan
+    return min(values) if values else math.nan
+
+
 @dataclass
-class Evaluation:
+class RuntimeResult:
+    """The same file run by a real runtime on this CPU (its int8 kernels), against FP32."""
+
+    name: str  # "openvino" or "onnxruntime"
     outputs: list[OutputMetrics]
-    tensors: list[TensorSensitivity]  # worst first; empty when not asked for
-    samples: int
-    plan_summary: dict
-    fp32_layers: dict[str, str]
-    not_compared: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
+    vnni: bool | None  # qtool.cpu.vnni() of this CPU: None when unknown
 
     @property
     def worst_sqnr_db(self) -> float:
-        values = [o.sqnr_db for o in self.outputs]
-        if any(math.isnan(v) for v in values):
-            return math.nan
-        return min(values) if values else math.nan
+        return _worst(self.outputs)
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "sqnr_db": json_number(self.worst_sqnr_db), "outputs": [o.to_json() for o in self.outputs],
+                "cpu_vnni": self.vnni}
+
+
+@dataclass
+class Evaluation:
+    outputs: list[OutputMetrics]  # the exact simulation of the target's file
+    tensors: list[TensorSensitivity]  # worst first; empty when not asked for
+    samples: int
+    plan_summary: dict  # the export's summary
+    not_compared: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    target: str = "qdq"
+    runtime: RuntimeResult | None = None  # when a runtime was asked for
+
+    @property
+    def worst_sqnr_db(self) -> float:
+        return _worst(self.outputs)
+
+    @property
+    def fp32_layers(self) -> list[str]:
+        """The layers the export keeps in FP32."""
+        return list(self.plan_summary.get("fp32_layer_names", []))
 
 
 # ---------------------------------------------------------------- the quantized model
 
 
-def _with_sites(prepared: qdq.Prepared, cal, activations: list, weights: list, bias_correction: bool = True) -> onnx.ModelProto:
-    """The prepared model with only these quantizers, as export writes them: a weight quantizer
-    comes with the bias shift of the layers reading it (the rest of the model stays FP32)."""
+def ranked_exporter(target: str, what: str = "the per-tensor ranking"):
+    """The exporter module of a target that builds models of any subset of its quantizers."""
+    if target not in RANKED:
+        raise QtoolError(f"{what} is for --target {' or '.join(RANKED)}, not {target}")
+    return exporter(target)
+
+
+def prepare(target: str, loaded, cal, options: dict, what: str = "the per-tensor ranking"):
+    """(the target's exporter module, its preparation of `loaded` with the export `options`)."""
+    module = ranked_exporter(target, what)
+    return module, module.prepare(loaded, cal, **{k: options[k] for k in PREPARE_OPTIONS if k in options})
+
+
+def _with_sites(module, prepared, cal, activations: list, weights: list, bias_correction: bool = True) -> onnx.ModelProto:
+    """The prepared model with only these quantizers, as the target's export writes them: a weight
+    quantizer comes with the bias shift of the layers reading it (the rest of the model stays FP32)."""
     layers = [name for site in weights for name, _ in site.readers]
-    model, _, _ = qdq.quantized(prepared, cal, placement.Plan(activations, weights, layers, {}, []), bias_correction, simulate=True)
+    return built(module, prepared, cal, placement.Plan(activations, weights, layers, {}, []), bias_correction)
+
+
+def built(module, prepared, cal, plan: placement.Plan | None = None, bias_correction: bool = True) -> onnx.ModelProto:
+    """The target's model of `plan` (default: the prepared one), in graph order, ready to simulate."""
+    model, _, _ = module.quantized(prepared, cal, plan, bias_correction)
     G.toposort(model.graph)
     return model
 
@@ -319,15 +374,15 @@ def _session(loaded, proto: onnx.ModelProto):
     return collect.make_session(proto, external_folder=loaded.path.parent if loaded.external_files else None)
 
 
-def sensitivities(prepared: qdq.Prepared, cal, reference: _Reference, names: list[str], progress=None,
+def sensitivities(module, prepared, cal, reference: _Reference, names: list[str], progress=None,
                   bias_correction: bool = True) -> list[TensorSensitivity]:
-    """Every quantizer of the plan on its own, worst first."""
+    """Every quantizer of the plan on its own (the target `module`'s model of it, simulated), worst first."""
     sites = [("activation", s) for s in prepared.plan.activations] + [("weight", s) for s in prepared.plan.weights]
     result = []
     for order, (kind, site) in enumerate(sites):
-        model = _with_sites(prepared, cal, [site] if kind == "activation" else [], [site] if kind == "weight" else [],
+        model = _with_sites(module, prepared, cal, [site] if kind == "activation" else [], [site] if kind == "weight" else [],
                             bias_correction)
-        accs, _ = _compare(reference, collect.make_session(model), names)
+        accs, _ = _compare(reference, simulate.simulation(model), names)
         rng = None
         if kind == "activation":
             rng = {"amax": site.range.amax, "unsigned": site.range.unsigned, "shared_with": list(site.shared_with)}
@@ -341,31 +396,98 @@ def sensitivities(prepared: qdq.Prepared, cal, reference: _Reference, names: lis
     return result
 
 
-def evaluate(loaded, cal, runs: Runs, *, exclude=(), weights_7bit=None, policies=None, method=None, per_tensor: bool = True,
-             progress=None, cache_bytes: int = CACHE_BYTES) -> Evaluation:
-    """Compare the QDQ simulation of `cal` on `loaded` with FP32 on the inputs `runs` gives."""
+def check_request(target: str, runtime: str | None = None, per_tensor: bool = False) -> None:
+    """A one-line error for a target qtool cannot evaluate so, or a runtime that does not run its file."""
+    if target not in TARGETS:
+        raise QtoolError(f"target {target!r} is not one of {', '.join(TARGETS)}")
+    if runtime is not None:
+        if runtime not in simulate.RUNTIMES:
+            raise QtoolError(f"runtime {runtime!r} is not one of {', '.join(simulate.RUNTIMES)}")
+        if target not in simulate.RUNTIMES[runtime]:
+            raise QtoolError(f"--runtime {runtime} runs the file of --target {' or '.join(simulate.RUNTIMES[runtime])}, not {target}")
+    if per_tensor:
+        ranked_exporter(target)
+
+
+def export_options(target: str, options: dict) -> dict:
+    """The export options with the target's defaults filled in; tensorrt: its Q/DQ model only."""
+    if target != "tensorrt":
+        return dict(options)
+    from .exporters import tensorrt
+
+    fmt = options.get("fmt") or "qdq"
+    if fmt != "qdq":
+        raise QtoolError(f"the tensorrt target is evaluated in its Q/DQ model (--format qdq); a {fmt} file holds ranges, no model to run")
+    version, fmt = tensorrt.resolve(options.get("trt_version"), fmt)
+    return {**options, "trt_version": version, "fmt": fmt}
+
+
+def runtime_warnings(name: str, simulated: list[OutputMetrics], measured: list[OutputMetrics]) -> list[str]:
+    """A warning per output where the runtime and the simulation are more than RUNTIME_GAP_DB apart,
+    naming the likely cause."""
+    warnings = []
+    for s, r in zip(simulated, measured):
+        gap = min(r.sqnr_db, _CAP_DB) - min(s.sqnr_db, _CAP_DB)
+        if abs(gap) > RUNTIME_GAP_DB:  # False for NaN, and for -inf on both sides
+            warnings.append(f"output {s.name!r}: {name} on this CPU gives {format_db(r.sqnr_db)} dB, the exact simulation of the "
+                            f"file {format_db(s.sqnr_db)} dB; {_likely_cause(name, worse=gap < 0)}")
+    return warnings
+
+
+def _likely_cause(runtime: str, worse: bool) -> str:
+    """Saturation only makes a runtime worse; a runtime better than the file skips roundings."""
+    has = cpu.vnni()
+    if worse and cpu.is_x86() and has is False:
+        return "this CPU has no VNNI (avx512_vnni/avx_vnni): int8 pair sums can saturate (qtool export --weights-7bit all rules it out)"
+    if worse and cpu.is_x86() and has is None:
+        return "this CPU's flags could not be read: without VNNI (avx512_vnni/avx_vnni) int8 pair sums can saturate"
+    if not worse:
+        return (f"{runtime} rounds less often than the file: its fusions skip roundings (OpenVINO does not round a FakeQuantize "
+                "it fuses between a Conv and an Add)")
+    return f"{runtime}'s int8 kernels compute otherwise than the file (fusions, requantization)"
+
+
+def evaluate(loaded, cal, runs: Runs, *, target: str = "qdq", runtime: str | None = None, per_tensor: bool = False,
+             progress=None, cache_bytes: int = CACHE_BYTES, **options) -> Evaluation:
+    """Compare the target's export of `cal` on `loaded` (its exact simulation; with `runtime`, also
+    that runtime on this CPU) with FP32 on the inputs `runs` gives. options: the target's export
+    options (qtool.api.EXPORT_OPTIONS)."""
+    check_request(target, runtime, per_tensor)
     names, not_compared = _float_outputs(loaded.proto)
     if not names:
         raise QtoolError("the model has no float outputs to compare (SQNR needs float outputs)")
-    prepared = qdq.prepare(loaded, cal, exclude=exclude, weights_7bit=weights_7bit, policies=policies, method=method)
-    exported = qdq.export_prepared(loaded, cal, prepared)
+    options = export_options(target, options)
+    exported = exporter(target).export(loaded, cal, **options)
+    ranked = prepare(target, loaded, cal, options) if per_tensor else None
     if progress is not None:  # a tqdm bar: one step per model pass over the inputs
-        progress.total = 1 + (len(prepared.plan.activations) + len(prepared.plan.weights) if per_tensor else 0)
+        sites = len(ranked[1].plan.activations) + len(ranked[1].plan.weights) if ranked else 0
+        progress.total = 1 + (runtime is not None) + sites
         progress.refresh()
     reference = _Reference(runs, _session(loaded, loaded.proto), names, cache_bytes)
-    if any(s.policy.rounding != "half-even" for s in prepared.plan.activations):
-        # roundings QuantizeLinear cannot express: the same model with those quantizers as float arithmetic
-        model, _, _ = qdq.quantized(prepared, cal, simulate=True)
-        G.toposort(model.graph)
-        quantized = collect.make_session(model)
-    else:
-        quantized = collect.make_session(onnx.load_model_from_string(exported.data))
-    accs, samples = _compare(reference, quantized, names)
+    accs, samples = _compare(reference, simulate.simulation(exported.data), names)
     if samples == 0:
         raise QtoolError("no inputs to evaluate on")
     if progress is not None:
         progress.update(1)
-    warnings = list(exported.warnings)
+    outputs = output_metrics(names, accs)
+    warnings = list(exported.warnings) + _output_warnings(names, accs)
+    if not_compared:
+        warnings.append(f"non-float output(s) not compared: {', '.join(not_compared)}")
+    measured = None
+    if runtime is not None:
+        r_accs, _ = _compare(reference, simulate.runtime(runtime, exported.data), names)
+        measured = RuntimeResult(runtime, output_metrics(names, r_accs), cpu.vnni())
+        warnings += [f"{runtime}: {w}" for w in _output_warnings(names, r_accs)] + runtime_warnings(runtime, outputs, measured.outputs)
+        if progress is not None:
+            progress.update(1)
+    tensors = []
+    if ranked is not None:
+        tensors = sensitivities(*ranked, cal, reference, names, progress, options.get("bias_correction", True))
+    return Evaluation(outputs, tensors, samples, exported.summary, not_compared, warnings, target, measured)
+
+
+def _output_warnings(names: list[str], accs: list[_Acc]) -> list[str]:
+    warnings = []
     for n, a in zip(names, accs):
         if a.shape_mismatches:
             warnings.append(f"output {n!r} had a different shape in the int8 model in {a.shape_mismatches} run(s); those runs were not compared")
@@ -373,11 +495,7 @@ def evaluate(loaded, cal, runs: Runs, *, exclude=(), weights_7bit=None, policies
             warnings.append(f"output {n!r}: the int8 model gave {a.broken} NaN/inf value(s) where FP32 is finite")
         if a.skipped:
             warnings.append(f"output {n!r}: {a.skipped} FP32 value(s) were NaN/inf and were not compared")
-    if not_compared:
-        warnings.append(f"non-float output(s) not compared: {', '.join(not_compared)}")
-    outputs = output_metrics(names, accs)
-    tensors = sensitivities(prepared, cal, reference, names, progress) if per_tensor else []
-    return Evaluation(outputs, tensors, samples, exported.summary, dict(prepared.plan.fp32_layers), not_compared, warnings)
+    return warnings
 
 
 def output_metrics(names: list[str], accs: list[_Acc]) -> list[OutputMetrics]:
@@ -387,8 +505,10 @@ def output_metrics(names: list[str], accs: list[_Acc]) -> list[OutputMetrics]:
 def to_json(ev: Evaluation) -> dict:
     return {
         "samples": ev.samples,
+        "target": ev.target,
         "sqnr_db": json_number(ev.worst_sqnr_db),
         "outputs": [o.to_json() for o in ev.outputs],
+        "runtime": ev.runtime.to_json() if ev.runtime is not None else None,
         "not_compared": ev.not_compared,
         "quantization": dict(ev.plan_summary),
         "tensors": [{"rank": i + 1, **t.to_json()} for i, t in enumerate(ev.tensors)],
@@ -405,7 +525,7 @@ class KeepFp32:
     warnings: list[str]
 
 
-def walk(prepared: qdq.Prepared, ranking: list[TensorSensitivity], count: int) -> list[tuple[dict, list[str]]]:
+def walk(prepared, ranking: list[TensorSensitivity], count: int) -> list[tuple[dict, list[str]]]:
     """Up to `count` steps down the ranking, worst first: (the tensor, the layers kept in FP32 so
     far). A tensor already unquantized by an earlier step's layers is skipped, so each step really
     removes one more quantizer."""
@@ -425,18 +545,18 @@ def walk(prepared: qdq.Prepared, ranking: list[TensorSensitivity], count: int) -
     return steps
 
 
-def keep_fp32(loaded, cal, count: int, runs: Runs, *, bias_correction: bool = True, **options) -> KeepFp32:
+def keep_fp32(loaded, cal, count: int, runs: Runs, *, target: str = "qdq", bias_correction: bool = True, **options) -> KeepFp32:
     """The layers to keep in FP32 so that the `count` quantized tensors ranked most harmful
-    (as evaluate ranks them, on `runs`) are no longer quantized. options: those of qdq.prepare,
-    the export's, so the ranking is of the placement exported.
+    (as evaluate ranks them, on `runs`, in the target's own model) are no longer quantized.
+    options: those of the target's prepare, the export's, so the ranking is of the placement exported.
     Walking the ranking worst first, a tensor already unquantized by an earlier choice is
     skipped, so `count` tensors really go."""
     names, _ = _float_outputs(loaded.proto)
     if not names:
         raise QtoolError("--keep-fp32: the model has no float outputs to rank layers by")
-    prepared = qdq.prepare(loaded, cal, **options)
+    module, prepared = prepare(target, loaded, cal, options, "--keep-fp32")
     reference = _Reference(runs, _session(loaded, loaded.proto), names)
-    ranking = sensitivities(prepared, cal, reference, names, bias_correction=bias_correction)
+    ranking = sensitivities(module, prepared, cal, reference, names, bias_correction=bias_correction)
     steps = walk(prepared, ranking, count)
     chosen = [tensor for tensor, _ in steps]
     extra = steps[-1][1] if steps else []

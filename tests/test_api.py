@@ -12,7 +12,7 @@ from runcli import invoke
 from test_openvino import HELDOUT, IMAGES, ROOT, SAMPLE, ok
 
 import qtool
-from qtool import calibration
+from qtool import calibration, cpu, evaluation
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +72,28 @@ def test_model_proto_recompute_merge_and_evaluate(arrays):
     seen = []
     result = qtool.evaluate(proto, cal, data=[{"input": arrays[:60]}], per_tensor=False, progress=seen.append)
     assert result.samples == 60 and np.isfinite(result.worst_sqnr_db) and seen
+
+
+def test_evaluate_takes_a_target_its_options_and_a_runtime(arrays, capsys):
+    cal = qtool.calibrate(SAMPLE, data=[arrays[:60]])
+    held = [{"input": arrays[60:]}]
+    trt = qtool.evaluate(SAMPLE, cal, data=held, target="tensorrt", trt_version="10.3", high_precision="fp32")
+    assert trt.target == "tensorrt" and trt.plan_summary["high_precision"] == "fp32" and trt.tensors == [] and trt.runtime is None
+    both = qtool.evaluate(SAMPLE, cal, data=held, runtime="onnxruntime", per_tensor=True)
+    doc = evaluation.to_json(both)
+    assert doc["target"] == "qdq" and doc["runtime"]["name"] == "onnxruntime" and len(doc["runtime"]["outputs"]) == 1
+    assert both.runtime.vnni == cpu.vnni() and len(both.tensors) == 16
+    assert capsys.readouterr() == ("", "")
+    for kwargs, message in [
+        (dict(target="tensorrt", weights_7bit="all"), "option 'weights_7bit' does not apply to target 'tensorrt'"),
+        (dict(runtime="openvino"), "--runtime openvino runs the file of --target openvino, not qdq"),
+        (dict(target="openvino", runtime="onnxruntime"), "runs the file of --target qdq or tensorrt, not openvino"),
+        (dict(target="tensorrt", per_tensor=True), "the per-tensor ranking is for --target openvino or qdq"),
+        (dict(target="tensorrt", fmt="cache", trt_version="10.3"), "a cache file holds ranges, no model to run"),
+        (dict(target="tflite"), "not one of"),
+    ]:
+        with pytest.raises(qtool.QtoolError, match=re.escape(message)):
+            qtool.evaluate(SAMPLE, cal, data=held, **kwargs)
 
 
 def test_user_errors_raise_qtoolerror_never_exit(arrays):

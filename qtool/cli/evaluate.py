@@ -1,4 +1,5 @@
-"""`qtool evaluate`: the int8 model (QDQ simulation) against FP32 on held-out inputs."""
+"""`qtool evaluate`: a target's int8 model (the exact simulation of its file, and on request the
+real runtime on this CPU) against FP32 on held-out inputs."""
 
 from __future__ import annotations
 
@@ -12,9 +13,13 @@ import click
 
 from .. import calibration, data
 from .. import evaluation as ev
+from ..api import EXPORT_OPTIONS
 from ..errors import QtoolError
+from ..exporters import TARGETS, tensorrt
 from ..inputs import DEFAULT_BATCH, find_calibration, held_out_runs, load_checked_model
+from ..simulate import RUNTIMES
 from . import EPILOG, cli, emit, policies_from, policy_options
+from .export import check_target_options
 
 log = logging.getLogger("qtool")
 
@@ -41,30 +46,50 @@ def _progress(total: int, enabled: bool):
 @click.option("--bgr/--rgb", default=None, help="Channel order [default: the calibration file's].")
 @click.option("--layout", type=click.Choice(["nchw", "nhwc"]), help="Input layout [default: the calibration file's].")
 @click.option("--batch-size", type=click.IntRange(min=1), help=f"Images per inference [default: the model's fixed batch, else {DEFAULT_BATCH}]; results do not depend on it.")
+@click.option("--target", type=click.Choice(TARGETS), default="qdq", show_default=True, help="Whose export to evaluate: qdq (QuantizeLinear/DequantizeLinear), openvino (FakeQuantize), tensorrt (its Q/DQ model, with the FP16 part).")
+@click.option("--runtime", type=click.Choice(tuple(RUNTIMES)), help="Also run the file in this runtime on this CPU (its int8 kernels): openvino (--target openvino) or onnxruntime (--target qdq or tensorrt), and report both; a warning names the likely cause where they differ by more than 1 dB.")
+@click.option("--method", help="Thresholds of this method, as qtool export --method [default: the target's].")
 @click.option("--exclude", multiple=True, help="Keep this node or tensor in FP32, as qtool export --exclude (repeatable).")
+@click.option("--include", multiple=True, help="Quantize this node anyway, as qtool export --include (repeatable).")
 @click.option("--weights-7bit", type=click.Choice(["auto", "first", "all", "none"]), help="The overflow guard, as qtool export --weights-7bit [default: auto].")
-@click.option("--tensors/--no-tensors", "per_tensor", default=True, show_default=True, help="Also rank every quantized tensor by the output SQNR of quantizing it alone (one model run over the inputs per tensor).")
-@click.option("--fail-below", type=float, metavar="DB", help="Exit 1 when an output's SQNR is below DB decibels (a quality gate); the results are printed first.")
+@click.option("--no-ignored-patterns", is_flag=True, help="openvino/qdq: also quantize NNCF's ignored patterns, as qtool export.")
+@click.option("--no-bias-correction", is_flag=True, help="Keep the biases as they are, as qtool export.")
+@click.option("--trt-version", help=f"tensorrt: the TensorRT the Q/DQ model is for [default: the installed tensorrt package's, else {tensorrt.LATEST_VERSION}].")
+@click.option("--format", "fmt", type=click.Choice(tensorrt.FORMATS), help="tensorrt: qdq (default), the only format with a model to run (the others hold ranges: an error).")
+@click.option("--high-precision", type=click.Choice(["fp16", "fp32"]), help="tensorrt: the type of the unquantized layers, as qtool export [default: fp16 for 10.x/11.x].")
+@click.option("--tensors/--no-tensors", "per_tensor", default=False, show_default=True, help="openvino/qdq: also rank every quantized tensor by the output SQNR of quantizing it alone (one model run over the inputs per tensor: slow on large models).")
+@click.option("--fail-below", type=float, metavar="DB", help="Exit 1 when an output's SQNR (of the simulation) is below DB decibels (a quality gate); the results are printed first.")
 @policy_options(scale_flag="--scale-kind")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout (infinite SQNR as the string \"inf\").")
 @click.pass_context
 def evaluate(ctx, model_path, calib, images_dir, data_dir, limit, size, resize, scale_text, mean, std, bgr, layout,
-             batch_size, exclude, weights_7bit, per_tensor, fail_below, weight_bits, activation_bits, scale_kind, activation_mode, rounding,
-             policy_file, as_json):
-    """Compare the int8 model with FP32 on held-out inputs.
+             batch_size, target, runtime, method, exclude, include, weights_7bit, no_ignored_patterns, no_bias_correction,
+             trt_version, fmt, high_precision, per_tensor, fail_below, weight_bits, activation_bits, scale_kind, activation_mode,
+             rounding, policy_file, as_json):
+    """Compare a target's int8 model with FP32 on held-out inputs.
 
-    The int8 model is simulated in onnxruntime with the QDQ export (qtool export --target qdq,
-    built in memory) of the calibration. Images are preprocessed as the calibration file
-    records unless flags override it. Use inputs the calibration did not see.
+    The int8 model is the target's export (as qtool export --target writes it, built in memory),
+    run as an exact simulation of the file's arithmetic: onnxruntime with graph optimization off
+    (Q/DQ as float operations; OpenVINO's FakeQuantize rewritten into float ops), the same number
+    on every CPU. --runtime also runs the file in that runtime on this CPU: on x86 CPUs without
+    VNNI its int8 kernels can saturate. Images are preprocessed as the calibration file records
+    unless flags override it. Use inputs the calibration did not see.
 
     Per model output: SQNR in dB (10 log10 of signal power over error power, over all
     samples; +inf when identical), cosine similarity, and for outputs shaped [N, classes] the
-    share of samples whose top-1 class agrees. Per quantized tensor (activation or weight
-    quantizer): the output SQNR when only that tensor is quantized, worst first, with the
-    layers reading it (qtool export --keep-fp32 N keeps the layers of the N worst in FP32;
+    share of samples whose top-1 class agrees. With --tensors, per quantized tensor (activation
+    or weight quantizer): the output SQNR when only that tensor is quantized, worst first, with
+    the layers reading it (qtool export --keep-fp32 N keeps the layers of the N worst in FP32;
     --exclude them yourself to use this ranking on your data).
     """
     started = time.perf_counter()
+    check_target_options(target, trt_version=trt_version, format=fmt, high_precision=high_precision, weights_7bit=weights_7bit,
+                         no_ignored_patterns=no_ignored_patterns, weight_bits=weight_bits, activation_bits=activation_bits,
+                         scale=scale_kind, activations=activation_mode, rounding=rounding, policy=policy_file)
+    try:
+        ev.check_request(target, runtime, per_tensor)
+    except QtoolError as e:
+        raise click.UsageError(str(e)) from None
     if (images_dir is None) == (data_dir is None):
         raise QtoolError("give exactly one of --images DIR or --data DIR")
     if fail_below is not None and not math.isfinite(fail_below):
@@ -79,10 +104,14 @@ def evaluate(ctx, model_path, calib, images_dir, data_dir, limit, size, resize, 
     inputs, runs = held_out_runs(loaded, cal, images_dir, data_dir, limit, batch_size, size=size, resize=resize,
                                  scale_text=scale_text, mean=mean, std=std, bgr=bgr, layout=layout)
 
-    options = {"exclude": list(exclude), "weights_7bit": weights_7bit,
-               "policies": policies_from(weight_bits, activation_bits, scale_kind, activation_mode, rounding, policy_file)}
+    options = {k: v for k, v in dict(
+        exclude=list(exclude), include=list(include), weights_7bit=weights_7bit, method=method,
+        ignored_patterns=not no_ignored_patterns, bias_correction=not no_bias_correction,
+        trt_version=trt_version, fmt=fmt, high_precision=high_precision,
+        policies=policies_from(weight_bits, activation_bits, scale_kind, activation_mode, rounding, policy_file),
+    ).items() if k in EXPORT_OPTIONS[target]}
     with _progress(1, not (ctx.obj["quiet"] or as_json)) as bar:
-        result = ev.evaluate(loaded, cal, runs, per_tensor=per_tensor, progress=bar, **options)
+        result = ev.evaluate(loaded, cal, runs, target=target, runtime=runtime, per_tensor=per_tensor, progress=bar, **options)
     for w in result.warnings:
         log.warning(w)
     seconds = time.perf_counter() - started
@@ -105,17 +134,33 @@ def evaluate(ctx, model_path, calib, images_dir, data_dir, limit, size, resize, 
 def _text(result: ev.Evaluation, inputs: int, what: str, seconds: float) -> str:
     q = result.plan_summary
     lines = [(
-        f"int8 (QDQ simulation: {q.get('int8_layers', 0)} int8 layers, {q.get('activation_quantizers', 0)} activation and "
-        f"{q.get('weight_quantizers', 0)} weight quantizers) vs FP32 on {result.samples} samples from {inputs} {what} in {seconds:.1f} s"
+        f"int8 ({result.target} export, exact simulation: {q.get('int8_layers', 0)} int8 layers, {q.get('activation_quantizers', 0)} "
+        f"activation and {q.get('weight_quantizers', 0)} weight quantizers) vs FP32 on {result.samples} samples from {inputs} {what} "
+        f"in {seconds:.1f} s"
     )]
+    rt = result.runtime
     width = max([len("output")] + [len(o.name) for o in result.outputs])
-    lines.append(f"{'output':<{width}}  {'SQNR dB':>8}  {'cosine':>8}  {'top-1 agree':>11}")
-    for o in result.outputs:
-        top1 = f"{o.top1_agreement * 100:.2f} %" if o.top1_agreement is not None else "-"
+    head = f"{'output':<{width}}  {'SQNR dB':>8}  {'cosine':>8}  {'top-1 agree':>11}"
+    if rt is not None:
+        lines[0] += f"; also run by {rt.name} on this CPU ({_vnni(rt.vnni)})"
+        head += f"  {rt.name + ' dB':>16}  {rt.name + ' top-1':>17}"
+    lines.append(head)
+    for i, o in enumerate(result.outputs):
         cos = "nan" if math.isnan(o.cosine) else f"{o.cosine:.5f}"
-        lines.append(f"{o.name:<{width}}  {ev.format_db(o.sqnr_db):>8}  {cos:>8}  {top1:>11}")
+        line = f"{o.name:<{width}}  {ev.format_db(o.sqnr_db):>8}  {cos:>8}  {_top1(o):>11}"
+        if rt is not None:
+            line += f"  {ev.format_db(rt.outputs[i].sqnr_db):>16}  {_top1(rt.outputs[i]):>17}"
+        lines.append(line)
     if result.tensors:
         lines.append("quantized tensors, most harmful first (output SQNR dB with only that tensor quantized):")
         for i, t in enumerate(result.tensors, 1):
             lines.append(f"{i:>4}  {ev.format_db(t.sqnr_db):>8}  {t.kind:<10}  {t.tensor}  -> {', '.join(t.layers) or '-'}")
     return "\n".join(lines)
+
+
+def _top1(o: ev.OutputMetrics) -> str:
+    return f"{o.top1_agreement * 100:.2f} %" if o.top1_agreement is not None else "-"
+
+
+def _vnni(has: bool | None) -> str:
+    return "VNNI" if has else "no VNNI" if has is False else "VNNI unknown"

@@ -34,14 +34,14 @@ _ONLY = {
 def _mixed_precision(loaded, cal, target, keep_fp32, budget_, max_fp32, options, images_dir, data_dir, limit) -> dict:
     """--keep-fp32 N or --max-drop BUDGET: the layers to keep in FP32 and what the summary says."""
     _, runs = held_out_runs(loaded, cal, images_dir, data_dir, limit)
-    # the export's own options: the layers are ranked and measured on the placement exported
+    # the export's own options: the layers are ranked and measured on the target's model exported (its exact simulation)
     shared = {k: options[k] for k in ("exclude", "include", "weights_7bit", "ignored_patterns", "policies", "method", "bias_correction")}
     if keep_fp32:
         from ..evaluation import keep_fp32 as rank_and_keep
 
-        kept = rank_and_keep(loaded, cal, keep_fp32, runs, **shared)
+        kept = rank_and_keep(loaded, cal, keep_fp32, runs, target=target, **shared)
         return {"exclude": kept.exclude, "warnings": kept.warnings, "kept_fp32": kept.tensors}
-    found = budget.meet(loaded, cal, runs, budget_, max_fp32, **shared)
+    found = budget.meet(loaded, cal, runs, budget_, max_fp32, target=target, **shared)
     if not found.met:
         raise QtoolError(f"no set of at most {max_fp32} layer group(s) kept in FP32 meets {budget_.describe()} (best reached: "
                          f"{budget_.describe(found.value)}); allow more with --max-fp32, relax --max-drop, or calibrate on more inputs")
