@@ -38,7 +38,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from . import collect, cpu, placement, simulate
+from . import collect, cpu, placement, simulate, thresholds
 from . import graph as G
 from .errors import QtoolError
 from .exporters import TARGETS, exporter
@@ -410,7 +410,12 @@ def check_request(target: str, runtime: str | None = None, per_tensor: bool = Fa
 
 
 def export_options(target: str, options: dict) -> dict:
-    """The export options with the target's defaults filled in; tensorrt: its Q/DQ model only."""
+    """The export options, checked, with the target's defaults filled in; tensorrt: its Q/DQ model only."""
+    if options.get("method") is not None:
+        try:
+            thresholds.parse_method(options["method"])
+        except ValueError as e:
+            raise QtoolError(f"--method: {e}") from None
     if target != "tensorrt":
         return dict(options)
     from .exporters import tensorrt

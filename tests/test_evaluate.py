@@ -244,6 +244,7 @@ def test_identical_outputs_give_inf_as_a_json_string(tmp_path):
     (("--data", "HELD", "--scale", "1"), "--scale applies to --images"),
     (("--data", "HELD", "--fail-below", "nan"), "must be a finite number"),
     (("--data", "HELD", "--exclude", "/no/such/Conv"), "no node or tensor named"),
+    (("--data", "HELD", "--method", "entropee"), "--method: unknown method 'entropee'"),
     (("--images", "MISSING"), "does not exist"),
 ])
 def test_bad_input_one_line_exit_1(digits, extra, message):
