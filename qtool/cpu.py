@@ -21,10 +21,9 @@ def flags() -> frozenset[str] | None:
     they cannot be read."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() in ("flags", "Features"):
-                    return frozenset(value.lower().split())
+            found = from_cpuinfo(f.read())
+        if found is not None:
+            return found
     except OSError:
         pass
     if platform.system() == "Darwin":
@@ -39,6 +38,19 @@ def flags() -> frozenset[str] | None:
     return None
 
 
+def from_cpuinfo(text: str) -> frozenset[str] | None:
+    """The first processor's flags ("flags" on x86, "Features" on ARM) in /proc/cpuinfo's text."""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return frozenset(value.lower().split())
+    return None
+
+
+def has_vnni_flags(found: frozenset[str]) -> bool:
+    return any(f in found for f in VNNI_FLAGS) or any(f.startswith("amx") for f in found)
+
+
 def is_x86() -> bool:
     return platform.machine().lower() in ("x86_64", "amd64", "i386", "i686", "x86")
 
@@ -48,7 +60,7 @@ def vnni() -> bool | None:
     found = flags()
     if found is None:
         return None
-    return any(f in found for f in VNNI_FLAGS) or any(f.startswith("amx") for f in found)
+    return has_vnni_flags(found)
 
 
 def has_vnni() -> bool:

@@ -93,6 +93,15 @@ def test_fp16_and_old_opsets_are_simulated_too():
     assert not any(n.domain == DOMAIN for n in rewritten.graph.node) and DOMAIN not in {o.domain for o in rewritten.opset_import}
 
 
+def test_cpu_flags_say_whether_int8_pair_sums_can_saturate():
+    avx2 = "processor\t: 0\nflags\t\t: fpu sse2 avx2 fma f16c\nbugs\t\t: sysret_ss_attrs\n"
+    assert cpu.from_cpuinfo(avx2) == {"fpu", "sse2", "avx2", "fma", "f16c"} and not cpu.has_vnni_flags(cpu.from_cpuinfo(avx2))
+    for flag in ("avx512_vnni", "avx_vnni", "amx_int8"):
+        assert cpu.has_vnni_flags(cpu.from_cpuinfo(avx2.replace("avx2", f"avx2 {flag}")))
+    assert cpu.from_cpuinfo("Features\t: fp asimd asimddp\n") == {"fp", "asimd", "asimddp"} and cpu.from_cpuinfo("nothing") is None
+    assert cpu.has_vnni() == (cpu.vnni() is True) and isinstance(cpu.has_vnni(), bool)
+
+
 def test_the_simulation_runs_without_graph_optimization():
     """No int8 kernel can run: onnxruntime keeps QuantizeLinear/DequantizeLinear as float ops."""
     m = fq_model(np.float32(0), np.float32(1), 256, (1, 4))
