@@ -11,10 +11,12 @@ pair saturates when a1*|w1| + a2*|w2| > 32767 with w1, w2 of the same sign (oppo
 within 255 * 127). With weights on [-63, 63] no pair can (255 * 63 * 2 < 32767).
 
 The estimate, in units of (activation scale x weight scale), per output channel:
-  saturation   every pair's expected squared excess E[((a * S - 32767)+)^2], S = |w1| + |w2|,
-               with both activations of a pair equal to one code drawn from the histogram (image
-               channels and neighbouring positions move together), the pairs' excesses added
-               coherently (they all lose in the same direction);
+  saturation   the saturated pairs' expected squared excess over 32767. For an image (a tensor
+               no linear layer computed: neighbouring channels and positions move together) both
+               codes of a pair are one code drawn from the histogram, E[((a * S - 32767)+)^2] with
+               S = |w1| + |w2|, and the pairs' excesses add coherently (they all lose in the same
+               direction); for other activations the two codes are independent draws and so are
+               the pairs' errors;
   7-bit cost   the weight rounding noise 7-bit weights add: K * E[q^2] * (step7^2 - 1) / 12;
   int8 noise   the layer's own rounding noise: K * E[q^2] / 12 + sum(w^2) / 12.
 Pairs are taken in both layouts runtimes use (MLAS: kernel position outer, channel inner, the
@@ -60,15 +62,16 @@ def _db(x: float, ref: float) -> str:
     return f"{10 * np.log10(x / ref):+.1f}"
 
 
-def activation_codes(record, params: quant.QParams) -> tuple[np.ndarray, np.ndarray, float]:
-    """(P(code = a) for a in 0..255 on the positive side, the share of values there, E[q^2]) of
-    the u8 code the kernel multiplies, from the record's histogram of |x|. A bin reachable by
-    values of both signs is split evenly between them; only positive values make large codes."""
+def activation_codes(record, params: quant.QParams) -> tuple[np.ndarray, float]:
+    """(P(code = a) for a in 0..255 from the positive values, E[q^2]) of the u8 code the kernel
+    multiplies, from the record's histogram of |x|. A bin reachable by values of both signs is
+    split evenly between them; negative values make small codes, which cannot saturate, and are
+    left out of the distribution (not of E[q^2])."""
     counts = np.asarray(record.counts, dtype=np.float64)
     total = counts.sum()
     pmf = np.zeros(256)
     if total <= 0 or not np.isfinite(total) or params.axis is not None:
-        return pmf, 0.0, 0.0
+        return pmf, 0.0
     edges = record.edges()
     centre = (edges[:-1] + edges[1:]) / 2
     scale = float(params.scale)
@@ -82,8 +85,7 @@ def activation_codes(record, params: quant.QParams) -> tuple[np.ndarray, np.ndar
     weight = np.where(both, 0.5, np.where(can_pos, 1.0, 0.0))
     codes = np.clip(q_pos - g.qmin, 0, 255).astype(np.int64)  # the stored u8 value: q + 128 on the signed grid
     np.add.at(pmf, codes, counts * weight)
-    mean_sq = float((counts * q_abs ** 2).sum() / total)
-    return pmf / total, float((counts * weight).sum() / total), mean_sq
+    return pmf / total, float((counts * q_abs ** 2).sum() / total)
 
 
 def reduction_rows(node: onnx.NodeProto, slot: int, q: np.ndarray, dims: dict) -> list[np.ndarray]:
@@ -105,10 +107,9 @@ def reduction_rows(node: onnx.NodeProto, slot: int, q: np.ndarray, dims: dict) -
         w = q.reshape(-1, *q.shape[-2:])
         w = np.swapaxes(w, -1, -2) if slot == 1 else w  # rows: output columns (B) or rows (A)
         return [w.reshape(-1, w.shape[-1])]
-    if op == "Gemm" and q.ndim == 2:
-        trans = int(G.attr(node, "transB" if slot == 1 else "transA", 0))
-        rows = q if (trans if slot == 1 else not trans) else q.T
-        return [rows]
+    if op == "Gemm" and q.ndim == 2:  # B is [K, N] ([N, K] with transB), A is [M, K] ([K, M] with transA)
+        k_first = not G.attr(node, "transB", 0) if slot == 1 else G.attr(node, "transA", 0)
+        return [q.T if k_first else q]
     return []
 
 
@@ -159,7 +160,7 @@ def assess(node: onnx.NodeProto, slot: int, q: np.ndarray, dims: dict, record, a
     layouts = reduction_rows(node, slot, q, dims)
     if not layouts:
         return None
-    pmf, _, mean_sq = activation_codes(record, act)
+    pmf, mean_sq = activation_codes(record, act)
     worst = share = 0.0
     table = _excess_sq_correlated(pmf) if correlated else None
     for rows in layouts:

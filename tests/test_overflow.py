@@ -78,6 +78,22 @@ def test_independent_pairs_closed_form_equals_the_double_sum():
     np.testing.assert_allclose(overflow._excess_sq_independent(pmf), brute, rtol=1e-9, atol=1e-9 * brute.max())
 
 
+def test_pairs_run_along_the_reduction_axis():
+    kn = np.arange(6).reshape(2, 3)  # [K, N]
+    matmul = helper.make_node("MatMul", ["x", "w"], ["y"])
+    assert overflow.reduction_rows(matmul, 1, kn, {})[0].tolist() == [[0, 3], [1, 4], [2, 5]]
+    assert overflow.reduction_rows(matmul, 0, kn, {})[0].tolist() == [[0, 1, 2], [3, 4, 5]]  # the weight is A: rows M
+    gemm = helper.make_node("Gemm", ["x", "w"], ["y"])
+    assert overflow.reduction_rows(gemm, 1, kn, {})[0].tolist() == [[0, 3], [1, 4], [2, 5]]
+    gemm_t = helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)
+    assert overflow.reduction_rows(gemm_t, 1, kn, {})[0].tolist() == [[0, 1, 2], [3, 4, 5]]  # [N, K]
+    conv = helper.make_node("Conv", ["x", "w"], ["y"])
+    w = np.arange(2 * 3 * 1 * 2).reshape(2, 3, 1, 2)  # [O, C, kh, kw]
+    mlas, onednn = overflow.reduction_rows(conv, 1, w, {"w": [2, 3, 1, 2]})
+    assert mlas[0].tolist() == [0, 2, 4, 1, 3, 5]  # kernel position outer, channel inner
+    assert onednn[0].tolist() == [0, 2, 4, 0, 1, 3, 5, 0]  # channels padded to pairs per position
+
+
 def test_depthwise_convolutions_are_never_at_risk():
     act = quant.QParams(np.asarray(1 / 255), np.asarray(0), quant.grid(8, signed=False))
     q = np.full((16, 1, 3, 3), 127)
