@@ -57,16 +57,32 @@ def _slow_model(path: Path) -> Path:
 
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_interrupted_run_leaves_nothing_and_exits_with_the_signal_code(tmp_path, sig, code):
+    """Interrupted while it calibrates: the signal goes once the run says (-v) that it has started,
+    not after a fixed delay. Python takes ~1.3 s on an idle 2-core machine to import qtool, and far
+    longer on a loaded one; a signal before qtool's main() has installed its handlers kills the
+    interpreter as Python's defaults do (SIGTERM: -15; SIGINT: a KeyboardInterrupt traceback, -2),
+    which is what the former `sleep(3)` met whenever the machine was busy."""
     model = _slow_model(tmp_path / "slow.onnx")
     out_dir = tmp_path / "out"
     out_dir.mkdir()
-    proc = subprocess.Popen(QTOOL + ["calibrate", str(model), "--images", str(IMAGES), "--limit", "60",
-                                     "-o", str(out_dir / "s.calib.json"), "--trt-table", str(out_dir / "s.cache")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(3)
-    assert proc.poll() is None, "the run ended before it could be interrupted"
-    proc.send_signal(sig)
-    _, err = proc.communicate(timeout=60)
+    log = tmp_path / "stderr.txt"
+    with open(log, "w") as stderr:
+        proc = subprocess.Popen(QTOOL + ["-v", "calibrate", str(model), "--images", str(IMAGES), "--limit", "60",
+                                         "-o", str(out_dir / "s.calib.json"), "--trt-table", str(out_dir / "s.cache")],
+                                stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        deadline = time.monotonic() + 120  # the run itself takes over a minute
+        while "debug: calibrating " not in log.read_text() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # inside the calibration loop (helper processes started)
+        assert proc.poll() is None, ("the run ended before it could be interrupted", log.read_text())
+        proc.send_signal(sig)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = log.read_text()
     assert proc.returncode == code, err
     assert "Traceback" not in err
     assert list(out_dir.iterdir()) == []
