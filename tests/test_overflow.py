@@ -232,3 +232,16 @@ def test_openvino_gives_7bit_weights_where_they_cost_little():
     assert {k: v["remedy"] for k, v in plan.overflow["layers"].items()} == {"b": "7-bit weights"}
     assert {w.tensor: w.headroom_bits for w in plan.weights} == {"wa": 0, "wb": 1}
     assert placement.place(m, records, overflow_remedy="7bit", weights_7bit="none").overflow["layers"] == {}
+
+
+def test_export_says_which_layers_the_guard_changed(calibrated, tmp_path):
+    from runcli import invoke
+
+    m, cal = calibrated
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    cal.model_path = "m.onnx"
+    cal.save(str(tmp_path / "m.calib.json"))
+    r = invoke("export", "--target", "openvino", "--calib", tmp_path / "m.calib.json", "-o", tmp_path / "m.fq.onnx")
+    assert r.exit_code == 0 and "overflow guard: 1 layer(s) kept FP32 where int8 pair sums can saturate on CPUs without VNNI: stem" in r.output
+    r = invoke("export", "--target", "qdq", "--calib", tmp_path / "m.calib.json", "-o", tmp_path / "m.qdq.onnx", "--weights-7bit", "none")
+    assert r.exit_code == 0 and "overflow guard" not in r.output

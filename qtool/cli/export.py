@@ -162,4 +162,18 @@ def export(model_path, target_text, calib, output, trt_version, fmt, algorithm, 
         "outputs": {target: str(out)}, "seconds": round(seconds, 3), "warnings": result.warnings, **result.summary,
     }
     text = f"exported {target} from {calib_path} in {seconds:.1f} s -> {out}"
+    text += _overflow_text(summary.get("overflow_fix"))
     emit(as_json, summary, text + (f"\nbuild it with: {summary['build']}" if "build" in summary else ""))
+
+
+def _overflow_text(fix: dict | None) -> str:
+    """One line per remedy of the overflow guard: which layers, and why (the summary's overflow_fix)."""
+    if not fix or not fix["layers"]:
+        return ""
+    by_remedy: dict[str, list[str]] = {}
+    for name, layer in fix["layers"].items():
+        by_remedy.setdefault(layer["remedy"], []).append(name)
+    what = {"fp32": "kept FP32", "7-bit weights": "7-bit weights", "uint8 weights": "uint8 weights (the same values)"}
+    why = "where int8 pair sums can saturate on CPUs without VNNI" if fix["mode"] == "auto" else f"(--weights-7bit {fix['mode']})"
+    return "".join(f"\noverflow guard: {len(names)} layer(s) {what[remedy]} {why}: {', '.join(names[:4])}{' ...' if len(names) > 4 else ''}"
+                   for remedy, names in by_remedy.items())
