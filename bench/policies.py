@@ -70,7 +70,7 @@ def bench_model(name: str, dev: Path, n_calib: int, n_eval: int, worst: int) -> 
         np.save(work / "held" / f"{i:04d}.npy", x)
     calib = work / "m.calib.json"
     qtool("-q", "calibrate", path, "--data", work / "calib", "-o", calib)
-    ranking = json.loads(qtool("evaluate", path, "--calib", calib, "--data", work / "held", "--json"))["tensors"]
+    ranking = json.loads(qtool("evaluate", path, "--calib", calib, "--data", work / "held", "--json", "--tensors"))["tensors"]
     names = [t["tensor"] for t in ranking if t["kind"] == "activation"][:worst]
     (work / "worst.json").write_text(json.dumps({"rules": [{"name": t, "apply_to": "activations", "bits": 16} for t in names]}))
     rows = {"w8a8": [], "w4a8": ["--weight-bits", "4"], f"w8a16-worst{worst}": ["--policy", work / "worst.json"],

@@ -80,7 +80,7 @@ def work(tmp_path_factory):
     ok(invoke("-q", "calibrate", SAMPLE, "--images", IMAGES, "-o", calib))
     (d / "held").mkdir()
     np.save(d / "held" / "x.npy", np.load(HELDOUT)["x"][:200])
-    r = ok(invoke("evaluate", SAMPLE, "--calib", calib, "--data", d / "held", "--json"))
+    r = ok(invoke("evaluate", SAMPLE, "--calib", calib, "--data", d / "held", "--json", "--tensors"))
     (d / "eval.json").write_text(r.stdout)
     out = d / "digits.report.html"
     summary = json.loads(ok(invoke("report", calib, "-o", out, "--evaluation", d / "eval.json", "--json")).stdout)
@@ -138,7 +138,7 @@ def test_sort_keys_and_sqnr_from_the_evaluation(work):
 def test_the_report_shows_each_quantizers_policy(work, tmp_path):
     r = ok(invoke("evaluate", SAMPLE, "--calib", work["calib"], "--data", work["dir"] / "held", "--json", "--no-tensors"))
     assert json.loads(r.stdout)["tensors"] == []
-    r = ok(invoke("evaluate", SAMPLE, "--calib", work["calib"], "--data", work["dir"] / "held", "--json", "--weight-bits", "4",
+    r = ok(invoke("evaluate", SAMPLE, "--calib", work["calib"], "--data", work["dir"] / "held", "--json", "--tensors", "--weight-bits", "4",
                   "--limit", "1"))
     (tmp_path / "eval.json").write_text(r.stdout)
     out = tmp_path / "r.html"
