@@ -48,7 +48,11 @@ def write_data(folder: Path, arrays) -> Path:
 
 
 def run(path, x):
-    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    """The file's exact arithmetic: graph optimization off, so Q/DQ stay float ops and none of this
+    CPU's int8 kernels runs (without VNNI those saturate u8 x s8 pair sums)."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]).run(None, {"x": x})
 
 
 def biased_cnn(tmp_path: Path, rng) -> Path:
