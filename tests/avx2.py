@@ -62,8 +62,8 @@ def how(force_qemu: bool | None = None) -> list[str]:
         return []
     qemu = shutil.which(QEMU)
     if qemu is None:
-        raise Unavailable(f"this CPU is not AVX2-only (it has VNNI or its flags are unknown) and {QEMU} is absent "
-                          "(Debian: apt-get install qemu-user)")
+        why = "emulation was asked for" if force_qemu else "this CPU is not AVX2-only (it has VNNI, or its flags are unknown)"
+        raise Unavailable(f"{why} and {QEMU} is absent (Debian: apt-get install qemu-user)")
     return [qemu, "-cpu", QEMU_CPU]
 
 
