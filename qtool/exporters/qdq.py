@@ -143,51 +143,12 @@ def _weight_node(model, namer, site: placement.WeightSite) -> onnx.NodeProto:
     return helper.make_node("DequantizeLinear", [wq, scale, zp], [dq], name=namer.fresh(f"{site.tensor}/DequantizeLinear"), **attrs)
 
 
-# The arithmetic of each rounding on t = x / scale, in ONNX ops (QuantizeLinear rounds half to even only).
-_ROUNDING_OPS = {
-    "half-up": [("Add", 0.5), ("Floor", None)], "half-down": [("Sub", 0.5), ("Ceil", None)],
-    "up": [("Ceil", None)], "down": [("Floor", None)],
-    "half-away": "sign", "toward-zero": "sign",
-}
-
-
-def _simulated_nodes(model, namer, site: placement.ActivationSite) -> list[onnx.NodeProto]:
-    """x -> (clip(round(x / s) + zp, qmin, qmax) - zp) * s with the policy's rounding, in float ops:
-    what evaluate runs for activations whose rounding QuantizeLinear cannot express."""
-    p = site.params()
-    shape = quant.range_shape(p, site.rank) if site.channel_amax is not None else ()
-    const = {k: add_initializer(model, namer, f"{site.tensor}/sim_{k}", np.asarray(v, np.float32).reshape(shape if np.ndim(v) else ()))
-             for k, v in (("scale", p.scale), ("zp", p.zero_point), ("half", 0.5))}
-    lo, hi = (add_initializer(model, namer, f"{site.tensor}/sim_{k}", np.asarray(v, np.float32)) for k, v in (("qmin", p.grid.qmin), ("qmax", p.grid.qmax)))
-    nodes: list[onnx.NodeProto] = []
-
-    def op(kind, *inputs):
-        out = namer.fresh(f"{site.tensor}/sim_{kind}")
-        nodes.append(helper.make_node(kind, list(inputs), [out], name=namer.fresh(f"{site.tensor}/Sim{kind}")))
-        return out
-
-    t = op("Div", site.tensor, const["scale"])
-    steps = _ROUNDING_OPS[site.policy.rounding]
-    if steps == "sign":  # sign(t) * floor(|t| [+ 0.5])
-        a = op("Abs", t)
-        a = op("Floor", op("Add", a, const["half"]) if site.policy.rounding == "half-away" else a)
-        t = op("Mul", op("Sign", t), a)
-    else:
-        for kind, arg in steps:
-            t = op(kind, t, const["half"]) if arg is not None else op(kind, t)
-    t = op("Clip", op("Add", t, const["zp"]), lo, hi)
-    op("Mul", op("Sub", t, const["zp"]), const["scale"])
-    return nodes
-
-
-def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan, simulate: bool = False) -> None:
-    """Insert the plan's quantizers as QuantizeLinear/DequantizeLinear nodes (in place); with
-    `simulate`, activations rounded otherwise than half to even as float arithmetic instead."""
+def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
+    """Insert the plan's quantizers as QuantizeLinear/DequantizeLinear nodes (in place)."""
     nodes = {n.name: n for n in model.graph.node}
     new_nodes = []
     for site in plan.activations:
-        exact = simulate and site.policy.rounding != "half-even"
-        new_nodes += _simulated_nodes(model, namer, site) if exact else _activation_nodes(model, namer, site)
+        new_nodes += _activation_nodes(model, namer, site)
         for node_name, slot in site.readers:
             nodes[node_name].input[slot] = new_nodes[-1].output[0]
     for site in plan.weights:
@@ -229,18 +190,16 @@ def prepare(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_p
     return Prepared(model, plan, warnings, place)
 
 
-def quantized(prepared: Prepared, cal, plan: placement.Plan | None = None, bias_correction: bool = True,
-              simulate: bool = False) -> tuple[onnx.ModelProto, int, list[str]]:
+def quantized(prepared: Prepared, cal, plan: placement.Plan | None = None,
+              bias_correction: bool = True) -> tuple[onnx.ModelProto, int, list[str]]:
     """A copy of the prepared model with `plan`'s quantizers (default: all) and, with
-    bias_correction, the bias shifts of its int8 layers: (model, layers corrected, warnings).
-    simulate: activations with other roundings than half to even as exact float arithmetic
-    (for evaluate; an exported file has Q/DQ, which the runtime rounds half to even)."""
+    bias_correction, the bias shifts of its int8 layers: (model, layers corrected, warnings)."""
     plan = prepared.plan if plan is None else plan
     model = onnx.ModelProto()
     model.CopyFrom(prepared.model)
     namer = G.Namer(model)
     corrected, warnings = biascorrection.apply_to_export(model, namer, plan, cal, bias_correction)
-    apply(model, namer, plan, simulate)
+    apply(model, namer, plan)
     return model, corrected, warnings
 
 
