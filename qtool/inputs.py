@@ -29,11 +29,22 @@ def load_checked_model(model_path: Path | None, calib_path: Path, cal: calibrati
     if model_path is None and not path.exists():
         raise QtoolError(f"the calibrated model {str(path)!r} (recorded in {str(calib_path)!r}) is missing; pass MODEL")
     loaded = model.load_model(path)
+    if loaded.sha256 != cal.model_sha256 and loaded.onnx_sha256 == cal.model_sha256:
+        raise QtoolError(
+            f"{str(calib_path)!r} was made by an older qtool whose SHA-256 covered {str(path)!r} but not its external data "
+            f"({', '.join(model.external_locations(_header(path)))}), so its weights cannot be checked; calibrate again"
+        )
     if loaded.sha256 != cal.model_sha256:
         raise QtoolError(
             f"{str(path)!r} is not the model {str(calib_path)!r} was calibrated for (SHA-256 differs); calibrate it again"
         )
     return loaded
+
+
+def _header(path: Path):
+    import onnx
+
+    return onnx.load(str(path), load_external_data=False)
 
 
 def _channels_text(values) -> str:

@@ -41,6 +41,7 @@ class LoadedModel:
     path: Path
     sha256: str
     proto: onnx.ModelProto  # with external data loaded, unless load_model(external_data=False)
+    onnx_sha256: str | None = None  # of the .onnx file alone: what older qtool versions recorded, external data or not
 
     @property
     def external_files(self) -> list[str]:
@@ -58,11 +59,58 @@ def _all_initializers(graph: onnx.GraphProto):
             yield from _all_initializers(sub)
 
 
-def file_sha256(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
+def _update(h, path: str | os.PathLike) -> None:
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    _update(h, path)
+    return h.hexdigest()
+
+
+def _tensors(graph: onnx.GraphProto):
+    """Every tensor a graph holds: initializers, sparse initializers and node attributes, subgraphs included."""
+    yield from graph.initializer
+    for s in graph.sparse_initializer:
+        yield s.values
+        yield s.indices
+    for n in graph.node:
+        for a in n.attribute:
+            if a.HasField("t"):
+                yield a.t
+            yield from a.tensors
+            if a.HasField("sparse_tensor"):
+                yield a.sparse_tensor.values
+                yield a.sparse_tensor.indices
+            for s in a.sparse_tensors:
+                yield s.values
+                yield s.indices
+            if a.HasField("g"):
+                yield from _tensors(a.g)
+            for g in a.graphs:
+                yield from _tensors(g)
+
+
+def external_locations(proto: onnx.ModelProto) -> list[str]:
+    """The external data files (relative to the model's folder) of a model loaded without its
+    external data, sorted: the fixed order the model's SHA-256 reads them in."""
+    return sorted({
+        e.value for t in _tensors(proto.graph)
+        if t.data_location == TensorProto.EXTERNAL for e in t.external_data if e.key == "location"
+    })
+
+
+def model_sha256(path: str | os.PathLike, locations: list[str] = ()) -> str:
+    """SHA-256 of the model: the .onnx file's bytes followed by each external data file's bytes
+    (`locations`, relative to its folder, in sorted order). Without external data this is the
+    SHA-256 of the .onnx file, as qtool has always recorded it."""
+    h = hashlib.sha256()
+    _update(h, path)
+    for location in sorted(locations):
+        _update(h, Path(path).parent / location)
     return h.hexdigest()
 
 
@@ -79,7 +127,16 @@ def load_model(path: str | os.PathLike, external_data: bool = True) -> LoadedMod
     if not p.is_file():
         raise QtoolError(f"model path {str(p)!r} is not a file")
     try:
-        proto = onnx.load(str(p), load_external_data=external_data)
+        proto = onnx.load(str(p), load_external_data=False)
+        locations = external_locations(proto)
+        missing = [loc for loc in locations if not (p.parent / loc).is_file()]
+        if missing:
+            raise QtoolError(f"model {str(p)!r} refers to external data that is missing: {missing[0]}")
+        sha256 = model_sha256(p, locations)
+        if external_data and locations:
+            onnx.external_data_helper.load_external_data_for_model(proto, str(p.parent))
+    except QtoolError:
+        raise
     except FileNotFoundError as e:
         raise QtoolError(f"model {str(p)!r} refers to external data that is missing: {e.filename or e}") from None
     except Exception as e:  # protobuf DecodeError, truncated files, wrong format
@@ -87,7 +144,7 @@ def load_model(path: str | os.PathLike, external_data: bool = True) -> LoadedMod
         raise QtoolError(f"{str(p)!r} is not a readable ONNX model ({reason}); check the file is complete") from None
     if not proto.HasField("graph") or len(proto.graph.node) == 0:
         raise QtoolError(f"{str(p)!r} is not an ONNX model with a graph (no nodes found); check the file")
-    loaded = LoadedModel(path=p, sha256=file_sha256(p), proto=proto)
+    loaded = LoadedModel(path=p, sha256=sha256, proto=proto, onnx_sha256=file_sha256(p) if locations else sha256)
     for location in loaded.external_files:
         if not (p.parent / location).is_file():
             raise QtoolError(f"model {str(p)!r} refers to external data that is missing: {location}")

@@ -11,7 +11,7 @@ import click
 from .. import calibration, data, model, pipeline, thresholds
 from ..errors import QtoolError
 from ..exporters import tensorrt
-from ..fileio import check_output_path, write_atomic
+from ..fileio import Outputs, folder_input, model_input
 from . import EPILOG, cli, emit, progress
 
 log = logging.getLogger("qtool")
@@ -54,11 +54,11 @@ def calibrate(ctx, model_path, images_dir, data_dir, limit, on_bad_image, shard,
     shard_kn = data.parse_shard(shard)
     trt_number = tensorrt.version_number(trt_version) if trt_table else None
     output = output or Path(f"{model_path.stem}.calib.json")
-    output = check_output_path(output, inputs=(model_path,))
+    outs = Outputs(inputs=(model_input(model_path), folder_input(images_dir, "a --images file"),
+                           folder_input(data_dir, "a --data file")))
+    output = outs.add(output, "-o")
     if trt_table:
-        trt_table = check_output_path(trt_table, inputs=(model_path,))
-        if trt_table.resolve() == output.resolve():
-            raise QtoolError("--trt-table and -o name the same file; choose two paths")
+        trt_table = outs.add(trt_table, "--trt-table")
     image_options = None
     if images_dir is not None:
         image_options = dict(size=data.parse_size(size), layout=layout, resize=resize, scale=data.parse_scale(scale_text),
@@ -74,11 +74,13 @@ def calibrate(ctx, model_path, images_dir, data_dir, limit, on_bad_image, shard,
     if trt_table:
         cache = tensorrt.export(loaded, cal, trt_version=trt_version, fmt="cache")
         warnings.extend(cache.warnings)
-    calibration.save(cal, output)
     written = {"calibration": str(output)}
-    if trt_table:
-        write_atomic(trt_table, cache.data)
-        written["tensorrt_cache"] = str(trt_table)
+    with outs:  # both files, or neither
+        outs.write(output, calibration.to_json(calibration.relocate(cal, output)).encode())
+        if trt_table:
+            outs.write(trt_table, cache.data)
+            written["tensorrt_cache"] = str(trt_table)
+        outs.commit()
     for w in warnings:
         log.warning(w)
     seconds = time.perf_counter() - started

@@ -13,7 +13,7 @@ from .. import budget, calibration, thresholds
 from ..budget import parse_budget
 from ..errors import QtoolError
 from ..exporters import TARGETS, exporter, tensorrt, trt_qdq
-from ..fileio import check_output_path, write_atomic
+from ..fileio import check_output_path, file_input, folder_input, model_input, write_atomic
 from ..inputs import find_calibration, held_out_runs, load_checked_model
 from . import EPILOG, cli, emit, policies_from, policy_options
 
@@ -131,7 +131,7 @@ def export(model_path, target_text, calib, output, trt_version, fmt, algorithm, 
                    ignored_patterns=not no_ignored_patterns, bias_correction=not no_bias_correction,
                    policies=policies_from(weight_bits, activation_bits, scale_kind, activation_mode, rounding, policy_file))
     out = output or Path(Path(cal.model_path).stem + module.suffix(**options))
-    out = check_output_path(out, inputs=(source, calib_path))
+    out = check_output_path(out, inputs=(model_input(source), file_input(calib_path, "the calibration file"), file_input(policy_file, "the --policy file"), folder_input(images_dir, "a --images file"), folder_input(data_dir, "a --data file")))
     if keep_fp32 and max_drop:
         raise QtoolError("--keep-fp32 N and --max-drop BUDGET both choose the layers kept in FP32: give one")
     budget_ = parse_budget(max_drop) if max_drop else None

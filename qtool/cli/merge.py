@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from .. import calibration
-from ..fileio import check_output_path
+from ..fileio import Outputs, file_input, model_input
 from . import EPILOG, cli, emit
 
 
@@ -23,10 +23,15 @@ def merge(files, output, as_json):
     the same file, byte for byte, as calibrating all inputs at once.
     """
     started = time.perf_counter()
-    output = check_output_path(output, inputs=tuple(files))
     cals = [calibration.load(f) for f in files]
+    models = {str(f.parent / c.model_path): f.parent / c.model_path for f, c in zip(files, cals)}
+    outs = Outputs(inputs=[file_input(f, "a calibration file being merged") for f in files]
+                   + [model_input(m, "the calibrated model") for m in models.values()])
+    output = outs.add(output)
     merged = calibration.merge(cals)
-    calibration.save(merged, output)
+    with outs:
+        outs.write(output, calibration.to_json(calibration.relocate(merged, output)).encode())
+        outs.commit()
     seconds = time.perf_counter() - started
     summary = {"command": "merge", "inputs": [str(f) for f in files], "outputs": {"calibration": str(output)},
                "samples": merged.samples, "tensors": len(merged.tensors), "seconds": round(seconds, 3), "warnings": []}

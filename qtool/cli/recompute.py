@@ -10,7 +10,7 @@ import click
 
 from .. import calibration, thresholds
 from ..errors import QtoolError
-from ..fileio import check_output_path
+from ..fileio import Outputs, model_input
 from . import EPILOG, cli, emit
 
 log = logging.getLogger("qtool")
@@ -45,9 +45,12 @@ def recompute(calib_path, method_text, kl_variant, output, as_json):
     if kl_variant is not None and method != "entropy":
         raise QtoolError(f"--kl-variant chooses whose entropy search to use; {str(calib_path)!r} uses {method} (add --method entropy)")
     variant = kl_variant or cal.kl_variant
-    out = check_output_path(output or calib_path, inputs=(calib_path.parent / cal.model_path,))
+    outs = Outputs(inputs=(model_input(calib_path.parent / cal.model_path, "the calibrated model"),))  # FILE itself may be rewritten
+    out = outs.add(output or calib_path)
     new = calibration.recompute(cal, method, variant)
-    calibration.save(new, out)
+    with outs:
+        outs.write(out, calibration.to_json(calibration.relocate(new, out)).encode())
+        outs.commit()
     changed = sum(a.amax != b.amax for a, b in zip(cal.tensors, new.tensors))
     zero = [t.name for t in new.tensors if t.amax == 0]
     warnings = [f"{len(zero)} tensor(s) have amax 0 (everything quantizes to 0): {', '.join(zero[:5])}"] if zero else []

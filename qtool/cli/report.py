@@ -10,7 +10,7 @@ import click
 
 from .. import calibration
 from .. import report as rep
-from ..fileio import check_output_path, write_atomic
+from ..fileio import Outputs, file_input, model_input
 from . import EPILOG, cli, emit
 
 log = logging.getLogger("qtool")
@@ -30,11 +30,15 @@ def report(calib_path, output, evaluation, as_json):
     started = time.perf_counter()
     rep.require_matplotlib()
     name = calib_path.name.removesuffix(".json").removesuffix(".calib")
-    out = check_output_path(output or Path(f"{name}.report.html"), inputs=tuple(p for p in (calib_path, evaluation) if p))
     cal = calibration.load(calib_path)
+    outs = Outputs(inputs=(file_input(calib_path, "the calibration file"), file_input(evaluation, "the --evaluation file"),
+                           model_input(calib_path.parent / cal.model_path, "the calibrated model")))
+    out = outs.add(output or Path(f"{name}.report.html"))
     evaluated = rep.load_evaluation(evaluation, cal) if evaluation is not None else None
     page = rep.render(cal, calib_path.name, evaluated)
-    write_atomic(out, page)
+    with outs:
+        outs.write(out, page)
+        outs.commit()
     seconds = time.perf_counter() - started
     summary = {
         "command": "report", "calibration": str(calib_path), "evaluation": str(evaluation) if evaluation else None,
