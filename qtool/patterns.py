@@ -295,6 +295,104 @@ def is_variance(m: GraphView, n: onnx.NodeProto) -> bool:
 
 
 
+# ---------------------------------------------------------------- unrepresentable ranges, transformers
+
+HUGE = 1e30  # |x| from here on: float32 has no precision left for q * step + low on an 8-bit grid
+# ops through which an additive mask stays a mask (its huge values reach the output)
+_MASK_CARRIERS = {"Reshape", "Unsqueeze", "Squeeze", "Expand", "Transpose", "Cast", "Identity", "Slice", "Tile", "Concat",
+                  "Gather", "Add", "Sub", "Mul", "Where", "Min", "Max", "Neg"}
+
+
+def _huge_constant(m: GraphView, t: str) -> bool:
+    c = m.constants.get(t)
+    if c is None or c.data_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16):
+        return False
+    try:
+        v = numpy_helper.to_array(c).astype(np.float64)
+    except Exception:
+        return False
+    return bool(v.size) and bool(np.any(~np.isfinite(v) | (np.abs(v) >= HUGE)))
+
+
+def additive_masks(m: GraphView) -> set[str]:
+    """Data tensors carrying a huge constant (|c| >= HUGE or infinite, e.g. finfo(float32).min):
+    an additive attention mask, (1 - mask) * -3.4e38 or Where(mask, 0, -inf), and what it flows
+    into through shape ops, Cast and element-wise ops (the masked scores before Softmax)."""
+    masks: set[str] = set()
+    for n in m.graph.node:
+        if not standard(n):
+            continue
+        outs = [o for o in n.output if o and m.is_data(o)]
+        if not outs:
+            continue
+        if n.op_type in _MASK_CARRIERS and (any(i in masks for i in n.input)
+                                            or (n.op_type in ("Mul", "Where", "Add", "Sub", "Min", "Max") and any(_huge_constant(m, i) for i in n.input))):
+            masks.update(outs)
+    return masks
+
+
+_SCORE_PATH = {"Add", "Sub", "Mul", "Div", "Where", "Cast", "Reshape", "Identity", "Transpose"}
+_PROBS_PATH = {"Reshape", "Cast", "Identity", "Dropout", "Transpose"}
+
+
+def _attention(m: GraphView, softmax: onnx.NodeProto) -> bool:
+    """Softmax between two MatMuls of activations: Q.K^T [-> scale, mask] -> Softmax -> .V."""
+    found, frontier = False, [softmax.input[0]]
+    for _ in range(6):
+        nxt = []
+        for t in frontier:
+            p = producer(m, t)
+            if p is None:
+                continue
+            if p.op_type == "MatMul" and len(p.input) == 2 and all(m.is_data(i) for i in p.input):
+                found = True
+            elif p.op_type in _SCORE_PATH:
+                nxt += [i for i in p.input[:2] if i and m.is_data(i)]
+        frontier = nxt
+    if not found:
+        return False
+    frontier = [softmax.output[0]]
+    for _ in range(4):
+        nxt = []
+        for t in frontier:
+            for r, _slot in m.readers.get(t, ()):
+                if r.op_type == "MatMul" and standard(r):
+                    return True
+                if r.op_type in _PROBS_PATH:
+                    nxt += [o for o in r.output[:1] if o]
+        frontier = nxt
+    return False
+
+
+def transformer_structure(m: GraphView) -> dict[str, int]:
+    """What marks a transformer, counted: attention (MatMul -> [scale, mask] -> Softmax -> MatMul
+    of activations), LayerNorm (LayerNormalization, or decomposed: the ReduceMean of squared
+    deviations), GELU (Gelu, Erf, Tanh) and Adds of two activations (residual and embedding
+    Adds). A transformer has attention and LayerNorm ({} when the graph has not both)."""
+    counts = {"attention": 0, "layer_norm": 0, "gelu": 0, "residual_add": 0}
+    masks = None
+    for n in m.graph.node:
+        op = n.op_type
+        if op in ("LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization"):
+            counts["layer_norm"] += 1
+        elif not standard(n):
+            continue
+        elif op == "Softmax" and n.input and _attention(m, n):
+            counts["attention"] += 1
+        elif op == "ReduceMean" and n.input and is_variance(m, n):
+            counts["layer_norm"] += 1
+        elif op in ("Gelu", "Erf", "Tanh"):
+            counts["gelu"] += 1
+    if not (counts["attention"] and counts["layer_norm"]):
+        return {}
+    masks = additive_masks(m)
+    for n in m.graph.node:
+        if (n.op_type == "Add" and standard(n) and len(n.input) == 2 and all(m.is_data(i) and i not in masks for i in n.input)
+                and not is_fused_elementwise(m, n)):
+            counts["residual_add"] += 1
+    return counts
+
+
 # ---------------------------------------------------------------- TensorRT (ModelOpt)
 
 # What TensorRT fuses into a Conv before a residual Add, walking up from the Add's input

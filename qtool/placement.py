@@ -71,6 +71,11 @@ POOLING = set(CPU.pooling)
 PASS_THROUGH = set(CPU.pass_through)
 WEIGHTS_7BIT = (None, "auto", "first", "all", "none")  # None: auto
 SEVEN_BIT_COST = 0.1  # the overflow guard gives 7-bit weights where they add at most this share of a layer's rounding noise
+# NNCF's ModelType.TRANSFORMER ignored metatypes (src/nncf/quantization/algorithms/min_max/onnx_backend.py and
+# openvino_backend.py, get_ignored_metatypes: Add, Pow, Squeeze, Sub, AveragePool, GlobalAveragePool, ReduceMean,
+# ReduceL2, ReduceSum, Div, Max, Sqrt, Reciprocal, BatchNorm, comparisons; Mul too except on CPU_SPR): besides
+# the element-wise ops, the pooling ops among them get no quantizer either
+_TRANSFORMER_FLOAT = {"AveragePool", "GlobalAveragePool", "ReduceMean", "ReduceL2", "ReduceSum"}
 _QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear", "FakeQuantize", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger"}
 
 
@@ -129,6 +134,8 @@ class Plan:
     warnings: list[str]
     ignored: dict[str, str] = field(default_factory=dict)  # node -> the ignored pattern it is part of
     overflow: dict = field(default_factory=dict)  # the overflow guard: mode, remedy, layers given it (with why)
+    transformer: dict = field(default_factory=dict)  # the transformer structure found (counts), when the CPU rules' transformer preset applies
+    unrepresentable: dict = field(default_factory=dict)  # tensor -> why no 8-bit grid can represent its range (kept float)
 
     def summary(self) -> dict:
         out = {
@@ -150,6 +157,10 @@ class Plan:
             out["default_exclusions"] = dict(sorted(exclusions.items()))
         if self.overflow:
             out["overflow_fix"] = self.overflow
+        if self.transformer:
+            out["transformer"] = self.transformer
+        if self.unrepresentable:
+            out["unrepresentable"] = dict(sorted(self.unrepresentable.items()))
         return out
 
 
@@ -252,6 +263,8 @@ class _Placer:
         self.concat_outputs: set[str] = set()
         self._satisfied: dict[str, bool] = {}
         self.pools: list[onnx.NodeProto] = []  # pooling ops waiting for a quantized neighbour
+        self.transformer: dict[str, int] = {}  # the transformer structure found (CPU rules: NNCF's transformer preset)
+        self.unrepresentable: dict[str, str] = {}  # tensor -> why its range cannot be quantized
 
     def quantizable_act(self, t: str) -> bool:
         return self.m.is_data(t) and self.m.types.get(t) in self.float_types
@@ -274,6 +287,33 @@ class _Placer:
             if m.nodes[name].op_type in rules.linear and name not in self.excluded_nodes:
                 self.fp32[name] = why if why.startswith("default exclusion") else f"ignored pattern {why}"
         self.excluded_nodes |= set(self.ignored)
+        self._unrepresentable()
+        if rules.nncf_patterns:
+            self.transformer = P.transformer_structure(m)
+
+    def _unrepresentable(self) -> None:
+        """Tensors whose range no 8-bit grid represents stay float on every target: infinite or
+        NaN values, |x| >= 1e30 (float32 has no precision left for q * step + low: at q = 255
+        the grid of [-3.4e38, 0] gives -2e31, not 0) or an additive attention mask (a huge
+        negative constant or 0, even when calibration saw no padding)."""
+        found: dict[str, str] = {}
+        for t in sorted(P.additive_masks(self.m)):
+            found[t] = "additive mask (a huge constant or 0)"
+        for t, rec in self.records.items():
+            if t in found:
+                continue
+            lo, hi = float(rec.min), float(rec.max)
+            if not (np.isfinite(lo) and np.isfinite(hi)) or getattr(rec, "nonfinite", 0):
+                found[t] = "infinite or NaN values"
+            elif max(-lo, hi) >= P.HUGE:
+                found[t] = f"|x| up to {max(-lo, hi):.3g} >= {P.HUGE:g}"
+        self.unrepresentable = {t: why for t, why in found.items() if self.m.is_data(t) and t not in self.excluded_tensors}
+        if self.unrepresentable:
+            self.excluded_tensors |= set(self.unrepresentable)
+            self.warnings.append(
+                f"{len(self.unrepresentable)} tensor(s) have a range no 8-bit grid can represent and stay float (their readers "
+                "read the float tensor): " + "; ".join(f"{t} ({why})" for t, why in list(self.unrepresentable.items())[:5])
+                + (" ..." if len(self.unrepresentable) > 5 else ""))
 
     # ------------------------------------------------------------ 1. what each op asks for
     def request(self) -> None:
@@ -313,6 +353,8 @@ class _Placer:
         op, m, rules = n.op_type, self.m, self.rules
         if op in rules.linear:
             return self._linear_requests(n)
+        if self.transformer and (op in rules.elementwise or op in _TRANSFORMER_FLOAT):
+            return None, None  # NNCF's transformer preset: the residual stream, norms, masks and scales stay float
         if op in rules.elementwise:
             if len(n.input) != 2 or not all(self.quantizable_act(t) for t in n.input):
                 return None, None
@@ -504,7 +546,8 @@ class _Placer:
             wts = self.weights_of.get(n.name, [])
             if not all(self.satisfied(t) for t in tensors):
                 if n.op_type in self.rules.linear:
-                    self.fp32[n.name] = "input excluded" if set(tensors) & self.excluded_tensors else "an input has no calibrated range"
+                    self.fp32[n.name] = ("an input's range cannot be represented" if set(tensors) & set(self.unrepresentable)
+                                         else "input excluded" if set(tensors) & self.excluded_tensors else "an input has no calibrated range")
                 continue
             if any(t in self.bad_weights for _, t in wts):
                 self.fp32[n.name] = "weight excluded" if any(t in self.excluded_tensors for _, t in wts) else "weight has NaN or infinity"
@@ -704,4 +747,4 @@ def place(proto: onnx.ModelProto, records: dict, *, rules: Rules = CPU, threshol
     order = {name: i for i, name in enumerate(p.m.producer)}
     activation_sites.sort(key=lambda s: order.get(s.tensor, -1))
     p.final_warnings()
-    return Plan(activation_sites, weight_sites, int8_layers, p.fp32, p.warnings, p.ignored, overflow_fix)
+    return Plan(activation_sites, weight_sites, int8_layers, p.fp32, p.warnings, p.ignored, overflow_fix, p.transformer, p.unrepresentable)

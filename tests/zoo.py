@@ -42,6 +42,8 @@ __all__ = [
     "custom_op_model",
     "resnet_like",
     "deconv_gemm_like",
+    "bert_like",
+    "vit_like",
 ]
 
 FLOAT = TensorProto.FLOAT
@@ -774,6 +776,120 @@ def deconv_gemm_like(opset=13):
              outputs=["features"])
     graph = g.graph("decoder", [helper.make_tensor_value_info("input", FLOAT, [2, 3, 16, 16])],
                     [helper.make_tensor_value_info(y, FLOAT, [2, 16])])
+    return _make_model(graph, opset, producer="pytorch")
+
+
+# --------------------------------------------------------------------------
+# transformers: a BERT block with an additive attention mask, a ViT block
+# --------------------------------------------------------------------------
+def _layer_norm(g, x, d, scope, fused, gain=None):
+    gamma = np.ones(d, np.float32) if gain is None else gain.astype(np.float32)
+    beta = (g.rng.standard_normal(d) * 0.05).astype(np.float32)
+    w, b = g.init(f"{scope}.weight", gamma), g.init(f"{scope}.bias", beta)
+    if fused:
+        return g.op("LayerNormalization", [x, w, b], scope, axis=-1, epsilon=1e-12)
+    mean = g.op("ReduceMean", [x], scope, axes=[-1])  # PyTorch's opset-17 decomposition
+    sub = g.op("Sub", [x, mean], scope)
+    var = g.op("ReduceMean", [g.op("Pow", [sub, g.init("two", np.array(2.0, np.float32))], scope)], scope, axes=[-1])
+    std = g.op("Sqrt", [g.op("Add", [var, g.init("eps", np.array(1e-12, np.float32))], scope)], scope)
+    return g.op("Add", [g.op("Mul", [g.op("Div", [sub, std], scope), w], scope), b], scope)
+
+
+def _linear(g, x, cin, cout, scope, gain=1.0):
+    w = g.init(f"{scope}.weight", (g.rng.standard_normal((cin, cout)) * gain / np.sqrt(cin)).astype(np.float32))
+    y = g.op("MatMul", [x, w], scope)
+    return g.op("Add", [g.init(f"{scope}.bias", (g.rng.standard_normal(cout) * 0.02).astype(np.float32)), y], scope)
+
+
+def _gelu(g, x, scope, kind):
+    if kind == "erf":  # x * 0.5 * (1 + erf(x / sqrt(2)))
+        erf = g.op("Erf", [g.op("Div", [x, g.init("sqrt2", np.array(np.sqrt(2.0), np.float32))], scope)], scope)
+        return g.op("Mul", [g.op("Mul", [x, g.op("Add", [erf, g.init("one", np.array(1.0, np.float32))], scope)], scope),
+                            g.init("half", np.array(0.5, np.float32))], scope)
+    # tanh approximation: 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))
+    cube = g.op("Mul", [g.op("Pow", [x, g.init("three", np.array(3.0, np.float32))], scope), g.init("c0", np.array(0.044715, np.float32))], scope)
+    t = g.op("Tanh", [g.op("Mul", [g.op("Add", [x, cube], scope), g.init("c1", np.array(np.sqrt(2 / np.pi), np.float32))], scope)], scope)
+    half_x = g.op("Mul", [x, g.init("half", np.array(0.5, np.float32))], scope)
+    return g.op("Mul", [half_x, g.op("Add", [t, g.init("one", np.array(1.0, np.float32))], scope)], scope)
+
+
+def _encoder_layer(g, x, d, heads, scope, fused, gelu, mask=None, pre_norm=False):
+    """Multi-head self-attention and the MLP, each with its residual Add (post-norm as BERT,
+    pre-norm as ViT)."""
+    hd = d // heads
+    split = g.init("heads_shape", np.array([0, 0, heads, hd], np.int64))
+    h = _layer_norm(g, x, d, f"{scope}/ln1", fused) if pre_norm else x
+    q = g.op("Transpose", [g.op("Reshape", [_linear(g, h, d, d, f"{scope}/attn/q"), split], f"{scope}/attn/q")], f"{scope}/attn/q", perm=[0, 2, 1, 3])
+    k = g.op("Transpose", [g.op("Reshape", [_linear(g, h, d, d, f"{scope}/attn/k"), split], f"{scope}/attn/k")], f"{scope}/attn/k", perm=[0, 2, 3, 1])
+    v = g.op("Transpose", [g.op("Reshape", [_linear(g, h, d, d, f"{scope}/attn/v"), split], f"{scope}/attn/v")], f"{scope}/attn/v", perm=[0, 2, 1, 3])
+    s = g.op("Div", [g.op("MatMul", [q, k], f"{scope}/attn"), g.init("attn_scale", np.array(np.sqrt(hd), np.float32))], f"{scope}/attn")
+    if mask is not None:
+        s = g.op("Add", [s, mask], f"{scope}/attn")
+    ctx = g.op("MatMul", [g.op("Softmax", [s], f"{scope}/attn", axis=-1), v], f"{scope}/attn")
+    ctx = g.op("Reshape", [g.op("Transpose", [ctx], f"{scope}/attn", perm=[0, 2, 1, 3]), g.init("merge_shape", np.array([0, 0, d], np.int64))], f"{scope}/attn")
+    x = g.op("Add", [_linear(g, ctx, d, d, f"{scope}/attn/o"), x], f"{scope}/res1")
+    if not pre_norm:
+        x = _layer_norm(g, x, d, f"{scope}/ln1", fused)
+    h = _layer_norm(g, x, d, f"{scope}/ln2", fused) if pre_norm else x
+    h = _linear(g, _gelu(g, _linear(g, h, d, 4 * d, f"{scope}/mlp/fc1"), f"{scope}/mlp", gelu), 4 * d, d, f"{scope}/mlp/fc2")
+    x = g.op("Add", [h, x], f"{scope}/res2")
+    return x if pre_norm else _layer_norm(g, x, d, f"{scope}/ln2", fused)
+
+
+def bert_like(fused_layernorm=True, opset=17, d=32, heads=2, vocab=200, max_len=64):
+    """A BERT encoder block as PyTorch exports it: input_ids -> word Gather + position (Slice of
+    the table) + token-type Adds -> LayerNorm -> self-attention with the additive mask
+    (1 - attention_mask) * finfo(float32).min -> residual Add -> LayerNorm -> GELU MLP ->
+    residual Add -> LayerNorm. fused_layernorm=False: LayerNorm decomposed into ReduceMean, Sub,
+    Pow, Sqrt, Div (and the tanh GELU), as older exporters write it. A few embedding channels
+    carry outliers, as real BERTs' residual streams do."""
+    g = _Graph(31 if fused_layernorm else 32)
+    word = (g.rng.standard_normal((vocab, d)) * 0.5).astype(np.float32)
+    word[:, 3] *= 8.0  # outlier channels of the residual stream
+    word[:, 11] += 4.0
+    x = g.op("Gather", [g.init("embeddings.word.weight", word), "input_ids"], "/embeddings/word")
+    seq = g.op("Unsqueeze", [g.op("Gather", [g.op("Shape", ["input_ids"], "/embeddings"), g.init("one_i", np.array(1, np.int64))], "/embeddings", axis=0),
+                             g.init("zero_axis", np.array([0], np.int64))], "/embeddings")
+    pos = g.op("Slice", [g.init("embeddings.position.weight", (g.rng.standard_normal((max_len, d)) * 0.2).astype(np.float32)),
+                         g.init("zero_axis", np.array([0], np.int64)), seq, g.init("zero_axis", np.array([0], np.int64))], "/embeddings")
+    x = g.op("Add", [x, pos], "/embeddings")
+    x = g.op("Add", [x, g.init("embeddings.token_type", (g.rng.standard_normal((1, 1, d)) * 0.1).astype(np.float32))], "/embeddings")
+    x = _layer_norm(g, x, d, "/embeddings/ln", fused_layernorm)
+    m = g.op("Cast", [g.op("Unsqueeze", ["attention_mask", g.init("mask_axes", np.array([1, 2], np.int64))], "/mask")], "/mask", to=FLOAT)
+    m = g.op("Sub", [g.init("one", np.array(1.0, np.float32)), m], "/mask")
+    m = g.op("Mul", [m, g.init("finfo_min", np.array(np.finfo(np.float32).min, np.float32))], "/mask")
+    y = _encoder_layer(g, x, d, heads, "/layer.0", fused_layernorm, "erf" if fused_layernorm else "tanh", mask=m)
+    y = g.op("Identity", [y], outputs=["last_hidden_state"], name="/output/Identity")
+    graph = g.graph(
+        "bert_like",
+        [helper.make_tensor_value_info("input_ids", INT64, ["batch", "sequence"]),
+         helper.make_tensor_value_info("attention_mask", INT64, ["batch", "sequence"])],
+        [helper.make_tensor_value_info("last_hidden_state", FLOAT, ["batch", "sequence", d])],
+    )
+    return _make_model(graph, opset, producer="pytorch")
+
+
+def vit_like(opset=17, d=32, heads=2, patch=8, classes=10):
+    """A ViT as PyTorch exports it: patch Conv -> tokens -> [CLS] Concat -> position Add ->
+    pre-norm encoder layer (LayerNormalization, attention with a scale, GELU MLP, residual Adds)
+    -> LayerNormalization -> [CLS] token -> Gemm head."""
+    g = _Graph(33)
+    t = g.op("Conv", ["pixel_values", g.init("patch.weight", _conv_w(g.rng, d, 3, patch)), g.init("patch.bias", np.zeros(d, np.float32))],
+             "/patch", kernel_shape=[patch, patch], strides=[patch, patch])
+    t = g.op("Transpose", [g.op("Reshape", [t, g.init("tokens_shape", np.array([0, d, -1], np.int64))], "/patch")], "/patch", perm=[0, 2, 1])
+    batch = g.op("Gather", [g.op("Shape", ["pixel_values"], "/cls"), g.init("zero_i", np.array([0], np.int64))], "/cls", axis=0)
+    shape = g.op("Concat", [batch, g.init("cls_rest", np.array([1, d], np.int64))], "/cls", axis=0)
+    cls = g.op("Expand", [g.init("cls_token", (g.rng.standard_normal((1, 1, d)) * 0.5).astype(np.float32)), shape], "/cls")
+    x = g.op("Concat", [cls, t], "/cls", axis=1)
+    tokens = 1 + (32 // patch) ** 2
+    x = g.op("Add", [x, g.init("position_embeddings", (g.rng.standard_normal((1, tokens, d)) * 0.2).astype(np.float32))], "/embeddings")
+    x = _encoder_layer(g, x, d, heads, "/layer.0", True, "erf", pre_norm=True)
+    x = _layer_norm(g, x, d, "/ln_f", True)
+    x = g.op("Gather", [x, g.init("cls_index", np.array(0, np.int64))], "/pool", axis=1)
+    w = g.init("head.weight", (g.rng.standard_normal((classes, d)) / np.sqrt(d)).astype(np.float32))
+    y = g.op("Gemm", [x, w, g.init("head.bias", np.zeros(classes, np.float32))], "/head", outputs=["logits"], transB=1)
+    graph = g.graph("vit_like", [helper.make_tensor_value_info("pixel_values", FLOAT, ["n", 3, 32, 32])],
+                    [helper.make_tensor_value_info(y, FLOAT, ["n", classes])])
     return _make_model(graph, opset, producer="pytorch")
 
 
