@@ -76,7 +76,7 @@ from onnxruntime.transformers.float16 import (
 )
 
 from .errors import QtoolError
-from .graph import Namer, consumers, outer_refs, producers, subgraphs, toposort
+from .graph import Namer, consumers, node_reads, outer_refs, producers, subgraphs, toposort
 from .model import NON_DATA_SLOTS, tensor_types
 
 FP16_MAX = 65504.0
@@ -134,19 +134,114 @@ def to_fp16(
             kept.setdefault(n.name, f"custom-domain op {n.domain}.{n.op_type}: its float types are unknown")
     _follow_qdq(g, kept)
     _follow_constants(g, kept)
+    outputs = _detach_unproduced_outputs(g, namer)
     original_tensors = _tensor_names(g)
     n_before = len(g.node)
-    out = convert_float_to_float16(
-        work, keep_io_types=True, disable_shape_infer=True,
-        op_block_list=sorted(blocked_ops), node_block_list=sorted(kept),
-    )
+    try:
+        out = convert_float_to_float16(
+            work, keep_io_types=True, disable_shape_infer=True,
+            op_block_list=sorted(blocked_ops), node_block_list=sorted(kept),
+        )
+    except Exception as e:  # the converter's own failure: the caller may fall back to FP32
+        raise QtoolError(f"onnxruntime's FP16 converter failed: {type(e).__name__}: {_first_line(e)}") from None
+    _home_casts(out.graph)
     _drop_cast_pairs(out.graph, n_before, original_tensors)
     _fp32_constant_copies(out.graph)
-    toposort(out.graph)
+    del out.graph.output[:]
+    out.graph.output.extend(outputs)
+    _toposort_all(out.graph)
     warnings = _verify(out, model)
     order = {n.name: i for i, n in enumerate(out.graph.node)}
     kept_sorted = dict(sorted(kept.items(), key=lambda kv: (order.get(kv[0], -1), kv[0])))
     return Fp16Result(out, kept_sorted, warnings)
+
+
+def _detach_unproduced_outputs(g: onnx.GraphProto, namer: Namer) -> list[onnx.ValueInfoProto]:
+    """Take out the graph outputs no node produces (a graph input or initializer passed straight
+    out, a state input returned as is) and repeated outputs, and return all outputs as they were,
+    to put back after conversion: onnxruntime's converter maps each FP32 output to a new Cast
+    output, so for such outputs it leaves a Cast reading a tensor nothing produces (onnx.checker:
+    "Nodes in a graph must be topologically sorted"). A graph input stays FP32 (keep_io_types);
+    an initializer passed out keeps its FP32 value, its readers get a copy to convert."""
+    saved = [onnx.ValueInfoProto() for _ in g.output]
+    for copy, o in zip(saved, g.output):
+        copy.CopyFrom(o)
+    made_by = producers(g)
+    inits = {t.name: t for t in g.initializer}
+    inputs = {i.name for i in g.input}
+    seen: set[str] = set()
+    keep = []
+    for o in g.output:
+        if o.name in made_by and o.name not in seen:
+            keep.append(o)
+        elif o.name in inits and o.name not in inputs and o.name not in seen:
+            alias = namer.fresh(f"{o.name}/for_nodes")
+            readers = [n for n in g.node if o.name in n.input]
+            if readers:
+                t = g.initializer.add()
+                t.CopyFrom(inits[o.name])
+                t.name = alias
+                for n in readers:
+                    for k, x in enumerate(n.input):
+                        if x == o.name:
+                            n.input[k] = alias
+        seen.add(o.name)
+    if len(keep) != len(g.output):
+        kept = [onnx.ValueInfoProto() for _ in keep]
+        for copy, o in zip(kept, keep):
+            copy.CopyFrom(o)
+        del g.output[:]
+        g.output.extend(kept)
+    return saved
+
+
+def _defined(g: onnx.GraphProto) -> set[str]:
+    names = {i.name for i in g.input} | {t.name for t in g.initializer}
+    names.update(o for n in g.node for o in n.output if o)
+    return names
+
+
+def _home_casts(g: onnx.GraphProto) -> None:
+    """Move the converter's Casts of If/Loop/Scan body tensors into the body that defines them.
+    The converter appends every Cast it makes, for a blocked node inside a body too, to the main
+    graph's node list, where the body's tensors do not exist (a blocked Max in a branch: onnx.checker
+    "Nodes in a graph must be topologically sorted"). A tensor defined in several bodies (two
+    branches) gets a copy of the Cast in each; _toposort_all orders the bodies afterwards."""
+    bodies: list[onnx.GraphProto] = []
+    stack = [sub for n in g.node for sub in subgraphs(n)]
+    while stack:
+        sub = stack.pop()
+        bodies.append(sub)
+        stack.extend(s for n in sub.node for s in subgraphs(n))
+    if not bodies:
+        return
+    moved = True
+    while moved:
+        moved = False
+        main_names = _defined(g)
+        for n in list(g.node):
+            if n.op_type != "Cast" or not n.input or n.input[0] in main_names:
+                continue
+            homes = [b for b in bodies if n.input[0] in _defined(b)]
+            if not homes:
+                continue
+            for b in homes:
+                b.node.add().CopyFrom(n)
+            for vi in [vi for vi in g.value_info if vi.name == n.output[0]]:
+                for b in homes:
+                    b.value_info.add().CopyFrom(vi)
+                g.value_info.remove(vi)
+            g.node.remove(n)
+            moved = True
+
+
+def _toposort_all(g: onnx.GraphProto) -> None:
+    """qtool.graph.toposort on the graph and every If/Loop/Scan body in it: the converter appends
+    its Casts at the end of each (sub)graph's node list."""
+    toposort(g)
+    for n in g.node:
+        for sub in subgraphs(n):
+            _toposort_all(sub)
 
 
 def _first_line(e: BaseException) -> str:
@@ -327,7 +422,7 @@ def _fp32_constant_copies(g: onnx.GraphProto) -> None:
         vis = [vi for vi in g.value_info if vi.name not in gone]
         del g.value_info[:]
         g.value_info.extend(vis)
-    used = {x for n in g.node for x in n.input} | {o.name for o in g.output}
+    used = {x for n in g.node for x in node_reads(n)} | {o.name for o in g.output}  # bodies' outer reads too
     unused = [t for t in g.initializer if t.name not in used and t.name in inits]
     for t in unused:
         g.initializer.remove(t)
@@ -339,10 +434,8 @@ def _cast_to(n: onnx.NodeProto) -> int | None:
 
 def _rename(g: onnx.GraphProto, old: str, new: str) -> None:
     """Rename a main-graph tensor that is FP32 (node inputs/outputs and value_info)."""
+    _rename_reads(g, old, new)
     for n in g.node:
-        for i, x in enumerate(n.input):
-            if x == old:
-                n.input[i] = new
         for i, x in enumerate(n.output):
             if x == old:
                 n.output[i] = new
@@ -399,10 +492,17 @@ def _drop_cast_pairs(g: onnx.GraphProto, n_before: int, original: set[str]) -> N
 
 
 def _rename_reads(g: onnx.GraphProto, old: str, new: str) -> None:
+    """Rename every read of `old`, If/Loop/Scan bodies' outer-scope reads included."""
     for n in g.node:
         for i, x in enumerate(n.input):
             if x == old:
                 n.input[i] = new
+        for sub in subgraphs(n):
+            if old not in _defined(sub):
+                _rename_reads(sub, old, new)
+                for o in sub.output:
+                    if o.name == old:  # a body passing the outer tensor straight out
+                        o.name = new
 
 
 def _check_finite(g: onnx.GraphProto) -> None:
@@ -420,15 +520,24 @@ def _check_finite(g: onnx.GraphProto) -> None:
 
 
 def _feed(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    """Zeros for every graph input; an unknown first dim is 1, other unknown dims 64 (a multiple
-    of every usual stride, a plausible sequence length)."""
+    """Zeros for every graph input; an unknown dim (no value, a symbol, or a negative dim_value
+    such as Paddle's -1) is 1 when it comes first, else 64 (a multiple of every usual stride, a
+    plausible sequence length); a symbol takes the same value wherever it appears."""
     inits = {t.name for t in model.graph.initializer}
+    symbols: dict[str, int] = {}
     feed = {}
     for i in model.graph.input:
         if i.name in inits:
             continue
         tt = i.type.tensor_type
-        dims = [d.dim_value if d.HasField("dim_value") else (1 if k == 0 else 64) for k, d in enumerate(tt.shape.dim)]
+        dims = []
+        for k, d in enumerate(tt.shape.dim):
+            if d.HasField("dim_value") and d.dim_value >= 0:
+                dims.append(d.dim_value)
+            elif d.HasField("dim_param") and d.dim_param:
+                dims.append(symbols.setdefault(d.dim_param, 1 if k == 0 else 64))
+            else:
+                dims.append(1 if k == 0 else 64)
         feed[i.name] = np.zeros(dims, dtype=helper.tensor_dtype_to_np_dtype(tt.elem_type))
     return feed
 
@@ -459,7 +568,10 @@ def _verify(out: onnx.ModelProto, original: onnx.ModelProto) -> list[str]:
             warnings.append(f"the FP16 model fails onnx.checker ({_first_line(e)}), as does the input model")
         else:
             raise QtoolError(f"FP16 conversion made an invalid model: {_first_line(e)}") from None
-    feed = _feed(out)
+    try:
+        feed = _feed(out)
+    except Exception as e:  # an input that is no tensor (sequence, map) or of an exotic type
+        return [*warnings, f"FP16 model not run in onnxruntime (no zero input for it: {_first_line(e)})"]
     try:
         got = _ort_run(out, feed)
     except Exception as e:

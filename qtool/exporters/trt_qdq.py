@@ -139,9 +139,44 @@ def export(loaded, cal, thresholds: dict, *, major: int, high_precision: str, we
 
         G.toposort(model.graph)
         G.cleanup(model.graph)
-        converted = fp16.to_fp16(model, activation_absmax={t.name: t.absmax for t in cal.tensors})
-        model = converted.model
-        warnings += converted.warnings
-        summary["kept_fp32_for_fp16"] = converted.kept_fp32
+        converted, why = _to_fp16(fp16, model, {t.name: t.absmax for t in cal.tensors}, warnings)
+        if converted is None:
+            warnings.append(f"FP16 conversion failed ({why}); the unquantized part stays FP32, as with --high-precision fp32 "
+                            "(TensorRT runs it in FP32: slower, not less accurate)")
+            summary.update(high_precision="fp32", fp16_failed=why)
+        else:
+            model = converted.model
+            warnings += converted.warnings
+            summary["kept_fp32_for_fp16"] = converted.kept_fp32
     data, more = G.finish(model, loaded.proto)
     return data, warnings + more, summary
+
+
+def _to_fp16(fp16, model: onnx.ModelProto, absmax: dict, warnings: list[str]):
+    """(qtool.fp16.to_fp16's result, None), or (None, why) when no FP16 model comes out. When
+    the whole model fails and it has If/Loop/Scan nodes (whose bodies the converter converts
+    unguarded), those nodes are kept FP32 and the rest tried again, with a warning naming them."""
+    try:
+        return fp16.to_fp16(model, activation_absmax=absmax), ""
+    except Exception as e:  # any failure of the conversion falls back to FP32
+        why = _reason(e)
+    control = [n.name for n in model.graph.node if G.subgraphs(n)]
+    if control:
+        try:
+            converted = fp16.to_fp16(model, activation_absmax=absmax, keep_fp32_nodes=control)
+        except Exception as e:
+            return None, f"{why}; with {_names(control)} kept FP32: {_reason(e)}"
+        warnings.append(f"FP16 conversion failed ({why}); {_names(control)} (control flow) stay FP32, the rest is FP16")
+        return converted, ""
+    return None, why
+
+
+def _reason(e: BaseException) -> str:
+    text = str(e).strip()
+    first = text.splitlines()[0] if text else ""
+    return first if isinstance(e, QtoolError) else f"{type(e).__name__}: {first}"
+
+
+def _names(names: list[str]) -> str:
+    shown = ", ".join(repr(n) for n in names[:5])
+    return f"node(s) {shown}" + (f" and {len(names) - 5} more" if len(names) > 5 else "")
