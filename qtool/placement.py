@@ -34,6 +34,23 @@ src/nncf/openvino/quantization/ignored_patterns.py):
 * AveragePool, GlobalAveragePool, ReduceMean, Resize: the data input; not the ReduceMean of squares
   in a decomposed LayerNorm (OpenVINO fuses the normalisation into MVN, whose input NNCF
   quantizes), and the centring Sub(x, ReduceMean(x)) reads the same quantized x as the mean.
+* Transformers (NNCF's ModelType.TRANSFORMER preset, which qtool applies when the graph has
+  attention, MatMul [-> scale, mask] -> Softmax -> MatMul of activations, and a LayerNorm, fused
+  LayerNormalization or decomposed ReduceMean/Sub/Pow/Sqrt/Div; qtool.patterns.transformer_structure;
+  NNCF src/nncf/quantization/algorithms/min_max/onnx_backend.py and openvino_backend.py,
+  get_ignored_metatypes): only the linear layers are quantized, MatMul/Gemm with weights and the
+  attention's Q.K^T on both inputs (softmax @ V is the attention-output ignored pattern above).
+  Element-wise ops (Add, Sub, Mul, Div, Max, Min) and ReduceMean/ReduceSum/ReduceL2/AveragePool/
+  GlobalAveragePool ask for nothing, so the residual stream (residual and embedding Adds,
+  LayerNorm inputs), LayerNorm and GELU internals, the attention scale and mask stay float. The
+  summary's `transformer` counts what was found. CNNs (no attention or no LayerNorm) are placed
+  as before.
+* Ranges no 8-bit grid can represent, on every target (TensorRT's too): infinite or NaN values,
+  |x| >= 1e30 (float32 keeps no precision for q * step + low: the grid of [-3.4e38, 0] gives
+  -2e31 at q = 255, not 0) and additive masks (a tensor computed with a huge constant, e.g.
+  (1 - mask) * finfo(float32).min or Where(mask, 0, -inf), and what it flows into), even when
+  calibration saw no padding. They get no quantizer; their readers read the float tensor (a
+  linear layer reading one stays FP32). A warning and the summary's `unrepresentable` list them.
 * Shape/index tensors and tensors that do not depend on the input (decode grids) never.
 * MaxPool, Reshape, Transpose, Flatten, Squeeze, Unsqueeze, Slice, Split pass ranges through: when everything that reads their output wants it quantized, the
   quantizer moves up to their input (one quantizer, the op runs on integers). Concat does the

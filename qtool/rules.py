@@ -1,8 +1,9 @@
 """Quantizer placement rules per target, as data (the way NNCF keeps its hardware setups in
 openvinotoolkit/nncf src/nncf/common/hardware/setups/cpu.py). `qtool.placement` applies them.
 
-CPU (OpenVINO FakeQuantize and onnxruntime QDQ): NNCF's CPU rules, see the qtool.placement
-docstring. TENSORRT: the TensorRT developer guide's Q/DQ placement recommendations and NVIDIA
+CPU (OpenVINO FakeQuantize and onnxruntime QDQ): NNCF's CPU rules, and on a graph with attention
+and LayerNorm NNCF's transformer preset, see the qtool.placement docstring. On every target a
+range no 8-bit grid represents (infinite, |x| >= 1e30, an additive mask) stays float. TENSORRT: the TensorRT developer guide's Q/DQ placement recommendations and NVIDIA
 ModelOpt's ONNX PTQ defaults (NVIDIA/Model-Optimizer modelopt/onnx/quantization/int8.py,
 graph_utils.py, partitioning.py):
 
@@ -36,7 +37,7 @@ class Rules:
     pooling_needs_neighbour: bool  # ... only when the pool's output or input is quantized anyway
     pass_through: frozenset[str]  # the quantizer moves up through these (and Concat) when every reader wants it
     concat_shares_quantized_inputs: bool  # a Concat's output and its inputs quantized elsewhere share one range
-    nncf_patterns: bool  # activations/normalisations OpenVINO fuses, LayerNorm's mean and centring
+    nncf_patterns: bool  # activations/normalisations OpenVINO fuses, LayerNorm's mean and centring; NNCF's transformer preset on transformers
     ignored_patterns: bool  # NNCF's ignored patterns (SE gating, attention output, RoPE) stay FP32
     tensorrt_exclusions: bool  # ModelOpt's default exclusions stay FP32
     weight_axes: str  # "nncf" or "tensorrt": which constant inputs are quantized per channel

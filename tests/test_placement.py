@@ -389,3 +389,25 @@ def test_se_pattern_follows_nncf_on_the_openvino_graph():
         assert (sorted(plan.fp32_layers) == ["n_se1", "n_se2"]) == ignored, label
         assert ("n_se1b" in plan.ignored) == ignored and ("n_gate" in plan.ignored) == ignored
         assert len(placement.place(m, records(m), ignored_patterns=False).int8_layers) == 4
+
+
+def test_transformer_preset_only_where_attention_and_layernorm_are():
+    """NNCF's transformer preset applies to graphs with attention and a LayerNorm, whatever their
+    spelling; CNNs (also with a Softmax or a ReduceMean) keep the CNN rules."""
+    from qtool import patterns as P
+
+    for build in (zoo.yolo_like, zoo.paddle_ocr_like, zoo.resnet_like, zoo.deconv_gemm_like):
+        m = build()
+        assert P.transformer_structure(P.GraphView(m)) == {}, build.__name__
+        assert placement.place(m, records(m)).transformer == {}
+    assert P.transformer_structure(P.GraphView(zoo.transformer_like()))["attention"] == 1  # the pytorch-style encoder
+    for m in (zoo.bert_like(True), zoo.bert_like(False), zoo.vit_like()):
+        found = P.transformer_structure(P.GraphView(m))
+        assert found == {"attention": 1, "layer_norm": 3, "gelu": 1, "residual_add": 2}
+        plan = placement.place(m, records(m))
+        assert plan.transformer == found and plan.summary()["transformer"] == found
+        ops = {n.name: n.op_type for n in m.graph.node}
+        readers = {ops[node] for s in plan.activations for node, _ in s.readers}
+        assert readers <= {"MatMul", "Gemm", "Conv", "Reshape", "Transpose"}, readers  # the linear layers (through shape ops)
+        linear = [n for n in m.graph.node if n.op_type in ("MatMul", "Gemm", "Conv")]
+        assert sorted(plan.fp32_layers) == ["/layer.0/attn/MatMul_1"] and len(plan.int8_layers) == len(linear) - 1
