@@ -63,6 +63,7 @@ If/Loop/Scan bodies are converted by the converter as it sees fit (not guarded).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -111,6 +112,8 @@ def to_fp16(
     for n in g.node:  # node_block_list works by name: every node needs one
         if not n.name:
             n.name = namer.fresh(f"{n.op_type}_{n.output[0] if n.output else 'node'}")
+    renamed_nodes = _clear_converter_names(work, namer)
+    keep_fp32_nodes = [renamed_nodes.get(name, name) for name in keep_fp32_nodes]
     _normalize_constants(g)
     try:
         work = onnx.shape_inference.infer_shapes(work, strict_mode=False)
@@ -154,6 +157,51 @@ def to_fp16(
     order = {n.name: i for i, n in enumerate(out.graph.node)}
     kept_sorted = dict(sorted(kept.items(), key=lambda kv: (order.get(kv[0], -1), kv[0])))
     return Fp16Result(out, kept_sorted, warnings)
+
+
+_CONVERTER_NAME = re.compile(r"^graph_(input|output)_cast|_cast_to_(fp32|fp16|bfloat16)")
+
+
+def _clear_converter_names(model: onnx.ModelProto, namer: Namer) -> dict[str, str]:
+    """Rename the tensors and nodes named as onnxruntime's converter names its Casts
+    (graph_input_cast_0, graph_output_cast0, x_cast_to_fp32, ...), graph inputs and outputs
+    excepted, and return {old node name: new}. A model the converter made (an FP16 model with
+    FP32 I/O) or qtool's FP16 export already has them, and converting it again would define
+    those names twice (onnx.checker: not in SSA form; onnxruntime: two nodes with the same name)."""
+    g = model.graph
+    io = {v.name for v in list(g.input) + list(g.output)}
+    tensors: dict[str, str] = {}
+    nodes: dict[str, str] = {}
+
+    def fresh(name: str) -> str:
+        base = _CONVERTER_NAME.sub(lambda m: m.group(0).replace("cast", "Cast"), name)
+        return namer.fresh(base)
+
+    graphs = [g]
+    for graph in graphs:
+        for n in graph.node:
+            graphs.extend(subgraphs(n))
+            for t in list(n.input) + list(n.output):
+                if t and t not in io and t not in tensors and _CONVERTER_NAME.search(t):
+                    tensors[t] = fresh(t)
+            if graph is g and _CONVERTER_NAME.search(n.name):
+                nodes[n.name] = n.name = fresh(n.name)
+            elif _CONVERTER_NAME.search(n.name):
+                n.name = fresh(n.name)
+        for t in list(graph.initializer) + list(graph.input) + list(graph.output) + list(graph.value_info):
+            if t.name not in io and t.name not in tensors and _CONVERTER_NAME.search(t.name):
+                tensors[t.name] = fresh(t.name)
+    if not tensors:
+        return nodes
+    for graph in graphs:
+        for n in graph.node:
+            for k, t in enumerate(n.input):
+                n.input[k] = tensors.get(t, t)
+            for k, t in enumerate(n.output):
+                n.output[k] = tensors.get(t, t)
+        for t in list(graph.initializer) + list(graph.input) + list(graph.output) + list(graph.value_info):
+            t.name = tensors.get(t.name, t.name)
+    return nodes
 
 
 def _detach_unproduced_outputs(g: onnx.GraphProto, namer: Namer) -> list[onnx.ValueInfoProto]:

@@ -20,6 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 from runcli import invoke
 
 from qtool import trtrules
+from qtool.graph import toposort
 
 F, H, I64 = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.INT64
 C = 16  # channels: TensorRT's default exclusions keep smaller Convs FP32 (qtool.patterns.MIN_CHANNELS)
@@ -139,9 +140,25 @@ def already_qdq():
     return _model(nodes, inits, [_vi("x", F, [1, 3, 16, 16])], [_vi("y", F, [1, C, 16, 16])])
 
 
+def converter_fp16():
+    """What onnxruntime's converter makes (keep_io_types, conv1 blocked): its Casts named
+    graph_input_cast_0, graph_output_cast0, c1_cast_to_fp16, ... that a second conversion would make again."""
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    rng = np.random.default_rng(5)
+    nodes, inits = _convs(rng, y="a")
+    inits["w3"] = _w(rng, C, C)
+    nodes.append(helper.make_node("Conv", ["a", "w3"], ["y"], name="conv3", pads=[1, 1, 1, 1]))
+    m = _model(nodes, inits, [_vi("x", F, [1, 3, 16, 16])], [_vi("y", F, [1, C, 16, 16])])
+    m = convert_float_to_float16(m, keep_io_types=True, node_block_list=["conv1", "relu1", "conv2"])
+    toposort(m.graph)  # the converter appends its Casts
+    onnx.checker.check_model(m, full_check=True)
+    return m
+
+
 MODELS = {
     "negative_dims": negative_dims, "symbolic_dims": symbolic_dims, "passthrough": passthrough,
-    "control_flow": control_flow, "fp16_inside": fp16_inside, "already_qdq": already_qdq,
+    "control_flow": control_flow, "fp16_inside": fp16_inside, "already_qdq": already_qdq, "converter_fp16": converter_fp16,
 }
 
 
@@ -171,9 +188,9 @@ def _ok(r):
     return r
 
 
-@pytest.mark.parametrize("name", list(MODELS))
-def test_default_tensorrt_export(tmp_path, name):
-    m = MODELS[name]()
+def _export(tmp_path, m, name, int8_layers=True):
+    """Calibrate `m` with --data, export it with the default options and check the file; returns it."""
+    tmp_path.mkdir(exist_ok=True)
     path = tmp_path / f"{name}.onnx"
     onnx.save(m, str(path))
     feeds = _feeds(m)
@@ -185,7 +202,7 @@ def test_default_tensorrt_export(tmp_path, name):
     _ok(invoke("-q", "calibrate", path, "--data", data, "-o", calib))
     out = tmp_path / "m.trt.onnx"
     summary = json.loads(_ok(invoke("export", "--target", "tensorrt", "--calib", calib, "-o", out, "--json")).stdout)
-    assert summary["high_precision"] == "fp16" and summary["int8_layers"] > 0, summary
+    assert summary["high_precision"] == "fp16" and (summary["int8_layers"] > 0) == int8_layers, summary
     assert not any("FP16 conversion failed" in w for w in summary["warnings"]), summary["warnings"]
     q = onnx.load(str(out))
     assert trtrules.check(q, "11.4") == []
@@ -201,3 +218,17 @@ def test_default_tensorrt_export(tmp_path, name):
         err = float(np.abs(e - r).max() / max(np.abs(r).max(), 1e-6))
         assert err < 0.1, (name, err)
         np.testing.assert_allclose(b, e, atol=0.02 * float(np.abs(r).max()) + 1e-6)
+    return q
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_default_tensorrt_export(tmp_path, name):
+    _export(tmp_path, MODELS[name](), name)
+
+
+def test_exported_model_exported_again(tmp_path):
+    """qtool's own TensorRT file (Q/DQ, FP16 with FP32 I/O, the converter's Cast names) goes
+    through calibrate and export again."""
+    first = _export(tmp_path / "a", passthrough(), "first")
+    assert any(n.name.startswith("graph_input_cast") for n in first.graph.node)
+    _export(tmp_path / "b", first, "second", int8_layers=False)  # its Convs are FP16 or already behind Q/DQ
