@@ -332,7 +332,7 @@ def additive_masks(m: GraphView) -> set[str]:
 
 
 _SCORE_PATH = {"Add", "Sub", "Mul", "Div", "Where", "Cast", "Reshape", "Identity", "Transpose"}
-_PROBS_PATH = {"Reshape", "Cast", "Identity", "Dropout", "Transpose"}
+_PROBS_PATH = {"Reshape", "Cast", "Identity", "Dropout", "Transpose", "Where", "Mul"}  # Where: fully masked rows, Mul: a head mask
 
 
 def _attention(m: GraphView, softmax: onnx.NodeProto) -> bool:
@@ -373,8 +373,12 @@ def transformer_structure(m: GraphView) -> dict[str, int]:
     masks = None
     for n in m.graph.node:
         op = n.op_type
-        if op in ("LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization"):
+        if op in ("LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization"):
             counts["layer_norm"] += 1
+        elif op in ("Attention", "MultiHeadAttention", "GroupQueryAttention") and n.domain == "com.microsoft":
+            counts["attention"] += 1  # onnxruntime's fused transformer ops
+        elif op in ("FastGelu", "BiasGelu") and n.domain == "com.microsoft":
+            counts["gelu"] += 1
         elif not standard(n):
             continue
         elif op == "Softmax" and n.input and _attention(m, n):
