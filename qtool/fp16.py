@@ -147,6 +147,7 @@ def to_fp16(
         )
     except Exception as e:  # the converter's own failure: the caller may fall back to FP32
         raise QtoolError(f"onnxruntime's FP16 converter failed: {type(e).__name__}: {_first_line(e)}") from None
+    _cast_outer_reads(out.graph, kept, namer)
     _home_casts(out.graph)
     _drop_cast_pairs(out.graph, n_before, original_tensors)
     _fp32_constant_copies(out.graph)
@@ -281,6 +282,28 @@ def _home_casts(g: onnx.GraphProto) -> None:
                 g.value_info.remove(vi)
             g.node.remove(n)
             moved = True
+
+
+def _cast_outer_reads(g: onnx.GraphProto, kept: dict[str, str], namer: Namer) -> None:
+    """A kept-FP32 If/Loop/Scan keeps its bodies FP32 (the converter does not enter them), but it
+    casts only the node's inputs, not what the bodies read from the main graph: each such FP16
+    tensor gets a Cast to FP32 here, read by the bodies instead."""
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in list(g.value_info) + list(g.input)}
+    types.update({t.name: t.data_type for t in g.initializer})
+    casts: dict[str, str] = {}
+    for n in list(g.node):
+        if n.name not in kept:
+            continue
+        for sub in subgraphs(n):
+            for r in sorted(outer_refs(sub)):
+                if types.get(r) != TensorProto.FLOAT16:
+                    continue
+                if r not in casts:
+                    casts[r] = namer.fresh(f"{r}_for_fp32_body")
+                    g.node.append(helper.make_node("Cast", [r], [casts[r]], name=namer.fresh(f"{casts[r]}/Cast"), to=TensorProto.FLOAT))
+                    vi = g.value_info.add()
+                    vi.name, vi.type.tensor_type.elem_type = casts[r], TensorProto.FLOAT
+                _rename_reads(sub, r, casts[r])
 
 
 def _toposort_all(g: onnx.GraphProto) -> None:

@@ -251,3 +251,73 @@ def test_qdq_concat_runs():
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     got = ort.InferenceSession(res.model.SerializeToString(), opts, providers=["CPUExecutionProvider"]).run(None, feed)[0]
     np.testing.assert_allclose(got, _run(m, feed)[0], atol=0.05)
+
+
+def _check_runs(m, res, feed):
+    onnx.checker.check_model(res.model, full_check=True)
+    assert [o.name for o in res.model.graph.output] == [o.name for o in m.graph.output]
+    for r, g in zip(_run(m, feed), _run(res.model, feed)):
+        assert g.dtype == r.dtype and g.shape == r.shape
+        np.testing.assert_allclose(g, r, rtol=1e-2, atol=1e-2)
+
+
+def test_negative_and_symbolic_input_dims():
+    """Paddle's dim_value -1 and symbols: the zero-input check run picks sizes for them."""
+    for dims in ([-1, 3, -1, -1], ["N", 3, "H", "W"]):
+        nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+                 helper.make_node("Relu", ["c"], ["y"], name="relu")]
+        m = _model(nodes, {"w": np.full((4, 3, 3, 3), 0.1, np.float32)}, [_vi("x", dims)], [_vi("y", [dims[0], 4, *dims[2:]])])
+        res = to_fp16(m)
+        _check_runs(m, res, {"x": np.random.default_rng(8).standard_normal((2, 3, 5, 7)).astype(np.float32)})
+
+
+def test_outputs_that_no_node_produces():
+    """A graph input and an initializer passed straight out, and a repeated output, keep their
+    FP32 values; the converter alone leaves a Cast reading nothing for them."""
+    nodes = [helper.make_node("Mul", ["x", "k"], ["m"], name="mul"), helper.make_node("Relu", ["m"], ["y"], name="relu")]
+    m = _model(nodes, {"k": np.array([1.5, 2.0, 2.5], np.float32)}, [_vi("x", [1, 3]), _vi("state", [2, 4])],
+               [_vi("y", [1, 3]), _vi("state", [2, 4]), _vi("x", [1, 3]), _vi("k", [3])])
+    res = to_fp16(m)
+    assert _io_types(res.model) == [FLOAT] * 6
+    assert {t.name: t.data_type for t in res.model.graph.initializer}["k"] == FLOAT
+    rng = np.random.default_rng(9)
+    _check_runs(m, res, {"x": rng.standard_normal((1, 3)).astype(np.float32), "state": rng.standard_normal((2, 4)).astype(np.float32)})
+
+
+def test_blocked_op_inside_if_branch():
+    """The converter puts the Casts around a Max inside an If branch into the main graph, where the
+    branch's tensors do not exist; they move into the branch."""
+    shape = [1, 3, 4, 4]
+    then_g = helper.make_graph([helper.make_node("Max", ["r", "lo"], ["t1"], name="then_max"),
+                                helper.make_node("Relu", ["t1"], ["t2"], name="then_relu")], "then", [], [_vi("t2", shape)])
+    else_g = helper.make_graph([helper.make_node("Sigmoid", ["r"], ["e1"], name="else_sigmoid")], "else", [], [_vi("e1", shape)])
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("ReduceSum", ["x"], ["s"], name="sum", keepdims=0),
+             helper.make_node("Greater", ["s", "zero"], ["c"], name="gt"),
+             helper.make_node("If", ["c"], ["y"], name="if", then_branch=then_g, else_branch=else_g)]
+    m = _model(nodes, {"zero": np.array(0, np.float32), "lo": np.array(0.25, np.float32)}, [_vi("x", shape)], [_vi("y", shape)])
+    res = to_fp16(m)
+    if_node = next(n for n in res.model.graph.node if n.op_type == "If")
+    then_ops = [n.op_type for n in next(a.g for a in if_node.attribute if a.name == "then_branch").node]
+    assert then_ops == ["Max", "Cast", "Relu"]  # Max's FP32 output cast back to FP16 inside the branch
+    for sign in (1, -1):
+        _check_runs(m, res, {"x": sign * np.abs(np.random.default_rng(10).standard_normal(shape)).astype(np.float32)})
+    res = to_fp16(zoo.control_flow_model())
+    onnx.checker.check_model(res.model, full_check=True)
+
+
+def test_model_the_converter_made_converts_again():
+    """An FP16 model with FP32 I/O from onnxruntime's converter (and qtool's own output) already
+    holds graph_input_cast_0, graph_output_cast0, x_cast_to_fp32: a second conversion renames them."""
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    from qtool.graph import toposort
+
+    for make, block in ((plain_model, ["relu1"]), (paddle_bn_model, ["bn"])):
+        once = convert_float_to_float16(make(), keep_io_types=True, node_block_list=block)
+        toposort(once.graph)
+        x = np.random.default_rng(11).standard_normal([d.dim_value for d in once.graph.input[0].type.tensor_type.shape.dim])
+        feed = {"x": x.astype(np.float32)}
+        _check_runs(once, to_fp16(once), feed)
+        ours = to_fp16(make()).model
+        _check_runs(ours, to_fp16(ours), feed)

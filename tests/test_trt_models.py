@@ -232,3 +232,44 @@ def test_exported_model_exported_again(tmp_path):
     first = _export(tmp_path / "a", passthrough(), "first")
     assert any(n.name.startswith("graph_input_cast") for n in first.graph.node)
     _export(tmp_path / "b", first, "second", int8_layers=False)  # its Convs are FP16 or already behind Q/DQ
+
+
+def test_fp16_failure_falls_back_to_fp32(tmp_path, monkeypatch):
+    """Whatever the FP16 step cannot do (here: it raises) gives an FP32 file and a warning, not an
+    internal error; with If/Loop nodes those are kept FP32 first and the rest tried again."""
+    from qtool import fp16
+
+    real = fp16.to_fp16
+    calls = []
+
+    def flaky(model, *, activation_absmax=None, keep_fp32_nodes=()):
+        calls.append(sorted(keep_fp32_nodes))
+        if not keep_fp32_nodes:
+            raise RuntimeError("simulated converter bug")
+        return real(model, activation_absmax=activation_absmax, keep_fp32_nodes=keep_fp32_nodes)
+
+    monkeypatch.setattr(fp16, "to_fp16", flaky)
+    m = control_flow()
+    onnx.save(m, str(tmp_path / "cf.onnx"))
+    data = tmp_path / "data"
+    data.mkdir()
+    for k, feed in enumerate(_feeds(m, 2)):
+        np.save(data / f"{k}.npy", feed["x"])
+    _ok(invoke("-q", "calibrate", tmp_path / "cf.onnx", "--data", data, "-o", tmp_path / "c.calib.json"))
+    summary = json.loads(_ok(invoke("export", "--target", "tensorrt", "--calib", tmp_path / "c.calib.json",
+                                    "-o", tmp_path / "m.onnx", "--json")).stdout)
+    assert calls == [[], ["if", "loop"]]
+    assert any("simulated converter bug" in w and "'if', 'loop'" in w for w in summary["warnings"]), summary["warnings"]
+    assert summary["high_precision"] == "fp16"
+    assert trtrules.check(onnx.load(str(tmp_path / "m.onnx")), "11.4") == []
+
+    monkeypatch.setattr(fp16, "to_fp16", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("always")))
+    summary = json.loads(_ok(invoke("export", "--target", "tensorrt", "--calib", tmp_path / "c.calib.json",
+                                    "-o", tmp_path / "m32.onnx", "--json")).stdout)
+    assert summary["high_precision"] == "fp32" and "always" in summary["fp16_failed"]
+    q = onnx.load(str(tmp_path / "m32.onnx"))
+    assert trtrules.check(q, "11.4") == []
+    assert not any(t.data_type == H for t in q.graph.initializer)
+    ref, got = _run(m, _feeds(m, 1)[0], ort.GraphOptimizationLevel.ORT_DISABLE_ALL), _run(
+        q, _feeds(m, 1)[0], ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    assert np.isfinite(got[0]).all() and float(np.abs(got[0] - ref[0]).max() / np.abs(ref[0]).max()) < 0.1
