@@ -18,7 +18,19 @@ What the converter does, found by reading that file and by the tests in tests/te
   The same holds for a blocked node next to a kept-FP32 graph input/output. `_drop_cast_pairs`
   removes those round trips and gives the tensors their original names back.
 * Casts are appended at the end of the node list: the graph is no longer topologically sorted
-  (onnx.checker refuses it; qtool.graph.toposort fixes it).
+  (onnx.checker refuses it; qtool.graph.toposort, run on every body too, fixes it). The Casts
+  for a blocked node inside an If/Loop/Scan body go to the main graph as well, where the body's
+  tensors do not exist: `_home_casts` moves them into the body.
+* Every FP32 graph output becomes the output of a new Cast reading a renamed tensor: an output no
+  node produces (a graph input or initializer passed straight out, silero VAD's state) or one
+  listed twice would leave a Cast reading nothing; `_detach_unproduced_outputs` takes those out
+  for the conversion and puts them back (a graph input stays FP32, an initializer keeps its FP32
+  value and its readers get a copy).
+* Its Casts have fixed names (graph_input_cast_0, graph_output_cast0, x_cast_to_fp32, ...): a model
+  it already made (an FP16 model with FP32 I/O, qtool's own TensorRT file) would get them twice;
+  `_clear_converter_names` renames the existing ones first.
+* A blocked If/Loop/Scan keeps its bodies FP32, but only its inputs are cast, not what the
+  bodies read from the main graph: `_cast_outer_reads` adds those Casts.
 * QuantizeLinear/DequantizeLinear need no special case: they are not blocked, their FP32 scale
   initializers become FP16 (so QuantizeLinear-19 has x and y_scale both FP16 and a DequantizeLinear
   feeding an FP16 Conv outputs FP16), int8 zero points and int8 weights are left alone, and a
@@ -58,7 +70,10 @@ value (`_fp32_constant_copies`) rather than the converter's Cast: TensorRT wants
 Afterwards the model must pass onnx.checker,
 hold only finite FP16 constants, and load and run in onnxruntime (CPU, zero inputs), else
 QtoolError; when the input model itself fails the checker or does not run, that is a warning.
-If/Loop/Scan bodies are converted by the converter as it sees fit (not guarded).
+The zero inputs give unknown dims (no value, a symbol, Paddle's -1) 1 first and 64 elsewhere.
+If/Loop/Scan bodies are converted by the converter as it sees fit (not guarded). When the
+conversion fails anyway, qtool.exporters.trt_qdq keeps the control-flow nodes FP32 and tries
+again, then keeps the whole model FP32, with a warning either way.
 """
 
 from __future__ import annotations
