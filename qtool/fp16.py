@@ -150,6 +150,46 @@ def to_fp16(
             kept.setdefault(n.name, f"op type {n.op_type} stays FP32 (onnxruntime's float16 block list)")
         elif n.domain not in ("", "ai.onnx"):
             kept.setdefault(n.name, f"custom-domain op {n.domain}.{n.op_type}: its float types are unknown")
+    main_nodes = {n.name: n.op_type for n in g.node}
+    warnings: list[str] = []
+    while True:
+        attempt = onnx.ModelProto()
+        attempt.CopyFrom(work)
+        kept_now = dict(kept)
+        try:
+            out, more = _convert(attempt, kept_now, blocked_ops, namer, model)
+            break
+        except QtoolError as e:
+            name = _failing_node(str(e), main_nodes)
+            if name is None or name in kept_now or len(warnings) >= MAX_REFUSED_NODES:
+                raise
+            why = _first_line(e).split(": ", 1)[-1]
+            kept[name] = f"onnxruntime refuses it in FP16 ({why})"
+            warnings.append(f"node {name!r} ({main_nodes[name]}) stays FP32: onnxruntime refuses it in FP16 ({why})")
+    order = {n.name: i for i, n in enumerate(out.graph.node)}
+    kept_sorted = dict(sorted(kept_now.items(), key=lambda kv: (order.get(kv[0], -1), kv[0])))
+    return Fp16Result(out, kept_sorted, warnings + more)
+
+
+# How many nodes onnxruntime may refuse in FP16 (each kept FP32, the conversion tried again).
+MAX_REFUSED_NODES = 8
+_NODE_IN_ERROR = re.compile(r"in node \(([^)]*)\)|node with name '([^']*)'|node: ([^ ]+) OpType")
+
+
+def _failing_node(message: str, names: dict[str, str]) -> str | None:
+    """The main-graph node an onnx.checker / onnxruntime error names, if any."""
+    for m in _NODE_IN_ERROR.finditer(message):
+        name = next(x for x in m.groups() if x is not None)
+        if name in names:
+            return name
+    return None
+
+
+def _convert(work: onnx.ModelProto, kept: dict[str, str], blocked_ops: set[str], namer: Namer,
+             original: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
+    """One conversion of `work` (edited in place) with the nodes in `kept` FP32; `kept` gains
+    the Q/DQ and Constant nodes that follow them. (model, warnings) or QtoolError."""
+    g = work.graph
     _follow_qdq(g, kept)
     _follow_constants(g, kept)
     outputs = _detach_unproduced_outputs(g, namer)
@@ -169,10 +209,7 @@ def to_fp16(
     del out.graph.output[:]
     out.graph.output.extend(outputs)
     _toposort_all(out.graph)
-    warnings = _verify(out, model)
-    order = {n.name: i for i, n in enumerate(out.graph.node)}
-    kept_sorted = dict(sorted(kept.items(), key=lambda kv: (order.get(kv[0], -1), kv[0])))
-    return Fp16Result(out, kept_sorted, warnings)
+    return out, _verify(out, original)
 
 
 _CONVERTER_NAME = re.compile(r"^graph_(input|output)_cast|_cast_to_(fp32|fp16|bfloat16)")

@@ -321,3 +321,17 @@ def test_model_the_converter_made_converts_again():
         _check_runs(once, to_fp16(once), feed)
         ours = to_fp16(make()).model
         _check_runs(ours, to_fp16(ours), feed)
+
+
+def test_node_onnxruntime_refuses_in_fp16_stays_fp32():
+    """Celu is float-only (ONNX spec): onnxruntime refuses the FP16 model, names the node, and
+    that node alone stays FP32, with a warning naming it."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"), helper.make_node("Celu", ["r"], ["c"], name="celu"),
+             helper.make_node("Sigmoid", ["c"], ["y"], name="sigmoid")]
+    m = _model(nodes, {}, [_vi("x", [2, 4])], [_vi("y", [2, 4])], opset=20)
+    res = to_fp16(m)
+    assert list(res.kept_fp32) == ["celu"] and "onnxruntime refuses it in FP16" in res.kept_fp32["celu"]
+    assert len(res.warnings) == 1 and "'celu' (Celu) stays FP32" in res.warnings[0]
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in res.model.graph.value_info}
+    assert types["r"] == types["c"] == TensorProto.FLOAT16
+    _check_runs(m, res, {"x": np.random.default_rng(12).standard_normal((2, 4)).astype(np.float32)})

@@ -15,7 +15,9 @@ branches 8.6-GA and 10.1-GA; the TensorRT developer guide, "Explicit Quantizatio
   10.x up to 20, 11.x up to 25.
 Strongly typed builds (10.x with --stronglyTyped, always on 11.x) run each layer in the type the
 ONNX gives it, so `high_precision="fp16"` converts the unquantized part to FP16 (qtool.fp16; graph
-inputs and outputs stay FP32), as NVIDIA ModelOpt does by default.
+inputs and outputs stay FP32), as NVIDIA ModelOpt does by default. What the conversion cannot do
+stays FP32 with a warning: nodes onnxruntime refuses in FP16 (qtool.fp16), else the If/Loop/Scan
+nodes, else the whole model (summary `high_precision` "fp32", `fp16_failed` says why).
 """
 
 from __future__ import annotations
