@@ -188,3 +188,24 @@ def test_a_mask_calibrated_without_padding_is_still_recognised():
     plan = placement.place(m, recs)
     assert set(plan.unrepresentable) == MASKS and all("additive mask" in v for v in plan.unrepresentable.values())
     assert not MASKS & {s.tensor for s in plan.activations}
+
+
+# ------------------------------------------------------------------ TensorRT range files (implicit INT8)
+
+@pytest.mark.parametrize("fmt", ["cache", "dynamic-range", "ort-trt"])
+def test_tensorrt_range_files_leave_out_the_masks(calibrated, tmp_path, fmt):
+    from qtool import trtfiles
+
+    path, calib = calibrated["bert_fused"]
+    out = tmp_path / f"m.{fmt}"
+    summary, r = export(calib, out, "tensorrt", "--trt-version", "8.6.1", "--format", fmt)
+    assert set(summary["unrepresentable"]) == MASKS
+    assert "no 8-bit grid can represent" in r.output and "/mask/Mul_output_0" in r.output
+    if fmt == "ort-trt":
+        return
+    text = out.read_text()
+    assert "7f800000" not in text and not any(m in text for m in MASKS)
+    ranges = trtfiles.read_cache(text)[1] if fmt == "cache" else {
+        line.rsplit(":", 1)[0]: float(line.rsplit(":", 1)[1]) for line in text.splitlines()}
+    assert ranges and all(np.isfinite(v) and 0 < v < 1e30 for v in ranges.values())
+    assert summary["coverage"]["written"] == len(ranges) == summary["coverage"]["activation_tensors"] - len(MASKS)

@@ -14,11 +14,19 @@ Formats (`--format`):
 Which tensors (range files): every float activation tensor of the model (qtool.model.activation_tensors: graph
 inputs and outputs included, shape/index tensors and constants excluded), in graph order. A
 pass-through output (qtool.passthrough) whose own range is missing or unusable gets its input's.
+A range no 8-bit grid represents is left out of the range files, with a warning (TensorRT then
+runs the tensor in FP16/FP32, as qtool.placement keeps it float in the Q/DQ model): infinite or
+NaN values, |x| >= 1e30 (qtool.patterns.HUGE; its scale overflows to +inf in float32) and the
+additive attention masks of qtool.patterns.additive_masks (a huge negative constant or 0, even
+when calibration saw no padding).
 """
 
 from __future__ import annotations
 
+import math
+
 from .. import model, passthrough
+from .. import patterns as P
 from ..errors import QtoolError
 from ..rules import TENSORRT
 from ..trtfiles import (
@@ -118,6 +126,32 @@ def model_ranges(proto, own: dict[str, float]) -> tuple[dict[str, float], dict[s
     return ranges, report
 
 
+def unrepresentable(proto, cal, amax: dict[str, float]) -> dict[str, str]:
+    """{tensor: why} for the ranges no 8-bit grid represents (the test qtool.placement applies to
+    the Q/DQ model): additive masks, infinite or NaN values, |x| >= 1e30, in graph order."""
+    found = dict.fromkeys(P.additive_masks(P.GraphView(proto)), "additive mask (a huge constant or 0)")
+    records = {t.name: t for t in cal.tensors}
+    for name in list(records) + [n for n in amax if n not in records]:
+        if name in found:
+            continue
+        rec, value = records.get(name), amax.get(name)
+        if rec is not None:
+            lo, hi = float(rec.min), float(rec.max)
+            if not (math.isfinite(lo) and math.isfinite(hi)) or getattr(rec, "nonfinite", 0):
+                found[name] = "infinite or NaN values"
+                continue
+            if max(-lo, hi) >= P.HUGE:
+                found[name] = f"|x| up to {max(-lo, hi):.3g} >= {P.HUGE:g}"
+                continue
+        if value is not None and not math.isfinite(value):
+            found[name] = "infinite or NaN values"
+        elif value is not None and abs(value) >= P.HUGE:
+            found[name] = f"|x| up to {abs(value):.3g} >= {P.HUGE:g}"
+    order = model.activation_tensors(proto, model.tensor_types(proto))
+    rank = {n: i for i, n in enumerate(order)}
+    return dict(sorted(found.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0])))
+
+
 def check_format(fmt: str) -> str:
     if fmt not in FORMATS:
         raise QtoolError(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
@@ -169,16 +203,29 @@ def export(loaded, cal, *, trt_version: str | None = None, algorithm: str = "ent
     if high_precision is not None or weights != "fp32" or exclude or include or not bias_correction:
         raise QtoolError("--high-precision, --weights, --exclude, --include and --no-bias-correction apply to --format qdq only")
     amax = {name: d.amax for name, d in thresholds(cal, fmt, algorithm, method).items()}
-    data, warnings, summary = _ranges_file(loaded, amax, trt_version, algorithm, fmt)
+    data, warnings, summary = _ranges_file(loaded, amax, trt_version, algorithm, fmt, unrepresentable(loaded.proto, cal, amax))
     if major == 10:
         warnings.insert(0, TRT10_DEPRECATED)
     return ExportResult(data, warnings, {"format": fmt, "trt_version": trt_version, **summary})
 
 
-def _ranges_file(loaded, amax: dict[str, float], trt_version: str, algorithm: str, fmt: str) -> tuple[bytes, list[str], dict]:
-    """(bytes, warnings, summary) of a cache, dynamic-range file or onnxruntime table."""
-    ranges, report = model_ranges(loaded.proto, amax)
+def _ranges_file(loaded, amax: dict[str, float], trt_version: str, algorithm: str, fmt: str,
+                 left_out: dict[str, str] | None = None) -> tuple[bytes, list[str], dict]:
+    """(bytes, warnings, summary) of a cache, dynamic-range file or onnxruntime table; the
+    tensors of `left_out` ({tensor: why}) get no entry (not even one inherited from an input)."""
+    left_out = left_out or {}
+    ranges, report = model_ranges(loaded.proto, {n: v for n, v in amax.items() if n not in left_out})
+    kept_out = [n for n in left_out if n in ranges or n in report["missing"]]  # activation tensors of the model
+    ranges = {n: v for n, v in ranges.items() if n not in left_out}
+    for key in ("missing", "dropped", "inherited"):
+        report[key] = [n for n in report[key] if n not in left_out]
     warnings = []
+    if kept_out:
+        shown = "; ".join(f"{n} ({left_out[n]})" for n in kept_out[:5]) + (f" and {len(kept_out) - 5} more" if len(kept_out) > 5 else "")
+        warnings.append(
+            f"{len(kept_out)} tensor(s) have a range no 8-bit grid can represent and are left out, so TensorRT runs "
+            f"them in FP16/FP32: {shown}"
+        )
     if report["missing"]:
         warnings.append(
             f"{len(report['missing'])} activation tensor(s) of the model have no range in the calibration and are left out, "
@@ -202,8 +249,10 @@ def _ranges_file(loaded, amax: dict[str, float], trt_version: str, algorithm: st
     else:
         data, more = write_ort_table(ranges)
         entries = len(ranges)
+    if kept_out:
+        summary["unrepresentable"] = {n: left_out[n] for n in kept_out}
     summary.update(entries=entries, coverage={
-        "activation_tensors": len(ranges) + len(report["missing"]), "written": entries,
+        "activation_tensors": len(ranges) + len(report["missing"]) + len(kept_out), "written": entries,
         "inherited": len(report["inherited"]), "missing": len(report["missing"]), "dropped": len(report["dropped"]),
     })
     return data, warnings + more, summary
