@@ -20,6 +20,7 @@ import json
 import math
 import os
 import re
+import stat
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -35,6 +36,55 @@ from .stats import UNIT_LOG2, SampleStats
 
 FORMAT = "qtool.calibration"
 VERSION = 1
+
+# Limits on what a calibration file may hold (far above any real calibration): its size, how
+# deeply its JSON nests, each tensor's total count (exact in float64, where shards are folded),
+# and the magnitude of ranges (float32 activations stay below 2**128).
+MAX_FILE_BYTES = 512 << 20
+MAX_DEPTH = 32
+MAX_COUNT = 2 ** 53
+MAX_MAGNITUDE = 2.0 ** 129
+MIN_RANGE = 2.0 ** -160  # smallest non-zero histogram range (float32's smallest value is 2**-149)
+MAX_BINS = 65536  # bins per tensor (calibrate --bins; a file's `bins`)
+MAX_SUM = 2 ** 240  # per-sample sums (integers counting 2**-40): stay finite as floats
+_CHUNK = 1 << 20
+
+
+def read_limited(path: str | os.PathLike, limit: int, what: str) -> bytes:
+    """The bytes of the user's file `path`, at most `limit` of them: a regular file is checked by
+    size first, anything else (a pipe, a device) is read in chunks up to the limit, so that a
+    signal still stops the read. QtoolError past the limit; OSError as open/read raise it."""
+    p = Path(path)
+    too_big = (f"{what} {str(p)!r} is larger than {limit >> 20} MB, the most qtool reads for it; "
+               "is it the right file?")
+    with open(p, "rb") as f:
+        info = os.fstat(f.fileno())
+        if stat.S_ISDIR(info.st_mode):
+            raise IsADirectoryError(21, "Is a directory", str(p))
+        if stat.S_ISREG(info.st_mode) and info.st_size > limit:
+            raise QtoolError(too_big)
+        data = bytearray()
+        while True:
+            chunk = f.read(min(_CHUNK, limit + 1 - len(data)))
+            if not chunk:
+                break
+            data += chunk
+            if len(data) > limit:
+                raise QtoolError(too_big)
+    return bytes(data)
+
+
+def nesting_depth(doc, limit: int) -> int:
+    """How deeply lists and dicts nest in a parsed document (counted without recursion, up to limit + 1)."""
+    deepest, stack = 0, [(doc, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (list, dict)):
+            deepest = max(deepest, depth)
+            if deepest > limit:
+                return deepest
+            stack.extend((v, depth + 1) for v in (node.values() if isinstance(node, dict) else node))
+    return deepest
 
 
 @dataclass
@@ -228,6 +278,9 @@ def merge(cals: list[Calibration]) -> Calibration:
     shards = [c.shard for c in cals if c.shard]
     if shards and len(set(shards)) != len(shards):
         raise QtoolError(f"cannot merge: shard {shards[0][0]}/{shards[0][1]} given twice" if shards.count(shards[0]) > 1 else "cannot merge: a shard is given twice")
+    for i, t in enumerate(first.tensors):
+        if sum(sum(c.tensors[i].counts) for c in cals) > MAX_COUNT:
+            raise QtoolError(f"cannot merge: tensor {t.name!r} would count more than 2**53 values")
     tensors = []
     for i, t in enumerate(first.tensors):
         hist = t.histogram(first.bins)
@@ -287,10 +340,13 @@ def to_json(cal: Calibration) -> str:
     return re.sub(f'"{marker}(\\d+)"', lambda m: lists[int(m.group(1))], text) + "\n"
 
 
-def relocate(cal: Calibration, path: str | os.PathLike) -> Calibration:
-    """The calibration with an absolute model path made relative to the folder of the file `path`
-    (files record where their model is from where they are)."""
+def relocate(cal: Calibration, path: str | os.PathLike, source: str | os.PathLike | None = None) -> Calibration:
+    """The calibration with its model path made relative to the folder of the file `path`
+    (files record where their model is from where they are). The path is taken as absolute, or,
+    with `source` (the file `cal` was read from), as relative to the folder of `source`."""
     model = Path(cal.model_path)
+    if not model.is_absolute() and source is not None:
+        model = Path(os.path.abspath(Path(source).parent / model))
     if not model.is_absolute():
         return cal
     return replace(cal, model_path=Path(os.path.relpath(model, Path(path).resolve().parent)).as_posix())
@@ -334,11 +390,21 @@ def load(path: str | os.PathLike) -> Calibration:
     """Read a calibration file, refusing anything that is not one this version understands."""
     p = Path(path)
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
+        doc = json.loads(read_limited(p, MAX_FILE_BYTES, "calibration file").decode("utf-8"))
     except FileNotFoundError:
         raise QtoolError(f"calibration file {str(p)!r} does not exist") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except IsADirectoryError:
+        raise QtoolError(f"calibration file {str(p)!r} is a directory") from None
+    except OSError as e:
+        raise QtoolError(f"{str(p)!r} is not a readable calibration file ({e.strerror or e}); calibrate again") from None
+    except UnicodeDecodeError as e:
+        raise QtoolError(f"{str(p)!r} is not a readable calibration file (not UTF-8 text: byte {e.start}); calibrate again") from None
+    except RecursionError:
+        raise QtoolError(f"{str(p)!r} is not a readable calibration file (JSON nested too deeply); calibrate again") from None
+    except ValueError as e:  # JSONDecodeError, and integers too long to read
         raise QtoolError(f"{str(p)!r} is not a readable calibration file ({e}); calibrate again") from None
+    if nesting_depth(doc, MAX_DEPTH) > MAX_DEPTH:
+        raise QtoolError(f"{str(p)!r} is not a readable calibration file (JSON nested deeper than {MAX_DEPTH} levels); calibrate again")
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise QtoolError(f"{str(p)!r} is not a qtool calibration file")
     if doc.get("version") != VERSION:
@@ -388,8 +454,8 @@ def _invalid(cal: Calibration) -> str | None:
         return str(e)
     if cal.kl_variant not in thresholds.KL_VARIANTS:
         return f"unknown KL variant {cal.kl_variant!r}"
-    if not 2 <= cal.num_bits <= 16 or cal.bins < 1 or cal.bins & (cal.bins - 1) or cal.samples < 0:
-        return "bad num_bits, bins or samples"
+    if not 2 <= cal.num_bits <= 16 or not 1 <= cal.bins <= MAX_BINS or cal.bins & (cal.bins - 1) or not 0 <= cal.samples <= MAX_COUNT:
+        return f"bad num_bits, bins or samples (bins at most {MAX_BINS}, samples at most 2**53)"
     if cal.shard is not None and not (len(cal.shard) == 2 and 1 <= cal.shard[0] <= cal.shard[1]):
         return "bad shard"
     names = set()
@@ -399,10 +465,23 @@ def _invalid(cal: Calibration) -> str | None:
         names.add(t.name)
         if not all(math.isfinite(v) for v in (t.min, t.max, t.amax, t.hist_range)) or t.amax < 0 or t.hist_range < 0:
             return f"non-finite or negative value for tensor {t.name!r}"
+        if max(abs(t.min), abs(t.max), t.amax, t.hist_range) >= MAX_MAGNITUDE or 0 < t.hist_range < MIN_RANGE:
+            return f"a value of tensor {t.name!r} is out of range (|x| must stay below 2**129, as float32 values do)"
         if t.min > t.max and sum(t.counts) > 0:
             return f"min above max for tensor {t.name!r}"
-        if not 1 <= len(t.counts) <= cal.bins or min(t.counts) < 0 or t.nonfinite < 0:
+        if not 1 <= len(t.counts) <= cal.bins or min(t.counts) < 0 or not 0 <= t.nonfinite <= MAX_COUNT:
             return f"bad histogram for tensor {t.name!r}"
+        if sum(t.counts) > MAX_COUNT:
+            return f"the histogram of tensor {t.name!r} counts more than 2**53 values"
+        if t.stats is not None and not _stats_in_range(t.stats):
+            return f"per-sample statistics of tensor {t.name!r} out of range"
         if cal.method == "mean-minmax" and (t.stats is None or not t.stats.count):
             return f"method mean-minmax without per-sample statistics for tensor {t.name!r}"
     return None
+
+
+def _stats_in_range(stats: SampleStats) -> bool:
+    sums = [stats.min_sum, stats.absmax_sum, *(stats.channel_sums or [])]
+    peaks = stats.channel_absmax or []
+    return (stats.count <= MAX_COUNT and all(abs(v) < MAX_SUM for v in sums) and all(v < MAX_MAGNITUDE for v in peaks)
+            and (stats.axis is None or abs(stats.axis) < 64))

@@ -199,7 +199,74 @@ class Rule:
             return self.pattern in names
         if self.match == "glob":
             return any(fnmatch.fnmatchcase(n, self.pattern) for n in names)
-        return any(re.search(self.pattern, n) for n in names)
+        return any(re.search(self.pattern, n[:MAX_NAME]) for n in names)
+
+
+# Limits on a rule file: its size, how deeply it nests, a pattern's length, and (regex rules)
+# the name length searched. Python's `re` has no timeout, so regex rules take a subset that
+# cannot backtrack without bound (`check_regex`).
+MAX_POLICY_BYTES = 16 << 20
+MAX_POLICY_DEPTH = 16
+MAX_PATTERN = 1000
+MAX_NAME = 4096
+MAX_REPEATS = 3  # quantifiers that repeat more than once (*, +, {m,n} with n > 1)
+MAX_QUANTIFIERS = 12  # all quantifiers, ? included
+
+
+def check_regex(pattern: str) -> str | None:
+    """Why a rule's regex could take unbounded time, or None. Refused: a quantifier applied to
+    something that itself holds a quantifier or an alternation (`(a+)+`, `(a|ab)*`), back
+    references, and more than MAX_REPEATS repeating quantifiers (`.*a.*b.*c.*d` is polynomial
+    in the name length with a degree that grows with each one)."""
+    try:
+        import re._parser as sre_parse  # Python >= 3.11
+        from re._constants import MAXREPEAT
+    except ImportError:  # Python 3.10
+        import sre_parse
+        from sre_constants import MAXREPEAT
+    if len(pattern) > MAX_PATTERN:
+        return f"longer than {MAX_PATTERN} characters"
+    tree = sre_parse.parse(pattern)
+    repeats = quantifiers = 0
+
+    def walk(items, inside_repeat: bool) -> str | None:
+        nonlocal repeats, quantifiers
+        for op, av in items:
+            name = str(op)
+            if name in ("GROUPREF", "GROUPREF_EXISTS"):
+                return "back references are not supported"
+            if name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+                low, high, body = av
+                many = high is MAXREPEAT or high > 1
+                if inside_repeat:
+                    return "a quantifier inside a repeated group (e.g. (a+)+) can take exponential time"
+                repeats += many
+                quantifiers += 1
+                found = walk(body, many)
+            elif name == "BRANCH":
+                if inside_repeat:
+                    return "an alternation inside a repeated group (e.g. (a|ab)*) can take exponential time; use a character class"
+                found = next((f for f in (walk(b, inside_repeat) for b in av[1]) if f), None)
+            elif name == "SUBPATTERN":
+                found = walk(av[-1], inside_repeat)
+            elif name in ("ASSERT", "ASSERT_NOT"):
+                found = walk(av[1], inside_repeat)
+            elif name == "ATOMIC_GROUP":
+                found = walk(av, inside_repeat)
+            else:
+                found = None
+            if found:
+                return found
+        return None
+
+    found = walk(tree, False)
+    if found:
+        return found
+    if quantifiers > MAX_QUANTIFIERS:
+        return f"more than {MAX_QUANTIFIERS} quantifiers (a?a?a?... backtracks 2**n ways)"
+    if repeats > MAX_REPEATS:
+        return f"more than {MAX_REPEATS} repeating quantifiers (*, +, {{m,n}}); use a glob rule or fewer .*"
+    return None
 
 
 @dataclass
@@ -237,16 +304,32 @@ def _parse_rule(item, where: str) -> Rule:
     if len(matchers) != 1:
         raise QtoolError(f"{where} needs exactly one of {', '.join(_MATCHERS)}")
     kinds = item.get("apply_to", list(_KINDS))
-    kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
+    kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds) if isinstance(kinds, list) else ()
     if not kinds or any(k not in _KINDS for k in kinds):
         raise QtoolError(f"{where}: apply_to must be activations, weights or both")
-    pattern = str(item[matchers[0]])
+    value = item[matchers[0]]
+    if isinstance(value, (list, dict)) or value is None:
+        raise QtoolError(f"{where}: {matchers[0]} must be text, not {type(value).__name__}")
+    pattern = str(value)
+    if len(pattern) > MAX_PATTERN:
+        raise QtoolError(f"{where}: {matchers[0]} is longer than {MAX_PATTERN} characters")
     if matchers[0] == "regex":
         try:
             re.compile(pattern)
-        except re.error as e:
-            raise QtoolError(f"{where}: bad regex {pattern!r} ({e})") from None
+            unsafe = check_regex(pattern)
+        except (re.error, RecursionError, OverflowError) as e:
+            raise QtoolError(f"{where}: bad regex {pattern[:80]!r} ({e if not isinstance(e, RecursionError) else 'nested too deeply'})") from None
+        if unsafe:
+            raise QtoolError(f"{where}: regex {pattern[:80]!r} refused: {unsafe}")
     changes = {k: item[k] for k in _FIELDS if k in item}
+    for k in ("signed", "symmetric", "per_channel"):
+        if k in changes and not (isinstance(changes[k], bool) or (changes[k] is None and k != "per_channel")):
+            raise QtoolError(f"{where}: {k} must be true or false, not {changes[k]!r}"[:200])
+    for k in ("scale", "rounding"):
+        if k in changes and not isinstance(changes[k], str):
+            raise QtoolError(f"{where}: {k} must be text, not {type(changes[k]).__name__}")
+    if "bits" in changes and (isinstance(changes["bits"], bool) or not isinstance(changes["bits"], int)):
+        raise QtoolError(f"{where}: bits must be an integer from {MIN_BITS} to {MAX_BITS}")
     try:
         replace(ACTIVATIONS, **changes)  # validates the values now, with the rule's name in the message
     except QtoolError as e:
@@ -258,12 +341,19 @@ def load_rules(path: Path) -> list[Rule]:
     """Rules from a JSON file ({"rules": [...]}) or TOML file ([[rules]] tables). Each rule has one
     matcher (name, glob, regex or op_type), optional apply_to (activations/weights) and the policy
     fields it sets (bits, signed, symmetric, per_channel, scale, rounding)."""
+    from .calibration import nesting_depth, read_limited
+
+    kind = "TOML" if str(path).endswith(".toml") else "JSON"
     try:
-        text = Path(path).read_text()
+        data = read_limited(path, MAX_POLICY_BYTES, "--policy")
     except OSError as e:
         raise QtoolError(f"--policy {str(path)!r} cannot be read ({e.strerror or e})") from None
     try:
-        if str(path).endswith(".toml"):
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise QtoolError(f"--policy {str(path)!r} is not UTF-8 text (byte {e.start}: 0x{data[e.start]:02x}); save it as UTF-8") from None
+    try:
+        if kind == "TOML":
             try:
                 import tomllib
             except ModuleNotFoundError:  # Python 3.10
@@ -271,8 +361,12 @@ def load_rules(path: Path) -> list[Rule]:
             doc = tomllib.loads(text)
         else:
             doc = json.loads(text)
+    except RecursionError:
+        raise QtoolError(f"--policy {str(path)!r} is not valid {kind} (nested too deeply)") from None
     except (ValueError, TypeError) as e:
-        raise QtoolError(f"--policy {str(path)!r} is not valid {'TOML' if str(path).endswith('.toml') else 'JSON'} ({e})") from None
+        raise QtoolError(f"--policy {str(path)!r} is not valid {kind} ({str(e)[:200]})") from None
+    if nesting_depth(doc, MAX_POLICY_DEPTH) > MAX_POLICY_DEPTH:
+        raise QtoolError(f"--policy {str(path)!r} nests deeper than {MAX_POLICY_DEPTH} levels; a rule file is a list of flat rules")
     if not isinstance(doc, dict) or not isinstance(doc.get("rules"), list) or set(doc) - {"rules"}:
         raise QtoolError(f"--policy {str(path)!r} must hold one list named rules (unknown keys: {sorted(set(doc) - {'rules'}) if isinstance(doc, dict) else '-'})")
     return [_parse_rule(item, f"rule {i + 1} of {Path(path).name}") for i, item in enumerate(doc["rules"])]

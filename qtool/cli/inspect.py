@@ -23,6 +23,10 @@ KINDS = {
 }
 
 
+# an ONNX model is one protobuf message, which cannot exceed 2 GB
+MAX_ONNX_BYTES = 2 << 30
+
+
 def _number(value: float | None):
     """JSON-safe float: None for NaN/inf (JSON has neither)."""
     return value if value is not None and math.isfinite(value) else None
@@ -35,7 +39,7 @@ def read_file(path: Path) -> dict:
     with tensors sorted by name, each a dict with at least 'name' and 'amax'.
     """
     try:
-        data = path.read_bytes()
+        data = calibration.read_limited(path, calibration.MAX_FILE_BYTES, "FILE")
     except FileNotFoundError:
         raise QtoolError(f"{str(path)!r} does not exist") from None
     except IsADirectoryError:
@@ -115,6 +119,15 @@ def _cache(text: str) -> dict:
         for n in sorted(entries)
     ]
     return {"kind": "tensorrt-cache", "header": header, "tensors": tensors}
+
+
+def unusable(doc: dict) -> list[str]:
+    """Tensors of a range file (cache, dynamic-range file, onnxruntime table) whose scale or range
+    is NaN, infinite, zero or negative: TensorRT divides by the scale. A calibration file's amax 0
+    is the exact range of an all-zero tensor, and exports safely."""
+    if doc["kind"] == "calibration":
+        return []
+    return [t["name"] for t in doc["tensors"] if not trtfiles.is_usable(t.get("scale", t["amax"]))]
 
 
 def coverage(doc: dict, loaded: model.LoadedModel) -> dict:
@@ -241,7 +254,7 @@ def _require_onnx(path: Path) -> None:
     if not path.exists():
         raise QtoolError(f"{str(path)!r} does not exist")
     try:
-        data = path.read_bytes()
+        data = calibration.read_limited(path, MAX_ONNX_BYTES, "ONNX model")
     except IsADirectoryError:
         raise QtoolError(f"{str(path)!r} is a directory; give an ONNX model") from None
     except OSError as e:
@@ -296,7 +309,13 @@ def inspect(ctx, file, model_path, trt_version, weight_bits, activation_bits, sc
     }
     if cov is not None:
         summary["coverage"] = cov
-    emit(as_json, summary, _text(file, doc, cov))
+    bad_scales = unusable(doc)
+    if doc["kind"] != "calibration":
+        summary["unusable"] = bad_scales
+    text = _text(file, doc, cov)
+    if bad_scales:
+        text += "\nNaN, infinite, zero or negative scale: " + ", ".join(bad_scales)
+    emit(as_json, summary, text)
     if cov is not None:
         bad = len(cov["missing"]) + len(cov["nonfinite"]) + len(cov["nonpositive"])
         if bad:
@@ -305,3 +324,7 @@ def inspect(ctx, file, model_path, trt_version, weight_bits, activation_bits, sc
                 err=True,
             )
             ctx.exit(1)
+    if bad_scales:
+        click.echo(f"error: {len(bad_scales)} tensor(s) of {file} have a NaN, infinite, zero or negative scale, "
+                   f"which TensorRT cannot use: {trtfiles._listed(bad_scales, 10)}", err=True)
+        ctx.exit(1)
