@@ -38,6 +38,10 @@ class Preprocess:
         return d
 
 
+# --size: the largest height and width (one 8192x8192 RGB image is 768 MB of float32)
+MAX_SIDE = 8192
+
+
 def parse_size(text: str | None) -> tuple[int, int] | None:
     if text is None:
         return None
@@ -48,6 +52,8 @@ def parse_size(text: str | None) -> tuple[int, int] | None:
         raise QtoolError(f"--size {text!r} is not HxW, e.g. --size 320x320") from None
     if h <= 0 or w <= 0:
         raise QtoolError(f"--size {text!r} must have positive height and width, e.g. --size 320x320")
+    if h > MAX_SIDE or w > MAX_SIDE:
+        raise QtoolError(f"--size {text!r} is too large: height and width go up to {MAX_SIDE}")
     return h, w
 
 

@@ -51,6 +51,8 @@ def calibrate(ctx, model_path, images_dir, data_dir, limit, on_bad_image, shard,
     started = time.perf_counter()
     if (images_dir is None) == (data_dir is None):
         raise QtoolError("give exactly one of --images DIR or --data DIR")
+    if bins > calibration.MAX_BINS:
+        raise QtoolError(f"--bins {bins} is too many: the maximum is {calibration.MAX_BINS} (default 2048)")
     shard_kn = data.parse_shard(shard)
     trt_number = tensorrt.version_number(trt_version) if trt_table else None
     output = output or Path(f"{model_path.stem}.calib.json")

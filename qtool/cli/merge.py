@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from .. import calibration
-from ..fileio import Outputs, file_input, model_input
+from ..errors import QtoolError
+from ..fileio import Outputs, file_input, model_input, same_file
 from . import EPILOG, cli, emit
 
 
@@ -23,6 +24,11 @@ def merge(files, output, as_json):
     the same file, byte for byte, as calibrating all inputs at once.
     """
     started = time.perf_counter()
+    for i, f in enumerate(files):  # a file given twice would silently count its inputs twice
+        twice = next((g for g in files[:i] if same_file(f, g)), None)
+        if twice is not None:
+            what = f"{str(f)!r} is given twice" if str(f) == str(twice) else f"{str(twice)!r} and {str(f)!r} are the same file"
+            raise QtoolError(f"cannot merge: {what} (its inputs would count twice); give each file once")
     cals = [calibration.load(f) for f in files]
     models = {str(f.parent / c.model_path): f.parent / c.model_path for f, c in zip(files, cals)}
     outs = Outputs(inputs=[file_input(f, "a calibration file being merged") for f in files]
@@ -30,7 +36,8 @@ def merge(files, output, as_json):
     output = outs.add(output)
     merged = calibration.merge(cals)
     with outs:
-        outs.write(output, calibration.to_json(calibration.relocate(merged, output)).encode())
+        # the model path, recorded relative to the first file, is written relative to the output
+        outs.write(output, calibration.to_json(calibration.relocate(merged, output, source=files[0])).encode())
         outs.commit()
     seconds = time.perf_counter() - started
     summary = {"command": "merge", "inputs": [str(f) for f in files], "outputs": {"calibration": str(output)},

@@ -49,7 +49,8 @@ def recompute(calib_path, method_text, kl_variant, output, as_json):
     out = outs.add(output or calib_path)
     new = calibration.recompute(cal, method, variant)
     with outs:
-        outs.write(out, calibration.to_json(calibration.relocate(new, out)).encode())
+        # the model path, recorded relative to FILE, is written relative to the output
+        outs.write(out, calibration.to_json(calibration.relocate(new, out, source=calib_path)).encode())
         outs.commit()
     changed = sum(a.amax != b.amax for a, b in zip(cal.tensors, new.tensors))
     zero = [t.name for t in new.tensors if t.amax == 0]
