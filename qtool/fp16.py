@@ -57,6 +57,12 @@ The guard keeps a node FP32 when (reason recorded in `Fp16Result.kept_fp32`):
     512, docs: nvidia.github.io/Model-Optimizer/guides/8_autocast.html, a much wider margin for
     uncalibrated use);
 (c) it is named in `keep_fp32_nodes`;
+(e) it belongs to a decomposed LayerNorm (ReduceMean -> Sub -> Pow 2 (or Mul x*x) -> ReduceMean
+    -> Add eps -> Sqrt -> Div, also Reciprocal/Mul or Rsqrt in place of the Div) whose squares
+    overflow FP16: the squared deviation's input reaches |x| > sqrt(65504) ~ 255.9 at calibration
+    (or the squares themselves > 65504). The whole normalisation stays FP32, not only the nodes
+    (b) catches, so the mean, the deviation and the division see FP32 values (BERT residual
+    streams have outlier channels in the hundreds);
 (d) its op type is on DEFAULT_OP_BLOCK_LIST or EXTRA_OP_BLOCK_LIST, or it computes shapes (a node
     whose outputs reach only shape/index/parameter slots, qtool.model.NON_DATA_SLOTS, and that
     reads or writes a float: FP16 holds integers exactly only up to 2048; Shape/Size and Constant
@@ -141,6 +147,7 @@ def to_fp16(
         if name not in names:
             raise QtoolError(f"no node named {name!r} in the model (keep FP32 nodes)")
         kept.setdefault(name, "kept FP32 on request")
+    _guard_layernorms(g, activation_absmax or {}, kept)
     _guard_constants(g, kept)
     _guard_activations(g, activation_absmax or {}, kept)
     _guard_shape_nodes(work, kept)
@@ -446,6 +453,74 @@ def _guard_constants(g: onnx.GraphProto, kept: dict[str, str]) -> None:
         if const_node is not None:
             kept.setdefault(const_node.name, reason)
         for u, _ in users:
+            kept.setdefault(u.name, reason)
+
+
+def _square(n: onnx.NodeProto, constants: dict[str, np.ndarray]) -> str | None:
+    """The tensor a Pow(x, 2) or Mul(x, x) squares, else None."""
+    if n.op_type == "Mul" and len(n.input) == 2 and n.input[0] == n.input[1]:
+        return n.input[0]
+    if n.op_type == "Pow" and len(n.input) == 2 and n.input[1] in constants:
+        e = constants[n.input[1]]
+        return n.input[0] if e.size and np.all(e == 2) else None
+    return None
+
+
+_LN_CHAIN = ("Add", "Sqrt", "Reciprocal", "Rsqrt")  # between the variance and the division
+
+
+def layernorm_nodes(g: onnx.GraphProto, square: onnx.NodeProto, x: str) -> list[onnx.NodeProto]:
+    """The nodes of the decomposed LayerNorm whose squaring node is `square` (squaring `x`):
+    the mean and the Sub making `x`, the square, the variance ReduceMean, the eps Add, Sqrt and
+    the Div (or Reciprocal/Rsqrt and Mul) that reads `x`; [] when the pattern is not there."""
+    made_by, readers = producers(g), consumers(g)
+    var = [u for u, _ in readers.get(square.output[0], []) if u.op_type == "ReduceMean"]
+    if len(var) != 1:
+        return []
+    nodes = [square, var[0]]
+    sub = made_by.get(x)
+    if sub is not None and sub.op_type == "Sub" and len(sub.input) == 2:
+        mean = made_by.get(sub.input[1])
+        if mean is not None and mean.op_type == "ReduceMean" and mean.input[:1] == sub.input[:1]:
+            nodes[:0] = [mean, sub]
+    frontier, seen = var[0].output[0], 0
+    while seen < 4:
+        users = [u for u, _ in readers.get(frontier, [])]
+        if len(users) != 1:
+            return []
+        u = users[0]
+        if u.op_type in ("Div", "Mul") and x in u.input:
+            return nodes + [u]
+        if u.op_type not in _LN_CHAIN:
+            return []
+        nodes.append(u)
+        frontier, seen = u.output[0], seen + 1
+    return []
+
+
+def _guard_layernorms(g: onnx.GraphProto, absmax: dict[str, float], kept: dict[str, str]) -> None:
+    """(e): a decomposed LayerNorm whose squares overflow FP16 stays FP32 as a whole."""
+    constants: dict[str, np.ndarray] = {}
+    for name, t, _ in _float_constants(g):
+        try:
+            constants[name] = numpy_helper.to_array(t)
+        except Exception:
+            continue
+    limit = float(np.sqrt(FP16_MAX))
+    for n in g.node:
+        x = _square(n, constants)
+        if x is None:
+            continue
+        value = float(absmax.get(x, 0.0))
+        squares = float(absmax.get(n.output[0], 0.0))
+        if not (value > limit or not np.isfinite(value) or squares > FP16_MAX or not np.isfinite(squares)):
+            continue
+        nodes = layernorm_nodes(g, n, x)
+        if not nodes:
+            continue
+        shown = f"{max(value, np.sqrt(squares) if np.isfinite(squares) else squares):.4g}"
+        reason = f"decomposed LayerNorm: it squares {x!r}, which reaches |x| {shown} at calibration (squares > 65504 overflow FP16)"
+        for u in nodes:
             kept.setdefault(u.name, reason)
 
 

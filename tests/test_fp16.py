@@ -335,3 +335,64 @@ def test_node_onnxruntime_refuses_in_fp16_stays_fp32():
     types = {vi.name: vi.type.tensor_type.elem_type for vi in res.model.graph.value_info}
     assert types["r"] == types["c"] == TensorProto.FLOAT16
     _check_runs(m, res, {"x": np.random.default_rng(12).standard_normal((2, 4)).astype(np.float32)})
+
+
+# ------------------------------------------------------------------ decomposed LayerNorm (guard e)
+
+LN_OPS = ["ReduceMean", "Sub", "Pow", "ReduceMean", "Add", "Sqrt", "Div"]
+
+
+def _big_bert(scale):
+    """zoo.bert_like with decomposed LayerNorms and the word embedding scaled by `scale`: the
+    embedding LayerNorm's deviations reach |x| of several hundred (BERT's outlier channels)."""
+    m = zoo.bert_like(fused_layernorm=False)
+    for i, t in enumerate(m.graph.initializer):
+        if t.name == "embeddings.word.weight":
+            m.graph.initializer[i].CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * np.float32(scale), t.name))
+    return m
+
+
+def _absmax(m, feed):
+    """Max |x| of every float tensor of the main graph on `feed` (what calibration records)."""
+    work = onnx.ModelProto()
+    work.CopyFrom(m)
+    inferred = onnx.shape_inference.infer_shapes(work)
+    floats = [vi.name for vi in inferred.graph.value_info if vi.type.tensor_type.elem_type == FLOAT]
+    work.graph.output.extend([helper.make_tensor_value_info(n, FLOAT, None) for n in floats])
+    values = _run(work, feed)
+    return {o.name: float(np.max(np.abs(v))) for o, v in zip(work.graph.output, values) if v.size}
+
+
+def _bert_feed():
+    from test_transformers import bert_feeds
+
+    return bert_feeds(np.random.default_rng(3), batch=2)
+
+
+def test_decomposed_layernorm_squaring_above_255_stays_fp32_as_a_whole():
+    m, feed = _big_bert(60.0), _bert_feed()
+    absmax = _absmax(m, feed)
+    dev = "/embeddings/ln/Sub_output_0"
+    assert 255 < absmax[dev] < ACTIVATION_LIMIT  # the deviation itself fits FP16, its square does not
+    res = to_fp16(m, activation_absmax=absmax)
+    ln = [n for n in m.graph.node if n.name.startswith("/embeddings/ln/") and n.op_type in LN_OPS][:len(LN_OPS)]
+    assert [n.op_type for n in ln] == LN_OPS  # then the gamma Mul and beta Add, on normalised values
+    for n in ln:
+        assert "decomposed LayerNorm" in res.kept_fp32[n.name], (n.name, res.kept_fp32.get(n.name))
+    # the layers' LayerNorms see normalised values: only their eps constants keep nodes FP32 there
+    assert not [k for k, why in res.kept_fp32.items() if "decomposed LayerNorm" in why and not k.startswith("/embeddings/ln/")]
+    ref = _run(m, feed)[0]
+    got = _run(res.model, feed)[0].astype(np.float32)
+    assert np.isfinite(got).all() and _rel_err(ref, got) < 1e-2, _rel_err(ref, got)
+    # only the deviation's range known (the squares not calibrated): the guard still fires
+    only = to_fp16(m, activation_absmax={dev: absmax[dev]})
+    assert all("decomposed LayerNorm" in only.kept_fp32[n.name] for n in ln)
+
+
+def test_decomposed_layernorm_of_small_values_is_fp16():
+    m, feed = _big_bert(1.0), _bert_feed()
+    absmax = _absmax(m, feed)
+    assert absmax["/embeddings/ln/Sub_output_0"] < 255
+    res = to_fp16(m, activation_absmax=absmax)
+    assert not [k for k, why in res.kept_fp32.items() if "decomposed LayerNorm" in why]
+    assert "/embeddings/ln/Pow" not in res.kept_fp32 and "/embeddings/ln/Div" not in res.kept_fp32
