@@ -8,7 +8,10 @@ file; it never writes files itself and never modifies the model it is given.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+import onnx
 
 TARGETS = ("tensorrt", "openvino", "qdq")
 
@@ -18,6 +21,33 @@ class ExportResult:
     data: bytes
     warnings: list[str] = field(default_factory=list)
     summary: dict = field(default_factory=dict)  # target-specific facts for the JSON summary
+
+
+@dataclass
+class Prepared:
+    """The model as a CPU target's export edits it before inserting quantizers (opset raised, node
+    names unique, biases not yet corrected) and its plan: what export and qtool.evaluation share."""
+
+    model: onnx.ModelProto
+    plan: object  # placement.Plan
+    warnings: list[str]
+    place: Callable  # place(exclude) -> Plan: the same placement with more nodes kept FP32
+
+
+def with_quantizers(prepared: Prepared, cal, plan, bias_correction: bool, apply: Callable) -> tuple[onnx.ModelProto, int, list[str]]:
+    """A copy of the prepared model with `plan`'s quantizers (default: all), inserted by the
+    target's `apply(model, namer, plan)`, and with bias_correction the bias shifts of its int8
+    layers: (model, layers corrected, warnings)."""
+    from .. import biascorrection
+    from .. import graph as G
+
+    plan = prepared.plan if plan is None else plan
+    model = onnx.ModelProto()
+    model.CopyFrom(prepared.model)
+    namer = G.Namer(model)
+    corrected, warnings = biascorrection.apply_to_export(model, namer, plan, cal, bias_correction)
+    apply(model, namer, plan)
+    return model, corrected, warnings
 
 
 def exporter(target: str):

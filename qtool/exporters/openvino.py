@@ -15,10 +15,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .. import biascorrection, placement, policy, quant
 from .. import graph as G
-from . import cpu_plan
-from .qdq import Prepared
+from .. import placement, policy, quant
+from . import Prepared, cpu_plan, with_quantizers
 
 DOMAIN = "org.openvinotoolkit"
 FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16)
@@ -91,13 +90,7 @@ def quantized(prepared: Prepared, cal, plan: placement.Plan | None = None,
               bias_correction: bool = True) -> tuple[onnx.ModelProto, int, list[str]]:
     """A copy of the prepared model with `plan`'s FakeQuantize nodes (default: all) and, with
     bias_correction, the bias shifts of its int8 layers: (model, layers corrected, warnings)."""
-    plan = prepared.plan if plan is None else plan
-    model = onnx.ModelProto()
-    model.CopyFrom(prepared.model)
-    namer = G.Namer(model)
-    corrected, warnings = biascorrection.apply_to_export(model, namer, plan, cal, bias_correction)
-    apply(model, namer, plan)
-    return model, corrected, warnings
+    return with_quantizers(prepared, cal, plan, bias_correction, apply)
 
 
 def export(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_patterns=True, bias_correction=True,

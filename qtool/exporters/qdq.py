@@ -12,18 +12,15 @@ model there (its DequantizeLinear `axis` needs opset 13).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .. import biascorrection, placement, quant
 from .. import graph as G
+from .. import placement, quant
 from .. import policy as policy_mod
 from ..errors import QtoolError
-from . import cpu_plan
+from . import Prepared, cpu_plan, with_quantizers
 
 MIN_OPSET = 13
 
@@ -158,17 +155,6 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
     model.graph.node.extend(new_nodes)
 
 
-@dataclass
-class Prepared:
-    """The model as the QDQ export edits it before inserting quantizers: opset raised, node names
-    unique, biases not yet corrected; its plan, and what the export options were."""
-
-    model: onnx.ModelProto
-    plan: placement.Plan
-    warnings: list[str]
-    place: Callable  # place(exclude) -> Plan: the same placement with more nodes kept FP32
-
-
 def prepare(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_patterns=True, policies=None,
             method: str | None = None) -> Prepared:
     """The steps of the QDQ export up to the placement: `export` and qtool.evaluation share them."""
@@ -194,13 +180,7 @@ def quantized(prepared: Prepared, cal, plan: placement.Plan | None = None,
               bias_correction: bool = True) -> tuple[onnx.ModelProto, int, list[str]]:
     """A copy of the prepared model with `plan`'s quantizers (default: all) and, with
     bias_correction, the bias shifts of its int8 layers: (model, layers corrected, warnings)."""
-    plan = prepared.plan if plan is None else plan
-    model = onnx.ModelProto()
-    model.CopyFrom(prepared.model)
-    namer = G.Namer(model)
-    corrected, warnings = biascorrection.apply_to_export(model, namer, plan, cal, bias_correction)
-    apply(model, namer, plan)
-    return model, corrected, warnings
+    return with_quantizers(prepared, cal, plan, bias_correction, apply)
 
 
 def export(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_patterns=True, bias_correction=True,
