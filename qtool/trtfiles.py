@@ -169,7 +169,7 @@ def read_cache(text: str) -> tuple[dict, dict[str, float]]:
     lines = _lines(text)
     if not lines:
         raise QtoolError("the TensorRT cache is empty")
-    m = re.fullmatch(r"TRT-(\d+)-(\w+)", lines[0].strip())
+    m = re.fullmatch(r"TRT-(\d{1,12})-(\w+)", lines[0].strip())  # TensorRT writes at most 6 digits
     if not m:
         raise QtoolError(f"not a TensorRT calibration cache: first line is {lines[0][:60]!r}, expected TRT-<version>-<algorithm>")
     header = {"version": int(m.group(1)), "algorithm": m.group(2)}

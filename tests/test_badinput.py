@@ -65,6 +65,32 @@ def w(tmp_path_factory):
         shutil.copy(d / "good.calib.json", d / "two" / f"{n}.calib.json")
     r = CliRunner().invoke(cli, ["calibrate", str(d / "digits.onnx"), "--images", str(d / "imgs"), "--method", "max", "-o", str(d / "max.calib.json")])
     assert r.exit_code == 0, r.output
+    # policy files qtool cannot take
+    (d / "latin1.json").write_bytes('{"rules": [{"name": "conv\u00e9", "bits": 4}]}'.encode("latin-1"))
+    (d / "utf16.json").write_bytes('{"rules": [{"op_type": "Conv", "bits": 4}]}'.encode("utf-16"))
+    (d / "deep.json").write_text("[" * 100000 + "]" * 100000)
+    (d / "deep.toml").write_text("rules = " + "[" * 100000 + "]" * 100000)
+    (d / "deepish.json").write_text('{"rules": [{"op_type": "Conv", "bits": 4, "x": ' + "[" * 100 + "]" * 100 + "}]}")
+    for name, regex in (("nested", "(a+)+$"), ("alternation", "(x|xy)*z"), ("stars", ".*a.*b.*c.*d"), ("backref", "(a)\\1")):
+        json.dump({"rules": [{"regex": regex, "bits": 4}]}, open(d / f"regex-{name}.json", "w"))
+    json.dump({"rules": [{"op_type": "Conv", "apply_to": 5}]}, open(d / "applyto.json", "w"))
+    json.dump({"rules": [{"name": ["a"], "bits": 4}]}, open(d / "listname.json", "w"))
+    json.dump({"rules": [{"op_type": "Conv", "signed": "yes"}]}, open(d / "signedtext.json", "w"))
+    # calibration files with numbers that do not fit, or nested too deeply
+    first = next(iter(good["tensors"]))
+
+    def changed(name, edit):
+        doc = json.loads((d / "good.calib.json").read_text())
+        edit(doc["tensors"][first])
+        json.dump(doc, open(d / name, "w"))
+
+    changed("int64.calib.json", lambda t: t["histogram"]["counts"].__setitem__(0, 2 ** 70))
+    changed("range.calib.json", lambda t: t["histogram"]["range"].__setitem__(1, 1e308))
+    changed("max.big.calib.json", lambda t: t.update(max=1e308, amax=1e308))
+    changed("longint.calib.json", lambda t: t.update(nonfinite=10 ** 400))
+    (d / "deep.calib.json").write_text('{"format": "qtool.calibration", "version": 1, "tensors": ' + "[" * 100000 + "]" * 100000 + "}")
+    (d / "hugeint.calib.json").write_text('{"format": "qtool.calibration", "version": 1, "samples": ' + "9" * 5000 + "}")
+    (d / "latin1.calib.json").write_bytes((d / "good.calib.json").read_text().replace('"method"', '"m\u00e9thod"').encode("latin-1"))
     return d
 
 
@@ -112,6 +138,39 @@ CASES = {
     "mistyped target": ("export --target tensorrtt --calib {w}/good.calib.json", 2, "did you mean 'tensorrt'"),
     "merge of different methods": ("merge {w}/good.calib.json {w}/max.calib.json -o {w}/m.calib.json", 1, "method"),
     "limit zero": ("calibrate {w}/digits.onnx --images {w}/imgs --limit 0", 2, "--limit"),
+    # encodings, nesting, unsafe regexes and wrong types in policy files
+    "policy in Latin-1": ("inspect {w}/good.calib.json --policy {w}/latin1.json", 1, "not UTF-8"),
+    "policy in UTF-16": ("inspect {w}/good.calib.json --policy {w}/utf16.json", 1, "not UTF-8"),
+    "policy JSON nested too deeply": ("inspect {w}/good.calib.json --policy {w}/deep.json", 1, "nested too deeply"),
+    "policy TOML nested too deeply": ("inspect {w}/good.calib.json --policy {w}/deep.toml", 1, "--policy"),
+    "policy nested deeper than rules go": ("inspect {w}/good.calib.json --policy {w}/deepish.json", 1, "deeper than 16"),
+    "policy regex nested quantifiers": ("inspect {w}/good.calib.json --policy {w}/regex-nested.json", 1, "refused"),
+    "policy regex alternation repeated": ("inspect {w}/good.calib.json --policy {w}/regex-alternation.json", 1, "refused"),
+    "policy regex too many stars": ("inspect {w}/good.calib.json --policy {w}/regex-stars.json", 1, "refused"),
+    "policy regex back reference": ("inspect {w}/good.calib.json --policy {w}/regex-backref.json", 1, "back references"),
+    "policy apply_to a number": ("inspect {w}/good.calib.json --policy {w}/applyto.json", 1, "apply_to"),
+    "policy name a list": ("inspect {w}/good.calib.json --policy {w}/listname.json", 1, "must be text"),
+    "policy signed as text": ("inspect {w}/good.calib.json --policy {w}/signedtext.json", 1, "true or false"),
+    "policy is a folder": ("inspect {w}/good.calib.json --policy {w}/imgs", 1, "cannot be read"),
+    # numbers in calibration files that do not fit, encodings, nesting
+    "count above int64": ("export --target tensorrt --calib {w}/int64.calib.json -o {w}/x.cache", 1, "2**53"),
+    "count above int64 merged": ("merge {w}/int64.calib.json {w}/good.calib.json -o {w}/m.calib.json", 1, "2**53"),
+    "count above int64 inspected": ("inspect {w}/int64.calib.json", 1, "2**53"),
+    "range 1e308": ("merge {w}/range.calib.json {w}/good.calib.json -o {w}/m.calib.json", 1, "out of range"),
+    "max 1e308": ("export --target qdq --calib {w}/max.big.calib.json -o {w}/x.onnx", 1, "out of range"),
+    "nonfinite count of 400 digits": ("recompute {w}/longint.calib.json -o {w}/r.calib.json", 1, "bad histogram"),
+    "calibration nested too deeply": ("recompute {w}/deep.calib.json -o {w}/r.calib.json", 1, "nested too deeply"),
+    "calibration integer of 5000 digits": ("merge {w}/hugeint.calib.json {w}/good.calib.json -o {w}/m.calib.json", 1, "not a readable calibration file"),
+    "calibration in Latin-1": ("recompute {w}/latin1.calib.json -o {w}/r.calib.json", 1, "not UTF-8"),
+    "calibration is a folder": ("recompute {w}/imgs -o {w}/r.calib.json", 1, "is a directory"),
+    # absurd sizes, with the maximum in the message
+    "bins 2**30": ("calibrate {w}/digits.onnx --images {w}/imgs --bins 1073741824", 1, "maximum is 65536"),
+    "bins 2**70": ("calibrate {w}/digits.onnx --images {w}/imgs --bins 1180591620717411303424", 1, "maximum is 65536"),
+    "size 20000x20000": ("calibrate {w}/yolo.onnx --images {w}/imgs --size 20000x20000", 1, "up to 8192"),
+    "size of 5000 digits": ("calibrate {w}/yolo.onnx --images {w}/imgs --size " + "9" * 5000 + "x1", 1, "HxW"),
+    # one file given twice would count twice: refused
+    "merge the same file twice": ("merge {w}/good.calib.json {w}/good.calib.json -o {w}/m.calib.json", 1, "given twice"),
+    "merge the same file by two paths": ("merge {w}/good.calib.json {w}/max.calib.json ./good.calib.json -o {w}/m.calib.json", 1, "same file"),
 }
 
 
@@ -141,3 +200,123 @@ def test_export_without_calibration_file_here(tmp_path, monkeypatch, w):
     monkeypatch.chdir(w / "two")
     r = CliRunner().invoke(cli, ["export", "--target", "tensorrt"])
     assert r.exit_code == 1 and "a.calib.json" in r.output and "b.calib.json" in r.output
+
+
+# ----------------------------------------------------------------------------- reads are bounded
+
+def _one_error_line(r, needle):
+    assert r.exit_code == 1, r.output
+    assert "Traceback" not in r.output and "internal error" not in r.output, r.output
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], r.stderr
+
+
+def _sparse(path: Path, size: int) -> Path:
+    with open(path, "wb") as f:
+        f.truncate(size)  # no disk used: the size alone is refused, before any read
+    return path
+
+
+def test_files_over_the_limit_are_refused_by_size(w, tmp_path):
+    from qtool import calibration, policy
+
+    big_policy = _sparse(tmp_path / "big.json", policy.MAX_POLICY_BYTES + 1)
+    big_calib = _sparse(tmp_path / "big.calib.json", calibration.MAX_FILE_BYTES + 1)
+    runner = CliRunner()
+    _one_error_line(runner.invoke(cli, ["inspect", str(w / "good.calib.json"), "--policy", str(big_policy)]), "larger than 16 MB")
+    for args in (["inspect", str(big_calib)], ["recompute", str(big_calib), "-o", str(tmp_path / "r.json")],
+                 ["export", "--target", "tensorrt", "--calib", str(big_calib), "-o", str(tmp_path / "x.cache")],
+                 ["merge", str(big_calib), str(w / "good.calib.json"), "-o", str(tmp_path / "m.json")]):
+        _one_error_line(runner.invoke(cli, args), "larger than 512 MB")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.calib.json", "big.json"]
+
+
+def test_endless_inputs_are_read_up_to_the_limit(w, tmp_path, monkeypatch):
+    """/dev/zero is not a regular file: streamed in chunks and refused past the limit (the limit is
+    lowered here to keep the test fast; the full 512 MB takes about a second)."""
+    from qtool import calibration
+
+    monkeypatch.setattr(calibration, "MAX_FILE_BYTES", 4 << 20)
+    runner = CliRunner()
+    _one_error_line(runner.invoke(cli, ["inspect", str(w / "good.calib.json"), "--policy", "/dev/zero"]), "larger than 16 MB")
+    _one_error_line(runner.invoke(cli, ["inspect", "/dev/zero"]), "larger than 4 MB")
+    _one_error_line(runner.invoke(cli, ["recompute", "/dev/zero", "-o", str(tmp_path / "r.json")]), "larger than 4 MB")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args", [["inspect", "{fifo}"], ["recompute", "{fifo}", "-o", "{tmp}/r.json"],
+                                  ["inspect", "{w}/good.calib.json", "--policy", "{fifo}"]],
+                         ids=["inspect", "recompute", "policy"])
+def test_sigterm_stops_a_blocked_read(w, tmp_path, args):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # no writer: opening it blocks until a signal comes
+    argv = [a.format(fifo=fifo, tmp=tmp_path, w=w) for a in args]
+    proc = subprocess.Popen([sys.executable, "-m", "qtool", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(2.0)
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    assert proc.returncode == 143, proc.stderr.read()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo"]
+
+
+def test_slow_regexes_are_refused_and_safe_ones_still_match():
+    from qtool import policy
+
+    for safe in ("^layer1/conv2", ".*attn.*MatMul$", "(conv|fc)\\d+", "(block_.*)?out", "\\.weight$", "[a-z]+_[0-9]{1,3}"):
+        assert policy.check_regex(safe) is None, safe
+    for slow in ("(a+)+$", "(a*)*b", "(a|aa)+$", "(.*a){20}", "(x+x+)+y", "a?" * 13 + "a" * 13, ".*.*.*.*x", "(a)\\1"):
+        assert policy.check_regex(slow), slow
+
+
+# ----------------------------------------------------------------------------- range files inspect refuses
+
+def test_inspect_fails_on_unusable_scales_of_range_files(tmp_path):
+    from qtool import trtfiles
+
+    cache = tmp_path / "bad.cache"
+    cache.write_text("TRT-8601-EntropyCalibration2\na: 7fc00000\nb: ff800000\nc: 00000000\nd: bf800000\ne: 3c010204\nf: 7f800000\n")
+    dr = tmp_path / "bad.txt"
+    dr.write_text("a:nan\nb:-1\nc:2\nd:0\ne:-inf\n")
+    table = tmp_path / "bad.flatbuffers"
+    table.write_bytes(trtfiles._flatbuffer_table([(b"a", b"-2"), (b"b", b"1.5"), (b"c", b"nan")]))
+    for f, bad in ((cache, "a, b, c, d, f"), (dr, "a, b, d, e"), (table, "a, c")):
+        r = CliRunner().invoke(cli, ["inspect", str(f)])
+        _one_error_line(r, f": {bad}")
+        r = CliRunner().invoke(cli, ["inspect", str(f), "--json"])
+        assert r.exit_code == 1 and json.loads(r.stdout)["unusable"] == bad.split(", ")
+    good = tmp_path / "good.cache"
+    good.write_text("TRT-8601-EntropyCalibration2\ne: 3c010204\n")
+    assert CliRunner().invoke(cli, ["inspect", str(good)]).exit_code == 0
+
+
+def test_cache_header_with_a_huge_version_number(tmp_path):
+    f = tmp_path / "c.cache"
+    f.write_text("TRT-" + "9" * 5000 + "-EntropyCalibration2\na: 3c010204\n")
+    _one_error_line(CliRunner().invoke(cli, ["inspect", str(f)]), "not a TensorRT calibration cache")
+
+
+# ----------------------------------------------------------------------------- rewritten files find their model
+
+@pytest.mark.parametrize("command", ["recompute", "merge"])
+def test_output_elsewhere_records_the_model_from_its_own_folder(w, tmp_path, monkeypatch, command):
+    monkeypatch.chdir(tmp_path)
+    out = Path("other") / "dir" / "x.calib.json"
+    out.parent.mkdir(parents=True)
+    args = ["recompute", str(w / "good.calib.json"), "--method", "max"] if command == "recompute" else ["merge", str(w / "good.calib.json")]
+    r = CliRunner().invoke(cli, [*args, "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    recorded = json.loads(out.read_text())["model"]["path"]
+    assert (out.parent / recorded).resolve() == (w / "digits.onnx").resolve()
+    r = CliRunner().invoke(cli, ["export", "--target", "tensorrt", "--calib", str(out), "-o", str(tmp_path / "x.onnx")])
+    assert r.exit_code == 0, r.output

@@ -39,7 +39,7 @@ def read_file(path: Path) -> dict:
     with tensors sorted by name, each a dict with at least 'name' and 'amax'.
     """
     try:
-        data = calibration.read_limited(path, calibration.MAX_FILE_BYTES, "FILE")
+        data = calibration.read_limited(path, calibration.MAX_FILE_BYTES, "inspect FILE")
     except FileNotFoundError:
         raise QtoolError(f"{str(path)!r} does not exist") from None
     except IsADirectoryError:
