@@ -249,3 +249,24 @@ def test_tensorrt_placement_is_modelopts_and_close_to_fp32(calibrated, tmp_path,
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     got = ort.InferenceSession(str(out), so, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     assert np.isfinite(got).all() and sqnr(ref, got) > LEAST_TRT[name], sqnr(ref, got)
+
+
+def test_tensorrt_fp16_keeps_an_overflowing_decomposed_layernorm_fp32(tmp_path):
+    """A residual stream above 255 (the word embedding scaled up): the embedding LayerNorm's Pow
+    would overflow FP16, so the whole decomposed LayerNorm stays FP32 (kept_fp32_for_fp16)."""
+    from onnx import numpy_helper
+
+    m = zoo.bert_like(fused_layernorm=False)
+    for i, t in enumerate(m.graph.initializer):
+        if t.name == "embeddings.word.weight":
+            m.graph.initializer[i].CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * np.float32(60), t.name))
+    path, calib, out = tmp_path / "big.onnx", tmp_path / "big.calib.json", tmp_path / "big.trt.onnx"
+    onnx.save(m, str(path))
+    ok(invoke("-q", "calibrate", path, "--data", bert_data(tmp_path / "data", n=4), "-o", calib))
+    summary, _ = export(calib, out, "tensorrt", "--trt-version", "11.4")
+    kept = summary["kept_fp32_for_fp16"]
+    ln = [n.name for n in m.graph.node if n.name.startswith("/embeddings/ln/")][:7]
+    assert [n.split("/")[-1].split("_")[0] for n in ln] == ["ReduceMean", "Sub", "Pow", "ReduceMean", "Add", "Sqrt", "Div"]
+    assert all("decomposed LayerNorm" in kept.get(n, "") for n in ln), {n: kept.get(n) for n in ln}
+    assert summary["high_precision"] == "fp16" and "fp16_failed" not in summary
+    ok(invoke("inspect", out, "--trt-version", "11.4"))
