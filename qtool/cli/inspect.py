@@ -121,6 +121,11 @@ def _cache(text: str) -> dict:
     return {"kind": "tensorrt-cache", "header": header, "tensors": tensors}
 
 
+def _shown(name: str) -> str:
+    """A tensor name for a one-line message: quoted when it holds line breaks or other control characters."""
+    return name if name.isprintable() else repr(name)
+
+
 def unusable(doc: dict) -> list[str]:
     """Tensors of a range file (cache, dynamic-range file, onnxruntime table) whose scale or range
     is NaN, infinite, zero or negative: TensorRT divides by the scale. A calibration file's amax 0
@@ -326,5 +331,5 @@ def inspect(ctx, file, model_path, trt_version, weight_bits, activation_bits, sc
             ctx.exit(1)
     if bad_scales:
         click.echo(f"error: {len(bad_scales)} tensor(s) of {file} have a NaN, infinite, zero or negative scale, "
-                   f"which TensorRT cannot use: {trtfiles._listed(bad_scales, 10)}", err=True)
+                   f"which TensorRT cannot use: {trtfiles._listed([_shown(n) for n in bad_scales], 10)}", err=True)
         ctx.exit(1)
