@@ -390,13 +390,21 @@ def load(path: str | os.PathLike) -> Calibration:
     """Read a calibration file, refusing anything that is not one this version understands."""
     p = Path(path)
     try:
-        doc = json.loads(read_limited(p, MAX_FILE_BYTES, "calibration file").decode("utf-8"))
+        data = read_limited(p, MAX_FILE_BYTES, "calibration file")
     except FileNotFoundError:
         raise QtoolError(f"calibration file {str(p)!r} does not exist") from None
     except IsADirectoryError:
         raise QtoolError(f"calibration file {str(p)!r} is a directory") from None
     except OSError as e:
         raise QtoolError(f"{str(p)!r} is not a readable calibration file ({e.strerror or e}); calibrate again") from None
+    return parse(data, p)
+
+
+def parse(data: bytes, path: str | os.PathLike) -> Calibration:
+    """A calibration file's bytes, read from `path` (named in messages), checked as `load` does."""
+    p = Path(path)
+    try:
+        doc = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as e:
         raise QtoolError(f"{str(p)!r} is not a readable calibration file (not UTF-8 text: byte {e.start}); calibrate again") from None
     except RecursionError:

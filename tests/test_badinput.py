@@ -320,3 +320,18 @@ def test_output_elsewhere_records_the_model_from_its_own_folder(w, tmp_path, mon
     assert (out.parent / recorded).resolve() == (w / "digits.onnx").resolve()
     r = CliRunner().invoke(cli, ["export", "--target", "tensorrt", "--calib", str(out), "-o", str(tmp_path / "x.onnx")])
     assert r.exit_code == 0, r.output
+
+
+def test_inspect_reads_a_pipe_once(w, tmp_path):
+    """A calibration file through a pipe (process substitution, /dev/stdin) is read once, in chunks."""
+    import os
+    import threading
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_bytes((w / "good.calib.json").read_bytes()))
+    writer.start()
+    r = CliRunner().invoke(cli, ["inspect", str(fifo)])
+    writer.join(timeout=10)
+    assert r.exit_code == 0, r.output
+    assert "qtool calibration file, 21 tensors" in r.stdout

@@ -55,7 +55,7 @@ def read_file(path: Path) -> dict:
         except UnicodeDecodeError:
             pass
     if text is not None and text.lstrip().startswith("{"):
-        return _calibration(path)  # its messages name the file
+        return _calibration(path, data)  # its messages name the file
     first = next((line for line in (text or "").splitlines() if line.strip()), "")
     try:
         if text is not None and text.startswith("TRT-"):
@@ -96,8 +96,8 @@ def _plain(entries: dict[str, float]) -> list[dict]:
     return [{"name": n, "amax": entries[n]} for n in sorted(entries)]
 
 
-def _calibration(path: Path) -> dict:
-    cal = calibration.load(path)
+def _calibration(path: Path, data: bytes) -> dict:
+    cal = calibration.parse(data, path)  # the bytes already read: a pipe cannot be read twice
     method = cal.method if cal.method != "entropy" else f"entropy ({cal.kl_variant})"
     tensors = [
         {"name": t.name, "min": t.min, "max": t.max, "amax": t.amax, "unsigned": t.unsigned,
