@@ -446,8 +446,8 @@ def parse(data: bytes, path: str | os.PathLike) -> Calibration:
         )
         if any(t.stats is not None for t in tensors) and doc.get("per_sample_unit_log2") != UNIT_LOG2:
             raise ValueError(f"per_sample_unit_log2 must be {UNIT_LOG2}")
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
-        raise QtoolError(f"{str(p)!r} is a damaged calibration file (bad or missing field: {e}); calibrate again") from None
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as e:
+        raise QtoolError(f"{str(p)!r} is a damaged calibration file (bad or missing field: {str(e)[:200]}); calibrate again") from None
     problem = _invalid(cal)
     if problem:
         raise QtoolError(f"{str(p)!r} is a damaged calibration file ({problem}); calibrate again")

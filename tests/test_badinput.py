@@ -88,6 +88,7 @@ def w(tmp_path_factory):
     changed("range.calib.json", lambda t: t["histogram"]["range"].__setitem__(1, 1e308))
     changed("max.big.calib.json", lambda t: t.update(max=1e308, amax=1e308))
     changed("longint.calib.json", lambda t: t.update(nonfinite=10 ** 400))
+    changed("bigmin.calib.json", lambda t: t.update(min=-10 ** 400))
     (d / "deep.calib.json").write_text('{"format": "qtool.calibration", "version": 1, "tensors": ' + "[" * 100000 + "]" * 100000 + "}")
     (d / "hugeint.calib.json").write_text('{"format": "qtool.calibration", "version": 1, "samples": ' + "9" * 5000 + "}")
     (d / "latin1.calib.json").write_bytes((d / "good.calib.json").read_text().replace('"method"', '"m\u00e9thod"').encode("latin-1"))
@@ -159,6 +160,7 @@ CASES = {
     "range 1e308": ("merge {w}/range.calib.json {w}/good.calib.json -o {w}/m.calib.json", 1, "out of range"),
     "max 1e308": ("export --target qdq --calib {w}/max.big.calib.json -o {w}/x.onnx", 1, "out of range"),
     "nonfinite count of 400 digits": ("recompute {w}/longint.calib.json -o {w}/r.calib.json", 1, "bad histogram"),
+    "min an integer beyond float64": ("inspect {w}/bigmin.calib.json", 1, "too large to convert"),
     "calibration nested too deeply": ("recompute {w}/deep.calib.json -o {w}/r.calib.json", 1, "nested too deeply"),
     "calibration integer of 5000 digits": ("merge {w}/hugeint.calib.json {w}/good.calib.json -o {w}/m.calib.json", 1, "not a readable calibration file"),
     "calibration in Latin-1": ("recompute {w}/latin1.calib.json -o {w}/r.calib.json", 1, "not UTF-8"),
