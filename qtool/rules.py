@@ -19,7 +19,11 @@ graph_utils.py, partitioning.py):
   calibration.MAX_CLIPPED of the values, e.g. the entropy search on image pixels); there max |x| is
   used, as on every target;
 * ModelOpt's default exclusions: small Convs, GEMV-shaped and small MatMul/Gemm, the attention
-  core above sequence length 512 (qtool.patterns.tensorrt_exclusions); `--include` overrides them.
+  core above sequence length 512 (qtool.patterns.tensorrt_exclusions); `--include` overrides them;
+* on a transformer this is ModelOpt's placement: both inputs of the attention BMMs (Q.K^T and
+  softmax.V) and the linear layers' inputs; LayerNorm, Softmax, GELU, the additive mask and the
+  residual stream (an Add with no Conv backbone is not residual) get no Q/DQ
+  (tests/test_transformers.py).
 """
 
 from __future__ import annotations
