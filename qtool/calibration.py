@@ -283,10 +283,13 @@ def merge(cals: list[Calibration]) -> Calibration:
             raise QtoolError(f"cannot merge: tensor {t.name!r} would count more than 2**53 values")
     tensors = []
     for i, t in enumerate(first.tensors):
-        hist = t.histogram(first.bins)
+        # widest range first: the others fold into it (adding is exact, so the order changes nothing else)
+        hists = sorted((c.tensors[i].histogram(first.bins) for c in cals), key=lambda h: -h.top)
+        hist = hists[0]
+        for other in hists[1:]:
+            hist.merge(other)
         stats = t.stats
         for other in cals[1:]:
-            hist.merge(other.tensors[i].histogram(first.bins))
             theirs = other.tensors[i].stats
             stats = stats.merge(theirs) if stats is not None and theirs is not None else None
         tensors.append(record_from_histogram(t.name, hist, first.method, first.kl_variant, first.num_bits, stats))

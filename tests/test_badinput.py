@@ -337,3 +337,21 @@ def test_inspect_reads_a_pipe_once(w, tmp_path):
     writer.join(timeout=10)
     assert r.exit_code == 0, r.output
     assert "qtool calibration file, 21 tensors" in r.stdout
+
+
+def test_merge_of_ranges_far_apart(w, tmp_path):
+    """A tensor whose range is 2**-150 in one file and 2**128 in the other: the narrow histogram
+    folds into bin 0 of the wide one, whichever file comes first."""
+    for name, top in (("lo", 2.0 ** -150), ("hi", 2.0 ** 128)):
+        doc = json.loads((w / "good.calib.json").read_text())
+        t = doc["tensors"]["input"]
+        t["histogram"]["range"][1] = top
+        t.update(min=0.0, max=min(top, 1.0), amax=min(top, 1.0))
+        (tmp_path / f"{name}.calib.json").write_text(json.dumps(doc))
+    outs = []
+    for order in (("lo", "hi"), ("hi", "lo")):
+        out = tmp_path / f"{'-'.join(order)}.json"
+        r = CliRunner().invoke(cli, ["merge", *(str(tmp_path / f"{n}.calib.json") for n in order), "-o", str(out)])
+        assert r.exit_code == 0, r.output
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1]
