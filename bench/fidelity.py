@@ -156,6 +156,16 @@ def make_input(task: str, shape: tuple, pre: str, photos: list[Path], rng, held_
     return np.ascontiguousarray(x.transpose(2, 0, 1)[None], dtype=np.float32)
 
 
+def model_inputs(task: str, shape: tuple, pre: str, photos: list[Path], n_calib: int, n_eval: int) -> tuple[list, list]:
+    """(calibration inputs, held-out inputs) of one model, the same in every run and bench; the
+    2-class orientation classifier gets 10x the held-out inputs (its top-1 agreement needs them
+    to resolve 0.5 %)."""
+    calib_rng, eval_rng = np.random.default_rng(1000), np.random.default_rng(2000)
+    calib = [make_input(task, shape, pre, photos, calib_rng, held_out=False) for _ in range(n_calib)]
+    held = [make_input(task, shape, pre, photos, eval_rng, held_out=True) for _ in range(n_eval * (10 if task == "cls" else 1))]
+    return calib, held
+
+
 # ---------------------------------------------------------------- OpenVINO
 
 
@@ -299,10 +309,7 @@ def main() -> None:
         out_dir = WORK / name
         data_dir = out_dir / "calib"
         data_dir.mkdir(parents=True, exist_ok=True)
-        calib_rng, eval_rng = np.random.default_rng(1000), np.random.default_rng(2000)
-        calib = [make_input(task, shape, pre, photos, calib_rng, held_out=False) for _ in range(args.calib)]
-        n_eval = args.eval * (10 if task == "cls" else 1)  # a 2-class top-1 agreement needs more samples to resolve 0.5 %
-        held = [make_input(task, shape, pre, photos, eval_rng, held_out=True) for _ in range(n_eval)]
+        calib, held = model_inputs(task, shape, pre, photos, args.calib, args.eval)
         eval_dir = out_dir / "eval"
         eval_dir.mkdir(exist_ok=True)
         for folder, arrays in ((data_dir, calib), (eval_dir, held)):

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fidelity import MODELS, make_input, metric
+from fidelity import MODELS, metric, model_inputs
 
 WORK = Path(tempfile.gettempdir()) / "qtool-bench" / "overflow"
 MODES = ("none", "first", "all", "auto")
@@ -138,10 +138,9 @@ def main() -> None:
         data.mkdir(parents=True, exist_ok=True)
         for old in data.glob("*.npy"):
             old.unlink()
-        calib_rng, eval_rng = np.random.default_rng(1000), np.random.default_rng(2000)
-        for i in range(args.calib):
-            np.save(data / f"{i:04d}.npy", make_input(task, shape, pre, photos, calib_rng, held_out=False))
-        held = [make_input(task, shape, pre, photos, eval_rng, held_out=True) for _ in range(args.eval)]
+        calib_inputs, held = model_inputs(task, shape, pre, photos, args.calib, args.eval)
+        for i, x in enumerate(calib_inputs):
+            np.save(data / f"{i:04d}.npy", x)
         calib = out / "c.calib.json"
         qtool("-q", "calibrate", model_path, "--data", data, "-o", calib)
         fp32 = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
