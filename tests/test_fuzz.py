@@ -237,3 +237,34 @@ def test_cli_numbers(tmp_path, options):
         assert "Traceback" not in r.output and "internal error" not in r.output, r.output
         return
     _clean_command(r)
+
+
+_RANGES = st.one_of(st.integers(-175, 140).map(lambda k: 2.0 ** k), st.floats(min_value=0, allow_nan=False), st.just(0.0))
+_COUNTS = st.lists(st.one_of(st.integers(0, 2 ** 64), st.sampled_from([0, 1, 2 ** 53, 2 ** 62, 2 ** 63 - 1])), min_size=1, max_size=6)
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.integers(0, 100), _RANGES, _COUNTS, st.floats(allow_nan=False), st.floats(allow_nan=False)), min_size=1, max_size=4),
+       st.sampled_from(["entropy", "mse", "max", "percentile:99.9", "auto", "percentile:1e400", "percentile:nan", "percentile:0", "mean-minmax", "x"]))
+def test_merged_and_recomputed_numbers(tmp_path, edits, method):
+    """Histogram ranges anywhere from 2**-175 to 2**140, counts up to 2**64, any min/max: merging
+    two such files, recomputing and exporting is a result or a one-line error."""
+    doc = _calibration(tmp_path)
+    names = sorted(doc["tensors"])
+    files = []
+    for side in (0, 1):
+        d = json.loads(json.dumps(doc))
+        for pos, top, counts, lo, hi in edits[side::2] or edits:
+            t = d["tensors"][names[pos % len(names)]]
+            t["histogram"] = {"range": [0.0, top], "counts": counts}
+            t.update(min=min(lo, hi), max=max(lo, hi), amax=abs(hi))
+        f = tmp_path / f"side{side}.calib.json"
+        f.write_text(json.dumps(d))
+        files.append(f)
+    merged = tmp_path / "merged.calib.json"
+    r = CliRunner().invoke(cli, ["merge", str(files[0]), str(files[1]), "-o", str(merged)])
+    _clean_outcome(r)
+    event(f"merge exit {r.exit_code}")
+    source = merged if r.exit_code == 0 else files[0]
+    _clean_outcome(CliRunner().invoke(cli, ["recompute", str(source), "--method", method, "-o", str(tmp_path / "r.json")]))
+    _clean_outcome(CliRunner().invoke(cli, ["export", "--target", "qdq", "--calib", str(source), "-o", str(tmp_path / "x.onnx")]))
