@@ -26,6 +26,7 @@ setting some fields. A rule file is JSON or TOML (see `load_rules`).
 from __future__ import annotations
 
 import fnmatch
+import functools
 import json
 import re
 from dataclasses import dataclass, field, fields, replace
@@ -199,21 +200,39 @@ class Rule:
             return self.pattern in names
         if self.match == "glob":
             return any(fnmatch.fnmatchcase(n, self.pattern) for n in names)
-        return any(re.search(self.pattern, n[:MAX_NAME]) for n in names)
+        for n in names:
+            if len(n) ** (regex_repeats(self.pattern) + 1) > REGEX_BUDGET:
+                raise QtoolError(f"{self.where}: regex {self.pattern[:80]!r} could take too long on the {len(n)}-character name "
+                                 f"{n[:60]!r}... (each repeating quantifier multiplies the work by the name's length); "
+                                 "use fewer of them, or a glob rule")
+            if re.search(self.pattern, n):
+                return True
+        return False
 
 
-# Limits on a rule file: its size, how deeply it nests, a pattern's length, and (regex rules)
-# the name length searched. Python's `re` has no timeout, so regex rules take a subset that
-# cannot backtrack without bound (`check_regex`).
+# Limits on a rule file: its size, how deeply it nests, a pattern's length. Python's `re` has no
+# timeout, so regex rules take a subset that cannot backtrack without bound (`check_regex`), and
+# a search whose worst case, name length ** (repeating quantifiers + 1), exceeds REGEX_BUDGET
+# (a few seconds) is refused: 3 repeats go up to 250-character names, 2 up to 1500.
 MAX_POLICY_BYTES = 16 << 20
 MAX_POLICY_DEPTH = 16
 MAX_PATTERN = 1000
-MAX_NAME = 4096
-MAX_REPEATS = 3  # quantifiers that repeat more than once (*, +, {m,n} with n > 1)
+REGEX_BUDGET = 4e9
+MAX_REPEATS = 3  # quantifiers that repeat without a small bound (*, +, {m,} and {m,n} with n > 64)
 MAX_QUANTIFIERS = 12  # all quantifiers, ? included
 
 
 def check_regex(pattern: str) -> str | None:
+    return _regex_cost(pattern)[0]
+
+
+def regex_repeats(pattern: str) -> int:
+    """The quantifiers of a regex that repeat without a small bound (*, +, {m,}, {m,n} with n > 64)."""
+    return _regex_cost(pattern)[1]
+
+
+@functools.lru_cache(maxsize=256)
+def _regex_cost(pattern: str) -> tuple[str | None, int]:
     """Why a rule's regex could take unbounded time, or None. Refused: a quantifier applied to
     something that itself holds a quantifier or an alternation (`(a+)+`, `(a|ab)*`), back
     references, and more than MAX_REPEATS repeating quantifiers (`.*a.*b.*c.*d` is polynomial
@@ -225,7 +244,7 @@ def check_regex(pattern: str) -> str | None:
         import sre_parse
         from sre_constants import MAXREPEAT
     if len(pattern) > MAX_PATTERN:
-        return f"longer than {MAX_PATTERN} characters"
+        return f"longer than {MAX_PATTERN} characters", 0
     tree = sre_parse.parse(pattern)
     repeats = quantifiers = 0
 
@@ -240,7 +259,7 @@ def check_regex(pattern: str) -> str | None:
                 many = high is MAXREPEAT or high > 1
                 if inside_repeat:
                     return "a quantifier inside a repeated group (e.g. (a+)+) can take exponential time"
-                repeats += many
+                repeats += high is MAXREPEAT or high > 64  # a short bounded repeat multiplies the work by its bound, not the name length
                 quantifiers += 1
                 found = walk(body, many)
             elif name == "BRANCH":
@@ -260,13 +279,11 @@ def check_regex(pattern: str) -> str | None:
         return None
 
     found = walk(tree, False)
-    if found:
-        return found
-    if quantifiers > MAX_QUANTIFIERS:
-        return f"more than {MAX_QUANTIFIERS} quantifiers (a?a?a?... backtracks 2**n ways)"
-    if repeats > MAX_REPEATS:
-        return f"more than {MAX_REPEATS} repeating quantifiers (*, +, {{m,n}}); use a glob rule or fewer .*"
-    return None
+    if not found and quantifiers > MAX_QUANTIFIERS:
+        found = f"more than {MAX_QUANTIFIERS} quantifiers (a?a?a?... backtracks 2**n ways)"
+    if not found and repeats > MAX_REPEATS:
+        found = f"more than {MAX_REPEATS} repeating quantifiers (*, +, {{m,n}}); use a glob rule or fewer .*"
+    return found, repeats
 
 
 @dataclass

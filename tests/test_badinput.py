@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper
 
 from qtool.cli import cli
+from qtool.errors import QtoolError
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_models" / "digits_cnn.onnx"
@@ -279,6 +280,12 @@ def test_slow_regexes_are_refused_and_safe_ones_still_match():
         assert policy.check_regex(safe) is None, safe
     for slow in ("(a+)+$", "(a*)*b", "(a|aa)+$", "(.*a){20}", "(x+x+)+y", "a?" * 13 + "a" * 13, ".*.*.*.*x", "(a)\\1"):
         assert policy.check_regex(slow), slow
+    # polynomial ones are searched only where their worst case stays within a few seconds
+    rule = policy.Rule("regex", ".*a.*a.*ax", {"bits": 4}, where="rule 1 of p.json")
+    assert rule.matches(["b" * 200 + "aaax"], []) and not rule.matches(["a" * 200], [])
+    with pytest.raises(QtoolError, match="could take too long on the 300-character name"):
+        rule.matches(["a" * 300], [])
+    assert policy.Rule("regex", "[0-9]{1,3}_.*", {}).matches(["x" * 5000 + "12_"], [])
 
 
 # ----------------------------------------------------------------------------- range files inspect refuses
