@@ -362,3 +362,22 @@ def test_merge_of_ranges_far_apart(w, tmp_path):
         assert r.exit_code == 0, r.output
         outs.append(out.read_bytes())
     assert outs[0] == outs[1]
+
+
+def test_saved_elsewhere_through_the_api_or_a_symlinked_folder(w, tmp_path):
+    from qtool import calibration
+
+    cal = calibration.load(w / "good.calib.json")
+    (tmp_path / "real" / "deep").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "real" / "deep")
+    for out in (tmp_path / "real" / "y.calib.json", tmp_path / "link" / "z.calib.json"):
+        cal.save(out)
+        recorded = json.loads(out.read_text())["model"]["path"]
+        assert (out.parent / recorded).resolve() == (w / "digits.onnx").resolve(), recorded
+        again = tmp_path / "real" / "again.calib.json"  # a file loaded from a symlinked folder, saved once more
+        calibration.load(out).save(again)
+        assert (again.parent / json.loads(again.read_text())["model"]["path"]).resolve() == (w / "digits.onnx").resolve()
+    r = CliRunner().invoke(cli, ["recompute", str(tmp_path / "link" / "z.calib.json"), "-o", str(tmp_path / "link" / "r.calib.json")])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(cli, ["export", "--target", "tensorrt", "--calib", str(tmp_path / "link" / "r.calib.json"), "-o", str(tmp_path / "x.onnx")])
+    assert r.exit_code == 0, r.output
