@@ -15,6 +15,7 @@ from .errors import QtoolError
 from .graph import Constants, outer_refs, subgraphs
 
 FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE}
+QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear", "FakeQuantize", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger"}
 
 # Input slots that carry shapes, indices, axes or scalar parameters, never data to quantize.
 # A float tensor that only reaches such slots (possibly through other shape arithmetic) is
@@ -194,6 +195,12 @@ def tensor_bytes(proto: onnx.ModelProto, names: list[str], input_dims: dict[str,
             size *= d.dim_value
         sizes[name] = size * np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type)).itemsize
     return sizes
+
+
+def already_quantized(proto: onnx.ModelProto) -> str | None:
+    """A warning when the model already holds quantization nodes (quantizing again may lose accuracy)."""
+    found = sorted({n.op_type for n in proto.graph.node if n.op_type in QUANTIZED_OPS})
+    return f"the model already contains {', '.join(found)} nodes; quantizing it again may lose accuracy" if found else None
 
 
 def tensor_types(proto: onnx.ModelProto) -> dict[str, int]:

@@ -203,7 +203,8 @@ def run(loaded: model.LoadedModel, *, images=None, data_dir=None, loader=None, l
         bins=bins, samples=samples, preprocess=source.preprocess, tensors=records, kl_variant=kl_variant, shard=shard,
     )
     count = source.runs.count if isinstance(source.runs, _Counted) else len(source.inputs)
-    return cal, Report(count, samples, source.batch_size, _warnings(records, source.skipped), list(source.skipped or []))
+    warnings = [w for w in [model.already_quantized(loaded.proto)] if w] + _warnings(records, source.skipped)
+    return cal, Report(count, samples, source.batch_size, warnings, list(source.skipped or []))
 
 
 def _collect(loaded, names, types, source: _Source, bins: int, progress):

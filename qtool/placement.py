@@ -75,6 +75,7 @@ import onnx
 from onnx import TensorProto, numpy_helper
 
 from . import graph as G
+from . import model as M
 from . import patterns as P
 from . import quant
 from .calibration import MAX_CLIPPED, Threshold, decide
@@ -93,7 +94,6 @@ SEVEN_BIT_COST = 0.1  # the overflow guard gives 7-bit weights where they add at
 # ReduceL2, ReduceSum, Div, Max, Sqrt, Reciprocal, BatchNorm, comparisons; Mul too except on CPU_SPR): besides
 # the element-wise ops, the pooling ops among them get no quantizer either
 _TRANSFORMER_FLOAT = {"AveragePool", "GlobalAveragePool", "ReduceMean", "ReduceL2", "ReduceSum"}
-_QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear", "FakeQuantize", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger"}
 
 
 @dataclass
@@ -710,9 +710,9 @@ class _Placer:
                 f"{len(unexpected)} Conv/ConvTranspose/MatMul/Gemm layer(s) stay FP32: "
                 + "; ".join(f"{k} ({v})" for k, v in list(unexpected.items())[:3]) + (" ..." if len(unexpected) > 3 else "")
             )
-        already = sorted({n.op_type for n in self.m.graph.node if n.op_type in _QUANTIZED_OPS})
+        already = M.already_quantized(self.m.proto)
         if already:
-            self.warnings.append(f"the model already contains {', '.join(already)} nodes; quantizing it again may lose accuracy")
+            self.warnings.append(already)
 
 
 def place(proto: onnx.ModelProto, records: dict, *, rules: Rules = CPU, thresholds: dict[str, Threshold] | None = None,

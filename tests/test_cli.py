@@ -113,3 +113,13 @@ def test_console_script_exit_codes(tmp_path):
     assert r.returncode == 2
     r = subprocess.run(qtool + ["--version"], capture_output=True, text=True)
     assert r.returncode == 0 and "qtool" in r.stdout
+
+
+def test_calibrating_an_already_quantized_model_warns(tmp_path):
+    sample, images = SAMPLE, IMAGES
+    assert run("calibrate", sample, "--images", images, "--limit", "8", "-o", tmp_path / "d.calib.json").exit_code == 0
+    assert run("export", sample, "--calib", tmp_path / "d.calib.json", "--target", "qdq", "-o", tmp_path / "d.qdq.onnx").exit_code == 0
+    r = run("calibrate", tmp_path / "d.qdq.onnx", "--images", images, "--limit", "8", "-o", tmp_path / "q.calib.json", "--json")
+    assert r.exit_code == 0
+    warnings = json.loads(r.stdout)["warnings"]
+    assert any("already contains DequantizeLinear, QuantizeLinear nodes" in w for w in warnings), warnings
