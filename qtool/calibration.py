@@ -151,8 +151,9 @@ class Calibration:
     shard: tuple[int, int] | None = None  # (K, N) when made with --shard K/N
     pinned: bool = False  # the user chose `method` (calibrate/recompute --method): exports keep it
     warnings: list[str] = field(default_factory=list, compare=False, repr=False)  # of the run that made it; not saved
-    # the file a relative model_path is relative to (set by load and relocate); not saved
-    source: str | None = field(default=None, compare=False, repr=False)
+    # (the file a relative model_path is relative to, that model_path) as load and relocate set
+    # them; a model_path set since then is taken as given. Not saved
+    source: tuple[str, str] | None = field(default=None, compare=False, repr=False)
 
     def amax(self) -> dict[str, float]:
         return {t.name: t.amax for t in self.tensors}
@@ -348,15 +349,18 @@ def to_json(cal: Calibration) -> str:
 def relocate(cal: Calibration, path: str | os.PathLike, source: str | os.PathLike | None = None) -> Calibration:
     """The calibration with its model path made relative to the folder of the file `path`
     (files record where their model is from where they are). A relative model path is taken
-    as relative to the folder of `source` (default: the file `cal` was loaded from)."""
+    as relative to the folder of `source` (default: the file `cal` was loaded from, unless its
+    model_path was set since)."""
     model = Path(cal.model_path)
-    source = source if source is not None else cal.source
+    if source is None and cal.source is not None and cal.source[1] == cal.model_path:
+        source = cal.source[0]
     if not model.is_absolute() and source is not None:
         # as the OS resolves `folder/../model`: symlinked folders first, then `..`
         model = Path(os.path.realpath(Path(source).parent / model.parent)) / model.name
     if not model.is_absolute():
         return cal
-    return replace(cal, model_path=Path(os.path.relpath(model, Path(path).resolve().parent)).as_posix(), source=str(path))
+    relative = Path(os.path.relpath(model, Path(path).resolve().parent)).as_posix()
+    return replace(cal, model_path=relative, source=(str(path), relative))
 
 
 def save(cal: Calibration, path: str | os.PathLike) -> None:
@@ -450,7 +454,7 @@ def parse(data: bytes, path: str | os.PathLike) -> Calibration:
             kl_variant=_text(doc.get("kl_variant", "nvidia")),
             shard=tuple(int(v) for v in _text(doc["shard"]).split("/")) if "shard" in doc else None,
             pinned=_flag(doc.get("method_pinned", False)),
-            source=str(p),
+            source=(str(p), _text(doc["model"]["path"])),
         )
         if any(t.stats is not None for t in tensors) and doc.get("per_sample_unit_log2") != UNIT_LOG2:
             raise ValueError(f"per_sample_unit_log2 must be {UNIT_LOG2}")
