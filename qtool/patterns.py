@@ -331,6 +331,35 @@ def additive_masks(m: GraphView) -> set[str]:
     return masks
 
 
+MASK = "additive mask (a huge constant or 0)"
+
+
+def unrepresentable(m: GraphView, records: dict, amax: dict[str, float] | None = None) -> dict[str, str]:
+    """{tensor: why} for the ranges no 8-bit grid represents, on every target: the additive masks
+    (sorted), then the tensors of `records` (calibration records) with infinite or NaN values or
+    |x| >= HUGE, then any amax of `amax` (thresholds, also for tensors without a record) that is
+    infinite, NaN or >= HUGE."""
+    amax = amax or {}
+    found = dict.fromkeys(sorted(additive_masks(m)), MASK)
+    for name in list(records) + [n for n in amax if n not in records]:
+        if name in found:
+            continue
+        rec, value = records.get(name), amax.get(name)
+        if rec is not None:
+            lo, hi = float(rec.min), float(rec.max)
+            if not (np.isfinite(lo) and np.isfinite(hi)) or getattr(rec, "nonfinite", 0):
+                found[name] = "infinite or NaN values"
+                continue
+            if max(-lo, hi) >= HUGE:
+                found[name] = f"|x| up to {max(-lo, hi):.3g} >= {HUGE:g}"
+                continue
+        if value is not None and not np.isfinite(value):
+            found[name] = "infinite or NaN values"
+        elif value is not None and abs(value) >= HUGE:
+            found[name] = f"|x| up to {abs(value):.3g} >= {HUGE:g}"
+    return found
+
+
 _SCORE_PATH = {"Add", "Sub", "Mul", "Div", "Where", "Cast", "Reshape", "Identity", "Transpose"}
 _PROBS_PATH = {"Reshape", "Cast", "Identity", "Dropout", "Transpose", "Where", "Mul"}  # Where: fully masked rows, Mul: a head mask
 

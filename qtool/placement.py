@@ -313,17 +313,7 @@ class _Placer:
         NaN values, |x| >= 1e30 (float32 has no precision left for q * step + low: at q = 255
         the grid of [-3.4e38, 0] gives -2e31, not 0) or an additive attention mask (a huge
         negative constant or 0, even when calibration saw no padding)."""
-        found: dict[str, str] = {}
-        for t in sorted(P.additive_masks(self.m)):
-            found[t] = "additive mask (a huge constant or 0)"
-        for t, rec in self.records.items():
-            if t in found:
-                continue
-            lo, hi = float(rec.min), float(rec.max)
-            if not (np.isfinite(lo) and np.isfinite(hi)) or getattr(rec, "nonfinite", 0):
-                found[t] = "infinite or NaN values"
-            elif max(-lo, hi) >= P.HUGE:
-                found[t] = f"|x| up to {max(-lo, hi):.3g} >= {P.HUGE:g}"
+        found = P.unrepresentable(self.m, self.records)
         self.unrepresentable = {t: why for t, why in found.items() if self.m.is_data(t) and t not in self.excluded_tensors}
         if self.unrepresentable:
             self.excluded_tensors |= set(self.unrepresentable)

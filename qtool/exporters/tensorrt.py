@@ -23,8 +23,6 @@ when calibration saw no padding).
 
 from __future__ import annotations
 
-import math
-
 from .. import model, passthrough
 from .. import patterns as P
 from ..errors import QtoolError
@@ -129,24 +127,7 @@ def model_ranges(proto, own: dict[str, float]) -> tuple[dict[str, float], dict[s
 def unrepresentable(proto, cal, amax: dict[str, float]) -> dict[str, str]:
     """{tensor: why} for the ranges no 8-bit grid represents (the test qtool.placement applies to
     the Q/DQ model): additive masks, infinite or NaN values, |x| >= 1e30, in graph order."""
-    found = dict.fromkeys(P.additive_masks(P.GraphView(proto)), "additive mask (a huge constant or 0)")
-    records = {t.name: t for t in cal.tensors}
-    for name in list(records) + [n for n in amax if n not in records]:
-        if name in found:
-            continue
-        rec, value = records.get(name), amax.get(name)
-        if rec is not None:
-            lo, hi = float(rec.min), float(rec.max)
-            if not (math.isfinite(lo) and math.isfinite(hi)) or getattr(rec, "nonfinite", 0):
-                found[name] = "infinite or NaN values"
-                continue
-            if max(-lo, hi) >= P.HUGE:
-                found[name] = f"|x| up to {max(-lo, hi):.3g} >= {P.HUGE:g}"
-                continue
-        if value is not None and not math.isfinite(value):
-            found[name] = "infinite or NaN values"
-        elif value is not None and abs(value) >= P.HUGE:
-            found[name] = f"|x| up to {abs(value):.3g} >= {P.HUGE:g}"
+    found = P.unrepresentable(P.GraphView(proto), {t.name: t for t in cal.tensors}, amax)
     order = model.activation_tensors(proto, model.tensor_types(proto))
     rank = {n: i for i, n in enumerate(order)}
     return dict(sorted(found.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0])))
