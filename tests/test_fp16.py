@@ -16,10 +16,10 @@ from qtool.fp16 import ACTIVATION_LIMIT, constant_problem, to_fp16
 FLOAT = TensorProto.FLOAT
 
 
-def _model(nodes, inits, inputs, outputs, opset=19):
+def _model(nodes, inits, inputs, outputs, opset=19, ir_version=9):
     g = helper.make_graph(nodes, "g", inputs, outputs, initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], producer_name="qtool-tests")
-    m.ir_version = 9
+    m.ir_version = ir_version
     onnx.checker.check_model(m, full_check=True)
     return m
 

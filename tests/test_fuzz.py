@@ -43,12 +43,15 @@ def _mutate(data: bytes, edits) -> bytes:
 EDITS = st.lists(st.tuples(st.sampled_from(["flip", "set", "cut", "insert"]), st.integers(0, 1 << 20), st.integers(0, 255)), min_size=1, max_size=6)
 
 
-def _clean_outcome(r):
+def _clean_outcome(r, listing: bool = False):
+    """Exit 0, or exit 1 with one `error:` line: the whole output, or with `listing` stderr (stdout
+    may then hold a listing, as inspect's)."""
     assert r.exit_code in (0, 1), r.output
     assert "Traceback" not in r.output and "internal error" not in r.output, r.output
     if r.exit_code == 1:
-        lines = r.output.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("error: "), r.output
+        text = r.stderr if listing else r.output
+        lines = text.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), text
 
 
 @FUZZ
@@ -123,15 +126,6 @@ def test_corrupted_calibration_file(tmp_path, replacements, edits, as_bytes):
     _clean_outcome(CliRunner().invoke(cli, ["recompute", str(bad), "--method", "mse", "-o", str(tmp_path / "r.json")]))
 
 
-def _clean_command(r):
-    """Exit 0, or exit 1 with one `error:` line on stderr (stdout may hold a listing, as inspect's)."""
-    assert r.exit_code in (0, 1), r.output
-    assert "Traceback" not in r.output and "internal error" not in r.output, r.output
-    if r.exit_code == 1:
-        lines = r.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
-
-
 # ----------------------------------------------------------------------------- policy files
 
 _RULE_KEYS = st.sampled_from(["name", "glob", "regex", "op_type", "bits", "signed", "symmetric", "per_channel", "scale",
@@ -153,7 +147,7 @@ def test_corrupted_policy_file(tmp_path, doc, encoding, suffix, mutate, edits):
     policy = tmp_path / f"p{suffix}"
     data = _dumps(doc).encode(encoding, errors="replace")
     policy.write_bytes(_mutate(data, edits) if mutate else data)
-    _clean_command(CliRunner().invoke(cli, ["inspect", str(tmp_path / "good.calib.json"), "--policy", str(policy)]))
+    _clean_outcome(CliRunner().invoke(cli, ["inspect", str(tmp_path / "good.calib.json"), "--policy", str(policy)]), listing=True)
 
 
 @settings(max_examples=int(os.environ.get("QTOOL_FUZZ_EXAMPLES", "25")) * 12, deadline=None)
@@ -196,7 +190,7 @@ def test_corrupted_range_files(tmp_path, kind, entries, header, mutate, edits, w
     f = tmp_path / "ranges.bin"
     f.write_bytes(_mutate(data, edits) if mutate else data)
     args = ["inspect", str(f)] + (["--model", str(ROOT / "sample_models" / "digits_cnn.onnx")] if with_model else [])
-    _clean_command(CliRunner().invoke(cli, args))
+    _clean_outcome(CliRunner().invoke(cli, args), listing=True)
 
 
 # ----------------------------------------------------------------------------- numbers on the command line
@@ -236,7 +230,7 @@ def test_cli_numbers(tmp_path, options):
     if r.exit_code == 2:  # click refused the option (e.g. --limit 0, a value starting with '-')
         assert "Traceback" not in r.output and "internal error" not in r.output, r.output
         return
-    _clean_command(r)
+    _clean_outcome(r, listing=True)
 
 
 _RANGES = st.one_of(st.integers(-175, 140).map(lambda k: 2.0 ** k), st.floats(min_value=0, allow_nan=False), st.just(0.0))

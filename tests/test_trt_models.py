@@ -16,8 +16,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 from runcli import invoke
+from test_fp16 import _model as checked_model
 
 from qtool import trtrules
 from qtool.graph import toposort
@@ -31,11 +32,7 @@ def _vi(name, t, shape):
 
 
 def _model(nodes, inits, inputs, outputs, opset=17):
-    g = helper.make_graph(nodes, "g", inputs, outputs, initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], producer_name="qtool-tests")
-    m.ir_version = 8
-    onnx.checker.check_model(m, full_check=True)
-    return m
+    return checked_model(nodes, inits, inputs, outputs, opset=opset, ir_version=8)
 
 
 def _w(rng, oc, ic, dtype=np.float32):
