@@ -76,11 +76,11 @@ from onnx import TensorProto, numpy_helper
 
 from . import graph as G
 from . import model as M
+from . import overflow, quant
 from . import patterns as P
-from . import quant
 from .calibration import MAX_CLIPPED, Threshold, decide
 from .errors import QtoolError
-from .policy import SYMMETRIC, WEIGHTS, Policies, Policy, activation_params, choose_symmetry, weight_params
+from .policy import SYMMETRIC, WEIGHTS, Policies, Policy, activation_params, choose_symmetry, quantize, weight_params
 from .rules import CPU, Rules
 
 LINEAR = set(CPU.linear)
@@ -645,8 +645,6 @@ class _Placer:
         FP32 (exact; typically the image's first layer, where 7-bit weights cost most).
         {layer: {"remedy": "uint8 weights" | "7-bit weights" | "fp32", "why": ...}}; FP32 layers
         are only listed (place() places again without them)."""
-        from . import overflow
-        from .policy import quantize
 
         by_tensor = {s.tensor: s for s in activation_sites}
         weights = {s.tensor: s for s in weight_sites}
