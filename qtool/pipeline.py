@@ -209,7 +209,8 @@ def run(loaded: model.LoadedModel, *, images=None, data_dir=None, loader=None, l
 
 def _collect(loaded, names, types, source: _Source, bins: int, progress):
     # per-sample min, max |x| and per-channel means of layer inputs: for mean-minmax and bias correction
-    stats = new_stats(loaded.proto, names)
+    # and per-channel max |x| of linear-layer inputs in transformers, for SmoothQuant at export
+    stats = new_stats(loaded.proto, names, smooth=_transformer(loaded.proto))
     # a Concat's output (a Split's input) holds exactly its parts' values, an Add/Sub/Mul output is
     # one exact float32 operation on its inputs: such tensors are computed from fetched ones
     derived = collect.derivations(loaded.proto, names, types, source.static, stats)
@@ -247,6 +248,12 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
         order = {path: k for k, path in enumerate(source.images.paths)}
         source.skipped[:] = sorted(skipped + [s for h in helpers for s in h.skipped], key=lambda s: order[s[0]])
     return hists, stats, samples
+
+
+def _transformer(proto) -> bool:
+    from . import patterns
+
+    return bool(patterns.transformer_structure(patterns.GraphView(proto)))
 
 
 def _helpers(exposed, folder, fetched, names, source: _Source, bins, stats, derived, workers, kernel, progress) -> list:

@@ -301,12 +301,21 @@ def channel_axes(proto: onnx.ModelProto, names) -> dict[str, tuple[int, bool]]:
     return axes
 
 
-def new_stats(proto: onnx.ModelProto, names) -> dict[str, SampleStats]:
+def linear_inputs(proto: onnx.ModelProto) -> set[str]:
+    """The data inputs of MatMul/Gemm nodes with a constant weight (what SmoothQuant may migrate)."""
+    constants = _constant_names(proto.graph)
+    return {n.input[0] for n in proto.graph.node
+            if n.op_type in ("MatMul", "Gemm") and data_input(n, constants) is not None}
+
+
+def new_stats(proto: onnx.ModelProto, names, smooth: bool = False) -> dict[str, SampleStats]:
     """Accumulators for `names`: per-channel means for the data inputs of Conv/MatMul/Gemm, and
-    per-channel max |x| for those of depthwise Convs (NNCF quantizes them per channel)."""
+    per-channel max |x| for those of depthwise Convs (NNCF quantizes them per channel) and, with
+    `smooth`, for those of MatMul/Gemm with constant weights (qtool.smoothquant)."""
     axes = channel_axes(proto, names)
+    linear = linear_inputs(proto) if smooth else set()
     out = {}
     for n in names:
         axis, depthwise = axes.get(n, (None, False))
-        out[n] = SampleStats(axis=axis, track_absmax=depthwise)
+        out[n] = SampleStats(axis=axis, track_absmax=depthwise or (axis is not None and n in linear))
     return out

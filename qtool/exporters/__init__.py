@@ -32,6 +32,8 @@ class Prepared:
     plan: object  # placement.Plan
     warnings: list[str]
     place: Callable  # place(exclude) -> Plan: the same placement with more nodes kept FP32
+    cal: object = None  # the calibration of `model` when SmoothQuant changed it (smoothed activations' records)
+    smoothing: object = None  # smoothquant.Smoothing, when SmoothQuant changed the model
 
 
 def with_quantizers(prepared: Prepared, cal, plan, bias_correction: bool, apply: Callable) -> tuple[onnx.ModelProto, int, list[str]]:
@@ -42,6 +44,7 @@ def with_quantizers(prepared: Prepared, cal, plan, bias_correction: bool, apply:
     from .. import graph as G
 
     plan = prepared.plan if plan is None else plan
+    cal = prepared.cal if prepared.cal is not None else cal
     model = onnx.ModelProto()
     model.CopyFrom(prepared.model)
     namer = G.Namer(model)
@@ -58,17 +61,60 @@ def exporter(target: str):
 
 
 def cpu_plan(model, cal, *, float_types: tuple[int, ...], overflow_remedy: str, exclude=(), include=(), weights_7bit=None,
-             ignored_patterns: bool = True, policies=None, method: str | None = None):
+             ignored_patterns: bool = True, policies=None, method: str | None = None, smoothing=None):
     """The placement of the OpenVINO and QDQ exports (`model` with unique node names): NNCF's CPU
     rules, the thresholds those targets use (calibration.Calibration.for_target), the
     quantizers' policies (default: qtool.policy.Policies()) and the target's remedy for layers
-    whose int8 pair sums can saturate on CPUs without VNNI (placement.place, qtool.overflow)."""
+    whose int8 pair sums can saturate on CPUs without VNNI (placement.place, qtool.overflow).
+    `smoothing` (smoothquant.Smoothing, `cal` its calibration): the smoothed activations take
+    their exact max |x| as threshold, on every grid."""
     from .. import placement, policy
+    from ..calibration import Threshold
     from ..rules import CPU
 
-    return placement.place(model, {t.name: t for t in cal.tensors}, thresholds=cal.for_target(CPU, method),
+    thresholds = cal.for_target(CPU, method)
+    recompute = policy.searcher(cal, cal.method_for(CPU, method))
+    if smoothing is not None and smoothing.amax:
+        records = {t.name: t for t in cal.tensors}
+        fixed = dict(smoothing.amax)
+        thresholds.update({n: Threshold(a, records[n].unsigned and not CPU.signed_only, 0.0, False) for n, a in fixed.items()})
+        searched = recompute
+
+        def recompute(tensor, pol):
+            return fixed[tensor] if tensor in fixed else searched(tensor, pol)
+
+    return placement.place(model, {t.name: t for t in cal.tensors}, thresholds=thresholds,
                            exclude=list(exclude or ()), include=list(include or ()), weights_7bit=weights_7bit,
                            overflow_remedy=overflow_remedy,
                            ignored_patterns=ignored_patterns, float_types=float_types,
                            policies=policies if policies is not None else policy.Policies(),
-                           recompute=policy.searcher(cal, cal.method_for(CPU, method)))
+                           recompute=recompute)
+
+
+def smooth(model, cal, mode, place: Callable):
+    """SmoothQuant for a CPU export (`model` with unique node names, edited in place): with mode
+    "auto" when the placement `place(model, cal)` finds transformer structure, with True always,
+    on the linear layers that placement runs in int8 with their input quantized. Returns
+    (the calibration of the edited model, smoothquant.Smoothing or None, warnings)."""
+    from .. import smoothquant
+
+    mode = smoothquant.parse_mode(mode)
+    if mode is False:
+        return cal, None, []
+    plan = place(model, cal)
+    if mode == "auto" and not plan.transformer:
+        return cal, None, []
+    int8 = set(plan.int8_layers)
+    layers = {name for site in plan.activations for name, slot in site.readers if slot == 0 and name in int8}
+    done = smoothquant.apply(model, cal, only=layers)
+    if not done.records:
+        records = {t.name: t for t in cal.tensors}
+        nodes = {n.name: n for n in model.graph.node}
+        old = [n for n in sorted(layers) if nodes[n].op_type in ("MatMul", "Gemm")
+               and getattr(records.get(nodes[n].input[0]), "stats", None) is not None
+               and records[nodes[n].input[0]].stats.channel_absmax is None]
+        if old:
+            return cal, None, [f"SmoothQuant skipped: the calibration file has no per-channel maxima of the inputs of {len(old)} "
+                               "linear layer(s) (made by an older qtool, or calibrated as a non-transformer); calibrate again to use it"]
+        return cal, None, []
+    return done.calibration(cal), done, []

@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from .. import graph as G
 from .. import placement, policy, quant
-from . import Prepared, cpu_plan, with_quantizers
+from . import Prepared, cpu_plan, smooth, with_quantizers
 
 DOMAIN = "org.openvinotoolkit"
 FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16)
@@ -73,17 +73,23 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
 
 
 def prepare(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_patterns=True, policies=None,
-            method: str | None = None) -> Prepared:
+            method: str | None = None, smooth_quant="auto") -> Prepared:
     """The steps of the export up to the placement (as qdq.prepare): `export` and qtool.evaluation share them."""
     model = G.copy_model(loaded.proto, str(loaded.path.parent))
     G.unique_node_names(model.graph, G.Namer(model))
 
+    def plan_for(m, c, smoothing=None, more_excluded=()) -> placement.Plan:
+        return cpu_plan(m, c, float_types=FLOAT_TYPES, overflow_remedy="7bit", exclude=list(exclude or ()) + list(more_excluded),
+                        include=include, weights_7bit=weights_7bit, ignored_patterns=ignored_patterns, policies=policies, method=method,
+                        smoothing=smoothing)
+
+    cal, smoothing, sq_warnings = smooth(model, cal, smooth_quant, plan_for)
+
     def place(more_excluded=()) -> placement.Plan:
-        return cpu_plan(model, cal, float_types=FLOAT_TYPES, overflow_remedy="7bit", exclude=list(exclude or ()) + list(more_excluded),
-                        include=include, weights_7bit=weights_7bit, ignored_patterns=ignored_patterns, policies=policies, method=method)
+        return plan_for(model, cal, smoothing, more_excluded)
 
     plan = place()
-    return Prepared(model, plan, list(plan.warnings), place)
+    return Prepared(model, plan, sq_warnings + list(plan.warnings), place, cal if smoothing else None, smoothing)
 
 
 def quantized(prepared: Prepared, cal, plan: placement.Plan | None = None,
@@ -94,15 +100,17 @@ def quantized(prepared: Prepared, cal, plan: placement.Plan | None = None,
 
 
 def export(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_patterns=True, bias_correction=True,
-           policies=None, method=None, **_options):
+           policies=None, method=None, smooth_quant="auto", **_options):
     """FakeQuantize ONNX for OpenVINO from the calibration `cal` of `loaded`."""
     from . import ExportResult
 
     prepared = prepare(loaded, cal, exclude=exclude, include=include, weights_7bit=weights_7bit,
-                       ignored_patterns=ignored_patterns, policies=policies, method=method)
+                       ignored_patterns=ignored_patterns, policies=policies, method=method, smooth_quant=smooth_quant)
     plan = prepared.plan
     model, corrected, bc_warnings = quantized(prepared, cal, bias_correction=bias_correction)
     data, warnings = G.finish(model, loaded.proto)
     warnings = policy.runtime_rounding_warnings(plan, "OpenVINO") + warnings
     summary = {**plan.summary(), "fp32_layer_names": sorted(plan.fp32_layers), "bias_corrected_layers": corrected}
+    if prepared.smoothing is not None:
+        summary["smooth_quant"] = prepared.smoothing.summary
     return ExportResult(data, plan.warnings + bc_warnings + warnings, summary)

@@ -20,7 +20,7 @@ from .. import graph as G
 from .. import placement, quant
 from .. import policy as policy_mod
 from ..errors import QtoolError
-from . import Prepared, cpu_plan, with_quantizers
+from . import Prepared, cpu_plan, smooth, with_quantizers
 
 MIN_OPSET = 13
 
@@ -156,7 +156,7 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
 
 
 def prepare(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_patterns=True, policies=None,
-            method: str | None = None) -> Prepared:
+            method: str | None = None, smooth_quant="auto") -> Prepared:
     """The steps of the QDQ export up to the placement: `export` and qtool.evaluation share them."""
     model = G.copy_model(loaded.proto, str(loaded.path.parent))
     policies = policies if policies is not None else policy_mod.Policies()
@@ -166,14 +166,19 @@ def prepare(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_p
         model, warnings = upgrade_opset(model)
     G.unique_node_names(model.graph, G.Namer(model))
 
-    def place(more_excluded=()) -> placement.Plan:
-        return cpu_plan(model, cal, float_types=(TensorProto.FLOAT,), overflow_remedy="uint8", exclude=list(exclude or ()) + list(more_excluded),
+    def plan_for(m, c, smoothing=None, more_excluded=()) -> placement.Plan:
+        return cpu_plan(m, c, float_types=(TensorProto.FLOAT,), overflow_remedy="uint8", exclude=list(exclude or ()) + list(more_excluded),
                         include=include, weights_7bit=weights_7bit, ignored_patterns=ignored_patterns, policies=policies,
-                        method=method)
+                        method=method, smoothing=smoothing)
+
+    cal, smoothing, sq_warnings = smooth(model, cal, smooth_quant, plan_for)
+
+    def place(more_excluded=()) -> placement.Plan:
+        return plan_for(model, cal, smoothing, more_excluded)
 
     plan = place()
-    warnings += plan.warnings + policy_mod.runtime_rounding_warnings(plan, "onnxruntime")
-    return Prepared(model, plan, warnings, place)
+    warnings += sq_warnings + plan.warnings + policy_mod.runtime_rounding_warnings(plan, "onnxruntime")
+    return Prepared(model, plan, warnings, place, cal if smoothing else None, smoothing)
 
 
 def quantized(prepared: Prepared, cal, plan: placement.Plan | None = None,
@@ -184,10 +189,10 @@ def quantized(prepared: Prepared, cal, plan: placement.Plan | None = None,
 
 
 def export(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_patterns=True, bias_correction=True,
-           policies=None, method=None, **_options):
+           policies=None, method=None, smooth_quant="auto", **_options):
     """QDQ ONNX from the calibration `cal` of `loaded` (policies: qtool.policy.Policies)."""
     prepared = prepare(loaded, cal, exclude=exclude, include=include, weights_7bit=weights_7bit,
-                       ignored_patterns=ignored_patterns, policies=policies, method=method)
+                       ignored_patterns=ignored_patterns, policies=policies, method=method, smooth_quant=smooth_quant)
     return export_prepared(loaded, cal, prepared, bias_correction)
 
 
@@ -200,4 +205,6 @@ def export_prepared(loaded, cal, prepared: Prepared, bias_correction: bool = Tru
     plan = prepared.plan
     summary = {**plan.summary(), "opset": G.default_opset(model), "fp32_layer_names": sorted(plan.fp32_layers),
                "bias_corrected_layers": corrected}
+    if prepared.smoothing is not None:
+        summary["smooth_quant"] = prepared.smoothing.summary
     return ExportResult(data, prepared.warnings + bc_warnings + more, summary)

@@ -1,0 +1,300 @@
+"""SmoothQuant (Xiao et al. 2022, arXiv 2211.10438): move the quantization difficulty of
+outlier activation channels into the weights of the linear layers that read them.
+
+For an activation X read by MatMul/Gemm layers with constant weights W (Q, K and V share one
+X), per input channel j: s_j = max|X_j|^alpha / max|W_j|^(1 - alpha), with max|W_j| the largest
+over all those layers' weights. The layers get W_j * s_j, X gets X_j / s_j: the float model
+computes the same (up to float32 rounding). 1/s is folded into the producer when it is a
+LayerNormalization (gamma, beta) or a decomposed LayerNorm's last Mul/Add by constants and
+nothing else reads X; otherwise a Mul by a constant is inserted before the layers (as NNCF
+does). The statistics are the per-channel max |x| calibrate stores for linear-layer inputs of
+transformers (qtool.stats.new_stats(smooth=True)).
+
+The smoothed activation's range: the exact max |x| after migration, max_j (max|X_j| / s_j),
+which the stored per-channel maxima give; no histogram of X / s exists (the calibration ran the
+original model), so its quantizer takes that maximum rather than a searched clipping threshold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from . import graph as G
+
+# NNCF's alpha for MatMul, its clamps of the statistics and of the scales
+# (openvinotoolkit/nncf src/nncf/quantization/algorithms/smooth_quant/algorithm.py: ALPHA_MAP,
+# _clip_statistics a_min 1e-5, _calculate_scale_and_ratio: quantile 0.1 .. 1e2)
+ALPHA = 0.95
+STAT_FLOOR = 1e-5
+SCALE_QUANTILE = 0.1
+SCALE_MAX = 1e2
+MODES = ("auto", True, False)
+
+
+@dataclass
+class Layer:
+    node: str
+    weight: str
+    axis: int  # the weight's input-channel axis
+
+
+@dataclass
+class Group:
+    tensor: str  # the activation the layers read (slot 0)
+    layers: list[Layer]
+    absmax: np.ndarray  # calibrated max |x| per channel (last axis)
+
+
+@dataclass
+class Smoothing:
+    """What migration changed: the calibration records of the smoothed activations (replaced,
+    or new for an inserted Mul's output) and their ranges, for the placement."""
+
+    records: dict = field(default_factory=dict)  # tensor -> calibration.TensorRecord
+    amax: dict[str, float] = field(default_factory=dict)
+    summary: dict = field(default_factory=dict)
+
+    def calibration(self, cal):
+        """`cal` with the smoothed activations' records (replaced in place, new ones appended)."""
+        names = {t.name for t in cal.tensors}
+        tensors = [self.records.get(t.name, t) for t in cal.tensors]
+        tensors += [r for n, r in self.records.items() if n not in names]
+        return replace(cal, tensors=tensors)
+
+
+def parse_mode(value) -> str | bool:
+    """smooth_quant option: 'auto', True or False (also the strings 'true'/'false'/'on'/'off')."""
+    if isinstance(value, str):
+        v = value.strip().lower()
+        if v == "auto":
+            return "auto"
+        if v in ("true", "on", "yes", "1"):
+            return True
+        if v in ("false", "off", "no", "0"):
+            return False
+    elif isinstance(value, bool):
+        return value
+    from .errors import QtoolError
+
+    raise QtoolError(f"smooth_quant must be auto, true or false, not {value!r}")
+
+
+def scales(act: np.ndarray, weight: np.ndarray, alpha: float) -> np.ndarray:
+    """s_j = act_j^alpha / weight_j^(1 - alpha), the statistics floored at STAT_FLOOR and the
+    scales clamped to [their 10 % quantile, SCALE_MAX] (NNCF's clamps); 1 where not finite."""
+    a = np.maximum(np.nan_to_num(np.asarray(act, np.float64), nan=0.0, posinf=0.0), STAT_FLOOR)
+    w = np.maximum(np.nan_to_num(np.asarray(weight, np.float64), nan=0.0, posinf=0.0), STAT_FLOOR)
+    s = np.power(a, alpha) / np.power(w, 1.0 - alpha)
+    s = np.where(np.isfinite(s) & (s > 0), s, 1.0)
+    return np.clip(s, np.quantile(s, SCALE_QUANTILE), SCALE_MAX)
+
+
+def groups(model: onnx.ModelProto, records: dict, only: set[str] | None = None) -> list[Group]:
+    """The activations SmoothQuant can migrate, in graph order: read at slot 0 by MatMul (2-D
+    weight [K, N]) or Gemm (transA 0) with an unshared float initializer as weight, whose record
+    holds per-channel max |x| along the last axis for all K channels. `only`: the layer nodes
+    allowed (those the placement runs in int8)."""
+    g = model.graph
+    inputs = {i.name for i in g.input}
+    inits = {t.name: t for t in g.initializer if t.name not in inputs}
+    readers = G.consumers(g)
+    found: dict[str, list[Layer]] = {}
+    for n in g.node:
+        if n.domain not in ("", "ai.onnx") or n.op_type not in ("MatMul", "Gemm") or len(n.input) < 2:
+            continue
+        if only is not None and n.name not in only:
+            continue
+        w = inits.get(n.input[1])
+        if w is None or len(w.dims) != 2 or w.data_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16):
+            continue
+        if len(readers.get(n.input[1], [])) != 1 or n.input[0] == n.input[1]:
+            continue  # a shared weight (NNCF skips them too)
+        if n.op_type == "Gemm":
+            if int(G.attr(n, "transA", 0)):
+                continue
+            axis = 1 if int(G.attr(n, "transB", 0)) else 0
+        else:
+            axis = 0
+        found.setdefault(n.input[0], []).append(Layer(n.name, n.input[1], axis))
+    out = []
+    for tensor, layers in found.items():
+        record = records.get(tensor)
+        stats = getattr(record, "stats", None)
+        peak = None if stats is None else stats.channel_absmax
+        if peak is None or not stats.count:
+            continue
+        ops = {n.name: n for n in g.node}
+        want = -1 if ops[layers[0].node].op_type == "MatMul" else 1
+        if stats.axis != want or any((-1 if ops[x.node].op_type == "MatMul" else 1) != want for x in layers):
+            continue
+        k = len(peak)
+        if any(inits[x.weight].dims[x.axis] != k for x in layers):
+            continue
+        out.append(Group(tensor, layers, np.asarray(peak, dtype=np.float64)))
+    return out
+
+
+def _channel_constant(t: onnx.TensorProto | None, k: int) -> np.ndarray | None:
+    """A float constant holding one value per last-axis channel (shape [..., K] or [..., 1], other
+    dims 1), or None."""
+    if t is None or t.data_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16):
+        return None
+    dims = list(t.dims)
+    if any(d != 1 for d in dims[:-1]) or (dims and dims[-1] not in (1, k)):
+        return None
+    return numpy_helper.to_array(t)
+
+
+def _per_channel(value: np.ndarray, k: int, s: np.ndarray) -> np.ndarray:
+    """value / s along the last axis (value broadcast to K channels, rank kept, at least 1)."""
+    v = np.asarray(value, dtype=np.float64)
+    shape = (*v.shape[:-1], k) if v.ndim else (k,)
+    return (np.broadcast_to(v, shape) / s).astype(value.dtype)
+
+
+class _Editor:
+    """Edits to one model: constants replaced (a copy when shared), nodes inserted."""
+
+    def __init__(self, model: onnx.ModelProto):
+        self.model = model
+        self.namer = G.Namer(model)
+        g = model.graph
+        inputs = {i.name for i in g.input}
+        self.inits = {t.name: t for t in g.initializer if t.name not in inputs}
+        self.readers = G.consumers(g)
+        self.producer = G.producers(g)
+        self.outputs = {o.name for o in g.output}
+
+    def set_constant(self, node: onnx.NodeProto, slot: int, value: np.ndarray) -> None:
+        """Give `node` input `slot` the constant `value`: in place when only it reads the
+        initializer, else as a new initializer."""
+        name = node.input[slot]
+        if len(self.readers.get(name, [])) == 1:
+            self.inits[name].CopyFrom(numpy_helper.from_array(value, name))
+            return
+        new = self.namer.fresh(f"{name}/smooth_quant")
+        t = numpy_helper.from_array(value, new)
+        self.model.graph.initializer.append(t)
+        self.inits[new] = t
+        node.input[slot] = new
+        self.readers.setdefault(new, []).append((node, slot))
+
+    def only_read_by(self, tensor: str, nodes: set[str]) -> bool:
+        got = self.readers.get(tensor, [])
+        return tensor not in self.outputs and bool(got) and all(n.name in nodes and slot == 0 for n, slot in got)
+
+    def fold(self, tensor: str, k: int, s: np.ndarray) -> str | None:
+        """Divide `tensor` by s through its producer's constants; how, or None when it cannot."""
+        node = self.producer.get(tensor)
+        if node is None or node.domain not in ("", "ai.onnx") or list(node.output[:1]) != [tensor]:
+            return None
+        if node.op_type == "LayerNormalization":
+            if int(G.attr(node, "axis", -1)) != -1:
+                return None
+            slots = [i for i in (1, 2) if i < len(node.input) and node.input[i]]
+            values = [_channel_constant(self.inits.get(node.input[i]), k) for i in slots]
+            if 1 not in slots or any(v is None for v in values):
+                return None
+            for i, v in zip(slots, values):
+                self.set_constant(node, i, _per_channel(v, k, s))
+            return "LayerNormalization"
+        if node.op_type == "Mul":
+            slot = self._constant_slot(node, k)
+            if slot is None:
+                return None
+            self.set_constant(node, slot, _per_channel(numpy_helper.to_array(self.inits[node.input[slot]]), k, s))
+            return "Mul"
+        if node.op_type == "Add":  # beta after a Mul by gamma read by nothing else
+            slot = self._constant_slot(node, k)
+            if slot is None:
+                return None
+            mul = self.producer.get(node.input[1 - slot])
+            if mul is None or mul.op_type != "Mul" or mul.domain not in ("", "ai.onnx") or len(self.readers.get(mul.output[0], [])) != 1:
+                return None
+            gamma = self._constant_slot(mul, k)
+            if gamma is None or mul.output[0] in self.outputs:
+                return None
+            self.set_constant(node, slot, _per_channel(numpy_helper.to_array(self.inits[node.input[slot]]), k, s))
+            self.set_constant(mul, gamma, _per_channel(numpy_helper.to_array(self.inits[mul.input[gamma]]), k, s))
+            return "Mul+Add"
+        return None
+
+    def _constant_slot(self, node: onnx.NodeProto, k: int) -> int | None:
+        if len(node.input) != 2:
+            return None
+        for slot in (1, 0):
+            if _channel_constant(self.inits.get(node.input[slot]), k) is not None and node.input[1 - slot] not in self.inits:
+                return slot
+        return None
+
+    def insert_mul(self, tensor: str, layers: list[str], inverse: np.ndarray) -> str:
+        """X * (1/s) before the layers (which then read it); returns the new tensor."""
+        g = self.model.graph
+        const = self.namer.fresh(f"{tensor}/smooth_quant/scale")
+        g.initializer.append(numpy_helper.from_array(inverse, const))
+        out = self.namer.fresh(f"{tensor}/smooth_quant")
+        node = helper.make_node("Mul", [tensor, const], [out], name=self.namer.fresh(f"{tensor}/smooth_quant/Mul"))
+        wanted = set(layers)
+        first = min(i for i, n in enumerate(g.node) if n.name in wanted)
+        for n in g.node:
+            if n.name in wanted and n.input[0] == tensor:
+                n.input[0] = out
+        g.node.insert(first, node)
+        return out
+
+
+def _record(record, name: str, s: np.ndarray, peak: np.ndarray):
+    """The calibration record of X / s: its exact max |x| from the per-channel maxima, min and
+    max bounded from the original's; the original histogram stretched to the new maximum
+    (its shape is what the overflow estimate reads; no threshold is searched on it)."""
+    from .calibration import TensorRecord
+    from .stats import SampleStats
+
+    amax = float(peak.max()) if peak.size else 0.0
+    lo_s, hi_s = float(s.min()), float(s.max())
+    low = record.min / (lo_s if record.min < 0 else hi_s)
+    high = record.max / (lo_s if record.max > 0 else hi_s)
+    low, high = max(low, -amax), min(high, amax)
+    stretch = amax / record.absmax if record.absmax > 0 else 1.0
+    st = record.stats
+    stats = SampleStats(st.count, st.min_sum, round(st.absmax_sum * stretch), st.axis,
+                        None if st.channel_sums is None else [round(v / sj) for v, sj in zip(st.channel_sums, s.tolist())],
+                        [float(p) for p in peak], True)
+    return TensorRecord(name=name, min=low, max=high, amax=amax, counts=list(record.counts),
+                        hist_range=record.hist_range * stretch, nonfinite=record.nonfinite, stats=stats)
+
+
+def apply(model: onnx.ModelProto, cal, alpha: float = ALPHA, only: set[str] | None = None) -> Smoothing:
+    """Migrate every group's activation scales into its layers' weights (`model` edited in place,
+    node names unique). Returns the smoothed activations' records and ranges."""
+    records = {t.name: t for t in cal.tensors}
+    editor = _Editor(model)
+    done = Smoothing()
+    folded = inserted = layers = 0
+    for group in groups(model, records, only):
+        ws = [numpy_helper.to_array(editor.inits[x.weight]) for x in group.layers]
+        wmax = np.max([np.abs(w.astype(np.float64)).max(axis=1 - x.axis) for w, x in zip(ws, group.layers)], axis=0)
+        s = scales(group.absmax, wmax, alpha)
+        k = s.size
+        for w, x in zip(ws, group.layers):
+            shape = (k, 1) if x.axis == 0 else (1, k)
+            editor.inits[x.weight].CopyFrom(numpy_helper.from_array((w.astype(np.float64) * s.reshape(shape)).astype(w.dtype), x.weight))
+        names = {x.node for x in group.layers}
+        how = editor.fold(group.tensor, k, s) if editor.only_read_by(group.tensor, names) else None
+        if how is not None:
+            target = group.tensor
+            folded += 1
+        else:
+            target = editor.insert_mul(group.tensor, [x.node for x in group.layers], (1.0 / s).astype(ws[0].dtype))
+            inserted += 1
+        layers += len(group.layers)
+        rec = _record(records[group.tensor], target, s, group.absmax / s)
+        done.records[target] = rec
+        done.amax[target] = rec.amax
+    if folded or inserted:
+        done.summary = {"alpha": alpha, "activations": folded + inserted, "folded": folded, "layers": layers}
+    return done
