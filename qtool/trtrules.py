@@ -1,8 +1,17 @@
-"""The TensorRT ONNX parser's rules for Q/DQ (explicit INT8) models: every way a model breaks them.
+"""The TensorRT ONNX parser's rules for Q/DQ (explicit INT8 and FP8) models: every way a model breaks them.
 
 A pure check (no printing, no exits): `check(model, "10.3")` lists, in graph order, each
 QuantizeLinear/DequantizeLinear (or QOperator) node TensorRT would reject or import differently
-from onnxruntime, with what to do about it.
+from onnxruntime, with what to do about it. Each Q/DQ node is checked by the rule table of its
+type (`precision` None): INT8 by the INT8 rules, FLOAT8 by FP8's (FP8 below); precision "int8"
+or "fp8" holds every node to that one table.
+
+FP8 (TensorRT developer guide, "Explicit Quantization" and "Working with Quantized Types": FP8 is
+E4M3, per-tensor activations and per-channel weights as INT8, zero point 0; NVIDIA/Model-Optimizer
+modelopt/onnx/quantization/fp8.py writes it so at opset 19+): FLOAT8E4M3FN only (E5M2 and the
+FNUZ types are not imported), opset 19 (the first with FLOAT8 Q/DQ) hence TensorRT 10 or later,
+`saturate` 1 (TensorRT saturates at +-448; onnxruntime with saturate 0 gives NaN past it); the
+scale, zero-point and axis rules are INT8's.
 
 Sources (facts only, the code is ours): onnx/onnx-tensorrt `onnxOpImporters.cpp`
 (QuantDequantLinearHelper: "TensorRT only supports symmetric quantization", constant positive
@@ -35,6 +44,26 @@ QOPERATORS = frozenset({
     "MatMulIntegerToFloat", "DynamicQuantizeLSTM", "QEmbedLayerNormalization", "QOrderedMatMul",
 })
 HALF_SCALES = (TensorProto.FLOAT16, TensorProto.BFLOAT16)
+PRECISIONS = ("int8", "fp8")
+FLOAT8 = (TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2, TensorProto.FLOAT8E5M2FNUZ)
+EXPORT_HINT_FP8 = "qtool export --target tensorrt --precision fp8"
+
+
+@dataclass(frozen=True)
+class Table:
+    """One precision's Q/DQ rules: the quantized type, the lowest opset and TensorRT major."""
+
+    precision: str
+    qtype: int
+    min_opset: int
+    min_major: int
+    hint: str
+
+
+TABLES = {
+    "int8": Table("int8", TensorProto.INT8, 13, 8, EXPORT_HINT),
+    "fp8": Table("fp8", TensorProto.FLOAT8E4M3FN, 19, 10, EXPORT_HINT_FP8),
+}
 
 
 @dataclass(frozen=True)
@@ -52,6 +81,7 @@ class _Index:
 
     opset: int
     major: int
+    precision: str | None = None  # None: each node by the table of its own type
     consts: dict[str, TensorProto] = field(default_factory=dict)
     producer: dict[str, onnx.NodeProto] = field(default_factory=dict)
     consumers: dict[str, list[tuple[onnx.NodeProto, int]]] = field(default_factory=dict)
@@ -70,13 +100,17 @@ def parse_version(text: str, known_only: bool = True) -> tuple[int, int, int]:
     return major, minor, patch
 
 
-def check(model: onnx.ModelProto, trt_version: str) -> list[Violation]:
+def check(model: onnx.ModelProto, trt_version: str, precision: str | None = None) -> list[Violation]:
     """Every Q/DQ rule of that TensorRT version the model breaks: model-wide first, then per node
-    in graph order (subgraph nodes after the node that holds them). Deterministic."""
+    in graph order (subgraph nodes after the node that holds them). Deterministic. precision:
+    None checks each node by the table of its type, "int8"/"fp8" every node by that table."""
+    if precision is not None and precision not in PRECISIONS:
+        raise QtoolError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
     major = parse_version(trt_version)[0]
     index = _index(model, major)
+    index.precision = precision
     nodes = list(_nodes(model.graph))
-    found = _check_opset(index)
+    found = _check_opset(index) + _check_fp8_model([n for n in nodes if _is_qdq(n)], index)
     if not any(_is_qdq(n) for n in nodes):
         found.append(Violation("", "no-qdq", _no_qdq_message(major)))
     for node in nodes:
@@ -221,7 +255,7 @@ Found = list[tuple[str, str]]  # (rule, message) pairs of one node
 def _check_qdq(node: onnx.NodeProto, index: _Index) -> list[Violation]:
     """Every rule one QuantizeLinear/DequantizeLinear node breaks."""
     found: Found = []
-    for rule in (_check_type, _check_zero_point, _check_scale, _check_channels):
+    for rule in (_check_type, _check_fp8, _check_zero_point, _check_scale, _check_channels):
         found += rule(node, index)
     return [Violation(_name(node), rule, message) for rule, message in found]
 
@@ -247,8 +281,15 @@ def _quant_type(node: onnx.NodeProto, index: _Index) -> int | None:
     return index.types.get(x)
 
 
+def table_of(node: onnx.NodeProto, index: _Index) -> Table:
+    """The rule table a Q/DQ node is held to: the one asked for, else FP8's for a FLOAT8 node."""
+    if index.precision is not None:
+        return TABLES[index.precision]
+    return TABLES["fp8"] if _quant_type(node, index) in FLOAT8 else TABLES["int8"]
+
+
 def _check_type(node: onnx.NodeProto, index: _Index) -> Found:
-    """INT8 only; no int32 bias DQ; INT8 weight initializers only from TensorRT 10."""
+    """INT8 (or FP8 E4M3) only; no int32 bias DQ; INT8 weight initializers only from TensorRT 10."""
     x = node.input[0]
     stored = index.consts.get(x) if node.op_type == "DequantizeLinear" else None
     if stored is not None and stored.data_type == TensorProto.INT32:
@@ -256,8 +297,12 @@ def _check_type(node: onnx.NodeProto, index: _Index) -> Found:
                  "keep the bias FP32 (onnxruntime quantize_static: extra_options={'QuantizeBias': False})"))]
     found: Found = []
     qtype = _quant_type(node, index)
-    if qtype is not None and qtype != TensorProto.INT8:
-        side = "quantizes to" if node.op_type == "QuantizeLinear" else "dequantizes"
+    table = table_of(node, index)
+    side = "quantizes to" if node.op_type == "QuantizeLinear" else "dequantizes"
+    if qtype is not None and table.precision == "fp8" and qtype != table.qtype:
+        found.append(("fp8-e4m3-only", (f"{node.op_type} {side} {_type_name(qtype)}; TensorRT's FP8 is FLOAT8E4M3FN only "
+                      f"(no E5M2 or FNUZ types in Q/DQ): re-export with E4M3: {table.hint}")))
+    elif qtype is not None and qtype != TensorProto.INT8 and table.precision == "int8":
         default = " (ONNX's default without a zero point; TensorRT would silently use INT8)" if not _input(node, 2) else ""
         found.append(("int8-only", (f"{node.op_type} {side} {_type_name(qtype)}{default}; TensorRT takes signed INT8 only: "
                       f"re-export with symmetric int8 Q/DQ: {EXPORT_HINT}")))
@@ -265,6 +310,28 @@ def _check_type(node: onnx.NodeProto, index: _Index) -> Found:
         found.append(("weight-int8-initializer", (f"weight {x} is stored as an INT8 initializer read by DequantizeLinear, which "
                       f"TensorRT documents from 10.x only: store the FP32 weight with QuantizeLinear -> DequantizeLinear")))
     return found
+
+
+def _check_fp8_model(qdq: list[onnx.NodeProto], index: _Index) -> list[Violation]:
+    """Model-wide, when a Q/DQ node is held to FP8's table: opset 19+ (FLOAT8 Q/DQ), TensorRT 10+."""
+    if not any(table_of(n, index).precision == "fp8" for n in qdq):
+        return []
+    table, found = TABLES["fp8"], []
+    if index.opset < table.min_opset:
+        found.append(Violation("", "fp8-opset", (f"FP8 Q/DQ needs opset {table.min_opset} (the model has {index.opset}): "
+                               f"convert it up (onnx.version_converter) or re-export: {table.hint}")))
+    if index.major < table.min_major:
+        found.append(Violation("", "fp8-version", (f"TensorRT {index.major}.x's parser reads up to opset {OPSETS[index.major][1]}, "
+                               f"below FP8 Q/DQ's {table.min_opset}: build with TensorRT {table.min_major} or later, or use INT8")))
+    return found
+
+
+def _check_fp8(node: onnx.NodeProto, index: _Index) -> Found:
+    """FP8 QuantizeLinear saturating (the default)."""
+    if node.op_type == "QuantizeLinear" and table_of(node, index).precision == "fp8" and _attr(node, "saturate", 1) == 0:
+        return [("fp8-saturate", ("saturate 0: onnxruntime turns values past +-448 * scale into NaN, TensorRT saturates "
+                 "them: drop the attribute (default 1)"))]
+    return []
 
 
 def _check_zero_point(node: onnx.NodeProto, index: _Index) -> Found:
@@ -283,7 +350,7 @@ def _check_zero_point(node: onnx.NodeProto, index: _Index) -> Found:
     if values is not None and np.any(values != 0):
         shown = f"{values.flat[0]:g}" if values.size == 1 else f"{np.count_nonzero(values)} of {values.size} non-zero"
         found.append(("zero-point", (f"zero point {name} is {shown}, not 0: TensorRT only supports symmetric quantization; "
-                      f"re-export with symmetric int8 activations: {EXPORT_HINT}")))
+                      f"re-export with symmetric activations: {table_of(node, index).hint}")))
     scale = index.consts.get(_input(node, 1))
     if scale is not None and _size(scale) != _size(tensor):
         found.append(("zero-point", (f"zero point {name} has {_size(tensor)} element(s), the scale {scale.name or _input(node, 1)} "
@@ -333,7 +400,7 @@ def _check_channels(node: onnx.NodeProto, index: _Index) -> Found:
     weight = _weight(node, index)
     if weight is None:
         found.append(("activation-per-tensor", (f"{_size(scale)} scales (per channel) on the activation {node.input[0]}: "
-                      f"TensorRT quantizes activations per tensor only; use one scalar scale: {EXPORT_HINT}")))
+                      f"TensorRT quantizes activations per tensor only; use one scalar scale: {table_of(node, index).hint}")))
         return found
     return found + _check_weight_axis(node, index, scale, weight)
 

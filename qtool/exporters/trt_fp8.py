@@ -1,0 +1,269 @@
+"""TensorRT FP8 (E4M3) explicit quantization: an ONNX model with FLOAT8E4M3FN
+QuantizeLinear/DequantizeLinear nodes, from the same calibration file as INT8.
+
+What NVIDIA ModelOpt's FP8 path writes (NVIDIA/Model-Optimizer modelopt/onnx/quantization/fp8.py,
+graph_utils.py find_nodes_from_convs_to_exclude, qdq_utils.py qdq_to_dq) and TensorRT takes
+(TensorRT developer guide, "Explicit Quantization": FP8 is E4M3 only, per-tensor activations,
+per-channel weights, scales positive FP32/FP16, zero points FLOAT8E4M3FN zero; opset 19 for
+FLOAT8 Q/DQ; qtool.trtrules checks it with precision "fp8"):
+* placement: ModelOpt's FP8 op types, Conv, Gemm, MatMul and the residual Add, placed as the INT8
+  Q/DQ model is (qtool.rules.TENSORRT: every input of those layers, the skip input of a residual
+  Add, a Concat's inputs sharing one scale, the quantizer moved through shape ops and MaxPool);
+  no ConvTranspose and no pooling (not in ModelOpt's FP8 list). Default exclusions: the INT8
+  ones (qtool.patterns.tensorrt_exclusions) and ModelOpt's FP8 Conv rule: input or output
+  channels <= 16, or a kernel of more than 32 taps (`--include` overrides both);
+* activations per tensor, scale = amax / 448 (E4M3's largest finite value) in float32, amax
+  from the calibration file's histogram by `method`, max |x| by default as ModelOpt (its FP8 path
+  converts a max-calibrated INT8 model, scale * 448 / 127);
+* weights per output channel on TensorRT's axis (Conv 0, Gemm by transB, MatMul [K, N] 1),
+  scale = max|w| / 448; stored as FLOAT8E4M3FN initializers read by DequantizeLinear (ModelOpt's
+  dq_only output, 4x smaller than FP32), or `weights="fp32"`: FP32 weight -> Q -> DQ;
+* QuantizeLinear saturates (`saturate` 1, the default): values past amax become +-448 * scale;
+* no bias correction (ModelOpt does none; E4M3's rounding error is relative, not a fixed step).
+TensorRT 10 and later only: FLOAT8 Q/DQ need opset 19, above the 8.x/9.x parsers' 17.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from .. import graph as G
+from .. import patterns as P
+from .. import placement
+from ..errors import QtoolError
+from ..rules import TENSORRT
+from ..trtrules import OPSETS, parse_version
+from .qdq import add_initializer, upgrade_opset
+
+E4M3_MAX = 448.0  # largest finite FLOAT8E4M3FN value (ONNX: float8e4m3fn has no infinities)
+FP8_OPSET = 19  # QuantizeLinear/DequantizeLinear-19 take FLOAT8 types
+MIN_MAJOR = 10  # the first TensorRT whose parser reads opset 19
+WEIGHT_STORAGE = ("fp8", "fp32")
+MIN_CHANNELS_FP8 = 16  # ModelOpt graph_utils._MIN_CHANNELS_FP8: Conv I/O channels up to this stay FP16
+MAX_FILTER_FP8 = 32  # ModelOpt graph_utils: FP8 Conv kernels with more taps than this stay FP16
+DEFAULT_METHOD = "max"
+
+# ModelOpt's FP8 op types (fp8.py: fp8_supported_op_types Gemm, MatMul, Conv, Add) on TensorRT's
+# INT8 placement machinery; ConvTranspose and pooling are not among them.
+RULES = replace(TENSORRT, name="tensorrt-fp8", linear=frozenset({"Conv", "Gemm", "MatMul"}), pooling=frozenset(),
+                default_method=DEFAULT_METHOD)
+
+
+def _e4m3():
+    try:
+        import ml_dtypes  # installed with onnx (1.15+)
+    except ImportError:
+        raise QtoolError("FP8 export needs the ml_dtypes package (installed with onnx 1.15 or later): pip install ml_dtypes") from None
+    return ml_dtypes.float8_e4m3fn
+
+
+def to_e4m3(x: np.ndarray) -> np.ndarray:
+    """x rounded to the nearest FLOAT8E4M3FN value (ties to even), saturated at +-448."""
+    return np.clip(np.asarray(x, dtype=np.float32), -E4M3_MAX, E4M3_MAX).astype(_e4m3())
+
+
+def fake_quantize(x: np.ndarray, scale) -> np.ndarray:
+    """x through QuantizeLinear -> DequantizeLinear with FLOAT8E4M3FN and `scale`, in float32."""
+    scale = np.float32(scale)
+    return to_e4m3(np.asarray(x, np.float32) / scale).astype(np.float32) * scale
+
+
+def activation_scale(amax: float) -> np.float32:
+    """amax / 448 in float32; never 0 or subnormal (a tensor that is all zeros gets 1)."""
+    scale = np.float32(amax) / np.float32(E4M3_MAX)
+    return scale if np.isfinite(scale) and scale >= np.finfo(np.float32).tiny else np.float32(1.0)
+
+
+def weight_scales(values: np.ndarray, axis: int | None) -> np.ndarray:
+    """max|w| / 448 per slice along `axis` (a scalar when None), float32; zero slices get 1."""
+    w = np.abs(np.asarray(values, dtype=np.float64))
+    if axis is None:
+        amax = np.asarray(w.max() if w.size else 0.0)
+    else:
+        amax = w.max(axis=tuple(i for i in range(w.ndim) if i != axis)) if w.size else np.zeros(w.shape[axis])
+    scale = (amax / E4M3_MAX).astype(np.float32)
+    ok = np.isfinite(scale) & (scale >= np.finfo(np.float32).tiny)
+    return np.where(ok, scale, np.float32(1.0)).astype(np.float32)
+
+
+def e4m3_mse_amax(record, candidates: int = 128) -> float:
+    """The amax whose E4M3 grid (scale amax / 448, saturating) has the least squared error over
+    the record's |x| histogram (bin centres, float64 sums): amax searched on FP8's own grid."""
+    counts = np.asarray(record.counts, dtype=np.float64)
+    absmax = float(record.absmax)
+    if counts.sum() <= 0 or not np.isfinite(absmax) or absmax <= 0 or record.hist_range <= 0:
+        return absmax
+    centres = (np.arange(len(counts)) + 0.5) * (record.hist_range / len(counts))
+    keep = counts > 0
+    centres, counts = centres[keep], counts[keep]
+    best, best_err = absmax, np.inf
+    for amax in absmax * np.linspace(0.25, 1.0, candidates):
+        scale = activation_scale(amax)
+        err = float(np.sum(counts * (centres - fake_quantize(centres, scale).astype(np.float64)) ** 2))
+        if err < best_err:  # ties keep the smaller amax, searched first
+            best, best_err = float(amax), err
+    return best
+
+
+def thresholds(cal, method: str | None = None) -> dict:
+    """{tensor: calibration.Threshold} for the FP8 grid: `method` when given (a calibration
+    method searched on the signed INT8 grid, or "e4m3-mse": the least E4M3 error), else the
+    file's method when calibrate pinned one, else max |x| (ModelOpt's FP8 default)."""
+    if method == "e4m3-mse":
+        from ..calibration import Threshold, clipped_fraction
+
+        out = {}
+        for t in cal.tensors:
+            amax = e4m3_mse_amax(t)
+            out[t.name] = Threshold(amax, False, clipped_fraction(t, amax), False)
+        return out
+    return cal.decide(signed=True, method=cal.method_for(RULES, method), fallback=RULES.clip_fallback)
+
+
+def fp8_exclusions(model: onnx.ModelProto) -> dict[str, str]:
+    """Conv nodes ModelOpt keeps out of FP8 (graph_utils.find_nodes_from_convs_to_exclude, fp8):
+    input or output channels (per group) <= 16, or a kernel with more than 32 taps."""
+    m = P.GraphView(model)
+    found: dict[str, str] = {}
+    for n in model.graph.node:
+        if n.op_type != "Conv" or not P.standard(n) or len(n.input) < 2:
+            continue
+        w = m.constants.get(n.input[1])
+        if w is None or len(w.dims) < 3:
+            continue
+        oc, ic, taps = int(w.dims[0]), int(w.dims[1]), int(np.prod(w.dims[2:]))
+        if taps > MAX_FILTER_FP8:
+            found[n.name] = f"default exclusion: FP8 Conv kernel of {taps} taps > {MAX_FILTER_FP8} (no fast FP8 kernel)"
+        elif oc <= MIN_CHANNELS_FP8 or ic <= MIN_CHANNELS_FP8:
+            found[n.name] = f"default exclusion: FP8 Conv with {ic} input / {oc} output channels per group (<= {MIN_CHANNELS_FP8})"
+    return found
+
+
+def check_options(major: int, high_precision: str, weights: str) -> None:
+    if major < MIN_MAJOR:
+        raise QtoolError(f"FP8 Q/DQ needs opset {FP8_OPSET}, which TensorRT {major}.x's parser does not read "
+                         f"(opset <= {OPSETS[major][1]}): use --trt-version 10 or later, or INT8")
+    if high_precision not in ("fp16", "fp32"):
+        raise QtoolError(f"--high-precision must be fp16 or fp32, not {high_precision!r}")
+    if weights not in WEIGHT_STORAGE:
+        raise QtoolError(f"--weights for FP8 must be fp8 (FLOAT8E4M3FN weight -> DequantizeLinear) or fp32 "
+                         f"(FP32 weight -> QuantizeLinear -> DequantizeLinear), not {weights!r}")
+
+
+def _target_opset(model: onnx.ModelProto, major: int) -> int:
+    highest = OPSETS[major][1]
+    current = G.default_opset(model)
+    if current > highest:
+        raise QtoolError(f"the model is opset {current}, but TensorRT {major}.x's ONNX parser reads Q/DQ models up to opset "
+                         f"{highest}; re-export the model at opset {highest} or lower")
+    return max(current, FP8_OPSET)
+
+
+def _zero(model: onnx.ModelProto, namer: G.Namer, base: str, shape) -> str:
+    name = namer.fresh(f"{base}/zero_point")
+    zeros = np.zeros(shape, dtype=np.float32)
+    model.graph.initializer.append(numpy_helper.from_array(to_e4m3(zeros), name))
+    return name
+
+
+def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan, weights: str = "fp8") -> None:
+    """Insert the plan's quantizers as FP8 Q/DQ nodes (in place)."""
+    nodes = {n.name: n for n in model.graph.node}
+    new_nodes: list[onnx.NodeProto] = []
+    for site in plan.activations:
+        scale = add_initializer(model, namer, f"{site.tensor}/scale", np.asarray(activation_scale(site.range.amax)))
+        zp = _zero(model, namer, site.tensor, ())
+        q, dq = namer.fresh(f"{site.tensor}/quantized"), namer.fresh(f"{site.tensor}/dequantized")
+        new_nodes.append(helper.make_node("QuantizeLinear", [site.tensor, scale, zp], [q], name=namer.fresh(f"{site.tensor}/QuantizeLinear")))
+        new_nodes.append(helper.make_node("DequantizeLinear", [q, scale, zp], [dq], name=namer.fresh(f"{site.tensor}/DequantizeLinear")))
+        for node_name, slot in site.readers:
+            nodes[node_name].input[slot] = dq
+    for site in plan.weights:
+        new_nodes += _weight_nodes(model, namer, site, weights)
+        for node_name, slot in site.readers:
+            nodes[node_name].input[slot] = new_nodes[-1].output[0]
+    model.graph.node.extend(new_nodes)
+
+
+def _weight_nodes(model: onnx.ModelProto, namer: G.Namer, site: placement.WeightSite, weights: str) -> list[onnx.NodeProto]:
+    values = np.asarray(site.values, dtype=np.float32)
+    axis = site.axis if site.axis is not None and values.ndim > 0 else None
+    scales = weight_scales(values, axis)
+    attrs = {"axis": axis} if axis is not None else {}
+    scale = add_initializer(model, namer, f"{site.tensor}/scale", scales)
+    zp = _zero(model, namer, site.tensor, scales.shape)
+    dq = namer.fresh(f"{site.tensor}/dequantized")
+    if weights == "fp8":
+        shape = [1] * values.ndim
+        if axis is not None:
+            shape[axis] = -1
+        stored = to_e4m3(values / scales.reshape(shape) if axis is not None else values / scales)
+        source = namer.fresh(f"{site.tensor}/fp8")
+        model.graph.initializer.append(numpy_helper.from_array(stored, source))
+        return [helper.make_node("DequantizeLinear", [source, scale, zp], [dq], name=namer.fresh(f"{site.tensor}/DequantizeLinear"), **attrs)]
+    q = namer.fresh(f"{site.tensor}/quantized")
+    return [
+        helper.make_node("QuantizeLinear", [site.tensor, scale, zp], [q], name=namer.fresh(f"{site.tensor}/QuantizeLinear"), **attrs),
+        helper.make_node("DequantizeLinear", [q, scale, zp], [dq], name=namer.fresh(f"{site.tensor}/DequantizeLinear"), **attrs),
+    ]
+
+
+def plan(model: onnx.ModelProto, cal, *, method: str | None = None, exclude=(), include=()) -> tuple[placement.Plan, dict[str, str]]:
+    """The FP8 placement of `model` (unique node names): (plan, the FP8-only default exclusions
+    applied). `include` overrides those and placement's own default exclusions."""
+    include, exclude = list(include or ()), list(exclude or ())
+    fp8_only = fp8_exclusions(model)
+    applied = {k: v for k, v in fp8_only.items() if k not in include}
+    result = placement.place(model, {t.name: t for t in cal.tensors}, rules=RULES, thresholds=thresholds(cal, method),
+                             exclude=[*exclude, *applied], include=[n for n in include if n not in fp8_only],
+                             float_types=(TensorProto.FLOAT,))
+    for name, why in applied.items():  # placement records them as excluded: say why
+        if result.fp32_layers.get(name) == "excluded" and name not in exclude:
+            result.fp32_layers[name] = why
+    return result, applied
+
+
+def export(loaded, cal, *, trt_version: str | None = None, method: str | None = None, high_precision: str | None = None,
+           weights: str = "fp8", exclude=(), include=(), **_options):
+    """The FP8 Q/DQ model for TensorRT `trt_version` (default: the newest qtool knows), as an ExportResult."""
+    from . import ExportResult
+    from .tensorrt import default_version
+
+    trt_version = trt_version or default_version()
+    major = parse_version(trt_version)[0]
+    high_precision = high_precision or "fp16"
+    check_options(major, high_precision, weights)
+    model = G.copy_model(loaded.proto, str(loaded.path.parent))
+    source_opset = G.default_opset(model)
+    model, _ = upgrade_opset(model, _target_opset(model, major), why=f"TensorRT {major}.x FP8 Q/DQ")
+    namer = G.Namer(model)
+    G.unique_node_names(model.graph, namer)
+    placed, extra = plan(model, cal, method=method, exclude=exclude, include=include)
+    apply(model, namer, placed, weights)
+    warnings = list(placed.warnings)
+    summary = {"format": "qdq", "precision": "fp8", "trt_version": trt_version, **placed.summary(),
+               "opset": G.default_opset(model), "source_opset": source_opset, "method": method or cal.method_for(RULES) or cal.method,
+               "fp32_layer_names": sorted(placed.fp32_layers), "high_precision": high_precision, "weights": weights}
+    if extra:
+        summary["fp8_exclusions"] = dict(sorted(extra.items()))
+    if high_precision == "fp16":
+        from .. import fp16
+
+        G.toposort(model.graph)
+        G.cleanup(model.graph)
+        try:
+            converted = fp16.to_fp16(model, activation_absmax={t.name: t.absmax for t in cal.tensors})
+        except Exception as e:  # any failure of the conversion falls back to FP32
+            text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            warnings.append(f"FP16 conversion failed ({text}); the unquantized part stays FP32 (TensorRT runs it in FP32)")
+            summary.update(high_precision="fp32", fp16_failed=text)
+        else:
+            model = converted.model
+            warnings += converted.warnings
+            summary["kept_fp32_for_fp16"] = converted.kept_fp32
+    data, more = G.finish(model, loaded.proto)
+    return ExportResult(data, warnings + more, summary)
