@@ -3,6 +3,7 @@ it was made for (checked by SHA-256), and held-out inputs preprocessed as the fi
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from . import calibration, data, model
@@ -23,22 +24,34 @@ def find_calibration(calib: Path | None) -> Path:
     raise QtoolError(f"several calibration files here ({', '.join(p.name for p in found)}); choose one with --calib FILE")
 
 
+def model_json(path) -> str:
+    """The `model` of every command's --json: an absolute path (normalised, symlinks kept), because a
+    calibration file records its model relative to itself, not to where a pipeline step runs."""
+    return os.path.abspath(path)
+
+
 def load_checked_model(model_path: Path | None, calib_path: Path, cal: calibration.Calibration) -> model.LoadedModel:
     """The model the calibration was made for: MODEL, or the path the file records; same SHA-256."""
     path = model_path if model_path is not None else calib_path.parent / cal.model_path
     if model_path is None and not path.exists():
         raise QtoolError(f"the calibrated model {str(path)!r} (recorded in {str(calib_path)!r}) is missing; pass MODEL")
     loaded = model.load_model(path)
-    if loaded.sha256 != cal.model_sha256 and loaded.onnx_sha256 == cal.model_sha256:
+    check_model(loaded, calib_path, cal.model_sha256)
+    return loaded
+
+
+def check_model(loaded: model.LoadedModel, calib_path: Path, sha256: str) -> None:
+    """A one-line error unless `loaded` is the model the calibration file was made for (SHA-256)."""
+    path = loaded.path
+    if loaded.sha256 != sha256 and loaded.onnx_sha256 == sha256:
         raise QtoolError(
             f"{str(calib_path)!r} was made by an older qtool whose SHA-256 covered {str(path)!r} but not its external data "
             f"({', '.join(model.external_locations(_header(path)))}), so its weights cannot be checked; calibrate again"
         )
-    if loaded.sha256 != cal.model_sha256:
+    if loaded.sha256 != sha256:
         raise QtoolError(
             f"{str(path)!r} is not the model {str(calib_path)!r} was calibrated for (SHA-256 differs); calibrate it again"
         )
-    return loaded
 
 
 def _header(path: Path):

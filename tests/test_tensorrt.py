@@ -44,12 +44,15 @@ def cache_round_trip(amax):
 
 # ----------------------------------------------------------------------------- golden: header, hex
 
-@pytest.mark.parametrize("version,number", [("8.6.1", 8601), ("8.2.5", 8205), ("10.3.0", 100300), ("8.6", 8600), ("10.13.2", 101302), ("8.6.1.6", 8601)])
+# a major.minor is its GA release (NVIDIA/TensorRT CHANGELOG.md: "8.6.1 GA", "8.6.0 EA"); a major its newest
+@pytest.mark.parametrize("version,number", [("8.6.1", 8601), ("8.2.5", 8205), ("10.3.0", 100300), ("8.6", 8601), ("10.13.2", 101302),
+                                            ("8.6.1.6", 8601), ("7.2.3", 7203), ("7.2", 7201), ("8", 8601), ("8.x", 8601),
+                                            ("10.0", 100001), ("10", 101600), ("10.X", 101600), ("10.17.0", 101700)])
 def test_version_numbers(version, number):
     assert version_number(version) == number
 
 
-@pytest.mark.parametrize("bad", ["8", "eight", "8.6.1a", "6.0.1", "8.100.0", "8.10.0", "10.3.100"])
+@pytest.mark.parametrize("bad", ["eight", "8.6.1a", "6.0.1", "8.100.0", "8.10.0", "10.3.100", "8.3", "8.3.0", "12", "9.9", "", "10.x.1"])
 def test_bad_versions(bad):
     with pytest.raises(QtoolError):
         version_number(bad)

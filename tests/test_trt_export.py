@@ -263,12 +263,13 @@ def test_version_defaults_and_formats(calibrated, tmp_path, monkeypatch):
 @pytest.mark.parametrize("args,message", [
     (("--format", "cache", "--trt-version", "11.4"), "TensorRT 11 removed implicit INT8"),
     (("--format", "dynamic-range", "--trt-version", "11.0"), "TensorRT 11 removed implicit INT8"),
-    (("--trt-version", "12.0"), "qtool knows TensorRT 8.x to 11.x"),
-    (("--trt-version", "banana"), "not a version like"),
+    (("--trt-version", "12.0"), "give MAJOR (e.g. 10"),
+    (("--trt-version", "banana"), "is not a TensorRT release qtool knows"),
+    (("--trt-version", "7.2.3", "--format", "qdq"), "builds INT8 from a calibration cache only"),
     (("--trt-version", "8.6", "--format", "qdq", "--weights", "int8"), "needs TensorRT 10 or later"),
     (("--trt-version", "8.6", "--format", "qdq", "--high-precision", "fp16"), "use --high-precision fp32"),
     (("--trt-version", "10.3", "--include", "no_such_node"), "--include: no node or tensor named"),
-], ids=["cache-11", "dynamic-range-11", "unknown-version", "not-a-version", "int8-weights-8x", "fp16-8x", "include-unknown"])
+], ids=["cache-11", "dynamic-range-11", "unknown-version", "not-a-version", "qdq-7x", "int8-weights-8x", "fp16-8x", "include-unknown"])
 def test_bad_requests_are_one_line_errors_without_output(calibrated, tmp_path, args, message):
     _, calib = calibrated["resnet"]
     out = tmp_path / "out.file"

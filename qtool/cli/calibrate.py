@@ -8,10 +8,11 @@ from pathlib import Path
 
 import click
 
-from .. import calibration, data, model, pipeline, thresholds
+from .. import calibration, data, model, pipeline, thresholds, trtfiles
 from ..errors import QtoolError
 from ..exporters import tensorrt
 from ..fileio import Outputs, folder_input, model_input
+from ..inputs import model_json
 from . import EPILOG, cli, emit, progress
 
 log = logging.getLogger("qtool")
@@ -36,7 +37,7 @@ log = logging.getLogger("qtool")
 @click.option("--kl-variant", type=click.Choice(thresholds.KL_VARIANTS), default="nvidia", show_default=True, help="Whose entropy search to reproduce.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Calibration file [default: <model stem>.calib.json here].")
 @click.option("--trt-table", type=click.Path(path_type=Path), help="Also write a TensorRT INT8 calibration cache here.")
-@click.option("--trt-version", default=tensorrt.CACHE_VERSION, show_default=True, help="TensorRT version the cache header names (must match the builder; 7.x to 10.x: TensorRT 11 has no calibration cache).")
+@click.option("--trt-version", default=tensorrt.CACHE_VERSION, show_default=True, help="TensorRT version the cache header names (must match the builder): 7.x to 10.x (TensorRT 11 has no calibration cache), as 8.6.1, 7.2.3, 8.6 (its GA release, 8.6.1), 10 or 10.x (the newest 10.x qtool knows).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
 @click.pass_context
 def calibrate(ctx, model_path, images_dir, data_dir, limit, on_bad_image, shard, size, resize, scale_text, mean, std, bgr, layout,
@@ -54,7 +55,10 @@ def calibrate(ctx, model_path, images_dir, data_dir, limit, on_bad_image, shard,
     if bins > calibration.MAX_BINS:
         raise QtoolError(f"--bins {bins} is too many: the maximum is {calibration.MAX_BINS} (default 2048)")
     shard_kn = data.parse_shard(shard)
-    trt_number = tensorrt.version_number(trt_version) if trt_table else None
+    trt_number = None
+    if trt_table:
+        trt_version = trtfiles.canonical_version(trt_version)
+        trt_number = trtfiles.version_number(trt_version)
     output = output or Path(f"{model_path.stem}.calib.json")
     outs = Outputs(inputs=(model_input(model_path), folder_input(images_dir, "a --images file"),
                            folder_input(data_dir, "a --data file")))
@@ -88,15 +92,19 @@ def calibrate(ctx, model_path, images_dir, data_dir, limit, on_bad_image, shard,
     seconds = time.perf_counter() - started
     what = "images" if images_dir is not None else "data files"
     summary = {
-        "command": "calibrate", "model": str(model_path), "outputs": written, "tensors": len(cal.tensors),
-        "inputs": report.inputs, "samples": report.samples, "batch_size": report.batch_size, "method": cal.method,
+        "command": "calibrate", "model": model_json(model_path), "outputs": written, "tensors": len(cal.tensors),
+        "inputs": report.inputs, "samples": report.samples, "skipped": len(report.skipped), "batch_size": report.batch_size, "method": cal.method,
         "seconds": round(seconds, 3), "warnings": warnings,
     }
+    used = report.inputs - len(report.skipped)  # the images or files the file's samples come from
     if images_dir is not None:
-        summary["images"] = report.inputs
+        summary["images"] = used
     if trt_number is not None:
         summary["tensorrt_header"] = f"TRT-{trt_number}-EntropyCalibration2"
-    text_out = f"calibrated {len(cal.tensors)} tensors from {report.inputs} {what} in {seconds:.1f} s ({cal.method}) -> {output}"
+    counted = f"{used} {what}" + (f" ({report.samples} samples)" if images_dir is None and report.samples != used else "")
+    if report.skipped:
+        counted += f", {len(report.skipped)} unreadable skipped"
+    text_out = f"calibrated {len(cal.tensors)} tensors from {counted} in {seconds:.1f} s ({cal.method}) -> {output}"
     if trt_table:
-        text_out += f"\nTensorRT cache TRT-{trt_number}-EntropyCalibration2 -> {trt_table}"
+        text_out += f"\nTensorRT {trt_version} cache TRT-{trt_number}-EntropyCalibration2 -> {trt_table}"
     emit(as_json, summary, text_out)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import os
 import time
 from pathlib import Path
 
@@ -12,9 +13,9 @@ import click
 from .. import budget, calibration, thresholds
 from ..budget import parse_budget
 from ..errors import QtoolError
-from ..exporters import TARGETS, exporter, tensorrt, trt_qdq
+from ..exporters import TARGETS, exporter, tensorrt
 from ..fileio import check_output_path, file_input, folder_input, model_input, write_atomic
-from ..inputs import find_calibration, held_out_runs, load_checked_model
+from ..inputs import find_calibration, held_out_runs, load_checked_model, model_json
 from . import EPILOG, cli, emit, policies_from, policy_options
 
 log = logging.getLogger("qtool")
@@ -124,7 +125,9 @@ def export(model_path, target_text, calib, output, trt_version, fmt, algorithm, 
     calib_path = find_calibration(calib)
     cal = calibration.load(calib_path)
     source = model_path if model_path is not None else calib_path.parent / cal.model_path
+    version_from = None
     if target == "tensorrt":
+        version_from = tensorrt.version_source(trt_version, fmt)
         trt_version, fmt = tensorrt.resolve(trt_version, fmt)
     options = dict(trt_version=trt_version, algorithm=algorithm or "entropy2", fmt=fmt, method=method, high_precision=high_precision,
                    weights=weights, exclude=list(exclude), include=list(include), weights_7bit=weights_7bit,
@@ -151,19 +154,32 @@ def export(model_path, target_text, calib, output, trt_version, fmt, algorithm, 
         if "latency" in mixed:
             mixed["budget"]["latency_ms"] = _latency(target, result.data, *mixed.pop("latency"))
         result.summary.update(mixed)
-    if target == "tensorrt" and fmt == "qdq":
-        result.summary["build"] = trt_qdq.build_command(tensorrt.major_of(trt_version), str(out))
+    if target == "tensorrt":
+        result.summary["trt_version_from"] = version_from
+        build, notes = tensorrt.build_command(loaded, cal, fmt, trt_version, str(out), _shown(loaded.path))
+        if build:
+            result.summary["build"] = build
+        result.warnings.extend(notes)
     write_atomic(out, result.data)
     for w in result.warnings:
         log.warning(w)
     seconds = time.perf_counter() - started
     summary = {
-        "command": "export", "target": target, "model": str(loaded.path), "calibration": str(calib_path),
+        "command": "export", "target": target, "model": model_json(loaded.path), "calibration": str(calib_path),
         "outputs": {target: str(out)}, "seconds": round(seconds, 3), "warnings": result.warnings, **result.summary,
     }
     text = f"exported {target} from {calib_path} in {seconds:.1f} s -> {out}"
+    if target == "tensorrt":
+        text += (f"\nTensorRT {trt_version} ({summary['trt_version_from']}), {fmt}, thresholds: {summary['method']}")
     text += _overflow_text(summary.get("overflow_fix"))
     emit(as_json, summary, text + (f"\nbuild it with: {summary['build']}" if "build" in summary else ""))
+
+
+def _shown(path) -> str:
+    """A model path for a printed command line: relative to here when below it, else absolute."""
+    full = os.path.abspath(path)
+    rel = os.path.relpath(full)
+    return full if rel.startswith("..") else rel
 
 
 def _overflow_text(fix: dict | None) -> str:

@@ -11,6 +11,7 @@ import click
 
 from .. import calibration, model, trtfiles, trtrules
 from ..errors import QtoolError
+from ..inputs import check_model, model_json
 from . import EPILOG, cli, emit, policies_from, policy_options
 
 log = logging.getLogger("qtool")
@@ -152,7 +153,7 @@ def coverage(doc: dict, loaded: model.LoadedModel) -> dict:
     extra = sorted(n for n in amax if n not in wanted)
     covered = len(expected) - len(missing) - len(nonfinite) - len(nonpositive)
     result = {
-        "model": str(loaded.path), "activation_tensors": len(expected), "covered": covered,
+        "model": model_json(loaded.path), "activation_tensors": len(expected), "covered": covered,
         "percent": round(100.0 * covered / len(expected), 2) if expected else 100.0,
         "missing": missing, "extra": extra, "nonfinite": nonfinite, "nonpositive": nonpositive,
     }
@@ -298,6 +299,7 @@ def inspect(ctx, file, model_path, trt_version, weight_bits, activation_bits, sc
     if trt_version is not None:
         if model_path is not None:
             raise click.UsageError("--trt-version checks the ONNX model given as FILE; it does not go with --model")
+        trt_version = trtfiles.canonical_version(trt_version)
         trtrules.parse_version(trt_version)
         _require_onnx(file)
         _inspect_onnx(ctx, file, trt_version, as_json)
@@ -305,11 +307,14 @@ def inspect(ctx, file, model_path, trt_version, weight_bits, activation_bits, sc
     doc = read_file(file)
     cov = None
     if model_path is not None:
-        cov = coverage(doc, model.load_model(model_path))
-        if cov.get("model_matches") is False:
-            log.warning("%s was calibrated for a different model than %s (SHA-256 differs)", file, model_path)
+        loaded = model.load_model(model_path)
+        if doc["kind"] == "calibration":
+            check_model(loaded, file, doc["header"]["sha256"])  # export's check: another model's names say nothing
+        cov = coverage(doc, loaded)
     summary = {
         "command": "inspect", "file": str(file), "kind": doc["kind"], "header": doc["header"],
+        **({"model": model_json(model_path if model_path is not None else file.parent / doc["header"]["model"])}
+           if doc["kind"] == "calibration" or model_path is not None else {}),
         "tensors": [{k: _number(v) if isinstance(v, float) else v for k, v in t.items()} for t in doc["tensors"]],
     }
     if cov is not None:

@@ -31,13 +31,13 @@ from ..trtfiles import (
     CACHE_VERSION,
     TRT11_REMOVED,
     _listed,
+    canonical_version,
     is_usable,
     version_number,
     write_cache,
     write_dynamic_range,
     write_ort_table,
 )
-from ..trtrules import parse_version
 
 # The newest TensorRT qtool knows (11.4, 2026); the default target when `tensorrt` is not installed.
 LATEST_VERSION = "11.4.0"
@@ -53,13 +53,16 @@ TRT10_DEPRECATED = (
 # ----------------------------------------------------------------------------- versions, hex
 
 def installed_version() -> str | None:
-    """The version of the `tensorrt` Python package, when one imports."""
+    """The version of the `tensorrt` Python package (MAJOR.MINOR.PATCH), when one imports."""
     try:
         import tensorrt  # optional: only its version is read
     except Exception:
         return None
     version = getattr(tensorrt, "__version__", None)
-    return version if isinstance(version, str) else None
+    try:
+        return canonical_version(version) if isinstance(version, str) else None
+    except QtoolError:
+        return None
 
 
 def default_version() -> str:
@@ -67,9 +70,20 @@ def default_version() -> str:
     return installed_version() or LATEST_VERSION
 
 
+def version_source(given: str | None, fmt: str | None = None) -> str:
+    """Where the targeted version came from, for the summary."""
+    if given is not None:
+        return "--trt-version"
+    if installed_version():
+        return "the installed tensorrt package"
+    if fmt in RANGE_FORMATS:
+        return f"the default cache header ({CACHE_VERSION}; no tensorrt package installed)"
+    return "the newest TensorRT qtool knows (no tensorrt package installed)"
+
+
 def major_of(version: str) -> int:
-    """The major version, checked to be one qtool knows (8.x to 11.x)."""
-    return parse_version(version)[0]
+    """The major version of a version qtool knows (7.x to 11.x)."""
+    return int(canonical_version(version).split(".")[0])
 
 
 def default_format(version: str) -> str:
@@ -140,21 +154,72 @@ def check_format(fmt: str) -> str:
 
 
 def resolve(trt_version: str | None = None, fmt: str | None = None) -> tuple[str, str]:
-    """(version, format) with the defaults filled in and the pair checked: TensorRT 11 reads
-    only Q/DQ models; a range format with no version named writes the CACHE_VERSION header."""
+    """(version as MAJOR.MINOR.PATCH, format) with the defaults filled in and the pair checked:
+    TensorRT 11 reads only Q/DQ models, TensorRT 7 only caches (qtool's Q/DQ rules start at 8.x);
+    a range format with no version named writes the CACHE_VERSION header."""
     if fmt is not None:
         check_format(fmt)
     if trt_version is None:
         trt_version = default_version()
         if fmt in RANGE_FORMATS and major_of(trt_version) >= 11:
             trt_version = CACHE_VERSION
+    trt_version = canonical_version(trt_version)
     major = major_of(trt_version)
     fmt = fmt or default_format(trt_version)
     if fmt in RANGE_FORMATS:
         if major >= 11:
             raise QtoolError(TRT11_REMOVED.format(fmt=fmt))
         version_number(trt_version)
+    elif major < 8:
+        raise QtoolError(f"TensorRT {trt_version} builds INT8 from a calibration cache only (Q/DQ models need 8.x or later): "
+                         "use --format cache, or name a newer TensorRT with --trt-version")
     return trt_version, fmt
+
+
+def build_command(loaded, cal, fmt: str, trt_version: str, path: str, model_path: str) -> tuple[str, list[str]]:
+    """The trtexec line that builds an INT8 engine from what export wrote at `path` (the Q/DQ model,
+    or the cache beside the FP32 model at `model_path`), with `--shapes` for every input whose
+    dimensions the model leaves open, taken from what the calibration ran; and notes for the
+    inputs whose shapes it cannot tell. trtexec sets min = opt = max to the --shapes given when no
+    --minShapes/--optShapes/--maxShapes are (NVIDIA/TensorRT samples/common/sampleOptions.cpp,
+    AllOptions::parse), so the engine is built for the calibrated shape."""
+    from . import trt_qdq
+
+    if fmt == "qdq":
+        line = trt_qdq.build_command(major_of(trt_version), path)
+    elif fmt == "cache":
+        line = f"trtexec --onnx={model_path} --int8 --calib={path}"
+    else:
+        return "", []
+    shapes, notes = input_shapes(loaded.proto, cal.preprocess)
+    if shapes:
+        line += " --shapes=" + ",".join(f"{name}:{'x'.join(map(str, dims))}" for name, dims in shapes.items())
+    return line, notes
+
+
+def input_shapes(proto, preprocess: dict) -> tuple[dict[str, list[int]], list[str]]:
+    """{input: shape} for the graph inputs with a dynamic dimension: the batch as 1 and the image
+    size the calibration recorded (images); and notes for inputs whose size it did not record."""
+    from .. import model as M
+
+    shapes: dict[str, list[int]] = {}
+    notes: list[str] = []
+    for spec in M.data_inputs(proto):
+        dims = list(spec.dims)
+        if all(d is not None for d in dims):
+            continue
+        if preprocess.get("source") == "images" and preprocess.get("input") == spec.name and len(dims) == 4:
+            h, w = int(preprocess["height"]), int(preprocess["width"])
+            c = dims[3] if preprocess.get("layout") == "nhwc" else dims[1]
+            c = c or int(preprocess.get("channels") or 3)
+            full = [1, h, w, c] if preprocess.get("layout") == "nhwc" else [1, c, h, w]
+            shapes[spec.name] = [d if d is not None else f for d, f in zip(dims, full)]
+        elif dims[0] is None and all(d is not None for d in dims[1:]):
+            shapes[spec.name] = [1] + dims[1:]
+        else:
+            notes.append(f"input {spec.name!r} has dynamic dimensions the calibration file does not record; "
+                         f"add --shapes={spec.name}:<dims> (x-separated) to the trtexec line")
+    return shapes, notes
 
 
 def suffix(fmt: str | None = None, trt_version: str | None = None, **_options) -> str:
@@ -179,7 +244,7 @@ def export(loaded, cal, *, trt_version: str | None = None, algorithm: str = "ent
             loaded, cal, thresholds(cal, fmt, algorithm, method), major=major,
             high_precision=high_precision or ("fp16" if major >= 10 else "fp32"),
             weights=weights, exclude=exclude, include=include, bias_correction=bias_correction)
-        summary = {"format": fmt, "trt_version": trt_version, **summary}
+        summary = {"format": fmt, "trt_version": trt_version, "method": _method(cal, fmt, algorithm, method), **summary}
         return ExportResult(data, warnings, summary)
     if high_precision is not None or weights != "fp32" or exclude or include or not bias_correction:
         raise QtoolError("--high-precision, --weights, --exclude, --include and --no-bias-correction apply to --format qdq only")
@@ -187,7 +252,16 @@ def export(loaded, cal, *, trt_version: str | None = None, algorithm: str = "ent
     data, warnings, summary = _ranges_file(loaded, amax, trt_version, algorithm, fmt, unrepresentable(loaded.proto, cal, amax))
     if major == 10:
         warnings.insert(0, TRT10_DEPRECATED)
-    return ExportResult(data, warnings, {"format": fmt, "trt_version": trt_version, **summary})
+    return ExportResult(data, warnings, {"format": fmt, "trt_version": trt_version, "method": _method(cal, fmt, algorithm, method), **summary})
+
+
+def _method(cal, fmt: str, algorithm: str, method: str | None) -> str:
+    """The threshold method the file's activation ranges come from (as `thresholds` picks it)."""
+    if method is None and algorithm == "minmax":
+        return "max"
+    if fmt == "qdq":
+        return cal.method_for(TENSORRT, method) or cal.method
+    return method or cal.method
 
 
 def _ranges_file(loaded, amax: dict[str, float], trt_version: str, algorithm: str, fmt: str,
