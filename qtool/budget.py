@@ -113,9 +113,19 @@ def meet(loaded, cal, runs: ev.Runs, budget: Budget, max_fp32: int, *, target: s
     return BudgetResult(True, values[high], steps[high - 1][1], [s[0] for s in steps[:high]], trials)
 
 
+def one_sample(proto: onnx.ModelProto, feeds: dict) -> dict:
+    """The first sample of a held-out batch (held-out images come 8 to a batch), so that the
+    latency is one input's, as the summary says; a model with a fixed batch keeps its batch."""
+    from .model import data_inputs
+
+    dynamic = {s.name for s in data_inputs(proto) if s.dims and s.dims[0] is None}
+    return {k: (v[:1] if k in dynamic and getattr(v, "ndim", 0) else v) for k, v in feeds.items()}
+
+
 def latency_ms(target: str, model_bytes: bytes, feeds: dict, runs: int = 30) -> float | None:
-    """Median latency (ms, one input) in the target's runtime: OpenVINO for FakeQuantize models
-    (None when OpenVINO is not installed), onnxruntime for QDQ."""
+    """Median latency (ms) of one run on `feeds` in the target's runtime: OpenVINO for FakeQuantize
+    models (None when OpenVINO is not installed), onnxruntime for QDQ (default optimizations, one
+    thread per core, as a deployment runs it)."""
     import statistics
     import time
 

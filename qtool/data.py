@@ -38,6 +38,13 @@ class Preprocess:
         return d
 
 
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+FLOAT32_TINY = float(np.finfo(np.float32).tiny)
+# The most pixels an image may have (Pillow's decompression-bomb limit, Image.MAX_IMAGE_PIXELS at its
+# default: a 9459x9459 image), and the most bytes one .npy/.npz data file may hold once decompressed.
+MAX_IMAGE_PIXELS = 89_478_485
+MAX_ARRAY_FILE_BYTES = 2 << 30
+
 # --size: the largest height and width (one 8192x8192 RGB image is 768 MB of float32)
 MAX_SIDE = 8192
 
@@ -55,6 +62,35 @@ def parse_size(text: str | None) -> tuple[int, int] | None:
     if h > MAX_SIDE or w > MAX_SIDE:
         raise QtoolError(f"--size {text!r} is too large: height and width go up to {MAX_SIDE}")
     return h, w
+
+
+_DOWNSAMPLING = {"Conv", "MaxPool", "AveragePool", "LpPool", "ConvInteger", "QLinearConv"}
+_UPSAMPLING = {"Resize", "Upsample", "ConvTranspose", "DepthToSpace"}
+
+
+def size_multiple(proto, input_name: str) -> int | None:
+    """What the image height and width must be a multiple of, when the graph tells: the largest
+    product of Conv/pool strides on a path from the input, in a model that upsamples a strided
+    tensor (a feature pyramid: its Resize output is joined to an earlier tensor, which only lines
+    up at multiples of that product). None when nothing upsamples (any size runs)."""
+    from onnx import helper
+
+    stride = {input_name: 1}
+    multiple, upsampled = 1, False
+    for node in proto.graph.node:  # ONNX graphs are stored in topological order
+        seen = [stride[i] for i in node.input if i in stride]
+        if not seen:
+            continue
+        s = max(seen)
+        if node.op_type in _DOWNSAMPLING:
+            strides = next((helper.get_attribute_value(a) for a in node.attribute if a.name == "strides"), None)
+            s *= max(strides) if strides else 1
+        elif node.op_type in _UPSAMPLING and s > 1 and not (node.op_type == "Resize" and len(node.input) > 3 and node.input[3]):
+            upsampled = True  # a Resize given output `sizes` (often another tensor's shape) lines up at any size
+        multiple = max(multiple, s)
+        for out in node.output:
+            stride[out] = s
+    return multiple if upsampled and multiple > 1 else None
 
 
 def parse_scale(text: str) -> float:
@@ -84,8 +120,12 @@ def parse_channels(text: str | None, option: str, channels: int, default: float)
         raise QtoolError(f"{option} {text!r} has {len(values)} values but the model input has {channels} channels")
     if not all(math.isfinite(v) for v in values):
         raise QtoolError(f"{option} {text!r} must be finite numbers")
-    if option == "--std" and any(v == 0 for v in values):
-        raise QtoolError(f"--std {text!r} must not contain zero")
+    # preprocessing runs in float32: a value beyond its range would become inf, one below its
+    # smallest normal number a std that overflows the division
+    if any(abs(v) > FLOAT32_MAX for v in values):
+        raise QtoolError(f"{option} {text!r} is beyond float32 (|value| <= {FLOAT32_MAX:.4g}), the type images are fed in")
+    if option == "--std" and any(abs(v) < FLOAT32_TINY for v in values):
+        raise QtoolError(f"--std {text!r} must not contain zero or values below {FLOAT32_TINY:.4g} (float32's smallest normal number)")
     return values
 
 
@@ -174,8 +214,24 @@ def _to_8bit(img: Image.Image) -> Image.Image:
 
 def load_image(path: Path, pre: Preprocess) -> np.ndarray:
     """Decode and preprocess one image into a float32 sample (C,H,W) or (H,W,C)."""
+    import warnings
+
     try:
-        with Image.open(path) as im:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # refused below, in one line
+            im = Image.open(path)
+    except Image.DecompressionBombError:
+        im = None
+    except Exception as e:  # PIL raises many types for corrupt files
+        raise QtoolError(f"cannot read image {str(path)!r}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+    if im is None or im.width * im.height > MAX_IMAGE_PIXELS:
+        size = "" if im is None else f" ({im.width}x{im.height})"
+        if im is not None:
+            im.close()
+        raise QtoolError(f"image {str(path)!r}{size} has more than {MAX_IMAGE_PIXELS} pixels (Pillow's decompression-bomb "
+                         "limit); shrink it or leave it out")
+    try:
+        with im:
             im.load()
             img = ImageOps.exif_transpose(im) or im
             img = _to_8bit(img)
@@ -290,8 +346,26 @@ def _fit(path, arr: np.ndarray, spec: InputSpec) -> np.ndarray:
     return np.ascontiguousarray(arr)
 
 
+def _check_array_file(path: Path) -> None:
+    """Refuse a .npy/.npz data file over MAX_ARRAY_FILE_BYTES, an .npz by the sizes its members
+    declare once decompressed (a small archive can inflate to any size)."""
+    import zipfile
+
+    try:
+        size = path.stat().st_size
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as z:
+                size = max(size, sum(i.file_size for i in z.infolist()))
+    except (OSError, zipfile.BadZipFile, ValueError):
+        return  # np.load reports what is wrong with it
+    if size > MAX_ARRAY_FILE_BYTES:
+        raise QtoolError(f"data file {str(path)!r} holds {size} bytes, more than qtool loads as one input "
+                         f"({MAX_ARRAY_FILE_BYTES >> 30} GiB); split it into smaller .npy/.npz files")
+
+
 def load_arrays(path: Path, specs: list[InputSpec]) -> tuple[dict, int]:
     """One run's feeds from a .npy (single-input models) or .npz (keys = input names) file."""
+    _check_array_file(path)
     try:
         loaded = np.load(path, allow_pickle=False)
         if isinstance(loaded, np.lib.npyio.NpzFile):

@@ -70,6 +70,8 @@ def calibrate(ctx, model_path, images_dir, data_dir, limit, on_bad_image, shard,
         image_options = dict(size=data.parse_size(size), layout=layout, resize=resize, scale=data.parse_scale(scale_text),
                              mean=mean, std=std, bgr=bgr)
     loaded = model.load_model(model_path, external_data=False)
+    if image_options is not None and image_options["size"] is not None:
+        _check_size(loaded, image_options["size"])
     with progress(0, not (ctx.obj["quiet"] or as_json)) as bar:
         cal, report = pipeline.run(loaded, images=images_dir, data_dir=data_dir, limit=limit, shard=shard_kn,
                                    on_bad_image=on_bad_image, batch_size=batch_size, image_options=image_options, bins=bins,
@@ -108,3 +110,13 @@ def calibrate(ctx, model_path, images_dir, data_dir, limit, on_bad_image, shard,
     if trt_table:
         text_out += f"\nTensorRT {trt_version} cache TRT-{trt_number}-EntropyCalibration2 -> {trt_table}"
     emit(as_json, summary, text_out)
+
+
+def _check_size(loaded, size: tuple[int, int]) -> None:
+    """A usage error before any work for a --size the model cannot run at (its strides tell)."""
+    multiple = data.size_multiple(loaded.proto, model.image_input(loaded.proto).name)
+    if multiple and (size[0] % multiple or size[1] % multiple):
+        up = [-(-side // multiple) * multiple for side in size]
+        raise click.UsageError(f"--size {size[0]}x{size[1]}: this model's height and width must be multiples of {multiple} "
+                               f"(its strides multiply to {multiple} before it upsamples and joins features); "
+                               f"e.g. --size {up[0]}x{up[1]}")

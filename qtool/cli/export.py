@@ -46,7 +46,7 @@ def _mixed_precision(loaded, cal, target, keep_fp32, budget_, max_fp32, options,
     if not found.met:
         raise QtoolError(f"no set of at most {max_fp32} layer group(s) kept in FP32 meets {budget_.describe()} (best reached: "
                          f"{budget_.describe(found.value)}); allow more with --max-fp32, relax --max-drop, or calibrate on more inputs")
-    feeds = next(iter(runs()))[0]
+    feeds = budget.one_sample(loaded.proto, next(iter(runs()))[0])
     before = budget.latency_ms(target, exporter(target).export(loaded, cal, **options).data, feeds) if found.exclude else None
     return {"exclude": found.exclude, "warnings": [], "kept_fp32": found.tensors, "latency": (feeds, before), "budget": {
         "required": budget_.describe(), "reached": budget_.describe(found.value), "trials": found.trials}}
@@ -68,6 +68,13 @@ def check_target_options(target: str, **given) -> None:
             raise click.UsageError(f"{option} applies to --target {' or '.join(targets)}, not {target}")
 
 
+def complete_targets(incomplete: str) -> list:
+    """Shell completion of --target (the option stays free text so a typo gets a did-you-mean)."""
+    from click.shell_completion import CompletionItem
+
+    return [CompletionItem(t) for t in TARGETS if t.startswith(incomplete.lower())]
+
+
 def parse_target(text: str) -> str:
     target = text.strip().lower()
     if target not in TARGETS:
@@ -79,7 +86,7 @@ def parse_target(text: str) -> str:
 
 @cli.command(epilog=EPILOG)
 @click.argument("model_path", metavar="[MODEL]", required=False, type=click.Path(path_type=Path))
-@click.option("--target", "target_text", required=True, help=f"Output format: {', '.join(TARGETS)}.")
+@click.option("--target", "target_text", required=True, help=f"Output format: {', '.join(TARGETS)}.", shell_complete=lambda ctx, param, incomplete: complete_targets(incomplete))
 @click.option("--calib", type=click.Path(path_type=Path), help="Calibration file [default: the single *.calib.json here].")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Output file [default: <model stem> + the target's suffix, here].")
 @click.option("--trt-version", help=f"tensorrt: the TensorRT that builds the engine [default: the installed tensorrt package's, else {tensorrt.LATEST_VERSION}].")
