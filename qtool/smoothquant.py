@@ -32,7 +32,6 @@ ALPHA = 0.95
 STAT_FLOOR = 1e-5
 SCALE_QUANTILE = 0.1
 SCALE_MAX = 1e2
-MODES = ("auto", True, False)
 
 
 @dataclass
@@ -66,21 +65,28 @@ class Smoothing:
         return replace(cal, tensors=tensors)
 
 
-def parse_mode(value) -> str | bool:
-    """smooth_quant option: 'auto', True or False (also the strings 'true'/'false'/'on'/'off')."""
+def parse_mode(value) -> str | bool | float:
+    """smooth_quant option: "auto" (transformers only), True, False (also "true"/"false"/"on"/"off"),
+    or alpha itself, a number in [0, 1] (on, with that alpha)."""
+    if isinstance(value, bool):
+        return value
     if isinstance(value, str):
         v = value.strip().lower()
         if v == "auto":
             return "auto"
-        if v in ("true", "on", "yes", "1"):
+        if v in ("true", "on", "yes"):
             return True
-        if v in ("false", "off", "no", "0"):
+        if v in ("false", "off", "no"):
             return False
-    elif isinstance(value, bool):
-        return value
+        try:
+            value = float(v)
+        except ValueError:
+            pass
+    if isinstance(value, (int, float)) and 0.0 <= float(value) <= 1.0:
+        return float(value)
     from .errors import QtoolError
 
-    raise QtoolError(f"smooth_quant must be auto, true or false, not {value!r}")
+    raise QtoolError(f"smooth_quant must be auto, true, false or an alpha in [0, 1], not {value!r}")
 
 
 def scales(act: np.ndarray, weight: np.ndarray, alpha: float) -> np.ndarray:

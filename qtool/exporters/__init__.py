@@ -93,7 +93,8 @@ def cpu_plan(model, cal, *, float_types: tuple[int, ...], overflow_remedy: str, 
 
 def smooth(model, cal, mode, place: Callable):
     """SmoothQuant for a CPU export (`model` with unique node names, edited in place): with mode
-    "auto" when the placement `place(model, cal)` finds transformer structure, with True always,
+    "auto" when the placement `place(model, cal)` finds transformer structure, with True (or an
+    alpha, smoothquant.parse_mode) always,
     on the linear layers that placement runs in int8 with their input quantized. Returns
     (the calibration of the edited model, smoothquant.Smoothing or None, warnings)."""
     from .. import smoothquant
@@ -106,7 +107,8 @@ def smooth(model, cal, mode, place: Callable):
         return cal, None, []
     int8 = set(plan.int8_layers)
     layers = {name for site in plan.activations for name, slot in site.readers if slot == 0 and name in int8}
-    done = smoothquant.apply(model, cal, only=layers)
+    alpha = mode if isinstance(mode, float) else smoothquant.ALPHA
+    done = smoothquant.apply(model, cal, alpha, only=layers)
     if not done.records:
         records = {t.name: t for t in cal.tensors}
         nodes = {n.name: n for n in model.graph.node}
@@ -116,5 +118,7 @@ def smooth(model, cal, mode, place: Callable):
         if old:
             return cal, None, [f"SmoothQuant skipped: the calibration file has no per-channel maxima of the inputs of {len(old)} "
                                "linear layer(s) (made by an older qtool, or calibrated as a non-transformer); calibrate again to use it"]
+        if mode != "auto":
+            return cal, None, ["SmoothQuant changed nothing: no int8 MatMul/Gemm with an unshared constant weight reads its input directly"]
         return cal, None, []
     return done.calibration(cal), done, []

@@ -166,12 +166,13 @@ def prepare(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_p
         model, warnings = upgrade_opset(model)
     G.unique_node_names(model.graph, G.Namer(model))
 
-    def plan_for(m, c, smoothing=None, more_excluded=()) -> placement.Plan:
-        return cpu_plan(m, c, float_types=(TensorProto.FLOAT,), overflow_remedy="uint8", exclude=list(exclude or ()) + list(more_excluded),
+    def plan_for(m, c, smoothing=None, more_excluded=(), guard=True) -> placement.Plan:
+        return cpu_plan(m, c, float_types=(TensorProto.FLOAT,), overflow_remedy="uint8" if guard else None, exclude=list(exclude or ()) + list(more_excluded),
                         include=include, weights_7bit=weights_7bit, ignored_patterns=ignored_patterns, policies=policies,
                         method=method, smoothing=smoothing)
 
-    cal, smoothing, sq_warnings = smooth(model, cal, smooth_quant, plan_for)
+    # the layers to smooth: the int8 ones before the overflow guard, which decides on the smoothed model
+    cal, smoothing, sq_warnings = smooth(model, cal, smooth_quant, lambda m, c: plan_for(m, c, guard=False))
 
     def place(more_excluded=()) -> placement.Plan:
         return plan_for(model, cal, smoothing, more_excluded)

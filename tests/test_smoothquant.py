@@ -1,0 +1,196 @@
+"""SmoothQuant (qtool.smoothquant): the per-channel max |x| of linear-layer inputs that calibrate
+stores for transformers (mergeable, independent of batch size), the migration the CPU exports
+apply (the float model computes the same), and that it changes nothing for other models."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import zoo
+import zoo_sq
+from test_openvino import noise_batch, noise_images
+from test_transformers import bert_data, bert_feeds
+
+from qtool import api, calibration, smoothquant
+from qtool.errors import QtoolError
+from qtool.exporters import openvino, qdq
+from qtool.model import load_model
+
+MODELS = {  # name -> (builder, kind of calibration data, held-out feeds)
+    "bert_fused": (lambda: zoo.bert_like(True), "data", lambda: bert_feeds(np.random.default_rng(9), batch=4)),
+    "bert_decomposed": (lambda: zoo.bert_like(False), "data", lambda: bert_feeds(np.random.default_rng(9), batch=4)),
+    "vit": (zoo.vit_like, "images", lambda: {"pixel_values": noise_batch(32, 32)}),
+    "vit_decomposed": (zoo_sq.vit_decomposed, "images", lambda: {"pixel_values": noise_batch(32, 32)}),
+}
+
+
+def _calibrate(path, kind, folder, **kw):
+    if kind == "data":
+        return api.calibrate(str(path), data=str(folder / "data"), **kw)
+    return api.calibrate(str(path), images=str(folder / "images"), size=(32, 32), **kw)
+
+
+@pytest.fixture(scope="module")
+def calibrated(tmp_path_factory):
+    d = tmp_path_factory.mktemp("smoothquant")
+    noise_images(d / "images")
+    bert_data(d / "data")
+    out = {}
+    for name, (build, kind, _) in MODELS.items():
+        path = d / f"{name}.onnx"
+        onnx.save(build(), str(path))
+        out[name] = (path, _calibrate(path, kind, d), kind, d)
+    return out
+
+
+def _run(model, feeds):
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    data = model if isinstance(model, bytes) else model.SerializeToString()
+    return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def _peaks(cal) -> dict[str, list[float]]:
+    return {t.name: t.stats.channel_absmax for t in cal.tensors if t.stats is not None and t.stats.channel_absmax is not None}
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_migrated_float_model_computes_the_same(calibrated, name):
+    path, cal, _, _ = calibrated[name]
+    loaded = load_model(str(path))
+    prepared = qdq.prepare(loaded, cal)
+    summary = prepared.smoothing.summary
+    assert summary["activations"] >= 3 and summary["alpha"] == smoothquant.ALPHA
+    if name in ("bert_fused", "vit", "vit_decomposed"):  # a LayerNorm whose output only linear layers read is folded
+        assert summary["folded"] >= 1
+    # the weights did change (the migration is not a no-op) ...
+    before = {t.name: onnx.numpy_helper.to_array(t) for t in loaded.proto.graph.initializer}
+    after = {t.name: onnx.numpy_helper.to_array(t) for t in prepared.model.graph.initializer}
+    changed = [n for n in before if n in after and before[n].shape == after[n].shape and not np.array_equal(before[n], after[n])]
+    assert len(changed) >= summary["layers"]
+    # ... and the float model with migrated scales computes the original's outputs
+    feeds = MODELS[name][2]()
+    ref, got = _run(loaded.proto, feeds)[0], _run(prepared.model, feeds)[0]
+    assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()
+
+
+@pytest.mark.parametrize("name", ["bert_fused", "vit_decomposed"])
+def test_smoothed_activation_range_is_the_exact_maximum(calibrated, name):
+    """The quantizer of a smoothed activation covers max_j max|X_j| / s_j, which equals the
+    max |x| of the migrated model on the calibration inputs."""
+    path, cal, kind, d = calibrated[name]
+    loaded = load_model(str(path))
+    prepared = openvino.prepare(loaded, cal, weights_7bit="none")  # every linear layer int8 (no overflow guard)
+    smoothing = prepared.smoothing
+    sites = {s.tensor: s for s in prepared.plan.activations}
+    assert smoothing.amax and set(smoothing.amax) <= set(sites)
+    # calibrate the migrated float model: its per-channel maxima are the smoothed ones
+    migrated = d / f"{name}.migrated.onnx"
+    onnx.save(prepared.model, str(migrated))
+    again = {t.name: t for t in _calibrate(migrated, kind, d).tensors}
+    for tensor, amax in smoothing.amax.items():
+        assert amax == pytest.approx(again[tensor].absmax, rel=1e-5)
+        assert sites[tensor].range.amax == amax
+        assert smoothing.records[tensor].min <= again[tensor].min + 1e-6 * amax
+        assert smoothing.records[tensor].max >= again[tensor].max - 1e-6 * amax
+
+
+def test_scales_follow_the_formula_and_nncf_clamps():
+    act = np.array([0.0, 1.0, 4.0, 100.0, np.inf, 2.0, 3.0, 5.0, 6.0, 7.0])
+    w = np.array([1.0, 1.0, 0.25, 1e-9, 1.0, 2.0, 2.0, 2.0, 2.0, 2.0])
+    s = smoothquant.scales(act, w, 0.5)
+    raw = np.sqrt(np.maximum(np.nan_to_num(act, posinf=0.0), 1e-5)) / np.sqrt(np.maximum(w, 1e-5))
+    expect = np.clip(raw, np.quantile(raw, 0.1), 100.0)
+    np.testing.assert_allclose(s, expect, rtol=1e-12)
+    assert s[3] == 100.0 and s[0] == np.quantile(raw, 0.1) and np.isfinite(s).all()
+
+
+def test_peaks_only_for_transformers_and_independent_of_batch_size(calibrated, tmp_path):
+    path, cal, kind, d = calibrated["bert_fused"]
+    peaks = _peaks(cal)
+    layers = {n.input[0] for n in onnx.load(str(path)).graph.node if n.op_type == "MatMul" and n.input[1].endswith(".weight")}
+    assert set(peaks) == layers  # every input of a linear layer with a weight, nothing else
+    assert all(len(v) in (32, 128) and min(v) > 0 for v in peaks.values())
+    a, b = tmp_path / "a.calib.json", tmp_path / "b.calib.json"
+    cal.save(a)
+    _calibrate(path, kind, d, batch_size=5).save(b)
+    assert a.read_bytes() == b.read_bytes()
+
+
+def test_peaks_round_trip_and_merge_by_max(calibrated, tmp_path):
+    path, _, kind, d = calibrated["vit"]
+    whole = _calibrate(path, kind, d)
+    parts = [_calibrate(path, kind, d, shard=(k, 2)) for k in (1, 2)]
+    for k, part in enumerate(parts):
+        part.save(tmp_path / f"p{k}.calib.json")
+    loaded = [calibration.load(tmp_path / f"p{k}.calib.json") for k in range(2)]
+    assert [_peaks(c) for c in loaded] == [_peaks(c) for c in parts]  # saved and loaded exactly
+    merged = calibration.merge(loaded)
+    expect = {n: [max(x, y) for x, y in zip(v, _peaks(parts[1])[n])] for n, v in _peaks(parts[0]).items()}
+    assert _peaks(merged) == expect == _peaks(whole)
+    assert _peaks(parts[0]) != _peaks(parts[1])
+    whole.save(tmp_path / "whole.calib.json")
+    merged.model_path = whole.model_path
+    merged.save(tmp_path / "merged.calib.json")
+    assert (tmp_path / "merged.calib.json").read_bytes() == (tmp_path / "whole.calib.json").read_bytes()
+
+
+def test_old_files_without_peaks_export_without_smoothquant(calibrated):
+    path, cal, _, _ = calibrated["bert_fused"]
+    # as a file from before the peaks were stored
+    old = replace(cal, tensors=[t if t.stats is None else replace(t, stats=replace(t.stats, channel_absmax=None, track_absmax=False))
+                                for t in cal.tensors])
+    loaded = load_model(str(path))
+    result = qdq.export(loaded, old)
+    assert "smooth_quant" not in result.summary
+    assert any("SmoothQuant skipped" in w for w in result.warnings)
+    assert result.data == qdq.export(loaded, cal, smooth_quant=False).data
+
+
+def test_only_transformers_change(calibrated, tmp_path):
+    """A CNN with Gemm/MatMul layers: calibrate stores no per-channel maxima for them, and its
+    exports are byte-identical with SmoothQuant auto and off."""
+    cnn = tmp_path / "cnn.onnx"
+    onnx.save(zoo.deconv_gemm_like(), str(cnn))
+    cal = api.calibrate(str(cnn), images=str(calibrated["vit"][3] / "images"), size=(16, 16))
+    assert not _peaks(cal)
+    loaded = load_model(str(cnn))
+    for module in (openvino, qdq):
+        on, off = module.export(loaded, cal, smooth_quant="auto"), module.export(loaded, cal, smooth_quant=False)
+        assert on.data == off.data and "smooth_quant" not in on.summary
+        forced = module.export(loaded, cal, smooth_quant=True)  # nothing to migrate with: said so
+        assert forced.data == off.data and any(w.startswith("SmoothQuant") for w in forced.warnings), forced.warnings
+
+
+@pytest.mark.parametrize("target", ["openvino", "qdq"])
+def test_exports_run_and_off_switch(calibrated, target):
+    path, cal, _, _ = calibrated["bert_fused"]
+    loaded = load_model(str(path))
+    module = openvino if target == "openvino" else qdq
+    on, off = module.export(loaded, cal), module.export(loaded, cal, smooth_quant="false")
+    assert on.summary["smooth_quant"]["activations"] >= 3 and "smooth_quant" not in off.summary
+    assert on.data != off.data
+    assert module.export(loaded, cal, smooth_quant=0.5).data not in (on.data, off.data)
+    assert module.export(loaded, cal, smooth_quant=True).data == on.data  # on a transformer True is auto
+    feeds = MODELS["bert_fused"][2]()
+    ref = _run(loaded.proto, feeds)[0]
+    if target == "qdq":
+        got = _run(on.data, feeds)[0]
+    else:
+        import openvino as ov
+
+        core = ov.Core()
+        got = core.compile_model(core.read_model(on.data, b""), "CPU")(feeds)[0]
+    cos = (ref * got).sum() / np.linalg.norm(ref) / np.linalg.norm(got)
+    assert got.shape == ref.shape and cos > 0.99
+
+
+def test_bad_mode_is_an_error():
+    for bad in ("maybe", 1.5, -0.1, None):
+        with pytest.raises(QtoolError, match="smooth_quant must be"):
+            smoothquant.parse_mode(bad)
+    assert smoothquant.parse_mode("Off") is False and smoothquant.parse_mode("0.8") == 0.8
