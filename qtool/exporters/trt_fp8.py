@@ -8,8 +8,8 @@ per-channel weights, scales positive FP32/FP16, zero points FLOAT8E4M3FN zero; o
 FLOAT8 Q/DQ; qtool.trtrules checks it with precision "fp8"):
 * placement: ModelOpt's FP8 op types, Conv, Gemm, MatMul and the residual Add, placed as the INT8
   Q/DQ model is (qtool.rules.TENSORRT: every input of those layers, the skip input of a residual
-  Add, a Concat's inputs sharing one scale, the quantizer moved through shape ops and MaxPool);
-  no ConvTranspose and no pooling (not in ModelOpt's FP8 list). Default exclusions: the INT8
+  Add, a Concat's inputs sharing one scale), each Q/DQ right before its reader (not moved up
+  through MaxPool or shape ops); no ConvTranspose and no pooling (not in ModelOpt's FP8 list). Default exclusions: the INT8
   ones (qtool.patterns.tensorrt_exclusions) and ModelOpt's FP8 Conv rule: input or output
   channels <= 16, or a kernel of more than 32 taps (`--include` overrides both);
 * activations per tensor, scale = amax / 448 (E4M3's largest finite value) in float32, amax
@@ -48,9 +48,11 @@ MAX_FILTER_FP8 = 32  # ModelOpt graph_utils: FP8 Conv kernels with more taps tha
 DEFAULT_METHOD = "max"
 
 # ModelOpt's FP8 op types (fp8.py: fp8_supported_op_types Gemm, MatMul, Conv, Add) on TensorRT's
-# INT8 placement machinery; ConvTranspose and pooling are not among them.
+# INT8 placement machinery; ConvTranspose and pooling are not among them, and no quantizer moves
+# up through MaxPool or shape ops: the Q/DQ sits right before the layer that reads it, as ModelOpt
+# writes it (TensorRT has no FP8 pooling, and moves Q/DQ across shape ops itself).
 RULES = replace(TENSORRT, name="tensorrt-fp8", linear=frozenset({"Conv", "Gemm", "MatMul"}), pooling=frozenset(),
-                default_method=DEFAULT_METHOD)
+                pass_through=frozenset(), default_method=DEFAULT_METHOD)
 
 
 def _e4m3():
@@ -218,8 +220,9 @@ def plan(model: onnx.ModelProto, cal, *, method: str | None = None, exclude=(), 
     include, exclude = list(include or ()), list(exclude or ())
     fp8_only = fp8_exclusions(model)
     applied = {k: v for k, v in fp8_only.items() if k not in include}
+    both = P.tensorrt_exclusions(P.GraphView(model)) if any(n in fp8_only for n in include) else {}
     result = placement.place(model, {t.name: t for t in cal.tensors}, rules=RULES, thresholds=thresholds(cal, method),
-                             exclude=[*exclude, *applied], include=[n for n in include if n not in fp8_only],
+                             exclude=[*exclude, *applied], include=[n for n in include if n not in fp8_only or n in both],
                              float_types=(TensorProto.FLOAT,))
     for name, why in applied.items():  # placement records them as excluded: say why
         if result.fp32_layers.get(name) == "excluded" and name not in exclude:
