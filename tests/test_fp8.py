@@ -43,7 +43,7 @@ def _cnn_feeds(name, seed, n=1):
 # (max |x| thresholds, weights per channel): resnet_like 29.4 dB, bert_like 26.8 dB (the INT8 Q/DQ
 # export of the same calibration: 31.6 and 39.7). E4M3 keeps 3 mantissa bits (relative step 2^-3,
 # about 31 dB for one tensor's rounding), and 7-8 quantized layers add their errors; the bounds
-# leave 4-6 dB for calibration noise, far above what a wrong scale or axis gives (< 10 dB).
+# leave 4-6 dB for calibration noise.
 MODELS = {
     "cnn": (zoo.resnet_like, lambda m, seed: _cnn_feeds(m.graph.input[0].name, seed), 25.0),
     "bert": (lambda: zoo.bert_like(True), lambda m, seed: bert_feeds(np.random.default_rng(seed), batch=1), 21.0),
