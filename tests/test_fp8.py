@@ -266,3 +266,13 @@ def test_fp8_below_opset_19_breaks_the_rules(calibrated):
 def test_unknown_precision_is_refused():
     with pytest.raises(QtoolError, match="precision"):
         trtrules.check(zoo.tiny_relu_model(), "11.4", precision="fp4")
+
+
+def test_unrepresentable_ranges_stay_float(calibrated):
+    """The additive attention mask (qtool.patterns.unrepresentable) gets no FP8 quantizer either."""
+    result = _export(calibrated, "bert")
+    masks = result.summary["unrepresentable"]
+    assert masks and all("additive mask" in why for why in masks.values())
+    model = onnx.load_from_string(result.data)
+    quantized = {n.input[0] for n in model.graph.node if n.op_type == "QuantizeLinear"}
+    assert not quantized & set(masks)
