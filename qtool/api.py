@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -55,6 +56,43 @@ def _checked(model_or_path, cal: Calibration) -> model.LoadedModel:
     return loaded
 
 
+# Errors the library shares with the command line name its flags (`--size HxW`); called from this
+# API they name the keyword instead (`size=(h, w)`): the flags that are keywords of the function
+# called are rewritten, any other text is left as it is.
+_RENAMED = {"format": "fmt", "scale-kind": "policies", "weight-bits": "policies", "activation-bits": "policies"}
+_FLAG = re.compile(r"--([a-z][a-z0-9-]*)(?: (DIR|FILE|HxW|N|X\.Y\.Z)\b| (?=['\d]))?")
+
+
+def api_text(text: str, keywords) -> str:
+    """`text` with the command-line flags that are among `keywords` written as keywords."""
+    text = re.sub(r"--size (\d+)x(\d+)\b", r"size=(\1, \2)", text) if "size" in keywords else text
+
+    def keyword(m: re.Match) -> str:
+        name = _RENAMED.get(m.group(1), m.group(1).replace("-", "_"))
+        if name not in keywords:
+            return m.group(0)
+        return "size=(h, w)" if name == "size" and m.group(2) == "HxW" else f"{name}="
+    text = _FLAG.sub(keyword, text)
+    return re.sub(r"\b(\w+)= (qdq|cache|dynamic-range|ort-trt|fp16|fp32|int8)\b", r"\1='\2'", text)
+
+
+def _keyword_errors(function):
+    """QtoolErrors raised inside `function` name its keywords, not the command line's flags."""
+    import functools
+    import inspect
+
+    own = set(inspect.signature(function).parameters)
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except QtoolError as e:
+            keywords = own | ({k for v in EXPORT_OPTIONS.values() for k in v} if "options" in own else set())
+            raise QtoolError(api_text(str(e), keywords)) from None
+    return wrapper
+
+
 class _Progress:
     """What the pipeline calls on a tqdm bar (update, total, refresh) over a plain callback(n)."""
 
@@ -81,6 +119,7 @@ def _size(size) -> tuple[int, int] | None:
     return _data.parse_size(str(size))
 
 
+@_keyword_errors
 def calibrate(model_or_path, *, images: str | os.PathLike | None = None, data=None, limit: int | None = None,
               shard: tuple[int, int] | str | None = None, on_bad_image: str = "fail", size=None, resize: str = "stretch",
               scale: float = 1 / 255, mean=None, std=None, bgr: bool = False, layout: str | None = None,
@@ -89,7 +128,9 @@ def calibrate(model_or_path, *, images: str | os.PathLike | None = None, data=No
     """Run the model on calibration inputs and return per-tensor histograms and thresholds, as
     `qtool calibrate` does. One source of inputs: `images` (a folder, for single-input image models;
     size/resize/scale/mean/std/bgr/layout preprocess them), or `data`: a folder of .npy/.npz files or
-    an in-memory loader (see the module docstring). `progress(n)` is called as inputs are done."""
+    an in-memory loader (see the module docstring). `progress(n)` is called after each batch with
+    the number of inputs (images, data files or loader items) that batch finished: increments, to
+    add up (4, 4, 4, ... for batches of 4), as tqdm's update(n) takes them."""
     folder = data if isinstance(data, (str, os.PathLike)) else None
     loader = data if data is not None and folder is None else None
     options = None
@@ -111,6 +152,7 @@ def _shard(shard) -> tuple[int, int] | None:
     return shard if shard is None or isinstance(shard, tuple) else _data.parse_shard(str(shard))
 
 
+@_keyword_errors
 def recompute(cal: Calibration, method: str, kl_variant: str | None = None) -> Calibration:
     """New thresholds from the stored histograms, as `qtool recompute` does."""
     try:
@@ -120,6 +162,7 @@ def recompute(cal: Calibration, method: str, kl_variant: str | None = None) -> C
     return cal.recompute(method, kl_variant)
 
 
+@_keyword_errors
 def merge(cals: Iterable[Calibration]) -> Calibration:
     """Shards combined exactly, as `qtool merge` does."""
     cals = list(cals)
@@ -136,6 +179,7 @@ EXPORT_OPTIONS = {
 }
 
 
+@_keyword_errors
 def export(model_or_path, cal: Calibration, *, target: str, path: str | os.PathLike | None = None, **options) -> bytes:
     """The bytes of `target`'s file for this calibration (written atomically to `path` when given),
     as `qtool export` writes them. Options per target (EXPORT_OPTIONS): tensorrt: trt_version, fmt
@@ -161,6 +205,7 @@ def export(model_or_path, cal: Calibration, *, target: str, path: str | os.PathL
     return result.data
 
 
+@_keyword_errors
 def evaluate(model_or_path, cal: Calibration, *, images: str | os.PathLike | None = None, data=None, limit: int | None = None,
              target: str = "qdq", runtime: str | None = None, per_tensor: bool = False,
              progress: Callable[[int], None] | None = None, **options) -> _evaluate.Evaluation:

@@ -130,3 +130,28 @@ def test_the_readme_python_example_runs(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "digits.calib.json").exists() and (tmp_path / "digits.openvino.onnx").exists()
     assert capsys.readouterr().out.startswith("logits SQNR ")  # the example's own print, nothing from qtool
     assert namespace["four_bit"] != namespace["trt"]
+
+
+def test_api_errors_name_keywords_not_flags(tmp_path):
+    """The library's messages name --size HxW on the command line and size=(h, w) here."""
+    import zoo
+    from PIL import Image
+
+    from qtool.api import api_text
+
+    model = tmp_path / "yolo.onnx"
+    onnx.save(zoo.yolo_like(), model)
+    (tmp_path / "i").mkdir()
+    Image.new("RGB", (20, 20)).save(tmp_path / "i" / "a.png")
+    with pytest.raises(qtool.QtoolError, match=r"give the calibration size with size=\(h, w\)$"):
+        qtool.calibrate(model, images=tmp_path / "i")
+    with pytest.raises(qtool.QtoolError, match=r"^size='3x' is not HxW, e.g. size=\(320, 320\)$"):
+        qtool.calibrate(model, images=tmp_path / "i", size="3x")
+    assert api_text("use --format qdq or --high-precision fp32; --int8 stays", {"fmt", "high_precision"}) == \
+        "use fmt='qdq' or high_precision='fp32'; --int8 stays"
+
+
+def test_progress_receives_increments_that_add_up_to_the_inputs(tmp_path):
+    seen = []
+    qtool.calibrate(SAMPLE, images=IMAGES, limit=12, batch_size=4, progress=seen.append)
+    assert seen == [4, 4, 4]
