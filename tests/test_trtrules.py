@@ -441,3 +441,38 @@ def test_cli_model_level_violation_is_printed_as_model(tmp_path):
     onnx.save(tiny_relu_model(), tmp_path / "plain.onnx")
     r = run("inspect", tmp_path / "plain.onnx", "--trt-version", "11.4")
     assert r.exit_code == 1 and r.stdout.startswith("<model>: no-qdq: ")
+
+
+# ----------------------------------------------------------------------------- the FP8 table
+
+def fp8_conv_model(opset=19, zero_type=None):
+    """trt_conv_model with FLOAT8 zero points (E4M3 unless `zero_type`), scales amax / 448."""
+    import ml_dtypes
+
+    zero_type = zero_type or ml_dtypes.float8_e4m3fn
+    model = trt_conv_model(opset)
+    for t in model.graph.initializer:
+        if t.name.endswith("_zp"):
+            t.CopyFrom(numpy_helper.from_array(np.zeros(tuple(t.dims), zero_type), t.name))
+        elif t.name.endswith("_scale"):
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * np.float32(127 / 448), t.name))
+    return model
+
+
+@pytest.mark.parametrize("version", ("10.3", "11.4"))
+def test_fp8_conv_passes_the_fp8_table_and_fails_the_int8_one(version):
+    model = fp8_conv_model()
+    assert trtrules.check(model, version) == [] == trtrules.check(model, version, precision="fp8")
+    assert {v.rule for v in trtrules.check(model, version, precision="int8")} == {"int8-only"}
+    assert {v.rule for v in trtrules.check(trt_conv_model(19), version, precision="fp8")} == {"fp8-e4m3-only"}
+    assert trtrules.check(trt_conv_model(19), version, precision="int8") == []
+
+
+def test_fp8_rules_by_type_version_and_opset():
+    import ml_dtypes
+
+    assert {v.rule for v in trtrules.check(fp8_conv_model(zero_type=ml_dtypes.float8_e5m2), "11.4")} == {"fp8-e4m3-only"}
+    assert {v.rule for v in trtrules.check(fp8_conv_model(17), "10.3")} == {"fp8-opset"}
+    assert {"fp8-version", "opset"} <= {v.rule for v in trtrules.check(fp8_conv_model(), "8.6")}
+    x = np.random.default_rng(2).uniform(-3, 3, (1, 3, 8, 8)).astype(np.float32)
+    assert np.isfinite(ort.InferenceSession(fp8_conv_model().SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]).all()
