@@ -215,3 +215,15 @@ def test_max_drop_latency_is_one_inputs(dynamic, tmp_path):
     session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     plain = _median_ms(session, {"images": np.random.default_rng(0).random((1, 3, 192, 192), np.float32)})
     assert 1 / 3 < reported / plain < 3, (reported, plain)
+
+
+def test_qdq_target_is_not_for_tensorrt(tmp_path, monkeypatch):
+    """What the README says: --target qdq (u8 activations with zero points) breaks TensorRT's Q/DQ
+    rules, --target tensorrt does not."""
+    monkeypatch.chdir(tmp_path)
+    ok(invoke("calibrate", SAMPLE, "--images", ROOT / "calib_images", "--limit", 16))
+    ok(invoke("export", "--target", "qdq", "-o", "m.qdq.onnx"))
+    ok(invoke("export", "--target", "tensorrt", "--trt-version", "10", "-o", "m.trt.onnx"))
+    broken = invoke("inspect", "m.qdq.onnx", "--trt-version", "10", "--json")
+    assert broken.exit_code == 1 and json.loads(broken.stdout)["violations"]
+    ok(invoke("inspect", "m.trt.onnx", "--trt-version", "10"))
