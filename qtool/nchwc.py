@@ -11,7 +11,7 @@ With every tensor of a detector exposed, those copies are a fifth of onnxruntime
 Histograms and extrema do not depend on where values sit, per-channel statistics can read the
 blocked layout, and an elementwise operation on two blocked tensors is the blocked form of the
 result; so calibration fetches such tensors before the reorder. onnxruntime optimizes the
-exposed model once (it writes the optimized graph to a temporary file), the reorders that only
+exposed model once (it writes the optimized graph to a file: one in memory, see scratch), the reorders that only
 feed graph outputs are dropped, and that graph runs without further optimization. The values
 fetched are the ones the reorder would have copied, bit for bit. The array onnxruntime returns
 has the logical NCHW shape over blocked memory; `Blocked` says how to read it.
@@ -21,16 +21,15 @@ from __future__ import annotations
 
 import contextlib
 import io
-import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
+from . import ortlog, scratch
 from .graph import node_reads
 
 DOMAIN = "com.microsoft.nchwc"
@@ -64,7 +63,7 @@ def blocked_shape(a: np.ndarray, block: int) -> bool:
 
 def _session(data: bytes, optimized_path: str | None = None, optimize: bool = True) -> ort.InferenceSession:
     opts = ort.SessionOptions()
-    opts.log_severity_level = 3
+    opts.log_severity_level = ortlog.FATAL  # its errors come back as exceptions
     opts.intra_op_num_threads = 1
     if optimized_path is not None:
         opts.optimized_model_filepath = optimized_path
@@ -76,10 +75,8 @@ def _session(data: bytes, optimized_path: str | None = None, optimize: bool = Tr
 
 def optimized(model: onnx.ModelProto) -> onnx.ModelProto:
     """The graph onnxruntime runs for `model` on this machine, layout transformations included."""
-    with tempfile.TemporaryDirectory(prefix="qtool-") as tmp:
-        path = str(Path(tmp) / "optimized.onnx")
-        _session(model.SerializeToString(), optimized_path=path)
-        return onnx.load(path)
+    data = model.SerializeToString()
+    return onnx.load_from_string(scratch.written_by(lambda path: _session(data, optimized_path=path), "optimized.onnx"))
 
 
 def strip_reorders(graph_model: onnx.ModelProto, fetched: list[str], keep: frozenset[str], block: int

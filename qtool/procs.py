@@ -97,6 +97,7 @@ class Helper:
     def __init__(self, job: Job, claims: Claims, progress=None):
         self.claims, self.progress = claims, progress
         self.part: object = None
+        self.closing = False  # close() ends it: that is no failure
         self.skipped: list = []
         self.error: BaseException | None = None
         self.log = tempfile.TemporaryFile()  # its stderr, for the message if it fails
@@ -134,9 +135,28 @@ class Helper:
                     self.claims.stop()
                     return
         except (EOFError, OSError, ValueError, pickle.UnpicklingError):  # it ended: a crash, or close()
-            self.error = RuntimeError(f"a calibration helper process ended unexpectedly: {self._last_words()}")
-            if self._took():  # what it took is lost: the run cannot be complete
+            took = self._took()
+            self.error = self._ended(took)
+            if took:  # what it took is lost: the run cannot be complete
                 self.claims.stop()
+
+    def _ended(self, took: int) -> BaseException:
+        """Why the helper ended early: killed by a signal (the OOM killer sends SIGKILL), with
+        inputs it took, is the user's to act on; anything else is a bug."""
+        try:
+            code = self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            code = None
+        if code is not None and code < 0 and took and not self.closing:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            likely = ", likely out of memory" if -code == signal.SIGKILL else ""
+            return QtoolError(f"a calibration helper process was killed ({name}{likely}); free memory, calibrate in "
+                              "parts (--shard K/N, then qtool merge), or run on one core (taskset -c 0 qtool ...) so "
+                              "no helper process starts")
+        return RuntimeError(f"a calibration helper process ended unexpectedly: {self._last_words()}")
 
     def _took(self) -> int:
         with self.claims.lock:
@@ -161,6 +181,7 @@ class Helper:
 
     def close(self) -> None:
         """End the helper (if still running) and everything this side holds of it."""
+        self.closing = True
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
@@ -195,7 +216,9 @@ def main() -> None:
     histogram.start_loading()  # first: it takes longer than the rest of the start
     import onnx
 
-    from . import collect
+    from . import collect, ortlog
+
+    ortlog.quiet()
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent ends it
     out = os.fdopen(os.dup(1), "wb")

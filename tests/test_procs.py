@@ -117,3 +117,26 @@ def test_a_helper_that_cannot_start_leaves_the_run_to_this_process(setup, tmp_pa
     assert result.exit_code == 0, (result.output, result.exception)
     assert json.loads(out.read_text())["samples"] == N
     assert capfd.readouterr().err == ""  # nothing printed from the thread that served it
+
+
+KILLED_HELPER = """
+import os, pickle, signal, sys
+from qtool import procs
+job = pickle.load(sys.stdin.buffer)
+pickle.dump(("next", 0), sys.stdout.buffer); sys.stdout.buffer.flush()
+pickle.load(sys.stdin.buffer)  # an input taken, then killed as the OOM killer does
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_helper_killed_by_the_oom_killer_is_one_line(setup, tmp_path, monkeypatch):
+    """SIGKILL after taking an image: a one-line error saying what to do, exit 1, nothing written."""
+    model, folder = setup
+    monkeypatch.setattr(procs.Helper, "COMMAND", [sys.executable, "-c", KILLED_HELPER])
+    out = tmp_path / "killed.calib.json"
+    result, took = _calibrate(monkeypatch, model, folder, out, True)
+    assert took == [1]
+    assert result.exit_code == 1, (result.output, result.exception)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: a calibration helper process was killed (SIGKILL, likely out of memory)")
+    assert "--shard" in lines[0] and not out.exists()

@@ -1,7 +1,8 @@
 """Command line: the only place that prints, sets up logging, or exits. One module per command.
 
 Exit codes: 0 success, 1 user error (bad input or request), 2 usage error (click),
-3 internal error (a bug: the traceback is saved to a file), 130/143 interrupted.
+3 internal error (a bug: the traceback is saved to a file), 130 interrupted (Ctrl-C), 143 terminated
+(SIGTERM), 129 hung up (SIGHUP).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from ..errors import QtoolError
 
 log = logging.getLogger("qtool")
 
-EPILOG = "Exit codes: 0 ok, 1 bad input, bad request or failed check, 2 bad command line, 3 internal error (a bug), 130/143 interrupted."
+EPILOG = "Exit codes: 0 ok, 1 bad input, bad request or failed check, 2 bad command line, 3 internal error (a bug), 130/143/129 interrupted (SIGINT/SIGTERM/SIGHUP)."
 
 
 class _Formatter(logging.Formatter):
@@ -39,7 +40,26 @@ def _setup_logging(quiet: bool, verbose: bool) -> None:
 
 
 class _Group(click.Group):
-    """Turns QtoolError into a one-line message and exit 1, and a bug into exit 3."""
+    """Turns QtoolError into a one-line message and exit 1, and a bug into exit 3. The commands
+    are imported when first looked up (main's handling of Ctrl-C covers those imports), and
+    each also takes -q/-v after its name."""
+
+    def get_command(self, ctx: click.Context, cmd_name: str):
+        _register_commands()
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx: click.Context):
+        _register_commands()
+        return super().list_commands(ctx)
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        cmd.params.extend([
+            click.Option(["-q", "--quiet"], is_flag=True, expose_value=False, callback=_late_flag,
+                         help="As `qtool -q`: only errors on stderr; no progress bar."),
+            click.Option(["-v", "--verbose"], is_flag=True, expose_value=False, callback=_late_flag,
+                         help="As `qtool -v`: debug messages on stderr."),
+        ])
+        super().add_command(cmd, name)
 
     def invoke(self, ctx: click.Context):
         try:
@@ -66,7 +86,24 @@ def cli(ctx: click.Context, quiet: bool, verbose: bool) -> None:
 
     _setup_logging(quiet, verbose)
     histogram.WITHOUT_BLAS_PROBE = True  # a command's process is qtool's
-    ctx.obj = {"quiet": quiet}
+    ctx.obj = {"quiet": quiet, "verbose": verbose}
+    _quiet_onnxruntime()
+
+
+def _late_flag(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    """-q/-v given after the command: the same as before it."""
+    if not value or ctx.obj is None:
+        return
+    ctx.obj[param.name] = True
+    _setup_logging(ctx.obj["quiet"], ctx.obj["verbose"])
+
+
+def _quiet_onnxruntime() -> None:
+    """onnxruntime's default logger writes warnings (coloured, on stderr) for sessions and at
+    import; a command says what matters itself. Sessions set their own level (collect, nchwc)."""
+    from .. import ortlog
+
+    ortlog.quiet()
 
 
 def progress(total: int, enabled: bool):
@@ -115,14 +152,19 @@ def _save_traceback() -> str:
 
 
 def _terminated(signum, frame):
-    # unwinds like an exception, so temporary output files are removed on the way out
-    raise SystemExit(143)
+    # unwinds like an exception, so staged outputs and temporary files are removed on the way out
+    raise SystemExit(128 + signum)
 
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: maps every outcome to a documented exit code."""
+    from .. import scratch
+
     signal.signal(signal.SIGTERM, _terminated)
+    if hasattr(signal, "SIGHUP"):  # the terminal closed
+        signal.signal(signal.SIGHUP, _terminated)
     try:
+        scratch.sweep()  # what killed qtool processes left
         rv = cli.main(args=argv, prog_name="qtool", standalone_mode=False)
     except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("interrupted", err=True)
@@ -133,13 +175,17 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(rv if isinstance(rv, int) else 0)
 
 
+_registered = False
+
+
 def _register_commands() -> None:
-    """Import every module of this package: each defines one command on `cli`."""
+    """Import every module of this package (once): each defines one command on `cli`."""
+    global _registered
+    if _registered:
+        return
     import importlib
     import pkgutil
 
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
         importlib.import_module(f"{__name__}.{info.name}")
-
-
-_register_commands()
+    _registered = True

@@ -1,0 +1,113 @@
+"""qtool's temporary files: one directory per process, `qtool-<pid>-*` in the system's temporary
+folder, created when first needed and removed at exit (a normal one, an exception, or a signal
+the CLI turns into an exit). A process killed outright (SIGKILL, the OOM killer) cannot clean up:
+the next qtool command removes the directories of this user's qtool processes that no longer run.
+
+A file a library insists on writing by path (onnxruntime's optimized model) is kept in memory
+where the system allows it (a Linux memfd, gone with the process however it ends), and in that
+directory elsewhere.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+_NAME = re.compile(r"qtool-(\d+)-[a-z0-9_]{8}")
+_dir: tuple[int, Path] | None = None  # (the pid that made it, the directory)
+
+
+def directory() -> Path:
+    """This process's temporary directory (made on first use, removed at exit)."""
+    global _dir
+    if _dir is None or _dir[0] != os.getpid():  # a forked child makes its own
+        sweep()
+        _dir = (os.getpid(), Path(tempfile.mkdtemp(prefix=f"qtool-{os.getpid()}-")))
+        atexit.register(remove)
+    return _dir[1]
+
+
+def remove() -> None:
+    """Remove this process's temporary directory, if it made one."""
+    global _dir
+    if _dir is not None and _dir[0] == os.getpid():
+        shutil.rmtree(_dir[1], ignore_errors=True)
+        _dir = None
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's: running
+        return True
+    return True
+
+
+def sweep(root: str | os.PathLike | None = None) -> list[Path]:
+    """Remove the temporary directories that qtool processes of this user left when killed (their
+    pid no longer runs); returns them."""
+    root = Path(root if root is not None else tempfile.gettempdir())
+    removed = []
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return removed
+    for entry in entries:
+        m = _NAME.fullmatch(entry.name)
+        if not m or int(m.group(1)) == os.getpid():
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if not entry.is_dir(follow_symlinks=False) or st.st_uid != os.getuid() or _running(int(m.group(1))):
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(Path(entry.path))
+    return removed
+
+
+def _memfd(name: str) -> int | None:
+    if not hasattr(os, "memfd_create") or not os.path.isdir("/proc/self/fd"):
+        return None
+    try:
+        return os.memfd_create(name, os.MFD_CLOEXEC)
+    except OSError:
+        return None
+
+
+def _read_all(fd: int) -> bytes:
+    size = os.fstat(fd).st_size
+    chunks, done = [], 0
+    while done < size:
+        chunk = os.pread(fd, min(size - done, 1 << 30), done)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        done += len(chunk)
+    return b"".join(chunks)
+
+
+def written_by(write: Callable[[str], object], name: str) -> bytes:
+    """The bytes `write(path)` writes to the file `path`: a file in memory where the system has
+    them, else a file in directory(), removed before this returns."""
+    fd = _memfd(name)
+    if fd is not None:
+        try:
+            write(f"/proc/self/fd/{fd}")
+            return _read_all(fd)
+        finally:
+            os.close(fd)
+    path = directory() / f"{os.urandom(4).hex()}-{name}"
+    try:
+        write(str(path))
+        return path.read_bytes()
+    finally:
+        path.unlink(missing_ok=True)
