@@ -73,7 +73,7 @@ def api_text(text: str, keywords) -> str:
             return m.group(0)
         return "size=(h, w)" if name == "size" and m.group(2) == "HxW" else f"{name}="
     text = _FLAG.sub(keyword, text)
-    return re.sub(r"\b(\w+)= (qdq|cache|dynamic-range|ort-trt|fp16|fp32|int8)\b", r"\1='\2'", text)
+    return re.sub(r"\b(\w+)= (qdq|cache|dynamic-range|ort-trt|fp16|fp32|int8|openvino|onnxruntime|tensorrt|entropy|mse|max|auto|skip|fail)\b", r"\1='\2'", text)
 
 
 def _keyword_errors(function):

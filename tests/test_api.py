@@ -86,9 +86,9 @@ def test_evaluate_takes_a_target_its_options_and_a_runtime(arrays, capsys):
     assert capsys.readouterr() == ("", "")
     for kwargs, message in [
         (dict(target="tensorrt", weights_7bit="all"), "option 'weights_7bit' does not apply to target 'tensorrt'"),
-        (dict(runtime="openvino"), "--runtime openvino runs the file of --target openvino, not qdq"),
-        (dict(target="openvino", runtime="onnxruntime"), "runs the file of --target qdq or tensorrt, not openvino"),
-        (dict(target="tensorrt", per_tensor=True), "the per-tensor ranking is for --target openvino or qdq"),
+        (dict(runtime="openvino"), "runtime='openvino' runs the file of target='openvino', not qdq"),  # keywords, not flags
+        (dict(target="openvino", runtime="onnxruntime"), "runs the file of target='qdq' or tensorrt, not openvino"),
+        (dict(target="tensorrt", per_tensor=True), "the per-tensor ranking is for target='openvino' or qdq"),
         (dict(target="tensorrt", fmt="cache", trt_version="10.3"), "a cache file holds ranges, no model to run"),
         (dict(target="tflite"), "not one of"),
     ]:
