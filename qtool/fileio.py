@@ -50,12 +50,10 @@ def _model_files(path: Path) -> list[tuple[str, Path]]:
     """The model and the external data files it refers to (none when it cannot be read)."""
     files = [("the model", path)]
     try:
-        import onnx
+        from .model import external_locations, read_model_header
 
-        from .model import external_locations
-
-        proto = onnx.load(str(path), load_external_data=False)
-    except Exception:  # missing or unreadable: the command itself says so later
+        proto = read_model_header(path)  # bounded: no device or FIFO read for ever
+    except Exception:  # missing, unreadable or no model: the command itself says so later
         return files
     return files + [("the model's external data file", path.parent / loc) for loc in external_locations(proto)]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,6 +116,49 @@ def model_sha256(path: str | os.PathLike, locations: list[str] = ()) -> str:
     return h.hexdigest()
 
 
+# protobuf parses messages of at most 2 GiB: a larger model keeps its weights as external data
+MAX_MODEL_BYTES = (1 << 31) - 1
+
+
+def read_model_bytes(path: str | os.PathLike) -> bytes:
+    """The bytes of an ONNX file, read from one open descriptor, or a one-line QtoolError: not
+    there, not a regular file (a device or FIFO never ends or blocks), or past protobuf's limit."""
+    p = Path(path)
+    try:
+        # O_NONBLOCK: opening a FIFO does not wait for a writer; regular files ignore it
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    except FileNotFoundError:
+        raise QtoolError(f"model file {str(p)!r} does not exist") from None
+    except IsADirectoryError:
+        raise QtoolError(f"model path {str(p)!r} is a folder, not a file; give an .onnx file") from None
+    except OSError as e:
+        raise QtoolError(f"cannot read model file {str(p)!r}: {e.strerror or e}") from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise QtoolError(f"model path {str(p)!r} is a folder, not a file; give an .onnx file")
+        if not stat.S_ISREG(st.st_mode):
+            raise QtoolError(f"model path {str(p)!r} is not a regular file (a device, FIFO or socket); give an .onnx file")
+        if st.st_size > MAX_MODEL_BYTES:
+            raise QtoolError(
+                f"model file {str(p)!r} is {st.st_size / 2**30:.1f} GiB: an ONNX file holds at most 2 GiB without "
+                "external data (protobuf's limit); save its weights as external data (onnx.save_model(..., "
+                "save_as_external_data=True))")
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(MAX_MODEL_BYTES + 1)  # bounded even if it grew since
+    if len(data) > MAX_MODEL_BYTES:
+        raise QtoolError(f"model file {str(p)!r} grew past 2 GiB while read; give a finished .onnx file")
+    return data
+
+
+def read_model_header(path: str | os.PathLike) -> onnx.ModelProto:
+    """The model without its external data (read_model_bytes's checks, then protobuf's)."""
+    return onnx.load_model_from_string(read_model_bytes(path))
+
+
 def load_model(path: str | os.PathLike, external_data: bool = True) -> LoadedModel:
     """Read an ONNX file or fail with a one-line reason.
 
@@ -123,17 +167,19 @@ def load_model(path: str | os.PathLike, external_data: bool = True) -> LoadedMod
     copying them, whatever their size.
     """
     p = Path(path)
-    if not p.exists():
-        raise QtoolError(f"model file {str(p)!r} does not exist")
-    if not p.is_file():
-        raise QtoolError(f"model path {str(p)!r} is not a file")
+    data = read_model_bytes(p)
     try:
-        proto = onnx.load(str(p), load_external_data=False)
+        proto = onnx.load_model_from_string(data)
         locations = external_locations(proto)
         missing = [loc for loc in locations if not (p.parent / loc).is_file()]
         if missing:
             raise QtoolError(f"model {str(p)!r} refers to external data that is missing: {missing[0]}")
-        sha256 = model_sha256(p, locations)
+        h = hashlib.sha256(data)  # model_sha256 of the bytes parsed, not a second read
+        del data
+        onnx_sha256 = h.hexdigest()
+        for location in locations:
+            _update(h, p.parent / location)
+        sha256 = h.hexdigest()
         if external_data and locations:
             onnx.external_data_helper.load_external_data_for_model(proto, str(p.parent))
     except QtoolError:
@@ -145,7 +191,7 @@ def load_model(path: str | os.PathLike, external_data: bool = True) -> LoadedMod
         raise QtoolError(f"{str(p)!r} is not a readable ONNX model ({reason}); check the file is complete") from None
     if not proto.HasField("graph") or len(proto.graph.node) == 0:
         raise QtoolError(f"{str(p)!r} is not an ONNX model with a graph (no nodes found); check the file")
-    loaded = LoadedModel(path=p, sha256=sha256, proto=proto, onnx_sha256=file_sha256(p) if locations else sha256)
+    loaded = LoadedModel(path=p, sha256=sha256, proto=proto, onnx_sha256=onnx_sha256)
     for location in loaded.external_files:
         if not (p.parent / location).is_file():
             raise QtoolError(f"model {str(p)!r} refers to external data that is missing: {location}")

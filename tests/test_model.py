@@ -403,3 +403,75 @@ def test_tensor_bytes_are_what_onnxruntime_returns():
     session = collect.make_session(model.with_outputs(m, list(sizes), types), threads=1)
     values = session.run(list(sizes), {"images": np.zeros((2, 3, 64, 96), np.float32)})
     assert {n: v.nbytes for n, v in zip(sizes, values)} == sizes
+
+
+# --------------------------------------------------------------------------
+# bounded reads: devices, FIFOs and files past protobuf's limit get one line
+# --------------------------------------------------------------------------
+def _finishes(fn, seconds=30):
+    """fn() run in a thread: its result (or exception), asserting it did not hang."""
+    import threading
+
+    box = {}
+
+    def target():
+        try:
+            box["value"] = fn()
+        except BaseException as e:
+            box["value"] = e
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), "reading the model hung"
+    return box["value"]
+
+
+def test_a_device_is_not_read(tmp_path):
+    link = tmp_path / "zero.onnx"
+    link.symlink_to("/dev/zero")
+    for path in ("/dev/zero", link):
+        got = _finishes(lambda p=path: model.load_model(p))
+        assert isinstance(got, QtoolError) and "not a regular file" in str(got)
+
+
+def test_a_fifo_does_not_block(tmp_path):
+    fifo = tmp_path / "pipe.onnx"
+    os.mkfifo(fifo)
+    got = _finishes(lambda: model.load_model(fifo))
+    assert isinstance(got, QtoolError) and "not a regular file" in str(got)
+
+
+def test_a_file_past_protobufs_limit_is_refused_unread(tmp_path):
+    """A sparse file of 2 GiB + 1 byte: refused from its size, nothing read into memory."""
+    big = tmp_path / "big.onnx"
+    with open(big, "wb") as f:
+        f.truncate(model.MAX_MODEL_BYTES + 1)
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        got = _finishes(lambda: model.load_model(big))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert isinstance(got, QtoolError) and "2.0 GiB" in str(got) and "external data" in str(got)
+    assert peak < 1 << 24
+
+
+def test_the_cli_refuses_devices_fifos_and_huge_files_in_one_line(tmp_path):
+    """Before any work (the output check reads the model's header too): one line, exit 1."""
+    from click.testing import CliRunner
+
+    from qtool.cli import cli
+
+    os.mkfifo(tmp_path / "pipe.onnx")
+    with open(tmp_path / "big.onnx", "wb") as f:
+        f.truncate(model.MAX_MODEL_BYTES + 1)
+    (tmp_path / "imgs").mkdir()
+    out = tmp_path / "out.calib.json"
+    for source in ("/dev/zero", tmp_path / "pipe.onnx", tmp_path / "big.onnx"):
+        r = _finishes(lambda s=source: CliRunner().invoke(cli, ["calibrate", str(s), "--images", str(tmp_path / "imgs"), "-o", str(out)]))
+        lines = r.stderr.strip().splitlines()
+        assert r.exit_code == 1 and len(lines) == 1 and lines[0].startswith("error: model"), r.output
+        assert not out.exists()
