@@ -137,8 +137,13 @@ def calibrate(model_or_path, *, images: str | os.PathLike | None = None, data=No
     if images is not None:
         options = dict(size=_size(size), layout=layout, resize=resize, scale=float(scale), mean=_channels(mean),
                        std=_channels(std), bgr=bgr)
+    loaded = _loaded(model_or_path, external_data=False)
+    if images is not None and options["size"] is not None:
+        problem = _data.size_problem(loaded.proto, model.image_input(loaded.proto).name, options["size"])
+        if problem:
+            raise QtoolError(problem)
     cal, report = pipeline.run(
-        _loaded(model_or_path, external_data=False), images=images, data_dir=folder, loader=loader, limit=limit,
+        loaded, images=images, data_dir=folder, loader=loader, limit=limit,
         shard=_shard(shard), on_bad_image=on_bad_image, batch_size=batch_size, image_options=options, bins=bins,
         method=method or "entropy", kl_variant=kl_variant, progress=_Progress(progress) if progress else None)
     cal.pinned = method is not None  # a method given is kept by every export; else each target picks its best

@@ -93,6 +93,21 @@ def size_multiple(proto, input_name: str) -> int | None:
     return multiple if upsampled and multiple > 1 else None
 
 
+def size_problem(proto, input_name: str, size: tuple[int, int]) -> str | None:
+    """Why the model cannot run at `size` (its strides tell: size_multiple), else None."""
+    multiple = size_multiple(proto, input_name)
+    if not multiple or not (size[0] % multiple or size[1] % multiple):
+        return None
+    up = [-(-side // multiple) * multiple for side in size]
+    return (f"--size {size[0]}x{size[1]}: this model's height and width must be multiples of {multiple} (its strides multiply "
+            f"to {multiple} before it upsamples and joins features); e.g. --size {up[0]}x{up[1]}")
+
+
+# what onnxruntime says when feature maps of a size the strides do not divide meet (Concat, Add)
+SIZE_MISMATCH_HINT = ("; the feature maps did not line up at this --size: give a height and width divisible by the model's "
+                      "total stride (often 32)")
+
+
 def parse_scale(text: str) -> float:
     try:
         if "/" in text:

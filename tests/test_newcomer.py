@@ -227,3 +227,21 @@ def test_qdq_target_is_not_for_tensorrt(tmp_path, monkeypatch):
     broken = invoke("inspect", "m.qdq.onnx", "--trt-version", "10", "--json")
     assert broken.exit_code == 1 and json.loads(broken.stdout)["violations"]
     ok(invoke("inspect", "m.trt.onnx", "--trt-version", "10"))
+
+
+def test_a_size_whose_strides_the_graph_hides_fails_with_what_to_do(dynamic, tmp_path, monkeypatch):
+    from qtool import data
+
+    model, _ = dynamic
+    monkeypatch.setattr(data, "size_multiple", lambda proto, name: None)  # as for a graph qtool cannot read strides from
+    r = invoke("calibrate", model, "--images", images(tmp_path / "i", n=1), "--size", "100x128", "-o", tmp_path / "x.calib.json")
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert r.exit_code == 1 and len(errors) == 1 and "onnxruntime failed" in errors[0] and data.SIZE_MISMATCH_HINT in errors[0]
+
+
+def test_the_api_checks_the_size_too(dynamic, tmp_path):
+    import qtool
+
+    model, _ = dynamic
+    with pytest.raises(qtool.QtoolError, match=r"^size=\(100, 128\): .* multiples of 16 .* e.g. size=\(112, 128\)$"):
+        qtool.calibrate(model, images=images(tmp_path / "i", n=1), size=(100, 128))

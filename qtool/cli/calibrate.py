@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from pathlib import Path
@@ -72,7 +73,7 @@ def calibrate(ctx, model_path, images_dir, data_dir, limit, on_bad_image, shard,
     loaded = model.load_model(model_path, external_data=False)
     if image_options is not None and image_options["size"] is not None:
         _check_size(loaded, image_options["size"])
-    with progress(0, not (ctx.obj["quiet"] or as_json)) as bar:
+    with progress(0, not (ctx.obj["quiet"] or as_json)) as bar, _size_hint(image_options):
         cal, report = pipeline.run(loaded, images=images_dir, data_dir=data_dir, limit=limit, shard=shard_kn,
                                    on_bad_image=on_bad_image, batch_size=batch_size, image_options=image_options, bins=bins,
                                    method=method_text or "entropy", kl_variant=kl_variant, progress=bar)
@@ -114,9 +115,19 @@ def calibrate(ctx, model_path, images_dir, data_dir, limit, on_bad_image, shard,
 
 def _check_size(loaded, size: tuple[int, int]) -> None:
     """A usage error before any work for a --size the model cannot run at (its strides tell)."""
-    multiple = data.size_multiple(loaded.proto, model.image_input(loaded.proto).name)
-    if multiple and (size[0] % multiple or size[1] % multiple):
-        up = [-(-side // multiple) * multiple for side in size]
-        raise click.UsageError(f"--size {size[0]}x{size[1]}: this model's height and width must be multiples of {multiple} "
-                               f"(its strides multiply to {multiple} before it upsamples and joins features); "
-                               f"e.g. --size {up[0]}x{up[1]}")
+    problem = data.size_problem(loaded.proto, model.image_input(loaded.proto).name, size)
+    if problem:
+        raise click.UsageError(problem)
+
+
+@contextlib.contextmanager
+def _size_hint(image_options):
+    """onnxruntime's failure where feature maps of a --size the strides do not divide meet (when
+    the graph did not tell the strides up front), with what to do about it."""
+    try:
+        yield
+    except QtoolError as e:
+        text = str(e)
+        if image_options and image_options["size"] and "onnxruntime failed" in text and "dimension" in text:
+            raise QtoolError(text + data.SIZE_MISMATCH_HINT) from None
+        raise
