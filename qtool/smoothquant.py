@@ -10,6 +10,13 @@ nothing else reads X; otherwise a Mul by a constant is inserted before the layer
 does). The statistics are the per-channel max |x| calibrate stores for linear-layer inputs of
 transformers (qtool.stats.new_stats(smooth=True)).
 
+alpha: per activation, the one of ALPHAS (or no smoothing) with the least estimated output noise
+(`noise`: activation and weight rounding noise through the layers, from the stored maxima, the
+weights and the tensor's mean square); NNCF uses 0.95 for every MatMul. On the transformer
+look-alikes of the tests the estimate beat both 0.95 and no smoothing in exact arithmetic
+(e.g. ViT 39.6 dB against 30.3 and 37.2), and on paraphrase-MiniLM-L3-v2 it matched 0.95 in
+OpenVINO (27.6 dB against 27.5; 22.5 without).
+
 The smoothed activation's range: the exact max |x| after migration, max_j (max|X_j| / s_j),
 which the stored per-channel maxima give; no histogram of X / s exists (the calibration ran the
 original model), so its quantizer takes that maximum rather than a searched clipping threshold.
@@ -25,10 +32,9 @@ from onnx import helper, numpy_helper
 
 from . import graph as G
 
-# NNCF's alpha for MatMul, its clamps of the statistics and of the scales
-# (openvinotoolkit/nncf src/nncf/quantization/algorithms/smooth_quant/algorithm.py: ALPHA_MAP,
-# _clip_statistics a_min 1e-5, _calculate_scale_and_ratio: quantile 0.1 .. 1e2)
-ALPHA = 0.95
+# NNCF's clamps of the statistics and of the scales (openvinotoolkit/nncf
+# src/nncf/quantization/algorithms/smooth_quant/algorithm.py: _clip_statistics a_min 1e-5,
+# _calculate_scale_and_ratio: quantile 0.1 .. 1e2; its ALPHA_MAP gives MatMul 0.95)
 STAT_FLOOR = 1e-5
 SCALE_QUANTILE = 0.1
 SCALE_MAX = 1e2
@@ -67,7 +73,7 @@ class Smoothing:
 
 def parse_mode(value) -> str | bool | float:
     """smooth_quant option: "auto" (transformers only), True, False (also "true"/"false"/"on"/"off"),
-    or alpha itself, a number in [0, 1] (on, with that alpha)."""
+    or alpha itself, a number in [0, 1] (on, that alpha everywhere instead of the estimated ones)."""
     if isinstance(value, bool):
         return value
     if isinstance(value, str):
@@ -97,6 +103,49 @@ def scales(act: np.ndarray, weight: np.ndarray, alpha: float) -> np.ndarray:
     s = np.power(a, alpha) / np.power(w, 1.0 - alpha)
     s = np.where(np.isfinite(s) & (s > 0), s, 1.0)
     return np.clip(s, np.quantile(s, SCALE_QUANTILE), SCALE_MAX)
+
+
+ALPHAS = (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)  # what `estimate` chooses among (or no smoothing)
+
+
+def _mean_square(record) -> float:
+    """E[x^2] over the tensor's calibrated values, from its histogram (bin centres)."""
+    counts = np.asarray(record.counts, dtype=np.float64)
+    if not counts.sum():
+        return 0.0
+    edges = record.edges()
+    centres = (edges[:-1] + edges[1:]) / 2
+    return float((counts * centres**2).sum() / counts.sum())
+
+
+def noise(absmax: np.ndarray, weights: list[np.ndarray], s: np.ndarray, mean_square: float) -> float:
+    """Estimated output noise power of the group's int8 layers with scales s: the activation
+    quantizer (per tensor, step max_j(absmax_j / s_j) / 127, uniform noise on every channel)
+    through the weights W * s, plus each output channel's weight quantizer (step max_j |W_jn s_j| / 127)
+    through the activations, whose per-channel mean square is taken as absmax_j^2 scaled to the
+    tensor's measured mean square (every channel the same peak-to-rms ratio). `weights`: [K, N]."""
+    a = np.asarray(absmax, np.float64)
+    ratio = mean_square / float(np.mean(a**2)) if np.mean(a**2) > 0 else 0.0
+    x2 = a**2 * ratio / s**2
+    step_x = float((a / s).max()) / 127
+    total = 0.0
+    for w in weights:
+        ws = w * s[:, None]
+        step_w = np.abs(ws).max(axis=0) / 127
+        total += step_x**2 / 12 * float((ws**2).sum()) + float(x2.sum()) * float((step_w**2).sum()) / 12
+    return total
+
+
+def estimate(absmax: np.ndarray, weights: list[np.ndarray], mean_square: float) -> float | None:
+    """The alpha of ALPHAS with the least estimated noise (`noise`), or None when no smoothing
+    is estimated best."""
+    wmax = np.max([np.abs(w).max(axis=1) for w in weights], axis=0)
+    best, best_noise = None, noise(absmax, weights, np.ones_like(wmax), mean_square)
+    for alpha in ALPHAS:
+        n = noise(absmax, weights, scales(absmax, wmax, alpha), mean_square)
+        if n < best_noise * (1 - 1e-6):  # a real gain, not rounding
+            best, best_noise = alpha, n
+    return best
 
 
 def groups(model: onnx.ModelProto, records: dict, only: set[str] | None = None) -> list[Group]:
@@ -274,17 +323,24 @@ def _record(record, name: str, s: np.ndarray, peak: np.ndarray):
                         hist_range=record.hist_range * stretch, nonfinite=record.nonfinite, stats=stats)
 
 
-def apply(model: onnx.ModelProto, cal, alpha: float = ALPHA, only: set[str] | None = None) -> Smoothing:
+def apply(model: onnx.ModelProto, cal, alpha: float | None = None, only: set[str] | None = None) -> Smoothing:
     """Migrate every group's activation scales into its layers' weights (`model` edited in place,
-    node names unique). Returns the smoothed activations' records and ranges."""
+    node names unique). alpha None: per group, the one `estimate` picks (or none). Returns the
+    smoothed activations' records and ranges."""
     records = {t.name: t for t in cal.tensors}
     editor = _Editor(model)
     done = Smoothing()
     folded = inserted = layers = 0
+    chosen = []
     for group in groups(model, records, only):
         ws = [numpy_helper.to_array(editor.inits[x.weight]) for x in group.layers]
-        wmax = np.max([np.abs(w.astype(np.float64)).max(axis=1 - x.axis) for w, x in zip(ws, group.layers)], axis=0)
-        s = scales(group.absmax, wmax, alpha)
+        kn = [(w.astype(np.float64) if x.axis == 0 else w.astype(np.float64).T) for w, x in zip(ws, group.layers)]  # [K, N]
+        wmax = np.max([np.abs(w).max(axis=1) for w in kn], axis=0)
+        a = alpha if alpha is not None else estimate(group.absmax, kn, _mean_square(records[group.tensor]))
+        if a is None:
+            continue
+        chosen.append(a)
+        s = scales(group.absmax, wmax, a)
         k = s.size
         for w, x in zip(ws, group.layers):
             shape = (k, 1) if x.axis == 0 else (1, k)
@@ -302,5 +358,8 @@ def apply(model: onnx.ModelProto, cal, alpha: float = ALPHA, only: set[str] | No
         done.records[target] = rec
         done.amax[target] = rec.amax
     if folded or inserted:
-        done.summary = {"alpha": alpha, "activations": folded + inserted, "folded": folded, "layers": layers}
+        done.summary = {"alpha": alpha if alpha is not None else "estimated", "activations": folded + inserted, "folded": folded,
+                        "layers": layers}
+        if alpha is None:
+            done.summary["alphas"] = {str(v): chosen.count(v) for v in sorted(set(chosen))}
     return done

@@ -12,10 +12,10 @@ import onnxruntime as ort
 import pytest
 import zoo
 import zoo_sq
-from test_openvino import noise_batch, noise_images
+from test_openvino import noise_batch, noise_images, sqnr
 from test_transformers import bert_data, bert_feeds
 
-from qtool import api, calibration, smoothquant
+from qtool import api, calibration, simulate, smoothquant
 from qtool.errors import QtoolError
 from qtool.exporters import openvino, qdq
 from qtool.model import load_model
@@ -58,13 +58,15 @@ def _peaks(cal) -> dict[str, list[float]]:
     return {t.name: t.stats.channel_absmax for t in cal.tensors if t.stats is not None and t.stats.channel_absmax is not None}
 
 
+@pytest.mark.parametrize("mode", ["auto", 0.95])
 @pytest.mark.parametrize("name", list(MODELS))
-def test_migrated_float_model_computes_the_same(calibrated, name):
+def test_migrated_float_model_computes_the_same(calibrated, name, mode):
     path, cal, _, _ = calibrated[name]
     loaded = load_model(str(path))
-    prepared = qdq.prepare(loaded, cal)
+    prepared = qdq.prepare(loaded, cal, smooth_quant=mode)
     summary = prepared.smoothing.summary
-    assert summary["activations"] >= 3 and summary["alpha"] == smoothquant.ALPHA
+    assert summary["alpha"] == ("estimated" if mode == "auto" else mode)
+    assert summary["activations"] >= (1 if mode == "auto" else 3)
     if name in ("bert_fused", "vit", "vit_decomposed"):  # a LayerNorm whose output only linear layers read is folded
         assert summary["folded"] >= 1
     # the weights did change (the migration is not a no-op) ...
@@ -194,3 +196,35 @@ def test_bad_mode_is_an_error():
         with pytest.raises(QtoolError, match="smooth_quant must be"):
             smoothquant.parse_mode(bad)
     assert smoothquant.parse_mode("Off") is False and smoothquant.parse_mode("0.8") == 0.8
+
+
+def test_estimated_alpha_beats_nncfs_constant_and_none(calibrated):
+    """In exact arithmetic (simulate) on the ViT look-alikes, the per-activation alpha is closer
+    to FP32 than NNCF's 0.95 everywhere and than no SmoothQuant (measured: 39.6 dB against 30.3
+    and 37.2; decomposed 33.7 against 22.8 and 25.7)."""
+    for name in ("vit", "vit_decomposed"):
+        path, cal, _, _ = calibrated[name]
+        loaded = load_model(str(path))
+        feeds = MODELS[name][2]()
+        ref = _run(loaded.proto, feeds)[0]
+        got = {}
+        for mode in ("auto", 0.95, False):
+            data = openvino.export(loaded, cal, smooth_quant=mode, weights_7bit="none").data
+            got[mode] = sqnr(ref, simulate.simulation(onnx.load_from_string(data)).run(None, feeds)[0])
+        assert got["auto"] > got[0.95] + 2 and got["auto"] > got[False] + 1, (name, got)
+
+
+def test_noise_estimate_picks_smoothing_only_where_it_helps():
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((16, 8))
+    flat = np.full(16, 2.0)
+    flat_w = np.sign(w) * 0.5  # every input channel's max |w| the same: s is one constant, which changes nothing
+    assert smoothquant.estimate(flat, [flat_w], 1.0) is None
+    outlier = flat.copy()
+    outlier[3] = 80.0
+    alpha = smoothquant.estimate(outlier, [w], 1.0)
+    assert alpha in smoothquant.ALPHAS
+    wmax = np.abs(w).max(axis=1)
+    best = smoothquant.noise(outlier, [w], smoothquant.scales(outlier, wmax, alpha), 1.0)
+    assert best < smoothquant.noise(outlier, [w], np.ones(16), 1.0)
+    assert all(best <= smoothquant.noise(outlier, [w], smoothquant.scales(outlier, wmax, a), 1.0) for a in smoothquant.ALPHAS)

@@ -107,7 +107,7 @@ def smooth(model, cal, mode, place: Callable):
         return cal, None, []
     int8 = set(plan.int8_layers)
     layers = {name for site in plan.activations for name, slot in site.readers if slot == 0 and name in int8}
-    alpha = mode if isinstance(mode, float) else smoothquant.ALPHA
+    alpha = mode if isinstance(mode, float) else None  # None: per activation, the alpha smoothquant.estimate picks
     done = smoothquant.apply(model, cal, alpha, only=layers)
     if not done.records:
         records = {t.name: t for t in cal.tensors}
