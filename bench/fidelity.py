@@ -40,6 +40,7 @@ import json
 import os
 import shlex
 import string
+import subprocess
 import sys
 import tempfile
 import time
@@ -259,9 +260,278 @@ def run_nncf(model_path: Path, samples: list[np.ndarray], out_dir: Path, shape) 
     return xml, time.perf_counter() - t
 
 
+# ---------------------------------------------------------------- sentence encoders (transformers)
+
+# name: (ONNX file: under --dev, or written by transformers_data.py into TEXT_DIR; token-embedding output,
+# sentence-embedding output (mean over the real tokens))
+TEXT_MODELS = {
+    "minilm": ("models/paraphrase-MiniLM-L3-v2.onnx", "onnx::Shape_422", "461"),
+    "mpnet": ("mpnet.onnx", "token_embeddings", "sentence_embedding"),
+}
+TEXT_DIR = Path.home() / ".cache" / "qtool-bench" / "transformers"
+TEXT_VENV = Path.home() / ".cache" / "qtool-bench" / "transformers-venv"
+TORCH = "torch==2.13.0"  # the local CPU wheel; a bare `torch` would fetch a multi-GB CUDA build
+ORT_INT8 = ("QLinearMatMul", "MatMulInteger", "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "QGemm", "QAttention")
+PASS_THROUGH = ("Identity", "Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Cast")
+
+
+def text_data(args) -> Path:
+    """TEXT_DIR with the MPNet export and the tokenized sentence sets, made on first use (or when
+    --text-calib/--text-eval/--seq change) by transformers_data.py in the bench's torch venv."""
+    key = json.dumps({"calib": args.text_calib, "eval": args.text_eval, "seq": args.seq, "dev": str(args.dev)})
+    stamp = TEXT_DIR / "inputs.json"
+    if stamp.exists() and stamp.read_text() == key and (TEXT_DIR / "mpnet.onnx").exists():
+        return TEXT_DIR
+    py = TEXT_VENV / "bin" / "python"
+    check = [str(py), "-c", "import torch, transformers, tokenizers, onnx"]
+    if not (py.exists() and subprocess.run(check, check=False, capture_output=True).returncode == 0):
+        for step in (["python3", "-m", "venv", str(TEXT_VENV)], [str(py), "-m", "pip", "install", "-q", TORCH],
+                     [str(py), "-m", "pip", "install", "-q", "transformers", "tokenizers", "onnx", TORCH]):
+            print(f"[transformers venv] {' '.join(step)}", file=sys.stderr, flush=True)
+            subprocess.run(step, check=True, stdout=sys.stderr)
+    subprocess.run([str(py), str(Path(__file__).resolve().parent / "transformers_data.py"), str(TEXT_DIR), "--dev", str(args.dev),
+                    "--calib", str(args.text_calib), "--eval", str(args.text_eval), "--seq", str(args.seq)], check=True)
+    stamp.write_text(key)
+    return TEXT_DIR
+
+
+def load_feeds(folder: Path) -> list[dict]:
+    feeds = []
+    for f in sorted(folder.glob("*.npz")):
+        with np.load(f) as z:
+            feeds.append({k: z[k] for k in z.files})
+    return feeds
+
+
+def batched(feeds: list[dict], size: int) -> list[dict]:
+    return [{k: np.concatenate([f[k] for f in feeds[i:i + size]]) for k in feeds[0]} for i in range(0, len(feeds), size)]
+
+
+def ov_text_outputs(core, path, batches, names, config) -> list[np.ndarray]:
+    compiled = core.compile_model(str(path), "CPU", config or {})
+    outs = [compiled.output(n) for n in names]
+    request = compiled.create_infer_request()
+    got = [[] for _ in names]
+    for b in batches:
+        res = request.infer(b)
+        for g, o in zip(got, outs):
+            g.append(np.array(res[o], dtype=np.float64))
+    return [np.concatenate(g) for g in got]
+
+
+def ort_session(path, optimized: Path | None = None):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    if optimized:
+        opts.optimized_model_filepath = str(optimized)
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+def ort_text_outputs(path, batches, names) -> list[np.ndarray]:
+    sess = ort_session(path)
+    inputs = {i.name for i in sess.get_inputs()}
+    got = [[] for _ in names]
+    for b in batches:
+        for g, o in zip(got, sess.run(names, {k: v for k, v in b.items() if k in inputs})):
+            g.append(np.asarray(o, dtype=np.float64))
+    return [np.concatenate(g) for g in got]
+
+
+def text_metrics(ref: list[np.ndarray], out: list[np.ndarray], mask: np.ndarray) -> tuple[float, float]:
+    """(mean cosine of the sentence embeddings, SQNR dB of the token embeddings of the real tokens)."""
+    a, b = ref[1], out[1]
+    cos = (a * b).sum(1) / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-30)
+    real = mask.astype(bool)
+    return float(np.mean(cos)), sqnr_db(ref[0][real], out[0][real])
+
+
+def linear_aliases(model_path) -> dict[str, str]:
+    """{name: MatMul/Gemm node} for the original model's MatMul/Gemm nodes and the nodes reading their output
+    (the bias Add or scale Div OpenVINO fuses into the layer and may name it after)."""
+    import onnx
+
+    proto = onnx.load(str(model_path), load_external_data=False)
+    linear = {n.output[0]: n.name for n in proto.graph.node if n.op_type in ("MatMul", "Gemm")}
+    aliases = {name: name for name in linear.values()}
+    for n in proto.graph.node:
+        if n.op_type in ("Add", "Div", "Mul") and len([i for i in n.input if i in linear]) == 1:
+            aliases.setdefault(n.name, next(linear[i] for i in n.input if i in linear))
+    return aliases
+
+
+def ov_int8_linear(core, path, config, aliases: dict[str, str]) -> tuple[set[str], int]:
+    """(the original MatMul/Gemm nodes OpenVINO runs in int8, found from each int8 layer's original layer
+    names, all MatMul/FullyConnected layers)."""
+    names, total = set(), 0
+    for op in core.compile_model(str(path), "CPU", config or {}).get_runtime_model().get_ops():
+        info = op.get_rt_info()
+        if str(info["layerType"].astype(str)) in ("MatMul", "FullyConnected"):
+            total += 1
+            if str(info["runtimePrecision"].astype(str)) in ("u8", "i8"):
+                for n in str(info["originalLayersNames"].astype(str)).split(","):
+                    # the layer's own name, or one OpenVINO derived from it ("<name>/DequantizationMultiply")
+                    while n and n not in aliases:
+                        n = n.rpartition("/")[0]
+                    if n:
+                        names.add(aliases[n])
+    return names, total
+
+
+def qdq_int8_linear(path) -> tuple[set[str], int]:
+    """(names of the MatMul/Gemm nodes of a Q/DQ model whose inputs all come from DequantizeLinear, directly
+    or through reshaping ops, so onnxruntime runs them in int8; all MatMul/Gemm nodes)."""
+    import onnx
+
+    proto = onnx.load(str(path), load_external_data=False)
+    producer = {o: n for n in proto.graph.node for o in n.output}
+    inits = {i.name for i in proto.graph.initializer}
+
+    def dequantized(t: str) -> bool:
+        n = producer.get(t)
+        while n is not None and n.op_type in PASS_THROUGH:
+            n = producer.get(n.input[0])
+        return n is not None and n.op_type == "DequantizeLinear"
+
+    linear = [n for n in proto.graph.node if n.op_type in ("MatMul", "Gemm")]
+    int8 = {n.name for n in linear if all(dequantized(t) for t in n.input[:2] if t not in inits) and
+            all(dequantized(t) or t in inits for t in n.input[:2]) and any(dequantized(t) for t in n.input[:2])}
+    return int8, len(linear)
+
+
+def ort_runtime_int8(path, out_dir: Path) -> int:
+    """Int8 matrix-multiply nodes in the graph onnxruntime's CPU provider runs (its optimized model)."""
+    import onnx
+
+    optimized = out_dir / (Path(path).stem + ".ort-optimized.onnx")
+    ort_session(path, optimized)
+    return sum(n.op_type in ORT_INT8 for n in onnx.load(str(optimized), load_external_data=False).graph.node)
+
+
+def quantize_ort(model: Path, feeds: list[dict], out: Path, per_channel: bool) -> float:
+    """onnxruntime's quantize_static with its defaults (QDQ, int8 activations and weights, MinMax), per_channel
+    as given; seconds."""
+    from onnxruntime.quantization import CalibrationDataReader, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.items = iter(feeds)
+
+        def get_next(self):
+            return next(self.items, None)
+
+    t = time.perf_counter()
+    quantize_static(str(model), str(out), Reader(), per_channel=per_channel)
+    return time.perf_counter() - t
+
+
+def text_latencies_ms(core, models: dict, feed: dict, runs: int, rounds: int) -> dict:
+    """openvino_vs_nncf.latencies_ms for a multi-input model (batch 1, LATENCY hint, median, best round)."""
+    requests = {}
+    for label, (path, config) in models.items():
+        compiled = core.compile_model(str(path), "CPU", {"PERFORMANCE_HINT": "LATENCY", **(config or {})})
+        requests[label] = compiled.create_infer_request()
+        for _ in range(max(3, runs // 10)):
+            requests[label].infer(feed)
+    best = {label: float("inf") for label in models}
+    for _ in range(rounds):
+        for label, request in requests.items():
+            times = []
+            for _ in range(runs):
+                t = time.perf_counter()
+                request.infer(feed)
+                times.append(time.perf_counter() - t)
+            best[label] = min(best[label], float(np.median(times) * 1000))
+    return best
+
+
+TEXT_ROWS = (("q:openvino", "OV"), ("NNCF transformer", "OV"), ("q:qdq", "ORT"), ("q:tensorrt", "ORT"),
+             ("ort quantize_static", "ORT"), ("ort q_static per_ch", "ORT"))
+
+
+def text_model(name: str, args, core, run_config, f32) -> dict:
+    """Quantize one sentence encoder with every tool from the same calibration sentences and measure each
+    on the held-out ones; prints and returns the rows."""
+    import nncf
+    import openvino as ov
+    from click.testing import CliRunner
+
+    from qtool.cli import cli
+
+    rel, token_out, sentence_out = TEXT_MODELS[name]
+    data = text_data(args)
+    model_path = (args.dev / rel) if rel.startswith("models/") else data / rel
+    out_dir = WORK / name
+    out_dir.mkdir(parents=True, exist_ok=True)
+    calib_dir, eval_dir = data / name / "calib", data / name / "eval"
+    calib, held = load_feeds(calib_dir), load_feeds(eval_dir)
+    batches = batched(held, args.text_batch)
+    mask = np.concatenate([f["attention_mask"] for f in held])
+    outputs = [token_out, sentence_out]
+    paths, seconds = {}, {}
+
+    def qtool(*a):
+        r = CliRunner().invoke(cli, [str(x) for x in a])
+        if r.exit_code:
+            raise RuntimeError(f"qtool {a[1]} failed: {r.output}")
+
+    calib_file = out_dir / "qtool.calib.json"
+    t = time.perf_counter()
+    qtool("-q", "calibrate", model_path, "--data", calib_dir, "-o", calib_file)
+    t_cal = time.perf_counter() - t
+    for label, target, suffix in (("q:openvino", "openvino", "openvino.onnx"), ("q:qdq", "qdq", "qdq.onnx"),
+                                  ("q:tensorrt", "tensorrt", "trt.onnx")):
+        paths[label] = out_dir / f"qtool.{suffix}"
+        t = time.perf_counter()
+        qtool("-q", "export", "--target", target, "--calib", calib_file, "-o", paths[label])
+        seconds[label] = t_cal + time.perf_counter() - t
+
+    t = time.perf_counter()
+    quantized = nncf.quantize(ov.convert_model(str(model_path)), nncf.Dataset(calib), subset_size=len(calib),
+                              model_type=nncf.ModelType.TRANSFORMER)
+    paths["NNCF transformer"] = out_dir / "nncf.xml"
+    ov.save_model(quantized, str(paths["NNCF transformer"]), compress_to_fp16=False)
+    seconds["NNCF transformer"] = time.perf_counter() - t
+    for label, per_channel in (("ort quantize_static", False), ("ort q_static per_ch", True)):
+        paths[label] = out_dir / f"ort{'.pc' if per_channel else ''}.qdq.onnx"
+        seconds[label] = quantize_ort(model_path, calib, paths[label], per_channel)
+
+    ref = {"OV": ov_text_outputs(core, model_path, batches, outputs, f32), "ORT": ort_text_outputs(model_path, batches, outputs)}
+    aliases = linear_aliases(model_path)
+    nncf_int8, _ = ov_int8_linear(core, paths["NNCF transformer"], run_config, aliases)
+    rows = {}
+    for label, runtime in TEXT_ROWS:
+        if runtime == "OV":
+            out = ov_text_outputs(core, paths[label], batches, outputs, run_config)
+            int8, total = ov_int8_linear(core, paths[label], run_config, aliases)
+            run8 = len(int8)
+        else:
+            out = ort_text_outputs(paths[label], batches, outputs)
+            int8, total = qdq_int8_linear(paths[label])
+            run8 = ort_runtime_int8(paths[label], out_dir)
+        cos, sqnr = text_metrics(ref[runtime], out, mask)
+        rows[label] = {"runtime": runtime, "cosine": cos, "sqnr_db": sqnr, "int8_linear": len(int8), "linear": total,
+                       "runtime_int8": run8, "nncf_int8_not_int8": len(nncf_int8 - int8), "seconds": seconds[label]}
+    if args.text_runs:
+        lat = text_latencies_ms(core, {"fp32": (model_path, f32), "q:openvino": (paths["q:openvino"], run_config),
+                                       "NNCF transformer": (paths["NNCF transformer"], run_config)}, held[0], args.text_runs, rounds=2)
+        for label in ("q:openvino", "NNCF transformer"):
+            rows[label]["latency_ratio"] = lat[label] / lat["fp32"]
+    return rows
+
+
+def print_text(name: str, rows: dict) -> None:
+    for label, r in rows.items():
+        lat = f"{r['latency_ratio']:.2f}" if "latency_ratio" in r else "-"
+        print(f"{name:7s} {label:20s} {r['runtime']:4s} {r['cosine']:9.5f} {r['sqnr_db']:8.2f} "
+              f"{r['int8_linear']:4d}/{r['linear']:<4d} {r['runtime_int8']:6d} {r['nncf_int8_not_int8']:8d} {lat:>8s} {r['seconds']:7.0f}",
+              flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default=",".join(MODELS), help="comma-separated subset of: " + ", ".join(MODELS))
+    ap.add_argument("--models", default=",".join([*MODELS, *TEXT_MODELS]), help="comma-separated subset of: " + ", ".join([*MODELS, *TEXT_MODELS]))
     ap.add_argument("--calib", type=int, default=200, help="calibration inputs (both tools)")
     ap.add_argument("--eval", type=int, default=100, help="held-out inputs for the metric")
     ap.add_argument("--runs", type=int, default=100, help="timed inferences per model and round")
@@ -275,6 +545,11 @@ def main() -> None:
     ap.add_argument("--dev", type=Path, default=Path.home() / ".cache" / "qtool-dev", help="fetch_dev_models.sh folder")
     ap.add_argument("--reuse-nncf", action="store_true", help="reuse NNCF models from an earlier run with the same inputs")
     ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument("--text-calib", type=int, default=128, help="sentence encoders: calibration sentences (every tool)")
+    ap.add_argument("--text-eval", type=int, default=128, help="sentence encoders: held-out sentences")
+    ap.add_argument("--seq", type=int, default=64, help="sentence encoders: tokens per sentence (padded)")
+    ap.add_argument("--text-batch", type=int, default=16, help="sentence encoders: held-out sentences per inference")
+    ap.add_argument("--text-runs", type=int, default=20, help="sentence encoders: timed inferences per model and round (0: no latency)")
     args = ap.parse_args()
 
     import openvino as ov
@@ -288,18 +563,22 @@ def main() -> None:
         sys.exit(f"no photos in {args.dev / 'photos'}: run bash ../shared/tools/fetch_dev_models.sh (needs scikit-image)")
     names = [m.strip() for m in args.models.split(",") if m.strip()]
     for name in names:
-        if name not in MODELS:
-            sys.exit(f"unknown model {name!r}: choose from {', '.join(MODELS)}")
+        if name not in MODELS and name not in TEXT_MODELS:
+            sys.exit(f"unknown model {name!r}: choose from {', '.join([*MODELS, *TEXT_MODELS])}")
+    texts = [n for n in names if n in TEXT_MODELS]
+    names = [n for n in names if n in MODELS]
     core = ov.Core()
     f32 = {"INFERENCE_PRECISION_HINT": "f32"}
     run_config = None if args.precision == "default" else {"INFERENCE_PRECISION_HINT": args.precision}
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     results = {}
-    print(f"{args.calib} calibration inputs, {args.eval} held-out inputs; OpenVINO {ov.__version__} ({args.precision} precision), "
-          f"nncf {nncf.__version__}; qtool calibrate {args.calib_args or '(defaults)'} / export {args.export_args or '(defaults)'}", flush=True)
+    if names:
+        print(f"{args.calib} calibration inputs, {args.eval} held-out inputs; OpenVINO {ov.__version__} ({args.precision} precision), "
+              f"nncf {nncf.__version__}; qtool calibrate {args.calib_args or '(defaults)'} / export {args.export_args or '(defaults)'}", flush=True)
     labels = [f"q:{m}" for m in methods] + ["NNCF"]
-    print(f"{'model':12s} {'metric':17s} " + " ".join(f"{x:>10s}" for x in labels)
-          + f" {'int8 layers ' + '/'.join(['q'] * len(methods) + ['N', 'all']):>22s} {'latency/FP32 q,N':>17s}  seconds q,N")
+    if names:
+        print(f"{'model':12s} {'metric':17s} " + " ".join(f"{x:>10s}" for x in labels)
+              + f" {'int8 layers ' + '/'.join(['q'] * len(methods) + ['N', 'all']):>22s} {'latency/FP32 q,N':>17s}  seconds q,N")
     for name in names:
         rel, task, shape, pre = MODELS[name]
         model_path = args.dev / "models" / rel
@@ -345,6 +624,17 @@ def main() -> None:
         took = f"{qtool_runs[methods[0]][1]:.0f},{n_time:.0f}"
         print(f"{name:12s} {metric_name:17s} " + " ".join(fmt.format(scores[label]) for label in labels)
               + f" {layers:>22s} {ratio:>17s}  {took}", flush=True)
+    if texts:
+        import onnxruntime
+
+        print(f"\nsentence encoders: {args.text_calib} calibration / {args.text_eval} held-out sentences from stdlib docstrings, {args.seq} tokens; "
+              f"no options beyond the inputs; OpenVINO {ov.__version__} ({args.precision}), nncf {nncf.__version__}, onnxruntime {onnxruntime.__version__}; "
+              "each row against FP32 in its own runtime", flush=True)
+        print(f"{'model':7s} {'tool':20s} {'run':4s} {'cosine':>9s} {'SQNR dB':>8s} {'int8 MM':>9s} {'rt int8':>6s} {'!NNCF8':>8s} "
+              f"{'lat/FP32':>8s} {'seconds':>7s}", flush=True)
+        for name in texts:
+            results[name] = text_model(name, args, core, run_config, f32)
+            print_text(name, results[name])
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 
