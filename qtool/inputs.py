@@ -30,6 +30,13 @@ def model_json(path) -> str:
     return os.path.abspath(path)
 
 
+def shown_path(path) -> str:
+    """A path for a printed command line: relative to here when below it, else absolute."""
+    full = os.path.abspath(path)
+    rel = os.path.relpath(full)
+    return full if rel.startswith("..") else rel
+
+
 def load_checked_model(model_path: Path | None, calib_path: Path, cal: calibration.Calibration) -> model.LoadedModel:
     """The model the calibration was made for: MODEL, or the path the file records; same SHA-256."""
     path = model_path if model_path is not None else calib_path.parent / cal.model_path

@@ -245,3 +245,23 @@ def test_the_api_checks_the_size_too(dynamic, tmp_path):
     model, _ = dynamic
     with pytest.raises(qtool.QtoolError, match=r"^size=\(100, 128\): .* multiples of 16 .* e.g. size=\(112, 128\)$"):
         qtool.calibrate(model, images=images(tmp_path / "i", n=1), size=(100, 128))
+
+
+def test_calibrate_prints_the_build_line_of_its_cache(dynamic, tmp_path, monkeypatch):
+    model, _ = dynamic
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(model, "y.onnx")
+    r = ok(invoke("calibrate", "y.onnx", "--images", images(tmp_path / "i", n=1), "--size", "96x128", "--trt-table", "y.cache",
+                  "--trt-version", "8.6"))
+    assert "TensorRT 8.6.1 cache TRT-8601-EntropyCalibration2 -> y.cache" in r.stdout
+    assert "build it with: trtexec --onnx=y.onnx --int8 --calib=y.cache --shapes=images:1x3x96x128" in r.stdout
+
+
+def test_an_installed_tensorrt_is_the_default_and_named(dynamic, tmp_path, monkeypatch):
+    import types
+
+    _, calib = dynamic
+    monkeypatch.setitem(sys.modules, "tensorrt", types.SimpleNamespace(__version__="10.3.0.post1"))
+    summary = json.loads(ok(invoke("export", "--target", "tensorrt", "--calib", calib, "-o", tmp_path / "m.onnx", "--json")).stdout)
+    assert summary["trt_version"] == "10.3.0" and summary["trt_version_from"] == "the installed tensorrt package"
+    assert " --stronglyTyped --shapes=images:1x3x96x128" in summary["build"]

@@ -13,7 +13,7 @@ from .. import calibration, data, model, pipeline, thresholds, trtfiles
 from ..errors import QtoolError
 from ..exporters import tensorrt
 from ..fileio import Outputs, folder_input, model_input
-from ..inputs import model_json
+from ..inputs import model_json, shown_path
 from . import EPILOG, cli, emit, progress
 
 log = logging.getLogger("qtool")
@@ -104,12 +104,16 @@ def calibrate(ctx, model_path, images_dir, data_dir, limit, on_bad_image, shard,
         summary["images"] = used
     if trt_number is not None:
         summary["tensorrt_header"] = f"TRT-{trt_number}-EntropyCalibration2"
+        summary["build"], notes = tensorrt.build_command(loaded, cal, "cache", trt_version, str(trt_table), shown_path(model_path))
+        for note in notes:
+            log.warning(note)
+        summary["warnings"] = warnings + notes
     counted = f"{used} {what}" + (f" ({report.samples} samples)" if images_dir is None and report.samples != used else "")
     if report.skipped:
         counted += f", {len(report.skipped)} unreadable skipped"
     text_out = f"calibrated {len(cal.tensors)} tensors from {counted} in {seconds:.1f} s ({cal.method}) -> {output}"
     if trt_table:
-        text_out += f"\nTensorRT {trt_version} cache TRT-{trt_number}-EntropyCalibration2 -> {trt_table}"
+        text_out += f"\nTensorRT {trt_version} cache TRT-{trt_number}-EntropyCalibration2 -> {trt_table}\nbuild it with: {summary['build']}"
     emit(as_json, summary, text_out)
 
 

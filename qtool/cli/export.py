@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import difflib
 import logging
-import os
 import time
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from ..budget import parse_budget
 from ..errors import QtoolError
 from ..exporters import TARGETS, exporter, tensorrt
 from ..fileio import check_output_path, file_input, folder_input, model_input, write_atomic
-from ..inputs import find_calibration, held_out_runs, load_checked_model, model_json
+from ..inputs import find_calibration, held_out_runs, load_checked_model, model_json, shown_path
 from . import EPILOG, cli, emit, policies_from, policy_options
 
 log = logging.getLogger("qtool")
@@ -163,7 +162,7 @@ def export(model_path, target_text, calib, output, trt_version, fmt, algorithm, 
         result.summary.update(mixed)
     if target == "tensorrt":
         result.summary["trt_version_from"] = version_from
-        build, notes = tensorrt.build_command(loaded, cal, fmt, trt_version, str(out), _shown(loaded.path))
+        build, notes = tensorrt.build_command(loaded, cal, fmt, trt_version, str(out), shown_path(loaded.path))
         if build:
             result.summary["build"] = build
         result.warnings.extend(notes)
@@ -180,13 +179,6 @@ def export(model_path, target_text, calib, output, trt_version, fmt, algorithm, 
         text += (f"\nTensorRT {trt_version} ({summary['trt_version_from']}), {fmt}, thresholds: {summary['method']}")
     text += _overflow_text(summary.get("overflow_fix"))
     emit(as_json, summary, text + (f"\nbuild it with: {summary['build']}" if "build" in summary else ""))
-
-
-def _shown(path) -> str:
-    """A model path for a printed command line: relative to here when below it, else absolute."""
-    full = os.path.abspath(path)
-    rel = os.path.relpath(full)
-    return full if rel.startswith("..") else rel
 
 
 def _overflow_text(fix: dict | None) -> str:

@@ -23,6 +23,8 @@ when calibration saw no padding).
 
 from __future__ import annotations
 
+import re
+
 from .. import model, passthrough
 from .. import patterns as P
 from ..errors import QtoolError
@@ -59,8 +61,9 @@ def installed_version() -> str | None:
     except Exception:
         return None
     version = getattr(tensorrt, "__version__", None)
+    found = re.match(r"\d+\.\d+(?:\.\d+)?", version) if isinstance(version, str) else None  # "10.3.0.26", "10.3.0.post1"
     try:
-        return canonical_version(version) if isinstance(version, str) else None
+        return canonical_version(found.group(0)) if found else None
     except QtoolError:
         return None
 
