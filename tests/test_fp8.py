@@ -86,6 +86,7 @@ def test_fp8_export_runs_in_onnxruntime_close_to_fp32(calibrated, name):
     quality = sqnr(ref, out)
     assert MODELS[name][2] < quality < 60, quality  # close to FP32, and the quantizers do act
     assert result.summary["precision"] == "fp8" and result.summary["fp32_layers"] == 0
+    assert result.summary["fp8_layers"] == len(_all_linear(m)) and "int8_layers" not in result.summary
 
 
 @pytest.mark.parametrize("name", MODELS)

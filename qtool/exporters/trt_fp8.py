@@ -251,6 +251,7 @@ def export(loaded, cal, *, trt_version: str | None = None, method: str | None = 
     summary = {"format": "qdq", "precision": "fp8", "trt_version": trt_version, **placed.summary(),
                "opset": G.default_opset(model), "source_opset": source_opset, "method": method or cal.method_for(RULES) or cal.method,
                "fp32_layer_names": sorted(placed.fp32_layers), "high_precision": high_precision, "weights": weights}
+    summary["fp8_layers"] = summary.pop("int8_layers")  # the plan counts the quantized layers under INT8's name
     if extra:
         summary["fp8_exclusions"] = dict(sorted(extra.items()))
     if high_precision == "fp16":
