@@ -203,7 +203,8 @@ def run(loaded: model.LoadedModel, *, images=None, data_dir=None, loader=None, l
         bins=bins, samples=samples, preprocess=source.preprocess, tensors=records, kl_variant=kl_variant, shard=shard,
     )
     count = source.runs.count if isinstance(source.runs, _Counted) else len(source.inputs)
-    warnings = [w for w in [model.already_quantized(loaded.proto)] if w] + _warnings(records, source.skipped)
+    warnings = [w for w in [model.already_quantized(loaded.proto)] if w] + _warnings(records, source.skipped,
+                                                                                      model.data_dependent(loaded.proto))
     return cal, Report(count, samples, source.batch_size, warnings, list(source.skipped or []))
 
 
@@ -284,7 +285,10 @@ def _helpers(exposed, folder, fetched, names, source: _Source, bins, stats, deri
     return helpers
 
 
-def _warnings(records, skipped) -> list[str]:
+def _warnings(records, skipped, dependent: set[str] | None = None) -> list[str]:
+    """Warnings about the calibrated values. `dependent`: the tensors that depend on input values;
+    an all-zero tensor outside it (computed from constants and shapes, e.g. a ConstantOfShape
+    of zeros) is left out of the all-zero warning: the user cannot act on it."""
     warnings = []
     if skipped:
         warnings.append(f"skipped {len(skipped)} unreadable image(s): " + "; ".join(reason for _, reason in skipped[:3]))
@@ -294,7 +298,7 @@ def _warnings(records, skipped) -> list[str]:
             f"{len(nonfinite)} tensor(s) had NaN/inf values, left out of the histograms: "
             + ", ".join(f"{r.name} ({r.nonfinite})" for r in nonfinite[:5])
         )
-    zero = [r.name for r in records if r.amax == 0]
+    zero = [r.name for r in records if r.amax == 0 and (dependent is None or r.name in dependent)]
     if zero:
         warnings.append(f"{len(zero)} tensor(s) were all zero (amax 0): {', '.join(zero[:5])}")
     return warnings

@@ -120,6 +120,28 @@ def _unary_model(path, op, **attrs):
     return path
 
 
+def test_all_zero_warning_leaves_out_shape_derived_tensors(tmp_path):
+    """A zero tensor made from the input's shape alone (ConstantOfShape, as YOLO exports build
+    their grids) is nothing the user can act on: no warning; one computed from the input is."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["n", 4]) for n in ("y", "z")]
+    zero = numpy_helper.from_array(np.zeros(1, np.float32), "zero")
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("ConstantOfShape", ["shape"], ["grid"], value=numpy_helper.from_array(np.zeros(1, np.float32))),
+             helper.make_node("Add", ["x", "grid"], ["y"]),
+             helper.make_node("Mul", ["x", "zero"], ["z"])]
+    m = tmp_path / "grid.onnx"
+    onnx.save(helper.make_model(helper.make_graph(nodes, "g", [x], outs, [zero]), opset_imports=[helper.make_opsetid("", 13)],
+                                ir_version=8), m)
+    (tmp_path / "d").mkdir()
+    np.save(tmp_path / "d" / "0.npy", np.array([[0.5, 1.0, -1.0, 2.0]], np.float32))
+    r = ok("calibrate", m, "--data", tmp_path / "d", "-o", tmp_path / "g.calib.json")
+    cal = {t.name: t for t in load(tmp_path / "g.calib.json").tensors}
+    assert cal["grid"].amax == 0 and cal["z"].amax == 0  # both calibrated, both zero
+    warning = [line for line in r.output.splitlines() if "all zero" in line]
+    assert len(warning) == 1 and "1 tensor(s)" in warning[0] and warning[0].endswith(": z"), r.output
+
+
 def test_nonfinite_and_all_zero_tensors(tmp_path):
     m = _unary_model(tmp_path / "log.onnx", "Log")
     (tmp_path / "d").mkdir()
