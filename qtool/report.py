@@ -1,22 +1,21 @@
-"""One self-contained HTML page about a calibration file: per tensor, its histogram with the
-threshold every method would pick, and numbers to sort by.
+"""One self-contained HTML page about a calibration file as one target's export will use it.
 
-Per tensor (a row of the table):
-  plot      the stored histogram of |x| (log counts; bins merged in powers of two down to at
-            most PLOT_BINS so the page stays small), a vertical line per threshold method
-            (thresholds.METHODS, percentile:P as PERCENTILES) recomputed from the histogram
-            with TensorRecord.threshold, and the file's own amax as a thick dashed line.
-  clipped   share of the calibrated values above the file's amax (calibration.clipped_fraction).
-  KL        NVIDIA's entropy-calibration divergence KL(P||Q) at the file's amax (the quantity
-            its entropy search minimises, its h[0] = h[1] convention included); empty when
-            the tensor is all zero.
-  SQNR      from `qtool evaluate --json` results, when given: the output SQNR with only this
-            tensor quantized (empty for tensors that are not quantizer sites). The evaluation also
-            says which range the export really quantizes each tensor with; where that is not the
-            file's amax (a range shared by a Concat or pass-through group, or max |x| in place of a
-            degenerate threshold) it is drawn and noted in orange.
-The table sorts by clicking a column heading, or on opening with #sort=clipped|kl|sqnr|order in the
-address (a few lines of inline script; without script the page shows graph order). Plots are matplotlib SVG, inline, ids made unique per plot; nothing is
+From top to bottom:
+  summary   which target and why, its placement's counts, the preprocessing as a table, the
+            evaluation's output metrics (with `qtool evaluate --json`), and one plot of the error
+            of every quantized tensor in graph order: the tensor's own SQNR under the export's
+            quantizer (estimated from its histogram), and with an evaluation the output SQNR with
+            only that tensor quantized.
+  quantized the tensors the target's placement quantizes (the same code the export runs:
+            `prepare` of qtool.exporters.openvino/qdq, for TensorRT qtool.placement with the
+            TENSORRT rules and exporters.tensorrt.thresholds, as exporters/trt_qdq.py places), in
+            graph order: the threshold and scale the export writes, where that threshold comes
+            from, the share of values it clips, and a histogram of |x| (log counts) with the
+            target's threshold, the file's amax and every method's threshold drawn on it.
+  folded    (<details>) the calibrated tensors the target leaves float, the layers it keeps in
+            FP32 and the weight quantizers.
+The quantized table sorts by clicking a heading, or on opening with #sort=KEY in the address.
+Plots are matplotlib SVG, inline, scaled to the column (nothing wider than the window); nothing is
 fetched from the network. Same inputs give the same bytes.
 """
 
@@ -27,7 +26,7 @@ import io
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -37,10 +36,16 @@ from .calibration import Calibration, TensorRecord
 from .errors import QtoolError
 from .evaluation import format_db, from_json_number
 
+TARGETS = ("openvino", "qdq", "tensorrt")
+DEFAULT_TARGET = "qdq"
+MAX_EVALUATION_BYTES = 64 << 20  # qtool evaluate --json of a model with 10^4 tensors is a few MB
+MAX_EVALUATION_DEPTH = 16  # its JSON nests 5 levels
 PLOT_BINS = 256
 _FLOOR = 0.5
 PERCENTILES = ("99.99",)
-_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#e377c2")
+_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#e377c2", "#7f7f7f")
+_TARGET_COLOR = "#e6550d"
+_SUBSAMPLES = 8  # points per histogram bin for the noise estimate (as thresholds.quantization_error)
 
 
 def require_matplotlib():
@@ -64,83 +69,245 @@ def methods() -> list[str]:
     return out
 
 
-def kl_divergence(record: TensorRecord, amax: float, num_bits: int = 8) -> float | None:
-    """NVIDIA's KL(P||Q) for clipping `record`'s histogram at `amax` (None: no data)."""
-    h = np.asarray(record.counts, dtype=np.int64)
-    n = h.size
-    if n == 0 or h.sum() == 0 or record.hist_range <= 0:
-        return None
-    width = record.hist_range / n
-    i = int(min(max(math.ceil(amax / width - 1e-9), 1), n))
-    h = h.copy()
-    if n > 1:
-        h[0] = h[1]
-    if h[:i].sum() == 0:
-        return None
-    nbins = 1 << (num_bits - 1 + int(record.unsigned))
-    value = float(thresholds.reference_divergence(h, i, nbins))
-    return value if math.isfinite(value) else (math.inf if value > 0 else None)
+# ---------------------------------------------------------------- what the target's export does
 
 
 @dataclass
-class Row:
-    order: int
-    record: TensorRecord
-    thresholds: dict[str, float]
-    clipped: float
-    kl: float | None
-    sqnr: float | None  # from the evaluation
-    quantized_amax: float | None = None  # the range the export quantizes with (from the evaluation)
-    policy: str = ""  # the quantizer's policy (from the evaluation)
+class Site:
+    """One activation quantizer as the target's export writes it."""
+
+    tensor: str
+    amax: float  # the threshold the export quantizes with
+    scale: float | None  # per tensor: the scale in the exported file (None: per channel)
+    zero_point: int
+    grid: str  # e.g. "int8 symmetric", "uint8 asymmetric"
+    low: float  # the range the grid covers
+    high: float
+    source: str  # where amax comes from
+    readers: list[str] = field(default_factory=list)
+    shared_with: list[str] = field(default_factory=list)
+    channels: int = 0  # per-channel quantizer: the number of channels
+    policy: str = ""
+
+
+@dataclass
+class WeightInfo:
+    tensor: str
+    readers: list[str]
+    channels: int
+    scale_min: float
+    scale_max: float
+    policy: str
+
+
+@dataclass
+class TargetPlan:
+    target: str
+    title: str  # e.g. "TensorRT 11.4.0, Q/DQ model"
+    why: str  # why this target
+    method: str  # the threshold method the export uses (before fallbacks and shared ranges)
+    sites: dict[str, Site]  # tensor -> quantizer, placement order
+    weights: list[WeightInfo]
+    int8_layers: int
+    fp32_layers: dict[str, str]
+    unrepresentable: dict[str, str]
+    records: dict[str, TensorRecord]  # the calibration the export reads (SmoothQuant: the smoothed tensors')
+    notes: list[str] = field(default_factory=list)
+
+
+def default_target(evaluation: dict | None) -> tuple[str, str]:
+    """(target, why) when --target is not given."""
+    if evaluation is not None:
+        return evaluation["target"], "the target of the --evaluation file"
+    return DEFAULT_TARGET, ("qtool evaluate's default: the QDQ model onnxruntime runs; "
+                            "--target openvino or --target tensorrt for the others")
+
+
+def _source(rec: TensorRecord, th, method: str | None, cal: Calibration, shared: list[str], amax: float) -> str:
+    """Where the exported threshold of `rec` comes from, in a few words."""
+    if shared:
+        return f"range shared with {len(shared)} tensor(s) of its Concat/pass-through group"
+    if th is not None and th.degenerate:
+        return f"max |x|: the {method or cal.method} threshold would clip {th.clipped * 100:.1f} %"
+    grid = "unsigned" if th is not None and th.unsigned else "signed"
+    if method is None:
+        searched = rec.unsigned and grid == "signed" and cal.method in calibration.GRID_DEPENDENT
+        return f"{cal.method} (the file's{', searched again on the signed grid' if searched else ''})"
+    if method == "auto":
+        chosen, _ = thresholds.auto_choice(np.asarray(rec.counts, dtype=np.int64), rec.edges(), absmax=rec.absmax,
+                                           unsigned=grid == "unsigned", kl_variant=cal.kl_variant, num_bits=cal.num_bits)
+        return f"auto: {chosen}, {grid} grid"
+    return f"{method}, {grid} grid"
+
+
+def _layers(site) -> list[str]:
+    return sorted({name for name, _slot in site.readers})
+
+
+def target_plan(loaded, cal: Calibration, target: str, *, why: str, trt_version: str | None = None,
+                method: str | None = None) -> TargetPlan:
+    """The quantizers `target`'s export (default options, `method` and `trt_version` as export
+    takes them) places in `loaded`, the model `cal` calibrates."""
+    if target not in TARGETS:
+        raise QtoolError(f"--target {target!r} is not one of {', '.join(TARGETS)}")
+    if method is not None:
+        try:
+            thresholds.parse_method(method)
+        except ValueError as e:
+            raise QtoolError(f"--method: {e}") from None
+    if target == "tensorrt":
+        return _tensorrt_plan(loaded, cal, why, trt_version, method)
+    if trt_version is not None:
+        raise QtoolError(f"--trt-version applies to --target tensorrt, not {target}")
+    from .exporters import exporter
+    from .rules import CPU
+
+    prepared = exporter(target).prepare(loaded, cal, method=method)
+    used = prepared.cal if prepared.cal is not None else cal
+    records = {t.name: t for t in used.tensors}
+    chosen = used.method_for(CPU, method)
+    ths = used.for_target(CPU, method)
+    sites = {}
+    for s in prepared.plan.activations:
+        p = s.params()
+        per_channel = np.ndim(p.scale) > 0
+        signed, symmetric = p.grid.signed, bool(np.all(np.asarray(p.zero_point) == 0))
+        kind = f"{'' if signed else 'u'}int{s.policy.bits} {'symmetric' if symmetric else 'asymmetric'}"
+        smoothed = prepared.smoothing is not None and s.tensor in (prepared.smoothing.amax or {})
+        source = ("max |x| of the SmoothQuant-scaled tensor" if smoothed
+                  else _source(records[s.tensor], ths.get(s.tensor), chosen, used, s.shared_with, s.range.amax))
+        sites[s.tensor] = Site(
+            s.tensor, float(s.range.amax), None if per_channel else float(p.scale), 0 if per_channel else int(p.zero_point),
+            kind + (" per channel" if per_channel else ""), float(np.min(p.input_low)), float(np.max(p.input_high)), source,
+            _layers(s), list(s.shared_with), int(np.size(p.scale)) if per_channel else 0, s.policy.describe())
+    title = {"openvino": "OpenVINO, FakeQuantize model", "qdq": "QDQ model (onnxruntime)"}[target]
+    plan = prepared.plan
+    return TargetPlan(target, title, why, chosen or used.method, sites, _weights(plan), len(plan.int8_layers), dict(plan.fp32_layers),
+                      dict(plan.unrepresentable), records)
+
+
+def _weights(plan) -> list[WeightInfo]:
+    out = []
+    for w in plan.weights:
+        scale = np.asarray(w.params().scale, dtype=np.float64)
+        out.append(WeightInfo(w.tensor, _layers(w), int(scale.size), float(scale.min()), float(scale.max()), w.policy.describe()))
+    return out
+
+
+def _tensorrt_plan(loaded, cal: Calibration, why: str, trt_version: str | None, method: str | None) -> TargetPlan:
+    """The placement exporters/trt_qdq.export makes: the same model preparation, thresholds and
+    placement call, with the scales its `apply` writes (FP16 when the unquantized part is)."""
+    from onnx import TensorProto
+
+    from . import graph as G
+    from . import placement
+    from .exporters import qdq, tensorrt, trt_qdq
+    from .rules import TENSORRT
+
+    version, fmt = tensorrt.resolve(trt_version, "qdq")
+    major = tensorrt.major_of(version)
+    high_precision = "fp16" if major >= 10 else "fp32"
+    ths = tensorrt.thresholds(cal, fmt, "entropy2", method)
+    model = G.copy_model(loaded.proto, str(loaded.path.parent))
+    model, _ = qdq.upgrade_opset(model, trt_qdq._target_opset(model, major, high_precision), why=f"TensorRT {major}.x Q/DQ")
+    G.unique_node_names(model.graph, G.Namer(model))
+    records = {t.name: t for t in cal.tensors}
+    plan = placement.place(model, records, rules=TENSORRT, thresholds=ths, float_types=(TensorProto.FLOAT,))
+    chosen = cal.method_for(TENSORRT, method)
+    floor = np.float32(trt_qdq.FP16_SCALE_FLOOR if high_precision == "fp16" else 0.0)
+    sites = {}
+    for s in plan.activations:
+        scale = max(trt_qdq.activation_scale(s.range.amax), floor)
+        if high_precision == "fp16":
+            scale = np.float16(scale)  # qtool.fp16 stores the scales of an FP16 model in FP16
+        source = _source(records[s.tensor], ths.get(s.tensor), chosen, cal, s.shared_with, s.range.amax)
+        sites[s.tensor] = Site(s.tensor, float(s.range.amax), float(scale), 0, "int8 symmetric", -128 * float(scale), 127 * float(scale),
+                               source, _layers(s), list(s.shared_with), 0, "")
+    notes = [f"scales in {high_precision.upper()}, as a TensorRT {major}.x export writes them"]
+    if tensorrt.default_format(version) != "qdq":
+        notes.append(f"qtool export --target tensorrt writes a calibration cache for TensorRT {major}.x by default (every "
+                     "activation tensor, NVIDIA's entropy thresholds); this page shows its Q/DQ model (--format qdq)")
+    return TargetPlan("tensorrt", f"TensorRT {version}, Q/DQ model", why, chosen or cal.method, sites, _weights(plan),
+                      len(plan.int8_layers), dict(plan.fp32_layers), dict(plan.unrepresentable), records, notes)
+
+
+def tensor_sqnr(record: TensorRecord, step: float, limit: float) -> float | None:
+    """The tensor's own SQNR (dB) under a quantizer with grid step `step` that clips |x| at
+    `limit`, from its histogram of |x| with values spread evenly inside each bin (as
+    thresholds.quantization_error; zero is on every qtool grid, so the lattice is k * step):
+    10 log10(E[x^2] / E[(x - q(x))^2]); None when the tensor is all zero."""
+    counts = np.asarray(record.counts, dtype=np.float64)
+    total = float(counts.sum())
+    if total <= 0 or record.hist_range <= 0 or not (step > 0 and math.isfinite(step)):
+        return None
+    edges = record.edges()
+    frac = (np.arange(_SUBSAMPLES) + 0.5) / _SUBSAMPLES
+    x = edges[:-1, None] + (edges[1:] - edges[:-1])[:, None] * frac
+    q = np.minimum(np.rint(x / step) * step, limit)
+    noise = float(np.dot(counts, ((x - q) ** 2).mean(axis=1)) / total)
+    power = float(np.dot(counts, (x ** 2).mean(axis=1)) / total)
+    if power <= 0:
+        return None
+    return math.inf if noise <= 0 else 10.0 * math.log10(power / noise)
+
+
+def site_sqnr(record: TensorRecord, site: Site) -> float | None:
+    """tensor_sqnr under the export's quantizer (None for per-channel quantizers)."""
+    if site.scale is None:
+        return None
+    limit = max(site.high, min(-site.low, site.amax))  # the far end of the grid on the side |x| is clipped
+    return tensor_sqnr(record, site.scale, limit)
+
+
+# ---------------------------------------------------------------- the evaluation file
 
 
 def load_evaluation(path: Path, cal: Calibration) -> dict:
-    """`qtool evaluate --json` output for the model `cal` calibrates."""
+    """`qtool evaluate --json` output for the model `cal` calibrates (read bounded, as
+    calibration files are)."""
+    name = str(path)
     try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = calibration.read_limited(path, MAX_EVALUATION_BYTES, "the --evaluation file")
     except FileNotFoundError:
-        raise QtoolError(f"evaluation file {str(path)!r} does not exist") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise QtoolError(f"{str(path)!r} is not readable JSON ({e}); give the output of qtool evaluate --json") from None
-    if not isinstance(doc, dict) or doc.get("command") != "evaluate":
-        raise QtoolError(f"{str(path)!r} is not the output of qtool evaluate --json")
-    if doc.get("model_sha256") != cal.model_sha256:
-        raise QtoolError(f"{str(path)!r} evaluates another model than the calibration file's (SHA-256 differs)")
+        raise QtoolError(f"evaluation file {name!r} does not exist") from None
+    except OSError as e:
+        raise QtoolError(f"evaluation file {name!r} cannot be read ({e.strerror or e})") from None
     try:
-        tensors, ranges, weights, policies = {}, {}, [], {}
+        doc = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise QtoolError(f"{name!r} is not readable JSON (not UTF-8 text: byte {e.start}); give the output of qtool evaluate --json") from None
+    except RecursionError:
+        raise QtoolError(f"{name!r} is not readable JSON (nested too deeply); give the output of qtool evaluate --json") from None
+    except ValueError as e:  # JSONDecodeError, integers too long to read
+        raise QtoolError(f"{name!r} is not readable JSON ({e}); give the output of qtool evaluate --json") from None
+    if calibration.nesting_depth(doc, MAX_EVALUATION_DEPTH) > MAX_EVALUATION_DEPTH:
+        raise QtoolError(f"{name!r} nests deeper than {MAX_EVALUATION_DEPTH} levels; give the output of qtool evaluate --json")
+    if not isinstance(doc, dict) or doc.get("command") != "evaluate":
+        raise QtoolError(f"{name!r} is not the output of qtool evaluate --json")
+    if doc.get("model_sha256") != cal.model_sha256:
+        raise QtoolError(f"{name!r} evaluates another model than the calibration file's (SHA-256 differs)")
+    try:
+        target = str(doc.get("target", DEFAULT_TARGET))
+        tensors, ranges, weights = {}, {}, {}
         for t in doc.get("tensors", []):
-            tensors[str(t["tensor"])] = from_json_number(t["sqnr_db"])
-            policies[str(t["tensor"])] = str(t.get("policy", ""))
+            sqnr = from_json_number(t["sqnr_db"])
             if t["kind"] == "weight":
-                weights.append((str(t["tensor"]), from_json_number(t["sqnr_db"]), [str(x) for x in t.get("layers", [])],
-                                str(t.get("policy", ""))))
-            if t.get("range") is not None:
-                amax = float(t["range"]["amax"])
-                for name in [t["tensor"], *t["range"].get("shared_with", [])]:
-                    ranges.setdefault(str(name), amax)
+                weights[str(t["tensor"])] = sqnr
+            else:
+                tensors[str(t["tensor"])] = sqnr
+                if t.get("range") is not None:
+                    ranges[str(t["tensor"])] = float(t["range"]["amax"])
         outputs = [(str(o["name"]), from_json_number(o["sqnr_db"]), from_json_number(o.get("cosine")),
                     from_json_number(o.get("top1_agreement"))) for o in doc.get("outputs", [])]
         samples = int(doc.get("samples", 0))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise QtoolError(f"{str(path)!r} is a damaged evaluation file (bad or missing field: {e})") from None
-    return {"tensors": tensors, "ranges": ranges, "weights": weights, "outputs": outputs, "samples": samples, "policies": policies}
+        raise QtoolError(f"{name!r} is a damaged evaluation file (bad or missing field: {e})") from None
+    if target not in TARGETS:
+        raise QtoolError(f"{name!r} evaluates an unknown target {target!r}")
+    return {"target": target, "tensors": tensors, "ranges": ranges, "weights": weights, "outputs": outputs, "samples": samples}
 
 
-def rows(cal: Calibration, evaluation: dict | None = None) -> list[Row]:
-    result = []
-    sens = evaluation["tensors"] if evaluation else {}
-    ranges = evaluation["ranges"] if evaluation else {}
-    policies = evaluation.get("policies", {}) if evaluation else {}
-    for k, rec in enumerate(cal.tensors):
-        ths = {}
-        for m in methods():
-            try:
-                ths[m] = rec.threshold(m, cal.kl_variant, num_bits=cal.num_bits)
-            except ValueError as e:
-                raise QtoolError(f"tensor {rec.name!r}: cannot compute the {m} threshold ({e})") from None
-        result.append(Row(k, rec, ths, calibration.clipped_fraction(rec), kl_divergence(rec, rec.amax, cal.num_bits),
-                          sens.get(rec.name), ranges.get(rec.name), policies.get(rec.name, "")))
-    return result
+# ---------------------------------------------------------------- plots
 
 
 def _merged(record: TensorRecord) -> tuple[np.ndarray, np.ndarray]:
@@ -168,16 +335,23 @@ def _fmt(v: float) -> str:
     return f"{v:.4g}"
 
 
-def plot_svg(row: Row, method: str, prefix: str) -> str:
-    """The histogram plot of one tensor as an inline <svg> element."""
+def _svg(fig, prefix: str) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
+    return _inline(buf.getvalue(), prefix)
+
+
+def plot_svg(record: TensorRecord, lines: dict[str, float], file_label: str, target_label: str, target_amax: float,
+             prefix: str) -> str:
+    """The histogram of one tensor with the target's threshold (thick orange), the file's amax
+    (dashed black, when it differs) and `lines` {method: threshold}, as an inline <svg>."""
     matplotlib = require_matplotlib()
     from matplotlib.figure import Figure
 
-    rec = row.record
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "qtool", "font.size": 8}):
-        fig = Figure(figsize=(6.4, 2.4))
-        ax = fig.add_axes((0.1, 0.18, 0.61, 0.74))
-        counts, edges = _merged(rec)
+        fig = Figure(figsize=(5.2, 2.2))
+        ax = fig.add_axes((0.12, 0.2, 0.5, 0.74))
+        counts, edges = _merged(record)
         if counts.sum() > 0 and edges[-1] > 0:
             from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
@@ -185,7 +359,7 @@ def plot_svg(row: Row, method: str, prefix: str) -> str:
             ax.stairs(shown, edges, fill=True, color="#9ecae1", edgecolor="#3182bd", linewidth=0.6, baseline=_FLOOR)
             ax.set_yscale("log", nonpositive="clip")
             ax.set_ylim(_FLOOR, max(counts.max() * 2.0, 1.0))
-            ax.set_xlim(0, max(edges[-1], max(row.thresholds.values(), default=0.0), rec.amax) * 1.02)
+            ax.set_xlim(0, max(edges[-1], max(lines.values(), default=0.0), record.amax, target_amax) * 1.02)
             ax.yaxis.set_major_locator(LogLocator(base=10, numticks=6))
             ax.yaxis.set_minor_locator(NullLocator())
             ax.yaxis.set_major_formatter(FuncFormatter(_count_label))
@@ -193,39 +367,71 @@ def plot_svg(row: Row, method: str, prefix: str) -> str:
             ax.text(0.5, 0.5, "no values (all zero)", ha="center", va="center", transform=ax.transAxes)
         ax.set_xlabel("|x|")
         ax.set_ylabel("count (log)")
+        ax.axvline(target_amax, color=_TARGET_COLOR, linewidth=2.6, label=f"{target_label}: {_fmt(target_amax)}")
+        if _differs(record.amax, target_amax):
+            ax.axvline(record.amax, color="black", linewidth=1.8, linestyle=(0, (4, 2)), alpha=0.75, label=f"{file_label}: {_fmt(record.amax)}")
         styles = ["-", "--", "-.", ":"]
-        for j, (m, v) in enumerate(row.thresholds.items()):
-            ax.axvline(v, color=_COLORS[j % len(_COLORS)], linewidth=1.1, linestyle=styles[j % len(styles)], label=f"{m}: {_fmt(v)}")
-        ax.axvline(rec.amax, color="black", linewidth=2.2, linestyle=(0, (4, 2)), alpha=0.75, label=f"file ({method}): {_fmt(rec.amax)}")
-        if row.quantized_amax is not None and _differs(row.quantized_amax, rec.amax):
-            ax.axvline(row.quantized_amax, color="#e6550d", linewidth=2.2, alpha=0.8, label=f"quantized at: {_fmt(row.quantized_amax)}")
-        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7, frameon=False, borderaxespad=0)
-        buf = io.StringIO()
-        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
-    return _inline(buf.getvalue(), prefix)
+        for j, (m, v) in enumerate(lines.items()):
+            ax.axvline(v, color=_COLORS[j % len(_COLORS)], linewidth=0.9, linestyle=styles[j % len(styles)], label=f"{m}: {_fmt(v)}")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.03, 1.0), fontsize=7.5, frameon=False, borderaxespad=0, handlelength=1.6)
+        return _svg(fig, prefix)
+
+
+def summary_svg(points: list[tuple[int, float | None, float | None]], evaluated: bool, prefix: str) -> str:
+    """Error per quantized tensor in graph order: points (row number, tensor SQNR dB, output
+    SQNR dB); the five worst of each series labelled with their row number (a link to the row)."""
+    matplotlib = require_matplotlib()
+    from matplotlib.figure import Figure
+
+    panels = [("tensor SQNR (dB): its own quantization noise", 1)] + ([("output SQNR (dB), only this tensor quantized", 2)] if evaluated else [])
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "qtool", "font.size": 8}):
+        height = 1.7 * len(panels) + 0.45
+        fig = Figure(figsize=(10.0, height))
+        axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
+        xs = np.arange(1, len(points) + 1)
+        for ax, (title, k) in zip(axes, panels):
+            ys = np.array([np.nan if p[k] is None else min(p[k], 200.0) for p in points], dtype=np.float64)
+            finite = np.isfinite(ys)
+            ax.bar(xs[finite], ys[finite], width=0.8, color="#6baed6" if k == 1 else "#fd8d3c")
+            ax.set_title(title, fontsize=8, loc="left")
+            ax.grid(axis="y", color="#dddddd", linewidth=0.5)
+            ax.set_axisbelow(True)
+            if finite.any():
+                top = float(np.nanmax(ys))
+                ax.set_ylim(min(0.0, float(np.nanmin(ys))), top * 1.15 + 1.0)
+                for i in sorted(np.flatnonzero(finite), key=lambda i: (ys[i], i))[:5]:
+                    t = ax.annotate(f"#{points[i][0]}", (xs[i], ys[i]), xytext=(0, 2), textcoords="offset points",
+                                    ha="center", va="bottom", fontsize=7, color="#b30000")
+                    t.set_url(f"#row{points[i][0]}")
+            else:
+                ax.text(0.5, 0.5, "no value", ha="center", va="center", transform=ax.transAxes)
+        every = -(-len(points) // 30)  # at most 30 tick labels
+        axes[-1].set_xticks(xs[::every], [str(p[0]) for p in points[::every]])
+        axes[-1].set_xlabel("quantized tensors in graph order, labelled with their row #")
+        axes[-1].set_xlim(0.3, len(points) + 0.7)
+        fig.subplots_adjust(left=0.06, right=0.99, top=1 - 0.3 / height, bottom=0.42 / height, hspace=0.35)
+        return _svg(fig, prefix)
 
 
 def _inline(svg: str, prefix: str) -> str:
-    """matplotlib's SVG document as an element: no prolog or metadata, path coordinates to
-    0.01 pt, ids kept only where referenced and then prefixed (unique within the page)."""
+    """matplotlib's SVG document as an element: no prolog, metadata or fixed size (it scales to
+    its box through the viewBox), path coordinates to 0.01 pt, ids kept only where referenced
+    and then prefixed (unique within the page)."""
     svg = svg[svg.index("<svg"):]
     svg = re.sub(r"<metadata>.*?</metadata>\s*", "", svg, flags=re.DOTALL)
+    head_end = svg.index(">")
+    head = re.sub(r'\s(width|height)="[^"]*"', "", svg[:head_end])
+    svg = head + svg[head_end:]
     svg = re.sub(r'\bd="([^"]*)"', lambda m: 'd="' + re.sub(r"(\.\d\d)\d+", r"\1", " ".join(m.group(1).split())) + '"', svg)
     used = set(re.findall(r"url\(#([^)]+)\)", svg)) | set(re.findall(r'href="#([^"]+)"', svg))
+    used = {u for u in used if not u.startswith("row")}
     svg = re.sub(r'\sid="([^"]+)"', lambda m: f' id="{prefix}{m.group(1)}"' if m.group(1) in used else "", svg)
     svg = re.sub(r"url\(#([^)]+)\)", lambda m: f"url(#{prefix}{m.group(1)})", svg)
-    svg = re.sub(r'href="#([^"]+)"', lambda m: f'href="#{prefix}{m.group(1)}"', svg)
+    svg = re.sub(r'href="#([^"]+)"', lambda m: m.group(0) if m.group(1).startswith("row") else f'href="#{prefix}{m.group(1)}"', svg)
     return svg.strip()
 
 
-def _quantized_note(row: Row) -> str:
-    q = row.quantized_amax
-    if q is None or not _differs(q, row.record.amax):
-        return ""
-    counts = np.asarray(row.record.counts, dtype=np.float64)
-    left = row.record.edges()[:-1]
-    share = float(counts[left >= q].sum() / counts.sum()) if counts.sum() > 0 and q < row.record.absmax else 0.0
-    return f"<span class=\"note\" title=\"the range the export uses (shared or degenerate-threshold fallback)\">quantized at {_fmt(q)}, clips {share * 100:.3f} %</span>"
+# ---------------------------------------------------------------- the page
 
 
 def _attr(v: float | None) -> str:
@@ -234,20 +440,43 @@ def _attr(v: float | None) -> str:
     return "Infinity" if v == math.inf else "-Infinity" if v == -math.inf else repr(float(v))
 
 
+def _db(v: float | None) -> str:
+    return "" if v is None else format_db(v)
+
+
+def _value(v) -> str:
+    if isinstance(v, (list, tuple)):
+        return ", ".join(_value(x) for x in v)
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    if isinstance(v, dict):
+        return json.dumps(v, sort_keys=True)
+    return str(v)
+
+
 _STYLE = """
-body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:1.5em;color:#222}
-h1{font-size:1.35em;margin:0 0 .3em} .meta{color:#555;font-size:.9em;margin:.2em 0}
+*{box-sizing:border-box}
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:0;padding:1em 1.5em;color:#222}
+h1{font-size:1.35em;margin:0 0 .3em} h2{font-size:1.1em;margin:1.2em 0 .4em} .meta{color:#555;font-size:.9em;margin:.2em 0}
+.target{border-left:4px solid #e6550d;padding:.3em .8em;background:#fff5eb;margin:.6em 0}
+.scroll{max-width:100%;overflow-x:auto}
 table{border-collapse:collapse;font-size:.86em} th,td{border-bottom:1px solid #ddd;padding:.3em .5em;vertical-align:middle;text-align:right}
-th{background:#f3f3f3;position:sticky;top:0;z-index:1} th.sort{cursor:pointer;color:#0645ad;white-space:nowrap}
-th.sort:hover{text-decoration:underline} th.left{text-align:left} td.name{white-space:normal;text-align:left;font-family:ui-monospace,Consolas,monospace;min-width:14em;max-width:22em;word-break:break-all}
-td{white-space:nowrap} td.plot{padding:0} td.plot svg{width:640px;height:240px;display:block} .bad{color:#b30000;font-weight:600}
-table.outputs{margin:.5em 0 1em} .note{color:#e6550d;font-size:.85em;display:block;white-space:normal;max-width:9em;margin-left:auto}
+th{background:#f3f3f3;position:sticky;top:0;z-index:1} th.sort{cursor:pointer;color:#0645ad}
+th.sort:hover{text-decoration:underline} .left,td.name,td.key{text-align:left}
+td.name{font-family:ui-monospace,Consolas,monospace;overflow-wrap:anywhere;word-break:break-all;min-width:10em}
+td.name small{display:block;color:#666;font-family:system-ui,sans-serif}
+td{white-space:nowrap} td.name,td.left,td.plot{white-space:normal}
+table.quantized{width:100%;table-layout:auto} table.quantized td.plot{width:42%;padding:0 0 0 .3em}
+svg{max-width:100%;height:auto;display:block} td.plot svg{width:100%;max-width:620px} .summary svg{width:100%;max-width:1200px}
+.bad{color:#b30000;font-weight:600} .note{color:#e6550d;font-size:.85em}
+details{margin:.6em 0} summary{cursor:pointer;font-weight:600}
 """
 
 _SCRIPT = """
 (function(){
-  var table=document.getElementById('tensors'), body=table.tBodies[0], dir={};
-  var first={order:1, clipped:-1, kl:-1, sqnr:1, absmax:-1, amax:-1};
+  var table=document.getElementById('quantized'); if(!table) return;
+  var body=table.tBodies[0], dir={};
+  var first={order:1, amax:-1, clipped:-1, tsqnr:1, sqnr:1};
   function val(tr,key){var s=tr.getAttribute('data-'+key); return s===''||s===null?null:parseFloat(s);}
   function sortBy(key){
     var d=dir[key]===undefined?first[key]:-dir[key]; dir={}; dir[key]=d;
@@ -274,79 +503,165 @@ _SCRIPT = """
 """
 
 
-def render(cal: Calibration, calib_name: str, evaluation: dict | None = None) -> bytes:
-    """The report page for `cal` (calib_name: how to name the file on the page)."""
+@dataclass
+class Row:
+    order: int  # 1-based position in the calibration file (graph order)
+    record: TensorRecord
+    site: Site | None
+    clipped: float  # share of values above the exported threshold (the file's amax when not quantized)
+    tensor_sqnr: float | None
+    sqnr: float | None  # from the evaluation
+
+
+def rows(cal: Calibration, plan: TargetPlan, evaluation: dict | None = None) -> list[Row]:
+    """Every calibrated tensor in graph order, with the target's quantizer when it has one."""
+    sens = evaluation["tensors"] if evaluation else {}
+    out = []
+    for k, rec in enumerate(cal.tensors):
+        rec = plan.records.get(rec.name, rec)
+        site = plan.sites.get(rec.name)
+        amax = site.amax if site else rec.amax
+        out.append(Row(k + 1, rec, site, calibration.clipped_fraction(rec, amax), site_sqnr(rec, site) if site else None,
+                       sens.get(rec.name)))
+    return out
+
+
+def render(cal: Calibration, calib_name: str, plan: TargetPlan, evaluation: dict | None = None) -> bytes:
+    """The report page for `cal` as `plan`'s target exports it (calib_name: how to name the file)."""
     require_matplotlib()
-    table = rows(cal, evaluation)
+    if evaluation is not None and evaluation["target"] != plan.target:
+        raise QtoolError(f"the --evaluation file measures --target {evaluation['target']}, this report is for --target {plan.target}; "
+                         f"give --target {evaluation['target']} or evaluate --target {plan.target}")
+    table = rows(cal, plan, evaluation)
+    quantized = [r for r in table if r.site is not None]
+    rest = [r for r in table if r.site is None]
     e = html.escape
+    method_text = cal.method + (f" ({cal.kl_variant})" if cal.method == "entropy" else "")
     parts = [
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n",
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n",
         f"<title>qtool report: {e(calib_name)}</title>\n<style>{_STYLE}</style>\n</head>\n<body>\n",
         f"<h1>Calibration report: {e(calib_name)}</h1>\n",
-        (
-            f"<p class=\"meta\">model {e(cal.model_path)} (SHA-256 {e(cal.model_sha256[:16])}…) · method {e(cal.method)}"
-            f"{' (' + e(cal.kl_variant) + ')' if cal.method == 'entropy' else ''} · {cal.num_bits} bits · {cal.bins} bins · "
-            f"{cal.samples} samples · {len(cal.tensors)} tensors</p>\n"
-        ),
-        f"<p class=\"meta\">preprocessing: {e(json.dumps(cal.preprocess))}</p>\n",
+        (f"<p class=\"meta\">model {e(cal.model_path)} (SHA-256 {e(cal.model_sha256[:16])}…) · file method {e(method_text)} · "
+         f"{cal.num_bits} bits · {cal.bins} bins · {cal.samples} samples · {len(cal.tensors)} tensors</p>\n"),
+        (f"<div class=\"target\" id=\"target\"><b>Target: {e(plan.target)}</b> — {e(plan.title)}; thresholds: {e(plan.method)}. "
+         f"<span class=\"meta\">Why this target: {e(plan.why)}.</span><br>"
+         f"{len(quantized)} of {len(cal.tensors)} calibrated tensors quantized, {len(plan.weights)} weight quantizers, "
+         f"{plan.int8_layers} int8 layers, {len(plan.fp32_layers)} layer(s) kept FP32"
+         + (f", {len(plan.unrepresentable)} tensors unrepresentable in 8 bits" if plan.unrepresentable else "") + "."
+         + "".join(f"<br><span class=\"meta\">{e(n)}</span>" for n in plan.notes) + "</div>\n"),
     ]
     if evaluation:
-        parts.append(f"<p class=\"meta\">qtool evaluate on {evaluation['samples']} samples: the int8 model (QDQ simulation) against FP32</p>\n")
-        parts.append("<table class=\"outputs\"><thead><tr><th class=\"left\">output</th><th>SQNR dB</th><th>cosine</th><th>top-1 agreement</th></tr></thead><tbody>\n")
+        parts.append(f"<h2>Evaluation</h2>\n<p class=\"meta\">qtool evaluate on {evaluation['samples']} samples: the {e(plan.target)} "
+                     "int8 model (exact simulation) against FP32</p>\n")
+        parts.append("<div class=\"scroll\"><table class=\"outputs\"><thead><tr><th class=\"left\">output</th><th>SQNR dB</th>"
+                     "<th>cosine</th><th>top-1 agreement</th></tr></thead><tbody>\n")
         for name, sqnr, cos, top1 in evaluation["outputs"]:
-            parts.append(
-                f"<tr><td class=\"name\">{e(name)}</td><td>{format_db(sqnr) if sqnr is not None else ''}</td>"
-                f"<td>{'' if cos is None else f'{cos:.5f}'}</td><td>{'' if top1 is None else f'{top1 * 100:.2f} %'}</td></tr>\n"
-            )
-        parts.append("</tbody></table>\n")
-        if evaluation["weights"]:
-            parts.append(
-                "<details><summary class=\"meta\">weight quantizers (per channel, not in the calibration file): output SQNR "
-                "with only that weight quantized, worst first</summary>\n<table class=\"outputs\"><thead><tr>"
-                "<th class=\"left\">weight</th><th>SQNR dB</th><th class=\"left\">layers</th><th class=\"left\">policy</th>"
-                "</tr></thead><tbody>\n"
-            )
-            for name, sqnr, layers, policy in evaluation["weights"]:
-                parts.append(
-                    f"<tr><td class=\"name\">{e(name)}</td><td>{'' if sqnr is None else format_db(sqnr)}</td>"
-                    f"<td class=\"name\">{e(', '.join(layers))}</td><td class=\"name\">{e(policy)}</td></tr>\n"
-                )
-            parts.append("</tbody></table></details>\n")
-    parts.append(
-        "<p class=\"meta\">Click a column heading to sort. clipped: share of calibrated values above the file's amax; "
-        "KL: NVIDIA's entropy divergence at that amax"
-        + ("; SQNR: output SQNR (dB) with only this tensor quantized, from qtool evaluate; in orange, where the export "
-           "quantizes with another range than the file's amax (a range shared by a Concat or pass-through group, or max |x| "
-           "for a degenerate threshold)" if evaluation else "")
-        + ". Plots: histogram of |x| with each method's threshold.</p>\n"
-    )
-    heads = [("order", "#"), (None, "tensor"), (None, "min"), ("absmax", "max |x|"), ("amax", "amax"),
-             ("clipped", "clipped"), ("kl", "KL")]
-    if evaluation:
-        heads.append(("sqnr", "SQNR dB"))
-    heads.append((None, "histogram and thresholds"))
-    parts.append("<table id=\"tensors\"><thead><tr>")
-    for key, label in heads:
-        if key:
-            parts.append(f"<th class=\"sort\" data-key=\"{key}\" aria-sort=\"none\">{e(label)}<span></span></th>")
-        else:
-            left = ' class="left"' if label == "tensor" else ""
-            parts.append(f"<th{left}>{e(label)}</th>")
-    parts.append("</tr></thead>\n<tbody>\n")
-    for row in table:
-        rec = row.record
-        data_attrs = (f"data-order=\"{row.order}\" data-absmax=\"{_attr(rec.absmax)}\" data-amax=\"{_attr(rec.amax)}\" "
-                      f"data-clipped=\"{_attr(row.clipped)}\" data-kl=\"{_attr(row.kl)}\" data-sqnr=\"{_attr(row.sqnr)}\"")
-        clipped_cls = " class=\"bad\"" if row.clipped > calibration.MAX_CLIPPED else ""
-        cells = [
-            f"<td>{row.order + 1}</td>", f"<td class=\"name\">{e(rec.name)}</td>", f"<td>{_fmt(rec.min)}</td>",
-            f"<td>{_fmt(rec.absmax)}</td>", f"<td>{_fmt(rec.amax)}{_quantized_note(row)}</td>", f"<td{clipped_cls}>{row.clipped * 100:.3f} %</td>",
-            f"<td>{'' if row.kl is None else f'{row.kl:.4g}'}</td>",
-        ]
-        if evaluation:
-            policy = f"<br><small>{e(row.policy)}</small>" if row.policy else ""
-            cells.append(f"<td>{'' if row.sqnr is None else format_db(row.sqnr)}{policy}</td>")
-        cells.append(f"<td class=\"plot\">{plot_svg(row, cal.method, f't{row.order}-')}</td>")
-        parts.append(f"<tr {data_attrs}>" + "".join(cells) + "</tr>\n")
-    parts.append(f"</tbody></table>\n<script>{_SCRIPT}</script>\n</body>\n</html>\n")
+            parts.append(f"<tr><td class=\"name\">{e(name)}</td><td>{_db(sqnr)}</td>"
+                         f"<td>{'' if cos is None else f'{cos:.5f}'}</td><td>{'' if top1 is None else f'{top1 * 100:.2f} %'}</td></tr>\n")
+        parts.append("</tbody></table></div>\n")
+        other = sorted(t for t, a in evaluation["ranges"].items() if t in plan.sites and _differs(a, plan.sites[t].amax))
+        if other:
+            parts.append(f"<p class=\"note\">{len(other)} tensor(s) were evaluated with another threshold than this page's "
+                         f"(the evaluation ran with other export options?): {e(', '.join(other[:5]))}{' …' if len(other) > 5 else ''}</p>\n")
+    parts.append("<h2>Error per quantized tensor</h2>\n<div class=\"summary\">")
+    parts.append(summary_svg([(r.order, r.tensor_sqnr, r.sqnr) for r in quantized], bool(evaluation), "summary-") if quantized
+                 else "<p class=\"meta\">the target quantizes no tensor of this model</p>")
+    parts.append("</div>\n<p class=\"meta\">Lower is worse. Tensor SQNR: signal power over the noise of the export's quantizer "
+                 "(rounding and clipping at its threshold), estimated from the tensor's calibrated histogram of |x|"
+                 + ("; output SQNR: from qtool evaluate --tensors, the model's worst output with only that tensor quantized" if evaluation else "")
+                 + ". The five worst of each are labelled with their row number.</p>\n")
+    parts.append(_preprocessing(cal.preprocess))
+    parts.append(_quantized_table(cal, plan, quantized, evaluation))
+    parts.append(_folded(plan, rest, evaluation))
+    parts.append(f"<script>{_SCRIPT}</script>\n</body>\n</html>\n")
     return "".join(parts).encode("utf-8")
+
+
+def _preprocessing(pre: dict) -> str:
+    e = html.escape
+    out = ["<h2>Preprocessing</h2>\n<div class=\"scroll\"><table class=\"preprocessing\"><tbody>\n"]
+    for key in sorted(pre):
+        out.append(f"<tr><td class=\"key\">{e(str(key))}</td><td class=\"left\">{e(_value(pre[key]))}</td></tr>\n")
+    if not pre:
+        out.append("<tr><td class=\"left\">not recorded</td></tr>\n")
+    out.append("</tbody></table></div>\n")
+    return "".join(out)
+
+
+def _quantized_table(cal: Calibration, plan: TargetPlan, quantized: list[Row], evaluation: dict | None) -> str:
+    e = html.escape
+    out = [f"<h2>Quantized by {e(plan.target)} ({len(quantized)} tensors, graph order)</h2>\n",
+           "<p class=\"meta\">Click a heading to sort. Threshold and scale: what the export writes; clipped: share of the "
+           "calibrated values above that threshold. Plot: histogram of |x| (log counts), the target's threshold in orange, the "
+           "file's own amax dashed where it differs, and each method's threshold.</p>\n"]
+    heads = [("order", "#"), (None, "tensor"), (None, "grid"), ("amax", "threshold"), (None, "scale"), (None, "from"),
+             ("clipped", "clipped"), ("tsqnr", "tensor SQNR dB")]
+    if evaluation:
+        heads.append(("sqnr", "output SQNR dB"))
+    heads.append((None, "histogram and thresholds"))
+    out.append("<div class=\"scroll\"><table class=\"quantized\" id=\"quantized\"><thead><tr>")
+    for key, label in heads:
+        cls = " left" if label in ("tensor", "from", "grid") else ""
+        if key:
+            out.append(f"<th class=\"sort{cls}\" data-key=\"{key}\" aria-sort=\"none\">{e(label)}<span></span></th>")
+        else:
+            out.append(f"<th class=\"{cls.strip()}\">{e(label)}</th>" if cls else f"<th>{e(label)}</th>")
+    out.append("</tr></thead>\n<tbody>\n")
+    others = methods()
+    for row in quantized:
+        rec, site = row.record, row.site
+        lines = {}
+        for m in others:
+            try:
+                lines[m] = rec.threshold(m, cal.kl_variant, num_bits=cal.num_bits)
+            except ValueError as err:
+                raise QtoolError(f"tensor {rec.name!r}: cannot compute the {m} threshold ({err})") from None
+        readers = f"<small>→ {e(', '.join(site.readers))}</small>" if site.readers else ""
+        scale = (f"{site.scale:.6g}" + (f"<br><small>zero point {site.zero_point}</small>" if site.zero_point else "")
+                 if site.scale is not None else f"{site.channels} channels")
+        clipped_cls = " class=\"bad\"" if row.clipped > calibration.MAX_CLIPPED else ""
+        data = (f"id=\"row{row.order}\" data-order=\"{row.order}\" data-amax=\"{_attr(site.amax)}\" data-clipped=\"{_attr(row.clipped)}\" "
+                f"data-tsqnr=\"{_attr(row.tensor_sqnr)}\" data-sqnr=\"{_attr(row.sqnr)}\" data-tensor=\"{e(rec.name)}\" "
+                f"data-scale=\"{_attr(site.scale)}\" data-low=\"{_attr(site.low)}\" data-high=\"{_attr(site.high)}\"")
+        cells = [f"<td>{row.order}</td>", f"<td class=\"name\">{e(rec.name)}{readers}</td>",
+                 f"<td class=\"left\">{e(site.grid)}<br><small>[{_fmt(site.low)}, {_fmt(site.high)}]</small></td>",
+                 f"<td><b>{_fmt(site.amax)}</b></td>", f"<td>{scale}</td>", f"<td class=\"left\"><small>{e(site.source)}</small></td>",
+                 f"<td{clipped_cls}>{row.clipped * 100:.3f} %</td>", f"<td>{_db(row.tensor_sqnr)}</td>"]
+        if evaluation:
+            cells.append(f"<td>{_db(row.sqnr)}</td>")
+        svg = plot_svg(rec, lines, f"file ({cal.method})", plan.target, site.amax, f"t{row.order}-")
+        cells.append(f"<td class=\"plot\">{svg}</td>")
+        out.append(f"<tr {data}>" + "".join(cells) + "</tr>\n")
+    out.append("</tbody></table></div>\n")
+    return "".join(out)
+
+
+def _folded(plan: TargetPlan, rest: list[Row], evaluation: dict | None) -> str:
+    e = html.escape
+    out = [f"<h2>Not quantized, FP32 layers, weights</h2>\n<details id=\"unquantized\"><summary>{len(rest)} calibrated tensors "
+           f"{e(plan.target)} leaves float</summary>\n<div class=\"scroll\"><table class=\"unquantized\"><thead><tr><th>#</th>"
+           "<th class=\"left\">tensor</th><th>min</th><th>max |x|</th><th>file amax</th><th class=\"left\">note</th></tr></thead><tbody>\n"]
+    for row in rest:
+        rec = row.record
+        note = plan.unrepresentable.get(rec.name, "")
+        out.append(f"<tr data-unquantized=\"{row.order}\"><td>{row.order}</td><td class=\"name\">{e(rec.name)}</td><td>{_fmt(rec.min)}</td>"
+                   f"<td>{_fmt(rec.absmax)}</td><td>{_fmt(rec.amax)}</td><td class=\"left\">{e(note)}</td></tr>\n")
+    out.append("</tbody></table></div></details>\n")
+    out.append(f"<details id=\"fp32\"><summary>{len(plan.fp32_layers)} layers kept in FP32</summary>\n<div class=\"scroll\"><table>"
+               "<thead><tr><th class=\"left\">layer</th><th class=\"left\">why</th></tr></thead><tbody>\n")
+    for name, why in sorted(plan.fp32_layers.items()):
+        out.append(f"<tr><td class=\"name\">{e(name)}</td><td class=\"left\">{e(why)}</td></tr>\n")
+    out.append("</tbody></table></div></details>\n")
+    weights = evaluation["weights"] if evaluation else {}
+    out.append(f"<details id=\"weights\"><summary>{len(plan.weights)} weight quantizers (per output channel)</summary>\n"
+               "<div class=\"scroll\"><table><thead><tr><th class=\"left\">weight</th><th class=\"left\">layers</th><th>channels</th>"
+               "<th>scale min</th><th>scale max</th>" + ("<th>output SQNR dB</th>" if evaluation else "")
+               + "<th class=\"left\">policy</th></tr></thead><tbody>\n")
+    for w in plan.weights:
+        out.append(f"<tr><td class=\"name\">{e(w.tensor)}</td><td class=\"name\">{e(', '.join(w.readers))}</td><td>{w.channels}</td>"
+                   f"<td>{w.scale_min:.4g}</td><td>{w.scale_max:.4g}</td>"
+                   + (f"<td>{_db(weights.get(w.tensor))}</td>" if evaluation else "")
+                   + f"<td class=\"left\">{e(w.policy)}</td></tr>\n")
+    out.append("</tbody></table></div></details>\n")
+    return "".join(out)
