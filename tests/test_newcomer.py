@@ -265,3 +265,21 @@ def test_an_installed_tensorrt_is_the_default_and_named(dynamic, tmp_path, monke
     summary = json.loads(ok(invoke("export", "--target", "tensorrt", "--calib", calib, "-o", tmp_path / "m.onnx", "--json")).stdout)
     assert summary["trt_version"] == "10.3.0" and summary["trt_version_from"] == "the installed tensorrt package"
     assert " --stronglyTyped --shapes=images:1x3x96x128" in summary["build"]
+
+
+def test_stride_multiples_of_the_look_alikes():
+    from qtool import data
+
+    for build, expected in [(zoo.yolo_like, 16), (zoo.paddle_ocr_like, 8), (zoo.resnet_like, None), (zoo.vit_like, None)]:
+        m = build()
+        assert data.size_multiple(m, m.graph.input[0].name) == expected, build.__name__
+
+
+def test_one_sample_keeps_a_fixed_batch():
+    from qtool import budget
+
+    fixed = zoo.resnet_like()  # batch fixed at 1 in the graph
+    x = np.zeros((1, 3, 32, 32), np.float32)
+    assert budget.one_sample(fixed, {"input": x})["input"] is x
+    dyn = zoo.yolo_like()
+    assert budget.one_sample(dyn, {"images": np.zeros((8, 3, 32, 32), np.float32)})["images"].shape == (1, 3, 32, 32)
