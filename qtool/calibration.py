@@ -7,7 +7,8 @@ Optional per tensor (files from older versions lack them and still load): `per_s
 statistics qtool.stats.SampleStats gathers: `count` samples, `min_sum` and
 `absmax_sum` (per-sample min and max |x|), for the data inputs of Conv/MatMul/Gemm
 `channel_axis` and `channel_sums` (per-sample per-channel means), for depthwise-conv inputs
-`channel_absmax`; the sums are exact integers counting multiples of 2**per_sample_unit_log2
+and, in transformers, the inputs of MatMul/Gemm with constant weights `channel_absmax` (max |x|
+per channel: for per-channel quantizers and SmoothQuant, qtool.smoothquant; merged by max); the sums are exact integers counting multiples of 2**per_sample_unit_log2
 (a top-level field), so shards merge exactly. They feed --method mean-minmax and the exporters'
 bias correction. Optional at the top: `method_pinned: true` when the user chose the method
 (calibrate or recompute --method); exports then keep the file's thresholds, otherwise each

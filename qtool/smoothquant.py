@@ -176,13 +176,13 @@ def groups(model: onnx.ModelProto, records: dict, only: set[str] | None = None) 
             axis = 0
         found.setdefault(n.input[0], []).append(Layer(n.name, n.input[1], axis))
     out = []
+    ops = {n.name: n for n in g.node}
     for tensor, layers in found.items():
         record = records.get(tensor)
         stats = getattr(record, "stats", None)
         peak = None if stats is None else stats.channel_absmax
         if peak is None or not stats.count:
             continue
-        ops = {n.name: n for n in g.node}
         want = -1 if ops[layers[0].node].op_type == "MatMul" else 1
         if stats.axis != want or any((-1 if ops[x.node].op_type == "MatMul" else 1) != want for x in layers):
             continue

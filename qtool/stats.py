@@ -1,6 +1,7 @@
 """Per-sample statistics calibration gathers (for --method mean-minmax and the exporters' bias
 correction, qtool.biascorrection): every sample's minimum, maximum |x| and, for the data inputs
-of Conv/MatMul/Gemm, per-channel mean (and for depthwise-conv inputs per-channel max |x|).
+of Conv/MatMul/Gemm, per-channel mean (and per-channel max |x| for depthwise-conv inputs and, in
+transformers, for the inputs of MatMul/Gemm with constant weights: SmoothQuant's statistics).
 
 Every sample's value is rounded to a multiple of UNIT and summed as exact integers, so the
 calibration file does not depend on batch size, input order or sharding (shards add exactly).
