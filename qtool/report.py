@@ -401,7 +401,8 @@ def summary_svg(points: list[tuple[int, float | None, float | None]], evaluated:
                 ax.set_ylim(min(0.0, float(np.nanmin(ys))), top * 1.15 + 1.0)
                 for i in sorted(np.flatnonzero(finite), key=lambda i: (ys[i], i))[:5]:
                     t = ax.annotate(f"#{points[i][0]}", (xs[i], ys[i]), xytext=(0, 2), textcoords="offset points",
-                                    ha="center", va="bottom", fontsize=7, color="#b30000")
+                                    ha="center", va="bottom", fontsize=7, color="#b30000",
+                                    bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.85})
                     t.set_url(f"#row{points[i][0]}")
             else:
                 ax.text(0.5, 0.5, "no value", ha="center", va="center", transform=ax.transAxes)
