@@ -182,6 +182,27 @@ def test_cpu_target_lists_the_exports_quantizers_first_with_its_scales(work, tmp
     assert all(r["svgs"] == 1 for r in page.rows) and page.svgs_outside_rows == 0 and page.summary_svgs == 1
 
 
+@pytest.mark.parametrize("method", [None, "entropy"])
+def test_tensorrt_86_reports_its_fp32_qdq_scales_and_says_the_default_is_a_cache(resnet, tmp_path, method):
+    calib = resnet / "resnet.calib.json"
+    extra = ("--method", method) if method else ()
+    out, exported = tmp_path / "r.html", tmp_path / "m.trt.onnx"
+    ok(invoke("-q", "report", calib, "--target", "tensorrt", "--trt-version", "8.6", "-o", out, *extra))
+    ok(invoke("-q", "export", resnet / "resnet.onnx", "--calib", calib, "--target", "tensorrt", "--trt-version", "8.6",
+              "--format", "qdq", "-o", exported, *extra))
+    text = out.read_text(encoding="utf-8")
+    reported = {row["data-tensor"]: row for row in parse(text).rows}
+    names = {t.name for t in calibration.load(calib).tensors}
+    written = {k: v for k, v in scales(exported, "QuantizeLinear").items() if k in names}  # activations, not weights
+    assert set(reported) == set(written)
+    for name, value in written.items():
+        assert value.dtype == np.float32 and np.float32(float(reported[name]["data-scale"])) == value
+    assert "TensorRT 8.6.1, Q/DQ model" in text and "writes a calibration cache for TensorRT 8.x by default" in text
+    assert f"thresholds: {method or 'mse'}" in text
+    r = invoke("report", calib, "--target", "tensorrt", "--trt-version", "7.2.3", "-o", tmp_path / "x.html")
+    assert r.exit_code == 1 and r.stderr.count("\n") == 1 and "calibration cache only" in r.stderr
+
+
 def test_tensorrt_lists_its_qdq_scales_and_exclusions(resnet, tmp_path):
     calib = resnet / "resnet.calib.json"
     out, exported = tmp_path / "r.html", tmp_path / "m.trt.onnx"
