@@ -396,6 +396,17 @@ def test_bad_calibration_file_output_and_options(work, tmp_path):
     assert not (tmp_path / "y.html").exists()
 
 
+def test_the_model_is_found_or_named_with_model(work, tmp_path):
+    moved = tmp_path / "a" / "b" / "c" / "d" / "elsewhere.calib.json"
+    moved.parent.mkdir(parents=True)
+    moved.write_bytes(work["calib"].read_bytes())  # its relative model path now points nowhere
+    r = invoke("report", moved, "-o", tmp_path / "a.html")
+    assert r.exit_code == 1 and "pass it with --model" in r.stderr and r.stderr.count("\n") == 1 and not (tmp_path / "a.html").exists()
+    ok(invoke("-q", "report", moved, "--model", SAMPLE, "-o", tmp_path / "a.html"))
+    r = invoke("report", moved, "--model", ROOT / "tests" / "zoo.py", "-o", tmp_path / "b.html")
+    assert r.exit_code == 1 and r.stderr.count("\n") == 1 and not (tmp_path / "b.html").exists()
+
+
 def test_missing_matplotlib_is_one_clear_line(work, tmp_path, monkeypatch):
     for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
         monkeypatch.delitem(sys.modules, name)

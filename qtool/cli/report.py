@@ -10,6 +10,7 @@ import click
 
 from .. import calibration
 from .. import report as rep
+from ..errors import QtoolError
 from ..fileio import Outputs, file_input, model_input
 from ..inputs import load_checked_model
 from . import EPILOG, cli, emit
@@ -44,6 +45,8 @@ def report(calib_path, output, target, trt_version, method, model_path, evaluati
     out = outs.add(output or Path(f"{name}.report.html"))
     evaluated = rep.load_evaluation(evaluation, cal) if evaluation is not None else None
     chosen, why = (target, "given with --target") if target else rep.default_target(evaluated)
+    if model_path is None and not source.exists():
+        raise QtoolError(f"the calibrated model {str(source)!r} (recorded in {str(calib_path)!r}) is missing; pass it with --model")
     loaded = load_checked_model(model_path, calib_path, cal)
     plan = rep.target_plan(loaded, cal, chosen, why=why, trt_version=trt_version, method=method)
     page = rep.render(cal, calib_path.name, plan, evaluated)
