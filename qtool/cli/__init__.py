@@ -151,9 +151,29 @@ def _save_traceback() -> str:
     return path
 
 
+class _Signalled(SystemExit):
+    """SIGTERM or SIGHUP: exit 128 + the signal's number."""
+
+
 def _terminated(signum, frame):
-    # unwinds like an exception, so staged outputs and temporary files are removed on the way out
-    raise SystemExit(128 + signum)
+    # unwinds like an exception, so staged outputs are removed on the way out
+    raise _Signalled(128 + signum)
+
+
+def _exit_now(code: int) -> None:
+    """Exit after a signal without waiting for other threads. CPython runs a signal handler
+    between any two bytecodes, so the exception it raises may have left an import lock held
+    that a thread still importing waits for; exiting normally then waits for that thread for
+    ever. The temporary directory goes first (os._exit skips atexit)."""
+    from .. import scratch
+
+    scratch.remove()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -168,7 +188,9 @@ def main(argv: list[str] | None = None) -> None:
         rv = cli.main(args=argv, prog_name="qtool", standalone_mode=False)
     except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("interrupted", err=True)
-        sys.exit(130)
+        _exit_now(130)
+    except _Signalled as e:
+        _exit_now(e.code)
     except click.ClickException as e:
         e.show()
         sys.exit(e.exit_code)
