@@ -534,6 +534,7 @@ def render(cal: Calibration, calib_name: str, plan: TargetPlan, evaluation: dict
         raise QtoolError(f"the --evaluation file measures --target {evaluation['target']}, this report is for --target {plan.target}; "
                          f"give --target {evaluation['target']} or evaluate --target {plan.target}")
     table = rows(cal, plan, evaluation)
+    ranked = bool(evaluation and (evaluation["tensors"] or evaluation["weights"]))  # evaluated with --tensors
     quantized = [r for r in table if r.site is not None]
     rest = [r for r in table if r.site is None]
     e = html.escape
@@ -566,15 +567,15 @@ def render(cal: Calibration, calib_name: str, plan: TargetPlan, evaluation: dict
             parts.append(f"<p class=\"note\">{len(other)} tensor(s) were evaluated with another threshold than this page's "
                          f"(the evaluation ran with other export options?): {e(', '.join(other[:5]))}{' …' if len(other) > 5 else ''}</p>\n")
     parts.append("<h2>Error per quantized tensor</h2>\n<div class=\"summary\">")
-    parts.append(summary_svg([(r.order, r.tensor_sqnr, r.sqnr) for r in quantized], bool(evaluation), "summary-") if quantized
+    parts.append(summary_svg([(r.order, r.tensor_sqnr, r.sqnr) for r in quantized], ranked, "summary-") if quantized
                  else "<p class=\"meta\">the target quantizes no tensor of this model</p>")
     parts.append("</div>\n<p class=\"meta\">Lower is worse. Tensor SQNR: signal power over the noise of the export's quantizer "
                  "(rounding and clipping at its threshold), estimated from the tensor's calibrated histogram of |x|"
-                 + ("; output SQNR: from qtool evaluate --tensors, the model's worst output with only that tensor quantized" if evaluation else "")
+                 + ("; output SQNR: from qtool evaluate --tensors, the model's worst output with only that tensor quantized" if ranked else "")
                  + ". The five worst of each are labelled with their row number.</p>\n")
     parts.append(_preprocessing(cal.preprocess))
-    parts.append(_quantized_table(cal, plan, quantized, evaluation))
-    parts.append(_folded(plan, rest, evaluation))
+    parts.append(_quantized_table(cal, plan, quantized, evaluation if ranked else None))
+    parts.append(_folded(plan, rest, evaluation if ranked else None))
     parts.append(f"<script>{_SCRIPT}</script>\n</body>\n</html>\n")
     return "".join(parts).encode("utf-8")
 

@@ -291,6 +291,21 @@ def test_evaluation_sqnr_default_target_and_mismatch(work, tmp_path):
     assert r["target"] == "qdq" and "qtool evaluate's default" in r["target_from"]
 
 
+def test_evaluation_without_ranking_or_with_other_thresholds(work, tmp_path):
+    held = work["dir"] / "held"
+    r = ok(invoke("-q", "evaluate", SAMPLE, "--calib", work["calib"], "--data", held, "--json", "--no-tensors"))
+    (tmp_path / "plain.json").write_text(r.stdout)
+    ok(invoke("-q", "report", work["calib"], "--evaluation", tmp_path / "plain.json", "-o", tmp_path / "plain.html"))
+    text = (tmp_path / "plain.html").read_text(encoding="utf-8")
+    assert "logits" in text and "output SQNR" not in text and parse(text).rows[0]["data-sqnr"] == ""  # outputs only
+    r = ok(invoke("-q", "evaluate", SAMPLE, "--calib", work["calib"], "--data", held, "--json", "--tensors", "--method", "max", "--limit", "8"))
+    (tmp_path / "max.json").write_text(r.stdout)
+    ok(invoke("-q", "report", work["calib"], "--evaluation", tmp_path / "max.json", "-o", tmp_path / "max.html"))
+    assert "were evaluated with another threshold than this page" in (tmp_path / "max.html").read_text(encoding="utf-8")
+    ok(invoke("-q", "report", work["calib"], "--evaluation", tmp_path / "max.json", "--method", "max", "-o", tmp_path / "same.html"))
+    assert "another threshold" not in (tmp_path / "same.html").read_text(encoding="utf-8")
+
+
 def test_preprocessing_is_a_table(work):
     text = work["html"].read_text(encoding="utf-8")
     block = text[text.index("<table class=\"preprocessing\">"):]
