@@ -123,7 +123,7 @@ def default_target(evaluation: dict | None) -> tuple[str, str]:
                             "--target openvino or --target tensorrt for the others")
 
 
-def _source(rec: TensorRecord, th, method: str | None, cal: Calibration, shared: list[str], amax: float) -> str:
+def _source(rec: TensorRecord, th, method: str | None, cal: Calibration, shared: list[str]) -> str:
     """Where the exported threshold of `rec` comes from, in a few words."""
     if shared:
         return f"range shared with {len(shared)} tensor(s) of its Concat/pass-through group"
@@ -175,7 +175,7 @@ def target_plan(loaded, cal: Calibration, target: str, *, why: str, trt_version:
         kind = f"{'' if signed else 'u'}int{s.policy.bits} {'symmetric' if symmetric else 'asymmetric'}"
         smoothed = prepared.smoothing is not None and s.tensor in (prepared.smoothing.amax or {})
         source = ("max |x| of the SmoothQuant-scaled tensor" if smoothed
-                  else _source(records[s.tensor], ths.get(s.tensor), chosen, used, s.shared_with, s.range.amax))
+                  else _source(records[s.tensor], ths.get(s.tensor), chosen, used, s.shared_with))
         sites[s.tensor] = Site(
             s.tensor, float(s.range.amax), None if per_channel else float(p.scale), 0 if per_channel else int(p.zero_point),
             kind + (" per channel" if per_channel else ""), float(np.min(p.input_low)), float(np.max(p.input_high)), source,
@@ -220,7 +220,7 @@ def _tensorrt_plan(loaded, cal: Calibration, why: str, trt_version: str | None, 
         scale = max(trt_qdq.activation_scale(s.range.amax), floor)
         if high_precision == "fp16":
             scale = np.float16(scale)  # qtool.fp16 stores the scales of an FP16 model in FP16
-        source = _source(records[s.tensor], ths.get(s.tensor), chosen, cal, s.shared_with, s.range.amax)
+        source = _source(records[s.tensor], ths.get(s.tensor), chosen, cal, s.shared_with)
         sites[s.tensor] = Site(s.tensor, float(s.range.amax), float(scale), 0, "int8 symmetric", -128 * float(scale), 127 * float(scale),
                                source, _layers(s), list(s.shared_with), 0, "")
     notes = [f"scales in {high_precision.upper()}, as a TensorRT {major}.x export writes them"]
