@@ -5,12 +5,15 @@ its external data files, image/data folders, policy and calibration files) by id
 and inode after following symlinks, or the resolved path for an output that does not exist yet.
 The outputs of a command are staged (temporary files beside each target) and committed together
 at the end, so a command writes all its outputs or none. A rewrite follows symlinks (the target
-is updated, the link kept) and keeps the existing file's permission bits.
+is updated, the link kept) and keeps the existing file's permission bits. Staged files carry the
+writing process's pid (`.NAME.qtool-PID-*.tmp`): what a killed process left beside a target the
+next write into that folder removes.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,7 +131,7 @@ def check_output_path(path: str | os.PathLike, *, inputs=(), what: str = "output
     if not real.parent.is_dir():
         raise QtoolError(f"{what} {str(out)!r} is a symlink into {str(real.parent)!r}, which does not exist; choose another output path")
     try:  # the real test of writability (permissions, read-only mounts, root on /proc)
-        fd, probe = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".probe", dir=real.parent)
+        fd, probe = tempfile.mkstemp(prefix=_prefix(real), suffix=".probe", dir=real.parent)
         os.close(fd)
         os.unlink(probe)
     except OSError as e:
@@ -139,6 +142,42 @@ def check_output_path(path: str | os.PathLike, *, inputs=(), what: str = "output
         label, src = hit
         raise QtoolError(f"{what} {str(out)!r} is an input file ({label} {str(src)!r}); refusing to overwrite it")
     return out
+
+
+_STAGED = re.compile(r"\..+\.qtool-(\d+)-\w+\.(tmp|bak|probe)")
+_swept: set[str] = set()
+
+
+def _prefix(real: Path) -> str:
+    return f".{real.name}.qtool-{os.getpid()}-"
+
+
+def sweep_staged(folder: Path) -> list[Path]:
+    """Remove the staged files and backups that killed qtool processes of this user left in
+    `folder` (their pid no longer runs); once per folder and process. Returns them."""
+    from .scratch import running
+
+    key = os.path.realpath(folder)
+    if key in _swept:
+        return []
+    _swept.add(key)
+    removed = []
+    try:
+        entries = list(os.scandir(key))
+    except OSError:
+        return removed
+    for entry in entries:
+        m = _STAGED.fullmatch(entry.name)
+        if not m or int(m.group(1)) == os.getpid():
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if entry.is_file(follow_symlinks=False) and st.st_uid == os.getuid() and not running(int(m.group(1))):
+            _unlink(entry.path)
+            removed.append(Path(entry.path))
+    return removed
 
 
 def _umask() -> int:
@@ -179,8 +218,9 @@ class Outputs:
         key = str(real)
         if key in self._staged:
             _unlink(self._staged.pop(key)[0])
+        sweep_staged(real.parent)
         try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".tmp", dir=real.parent)
+            fd, tmp = tempfile.mkstemp(prefix=_prefix(real), suffix=".tmp", dir=real.parent)
         except OSError as e:
             self.discard()
             raise QtoolError(f"cannot write {str(out)!r}: {e.strerror or e}; nothing was written") from None
@@ -266,7 +306,7 @@ def _backup(real: Path) -> str | None:
     if not real.exists():
         return None
     for _ in range(10):
-        name = str(real.parent / f".{real.name}.{os.urandom(6).hex()}.bak")
+        name = str(real.parent / f"{_prefix(real)}{os.urandom(6).hex()}.bak")
         try:
             os.link(real, name)
             return name

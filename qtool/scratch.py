@@ -40,7 +40,8 @@ def remove() -> None:
         _dir = None
 
 
-def _running(pid: int) -> bool:
+def running(pid: int) -> bool:
+    """Whether process `pid` exists."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -67,7 +68,7 @@ def sweep(root: str | os.PathLike | None = None) -> list[Path]:
             st = entry.stat(follow_symlinks=False)
         except OSError:
             continue
-        if not entry.is_dir(follow_symlinks=False) or st.st_uid != os.getuid() or _running(int(m.group(1))):
+        if not entry.is_dir(follow_symlinks=False) or st.st_uid != os.getuid() or running(int(m.group(1))):
             continue
         shutil.rmtree(entry.path, ignore_errors=True)
         removed.append(Path(entry.path))

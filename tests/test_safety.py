@@ -183,3 +183,23 @@ def test_an_older_calibration_file_of_an_external_data_model_says_why(w):
     # an older file of a model without external data still verifies: its hash is unchanged
     r = run("export", "--target", "tensorrt", "--calib", "d.calib.json", "-o", "d.cache")
     assert r.exit_code == 0, r.output
+
+
+def test_staged_files_of_a_killed_run_are_removed_by_the_next_write(w, monkeypatch):
+    """kill -9 between staging and commit leaves `.NAME.qtool-PID-*.tmp` (or a `.bak` link) beside
+    the target: the next write into that folder removes those of dead processes, no others."""
+    import subprocess
+    import sys
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = [w / f".d.calib.json.qtool-{dead.pid}-abcd1234.tmp", w / f".x.json.qtool-{dead.pid}-0a1b2c3d4e5f.bak"]
+    kept = [w / f".d.calib.json.qtool-{os.getppid()}-abcd1234.tmp",  # a running process's
+            w / f".d.calib.json.{dead.pid}-abcd1234.tmp"]  # not qtool's name
+    for p in stale + kept:
+        p.write_bytes(b"half")
+    monkeypatch.setattr(fileio, "_swept", set())  # the fixture's runs swept this folder already (once a process)
+    r = run("calibrate", "digits.onnx", "--images", "imgs", "-o", "d.calib.json")
+    assert r.exit_code == 0, r.output
+    assert [p.exists() for p in stale + kept] == [False, False, True, True]
+    assert not [p for p in w.iterdir() if ".qtool-" in p.name and p not in kept]
