@@ -85,15 +85,9 @@ def _memfd(name: str) -> int | None:
 
 
 def _read_all(fd: int) -> bytes:
-    size = os.fstat(fd).st_size
-    chunks, done = [], 0
-    while done < size:
-        chunk = os.pread(fd, min(size - done, 1 << 30), done)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        done += len(chunk)
-    return b"".join(chunks)
+    with os.fdopen(os.dup(fd), "rb", buffering=0) as f:  # one allocation: readall sizes it from fstat
+        f.seek(0)
+        return f.readall()
 
 
 def written_by(write: Callable[[str], object], name: str) -> bytes:
