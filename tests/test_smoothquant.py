@@ -247,3 +247,25 @@ def test_noise_estimate_picks_smoothing_only_where_it_helps():
     best = smoothquant.noise(outlier, [w], smoothquant.scales(outlier, wmax, alpha), 1.0)
     assert best < smoothquant.noise(outlier, [w], np.ones(16), 1.0)
     assert all(best <= smoothquant.noise(outlier, [w], smoothquant.scales(outlier, wmax, a), 1.0) for a in smoothquant.ALPHAS)
+
+
+def test_peaks_through_helper_processes(tmp_path, monkeypatch):
+    """The per-channel maxima travel through calibrate's helper processes (procs) as the other
+    statistics do: the file is the same with a helper as without."""
+    import json
+
+    from test_procs import _calibrate
+
+    model = tmp_path / "vit.onnx"
+    onnx.save(zoo.vit_like(), str(model))
+    folder = noise_images(tmp_path / "images", n=6)
+    files = {}
+    for helpers in (False, True):
+        out = tmp_path / f"{helpers}.calib.json"
+        result, took = _calibrate(monkeypatch, model, folder, out, helpers, "--size", "32x32")
+        assert result.exit_code == 0, (result.output, result.exception)
+        assert (0 < took[0] < 6) if helpers else took == []
+        files[helpers] = out.read_bytes()
+    assert files[True] == files[False]
+    peaks = [t for t in json.loads(files[True])["tensors"].values() if "channel_absmax" in t.get("per_sample", {})]
+    assert len(peaks) >= 4
