@@ -1,4 +1,4 @@
-"""Fidelity of qtool's OpenVINO int8 export vs NNCF's nncf.quantize, on real trained models.
+"""Fidelity of qtool's int8 exports vs NNCF's nncf.quantize (and onnxruntime's), on real trained models.
 
 For each model that `fetch_dev_models.sh` downloads (PP-OCRv5 det/rec/cls, PP-OCRv6 det/rec
 small, MTCNN P-/R-/O-Net), prints side by side, measured in this run on this machine:
@@ -27,10 +27,27 @@ backgrounds (the classifier's upside down half the time); MTCNN stages get photo
 input size. Preprocessing follows each model's package (PaddleOCR: BGR, ImageNet mean/std for the
 detectors, (x/255 - 0.5)/0.5 for rec/cls; MTCNN: (x - 127.5)/128, NHWC).
 
+Sentence encoders (minilm: paraphrase-MiniLM-L3-v2, the 3-layer BERT ONNX of fetch_dev_models.sh; mpnet:
+all-mpnet-base-v2, 12 layers, exported to ONNX opset 17 by bench/transformers_data.py in a torch virtualenv
+the bench creates under ~/.cache/qtool-bench/transformers-venv, once, cached in ~/.cache/qtool-bench/transformers
+with the tokenized sentences): --text-calib calibration and --text-eval held-out English sentences from the
+stdlib's docstrings (disjoint), --seq tokens. One row per tool, each against FP32 in the runtime it targets:
+qtool with no options beyond the inputs (`calibrate --data`, `export --target openvino` run in OpenVINO,
+`--target qdq` and `--target tensorrt` (Q/DQ, FP16 outside the pairs) run in onnxruntime's CPU provider);
+NNCF `nncf.quantize(..., model_type=ModelType.TRANSFORMER)` in OpenVINO; onnxruntime's `quantize_static`
+(QDQ, its defaults; and per_channel=True) in onnxruntime. Columns: mean cosine of the sentence embeddings
+(the model's mean-pooled output), SQNR of the token embeddings at the real tokens (dB), MatMul/Gemm layers
+run in int8 out of all ("int8 MM": OpenVINO's runtime precision, or for Q/DQ models the MatMul/Gemm whose
+float inputs all come from DequantizeLinear), the int8 matrix-multiply kernels in the graph onnxruntime
+optimizes ("rt int8"), how many MatMuls NNCF runs in int8 that the row leaves FP32 ("!NNCF8"), OpenVINO
+latency int8/FP32 (batch 1, --text-runs), and quantization seconds. torch, transformers and tokenizers are
+bench-only too; the venv needs only the package registries.
+
 nncf and scikit-image are bench-only dependencies. Usage:
   bash ../shared/tools/fetch_dev_models.sh        # models and photos into ~/.cache/qtool-dev
-  python bench/fidelity.py [--models ppocrv5_det,...] [--calib 200] [--eval 100] [--runs 100]
+  python bench/fidelity.py [--models ppocrv5_det,...,minilm,mpnet] [--calib 200] [--eval 100] [--runs 100]
                            [--methods default,entropy,default+asym] [--export-args "--no-bias-correction"] [--dev DIR]
+                           [--text-calib 128] [--text-eval 128] [--seq 64] [--text-runs 20]
 """
 
 from __future__ import annotations
@@ -507,7 +524,11 @@ def text_model(name: str, args, core, run_config, f32) -> dict:
             int8, total = ov_int8_linear(core, paths[label], run_config, aliases)
             run8 = len(int8)
         else:
-            out = ort_text_outputs(paths[label], batches, outputs)
+            try:
+                out = ort_text_outputs(paths[label], batches, outputs)
+            except Exception as e:  # a quantized model onnxruntime refuses to run is a result too
+                rows[label] = {"runtime": runtime, "error": str(e).splitlines()[0][:160], "seconds": seconds[label]}
+                continue
             int8, total = qdq_int8_linear(paths[label])
             run8 = ort_runtime_int8(paths[label], out_dir)
         cos, sqnr = text_metrics(ref[runtime], out, mask)
@@ -523,6 +544,9 @@ def text_model(name: str, args, core, run_config, f32) -> dict:
 
 def print_text(name: str, rows: dict) -> None:
     for label, r in rows.items():
+        if "error" in r:
+            print(f"{name:7s} {label:20s} {r['runtime']:4s} does not run: {r['error']}", flush=True)
+            continue
         lat = f"{r['latency_ratio']:.2f}" if "latency_ratio" in r else "-"
         print(f"{name:7s} {label:20s} {r['runtime']:4s} {r['cosine']:9.5f} {r['sqnr_db']:8.2f} "
               f"{r['int8_linear']:4d}/{r['linear']:<4d} {r['runtime_int8']:6d} {r['nncf_int8_not_int8']:8d} {lat:>8s} {r['seconds']:7.0f}",
@@ -545,7 +569,7 @@ def main() -> None:
     ap.add_argument("--dev", type=Path, default=Path.home() / ".cache" / "qtool-dev", help="fetch_dev_models.sh folder")
     ap.add_argument("--reuse-nncf", action="store_true", help="reuse NNCF models from an earlier run with the same inputs")
     ap.add_argument("--json", type=Path, help="also write the results here")
-    ap.add_argument("--text-calib", type=int, default=128, help="sentence encoders: calibration sentences (every tool)")
+    ap.add_argument("--text-calib", type=int, default=64, help="sentence encoders: calibration sentences (every tool)")
     ap.add_argument("--text-eval", type=int, default=128, help="sentence encoders: held-out sentences")
     ap.add_argument("--seq", type=int, default=64, help="sentence encoders: tokens per sentence (padded)")
     ap.add_argument("--text-batch", type=int, default=16, help="sentence encoders: held-out sentences per inference")
