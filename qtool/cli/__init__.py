@@ -100,7 +100,7 @@ def _late_flag(ctx: click.Context, param: click.Parameter, value: bool) -> None:
 
 def _quiet_onnxruntime() -> None:
     """onnxruntime's default logger writes warnings (coloured, on stderr) for sessions and at
-    import; a command says what matters itself. Sessions set their own level (collect, nchwc)."""
+    import; a command says what matters itself (see ortlog)."""
     from .. import ortlog
 
     ortlog.quiet()
