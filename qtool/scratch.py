@@ -15,10 +15,15 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 _NAME = re.compile(r"qtool-(\d+)-[a-z0-9_]{8}")
+# earlier qtool versions wrote onnxruntime's optimized model to a directory of this name, without
+# the pid: one holding only that file and untouched for an hour is a killed run's
+_OLD_NAME = re.compile(r"qtool-[a-z0-9_]{8}")
+_OLD_AGE = 3600
 _dir: tuple[int, Path] | None = None  # (the pid that made it, the directory)
 
 
@@ -62,13 +67,18 @@ def sweep(root: str | os.PathLike | None = None) -> list[Path]:
         return removed
     for entry in entries:
         m = _NAME.fullmatch(entry.name)
-        if not m or int(m.group(1)) == os.getpid():
+        old = m is None and _OLD_NAME.fullmatch(entry.name)
+        if not (m or old) or (m and int(m.group(1)) == os.getpid()):
             continue
         try:
             st = entry.stat(follow_symlinks=False)
+            if not entry.is_dir(follow_symlinks=False) or st.st_uid != os.getuid():
+                continue
+            if m and running(int(m.group(1))):
+                continue
+            if old and (time.time() - st.st_mtime < _OLD_AGE or os.listdir(entry.path) not in ([], ["optimized.onnx"])):
+                continue
         except OSError:
-            continue
-        if not entry.is_dir(follow_symlinks=False) or st.st_uid != os.getuid() or running(int(m.group(1))):
             continue
         shutil.rmtree(entry.path, ignore_errors=True)
         removed.append(Path(entry.path))

@@ -108,9 +108,19 @@ def test_sigkill_leaves_nothing_and_the_next_run_sweeps(work):
     alive.mkdir()
     other = tmp / "qtool-notes"  # not qtool's pattern: kept
     other.mkdir()
+    older = tmp / "qtool-k3j_9x0a"  # what an earlier qtool left (no pid): removed once an hour old
+    recent = tmp / "qtool-a8f2b0c1"  # ... kept while it may be a running one's
+    busy = tmp / "qtool-zz00yy11"  # ... kept: holds more than that file
+    for folder in (older, recent, busy):
+        folder.mkdir()
+        (folder / "optimized.onnx").write_bytes(b"x" * 1000)
+    (busy / "other.txt").write_text("mine")
+    hour_ago = time.time() - 3700
+    os.utime(older, (hour_ago, hour_ago))
+    os.utime(busy, (hour_ago, hour_ago))
     r = subprocess.run([sys.executable, "-m", "qtool", "--version"], env=_env(tmp), capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    assert _left(tmp) == sorted([alive.name, other.name])
+    assert _left(tmp) == sorted([alive.name, other.name, recent.name, busy.name])
 
 
 HOLDS_A_DIRECTORY = """
