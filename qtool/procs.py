@@ -153,7 +153,7 @@ class Helper:
             except ValueError:
                 name = f"signal {-code}"
             likely = ", likely out of memory" if -code == signal.SIGKILL else ""
-            return QtoolError(f"a calibration helper process was killed ({name}{likely}); free memory, calibrate in "
+            return QtoolError(f"a calibration helper process was killed ({name}{likely}), nothing was written; free memory, calibrate in "
                               "parts (--shard K/N, then qtool merge), or run on one core (taskset -c 0 qtool ...) so "
                               "no helper process starts")
         return RuntimeError(f"a calibration helper process ended unexpectedly: {self._last_words()}")
