@@ -191,8 +191,6 @@ def test_without_memfd_the_file_lives_in_qtools_directory(tmp_path, monkeypatch)
     assert not folder.exists()
 
 
-@pytest.mark.xfail(strict=True, reason="needs qtool/__init__.py to import its API lazily (PEP 562): until then "
-                                       "`import qtool` (about a second of numpy/onnx imports) runs before any handler")
 def test_ctrl_c_while_starting_is_quiet(work):
     """SIGINT while the modules still import: exit 130, no traceback (the console script and
     `python -m qtool` both start in qtool.launch)."""
