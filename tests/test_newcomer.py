@@ -122,7 +122,8 @@ def test_model_path_in_json_is_absolute_in_every_command(tmp_path, monkeypatch):
     exp = json.loads(ok(invoke("export", "--target", "qdq", "--json")).stdout)
     ins = json.loads(ok(invoke("inspect", "m.calib.json", "--json")).stdout)
     cov = json.loads(ok(invoke("inspect", "m.calib.json", "--model", rel, "--json")).stdout)
-    assert cal["model"] == exp["model"] == ins["model"] == cov["model"] == cov["coverage"]["model"] == expected
+    ev = json.loads(ok(invoke("evaluate", rel, "--calib", "m.calib.json", "--images", ROOT / "calib_images", "--limit", 4, "--json")).stdout)
+    assert cal["model"] == exp["model"] == ins["model"] == cov["model"] == cov["coverage"]["model"] == ev["model"] == expected
 
 
 def test_inspect_against_another_model_says_so_in_one_line(dynamic, tmp_path):

@@ -14,6 +14,7 @@ import click
 from .. import calibration, data
 from .. import evaluation as ev
 from ..api import EXPORT_OPTIONS
+from ..inputs import model_json
 from ..errors import QtoolError
 from ..exporters import TARGETS, tensorrt
 from ..inputs import DEFAULT_BATCH, find_calibration, held_out_runs, load_checked_model
@@ -117,7 +118,7 @@ def evaluate(ctx, model_path, calib, images_dir, data_dir, limit, size, resize, 
     seconds = time.perf_counter() - started
     failing = [o for o in result.outputs if fail_below is not None and not o.sqnr_db >= fail_below]
     summary = {
-        "command": "evaluate", "model": str(loaded.path), "model_sha256": loaded.sha256, "calibration": str(calib_path),
+        "command": "evaluate", "model": model_json(loaded.path), "model_sha256": loaded.sha256, "calibration": str(calib_path),
         "inputs": len(inputs), **ev.to_json(result),
         "fail_below": fail_below, "passed": None if fail_below is None else not failing,
         "seconds": round(seconds, 3), "warnings": result.warnings,
