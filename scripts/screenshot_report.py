@@ -5,7 +5,7 @@
 Needs a Chromium binary (Debian: apt-get install chromium); none of qtool needs it. The page is
 opened from the file system with networking disabled by a proxy that goes nowhere, so the
 screenshot also shows the page needs nothing from the network. --sort opens it with
-#sort=KEY (clipped, kl, sqnr, order), which runs the page's own sorting script first.
+#sort=KEY (order, amax, clipped, tsqnr, sqnr), which runs the page's own sorting script first.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("html", type=Path)
     ap.add_argument("png", type=Path)
-    ap.add_argument("--sort", choices=["order", "clipped", "kl", "sqnr"])
+    ap.add_argument("--sort", choices=["order", "amax", "clipped", "tsqnr", "sqnr"])
     ap.add_argument("--size", default="1400x2400", help="window WxH in pixels")
     a = ap.parse_args(argv)
     screenshot(a.html, a.png, a.sort, a.size)
