@@ -51,7 +51,7 @@ Runs = Callable[[], Iterable[tuple[Feeds, int]]]  # a fresh iterator of (feeds, 
 CACHE_BYTES = 512 << 20
 
 RANKED = ("openvino", "qdq")  # targets whose exporters build a model of any subset of quantizers (prepare/quantized)
-PREPARE_OPTIONS = ("exclude", "include", "weights_7bit", "ignored_patterns", "policies", "method")  # those of prepare()
+PREPARE_OPTIONS = ("exclude", "include", "weights_7bit", "smooth_quant", "ignored_patterns", "policies", "method")  # those of prepare()
 RUNTIME_GAP_DB = 1.0  # runtime and simulation further apart than this on an output: a warning names the likely cause
 _CAP_DB = 100.0  # SQNRs above this are float rounding alone (nothing quantized): no gap between them is reported
 

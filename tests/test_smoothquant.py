@@ -269,3 +269,24 @@ def test_peaks_through_helper_processes(tmp_path, monkeypatch):
     assert files[True] == files[False]
     peaks = [t for t in json.loads(files[True])["tensors"].values() if "channel_absmax" in t.get("per_sample", {})]
     assert len(peaks) >= 4
+
+
+def test_command_line_and_api_take_smooth_quant(calibrated, tmp_path):
+    """--smooth-quant / smooth_quant= reach the exporter (off gives the unsmoothed file), and a
+    target without SmoothQuant refuses it."""
+    from runcli import invoke
+
+    path, cal, _, _ = calibrated["bert_fused"]
+    cal_path = tmp_path / "b.calib.json"
+    cal.save(cal_path)
+    loaded = load_model(str(path))
+    for mode in ("off", "auto"):
+        r = invoke("export", str(path), "--calib", str(cal_path), "--target", "qdq", "--smooth-quant", mode, "-o", str(tmp_path / f"{mode}.onnx"))
+        assert r.exit_code == 0, r.output
+        assert (tmp_path / f"{mode}.onnx").read_bytes() == qdq.export(loaded, cal, smooth_quant=mode).data
+        assert api.export(str(path), cal, target="qdq", smooth_quant=mode) == (tmp_path / f"{mode}.onnx").read_bytes()
+    assert (tmp_path / "off.onnx").read_bytes() != (tmp_path / "auto.onnx").read_bytes()
+    r = invoke("export", str(path), "--calib", str(cal_path), "--target", "tensorrt", "--smooth-quant", "off", "-o", str(tmp_path / "t.onnx"))
+    assert r.exit_code == 2 and "--smooth-quant applies to --target openvino or qdq" in r.output
+    with pytest.raises(QtoolError, match="smooth_quant"):
+        api.export(str(path), cal, target="tensorrt", smooth_quant="off")

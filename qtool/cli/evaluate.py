@@ -14,10 +14,9 @@ import click
 from .. import calibration, data
 from .. import evaluation as ev
 from ..api import EXPORT_OPTIONS
-from ..inputs import model_json
 from ..errors import QtoolError
 from ..exporters import TARGETS, tensorrt
-from ..inputs import DEFAULT_BATCH, find_calibration, held_out_runs, load_checked_model
+from ..inputs import DEFAULT_BATCH, find_calibration, held_out_runs, load_checked_model, model_json
 from ..simulate import RUNTIMES
 from . import EPILOG, cli, emit, policies_from, policy_options
 from .export import check_target_options
@@ -53,6 +52,7 @@ def _progress(total: int, enabled: bool):
 @click.option("--exclude", multiple=True, help="Keep this node or tensor in FP32, as qtool export --exclude (repeatable).")
 @click.option("--include", multiple=True, help="Quantize this node anyway, as qtool export --include (repeatable).")
 @click.option("--weights-7bit", type=click.Choice(["auto", "first", "all", "none"]), help="The overflow guard, as qtool export --weights-7bit [default: auto].")
+@click.option("--smooth-quant", "smooth_quant", metavar="auto|on|off|ALPHA", help="openvino/qdq: SmoothQuant, as qtool export --smooth-quant [default: auto].")
 @click.option("--no-ignored-patterns", is_flag=True, help="openvino/qdq: also quantize NNCF's ignored patterns, as qtool export.")
 @click.option("--no-bias-correction", is_flag=True, help="Keep the biases as they are, as qtool export.")
 @click.option("--trt-version", help=f"tensorrt: the TensorRT the Q/DQ model is for [default: the installed tensorrt package's, else {tensorrt.LATEST_VERSION}].")
@@ -64,7 +64,7 @@ def _progress(total: int, enabled: bool):
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout (infinite SQNR as the string \"inf\").")
 @click.pass_context
 def evaluate(ctx, model_path, calib, images_dir, data_dir, limit, size, resize, scale_text, mean, std, bgr, layout,
-             batch_size, target, runtime, method, exclude, include, weights_7bit, no_ignored_patterns, no_bias_correction,
+             batch_size, target, runtime, method, exclude, include, weights_7bit, smooth_quant, no_ignored_patterns, no_bias_correction,
              trt_version, fmt, high_precision, per_tensor, fail_below, weight_bits, activation_bits, scale_kind, activation_mode,
              rounding, policy_file, as_json):
     """Compare a target's int8 model with FP32 on held-out inputs.
@@ -84,7 +84,7 @@ def evaluate(ctx, model_path, calib, images_dir, data_dir, limit, size, resize, 
     --exclude them yourself to use this ranking on your data).
     """
     started = time.perf_counter()
-    check_target_options(target, trt_version=trt_version, format=fmt, high_precision=high_precision, weights_7bit=weights_7bit,
+    check_target_options(target, trt_version=trt_version, format=fmt, high_precision=high_precision, weights_7bit=weights_7bit, smooth_quant=smooth_quant,
                          no_ignored_patterns=no_ignored_patterns, weight_bits=weight_bits, activation_bits=activation_bits,
                          scale=scale_kind, activations=activation_mode, rounding=rounding, policy=policy_file)
     try:
@@ -106,7 +106,7 @@ def evaluate(ctx, model_path, calib, images_dir, data_dir, limit, size, resize, 
                                  scale_text=scale_text, mean=mean, std=std, bgr=bgr, layout=layout)
 
     options = {k: v for k, v in dict(
-        exclude=list(exclude), include=list(include), weights_7bit=weights_7bit, method=method,
+        exclude=list(exclude), include=list(include), weights_7bit=weights_7bit, smooth_quant=smooth_quant or "auto", method=method,
         ignored_patterns=not no_ignored_patterns, bias_correction=not no_bias_correction,
         trt_version=trt_version, fmt=fmt, high_precision=high_precision,
         policies=policies_from(weight_bits, activation_bits, scale_kind, activation_mode, rounding, policy_file),

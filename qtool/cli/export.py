@@ -24,6 +24,7 @@ _ONLY = {
     "trt_version": ("--trt-version", ("tensorrt",)), "format": ("--format", ("tensorrt",)),
     "high_precision": ("--high-precision", ("tensorrt",)), "weights": ("--weights", ("tensorrt",)),
     "algorithm": ("--algorithm", ("tensorrt",)), "weights_7bit": ("--weights-7bit", ("openvino", "qdq")),
+    "smooth_quant": ("--smooth-quant", ("openvino", "qdq")),
     "keep_fp32": ("--keep-fp32", ("openvino", "qdq")), "max_drop": ("--max-drop", ("openvino", "qdq")), "no_ignored_patterns": ("--no-ignored-patterns", ("openvino", "qdq")),
     # TensorRT's explicit quantization is INT8 (signed, float scales): no other policy applies there
     "weight_bits": ("--weight-bits", ("openvino", "qdq")), "activation_bits": ("--activation-bits", ("openvino", "qdq")),
@@ -35,7 +36,7 @@ def _mixed_precision(loaded, cal, target, keep_fp32, budget_, max_fp32, options,
     """--keep-fp32 N or --max-drop BUDGET: the layers to keep in FP32 and what the summary says."""
     _, runs = held_out_runs(loaded, cal, images_dir, data_dir, limit)
     # the export's own options: the layers are ranked and measured on the target's model exported (its exact simulation)
-    shared = {k: options[k] for k in ("exclude", "include", "weights_7bit", "ignored_patterns", "policies", "method", "bias_correction")}
+    shared = {k: options[k] for k in ("exclude", "include", "weights_7bit", "smooth_quant", "ignored_patterns", "policies", "method", "bias_correction")}
     if keep_fp32:
         from ..evaluation import keep_fp32 as rank_and_keep
 
@@ -97,6 +98,7 @@ def parse_target(text: str) -> str:
 @click.option("--include", multiple=True, help="tensorrt qdq/openvino/qdq: quantize this node although a default exclusion (ModelOpt's small Conv/GEMV/attention rules) or an ignored pattern keeps it FP32 (repeatable).")
 @click.option("--exclude", multiple=True, help="keep this node or tensor in FP32 (repeatable; tensorrt: --format qdq).")
 @click.option("--weights-7bit", type=click.Choice(["auto", "first", "all", "none"]), help="openvino/qdq: the guard against int8 pair sums saturating on CPUs without VNNI. auto (default): the layers whose calibrated inputs and weights can saturate get 7-bit weights (openvino) or uint8 weights with zero point 128, the same values computed exactly (qdq); first/all: 7-bit weights on the first/every int8 layer; none: no guard.")
+@click.option("--smooth-quant", "smooth_quant", metavar="auto|on|off|ALPHA", help="openvino/qdq: SmoothQuant (outlier activation channels moved into the linear layers' weights, qtool.smoothquant): auto (default) on transformers with the alpha of least estimated error per activation, on, off, or one alpha in [0, 1] for every layer.")
 @click.option("--keep-fp32", type=click.IntRange(min=1), metavar="N", help="openvino/qdq: also keep in FP32 the layers reading the N quantized tensors that qtool evaluate --tensors ranks most harmful on the inputs of --images/--data (preprocessed as the calibration file records), in the target's own model, simulated exactly.")
 @click.option("--max-drop", metavar="BUDGET", help="openvino/qdq: keep in FP32 the fewest layers, worst ranked first, that bring the int8 model within BUDGET on --images/--data: a worst output SQNR (e.g. 30dB) or a top-1 agreement drop (e.g. 1%); each step measures the target's model exactly (simulated: the same on every CPU); exit 1 when --max-fp32 tensors are not enough.")
 @click.option("--max-fp32", type=click.IntRange(min=1), default=20, show_default=True, help="With --max-drop: the most quantized tensors whose layers may be kept in FP32.")
@@ -108,7 +110,7 @@ def parse_target(text: str) -> str:
 @policy_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
 def export(model_path, target_text, calib, output, trt_version, fmt, algorithm, method, high_precision, weights, include,
-           exclude, weights_7bit, keep_fp32, max_drop, max_fp32, images_dir, data_dir, limit, no_ignored_patterns, no_bias_correction,
+           exclude, weights_7bit, smooth_quant, keep_fp32, max_drop, max_fp32, images_dir, data_dir, limit, no_ignored_patterns, no_bias_correction,
            weight_bits, activation_bits, scale_kind, activation_mode, rounding, policy_file, as_json):
     """Write the calibrated ranges of MODEL in a target format.
 
@@ -123,7 +125,7 @@ def export(model_path, target_text, calib, output, trt_version, fmt, algorithm, 
         except ValueError as e:
             raise QtoolError(f"--method: {e}") from None
     check_target_options(target, trt_version=trt_version, format=fmt, algorithm=algorithm,
-                         high_precision=high_precision, weights=weights != "fp32", weights_7bit=weights_7bit,
+                         high_precision=high_precision, weights=weights != "fp32", weights_7bit=weights_7bit, smooth_quant=smooth_quant,
                          keep_fp32=keep_fp32, max_drop=max_drop, no_ignored_patterns=no_ignored_patterns, weight_bits=weight_bits,
                          activation_bits=activation_bits, scale=scale_kind, activations=activation_mode, rounding=rounding,
                          policy=policy_file)
@@ -136,7 +138,7 @@ def export(model_path, target_text, calib, output, trt_version, fmt, algorithm, 
         version_from = tensorrt.version_source(trt_version, fmt)
         trt_version, fmt = tensorrt.resolve(trt_version, fmt)
     options = dict(trt_version=trt_version, algorithm=algorithm or "entropy2", fmt=fmt, method=method, high_precision=high_precision,
-                   weights=weights, exclude=list(exclude), include=list(include), weights_7bit=weights_7bit,
+                   weights=weights, exclude=list(exclude), include=list(include), weights_7bit=weights_7bit, smooth_quant=smooth_quant or "auto",
                    ignored_patterns=not no_ignored_patterns, bias_correction=not no_bias_correction,
                    policies=policies_from(weight_bits, activation_bits, scale_kind, activation_mode, rounding, policy_file))
     out = output or Path(Path(cal.model_path).stem + module.suffix(**options))
