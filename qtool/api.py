@@ -178,7 +178,7 @@ def merge(cals: Iterable[Calibration]) -> Calibration:
 
 # The options each target's exporter reads (anything else is an error, as on the command line).
 EXPORT_OPTIONS = {
-    "tensorrt": {"trt_version", "fmt", "algorithm", "method", "high_precision", "weights", "exclude", "include", "bias_correction"},
+    "tensorrt": {"trt_version", "fmt", "algorithm", "method", "high_precision", "weights", "exclude", "include", "bias_correction", "smooth_quant"},
     "openvino": {"exclude", "include", "weights_7bit", "smooth_quant", "ignored_patterns", "bias_correction", "policies", "method"},
     "qdq": {"exclude", "include", "weights_7bit", "smooth_quant", "ignored_patterns", "bias_correction", "policies", "method"},
 }
@@ -189,7 +189,7 @@ def export(model_or_path, cal: Calibration, *, target: str, path: str | os.PathL
     """The bytes of `target`'s file for this calibration (written atomically to `path` when given),
     as `qtool export` writes them. Options per target (EXPORT_OPTIONS): tensorrt: trt_version, fmt
     (qdq/cache/dynamic-range/ort-trt), algorithm, method, high_precision, weights; openvino and qdq:
-    weights_7bit, smooth_quant (auto/true/false/alpha), ignored_patterns, policies (qtool.policy.Policies); all: exclude, include, bias_correction."""
+    weights_7bit, ignored_patterns, policies (qtool.policy.Policies); all: smooth_quant (auto/true/false/alpha), exclude, include, bias_correction."""
     if target not in TARGETS:
         raise QtoolError(f"target {target!r} is not one of {', '.join(TARGETS)}")
     unknown = sorted(set(options) - EXPORT_OPTIONS[target])

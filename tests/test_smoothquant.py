@@ -161,7 +161,9 @@ def test_only_transformers_change(calibrated, tmp_path):
     cal = api.calibrate(str(cnn), images=str(calibrated["vit"][3] / "images"), size=(16, 16))
     assert not _peaks(cal)
     loaded = load_model(str(cnn))
-    for module in (openvino, qdq):
+    from qtool.exporters import tensorrt
+
+    for module in (openvino, qdq, tensorrt):
         on, off = module.export(loaded, cal, smooth_quant="auto"), module.export(loaded, cal, smooth_quant=False)
         assert on.data == off.data and "smooth_quant" not in on.summary
         forced = module.export(loaded, cal, smooth_quant=True)  # nothing to migrate with: said so
@@ -286,7 +288,26 @@ def test_command_line_and_api_take_smooth_quant(calibrated, tmp_path):
         assert (tmp_path / f"{mode}.onnx").read_bytes() == qdq.export(loaded, cal, smooth_quant=mode).data
         assert api.export(str(path), cal, target="qdq", smooth_quant=mode) == (tmp_path / f"{mode}.onnx").read_bytes()
     assert (tmp_path / "off.onnx").read_bytes() != (tmp_path / "auto.onnx").read_bytes()
-    r = invoke("export", str(path), "--calib", str(cal_path), "--target", "tensorrt", "--smooth-quant", "off", "-o", str(tmp_path / "t.onnx"))
-    assert r.exit_code == 2 and "--smooth-quant applies to --target openvino or qdq" in r.output
-    with pytest.raises(QtoolError, match="smooth_quant"):
-        api.export(str(path), cal, target="tensorrt", smooth_quant="off")
+    r = invoke("export", str(path), "--calib", str(cal_path), "--target", "tensorrt", "--format", "cache", "--trt-version", "10.3",
+               "--smooth-quant", "off", "-o", str(tmp_path / "t.cache"))
+    assert r.exit_code == 1 and "apply to --format qdq only" in r.output
+
+
+def test_tensorrt_qdq_smooths_transformers_only(calibrated, tmp_path):
+    """The TensorRT Q/DQ export smooths a transformer as the CPU exports do (its float part computes
+    the same: the smoothed FP32 model with no quantizer), passes TensorRT's rules, and leaves a CNN's bytes alone."""
+    from qtool import trtrules
+    from qtool.exporters import tensorrt
+
+    path, cal, _, _ = calibrated["bert_fused"]
+    loaded = load_model(str(path))
+    on = tensorrt.export(loaded, cal, trt_version="11.4")
+    off = tensorrt.export(loaded, cal, trt_version="11.4", smooth_quant="off")
+    assert on.summary["smooth_quant"]["activations"] >= 3 and "smooth_quant" not in off.summary and on.data != off.data
+    assert not [v for v in trtrules.check(onnx.load_from_string(on.data), "11.4") if v.severity == "error"]
+    feeds = MODELS["bert_fused"][2]()
+    ref = _run(loaded.proto, feeds)[0]
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC  # FP16 Q/DQ (qtool.fp16)
+    got = ort.InferenceSession(on.data, opts, providers=["CPUExecutionProvider"]).run(None, feeds)[0].astype(np.float32)
+    assert sqnr(ref, got) > sqnr(ref, ort.InferenceSession(off.data, opts, providers=["CPUExecutionProvider"]).run(None, feeds)[0].astype(np.float32)) - 1

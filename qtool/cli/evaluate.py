@@ -52,7 +52,7 @@ def _progress(total: int, enabled: bool):
 @click.option("--exclude", multiple=True, help="Keep this node or tensor in FP32, as qtool export --exclude (repeatable).")
 @click.option("--include", multiple=True, help="Quantize this node anyway, as qtool export --include (repeatable).")
 @click.option("--weights-7bit", type=click.Choice(["auto", "first", "all", "none"]), help="The overflow guard, as qtool export --weights-7bit [default: auto].")
-@click.option("--smooth-quant", "smooth_quant", metavar="auto|on|off|ALPHA", help="openvino/qdq: SmoothQuant, as qtool export --smooth-quant [default: auto].")
+@click.option("--smooth-quant", "smooth_quant", metavar="auto|on|off|ALPHA", help="SmoothQuant, as qtool export --smooth-quant [default: auto].")
 @click.option("--no-ignored-patterns", is_flag=True, help="openvino/qdq: also quantize NNCF's ignored patterns, as qtool export.")
 @click.option("--no-bias-correction", is_flag=True, help="Keep the biases as they are, as qtool export.")
 @click.option("--trt-version", help=f"tensorrt: the TensorRT the Q/DQ model is for [default: the installed tensorrt package's, else {tensorrt.LATEST_VERSION}].")

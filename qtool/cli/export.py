@@ -24,7 +24,7 @@ _ONLY = {
     "trt_version": ("--trt-version", ("tensorrt",)), "format": ("--format", ("tensorrt",)),
     "high_precision": ("--high-precision", ("tensorrt",)), "weights": ("--weights", ("tensorrt",)),
     "algorithm": ("--algorithm", ("tensorrt",)), "weights_7bit": ("--weights-7bit", ("openvino", "qdq")),
-    "smooth_quant": ("--smooth-quant", ("openvino", "qdq")),
+    "smooth_quant": ("--smooth-quant", ("openvino", "qdq", "tensorrt")),
     "keep_fp32": ("--keep-fp32", ("openvino", "qdq")), "max_drop": ("--max-drop", ("openvino", "qdq")), "no_ignored_patterns": ("--no-ignored-patterns", ("openvino", "qdq")),
     # TensorRT's explicit quantization is INT8 (signed, float scales): no other policy applies there
     "weight_bits": ("--weight-bits", ("openvino", "qdq")), "activation_bits": ("--activation-bits", ("openvino", "qdq")),
@@ -98,7 +98,7 @@ def parse_target(text: str) -> str:
 @click.option("--include", multiple=True, help="tensorrt qdq/openvino/qdq: quantize this node although a default exclusion (ModelOpt's small Conv/GEMV/attention rules) or an ignored pattern keeps it FP32 (repeatable).")
 @click.option("--exclude", multiple=True, help="keep this node or tensor in FP32 (repeatable; tensorrt: --format qdq).")
 @click.option("--weights-7bit", type=click.Choice(["auto", "first", "all", "none"]), help="openvino/qdq: the guard against int8 pair sums saturating on CPUs without VNNI. auto (default): the layers whose calibrated inputs and weights can saturate get 7-bit weights (openvino) or uint8 weights with zero point 128, the same values computed exactly (qdq); first/all: 7-bit weights on the first/every int8 layer; none: no guard.")
-@click.option("--smooth-quant", "smooth_quant", metavar="auto|on|off|ALPHA", help="openvino/qdq: SmoothQuant (outlier activation channels moved into the linear layers' weights, qtool.smoothquant): auto (default) on transformers with the alpha of least estimated error per activation, on, off, or one alpha in [0, 1] for every layer.")
+@click.option("--smooth-quant", "smooth_quant", metavar="auto|on|off|ALPHA", help="SmoothQuant (outlier activation channels moved into the linear layers' weights, qtool.smoothquant; tensorrt: its Q/DQ model): auto (default) on transformers with the alpha of least estimated error per activation, on, off, or one alpha in [0, 1] for every layer.")
 @click.option("--keep-fp32", type=click.IntRange(min=1), metavar="N", help="openvino/qdq: also keep in FP32 the layers reading the N quantized tensors that qtool evaluate --tensors ranks most harmful on the inputs of --images/--data (preprocessed as the calibration file records), in the target's own model, simulated exactly.")
 @click.option("--max-drop", metavar="BUDGET", help="openvino/qdq: keep in FP32 the fewest layers, worst ranked first, that bring the int8 model within BUDGET on --images/--data: a worst output SQNR (e.g. 30dB) or a top-1 agreement drop (e.g. 1%); each step measures the target's model exactly (simulated: the same on every CPU); exit 1 when --max-fp32 tensors are not enough.")
 @click.option("--max-fp32", type=click.IntRange(min=1), default=20, show_default=True, help="With --max-drop: the most quantized tensors whose layers may be kept in FP32.")

@@ -232,7 +232,7 @@ def suffix(fmt: str | None = None, trt_version: str | None = None, **_options) -
 
 def export(loaded, cal, *, trt_version: str | None = None, algorithm: str = "entropy2", fmt: str | None = None,
            method: str | None = None, high_precision: str | None = None, weights: str = "fp32",
-           exclude=(), include=(), bias_correction: bool = True, **_options):
+           exclude=(), include=(), bias_correction: bool = True, smooth_quant="auto", **_options):
     """TensorRT INT8 for `cal` in format `fmt` for `trt_version` (see the module docstring)."""
     from . import ExportResult
 
@@ -244,13 +244,13 @@ def export(loaded, cal, *, trt_version: str | None = None, algorithm: str = "ent
         from . import trt_qdq
 
         data, warnings, summary = trt_qdq.export(
-            loaded, cal, thresholds(cal, fmt, algorithm, method), major=major,
+            loaded, cal, lambda c: thresholds(c, fmt, algorithm, method), major=major,
             high_precision=high_precision or ("fp16" if major >= 10 else "fp32"),
-            weights=weights, exclude=exclude, include=include, bias_correction=bias_correction)
+            weights=weights, exclude=exclude, include=include, bias_correction=bias_correction, smooth_quant=smooth_quant)
         summary = {"format": fmt, "trt_version": trt_version, "method": _method(cal, fmt, algorithm, method), **summary}
         return ExportResult(data, warnings, summary)
-    if high_precision is not None or weights != "fp32" or exclude or include or not bias_correction:
-        raise QtoolError("--high-precision, --weights, --exclude, --include and --no-bias-correction apply to --format qdq only")
+    if high_precision is not None or weights != "fp32" or exclude or include or not bias_correction or smooth_quant not in ("auto", None):
+        raise QtoolError("--high-precision, --weights, --exclude, --include, --no-bias-correction and --smooth-quant apply to --format qdq only")
     amax = {name: d.amax for name, d in thresholds(cal, fmt, algorithm, method).items()}
     data, warnings, summary = _ranges_file(loaded, amax, trt_version, algorithm, fmt, unrepresentable(loaded.proto, cal, amax))
     if major == 10:

@@ -22,12 +22,17 @@ nodes, else the whole model (summary `high_precision` "fp32", `fp16_failed` says
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from .. import biascorrection, placement, quant
+from .. import biascorrection, placement, quant, smoothquant
 from .. import graph as G
+from .. import patterns as P
+from ..calibration import Threshold
 from ..errors import QtoolError
 from ..rules import TENSORRT
 from ..trtrules import OPSETS
@@ -118,10 +123,14 @@ def _weight_nodes(model: onnx.ModelProto, namer: G.Namer, site: placement.Weight
     ]
 
 
-def export(loaded, cal, thresholds: dict, *, major: int, high_precision: str, weights: str,
-           exclude=(), include=(), bias_correction: bool = True):
+def export(loaded, cal, thresholds: Callable, *, major: int, high_precision: str, weights: str,
+           exclude=(), include=(), bias_correction: bool = True, smooth_quant="auto"):
     """(model bytes, warnings, summary) of the Q/DQ model for TensorRT `major`, with the
-    activation thresholds {tensor: calibration.Threshold on the signed grid}."""
+    activation thresholds `thresholds(cal)` ({tensor: calibration.Threshold on the signed grid})
+    and, on a transformer, SmoothQuant as the CPU exports apply it (exporters.smooth; the
+    smoothed activations take their exact max |x|)."""
+    from . import smooth
+
     check_options(major, high_precision, weights)
     model = G.copy_model(loaded.proto, str(loaded.path.parent))
     opset, source_opset = _target_opset(model, major, high_precision), G.default_opset(model)
@@ -129,13 +138,29 @@ def export(loaded, cal, thresholds: dict, *, major: int, high_precision: str, we
     warnings: list[str] = []
     namer = G.Namer(model)
     G.unique_node_names(model.graph, namer)
-    plan = placement.place(model, {t.name: t for t in cal.tensors}, rules=TENSORRT, thresholds=thresholds, exclude=list(exclude or ()),
-                           include=list(include or ()), float_types=(TensorProto.FLOAT,))
+
+    def place(m, c, smoothing=None) -> placement.Plan:
+        chosen = thresholds(c)
+        if smoothing is not None:
+            chosen.update({n: Threshold(a, False, 0.0, False) for n, a in smoothing.amax.items()})
+        return placement.place(m, {t.name: t for t in c.tensors}, rules=TENSORRT, thresholds=chosen, exclude=list(exclude or ()),
+                               include=list(include or ()), float_types=(TensorProto.FLOAT,))
+
+    def place_transformer(m, c) -> placement.Plan:  # TensorRT's rules place no transformer preset: smooth asks for the structure
+        return replace(place(m, c), transformer=structure)
+
+    structure = P.transformer_structure(P.GraphView(model))
+    mode = smoothquant.parse_mode(smooth_quant)
+    cal, smoothing, sq_warnings = smooth(model, cal, False if mode == "auto" and not structure else mode, place_transformer)
+    plan = place(model, cal, smoothing)
+    namer = G.Namer(model)  # knows the names smoothing added
     corrected, bc_warnings = biascorrection.apply_to_export(model, namer, plan, cal, bias_correction)
     apply(model, namer, plan, weights, FP16_SCALE_FLOOR if high_precision == "fp16" else 0.0)
     summary = {**plan.summary(), "opset": G.default_opset(model), "source_opset": source_opset, "fp32_layer_names": sorted(plan.fp32_layers),
                "bias_corrected_layers": corrected, "high_precision": high_precision, "weights": weights}
-    warnings += plan.warnings + bc_warnings
+    if smoothing is not None:
+        summary["smooth_quant"] = smoothing.summary
+    warnings += sq_warnings + plan.warnings + bc_warnings
     if high_precision == "fp16":
         from .. import fp16
 
