@@ -2,7 +2,7 @@
 
 For each real dev model: calibrate once (qtool.api.calibrate on N_CAL inputs: bench/fidelity.py's
 model_inputs for the image models, random token ids for MiniLM), export the INT8 Q/DQ model (its
-default mse thresholds, and max) and the FP8 one (qtool.exporters.trt_fp8: max, percentile:99.99,
+default mse thresholds, and max) and the FP8 one (qtool.targets.tensorrt.fp8: max, percentile:99.99,
 mse and entropy searched on the INT8 grid, e4m3-mse searched on the E4M3 grid; also with ModelOpt's
 FP8 Conv rule lifted, and with FP16 for the unquantized part), the rest FP32 unless said, and run
 them in onnxruntime at ORT_ENABLE_BASIC (onnxruntime 1.32's EXTENDED level removes a Relu in front
@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fidelity import metric, model_inputs, sqnr_db
 
 from qtool import api
-from qtool.exporters import tensorrt, trt_fp8
+from qtool.targets import tensorrt
+from qtool.targets.tensorrt import fp8 as trt_fp8
 
 DEV = Path.home() / ".cache" / "qtool-dev"
 IMAGE_MODELS = {  # name -> (file, task, input shape, preprocessing), as bench/fidelity.py

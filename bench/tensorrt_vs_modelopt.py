@@ -16,7 +16,7 @@ small, MTCNN P-/R-/O-Net), prints one row per tool, measured in this run on this
     the outputs). Both tools write FP16 outside the Q/DQ pairs by default for TensorRT 10.x;
     onnxruntime's CPU provider runs the FP16 nodes it has no kernel for in FP32 behind inserted
     Casts, so FP16 rounding of weights and activations is part of the error, as in TensorRT;
-  - TensorRT Q/DQ parser rule violations of each output (`qtool.trtrules.check`, counted per
+  - TensorRT Q/DQ parser rule violations of each output (`qtool.targets.tensorrt.checker.check`, counted per
     rule; "n/a" until that module exists);
   - "Q/DQ in": how many inputs of the original model's nodes read a DequantizeLinear, directly or
     through Cast/Identity/Transpose/Reshape/Flatten/Squeeze/Unsqueeze/MaxPool (which TensorRT moves Q/DQ
@@ -194,9 +194,9 @@ def fidelity(task: str, ref, out) -> dict:
 
 
 def rule_counts(path: Path, trt_version: str) -> dict | None:
-    """Violations of TensorRT's Q/DQ parser rules per rule, or None without qtool.trtrules."""
+    """Violations of TensorRT's Q/DQ parser rules per rule, or None without qtool.targets.tensorrt.checker."""
     try:
-        from qtool import trtrules
+        from qtool.targets.tensorrt import checker as trtrules
     except ImportError:
         return None
     import onnx

@@ -27,12 +27,12 @@ from pathlib import Path
 
 import onnx
 
-from . import calibration, model, pipeline, thresholds
+from . import calibration, model, pipeline, targets, thresholds
 from . import data as _data
 from . import evaluation as _evaluate
 from .calibration import Calibration
 from .errors import QtoolError
-from .exporters import TARGETS, exporter
+from .targets import TARGETS, exporter
 
 log = logging.getLogger("qtool")
 
@@ -63,6 +63,12 @@ _RENAMED = {"format": "fmt", "scale-kind": "policies", "weight-bits": "policies"
 _FLAG = re.compile(r"--([a-z][a-z0-9-]*)(?: (DIR|FILE|HxW|N|X\.Y\.Z)\b| (?=['\d]))?")
 
 
+# option values quoted as strings when a flag before them became a keyword: every export option's
+# choices (qtool.targets.OPTIONS), the targets, the runtimes and a few other values
+_VALUES = "|".join(sorted({c for o in targets.OPTIONS.values() for c in o.choices or ()} | set(TARGETS) | set(targets.runtimes())
+                          | {"entropy", "mse", "max", "auto", "skip", "fail"}, key=lambda v: (-len(v), v)))
+
+
 def api_text(text: str, keywords) -> str:
     """`text` with the command-line flags that are among `keywords` written as keywords."""
     text = re.sub(r"--size (\d+)x(\d+)\b", r"size=(\1, \2)", text) if "size" in keywords else text
@@ -73,7 +79,7 @@ def api_text(text: str, keywords) -> str:
             return m.group(0)
         return "size=(h, w)" if name == "size" and m.group(2) == "HxW" else f"{name}="
     text = _FLAG.sub(keyword, text)
-    return re.sub(r"\b(\w+)= (qdq|cache|dynamic-range|ort-trt|fp16|fp32|int8|openvino|onnxruntime|tensorrt|entropy|mse|max|auto|skip|fail)\b", r"\1='\2'", text)
+    return re.sub(rf"\b(\w+)= ({_VALUES})\b", r"\1='\2'", text)
 
 
 def _keyword_errors(function):
@@ -176,19 +182,15 @@ def merge(cals: Iterable[Calibration]) -> Calibration:
     return calibration.merge(cals)
 
 
-# The options each target's exporter reads (anything else is an error, as on the command line).
-EXPORT_OPTIONS = {
-    "tensorrt": {"trt_version", "fmt", "algorithm", "method", "high_precision", "weights", "exclude", "include", "bias_correction", "smooth_quant"},
-    "openvino": {"exclude", "include", "weights_7bit", "smooth_quant", "ignored_patterns", "bias_correction", "policies", "method"},
-    "qdq": {"exclude", "include", "weights_7bit", "smooth_quant", "ignored_patterns", "bias_correction", "policies", "method"},
-}
+# The options each target's writer reads (anything else is an error, as on the command line): qtool.targets.
+EXPORT_OPTIONS = {name: set(targets.get(name).options) for name in TARGETS}
 
 
 @_keyword_errors
 def export(model_or_path, cal: Calibration, *, target: str, path: str | os.PathLike | None = None, **options) -> bytes:
     """The bytes of `target`'s file for this calibration (written atomically to `path` when given),
     as `qtool export` writes them. Options per target (EXPORT_OPTIONS): tensorrt: trt_version, fmt
-    (qdq/cache/dynamic-range/ort-trt), algorithm, method, high_precision, weights; openvino and qdq:
+    (qdq/cache/dynamic-range/ort-trt), algorithm, precision (int8/fp8), method, high_precision, weights; openvino and qdq:
     weights_7bit, ignored_patterns, policies (qtool.policy.Policies); all: smooth_quant (auto/true/false/alpha), exclude, include, bias_correction."""
     if target not in TARGETS:
         raise QtoolError(f"target {target!r} is not one of {', '.join(TARGETS)}")
@@ -196,10 +198,6 @@ def export(model_or_path, cal: Calibration, *, target: str, path: str | os.PathL
     if unknown:
         raise QtoolError(f"option {unknown[0]!r} does not apply to target {target!r} (it takes {', '.join(sorted(EXPORT_OPTIONS[target]))})")
     loaded = _checked(model_or_path, cal)
-    if target == "tensorrt":
-        from .exporters import tensorrt
-
-        options["trt_version"], options["fmt"] = tensorrt.resolve(options.get("trt_version"), options.get("fmt"))
     result = exporter(target).export(loaded, cal, **options)
     for w in result.warnings:
         log.warning(w)

@@ -72,7 +72,7 @@ class BudgetResult:
 def meet(loaded, cal, runs: ev.Runs, budget: Budget, max_fp32: int, *, target: str = "qdq", bias_correction: bool = True,
          **options) -> BudgetResult:
     """The fewest ranked tensors (at most `max_fp32`) whose layers kept in FP32 meet `budget`.
-    target: openvino or qdq, whose model is ranked and measured; options: those of its prepare
+    target: one whose writer builds any subset of its quantizers (openvino, qdq), whose model is ranked and measured; options: those of its prepare
     (exclude, include, weights_7bit, ignored_patterns, policies, method); one preparation serves the
     ranking and every trial, each the model export writes, simulated exactly."""
     names, _ = ev._float_outputs(loaded.proto)
@@ -123,13 +123,15 @@ def one_sample(proto: onnx.ModelProto, feeds: dict) -> dict:
 
 
 def latency_ms(target: str, model_bytes: bytes, feeds: dict, runs: int = 30) -> float | None:
-    """Median latency (ms) of one run on `feeds` in the target's runtime: OpenVINO for FakeQuantize
-    models (None when OpenVINO is not installed), onnxruntime for QDQ (default optimizations, one
-    thread per core, as a deployment runs it)."""
+    """Median latency (ms) of one run on `feeds` in the target's runtime (qtool.targets): OpenVINO
+    (None when it is not installed), or onnxruntime (default optimizations, one thread per core, as
+    a deployment runs it)."""
     import statistics
     import time
 
-    if target == "openvino":
+    from .targets import get
+
+    if get(target).runtime == "openvino":
         try:
             simulate.openvino()
         except QtoolError:

@@ -229,7 +229,7 @@ def decide(record, *, signed: bool, method: str | None = None, calibrated_with: 
        never-negative tensor again when the calibration method depends on the grid
        (GRID_DEPENDENT: entropy, mse and auto: 256 levels at calibration, 128 on the signed grid);
     3. with `fallback`, a threshold clipping more than MAX_CLIPPED of the values is replaced by
-       max |x| (the TensorRT calibration cache alone keeps NVIDIA's threshold as it is).
+       max |x| (a calibration cache alone keeps NVIDIA's threshold as it is: its target passes fallback=False).
     """
     unsigned = record.unsigned and not signed
     if method is not None:

@@ -1,10 +1,10 @@
 """How good is the int8 model that ships: a target's export against FP32, per output and per quantizer.
 
-The int8 model is the target's file (qtool.exporters: `qdq` Q/DQ, `openvino` FakeQuantize,
-`tensorrt` its Q/DQ ONNX with the FP16 part), built in memory by the target's exporter with the
-export's options, and run as qtool.simulate's exact simulation of its arithmetic: the same number
-on every CPU. On request the real runtime on this CPU runs the same file too (OpenVINO for
-openvino, onnxruntime's int8 kernels for qdq/tensorrt); its numbers are reported beside the
+The int8 model is the target's file (qtool.targets: a Q/DQ or FakeQuantize ONNX model), built in
+memory by the target's writer with the export's options, and run as qtool.simulate's exact
+simulation of its arithmetic: the same number on every CPU. On request the real runtime on this
+CPU runs the same file too (the target's runtime: OpenVINO, or onnxruntime's int8 kernels); its
+numbers are reported beside the
 simulation's, with a warning where they differ by more than RUNTIME_GAP_DB on an output. The
 reference is the FP32 model. All statistics are float64 and accumulated over every sample, so they
 do not depend on the batch size.
@@ -20,7 +20,7 @@ Per compared (float) model output:
   top1      share of samples whose argmax agrees, for outputs that look like class scores:
             shape [N, C] with C >= 2 once singleton axes after the batch axis are dropped.
 
-Per quantizer (on request; targets openvino and qdq; "quantized tensor": every activation
+Per quantizer (on request; the targets whose writers build any subset of their quantizers; "quantized tensor": every activation
 quantizer and every weight quantizer of the placement): the model with only that quantizer
 applied as the target's export writes it (a weight quantizer with the bias shift of the layers
 reading it), simulated, its SQNR on each output, and the worst (lowest) of those as the tensor's
@@ -38,10 +38,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from . import collect, cpu, placement, simulate, thresholds
+from . import collect, cpu, placement, simulate, targets, thresholds
 from . import graph as G
 from .errors import QtoolError
-from .exporters import TARGETS, exporter
+from .targets import TARGETS, exporter
 
 Feeds = dict[str, np.ndarray]
 Runs = Callable[[], Iterable[tuple[Feeds, int]]]  # a fresh iterator of (feeds, samples) per call
@@ -50,7 +50,7 @@ Runs = Callable[[], Iterable[tuple[Feeds, int]]]  # a fresh iterator of (feeds, 
 # passes do not decode the inputs and run the FP32 model again; beyond it they do.
 CACHE_BYTES = 512 << 20
 
-RANKED = ("openvino", "qdq")  # targets whose exporters build a model of any subset of quantizers (prepare/quantized)
+RANKED = targets.ranked()  # targets whose writers build a model of any subset of quantizers (prepare/quantized)
 PREPARE_OPTIONS = ("exclude", "include", "weights_7bit", "smooth_quant", "ignored_patterns", "policies", "method")  # those of prepare()
 RUNTIME_GAP_DB = 1.0  # runtime and simulation further apart than this on an output: a warning names the likely cause
 _CAP_DB = 100.0  # SQNRs above this are float rounding alone (nothing quantized): no gap between them is reported
@@ -401,30 +401,23 @@ def check_request(target: str, runtime: str | None = None, per_tensor: bool = Fa
     if target not in TARGETS:
         raise QtoolError(f"target {target!r} is not one of {', '.join(TARGETS)}")
     if runtime is not None:
-        if runtime not in simulate.RUNTIMES:
-            raise QtoolError(f"runtime {runtime!r} is not one of {', '.join(simulate.RUNTIMES)}")
-        if target not in simulate.RUNTIMES[runtime]:
-            raise QtoolError(f"--runtime {runtime} runs the file of --target {' or '.join(simulate.RUNTIMES[runtime])}, not {target}")
+        runtimes = targets.runtimes()
+        if runtime not in runtimes:
+            raise QtoolError(f"runtime {runtime!r} is not one of {', '.join(runtimes)}")
+        if target not in runtimes[runtime]:
+            raise QtoolError(f"--runtime {runtime} runs the file of --target {' or '.join(runtimes[runtime])}, not {target}")
     if per_tensor:
         ranked_exporter(target)
 
 
 def export_options(target: str, options: dict) -> dict:
-    """The export options, checked, with the target's defaults filled in; tensorrt: its Q/DQ model only."""
+    """The export options, checked, with the target's defaults filled in (Target.evaluation_options)."""
     if options.get("method") is not None:
         try:
             thresholds.parse_method(options["method"])
         except ValueError as e:
             raise QtoolError(f"--method: {e}") from None
-    if target != "tensorrt":
-        return dict(options)
-    from .exporters import tensorrt
-
-    fmt = options.get("fmt") or "qdq"
-    if fmt != "qdq":
-        raise QtoolError(f"the tensorrt target is evaluated in its Q/DQ model (--format qdq); a {fmt} file holds ranges, no model to run")
-    version, fmt = tensorrt.resolve(options.get("trt_version"), fmt)
-    return {**options, "trt_version": version, "fmt": fmt}
+    return targets.get(target).evaluation_options(options)
 
 
 def runtime_warnings(name: str, simulated: list[OutputMetrics], measured: list[OutputMetrics]) -> list[str]:

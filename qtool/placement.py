@@ -1,7 +1,7 @@
 """Where quantizers go, as data the exporters turn into nodes: the machinery (requests, moves
 through pass-through ops, shared-range groups, exclusions, ranges, weights) shared by every
 target, driven by a target's `qtool.rules.Rules`. This docstring describes the CPU rules
-(OpenVINO and onnxruntime QDQ); qtool.rules describes TensorRT's.
+(OpenVINO and onnxruntime QDQ, qtool.targets.cpu); each other target's module describes its own.
 
 CPU rules (openvinotoolkit/nncf src/nncf/common/hardware/setups/cpu.py, quantizer propagation and
 the OpenVINO fused/ignored patterns in src/nncf/openvino/hardware/fused_patterns.py and
@@ -45,7 +45,7 @@ src/nncf/openvino/quantization/ignored_patterns.py):
   LayerNorm inputs), LayerNorm and GELU internals, the attention scale and mask stay float. The
   summary's `transformer` counts what was found. CNNs (no attention or no LayerNorm) are placed
   as before.
-* Ranges no 8-bit grid can represent, on every target (TensorRT's too): infinite or NaN values,
+* Ranges no 8-bit grid can represent, on every target: infinite or NaN values,
   |x| >= 1e30 (float32 keeps no precision for q * step + low: the grid of [-3.4e38, 0] gives
   -2e31 at q = 255, not 0) and additive masks (a tensor computed with a huge constant, e.g.
   (1 - mask) * finfo(float32).min or Where(mask, 0, -inf), and what it flows into), even when
@@ -81,12 +81,12 @@ from . import patterns as P
 from .calibration import MAX_CLIPPED, Threshold, decide
 from .errors import QtoolError
 from .policy import SYMMETRIC, WEIGHTS, Policies, Policy, activation_params, choose_symmetry, quantize, weight_params
-from .rules import CPU, Rules
+from .rules import ELEMENTWISE, LINEAR, POOLING, SHAPE_OPS, Rules
 
-LINEAR = set(CPU.linear)
-ELEMENTWISE = set(CPU.elementwise)
-POOLING = set(CPU.pooling)
-PASS_THROUGH = set(CPU.pass_through)
+LINEAR = set(LINEAR)
+ELEMENTWISE = set(ELEMENTWISE)
+POOLING = set(POOLING)
+PASS_THROUGH = set(SHAPE_OPS) | {"MaxPool"}
 WEIGHTS_7BIT = (None, "auto", "first", "all", "none")  # None: auto
 SEVEN_BIT_COST = 0.1  # the overflow guard gives 7-bit weights where they add at most this share of a layer's rounding noise
 # NNCF's ModelType.TRANSFORMER ignored metatypes (src/nncf/quantization/algorithms/min_max/onnx_backend.py and
@@ -218,17 +218,6 @@ def weight_axis(node: onnx.NodeProto, slot: int, rank: int) -> int | None:
     return None
 
 
-def tensorrt_weight_axis(node: onnx.NodeProto, slot: int, rank: int) -> int | None:
-    """The per-channel axis TensorRT's ONNX parser accepts for a constant input (None: per tensor):
-    Conv 0, ConvTranspose 1, Gemm B 0 when transB else 1, MatMul's [K, N] weight 1."""
-    op = node.op_type
-    if op in ("Conv", "ConvTranspose") or (op == "Gemm" and slot == 1):
-        return weight_axis(node, slot, rank)
-    if op == "MatMul" and slot == 1 and rank == 2:
-        return 1
-    return None
-
-
 def _resolve_names(m: P.GraphView, names: list[str], option: str = "--exclude") -> tuple[set[str], set[str]]:
     node_names = set(m.nodes)
     tensor_names = set(m.producer) | {i.name for i in m.graph.input} | set(m.constants)
@@ -294,8 +283,8 @@ class _Placer:
         found: dict[str, str] = {}
         if rules.ignored_patterns and ignored_patterns:
             found.update(P.ignored_nodes(m))
-        if rules.tensorrt_exclusions:
-            found.update(P.tensorrt_exclusions(m))
+        if rules.exclusions is not None:
+            found.update(rules.exclusions(m))
         unused = sorted(included - set(found))
         if unused:
             self.warnings.append(f"--include: {_listed(unused)} not excluded by default; nothing to include")
@@ -368,8 +357,8 @@ class _Placer:
             if rules.nncf_patterns and P.is_fused_elementwise(m, n):
                 return None, None
             return [(0, n.input[0]), (1, n.input[1])], []
-        if op == "Add" and rules.residual_add:
-            skip = P.residual_skip_input(m, n)
+        if op == "Add" and rules.residual_input is not None:
+            skip = rules.residual_input(m, n)
             if skip is None or not self.quantizable_act(n.input[skip]):
                 return None, None
             return [(skip, n.input[skip])], []
@@ -436,7 +425,7 @@ class _Placer:
 
     def _share_concat_ranges(self) -> None:
         """A Concat whose output is quantized shares its range with every input quantized for
-        other readers (TensorRT would otherwise requantize after moving Q across the Concat)."""
+        other readers (a runtime would otherwise requantize after moving Q across the Concat)."""
         for n in self.m.graph.node:
             if n.op_type != "Concat" or not P.standard(n) or not n.output or n.output[0] in self.moved:
                 continue
@@ -579,7 +568,7 @@ class _Placer:
 
     def _add_weight(self, weight_sites: dict[str, WeightSite], n: onnx.NodeProto, slot: int, t: str, headroom: int) -> None:
         values = self.weight_values[t]
-        axis_of = tensorrt_weight_axis if self.rules.weight_axes == "tensorrt" else weight_axis
+        axis_of = self.rules.weight_axis or weight_axis
         axis = axis_of(n, slot, values.ndim)
         site = weight_sites.get(t)
         if site is None:
@@ -703,7 +692,7 @@ class _Placer:
             self.warnings.append(already)
 
 
-def place(proto: onnx.ModelProto, records: dict, *, rules: Rules = CPU, thresholds: dict[str, Threshold] | None = None,
+def place(proto: onnx.ModelProto, records: dict, *, rules: Rules, thresholds: dict[str, Threshold] | None = None,
           policies: Policies | None = None, recompute=None, exclude: list[str] | tuple = (),
           include: list[str] | tuple = (), weights_7bit: str | None = None, overflow_remedy: str | None = None,
           float_types: tuple[int, ...] = (TensorProto.FLOAT,), ignored_patterns: bool = True,

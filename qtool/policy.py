@@ -98,7 +98,7 @@ class Policy:
 # The default activation policy of the OpenVINO and QDQ exports: per tensor the finer of the
 # symmetric and asymmetric grids (bench/fidelity.py: better than symmetric on 7 of the 8 real models)
 ACTIVATIONS = Policy(symmetric=None)
-SYMMETRIC = Policy()  # what a quantizer gets without policies (TensorRT: symmetric only)
+SYMMETRIC = Policy()  # what a quantizer gets without policies (targets that take symmetric grids only)
 WEIGHTS = Policy(signed=True, per_channel=True)
 
 

@@ -7,8 +7,7 @@ From top to bottom:
             quantizer (estimated from its histogram), and with an evaluation the output SQNR with
             only that tensor quantized.
   quantized the tensors the target's placement quantizes (the same code the export runs:
-            `prepare` of qtool.exporters.openvino/qdq, for TensorRT qtool.placement with the
-            TENSORRT rules and exporters.tensorrt.thresholds, as exporters/trt_qdq.py places), in
+            each target's `shown`, qtool.targets), in
             graph order: the threshold and scale the export writes, where that threshold comes
             from, the share of values it clips, and a histogram of |x| (log counts) with the
             target's threshold, the file's amax and every method's threshold drawn on it.
@@ -31,12 +30,12 @@ from pathlib import Path
 
 import numpy as np
 
-from . import calibration, thresholds
+from . import calibration, targets, thresholds
 from .calibration import Calibration, TensorRecord
 from .errors import QtoolError
 from .evaluation import format_db, from_json_number
 
-TARGETS = ("openvino", "qdq", "tensorrt")
+TARGETS = tuple(sorted(targets.names()))
 DEFAULT_TARGET = "qdq"
 MAX_EVALUATION_BYTES = 64 << 20  # qtool evaluate --json of a model with 10^4 tensors is a few MB
 MAX_EVALUATION_DEPTH = 16  # its JSON nests 5 levels
@@ -103,7 +102,7 @@ class WeightInfo:
 @dataclass
 class TargetPlan:
     target: str
-    title: str  # e.g. "TensorRT 11.4.0, Q/DQ model"
+    title: str  # e.g. "QDQ model (onnxruntime)"
     why: str  # why this target
     method: str  # the threshold method the export uses (before fallbacks and shared ranges)
     sites: dict[str, Site]  # tensor -> quantizer, placement order
@@ -119,8 +118,8 @@ def default_target(evaluation: dict | None) -> tuple[str, str]:
     """(target, why) when --target is not given."""
     if evaluation is not None:
         return evaluation["target"], "the target of the --evaluation file"
-    return DEFAULT_TARGET, ("qtool evaluate's default: the QDQ model onnxruntime runs; "
-                            "--target openvino or --target tensorrt for the others")
+    others = " or ".join(f"--target {t}" for t in TARGETS if t != DEFAULT_TARGET)
+    return DEFAULT_TARGET, f"qtool evaluate's default: the QDQ model onnxruntime runs; {others} for the others"
 
 
 def _source(rec: TensorRecord, th, method: str | None, cal: Calibration, shared: list[str]) -> str:
@@ -147,7 +146,7 @@ def _layers(site) -> list[str]:
 def target_plan(loaded, cal: Calibration, target: str, *, why: str, trt_version: str | None = None,
                 method: str | None = None) -> TargetPlan:
     """The quantizers `target`'s export (default options, `method` and `trt_version` as export
-    takes them) places in `loaded`, the model `cal` calibrates."""
+    takes them) places in `loaded`, the model `cal` calibrates: the target's own `shown`."""
     if target not in TARGETS:
         raise QtoolError(f"--target {target!r} is not one of {', '.join(TARGETS)}")
     if method is not None:
@@ -155,35 +154,34 @@ def target_plan(loaded, cal: Calibration, target: str, *, why: str, trt_version:
             thresholds.parse_method(method)
         except ValueError as e:
             raise QtoolError(f"--method: {e}") from None
-    if target == "tensorrt":
-        return _tensorrt_plan(loaded, cal, why, trt_version, method)
+    options = {}
     if trt_version is not None:
-        raise QtoolError(f"--trt-version applies to --target tensorrt, not {target}")
-    from .exporters import exporter
-    from .rules import CPU
-
-    prepared = exporter(target).prepare(loaded, cal, method=method)
-    used = prepared.cal if prepared.cal is not None else cal
+        if "trt_version" not in targets.get(target).options:
+            raise QtoolError(f"--trt-version applies to --target {' or '.join(targets.taking('trt_version'))}, not {target}")
+        options["trt_version"] = trt_version
+    view = targets.get(target).module().shown(loaded, cal, method=method, **options)
+    used, plan = view.cal, view.plan
     records = {t.name: t for t in used.tensors}
-    chosen = used.method_for(CPU, method)
-    ths = used.for_target(CPU, method)
     sites = {}
-    for s in prepared.plan.activations:
+    for s in plan.activations:
+        smoothed = view.smoothing is not None and s.tensor in (view.smoothing.amax or {})
+        source = ("max |x| of the SmoothQuant-scaled tensor" if smoothed
+                  else _source(records[s.tensor], view.thresholds.get(s.tensor), view.method, used, s.shared_with))
+        if view.scales is not None:  # the scale as the file holds it, on the int8 symmetric grid
+            scale = view.scales[s.tensor]
+            sites[s.tensor] = Site(s.tensor, float(s.range.amax), scale, 0, "int8 symmetric", -128 * scale, 127 * scale,
+                                   source, _layers(s), list(s.shared_with), 0, "")
+            continue
         p = s.params()
         per_channel = np.ndim(p.scale) > 0
         signed, symmetric = p.grid.signed, bool(np.all(np.asarray(p.zero_point) == 0))
         kind = f"{'' if signed else 'u'}int{s.policy.bits} {'symmetric' if symmetric else 'asymmetric'}"
-        smoothed = prepared.smoothing is not None and s.tensor in (prepared.smoothing.amax or {})
-        source = ("max |x| of the SmoothQuant-scaled tensor" if smoothed
-                  else _source(records[s.tensor], ths.get(s.tensor), chosen, used, s.shared_with))
         sites[s.tensor] = Site(
             s.tensor, float(s.range.amax), None if per_channel else float(p.scale), 0 if per_channel else int(p.zero_point),
             kind + (" per channel" if per_channel else ""), float(np.min(p.input_low)), float(np.max(p.input_high)), source,
             _layers(s), list(s.shared_with), int(np.size(p.scale)) if per_channel else 0, s.policy.describe())
-    title = {"openvino": "OpenVINO, FakeQuantize model", "qdq": "QDQ model (onnxruntime)"}[target]
-    plan = prepared.plan
-    return TargetPlan(target, title, why, chosen or used.method, sites, _weights(plan), len(plan.int8_layers), dict(plan.fp32_layers),
-                      dict(plan.unrepresentable), records)
+    return TargetPlan(target, view.title, why, view.method or used.method, sites, _weights(plan), len(plan.int8_layers),
+                      dict(plan.fp32_layers), dict(plan.unrepresentable), records, list(view.notes))
 
 
 def _weights(plan) -> list[WeightInfo]:
@@ -192,43 +190,6 @@ def _weights(plan) -> list[WeightInfo]:
         scale = np.asarray(w.params().scale, dtype=np.float64)
         out.append(WeightInfo(w.tensor, _layers(w), int(scale.size), float(scale.min()), float(scale.max()), w.policy.describe()))
     return out
-
-
-def _tensorrt_plan(loaded, cal: Calibration, why: str, trt_version: str | None, method: str | None) -> TargetPlan:
-    """The placement exporters/trt_qdq.export makes: the same model preparation, thresholds and
-    placement call, with the scales its `apply` writes (FP16 when the unquantized part is)."""
-    from onnx import TensorProto
-
-    from . import graph as G
-    from . import placement
-    from .exporters import qdq, tensorrt, trt_qdq
-    from .rules import TENSORRT
-
-    version, fmt = tensorrt.resolve(trt_version, "qdq")
-    major = tensorrt.major_of(version)
-    high_precision = "fp16" if major >= 10 else "fp32"
-    ths = tensorrt.thresholds(cal, fmt, "entropy2", method)
-    model = G.copy_model(loaded.proto, str(loaded.path.parent))
-    model, _ = qdq.upgrade_opset(model, trt_qdq._target_opset(model, major, high_precision), why=f"TensorRT {major}.x Q/DQ")
-    G.unique_node_names(model.graph, G.Namer(model))
-    records = {t.name: t for t in cal.tensors}
-    plan = placement.place(model, records, rules=TENSORRT, thresholds=ths, float_types=(TensorProto.FLOAT,))
-    chosen = cal.method_for(TENSORRT, method)
-    floor = np.float32(trt_qdq.FP16_SCALE_FLOOR if high_precision == "fp16" else 0.0)
-    sites = {}
-    for s in plan.activations:
-        scale = max(trt_qdq.activation_scale(s.range.amax), floor)
-        if high_precision == "fp16":
-            scale = np.float16(scale)  # qtool.fp16 stores the scales of an FP16 model in FP16
-        source = _source(records[s.tensor], ths.get(s.tensor), chosen, cal, s.shared_with)
-        sites[s.tensor] = Site(s.tensor, float(s.range.amax), float(scale), 0, "int8 symmetric", -128 * float(scale), 127 * float(scale),
-                               source, _layers(s), list(s.shared_with), 0, "")
-    notes = [f"scales in {high_precision.upper()}, as a TensorRT {major}.x export writes them"]
-    if tensorrt.default_format(version) != "qdq":
-        notes.append(f"qtool export --target tensorrt writes a calibration cache for TensorRT {major}.x by default (every "
-                     "activation tensor, NVIDIA's entropy thresholds); this page shows its Q/DQ model (--format qdq)")
-    return TargetPlan("tensorrt", f"TensorRT {version}, Q/DQ model", why, chosen or cal.method, sites, _weights(plan),
-                      len(plan.int8_layers), dict(plan.fp32_layers), dict(plan.unrepresentable), records, notes)
 
 
 def tensor_sqnr(record: TensorRecord, step: float, limit: float) -> float | None:

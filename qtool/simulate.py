@@ -26,7 +26,7 @@ from .errors import QtoolError
 
 DOMAIN = "org.openvinotoolkit"
 ROUND_OPSET = 11  # Round, and Equal on floats
-RUNTIMES = {"openvino": ("openvino",), "onnxruntime": ("qdq", "tensorrt")}  # runtime -> the targets whose files it runs
+RUNTIMES = ("openvino", "onnxruntime")  # the runtimes `runtime` runs (qtool.targets.runtimes: the targets whose files each runs)
 
 
 def is_fake_quantize(node: onnx.NodeProto) -> bool:
@@ -76,7 +76,7 @@ def fake_quantize_as_float_ops(model: onnx.ModelProto) -> onnx.ModelProto:
     if not any(is_fake_quantize(n) for n in model.graph.node):
         return model
     if G.default_opset(model) < ROUND_OPSET:
-        from .exporters.qdq import upgrade_opset
+        from .targets.qdq import upgrade_opset
 
         model, _ = upgrade_opset(model, ROUND_OPSET, why="FakeQuantize as float ops (Round)")
     namer = G.Namer(model)

@@ -4,8 +4,8 @@ Every function takes OUR histogram: counts h[0..N) of |x| over N equal bins of w
 first edge is 0 (qtool.histogram: it ends at the bin holding max|x|, so N*w >= max|x|).
 
   method        function            reference
-  entropy       entropy_amax        NVIDIA/TensorRT tools/pytorch-quantization/.../calib/histogram.py
-    --kl-variant nvidia                 `_compute_amax_entropy` (same in TensorRT-Model-Optimizer)
+  entropy       entropy_amax        NVIDIA/Model-Optimizer modelopt/torch/quantization/calib/histogram.py
+    --kl-variant nvidia                 `_compute_amax_entropy` (as NVIDIA's pytorch-quantization)
                 ncnn_entropy_amax   Tencent/ncnn tools/quantize/ncnn2table.cpp `quantize_KL`
     --kl-variant ncnn
                 ppq_entropy_amax    OpenPPL/ppq ppq/quantization/observer/range.py

@@ -291,7 +291,7 @@ def test_slow_regexes_are_refused_and_safe_ones_still_match():
 # ----------------------------------------------------------------------------- range files inspect refuses
 
 def test_inspect_fails_on_unusable_scales_of_range_files(tmp_path):
-    from qtool import trtfiles
+    from qtool.targets.tensorrt import files as trtfiles
 
     cache = tmp_path / "bad.cache"
     cache.write_text("TRT-8601-EntropyCalibration2\na: 7fc00000\nb: ff800000\nc: 00000000\nd: bf800000\ne: 3c010204\nf: 7f800000\n")

@@ -14,7 +14,7 @@ from PIL import Image
 from runcli import invoke as run
 
 from qtool.calibration import load
-from qtool.trtfiles import read_cache
+from qtool.targets.tensorrt.files import read_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_models" / "digits_cnn.onnx"

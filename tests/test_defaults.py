@@ -9,7 +9,8 @@ from runcli import invoke
 from test_openvino import IMAGES, SAMPLE, ok
 
 from qtool import calibration
-from qtool.rules import CPU, TENSORRT
+from qtool.targets.cpu import CPU
+from qtool.targets.tensorrt.rules import TENSORRT
 
 
 @pytest.fixture(scope="module")

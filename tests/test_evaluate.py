@@ -135,7 +135,7 @@ def test_single_quantizer_sqnr_matches_a_model_with_that_quantizer_only(digits):
     the quantizer alone (a weight with the bias shift of its layers) and onnxruntime."""
     from qtool import calibration, model, placement
     from qtool import graph as G
-    from qtool.exporters import qdq
+    from qtool.targets import qdq
 
     loaded = model.load_model(SAMPLE)
     cal = calibration.load(digits["calib"])
@@ -154,7 +154,7 @@ def test_a_weight_quantizer_is_ranked_with_the_bias_shift_export_writes(digits):
     """The ranking measures the shipped model: a weight quantizer alone comes with its layer's
     corrected bias, the bias the QDQ export writes for that layer, and no other layer's shift."""
     from qtool import calibration, model
-    from qtool.exporters import qdq
+    from qtool.targets import qdq
 
     loaded = model.load_model(SAMPLE)
     cal = calibration.load(digits["calib"])

@@ -16,6 +16,7 @@ from runcli import invoke
 from qtool import biascorrection, calibration, thresholds
 from qtool.histogram import TensorHistogram
 from qtool.stats import UNIT_LOG2, SampleStats
+from qtool.targets.cpu import CPU
 
 FLOAT = TensorProto.FLOAT
 
@@ -114,7 +115,7 @@ def test_bias_shift_is_the_weight_error_applied_to_the_input_means():
     stats.update([x], 1, TensorHistogram().update(x))
     records = {"x": calibration.TensorRecord("x", -3.0, 3.0, 3.0, [1, 1], 3.0, stats=stats),
                "y": calibration.TensorRecord("y", -9.0, 9.0, 9.0, [1, 1], 9.0)}
-    plan = placement.place(m, records)
+    plan = placement.place(m, records, rules=CPU)
     result = biascorrection.correct(m, G.Namer(m), plan, records, threshold=None)
     assert result.layers == ["conv"]
     new = numpy_helper.to_array(next(t for t in m.graph.initializer if t.name == m.graph.node[0].input[2]))

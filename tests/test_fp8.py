@@ -1,4 +1,4 @@
-"""qtool.exporters.trt_fp8 (TensorRT FP8 E4M3 Q/DQ) and the FP8 rule table of qtool.trtrules.
+"""qtool.targets.tensorrt.fp8 (TensorRT FP8 E4M3 Q/DQ) and the FP8 rule table of qtool.targets.tensorrt.checker.
 
 The exports run in onnxruntime at ORT_ENABLE_BASIC: onnxruntime 1.32's CPU optimizer at EXTENDED
 and above removes a Relu in front of an FP8 QuantizeLinear whose zero point is 0 (it takes the
@@ -16,9 +16,10 @@ import zoo
 from onnx import TensorProto, helper, numpy_helper
 from test_transformers import bert_feeds
 
-from qtool import api, trtrules
+from qtool import api
 from qtool.errors import QtoolError
-from qtool.exporters import trt_fp8
+from qtool.targets.tensorrt import checker as trtrules
+from qtool.targets.tensorrt import fp8 as trt_fp8
 
 LINEAR = ("Conv", "Gemm", "MatMul")
 E4M3 = TensorProto.FLOAT8E4M3FN
@@ -169,7 +170,7 @@ def test_modelopt_fp8_conv_rule_keeps_small_convs_fp16(calibrated):
 def test_convtranspose_and_pooling_are_not_fp8():
     """ModelOpt's FP8 op types are Conv, Gemm, MatMul and the residual Add: no ConvTranspose or AveragePool."""
     assert "ConvTranspose" not in trt_fp8.RULES.linear and not trt_fp8.RULES.pooling
-    assert trt_fp8.RULES.residual_add
+    assert trt_fp8.RULES.residual_input is not None
 
 
 def test_e4m3_mse_threshold_is_no_worse_than_max(calibrated):
@@ -277,3 +278,66 @@ def test_unrepresentable_ranges_stay_float(calibrated):
     model = onnx.load_from_string(result.data)
     quantized = {n.input[0] for n in model.graph.node if n.op_type == "QuantizeLinear"}
     assert not quantized & set(masks)
+
+
+# ----------------------------------------------------------------------------- through the registry and the command line
+
+def test_cli_export_precision_fp8_is_the_writer_and_inspect_checks_it(calibrated, tmp_path):
+    """qtool export --target tensorrt --precision fp8 writes what the FP8 writer writes (the API's
+    precision="fp8" too); qtool inspect holds it to the FP8 rules: it passes, and a broken scale fails."""
+    import json
+
+    from runcli import invoke
+
+    m, loaded, cal = calibrated["cnn"]
+    onnx.save(m, tmp_path / "cnn.onnx")
+    loaded = api._loaded(str(tmp_path / "cnn.onnx"))
+    cal.model_sha256 = loaded.sha256
+    cal.save(tmp_path / "cnn.calib.json")
+    r = invoke("export", tmp_path / "cnn.onnx", "--calib", tmp_path / "cnn.calib.json", "--target", "tensorrt",
+               "--precision", "fp8", "--trt-version", "10.3", "-o", tmp_path / "cnn.fp8.trt.onnx", "--json")
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout)
+    assert summary["precision"] == "fp8" and summary["format"] == "qdq" and summary["fp8_layers"] > 0
+    written = (tmp_path / "cnn.fp8.trt.onnx").read_bytes()
+    assert written == trt_fp8.export(loaded, cal, trt_version="10.3.0").data
+    assert written == api.export(loaded.proto, cal, target="tensorrt", precision="fp8", trt_version="10.3")
+    types = {t.data_type for t in onnx.load_from_string(written).graph.initializer}
+    assert E4M3 in types and TensorProto.INT8 not in types
+    r = invoke("inspect", tmp_path / "cnn.fp8.trt.onnx", "--trt-version", "10.3")
+    assert r.exit_code == 0, r.output
+    model = onnx.load_from_string(written)
+    q = _first_activation_q(model)
+    _replace_init(model, q.input[1], numpy_helper.from_array(np.asarray(-0.01, np.float32)))
+    onnx.save(model, tmp_path / "broken.onnx")
+    r = invoke("inspect", tmp_path / "broken.onnx", "--trt-version", "10.3")
+    assert r.exit_code == 1 and "scale" in r.output
+
+
+@pytest.mark.parametrize(("args", "text"), [
+    (("--precision", "fp8", "--format", "cache"), "--precision fp8 writes a Q/DQ model"),
+    (("--precision", "fp8", "--trt-version", "8.6"), "TensorRT 8.x"),
+    (("--precision", "fp8", "--smooth-quant", "on"), "--smooth-quant and --algorithm apply to --precision int8 only"),
+])
+def test_cli_fp8_refuses_what_it_cannot_write(calibrated, tmp_path, args, text):
+    from runcli import invoke
+
+    m, _, cal = calibrated["cnn"]
+    onnx.save(m, tmp_path / "cnn.onnx")
+    cal.model_sha256 = api._loaded(str(tmp_path / "cnn.onnx")).sha256
+    cal.save(tmp_path / "cnn.calib.json")
+    r = invoke("export", tmp_path / "cnn.onnx", "--calib", tmp_path / "cnn.calib.json", "--target", "tensorrt", *args)
+    assert r.exit_code == 1 and text in r.output and not list(tmp_path.glob("*.trt.onnx")), r.output
+
+
+def test_precision_applies_to_tensorrt_only(calibrated, tmp_path):
+    from runcli import invoke
+
+    m, _, cal = calibrated["cnn"]
+    onnx.save(m, tmp_path / "cnn.onnx")
+    cal.model_sha256 = api._loaded(str(tmp_path / "cnn.onnx")).sha256
+    cal.save(tmp_path / "cnn.calib.json")
+    r = invoke("export", tmp_path / "cnn.onnx", "--calib", tmp_path / "cnn.calib.json", "--target", "qdq", "--precision", "fp8")
+    assert r.exit_code == 2 and "--precision applies to --target tensorrt, not qdq" in r.output
+    with pytest.raises(QtoolError, match="'precision' does not apply to target 'qdq'"):
+        api.export(m, cal, target="qdq", precision="fp8")

@@ -179,7 +179,7 @@ _AMAX_TEXT = st.one_of(st.floats().map(str), st.sampled_from(["nan", "-inf", "0"
        st.sampled_from(["TRT-8601-EntropyCalibration2", "TRT-100300-MinMaxCalibration", "TRT-99999999999999999999-X", "TRT-1-"]),
        st.booleans(), EDITS, st.booleans())
 def test_corrupted_range_files(tmp_path, kind, entries, header, mutate, edits, with_model):
-    from qtool import trtfiles
+    from qtool.targets.tensorrt import files as trtfiles
 
     if kind == "cache":
         data = "\n".join([header] + [f"{n}: {v:08x}" for n, v, _ in entries]).encode("utf-8", errors="replace") + b"\n"

@@ -12,7 +12,7 @@ from runcli import invoke as run
 from test_tensorrt import chain_model
 
 from qtool.calibration import load
-from qtool.trtfiles import hex_amax, read_cache, read_dynamic_range, read_ort_table
+from qtool.targets.tensorrt.files import hex_amax, read_cache, read_dynamic_range, read_ort_table
 
 FORMATS = {"cache": ".cache", "dynamic-range": ".dynamic_range.txt", "ort-trt": ".calibration.flatbuffers"}
 

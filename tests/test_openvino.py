@@ -29,7 +29,7 @@ from PIL import Image
 from runcli import invoke
 
 from qtool import calibration, cpu, model, policy, quant
-from qtool.rules import CPU
+from qtool.targets.cpu import CPU
 
 ov = pytest.importorskip("openvino")
 

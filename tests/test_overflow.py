@@ -12,6 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 import qtool
 from qtool import overflow, quant
 from qtool.calibration import TensorRecord
+from qtool.targets.cpu import CPU
 
 RNG = np.random.default_rng(7)
 
@@ -179,7 +180,7 @@ def test_qdq_default_runs_exactly_in_onnxruntime_on_any_cpu(calibrated):
 
 
 def test_summary_names_the_guarded_layers_and_why(calibrated, tmp_path):
-    from qtool.exporters import exporter
+    from qtool.targets import exporter
 
     m, cal = calibrated
     path = tmp_path / "m.onnx"
@@ -228,10 +229,10 @@ def test_openvino_gives_7bit_weights_where_they_cost_little():
     small = RNG.uniform(-0.05, 0.05, 100000)
     t = np.where(RNG.random(100000) < 0.01, 0.9, small)
     records = {"x": _record(RNG.uniform(0, 0.4, 100000)), "t": _record(t)}
-    plan = placement.place(m, records, overflow_remedy="7bit")
+    plan = placement.place(m, records, overflow_remedy="7bit", rules=CPU)
     assert {k: v["remedy"] for k, v in plan.overflow["layers"].items()} == {"b": "7-bit weights"}
     assert {w.tensor: w.headroom_bits for w in plan.weights} == {"wa": 0, "wb": 1}
-    assert placement.place(m, records, overflow_remedy="7bit", weights_7bit="none").overflow["layers"] == {}
+    assert placement.place(m, records, overflow_remedy="7bit", weights_7bit="none", rules=CPU).overflow["layers"] == {}
 
 
 def test_export_says_which_layers_the_guard_changed(calibrated, tmp_path):

@@ -13,6 +13,7 @@ from qtool import model as M
 from qtool import placement
 from qtool.calibration import TensorRecord
 from qtool.errors import QtoolError
+from qtool.targets.cpu import CPU
 
 FLOAT = TensorProto.FLOAT
 
@@ -77,7 +78,7 @@ def test_conv_input_and_weights_and_range_passes_up_through_maxpool():
     n.op("MaxPool", ["r1"], "p1", kernel_shape=[2, 2], strides=[2, 2])
     n.conv("p1", "c2", 8, 8)
     m = n.model(["c2"])
-    plan = placement.place(m, records(m, unsigned={"r1", "p1"}, overrides={"r1": 3.0, "p1": 2.5}))
+    plan = placement.place(m, records(m, unsigned={"r1", "p1"}, overrides={"r1": 3.0, "p1": 2.5}), rules=CPU)
     s = sites(plan)
     assert set(s) == {"x", "r1"}  # the quantizer moved above the MaxPool
     assert s["r1"].readers == [("n_p1", 0)] and s["x"].readers == [("n_c1", 0)]
@@ -94,7 +95,7 @@ def test_one_quantizer_per_tensor_and_unquantized_readers_keep_the_float_tensor(
     n.conv("r", "b", 4, 4)
     n.op("MaxPool", ["r"], "p", kernel_shape=[2, 2])  # read by the graph output only
     m = n.model(["a", "b", "p"])
-    plan = placement.place(m, records(m, unsigned={"r"}))
+    plan = placement.place(m, records(m, unsigned={"r"}), rules=CPU)
     s = sites(plan)
     assert list(s) == ["r"] and sorted(s["r"].readers) == [("n_a", 0), ("n_b", 0)]
 
@@ -106,7 +107,7 @@ def test_concat_inputs_share_the_concat_output_range():
     n.op("Concat", ["r1", "r2"], "cat", axis=1)
     n.conv("cat", "head", 8, 4)
     m = n.model(["head"])
-    plan = placement.place(m, records(m, unsigned={"r1", "r2", "cat"}, overrides={"r1": 1.0, "r2": 5.0, "cat": 4.0}))
+    plan = placement.place(m, records(m, unsigned={"r1", "r2", "cat"}, overrides={"r1": 1.0, "r2": 5.0, "cat": 4.0}), rules=CPU)
     s = sites(plan)
     assert {"r1", "r2"} <= set(s) and "cat" not in s
     assert s["r1"].range == s["r2"].range == placement.Range(4.0, True)
@@ -119,7 +120,7 @@ def test_concat_with_a_constant_input_keeps_its_quantizer_below():
     n.op("Concat", [n.op("Relu", ["x"], "r"), n.w("bias_map", (1, 4, 8, 8))], "cat", axis=1)
     n.conv("cat", "y", 8, 4)
     m = n.model(["y"])
-    s = sites(placement.place(m, records(m)))
+    s = sites(placement.place(m, records(m), rules=CPU))
     assert set(s) == {"cat"}
 
 
@@ -131,7 +132,7 @@ def test_elementwise_ops_need_two_activations():
     n.op("Add", ["sum", n.c("bias", np.ones((1, 4, 1, 1), np.float32))], "biased")  # constant: not
     n.op("Mul", ["biased", n.c("k", np.array(2.0, np.float32))], "scaled")
     m = n.model(["scaled"])
-    s = sites(placement.place(m, records(m)))
+    s = sites(placement.place(m, records(m), rules=CPU))
     assert set(s) == {"x", "a", "b"}
     assert s["a"].readers == [("n_sum", 0)] and s["b"].readers == [("n_sum", 1)]
 
@@ -158,7 +159,7 @@ def test_activation_patterns_are_not_split_by_quantizers():
     res = n.op("Add", [gated, n.conv(gated, "branch", 4, 4)], "res")  # residual: quantized
     n.conv(res, "out", 4, 4)
     m = n.model(["out"])
-    plan = placement.place(m, records(m))
+    plan = placement.place(m, records(m), rules=CPU)
     readers = {r for s in plan.activations for r in s.readers}
     for fused in ("n_silu", "n_hswish", "n_hsw2", "n_gelu", "n_ln", "n_sq", "n_var"):
         assert not any(node == fused for node, _ in readers), fused
@@ -173,13 +174,13 @@ def test_activation_patterns_are_not_split_by_quantizers():
     assert sorted(plan.int8_layers) == ["n_branch", "n_c0", "n_out"]
     assert plan.fp32_layers == {"n_se1": "ignored pattern se_block", "n_se2": "ignored pattern se_block"}
     assert set(plan.ignored) == {"n_se1", "n_ser", "n_se2", "n_gate"} and not plan.warnings
-    plain = placement.place(m, records(m), ignored_patterns=False)
+    plain = placement.place(m, records(m), ignored_patterns=False, rules=CPU)
     assert len(plain.int8_layers) == 5 and not plain.ignored
 
 
 def test_shape_only_and_input_independent_tensors_are_never_quantized():
     m = zoo.yolo_like()
-    plan = placement.place(m, records(m))
+    plan = placement.place(m, records(m), rules=CPU)
     quantized = set(sites(plan))
     assert not quantized & set(zoo.YOLO_SHAPE_ONLY_FLOATS)
     dependent = M.data_dependent(m)
@@ -196,10 +197,10 @@ def test_split_passes_through_only_when_every_output_is_wanted():
     n.conv("s0", "a", 2, 2)
     n.conv("s1", "b", 2, 2)
     m = n.model(["a", "b"])
-    assert set(sites(placement.place(m, records(m)))) == {"r"}
+    assert set(sites(placement.place(m, records(m), rules=CPU))) == {"r"}
     n.nodes.pop()  # s1 now goes straight to a graph output
     m = n.model(["a", "s1"])
-    assert set(sites(placement.place(m, records(m)))) == {"s0"}
+    assert set(sites(placement.place(m, records(m), rules=CPU))) == {"s0"}
 
 
 @pytest.mark.parametrize("op,attrs,slot,shape,axis", [
@@ -212,7 +213,7 @@ def test_weight_axis_is_the_output_channel(op, attrs, slot, shape, axis):
     n = Net()
     n.op(op, [n.op("Relu", ["x"], "r"), n.w("W", shape)], "y", **attrs)
     m = n.model(["y"], x_shape=(3, 4))
-    w = weights(placement.place(m, records(m)))["W"]
+    w = weights(placement.place(m, records(m), rules=CPU))["W"]
     assert w.axis == axis and w.readers == [("n_y", slot)]
 
 
@@ -220,7 +221,7 @@ def test_conv_transpose_weight_axis():
     n = Net()
     n.op("ConvTranspose", ["x", n.w("W", (4, 6, 2, 2))], "y", kernel_shape=[2, 2], strides=[2, 2])
     m = n.model(["y"])
-    assert weights(placement.place(m, records(m)))["W"].axis == 1
+    assert weights(placement.place(m, records(m), rules=CPU))["W"].axis == 1
 
 
 def test_matmul_of_two_activations_quantizes_both_per_tensor():
@@ -229,7 +230,7 @@ def test_matmul_of_two_activations_quantizes_both_per_tensor():
     b = n.op("Transpose", [n.op("Sigmoid", ["x"], "b")], "bt", perm=[0, 1, 3, 2])
     n.op("MatMul", [a, b], "y")
     m = n.model(["y"])
-    plan = placement.place(m, records(m))
+    plan = placement.place(m, records(m), rules=CPU)
     assert set(sites(plan)) == {"a", "b"} and not plan.weights and plan.int8_layers == ["n_y"]
 
 
@@ -246,21 +247,21 @@ def _chain():
 
 def test_exclude_nodes_and_tensors():
     m = _chain()
-    plan = placement.place(m, records(m), exclude=["n_c2"])
+    plan = placement.place(m, records(m), exclude=["n_c2"], rules=CPU)
     assert plan.fp32_layers == {"n_c2": "excluded"} and "c2.w" not in weights(plan)
     assert set(sites(plan)) == {"x", "r2"}
-    plan = placement.place(m, records(m), exclude=["r1"])
+    plan = placement.place(m, records(m), exclude=["r1"], rules=CPU)
     assert "n_c2" in plan.fp32_layers and "r1" not in sites(plan)
     with pytest.raises(QtoolError, match="did you mean 'n_c2'"):
-        placement.place(m, records(m), exclude=["n_c22"])
+        placement.place(m, records(m), exclude=["n_c22"], rules=CPU)
 
 
 def test_weights_7bit_first_or_all():
     m = _chain()
-    assert {w.tensor: w.headroom_bits for w in placement.place(m, records(m), weights_7bit="first").weights} == {"c1.w": 1, "c2.w": 0, "c3.w": 0}
-    assert {w.headroom_bits for w in placement.place(m, records(m), weights_7bit="all").weights} == {1}
+    assert {w.tensor: w.headroom_bits for w in placement.place(m, records(m), weights_7bit="first", rules=CPU).weights} == {"c1.w": 1, "c2.w": 0, "c3.w": 0}
+    assert {w.headroom_bits for w in placement.place(m, records(m), weights_7bit="all", rules=CPU).weights} == {1}
     with pytest.raises(QtoolError):
-        placement.place(m, records(m), weights_7bit="some")
+        placement.place(m, records(m), weights_7bit="some", rules=CPU)
 
 
 def test_missing_zero_and_degenerate_calibration_give_warnings_not_crashes():
@@ -269,7 +270,7 @@ def test_missing_zero_and_degenerate_calibration_give_warnings_not_crashes():
     recs["r2"] = TensorRecord("r2", 0.0, 0.0, 0.0, [5], 0.0)  # always zero
     # a threshold below every calibrated value (what the entropy search returns when no value is near 0)
     recs["x"] = TensorRecord("x", 0.5, 0.9, 0.25, [0, 0, 0, 0, 10, 30, 30, 20, 10], 1.0)
-    plan = placement.place(m, recs)
+    plan = placement.place(m, recs, rules=CPU)
     text = " ".join(plan.warnings)
     assert "not in the calibration file" in text and "r1" in text
     assert "amax 0" in text and "clip more than" in text
@@ -284,7 +285,7 @@ def test_nan_weights_leave_the_layer_in_fp32():
     bad = numpy_helper.to_array(w).copy()
     bad[0, 0, 0, 0] = np.nan
     w.CopyFrom(numpy_helper.from_array(bad, "c2.w"))
-    plan = placement.place(m, records(m))
+    plan = placement.place(m, records(m), rules=CPU)
     assert "n_c2" in plan.fp32_layers and any("NaN" in x for x in plan.warnings)
 
 
@@ -293,14 +294,14 @@ def test_an_already_quantized_model_is_flagged():
     q = n.op("QuantizeLinear", ["x", n.c("s", np.array(0.1, np.float32)), n.c("z", np.array(0, np.uint8))], "q")
     n.conv(n.op("DequantizeLinear", [q, "s", "z"], "dq"), "y", 4, 4)
     m = n.model(["y"])
-    plan = placement.place(m, records(m))
+    plan = placement.place(m, records(m), rules=CPU)
     assert any("already contains DequantizeLinear, QuantizeLinear" in w for w in plan.warnings)
 
 
 def test_float16_activations_only_where_the_target_allows():
     m = _chain()
     recs = records(m)
-    assert placement.place(m, recs, float_types=(TensorProto.FLOAT16,)).int8_layers == []
+    assert placement.place(m, recs, float_types=(TensorProto.FLOAT16,), rules=CPU).int8_layers == []
 
 
 # --------------------------------------------------------------------------
@@ -385,10 +386,10 @@ def test_se_pattern_follows_nncf_on_the_openvino_graph():
         g = gate(n, n.conv(h, "se2", 2, 4))
         n.conv(n.op("Mul", [y, g], "gated"), "out", 4, 4)
         m = n.model(["out"])
-        plan = placement.place(m, records(m))
+        plan = placement.place(m, records(m), rules=CPU)
         assert (sorted(plan.fp32_layers) == ["n_se1", "n_se2"]) == ignored, label
         assert ("n_se1b" in plan.ignored) == ignored and ("n_gate" in plan.ignored) == ignored
-        assert len(placement.place(m, records(m), ignored_patterns=False).int8_layers) == 4
+        assert len(placement.place(m, records(m), ignored_patterns=False, rules=CPU).int8_layers) == 4
 
 
 def test_transformer_preset_only_where_attention_and_layernorm_are():
@@ -399,12 +400,12 @@ def test_transformer_preset_only_where_attention_and_layernorm_are():
     for build in (zoo.yolo_like, zoo.paddle_ocr_like, zoo.resnet_like, zoo.deconv_gemm_like):
         m = build()
         assert P.transformer_structure(P.GraphView(m)) == {}, build.__name__
-        assert placement.place(m, records(m)).transformer == {}
+        assert placement.place(m, records(m), rules=CPU).transformer == {}
     assert P.transformer_structure(P.GraphView(zoo.transformer_like()))["attention"] == 1  # the pytorch-style encoder
     for m in (zoo.bert_like(True), zoo.bert_like(False), zoo.vit_like()):
         found = P.transformer_structure(P.GraphView(m))
         assert found == {"attention": 1, "layer_norm": 3, "gelu": 1, "residual_add": 2}
-        plan = placement.place(m, records(m))
+        plan = placement.place(m, records(m), rules=CPU)
         assert plan.transformer == found and plan.summary()["transformer"] == found
         ops = {n.name: n.op_type for n in m.graph.node}
         readers = {ops[node] for s in plan.activations for node, _ in s.readers}

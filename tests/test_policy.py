@@ -15,7 +15,7 @@ from test_openvino import IMAGES, SAMPLE, calibrate, heldout, ok, ort_run, ov_co
 
 from qtool import calibration, cpu, model, policy, quant
 from qtool.errors import QtoolError
-from qtool.exporters import qdq
+from qtool.targets import qdq
 
 # ----------------------------------------------------------------------------- the maths
 

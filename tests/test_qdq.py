@@ -26,8 +26,8 @@ from test_openvino import (
 )
 
 from qtool import calibration, placement, policy, quant
-from qtool.exporters import qdq
-from qtool.rules import CPU
+from qtool.targets import qdq
+from qtool.targets.cpu import CPU
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +60,7 @@ def test_qdq_structure_and_same_placement_as_openvino(digits, tmp_path):
     inits = _inits(m)
     cal = calibration.load(calib)
     rec = {t.name: t for t in cal.tensors}
-    plan = {s.tensor: s.range for s in placement.place(onnx.load(str(SAMPLE)), rec, thresholds=cal.for_target(CPU)).activations}
+    plan = {s.tensor: s.range for s in placement.place(onnx.load(str(SAMPLE)), rec, thresholds=cal.for_target(CPU), rules=CPU).activations}
     q_inputs = set()
     for n in m.graph.node:
         if n.op_type == "QuantizeLinear":

@@ -19,7 +19,7 @@ from qtool.calibration import load as load_calibration
 from qtool.cli import cli
 from qtool.errors import QtoolError
 from qtool.stats import new_stats
-from qtool.trtfiles import ZERO_AMAX_FALLBACK, read_cache
+from qtool.targets.tensorrt.files import ZERO_AMAX_FALLBACK, read_cache
 
 N_IMAGES = 8  # a multiple of the batch sizes used below; test_image_count_not_a_multiple_of_the_batch covers 6
 

@@ -17,8 +17,8 @@ from test_transformers import bert_data, bert_feeds
 
 from qtool import api, calibration, simulate, smoothquant
 from qtool.errors import QtoolError
-from qtool.exporters import openvino, qdq
 from qtool.model import load_model
+from qtool.targets import openvino, qdq
 
 MODELS = {  # name -> (builder, kind of calibration data, held-out feeds)
     "bert_fused": (lambda: zoo.bert_like(True), "data", lambda: bert_feeds(np.random.default_rng(9), batch=4)),
@@ -161,7 +161,7 @@ def test_only_transformers_change(calibrated, tmp_path):
     cal = api.calibrate(str(cnn), images=str(calibrated["vit"][3] / "images"), size=(16, 16))
     assert not _peaks(cal)
     loaded = load_model(str(cnn))
-    from qtool.exporters import tensorrt
+    from qtool.targets import tensorrt
 
     for module in (openvino, qdq, tensorrt):
         on, off = module.export(loaded, cal, smooth_quant="auto"), module.export(loaded, cal, smooth_quant=False)
@@ -296,8 +296,8 @@ def test_command_line_and_api_take_smooth_quant(calibrated, tmp_path):
 def test_tensorrt_qdq_smooths_transformers_only(calibrated, tmp_path):
     """The TensorRT Q/DQ export smooths a transformer as the CPU exports do (its float part computes
     the same: the smoothed FP32 model with no quantizer), passes TensorRT's rules, and leaves a CNN's bytes alone."""
-    from qtool import trtrules
-    from qtool.exporters import tensorrt
+    from qtool.targets import tensorrt
+    from qtool.targets.tensorrt import checker as trtrules
 
     path, cal, _, _ = calibrated["bert_fused"]
     loaded = load_model(str(path))

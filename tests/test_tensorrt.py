@@ -11,11 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
-from qtool import model, passthrough
+from qtool import model
 from qtool.calibration import Calibration, TensorRecord
 from qtool.errors import QtoolError
-from qtool.exporters import tensorrt
-from qtool.trtfiles import (
+from qtool.targets import tensorrt
+from qtool.targets.tensorrt import passthrough
+from qtool.targets.tensorrt.files import (
     ZERO_AMAX_FALLBACK,
     decode_version,
     hex_amax,

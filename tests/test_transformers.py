@@ -19,7 +19,8 @@ from test_placement import Net, records
 
 from qtool import placement, simulate
 from qtool.calibration import TensorRecord
-from qtool.rules import CPU, TENSORRT
+from qtool.targets.cpu import CPU
+from qtool.targets.tensorrt.rules import TENSORRT
 
 MASKS = {"/mask/Mul_output_0", "/layer.0/attn/Add_output_0"}
 FLOAT_OPS = {"Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "ReduceMean", "LayerNormalization", "Softmax", "Erf", "Tanh"}
@@ -185,7 +186,7 @@ def test_a_mask_calibrated_without_padding_is_still_recognised():
     still says what it becomes."""
     m = zoo.bert_like(True)
     recs = records(m)  # every tensor [-2, 2]: nothing huge in the file
-    plan = placement.place(m, recs)
+    plan = placement.place(m, recs, rules=CPU)
     assert set(plan.unrepresentable) == MASKS and all("additive mask" in v for v in plan.unrepresentable.values())
     assert not MASKS & {s.tensor for s in plan.activations}
 
@@ -194,7 +195,7 @@ def test_a_mask_calibrated_without_padding_is_still_recognised():
 
 @pytest.mark.parametrize("fmt", ["cache", "dynamic-range", "ort-trt"])
 def test_tensorrt_range_files_leave_out_the_masks(calibrated, tmp_path, fmt):
-    from qtool import trtfiles
+    from qtool.targets.tensorrt import files as trtfiles
 
     path, calib = calibrated["bert_fused"]
     out = tmp_path / f"m.{fmt}"
@@ -226,7 +227,7 @@ def test_tensorrt_placement_is_modelopts_and_close_to_fp32(calibrated, tmp_path,
     inputs; LayerNorm, Softmax, GELU, the mask and the residual stream stay to TensorRT."""
     import onnxruntime as ort
 
-    from qtool import trtrules
+    from qtool.targets.tensorrt import checker as trtrules
 
     path, calib = calibrated[name]
     out = tmp_path / "m.trt.onnx"

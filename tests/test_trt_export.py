@@ -22,10 +22,13 @@ from test_openvino import (
 )
 from test_placement import Net, records
 
-from qtool import placement, trtfiles, trtrules
+from qtool import placement
 from qtool.calibration import load as load_calibration
-from qtool.exporters import tensorrt
-from qtool.rules import TENSORRT
+from qtool.targets import tensorrt
+from qtool.targets.cpu import CPU
+from qtool.targets.tensorrt import checker as trtrules
+from qtool.targets.tensorrt import files as trtfiles
+from qtool.targets.tensorrt.rules import TENSORRT
 
 FLOAT = TensorProto.FLOAT
 
@@ -192,7 +195,7 @@ def test_default_exclusions_and_include():
     assert "/fc/Gemm" in included.int8_layers
     # the pool now feeds a quantized Gemm (through Flatten): it gets a quantizer on its input
     assert ("/pool/GlobalAveragePool", 0) in {r for s in included.activations for r in s.readers}
-    cpu = placement.place(m, records(m))
+    cpu = placement.place(m, records(m), rules=CPU)
     assert "/narrow/Conv" in cpu.int8_layers and "/fc/Gemm" in cpu.int8_layers  # the CPU rules have no such exclusions
 
 
@@ -227,7 +230,7 @@ def test_concat_output_and_inputs_quantized_elsewhere_share_one_range():
     recs = records(m, overrides={"a": 1.0, "cat": 3.0})
     trt = plan_sites(placement.place(m, recs, rules=TENSORRT))
     assert trt["a"].range.amax == trt["cat"].range.amax == 3.0 and "cat" in trt["a"].shared_with
-    cpu = plan_sites(placement.place(m, recs))
+    cpu = plan_sites(placement.place(m, recs, rules=CPU))
     assert cpu["a"].range.amax == 1.0 and cpu["cat"].range.amax == 3.0
 
 

@@ -20,11 +20,11 @@ from onnx import TensorProto, helper
 from runcli import invoke
 from test_fp16 import _model as checked_model
 
-from qtool import trtrules
 from qtool.graph import toposort
+from qtool.targets.tensorrt import checker as trtrules
 
 F, H, I64 = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.INT64
-C = 16  # channels: TensorRT's default exclusions keep smaller Convs FP32 (qtool.patterns.MIN_CHANNELS)
+C = 16  # channels: TensorRT's default exclusions keep smaller Convs FP32 (qtool.targets.tensorrt.rules.MIN_CHANNELS)
 
 
 def _vi(name, t, shape):
@@ -234,7 +234,7 @@ def test_exported_model_exported_again(tmp_path):
 def test_fp16_failure_falls_back_to_fp32(tmp_path, monkeypatch):
     """Whatever the FP16 step cannot do (here: it raises) gives an FP32 file and a warning, not an
     internal error; with If/Loop nodes those are kept FP32 first and the rest tried again."""
-    from qtool import fp16
+    from qtool.targets.tensorrt import fp16
 
     real = fp16.to_fp16
     calls = []

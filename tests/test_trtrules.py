@@ -1,4 +1,4 @@
-"""qtool.trtrules: each TensorRT Q/DQ parser rule fires on a model that breaks it and stays quiet on
+"""qtool.targets.tensorrt.checker: each TensorRT Q/DQ parser rule fires on a model that breaks it and stays quiet on
 one that obeys it; onnxruntime's default quantize_static output is flagged; `qtool inspect
 MODEL.onnx --trt-version X` prints the violations and exits 1 (0 on a clean model)."""
 
@@ -12,8 +12,8 @@ from onnx import TensorProto, helper, numpy_helper
 from runcli import invoke as run
 from zoo import tiny_relu_model
 
-from qtool import trtrules
 from qtool.errors import QtoolError
+from qtool.targets.tensorrt import checker as trtrules
 
 VERSIONS = ("8.6", "10.3", "11.4")
 FLOAT, INT8 = TensorProto.FLOAT, TensorProto.INT8
@@ -231,8 +231,7 @@ def test_conv_weight_axis_must_be_0(axis):
     ("Gemm", (6, 5), 0, 1, (2, 5), (2, 6), {"transB": 1}),
     ("Gemm", (5, 6), 1, 0, (2, 5), (2, 6), {}),
     ("MatMul", (5, 6), 1, 0, (2, 5), (2, 6), {}),
-    ("MatMul", (2, 5, 6), 2, 1, (2, 3, 5), (2, 3, 6), {}),
-], ids=["convtranspose", "gemm-transB", "gemm", "matmul", "matmul-rank3"])
+], ids=["convtranspose", "gemm-transB", "gemm", "matmul"])
 def test_per_channel_axis_per_weight_op(op, w_shape, good, bad, x_shape, out_shape, attrs):
     model = weight_model(op, w_shape, good, x_shape, out_shape, **attrs)
     onnx.checker.check_model(model, full_check=True)
@@ -241,6 +240,15 @@ def test_per_channel_axis_per_weight_op(op, w_shape, good, bad, x_shape, out_sha
     wrong = weight_model(op, w_shape, bad, x_shape, out_shape, **attrs)
     found = [v for v in trtrules.check(wrong, "10.3") if v.rule == "per-channel-axis"]
     assert [v.node for v in found] == ["W_Q", "W_DQ"] and f"set axis={good}" in found[0].message
+
+
+@pytest.mark.parametrize("axis", [2, 1])
+def test_batched_matmul_weight_takes_one_scale(axis):
+    """TensorRT takes per-channel MatMul weights only as a 2-D [K, N] (the export's own rule,
+    qtool.targets.tensorrt.rules.weight_axis, writes a batched weight per tensor)."""
+    wrong = weight_model("MatMul", (2, 5, 6), axis, (2, 3, 5), (2, 3, 6))
+    found = [v for v in trtrules.check(wrong, "10.3") if v.rule == "per-channel-axis"]
+    assert [v.node for v in found] == ["W_Q", "W_DQ"] and "use one scalar scale" in found[0].message
 
 
 def test_per_channel_weight_only_on_weight_inputs():

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import click
 
-from .. import calibration, data, model, pipeline, thresholds, trtfiles
+from .. import calibration, data, model, pipeline, thresholds
 from ..errors import QtoolError
-from ..exporters import tensorrt
 from ..fileio import Outputs, folder_input, model_input
 from ..inputs import model_json, shown_path
+from ..targets import tensorrt
+from ..targets.tensorrt import files as trtfiles
 from . import EPILOG, cli, emit, progress
 
 log = logging.getLogger("qtool")

@@ -15,11 +15,10 @@ from .. import calibration, data
 from .. import evaluation as ev
 from ..api import EXPORT_OPTIONS
 from ..errors import QtoolError
-from ..exporters import TARGETS, tensorrt
 from ..inputs import DEFAULT_BATCH, find_calibration, held_out_runs, load_checked_model, model_json
-from ..simulate import RUNTIMES
+from ..targets import TARGETS, runtimes
 from . import EPILOG, cli, emit, policies_from, policy_options
-from .export import check_target_options
+from .export import check_target_options, option
 
 log = logging.getLogger("qtool")
 
@@ -47,17 +46,17 @@ def _progress(total: int, enabled: bool):
 @click.option("--layout", type=click.Choice(["nchw", "nhwc"]), help="Input layout [default: the calibration file's].")
 @click.option("--batch-size", type=click.IntRange(min=1), help=f"Images per inference [default: the model's fixed batch, else {DEFAULT_BATCH}]; results do not depend on it.")
 @click.option("--target", type=click.Choice(TARGETS), default="qdq", show_default=True, help="Whose export to evaluate: qdq (QuantizeLinear/DequantizeLinear), openvino (FakeQuantize), tensorrt (its Q/DQ model, with the FP16 part).")
-@click.option("--runtime", type=click.Choice(tuple(RUNTIMES)), help="Also run the file in this runtime on this CPU (its int8 kernels): openvino (--target openvino) or onnxruntime (--target qdq or tensorrt), and report both; a warning names the likely cause where they differ by more than 1 dB.")
-@click.option("--method", help="Thresholds of this method, as qtool export --method [default: the target's].")
-@click.option("--exclude", multiple=True, help="Keep this node or tensor in FP32, as qtool export --exclude (repeatable).")
-@click.option("--include", multiple=True, help="Quantize this node anyway, as qtool export --include (repeatable).")
-@click.option("--weights-7bit", type=click.Choice(["auto", "first", "all", "none"]), help="The overflow guard, as qtool export --weights-7bit [default: auto].")
-@click.option("--smooth-quant", "smooth_quant", metavar="auto|on|off|ALPHA", help="SmoothQuant, as qtool export --smooth-quant [default: auto].")
-@click.option("--no-ignored-patterns", is_flag=True, help="openvino/qdq: also quantize NNCF's ignored patterns, as qtool export.")
-@click.option("--no-bias-correction", is_flag=True, help="Keep the biases as they are, as qtool export.")
-@click.option("--trt-version", help=f"tensorrt: the TensorRT the Q/DQ model is for [default: the installed tensorrt package's, else {tensorrt.LATEST_VERSION}].")
-@click.option("--format", "fmt", type=click.Choice(tensorrt.FORMATS), help="tensorrt: qdq (default), the only format with a model to run (the others hold ranges: an error).")
-@click.option("--high-precision", type=click.Choice(["fp16", "fp32"]), help="tensorrt: the type of the unquantized layers, as qtool export [default: fp16 for 10.x/11.x].")
+@click.option("--runtime", type=click.Choice(tuple(runtimes())), help="Also run the file in this runtime on this CPU (its int8 kernels): openvino (--target openvino) or onnxruntime (--target qdq or tensorrt), and report both; a warning names the likely cause where they differ by more than 1 dB.")
+@option("method", "evaluate")
+@option("exclude", "evaluate")
+@option("include", "evaluate")
+@option("weights_7bit", "evaluate")
+@option("smooth_quant", "evaluate")
+@option("ignored_patterns", "evaluate")
+@option("bias_correction", "evaluate")
+@option("trt_version", "evaluate")
+@option("fmt", "evaluate")
+@option("high_precision", "evaluate")
 @click.option("--tensors/--no-tensors", "per_tensor", default=False, show_default=True, help="openvino/qdq: also rank every quantized tensor by the output SQNR of quantizing it alone (one model run over the inputs per tensor: slow on large models).")
 @click.option("--fail-below", type=float, metavar="DB", help="Exit 1 when an output's SQNR (of the simulation) is below DB decibels (a quality gate); the results are printed first.")
 @policy_options(scale_flag="--scale-kind")
@@ -84,7 +83,7 @@ def evaluate(ctx, model_path, calib, images_dir, data_dir, limit, size, resize, 
     --exclude them yourself to use this ranking on your data).
     """
     started = time.perf_counter()
-    check_target_options(target, trt_version=trt_version, format=fmt, high_precision=high_precision, weights_7bit=weights_7bit, smooth_quant=smooth_quant,
+    check_target_options(target, trt_version=trt_version, fmt=fmt, high_precision=high_precision, weights_7bit=weights_7bit, smooth_quant=smooth_quant,
                          no_ignored_patterns=no_ignored_patterns, weight_bits=weight_bits, activation_bits=activation_bits,
                          scale=scale_kind, activations=activation_mode, rounding=rounding, policy=policy_file)
     try:

@@ -9,27 +9,39 @@ from pathlib import Path
 
 import click
 
-from .. import budget, calibration, thresholds
+from .. import budget, calibration, targets, thresholds
 from ..budget import parse_budget
 from ..errors import QtoolError
-from ..exporters import TARGETS, exporter, tensorrt
 from ..fileio import check_output_path, file_input, folder_input, model_input, write_atomic
 from ..inputs import find_calibration, held_out_runs, load_checked_model, model_json, shown_path
+from ..targets import OPTIONS, POLICY_FLAGS, TARGETS, exporter, tensorrt
 from . import EPILOG, cli, emit, policies_from, policy_options
 
 log = logging.getLogger("qtool")
 
 
-_ONLY = {
-    "trt_version": ("--trt-version", ("tensorrt",)), "format": ("--format", ("tensorrt",)),
-    "high_precision": ("--high-precision", ("tensorrt",)), "weights": ("--weights", ("tensorrt",)),
-    "algorithm": ("--algorithm", ("tensorrt",)), "weights_7bit": ("--weights-7bit", ("openvino", "qdq")),
-    "smooth_quant": ("--smooth-quant", ("openvino", "qdq", "tensorrt")),
-    "keep_fp32": ("--keep-fp32", ("openvino", "qdq")), "max_drop": ("--max-drop", ("openvino", "qdq")), "no_ignored_patterns": ("--no-ignored-patterns", ("openvino", "qdq")),
-    # TensorRT's explicit quantization is INT8 (signed, float scales): no other policy applies there
-    "weight_bits": ("--weight-bits", ("openvino", "qdq")), "activation_bits": ("--activation-bits", ("openvino", "qdq")),
-    "scale": ("--scale", ("openvino", "qdq")), "activations": ("--activations", ("openvino", "qdq")), "rounding": ("--rounding", ("openvino", "qdq")), "policy": ("--policy", ("openvino", "qdq")),
-}
+def _only() -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Command-line parameter -> (flag, the targets that read it), from qtool.targets."""
+    only = {o.param or k: (o.flag, targets.taking(k)) for k, o in OPTIONS.items() if k != "policies"}
+    only.update({k: (flag, targets.taking("policies")) for k, flag in POLICY_FLAGS.items()})
+    only.update(keep_fp32=("--keep-fp32", targets.ranked()), max_drop=("--max-drop", targets.ranked()))
+    return only
+
+
+def option(keyword: str, command: str = "export"):
+    """The click option of the export option `keyword`, as qtool.targets.OPTIONS declares it
+    (`command` "evaluate": with evaluate's help)."""
+    o = OPTIONS[keyword]
+    kwargs: dict = {"help": (o.help if command == "export" else o.evaluate).format(latest=tensorrt.LATEST_VERSION)}
+    if o.negated:
+        kwargs["is_flag"] = True
+    if o.choices:
+        kwargs["type"] = click.Choice(o.choices)
+    if o.multiple:
+        kwargs["multiple"] = True
+    if o.metavar:
+        kwargs["metavar"] = o.metavar
+    return click.option(o.flag, o.param or keyword, **kwargs)
 
 
 def _mixed_precision(loaded, cal, target, keep_fp32, budget_, max_fp32, options, images_dir, data_dir, limit) -> dict:
@@ -63,9 +75,9 @@ def _latency(target: str, data: bytes, feeds: dict, before: float | None) -> dic
 def check_target_options(target: str, **given) -> None:
     """A usage error for an option that the chosen target does not read."""
     for key, value in given.items():
-        option, targets = _ONLY[key]
-        if value and value != "auto" and target not in targets:
-            raise click.UsageError(f"{option} applies to --target {' or '.join(targets)}, not {target}")
+        flag, readers = _only()[key]
+        if value and value != "auto" and target not in readers:
+            raise click.UsageError(f"{flag} applies to --target {' or '.join(readers)}, not {target}")
 
 
 def complete_targets(incomplete: str) -> list:
@@ -89,27 +101,28 @@ def parse_target(text: str) -> str:
 @click.option("--target", "target_text", required=True, help=f"Output format: {', '.join(TARGETS)}.", shell_complete=lambda ctx, param, incomplete: complete_targets(incomplete))
 @click.option("--calib", type=click.Path(path_type=Path), help="Calibration file [default: the single *.calib.json here].")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Output file [default: <model stem> + the target's suffix, here].")
-@click.option("--trt-version", help=f"tensorrt: the TensorRT that builds the engine, 7.x to 11.x: 8.6.1, 7.2.3, 8.6 (its GA release, 8.6.1), 10 or 10.x (the newest 10.x qtool knows) [default: the installed tensorrt package's, else {tensorrt.LATEST_VERSION}].")
-@click.option("--format", "fmt", type=click.Choice(tensorrt.FORMATS), help="tensorrt: qdq (ONNX with QuantizeLinear/DequantizeLinear placed by TensorRT's rules; default for 10.x and 11.x, the only INT8 input of 11.x), cache (trtexec --calib; default for 8.x/9.x; onnxruntime with trt_int8_use_native_calibration_table=1), dynamic-range (sampleINT8API name:amax lines), ort-trt (onnxruntime TensorRT EP table: trt_int8_calibration_table_name=FILE in trt_engine_cache_path, native table off).")
-@click.option("--algorithm", type=click.Choice(sorted(tensorrt.CALIBRATOR_ALGORITHMS)), help="tensorrt: entropy2 (default) (the signed-grid entropy threshold, as TensorRT's EntropyCalibration2) or minmax (max |x|); the cache header names it.")
-@click.option("--method", help="Recompute every activation threshold for this export with this method (entropy, max, mse, percentile:P, mean-minmax, auto) [default: the method calibrate was given, else the target's: openvino/qdq auto (lowest error per tensor), tensorrt NVIDIA's entropy].")
-@click.option("--high-precision", type=click.Choice(["fp16", "fp32"]), help="tensorrt qdq: the type of the unquantized layers in the ONNX (strongly typed builds run them so); fp16 converts them with graph inputs/outputs kept FP32 [default: fp16 for 10.x/11.x, fp32 for 8.x/9.x].")
-@click.option("--weights", type=click.Choice(["fp32", "int8"]), default="fp32", show_default=True, help="tensorrt qdq: FP32 weight -> QuantizeLinear -> DequantizeLinear (every version), or INT8 weight -> DequantizeLinear (10.x/11.x; 4x smaller file).")
-@click.option("--include", multiple=True, help="tensorrt qdq/openvino/qdq: quantize this node although a default exclusion (ModelOpt's small Conv/GEMV/attention rules) or an ignored pattern keeps it FP32 (repeatable).")
-@click.option("--exclude", multiple=True, help="keep this node or tensor in FP32 (repeatable; tensorrt: --format qdq).")
-@click.option("--weights-7bit", type=click.Choice(["auto", "first", "all", "none"]), help="openvino/qdq: the guard against int8 pair sums saturating on CPUs without VNNI. auto (default): the layers whose calibrated inputs and weights can saturate get 7-bit weights (openvino) or uint8 weights with zero point 128, the same values computed exactly (qdq); first/all: 7-bit weights on the first/every int8 layer; none: no guard.")
-@click.option("--smooth-quant", "smooth_quant", metavar="auto|on|off|ALPHA", help="SmoothQuant (outlier activation channels moved into the linear layers' weights, qtool.smoothquant; tensorrt: its Q/DQ model): auto (default) on transformers with the alpha of least estimated error per activation, on, off, or one alpha in [0, 1] for every layer.")
+@option("trt_version")
+@option("fmt")
+@option("algorithm")
+@option("method")
+@option("high_precision")
+@option("precision")
+@option("weights")
+@option("include")
+@option("exclude")
+@option("weights_7bit")
+@option("smooth_quant")
 @click.option("--keep-fp32", type=click.IntRange(min=1), metavar="N", help="openvino/qdq: also keep in FP32 the layers reading the N quantized tensors that qtool evaluate --tensors ranks most harmful on the inputs of --images/--data (preprocessed as the calibration file records), in the target's own model, simulated exactly.")
 @click.option("--max-drop", metavar="BUDGET", help="openvino/qdq: keep in FP32 the fewest layers, worst ranked first, that bring the int8 model within BUDGET on --images/--data: a worst output SQNR (e.g. 30dB) or a top-1 agreement drop (e.g. 1%); each step measures the target's model exactly (simulated: the same on every CPU); exit 1 when --max-fp32 tensors are not enough.")
 @click.option("--max-fp32", type=click.IntRange(min=1), default=20, show_default=True, help="With --max-drop: the most quantized tensors whose layers may be kept in FP32.")
 @click.option("--images", "images_dir", type=click.Path(path_type=Path), help="With --keep-fp32/--max-drop: held-out images to rank and measure on.")
 @click.option("--data", "data_dir", type=click.Path(path_type=Path), help="With --keep-fp32/--max-drop: held-out .npy/.npz files.")
 @click.option("--limit", type=click.IntRange(min=1), help="With --keep-fp32/--max-drop: use only the first N images or data files.")
-@click.option("--no-ignored-patterns", is_flag=True, help="openvino/qdq: also quantize NNCF's ignored patterns (squeeze-excitation gating path, attention output MatMul, RoPE), which stay FP32 by default.")
-@click.option("--no-bias-correction", is_flag=True, help="openvino/qdq/tensorrt qdq: keep the biases as they are instead of shifting each int8 Conv/MatMul/Gemm bias by the mean output error its weight quantization causes (from the per-channel input means in the calibration file; NNCF's fast bias correction).")
+@option("ignored_patterns")
+@option("bias_correction")
 @policy_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
-def export(model_path, target_text, calib, output, trt_version, fmt, algorithm, method, high_precision, weights, include,
+def export(model_path, target_text, calib, output, trt_version, fmt, algorithm, method, high_precision, precision, weights, include,
            exclude, weights_7bit, smooth_quant, keep_fp32, max_drop, max_fp32, images_dir, data_dir, limit, no_ignored_patterns, no_bias_correction,
            weight_bits, activation_bits, scale_kind, activation_mode, rounding, policy_file, as_json):
     """Write the calibrated ranges of MODEL in a target format.
@@ -124,8 +137,8 @@ def export(model_path, target_text, calib, output, trt_version, fmt, algorithm, 
             thresholds.parse_method(method)
         except ValueError as e:
             raise QtoolError(f"--method: {e}") from None
-    check_target_options(target, trt_version=trt_version, format=fmt, algorithm=algorithm,
-                         high_precision=high_precision, weights=weights != "fp32", weights_7bit=weights_7bit, smooth_quant=smooth_quant,
+    check_target_options(target, trt_version=trt_version, fmt=fmt, algorithm=algorithm, precision=precision,
+                         high_precision=high_precision, weights=weights, weights_7bit=weights_7bit, smooth_quant=smooth_quant,
                          keep_fp32=keep_fp32, max_drop=max_drop, no_ignored_patterns=no_ignored_patterns, weight_bits=weight_bits,
                          activation_bits=activation_bits, scale=scale_kind, activations=activation_mode, rounding=rounding,
                          policy=policy_file)
@@ -135,10 +148,11 @@ def export(model_path, target_text, calib, output, trt_version, fmt, algorithm, 
     source = model_path if model_path is not None else calib_path.parent / cal.model_path
     version_from = None
     if target == "tensorrt":
+        fmt = fmt or ("qdq" if precision == "fp8" else None)  # FP8 is a Q/DQ model on every version
         version_from = tensorrt.version_source(trt_version, fmt)
         trt_version, fmt = tensorrt.resolve(trt_version, fmt)
     options = dict(trt_version=trt_version, algorithm=algorithm or "entropy2", fmt=fmt, method=method, high_precision=high_precision,
-                   weights=weights, exclude=list(exclude), include=list(include), weights_7bit=weights_7bit, smooth_quant=smooth_quant or "auto",
+                   precision=precision or "int8", weights=weights, exclude=list(exclude), include=list(include), weights_7bit=weights_7bit, smooth_quant=smooth_quant or "auto",
                    ignored_patterns=not no_ignored_patterns, bias_correction=not no_bias_correction,
                    policies=policies_from(weight_bits, activation_bits, scale_kind, activation_mode, rounding, policy_file))
     out = output or Path(Path(cal.model_path).stem + module.suffix(**options))
@@ -178,7 +192,8 @@ def export(model_path, target_text, calib, output, trt_version, fmt, algorithm, 
     }
     text = f"exported {target} from {calib_path} in {seconds:.1f} s -> {out}"
     if target == "tensorrt":
-        text += (f"\nTensorRT {trt_version} ({summary['trt_version_from']}), {fmt}, thresholds: {summary['method']}")
+        text += (f"\nTensorRT {trt_version} ({summary['trt_version_from']}), {fmt}{' FP8' if precision == 'fp8' else ''}, "
+                 f"thresholds: {summary['method']}")
     text += _overflow_text(summary.get("overflow_fix"))
     emit(as_json, summary, text + (f"\nbuild it with: {summary['build']}" if "build" in summary else ""))
 

@@ -9,9 +9,11 @@ from pathlib import Path
 
 import click
 
-from .. import calibration, model, trtfiles, trtrules
+from .. import calibration, model
 from ..errors import QtoolError
 from ..inputs import check_model, model_json
+from ..targets.tensorrt import checker as trtrules
+from ..targets.tensorrt import files as trtfiles
 from . import EPILOG, cli, emit, policies_from, policy_options
 
 log = logging.getLogger("qtool")
@@ -236,8 +238,8 @@ def _inspect_onnx(ctx: click.Context, file: Path, trt_version: str, as_json: boo
 
 def _inspect_policies(file: Path, policies, as_json: bool) -> None:
     """Each quantizer of the calibration's model with the policy it resolves to."""
-    from ..exporters import qdq
     from ..inputs import load_checked_model
+    from ..targets import qdq
 
     cal = calibration.load(file)
     loaded = load_checked_model(None, file, cal)

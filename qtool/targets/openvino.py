@@ -17,7 +17,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from .. import graph as G
 from .. import placement, policy, quant
-from . import Prepared, cpu_plan, smooth, with_quantizers
+from .cpu import Prepared, cpu_plan, smooth, with_quantizers
+from .cpu import shown as cpu_shown
 
 DOMAIN = "org.openvinotoolkit"
 FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16)
@@ -115,3 +116,8 @@ def export(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_pa
     if prepared.smoothing is not None:
         summary["smooth_quant"] = prepared.smoothing.summary
     return ExportResult(data, prepared.warnings + bc_warnings + warnings, summary)
+
+
+def shown(loaded, cal, *, method: str | None = None):
+    """What qtool report shows of this export (default options)."""
+    return cpu_shown(prepare, "OpenVINO, FakeQuantize model", loaded, cal, method)

@@ -23,7 +23,6 @@ per-channel weight axes); summarised in the README's TensorRT section.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -31,14 +30,14 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .errors import QtoolError
-from .graph import attr as _attr
+from ...errors import QtoolError
+from ...graph import attr as _attr
+from .rules import weight_axis
+from .versions import OPSETS, parse_version
 
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
 DEFAULT_DOMAINS = ("", "ai.onnx")
 EXPORT_HINT = "qtool export --target tensorrt --format qdq"
-# default-domain opsets the parser of each major version takes for a Q/DQ model (9.x: 8.x rules)
-OPSETS = {8: (13, 17), 9: (13, 17), 10: (13, 20), 11: (13, 25)}
 QOPERATORS = frozenset({
     "ConvInteger", "MatMulInteger", "DynamicQuantizeLinear", "QGemm", "QAttention", "DynamicQuantizeMatMul",
     "MatMulIntegerToFloat", "DynamicQuantizeLSTM", "QEmbedLayerNormalization", "QOrderedMatMul",
@@ -86,18 +85,6 @@ class _Index:
     producer: dict[str, onnx.NodeProto] = field(default_factory=dict)
     consumers: dict[str, list[tuple[onnx.NodeProto, int]]] = field(default_factory=dict)
     types: dict[str, int] = field(default_factory=dict)
-
-
-def parse_version(text: str, known_only: bool = True) -> tuple[int, int, int]:
-    """'10.3' -> (10, 3, 0); '8.6.1' and '8.6.1.6' (build number ignored) are accepted too.
-    known_only: the major must be one whose rules qtool knows (8.x to 11.x)."""
-    m = re.fullmatch(r"(\d+)\.(\d+)(?:\.(\d+))?(?:\.\d+)?", str(text).strip())
-    if not m:
-        raise QtoolError(f"--trt-version {text!r} is not a version like 8.6.1, 10.3.0 or 11.4")
-    major, minor, patch = int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
-    if known_only and major not in OPSETS:
-        raise QtoolError(f"--trt-version {text}: qtool knows TensorRT 8.x to 11.x")
-    return major, minor, patch
 
 
 def check(model: onnx.ModelProto, trt_version: str, precision: str | None = None) -> list[Violation]:
@@ -425,7 +412,7 @@ def _check_weight_axis(node: onnx.NodeProto, index: _Index, scale: TensorProto, 
         return [("per-channel-axis", f"axis {_attr(node, 'axis', 1)} is outside weight {node.input[0]} of rank {rank}")]
     found: Found = []
     for reader, i in _readers(node, index):
-        want = _weight_axis(reader, i, rank)
+        want = weight_axis(reader, i, rank) if reader.domain in DEFAULT_DOMAINS else None  # the writers' own axis
         if want is None:
             found.append(("per-channel-axis", (f"per-channel scales on {node.input[0]}, read by {reader.op_type} "
                           f"{_name(reader)} as input {i}: TensorRT takes them only on Conv/ConvTranspose/Gemm/MatMul "
@@ -462,18 +449,3 @@ def _readers(node: onnx.NodeProto, index: _Index) -> list[tuple[onnx.NodeProto, 
             else:
                 readers.append((reader, i))
     return readers
-
-
-def _weight_axis(reader: onnx.NodeProto, slot: int, rank: int) -> int | None:
-    """The axis TensorRT wants a per-channel weight quantized along, None where it takes none."""
-    if slot != 1 or reader.domain not in DEFAULT_DOMAINS:
-        return None
-    if reader.op_type == "Conv":
-        return 0
-    if reader.op_type == "ConvTranspose":
-        return 1
-    if reader.op_type == "Gemm":
-        return 0 if _attr(reader, "transB", 0) else 1
-    if reader.op_type == "MatMul" and rank >= 2:
-        return rank - 1
-    return None

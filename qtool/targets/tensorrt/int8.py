@@ -1,11 +1,11 @@
 """TensorRT explicit quantization: an ONNX model with QuantizeLinear/DequantizeLinear nodes placed
-by TensorRT's rules (qtool.rules.TENSORRT), the only INT8 input TensorRT 11 has.
+by TensorRT's rules (qtool.targets.tensorrt.rules.TENSORRT), the only INT8 input TensorRT 11 has.
 
 What TensorRT's ONNX parser accepts (onnx/onnx-tensorrt onnxOpImporters.cpp and docs/operators.md,
 branches 8.6-GA and 10.1-GA; the TensorRT developer guide, "Explicit Quantization"):
 * signed INT8 only, zero points given explicitly and all 0; scales constant, finite, positive;
 * activations per tensor, scale = amax / 127 computed in float32 as the calibration cache writes
-  it (qtool.trtfiles.scale_hex), amax from exporters/tensorrt.thresholds (mse by default; with
+  it (qtool.targets.tensorrt.files.scale_hex), amax from qtool.targets.tensorrt.thresholds (mse by default; with
   --method entropy the cache's own amax, so the two agree bit for bit);
 * weights per output channel on the axis the parser wants (Conv 0, ConvTranspose 1, Gemm by
   transB, MatMul [K, N] 1), grid [-127, 127], scale max|w| / 127: an FP32 initializer ->
@@ -14,34 +14,33 @@ branches 8.6-GA and 10.1-GA; the TensorRT developer guide, "Explicit Quantizatio
 * opset: 13 at least (`axis`), 19 when the scales are FP16; the parser of 8.x reads up to 17,
   10.x up to 20, 11.x up to 25.
 Strongly typed builds (10.x with --stronglyTyped, always on 11.x) run each layer in the type the
-ONNX gives it, so `high_precision="fp16"` converts the unquantized part to FP16 (qtool.fp16; graph
+ONNX gives it, so `high_precision="fp16"` converts the unquantized part to FP16 (qtool.targets.tensorrt.fp16; graph
 inputs and outputs stay FP32), as NVIDIA ModelOpt does by default. What the conversion cannot do
-stays FP32 with a warning: nodes onnxruntime refuses in FP16 (qtool.fp16), else the If/Loop/Scan
+stays FP32 with a warning: nodes onnxruntime refuses in FP16 (qtool.targets.tensorrt.fp16), else the If/Loop/Scan
 nodes, else the whole model (summary `high_precision` "fp32", `fp16_failed` says why).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from .. import biascorrection, placement, quant, smoothquant
-from .. import graph as G
-from .. import patterns as P
-from ..calibration import Threshold
-from ..errors import QtoolError
-from ..rules import TENSORRT
-from ..trtrules import OPSETS
-from .qdq import add_initializer, upgrade_opset
+from ... import biascorrection, placement, quant, smoothquant
+from ... import graph as G
+from ... import patterns as P
+from ...calibration import Threshold
+from ...errors import QtoolError
+from ..qdq import add_initializer, upgrade_opset
+from .rules import TENSORRT
+from .versions import FP16_OPSET, OPSETS
 
-FP16_OPSET = 19  # QuantizeLinear/DequantizeLinear-19 take FP16 scales
 # Smallest scale written when scales are FP16: 2^-16 is exact in FP16 and every scale above it
 # keeps 8 significant bits there. A smaller one (a weight channel with max |w| < 2e-3, often a dead
-# channel with values near 1e-20) would lose its precision or flush to zero, and qtool.fp16 would
+# channel with values near 1e-20) would lose its precision or flush to zero, and qtool.targets.tensorrt.fp16 would
 # then keep its Q/DQ and Conv in FP32; with the floor such a channel quantizes to a few levels or 0.
 FP16_SCALE_FLOOR = 2.0 ** -16
 
@@ -123,21 +122,31 @@ def _weight_nodes(model: onnx.ModelProto, namer: G.Namer, site: placement.Weight
     ]
 
 
-def export(loaded, cal, thresholds: Callable, *, major: int, high_precision: str, weights: str,
-           exclude=(), include=(), bias_correction: bool = True, smooth_quant="auto"):
-    """(model bytes, warnings, summary) of the Q/DQ model for TensorRT `major`, with the
-    activation thresholds `thresholds(cal)` ({tensor: calibration.Threshold on the signed grid})
-    and, on a transformer, SmoothQuant as the CPU exports apply it (exporters.smooth; the
-    smoothed activations take their exact max |x|)."""
-    from . import smooth
+@dataclass
+class Placed:
+    """The model as the Q/DQ export edits it before inserting quantizers (opset raised, node names
+    unique, SmoothQuant applied) and its placement: what export and the report share."""
 
-    check_options(major, high_precision, weights)
+    model: onnx.ModelProto
+    plan: placement.Plan
+    cal: object  # the calibration of `model` (the smoothed activations' records when SmoothQuant changed it)
+    smoothing: object  # smoothquant.Smoothing, or None
+    source_opset: int
+    warnings: list[str]
+
+
+def plan(loaded, cal, thresholds: Callable, *, major: int, high_precision: str, exclude=(), include=(),
+         smooth_quant="auto") -> Placed:
+    """The Q/DQ model's placement for TensorRT `major`, with the activation thresholds
+    `thresholds(cal)` ({tensor: calibration.Threshold on the signed grid}) and, on a transformer,
+    SmoothQuant as the CPU exports apply it (qtool.targets.cpu.smooth; the smoothed activations
+    take their exact max |x|)."""
+    from ..cpu import smooth
+
     model = G.copy_model(loaded.proto, str(loaded.path.parent))
     opset, source_opset = _target_opset(model, major, high_precision), G.default_opset(model)
     model, _ = upgrade_opset(model, opset, why=f"TensorRT {major}.x Q/DQ with {high_precision.upper()} scales")
-    warnings: list[str] = []
-    namer = G.Namer(model)
-    G.unique_node_names(model.graph, namer)
+    G.unique_node_names(model.graph, G.Namer(model))
 
     def place(m, c, smoothing=None) -> placement.Plan:
         chosen = thresholds(c)
@@ -152,17 +161,29 @@ def export(loaded, cal, thresholds: Callable, *, major: int, high_precision: str
     structure = P.transformer_structure(P.GraphView(model))
     mode = smoothquant.parse_mode(smooth_quant)
     cal, smoothing, sq_warnings = smooth(model, cal, False if mode == "auto" and not structure else mode, place_transformer)
-    plan = place(model, cal, smoothing)
+    placed = place(model, cal, smoothing)
+    return Placed(model, placed, cal, smoothing, source_opset, sq_warnings + placed.warnings)
+
+
+def export(loaded, cal, thresholds: Callable, *, major: int, high_precision: str, weights: str,
+           exclude=(), include=(), bias_correction: bool = True, smooth_quant="auto"):
+    """(model bytes, warnings, summary) of the Q/DQ model for TensorRT `major` (`plan`'s
+    placement, thresholds and SmoothQuant)."""
+    check_options(major, high_precision, weights)
+    placed = plan(loaded, cal, thresholds, major=major, high_precision=high_precision, exclude=exclude, include=include,
+                  smooth_quant=smooth_quant)
+    model, cal, quantizers, smoothing = placed.model, placed.cal, placed.plan, placed.smoothing
     namer = G.Namer(model)  # knows the names smoothing added
-    corrected, bc_warnings = biascorrection.apply_to_export(model, namer, plan, cal, bias_correction)
-    apply(model, namer, plan, weights, FP16_SCALE_FLOOR if high_precision == "fp16" else 0.0)
-    summary = {**plan.summary(), "opset": G.default_opset(model), "source_opset": source_opset, "fp32_layer_names": sorted(plan.fp32_layers),
-               "bias_corrected_layers": corrected, "high_precision": high_precision, "weights": weights}
+    corrected, bc_warnings = biascorrection.apply_to_export(model, namer, quantizers, cal, bias_correction)
+    apply(model, namer, quantizers, weights, FP16_SCALE_FLOOR if high_precision == "fp16" else 0.0)
+    summary = {**quantizers.summary(), "opset": G.default_opset(model), "source_opset": placed.source_opset,
+               "fp32_layer_names": sorted(quantizers.fp32_layers), "bias_corrected_layers": corrected, "high_precision": high_precision,
+               "weights": weights}
     if smoothing is not None:
         summary["smooth_quant"] = smoothing.summary
-    warnings += sq_warnings + plan.warnings + bc_warnings
+    warnings = placed.warnings + bc_warnings
     if high_precision == "fp16":
-        from .. import fp16
+        from . import fp16
 
         G.toposort(model.graph)
         G.cleanup(model.graph)
@@ -180,7 +201,7 @@ def export(loaded, cal, thresholds: Callable, *, major: int, high_precision: str
 
 
 def _to_fp16(fp16, model: onnx.ModelProto, absmax: dict, warnings: list[str]):
-    """(qtool.fp16.to_fp16's result, None), or (None, why) when no FP16 model comes out. When
+    """(qtool.targets.tensorrt.fp16.to_fp16's result, None), or (None, why) when no FP16 model comes out. When
     the whole model fails and it has If/Loop/Scan nodes (whose bodies the converter converts
     unguarded), those nodes are kept FP32 and the rest tried again, with a warning naming them."""
     try:

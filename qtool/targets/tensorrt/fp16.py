@@ -78,7 +78,7 @@ hold only finite FP16 constants, and load and run in onnxruntime (CPU, zero inpu
 QtoolError; when the input model itself fails the checker or does not run, that is a warning.
 The zero inputs give unknown dims (no value, a symbol, Paddle's -1) 1 first and 64 elsewhere.
 If/Loop/Scan bodies are converted by the converter as it sees fit (not guarded). When the
-conversion fails anyway, qtool.exporters.trt_qdq keeps the control-flow nodes FP32 and tries
+conversion fails anyway, qtool.targets.tensorrt.int8 keeps the control-flow nodes FP32 and tries
 again, then keeps the whole model FP32, with a warning either way.
 """
 
@@ -97,9 +97,9 @@ from onnxruntime.transformers.float16 import (
     convert_np_to_float16,
 )
 
-from .errors import QtoolError
-from .graph import Namer, consumers, node_reads, outer_refs, producers, subgraphs, toposort
-from .model import NON_DATA_SLOTS, tensor_types
+from ...errors import QtoolError
+from ...graph import Namer, consumers, node_reads, outer_refs, producers, subgraphs, toposort
+from ...model import NON_DATA_SLOTS, tensor_types
 
 FP16_MAX = 65504.0
 ACTIVATION_LIMIT = FP16_MAX / 4
@@ -605,7 +605,7 @@ def _follow_constants(g: onnx.GraphProto, kept: dict[str, str]) -> None:
 
 def _fp32_constant_copies(g: onnx.GraphProto) -> None:
     """Cast(FP16 initializer -> FP32), inserted where FP32 and FP16 nodes share a constant, becomes an
-    FP32 initializer of the same value (Q/DQ scales must be constants for TensorRT: qtool.trtrules)."""
+    FP32 initializer of the same value (Q/DQ scales must be constants for TensorRT: qtool.targets.tensorrt.checker)."""
     inits = {t.name: t for t in g.initializer if t.data_type == TensorProto.FLOAT16}
     dead = []
     for n in g.node:

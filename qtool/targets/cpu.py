@@ -1,26 +1,41 @@
-"""Exporters: one module per target, each with `suffix(**options)` (default output suffix) and
-`export(loaded, cal, **options) -> ExportResult`.
+"""What the CPU targets (OpenVINO FakeQuantize, onnxruntime QDQ) share: NNCF's CPU placement
+rules (`CPU`), the placement with the thresholds and policies those targets use (`cpu_plan`),
+SmoothQuant (`smooth`), and the preparation qtool.evaluation shares with their exports
+(`Prepared`, `with_quantizers`).
 
-An exporter turns a calibration (and the model it was made for) into the bytes of one output
-file; it never writes files itself and never modifies the model it is given.
+CPU rules: NNCF's (openvinotoolkit/nncf src/nncf/common/hardware/setups/cpu.py), and on a graph
+with attention and LayerNorm NNCF's transformer preset, see the qtool.placement docstring.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import onnx
 
-TARGETS = ("tensorrt", "openvino", "qdq")
+from ..rules import ELEMENTWISE, LINEAR, POOLING, SHAPE_OPS, Rules
 
-
-@dataclass
-class ExportResult:
-    data: bytes
-    warnings: list[str] = field(default_factory=list)
-    summary: dict = field(default_factory=dict)  # target-specific facts for the JSON summary
+CPU = Rules(
+    name="cpu",
+    linear=LINEAR,
+    elementwise=ELEMENTWISE,
+    residual_input=None,
+    pooling=POOLING,
+    pooling_needs_neighbour=False,
+    pass_through=SHAPE_OPS | {"MaxPool"},
+    concat_shares_quantized_inputs=False,
+    nncf_patterns=True,
+    ignored_patterns=True,
+    exclusions=None,
+    weight_axis=None,  # placement.weight_axis: the output-channel axis
+    signed_only=False,
+    clip_fallback=True,
+    depthwise_per_channel=True,
+    # per tensor the lowest histogram quantization error of entropy, percentile and mse: on the
+    # real PP-OCR/MTCNN/YOLO models it matches or beats NNCF's defaults (bench/fidelity.py)
+    default_method="auto",
+)
 
 
 @dataclass
@@ -53,13 +68,6 @@ def with_quantizers(prepared: Prepared, cal, plan, bias_correction: bool, apply:
     return model, corrected, warnings
 
 
-def exporter(target: str):
-    """The module implementing `target` (one of TARGETS)."""
-    if target not in TARGETS:
-        raise ValueError(f"unknown target {target!r}")
-    return importlib.import_module(f"{__name__}.{target}")
-
-
 def cpu_plan(model, cal, *, float_types: tuple[int, ...], overflow_remedy: str, exclude=(), include=(), weights_7bit=None,
              ignored_patterns: bool = True, policies=None, method: str | None = None, smoothing=None):
     """The placement of the OpenVINO and QDQ exports (`model` with unique node names): NNCF's CPU
@@ -70,7 +78,6 @@ def cpu_plan(model, cal, *, float_types: tuple[int, ...], overflow_remedy: str, 
     their exact max |x| as threshold, on every grid."""
     from .. import placement, policy
     from ..calibration import Threshold
-    from ..rules import CPU
 
     thresholds = cal.for_target(CPU, method)
     recompute = policy.searcher(cal, cal.method_for(CPU, method))
@@ -83,7 +90,7 @@ def cpu_plan(model, cal, *, float_types: tuple[int, ...], overflow_remedy: str, 
         def recompute(tensor, pol):
             return fixed[tensor] if tensor in fixed else searched(tensor, pol)
 
-    return placement.place(model, {t.name: t for t in cal.tensors}, thresholds=thresholds,
+    return placement.place(model, {t.name: t for t in cal.tensors}, rules=CPU, thresholds=thresholds,
                            exclude=list(exclude or ()), include=list(include or ()), weights_7bit=weights_7bit,
                            overflow_remedy=overflow_remedy,
                            ignored_patterns=ignored_patterns, float_types=float_types,
@@ -122,3 +129,12 @@ def smooth(model, cal, mode, place: Callable):
             return cal, None, ["SmoothQuant changed nothing: no int8 MatMul/Gemm with an unshared constant weight reads its input directly"]
         return cal, None, []
     return done.calibration(cal), done, []
+
+
+def shown(prepare, title: str, loaded, cal, method: str | None = None):
+    """qtool.targets.Shown of a CPU target's export with default options (`prepare`: its writer's)."""
+    from . import Shown
+
+    prepared = prepare(loaded, cal, method=method)
+    used = prepared.cal if prepared.cal is not None else cal
+    return Shown(title, prepared.plan, used, used.method_for(CPU, method), used.for_target(CPU, method), prepared.smoothing)

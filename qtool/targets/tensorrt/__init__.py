@@ -1,5 +1,11 @@
-"""TensorRT INT8: a Q/DQ model (explicit quantization) or one of the range files of
-qtool.trtfiles (implicit quantization), per TensorRT version.
+"""The TensorRT target's writer: a Q/DQ model (explicit quantization, INT8 or FP8) or one of the
+range files of qtool.targets.tensorrt.files (implicit quantization), per TensorRT version.
+
+Everything TensorRT is in this package: rules.py (placement tables, weight axes, ModelOpt's
+exclusions), int8.py and fp8.py (the Q/DQ writers), files.py (cache, dynamic-range file,
+onnxruntime table), checker.py (the ONNX parser's Q/DQ rules, `qtool inspect`), fp16.py (the
+unquantized part in FP16), passthrough.py (ranges carried through pass-through ops), versions.py
+(versions and opsets).
 
 Which TensorRT reads what (reference: TensorRT 10.x-to-11.x migration guide and trtexec docs;
 TensorRT C API deprecated.html): 8.x/9.x the cache (`--int8 --calib`) and Q/DQ models (with
@@ -8,12 +14,12 @@ TensorRT C API deprecated.html): 8.x/9.x the cache (`--int8 --calib`) and Q/DQ m
 
 Formats (`--format`):
   qdq            an ONNX model with QuantizeLinear/DequantizeLinear placed by TensorRT's rules
-                 (qtool.exporters.trt_qdq); the default for 10.x and 11.x.
-  cache, dynamic-range, ort-trt   the range files of qtool.trtfiles.
+                 (qtool.targets.tensorrt.int8); the default for 10.x and 11.x.
+  cache, dynamic-range, ort-trt   the range files of qtool.targets.tensorrt.files.
 
 Which tensors (range files): every float activation tensor of the model (qtool.model.activation_tensors: graph
 inputs and outputs included, shape/index tensors and constants excluded), in graph order. A
-pass-through output (qtool.passthrough) whose own range is missing or unusable gets its input's.
+pass-through output (qtool.targets.tensorrt.passthrough) whose own range is missing or unusable gets its input's.
 A range no 8-bit grid represents is left out of the range files, with a warning (TensorRT then
 runs the tensor in FP16/FP32, as qtool.placement keeps it float in the Q/DQ model): infinite or
 NaN values, |x| >= 1e30 (qtool.patterns.HUGE; its scale overflows to +inf in float32) and the
@@ -23,54 +29,33 @@ when calibration saw no padding).
 
 from __future__ import annotations
 
-import re
-
-from .. import model, passthrough
-from .. import patterns as P
-from ..errors import QtoolError
-from ..rules import TENSORRT
-from ..trtfiles import (
+from ... import model
+from ... import patterns as P
+from ...errors import QtoolError
+from .. import OPTIONS
+from . import passthrough
+from .files import _listed, is_usable, write_cache, write_dynamic_range, write_ort_table
+from .rules import TENSORRT
+from .versions import (  # noqa: F401  (re-exported: the CLI and tests read the versions here)
     CACHE_VERSION,
+    LATEST_VERSION,
     TRT11_REMOVED,
-    _listed,
     canonical_version,
-    is_usable,
+    default_format,
+    default_version,
+    installed_version,
+    major_of,
     version_number,
-    write_cache,
-    write_dynamic_range,
-    write_ort_table,
 )
 
-# The newest TensorRT qtool knows (11.4, 2026); the default target when `tensorrt` is not installed.
-LATEST_VERSION = "11.4.0"
-FORMATS = ("qdq", "cache", "dynamic-range", "ort-trt")
+FORMATS = OPTIONS["fmt"].choices  # ("qdq", "cache", "dynamic-range", "ort-trt")
+PRECISIONS = OPTIONS["precision"].choices  # ("int8", "fp8")
 RANGE_FORMATS = ("cache", "dynamic-range", "ort-trt")  # implicit INT8: TensorRT 10 and earlier
 SUFFIXES = {"qdq": ".trt.onnx", "cache": ".cache", "dynamic-range": ".dynamic_range.txt", "ort-trt": ".calibration.flatbuffers"}
 TRT10_DEPRECATED = (
     "TensorRT 10.1 and later deprecate implicit INT8 (calibration caches) and TensorRT 11 removed it; "
     "--format qdq (the default for 10.x) is the supported path"
 )
-
-
-# ----------------------------------------------------------------------------- versions, hex
-
-def installed_version() -> str | None:
-    """The version of the `tensorrt` Python package (MAJOR.MINOR.PATCH), when one imports."""
-    try:
-        import tensorrt  # optional: only its version is read
-    except Exception:
-        return None
-    version = getattr(tensorrt, "__version__", None)
-    found = re.match(r"\d+\.\d+(?:\.\d+)?", version) if isinstance(version, str) else None  # "10.3.0.26", "10.3.0.post1"
-    try:
-        return canonical_version(found.group(0)) if found else None
-    except QtoolError:
-        return None
-
-
-def default_version() -> str:
-    """The installed TensorRT's version, else the newest one qtool knows."""
-    return installed_version() or LATEST_VERSION
 
 
 def version_source(given: str | None, fmt: str | None = None) -> str:
@@ -82,16 +67,6 @@ def version_source(given: str | None, fmt: str | None = None) -> str:
     if fmt in RANGE_FORMATS:
         return f"the default cache header ({CACHE_VERSION}; no tensorrt package installed)"
     return "the newest TensorRT qtool knows (no tensorrt package installed)"
-
-
-def major_of(version: str) -> int:
-    """The major version of a version qtool knows (7.x to 11.x)."""
-    return int(canonical_version(version).split(".")[0])
-
-
-def default_format(version: str) -> str:
-    """What `version` builds INT8 from by default: the cache before 10, a Q/DQ model from 10."""
-    return "cache" if major_of(version) < 10 else "qdq"
 
 
 # ----------------------------------------------------------------------------- ranges of a model
@@ -186,10 +161,10 @@ def build_command(loaded, cal, fmt: str, trt_version: str, path: str, model_path
     inputs whose shapes it cannot tell. trtexec sets min = opt = max to the --shapes given when no
     --minShapes/--optShapes/--maxShapes are (NVIDIA/TensorRT samples/common/sampleOptions.cpp,
     AllOptions::parse), so the engine is built for the calibrated shape."""
-    from . import trt_qdq
+    from . import int8
 
     if fmt == "qdq":
-        line = trt_qdq.build_command(major_of(trt_version), path)
+        line = int8.build_command(major_of(trt_version), path)
     elif fmt == "cache":
         line = f"trtexec --onnx={model_path} --int8 --calib={path}"
     else:
@@ -203,7 +178,7 @@ def build_command(loaded, cal, fmt: str, trt_version: str, path: str, model_path
 def input_shapes(proto, preprocess: dict) -> tuple[dict[str, list[int]], list[str]]:
     """{input: shape} for the graph inputs with a dynamic dimension: the batch as 1 and the image
     size the calibration recorded (images); and notes for inputs whose size it did not record."""
-    from .. import model as M
+    from ... import model as M
 
     shapes: dict[str, list[int]] = {}
     notes: list[str] = []
@@ -225,25 +200,41 @@ def input_shapes(proto, preprocess: dict) -> tuple[dict[str, list[int]], list[st
     return shapes, notes
 
 
-def suffix(fmt: str | None = None, trt_version: str | None = None, **_options) -> str:
-    """Default output file suffix for the format."""
+def suffix(fmt: str | None = None, trt_version: str | None = None, precision: str = "int8", **_options) -> str:
+    """Default output file suffix for the format (FP8 models: .fp8.trt.onnx)."""
+    if precision == "fp8":
+        return ".fp8" + SUFFIXES[resolve(trt_version, fmt or "qdq")[1]]
     return SUFFIXES[resolve(trt_version, fmt)[1]]
 
 
 def export(loaded, cal, *, trt_version: str | None = None, algorithm: str = "entropy2", fmt: str | None = None,
-           method: str | None = None, high_precision: str | None = None, weights: str = "fp32",
+           method: str | None = None, high_precision: str | None = None, weights: str | None = None, precision: str = "int8",
            exclude=(), include=(), bias_correction: bool = True, smooth_quant="auto", **_options):
-    """TensorRT INT8 for `cal` in format `fmt` for `trt_version` (see the module docstring)."""
-    from . import ExportResult
+    """TensorRT INT8 (or FP8: qtool.targets.tensorrt.fp8) for `cal` in format `fmt` for
+    `trt_version` (see the module docstring)."""
+    from .. import ExportResult
 
+    if precision not in PRECISIONS:
+        raise QtoolError(f"--precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+    if precision == "fp8":
+        trt_version, fmt = resolve(trt_version, fmt or "qdq")
+        if fmt != "qdq":
+            raise QtoolError(f"--precision fp8 writes a Q/DQ model (--format qdq); the {fmt} range files are INT8 only")
+        if smooth_quant not in ("auto", None) or algorithm != "entropy2":
+            raise QtoolError("--smooth-quant and --algorithm apply to --precision int8 only")
+        from . import fp8
+
+        return fp8.export(loaded, cal, trt_version=trt_version, method=method, high_precision=high_precision,
+                          weights=weights or "fp8", exclude=exclude, include=include)
+    weights = weights or "fp32"
     trt_version, fmt = resolve(trt_version, fmt)
     if algorithm not in CALIBRATOR_ALGORITHMS:
         raise QtoolError(f"--algorithm {algorithm!r} is not one of {', '.join(CALIBRATOR_ALGORITHMS)}")
     major = major_of(trt_version)
     if fmt == "qdq":
-        from . import trt_qdq
+        from . import int8
 
-        data, warnings, summary = trt_qdq.export(
+        data, warnings, summary = int8.export(
             loaded, cal, lambda c: thresholds(c, fmt, algorithm, method), major=major,
             high_precision=high_precision or ("fp16" if major >= 10 else "fp32"),
             weights=weights, exclude=exclude, include=include, bias_correction=bias_correction, smooth_quant=smooth_quant)
@@ -314,3 +305,38 @@ def _ranges_file(loaded, amax: dict[str, float], trt_version: str, algorithm: st
         "inherited": len(report["inherited"]), "missing": len(report["missing"]), "dropped": len(report["dropped"]),
     })
     return data, warnings + more, summary
+
+
+def evaluation_options(options: dict) -> dict:
+    """The export options qtool.evaluation builds the Q/DQ model with (the range files hold no model to run)."""
+    fmt = options.get("fmt") or "qdq"
+    if fmt != "qdq":
+        raise QtoolError(f"the tensorrt target is evaluated in its Q/DQ model (--format qdq); a {fmt} file holds ranges, no model to run")
+    version, fmt = resolve(options.get("trt_version"), fmt)
+    return {**options, "trt_version": version, "fmt": fmt}
+
+
+def shown(loaded, cal, *, method: str | None = None, trt_version: str | None = None):
+    """What qtool report shows of the Q/DQ model export writes with default options (the same
+    preparation, thresholds and placement: int8.plan), with the scales its `apply` writes (FP16
+    when the unquantized part is)."""
+    import numpy as np
+
+    from .. import Shown
+    from . import int8
+
+    version, fmt = resolve(trt_version, "qdq")
+    major = major_of(version)
+    high_precision = "fp16" if major >= 10 else "fp32"
+    placed = int8.plan(loaded, cal, lambda c: thresholds(c, fmt, "entropy2", method), major=major, high_precision=high_precision)
+    floor = np.float32(int8.FP16_SCALE_FLOOR if high_precision == "fp16" else 0.0)
+    scales = {}
+    for s in placed.plan.activations:
+        scale = max(int8.activation_scale(s.range.amax), floor)
+        scales[s.tensor] = float(np.float16(scale) if high_precision == "fp16" else scale)  # fp16.py stores an FP16 model's scales in FP16
+    notes = [f"scales in {high_precision.upper()}, as a TensorRT {major}.x export writes them"]
+    if default_format(version) != "qdq":
+        notes.append(f"qtool export --target tensorrt writes a calibration cache for TensorRT {major}.x by default (every "
+                     "activation tensor, NVIDIA's entropy thresholds); this page shows its Q/DQ model (--format qdq)")
+    return Shown(f"TensorRT {version}, Q/DQ model", placed.plan, placed.cal, placed.cal.method_for(TENSORRT, method),
+                 thresholds(placed.cal, fmt, "entropy2", method), placed.smoothing, scales, notes)

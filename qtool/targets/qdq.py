@@ -3,7 +3,7 @@
 Activations: QuantizeLinear -> DequantizeLinear per tensor, uint8 [0, amax] when never negative,
 else int8 with scale amax/127 (zero point 0 in both cases). Weights: int8 initializers (narrow
 range [-127, 127], or [-63, 63] with --weights-7bit) with a per-output-channel DequantizeLinear
-(`axis`). onnxruntime runs the result; TensorRT 10+ builds explicit-quantization engines from it.
+(`axis`). onnxruntime runs the result (its uint8 activations are not for every runtime's Q/DQ parser).
 
 DequantizeLinear's `axis` needs opset 13, so older models (paddle2onnx writes opset 11-12) are
 converted with onnx's version converter first; onnxruntime's own quantizer writes an invalid
@@ -20,7 +20,8 @@ from .. import graph as G
 from .. import placement, quant
 from .. import policy as policy_mod
 from ..errors import QtoolError
-from . import Prepared, cpu_plan, smooth, with_quantizers
+from .cpu import Prepared, cpu_plan, smooth, with_quantizers
+from .cpu import shown as cpu_shown
 
 MIN_OPSET = 13
 
@@ -209,3 +210,8 @@ def export_prepared(loaded, cal, prepared: Prepared, bias_correction: bool = Tru
     if prepared.smoothing is not None:
         summary["smooth_quant"] = prepared.smoothing.summary
     return ExportResult(data, prepared.warnings + bc_warnings + more, summary)
+
+
+def shown(loaded, cal, *, method: str | None = None):
+    """What qtool report shows of this export (default options)."""
+    return cpu_shown(prepare, "QDQ model (onnxruntime)", loaded, cal, method)

@@ -5,12 +5,12 @@ What NVIDIA ModelOpt's FP8 path writes (NVIDIA/Model-Optimizer modelopt/onnx/qua
 graph_utils.py find_nodes_from_convs_to_exclude, qdq_utils.py qdq_to_dq) and TensorRT takes
 (TensorRT developer guide, "Explicit Quantization": FP8 is E4M3 only, per-tensor activations,
 per-channel weights, scales positive FP32/FP16, zero points FLOAT8E4M3FN zero; opset 19 for
-FLOAT8 Q/DQ; qtool.trtrules checks it with precision "fp8"):
+FLOAT8 Q/DQ; qtool.targets.tensorrt.checker checks it with precision "fp8"):
 * placement: ModelOpt's FP8 op types, Conv, Gemm, MatMul and the residual Add, placed as the INT8
-  Q/DQ model is (qtool.rules.TENSORRT: every input of those layers, the skip input of a residual
+  Q/DQ model is (qtool.targets.tensorrt.rules.TENSORRT: every input of those layers, the skip input of a residual
   Add, a Concat's inputs sharing one scale), each Q/DQ right before its reader (not moved up
   through MaxPool or shape ops); no ConvTranspose and no pooling (not in ModelOpt's FP8 list). Default exclusions: the INT8
-  ones (qtool.patterns.tensorrt_exclusions) and ModelOpt's FP8 Conv rule: input or output
+  ones (qtool.targets.tensorrt.rules.exclusions) and ModelOpt's FP8 Conv rule: input or output
   channels <= 16, or a kernel of more than 32 taps (`--include` overrides both);
 * activations per tensor, scale = amax / 448 (E4M3's largest finite value) in float32, amax
   from the calibration file's histogram by `method`, max |x| by default as ModelOpt (its FP8 path
@@ -25,34 +25,24 @@ TensorRT 10 and later only: FLOAT8 Q/DQ need opset 19, above the 8.x/9.x parsers
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .. import graph as G
-from .. import patterns as P
-from .. import placement
-from ..errors import QtoolError
-from ..rules import TENSORRT
-from ..trtrules import OPSETS, parse_version
-from .qdq import add_initializer, upgrade_opset
+from ... import graph as G
+from ... import patterns as P
+from ... import placement
+from ...errors import QtoolError
+from ..qdq import add_initializer, upgrade_opset
+from .rules import FP8, FP8_DEFAULT_METHOD, exclusions, fp8_exclusions
+from .versions import FP8_MIN_MAJOR, FP8_OPSET, OPSETS, default_version, parse_version
 
 E4M3_MAX = 448.0  # largest finite FLOAT8E4M3FN value (ONNX: float8e4m3fn has no infinities)
-FP8_OPSET = 19  # QuantizeLinear/DequantizeLinear-19 take FLOAT8 types
-MIN_MAJOR = 10  # the first TensorRT whose parser reads opset 19
+MIN_MAJOR = FP8_MIN_MAJOR
 WEIGHT_STORAGE = ("fp8", "fp32")
-MIN_CHANNELS_FP8 = 16  # ModelOpt graph_utils._MIN_CHANNELS_FP8: Conv I/O channels up to this stay FP16
-MAX_FILTER_FP8 = 32  # ModelOpt graph_utils: FP8 Conv kernels with more taps than this stay FP16
-DEFAULT_METHOD = "max"
+DEFAULT_METHOD = FP8_DEFAULT_METHOD
 
-# ModelOpt's FP8 op types (fp8.py: fp8_supported_op_types Gemm, MatMul, Conv, Add) on TensorRT's
-# INT8 placement machinery; ConvTranspose and pooling are not among them, and no quantizer moves
-# up through MaxPool or shape ops: the Q/DQ sits right before the layer that reads it, as ModelOpt
-# writes it (TensorRT has no FP8 pooling, and moves Q/DQ across shape ops itself).
-RULES = replace(TENSORRT, name="tensorrt-fp8", linear=frozenset({"Conv", "Gemm", "MatMul"}), pooling=frozenset(),
-                pass_through=frozenset(), default_method=DEFAULT_METHOD)
+RULES = FP8
 
 
 def _e4m3():
@@ -116,7 +106,7 @@ def thresholds(cal, method: str | None = None) -> dict:
     method searched on the signed INT8 grid, or "e4m3-mse": the least E4M3 error), else the
     file's method when calibrate pinned one, else max |x| (ModelOpt's FP8 default)."""
     if method == "e4m3-mse":
-        from ..calibration import Threshold, clipped_fraction
+        from ...calibration import Threshold, clipped_fraction
 
         out = {}
         for t in cal.tensors:
@@ -124,25 +114,6 @@ def thresholds(cal, method: str | None = None) -> dict:
             out[t.name] = Threshold(amax, False, clipped_fraction(t, amax), False)
         return out
     return cal.decide(signed=True, method=cal.method_for(RULES, method), fallback=RULES.clip_fallback)
-
-
-def fp8_exclusions(model: onnx.ModelProto) -> dict[str, str]:
-    """Conv nodes ModelOpt keeps out of FP8 (graph_utils.find_nodes_from_convs_to_exclude, fp8):
-    input or output channels (per group) <= 16, or a kernel with more than 32 taps."""
-    m = P.GraphView(model)
-    found: dict[str, str] = {}
-    for n in model.graph.node:
-        if n.op_type != "Conv" or not P.standard(n) or len(n.input) < 2:
-            continue
-        w = m.constants.get(n.input[1])
-        if w is None or len(w.dims) < 3:
-            continue
-        oc, ic, taps = int(w.dims[0]), int(w.dims[1]), int(np.prod(w.dims[2:]))
-        if taps > MAX_FILTER_FP8:
-            found[n.name] = f"default exclusion: FP8 Conv kernel of {taps} taps > {MAX_FILTER_FP8} (no fast FP8 kernel)"
-        elif oc <= MIN_CHANNELS_FP8 or ic <= MIN_CHANNELS_FP8:
-            found[n.name] = f"default exclusion: FP8 Conv with {ic} input / {oc} output channels per group (<= {MIN_CHANNELS_FP8})"
-    return found
 
 
 def check_options(major: int, high_precision: str, weights: str) -> None:
@@ -220,7 +191,7 @@ def plan(model: onnx.ModelProto, cal, *, method: str | None = None, exclude=(), 
     include, exclude = list(include or ()), list(exclude or ())
     fp8_only = fp8_exclusions(model)
     applied = {k: v for k, v in fp8_only.items() if k not in include}
-    both = P.tensorrt_exclusions(P.GraphView(model)) if any(n in fp8_only for n in include) else {}
+    both = exclusions(P.GraphView(model)) if any(n in fp8_only for n in include) else {}
     result = placement.place(model, {t.name: t for t in cal.tensors}, rules=RULES, thresholds=thresholds(cal, method),
                              exclude=[*exclude, *applied], include=[n for n in include if n not in fp8_only or n in both],
                              float_types=(TensorProto.FLOAT,))
@@ -233,8 +204,7 @@ def plan(model: onnx.ModelProto, cal, *, method: str | None = None, exclude=(), 
 def export(loaded, cal, *, trt_version: str | None = None, method: str | None = None, high_precision: str | None = None,
            weights: str = "fp8", exclude=(), include=(), **_options):
     """The FP8 Q/DQ model for TensorRT `trt_version` (default: the newest qtool knows), as an ExportResult."""
-    from . import ExportResult
-    from .tensorrt import default_version
+    from .. import ExportResult
 
     trt_version = trt_version or default_version()
     major = parse_version(trt_version)[0]
@@ -255,7 +225,7 @@ def export(loaded, cal, *, trt_version: str | None = None, method: str | None = 
     if extra:
         summary["fp8_exclusions"] = dict(sorted(extra.items()))
     if high_precision == "fp16":
-        from .. import fp16
+        from . import fp16
 
         G.toposort(model.graph)
         G.cleanup(model.graph)
