@@ -27,7 +27,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from . import histogram, model, nchwc
+from . import histogram, model, nchwc, ortlog
 from .errors import QtoolError
 from .histogram import Extrema, TensorHistogram
 
@@ -53,7 +53,7 @@ def make_session(model: onnx.ModelProto, external_folder: str | os.PathLike | No
     `optimized`: the model is a graph onnxruntime optimized already (nchwc): run it as it is.
     """
     opts = ort.SessionOptions()
-    opts.log_severity_level = 3
+    opts.log_severity_level = ortlog.FATAL  # its errors come back as exceptions (qtool reports them in one line)
     if threads is not None:
         opts.intra_op_num_threads = threads
     if optimized:

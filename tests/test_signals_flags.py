@@ -258,8 +258,6 @@ def test_onnxruntime_prints_nothing(work):
         assert r.returncode == 0 and all(line.startswith(("warning: ", "info: ")) for line in r.stderr.splitlines()), r.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="needs collect.make_session's sessions at log severity 4 (ortlog.FATAL), "
-                                       "as nchwc's and fp16's: onnxruntime logs a failed run at severity 3")
 def test_a_run_onnxruntime_fails_is_one_line(work):
     """onnxruntime logs a failed run in colour before raising it: qtool's one line only."""
     d, tmp = work
