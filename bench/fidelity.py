@@ -73,6 +73,17 @@ WORK = Path(tempfile.gettempdir()) / "qtool-bench" / "fidelity"
 LINEAR = ("Convolution", "MatMul", "FullyConnected", "Deconvolution")
 
 
+def qtool(*args) -> None:
+    """Run one qtool command in this process (its CLI, as a user types it); raise on a non-zero exit."""
+    from click.testing import CliRunner
+
+    from qtool.cli import cli
+
+    r = CliRunner().invoke(cli, [str(a) for a in args])
+    if r.exit_code:
+        raise RuntimeError(f"qtool {args[1]} failed: {r.output}")
+
+
 def int8_layers(compiled) -> tuple[int, int]:
     return _int8_layers(compiled, LINEAR)
 
@@ -237,15 +248,6 @@ def run_qtool(model_path: Path, data_dir: Path, out_dir: Path, variants: list[st
     "METHOD[+LEVER...]" export the FakeQuantize model: METHOD `default` exports the file as it is,
     any other method is recomputed from the stored histograms first; LEVERs add export options
     (LEVERS). {variant: (FakeQuantize ONNX, seconds for calibrate + that export)}."""
-    from click.testing import CliRunner
-
-    from qtool.cli import cli
-
-    def qtool(*args):
-        r = CliRunner().invoke(cli, [str(a) for a in args])
-        if r.exit_code:
-            raise RuntimeError(f"qtool {args[1]} failed: {r.output}")
-
     calib = out_dir / "qtool.calib.json"
     t = time.perf_counter()
     qtool("-q", "calibrate", model_path, "--data", data_dir, "-o", calib, *extra_calib)
@@ -443,26 +445,6 @@ def quantize_ort(model: Path, feeds: list[dict], out: Path, per_channel: bool) -
     return time.perf_counter() - t
 
 
-def text_latencies_ms(core, models: dict, feed: dict, runs: int, rounds: int) -> dict:
-    """openvino_vs_nncf.latencies_ms for a multi-input model (batch 1, LATENCY hint, median, best round)."""
-    requests = {}
-    for label, (path, config) in models.items():
-        compiled = core.compile_model(str(path), "CPU", {"PERFORMANCE_HINT": "LATENCY", **(config or {})})
-        requests[label] = compiled.create_infer_request()
-        for _ in range(max(3, runs // 10)):
-            requests[label].infer(feed)
-    best = {label: float("inf") for label in models}
-    for _ in range(rounds):
-        for label, request in requests.items():
-            times = []
-            for _ in range(runs):
-                t = time.perf_counter()
-                request.infer(feed)
-                times.append(time.perf_counter() - t)
-            best[label] = min(best[label], float(np.median(times) * 1000))
-    return best
-
-
 TEXT_ROWS = (("q:openvino", "OV"), ("NNCF transformer", "OV"), ("q:qdq", "ORT"), ("q:tensorrt", "ORT"),
              ("ort quantize_static", "ORT"), ("ort q_static per_ch", "ORT"))
 
@@ -472,9 +454,6 @@ def text_model(name: str, args, core, run_config, f32) -> dict:
     on the held-out ones; prints and returns the rows."""
     import nncf
     import openvino as ov
-    from click.testing import CliRunner
-
-    from qtool.cli import cli
 
     rel, token_out, sentence_out = TEXT_MODELS[name]
     data = text_data(args)
@@ -487,11 +466,6 @@ def text_model(name: str, args, core, run_config, f32) -> dict:
     mask = np.concatenate([f["attention_mask"] for f in held])
     outputs = [token_out, sentence_out]
     paths, seconds = {}, {}
-
-    def qtool(*a):
-        r = CliRunner().invoke(cli, [str(x) for x in a])
-        if r.exit_code:
-            raise RuntimeError(f"qtool {a[1]} failed: {r.output}")
 
     calib_file = out_dir / "qtool.calib.json"
     t = time.perf_counter()
@@ -535,7 +509,7 @@ def text_model(name: str, args, core, run_config, f32) -> dict:
         rows[label] = {"runtime": runtime, "cosine": cos, "sqnr_db": sqnr, "int8_linear": len(int8), "linear": total,
                        "runtime_int8": run8, "nncf_int8_not_int8": len(nncf_int8 - int8), "seconds": seconds[label]}
     if args.text_runs:
-        lat = text_latencies_ms(core, {"fp32": (model_path, f32), "q:openvino": (paths["q:openvino"], run_config),
+        lat = latencies_ms(core, {"fp32": (model_path, f32), "q:openvino": (paths["q:openvino"], run_config),
                                        "NNCF transformer": (paths["NNCF transformer"], run_config)}, held[0], args.text_runs, rounds=2)
         for label in ("q:openvino", "NNCF transformer"):
             rows[label]["latency_ratio"] = lat[label] / lat["fp32"]

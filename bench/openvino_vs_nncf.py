@@ -52,20 +52,22 @@ def int8_layers(compiled, layer_types=LINEAR) -> tuple[int, int]:
 
 def latencies_ms(core, models: dict, sample, runs: int, rounds: int = 5) -> dict:
     """Median latency per model (batch 1, LATENCY hint); models alternate over `rounds` rounds
-    and each keeps its best round, so a noisy moment on the machine hits every model alike."""
+    and each keeps its best round, so a noisy moment on the machine hits every model alike.
+    `sample`: the one input's array, or {input name: array} for a multi-input model."""
+    feed = sample if isinstance(sample, dict) else [sample]
     requests = {}
     for label, (path, config) in models.items():
-        compiled = core.compile_model(path, "CPU", {"PERFORMANCE_HINT": "LATENCY", **(config or {})})
+        compiled = core.compile_model(str(path), "CPU", {"PERFORMANCE_HINT": "LATENCY", **(config or {})})
         requests[label] = compiled.create_infer_request()
         for _ in range(max(10, runs // 10)):
-            requests[label].infer([sample])
+            requests[label].infer(feed)
     best = {label: float("inf") for label in models}
     for _ in range(rounds):
         for label, request in requests.items():
             times = []
             for _ in range(runs):
                 t = time.perf_counter()
-                request.infer([sample])
+                request.infer(feed)
                 times.append(time.perf_counter() - t)
             best[label] = min(best[label], float(np.median(times) * 1000))
     return best
