@@ -189,9 +189,10 @@ EXPORT_OPTIONS = {name: set(targets.get(name).options) for name in TARGETS}
 @_keyword_errors
 def export(model_or_path, cal: Calibration, *, target: str, path: str | os.PathLike | None = None, **options) -> bytes:
     """The bytes of `target`'s file for this calibration (written atomically to `path` when given),
-    as `qtool export` writes them. Options per target (EXPORT_OPTIONS): tensorrt: trt_version, fmt
-    (qdq/cache/dynamic-range/ort-trt), algorithm, precision (int8/fp8), method, high_precision, weights; openvino and qdq:
-    weights_7bit, ignored_patterns, policies (qtool.policy.Policies); all: smooth_quant (auto/true/false/alpha), exclude, include, bias_correction."""
+    as `qtool export` writes them. `options`: the keywords the target takes, EXPORT_OPTIONS[target]
+    (qtool.targets.OPTIONS declares each once, with its command-line flag, help and choices:
+    `python -c "import qtool.targets as t; print(t.OPTIONS['fmt'].help)"`); `policies` is a
+    qtool.policy.Policies, the others strings, booleans or lists of names as on the command line."""
     if target not in TARGETS:
         raise QtoolError(f"target {target!r} is not one of {', '.join(TARGETS)}")
     unknown = sorted(set(options) - EXPORT_OPTIONS[target])
@@ -212,12 +213,13 @@ def export(model_or_path, cal: Calibration, *, target: str, path: str | os.PathL
 def evaluate(model_or_path, cal: Calibration, *, images: str | os.PathLike | None = None, data=None, limit: int | None = None,
              target: str = "qdq", runtime: str | None = None, per_tensor: bool = False,
              progress: Callable[[int], None] | None = None, **options) -> _evaluate.Evaluation:
-    """The int8 model of `target` (qdq, openvino or tensorrt: its file as `export` builds it, with
+    """The int8 model of `target` (one of qtool.targets.TARGETS: its file as `export` builds it, with
     the export `options` that target reads, EXPORT_OPTIONS) against FP32 on held-out inputs, as
     `qtool evaluate` does: the exact simulation of the file's arithmetic, the same on every CPU;
-    with runtime="openvino" (target openvino) or "onnxruntime" (qdq, tensorrt) also that runtime's
-    int8 kernels on this CPU (Evaluation.runtime). per_tensor: also rank every quantizer (openvino
-    and qdq; one model run over the inputs each). Inputs: images (preprocessed as the calibration
+    with `runtime` (qtool.targets.runtimes(): openvino runs target openvino's file, onnxruntime
+    qdq's and tensorrt's) also that runtime's int8 kernels on this CPU (Evaluation.runtime).
+    per_tensor: also rank every quantizer (qtool.targets.ranked(): openvino and qdq; one model run
+    over the inputs each). Inputs: images (preprocessed as the calibration
     records), a folder of .npy/.npz, or an in-memory loader."""
     from .inputs import held_out_runs
 

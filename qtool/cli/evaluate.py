@@ -16,7 +16,7 @@ from .. import evaluation as ev
 from ..api import EXPORT_OPTIONS
 from ..errors import QtoolError
 from ..inputs import DEFAULT_BATCH, find_calibration, held_out_runs, load_checked_model, model_json
-from ..targets import TARGETS, runtimes
+from ..targets import TARGETS, get, runtimes
 from . import EPILOG, cli, emit, policies_from, policy_options
 from .export import check_target_options, option
 
@@ -45,8 +45,8 @@ def _progress(total: int, enabled: bool):
 @click.option("--bgr/--rgb", default=None, help="Channel order [default: the calibration file's].")
 @click.option("--layout", type=click.Choice(["nchw", "nhwc"]), help="Input layout [default: the calibration file's].")
 @click.option("--batch-size", type=click.IntRange(min=1), help=f"Images per inference [default: the model's fixed batch, else {DEFAULT_BATCH}]; results do not depend on it.")
-@click.option("--target", type=click.Choice(TARGETS), default="qdq", show_default=True, help="Whose export to evaluate: qdq (QuantizeLinear/DequantizeLinear), openvino (FakeQuantize), tensorrt (its Q/DQ model, with the FP16 part).")
-@click.option("--runtime", type=click.Choice(tuple(runtimes())), help="Also run the file in this runtime on this CPU (its int8 kernels): openvino (--target openvino) or onnxruntime (--target qdq or tensorrt), and report both; a warning names the likely cause where they differ by more than 1 dB.")
+@click.option("--target", type=click.Choice(TARGETS), default="qdq", show_default=True, help="Whose export to evaluate: " + ", ".join(f"{t} ({get(t).description})" for t in TARGETS) + ".")
+@click.option("--runtime", type=click.Choice(tuple(runtimes())), help="Also run the file in this runtime on this CPU (its int8 kernels): " + " or ".join(f"{r} (--target {' or '.join(ts)})" for r, ts in runtimes().items()) + ", and report both; a warning names the likely cause where they differ by more than 1 dB.")
 @option("method", "evaluate")
 @option("exclude", "evaluate")
 @option("include", "evaluate")

@@ -75,7 +75,7 @@ class Target:
     any_subset: bool  # its writer builds a model of any subset of its quantizers (prepare/quantized)
     options: frozenset[str]  # the export options it takes (keywords of OPTIONS)
     suffix: str  # default output suffix (the writer's suffix(**options) may pick another)
-    description: str
+    description: str  # what its file is, in a few words (qtool evaluate --help)
 
     def module(self):
         """The writer module."""
@@ -102,7 +102,7 @@ _REGISTRY = (
     Target("tensorrt", "qtool.targets.tensorrt", "qtool.targets.tensorrt.rules:TENSORRT", (FLOAT,), "onnxruntime", False,
            frozenset({"trt_version", "fmt", "algorithm", "precision", "method", "high_precision", "weights", "exclude", "include",
                       "bias_correction", "smooth_quant"}),
-           ".trt.onnx", "its Q/DQ model (INT8 or FP8, with the FP16 part) or a range file"),
+           ".trt.onnx", "its Q/DQ model, with the FP16 part"),
     Target("openvino", "qtool.targets.openvino", "qtool.targets.cpu:CPU", (FLOAT, FLOAT16), "openvino", True, _CPU_OPTIONS,
            ".openvino.onnx", "FakeQuantize"),
     Target("qdq", "qtool.targets.qdq", "qtool.targets.cpu:CPU", (FLOAT,), "onnxruntime", True, _CPU_OPTIONS,

@@ -17,11 +17,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 from .. import graph as G
 from .. import placement, policy, quant
+from . import get
 from .cpu import Prepared, cpu_plan, smooth, with_quantizers
 from .cpu import shown as cpu_shown
 
 DOMAIN = "org.openvinotoolkit"
-FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16)
+FLOAT_TYPES = get("openvino").float_types  # FLOAT and FLOAT16
 
 
 def suffix(**_options) -> str:

@@ -20,6 +20,7 @@ from .. import graph as G
 from .. import placement, quant
 from .. import policy as policy_mod
 from ..errors import QtoolError
+from . import get
 from .cpu import Prepared, cpu_plan, smooth, with_quantizers
 from .cpu import shown as cpu_shown
 
@@ -168,7 +169,7 @@ def prepare(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_p
     G.unique_node_names(model.graph, G.Namer(model))
 
     def plan_for(m, c, smoothing=None, more_excluded=(), guard=True) -> placement.Plan:
-        return cpu_plan(m, c, float_types=(TensorProto.FLOAT,), overflow_remedy="uint8" if guard else None, exclude=list(exclude or ()) + list(more_excluded),
+        return cpu_plan(m, c, float_types=get("qdq").float_types, overflow_remedy="uint8" if guard else None, exclude=list(exclude or ()) + list(more_excluded),
                         include=include, weights_7bit=weights_7bit, ignored_patterns=ignored_patterns, policies=policies,
                         method=method, smoothing=smoothing)
 

@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
 from ... import graph as G
 from ... import patterns as P
 from ... import placement
 from ...errors import QtoolError
+from .. import get
 from ..qdq import add_initializer, upgrade_opset
 from .rules import FP8, FP8_DEFAULT_METHOD, exclusions, fp8_exclusions
 from .versions import FP8_MIN_MAJOR, FP8_OPSET, OPSETS, default_version, parse_version
@@ -194,7 +195,7 @@ def plan(model: onnx.ModelProto, cal, *, method: str | None = None, exclude=(), 
     both = exclusions(P.GraphView(model)) if any(n in fp8_only for n in include) else {}
     result = placement.place(model, {t.name: t for t in cal.tensors}, rules=RULES, thresholds=thresholds(cal, method),
                              exclude=[*exclude, *applied], include=[n for n in include if n not in fp8_only or n in both],
-                             float_types=(TensorProto.FLOAT,))
+                             float_types=get("tensorrt").float_types)
     for name, why in applied.items():  # placement records them as excluded: say why
         if result.fp32_layers.get(name) == "excluded" and name not in exclude:
             result.fp32_layers[name] = why

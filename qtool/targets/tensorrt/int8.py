@@ -27,13 +27,14 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import helper
 
 from ... import biascorrection, placement, quant, smoothquant
 from ... import graph as G
 from ... import patterns as P
 from ...calibration import Threshold
 from ...errors import QtoolError
+from .. import get
 from ..qdq import add_initializer, upgrade_opset
 from .rules import TENSORRT
 from .versions import FP16_OPSET, OPSETS
@@ -153,7 +154,7 @@ def plan(loaded, cal, thresholds: Callable, *, major: int, high_precision: str, 
         if smoothing is not None:
             chosen.update({n: Threshold(a, False, 0.0, False) for n, a in smoothing.amax.items()})
         return placement.place(m, {t.name: t for t in c.tensors}, rules=TENSORRT, thresholds=chosen, exclude=list(exclude or ()),
-                               include=list(include or ()), float_types=(TensorProto.FLOAT,))
+                               include=list(include or ()), float_types=get("tensorrt").float_types)
 
     def place_transformer(m, c) -> placement.Plan:  # TensorRT's rules place no transformer preset: smooth asks for the structure
         return replace(place(m, c), transformer=structure)
