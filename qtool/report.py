@@ -476,10 +476,13 @@ class Row:
 
 
 def rows(cal: Calibration, plan: TargetPlan, evaluation: dict | None = None) -> list[Row]:
-    """Every calibrated tensor in graph order, with the target's quantizer when it has one."""
+    """Every calibrated tensor in graph order, with the target's quantizer when it has one, then
+    the tensors SmoothQuant added (the export's records of its scaled activations)."""
     sens = evaluation["tensors"] if evaluation else {}
     out = []
-    for k, rec in enumerate(cal.tensors):
+    names = {t.name for t in cal.tensors}
+    added = [r for n, r in plan.records.items() if n not in names]
+    for k, rec in enumerate([*cal.tensors, *added]):
         rec = plan.records.get(rec.name, rec)
         site = plan.sites.get(rec.name)
         amax = site.amax if site else rec.amax

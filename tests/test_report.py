@@ -471,3 +471,33 @@ def test_chromium_sorts_by_output_sqnr(work):
     page = parse(dom)
     values = [float(r["data-sqnr"]) for r in page.rows]
     assert values == sorted(values) and len(values) >= 5
+
+
+def test_tensorrt_report_of_a_transformer_shows_the_smoothed_export(tmp_path):
+    """On a transformer the TensorRT export applies SmoothQuant; the report places with the same
+    code (qtool.targets.tensorrt.int8.plan), so it lists exactly the export's Q/DQ scales, the
+    smoothed activations among them, and says where their thresholds come from."""
+    from test_transformers import bert_feeds
+
+    onnx.save(zoo.bert_like(True), tmp_path / "bert.onnx")
+    (tmp_path / "data").mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(6):
+        np.savez(tmp_path / "data" / f"{i}.npz", **bert_feeds(rng))
+    calib = tmp_path / "bert.calib.json"
+    ok(invoke("-q", "calibrate", tmp_path / "bert.onnx", "--data", tmp_path / "data", "-o", calib))
+    out, exported = tmp_path / "r.html", tmp_path / "m.trt.onnx"
+    ok(invoke("-q", "report", calib, "--target", "tensorrt", "-o", out))
+    summary = json.loads(ok(invoke("-q", "export", tmp_path / "bert.onnx", "--calib", calib, "--target", "tensorrt",
+                                   "-o", exported, "--json")).stdout)
+    assert summary["smooth_quant"]["layers"]
+    m = onnx.load(str(exported))
+    inits = {i.name for i in m.graph.initializer}
+    activations = {n.input[0] for n in m.graph.node if n.op_type == "QuantizeLinear" and n.input[0] not in inits}
+    written = {k: v for k, v in scales(exported, "QuantizeLinear").items() if k in activations}
+    reported = {row["data-tensor"]: row for row in parse(out.read_text(encoding="utf-8")).rows}
+    assert set(reported) == set(written) and written
+    for name, value in written.items():
+        assert np.float16(float(reported[name]["data-scale"])) == value
+    smoothed = [name for name, row in reported.items() if "max |x| of the SmoothQuant-scaled tensor" in row["text"]]
+    assert smoothed and all(name.endswith("/smooth_quant") for name in smoothed)
