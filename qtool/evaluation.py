@@ -410,14 +410,14 @@ def check_request(target: str, runtime: str | None = None, per_tensor: bool = Fa
         ranked_exporter(target)
 
 
-def export_options(target: str, options: dict) -> dict:
+def export_options(target: str, options: dict, runtime: str | None = None) -> dict:
     """The export options, checked, with the target's defaults filled in (Target.evaluation_options)."""
     if options.get("method") is not None:
         try:
             thresholds.parse_method(options["method"])
         except ValueError as e:
             raise QtoolError(f"--method: {e}") from None
-    return targets.get(target).evaluation_options(options)
+    return targets.get(target).evaluation_options(options, runtime)
 
 
 def runtime_warnings(name: str, simulated: list[OutputMetrics], measured: list[OutputMetrics]) -> list[str]:
@@ -454,7 +454,7 @@ def evaluate(loaded, cal, runs: Runs, *, target: str = "qdq", runtime: str | Non
     names, not_compared = _float_outputs(loaded.proto)
     if not names:
         raise QtoolError("the model has no float outputs to compare (SQNR needs float outputs)")
-    options = export_options(target, options)
+    options = export_options(target, options, runtime)
     exported = exporter(target).export(loaded, cal, **options)
     ranked = prepare(target, loaded, cal, options) if per_tensor else None
     if progress is not None:  # a tqdm bar: one step per model pass over the inputs

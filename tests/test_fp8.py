@@ -341,3 +341,34 @@ def test_precision_applies_to_tensorrt_only(calibrated, tmp_path):
     assert r.exit_code == 2 and "--precision applies to --target tensorrt, not qdq" in r.output
     with pytest.raises(QtoolError, match="'precision' does not apply to target 'qdq'"):
         api.export(m, cal, target="qdq", precision="fp8")
+
+
+def test_cli_evaluate_precision_fp8_simulates_the_fp8_export(calibrated, tmp_path):
+    """qtool evaluate --target tensorrt --precision fp8 measures the file export writes: its SQNR
+    is the one of that file run in onnxruntime (ORT_ENABLE_BASIC); --runtime is refused (no FP8
+    kernels on CPU)."""
+    import json
+
+    from runcli import invoke
+
+    m, _, cal = calibrated["cnn"]
+    onnx.save(m, tmp_path / "cnn.onnx")
+    cal.save(tmp_path / "cnn.calib.json")
+    (tmp_path / "held").mkdir()
+    feeds = [_cnn_feeds(m.graph.input[0].name, seed) for seed in (100, 101, 102)]
+    for i, f in enumerate(feeds):
+        np.save(tmp_path / "held" / f"{i}.npy", next(iter(f.values())))
+    common = ("--calib", tmp_path / "cnn.calib.json", "--target", "tensorrt", "--precision", "fp8", "--trt-version", "10.3")
+    r = invoke("evaluate", tmp_path / "cnn.onnx", *common, "--high-precision", "fp32", "--data", tmp_path / "held", "--json")
+    assert r.exit_code == 0, r.output
+    result = json.loads(r.stdout)
+    assert result["quantization"]["precision"] == "fp8" and result["quantization"]["fp8_layers"] > 0
+    r2 = invoke("export", tmp_path / "cnn.onnx", *common, "--high-precision", "fp32", "-o", tmp_path / "m.onnx")
+    assert r2.exit_code == 0, r2.output
+    fp32 = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    fp8 = _session((tmp_path / "m.onnx").read_bytes())
+    ref = np.concatenate([fp32.run(None, f)[0] for f in feeds])
+    out = np.concatenate([fp8.run(None, f)[0] for f in feeds])
+    assert result["outputs"][0]["sqnr_db"] == pytest.approx(sqnr(ref, out), abs=0.05)
+    r = invoke("evaluate", tmp_path / "cnn.onnx", *common, "--runtime", "onnxruntime", "--data", tmp_path / "held")
+    assert r.exit_code == 1 and "has none for FP8 on CPU" in r.output

@@ -57,6 +57,7 @@ def _progress(total: int, enabled: bool):
 @option("trt_version", "evaluate")
 @option("fmt", "evaluate")
 @option("high_precision", "evaluate")
+@option("precision", "evaluate")
 @click.option("--tensors/--no-tensors", "per_tensor", default=False, show_default=True, help="openvino/qdq: also rank every quantized tensor by the output SQNR of quantizing it alone (one model run over the inputs per tensor: slow on large models).")
 @click.option("--fail-below", type=float, metavar="DB", help="Exit 1 when an output's SQNR (of the simulation) is below DB decibels (a quality gate); the results are printed first.")
 @policy_options(scale_flag="--scale-kind")
@@ -64,7 +65,7 @@ def _progress(total: int, enabled: bool):
 @click.pass_context
 def evaluate(ctx, model_path, calib, images_dir, data_dir, limit, size, resize, scale_text, mean, std, bgr, layout,
              batch_size, target, runtime, method, exclude, include, weights_7bit, smooth_quant, no_ignored_patterns, no_bias_correction,
-             trt_version, fmt, high_precision, per_tensor, fail_below, weight_bits, activation_bits, scale_kind, activation_mode,
+             trt_version, fmt, high_precision, precision, per_tensor, fail_below, weight_bits, activation_bits, scale_kind, activation_mode,
              rounding, policy_file, as_json):
     """Compare a target's int8 model with FP32 on held-out inputs.
 
@@ -83,7 +84,7 @@ def evaluate(ctx, model_path, calib, images_dir, data_dir, limit, size, resize, 
     --exclude them yourself to use this ranking on your data).
     """
     started = time.perf_counter()
-    check_target_options(target, trt_version=trt_version, fmt=fmt, high_precision=high_precision, weights_7bit=weights_7bit, smooth_quant=smooth_quant,
+    check_target_options(target, trt_version=trt_version, fmt=fmt, high_precision=high_precision, precision=precision, weights_7bit=weights_7bit, smooth_quant=smooth_quant,
                          no_ignored_patterns=no_ignored_patterns, weight_bits=weight_bits, activation_bits=activation_bits,
                          scale=scale_kind, activations=activation_mode, rounding=rounding, policy=policy_file)
     try:
@@ -107,7 +108,7 @@ def evaluate(ctx, model_path, calib, images_dir, data_dir, limit, size, resize, 
     options = {k: v for k, v in dict(
         exclude=list(exclude), include=list(include), weights_7bit=weights_7bit, smooth_quant=smooth_quant or "auto", method=method,
         ignored_patterns=not no_ignored_patterns, bias_correction=not no_bias_correction,
-        trt_version=trt_version, fmt=fmt, high_precision=high_precision,
+        trt_version=trt_version, fmt=fmt, high_precision=high_precision, precision=precision or "int8",
         policies=policies_from(weight_bits, activation_bits, scale_kind, activation_mode, rounding, policy_file),
     ).items() if k in EXPORT_OPTIONS[target]}
     with _progress(1, not (ctx.obj["quiet"] or as_json)) as bar:

@@ -8,8 +8,9 @@ export options it takes, its writer module and its default suffix. A writer modu
 `suffix(**options)` and `export(loaded, cal, **options) -> ExportResult`: it turns a calibration
 (and the model it was made for) into the bytes of one file, never writes files itself and never
 modifies the model it is given; and `shown(loaded, cal, method=None, **options) -> Shown`, what
-qtool report shows of that export. Optionally `evaluation_options(options)`: the options, checked,
-with which qtool.evaluation builds the file it runs (default: as given).
+qtool report shows of that export. Optionally `evaluation_options(options, runtime)`: the options,
+checked, with which qtool.evaluation builds the file it runs (default: as given), and whether
+`runtime` (None: the simulation only) can run it.
 
 Nothing here imports a writer until it is asked for (`Target.module`, `Target.rules`), so reading
 the registry is cheap. The layout of one target's package is in the README, "Adding a target".
@@ -92,10 +93,10 @@ class Target:
         """The threshold method its export uses when neither calibrate nor export chose one."""
         return self.rules.default_method
 
-    def evaluation_options(self, options: dict) -> dict:
-        """The export options with which qtool.evaluation builds the file it runs."""
+    def evaluation_options(self, options: dict, runtime: str | None = None) -> dict:
+        """The export options with which qtool.evaluation builds the file it runs (and `runtime` runs)."""
         check = getattr(self.module(), "evaluation_options", None)
-        return check(options) if check is not None else dict(options)
+        return check(options, runtime) if check is not None else dict(options)
 
 
 _REGISTRY = (

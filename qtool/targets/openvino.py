@@ -26,7 +26,7 @@ FLOAT_TYPES = get("openvino").float_types  # FLOAT and FLOAT16
 
 
 def suffix(**_options) -> str:
-    return ".openvino.onnx"
+    return get("openvino").suffix
 
 
 def _np_type(elem_type: int):

@@ -28,7 +28,7 @@ MIN_OPSET = 13
 
 
 def suffix(**_options) -> str:
-    return ".qdq.onnx"
+    return get("qdq").suffix
 
 
 def upgrade_opset(model: onnx.ModelProto, target: int = MIN_OPSET, why: str = "per-channel DequantizeLinear") -> tuple[onnx.ModelProto, list[str]]:

@@ -32,7 +32,7 @@ from __future__ import annotations
 from ... import model
 from ... import patterns as P
 from ...errors import QtoolError
-from .. import OPTIONS
+from .. import OPTIONS, get
 from . import passthrough
 from .files import _listed, is_usable, write_cache, write_dynamic_range, write_ort_table
 from .rules import TENSORRT
@@ -51,7 +51,7 @@ from .versions import (  # noqa: F401  (re-exported: the CLI and tests read the 
 FORMATS = OPTIONS["fmt"].choices  # ("qdq", "cache", "dynamic-range", "ort-trt")
 PRECISIONS = OPTIONS["precision"].choices  # ("int8", "fp8")
 RANGE_FORMATS = ("cache", "dynamic-range", "ort-trt")  # implicit INT8: TensorRT 10 and earlier
-SUFFIXES = {"qdq": ".trt.onnx", "cache": ".cache", "dynamic-range": ".dynamic_range.txt", "ort-trt": ".calibration.flatbuffers"}
+SUFFIXES = {"qdq": get("tensorrt").suffix, "cache": ".cache", "dynamic-range": ".dynamic_range.txt", "ort-trt": ".calibration.flatbuffers"}
 TRT10_DEPRECATED = (
     "TensorRT 10.1 and later deprecate implicit INT8 (calibration caches) and TensorRT 11 removed it; "
     "--format qdq (the default for 10.x) is the supported path"
@@ -307,11 +307,17 @@ def _ranges_file(loaded, amax: dict[str, float], trt_version: str, algorithm: st
     return data, warnings + more, summary
 
 
-def evaluation_options(options: dict) -> dict:
-    """The export options qtool.evaluation builds the Q/DQ model with (the range files hold no model to run)."""
+def evaluation_options(options: dict, runtime: str | None = None) -> dict:
+    """The export options qtool.evaluation builds the Q/DQ model with (the range files hold no model
+    to run). An FP8 model has no runtime to measure beside the simulation: onnxruntime has no FP8
+    kernels on CPU (it computes FLOAT8 Q/DQ in float, as the simulation does; and 1.32's optimizer
+    above ORT_ENABLE_BASIC removes a Relu in front of an FP8 QuantizeLinear, tests/test_fp8.py)."""
     fmt = options.get("fmt") or "qdq"
     if fmt != "qdq":
         raise QtoolError(f"the tensorrt target is evaluated in its Q/DQ model (--format qdq); a {fmt} file holds ranges, no model to run")
+    if options.get("precision") == "fp8" and runtime is not None:
+        raise QtoolError(f"--runtime {runtime} measures int8 kernels; onnxruntime has none for FP8 on CPU and computes FP8 Q/DQ "
+                         "in float, as the simulation already does: drop --runtime")
     version, fmt = resolve(options.get("trt_version"), fmt)
     return {**options, "trt_version": version, "fmt": fmt}
 
