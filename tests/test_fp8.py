@@ -372,3 +372,26 @@ def test_cli_evaluate_precision_fp8_simulates_the_fp8_export(calibrated, tmp_pat
     assert result["outputs"][0]["sqnr_db"] == pytest.approx(sqnr(ref, out), abs=0.05)
     r = invoke("evaluate", tmp_path / "cnn.onnx", *common, "--runtime", "onnxruntime", "--data", tmp_path / "held")
     assert r.exit_code == 1 and "has none for FP8 on CPU" in r.output
+
+
+def test_tiny_weight_scales_keep_their_dequantize_in_fp16(monkeypatch):
+    """FP16 scales get the INT8 writer's floor (2^-16): a Conv whose weights are all below
+    448 * 2^-16 would otherwise have its weight DequantizeLinear kept FP32 by the FP16 step, behind
+    a Cast, which TensorRT's parser takes as per-channel scales on an activation."""
+    m = zoo.resnet_like()
+    conv = next(n for n in m.graph.node if n.op_type == "Conv")
+    for i, t in enumerate(m.graph.initializer):
+        if t.name == conv.input[1]:
+            w = numpy_helper.to_array(t)
+            m.graph.initializer[i].CopyFrom(numpy_helper.from_array((w / np.abs(w).max() * 1e-3).astype(np.float32), t.name))
+    loaded = api._loaded(m)
+    cal = api.calibrate(m, data=[_cnn_feeds(m.graph.input[0].name, seed) for seed in range(4)])
+    include = _all_linear(m)
+
+    def violations():
+        model = onnx.load_from_string(trt_fp8.export(loaded, cal, include=include, high_precision="fp16").data)
+        return {v.rule for v in trtrules.check(model, "11.4")}
+
+    assert violations() == set()
+    monkeypatch.setattr(trt_fp8, "FP16_SCALE_FLOOR", 0.0)
+    assert "per-channel-axis" in violations()

@@ -35,6 +35,7 @@ from ... import placement
 from ...errors import QtoolError
 from .. import get
 from ..qdq import add_initializer, upgrade_opset
+from .int8 import FP16_SCALE_FLOOR
 from .rules import FP8, FP8_DEFAULT_METHOD, exclusions, fp8_exclusions
 from .versions import FP8_MIN_MAJOR, FP8_OPSET, OPSETS, default_version, parse_version
 
@@ -144,12 +145,12 @@ def _zero(model: onnx.ModelProto, namer: G.Namer, base: str, shape) -> str:
     return name
 
 
-def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan, weights: str = "fp8") -> None:
-    """Insert the plan's quantizers as FP8 Q/DQ nodes (in place)."""
+def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan, weights: str = "fp8", floor: float = 0.0) -> None:
+    """Insert the plan's quantizers as FP8 Q/DQ nodes (in place); no scale below `floor`."""
     nodes = {n.name: n for n in model.graph.node}
     new_nodes: list[onnx.NodeProto] = []
     for site in plan.activations:
-        scale = add_initializer(model, namer, f"{site.tensor}/scale", np.asarray(activation_scale(site.range.amax)))
+        scale = add_initializer(model, namer, f"{site.tensor}/scale", np.asarray(max(activation_scale(site.range.amax), np.float32(floor))))
         zp = _zero(model, namer, site.tensor, ())
         q, dq = namer.fresh(f"{site.tensor}/quantized"), namer.fresh(f"{site.tensor}/dequantized")
         new_nodes.append(helper.make_node("QuantizeLinear", [site.tensor, scale, zp], [q], name=namer.fresh(f"{site.tensor}/QuantizeLinear")))
@@ -157,16 +158,17 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan, weights:
         for node_name, slot in site.readers:
             nodes[node_name].input[slot] = dq
     for site in plan.weights:
-        new_nodes += _weight_nodes(model, namer, site, weights)
+        new_nodes += _weight_nodes(model, namer, site, weights, floor)
         for node_name, slot in site.readers:
             nodes[node_name].input[slot] = new_nodes[-1].output[0]
     model.graph.node.extend(new_nodes)
 
 
-def _weight_nodes(model: onnx.ModelProto, namer: G.Namer, site: placement.WeightSite, weights: str) -> list[onnx.NodeProto]:
+def _weight_nodes(model: onnx.ModelProto, namer: G.Namer, site: placement.WeightSite, weights: str,
+                  floor: float = 0.0) -> list[onnx.NodeProto]:
     values = np.asarray(site.values, dtype=np.float32)
     axis = site.axis if site.axis is not None and values.ndim > 0 else None
-    scales = weight_scales(values, axis)
+    scales = np.maximum(weight_scales(values, axis), np.float32(floor))
     attrs = {"axis": axis} if axis is not None else {}
     scale = add_initializer(model, namer, f"{site.tensor}/scale", scales)
     zp = _zero(model, namer, site.tensor, scales.shape)
@@ -217,7 +219,10 @@ def export(loaded, cal, *, trt_version: str | None = None, method: str | None = 
     namer = G.Namer(model)
     G.unique_node_names(model.graph, namer)
     placed, extra = plan(model, cal, method=method, exclude=exclude, include=include)
-    apply(model, namer, placed, weights)
+    # FP16 scales (high_precision fp16): the INT8 writer's floor, so that qtool.targets.tensorrt.fp16
+    # keeps every scale, and so its DequantizeLinear, in FP16 (below it a weight's DQ stays FP32 behind a
+    # Cast, which TensorRT's parser takes for an activation: per-channel-axis violations on PP-OCRv5 det)
+    apply(model, namer, placed, weights, FP16_SCALE_FLOOR if high_precision == "fp16" else 0.0)
     warnings = list(placed.warnings)
     summary = {"format": "qdq", "precision": "fp8", "trt_version": trt_version, **placed.summary(),
                "opset": G.default_opset(model), "source_opset": source_opset, "method": method or cal.method_for(RULES) or cal.method,
