@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import onnx
 
-from . import collect, simulate
+from . import collect, simulate, targets
 from . import evaluation as ev
 from .errors import QtoolError
 
@@ -92,7 +92,8 @@ def meet(loaded, cal, runs: ev.Runs, budget: Budget, max_fp32: int, *, target: s
     base = trial(0, [])
     if budget.met(base):
         return BudgetResult(True, base, [], [], trials)
-    steps = ev.walk(prepared, ev.sensitivities(module, prepared, cal, reference, names, bias_correction=bias_correction), max_fp32)
+    steps = ev.walk(prepared, ev.sensitivities(module, prepared, cal, reference, names, bias_correction=bias_correction,
+                                                rules=targets.get(target).rules), max_fp32)
     if not steps:
         return BudgetResult(False, base, [], [], trials)
     values: dict[int, float] = {}

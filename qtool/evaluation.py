@@ -40,6 +40,7 @@ from onnx import TensorProto
 
 from . import collect, cpu, placement, simulate, targets, thresholds
 from . import graph as G
+from . import patterns as P
 from .errors import QtoolError
 from .targets import TARGETS, exporter
 
@@ -54,9 +55,6 @@ RANKED = targets.ranked()  # targets whose writers build a model of any subset o
 PREPARE_OPTIONS = ("exclude", "include", "weights_7bit", "smooth_quant", "ignored_patterns", "policies", "method")  # those of prepare()
 RUNTIME_GAP_DB = 1.0  # runtime and simulation further apart than this on an output: a warning names the likely cause
 _CAP_DB = 100.0  # SQNRs above this are float rounding alone (nothing quantized): no gap between them is reported
-
-COMPUTE_OPS = placement.LINEAR | placement.ELEMENTWISE | placement.POOLING
-_FORWARDING = placement.PASS_THROUGH | {"Concat"}
 
 
 # ---------------------------------------------------------------- metrics
@@ -297,9 +295,10 @@ def built(module, prepared, cal, plan: placement.Plan | None = None, bias_correc
     return model
 
 
-def compute_layers(model: onnx.ModelProto, readers: list[tuple[str, int]]) -> list[str]:
+def compute_layers(model: onnx.ModelProto, readers: list[tuple[str, int]], rules) -> list[str]:
     """The compute nodes (Conv, Gemm, Add, pooling ...) that end up reading a quantizer read by
-    `readers`: pass-through ops and Concat it was moved above are followed down to them."""
+    `readers`: the ops the target's placement `rules` (qtool.rules.Rules) moved it above are
+    followed down to them."""
     nodes = {n.name: n for n in model.graph.node}
     consumers = G.consumers(model.graph)
     found: list[str] = []
@@ -313,7 +312,7 @@ def compute_layers(model: onnx.ModelProto, readers: list[tuple[str, int]]) -> li
         n = nodes.get(name)
         if n is None:
             continue
-        if n.domain in ("", "ai.onnx") and n.op_type in _FORWARDING and n.op_type not in COMPUTE_OPS:
+        if P.standard(n) and rules.forwards(n.op_type):
             for o in n.output:
                 stack.extend(c.name for c, _ in consumers.get(o, ()))
         else:
@@ -375,8 +374,9 @@ def _session(loaded, proto: onnx.ModelProto):
 
 
 def sensitivities(module, prepared, cal, reference: _Reference, names: list[str], progress=None,
-                  bias_correction: bool = True) -> list[TensorSensitivity]:
-    """Every quantizer of the plan on its own (the target `module`'s model of it, simulated), worst first."""
+                  bias_correction: bool = True, *, rules) -> list[TensorSensitivity]:
+    """Every quantizer of the plan on its own (the target `module`'s model of it, simulated), worst
+    first; each charged to the layers that read it under the target's placement `rules`."""
     sites = [("activation", s) for s in prepared.plan.activations] + [("weight", s) for s in prepared.plan.weights]
     result = []
     for order, (kind, site) in enumerate(sites):
@@ -387,7 +387,7 @@ def sensitivities(module, prepared, cal, reference: _Reference, names: list[str]
         if kind == "activation":
             rng = {"amax": site.range.amax, "unsigned": site.range.unsigned, "shared_with": list(site.shared_with)}
         result.append(TensorSensitivity(
-            site.tensor, kind, compute_layers(prepared.model, site.readers),
+            site.tensor, kind, compute_layers(prepared.model, site.readers, rules),
             {n: a.sqnr() for n, a in zip(names, accs)}, order, rng, site.policy.describe(),
         ))
         if progress is not None:
@@ -480,7 +480,8 @@ def evaluate(loaded, cal, runs: Runs, *, target: str = "qdq", runtime: str | Non
             progress.update(1)
     tensors = []
     if ranked is not None:
-        tensors = sensitivities(*ranked, cal, reference, names, progress, options.get("bias_correction", True))
+        tensors = sensitivities(*ranked, cal, reference, names, progress, options.get("bias_correction", True),
+                                rules=targets.get(target).rules)
     return Evaluation(outputs, tensors, samples, exported.summary, not_compared, warnings, target, measured)
 
 
@@ -554,7 +555,7 @@ def keep_fp32(loaded, cal, count: int, runs: Runs, *, target: str = "qdq", bias_
         raise QtoolError("--keep-fp32: the model has no float outputs to rank layers by")
     module, prepared = prepare(target, loaded, cal, options, "--keep-fp32")
     reference = _Reference(runs, _session(loaded, loaded.proto), names)
-    ranking = sensitivities(module, prepared, cal, reference, names, bias_correction=bias_correction)
+    ranking = sensitivities(module, prepared, cal, reference, names, bias_correction=bias_correction, rules=targets.get(target).rules)
     steps = walk(prepared, ranking, count)
     chosen = [tensor for tensor, _ in steps]
     extra = steps[-1][1] if steps else []

@@ -81,12 +81,8 @@ from . import patterns as P
 from .calibration import MAX_CLIPPED, Threshold, decide
 from .errors import QtoolError
 from .policy import SYMMETRIC, WEIGHTS, Policies, Policy, activation_params, choose_symmetry, quantize, weight_params
-from .rules import ELEMENTWISE, LINEAR, POOLING, SHAPE_OPS, Rules
+from .rules import Rules
 
-LINEAR = set(LINEAR)
-ELEMENTWISE = set(ELEMENTWISE)
-POOLING = set(POOLING)
-PASS_THROUGH = set(SHAPE_OPS) | {"MaxPool"}
 WEIGHTS_7BIT = (None, "auto", "first", "all", "none")  # None: auto
 SEVEN_BIT_COST = 0.1  # the overflow guard gives 7-bit weights where they add at most this share of a layer's rounding noise
 # NNCF's ModelType.TRANSFORMER ignored metatypes (src/nncf/quantization/algorithms/min_max/onnx_backend.py and
@@ -399,7 +395,7 @@ class _Placer:
             if not P.standard(n) or n.name in self.excluded_nodes or not n.output:
                 continue
             op = n.op_type
-            if op not in self.rules.pass_through and op != "Concat":
+            if not self.rules.forwards(op):
                 continue
             outs = [o for o in n.output if o]
             if not outs or any(

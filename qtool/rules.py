@@ -33,6 +33,11 @@ class Rules:
     depthwise_per_channel: bool  # depthwise Conv inputs per channel (NNCF's CPU q8_a_ch)
     default_method: str | None = None  # threshold method when neither calibrate nor export chose one (None: the file's)
 
+    def forwards(self, op: str) -> bool:
+        """A quantizer moves up through `op` (a standard-domain op) when every reader wants it:
+        the pass-through ops, and Concat on every target."""
+        return op in self.pass_through or op == "Concat"
+
 
 # the op vocabulary the tables share
 LINEAR = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})

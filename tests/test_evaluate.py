@@ -390,6 +390,29 @@ def test_a_runtime_gap_over_1_db_names_the_likely_cause(monkeypatch, vnni, x86, 
 # ---------------------------------------------------------------- the numbers themselves
 
 
+def test_layers_charged_follow_the_targets_own_pass_through_ops():
+    """A quantizer is charged to the layers below the ops the target's rules move it through:
+    MaxPool on the CPU and TensorRT INT8 tables, nothing but Concat on TensorRT FP8's."""
+    from onnx import TensorProto, helper
+
+    from qtool import targets
+    from qtool.targets.tensorrt.rules import FP8
+
+    w = onnx.numpy_helper.from_array(np.ones((4, 8, 1, 1), np.float32), "w")
+    graph = helper.make_graph([
+        helper.make_node("MaxPool", ["x"], ["p"], name="pool", kernel_shape=[2, 2]),
+        helper.make_node("Concat", ["p", "y"], ["c"], name="cat", axis=1),
+        helper.make_node("Conv", ["c", "w"], ["out"], name="conv"),
+    ], "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 4, 8, 8]) for n in ("x",)]
+        + [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 4, 4])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)], [w])
+    model = helper.make_model(graph)
+    for name in ("openvino", "qdq", "tensorrt"):
+        assert ev.compute_layers(model, [("pool", 0)], targets.get(name).rules) == ["conv"], name
+    assert ev.compute_layers(model, [("pool", 0)], FP8) == ["pool"]
+    assert ev.compute_layers(model, [("cat", 1)], FP8) == ["conv"]
+
+
 def test_sqnr_and_cosine_edge_cases():
     assert ev.sqnr_db(1.0, 0.0) == math.inf and ev.sqnr_db(0.0, 0.0) == math.inf
     assert ev.sqnr_db(0.0, 1.0) == -math.inf and ev.sqnr_db(1.0, math.inf) == -math.inf
