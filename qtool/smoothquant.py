@@ -21,10 +21,14 @@ OpenVINO (27.6 dB against 27.5; 22.5 without).
 The smoothed activation's range: the exact max |x| after migration, max_j (max|X_j| / s_j),
 which the stored per-channel maxima give; no histogram of X / s exists (the calibration ran the
 original model), so its quantizer takes that maximum rather than a searched clipping threshold.
+
+`smooth`: SmoothQuant as every export applies it (the CPU targets and TensorRT's INT8 Q/DQ), on the
+layers the target's own placement runs in int8.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -402,3 +406,34 @@ def apply(model: onnx.ModelProto, cal, alpha: float | None = None, only: set[str
         if alpha is None:
             done.summary["alphas"] = {str(v): chosen.count(v) for v in sorted(set(chosen))}
     return done
+
+
+def smooth(model, cal, mode, place: Callable):
+    """SmoothQuant for an export (`model` with unique node names, edited in place): with mode
+    "auto" when the placement `place(model, cal)` (a qtool.placement.Plan) finds transformer
+    structure, with True (or an alpha, `parse_mode`) always, on the linear layers that placement
+    runs in int8 with their input quantized. Returns (the calibration of the edited model,
+    Smoothing or None, warnings)."""
+    mode = parse_mode(mode)
+    if mode is False:
+        return cal, None, []
+    plan = place(model, cal)
+    if mode == "auto" and not plan.transformer:
+        return cal, None, []
+    int8 = set(plan.int8_layers)
+    layers = {name for site in plan.activations for name, slot in site.readers if slot == 0 and name in int8}
+    alpha = mode if isinstance(mode, float) else None  # None: per activation, the alpha `estimate` picks
+    done = apply(model, cal, alpha, only=layers)
+    if not done.records:
+        records = {t.name: t for t in cal.tensors}
+        nodes = {n.name: n for n in model.graph.node}
+        old = [n for n in sorted(layers) if nodes[n].op_type in ("MatMul", "Gemm")
+               and getattr(records.get(nodes[n].input[0]), "stats", None) is not None
+               and records[nodes[n].input[0]].stats.channel_absmax is None]
+        if old:
+            return cal, None, [f"SmoothQuant skipped: the calibration file has no per-channel maxima of the inputs of {len(old)} "
+                               "linear layer(s) (made by an older qtool, or calibrated as a non-transformer); calibrate again to use it"]
+        if mode != "auto":
+            return cal, None, ["SmoothQuant changed nothing: no int8 MatMul/Gemm with an unshared constant weight reads its input directly"]
+        return cal, None, []
+    return done.calibration(cal), done, []

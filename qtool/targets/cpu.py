@@ -1,6 +1,6 @@
 """What the CPU targets (OpenVINO FakeQuantize, onnxruntime QDQ) share: NNCF's CPU placement
 rules (`CPU`), the placement with the thresholds and policies those targets use (`cpu_plan`),
-SmoothQuant (`smooth`), and the preparation qtool.evaluation shares with their exports
+and the preparation qtool.evaluation shares with their exports
 (`Prepared`, `with_quantizers`).
 
 CPU rules: NNCF's (openvinotoolkit/nncf src/nncf/common/hardware/setups/cpu.py), and on a graph
@@ -96,39 +96,6 @@ def cpu_plan(model, cal, *, float_types: tuple[int, ...], overflow_remedy: str, 
                            ignored_patterns=ignored_patterns, float_types=float_types,
                            policies=policies if policies is not None else policy.Policies(),
                            recompute=recompute)
-
-
-def smooth(model, cal, mode, place: Callable):
-    """SmoothQuant for a CPU export (`model` with unique node names, edited in place): with mode
-    "auto" when the placement `place(model, cal)` finds transformer structure, with True (or an
-    alpha, smoothquant.parse_mode) always,
-    on the linear layers that placement runs in int8 with their input quantized. Returns
-    (the calibration of the edited model, smoothquant.Smoothing or None, warnings)."""
-    from .. import smoothquant
-
-    mode = smoothquant.parse_mode(mode)
-    if mode is False:
-        return cal, None, []
-    plan = place(model, cal)
-    if mode == "auto" and not plan.transformer:
-        return cal, None, []
-    int8 = set(plan.int8_layers)
-    layers = {name for site in plan.activations for name, slot in site.readers if slot == 0 and name in int8}
-    alpha = mode if isinstance(mode, float) else None  # None: per activation, the alpha smoothquant.estimate picks
-    done = smoothquant.apply(model, cal, alpha, only=layers)
-    if not done.records:
-        records = {t.name: t for t in cal.tensors}
-        nodes = {n.name: n for n in model.graph.node}
-        old = [n for n in sorted(layers) if nodes[n].op_type in ("MatMul", "Gemm")
-               and getattr(records.get(nodes[n].input[0]), "stats", None) is not None
-               and records[nodes[n].input[0]].stats.channel_absmax is None]
-        if old:
-            return cal, None, [f"SmoothQuant skipped: the calibration file has no per-channel maxima of the inputs of {len(old)} "
-                               "linear layer(s) (made by an older qtool, or calibrated as a non-transformer); calibrate again to use it"]
-        if mode != "auto":
-            return cal, None, ["SmoothQuant changed nothing: no int8 MatMul/Gemm with an unshared constant weight reads its input directly"]
-        return cal, None, []
-    return done.calibration(cal), done, []
 
 
 def shown(prepare, title: str, loaded, cal, method: str | None = None):

@@ -17,8 +17,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from .. import graph as G
 from .. import placement, policy, quant
+from ..smoothquant import smooth
 from . import get
-from .cpu import Prepared, cpu_plan, smooth, with_quantizers
+from .cpu import Prepared, cpu_plan, with_quantizers
 from .cpu import shown as cpu_shown
 
 DOMAIN = "org.openvinotoolkit"

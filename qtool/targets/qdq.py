@@ -20,8 +20,9 @@ from .. import graph as G
 from .. import placement, quant
 from .. import policy as policy_mod
 from ..errors import QtoolError
+from ..smoothquant import smooth
 from . import get
-from .cpu import Prepared, cpu_plan, smooth, with_quantizers
+from .cpu import Prepared, cpu_plan, with_quantizers
 from .cpu import shown as cpu_shown
 
 MIN_OPSET = 13

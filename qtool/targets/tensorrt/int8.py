@@ -140,10 +140,8 @@ def plan(loaded, cal, thresholds: Callable, *, major: int, high_precision: str, 
          smooth_quant="auto") -> Placed:
     """The Q/DQ model's placement for TensorRT `major`, with the activation thresholds
     `thresholds(cal)` ({tensor: calibration.Threshold on the signed grid}) and, on a transformer,
-    SmoothQuant as the CPU exports apply it (qtool.targets.cpu.smooth; the smoothed activations
+    SmoothQuant as the CPU exports apply it (qtool.smoothquant.smooth; the smoothed activations
     take their exact max |x|)."""
-    from ..cpu import smooth
-
     model = G.copy_model(loaded.proto, str(loaded.path.parent))
     opset, source_opset = _target_opset(model, major, high_precision), G.default_opset(model)
     model, _ = upgrade_opset(model, opset, why=f"TensorRT {major}.x Q/DQ with {high_precision.upper()} scales")
@@ -161,7 +159,7 @@ def plan(loaded, cal, thresholds: Callable, *, major: int, high_precision: str, 
 
     structure = P.transformer_structure(P.GraphView(model))
     mode = smoothquant.parse_mode(smooth_quant)
-    cal, smoothing, sq_warnings = smooth(model, cal, False if mode == "auto" and not structure else mode, place_transformer)
+    cal, smoothing, sq_warnings = smoothquant.smooth(model, cal, False if mode == "auto" and not structure else mode, place_transformer)
     placed = place(model, cal, smoothing)
     return Placed(model, placed, cal, smoothing, source_opset, sq_warnings + placed.warnings)
 
