@@ -35,7 +35,7 @@ from ... import placement
 from ...errors import QtoolError
 from .. import get
 from ..qdq import add_initializer, upgrade_opset
-from .int8 import FP16_SCALE_FLOOR
+from .int8 import FP16_SCALE_FLOOR, insert, qdq_nodes
 from .rules import FP8, FP8_DEFAULT_METHOD, exclusions, fp8_exclusions
 from .versions import FP8_MIN_MAJOR, FP8_OPSET, OPSETS, default_version, parse_version
 
@@ -147,21 +147,7 @@ def _zero(model: onnx.ModelProto, namer: G.Namer, base: str, shape) -> str:
 
 def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan, weights: str = "fp8", floor: float = 0.0) -> None:
     """Insert the plan's quantizers as FP8 Q/DQ nodes (in place); no scale below `floor`."""
-    nodes = {n.name: n for n in model.graph.node}
-    new_nodes: list[onnx.NodeProto] = []
-    for site in plan.activations:
-        scale = add_initializer(model, namer, f"{site.tensor}/scale", np.asarray(max(activation_scale(site.range.amax), np.float32(floor))))
-        zp = _zero(model, namer, site.tensor, ())
-        q, dq = namer.fresh(f"{site.tensor}/quantized"), namer.fresh(f"{site.tensor}/dequantized")
-        new_nodes.append(helper.make_node("QuantizeLinear", [site.tensor, scale, zp], [q], name=namer.fresh(f"{site.tensor}/QuantizeLinear")))
-        new_nodes.append(helper.make_node("DequantizeLinear", [q, scale, zp], [dq], name=namer.fresh(f"{site.tensor}/DequantizeLinear")))
-        for node_name, slot in site.readers:
-            nodes[node_name].input[slot] = dq
-    for site in plan.weights:
-        new_nodes += _weight_nodes(model, namer, site, weights, floor)
-        for node_name, slot in site.readers:
-            nodes[node_name].input[slot] = new_nodes[-1].output[0]
-    model.graph.node.extend(new_nodes)
+    insert(model, namer, plan, activation_scale, _zero, lambda site: _weight_nodes(model, namer, site, weights, floor), floor)
 
 
 def _weight_nodes(model: onnx.ModelProto, namer: G.Namer, site: placement.WeightSite, weights: str,
@@ -172,8 +158,8 @@ def _weight_nodes(model: onnx.ModelProto, namer: G.Namer, site: placement.Weight
     attrs = {"axis": axis} if axis is not None else {}
     scale = add_initializer(model, namer, f"{site.tensor}/scale", scales)
     zp = _zero(model, namer, site.tensor, scales.shape)
-    dq = namer.fresh(f"{site.tensor}/dequantized")
     if weights == "fp8":
+        dq = namer.fresh(f"{site.tensor}/dequantized")
         shape = [1] * values.ndim
         if axis is not None:
             shape[axis] = -1
@@ -181,11 +167,7 @@ def _weight_nodes(model: onnx.ModelProto, namer: G.Namer, site: placement.Weight
         source = namer.fresh(f"{site.tensor}/fp8")
         model.graph.initializer.append(numpy_helper.from_array(stored, source))
         return [helper.make_node("DequantizeLinear", [source, scale, zp], [dq], name=namer.fresh(f"{site.tensor}/DequantizeLinear"), **attrs)]
-    q = namer.fresh(f"{site.tensor}/quantized")
-    return [
-        helper.make_node("QuantizeLinear", [site.tensor, scale, zp], [q], name=namer.fresh(f"{site.tensor}/QuantizeLinear"), **attrs),
-        helper.make_node("DequantizeLinear", [q, scale, zp], [dq], name=namer.fresh(f"{site.tensor}/DequantizeLinear"), **attrs),
-    ]
+    return qdq_nodes(namer, site.tensor, scale, zp, **attrs)
 
 
 def plan(model: onnx.ModelProto, cal, *, method: str | None = None, exclude=(), include=()) -> tuple[placement.Plan, dict[str, str]]:

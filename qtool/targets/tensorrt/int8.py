@@ -84,23 +84,42 @@ def activation_scale(amax: float) -> np.float32:
     return np.float32(amax) / np.float32(127.0)
 
 
-def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan, weights: str, floor: float = 0.0) -> None:
-    """Insert the plan's quantizers as TensorRT-style Q/DQ nodes (in place); no scale below `floor`."""
+def qdq_nodes(namer: G.Namer, tensor: str, scale: str, zp: str, **attrs) -> list[onnx.NodeProto]:
+    """QuantizeLinear -> DequantizeLinear of `tensor` with these scale and zero-point initializers;
+    the DequantizeLinear last."""
+    q, dq = namer.fresh(f"{tensor}/quantized"), namer.fresh(f"{tensor}/dequantized")
+    return [
+        helper.make_node("QuantizeLinear", [tensor, scale, zp], [q], name=namer.fresh(f"{tensor}/QuantizeLinear"), **attrs),
+        helper.make_node("DequantizeLinear", [q, scale, zp], [dq], name=namer.fresh(f"{tensor}/DequantizeLinear"), **attrs),
+    ]
+
+
+def insert(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan, activation_scale: Callable, zero_point: Callable,
+           weight_nodes: Callable, floor: float) -> None:
+    """Insert the plan's quantizers as Q/DQ nodes (in place), the INT8 and FP8 writers' way: an
+    activation gets scale `activation_scale(amax)` (no scale below `floor`) and the zero point
+    `zero_point(model, namer, tensor, shape)`, a weight the nodes `weight_nodes(site)` (the reader's input last)."""
     nodes = {n.name: n for n in model.graph.node}
-    new_nodes = []
+    new_nodes: list[onnx.NodeProto] = []
     for site in plan.activations:
         scale = add_initializer(model, namer, f"{site.tensor}/scale", np.asarray(max(activation_scale(site.range.amax), np.float32(floor))))
-        zp = add_initializer(model, namer, f"{site.tensor}/zero_point", np.zeros((), dtype=np.int8))
-        q, dq = namer.fresh(f"{site.tensor}/quantized"), namer.fresh(f"{site.tensor}/dequantized")
-        new_nodes.append(helper.make_node("QuantizeLinear", [site.tensor, scale, zp], [q], name=namer.fresh(f"{site.tensor}/QuantizeLinear")))
-        new_nodes.append(helper.make_node("DequantizeLinear", [q, scale, zp], [dq], name=namer.fresh(f"{site.tensor}/DequantizeLinear")))
+        new_nodes += qdq_nodes(namer, site.tensor, scale, zero_point(model, namer, site.tensor, ()))
         for node_name, slot in site.readers:
-            nodes[node_name].input[slot] = dq
+            nodes[node_name].input[slot] = new_nodes[-1].output[0]
     for site in plan.weights:
-        new_nodes += _weight_nodes(model, namer, site, weights, floor)
+        new_nodes += weight_nodes(site)
         for node_name, slot in site.readers:
             nodes[node_name].input[slot] = new_nodes[-1].output[0]
     model.graph.node.extend(new_nodes)
+
+
+def _zero(model: onnx.ModelProto, namer: G.Namer, base: str, shape) -> str:
+    return add_initializer(model, namer, f"{base}/zero_point", np.zeros(shape, dtype=np.int8))
+
+
+def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan, weights: str, floor: float = 0.0) -> None:
+    """Insert the plan's quantizers as TensorRT-style Q/DQ nodes (in place); no scale below `floor`."""
+    insert(model, namer, plan, activation_scale, _zero, lambda site: _weight_nodes(model, namer, site, weights, floor), floor)
 
 
 def _weight_nodes(model: onnx.ModelProto, namer: G.Namer, site: placement.WeightSite, weights: str,
@@ -110,17 +129,13 @@ def _weight_nodes(model: onnx.ModelProto, namer: G.Namer, site: placement.Weight
     attrs = {"axis": axis} if axis is not None else {}
     values = np.maximum(np.asarray(p.scale, dtype=np.float32), np.float32(floor))
     scale = add_initializer(model, namer, f"{site.tensor}/scale", values)
-    zp = add_initializer(model, namer, f"{site.tensor}/zero_point", np.zeros(np.shape(p.scale), dtype=np.int8))
-    dq = namer.fresh(f"{site.tensor}/dequantized")
+    zp = _zero(model, namer, site.tensor, np.shape(p.scale))
     if weights == "int8":
+        dq = namer.fresh(f"{site.tensor}/dequantized")
         q = quant.quantize_linear(site.values, values, p.zero_point, p.grid, axis).astype(np.int8)
         source = add_initializer(model, namer, f"{site.tensor}/int8", q)
         return [helper.make_node("DequantizeLinear", [source, scale, zp], [dq], name=namer.fresh(f"{site.tensor}/DequantizeLinear"), **attrs)]
-    q = namer.fresh(f"{site.tensor}/quantized")
-    return [
-        helper.make_node("QuantizeLinear", [site.tensor, scale, zp], [q], name=namer.fresh(f"{site.tensor}/QuantizeLinear"), **attrs),
-        helper.make_node("DequantizeLinear", [q, scale, zp], [dq], name=namer.fresh(f"{site.tensor}/DequantizeLinear"), **attrs),
-    ]
+    return qdq_nodes(namer, site.tensor, scale, zp, **attrs)
 
 
 @dataclass
