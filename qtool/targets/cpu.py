@@ -1,7 +1,7 @@
 """What the CPU targets (OpenVINO FakeQuantize, onnxruntime QDQ) share: NNCF's CPU placement
 rules (`CPU`), the placement with the thresholds and policies those targets use (`cpu_plan`),
-and the preparation qtool.evaluation shares with their exports
-(`Prepared`, `with_quantizers`).
+and the preparation qtool.evaluation shares with their exports (`prepare`, `Prepared`,
+`with_quantizers`).
 
 CPU rules: NNCF's (openvinotoolkit/nncf src/nncf/common/hardware/setups/cpu.py), and on a graph
 with attention and LayerNorm NNCF's transformer preset, see the qtool.placement docstring.
@@ -96,6 +96,28 @@ def cpu_plan(model, cal, *, float_types: tuple[int, ...], overflow_remedy: str, 
                            ignored_patterns=ignored_patterns, float_types=float_types,
                            policies=policies if policies is not None else policy.Policies(),
                            recompute=recompute)
+
+
+def prepare(model, cal, warnings: list[str], *, float_types: tuple[int, ...], overflow_remedy: str, exclude=(), include=(),
+            weights_7bit=None, ignored_patterns: bool = True, policies=None, method: str | None = None,
+            smooth_quant="auto") -> Prepared:
+    """A CPU target's preparation of `model` (its copy, opset raised and node names unique;
+    `warnings` so far): SmoothQuant on the int8 layers placed without the overflow guard (which
+    then decides on the smoothed model), and the placement (`cpu_plan`)."""
+    from ..smoothquant import smooth
+
+    def plan_for(m, c, smoothing=None, more_excluded=(), guard=True):
+        return cpu_plan(m, c, float_types=float_types, overflow_remedy=overflow_remedy if guard else None,
+                        exclude=list(exclude or ()) + list(more_excluded), include=include, weights_7bit=weights_7bit,
+                        ignored_patterns=ignored_patterns, policies=policies, method=method, smoothing=smoothing)
+
+    cal, smoothing, sq_warnings = smooth(model, cal, smooth_quant, lambda m, c: plan_for(m, c, guard=False))
+
+    def place(more_excluded=()):
+        return plan_for(model, cal, smoothing, more_excluded)
+
+    plan = place()
+    return Prepared(model, plan, list(warnings) + sq_warnings + list(plan.warnings), place, cal if smoothing else None, smoothing)
 
 
 def shown(prepare, title: str, loaded, cal, method: str | None = None):

@@ -17,9 +17,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from .. import graph as G
 from .. import placement, policy, quant
-from ..smoothquant import smooth
 from . import get
-from .cpu import Prepared, cpu_plan, with_quantizers
+from .cpu import Prepared, with_quantizers
+from .cpu import prepare as cpu_prepare
 from .cpu import shown as cpu_shown
 
 DOMAIN = "org.openvinotoolkit"
@@ -80,20 +80,9 @@ def prepare(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_p
     """The steps of the export up to the placement (as qdq.prepare): `export` and qtool.evaluation share them."""
     model = G.copy_model(loaded.proto, str(loaded.path.parent))
     G.unique_node_names(model.graph, G.Namer(model))
-
-    def plan_for(m, c, smoothing=None, more_excluded=(), guard=True) -> placement.Plan:
-        return cpu_plan(m, c, float_types=FLOAT_TYPES, overflow_remedy="7bit" if guard else None, exclude=list(exclude or ()) + list(more_excluded),
-                        include=include, weights_7bit=weights_7bit, ignored_patterns=ignored_patterns, policies=policies, method=method,
-                        smoothing=smoothing)
-
-    # the layers to smooth: the int8 ones before the overflow guard, which decides on the smoothed model
-    cal, smoothing, sq_warnings = smooth(model, cal, smooth_quant, lambda m, c: plan_for(m, c, guard=False))
-
-    def place(more_excluded=()) -> placement.Plan:
-        return plan_for(model, cal, smoothing, more_excluded)
-
-    plan = place()
-    return Prepared(model, plan, sq_warnings + list(plan.warnings), place, cal if smoothing else None, smoothing)
+    return cpu_prepare(model, cal, [], float_types=FLOAT_TYPES, overflow_remedy="7bit", exclude=exclude, include=include,
+                       weights_7bit=weights_7bit, ignored_patterns=ignored_patterns, policies=policies, method=method,
+                       smooth_quant=smooth_quant)
 
 
 def quantized(prepared: Prepared, cal, plan: placement.Plan | None = None,

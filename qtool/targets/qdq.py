@@ -20,9 +20,9 @@ from .. import graph as G
 from .. import placement, quant
 from .. import policy as policy_mod
 from ..errors import QtoolError
-from ..smoothquant import smooth
 from . import get
-from .cpu import Prepared, cpu_plan, with_quantizers
+from .cpu import Prepared, with_quantizers
+from .cpu import prepare as cpu_prepare
 from .cpu import shown as cpu_shown
 
 MIN_OPSET = 13
@@ -168,21 +168,11 @@ def prepare(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_p
     else:
         model, warnings = upgrade_opset(model)
     G.unique_node_names(model.graph, G.Namer(model))
-
-    def plan_for(m, c, smoothing=None, more_excluded=(), guard=True) -> placement.Plan:
-        return cpu_plan(m, c, float_types=get("qdq").float_types, overflow_remedy="uint8" if guard else None, exclude=list(exclude or ()) + list(more_excluded),
-                        include=include, weights_7bit=weights_7bit, ignored_patterns=ignored_patterns, policies=policies,
-                        method=method, smoothing=smoothing)
-
-    # the layers to smooth: the int8 ones before the overflow guard, which decides on the smoothed model
-    cal, smoothing, sq_warnings = smooth(model, cal, smooth_quant, lambda m, c: plan_for(m, c, guard=False))
-
-    def place(more_excluded=()) -> placement.Plan:
-        return plan_for(model, cal, smoothing, more_excluded)
-
-    plan = place()
-    warnings += sq_warnings + plan.warnings + policy_mod.runtime_rounding_warnings(plan, "onnxruntime")
-    return Prepared(model, plan, warnings, place, cal if smoothing else None, smoothing)
+    prepared = cpu_prepare(model, cal, warnings, float_types=get("qdq").float_types, overflow_remedy="uint8", exclude=exclude,
+                           include=include, weights_7bit=weights_7bit, ignored_patterns=ignored_patterns, policies=policies,
+                           method=method, smooth_quant=smooth_quant)
+    prepared.warnings += policy_mod.runtime_rounding_warnings(prepared.plan, "onnxruntime")
+    return prepared
 
 
 def quantized(prepared: Prepared, cal, plan: placement.Plan | None = None,
