@@ -75,6 +75,36 @@ def read_limited(path: str | os.PathLike, limit: int, what: str) -> bytes:
     return bytes(data)
 
 
+def read_input(path: str | os.PathLike, limit: int, what: str, directory: str | None = None) -> bytes:
+    """`read_limited`, with a one-line QtoolError naming the file as `what` when it is missing, a
+    directory (`directory`: what to give instead) or unreadable."""
+    name = f"{what} {str(path)!r}"
+    try:
+        return read_limited(path, limit, what)
+    except FileNotFoundError:
+        raise QtoolError(f"{name} does not exist") from None
+    except IsADirectoryError:
+        raise QtoolError(f"{name} is a directory" + (f"; {directory}" if directory else "")) from None
+    except OSError as e:
+        raise QtoolError(f"{name} cannot be read ({e.strerror or e})") from None
+
+
+def json_document(data: bytes, max_depth: int):
+    """The JSON document `data` holds, or ValueError saying in a few words why it holds none (not
+    UTF-8, nested too deeply or deeper than `max_depth`, the parser's message)."""
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ValueError(f"not UTF-8 text: byte {e.start}") from None
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    except ValueError as e:  # JSONDecodeError, and integers too long to read
+        raise ValueError(str(e)) from None
+    if nesting_depth(doc, max_depth) > max_depth:
+        raise ValueError(f"nested deeper than {max_depth} levels")
+    return doc
+
+
 def nesting_depth(doc, limit: int) -> int:
     """How deeply lists and dicts nest in a parsed document (counted without recursion, up to limit + 1)."""
     deepest, stack = 0, [(doc, 1)]
@@ -400,31 +430,16 @@ def _mapping(value) -> dict:
 
 def load(path: str | os.PathLike) -> Calibration:
     """Read a calibration file, refusing anything that is not one this version understands."""
-    p = Path(path)
-    try:
-        data = read_limited(p, MAX_FILE_BYTES, "calibration file")
-    except FileNotFoundError:
-        raise QtoolError(f"calibration file {str(p)!r} does not exist") from None
-    except IsADirectoryError:
-        raise QtoolError(f"calibration file {str(p)!r} is a directory") from None
-    except OSError as e:
-        raise QtoolError(f"{str(p)!r} is not a readable calibration file ({e.strerror or e}); calibrate again") from None
-    return parse(data, p)
+    return parse(read_input(path, MAX_FILE_BYTES, "calibration file"), path)
 
 
 def parse(data: bytes, path: str | os.PathLike) -> Calibration:
     """A calibration file's bytes, read from `path` (named in messages), checked as `load` does."""
     p = Path(path)
     try:
-        doc = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as e:
-        raise QtoolError(f"{str(p)!r} is not a readable calibration file (not UTF-8 text: byte {e.start}); calibrate again") from None
-    except RecursionError:
-        raise QtoolError(f"{str(p)!r} is not a readable calibration file (JSON nested too deeply); calibrate again") from None
-    except ValueError as e:  # JSONDecodeError, and integers too long to read
+        doc = json_document(data, MAX_DEPTH)
+    except ValueError as e:
         raise QtoolError(f"{str(p)!r} is not a readable calibration file ({e}); calibrate again") from None
-    if nesting_depth(doc, MAX_DEPTH) > MAX_DEPTH:
-        raise QtoolError(f"{str(p)!r} is not a readable calibration file (JSON nested deeper than {MAX_DEPTH} levels); calibrate again")
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise QtoolError(f"{str(p)!r} is not a qtool calibration file")
     if doc.get("version") != VERSION:

@@ -358,13 +358,10 @@ def load_rules(path: Path) -> list[Rule]:
     """Rules from a JSON file ({"rules": [...]}) or TOML file ([[rules]] tables). Each rule has one
     matcher (name, glob, regex or op_type), optional apply_to (activations/weights) and the policy
     fields it sets (bits, signed, symmetric, per_channel, scale, rounding)."""
-    from .calibration import nesting_depth, read_limited
+    from .calibration import nesting_depth, read_input
 
     kind = "TOML" if str(path).endswith(".toml") else "JSON"
-    try:
-        data = read_limited(path, MAX_POLICY_BYTES, "--policy")
-    except OSError as e:
-        raise QtoolError(f"--policy {str(path)!r} cannot be read ({e.strerror or e})") from None
+    data = read_input(path, MAX_POLICY_BYTES, "--policy")
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:

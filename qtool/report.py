@@ -227,22 +227,11 @@ def load_evaluation(path: Path, cal: Calibration) -> dict:
     """`qtool evaluate --json` output for the model `cal` calibrates (read bounded, as
     calibration files are)."""
     name = str(path)
+    data = calibration.read_input(path, MAX_EVALUATION_BYTES, "evaluation file")
     try:
-        data = calibration.read_limited(path, MAX_EVALUATION_BYTES, "the --evaluation file")
-    except FileNotFoundError:
-        raise QtoolError(f"evaluation file {name!r} does not exist") from None
-    except OSError as e:
-        raise QtoolError(f"evaluation file {name!r} cannot be read ({e.strerror or e})") from None
-    try:
-        doc = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as e:
-        raise QtoolError(f"{name!r} is not readable JSON (not UTF-8 text: byte {e.start}); give the output of qtool evaluate --json") from None
-    except RecursionError:
-        raise QtoolError(f"{name!r} is not readable JSON (nested too deeply); give the output of qtool evaluate --json") from None
-    except ValueError as e:  # JSONDecodeError, integers too long to read
+        doc = calibration.json_document(data, MAX_EVALUATION_DEPTH)
+    except ValueError as e:
         raise QtoolError(f"{name!r} is not readable JSON ({e}); give the output of qtool evaluate --json") from None
-    if calibration.nesting_depth(doc, MAX_EVALUATION_DEPTH) > MAX_EVALUATION_DEPTH:
-        raise QtoolError(f"{name!r} nests deeper than {MAX_EVALUATION_DEPTH} levels; give the output of qtool evaluate --json")
     if not isinstance(doc, dict) or doc.get("command") != "evaluate":
         raise QtoolError(f"{name!r} is not the output of qtool evaluate --json")
     if doc.get("model_sha256") != cal.model_sha256:

@@ -153,7 +153,7 @@ CASES = {
     "policy apply_to a number": ("inspect {w}/good.calib.json --policy {w}/applyto.json", 1, "apply_to"),
     "policy name a list": ("inspect {w}/good.calib.json --policy {w}/listname.json", 1, "must be text"),
     "policy signed as text": ("inspect {w}/good.calib.json --policy {w}/signedtext.json", 1, "true or false"),
-    "policy is a folder": ("inspect {w}/good.calib.json --policy {w}/imgs", 1, "cannot be read"),
+    "policy is a folder": ("inspect {w}/good.calib.json --policy {w}/imgs", 1, "is a directory"),
     # numbers in calibration files that do not fit, encodings, nesting
     "count above int64": ("export --target tensorrt --calib {w}/int64.calib.json -o {w}/x.cache", 1, "2**53"),
     "count above int64 merged": ("merge {w}/int64.calib.json {w}/good.calib.json -o {w}/m.calib.json", 1, "2**53"),

@@ -360,7 +360,7 @@ def test_evaluation_file_is_read_bounded_and_errors_are_one_line(work, tmp_path,
         "bad.json": ("{not json", "not readable JSON"),
         "export.json": (json.dumps({"command": "export"}), "not the output of qtool evaluate"),
         "deep.json": ("[" * 100_000 + "]" * 100_000, "nested too deeply"),  # RecursionError in json
-        "nested.json": (json.dumps({**doc, "x": [[[[[[[[[[[[[[[[[[0]]]]]]]]]]]]]]]]]]}), "nests deeper than 16 levels"),
+        "nested.json": (json.dumps({**doc, "x": [[[[[[[[[[[[[[[[[[0]]]]]]]]]]]]]]]]]]}), "nested deeper than 16 levels"),
         "latin1.json": (b'{"command": "evaluate\xe9"}', "not UTF-8"),
         "huge_int.json": ('{"a": ' + "9" * 5000 + "}", "not readable JSON"),
         "missing.json": (None, "does not exist"),

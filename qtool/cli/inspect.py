@@ -41,14 +41,7 @@ def read_file(path: Path) -> dict:
     The kind is told by content, never by the file name. Returns {'kind', 'header', 'tensors'}
     with tensors sorted by name, each a dict with at least 'name' and 'amax'.
     """
-    try:
-        data = calibration.read_limited(path, calibration.MAX_FILE_BYTES, "inspect FILE")
-    except FileNotFoundError:
-        raise QtoolError(f"{str(path)!r} does not exist") from None
-    except IsADirectoryError:
-        raise QtoolError(f"{str(path)!r} is a directory; give a calibration file or a TensorRT cache") from None
-    except OSError as e:
-        raise QtoolError(f"{str(path)!r} cannot be read ({e.strerror or e})") from None
+    data = calibration.read_input(path, calibration.MAX_FILE_BYTES, "file", "give a calibration file or a TensorRT cache")
     if not data.strip():
         raise QtoolError(f"{str(path)!r} is empty")
     text = None
@@ -259,14 +252,7 @@ def _inspect_policies(file: Path, policies, as_json: bool) -> None:
 def _require_onnx(path: Path) -> None:
     """FILE must be an ONNX model for --trt-version: missing or unreadable is bad input (exit 1),
     another kind of file a usage error (exit 2)."""
-    if not path.exists():
-        raise QtoolError(f"{str(path)!r} does not exist")
-    try:
-        data = calibration.read_limited(path, MAX_ONNX_BYTES, "ONNX model")
-    except IsADirectoryError:
-        raise QtoolError(f"{str(path)!r} is a directory; give an ONNX model") from None
-    except OSError as e:
-        raise QtoolError(f"{str(path)!r} cannot be read ({e.strerror or e})") from None
+    data = calibration.read_input(path, MAX_ONNX_BYTES, "ONNX model", "give an ONNX model")
     if not _is_onnx(data):
         raise click.UsageError(f"--trt-version checks an ONNX model's Q/DQ nodes, and {str(path)!r} is not an ONNX model")
 
