@@ -35,7 +35,7 @@ from ... import placement
 from ...errors import QtoolError
 from .. import get
 from ..qdq import add_initializer, upgrade_opset
-from .int8 import FP16_SCALE_FLOOR, insert, qdq_nodes
+from .int8 import FP16_SCALE_FLOOR, high_precision_fp16, insert, qdq_nodes
 from .rules import FP8, FP8_DEFAULT_METHOD, exclusions, fp8_exclusions
 from .versions import FP8_MIN_MAJOR, FP8_OPSET, OPSETS, default_version, parse_version
 
@@ -213,19 +213,6 @@ def export(loaded, cal, *, trt_version: str | None = None, method: str | None = 
     if extra:
         summary["fp8_exclusions"] = dict(sorted(extra.items()))
     if high_precision == "fp16":
-        from . import fp16
-
-        G.toposort(model.graph)
-        G.cleanup(model.graph)
-        try:
-            converted = fp16.to_fp16(model, activation_absmax={t.name: t.absmax for t in cal.tensors})
-        except Exception as e:  # any failure of the conversion falls back to FP32
-            text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            warnings.append(f"FP16 conversion failed ({text}); the unquantized part stays FP32 (TensorRT runs it in FP32)")
-            summary.update(high_precision="fp32", fp16_failed=text)
-        else:
-            model = converted.model
-            warnings += converted.warnings
-            summary["kept_fp32_for_fp16"] = converted.kept_fp32
+        model = high_precision_fp16(model, cal, warnings, summary)
     data, more = G.finish(model, loaded.proto)
     return ExportResult(data, warnings + more, summary)

@@ -197,21 +197,28 @@ def export(loaded, cal, thresholds: Callable, *, major: int, high_precision: str
         summary["smooth_quant"] = smoothing.summary
     warnings = placed.warnings + bc_warnings
     if high_precision == "fp16":
-        from . import fp16
-
-        G.toposort(model.graph)
-        G.cleanup(model.graph)
-        converted, why = _to_fp16(fp16, model, {t.name: t.absmax for t in cal.tensors}, warnings)
-        if converted is None:
-            warnings.append(f"FP16 conversion failed ({why}); the unquantized part stays FP32, as with --high-precision fp32 "
-                            "(TensorRT runs it in FP32: slower, not less accurate)")
-            summary.update(high_precision="fp32", fp16_failed=why)
-        else:
-            model = converted.model
-            warnings += converted.warnings
-            summary["kept_fp32_for_fp16"] = converted.kept_fp32
+        model = high_precision_fp16(model, cal, warnings, summary)
     data, more = G.finish(model, loaded.proto)
     return data, warnings + more, summary
+
+
+def high_precision_fp16(model: onnx.ModelProto, cal, warnings: list[str], summary: dict) -> onnx.ModelProto:
+    """The Q/DQ model (INT8 or FP8) with its unquantized part in FP16 (qtool.targets.tensorrt.fp16);
+    when no FP16 model comes out, `model` as it is (FP32), with a warning and the summary's
+    `high_precision` "fp32" and `fp16_failed`. Extends `warnings` and `summary`."""
+    from . import fp16
+
+    G.toposort(model.graph)
+    G.cleanup(model.graph)
+    converted, why = _to_fp16(fp16, model, {t.name: t.absmax for t in cal.tensors}, warnings)
+    if converted is None:
+        warnings.append(f"FP16 conversion failed ({why}); the unquantized part stays FP32, as with --high-precision fp32 "
+                        "(TensorRT runs it in FP32: slower, not less accurate)")
+        summary.update(high_precision="fp32", fp16_failed=why)
+        return model
+    warnings += converted.warnings
+    summary["kept_fp32_for_fp16"] = converted.kept_fp32
+    return converted.model
 
 
 def _to_fp16(fp16, model: onnx.ModelProto, absmax: dict, warnings: list[str]):
