@@ -43,11 +43,19 @@ optimizes ("rt int8"), how many MatMuls NNCF runs in int8 that the row leaves FP
 latency int8/FP32 (batch 1, --text-runs), and quantization seconds. torch, transformers and tokenizers are
 bench-only too; the venv needs only the package registries.
 
+TensorRT rows (--tensorrt: only these, for every model selected): qtool `export --target tensorrt` INT8 Q/DQ and
+`--precision fp8` (E4M3 Q/DQ; one more FP8 row per --fp8-methods entry), from the same calibration file, each run
+in onnxruntime's CPU provider at ORT_ENABLE_BASIC against FP32 at the same level (onnxruntime 1.32's EXTENDED
+level removes a Relu in front of an FP8 QuantizeLinear with zero point 0), with the model's task metric (image
+models) or cosine and SQNR (sentence encoders), and `qtool inspect FILE --trt-version 11.4`: "ok" or the number
+of TensorRT 11.4 ONNX parser rules broken.
+
 nncf and scikit-image are bench-only dependencies. Usage:
   bash ../shared/tools/fetch_dev_models.sh        # models and photos into ~/.cache/qtool-dev
   python bench/fidelity.py [--models ppocrv5_det,...,minilm,mpnet] [--calib 200] [--eval 100] [--runs 100]
                            [--methods default,entropy,default+asym] [--export-args "--no-bias-correction"] [--dev DIR]
                            [--text-calib 128] [--text-eval 128] [--seq 64] [--text-runs 20]
+                           [--tensorrt [--fp8-methods max,e4m3-mse]]
 """
 
 from __future__ import annotations
@@ -338,18 +346,20 @@ def ov_text_outputs(core, path, batches, names, config) -> list[np.ndarray]:
     return [np.concatenate(g) for g in got]
 
 
-def ort_session(path, optimized: Path | None = None):
+def ort_session(path, optimized: Path | None = None, basic: bool = False):
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
+    if basic:  # 1.32's EXTENDED level drops a Relu before an FP8 QuantizeLinear with zero point 0
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     if optimized:
         opts.optimized_model_filepath = str(optimized)
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
 
-def ort_text_outputs(path, batches, names) -> list[np.ndarray]:
-    sess = ort_session(path)
+def ort_text_outputs(path, batches, names, basic: bool = False) -> list[np.ndarray]:
+    sess = ort_session(path, basic=basic)
     inputs = {i.name for i in sess.get_inputs()}
     got = [[] for _ in names]
     for b in batches:
@@ -445,6 +455,57 @@ def quantize_ort(model: Path, feeds: list[dict], out: Path, per_channel: bool) -
     return time.perf_counter() - t
 
 
+# ---------------------------------------------------------------- TensorRT INT8 / FP8 Q/DQ rows
+
+TRT_VERSION = "11.4"
+
+
+def trt_violations(path) -> int:
+    """Rules of TensorRT TRT_VERSION's ONNX parser the Q/DQ model breaks (`qtool inspect --trt-version`)."""
+    from click.testing import CliRunner
+
+    from qtool.cli import cli
+
+    r = CliRunner().invoke(cli, ["inspect", str(path), "--trt-version", TRT_VERSION])
+    if r.exit_code not in (0, 1) or r.exception and not isinstance(r.exception, SystemExit):
+        raise RuntimeError(f"qtool inspect failed: {r.output}")
+    return 0 if r.exit_code == 0 else sum(1 for line in r.output.splitlines() if line.strip() and not line.startswith("error"))
+
+
+def trt_exports(calib_file: Path, out_dir: Path, fp8_methods: list[str]) -> dict[str, tuple[Path, float]]:
+    """{label: (TensorRT Q/DQ ONNX, export seconds)}: INT8, FP8 (the target's default thresholds), FP8 per method."""
+    out = {}
+    for label, extra in (("trt int8", []), ("trt fp8", ["--precision", "fp8"]),
+                         *((f"trt fp8 {m}", ["--precision", "fp8", "--method", m]) for m in fp8_methods)):
+        path = out_dir / f"qtool.{label.replace(' ', '.').replace(':', '')}.onnx"
+        t = time.perf_counter()
+        qtool("-q", "export", "--target", "tensorrt", "--calib", calib_file, "-o", path, *extra)
+        out[label] = (path, time.perf_counter() - t)
+    return out
+
+
+def ort_image_outputs(path, samples) -> list[list[np.ndarray]]:
+    sess = ort_session(path, basic=True)
+    name = sess.get_inputs()[0].name
+    return [[np.asarray(o, dtype=np.float64) for o in sess.run(None, {name: s})] for s in samples]
+
+
+def trt_image_rows(model_path: Path, task: str, calib_file: Path, held, out_dir: Path, fp8_methods: list[str]) -> dict:
+    ref = ort_image_outputs(model_path, held)
+    rows = {}
+    for label, (path, seconds) in trt_exports(calib_file, out_dir, fp8_methods).items():
+        what, value = metric(task, ref, ort_image_outputs(path, held))
+        rows[label] = {"metric": what, "value": value, "trt_violations": trt_violations(path), "seconds": seconds}
+    return rows
+
+
+def print_trt_image(name: str, rows: dict) -> None:
+    for label, r in rows.items():
+        fmt = "{:10.2f}" if "SQNR" in r["metric"] else "{:10.4f}"
+        bad = "ok" if not r["trt_violations"] else f"{r['trt_violations']} broken"
+        print(f"{name:12s} {label:22s} {r['metric']:17s} " + fmt.format(r["value"]) + f" {bad:>12s} {r['seconds']:7.1f}", flush=True)
+
+
 TEXT_ROWS = (("q:openvino", "OV"), ("NNCF transformer", "OV"), ("q:qdq", "ORT"), ("q:tensorrt", "ORT"),
              ("ort quantize_static", "ORT"), ("ort q_static per_ch", "ORT"))
 
@@ -471,8 +532,15 @@ def text_model(name: str, args, core, run_config, f32) -> dict:
     t = time.perf_counter()
     qtool("-q", "calibrate", model_path, "--data", calib_dir, "-o", calib_file)
     t_cal = time.perf_counter() - t
-    for label, target, suffix in (("q:openvino", "openvino", "openvino.onnx"), ("q:qdq", "qdq", "qdq.onnx"),
-                                  ("q:tensorrt", "tensorrt", "trt.onnx")):
+    trt = trt_exports(calib_file, out_dir, args.fp8_methods)
+    paths["q:tensorrt"], seconds["q:tensorrt"] = trt.pop("trt int8")
+    seconds["q:tensorrt"] += t_cal
+    for label, (path, t) in trt.items():
+        paths[label], seconds[label] = path, t_cal + t
+    rows_wanted = (("q:tensorrt", "ORT"), *((label, "ORT") for label in trt))
+    if args.tensorrt:
+        return text_rows(name, args, model_path, batches, outputs, mask, paths, seconds, rows_wanted, out_dir)
+    for label, target, suffix in (("q:openvino", "openvino", "openvino.onnx"), ("q:qdq", "qdq", "qdq.onnx")):
         paths[label] = out_dir / f"qtool.{suffix}"
         t = time.perf_counter()
         qtool("-q", "export", "--target", target, "--calib", calib_file, "-o", paths[label])
@@ -488,31 +556,47 @@ def text_model(name: str, args, core, run_config, f32) -> dict:
         paths[label] = out_dir / f"ort{'.pc' if per_channel else ''}.qdq.onnx"
         seconds[label] = quantize_ort(model_path, calib, paths[label], per_channel)
 
-    ref = {"OV": ov_text_outputs(core, model_path, batches, outputs, f32), "ORT": ort_text_outputs(model_path, batches, outputs)}
     aliases = linear_aliases(model_path)
     nncf_int8, _ = ov_int8_linear(core, paths["NNCF transformer"], run_config, aliases)
     rows = {}
-    for label, runtime in TEXT_ROWS:
+    rows = text_rows(name, args, model_path, batches, outputs, mask, paths, seconds,
+                     (*TEXT_ROWS, *((label, "ORT") for label in trt)), out_dir, core, f32, run_config, aliases, nncf_int8)
+    if args.text_runs:
+        lat = latencies_ms(core, {"fp32": (model_path, f32), "q:openvino": (paths["q:openvino"], run_config),
+                                       "NNCF transformer": (paths["NNCF transformer"], run_config)}, held[0], args.text_runs, rounds=2)
+        for label in ("q:openvino", "NNCF transformer"):
+            rows[label]["latency_ratio"] = lat[label] / lat["fp32"]
+    return rows
+
+
+def text_rows(name, args, model_path, batches, outputs, mask, paths, seconds, wanted, out_dir, core=None, f32=None,
+              run_config=None, aliases=None, nncf_int8=frozenset()) -> dict:
+    """Measure each (label, runtime) of wanted; TensorRT Q/DQ rows run at ORT_ENABLE_BASIC against FP32 at BASIC."""
+    ref = {}
+    rows = {}
+    for label, runtime in wanted:
+        trt = label.startswith(("q:tensorrt", "trt "))
+        key = "ORT basic" if trt else runtime
+        if key not in ref:
+            ref[key] = (ov_text_outputs(core, model_path, batches, outputs, f32) if runtime == "OV"
+                        else ort_text_outputs(model_path, batches, outputs, basic=trt))
         if runtime == "OV":
             out = ov_text_outputs(core, paths[label], batches, outputs, run_config)
             int8, total = ov_int8_linear(core, paths[label], run_config, aliases)
             run8 = len(int8)
         else:
             try:
-                out = ort_text_outputs(paths[label], batches, outputs)
+                out = ort_text_outputs(paths[label], batches, outputs, basic=trt)
             except Exception as e:  # a quantized model onnxruntime refuses to run is a result too
                 rows[label] = {"runtime": runtime, "error": str(e).splitlines()[0][:160], "seconds": seconds[label]}
                 continue
             int8, total = qdq_int8_linear(paths[label])
             run8 = ort_runtime_int8(paths[label], out_dir)
-        cos, sqnr = text_metrics(ref[runtime], out, mask)
-        rows[label] = {"runtime": runtime, "cosine": cos, "sqnr_db": sqnr, "int8_linear": len(int8), "linear": total,
+        cos, sqnr = text_metrics(ref[key], out, mask)
+        rows[label] = {"runtime": "ORTb" if trt else runtime, "cosine": cos, "sqnr_db": sqnr, "int8_linear": len(int8), "linear": total,
                        "runtime_int8": run8, "nncf_int8_not_int8": len(nncf_int8 - int8), "seconds": seconds[label]}
-    if args.text_runs:
-        lat = latencies_ms(core, {"fp32": (model_path, f32), "q:openvino": (paths["q:openvino"], run_config),
-                                       "NNCF transformer": (paths["NNCF transformer"], run_config)}, held[0], args.text_runs, rounds=2)
-        for label in ("q:openvino", "NNCF transformer"):
-            rows[label]["latency_ratio"] = lat[label] / lat["fp32"]
+        if trt:
+            rows[label]["trt_violations"] = trt_violations(paths[label])
     return rows
 
 
@@ -522,9 +606,10 @@ def print_text(name: str, rows: dict) -> None:
             print(f"{name:7s} {label:20s} {r['runtime']:4s} does not run: {r['error']}", flush=True)
             continue
         lat = f"{r['latency_ratio']:.2f}" if "latency_ratio" in r else "-"
+        bad = "-" if "trt_violations" not in r else "ok" if not r["trt_violations"] else f"{r['trt_violations']} broken"
         print(f"{name:7s} {label:20s} {r['runtime']:4s} {r['cosine']:9.5f} {r['sqnr_db']:8.2f} "
-              f"{r['int8_linear']:4d}/{r['linear']:<4d} {r['runtime_int8']:6d} {r['nncf_int8_not_int8']:8d} {lat:>8s} {r['seconds']:7.0f}",
-              flush=True)
+              f"{r['int8_linear']:4d}/{r['linear']:<4d} {r['runtime_int8']:6d} {r['nncf_int8_not_int8']:8d} {lat:>8s} {r['seconds']:7.0f} "
+              f"{bad:>10s}", flush=True)
 
 
 def main() -> None:
@@ -548,7 +633,12 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=64, help="sentence encoders: tokens per sentence (padded)")
     ap.add_argument("--text-batch", type=int, default=16, help="sentence encoders: held-out sentences per inference")
     ap.add_argument("--text-runs", type=int, default=20, help="sentence encoders: timed inferences per model and round (0: no latency)")
+    ap.add_argument("--tensorrt", action="store_true", help="only the TensorRT rows: INT8 and FP8 Q/DQ exports run in onnxruntime "
+                    f"(ORT_ENABLE_BASIC) and `qtool inspect --trt-version {TRT_VERSION}`; no OpenVINO, NNCF or onnxruntime quantizer")
+    ap.add_argument("--fp8-methods", default="", help="TensorRT rows: one more FP8 row per threshold method, comma-separated "
+                    "(e.g. max,percentile:99.99,mse,entropy,e4m3-mse)")
     args = ap.parse_args()
+    args.fp8_methods = [m.strip() for m in args.fp8_methods.split(",") if m.strip()]
 
     import openvino as ov
 
@@ -570,11 +660,17 @@ def main() -> None:
     run_config = None if args.precision == "default" else {"INFERENCE_PRECISION_HINT": args.precision}
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     results = {}
-    if names:
+    if names and args.tensorrt:
+        import onnxruntime
+
+        print(f"TensorRT Q/DQ rows: {args.calib} calibration / {args.eval} held-out inputs, onnxruntime {onnxruntime.__version__} "
+              f"ORT_ENABLE_BASIC (FP32 reference too); TensorRT {TRT_VERSION} parser rules from qtool inspect", flush=True)
+        print(f"{'model':12s} {'row':22s} {'metric':17s} {'value':>10s} {'trt ' + TRT_VERSION:>12s} {'export s':>7s}", flush=True)
+    elif names:
         print(f"{args.calib} calibration inputs, {args.eval} held-out inputs; OpenVINO {ov.__version__} ({args.precision} precision), "
               f"nncf {nncf.__version__}; qtool calibrate {args.calib_args or '(defaults)'} / export {args.export_args or '(defaults)'}", flush=True)
     labels = [f"q:{m}" for m in methods] + ["NNCF"]
-    if names:
+    if names and not args.tensorrt:
         print(f"{'model':12s} {'metric':17s} " + " ".join(f"{x:>10s}" for x in labels)
               + f" {'int8 layers ' + '/'.join(['q'] * len(methods) + ['N', 'all']):>22s} {'latency/FP32 q,N':>17s}  seconds q,N")
     for name in names:
@@ -595,6 +691,12 @@ def main() -> None:
             for i, x in enumerate(arrays):
                 np.save(folder / f"{i:04d}.npy", x)
 
+        if args.tensorrt:
+            calib_file = out_dir / "qtool.calib.json"
+            qtool("-q", "calibrate", model_path, "--data", data_dir, "-o", calib_file, *shlex.split(args.calib_args))
+            results[name] = trt_image_rows(model_path, task, calib_file, held, out_dir, args.fp8_methods)
+            print_trt_image(name, results[name])
+            continue
         qtool_runs = run_qtool(model_path, data_dir, out_dir, methods, shlex.split(args.calib_args), shlex.split(args.export_args))
         n_path = out_dir / "nncf.xml"
         stamp = out_dir / "nncf.inputs"
@@ -629,7 +731,7 @@ def main() -> None:
               f"no options beyond the inputs; OpenVINO {ov.__version__} ({args.precision}), nncf {nncf.__version__}, onnxruntime {onnxruntime.__version__}; "
               "each row against FP32 in its own runtime", flush=True)
         print(f"{'model':7s} {'tool':20s} {'run':4s} {'cosine':>9s} {'SQNR dB':>8s} {'int8 MM':>9s} {'rt int8':>6s} {'!NNCF8':>8s} "
-              f"{'lat/FP32':>8s} {'seconds':>7s}", flush=True)
+              f"{'lat/FP32':>8s} {'seconds':>7s} {'trt ' + TRT_VERSION:>10s}", flush=True)
         for name in texts:
             results[name] = text_model(name, args, core, run_config, f32)
             print_text(name, results[name])
