@@ -466,10 +466,10 @@ def trt_violations(path) -> int:
 
     from qtool.cli import cli
 
-    r = CliRunner().invoke(cli, ["inspect", str(path), "--trt-version", TRT_VERSION])
-    if r.exit_code not in (0, 1) or r.exception and not isinstance(r.exception, SystemExit):
+    r = CliRunner().invoke(cli, ["inspect", str(path), "--trt-version", TRT_VERSION, "--json"])
+    if r.exit_code not in (0, 1) or not r.stdout.strip():
         raise RuntimeError(f"qtool inspect failed: {r.output}")
-    return 0 if r.exit_code == 0 else sum(1 for line in r.output.splitlines() if line.strip() and not line.startswith("error"))
+    return len(json.loads(r.stdout)["violations"])
 
 
 def trt_exports(calib_file: Path, out_dir: Path, fp8_methods: list[str]) -> dict[str, tuple[Path, float]]:
