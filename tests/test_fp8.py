@@ -395,3 +395,20 @@ def test_tiny_weight_scales_keep_their_dequantize_in_fp16(monkeypatch):
     assert violations() == set()
     monkeypatch.setattr(trt_fp8, "FP16_SCALE_FLOOR", 0.0)
     assert "per-channel-axis" in violations()
+
+
+def test_cli_takes_fp8s_own_method_for_fp8_only(calibrated, tmp_path):
+    """--method e4m3-mse (the help lists it for --precision fp8) reaches the FP8 writer; INT8 refuses it."""
+    from runcli import invoke
+
+    m, loaded, cal = calibrated["cnn"]
+    onnx.save(m, tmp_path / "cnn.onnx")
+    loaded = api._loaded(str(tmp_path / "cnn.onnx"))
+    cal.model_sha256 = loaded.sha256
+    cal.save(tmp_path / "cnn.calib.json")
+    common = ("export", tmp_path / "cnn.onnx", "--calib", tmp_path / "cnn.calib.json", "--target", "tensorrt", "--trt-version", "10.3")
+    r = invoke(*common, "--precision", "fp8", "--method", "e4m3-mse", "-o", tmp_path / "a.onnx")
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "a.onnx").read_bytes() == trt_fp8.export(loaded, cal, trt_version="10.3.0", method="e4m3-mse").data
+    r = invoke(*common, "--method", "e4m3-mse", "-o", tmp_path / "b.onnx")
+    assert r.exit_code == 1 and "unknown method 'e4m3-mse'" in r.output and not (tmp_path / "b.onnx").exists()
