@@ -36,6 +36,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from . import graph as G
+from . import patterns
 
 # NNCF's clamps of the statistics and of the scales (openvinotoolkit/nncf
 # src/nncf/quantization/algorithms/smooth_quant/algorithm.py: _clip_statistics a_min 1e-5,
@@ -410,16 +411,14 @@ def apply(model: onnx.ModelProto, cal, alpha: float | None = None, only: set[str
 
 def smooth(model, cal, mode, place: Callable):
     """SmoothQuant for an export (`model` with unique node names, edited in place): with mode
-    "auto" when the placement `place(model, cal)` (a qtool.placement.Plan) finds transformer
-    structure, with True (or an alpha, `parse_mode`) always, on the linear layers that placement
-    runs in int8 with their input quantized. Returns (the calibration of the edited model,
-    Smoothing or None, warnings)."""
+    "auto" when the graph has transformer structure (qtool.patterns.transformer_structure),
+    with True (or an alpha, `parse_mode`) always, on the linear layers the placement
+    `place(model, cal)` (a qtool.placement.Plan) runs in int8 with their input quantized.
+    Returns (the calibration of the edited model, Smoothing or None, warnings)."""
     mode = parse_mode(mode)
-    if mode is False:
-        return cal, None, []
+    if mode is False or (mode == "auto" and not patterns.transformer_structure(patterns.GraphView(model))):
+        return cal, None, []  # decided before placing: a CNN's export places once
     plan = place(model, cal)
-    if mode == "auto" and not plan.transformer:
-        return cal, None, []
     int8 = set(plan.int8_layers)
     layers = {name for site in plan.activations for name, slot in site.readers if slot == 0 and name in int8}
     alpha = mode if isinstance(mode, float) else None  # None: per activation, the alpha `estimate` picks

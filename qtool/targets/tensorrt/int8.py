@@ -23,7 +23,7 @@ nodes, else the whole model (summary `high_precision` "fp32", `fp16_failed` says
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -31,7 +31,6 @@ from onnx import helper
 
 from ... import biascorrection, placement, quant, smoothquant
 from ... import graph as G
-from ... import patterns as P
 from ...calibration import Threshold
 from ...errors import QtoolError
 from .. import get
@@ -169,12 +168,7 @@ def plan(loaded, cal, thresholds: Callable, *, major: int, high_precision: str, 
         return placement.place(m, {t.name: t for t in c.tensors}, rules=TENSORRT, thresholds=chosen, exclude=list(exclude or ()),
                                include=list(include or ()), float_types=get("tensorrt").float_types)
 
-    def place_transformer(m, c) -> placement.Plan:  # TensorRT's rules place no transformer preset: smooth asks for the structure
-        return replace(place(m, c), transformer=structure)
-
-    structure = P.transformer_structure(P.GraphView(model))
-    mode = smoothquant.parse_mode(smooth_quant)
-    cal, smoothing, sq_warnings = smoothquant.smooth(model, cal, False if mode == "auto" and not structure else mode, place_transformer)
+    cal, smoothing, sq_warnings = smoothquant.smooth(model, cal, smooth_quant, place)
     placed = place(model, cal, smoothing)
     return Placed(model, placed, cal, smoothing, source_opset, sq_warnings + placed.warnings)
 
