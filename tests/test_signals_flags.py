@@ -22,6 +22,7 @@ from PIL import Image
 
 from qtool import nchwc, scratch
 from qtool.cli import cli
+from qtool.cli import main as qtool_main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -202,6 +203,46 @@ def test_ctrl_c_while_starting_is_quiet(work):
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 130 and "Traceback" not in err, (delay, err)
         assert not (d / "out.calib.json").exists()
+
+
+def test_ctrl_c_inside_an_import_is_delivered_after_it(tmp_path):
+    """A C extension interrupted in its initialisation fails as ImportError or aborts the process:
+    qtool.launch holds the signal back until the import is over, then raises KeyboardInterrupt."""
+    (tmp_path / "slowmod.py").write_text(
+        "import os, signal, time\n"
+        "os.kill(os.getpid(), signal.SIGINT)\n"
+        "time.sleep(0.2)\n"
+        "FINISHED = True\n")
+    script = (
+        "import signal, sys\n"
+        "from qtool import launch\n"
+        "signal.signal(signal.SIGINT, launch._on_ctrl_c)\n"
+        "try:\n"
+        "    import slowmod\n"
+        "    import time; time.sleep(5)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted after import', slowmod.FINISHED)\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "interrupted after import True", done.stderr
+
+
+def test_an_import_failed_by_ctrl_c_is_an_interruption(monkeypatch):
+    """onnxruntime reports a Ctrl-C during its initialisation as ImportError("initialization failed")
+    raised from the KeyboardInterrupt: exit 130, not "a bug in qtool"."""
+    from qtool.cli import inspect as inspect_command
+
+    def failing(*args, **kwargs):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as e:
+            raise ImportError("initialization failed") from e
+
+    monkeypatch.setattr(inspect_command.calibration, "read_input", failing)
+    monkeypatch.setattr(os, "_exit", lambda code: sys.exit(code))
+    monkeypatch.setattr(signal, "signal", lambda *args: None)  # leave pytest's handlers alone
+    with pytest.raises(SystemExit) as ended:
+        qtool_main(["inspect", "whatever.json"])
+    assert ended.value.code == 130
 
 
 def test_the_console_script_starts_in_launch():

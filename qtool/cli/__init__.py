@@ -70,9 +70,21 @@ class _Group(click.Group):
         except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort, KeyboardInterrupt):
             raise
         except Exception as e:
+            if _caused_by_ctrl_c(e):  # e.g. onnxruntime's import turns it into "initialization failed"
+                raise KeyboardInterrupt from e
             where = _save_traceback()
             click.echo(f"internal error (a bug in qtool): {type(e).__name__}: {e}; traceback saved to {where}", err=True)
             ctx.exit(3)
+
+
+def _caused_by_ctrl_c(error: BaseException) -> bool:
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
 
 
 @click.group(cls=_Group, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
