@@ -56,7 +56,10 @@ def weight_axis(node: onnx.NodeProto, slot: int, rank: int) -> int | None:
         return None
     if op == "Conv":
         return 0 if rank >= 2 else None
-    if op == "ConvTranspose":  # W is [C_in, C_out/group, k...]: per output channel only with one group
+    # W is [C_in, C_out/group, k...]: per output channel only with one group, as ModelOpt writes it for
+    # TensorRT 10 (modelopt/onnx/quantization/ort_utils.py, "ConvTranspose": 1, "Cout axis"); TensorRT
+    # issue #2380's axis 0 was pytorch_quantization's answer for TensorRT 8's deconvolution kernels
+    if op == "ConvTranspose":
         return 1 if rank >= 2 and int(G.attr(node, "group", 1)) == 1 else None
     if op == "Gemm":
         return 0 if int(G.attr(node, "transB", 0)) else 1
