@@ -33,6 +33,7 @@ Its writer adds ModelOpt's FP8 Conv rule (`fp8_exclusions`) to the INT8 default 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -184,6 +185,7 @@ def _static_shapes(m: GraphView) -> dict[str, list[int | None]]:
 
 MIN_CHANNELS = 16  # ModelOpt graph_utils: Conv I/O channels and MatMul/Gemm K, N below this stay FP32
 MAX_ATTENTION_SEQUENCE = 512  # ModelOpt find_nodes_from_mha_to_exclude: int8 attention core only up to here
+MIN_HEAD_FP8, MAX_HEAD_FP8 = 8, 256  # ... and FP8's only for head sizes in (8, 256]
 
 
 def _conv_exclusion(m: GraphView, n: onnx.NodeProto, graph_inputs: set[str]) -> str | None:
@@ -224,8 +226,10 @@ def _matmul_exclusion(m: GraphView, n: onnx.NodeProto, shapes: dict) -> str | No
     return None
 
 
-def _attention_cores(m: GraphView, shapes: dict) -> dict[str, str]:
-    """The two MatMuls around a Softmax (Q.K^T and .V) whose sequence length exceeds 512."""
+def _attention_cores(m: GraphView, shapes: dict, why: Callable[[list], str | None]) -> dict[str, str]:
+    """The two MatMuls around a Softmax (Q.K^T and .V) whose K^T shape [..., head size, sequence]
+    `why` gives a reason to keep FP32 (ModelOpt graph_utils.find_nodes_from_mha_to_exclude, which
+    reads the shape of BMM1's second input)."""
     found: dict[str, str] = {}
     for sm in m.graph.node:
         if sm.op_type != "Softmax" or not standard(sm):
@@ -237,17 +241,28 @@ def _attention_cores(m: GraphView, shapes: dict) -> dict[str, str]:
             continue
         second = [r for r, slot in m.readers.get(sm.output[0], ()) if r.op_type == "MatMul"]
         key = shapes.get(first.input[1]) if len(first.input) > 1 else None
-        seq = key[-1] if key else None
-        if seq is not None and seq > MAX_ATTENTION_SEQUENCE:
-            why = f"default exclusion: attention core with sequence length {seq} > {MAX_ATTENTION_SEQUENCE}"
+        reason = why(key) if key and len(key) >= 2 else None
+        if reason:
             for mm in [first, *second]:
-                found[mm.name] = why
+                found[mm.name] = f"default exclusion: attention core with {reason}"
     return found
 
 
-def exclusions(m: GraphView) -> dict[str, str]:
+def _long_sequence(key: list) -> str | None:
+    seq = key[-1]
+    return f"sequence length {seq} > {MAX_ATTENTION_SEQUENCE}" if seq is not None and seq > MAX_ATTENTION_SEQUENCE else None
+
+
+def _fp8_head_size(key: list) -> str | None:
+    head = key[-2]
+    return (f"head size {head} outside FP8 attention's ({MIN_HEAD_FP8}, {MAX_HEAD_FP8}]"
+            if head is not None and not MIN_HEAD_FP8 < head <= MAX_HEAD_FP8 else None)
+
+
+def exclusions(m: GraphView, attention: bool = True) -> dict[str, str]:
     """Node -> why ModelOpt keeps it FP32 by default for TensorRT's INT8 (shapes from onnx shape
-    inference; a dimension it cannot infer excludes nothing)."""
+    inference; a dimension it cannot infer excludes nothing); `attention`: also its INT8 attention
+    core rule (FP8 has its own, fp8_exclusions)."""
     shapes = _static_shapes(m)
     graph_inputs = {i.name for i in m.graph.input}
     found: dict[str, str] = {}
@@ -261,16 +276,19 @@ def exclusions(m: GraphView) -> dict[str, str]:
             why = _matmul_exclusion(m, n, shapes)
         if why:
             found[n.name] = why
-    for name, why in _attention_cores(m, shapes).items():
-        found.setdefault(name, why)
+    if attention:
+        for name, why in _attention_cores(m, shapes, _long_sequence).items():
+            found.setdefault(name, why)
     return found
 
 
 def fp8_exclusions(model: onnx.ModelProto) -> dict[str, str]:
     """Conv nodes ModelOpt keeps out of FP8 (graph_utils.find_nodes_from_convs_to_exclude, fp8):
-    input or output channels (per group) <= 16, or a kernel with more than 32 taps."""
+    input or output channels (per group) <= 16, or a kernel with more than 32 taps; and the
+    attention cores whose head size its FP8 fused attention does not take (at most 8, above 256;
+    graph_utils.find_nodes_from_mha_to_exclude, fp8)."""
     m = GraphView(model)
-    found: dict[str, str] = {}
+    found: dict[str, str] = _attention_cores(m, _static_shapes(m), _fp8_head_size)
     for n in model.graph.node:
         if n.op_type != "Conv" or not standard(n) or len(n.input) < 2:
             continue
@@ -307,6 +325,12 @@ TENSORRT = Rules(
     default_method="mse",
 )
 
+def _fp8_placement_exclusions(m: GraphView) -> dict[str, str]:
+    """INT8's without its attention rule: FP8's own is among fp8_exclusions."""
+    return exclusions(m, attention=False)
+
+
 FP8_DEFAULT_METHOD = "max"  # ModelOpt's FP8 amax (its FP8 path converts a max-calibrated INT8 model)
 FP8 = replace(TENSORRT, name="tensorrt-fp8", linear=frozenset({"Conv", "Gemm", "MatMul"}), pooling=frozenset(),
-              pass_through=frozenset(), default_method=FP8_DEFAULT_METHOD)
+              pass_through=frozenset(), default_method=FP8_DEFAULT_METHOD,
+              exclusions=_fp8_placement_exclusions)

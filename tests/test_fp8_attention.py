@@ -1,0 +1,41 @@
+"""ModelOpt's attention rules for TensorRT: INT8 keeps the attention core FP32 above 512 tokens,
+FP8 when the head size is outside (8, 256] (graph_utils.find_nodes_from_mha_to_exclude)."""
+
+from __future__ import annotations
+
+from test_placement import Net, records
+
+from qtool import placement
+from qtool.patterns import GraphView
+from qtool.targets.tensorrt.rules import FP8, TENSORRT, fp8_exclusions
+
+CORE = {"n_scores", "n_ctx"}
+
+
+def _attention(seq: int, head: int):
+    n = Net()
+    q = n.op("MatMul", ["x", n.w("wq", (head, head))], "q")
+    k = n.op("MatMul", ["x", n.w("wk", (head, head))], "k")
+    v = n.op("MatMul", ["x", n.w("wv", (head, head))], "v")
+    kt = n.op("Transpose", [k], "kt", perm=[0, 2, 1])
+    s = n.op("Softmax", [n.op("MatMul", [q, kt], "scores")], "probs", axis=-1)
+    n.op("MatMul", [s, v], "ctx")
+    return n.model(["ctx"], x_shape=(1, seq, head))
+
+
+def test_fp8_attention_core_by_head_size_not_sequence():
+    for head, kept in ((8, True), (16, False), (256, False), (320, True)):
+        m = _attention(64, head)
+        found = fp8_exclusions(m)
+        assert (CORE <= set(found)) is kept, (head, found)
+        if kept:
+            assert f"head size {head}" in found["n_scores"]
+    long = _attention(600, 32)
+    assert not CORE & set(fp8_exclusions(long)) and not CORE & set(FP8.exclusions(GraphView(long)))
+    assert CORE <= set(TENSORRT.exclusions(GraphView(long)))  # INT8: sequence length 600 > 512
+
+
+def test_fp8_placement_quantizes_a_long_sequence_core_int8_does_not():
+    long = _attention(600, 32)
+    assert CORE <= set(placement.place(long, records(long), rules=FP8).int8_layers)
+    assert CORE <= set(placement.place(long, records(long), rules=TENSORRT).fp32_layers)
