@@ -14,6 +14,11 @@ loader)`. User errors raise qtool.QtoolError (one line: what is wrong and what t
 to the "qtool" logger and to the result objects (`Calibration.warnings`, `Evaluation.warnings`,
 `export(...)` returns bytes and logs). The command line is this API plus parsing and printing, and
 both give byte-identical files for the same inputs.
+
+Each command is also one function over files, taking keywords named like its flags and returning
+an Outcome (what `--json` prints, the text line, a failed check): calibrate_files, export_file,
+evaluate_files, inspect_file, report_file, merge_files, recompute_file. The command line calls
+each as `function.with_flags(...)`, whose messages name the flags instead of the keywords.
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ import hashlib
 import logging
 import os
 import re
+import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
@@ -35,6 +42,43 @@ from .errors import QtoolError
 from .targets import TARGETS, exporter
 
 log = logging.getLogger("qtool")
+
+# What the command line builds its options and help from (declared once, in the library).
+OPTIONS = targets.OPTIONS  # export option keyword -> its flag, help and choices
+POLICY_FLAGS = targets.POLICY_FLAGS
+runtimes = targets.runtimes
+METHODS = thresholds.METHODS + thresholds.SAMPLE_METHODS
+KL_VARIANTS = thresholds.KL_VARIANTS
+RESIZE_MODES = _data.RESIZE_MODES
+TARGET_DESCRIPTIONS = {t: targets.get(t).description for t in TARGETS}
+_LAZY = {"TRT_CACHE_VERSION": ("targets.tensorrt", "CACHE_VERSION"), "TRT_LATEST_VERSION": ("targets.tensorrt", "LATEST_VERSION"),
+         "REPORT_TARGETS": ("report", "TARGETS"), "REPORT_DEFAULT_TARGET": ("report", "DEFAULT_TARGET"),
+         "DEFAULT_BATCH": ("inputs", "DEFAULT_BATCH")}
+
+
+def __getattr__(name: str):
+    """The constants of modules that `import qtool.api` does not load until asked (PEP 562)."""
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    where, attr = _LAZY[name]
+    return getattr(importlib.import_module(f".{where}", __package__), attr)
+
+
+class UsageError(QtoolError):
+    """A request that does not make sense as given (the command line: a usage error, exit 2)."""
+
+
+@dataclass
+class Outcome:
+    """What a command over files did: `summary`, the dict its --json prints; `text`, what it prints
+    otherwise; `failure`, a check that failed (the command line reports it after the output, exit 1)."""
+
+    summary: dict
+    text: str
+    failure: str | None = None
+
 
 def _loaded(model_or_path, external_data: bool = True) -> model.LoadedModel:
     """A LoadedModel from a path or an in-memory ModelProto (its SHA-256: of its serialized bytes)."""
@@ -74,7 +118,9 @@ def api_text(text: str, keywords) -> str:
     text = re.sub(r"--size (\d+)x(\d+)\b", r"size=(\1, \2)", text) if "size" in keywords else text
 
     def keyword(m: re.Match) -> str:
-        name = _RENAMED.get(m.group(1), m.group(1).replace("-", "_"))
+        name = _RENAMED.get(m.group(1))
+        if name not in keywords:
+            name = m.group(1).replace("-", "_")
         if name not in keywords:
             return m.group(0)
         return "size=(h, w)" if name == "size" and m.group(2) == "HxW" else f"{name}="
@@ -83,7 +129,8 @@ def api_text(text: str, keywords) -> str:
 
 
 def _keyword_errors(function):
-    """QtoolErrors raised inside `function` name its keywords, not the command line's flags."""
+    """QtoolErrors raised inside `function` name its keywords, not the command line's flags;
+    `.with_flags` is `function` itself, for the command line."""
     import functools
     import inspect
 
@@ -95,7 +142,8 @@ def _keyword_errors(function):
             return function(*args, **kwargs)
         except QtoolError as e:
             keywords = own | ({k for v in EXPORT_OPTIONS.values() for k in v} if "options" in own else set())
-            raise QtoolError(api_text(str(e), keywords)) from None
+            raise type(e)(api_text(str(e), keywords)) from None
+    wrapper.with_flags = function
     return wrapper
 
 
@@ -111,6 +159,13 @@ class _Progress:
 
     def refresh(self) -> None:
         pass
+
+
+def _bar(progress):
+    """A tqdm bar as it is (the pipeline also sets its total), a plain callback(n) wrapped."""
+    if progress is None or hasattr(progress, "update"):
+        return progress
+    return _Progress(progress)
 
 
 def _channels(values) -> str | None:
@@ -243,3 +298,222 @@ def evaluate(model_or_path, cal: Calibration, *, images: str | os.PathLike | Non
     for w in result.warnings:
         log.warning(w)
     return result
+
+
+# ---------------------------------------------------------------- the commands, over files
+
+
+def _path(value) -> Path | None:
+    return None if value is None else Path(value)
+
+
+def _scale(value) -> float:
+    return _data.parse_scale(value) if isinstance(value, str) else float(value)
+
+
+@_keyword_errors
+def calibrate_files(model_path, *, images=None, data=None, limit: int | None = None, on_bad_image: str = "fail", shard=None,
+                    size=None, resize: str = "stretch", scale="1/255", mean=None, std=None, bgr: bool = False,
+                    layout: str | None = None, batch_size: int | None = None, bins: int = 2048, method: str | None = None,
+                    kl_variant: str = "nvidia", output=None, trt_table=None, trt_version: str | None = None,
+                    progress=None) -> Outcome:
+    """`qtool calibrate`: calibrate the model at `model_path` on a folder of `images` or `data`
+    files and write the calibration file to `output` [default: <model stem>.calib.json here], and
+    with `trt_table` a TensorRT calibration cache for `trt_version` too: both files or neither,
+    each checked before any work against every input read. `progress`: a callback(n) or tqdm bar."""
+    from .fileio import Outputs, folder_input, model_input
+    from .inputs import model_json, shown_path
+    from .targets import tensorrt
+    from .targets.tensorrt import files as trtfiles
+
+    started = time.perf_counter()
+    model_path, images, data, output, trt_table = map(_path, (model_path, images, data, output, trt_table))
+    if (images is None) == (data is None):
+        raise QtoolError("give exactly one of --images DIR or --data DIR")
+    if bins > calibration.MAX_BINS:
+        raise QtoolError(f"--bins {bins} is too many: the maximum is {calibration.MAX_BINS} (default 2048)")
+    shard_kn = _shard(shard)
+    trt_version = trt_version or tensorrt.CACHE_VERSION
+    trt_number = None
+    if trt_table:
+        trt_version = trtfiles.canonical_version(trt_version)
+        trt_number = trtfiles.version_number(trt_version)
+    output = output or Path(f"{model_path.stem}.calib.json")
+    outs = Outputs(inputs=(model_input(model_path), folder_input(images, "a --images file"),
+                           folder_input(data, "a --data file")))
+    output = outs.add(output, "-o")
+    if trt_table:
+        trt_table = outs.add(trt_table, "--trt-table")
+    image_options = None
+    if images is not None:
+        image_options = dict(size=_size(size), layout=layout, resize=resize, scale=_scale(scale), mean=_channels(mean),
+                             std=_channels(std), bgr=bgr)
+    loaded = model.load_model(model_path, external_data=False)
+    if image_options is not None and image_options["size"] is not None:
+        problem = _data.size_problem(loaded.proto, model.image_input(loaded.proto).name, image_options["size"])
+        if problem:
+            raise UsageError(problem)
+    try:
+        cal, report = pipeline.run(loaded, images=images, data_dir=data, limit=limit, shard=shard_kn,
+                                   on_bad_image=on_bad_image, batch_size=batch_size, image_options=image_options, bins=bins,
+                                   method=method or "entropy", kl_variant=kl_variant, progress=_bar(progress))
+    except QtoolError as e:  # feature maps of a --size the strides do not divide met (the graph did not tell the strides)
+        text = str(e)
+        if image_options and image_options["size"] and "onnxruntime failed" in text and "dimension" in text:
+            raise QtoolError(text + _data.SIZE_MISMATCH_HINT) from None
+        raise
+    cal.pinned = method is not None
+    cal = calibration.relocate(cal, output)
+    warnings = list(report.warnings)
+    if trt_table:
+        cache = tensorrt.export(loaded, cal, trt_version=trt_version, fmt="cache")
+        warnings.extend(cache.warnings)
+    written = {"calibration": str(output)}
+    with outs:  # both files, or neither
+        outs.write(output, calibration.to_json(calibration.relocate(cal, output)).encode())
+        if trt_table:
+            outs.write(trt_table, cache.data)
+            written["tensorrt_cache"] = str(trt_table)
+        outs.commit()
+    for w in warnings:
+        log.warning(w)
+    seconds = time.perf_counter() - started
+    what = "images" if images is not None else "data files"
+    summary = {
+        "command": "calibrate", "model": model_json(model_path), "outputs": written, "tensors": len(cal.tensors),
+        "inputs": report.inputs, "samples": report.samples, "skipped": len(report.skipped), "batch_size": report.batch_size, "method": cal.method,
+        "seconds": round(seconds, 3), "warnings": warnings,
+    }
+    used = report.inputs - len(report.skipped)  # the images or files the file's samples come from
+    if images is not None:
+        summary["images"] = used
+    if trt_number is not None:
+        summary["tensorrt_header"] = f"TRT-{trt_number}-EntropyCalibration2"
+        summary["build"], notes = tensorrt.build_command(loaded, cal, "cache", trt_version, str(trt_table), shown_path(model_path))
+        for note in notes:
+            log.warning(note)
+        summary["warnings"] = warnings + notes
+    counted = f"{used} {what}" + (f" ({report.samples} samples)" if images is None and report.samples != used else "")
+    if report.skipped:
+        counted += f", {len(report.skipped)} unreadable skipped"
+    text = f"calibrated {len(cal.tensors)} tensors from {counted} in {seconds:.1f} s ({cal.method}) -> {output}"
+    if trt_table:
+        text += f"\nTensorRT {trt_version} cache TRT-{trt_number}-EntropyCalibration2 -> {trt_table}\nbuild it with: {summary['build']}"
+    return Outcome(summary, text)
+
+
+@_keyword_errors
+def merge_files(files, *, output) -> Outcome:
+    """`qtool merge`: calibration files of one model made on different inputs (shards) combined
+    exactly into `output`, which records the model relative to itself."""
+    from .fileio import Outputs, file_input, model_input, same_file
+
+    started = time.perf_counter()
+    files = [Path(f) for f in files]
+    if not files:
+        raise QtoolError("merge needs at least one calibration file")
+    for i, f in enumerate(files):  # a file given twice would silently count its inputs twice
+        twice = next((g for g in files[:i] if same_file(f, g)), None)
+        if twice is not None:
+            what = f"{str(f)!r} is given twice" if str(f) == str(twice) else f"{str(twice)!r} and {str(f)!r} are the same file"
+            raise QtoolError(f"cannot merge: {what} (its inputs would count twice); give each file once")
+    cals = [calibration.load(f) for f in files]
+    models = {str(f.parent / c.model_path): f.parent / c.model_path for f, c in zip(files, cals)}
+    outs = Outputs(inputs=[file_input(f, "a calibration file being merged") for f in files]
+                   + [model_input(m, "the calibrated model") for m in models.values()])
+    output = outs.add(Path(output))
+    merged = calibration.merge(cals)
+    with outs:
+        # the model path, recorded relative to the first file, is written relative to the output
+        outs.write(output, calibration.to_json(calibration.relocate(merged, output, source=files[0])).encode())
+        outs.commit()
+    seconds = time.perf_counter() - started
+    summary = {"command": "merge", "inputs": [str(f) for f in files], "outputs": {"calibration": str(output)},
+               "samples": merged.samples, "tensors": len(merged.tensors), "seconds": round(seconds, 3), "warnings": []}
+    return Outcome(summary, f"merged {len(files)} files ({merged.samples} samples, {len(merged.tensors)} tensors) -> {output}")
+
+
+def _method(text: str) -> str:
+    try:
+        return thresholds.parse_method(text)
+    except ValueError as e:
+        raise QtoolError(f"--method: {e}") from None
+
+
+@_keyword_errors
+def recompute_file(file, *, method: str | None = None, kl_variant: str | None = None, output=None) -> Outcome:
+    """`qtool recompute`: every threshold of the calibration `file` searched again from the
+    histograms it keeps, with `method` [default: the file's]; written to `output` [default: `file`
+    itself, atomically], which records the model relative to itself."""
+    from .fileio import Outputs, model_input
+
+    started = time.perf_counter()
+    calib_path = Path(file)
+    method = _method(method) if method is not None else None  # fails before any reading
+    if kl_variant is not None and method not in (None, "entropy"):
+        raise QtoolError(f"--kl-variant chooses whose entropy search to use; it does not apply to --method {method}")
+    cal = calibration.load(calib_path)  # refuses unknown recorded methods and variants
+    method = method or thresholds.parse_method(cal.method)
+    if kl_variant is not None and method != "entropy":
+        raise QtoolError(f"--kl-variant chooses whose entropy search to use; {str(calib_path)!r} uses {method} (add --method entropy)")
+    variant = kl_variant or cal.kl_variant
+    outs = Outputs(inputs=(model_input(calib_path.parent / cal.model_path, "the calibrated model"),))  # FILE itself may be rewritten
+    out = outs.add(_path(output) or calib_path)
+    new = calibration.recompute(cal, method, variant)
+    with outs:
+        # the model path, recorded relative to FILE, is written relative to the output
+        outs.write(out, calibration.to_json(calibration.relocate(new, out, source=calib_path)).encode())
+        outs.commit()
+    changed = sum(a.amax != b.amax for a, b in zip(cal.tensors, new.tensors))
+    zero = [t.name for t in new.tensors if t.amax == 0]
+    warnings = [f"{len(zero)} tensor(s) have amax 0 (everything quantizes to 0): {', '.join(zero[:5])}"] if zero else []
+    for w in warnings:
+        log.warning(w)
+    seconds = time.perf_counter() - started
+    label = f"entropy/{variant}" if method == "entropy" else method
+    summary = {
+        "command": "recompute", "calibration": str(calib_path), "outputs": {"calibration": str(out)},
+        "tensors": len(new.tensors), "changed": changed, "method": method, "kl_variant": variant,
+        "seconds": round(seconds, 3), "warnings": warnings,
+    }
+    return Outcome(summary, f"recomputed {len(new.tensors)} thresholds ({label}; {changed} changed) in {seconds:.2f} s -> {out}")
+
+
+@_keyword_errors
+def report_file(file, *, output=None, target: str | None = None, trt_version: str | None = None, method: str | None = None,
+                model=None, evaluation=None) -> Outcome:
+    """`qtool report`: one self-contained HTML page of the calibration `file` as `target`'s export
+    uses it, written to `output` [default: FILE's name with .report.html, here]; `evaluation`: JSON
+    from qtool evaluate --json. Needs matplotlib."""
+    from . import report as rep
+    from .fileio import Outputs, file_input, model_input
+    from .inputs import load_checked_model
+
+    started = time.perf_counter()
+    calib_path, model_path, evaluation = Path(file), _path(model), _path(evaluation)
+    if target is not None and target not in rep.TARGETS:
+        raise QtoolError(f"--target {target!r} is not one of {', '.join(rep.TARGETS)}")
+    rep.require_matplotlib()
+    name = calib_path.name.removesuffix(".json").removesuffix(".calib")
+    cal = calibration.load(calib_path)
+    source = model_path if model_path is not None else calib_path.parent / cal.model_path
+    outs = Outputs(inputs=(file_input(calib_path, "the calibration file"), file_input(evaluation, "the --evaluation file"),
+                           model_input(source, "the calibrated model")))
+    out = outs.add(_path(output) or Path(f"{name}.report.html"))
+    evaluated = rep.load_evaluation(evaluation, cal) if evaluation is not None else None
+    chosen, why = (target, "given with --target") if target else rep.default_target(evaluated)
+    if model_path is None and not source.exists():
+        raise QtoolError(f"the calibrated model {str(source)!r} (recorded in {str(calib_path)!r}) is missing; pass it with --model")
+    loaded = load_checked_model(model_path, calib_path, cal)
+    plan = rep.target_plan(loaded, cal, chosen, why=why, trt_version=trt_version, method=method)
+    page = rep.render(cal, calib_path.name, plan, evaluated)
+    with outs:
+        outs.write(out, page)
+        outs.commit()
+    seconds = time.perf_counter() - started
+    summary = {
+        "command": "report", "calibration": str(calib_path), "evaluation": str(evaluation) if evaluation else None,
+        "target": chosen, "target_from": why, "outputs": {"report": str(out)}, "tensors": len(cal.tensors),
+        "quantized": len(plan.sites), "bytes": len(page), "seconds": round(seconds, 3),
+    }
+    return Outcome(summary, f"report of {len(cal.tensors)} tensors for {chosen} ({len(plan.sites)} quantized) in {seconds:.1f} s -> {out}")

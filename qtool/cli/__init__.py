@@ -131,6 +131,24 @@ def emit(as_json: bool, summary: dict, text: str) -> None:
         click.echo(text)
 
 
+def call(function, /, *args, **kwargs):
+    """`function` of qtool.api with its messages naming the flags; a request it calls a usage
+    error is click's (exit 2, with the command's usage line)."""
+    from .. import api
+
+    try:
+        return function.with_flags(*args, **kwargs)
+    except api.UsageError as e:
+        raise click.UsageError(str(e)) from None
+
+
+def finish(outcome, as_json: bool) -> None:
+    """Print what a command did; then a failed check it reports is an error (exit 1)."""
+    emit(as_json, outcome.summary, outcome.text)
+    if outcome.failure:
+        raise QtoolError(outcome.failure)
+
+
 def policy_options(command=None, *, scale_flag: str = "--scale"):
     """The options that choose quantization policies (qtool.policy), shared by export and evaluate
     (whose --scale is the pixel multiplier: there the scale kind is `scale_flag`)."""
