@@ -168,6 +168,12 @@ def _bar(progress):
     return _Progress(progress)
 
 
+def _done(progress) -> None:
+    """A tqdm bar closed once the inputs are done, before any warning is logged under it."""
+    if hasattr(progress, "close"):
+        progress.close()
+
+
 def _channels(values) -> str | None:
     if values is None or isinstance(values, str):
         return values
@@ -362,6 +368,7 @@ def calibrate_files(model_path, *, images=None, data=None, limit: int | None = N
         if image_options and image_options["size"] and "onnxruntime failed" in text and "dimension" in text:
             raise QtoolError(text + _data.SIZE_MISMATCH_HINT) from None
         raise
+    _done(progress)
     cal.pinned = method is not None
     cal = calibration.relocate(cal, output)
     warnings = list(report.warnings)
