@@ -377,17 +377,15 @@ def sensitivities(module, prepared, cal, reference: _Reference, names: list[str]
                   bias_correction: bool = True, *, rules) -> list[TensorSensitivity]:
     """Every quantizer of the plan on its own (the target `module`'s model of it, simulated), worst
     first; each charged to the layers that read it under the target's placement `rules`."""
-    sites = [("activation", s) for s in prepared.plan.activations] + [("weight", s) for s in prepared.plan.weights]
     result = []
-    for order, (kind, site) in enumerate(sites):
-        model = _with_sites(module, prepared, cal, [site] if kind == "activation" else [], [site] if kind == "weight" else [],
-                            bias_correction)
+    for order, site in enumerate(prepared.plan.quantizers):
+        model = _with_sites(module, prepared, cal, [] if site.is_weight else [site], [site] if site.is_weight else [], bias_correction)
         accs, _ = _compare(reference, simulate.simulation(model), names)
         rng = None
-        if kind == "activation":
+        if not site.is_weight:
             rng = {"amax": site.range.amax, "unsigned": site.range.unsigned, "shared_with": list(site.shared_with)}
         result.append(TensorSensitivity(
-            site.tensor, kind, compute_layers(prepared.model, site.readers, rules),
+            site.tensor, site.kind, compute_layers(prepared.model, site.readers, rules),
             {n: a.sqnr() for n, a in zip(names, accs)}, order, rng, site.policy.describe(),
         ))
         if progress is not None:
@@ -458,7 +456,7 @@ def evaluate(loaded, cal, runs: Runs, *, target: str = "qdq", runtime: str | Non
     exported = exporter(target).export(loaded, cal, **options)
     ranked = prepare(target, loaded, cal, options) if per_tensor else None
     if progress is not None:  # a tqdm bar: one step per model pass over the inputs
-        sites = len(ranked[1].plan.activations) + len(ranked[1].plan.weights) if ranked else 0
+        sites = len(ranked[1].plan.quantizers) if ranked else 0
         progress.total = 1 + (runtime is not None) + sites
         progress.refresh()
     reference = _Reference(runs, _session(loaded, loaded.proto), names, cache_bytes)

@@ -76,11 +76,12 @@ from onnx import TensorProto, numpy_helper
 
 from . import graph as G
 from . import model as M
-from . import overflow, quant
+from . import overflow
 from . import patterns as P
 from .calibration import MAX_CLIPPED, Threshold, decide
 from .errors import QtoolError
-from .policy import SYMMETRIC, WEIGHTS, Policies, Policy, activation_params, choose_symmetry, quantize, weight_params
+from .policy import Policies, choose_symmetry, quantize
+from .quantizer import Quantizer, Range
 from .rules import Rules
 
 WEIGHTS_7BIT = (None, "auto", "first", "all", "none")  # None: auto
@@ -93,55 +94,9 @@ _TRANSFORMER_FLOAT = {"AveragePool", "GlobalAveragePool", "ReduceMean", "ReduceL
 
 
 @dataclass
-class Range:
-    amax: float
-    unsigned: bool
-
-
-@dataclass
-class ActivationSite:
-    """One quantizer on `tensor`, read by `readers` (node name, input slot): per tensor, or per
-    channel (axis 1 of a rank-`rank` tensor) when `channel_amax` is set."""
-
-    tensor: str
-    elem_type: int
-    range: Range
-    readers: list[tuple[str, int]] = field(default_factory=list)
-    shared_with: list[str] = field(default_factory=list)  # tensors in the same range group
-    channel_amax: np.ndarray | None = None
-    rank: int | None = None
-    policy: Policy = SYMMETRIC
-    low: float | None = None  # calibrated min and max, for asymmetric policies
-    high: float | None = None
-
-    def params(self) -> quant.QParams:
-        if self.channel_amax is None:
-            return activation_params(self.range.amax, self.range.unsigned, self.policy, self.low, self.high)
-        return activation_params(self.channel_amax, self.range.unsigned, replace(self.policy, symmetric=True), axis=1)
-
-
-@dataclass
-class WeightSite:
-    """One per-channel quantizer on the constant `tensor` (an initializer or Constant output)."""
-
-    tensor: str
-    elem_type: int
-    axis: int | None
-    headroom_bits: int  # 1: NNCF's 7-bit overflow fix (scale amax / 63 on the 8-bit grid)
-    values: np.ndarray
-    readers: list[tuple[str, int]] = field(default_factory=list)
-    policy: Policy = WEIGHTS
-    unsigned_storage: bool = False  # stored as uint8 with zero point 128 (the same values; onnxruntime's exact u8 x u8 kernels)
-
-    def params(self) -> quant.QParams:
-        axis = self.axis if self.policy.per_channel else None
-        return weight_params(self.values, axis, self.policy, self.headroom_bits)
-
-
-@dataclass
 class Plan:
-    activations: list[ActivationSite]
-    weights: list[WeightSite]
+    activations: list[Quantizer]
+    weights: list[Quantizer]
     int8_layers: list[str]  # Conv/ConvTranspose/MatMul/Gemm nodes with every input quantized
     fp32_layers: dict[str, str]  # such nodes left in FP32, with the reason
     warnings: list[str]
@@ -149,6 +104,11 @@ class Plan:
     overflow: dict = field(default_factory=dict)  # the overflow guard: mode, remedy, layers given it (with why)
     transformer: dict = field(default_factory=dict)  # the transformer structure found (counts), when the CPU rules' transformer preset applies
     unrepresentable: dict = field(default_factory=dict)  # tensor -> why no 8-bit grid can represent its range (kept float)
+
+    @property
+    def quantizers(self) -> list[Quantizer]:
+        """The activation quantizers, then the weight quantizers."""
+        return [*self.activations, *self.weights]
 
     def summary(self) -> dict:
         out = {
@@ -516,7 +476,7 @@ class _Placer:
                 self.weight_values[t] = values
 
     # ------------------------------------------------------------ 5. decide per op
-    def decide(self, weights_7bit: str | None) -> tuple[list[ActivationSite], list[WeightSite], list[str]]:
+    def decide(self, weights_7bit: str | None) -> tuple[list[Quantizer], list[Quantizer], list[str]]:
         """Which ops run quantized, and which quantizer each of their inputs reads."""
         m = self.m
         readers_of_site: dict[str, list[tuple[str, int]]] = defaultdict(list)
@@ -529,7 +489,7 @@ class _Placer:
                 readers_of_site[t].append(reader)
 
         int8_layers: list[str] = []
-        weight_sites: dict[str, WeightSite] = {}
+        weight_sites: dict[str, Quantizer] = {}
         first_linear = self.linear_order[0] if self.linear_order else None
         for n in m.graph.node:
             if n.name not in self.asks:
@@ -556,19 +516,19 @@ class _Placer:
         for t in self.sites:
             if readers_of_site.get(t):
                 root = self.groups.find(t)
-                activation_sites.append(ActivationSite(
+                activation_sites.append(Quantizer.activation(
                     t, m.types.get(t, TensorProto.FLOAT), self.group_range[root], readers_of_site[t],
                     sorted(x for x in self.members[root] if x != t),
                 ))
         return activation_sites, list(weight_sites.values()), int8_layers
 
-    def _add_weight(self, weight_sites: dict[str, WeightSite], n: onnx.NodeProto, slot: int, t: str, headroom: int) -> None:
+    def _add_weight(self, weight_sites: dict[str, Quantizer], n: onnx.NodeProto, slot: int, t: str, headroom: int) -> None:
         values = self.weight_values[t]
         axis_of = self.rules.weight_axis or weight_axis
         axis = axis_of(n, slot, values.ndim)
         site = weight_sites.get(t)
         if site is None:
-            weight_sites[t] = WeightSite(t, self.m.constants[t].data_type, axis, headroom, values, [(n.name, slot)])
+            weight_sites[t] = Quantizer.weight(t, self.m.constants[t].data_type, axis, headroom, values, [(n.name, slot)])
             return
         if site.axis != axis:  # one tensor, two layouts (a weight shared by different ops)
             site.axis = None
@@ -576,7 +536,7 @@ class _Placer:
         site.readers.append((n.name, slot))
 
     # ------------------------------------------------------------ 6. policies
-    def attach_policies(self, activation_sites: list[ActivationSite], weight_sites: list[WeightSite],
+    def attach_policies(self, activation_sites: list[Quantizer], weight_sites: list[Quantizer],
                         policies: Policies, recompute) -> None:
         """Each quantizer's policy (later rules win); an activation whose policy has other bits than
         8 gets its threshold searched again for that grid (`recompute(tensor, policy)`), and an
@@ -600,7 +560,7 @@ class _Placer:
         self.warnings += policies.unused()
 
     # ------------------------------------------------------------ 7. depthwise inputs per channel
-    def per_channel_depthwise(self, activation_sites: list[ActivationSite]) -> None:
+    def per_channel_depthwise(self, activation_sites: list[Quantizer]) -> None:
         m = self.m
         dims = {name: list(t.dims) for name, t in m.constants.items()}
         for site in activation_sites:
@@ -616,10 +576,11 @@ class _Placer:
             amax = np.asarray(peak, dtype=np.float64)
             fallback = float(amax.max()) if amax.size and amax.max() > 0 else 1.0
             site.channel_amax = np.where((amax > 0) & np.isfinite(amax), amax, fallback)
+            site.axis = 1
             site.rank = len(dims[convs[0].input[1]])
 
     # ------------------------------------------------------------ 8. overflow on CPUs without VNNI
-    def guard_overflow(self, activation_sites: list[ActivationSite], weight_sites: list[WeightSite], int8_layers: list[str],
+    def guard_overflow(self, activation_sites: list[Quantizer], weight_sites: list[Quantizer], int8_layers: list[str],
                        remedy: str) -> dict[str, dict]:
         """Give the layers whose u8 x s8 pair sums can saturate (qtool.overflow) the target's
         remedy. "uint8" (onnxruntime): weights stored as uint8 with zero point 128, the same values,

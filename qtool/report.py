@@ -34,6 +34,7 @@ from . import calibration, targets, thresholds
 from .calibration import Calibration, TensorRecord
 from .errors import QtoolError
 from .evaluation import format_db, from_json_number
+from .quantizer import Quantizer
 
 TARGETS = tuple(sorted(targets.names()))
 DEFAULT_TARGET = "qdq"
@@ -72,46 +73,83 @@ def methods() -> list[str]:
 
 
 @dataclass
-class Site:
-    """One activation quantizer as the target's export writes it."""
-
-    tensor: str
-    amax: float  # the threshold the export quantizes with
-    scale: float | None  # per tensor: the scale in the exported file (None: per channel)
-    zero_point: int
-    grid: str  # e.g. "int8 symmetric", "uint8 asymmetric"
-    low: float  # the range the grid covers
-    high: float
-    source: str  # where amax comes from
-    readers: list[str] = field(default_factory=list)
-    shared_with: list[str] = field(default_factory=list)
-    channels: int = 0  # per-channel quantizer: the number of channels
-    policy: str = ""
-
-
-@dataclass
-class WeightInfo:
-    tensor: str
-    readers: list[str]
-    channels: int
-    scale_min: float
-    scale_max: float
-    policy: str
-
-
-@dataclass
 class TargetPlan:
     target: str
     title: str  # e.g. "QDQ model (onnxruntime)"
     why: str  # why this target
     method: str  # the threshold method the export uses (before fallbacks and shared ranges)
-    sites: dict[str, Site]  # tensor -> quantizer, placement order
-    weights: list[WeightInfo]
+    sites: dict[str, Quantizer]  # tensor -> activation quantizer, placement order
+    weights: list[Quantizer]
     int8_layers: int
     fp32_layers: dict[str, str]
     unrepresentable: dict[str, str]
     records: dict[str, TensorRecord]  # the calibration the export reads (SmoothQuant: the smoothed tensors')
+    shown: targets.Shown  # the target's view of its export (thresholds, scales as the file holds them, SmoothQuant)
     notes: list[str] = field(default_factory=list)
+
+
+# What the page shows of an activation quantizer, as the target's export writes it
+
+
+def amax(q: Quantizer) -> float:
+    """The threshold the export quantizes with."""
+    return float(q.range.amax)
+
+
+def _file_scale(plan: TargetPlan, q: Quantizer) -> float | None:
+    """The per-tensor scale as the file holds it on the int8 symmetric grid, when the target says (TensorRT)."""
+    return None if plan.shown.scales is None else plan.shown.scales[q.tensor]
+
+
+def scale(plan: TargetPlan, q: Quantizer) -> float | None:
+    """The scale in the exported file (None: per channel)."""
+    fixed = _file_scale(plan, q)
+    if fixed is not None:
+        return fixed
+    p = q.params()
+    return None if np.ndim(p.scale) > 0 else float(p.scale)
+
+
+def zero_point(plan: TargetPlan, q: Quantizer) -> int:
+    if _file_scale(plan, q) is not None:
+        return 0
+    p = q.params()
+    return 0 if np.ndim(p.scale) > 0 else int(p.zero_point)
+
+
+def channels(plan: TargetPlan, q: Quantizer) -> int:
+    """The number of channels of a per-channel quantizer (0: per tensor)."""
+    if _file_scale(plan, q) is not None:
+        return 0
+    p = q.params()
+    return int(np.size(p.scale)) if np.ndim(p.scale) > 0 else 0
+
+
+def grid(plan: TargetPlan, q: Quantizer) -> str:
+    """e.g. "int8 symmetric", "uint8 asymmetric"."""
+    if _file_scale(plan, q) is not None:
+        return "int8 symmetric"
+    p = q.params()
+    symmetric = bool(np.all(np.asarray(p.zero_point) == 0))
+    kind = f"{'' if p.grid.signed else 'u'}int{q.policy.bits} {'symmetric' if symmetric else 'asymmetric'}"
+    return kind + (" per channel" if np.ndim(p.scale) > 0 else "")
+
+
+def covered(plan: TargetPlan, q: Quantizer) -> tuple[float, float]:
+    """The range the grid covers."""
+    fixed = _file_scale(plan, q)
+    if fixed is not None:
+        return -128 * fixed, 127 * fixed
+    p = q.params()
+    return float(np.min(p.input_low)), float(np.max(p.input_high))
+
+
+def source(plan: TargetPlan, q: Quantizer) -> str:
+    """Where the exported threshold of `q` comes from, in a few words."""
+    view = plan.shown
+    if view.smoothing is not None and q.tensor in (view.smoothing.amax or {}):
+        return "max |x| of the SmoothQuant-scaled tensor"
+    return _source(plan.records[q.tensor], view.thresholds.get(q.tensor), view.method, view.cal, q.shared_with)
 
 
 def default_target(evaluation: dict | None) -> tuple[str, str]:
@@ -161,35 +199,9 @@ def target_plan(loaded, cal: Calibration, target: str, *, why: str, trt_version:
         options["trt_version"] = trt_version
     view = targets.get(target).module().shown(loaded, cal, method=method, **options)
     used, plan = view.cal, view.plan
-    records = {t.name: t for t in used.tensors}
-    sites = {}
-    for s in plan.activations:
-        smoothed = view.smoothing is not None and s.tensor in (view.smoothing.amax or {})
-        source = ("max |x| of the SmoothQuant-scaled tensor" if smoothed
-                  else _source(records[s.tensor], view.thresholds.get(s.tensor), view.method, used, s.shared_with))
-        if view.scales is not None:  # the scale as the file holds it, on the int8 symmetric grid
-            scale = view.scales[s.tensor]
-            sites[s.tensor] = Site(s.tensor, float(s.range.amax), scale, 0, "int8 symmetric", -128 * scale, 127 * scale,
-                                   source, _layers(s), list(s.shared_with), 0, "")
-            continue
-        p = s.params()
-        per_channel = np.ndim(p.scale) > 0
-        signed, symmetric = p.grid.signed, bool(np.all(np.asarray(p.zero_point) == 0))
-        kind = f"{'' if signed else 'u'}int{s.policy.bits} {'symmetric' if symmetric else 'asymmetric'}"
-        sites[s.tensor] = Site(
-            s.tensor, float(s.range.amax), None if per_channel else float(p.scale), 0 if per_channel else int(p.zero_point),
-            kind + (" per channel" if per_channel else ""), float(np.min(p.input_low)), float(np.max(p.input_high)), source,
-            _layers(s), list(s.shared_with), int(np.size(p.scale)) if per_channel else 0, s.policy.describe())
-    return TargetPlan(target, view.title, why, view.method or used.method, sites, _weights(plan), len(plan.int8_layers),
-                      dict(plan.fp32_layers), dict(plan.unrepresentable), records, list(view.notes))
-
-
-def _weights(plan) -> list[WeightInfo]:
-    out = []
-    for w in plan.weights:
-        scale = np.asarray(w.params().scale, dtype=np.float64)
-        out.append(WeightInfo(w.tensor, _layers(w), int(scale.size), float(scale.min()), float(scale.max()), w.policy.describe()))
-    return out
+    return TargetPlan(target, view.title, why, view.method or used.method, {s.tensor: s for s in plan.activations}, list(plan.weights),
+                      len(plan.int8_layers), dict(plan.fp32_layers), dict(plan.unrepresentable), {t.name: t for t in used.tensors},
+                      view, list(view.notes))
 
 
 def tensor_sqnr(record: TensorRecord, step: float, limit: float) -> float | None:
@@ -212,12 +224,14 @@ def tensor_sqnr(record: TensorRecord, step: float, limit: float) -> float | None
     return math.inf if noise <= 0 else 10.0 * math.log10(power / noise)
 
 
-def site_sqnr(record: TensorRecord, site: Site) -> float | None:
+def site_sqnr(record: TensorRecord, plan: TargetPlan, q: Quantizer) -> float | None:
     """tensor_sqnr under the export's quantizer (None for per-channel quantizers)."""
-    if site.scale is None:
+    step = scale(plan, q)
+    if step is None:
         return None
-    limit = max(site.high, min(-site.low, site.amax))  # the far end of the grid on the side |x| is clipped
-    return tensor_sqnr(record, site.scale, limit)
+    low, high = covered(plan, q)
+    limit = max(high, min(-low, amax(q)))  # the far end of the grid on the side |x| is clipped
+    return tensor_sqnr(record, step, limit)
 
 
 # ---------------------------------------------------------------- the evaluation file
@@ -458,7 +472,7 @@ _SCRIPT = """
 class Row:
     order: int  # 1-based position in the calibration file (graph order)
     record: TensorRecord
-    site: Site | None
+    site: Quantizer | None
     clipped: float  # share of values above the exported threshold (the file's amax when not quantized)
     tensor_sqnr: float | None
     sqnr: float | None  # from the evaluation
@@ -474,8 +488,8 @@ def rows(cal: Calibration, plan: TargetPlan, evaluation: dict | None = None) -> 
     for k, rec in enumerate([*cal.tensors, *added]):
         rec = plan.records.get(rec.name, rec)
         site = plan.sites.get(rec.name)
-        amax = site.amax if site else rec.amax
-        out.append(Row(k + 1, rec, site, calibration.clipped_fraction(rec, amax), site_sqnr(rec, site) if site else None,
+        threshold = amax(site) if site else rec.amax
+        out.append(Row(k + 1, rec, site, calibration.clipped_fraction(rec, threshold), site_sqnr(rec, plan, site) if site else None,
                        sens.get(rec.name)))
     return out
 
@@ -515,7 +529,7 @@ def render(cal: Calibration, calib_name: str, plan: TargetPlan, evaluation: dict
             parts.append(f"<tr><td class=\"name\">{e(name)}</td><td>{_db(sqnr)}</td>"
                          f"<td>{'' if cos is None else f'{cos:.5f}'}</td><td>{'' if top1 is None else f'{top1 * 100:.2f} %'}</td></tr>\n")
         parts.append("</tbody></table></div>\n")
-        other = sorted(t for t, a in evaluation["ranges"].items() if t in plan.sites and _differs(a, plan.sites[t].amax))
+        other = sorted(t for t, a in evaluation["ranges"].items() if t in plan.sites and _differs(a, amax(plan.sites[t])))
         if other:
             parts.append(f"<p class=\"note\">{len(other)} tensor(s) were evaluated with another threshold than this page's "
                          f"(the evaluation ran with other export options?): {e(', '.join(other[:5]))}{' …' if len(other) > 5 else ''}</p>\n")
@@ -572,20 +586,21 @@ def _quantized_table(cal: Calibration, plan: TargetPlan, quantized: list[Row], e
                 lines[m] = rec.threshold(m, cal.kl_variant, num_bits=cal.num_bits)
             except ValueError as err:
                 raise QtoolError(f"tensor {rec.name!r}: cannot compute the {m} threshold ({err})") from None
-        readers = f"<small>→ {e(', '.join(site.readers))}</small>" if site.readers else ""
-        scale = (f"{site.scale:.6g}" + (f"<br><small>zero point {site.zero_point}</small>" if site.zero_point else "")
-                 if site.scale is not None else f"{site.channels} channels")
+        layers, step, zero, (low, high), threshold = _layers(site), scale(plan, site), zero_point(plan, site), covered(plan, site), amax(site)
+        readers = f"<small>→ {e(', '.join(layers))}</small>" if layers else ""
+        shown_scale = (f"{step:.6g}" + (f"<br><small>zero point {zero}</small>" if zero else "")
+                       if step is not None else f"{channels(plan, site)} channels")
         clipped_cls = " class=\"bad\"" if row.clipped > calibration.MAX_CLIPPED else ""
-        data = (f"id=\"row{row.order}\" data-order=\"{row.order}\" data-amax=\"{_attr(site.amax)}\" data-clipped=\"{_attr(row.clipped)}\" "
+        data = (f"id=\"row{row.order}\" data-order=\"{row.order}\" data-amax=\"{_attr(threshold)}\" data-clipped=\"{_attr(row.clipped)}\" "
                 f"data-tsqnr=\"{_attr(row.tensor_sqnr)}\" data-sqnr=\"{_attr(row.sqnr)}\" data-tensor=\"{e(rec.name)}\" "
-                f"data-scale=\"{_attr(site.scale)}\" data-low=\"{_attr(site.low)}\" data-high=\"{_attr(site.high)}\"")
+                f"data-scale=\"{_attr(step)}\" data-low=\"{_attr(low)}\" data-high=\"{_attr(high)}\"")
         cells = [f"<td>{row.order}</td>", f"<td class=\"name\">{e(rec.name)}{readers}</td>",
-                 f"<td class=\"left\">{e(site.grid)}<br><small>[{_fmt(site.low)}, {_fmt(site.high)}]</small></td>",
-                 f"<td><b>{_fmt(site.amax)}</b></td>", f"<td>{scale}</td>", f"<td class=\"left\"><small>{e(site.source)}</small></td>",
+                 f"<td class=\"left\">{e(grid(plan, site))}<br><small>[{_fmt(low)}, {_fmt(high)}]</small></td>",
+                 f"<td><b>{_fmt(threshold)}</b></td>", f"<td>{shown_scale}</td>", f"<td class=\"left\"><small>{e(source(plan, site))}</small></td>",
                  f"<td{clipped_cls}>{row.clipped * 100:.3f} %</td>", f"<td>{_db(row.tensor_sqnr)}</td>"]
         if evaluation:
             cells.append(f"<td>{_db(row.sqnr)}</td>")
-        svg = plot_svg(rec, lines, f"file ({cal.method})", plan.target, site.amax, f"t{row.order}-")
+        svg = plot_svg(rec, lines, f"file ({cal.method})", plan.target, threshold, f"t{row.order}-")
         cells.append(f"<td class=\"plot\">{svg}</td>")
         out.append(f"<tr {data}>" + "".join(cells) + "</tr>\n")
     out.append("</tbody></table></div>\n")
@@ -614,9 +629,10 @@ def _folded(plan: TargetPlan, rest: list[Row], evaluation: dict | None) -> str:
                "<th>scale min</th><th>scale max</th>" + ("<th>output SQNR dB</th>" if evaluation else "")
                + "<th class=\"left\">policy</th></tr></thead><tbody>\n")
     for w in plan.weights:
-        out.append(f"<tr><td class=\"name\">{e(w.tensor)}</td><td class=\"name\">{e(', '.join(w.readers))}</td><td>{w.channels}</td>"
-                   f"<td>{w.scale_min:.4g}</td><td>{w.scale_max:.4g}</td>"
+        scales = np.asarray(w.params().scale, dtype=np.float64)
+        out.append(f"<tr><td class=\"name\">{e(w.tensor)}</td><td class=\"name\">{e(', '.join(_layers(w)))}</td><td>{int(scales.size)}</td>"
+                   f"<td>{float(scales.min()):.4g}</td><td>{float(scales.max()):.4g}</td>"
                    + (f"<td>{_db(weights.get(w.tensor))}</td>" if evaluation else "")
-                   + f"<td class=\"left\">{e(w.policy)}</td></tr>\n")
+                   + f"<td class=\"left\">{e(w.policy.describe())}</td></tr>\n")
     out.append("</tbody></table></div></details>\n")
     return "".join(out)

@@ -142,7 +142,7 @@ def test_single_quantizer_sqnr_matches_a_model_with_that_quantizer_only(digits):
     prepared = qdq.prepare(loaded, cal)
     worst = digits["eval"]["tensors"][0]
     site = next(s for s in prepared.plan.activations + prepared.plan.weights if s.tensor == worst["tensor"])
-    is_act = isinstance(site, placement.ActivationSite)
+    is_act = not site.is_weight
     layers = [] if is_act else [name for name, _ in site.readers]
     m, _, _ = qdq.quantized(prepared, cal, placement.Plan([site] if is_act else [], [] if is_act else [site], layers, {}, []))
     G.toposort(m.graph)

@@ -50,28 +50,23 @@ def _fake_quantize(model: onnx.ModelProto, namer: G.Namer, tensor: str, params: 
     return out
 
 
-def _rewire(nodes: dict[str, onnx.NodeProto], readers: list[tuple[str, int]], new: str) -> None:
-    for node_name, slot in readers:
-        nodes[node_name].input[slot] = new
-
-
 def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
     """Insert the plan's quantizers as FakeQuantize nodes (in place)."""
     nodes = {n.name: n for n in model.graph.node}
-    for site in plan.activations:
-        params = site.params()
-        shape = () if site.channel_amax is None else quant.range_shape(params, site.rank)  # [1, C, 1, 1] per channel
-        out = _fake_quantize(model, namer, site.tensor, params, shape, site.elem_type)
-        _rewire(nodes, site.readers, out)
-    for site in plan.weights:
+    for site in plan.quantizers:
         params = site.params()
         source = site.tensor
-        if site.policy.rounding != "half-even":  # FakeQuantize rounds half to even: give it weights already on the grid
-            rounded = policy.fake_quantize(site.values, params, site.policy.rounding).astype(_np_type(site.elem_type))
-            source = namer.fresh(f"{site.tensor}/rounded")
-            model.graph.initializer.append(numpy_helper.from_array(rounded, source))
-        out = _fake_quantize(model, namer, source, params, quant.range_shape(params, site.values.ndim), site.elem_type)
-        _rewire(nodes, site.readers, out)
+        if not site.is_weight:
+            shape = () if site.channel_amax is None else quant.range_shape(params, site.rank)  # [1, C, 1, 1] per channel
+        else:
+            shape = quant.range_shape(params, site.values.ndim)
+            if site.policy.rounding != "half-even":  # FakeQuantize rounds half to even: give it weights already on the grid
+                rounded = policy.fake_quantize(site.values, params, site.policy.rounding).astype(_np_type(site.elem_type))
+                source = namer.fresh(f"{site.tensor}/rounded")
+                model.graph.initializer.append(numpy_helper.from_array(rounded, source))
+        out = _fake_quantize(model, namer, source, params, shape, site.elem_type)
+        for node_name, slot in site.readers:
+            nodes[node_name].input[slot] = out
     G.ensure_opset(model, DOMAIN, 1)
 
 

@@ -20,6 +20,7 @@ from .. import graph as G
 from .. import placement, quant
 from .. import policy as policy_mod
 from ..errors import QtoolError
+from ..quantizer import Quantizer
 from . import get
 from .cpu import Prepared, with_quantizers
 from .cpu import prepare as cpu_prepare
@@ -106,7 +107,7 @@ def _unsigned(p: quant.QParams) -> quant.QParams:
     return quant.QParams(p.scale, np.asarray(p.zero_point) + shift, quant.Grid(0, p.grid.qmax + shift), p.axis)
 
 
-def _activation_nodes(model, namer, site: placement.ActivationSite) -> list[onnx.NodeProto]:
+def _activation_nodes(model, namer, site: Quantizer) -> list[onnx.NodeProto]:
     p = site.params()
     if G.default_opset(model) >= WIDE_OPSET:
         # onnxruntime 1.32's optimizer breaks signed QuantizeLinear-21 (its int8 -> uint8 rewrite keeps
@@ -126,7 +127,7 @@ def _activation_nodes(model, namer, site: placement.ActivationSite) -> list[onnx
             helper.make_node("DequantizeLinear", [q, scale, zp], [dq], name=namer.fresh(f"{site.tensor}/DequantizeLinear"), **attrs)]
 
 
-def _weight_node(model, namer, site: placement.WeightSite) -> onnx.NodeProto:
+def _weight_node(model, namer, site: Quantizer) -> onnx.NodeProto:
     p = site.params()
     axis = p.axis if p.axis is not None and np.ndim(p.scale) > 0 else None
     q = policy_mod.quantize(site.values, p, site.policy.rounding)
@@ -147,12 +148,8 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
     """Insert the plan's quantizers as QuantizeLinear/DequantizeLinear nodes (in place)."""
     nodes = {n.name: n for n in model.graph.node}
     new_nodes = []
-    for site in plan.activations:
-        new_nodes += _activation_nodes(model, namer, site)
-        for node_name, slot in site.readers:
-            nodes[node_name].input[slot] = new_nodes[-1].output[0]
-    for site in plan.weights:
-        new_nodes.append(_weight_node(model, namer, site))
+    for site in plan.quantizers:
+        new_nodes += [_weight_node(model, namer, site)] if site.is_weight else _activation_nodes(model, namer, site)
         for node_name, slot in site.readers:
             nodes[node_name].input[slot] = new_nodes[-1].output[0]
     model.graph.node.extend(new_nodes)

@@ -33,6 +33,7 @@ from ... import graph as G
 from ... import patterns as P
 from ... import placement
 from ...errors import QtoolError
+from ...quantizer import Quantizer
 from .. import get
 from ..qdq import add_initializer, upgrade_opset
 from .int8 import FP16_SCALE_FLOOR, high_precision_fp16, insert, qdq_nodes
@@ -150,7 +151,7 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan, weights:
     insert(model, namer, plan, activation_scale, _zero, lambda site: _weight_nodes(model, namer, site, weights, floor), floor)
 
 
-def _weight_nodes(model: onnx.ModelProto, namer: G.Namer, site: placement.WeightSite, weights: str,
+def _weight_nodes(model: onnx.ModelProto, namer: G.Namer, site: Quantizer, weights: str,
                   floor: float = 0.0) -> list[onnx.NodeProto]:
     values = np.asarray(site.values, dtype=np.float32)
     axis = site.axis if site.axis is not None and values.ndim > 0 else None

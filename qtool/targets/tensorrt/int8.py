@@ -33,6 +33,7 @@ from ... import biascorrection, placement, quant, smoothquant
 from ... import graph as G
 from ...calibration import Threshold
 from ...errors import QtoolError
+from ...quantizer import Quantizer
 from .. import get
 from ..qdq import add_initializer, upgrade_opset
 from .rules import TENSORRT
@@ -100,13 +101,12 @@ def insert(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan, activat
     `zero_point(model, namer, tensor, shape)`, a weight the nodes `weight_nodes(site)` (the reader's input last)."""
     nodes = {n.name: n for n in model.graph.node}
     new_nodes: list[onnx.NodeProto] = []
-    for site in plan.activations:
-        scale = add_initializer(model, namer, f"{site.tensor}/scale", np.asarray(max(activation_scale(site.range.amax), np.float32(floor))))
-        new_nodes += qdq_nodes(namer, site.tensor, scale, zero_point(model, namer, site.tensor, ()))
-        for node_name, slot in site.readers:
-            nodes[node_name].input[slot] = new_nodes[-1].output[0]
-    for site in plan.weights:
-        new_nodes += weight_nodes(site)
+    for site in plan.quantizers:
+        if site.is_weight:
+            new_nodes += weight_nodes(site)
+        else:
+            scale = add_initializer(model, namer, f"{site.tensor}/scale", np.asarray(max(activation_scale(site.range.amax), np.float32(floor))))
+            new_nodes += qdq_nodes(namer, site.tensor, scale, zero_point(model, namer, site.tensor, ()))
         for node_name, slot in site.readers:
             nodes[node_name].input[slot] = new_nodes[-1].output[0]
     model.graph.node.extend(new_nodes)
@@ -121,7 +121,7 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan, weights:
     insert(model, namer, plan, activation_scale, _zero, lambda site: _weight_nodes(model, namer, site, weights, floor), floor)
 
 
-def _weight_nodes(model: onnx.ModelProto, namer: G.Namer, site: placement.WeightSite, weights: str,
+def _weight_nodes(model: onnx.ModelProto, namer: G.Namer, site: Quantizer, weights: str,
                   floor: float) -> list[onnx.NodeProto]:
     p = site.params()
     axis = p.axis if p.axis is not None and np.ndim(p.scale) > 0 else None

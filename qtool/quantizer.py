@@ -1,0 +1,67 @@
+"""One quantizer as placement decides it and every writer, the report and the evaluation read it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from . import quant
+from .policy import SYMMETRIC, WEIGHTS, Policy, activation_params, weight_params
+
+ACTIVATION, WEIGHT = "activation", "weight"
+
+
+@dataclass
+class Range:
+    amax: float
+    unsigned: bool
+
+
+@dataclass
+class Quantizer:
+    """One quantizer on `tensor`, read by `readers` (node name, input slot).
+
+    Activation: the range `range` (shared over the tensors of `shared_with`), per tensor or per
+    channel (axis 1 of a rank-`rank` tensor) when `channel_amax` is set; `low`/`high` the
+    calibrated min and max for asymmetric policies. Weight: the constant `values` (an initializer
+    or Constant output), per channel on `axis`, `headroom_bits` 1 for NNCF's 7-bit overflow fix
+    (scale amax / 63 on the 8-bit grid), `unsigned_storage` to store it as uint8 with zero point
+    128 (the same values; onnxruntime's exact u8 x u8 kernels)."""
+
+    tensor: str
+    kind: str  # ACTIVATION or WEIGHT
+    elem_type: int
+    readers: list[tuple[str, int]] = field(default_factory=list)
+    shared_with: list[str] = field(default_factory=list)  # tensors in the same range group
+    policy: Policy = SYMMETRIC
+    range: Range | None = None
+    low: float | None = None
+    high: float | None = None
+    channel_amax: np.ndarray | None = None
+    rank: int | None = None
+    values: np.ndarray | None = None
+    axis: int | None = None
+    headroom_bits: int = 0
+    unsigned_storage: bool = False
+
+    @classmethod
+    def activation(cls, tensor: str, elem_type: int, rng: Range, readers: list[tuple[str, int]],
+                   shared_with: list[str]) -> Quantizer:
+        return cls(tensor, ACTIVATION, elem_type, readers, shared_with, SYMMETRIC, rng)
+
+    @classmethod
+    def weight(cls, tensor: str, elem_type: int, axis: int | None, headroom_bits: int, values: np.ndarray,
+               readers: list[tuple[str, int]]) -> Quantizer:
+        return cls(tensor, WEIGHT, elem_type, readers, policy=WEIGHTS, values=values, axis=axis, headroom_bits=headroom_bits)
+
+    @property
+    def is_weight(self) -> bool:
+        return self.kind == WEIGHT
+
+    def params(self) -> quant.QParams:
+        if self.kind == WEIGHT:
+            return weight_params(self.values, self.axis if self.policy.per_channel else None, self.policy, self.headroom_bits)
+        if self.channel_amax is None:
+            return activation_params(self.range.amax, self.range.unsigned, self.policy, self.low, self.high)
+        return activation_params(self.channel_amax, self.range.unsigned, replace(self.policy, symmetric=True), axis=1)
