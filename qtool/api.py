@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import os
 import re
 import time
@@ -524,3 +525,286 @@ def report_file(file, *, output=None, target: str | None = None, trt_version: st
         "quantized": len(plan.sites), "bytes": len(page), "seconds": round(seconds, 3),
     }
     return Outcome(summary, f"report of {len(cal.tensors)} tensors for {chosen} ({len(plan.sites)} quantized) in {seconds:.1f} s -> {out}")
+
+
+def _only() -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Command-line parameter -> (flag, the targets that read it), from qtool.targets."""
+    only = {o.param or k: (o.flag, targets.taking(k)) for k, o in OPTIONS.items() if k != "policies"}
+    only.update({k: (flag, targets.taking("policies")) for k, flag in POLICY_FLAGS.items()})
+    only.update(keep_fp32=("--keep-fp32", targets.ranked()), max_drop=("--max-drop", targets.ranked()))
+    return only
+
+
+def _check_target_options(target: str, **given) -> None:
+    """A usage error for an option that the chosen target does not read."""
+    for key, value in given.items():
+        flag, readers = _only()[key]
+        if value and value != "auto" and target not in readers:
+            raise UsageError(f"{flag} applies to --target {' or '.join(readers)}, not {target}")
+
+
+def _check_target(target: str) -> None:
+    if target not in TARGETS:
+        raise QtoolError(f"target {target!r} is not one of {', '.join(TARGETS)}")
+
+
+def _policies(weight_bits, activation_bits, scale_kind, activations, rounding, policy):
+    """The policies the policy flags choose (qtool.policy); `policy`: a JSON or TOML rules file."""
+    from . import policy as policies
+
+    rules = policies.load_rules(Path(policy)) if policy else None
+    return policies.from_options(weight_bits, activation_bits, scale_kind, rounding, rules, activations)
+
+
+def _names(values) -> list[str]:
+    return [values] if isinstance(values, str) else list(values or ())
+
+
+@_keyword_errors
+def export_file(model_path=None, *, target: str, calib=None, output=None, trt_version: str | None = None, fmt: str | None = None,
+                algorithm: str | None = None, method: str | None = None, high_precision: str | None = None,
+                precision: str | None = None, weights: str | None = None, include=(), exclude=(), weights_7bit: str | None = None,
+                smooth_quant: str | None = None, keep_fp32: int | None = None, max_drop: str | None = None, max_fp32: int = 20,
+                images=None, data=None, limit: int | None = None, ignored_patterns: bool = True, bias_correction: bool = True,
+                weight_bits: int | None = None, activation_bits: int | None = None, scale_kind: str | None = None,
+                activations: str | None = None, rounding: str | None = None, policy=None) -> Outcome:
+    """`qtool export`: the calibration file `calib` [default: the single *.calib.json here] of the
+    model at `model_path` [default: the one it records] written for `target` to `output` [default:
+    the model's stem + the target's suffix, here]. The keywords are export's flags (qtool.targets.OPTIONS;
+    the policy flags as in qtool.policy.from_options, `policy` a rules file); `keep_fp32` N or
+    `max_drop` BUDGET keep layers in FP32, measured on held-out `images` or `data`."""
+    from .fileio import check_output_path, file_input, folder_input, model_input, write_atomic
+    from .inputs import find_calibration, load_checked_model, model_json, shown_path
+    from .targets import tensorrt
+
+    started = time.perf_counter()
+    model_path, calib, output, images, data, policy = map(_path, (model_path, calib, output, images, data, policy))
+    _check_target(target)
+    if method is not None and not (method == "e4m3-mse" and precision == "fp8"):  # FP8's own search (targets/tensorrt/fp8.py)
+        _method(method)
+    _check_target_options(target, trt_version=trt_version, fmt=fmt, algorithm=algorithm, precision=precision,
+                          high_precision=high_precision, weights=weights, weights_7bit=weights_7bit, smooth_quant=smooth_quant,
+                          keep_fp32=keep_fp32, max_drop=max_drop, no_ignored_patterns=not ignored_patterns, weight_bits=weight_bits,
+                          activation_bits=activation_bits, scale=scale_kind, activations=activations, rounding=rounding,
+                          policy=policy)
+    module = exporter(target)
+    calib_path = find_calibration(calib)
+    cal = calibration.load(calib_path)
+    source = model_path if model_path is not None else calib_path.parent / cal.model_path
+    version_from = None
+    if target == "tensorrt":
+        fmt = fmt or ("qdq" if precision == "fp8" else None)  # FP8 is a Q/DQ model on every version
+        version_from = tensorrt.version_source(trt_version, fmt)
+        trt_version, fmt = tensorrt.resolve(trt_version, fmt)
+    options = dict(trt_version=trt_version, algorithm=algorithm or "entropy2", fmt=fmt, method=method, high_precision=high_precision,
+                   precision=precision or "int8", weights=weights, exclude=_names(exclude), include=_names(include),
+                   weights_7bit=weights_7bit, smooth_quant=smooth_quant or "auto", ignored_patterns=bool(ignored_patterns),
+                   bias_correction=bool(bias_correction),
+                   policies=_policies(weight_bits, activation_bits, scale_kind, activations, rounding, policy))
+    out = output or Path(Path(cal.model_path).stem + module.suffix(**options))
+    out = check_output_path(out, inputs=(model_input(source), file_input(calib_path, "the calibration file"),
+                                         file_input(policy, "the --policy file"), folder_input(images, "a --images file"),
+                                         folder_input(data, "a --data file")))
+    if keep_fp32 and max_drop:
+        raise QtoolError("--keep-fp32 N and --max-drop BUDGET both choose the layers kept in FP32: give one")
+    budget_ = None
+    if max_drop:
+        from .budget import parse_budget
+
+        budget_ = parse_budget(max_drop)
+    if (keep_fp32 or budget_) and (images is None) == (data is None):
+        raise QtoolError(f"{'--keep-fp32' if keep_fp32 else '--max-drop'} measures on real inputs: give exactly one of --images DIR or --data DIR")
+    if not (keep_fp32 or budget_) and (images or data or limit):
+        raise QtoolError("--images, --data and --limit are only used with --keep-fp32 or --max-drop")
+    loaded = load_checked_model(model_path, calib_path, cal)
+    mixed = None
+    if keep_fp32 or budget_:
+        mixed = _mixed_precision(loaded, cal, target, keep_fp32, budget_, max_fp32, options, images, data, limit)
+        options["exclude"] = options["exclude"] + mixed["exclude"]
+    result = module.export(loaded, cal, **options)
+    if mixed is not None:
+        result.warnings[:0] = mixed.pop("warnings")
+        mixed.pop("exclude")
+        if "latency" in mixed:
+            mixed["budget"]["latency_ms"] = _latency(target, result.data, *mixed.pop("latency"))
+        result.summary.update(mixed)
+    if target == "tensorrt":
+        result.summary["trt_version_from"] = version_from
+        build, notes = tensorrt.build_command(loaded, cal, fmt, trt_version, str(out), shown_path(loaded.path))
+        if build:
+            result.summary["build"] = build
+        result.warnings.extend(notes)
+    write_atomic(out, result.data)
+    for w in result.warnings:
+        log.warning(w)
+    seconds = time.perf_counter() - started
+    summary = {
+        "command": "export", "target": target, "model": model_json(loaded.path), "calibration": str(calib_path),
+        "outputs": {target: str(out)}, "seconds": round(seconds, 3), "warnings": result.warnings, **result.summary,
+    }
+    text = f"exported {target} from {calib_path} in {seconds:.1f} s -> {out}"
+    if target == "tensorrt":
+        text += (f"\nTensorRT {trt_version} ({summary['trt_version_from']}), {fmt}{' FP8' if precision == 'fp8' else ''}, "
+                 f"thresholds: {summary['method']}")
+    text += _overflow_text(summary.get("overflow_fix"))
+    return Outcome(summary, text + (f"\nbuild it with: {summary['build']}" if "build" in summary else ""))
+
+
+def _mixed_precision(loaded, cal, target, keep_fp32, budget_, max_fp32, options, images, data, limit) -> dict:
+    """keep_fp32 N or a max_drop budget: the layers to keep in FP32 and what the summary says."""
+    from . import budget
+    from .inputs import held_out_runs
+
+    _, runs = held_out_runs(loaded, cal, images, data, limit)
+    # the export's own options: the layers are ranked and measured on the target's model exported (its exact simulation)
+    shared = {k: options[k] for k in ("exclude", "include", "weights_7bit", "smooth_quant", "ignored_patterns", "policies", "method", "bias_correction")}
+    if keep_fp32:
+        kept = _evaluate.keep_fp32(loaded, cal, keep_fp32, runs, target=target, **shared)
+        return {"exclude": kept.exclude, "warnings": kept.warnings, "kept_fp32": kept.tensors}
+    found = budget.meet(loaded, cal, runs, budget_, max_fp32, target=target, **shared)
+    if not found.met:
+        raise QtoolError(f"no set of at most {max_fp32} layer group(s) kept in FP32 meets {budget_.describe()} (best reached: "
+                         f"{budget_.describe(found.value)}); allow more with --max-fp32, relax --max-drop, or calibrate on more inputs")
+    feeds = budget.one_sample(loaded.proto, next(iter(runs()))[0])
+    before = budget.latency_ms(target, exporter(target).export(loaded, cal, **options).data, feeds) if found.exclude else None
+    return {"exclude": found.exclude, "warnings": [], "kept_fp32": found.tensors, "latency": (feeds, before), "budget": {
+        "required": budget_.describe(), "reached": budget_.describe(found.value), "trials": found.trials}}
+
+
+def _latency(target: str, data: bytes, feeds: dict, before: float | None) -> dict | None:
+    """The budget's latency cost: the exported model against the all-int8 one (`before`, None when
+    no layer was kept in FP32: the same model); None without the target's runtime."""
+    from . import budget
+
+    after = budget.latency_ms(target, data, feeds)
+    before = after if before is None else before
+    return None if after is None else {"all_int8": round(before, 3), "with_fp32_layers": round(after, 3)}
+
+
+def _overflow_text(fix: dict | None) -> str:
+    """One line per remedy of the overflow guard: which layers, and why (the summary's overflow_fix)."""
+    if not fix or not fix["layers"]:
+        return ""
+    by_remedy: dict[str, list[str]] = {}
+    for name, layer in fix["layers"].items():
+        by_remedy.setdefault(layer["remedy"], []).append(name)
+    what = {"fp32": "kept FP32", "7-bit weights": "7-bit weights", "uint8 weights": "uint8 weights (the same values)"}
+    why = "where int8 pair sums can saturate on CPUs without VNNI" if fix["mode"] == "auto" else f"(--weights-7bit {fix['mode']})"
+    return "".join(f"\noverflow guard: {len(names)} layer(s) {what[remedy]} {why}: {', '.join(names[:4])}{' ...' if len(names) > 4 else ''}"
+                   for remedy, names in by_remedy.items())
+
+
+_IMAGE_FLAGS = ("size", "resize", "scale", "mean", "std", "bgr", "layout")
+
+
+def _text_value(value) -> str | None:
+    """A size, scale, mean or std given as numbers, as its flag's text."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, tuple) and len(value) == 2:
+        return f"{value[0]}x{value[1]}"
+    return repr(float(value)) if isinstance(value, (int, float)) else _channels(value)
+
+
+@_keyword_errors
+def evaluate_files(model_path, *, calib=None, images=None, data=None, limit: int | None = None, size=None, resize: str | None = None,
+                   scale=None, mean=None, std=None, bgr: bool | None = None, layout: str | None = None, batch_size: int | None = None,
+                   target: str = "qdq", runtime: str | None = None, method: str | None = None, exclude=(), include=(),
+                   weights_7bit: str | None = None, smooth_quant: str | None = None, ignored_patterns: bool = True,
+                   bias_correction: bool = True, trt_version: str | None = None, fmt: str | None = None,
+                   high_precision: str | None = None, precision: str | None = None, tensors: bool = False,
+                   fail_below: float | None = None, weight_bits: int | None = None, activation_bits: int | None = None,
+                   scale_kind: str | None = None, activations: str | None = None, rounding: str | None = None, policy=None,
+                   progress=None) -> Outcome:
+    """`qtool evaluate`: `target`'s int8 model of the calibration file `calib` [default: the single
+    *.calib.json here] against FP32 on held-out `images` (preprocessed as the file records, each
+    image keyword overriding its part) or `data`; the keywords are evaluate's flags. With
+    `fail_below` DB, an output below it is the Outcome's failure. `progress`: a tqdm bar or a
+    callback(n) per model pass over the inputs."""
+    from .inputs import find_calibration, held_out_runs, load_checked_model, model_json
+
+    started = time.perf_counter()
+    calib, images, data, policy = map(_path, (calib, images, data, policy))
+    _check_target(target)
+    _check_target_options(target, trt_version=trt_version, fmt=fmt, high_precision=high_precision, precision=precision,
+                          weights_7bit=weights_7bit, smooth_quant=smooth_quant, no_ignored_patterns=not ignored_patterns,
+                          weight_bits=weight_bits, activation_bits=activation_bits, scale=scale_kind, activations=activations,
+                          rounding=rounding, policy=policy)
+    try:
+        _evaluate.check_request(target, runtime, tensors)
+    except QtoolError as e:
+        raise UsageError(str(e)) from None
+    if (images is None) == (data is None):
+        raise QtoolError("give exactly one of --images DIR or --data DIR")
+    if fail_below is not None and not math.isfinite(fail_below):
+        raise QtoolError(f"--fail-below {fail_below} must be a finite number of decibels")
+    given = {name for name, value in zip(_IMAGE_FLAGS, (size, resize, scale, mean, std, bgr, layout)) if value is not None}
+    if data is not None and given:
+        raise QtoolError(f"--{min(given)} applies to --images; .npy/.npz data is fed as it is")
+    calib_path = find_calibration(calib)
+    cal = calibration.load(calib_path)
+    loaded = load_checked_model(_path(model_path), calib_path, cal)
+    inputs, runs = held_out_runs(loaded, cal, images, data, limit, batch_size, size=_text_value(size), resize=resize,
+                                 scale_text=_text_value(scale), mean=_text_value(mean), std=_text_value(std), bgr=bgr, layout=layout)
+    options = {k: v for k, v in dict(
+        exclude=_names(exclude), include=_names(include), weights_7bit=weights_7bit, smooth_quant=smooth_quant or "auto", method=method,
+        ignored_patterns=bool(ignored_patterns), bias_correction=bool(bias_correction),
+        trt_version=trt_version, fmt=fmt, high_precision=high_precision, precision=precision or "int8",
+        policies=_policies(weight_bits, activation_bits, scale_kind, activations, rounding, policy),
+    ).items() if k in EXPORT_OPTIONS[target]}
+    result = _evaluate.evaluate(loaded, cal, runs, target=target, runtime=runtime, per_tensor=tensors, progress=_bar(progress),
+                                **options)
+    _done(progress)
+    for w in result.warnings:
+        log.warning(w)
+    seconds = time.perf_counter() - started
+    failing = [o for o in result.outputs if fail_below is not None and not o.sqnr_db >= fail_below]
+    summary = {
+        "command": "evaluate", "model": model_json(loaded.path), "model_sha256": loaded.sha256, "calibration": str(calib_path),
+        "inputs": len(inputs), **_evaluate.to_json(result),
+        "fail_below": fail_below, "passed": None if fail_below is None else not failing,
+        "seconds": round(seconds, 3), "warnings": result.warnings,
+    }
+    failure = None
+    if failing:
+        worst = min(failing, key=lambda o: (o.sqnr_db if not math.isnan(o.sqnr_db) else -math.inf))
+        failure = (f"output {worst.name!r} SQNR {_evaluate.format_db(worst.sqnr_db)} dB is below --fail-below {fail_below:g} dB"
+                   + (f" ({len(failing)} outputs fail)" if len(failing) > 1 else ""))
+    text = _evaluation_text(result, len(inputs), "images" if images is not None else "data files", seconds)
+    return Outcome(summary, text, failure)
+
+
+def _evaluation_text(result: _evaluate.Evaluation, inputs: int, what: str, seconds: float) -> str:
+    format_db = _evaluate.format_db
+    q = result.plan_summary
+    lines = [(
+        f"int8 ({result.target} export, exact simulation: {q.get('int8_layers', 0)} int8 layers, {q.get('activation_quantizers', 0)} "
+        f"activation and {q.get('weight_quantizers', 0)} weight quantizers) vs FP32 on {result.samples} samples from {inputs} {what} "
+        f"in {seconds:.1f} s"
+    )]
+    rt = result.runtime
+    width = max([len("output")] + [len(o.name) for o in result.outputs])
+    head = f"{'output':<{width}}  {'SQNR dB':>8}  {'cosine':>8}  {'top-1 agree':>11}"
+    if rt is not None:
+        lines[0] += f"; also run by {rt.name} on this CPU ({_vnni(rt.vnni)})"
+        head += f"  {rt.name + ' dB':>16}  {rt.name + ' top-1':>17}"
+    lines.append(head)
+    for i, o in enumerate(result.outputs):
+        cos = "nan" if math.isnan(o.cosine) else f"{o.cosine:.5f}"
+        line = f"{o.name:<{width}}  {format_db(o.sqnr_db):>8}  {cos:>8}  {_top1(o):>11}"
+        if rt is not None:
+            line += f"  {format_db(rt.outputs[i].sqnr_db):>16}  {_top1(rt.outputs[i]):>17}"
+        lines.append(line)
+    if result.tensors:
+        lines.append("quantized tensors, most harmful first (output SQNR dB with only that tensor quantized):")
+        for i, t in enumerate(result.tensors, 1):
+            lines.append(f"{i:>4}  {format_db(t.sqnr_db):>8}  {t.kind:<10}  {t.tensor}  -> {', '.join(t.layers) or '-'}")
+    return "\n".join(lines)
+
+
+def _top1(o) -> str:
+    return f"{o.top1_agreement * 100:.2f} %" if o.top1_agreement is not None else "-"
+
+
+def _vnni(has: bool | None) -> str:
+    return "VNNI" if has else "no VNNI" if has is False else "VNNI unknown"
