@@ -808,3 +808,33 @@ def _top1(o) -> str:
 
 def _vnni(has: bool | None) -> str:
     return "VNNI" if has else "no VNNI" if has is False else "VNNI unknown"
+
+
+@_keyword_errors
+def inspect_file(file, *, model=None, trt_version: str | None = None, weight_bits: int | None = None,
+                 activation_bits: int | None = None, scale_kind: str | None = None, activations: str | None = None,
+                 rounding: str | None = None, policy=None) -> Outcome:
+    """`qtool inspect`: what `file` holds (a calibration file, TensorRT cache, dynamic-range file or
+    onnxruntime table, told apart by content), with `model` the activation tensors of that model it
+    covers; with `trt_version`, `file` is a Q/DQ ONNX model checked against that TensorRT's rules;
+    with a policy keyword (as export's), each quantizer of the calibration's model and its policy.
+    A missing range, an unusable scale or a broken rule is the Outcome's failure."""
+    from . import inspection
+    from .targets.tensorrt import checker
+    from .targets.tensorrt import files as trtfiles
+
+    file, model_path, policy = Path(file), _path(model), _path(policy)
+    given = (weight_bits, activation_bits, scale_kind, activations, rounding, policy)
+    if any(v is not None for v in given):
+        if trt_version is not None or model_path is not None:
+            raise UsageError("the policy options go with a calibration file alone (not with --trt-version or --model)")
+        return Outcome(*inspection.inspect_policies(file, _policies(*given)))
+    if trt_version is not None:
+        if model_path is not None:
+            raise UsageError("--trt-version checks the ONNX model given as FILE; it does not go with --model")
+        trt_version = trtfiles.canonical_version(trt_version)
+        checker.parse_version(trt_version)
+        if not inspection.is_onnx_file(file):  # missing or unreadable: bad input; another kind of file: a usage error
+            raise UsageError(f"--trt-version checks an ONNX model's Q/DQ nodes, and {str(file)!r} is not an ONNX model")
+        return Outcome(*inspection.inspect_onnx(file, trt_version))
+    return Outcome(*inspection.inspect_file(file, model_path))

@@ -1,0 +1,286 @@
+"""What `qtool inspect` reads and says: a calibration file, a TensorRT cache, a dynamic-range file
+or an onnxruntime TensorRT table (told apart by content) and the activation tensors of a model it
+covers; the TensorRT Q/DQ rules an ONNX model breaks; the policy each quantizer resolves to. Each
+`inspect_*` returns (the --json summary, the text, a failed check or None)."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter
+from pathlib import Path
+
+from . import calibration, model
+from .errors import QtoolError
+from .inputs import check_model, model_json
+from .targets.tensorrt import checker as trtrules
+from .targets.tensorrt import files as trtfiles
+
+log = logging.getLogger("qtool")
+
+KINDS = {
+    "calibration": "qtool calibration file",
+    "tensorrt-cache": "TensorRT calibration cache",
+    "dynamic-range": "TensorRT sampleINT8API dynamic-range file",
+    "ort-trt": "onnxruntime TensorRT EP calibration table",
+}
+
+
+# an ONNX model is one protobuf message, which cannot exceed 2 GB
+MAX_ONNX_BYTES = 2 << 30
+
+
+def _number(value: float | None):
+    """JSON-safe float: None for NaN/inf (JSON has neither)."""
+    return value if value is not None and math.isfinite(value) else None
+
+
+def read_file(path: Path) -> dict:
+    """Decode a calibration file, TensorRT cache, dynamic-range file or onnxruntime table.
+
+    The kind is told by content, never by the file name. Returns {'kind', 'header', 'tensors'}
+    with tensors sorted by name, each a dict with at least 'name' and 'amax'.
+    """
+    data = calibration.read_input(path, calibration.MAX_FILE_BYTES, "file", "give a calibration file or a TensorRT cache")
+    if not data.strip():
+        raise QtoolError(f"{str(path)!r} is empty")
+    text = None
+    if b"\0" not in data:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    if text is not None and text.lstrip().startswith("{"):
+        return _calibration(path, data)  # its messages name the file
+    first = next((line for line in (text or "").splitlines() if line.strip()), "")
+    try:
+        if text is not None and text.startswith("TRT-"):
+            return _cache(text)
+        if text is not None and ":" in first:
+            entries = trtfiles.read_dynamic_range(text)
+            return {"kind": "dynamic-range", "header": {}, "tensors": _plain(entries)}
+    except QtoolError as e:
+        raise QtoolError(f"{str(path)!r}: {e}") from None
+    if text is None:
+        try:
+            entries = trtfiles.read_ort_table(data)
+        except QtoolError as e:
+            if _is_onnx(data):
+                raise QtoolError(
+                    f"{str(path)!r} is an ONNX model; check its Q/DQ nodes with --trt-version X, or give it with "
+                    "--model and a calibration file or cache as FILE"
+                ) from None
+            raise QtoolError(f"{str(path)!r} is binary and {e}") from None
+        return {"kind": "ort-trt", "header": {}, "tensors": _plain(entries)}
+    raise QtoolError(
+        f"{str(path)!r} is not a qtool calibration file, TensorRT cache, dynamic-range file or "
+        "onnxruntime TensorRT table (an ONNX model goes after --model)"
+    )
+
+
+def _is_onnx(data: bytes) -> bool:
+    import onnx
+    from google.protobuf.message import Error as ProtobufError
+
+    try:
+        return len(onnx.load_model_from_string(data).graph.node) > 0
+    except (ProtobufError, ValueError, TypeError, RuntimeError):  # any decoding failure: not a model
+        return False
+
+
+def _plain(entries: dict[str, float]) -> list[dict]:
+    return [{"name": n, "amax": entries[n]} for n in sorted(entries)]
+
+
+def _calibration(path: Path, data: bytes) -> dict:
+    cal = calibration.parse(data, path)  # the bytes already read: a pipe cannot be read twice
+    method = cal.method if cal.method != "entropy" else f"entropy ({cal.kl_variant})"
+    tensors = [
+        {"name": t.name, "min": t.min, "max": t.max, "amax": t.amax, "unsigned": t.unsigned,
+         "method": method, "nonfinite_values": t.nonfinite}
+        for t in sorted(cal.tensors, key=lambda t: t.name)
+    ]
+    header = {"model": cal.model_path, "sha256": cal.model_sha256, "method": cal.method,
+              "kl_variant": cal.kl_variant, "samples": cal.samples, "bins": cal.bins}
+    return {"kind": "calibration", "header": header, "tensors": tensors}
+
+
+def _cache(text: str) -> dict:
+    header, entries = trtfiles.read_cache(text)
+    hexes = trtfiles.read_cache_hex(text)
+    header = {"line": text.splitlines()[0].strip(), "version": header["version"],
+              "tensorrt": trtfiles.decode_version(header["version"]), "algorithm": header["algorithm"]}
+    tensors = [
+        {"name": n, "hex": hexes[n], "scale": trtfiles.hex_scale(hexes[n]), "amax": entries[n]}
+        for n in sorted(entries)
+    ]
+    return {"kind": "tensorrt-cache", "header": header, "tensors": tensors}
+
+
+def _shown(name: str) -> str:
+    """A tensor name for a one-line message: quoted when it holds line breaks or other control characters."""
+    return name if name.isprintable() else repr(name)
+
+
+def unusable(doc: dict) -> list[str]:
+    """Tensors of a range file (cache, dynamic-range file, onnxruntime table) whose scale or range
+    is NaN, infinite, zero or negative: TensorRT divides by the scale. A calibration file's amax 0
+    is the exact range of an all-zero tensor, and exports safely."""
+    if doc["kind"] == "calibration":
+        return []
+    return [t["name"] for t in doc["tensors"] if not trtfiles.is_usable(t.get("scale", t["amax"]))]
+
+
+def coverage(doc: dict, loaded: model.LoadedModel) -> dict:
+    """Which activation tensors of the model the file gives a usable range.
+
+    Usable: finite, and > 0 in a range file (TensorRT divides by the scale); a calibration
+    file's amax 0 is the exact range of an all-zero tensor and exports safely.
+    """
+    expected = model.activation_tensors(loaded.proto)
+    amax = {t["name"]: t["amax"] for t in doc["tensors"]}
+    missing = [n for n in expected if n not in amax]
+    nonfinite = [n for n in expected if n in amax and not math.isfinite(amax[n])]
+    nonpositive = [] if doc["kind"] == "calibration" else [
+        n for n in expected if n in amax and math.isfinite(amax[n]) and amax[n] <= 0
+    ]
+    wanted = set(expected)
+    extra = sorted(n for n in amax if n not in wanted)
+    covered = len(expected) - len(missing) - len(nonfinite) - len(nonpositive)
+    result = {
+        "model": model_json(loaded.path), "activation_tensors": len(expected), "covered": covered,
+        "percent": round(100.0 * covered / len(expected), 2) if expected else 100.0,
+        "missing": missing, "extra": extra, "nonfinite": nonfinite, "nonpositive": nonpositive,
+    }
+    if doc["kind"] == "calibration":
+        result["model_matches"] = doc["header"]["sha256"] == loaded.sha256
+    return result
+
+
+def _fmt(value) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def _table(rows: list[dict], columns: list[str]) -> str:
+    cells = [columns] + [[_fmt(r[c]) for c in columns] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    return "\n".join(
+        "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+        for row in cells
+    )
+
+
+def _text(path: Path, doc: dict, cov: dict | None) -> str:
+    kind, header, tensors = doc["kind"], doc["header"], doc["tensors"]
+    title = f"{path}: {KINDS[kind]}, {len(tensors)} tensors"
+    if kind == "calibration":
+        title += f", method {tensors[0]['method'] if tensors else header['method']}, {header['samples']} samples, model {header['model']}"
+        columns = ["name", "min", "max", "amax", "unsigned", "method"]
+    elif kind == "tensorrt-cache":
+        version = f"TensorRT {header['tensorrt']}" if header["tensorrt"] else f"unknown TensorRT version number {header['version']}"
+        title += f"\nheader {header['line']}: {version}, {header['algorithm']}"
+        columns = ["name", "hex", "scale", "amax"]
+    else:
+        columns = ["name", "amax"]
+    lines = [title]
+    if tensors:
+        lines.append(_table(tensors, columns))
+    if cov is not None:
+        lines.append(
+            f"coverage of {cov['model']}: {cov['covered']}/{cov['activation_tensors']} activation tensors "
+            f"({cov['percent']:g} %); {len(cov['missing'])} missing, {len(cov['extra'])} extra, "
+            f"{len(cov['nonfinite'])} non-finite" + (f", {len(cov['nonpositive'])} zero or negative" if cov["nonpositive"] else "")
+        )
+        for key, label in (("missing", "missing"), ("nonfinite", "non-finite"), ("nonpositive", "zero or negative"), ("extra", "extra")):
+            if cov[key]:
+                lines.append(f"{label}: " + ", ".join(cov[key]))
+    return "\n".join(lines)
+
+
+def _onnx_text(path: Path, version: str, found: list[trtrules.Violation], qdq: int) -> str:
+    lines = [f"{v.node or '<model>'}: {v.rule}: {v.message}" for v in found]
+    if found:
+        counts = ", ".join(f"{rule} {n}" for rule, n in sorted(Counter(v.rule for v in found).items()))
+        lines.append(f"{path}: {len(found)} violation(s) of the TensorRT {version} Q/DQ rules, {qdq} Q/DQ nodes ({counts})")
+    else:
+        lines.append(f"{path}: no violation of the TensorRT {version} Q/DQ rules, {qdq} Q/DQ nodes")
+    return "\n".join(lines)
+
+
+def is_onnx_file(path: Path) -> bool:
+    """Whether FILE is an ONNX model; missing or unreadable is a one-line error."""
+    return _is_onnx(calibration.read_input(path, MAX_ONNX_BYTES, "ONNX model", "give an ONNX model"))
+
+
+def inspect_onnx(file: Path, trt_version: str) -> tuple[dict, str, str | None]:
+    """`inspect MODEL.onnx --trt-version X`: the Q/DQ rules the model breaks (any: a failed check)."""
+    major, minor, patch = trtrules.parse_version(trt_version)
+    version = f"{major}.{minor}.{patch}"
+    loaded = model.load_model(file)
+    found = trtrules.check(loaded.proto, trt_version)
+    qdq = trtrules.qdq_nodes(loaded.proto)
+    summary = {
+        "command": "inspect", "file": str(file), "kind": "onnx", "trt_version": version,
+        "opset": trtrules.default_opset(loaded.proto),
+        "qdq_nodes": qdq, "violations": [{"node": v.node, "rule": v.rule, "message": v.message} for v in found],
+    }
+    failure = f"{file} breaks the TensorRT {version} Q/DQ rules in {len(found)} place(s)" if found else None
+    return summary, _onnx_text(file, version, found, qdq), failure
+
+
+def inspect_policies(file: Path, policies) -> tuple[dict, str, None]:
+    """Each quantizer of the calibration's model with the policy it resolves to."""
+    from .inputs import load_checked_model
+    from .targets import qdq
+
+    cal = calibration.load(file)
+    loaded = load_checked_model(None, file, cal)
+    prepared = qdq.prepare(loaded, cal, policies=policies)
+    ops = {n.name: n.op_type for n in prepared.model.graph.node}
+    rows = [{"kind": kind, "tensor": site.tensor, "read_by": sorted({ops[n] for n, _ in site.readers}), **site.policy.to_json()}
+            for kind, sites in (("activation", prepared.plan.activations), ("weight", prepared.plan.weights)) for site in sites]
+    for w in prepared.warnings:
+        log.warning(w)
+    lines = [f"{len(rows)} quantizers of {loaded.path} (openvino/qdq placement):"]
+    lines += [f"  {r['kind']:<10} {r['tensor']}  [{', '.join(r['read_by'])}]  {site.policy.describe()}"
+              for r, site in zip(rows, prepared.plan.activations + prepared.plan.weights)]
+    return ({"command": "inspect", "file": str(file), "kind": "policies", "quantizers": rows, "warnings": prepared.warnings},
+            "\n".join(lines), None)
+
+
+def inspect_file(file: Path, model_path: Path | None) -> tuple[dict, str, str | None]:
+    """FILE's kind, header and tensors; with `model_path`, which of the model's activation tensors it
+    covers (any without a usable range: a failed check); a range file's unusable scales (a failed check)."""
+    doc = read_file(file)
+    cov = None
+    if model_path is not None:
+        loaded = model.load_model(model_path)
+        if doc["kind"] == "calibration":
+            check_model(loaded, file, doc["header"]["sha256"])  # export's check: another model's names say nothing
+        cov = coverage(doc, loaded)
+    summary = {
+        "command": "inspect", "file": str(file), "kind": doc["kind"], "header": doc["header"],
+        **({"model": model_json(model_path if model_path is not None else file.parent / doc["header"]["model"])}
+           if doc["kind"] == "calibration" or model_path is not None else {}),
+        "tensors": [{k: _number(v) if isinstance(v, float) else v for k, v in t.items()} for t in doc["tensors"]],
+    }
+    if cov is not None:
+        summary["coverage"] = cov
+    bad_scales = unusable(doc)
+    if doc["kind"] != "calibration":
+        summary["unusable"] = bad_scales
+    text = _text(file, doc, cov)
+    if bad_scales:
+        text += "\nNaN, infinite, zero or negative scale: " + ", ".join(bad_scales)
+    failure = None
+    bad = len(cov["missing"]) + len(cov["nonfinite"]) + len(cov["nonpositive"]) if cov is not None else 0
+    if bad:
+        failure = f"{bad} of {cov['activation_tensors']} activation tensors of {model_path} have no usable range in {file}"
+    elif bad_scales:
+        failure = (f"{len(bad_scales)} tensor(s) of {file} have a NaN, infinite, zero or negative scale, "
+                   f"which TensorRT cannot use: {trtfiles._listed([_shown(n) for n in bad_scales], 10)}")
+    return summary, text, failure
