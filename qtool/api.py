@@ -130,20 +130,24 @@ def api_text(text: str, keywords) -> str:
 
 
 def _keyword_errors(function):
-    """QtoolErrors raised inside `function` name its keywords, not the command line's flags;
-    `.with_flags` is `function` itself, for the command line."""
+    """QtoolErrors raised inside `function`, and an Outcome's failure, name its keywords, not the
+    command line's flags; `.with_flags` is `function` itself, for the command line."""
     import functools
     import inspect
 
     own = set(inspect.signature(function).parameters)
 
+    keywords = own | ({k for v in EXPORT_OPTIONS.values() for k in v} if "options" in own else set())
+
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
         try:
-            return function(*args, **kwargs)
+            result = function(*args, **kwargs)
         except QtoolError as e:
-            keywords = own | ({k for v in EXPORT_OPTIONS.values() for k in v} if "options" in own else set())
             raise type(e)(api_text(str(e), keywords)) from None
+        if isinstance(result, Outcome) and result.failure:
+            result.failure = api_text(result.failure, keywords)
+        return result
     wrapper.with_flags = function
     return wrapper
 

@@ -1,4 +1,7 @@
-"""Command line: the only place that prints, sets up logging, or exits. One module per command.
+"""Command line: the only place that prints, sets up logging, or exits. One module per command,
+each parsing its arguments, calling one function of qtool.api and printing what it returns; no
+module here imports another qtool module than qtool.api and qtool.errors (this one also the process
+set-up: scratch, ortlog, histogram), as tests/test_layers.py checks.
 
 Exit codes: 0 success, 1 user error (bad input or request), 2 usage error (click),
 3 internal error (a bug: the traceback is saved to a file), 130 interrupted (Ctrl-C), 143 terminated
@@ -165,13 +168,6 @@ def policy_options(command=None, *, scale_flag: str = "--scale"):
     for option in reversed(options):
         command = option(command)
     return command
-
-
-def policies_from(weight_bits, activation_bits, scale_kind, activation_mode, rounding, policy_file):
-    from .. import policy
-
-    rules = policy.load_rules(policy_file) if policy_file else None
-    return policy.from_options(weight_bits, activation_bits, scale_kind, rounding, rules, activation_mode)
 
 
 def _save_traceback() -> str:

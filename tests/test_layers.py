@@ -1,0 +1,134 @@
+"""Layers: the command line (qtool/cli) is parsing and printing over qtool.api, which holds what each
+command does: the CLI imports no other qtool module, and each command's api function gives what the
+command prints, with messages naming keywords to API callers and flags on the command line."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+from runcli import invoke
+
+from qtool import api
+from qtool.errors import QtoolError
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI = ROOT / "qtool" / "cli"
+SAMPLE = ROOT / "sample_models" / "digits_cnn.onnx"
+IMAGES = ROOT / "calib_images"
+
+ALLOWED = {"qtool.api", "qtool.errors", "qtool.__version__"}
+PLUMBING = {"qtool.scratch", "qtool.ortlog", "qtool.histogram"}  # the process set-up of qtool/cli/__init__.py
+
+
+def qtool_imports(source: str, package: str) -> set[str]:
+    """Every qtool module (or name of the qtool package) that `source`, a module of `package`,
+    imports anywhere, functions included; modules of `package` itself left out."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(parent + ([node.module] if node.module else []))
+            if base == "qtool" or (node.module is None and node.level):
+                found |= {f"{base}.{a.name}" for a in node.names}
+            else:
+                found.add(base)
+    return {m for m in found if (m == "qtool" or m.startswith("qtool.")) and not m.startswith(package + ".") and m != package}
+
+
+def test_the_checker_sees_imports_inside_functions_and_relative_ones():
+    source = "from .. import api\nfrom . import cli\ndef f():\n    from ..targets import tensorrt\n    import qtool.model\n"
+    assert qtool_imports(source, "qtool.cli") == {"qtool.api", "qtool.targets", "qtool.model"}
+    assert qtool_imports("from .. import __version__\nfrom ..errors import QtoolError\n", "qtool.cli") == {"qtool.__version__", "qtool.errors"}
+
+
+def test_the_command_line_imports_only_the_api():
+    modules = sorted(CLI.glob("*.py"))
+    assert len(modules) >= 8
+    for path in modules:
+        imported = qtool_imports(path.read_text(), "qtool.cli")
+        allowed = ALLOWED | (PLUMBING if path.name == "__init__.py" else set())
+        assert imported <= allowed, (path.name, sorted(imported - allowed))
+        if path.name != "__init__.py":
+            assert "qtool.api" in imported, path.name  # each command calls the api
+
+
+@pytest.fixture(scope="module")
+def calibrated(tmp_path_factory):
+    """A calibration by the api and by the command line, of the same inputs."""
+    d = tmp_path_factory.mktemp("layers")
+    outcome = api.calibrate_files(SAMPLE, images=IMAGES, limit=8, output=d / "api.calib.json", trt_table=d / "api.cache")
+    cli = invoke("calibrate", SAMPLE, "--images", IMAGES, "--limit", 8, "-o", d / "cli.calib.json", "--trt-table", d / "cli.cache", "--json")
+    assert cli.exit_code == 0, cli.output
+    return d, outcome, json.loads(cli.stdout)
+
+
+def _same(a: dict, b: dict, *paths) -> None:
+    """Equal summaries apart from the time taken and the output paths given."""
+    a, b = dict(a), dict(b)
+    for s in (a, b):
+        s.pop("seconds")
+        for key in paths:
+            s.pop(key)
+    assert a == b
+
+
+def test_calibrate_files_is_the_command(calibrated):
+    d, outcome, summary = calibrated
+    assert (d / "api.calib.json").read_bytes() == (d / "cli.calib.json").read_bytes()
+    assert (d / "api.cache").read_bytes() == (d / "cli.cache").read_bytes()
+    assert outcome.summary["outputs"] == {"calibration": str(d / "api.calib.json"), "tensorrt_cache": str(d / "api.cache")}
+    _same(outcome.summary, summary, "outputs", "build")
+    assert outcome.text.startswith(f"calibrated {summary['tensors']} tensors from 8 images in ")
+    assert outcome.failure is None
+
+
+def test_messages_name_keywords_in_the_api_and_flags_on_the_command_line(calibrated, tmp_path):
+    d, _, _ = calibrated
+    with pytest.raises(QtoolError, match=r"^give exactly one of images= or data=$"):
+        api.calibrate_files(SAMPLE, output=tmp_path / "x.calib.json")
+    with pytest.raises(QtoolError, match=r"^keep_fp32= measures on real inputs: give exactly one of images= or data=$"):
+        api.export_file(SAMPLE, target="qdq", calib=d / "api.calib.json", output=tmp_path / "x.onnx", keep_fp32=2)
+    r = invoke("export", SAMPLE, "--target", "qdq", "--calib", d / "api.calib.json", "-o", tmp_path / "x.onnx", "--keep-fp32", 2)
+    assert r.exit_code == 1 and r.stderr == "error: --keep-fp32 measures on real inputs: give exactly one of --images DIR or --data DIR\n"
+    assert not (tmp_path / "x.onnx").exists()
+
+
+def test_a_usage_error_is_a_qtool_error_in_the_api_and_exit_2_with_the_usage_line(calibrated):
+    d, _, _ = calibrated
+    with pytest.raises(api.UsageError, match=r"^trt_version= checks the ONNX model given as FILE; it does not go with model=$"):
+        api.inspect_file(d / "api.calib.json", model=SAMPLE, trt_version="10")
+    assert issubclass(api.UsageError, QtoolError)
+    r = invoke("inspect", d / "api.calib.json", "--model", SAMPLE, "--trt-version", "10")
+    assert r.exit_code == 2 and r.stderr.startswith("Usage: ") and r.stderr.splitlines()[0].endswith(" inspect [OPTIONS] FILE")
+    assert "Error: --trt-version checks the ONNX model given as FILE; it does not go with --model" in r.stderr
+    with pytest.raises(api.UsageError, match=r"^--weight-bits applies to --target openvino or qdq, not tensorrt$"):
+        api.export_file.with_flags(SAMPLE, target="tensorrt", calib=d / "api.calib.json", weight_bits=4)
+
+
+def test_inspect_file_gives_what_json_prints_and_a_failed_check(calibrated):
+    d, _, _ = calibrated
+    outcome = api.inspect_file(d / "api.calib.json", model=SAMPLE)
+    r = invoke("inspect", d / "api.calib.json", "--model", SAMPLE, "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout) == outcome.summary and outcome.failure is None
+    assert outcome.summary["coverage"]["percent"] == 100.0
+    cache = api.inspect_file(d / "api.cache")
+    assert cache.summary["kind"] == "tensorrt-cache" and cache.summary["unusable"] == [] and cache.failure is None
+    assert {t["name"] for t in cache.summary["tensors"]} <= {t["name"] for t in outcome.summary["tensors"]}
+
+
+def test_evaluate_files_reports_a_failed_gate_after_its_results(calibrated):
+    d, _, _ = calibrated
+    outcome = api.evaluate_files(SAMPLE, calib=d / "api.calib.json", images=IMAGES, limit=8, fail_below=500)
+    assert outcome.summary["passed"] is False and outcome.summary["inputs"] == 8
+    assert outcome.failure.startswith("output ") and outcome.failure.endswith(" dB is below fail_below=500 dB")
+    r = invoke("evaluate", SAMPLE, "--calib", d / "api.calib.json", "--images", IMAGES, "--limit", 8, "--fail-below", 500, "--json")
+    flags = outcome.failure.replace("fail_below=", "--fail-below ")
+    assert r.exit_code == 1 and r.stderr == f"error: {flags}\n"
+    _same(json.loads(r.stdout), outcome.summary)
