@@ -210,19 +210,32 @@ def calibrate(model_or_path, *, images: str | os.PathLike | None = None, data=No
         options = dict(size=_size(size), layout=layout, resize=resize, scale=float(scale), mean=_channels(mean),
                        std=_channels(std), bgr=bgr)
     loaded = _loaded(model_or_path, external_data=False)
-    if images is not None and options["size"] is not None:
-        problem = _data.size_problem(loaded.proto, model.image_input(loaded.proto).name, options["size"])
-        if problem:
-            raise QtoolError(problem)
-    cal, report = pipeline.run(
-        loaded, images=images, data_dir=folder, loader=loader, limit=limit,
-        shard=_shard(shard), on_bad_image=on_bad_image, batch_size=batch_size, image_options=options, bins=bins,
-        method=method or "entropy", kl_variant=kl_variant, progress=_Progress(progress) if progress else None)
-    cal.pinned = method is not None  # a method given is kept by every export; else each target picks its best
+    cal, report = _calibrated(loaded, images=images, data_dir=folder, loader=loader, limit=limit, shard=_shard(shard),
+                              on_bad_image=on_bad_image, batch_size=batch_size, image_options=options, bins=bins, method=method,
+                              kl_variant=kl_variant, progress=_bar(progress))
     cal.warnings = list(report.warnings)
     for w in cal.warnings:
         log.warning(w)
     return cal
+
+
+def _calibrated(loaded, *, image_options, method, **run):
+    """The pipeline's run (qtool.pipeline.run) after the --size check (a usage error), with what
+    to do when onnxruntime meets feature maps of a --size the strides do not divide."""
+    size = image_options["size"] if image_options else None
+    if size:
+        problem = _data.size_problem(loaded.proto, model.image_input(loaded.proto).name, size)
+        if problem:
+            raise UsageError(problem)
+    try:
+        cal, report = pipeline.run(loaded, image_options=image_options, method=method or "entropy", **run)
+    except QtoolError as e:
+        text = str(e)
+        if size and "onnxruntime failed" in text and "dimension" in text:
+            raise QtoolError(text + _data.SIZE_MISMATCH_HINT) from None
+        raise
+    cal.pinned = method is not None  # a method given is kept by every export; else each target picks its best
+    return cal, report
 
 
 def _shard(shard) -> tuple[int, int] | None:
@@ -360,21 +373,10 @@ def calibrate_files(model_path, *, images=None, data=None, limit: int | None = N
         image_options = dict(size=_size(size), layout=layout, resize=resize, scale=_scale(scale), mean=_channels(mean),
                              std=_channels(std), bgr=bgr)
     loaded = model.load_model(model_path, external_data=False)
-    if image_options is not None and image_options["size"] is not None:
-        problem = _data.size_problem(loaded.proto, model.image_input(loaded.proto).name, image_options["size"])
-        if problem:
-            raise UsageError(problem)
-    try:
-        cal, report = pipeline.run(loaded, images=images, data_dir=data, limit=limit, shard=shard_kn,
-                                   on_bad_image=on_bad_image, batch_size=batch_size, image_options=image_options, bins=bins,
-                                   method=method or "entropy", kl_variant=kl_variant, progress=_bar(progress))
-    except QtoolError as e:  # feature maps of a --size the strides do not divide met (the graph did not tell the strides)
-        text = str(e)
-        if image_options and image_options["size"] and "onnxruntime failed" in text and "dimension" in text:
-            raise QtoolError(text + _data.SIZE_MISMATCH_HINT) from None
-        raise
+    cal, report = _calibrated(loaded, images=images, data_dir=data, loader=None, limit=limit, shard=shard_kn,
+                              on_bad_image=on_bad_image, batch_size=batch_size, image_options=image_options, bins=bins, method=method,
+                              kl_variant=kl_variant, progress=_bar(progress))
     _done(progress)
-    cal.pinned = method is not None
     cal = calibration.relocate(cal, output)
     warnings = list(report.warnings)
     if trt_table:
