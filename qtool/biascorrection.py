@@ -64,14 +64,6 @@ def _along(value: np.ndarray, channels: int, axis: int, out_rank: int) -> bool:
     return all(s == 1 for i, s in enumerate(value.shape) if i + offset != axis % out_rank)
 
 
-def _readers(graph: onnx.GraphProto) -> dict[str, list[onnx.NodeProto]]:
-    out: dict[str, list[onnx.NodeProto]] = {}
-    for n in graph.node:
-        for i in n.input:
-            out.setdefault(i, []).append(n)
-    return out
-
-
 def correct(model: onnx.ModelProto, namer, plan, records: dict, threshold: float | None = None) -> Correction:
     """Shift the biases of the plan's int8 Conv/MatMul/Gemm layers by the mean output error their
     weight quantization causes (in place; run before the quantizers are inserted).
@@ -86,11 +78,8 @@ def correct(model: onnx.ModelProto, namer, plan, records: dict, threshold: float
     from . import policy
 
     out = Correction()
-    g = model.graph
-    nodes = {n.name: n for n in g.node}
-    consts = G.Constants(g)
-    readers = _readers(g)
-    outputs = {o.name for o in g.output}
+    index = G.Index(model)
+    nodes, consts = index.nodes, index.values
     weight_site = {(node, slot): site for site in plan.weights for node, slot in site.readers}
     for name in plan.int8_layers:
         n = nodes[name]
@@ -131,7 +120,7 @@ def correct(model: onnx.ModelProto, namer, plan, records: dict, threshold: float
             shift = means @ d
             if n.op_type == "Gemm":
                 shift = shift * float(G.attr(n, "alpha", 1.0)) / float(G.attr(n, "beta", 1.0))
-        reason = _apply(model, namer, n, shift, w.ndim if n.op_type == "Conv" else 2, consts, readers, outputs, threshold)
+        reason = _apply(model, namer, n, shift, w.ndim if n.op_type == "Conv" else 2, consts, index, threshold)
         if reason:
             out.skipped[name] = reason
         else:
@@ -139,7 +128,7 @@ def correct(model: onnx.ModelProto, namer, plan, records: dict, threshold: float
     return out
 
 
-def _apply(model, namer, n, shift: np.ndarray, out_rank: int, consts: G.Constants, readers, outputs, threshold) -> str | None:
+def _apply(model, namer, n, shift: np.ndarray, out_rank: int, consts: G.Constants, index: G.Index, threshold) -> str | None:
     """Add `shift` (per output channel) to the bias of layer `n`; None, or why it was not done."""
     channels = shift.size
     axis = 1 if n.op_type == "Conv" else out_rank - 1  # the output channel axis
@@ -152,8 +141,8 @@ def _apply(model, namer, n, shift: np.ndarray, out_rank: int, consts: G.Constant
         if n.op_type == "Conv":
             axis, out_rank = 0, 1  # B is [C]
     else:
-        after = readers.get(n.output[0], [])
-        if len(after) != 1 or n.output[0] in outputs:
+        after = [r for r, slot in index.readers.get(n.output[0], ()) if slot >= 0]  # not the reads inside subgraphs
+        if len(after) != 1 or n.output[0] in index.outputs:
             return "no bias (the output has other readers)"
         node = after[0]
         if node.op_type == "Add" and len(node.input) == 2:

@@ -299,8 +299,7 @@ def compute_layers(model: onnx.ModelProto, readers: list[tuple[str, int]], rules
     """The compute nodes (Conv, Gemm, Add, pooling ...) that end up reading a quantizer read by
     `readers`: the ops the target's placement `rules` (qtool.rules.Rules) moved it above are
     followed down to them."""
-    nodes = {n.name: n for n in model.graph.node}
-    consumers = G.consumers(model.graph)
+    index = G.Index(model)
     found: list[str] = []
     seen: set[str] = set()
     stack = [name for name, _ in readers]
@@ -309,12 +308,12 @@ def compute_layers(model: onnx.ModelProto, readers: list[tuple[str, int]], rules
         if name in seen:
             continue
         seen.add(name)
-        n = nodes.get(name)
+        n = index.nodes.get(name)
         if n is None:
             continue
         if P.standard(n) and rules.forwards(n.op_type):
             for o in n.output:
-                stack.extend(c.name for c, _ in consumers.get(o, ()))
+                stack.extend(c.name for c, _ in index.readers.get(o, ()))
         else:
             found.append(name)
     return found

@@ -8,6 +8,7 @@ reordered after them.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 from collections import defaultdict
@@ -144,6 +145,74 @@ def consumers(graph: onnx.GraphProto) -> dict[str, list[tuple[onnx.NodeProto, in
             for name in sorted(outer_refs(sub)):
                 out[name].append((n, -1))
     return out
+
+
+class Index:
+    """Lookups over one main graph, each built when first asked for: nodes by name, the
+    producer and readers (consumers) of each tensor, graph inputs and outputs, initializers
+    that are not inputs, constant tensors (those and Constant nodes' values), folded constant
+    values (Constants), element types and the data-dependent activations (a ModelProto only).
+    For a graph not edited while in use; an editor that edits it updates the lookups itself."""
+
+    def __init__(self, model: onnx.ModelProto | onnx.GraphProto):
+        self.proto = model if isinstance(model, onnx.ModelProto) else None
+        self.graph = model.graph if self.proto is not None else model
+
+    @functools.cached_property
+    def nodes(self) -> dict[str, onnx.NodeProto]:
+        return {n.name: n for n in self.graph.node}
+
+    @functools.cached_property
+    def producer(self) -> dict[str, onnx.NodeProto]:
+        return producers(self.graph)
+
+    @functools.cached_property
+    def readers(self) -> dict[str, list[tuple[onnx.NodeProto, int]]]:
+        return consumers(self.graph)
+
+    @functools.cached_property
+    def inputs(self) -> set[str]:
+        return {i.name for i in self.graph.input}
+
+    @functools.cached_property
+    def outputs(self) -> set[str]:
+        return {o.name for o in self.graph.output}
+
+    @functools.cached_property
+    def initializers(self) -> dict[str, onnx.TensorProto]:
+        """Initializers that are not graph inputs (an input's initializer can be overridden)."""
+        return {t.name: t for t in self.graph.initializer if t.name not in self.inputs}
+
+    @functools.cached_property
+    def constants(self) -> dict[str, onnx.TensorProto]:
+        """The initializers and the tensors of Constant nodes (`value`)."""
+        out = dict(self.initializers)
+        for n in self.graph.node:
+            if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and n.output:
+                value = attr(n, "value")
+                if isinstance(value, onnx.TensorProto):
+                    out[n.output[0]] = value
+        return out
+
+    @functools.cached_property
+    def values(self) -> Constants:
+        return Constants(self.graph)
+
+    @functools.cached_property
+    def types(self) -> dict[str, int]:
+        from .model import tensor_types
+
+        return tensor_types(self.proto)
+
+    @functools.cached_property
+    def activations(self) -> set[str]:
+        """The tensors that carry data (qtool.model.activation_tensors) and depend on the graph inputs."""
+        from .model import activation_tensors, data_dependent
+
+        return set(activation_tensors(self.proto, self.types)) & data_dependent(self.proto)
+
+    def is_data(self, t: str) -> bool:
+        return t in self.activations
 
 
 class Namer:

@@ -13,7 +13,6 @@ import onnx
 from onnx import numpy_helper
 
 from . import graph as G
-from . import model as M
 
 LINEAR = {"Conv", "ConvTranspose", "MatMul", "Gemm"}
 ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Max", "Min"}
@@ -28,39 +27,14 @@ _ACTIVATION_PARTS = {
 _WALK_LIMIT = 24
 
 
-class GraphView:
-    """What placement needs to know about the main graph."""
-
-    def __init__(self, proto: onnx.ModelProto):
-        self.proto = proto
-        g = proto.graph
-        self.graph = g
-        self.types = M.tensor_types(proto)
-        self.activations = set(M.activation_tensors(proto, self.types)) & M.data_dependent(proto)
-        self.producer = G.producers(g)
-        self.readers = G.consumers(g)
-        self.outputs = {o.name for o in g.output}
-        self.constants: dict[str, onnx.TensorProto] = {t.name: t for t in g.initializer}
-        inputs = {i.name for i in g.input}
-        for name in list(self.constants):
-            if name in inputs:  # an initializer that is also an input can be overridden
-                del self.constants[name]
-        for n in g.node:
-            if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and n.output:
-                value = G.attr(n, "value")
-                if isinstance(value, onnx.TensorProto):
-                    self.constants[n.output[0]] = value
-        self.nodes = {n.name: n for n in g.node}
-
-    def is_data(self, t: str) -> bool:
-        return t in self.activations
+GraphView = G.Index  # the name qtool.targets.tensorrt.rules imports
 
 
 def standard(node: onnx.NodeProto) -> bool:
     return node.domain in ("", "ai.onnx")
 
 
-def _roots(m: GraphView, t: str, stop: str, budget: list[int]) -> set[str] | None:
+def _roots(m: G.Index, t: str, stop: str, budget: list[int]) -> set[str] | None:
     """The data tensors `t` is computed from through activation/normalisation parts only,
     walking no further than `stop` (None when the walk is too long)."""
     n = m.producer.get(t)
@@ -84,7 +58,7 @@ def _roots(m: GraphView, t: str, stop: str, budget: list[int]) -> set[str] | Non
     return roots
 
 
-def is_fused_elementwise(m: GraphView, node: onnx.NodeProto) -> bool:
+def is_fused_elementwise(m: G.Index, node: onnx.NodeProto) -> bool:
     """An element-wise op with two data inputs that OpenVINO/NNCF treat as part of an
     activation, a normalisation or an SE gate, not as an op with two quantized inputs."""
     a, b = node.input[0], node.input[1]
@@ -103,12 +77,12 @@ _SE_ACTIVATIONS = {"Relu", "PRelu", "LeakyRelu", "Clip", "HardSwish", "HardSigmo
 _MHA_BRANCH = {"Reshape", "Transpose", "Split", "Gather", "Squeeze", "Concat"}  # READVALUE||RESHAPE||TRANSPOSE||GATHER||SQUEEZE||CONCAT (+ SPLIT)
 
 
-def producer(m: GraphView, t: str) -> onnx.NodeProto | None:
+def producer(m: G.Index, t: str) -> onnx.NodeProto | None:
     n = m.producer.get(t)
     return n if n is not None and standard(n) else None
 
 
-def _skip(m: GraphView, t: str, nodes: list, bias: bool = True) -> str:
+def _skip(m: G.Index, t: str, nodes: list, bias: bool = True) -> str:
     """Walk up from `t` through shape-only ops and (with bias) Add/Sub/Mul of a constant;
     the walked nodes are appended to `nodes`. Returns the tensor reached."""
     for _ in range(_WALK_LIMIT):
@@ -126,7 +100,7 @@ def _skip(m: GraphView, t: str, nodes: list, bias: bool = True) -> str:
     return t
 
 
-def _linear_data_input(m: GraphView, n: onnx.NodeProto) -> str | None:
+def _linear_data_input(m: G.Index, n: onnx.NodeProto) -> str | None:
     """The data input of a Conv/Gemm/MatMul with a constant weight, else None."""
     if n.op_type not in LINEAR or len(n.input) < 2:
         return None
@@ -137,7 +111,7 @@ def _linear_data_input(m: GraphView, n: onnx.NodeProto) -> str | None:
     return None
 
 
-def _scalar(m: GraphView, t: str) -> float | None:
+def _scalar(m: G.Index, t: str) -> float | None:
     c = m.constants.get(t)
     if c is None:
         return None
@@ -145,7 +119,7 @@ def _scalar(m: GraphView, t: str) -> float | None:
     return float(v.ravel()[0]) if v.size == 1 else None
 
 
-def _se_gate(m: GraphView, t: str) -> tuple[list[onnx.NodeProto], str] | None:
+def _se_gate(m: G.Index, t: str) -> tuple[list[onnx.NodeProto], str] | None:
     """The gate producing `t` as NNCF matches it on the OpenVINO graph (SIGMOID || HSIGMOID):
     Sigmoid, or relu6(x + 3) / 6 (Clip(x + 3, 0, 6) then / 6 or * 1/6), which OpenVINO fuses into
     HSigmoid; returns (its nodes, its input). An ONNX HardSigmoid stays OpenVINO's HardSigmoid,
@@ -171,7 +145,7 @@ def _se_gate(m: GraphView, t: str) -> tuple[list[onnx.NodeProto], str] | None:
     return None
 
 
-def _se_block(m: GraphView, mul: onnx.NodeProto) -> list[onnx.NodeProto]:
+def _se_block(m: G.Index, mul: onnx.NodeProto) -> list[onnx.NodeProto]:
     """The gating path of a squeeze-excitation block ending at `mul`, or []."""
     for slot in (0, 1):
         nodes: list[onnx.NodeProto] = []
@@ -215,7 +189,7 @@ def _se_block(m: GraphView, mul: onnx.NodeProto) -> list[onnx.NodeProto]:
     return []
 
 
-def _attention_output(m: GraphView, mm: onnx.NodeProto) -> list[onnx.NodeProto]:
+def _attention_output(m: G.Index, mm: onnx.NodeProto) -> list[onnx.NodeProto]:
     """Softmax [-> Reshape] -> MatMul <- Reshape/Transpose/Split/Gather/Squeeze/Concat."""
     if len(mm.input) != 2:
         return []
@@ -231,7 +205,7 @@ def _attention_output(m: GraphView, mm: onnx.NodeProto) -> list[onnx.NodeProto]:
     return []
 
 
-def _rope(m: GraphView, mm: onnx.NodeProto) -> list[onnx.NodeProto]:
+def _rope(m: G.Index, mm: onnx.NodeProto) -> list[onnx.NodeProto]:
     """MatMul [-> Transpose] -> Concat (of it twice) -> Sin, Cos."""
     nodes = [mm]
     t = mm.output[0]
@@ -248,7 +222,7 @@ def _rope(m: GraphView, mm: onnx.NodeProto) -> list[onnx.NodeProto]:
     return []
 
 
-def _sam_pe(m: GraphView, mm: onnx.NodeProto) -> list[onnx.NodeProto]:
+def _sam_pe(m: G.Index, mm: onnx.NodeProto) -> list[onnx.NodeProto]:
     """MatMul -> Mul -> Sin, Cos -> Concat."""
     for mul, _ in m.readers.get(mm.output[0], ()):
         if mul.op_type != "Mul":
@@ -262,7 +236,7 @@ def _sam_pe(m: GraphView, mm: onnx.NodeProto) -> list[onnx.NodeProto]:
     return []
 
 
-def ignored_nodes(m: GraphView) -> dict[str, str]:
+def ignored_nodes(m: G.Index) -> dict[str, str]:
     """Node name -> the NNCF ignored pattern (IGNORED_PATTERNS) it belongs to."""
     found: dict[str, str] = {}
     for n in m.graph.node:
@@ -279,7 +253,7 @@ def ignored_nodes(m: GraphView) -> dict[str, str]:
 
 
 
-def is_variance(m: GraphView, n: onnx.NodeProto) -> bool:
+def is_variance(m: G.Index, n: onnx.NodeProto) -> bool:
     """A ReduceMean of squares (the variance of a decomposed LayerNorm/MVN): OpenVINO fuses the
     normalisation into one MVN op whose input is the only one NNCF quantizes."""
     p = m.producer.get(n.input[0])
@@ -301,7 +275,7 @@ _MASK_CARRIERS = {"Reshape", "Unsqueeze", "Squeeze", "Expand", "Transpose", "Cas
                   "Gather", "Add", "Sub", "Mul", "Where", "Min", "Max", "Neg"}
 
 
-def _huge_constant(m: GraphView, t: str) -> bool:
+def _huge_constant(m: G.Index, t: str) -> bool:
     c = m.constants.get(t)
     if c is None or c.data_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16):
         return False
@@ -312,7 +286,7 @@ def _huge_constant(m: GraphView, t: str) -> bool:
     return bool(v.size) and bool(np.any(~np.isfinite(v) | (np.abs(v) >= HUGE)))
 
 
-def additive_masks(m: GraphView) -> set[str]:
+def additive_masks(m: G.Index) -> set[str]:
     """Data tensors carrying a huge constant (|c| >= HUGE or infinite, e.g. finfo(float32).min):
     an additive attention mask, (1 - mask) * -3.4e38 or Where(mask, 0, -inf), and what it flows
     into through shape ops, Cast and element-wise ops (the masked scores before Softmax)."""
@@ -332,7 +306,7 @@ def additive_masks(m: GraphView) -> set[str]:
 MASK = "additive mask (a huge constant or 0)"
 
 
-def unrepresentable(m: GraphView, records: dict, amax: dict[str, float] | None = None) -> dict[str, str]:
+def unrepresentable(m: G.Index, records: dict, amax: dict[str, float] | None = None) -> dict[str, str]:
     """{tensor: why} for the ranges no 8-bit grid represents, on every target: the additive masks
     (sorted), then the tensors of `records` (calibration records) with infinite or NaN values or
     |x| >= HUGE, then any amax of `amax` (thresholds, also for tensors without a record) that is
@@ -362,7 +336,7 @@ _SCORE_PATH = {"Add", "Sub", "Mul", "Div", "Where", "Cast", "Reshape", "Identity
 _PROBS_PATH = {"Reshape", "Cast", "Identity", "Dropout", "Transpose", "Where", "Mul"}  # Where: fully masked rows, Mul: a head mask
 
 
-def _attention(m: GraphView, softmax: onnx.NodeProto) -> bool:
+def _attention(m: G.Index, softmax: onnx.NodeProto) -> bool:
     """Softmax between two MatMuls of activations: Q.K^T [-> scale, mask] -> Softmax -> .V."""
     found, frontier = False, [softmax.input[0]]
     for _ in range(6):
@@ -391,7 +365,7 @@ def _attention(m: GraphView, softmax: onnx.NodeProto) -> bool:
     return False
 
 
-def transformer_structure(m: GraphView) -> dict[str, int]:
+def transformer_structure(m: G.Index) -> dict[str, int]:
     """What marks a transformer, counted: attention (MatMul -> [scale, mask] -> Softmax -> MatMul
     of activations), LayerNorm (LayerNormalization, or decomposed: the ReduceMean of squared
     deviations), GELU (Gelu, Erf, Tanh) and Adds of two activations (residual and embedding

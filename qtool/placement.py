@@ -174,7 +174,7 @@ def weight_axis(node: onnx.NodeProto, slot: int, rank: int) -> int | None:
     return None
 
 
-def _resolve_names(m: P.GraphView, names: list[str], option: str = "--exclude") -> tuple[set[str], set[str]]:
+def _resolve_names(m: G.Index, names: list[str], option: str = "--exclude") -> tuple[set[str], set[str]]:
     node_names = set(m.nodes)
     tensor_names = set(m.producer) | {i.name for i in m.graph.input} | set(m.constants)
     nodes, tensors, unknown = set(), set(), []
@@ -205,7 +205,7 @@ class _Placer:
 
     def __init__(self, proto: onnx.ModelProto, records: dict, rules: Rules, float_types: tuple[int, ...],
                  thresholds: dict[str, Threshold] | None):
-        self.m = P.GraphView(proto)
+        self.m = G.Index(proto)
         self.records = records
         self.thresholds = thresholds if thresholds is not None else {
             name: decide(rec, signed=rules.signed_only, fallback=rules.clip_fallback) for name, rec in records.items()}
@@ -541,7 +541,7 @@ class _Placer:
         """Each quantizer's policy (later rules win); an activation whose policy has other bits than
         8 gets its threshold searched again for that grid (`recompute(tensor, policy)`), and an
         asymmetric one its calibrated [min, max] (over its shared-range group)."""
-        ops = {n.name: n.op_type for n in self.m.graph.node}
+        ops = {name: n.op_type for name, n in self.m.nodes.items()}
         for site in activation_sites:
             nodes = [name for name, _ in site.readers]
             site.policy = policies.for_quantizer("activations", site.tensor, nodes, [ops[n] for n in nodes])

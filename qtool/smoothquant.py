@@ -159,12 +159,10 @@ def groups(model: onnx.ModelProto, records: dict, only: set[str] | None = None) 
     weight [K, N]) or Gemm (transA 0) with an unshared float initializer as weight, whose record
     holds per-channel max |x| along the last axis for all K channels. `only`: the layer nodes
     allowed (those the placement runs in int8)."""
-    g = model.graph
-    inputs = {i.name for i in g.input}
-    inits = {t.name: t for t in g.initializer if t.name not in inputs}
-    readers = G.consumers(g)
+    index = G.Index(model)
+    inits, readers, ops = index.initializers, index.readers, index.nodes
     found: dict[str, list[Layer]] = {}
-    for n in g.node:
+    for n in model.graph.node:
         if n.domain not in ("", "ai.onnx") or n.op_type not in ("MatMul", "Gemm") or len(n.input) < 2:
             continue
         if only is not None and n.name not in only:
@@ -182,7 +180,6 @@ def groups(model: onnx.ModelProto, records: dict, only: set[str] | None = None) 
             axis = 0
         found.setdefault(n.input[0], []).append(Layer(n.name, n.input[1], axis))
     out = []
-    ops = {n.name: n for n in g.node}
     for tensor, layers in found.items():
         record = records.get(tensor)
         stats = getattr(record, "stats", None)
@@ -223,12 +220,9 @@ class _Editor:
     def __init__(self, model: onnx.ModelProto):
         self.model = model
         self.namer = G.Namer(model)
-        g = model.graph
-        inputs = {i.name for i in g.input}
-        self.inits = {t.name: t for t in g.initializer if t.name not in inputs}
-        self.readers = G.consumers(g)
-        self.producer = G.producers(g)
-        self.outputs = {o.name for o in g.output}
+        index = G.Index(model)  # as the model was: set_constant records the initializers it adds
+        self.inits, self.readers, self.producer, self.outputs = index.initializers, index.readers, index.producer, index.outputs
+        self.nodes = index.nodes
 
     def set_constant(self, node: onnx.NodeProto, slot: int, value: np.ndarray) -> None:
         """Give `node` input `slot` the constant `value`: in place when only it reads the
@@ -357,10 +351,6 @@ def _record(record, name: str, s: np.ndarray, peak: np.ndarray):
                         hist_range=record.hist_range * stretch, nonfinite=record.nonfinite, stats=stats)
 
 
-def _is_gemm(model: onnx.ModelProto, node: str) -> bool:
-    return any(n.name == node and n.op_type == "Gemm" for n in model.graph.node)
-
-
 def apply(model: onnx.ModelProto, cal, alpha: float | None = None, only: set[str] | None = None) -> Smoothing:
     """Migrate every group's activation scales into its layers' weights (`model` edited in place,
     node names unique). alpha None: per group, the one `estimate` picks (or none). Returns the
@@ -382,7 +372,7 @@ def apply(model: onnx.ModelProto, cal, alpha: float | None = None, only: set[str
         k = s.size
         names = {x.node for x in group.layers}
         how = editor.fold(group.tensor, k, s) if editor.only_read_by(group.tensor, names) else None
-        if how is None and _is_gemm(model, group.layers[0].node):
+        if how is None and editor.nodes[group.layers[0].node].op_type == "Gemm":
             # OpenVINO 2026.4 computed Gather -> Mul -> FakeQuantize -> Gemm wrongly (11 dB against
             # the exact arithmetic on the ViT look-alike's head): Gemm inputs are smoothed only when folded
             chosen.pop()
@@ -416,7 +406,7 @@ def smooth(model, cal, mode, place: Callable):
     `place(model, cal)` (a qtool.placement.Plan) runs in int8 with their input quantized.
     Returns (the calibration of the edited model, Smoothing or None, warnings)."""
     mode = parse_mode(mode)
-    if mode is False or (mode == "auto" and not patterns.transformer_structure(patterns.GraphView(model))):
+    if mode is False or (mode == "auto" and not patterns.transformer_structure(G.Index(model))):
         return cal, None, []  # decided before placing: a CNN's export places once
     plan = place(model, cal)
     int8 = set(plan.int8_layers)
@@ -425,7 +415,7 @@ def smooth(model, cal, mode, place: Callable):
     done = apply(model, cal, alpha, only=layers)
     if not done.records:
         records = {t.name: t for t in cal.tensors}
-        nodes = {n.name: n for n in model.graph.node}
+        nodes = G.Index(model).nodes
         old = [n for n in sorted(layers) if nodes[n].op_type in ("MatMul", "Gemm")
                and getattr(records.get(nodes[n].input[0]), "stats", None) is not None
                and records[nodes[n].input[0]].stats.channel_absmax is None]

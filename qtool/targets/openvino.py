@@ -52,7 +52,7 @@ def _fake_quantize(model: onnx.ModelProto, namer: G.Namer, tensor: str, params: 
 
 def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
     """Insert the plan's quantizers as FakeQuantize nodes (in place)."""
-    nodes = {n.name: n for n in model.graph.node}
+    nodes = G.Index(model).nodes
     for site in plan.quantizers:
         params = site.params()
         source = site.tensor

@@ -146,7 +146,7 @@ def _weight_node(model, namer, site: Quantizer) -> onnx.NodeProto:
 
 def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
     """Insert the plan's quantizers as QuantizeLinear/DequantizeLinear nodes (in place)."""
-    nodes = {n.name: n for n in model.graph.node}
+    nodes = G.Index(model).nodes
     new_nodes = []
     for site in plan.quantizers:
         new_nodes += [_weight_node(model, namer, site)] if site.is_weight else _activation_nodes(model, namer, site)

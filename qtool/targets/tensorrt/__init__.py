@@ -29,6 +29,7 @@ when calibration saw no padding).
 
 from __future__ import annotations
 
+from ... import graph as G
 from ... import model
 from ... import patterns as P
 from ...errors import QtoolError
@@ -119,7 +120,7 @@ def model_ranges(proto, own: dict[str, float]) -> tuple[dict[str, float], dict[s
 def unrepresentable(proto, cal, amax: dict[str, float]) -> dict[str, str]:
     """{tensor: why} for the ranges no 8-bit grid represents (the test qtool.placement applies to
     the Q/DQ model): additive masks, infinite or NaN values, |x| >= 1e30, in graph order."""
-    found = P.unrepresentable(P.GraphView(proto), {t.name: t for t in cal.tensors}, amax)
+    found = P.unrepresentable(G.Index(proto), {t.name: t for t in cal.tensors}, amax)
     order = model.activation_tensors(proto, model.tensor_types(proto))
     rank = {n: i for i, n in enumerate(order)}
     return dict(sorted(found.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0])))

@@ -98,8 +98,8 @@ from onnxruntime.transformers.float16 import (
 )
 
 from ...errors import QtoolError
-from ...graph import Namer, consumers, node_reads, outer_refs, producers, subgraphs, toposort
-from ...model import NON_DATA_SLOTS, tensor_types
+from ...graph import Index, Namer, node_reads, outer_refs, producers, subgraphs, toposort
+from ...model import NON_DATA_SLOTS
 
 FP16_MAX = 65504.0
 ACTIVATION_LIMIT = FP16_MAX / 4
@@ -141,23 +141,23 @@ def to_fp16(
     except Exception as e:
         raise QtoolError(f"FP16 conversion needs ONNX shape inference, which failed: {_first_line(e)}") from None
     g = work.graph
+    index = Index(work)  # the guards read the graph, the conversion below edits copies of it
     kept: dict[str, str] = {}
-    names = {n.name for n in g.node}
     for name in keep_fp32_nodes:
-        if name not in names:
+        if name not in index.nodes:
             raise QtoolError(f"no node named {name!r} in the model (keep FP32 nodes)")
         kept.setdefault(name, "kept FP32 on request")
-    _guard_layernorms(g, activation_absmax or {}, kept)
-    _guard_constants(g, kept)
-    _guard_activations(g, activation_absmax or {}, kept)
-    _guard_shape_nodes(work, kept)
+    _guard_layernorms(index, activation_absmax or {}, kept)
+    _guard_constants(index, kept)
+    _guard_activations(index, activation_absmax or {}, kept)
+    _guard_shape_nodes(index, kept)
     blocked_ops = set(DEFAULT_OP_BLOCK_LIST) | set(EXTRA_OP_BLOCK_LIST)
     for n in g.node:
         if n.op_type in blocked_ops:
             kept.setdefault(n.name, f"op type {n.op_type} stays FP32 (onnxruntime's float16 block list)")
         elif n.domain not in ("", "ai.onnx"):
             kept.setdefault(n.name, f"custom-domain op {n.domain}.{n.op_type}: its float types are unknown")
-    main_nodes = {n.name: n.op_type for n in g.node}
+    main_nodes = index.nodes
     warnings: list[str] = []
     while True:
         attempt = onnx.ModelProto()
@@ -172,7 +172,7 @@ def to_fp16(
                 raise
             why = _first_line(e).split(": ", 1)[-1]
             kept[name] = f"onnxruntime refuses it in FP16 ({why})"
-            warnings.append(f"node {name!r} ({main_nodes[name]}) stays FP32: onnxruntime refuses it in FP16 ({why})")
+            warnings.append(f"node {name!r} ({main_nodes[name].op_type}) stays FP32: onnxruntime refuses it in FP16 ({why})")
     order = {n.name: i for i, n in enumerate(out.graph.node)}
     kept_sorted = dict(sorted(kept_now.items(), key=lambda kv: (order.get(kv[0], -1), kv[0])))
     return Fp16Result(out, kept_sorted, warnings + more)
@@ -183,7 +183,7 @@ MAX_REFUSED_NODES = 8
 _NODE_IN_ERROR = re.compile(r"in node \(([^)]*)\)|node with name '([^']*)'|node: ([^ ]+) OpType")
 
 
-def _failing_node(message: str, names: dict[str, str]) -> str | None:
+def _failing_node(message: str, names: dict[str, onnx.NodeProto]) -> str | None:
     """The main-graph node an onnx.checker / onnxruntime error names, if any."""
     for m in _NODE_IN_ERROR.finditer(message):
         name = next(x for x in m.groups() if x is not None)
@@ -197,8 +197,9 @@ def _convert(work: onnx.ModelProto, kept: dict[str, str], blocked_ops: set[str],
     """One conversion of `work` (edited in place) with the nodes in `kept` FP32; `kept` gains
     the Q/DQ and Constant nodes that follow them. (model, warnings) or QtoolError."""
     g = work.graph
-    _follow_qdq(g, kept)
-    _follow_constants(g, kept)
+    index = Index(work)
+    _follow_qdq(index, kept)
+    _follow_constants(index, kept)
     outputs = _detach_unproduced_outputs(g, namer)
     original_tensors = _tensor_names(g)
     n_before = len(g.node)
@@ -436,10 +437,10 @@ def constant_problem(arr: np.ndarray, per_element: bool = False) -> str | None:
     return None
 
 
-def _guard_constants(g: onnx.GraphProto, kept: dict[str, str]) -> None:
+def _guard_constants(index: Index, kept: dict[str, str]) -> None:
     """(a): readers (and Constant nodes) of constants FP16 cannot hold stay FP32."""
-    readers = consumers(g)
-    for name, t, const_node in _float_constants(g):
+    readers = index.readers
+    for name, t, const_node in _float_constants(index.graph):
         try:
             arr = numpy_helper.to_array(t)
         except Exception as e:
@@ -469,11 +470,11 @@ def _square(n: onnx.NodeProto, constants: dict[str, np.ndarray]) -> str | None:
 _LN_CHAIN = ("Add", "Sqrt", "Reciprocal", "Rsqrt")  # between the variance and the division
 
 
-def layernorm_nodes(g: onnx.GraphProto, square: onnx.NodeProto, x: str) -> list[onnx.NodeProto]:
+def layernorm_nodes(index: Index, square: onnx.NodeProto, x: str) -> list[onnx.NodeProto]:
     """The nodes of the decomposed LayerNorm whose squaring node is `square` (squaring `x`):
     the mean and the Sub making `x`, the square, the variance ReduceMean, the eps Add, Sqrt and
     the Div (or Reciprocal/Rsqrt and Mul) that reads `x`; [] when the pattern is not there."""
-    made_by, readers = producers(g), consumers(g)
+    made_by, readers = index.producer, index.readers
     var = [u for u, _ in readers.get(square.output[0], []) if u.op_type == "ReduceMean"]
     if len(var) != 1:
         return []
@@ -498,8 +499,9 @@ def layernorm_nodes(g: onnx.GraphProto, square: onnx.NodeProto, x: str) -> list[
     return []
 
 
-def _guard_layernorms(g: onnx.GraphProto, absmax: dict[str, float], kept: dict[str, str]) -> None:
+def _guard_layernorms(index: Index, absmax: dict[str, float], kept: dict[str, str]) -> None:
     """(e): a decomposed LayerNorm whose squares overflow FP16 stays FP32 as a whole."""
+    g = index.graph
     constants: dict[str, np.ndarray] = {}
     for name, t, _ in _float_constants(g):
         try:
@@ -515,7 +517,7 @@ def _guard_layernorms(g: onnx.GraphProto, absmax: dict[str, float], kept: dict[s
         squares = float(absmax.get(n.output[0], 0.0))
         if not (value > limit or not np.isfinite(value) or squares > FP16_MAX or not np.isfinite(squares)):
             continue
-        nodes = layernorm_nodes(g, n, x)
+        nodes = layernorm_nodes(index, n, x)
         if not nodes:
             continue
         shown = f"{max(value, np.sqrt(squares) if np.isfinite(squares) else squares):.4g}"
@@ -524,10 +526,9 @@ def _guard_layernorms(g: onnx.GraphProto, absmax: dict[str, float], kept: dict[s
             kept.setdefault(u.name, reason)
 
 
-def _guard_activations(g: onnx.GraphProto, absmax: dict[str, float], kept: dict[str, str]) -> None:
+def _guard_activations(index: Index, absmax: dict[str, float], kept: dict[str, str]) -> None:
     """(b): producers and readers of activations calibrated above ACTIVATION_LIMIT stay FP32."""
-    made_by = producers(g)
-    readers = consumers(g)
+    made_by, readers = index.producer, index.readers
     for name in sorted(absmax):
         value = float(absmax[name])
         if np.isfinite(value) and value <= ACTIVATION_LIMIT:
@@ -539,11 +540,10 @@ def _guard_activations(g: onnx.GraphProto, absmax: dict[str, float], kept: dict[
             kept.setdefault(u.name, reason)
 
 
-def _guard_shape_nodes(model: onnx.ModelProto, kept: dict[str, str]) -> None:
+def _guard_shape_nodes(index: Index, kept: dict[str, str]) -> None:
     """(d): nodes that compute shapes (outputs reach only shape/index/parameter slots, as in
     qtool.model.activation_tensors) and touch a float stay FP32."""
-    g = model.graph
-    types = tensor_types(model)
+    g, types = index.graph, index.types
     data = {o.name for o in g.output}
     for n in g.node:
         for sub in subgraphs(n):
@@ -564,16 +564,16 @@ def _guard_shape_nodes(model: onnx.ModelProto, kept: dict[str, str]) -> None:
             kept.setdefault(n.name, "computes a shape/index/parameter (FP16 holds integers exactly only to 2048)")
 
 
-def _follow_qdq(g: onnx.GraphProto, kept: dict[str, str]) -> None:
+def _follow_qdq(index: Index, kept: dict[str, str]) -> None:
     """A DequantizeLinear whose readers all stay FP32 stays FP32 (FP32 scale, no Cast between it and
     its Conv), and so does a QuantizeLinear whose DequantizeLinears stay FP32 or that quantizes a
     kept node's output. A graph input's QuantizeLinear reads the FP16 Cast the converter puts after
     the input, as in ModelOpt's models, so Q -> DQ -> Conv stays one FP16 pattern TensorRT fuses."""
+    made_by, readers = index.producer, index.readers
     changed = True
     while changed:
         changed = False
-        made_by, readers = producers(g), consumers(g)
-        for n in g.node:
+        for n in index.graph.node:
             if n.name in kept or n.domain not in ("", "ai.onnx"):
                 continue
             if n.op_type == "DequantizeLinear":
@@ -592,10 +592,10 @@ def _follow_qdq(g: onnx.GraphProto, kept: dict[str, str]) -> None:
                     changed = True
 
 
-def _follow_constants(g: onnx.GraphProto, kept: dict[str, str]) -> None:
+def _follow_constants(index: Index, kept: dict[str, str]) -> None:
     """A float Constant node read only by FP32 nodes stays FP32 (no FP16 rounding of, say, 4097.0)."""
-    readers = consumers(g)
-    for n in g.node:
+    readers = index.readers
+    for n in index.graph.node:
         if n.op_type != "Constant" or n.name in kept or not n.output:
             continue
         users = readers.get(n.output[0], [])

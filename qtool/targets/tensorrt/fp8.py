@@ -30,7 +30,6 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ... import graph as G
-from ... import patterns as P
 from ... import placement
 from ...errors import QtoolError
 from ...quantizer import Quantizer
@@ -177,7 +176,7 @@ def plan(model: onnx.ModelProto, cal, *, method: str | None = None, exclude=(), 
     include, exclude = list(include or ()), list(exclude or ())
     fp8_only = fp8_exclusions(model)
     applied = {k: v for k, v in fp8_only.items() if k not in include}
-    both = exclusions(P.GraphView(model)) if any(n in fp8_only for n in include) else {}
+    both = exclusions(G.Index(model)) if any(n in fp8_only for n in include) else {}
     result = placement.place(model, {t.name: t for t in cal.tensors}, rules=RULES, thresholds=thresholds(cal, method),
                              exclude=[*exclude, *applied], include=[n for n in include if n not in fp8_only or n in both],
                              float_types=get("tensorrt").float_types)

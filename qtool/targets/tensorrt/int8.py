@@ -99,7 +99,7 @@ def insert(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan, activat
     """Insert the plan's quantizers as Q/DQ nodes (in place), the INT8 and FP8 writers' way: an
     activation gets scale `activation_scale(amax)` (no scale below `floor`) and the zero point
     `zero_point(model, namer, tensor, shape)`, a weight the nodes `weight_nodes(site)` (the reader's input last)."""
-    nodes = {n.name: n for n in model.graph.node}
+    nodes = G.Index(model).nodes
     new_nodes: list[onnx.NodeProto] = []
     for site in plan.quantizers:
         if site.is_weight:
