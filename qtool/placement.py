@@ -67,6 +67,7 @@ clipping fallback); weights from the weights
 from __future__ import annotations
 
 import difflib
+import functools
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
@@ -176,7 +177,7 @@ def weight_axis(node: onnx.NodeProto, slot: int, rank: int) -> int | None:
 
 def _resolve_names(m: G.Index, names: list[str], option: str = "--exclude") -> tuple[set[str], set[str]]:
     node_names = set(m.nodes)
-    tensor_names = set(m.producer) | {i.name for i in m.graph.input} | set(m.constants)
+    tensor_names = set(m.producer) | m.inputs | set(m.constants)
     nodes, tensors, unknown = set(), set(), []
     for name in names:
         if name in node_names:
@@ -227,6 +228,10 @@ class _Placer:
         self.pools: list[onnx.NodeProto] = []  # pooling ops waiting for a quantized neighbour
         self.transformer: dict[str, int] = {}  # the transformer structure found (CPU rules: NNCF's transformer preset)
         self.unrepresentable: dict[str, str] = {}  # tensor -> why its range cannot be quantized
+
+    @functools.cached_property
+    def constant_dims(self) -> dict[str, list[int]]:
+        return {name: list(t.dims) for name, t in self.m.constants.items()}
 
     def quantizable_act(self, t: str) -> bool:
         return self.m.is_data(t) and self.m.types.get(t) in self.float_types
@@ -562,7 +567,7 @@ class _Placer:
     # ------------------------------------------------------------ 7. depthwise inputs per channel
     def per_channel_depthwise(self, activation_sites: list[Quantizer]) -> None:
         m = self.m
-        dims = {name: list(t.dims) for name, t in m.constants.items()}
+        dims = self.constant_dims
         for site in activation_sites:
             stats = getattr(self.records.get(site.tensor), "stats", None)
             peak = None if stats is None or stats.axis != 1 else stats.channel_absmax
@@ -594,7 +599,7 @@ class _Placer:
 
         by_tensor = {s.tensor: s for s in activation_sites}
         weights = {s.tensor: s for s in weight_sites}
-        dims = {name: list(t.dims) for name, t in self.m.constants.items()}
+        dims = self.constant_dims
         raw = self._raw_inputs()
         fixed: dict[str, dict] = {}
         for name in int8_layers:

@@ -412,3 +412,41 @@ def test_transformer_preset_only_where_attention_and_layernorm_are():
         assert readers <= {"MatMul", "Gemm", "Conv", "Reshape", "Transpose"}, readers  # the linear layers (through shape ops)
         linear = [n for n in m.graph.node if n.op_type in ("MatMul", "Gemm", "Conv")]
         assert sorted(plan.fp32_layers) == ["/layer.0/attn/MatMul_1"] and len(plan.int8_layers) == len(linear) - 1
+
+
+def test_graph_index_lookups():
+    """One index serves placement, the writers and the editors: nodes, producers, readers with
+    their slots, constants (not an overridable input's initializer; Constant nodes' values),
+    folded constant values, outputs and the data-dependent activations."""
+    net = Net()
+    net.op("Constant", [], "k", value=numpy_helper.from_array(np.full((4,), 2.0, np.float32), "kv"))
+    net.c("shape", np.array([1, 4, 1, 1], np.int64))
+    net.op("Reshape", ["k", "shape"], "k4")
+    net.conv("x", "c1", 4, 4)
+    net.op("Mul", ["c1", "k4"], "m")
+    net.op("Add", ["m", "m"], "y")
+    proto = net.model(["y"])
+    proto.graph.input.append(helper.make_tensor_value_info("bias", FLOAT, [1]))
+    proto.graph.initializer.append(numpy_helper.from_array(np.zeros(1, np.float32), "bias"))
+    index = G.Index(proto)
+    assert set(index.nodes) == {"n_k", "n_k4", "n_c1", "n_m", "n_y"}
+    assert index.producer["m"].name == "n_m" and "x" not in index.producer
+    assert [(n.name, slot) for n, slot in index.readers["m"]] == [("n_y", 0), ("n_y", 1)]
+    assert set(index.constants) == {"k", "shape", "c1.w"} and set(index.initializers) == {"shape", "c1.w"}
+    assert index.values.value("k4").shape == (1, 4, 1, 1) and index.values.value("m") is None
+    assert index.outputs == {"y"} and index.inputs == {"x", "bias"}
+    assert index.is_data("c1") and index.is_data("y") and not index.is_data("k4") and not index.is_data("c1.w")
+    assert index.types["y"] == FLOAT
+
+
+def test_quantizer_params_follow_kind_policy_and_channels():
+    m = _chain()
+    plan = placement.place(m, records(m), rules=CPU)
+    act, w = plan.activations[0], plan.weights[0]
+    assert (act.kind, w.kind) == ("activation", "weight") and plan.quantizers == [*plan.activations, *plan.weights]
+    assert act.params().axis is None and float(act.params().scale) == pytest.approx(2.0 / 127)
+    wp = w.params()
+    assert wp.axis == 0 and np.shape(wp.scale) == (w.values.shape[0],)
+    np.testing.assert_allclose(wp.scale, np.abs(w.values).reshape(w.values.shape[0], -1).max(axis=1) / 127, rtol=1e-6)
+    act.channel_amax, act.axis = np.array([1.0, 2.0, 4.0, 8.0]), 1  # a depthwise input per channel
+    np.testing.assert_allclose(act.params().scale, [1 / 127, 2 / 127, 4 / 127, 8 / 127])
