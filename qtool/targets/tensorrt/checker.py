@@ -32,6 +32,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ...errors import QtoolError
 from ...graph import attr as _attr
+from ...graph import subgraphs
 from .rules import weight_axis
 from .versions import OPSETS, parse_version
 
@@ -119,17 +120,15 @@ def _nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
     """Nodes in graph order, each followed by the nodes of its subgraphs (If/Loop/Scan bodies)."""
     for node in graph.node:
         yield node
-        for attr in node.attribute:
-            for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
-                yield from _nodes(sub)
+        for sub in subgraphs(node):
+            yield from _nodes(sub)
 
 
 def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
     yield graph
     for node in graph.node:
-        for attr in node.attribute:
-            for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
-                yield from _graphs(sub)
+        for sub in subgraphs(node):
+            yield from _graphs(sub)
 
 
 def default_opset(model: onnx.ModelProto) -> int:
