@@ -336,6 +336,7 @@ def shown(loaded, cal, *, method: str | None = None, trt_version: str | None = N
     major = major_of(version)
     high_precision = "fp16" if major >= 10 else "fp32"
     placed = int8.plan(loaded, cal, lambda c: thresholds(c, fmt, "entropy2", method), major=major, high_precision=high_precision)
+    used = placed.cal if placed.cal is not None else cal
     floor = np.float32(int8.FP16_SCALE_FLOOR if high_precision == "fp16" else 0.0)
     scales = {}
     for s in placed.plan.activations:
@@ -345,5 +346,5 @@ def shown(loaded, cal, *, method: str | None = None, trt_version: str | None = N
     if default_format(version) != "qdq":
         notes.append(f"qtool export --target tensorrt writes a calibration cache for TensorRT {major}.x by default (every "
                      "activation tensor, NVIDIA's entropy thresholds); this page shows its Q/DQ model (--format qdq)")
-    return Shown(f"TensorRT {version}, Q/DQ model", placed.plan, placed.cal, placed.cal.method_for(TENSORRT, method),
-                 thresholds(placed.cal, fmt, "entropy2", method), placed.smoothing, scales, notes)
+    return Shown(f"TensorRT {version}, Q/DQ model", placed.plan, used, used.method_for(TENSORRT, method),
+                 thresholds(used, fmt, "entropy2", method), placed.smoothing, scales, notes)

@@ -23,7 +23,6 @@ nodes, else the whole model (summary `high_precision` "fp32", `fp16_failed` says
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -35,6 +34,7 @@ from ...calibration import Threshold
 from ...errors import QtoolError
 from ...quantizer import Quantizer
 from .. import get
+from ..cpu import Prepared
 from ..qdq import add_initializer, upgrade_opset
 from .rules import TENSORRT
 from .versions import FP16_OPSET, OPSETS
@@ -137,22 +137,9 @@ def _weight_nodes(model: onnx.ModelProto, namer: G.Namer, site: Quantizer, weigh
     return qdq_nodes(namer, site.tensor, scale, zp, **attrs)
 
 
-@dataclass
-class Placed:
-    """The model as the Q/DQ export edits it before inserting quantizers (opset raised, node names
-    unique, SmoothQuant applied) and its placement: what export and the report share."""
-
-    model: onnx.ModelProto
-    plan: placement.Plan
-    cal: object  # the calibration of `model` (the smoothed activations' records when SmoothQuant changed it)
-    smoothing: object  # smoothquant.Smoothing, or None
-    source_opset: int
-    warnings: list[str]
-
-
 def plan(loaded, cal, thresholds: Callable, *, major: int, high_precision: str, exclude=(), include=(),
-         smooth_quant="auto") -> Placed:
-    """The Q/DQ model's placement for TensorRT `major`, with the activation thresholds
+         smooth_quant="auto") -> Prepared:
+    """The Q/DQ export's preparation for TensorRT `major` (a qtool.targets.cpu.Prepared, no `place`), with the activation thresholds
     `thresholds(cal)` ({tensor: calibration.Threshold on the signed grid}) and, on a transformer,
     SmoothQuant as the CPU exports apply it (qtool.smoothquant.smooth; the smoothed activations
     take their exact max |x|)."""
@@ -170,7 +157,7 @@ def plan(loaded, cal, thresholds: Callable, *, major: int, high_precision: str, 
 
     cal, smoothing, sq_warnings = smoothquant.smooth(model, cal, smooth_quant, place)
     placed = place(model, cal, smoothing)
-    return Placed(model, placed, cal, smoothing, source_opset, sq_warnings + placed.warnings)
+    return Prepared(model, placed, sq_warnings + placed.warnings, None, cal if smoothing is not None else None, smoothing, source_opset)
 
 
 def export(loaded, cal, thresholds: Callable, *, major: int, high_precision: str, weights: str,
@@ -180,7 +167,8 @@ def export(loaded, cal, thresholds: Callable, *, major: int, high_precision: str
     check_options(major, high_precision, weights)
     placed = plan(loaded, cal, thresholds, major=major, high_precision=high_precision, exclude=exclude, include=include,
                   smooth_quant=smooth_quant)
-    model, cal, quantizers, smoothing = placed.model, placed.cal, placed.plan, placed.smoothing
+    model, quantizers, smoothing = placed.model, placed.plan, placed.smoothing
+    cal = placed.cal if placed.cal is not None else cal
     namer = G.Namer(model)  # knows the names smoothing added
     corrected, bc_warnings = biascorrection.apply_to_export(model, namer, quantizers, cal, bias_correction)
     apply(model, namer, quantizers, weights, FP16_SCALE_FLOOR if high_precision == "fp16" else 0.0)
