@@ -50,7 +50,6 @@ METHODS = thresholds.METHODS + thresholds.SAMPLE_METHODS
 KL_VARIANTS = thresholds.KL_VARIANTS
 RESIZE_MODES = _data.RESIZE_MODES
 TARGET_DESCRIPTIONS = {t: targets.get(t).description for t in TARGETS}
-UsageError = commands.UsageError  # a QtoolError the command line reports as a usage error (exit 2)
 _LAZY = {"TRT_CACHE_VERSION": ("targets.tensorrt", "CACHE_VERSION"), "TRT_LATEST_VERSION": ("targets.tensorrt", "LATEST_VERSION"),
          "REPORT_TARGETS": ("report", "TARGETS"), "REPORT_DEFAULT_TARGET": ("report", "DEFAULT_TARGET"),
          "DEFAULT_BATCH": ("inputs", "DEFAULT_BATCH")}

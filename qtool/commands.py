@@ -15,7 +15,7 @@ from pathlib import Path
 from . import calibration, model, pipeline, targets, thresholds
 from . import data as _data
 from . import evaluation as _evaluate
-from .errors import QtoolError
+from .errors import QtoolError, UsageError
 from .targets import TARGETS, exporter
 
 log = logging.getLogger("qtool")
@@ -25,10 +25,6 @@ POLICY_FLAGS = targets.POLICY_FLAGS
 
 # The options each target's writer reads (anything else is an error, as on the command line): qtool.targets.
 EXPORT_OPTIONS = {name: set(targets.get(name).options) for name in TARGETS}
-
-
-class UsageError(QtoolError):
-    """A request that does not make sense as given (the command line: a usage error, exit 2)."""
 
 
 @dataclass

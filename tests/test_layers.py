@@ -12,7 +12,7 @@ import pytest
 from runcli import invoke
 
 from qtool import api
-from qtool.errors import QtoolError
+from qtool.errors import QtoolError, UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = ROOT / "qtool" / "cli"
@@ -102,13 +102,13 @@ def test_messages_name_keywords_in_the_api_and_flags_on_the_command_line(calibra
 
 def test_a_usage_error_is_a_qtool_error_in_the_api_and_exit_2_with_the_usage_line(calibrated):
     d, _, _ = calibrated
-    with pytest.raises(api.UsageError, match=r"^trt_version= checks the ONNX model given as FILE; it does not go with model=$"):
+    with pytest.raises(UsageError, match=r"^trt_version= checks the ONNX model given as FILE; it does not go with model=$"):
         api.inspect_file(d / "api.calib.json", model=SAMPLE, trt_version="10")
-    assert issubclass(api.UsageError, QtoolError)
+    assert issubclass(UsageError, QtoolError)
     r = invoke("inspect", d / "api.calib.json", "--model", SAMPLE, "--trt-version", "10")
     assert r.exit_code == 2 and r.stderr.startswith("Usage: ") and r.stderr.splitlines()[0].endswith(" inspect [OPTIONS] FILE")
     assert "Error: --trt-version checks the ONNX model given as FILE; it does not go with --model" in r.stderr
-    with pytest.raises(api.UsageError, match=r"^--weight-bits applies to --target openvino or qdq, not tensorrt$"):
+    with pytest.raises(UsageError, match=r"^--weight-bits applies to --target openvino or qdq, not tensorrt$"):
         api.export_file.with_flags(SAMPLE, target="tensorrt", calib=d / "api.calib.json", weight_bits=4)
 
 

@@ -229,15 +229,13 @@ def test_ctrl_c_inside_an_import_is_delivered_after_it(tmp_path):
 def test_an_import_failed_by_ctrl_c_is_an_interruption(monkeypatch):
     """onnxruntime reports a Ctrl-C during its initialisation as ImportError("initialization failed")
     raised from the KeyboardInterrupt: exit 130, not "a bug in qtool"."""
-    from qtool.cli import inspect as inspect_command
-
     def failing(*args, **kwargs):
         try:
             raise KeyboardInterrupt
         except KeyboardInterrupt as e:
             raise ImportError("initialization failed") from e
 
-    monkeypatch.setattr(inspect_command.calibration, "read_input", failing)
+    monkeypatch.setattr("qtool.calibration.read_input", failing)
     monkeypatch.setattr(os, "_exit", lambda code: sys.exit(code))
     monkeypatch.setattr(signal, "signal", lambda *args: None)  # leave pytest's handlers alone
     with pytest.raises(SystemExit) as ended:

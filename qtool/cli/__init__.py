@@ -22,7 +22,7 @@ from pathlib import Path
 import click
 
 from .. import __version__
-from ..errors import QtoolError
+from ..errors import QtoolError, UsageError
 
 log = logging.getLogger("qtool")
 
@@ -137,11 +137,9 @@ def emit(as_json: bool, summary: dict, text: str) -> None:
 def call(function, /, *args, **kwargs):
     """`function` of qtool.api with its messages naming the flags; a request it calls a usage
     error is click's (exit 2, with the command's usage line)."""
-    from .. import api
-
     try:
         return function.with_flags(*args, **kwargs)
-    except api.UsageError as e:
+    except UsageError as e:
         raise click.UsageError(str(e)) from None
 
 

@@ -10,8 +10,6 @@ import click
 from .. import api
 from . import EPILOG, call, cli, finish, policy_options
 
-calibration = api.calibration  # tests/test_signals_flags.py patches its file reading through this name
-
 
 @cli.command(epilog=EPILOG)
 @click.argument("file", type=click.Path(path_type=Path))
