@@ -241,13 +241,13 @@ def inspect_policies(file: Path, policies) -> tuple[dict, str, None]:
     loaded = load_checked_model(None, file, cal)
     prepared = qdq.prepare(loaded, cal, policies=policies)
     ops = {n.name: n.op_type for n in prepared.model.graph.node}
-    rows = [{"kind": kind, "tensor": site.tensor, "read_by": sorted({ops[n] for n, _ in site.readers}), **site.policy.to_json()}
-            for kind, sites in (("activation", prepared.plan.activations), ("weight", prepared.plan.weights)) for site in sites]
+    quantizers = prepared.plan.quantizers
+    rows = [{"kind": q.kind, "tensor": q.tensor, "read_by": sorted({ops[n] for n, _ in q.readers}), **q.policy.to_json()} for q in quantizers]
     for w in prepared.warnings:
         log.warning(w)
     lines = [f"{len(rows)} quantizers of {loaded.path} (openvino/qdq placement):"]
     lines += [f"  {r['kind']:<10} {r['tensor']}  [{', '.join(r['read_by'])}]  {site.policy.describe()}"
-              for r, site in zip(rows, prepared.plan.activations + prepared.plan.weights)]
+              for r, site in zip(rows, quantizers)]
     return ({"command": "inspect", "file": str(file), "kind": "policies", "quantizers": rows, "warnings": prepared.warnings},
             "\n".join(lines), None)
 

@@ -27,7 +27,6 @@ _ACTIVATION_PARTS = {
 _WALK_LIMIT = 24
 
 
-GraphView = G.Index  # the name qtool.targets.tensorrt.rules imports
 
 
 def standard(node: onnx.NodeProto) -> bool:

@@ -253,8 +253,9 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
 
 def _transformer(proto) -> bool:
     from . import patterns
+    from .graph import Index
 
-    return bool(patterns.transformer_structure(patterns.GraphView(proto)))
+    return bool(patterns.transformer_structure(Index(proto)))
 
 
 def _helpers(exposed, folder, fetched, names, source: _Source, bins, stats, derived, workers, kernel, progress) -> list:

@@ -97,7 +97,7 @@ def amax(q: Quantizer) -> float:
 
 
 def _file_scale(plan: TargetPlan, q: Quantizer) -> float | None:
-    """The per-tensor scale as the file holds it on the int8 symmetric grid, when the target says (TensorRT)."""
+    """The per-tensor scale as the file holds it on the int8 symmetric grid, when the target shows one (a signed-only Q/DQ target)."""
     return None if plan.shown.scales is None else plan.shown.scales[q.tensor]
 
 

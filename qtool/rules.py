@@ -19,14 +19,14 @@ class Rules:
     name: str
     linear: frozenset[str]  # every input quantized: data per tensor, constant weights per channel
     elementwise: frozenset[str]  # both data inputs quantized (unless fused into an activation)
-    residual_input: Callable | None  # (GraphView, Add node) -> the input slot of a residual Add to quantize, None when not residual
+    residual_input: Callable | None  # (graph.Index, Add node) -> the input slot of a residual Add to quantize, None when not residual
     pooling: frozenset[str]  # the data input quantized
     pooling_needs_neighbour: bool  # ... only when the pool's output or input is quantized anyway
     pass_through: frozenset[str]  # the quantizer moves up through these (and Concat) when every reader wants it
     concat_shares_quantized_inputs: bool  # a Concat's output and its inputs quantized elsewhere share one range
     nncf_patterns: bool  # activations/normalisations OpenVINO fuses, LayerNorm's mean and centring; NNCF's transformer preset on transformers
     ignored_patterns: bool  # NNCF's ignored patterns (SE gating, attention output, RoPE) stay FP32
-    exclusions: Callable | None  # (GraphView) -> {node: why} kept FP32 by default (--include overrides)
+    exclusions: Callable | None  # (graph.Index) -> {node: why} kept FP32 by default (--include overrides)
     weight_axis: Callable | None  # (node, slot, rank) -> the per-channel axis of a constant input, None per tensor (None: placement.weight_axis)
     signed_only: bool  # activations on the signed grid even when never negative
     clip_fallback: bool  # a threshold clipping > MAX_CLIPPED of the values falls back to max |x|

@@ -22,7 +22,7 @@ The smoothed activation's range: the exact max |x| after migration, max_j (max|X
 which the stored per-channel maxima give; no histogram of X / s exists (the calibration ran the
 original model), so its quantizer takes that maximum rather than a searched clipping threshold.
 
-`smooth`: SmoothQuant as every export applies it (the CPU targets and TensorRT's INT8 Q/DQ), on the
+`smooth`: SmoothQuant as every export applies it (every target whose placement quantizes linear layers), on the
 layers the target's own placement runs in int8.
 """
 
@@ -98,7 +98,7 @@ def parse_mode(value) -> str | bool | float:
         return float(value)
     from .errors import QtoolError
 
-    raise QtoolError(f"smooth_quant must be auto, true, false or an alpha in [0, 1], not {value!r}")
+    raise QtoolError(f"--smooth-quant must be auto, on, off or an alpha in [0, 1], not {value!r}")
 
 
 def scales(act: np.ndarray, weight: np.ndarray, alpha: float) -> np.ndarray:

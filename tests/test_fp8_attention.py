@@ -6,7 +6,7 @@ from __future__ import annotations
 from test_placement import Net, records
 
 from qtool import placement
-from qtool.patterns import GraphView
+from qtool.graph import Index
 from qtool.targets.tensorrt.rules import FP8, TENSORRT, fp8_exclusions
 
 CORE = {"n_scores", "n_ctx"}
@@ -31,8 +31,8 @@ def test_fp8_attention_core_by_head_size_not_sequence():
         if kept:
             assert f"head size {head}" in found["n_scores"]
     long = _attention(600, 32)
-    assert not CORE & set(fp8_exclusions(long)) and not CORE & set(FP8.exclusions(GraphView(long)))
-    assert CORE <= set(TENSORRT.exclusions(GraphView(long)))  # INT8: sequence length 600 > 512
+    assert not CORE & set(fp8_exclusions(long)) and not CORE & set(FP8.exclusions(Index(long)))
+    assert CORE <= set(TENSORRT.exclusions(Index(long)))  # INT8: sequence length 600 > 512
 
 
 def test_fp8_placement_quantizes_a_long_sequence_core_int8_does_not():

@@ -42,7 +42,7 @@ CPU = Rules(
 class Prepared:
     """The model as a target's export edits it before inserting quantizers (opset raised, node
     names unique, SmoothQuant applied, biases not yet corrected) and its plan: what export,
-    qtool.evaluation and the report share (the CPU targets' and TensorRT's Q/DQ writers)."""
+    qtool.evaluation and the report share (the CPU targets' writers, and every other Q/DQ writer's preparation)."""
 
     model: onnx.ModelProto
     plan: object  # placement.Plan
@@ -50,7 +50,7 @@ class Prepared:
     place: Callable | None  # CPU targets: place(exclude) -> Plan, the same placement with more nodes kept FP32
     cal: object = None  # the calibration of `model` when SmoothQuant changed it (smoothed activations' records)
     smoothing: object = None  # smoothquant.Smoothing, when SmoothQuant changed the model
-    source_opset: int | None = None  # TensorRT: the model's opset before the export raised it
+    source_opset: int | None = None  # the model's opset, when the export raised it
 
 
 def with_quantizers(prepared: Prepared, cal, plan, bias_correction: bool, apply: Callable) -> tuple[onnx.ModelProto, int, list[str]]:

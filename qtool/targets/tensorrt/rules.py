@@ -41,7 +41,7 @@ import onnx
 
 from ... import graph as G
 from ... import model as M
-from ...patterns import GraphView, producer, standard
+from ...patterns import producer, standard
 from ...rules import LINEAR, SHAPE_OPS, Rules
 
 MIN_CHANNELS_FP8 = 16  # ModelOpt graph_utils._MIN_CHANNELS_FP8: Conv I/O channels up to this stay FP16
@@ -76,7 +76,7 @@ _BACKBONE_STEPS = ("MaxPool", "Activation", "BatchNormalization", "BiasAdd", "Co
 _ANCESTOR_LIMIT = 4096
 
 
-def _backbone_step(m: GraphView, n: onnx.NodeProto) -> tuple[str, str] | None:
+def _backbone_step(m: G.Index, n: onnx.NodeProto) -> tuple[str, str] | None:
     """(step kind, data input) of a node TensorRT fuses into the Conv below it, else None."""
     if n.op_type in ("MaxPool", "BatchNormalization") and n.input:
         return n.op_type, n.input[0]
@@ -95,7 +95,7 @@ def _backbone_step(m: GraphView, n: onnx.NodeProto) -> tuple[str, str] | None:
     return None
 
 
-def fusible_backbone(m: GraphView, t: str) -> onnx.NodeProto | None:
+def fusible_backbone(m: G.Index, t: str) -> onnx.NodeProto | None:
     """The Conv/ConvTranspose that `t` comes out of through ops TensorRT fuses into it, else None."""
     n = producer(m, t)
     steps = _BACKBONE_STEPS
@@ -110,7 +110,7 @@ def fusible_backbone(m: GraphView, t: str) -> onnx.NodeProto | None:
     return None
 
 
-def _ancestors(m: GraphView, start: onnx.NodeProto) -> dict[str, int]:
+def _ancestors(m: G.Index, start: onnx.NodeProto) -> dict[str, int]:
     """Node name -> hops from `start` (0) walking up through data inputs (breadth first)."""
     dist = {start.name: 0}
     frontier = [start]
@@ -126,7 +126,7 @@ def _ancestors(m: GraphView, start: onnx.NodeProto) -> dict[str, int]:
     return dist
 
 
-def lowest_common_ancestor(m: GraphView, a: onnx.NodeProto, b: onnx.NodeProto) -> tuple[str | None, int, int]:
+def lowest_common_ancestor(m: G.Index, a: onnx.NodeProto, b: onnx.NodeProto) -> tuple[str | None, int, int]:
     """(the common ancestor of nodes a and b nearest to a, its distance from a, from b), as
     ModelOpt's modelopt/onnx/utils.py find_lowest_common_ancestor picks it (distances here are
     shortest paths); (None, -1, -1) when they share none."""
@@ -138,7 +138,7 @@ def lowest_common_ancestor(m: GraphView, a: onnx.NodeProto, b: onnx.NodeProto) -
     return best, da[best], db[best]
 
 
-def residual_skip_input(m: GraphView, add: onnx.NodeProto) -> int | None:
+def residual_skip_input(m: G.Index, add: onnx.NodeProto) -> int | None:
     """The input slot of a residual Add to quantize (the skip connection), or None when the Add
     is not residual. ModelOpt's rule (graph_utils.build_non_residual_input_map): an Add of two
     node outputs, at least one coming out of a Conv that TensorRT fuses the Add into; the fused
@@ -166,7 +166,7 @@ def residual_skip_input(m: GraphView, add: onnx.NodeProto) -> int | None:
     return 1 - fused
 
 
-def _static_shapes(m: GraphView) -> dict[str, list[int | None]]:
+def _static_shapes(m: G.Index) -> dict[str, list[int | None]]:
     """Tensor name -> dims (None where unknown) from onnx shape inference on the main graph, with a
     dynamic batch (the first dimension of an input) taken as 1, the batch a TensorRT engine is
     usually built and measured for (ModelOpt measures its shapes on its calibration batches)."""
@@ -188,7 +188,7 @@ MAX_ATTENTION_SEQUENCE = 512  # ModelOpt find_nodes_from_mha_to_exclude: int8 at
 MIN_HEAD_FP8, MAX_HEAD_FP8 = 8, 256  # ... and FP8's only for head sizes in (8, 256]
 
 
-def _conv_exclusion(m: GraphView, n: onnx.NodeProto, graph_inputs: set[str]) -> str | None:
+def _conv_exclusion(m: G.Index, n: onnx.NodeProto, graph_inputs: set[str]) -> str | None:
     """ModelOpt's small-Conv rule (graph_utils.find_nodes_from_convs_to_exclude, int8)."""
     w = m.constants.get(n.input[1]) if len(n.input) > 1 else None
     if w is None or len(w.dims) < 3:
@@ -206,7 +206,7 @@ def _conv_exclusion(m: GraphView, n: onnx.NodeProto, graph_inputs: set[str]) -> 
     return f"default exclusion: Conv with {ic} input / {oc} output channels per group (TensorRT has no fast int8 kernel)"
 
 
-def _matmul_exclusion(m: GraphView, n: onnx.NodeProto, shapes: dict) -> str | None:
+def _matmul_exclusion(m: G.Index, n: onnx.NodeProto, shapes: dict) -> str | None:
     """ModelOpt's GEMV and small-GEMM rules (graph_utils._exclude_matmuls_by_shape_inference)."""
     out = shapes.get(n.output[0])
     if not out:
@@ -226,7 +226,7 @@ def _matmul_exclusion(m: GraphView, n: onnx.NodeProto, shapes: dict) -> str | No
     return None
 
 
-def _attention_cores(m: GraphView, shapes: dict, why: Callable[[list], str | None]) -> dict[str, str]:
+def _attention_cores(m: G.Index, shapes: dict, why: Callable[[list], str | None]) -> dict[str, str]:
     """The two MatMuls around a Softmax (Q.K^T and .V) whose K^T shape [..., head size, sequence]
     `why` gives a reason to keep FP32 (ModelOpt graph_utils.find_nodes_from_mha_to_exclude, which
     reads the shape of BMM1's second input)."""
@@ -259,7 +259,7 @@ def _fp8_head_size(key: list) -> str | None:
             if head is not None and not MIN_HEAD_FP8 < head <= MAX_HEAD_FP8 else None)
 
 
-def exclusions(m: GraphView, attention: bool = True) -> dict[str, str]:
+def exclusions(m: G.Index, attention: bool = True) -> dict[str, str]:
     """Node -> why ModelOpt keeps it FP32 by default for TensorRT's INT8 (shapes from onnx shape
     inference; a dimension it cannot infer excludes nothing); `attention`: also its INT8 attention
     core rule (FP8 has its own, fp8_exclusions)."""
@@ -287,7 +287,7 @@ def fp8_exclusions(model: onnx.ModelProto) -> dict[str, str]:
     input or output channels (per group) <= 16, or a kernel with more than 32 taps; and the
     attention cores whose head size its FP8 fused attention does not take (at most 8, above 256;
     graph_utils.find_nodes_from_mha_to_exclude, fp8)."""
-    m = GraphView(model)
+    m = G.Index(model)
     found: dict[str, str] = _attention_cores(m, _static_shapes(m), _fp8_head_size)
     for n in model.graph.node:
         if n.op_type != "Conv" or not standard(n) or len(n.input) < 2:
@@ -325,7 +325,7 @@ TENSORRT = Rules(
     default_method="mse",
 )
 
-def _fp8_placement_exclusions(m: GraphView) -> dict[str, str]:
+def _fp8_placement_exclusions(m: G.Index) -> dict[str, str]:
     """INT8's without its attention rule: FP8's own is among fp8_exclusions."""
     return exclusions(m, attention=False)
 
