@@ -399,11 +399,11 @@ def test_transformer_preset_only_where_attention_and_layernorm_are():
 
     for build in (zoo.yolo_like, zoo.paddle_ocr_like, zoo.resnet_like, zoo.deconv_gemm_like):
         m = build()
-        assert P.transformer_structure(P.GraphView(m)) == {}, build.__name__
+        assert P.transformer_structure(G.Index(m)) == {}, build.__name__
         assert placement.place(m, records(m), rules=CPU).transformer == {}
-    assert P.transformer_structure(P.GraphView(zoo.transformer_like()))["attention"] == 1  # the pytorch-style encoder
+    assert P.transformer_structure(G.Index(zoo.transformer_like()))["attention"] == 1  # the pytorch-style encoder
     for m in (zoo.bert_like(True), zoo.bert_like(False), zoo.vit_like()):
-        found = P.transformer_structure(P.GraphView(m))
+        found = P.transformer_structure(G.Index(m))
         assert found == {"attention": 1, "layer_norm": 3, "gelu": 1, "residual_add": 2}
         plan = placement.place(m, records(m), rules=CPU)
         assert plan.transformer == found and plan.summary()["transformer"] == found
