@@ -31,8 +31,9 @@ def outputs(name: str) -> list[np.ndarray]:
     import onnx
     from calibrate_vs_inference import _plan, images, model_path, preprocess
 
-    from qtool import collect, data
     from qtool import model as qmodel
+    from qtool.collection import collect
+    from qtool.feeds import data
 
     proto = onnx.load(str(model_path(name)))
     pre, feed = preprocess(name, proto), proto.graph.input[0].name
@@ -51,7 +52,7 @@ def factor(a: np.ndarray, bins: int = 2048) -> float:
 
 
 def measure(arrays: list[np.ndarray], repeat: int) -> dict:
-    from qtool import histogram
+    from qtool.statistics import histogram
 
     factors = [factor(a) for a in arrays]
     values = sum(a.size for a in arrays)
@@ -77,7 +78,7 @@ def measure(arrays: list[np.ndarray], repeat: int) -> dict:
 def main() -> None:
     from calibrate_vs_inference import MODELS, model_path
 
-    from qtool import histogram
+    from qtool.statistics import histogram
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", default=",".join(MODELS))

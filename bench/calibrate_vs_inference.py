@@ -115,8 +115,8 @@ def images(n: int) -> Path:
 
 def preprocess(name: str, proto):
     """The data.Preprocess qtool calibrate resolves for this model's options."""
-    from qtool import data
     from qtool import model as qmodel
+    from qtool.feeds import data
 
     args = calibrate_args(name)
     opt = {k: args[args.index(k) + 1] if k in args else None for k in ("--mean", "--std", "--layout", "--scale")}
@@ -128,8 +128,9 @@ def preprocess(name: str, proto):
 
 def _plan(proto, name: str):
     """What qtool calibrate fetches for one image: (names, static, stats, derived, fetched, types)."""
-    from qtool import collect, stats
     from qtool import model as qmodel
+    from qtool.collection import collect
+    from qtool.statistics import stats
 
     types = qmodel.tensor_types(proto)
     names = qmodel.activation_tensors(proto, types)
@@ -142,7 +143,7 @@ def _plan(proto, name: str):
 def worker(mode: str, name: str, n: int) -> dict:
     import onnx
 
-    from qtool import data
+    from qtool.feeds import data
 
     path = model_path(name)
     folder = images(n)
@@ -160,8 +161,8 @@ def worker(mode: str, name: str, n: int) -> dict:
     if mode == "exposed":
         import threading
 
-        from qtool import collect
         from qtool import model as qmodel
+        from qtool.collection import collect
 
         started = time.perf_counter()
         proto = onnx.load(str(path))
@@ -198,7 +199,7 @@ def worker(mode: str, name: str, n: int) -> dict:
         assert r.exit_code == 0, r.output
         import resource
 
-        # and its helper process's (qtool.procs; Linux counts in KB): both at their peaks at once, at worst
+        # and its helper process's (qtool.collection.procs; Linux counts in KB): both at their peaks at once, at worst
         helper = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
         return {"seconds": seconds, "rss_mb": peak_rss_mb() + helper, "batch_size": json.loads(r.stdout)["batch_size"]}
     if mode == "profile":
@@ -257,8 +258,11 @@ def profile(name: str, path: Path, paths: list[Path]) -> dict:
     those of qtool's collection (collect, histogram, stats): after a change there, this follows."""
     import onnx
 
-    from qtool import calibration, collect, data, histogram, stats, thresholds
+    from qtool import calibration
     from qtool import model as qmodel
+    from qtool.collection import collect
+    from qtool.feeds import data
+    from qtool.statistics import histogram, stats, thresholds
 
     proto = onnx.load(str(path))
     pre, feed = preprocess(name, proto), proto.graph.input[0].name

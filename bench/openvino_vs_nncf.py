@@ -10,7 +10,7 @@ photos), prints, measured in this run on this machine:
     (sigmoid scores, so the errors are small next to the values) and of the six raw head
     convolutions (the logits, a stricter measure);
   - the time each tool took to quantize.
-Both tools see the same calibration images, preprocessed by qtool.data (stretch to 320x320,
+Both tools see the same calibration images, preprocessed by qtool.feeds.data (stretch to 320x320,
 RGB, /255, NCHW). nncf is a bench-only dependency: pip install nncf.
 
 Usage: python bench/openvino_vs_nncf.py [--images 200] [--eval 32] [--runs 200] [--method entropy,mse]
@@ -33,7 +33,7 @@ LINEAR = ("Convolution", "MatMul", "FullyConnected")
 
 
 def preprocess(paths, size):
-    from qtool.data import Preprocess, load_image
+    from qtool.feeds.data import Preprocess, load_image
 
     pre = Preprocess(height=size, width=size, channels=3, layout="nchw")
     return [load_image(p, pre)[None] for p in paths]

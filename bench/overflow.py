@@ -2,14 +2,14 @@
 int8 kernels and in the exact arithmetic of the file (what a CPU with VNNI computes).
 
 Without VNNI (x86 with AVX2 only), onnxruntime's and OpenVINO's int8 kernels add u8 x s8 products
-in pairs into a saturating int16 (qtool.overflow). For each model that `fetch_dev_models.sh`
+in pairs into a saturating int16 (qtool.quantizers.overflow). For each model that `fetch_dev_models.sh`
 downloads: calibrate once (`qtool calibrate --data`), export `--target openvino` and `--target qdq`
 with `--weights-7bit none|first|all` and the default (auto), and measure each against FP32 on
 held-out inputs, in one run:
   - the task metric (as bench/fidelity.py: mask IoU, step/top-1 agreement, output SQNR) and the
     worst output SQNR (dB), in the real runtime here (OpenVINO CPU with f32 inference precision;
     onnxruntime with its default optimizations) and in qtool's exact simulation
-    (qtool.simulate.simulation: on a CPU with VNNI the runtime computes this);
+    (qtool.checks.simulate.simulation: on a CPU with VNNI the runtime computes this);
   - the layers the guard changed (F: kept FP32, 7: 7-bit weights, U: uint8 weights);
   - latency of each file relative to FP32 in the real runtime (batch 1, median of --runs).
 The header says whether this CPU has VNNI: the runtime columns show saturation only where it has not.
@@ -114,7 +114,8 @@ def main() -> None:
     import onnxruntime as ort
     import openvino as ov
 
-    from qtool import cpu, simulate
+    from qtool.checks import simulate
+    from qtool.quantizers import cpu
 
     photos = sorted((args.dev / "photos").glob("*.jpg"))
     if not photos:

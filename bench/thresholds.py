@@ -25,8 +25,8 @@ sys.path.insert(0, str(ROOT))
 
 import literal  # noqa: E402 (after the sys.path lines above)
 
-from qtool import thresholds  # noqa: E402
-from qtool.histogram import TensorHistogram  # noqa: E402
+from qtool.statistics import thresholds  # noqa: E402
+from qtool.statistics.histogram import TensorHistogram  # noqa: E402
 
 CASES = [
     # label, qtool function, literal yardstick, keyword arguments

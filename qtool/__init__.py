@@ -11,8 +11,8 @@ __all__ = ["Calibration", "Evaluation", "Policies", "Policy", "QtoolError", "cal
 
 # imported on first use (PEP 562): `import qtool` and the command line start without numpy and onnx
 _WHERE = {"calibrate": "api", "evaluate": "api", "export": "api", "merge": "api", "recompute": "api",
-          "Calibration": "calibration", "QtoolError": "errors", "Evaluation": "evaluation",
-          "Policies": "policy", "Policy": "policy"}
+          "Calibration": "calibration", "QtoolError": "errors", "Evaluation": "checks.evaluation",
+          "Policies": "quantizers.policy", "Policy": "quantizers.policy"}
 
 
 def __getattr__(name: str):

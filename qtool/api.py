@@ -32,12 +32,13 @@ from pathlib import Path
 
 import onnx
 
-from . import calibration, commands, model, targets, thresholds
-from . import data as _data
-from . import evaluation as _evaluate
+from . import calibration, commands, model, targets
 from .calibration import Calibration
+from .checks import evaluation as _evaluate
 from .commands import EXPORT_OPTIONS, Outcome, calibrated, channels_text, progress_bar, shard_pair, size_pair
 from .errors import QtoolError
+from .feeds import data as _data
+from .statistics import thresholds
 from .targets import TARGETS, exporter
 
 log = logging.getLogger("qtool")
@@ -51,7 +52,7 @@ KL_VARIANTS = thresholds.KL_VARIANTS
 RESIZE_MODES = _data.RESIZE_MODES
 TARGET_DESCRIPTIONS = {t: targets.get(t).description for t in TARGETS}
 _LAZY = {"TRT_CACHE_VERSION": ("targets.tensorrt", "CACHE_VERSION"), "TRT_LATEST_VERSION": ("targets.tensorrt", "LATEST_VERSION"),
-         "REPORT_TARGETS": ("report", "TARGETS"), "REPORT_DEFAULT_TARGET": ("report", "DEFAULT_TARGET"),
+         "REPORT_TARGETS": ("checks.report", "TARGETS"), "REPORT_DEFAULT_TARGET": ("checks.report", "DEFAULT_TARGET"),
          "DEFAULT_BATCH": ("inputs", "DEFAULT_BATCH")}
 
 
@@ -189,7 +190,7 @@ def export(model_or_path, cal: Calibration, *, target: str, path: str | os.PathL
     as `qtool export` writes them. `options`: the keywords the target takes, EXPORT_OPTIONS[target]
     (qtool.targets.OPTIONS declares each once, with its command-line flag, help and choices:
     `python -c "import qtool.targets as t; print(t.OPTIONS['fmt'].help)"`); `policies` is a
-    qtool.policy.Policies, the others strings, booleans or lists of names as on the command line."""
+    qtool.quantizers.policy.Policies, the others strings, booleans or lists of names as on the command line."""
     if target not in TARGETS:
         raise QtoolError(f"target {target!r} is not one of {', '.join(TARGETS)}")
     unknown = sorted(set(options) - EXPORT_OPTIONS[target])

@@ -4,11 +4,11 @@ JSON, written atomically and deterministically (same inputs -> same bytes): no t
 keys in a fixed order, tensors in graph order.
 
 Optional per tensor (files from older versions lack them and still load): `per_sample`, the
-statistics qtool.stats.SampleStats gathers: `count` samples, `min_sum` and
+statistics qtool.statistics.stats.SampleStats gathers: `count` samples, `min_sum` and
 `absmax_sum` (per-sample min and max |x|), for the data inputs of Conv/MatMul/Gemm
 `channel_axis` and `channel_sums` (per-sample per-channel means), for depthwise-conv inputs
 and, in transformers, the inputs of MatMul/Gemm with constant weights `channel_absmax` (max |x|
-per channel: for per-channel quantizers and SmoothQuant, qtool.smoothquant; merged by max); the sums are exact integers counting multiples of 2**per_sample_unit_log2
+per channel: for per-channel quantizers and SmoothQuant, qtool.quantizers.smoothquant; merged by max); the sums are exact integers counting multiples of 2**per_sample_unit_log2
 (a top-level field), so shards merge exactly. They feed --method mean-minmax and the exporters'
 bias correction. Optional at the top: `method_pinned: true` when the user chose the method
 (calibrate or recompute --method); exports then keep the file's thresholds, otherwise each
@@ -29,11 +29,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import thresholds
 from .errors import QtoolError
 from .fileio import write_atomic
-from .histogram import TensorHistogram
-from .stats import UNIT_LOG2, SampleStats
+from .statistics import thresholds
+from .statistics.histogram import TensorHistogram
+from .statistics.stats import UNIT_LOG2, SampleStats
 
 FORMAT = "qtool.calibration"
 VERSION = 1
@@ -190,7 +190,7 @@ class Calibration:
         return {t.name: t.amax for t in self.tensors}
 
     def method_for(self, rules, method: str | None = None) -> str | None:
-        """The method a target (qtool.rules.Rules) searches thresholds with: `method` when given,
+        """The method a target (qtool.quantizers.rules.Rules) searches thresholds with: `method` when given,
         else none (the file's thresholds) when the user pinned the file's method, else the
         target's default method."""
         if method is not None:

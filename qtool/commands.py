@@ -12,10 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import calibration, model, pipeline, targets, thresholds
-from . import data as _data
-from . import evaluation as _evaluate
+from . import calibration, model, targets
+from .checks import evaluation as _evaluate
+from .collection import pipeline
 from .errors import QtoolError, UsageError
+from .feeds import data as _data
+from .statistics import thresholds
 from .targets import TARGETS, exporter
 
 log = logging.getLogger("qtool")
@@ -77,7 +79,7 @@ def size_pair(size) -> tuple[int, int] | None:
 
 
 def calibrated(loaded, *, image_options, method, **run):
-    """The pipeline's run (qtool.pipeline.run) after the --size check (a usage error), with what
+    """The pipeline's run (qtool.collection.pipeline.run) after the --size check (a usage error), with what
     to do when onnxruntime meets feature maps of a --size the strides do not divide."""
     size = image_options["size"] if image_options else None
     if size:
@@ -267,7 +269,7 @@ def report_file(file, *, output=None, target: str | None = None, trt_version: st
     """`qtool report`: one self-contained HTML page of the calibration `file` as `target`'s export
     uses it, written to `output` [default: FILE's name with .report.html, here]; `evaluation`: JSON
     from qtool evaluate --json. Needs matplotlib."""
-    from . import report as rep
+    from .checks import report as rep
     from .fileio import Outputs, file_input, model_input
     from .inputs import load_checked_model
 
@@ -323,8 +325,8 @@ def _check_target(target: str) -> None:
 
 
 def _policies(weight_bits, activation_bits, scale_kind, activations, rounding, policy):
-    """The policies the policy flags choose (qtool.policy); `policy`: a JSON or TOML rules file."""
-    from . import policy as policies
+    """The policies the policy flags choose (qtool.quantizers.policy); `policy`: a JSON or TOML rules file."""
+    from .quantizers import policy as policies
 
     rules = policies.load_rules(Path(policy)) if policy else None
     return policies.from_options(weight_bits, activation_bits, scale_kind, rounding, rules, activations)
@@ -344,7 +346,7 @@ def export_file(model_path=None, *, target: str, calib=None, output=None, trt_ve
     """`qtool export`: the calibration file `calib` [default: the single *.calib.json here] of the
     model at `model_path` [default: the one it records] written for `target` to `output` [default:
     the model's stem + the target's suffix, here]. The keywords are export's flags (qtool.targets.OPTIONS;
-    the policy flags as in qtool.policy.from_options, `policy` a rules file); `keep_fp32` N or
+    the policy flags as in qtool.quantizers.policy.from_options, `policy` a rules file); `keep_fp32` N or
     `max_drop` BUDGET keep layers in FP32, measured on held-out `images` or `data`."""
     from .fileio import check_output_path, file_input, folder_input, model_input, write_atomic
     from .inputs import find_calibration, load_checked_model, model_json, shown_path
@@ -382,7 +384,7 @@ def export_file(model_path=None, *, target: str, calib=None, output=None, trt_ve
         raise QtoolError("--keep-fp32 N and --max-drop BUDGET both choose the layers kept in FP32: give one")
     budget_ = None
     if max_drop:
-        from .budget import parse_budget
+        from .checks.budget import parse_budget
 
         budget_ = parse_budget(max_drop)
     if (keep_fp32 or budget_) and (images is None) == (data is None):
@@ -425,7 +427,7 @@ def export_file(model_path=None, *, target: str, calib=None, output=None, trt_ve
 
 def _mixed_precision(loaded, cal, target, keep_fp32, budget_, max_fp32, options, images, data, limit) -> dict:
     """keep_fp32 N or a max_drop budget: the layers to keep in FP32 and what the summary says."""
-    from . import budget
+    from .checks import budget
     from .inputs import held_out_runs
 
     _, runs = held_out_runs(loaded, cal, images, data, limit)
@@ -447,7 +449,7 @@ def _mixed_precision(loaded, cal, target, keep_fp32, budget_, max_fp32, options,
 def _latency(target: str, data: bytes, feeds: dict, before: float | None) -> dict | None:
     """The budget's latency cost: the exported model against the all-int8 one (`before`, None when
     no layer was kept in FP32: the same model); None without the target's runtime."""
-    from . import budget
+    from .checks import budget
 
     after = budget.latency_ms(target, data, feeds)
     before = after if before is None else before

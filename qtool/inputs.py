@@ -6,8 +6,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from . import calibration, data, model
+from . import calibration, model
 from .errors import QtoolError
+from .feeds import data
 
 DEFAULT_BATCH = 8  # held-out images per inference when the model's batch is not fixed
 

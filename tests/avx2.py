@@ -37,7 +37,7 @@ def is_x86() -> bool:
 
 def host_is_avx2_only() -> bool:
     """This CPU has AVX2 and no VNNI-class int8 instructions (avx512_vnni, avx_vnni, AMX)."""
-    from qtool import cpu
+    from qtool.quantizers import cpu
 
     found = cpu.flags()
     return is_x86() and found is not None and "avx2" in found and cpu.vnni() is False

@@ -1,10 +1,10 @@
 """Slow, literal re-implementations of published algorithms: the yardsticks for qtool's fast code.
 
 Written from the published descriptions, loop for loop, without any algebraic shortcut, in
-float64 (the tools' float32 steps are not imitated; see qtool/thresholds.py). Loops run over
+float64 (the tools' float32 steps are not imitated; see qtool/statistics/thresholds.py). Loops run over
 plain Python floats and use the C library's log, as scipy's rel_entr and the C++ tools do.
 Each function takes our histogram (counts over equal bins starting at 0, and its edges) and
-returns the threshold, mapped onto our histogram as qtool.thresholds documents.
+returns the threshold, mapped onto our histogram as qtool.statistics.thresholds documents.
 """
 
 from __future__ import annotations

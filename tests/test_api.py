@@ -12,7 +12,9 @@ from runcli import invoke
 from test_openvino import HELDOUT, IMAGES, ROOT, SAMPLE, ok
 
 import qtool
-from qtool import calibration, cpu, evaluation
+from qtool import calibration
+from qtool.checks import evaluation
+from qtool.quantizers import cpu
 
 
 @pytest.fixture(scope="module")

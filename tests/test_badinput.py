@@ -221,7 +221,8 @@ def _sparse(path: Path, size: int) -> Path:
 
 
 def test_files_over_the_limit_are_refused_by_size(w, tmp_path):
-    from qtool import calibration, policy
+    from qtool import calibration
+    from qtool.quantizers import policy
 
     big_policy = _sparse(tmp_path / "big.json", policy.MAX_POLICY_BYTES + 1)
     big_calib = _sparse(tmp_path / "big.calib.json", calibration.MAX_FILE_BYTES + 1)
@@ -274,7 +275,7 @@ def test_sigterm_stops_a_blocked_read(w, tmp_path, args):
 
 
 def test_slow_regexes_are_refused_and_safe_ones_still_match():
-    from qtool import policy
+    from qtool.quantizers import policy
 
     for safe in ("^layer1/conv2", ".*attn.*MatMul$", "(conv|fc)\\d+", "(block_.*)?out", "\\.weight$", "[a-z]+_[0-9]{1,3}"):
         assert policy.check_regex(safe) is None, safe

@@ -11,8 +11,8 @@ import pytest
 from runcli import invoke
 from test_openvino import HELDOUT, IMAGES, SAMPLE, ok, ort_run, sqnr
 
-from qtool import simulate
-from qtool.budget import Budget, parse_budget
+from qtool.checks import simulate
+from qtool.checks.budget import Budget, parse_budget
 from qtool.errors import QtoolError
 
 

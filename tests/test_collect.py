@@ -10,8 +10,8 @@ import zoo
 from onnx import TensorProto, helper, numpy_helper
 from runcli import invoke as run
 
-from qtool import histogram
 from qtool.calibration import load
+from qtool.statistics import histogram
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_models" / "digits_cnn.onnx"

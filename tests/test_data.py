@@ -1,4 +1,4 @@
-"""qtool/data.py: image discovery, decoding, preprocessing, batching.
+"""qtool/feeds/data.py: image discovery, decoding, preprocessing, batching.
 
 Images are built on the fly; expected arrays are worked out by hand on tiny images.
 """
@@ -11,18 +11,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from qtool.data import (
-    Preprocess,
-    batches,
-    infer_layout,
-    list_images,
-    load_image,
-    parse_channels,
-    parse_scale,
-    parse_size,
-    resolve_preprocess,
-)
 from qtool.errors import QtoolError
+from qtool.feeds.data import Preprocess, batches, infer_layout, list_images, load_image, parse_channels, parse_scale, parse_size, resolve_preprocess
 from qtool.model import InputSpec
 
 RGB_2x2 = np.array([[[255, 0, 0], [0, 255, 0]], [[0, 0, 255], [255, 255, 255]]], np.uint8)

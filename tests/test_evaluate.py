@@ -4,7 +4,7 @@ its file) against FP32.
 The yardstick is independent of qtool's own code: the exported Q/DQ file run by a plain
 onnxruntime session with graph optimization off (Q/DQ as float operations: the file's arithmetic,
 the same on every CPU), images decoded with PIL here, SQNR computed here. Tests that run a real
-runtime's int8 kernels say so and check the CPU (qtool.cpu.has_vnni()).
+runtime's int8 kernels say so and check the CPU (qtool.quantizers.cpu.has_vnni()).
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ import zoo
 from PIL import Image
 from runcli import invoke
 
-from qtool import cpu, simulate
-from qtool import evaluation as ev
+from qtool.checks import evaluation as ev
+from qtool.checks import simulate
+from qtool.quantizers import cpu
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_models" / "digits_cnn.onnx"
@@ -133,8 +134,9 @@ def test_per_tensor_ranking_worst_first_and_consistent(digits):
 def test_single_quantizer_sqnr_matches_a_model_with_that_quantizer_only(digits):
     """The worst tensor's number, reproduced with the QDQ export's steps by hand: its placement,
     the quantizer alone (a weight with the bias shift of its layers) and onnxruntime."""
-    from qtool import calibration, model, placement
-    from qtool import graph as G
+    from qtool import calibration, model
+    from qtool.model import graph as G
+    from qtool.quantizers import placement
     from qtool.targets import qdq
 
     loaded = model.load_model(SAMPLE)

@@ -48,8 +48,8 @@ def _agreement(logits, fp32) -> float:
 
 @pytest.mark.skipif(not avx2.is_x86(), reason="x86 int8 kernels only")
 def test_the_probe_saturates_exactly_where_the_cpu_has_no_vnni():
-    """This CPU's flags (qtool.cpu) and its onnxruntime's u8 x s8 kernel tell the same story."""
-    from qtool import cpu
+    """This CPU's flags (qtool.quantizers.cpu) and its onnxruntime's u8 x s8 kernel tell the same story."""
+    from qtool.quantizers import cpu
 
     if cpu.vnni() is None:
         pytest.skip("this CPU's flags cannot be read")

@@ -13,9 +13,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from runcli import invoke
 
-from qtool import biascorrection, calibration, thresholds
-from qtool.histogram import TensorHistogram
-from qtool.stats import UNIT_LOG2, SampleStats
+from qtool import calibration
+from qtool.quantizers import biascorrection
+from qtool.statistics import thresholds
+from qtool.statistics.histogram import TensorHistogram
+from qtool.statistics.stats import UNIT_LOG2, SampleStats
 from qtool.targets.cpu import CPU
 
 FLOAT = TensorProto.FLOAT
@@ -99,8 +101,8 @@ def test_bias_correction_removes_the_mean_output_error(tmp_path):
 
 def test_bias_shift_is_the_weight_error_applied_to_the_input_means():
     """correct() shifts a Conv bias by sum over the kernel of (W - Wq) * mean input, per group."""
-    from qtool import graph as G
-    from qtool import placement
+    from qtool.model import graph as G
+    from qtool.quantizers import placement
 
     rng = np.random.default_rng(1)
     w = rng.normal(0, 1, (6, 2, 3, 3)).astype(np.float32)  # 3 groups of 2 input channels

@@ -311,7 +311,7 @@ def test_model_the_converter_made_converts_again():
     holds graph_input_cast_0, graph_output_cast0, x_cast_to_fp32: a second conversion renames them."""
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
-    from qtool.graph import toposort
+    from qtool.model.graph import toposort
 
     for make, block in ((plain_model, ["relu1"]), (paddle_bn_model, ["bn"])):
         once = convert_float_to_float16(make(), keep_io_types=True, node_block_list=block)

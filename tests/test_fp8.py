@@ -271,7 +271,7 @@ def test_unknown_precision_is_refused():
 
 
 def test_unrepresentable_ranges_stay_float(calibrated):
-    """The additive attention mask (qtool.patterns.unrepresentable) gets no FP8 quantizer either."""
+    """The additive attention mask (qtool.quantizers.patterns.unrepresentable) gets no FP8 quantizer either."""
     result = _export(calibrated, "bert")
     masks = result.summary["unrepresentable"]
     assert masks and all("additive mask" in why for why in masks.values())

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from test_placement import Net, records
 
-from qtool import placement
-from qtool.graph import Index
+from qtool.model.graph import Index
+from qtool.quantizers import placement
 from qtool.targets.tensorrt.rules import FP8, TENSORRT, fp8_exclusions
 
 CORE = {"n_scores", "n_ctx"}

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from qtool.histogram import TensorHistogram
+from qtool.statistics.histogram import TensorHistogram
 
 
 def test_hand_worked_bins():
@@ -81,8 +81,8 @@ def test_bins_must_be_a_power_of_two():
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_kernel_and_numpy_paths_count_identically(dtype):
-    from qtool.histogram import KERNEL_MIN_SIZE, _numpy_add_bins, _run_kernel
-    from qtool.kernels import add_bins
+    from qtool.statistics.histogram import KERNEL_MIN_SIZE, _numpy_add_bins, _run_kernel
+    from qtool.statistics.kernels import add_bins
 
     rng = np.random.default_rng(3)
     a = np.minimum(np.abs(rng.standard_normal(KERNEL_MIN_SIZE * 3 + 7)), 3.99).astype(dtype)  # not whole chunks
@@ -103,8 +103,8 @@ def test_kernel_and_numpy_paths_count_identically(dtype):
 def test_kernel_extrema_are_those_of_the_ordered_keys(dtype):
     # each row's min and max key, for rows of every sign mix, zeros of both signs, infinities
     # and NaNs of both signs (the kernel finds them from reductions of the raw bits)
-    from qtool.histogram import _KEYS, _keys, _run_kernel
-    from qtool.kernels import add_bins
+    from qtool.statistics.histogram import _KEYS, _keys, _run_kernel
+    from qtool.statistics.kernels import add_bins
 
     ints, shift, mask = _KEYS[np.dtype(dtype)]
     rng = np.random.default_rng(8)
@@ -126,7 +126,7 @@ def test_kernel_extrema_are_those_of_the_ordered_keys(dtype):
 
 
 def _one_pass_disabled(monkeypatch):
-    from qtool import histogram
+    from qtool.statistics import histogram
 
     monkeypatch.setattr(histogram.TensorHistogram, "_in_range", lambda self, a, rows, segments=1: None)
 
@@ -135,7 +135,7 @@ def _one_pass_disabled(monkeypatch):
 def test_one_pass_path_matches_the_separate_passes(dtype, monkeypatch):
     # the kernel bins and finds extrema together once the range is known; a batch beyond the
     # range, NaN/inf, and zeros of both signs at an extremum fall back or defer to numpy
-    from qtool import histogram
+    from qtool.statistics import histogram
 
     histogram.start_loading()
     histogram.wait_for_kernel()
@@ -167,8 +167,8 @@ def test_one_pass_path_matches_the_separate_passes(dtype, monkeypatch):
 
 def test_per_channel_extrema_of_the_one_pass_give_the_same_statistics():
     # depthwise-conv inputs in NCHW: the per-channel max |x| comes from the binning pass
-    from qtool import histogram
-    from qtool.stats import SampleStats
+    from qtool.statistics import histogram
+    from qtool.statistics.stats import SampleStats
 
     histogram.start_loading()
     histogram.wait_for_kernel()
@@ -194,8 +194,8 @@ def test_per_channel_extrema_of_the_one_pass_give_the_same_statistics():
 def test_kernel_counts_runs_of_one_bin_past_its_16_bit_counters():
     # 8 interleaved 16-bit counters per bin: a million equal values (and a row of 5 after
     # them) must move to the 64-bit total before any counter wraps
-    from qtool.histogram import _run_kernel
-    from qtool.kernels import add_bins
+    from qtool.statistics.histogram import _run_kernel
+    from qtool.statistics.kernels import add_bins
 
     a = np.full((2, 600_005), 1.5, np.float32)
     a[1, :5] = 0.25
@@ -205,7 +205,7 @@ def test_kernel_counts_runs_of_one_bin_past_its_16_bit_counters():
 
 
 def test_too_many_bins_for_the_kernel_bin_in_numpy(monkeypatch):
-    from qtool import histogram
+    from qtool.statistics import histogram
 
     histogram.start_loading()
     histogram.wait_for_kernel()

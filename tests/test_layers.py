@@ -20,7 +20,7 @@ SAMPLE = ROOT / "sample_models" / "digits_cnn.onnx"
 IMAGES = ROOT / "calib_images"
 
 ALLOWED = {"qtool.api", "qtool.errors", "qtool.__version__"}
-PLUMBING = {"qtool.scratch", "qtool.ortlog", "qtool.histogram"}  # the process set-up of qtool/cli/__init__.py
+PLUMBING = {"qtool.scratch", "qtool.ortlog", "qtool.statistics"}  # the process set-up of qtool/cli/__init__.py
 
 
 def qtool_imports(source: str, package: str) -> set[str]:
@@ -132,3 +132,54 @@ def test_evaluate_files_reports_a_failed_gate_after_its_results(calibrated):
     flags = outcome.failure.replace("fail_below=", "--fail-below ")
     assert r.exit_code == 1 and r.stderr == f"error: {flags}\n"
     _same(json.loads(r.stdout), outcome.summary)
+
+
+# README, Layout: the packages in import order; each module imports only from its own layer and those before it
+ORDER = ["errors", "scratch", "ortlog", "model", "fileio", "feeds", "statistics", "calibration", "quantizers", "collection",
+         "targets", "checks", "inputs", "inspection", "commands", "api", "cli", "launch", "__main__"]
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "qtool"
+
+
+def _imports_of(path: Path) -> tuple[str, list[str]]:
+    """The module `path` is and every qtool module or name it imports (relative imports resolved)."""
+    rel = path.relative_to(ROOT).with_suffix("").parts
+    name = ".".join(rel[:-1] if rel[-1] == "__init__" else rel)
+    return name, _resolved(path.read_text(), name if rel[-1] == "__init__" else name.rsplit(".", 1)[0])
+
+
+def _resolved(source: str, package: str) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            parts = package.split(".")
+            base = ".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else [])) if node.level else node.module or ""
+            found += [f"{base}.{a.name}" for a in node.names] if base == "qtool" else [base]
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names]
+    return [m for m in found if m.startswith("qtool.")]
+
+
+def test_each_layer_imports_only_the_layers_before_it():
+    modules = sorted((ROOT / "qtool").rglob("*.py"))
+    assert len(modules) > 40
+    wrong = []
+    for path in modules:
+        me, imported = _imports_of(path)
+        for other in imported:
+            mine, theirs = _layer(me), _layer(other)
+            if "qtool" in (mine, theirs) or mine == theirs or other == "qtool.__version__":
+                continue
+            assert mine in ORDER and theirs in ORDER, f"{me} imports {other}: a layer missing from ORDER (and README's Layout)"
+            if ORDER.index(theirs) > ORDER.index(mine):
+                wrong.append(f"{me} imports {other}")
+    assert wrong == []
+
+
+def test_the_layer_check_resolves_every_import_form():
+    source = "from ..targets import tensorrt\nfrom . import thresholds\ndef f():\n    from .. import api\n    import qtool.model.graph\n"
+    assert _resolved(source, "qtool.statistics") == ["qtool.targets", "qtool.statistics", "qtool.api", "qtool.model.graph"]
+    assert [_layer(m) for m in _resolved(source, "qtool.statistics")] == ["targets", "statistics", "api", "model"]

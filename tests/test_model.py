@@ -1,4 +1,4 @@
-"""Unit tests of qtool/model.py: loading, the activation catalogue, exposing outputs, the image input."""
+"""Unit tests of qtool/model/__init__.py: loading, the activation catalogue, exposing outputs, the image input."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ import pytest
 import zoo
 from onnx import TensorProto, helper, numpy_helper
 
-from qtool import collect, graph, model
+from qtool import model
+from qtool.collection import collect
 from qtool.errors import QtoolError
+from qtool.model import graph
 
 FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE}
 

@@ -1,4 +1,4 @@
-"""onnxruntime's blocked channel layout (qtool/nchwc.py): fetching tensors before onnxruntime
+"""onnxruntime's blocked channel layout (qtool/model/nchwc.py): fetching tensors before onnxruntime
 reorders them to NCHW changes nothing that calibration computes."""
 
 from __future__ import annotations
@@ -9,8 +9,11 @@ import numpy as np
 import pytest
 import zoo
 
-from qtool import collect, histogram, model, nchwc
-from qtool.stats import SampleStats, new_stats
+from qtool import model
+from qtool.collection import collect
+from qtool.model import nchwc
+from qtool.statistics import histogram
+from qtool.statistics.stats import SampleStats, new_stats
 
 BLOCK = nchwc.block_size()
 needs_blocks = pytest.mark.skipif(BLOCK is None, reason="onnxruntime does not use a blocked layout on this machine")

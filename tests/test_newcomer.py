@@ -157,7 +157,7 @@ def test_mean_and_std_beyond_float32_are_refused(tmp_path, option, value):
 
 
 def test_too_many_pixels_and_inflating_data_files_are_one_line_errors(tmp_path, monkeypatch):
-    from qtool import data
+    from qtool.feeds import data
 
     folder = images(tmp_path / "i", n=1, size=(300, 400))
     monkeypatch.setattr(data, "MAX_IMAGE_PIXELS", 100_000)  # the real cap takes an 89 Mpixel file to reach
@@ -231,7 +231,7 @@ def test_qdq_target_is_not_for_tensorrt(tmp_path, monkeypatch):
 
 
 def test_a_size_whose_strides_the_graph_hides_fails_with_what_to_do(dynamic, tmp_path, monkeypatch):
-    from qtool import data
+    from qtool.feeds import data
 
     model, _ = dynamic
     monkeypatch.setattr(data, "size_multiple", lambda proto, name: None)  # as for a graph qtool cannot read strides from
@@ -269,7 +269,7 @@ def test_an_installed_tensorrt_is_the_default_and_named(dynamic, tmp_path, monke
 
 
 def test_stride_multiples_of_the_look_alikes():
-    from qtool import data
+    from qtool.feeds import data
 
     for build, expected in [(zoo.yolo_like, 16), (zoo.paddle_ocr_like, 8), (zoo.resnet_like, None), (zoo.vit_like, None)]:
         m = build()
@@ -277,7 +277,7 @@ def test_stride_multiples_of_the_look_alikes():
 
 
 def test_one_sample_keeps_a_fixed_batch():
-    from qtool import budget
+    from qtool.checks import budget
 
     fixed = zoo.resnet_like()  # batch fixed at 1 in the graph
     x = np.zeros((1, 3, 32, 32), np.float32)

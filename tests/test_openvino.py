@@ -1,7 +1,7 @@
 """`qtool export --target openvino`: FakeQuantize ONNX that OpenVINO really runs in int8.
 
 OpenVINO itself is the judge: it reads the file, its runtime model says which layers ran in
-u8/i8, and its FakeQuantize is compared with qtool.quant's numpy version.
+u8/i8, and its FakeQuantize is compared with qtool.quantizers.quant's numpy version.
 
 Fidelity is measured on the file's exact arithmetic, OpenVINO with its low-precision
 transformations off (`ov_exact`: every FakeQuantize a float op), the same on every CPU: OpenVINO's
@@ -9,7 +9,7 @@ real int8 kernels differ by CPU (on x86 without VNNI their u8 x s8 pair sums sat
 with --weights-7bit none the transformer block below measures 16.7 dB against FP32 on an AVX2
 EPYC, 42.8 dB exact). What the real kernels give is checked where it does not depend on the CPU
 (the default export, whose overflow guard makes them compute the exact arithmetic everywhere),
-or on a CPU with VNNI only, which such a test checks (qtool.cpu.has_vnni) and says.
+or on a CPU with VNNI only, which such a test checks (qtool.quantizers.cpu.has_vnni) and says.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from onnx import TensorProto, helper, numpy_helper
 from PIL import Image
 from runcli import invoke
 
-from qtool import calibration, cpu, model, policy, quant
+from qtool import calibration, model
+from qtool.quantizers import cpu, policy, quant
 from qtool.targets.cpu import CPU
 
 ov = pytest.importorskip("openvino")

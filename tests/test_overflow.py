@@ -10,8 +10,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import qtool
-from qtool import overflow, quant
 from qtool.calibration import TensorRecord
+from qtool.quantizers import overflow, quant
 from qtool.targets.cpu import CPU
 
 RNG = np.random.default_rng(7)
@@ -217,7 +217,7 @@ def test_openvino_gives_7bit_weights_where_they_cost_little():
     """An inner layer (not reading the image) whose signed input is small but whose pairs of large
     weights saturate on any positive value: 7-bit weights add little noise there, so it gets them
     (the first layer's pairs have opposite signs: never at risk)."""
-    from qtool import placement
+    from qtool.quantizers import placement
 
     w_a = (np.abs(RNG.standard_normal((16, 16, 1, 1))) * np.where(np.arange(16) % 2, -0.1, 0.1).reshape(1, 16, 1, 1)).astype(np.float32)
     w_b = np.full((8, 16, 1, 1), 0.5, np.float32)

@@ -8,11 +8,11 @@ import pytest
 import zoo
 from onnx import TensorProto, helper, numpy_helper
 
-from qtool import graph as G
 from qtool import model as M
-from qtool import placement
 from qtool.calibration import TensorRecord
 from qtool.errors import QtoolError
+from qtool.model import graph as G
+from qtool.quantizers import placement
 from qtool.targets.cpu import CPU
 
 FLOAT = TensorProto.FLOAT
@@ -395,7 +395,7 @@ def test_se_pattern_follows_nncf_on_the_openvino_graph():
 def test_transformer_preset_only_where_attention_and_layernorm_are():
     """NNCF's transformer preset applies to graphs with attention and a LayerNorm, whatever their
     spelling; CNNs (also with a Softmax or a ReduceMean) keep the CNN rules."""
-    from qtool import patterns as P
+    from qtool.quantizers import patterns as P
 
     for build in (zoo.yolo_like, zoo.paddle_ocr_like, zoo.resnet_like, zoo.deconv_gemm_like):
         m = build()

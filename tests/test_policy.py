@@ -1,4 +1,4 @@
-"""Quantization policies (qtool.policy): rounding, power-of-two scales, bit widths, rule files,
+"""Quantization policies (qtool.quantizers.policy): rounding, power-of-two scales, bit widths, rule files,
 and the exports that runtimes run with them."""
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from onnx import TensorProto, numpy_helper
 from runcli import invoke
 from test_openvino import IMAGES, SAMPLE, calibrate, heldout, ok, ort_run, ov_compile, ov_exact
 
-from qtool import calibration, cpu, model, policy, quant
+from qtool import calibration, model
 from qtool.errors import QtoolError
+from qtool.quantizers import cpu, policy, quant
 from qtool.targets import qdq
 
 # ----------------------------------------------------------------------------- the maths
@@ -122,7 +123,7 @@ def digits(tmp_path_factory):
 
 
 def _simulated_weights(exported: onnx.ModelProto, loaded, cal, pols):
-    """Each weight's numpy fake-quant (qtool.policy) next to what the export dequantizes it to."""
+    """Each weight's numpy fake-quant (qtool.quantizers.policy) next to what the export dequantizes it to."""
     prepared = qdq.prepare(loaded, cal, policies=pols)
     inits = {t.name: numpy_helper.to_array(t) for t in exported.graph.initializer}
     out = []
@@ -164,7 +165,7 @@ def test_4bit_weight_fakequantize_runs_in_openvino_as_numpy_simulates(digits, tm
     m = onnx.load(str(out))
     levels = sorted({a.i for n in m.graph.node if n.op_type == "FakeQuantize" for a in n.attribute if a.name == "levels"})
     assert levels == [15, 65536]
-    # numpy: the weights fake-quantized by qtool.policy, activations left in FP32 (16 bits: below the noise)
+    # numpy: the weights fake-quantized by qtool.quantizers.policy, activations left in FP32 (16 bits: below the noise)
     prepared = qdq.prepare(loaded, cal, policies=policy.from_options(4, 16))
     sim = onnx.ModelProto()
     sim.CopyFrom(loaded.proto)

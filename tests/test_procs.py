@@ -1,4 +1,4 @@
-"""Helper processes (qtool.procs): a large calibration takes its images in this process and in
+"""Helper processes (qtool.collection.procs): a large calibration takes its images in this process and in
 helpers, with the same file as one process, whichever process meets an unreadable image."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import zoo
 from click.testing import CliRunner
 from PIL import Image
 
-from qtool import pipeline, procs
 from qtool.cli import cli
+from qtool.collection import pipeline, procs
 
 N = 12
 

@@ -25,7 +25,8 @@ from test_openvino import (
     transformer_block,
 )
 
-from qtool import calibration, placement, policy, quant
+from qtool import calibration
+from qtool.quantizers import placement, policy, quant
 from qtool.targets import qdq
 from qtool.targets.cpu import CPU
 

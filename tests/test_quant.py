@@ -1,4 +1,4 @@
-"""qtool.quant: integer grids, scale/zero point <-> FakeQuantize ranges, numpy fake-quant."""
+"""qtool.quantizers.quant: integer grids, scale/zero point <-> FakeQuantize ranges, numpy fake-quant."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qtool import policy, quant
-from qtool.quant import Grid, grid
+from qtool.quantizers import policy, quant
+from qtool.quantizers.quant import Grid, grid
 
 GRIDS = {
     "signed": (grid(8, signed=True), -128, 127),

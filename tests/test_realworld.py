@@ -14,11 +14,12 @@ import zoo
 from click.testing import CliRunner
 from PIL import Image
 
-from qtool import collect, model
+from qtool import model
 from qtool.calibration import load as load_calibration
 from qtool.cli import cli
+from qtool.collection import collect
 from qtool.errors import QtoolError
-from qtool.stats import new_stats
+from qtool.statistics.stats import new_stats
 from qtool.targets.tensorrt.files import ZERO_AMAX_FALLBACK, read_cache
 
 N_IMAGES = 8  # a multiple of the batch sizes used below; test_image_count_not_a_multiple_of_the_batch covers 6

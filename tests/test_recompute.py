@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 from runcli import invoke as run
 
-from qtool import calibration, thresholds
-from qtool.histogram import TensorHistogram
+from qtool import calibration
+from qtool.statistics import thresholds
+from qtool.statistics.histogram import TensorHistogram
 
 
 def _calibration(n_tensors=12, bins=2048, seed=0, method="entropy"):

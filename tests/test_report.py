@@ -17,7 +17,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from qtool import calibration, report
+from qtool import calibration
+from qtool.checks import report
 
 pytest.importorskip("matplotlib")
 

@@ -20,9 +20,10 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper
 from PIL import Image
 
-from qtool import nchwc, scratch
+from qtool import scratch
 from qtool.cli import cli
 from qtool.cli import main as qtool_main
+from qtool.model import nchwc
 
 ROOT = Path(__file__).resolve().parents[1]
 

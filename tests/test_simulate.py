@@ -1,7 +1,7 @@
-"""qtool.simulate: the exact arithmetic of an exported file, the same on every CPU.
+"""qtool.checks.simulate: the exact arithmetic of an exported file, the same on every CPU.
 
 FakeQuantize rewritten into float ONNX ops is checked against numpy versions of OpenVINO's
-formula (float32, the same operations: bit for bit; float64: qtool.quant.fake_quantize) and
+formula (float32, the same operations: bit for bit; float64: qtool.quantizers.quant.fake_quantize) and
 against OpenVINO itself on a model whose int8 sums cannot saturate (7-bit weights: |w| <= 63,
 so a u8 x s8 pair sums to at most 2 * 255 * 63 < 32767 on any CPU).
 """
@@ -15,7 +15,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import qtool
-from qtool import cpu, quant, simulate
+from qtool.checks import simulate
+from qtool.quantizers import cpu, quant
 
 DOMAIN = "org.openvinotoolkit"
 
@@ -72,7 +73,7 @@ def test_fake_quantize_as_float_ops_is_openvinos_formula_bit_for_bit(case):
     want = formula32(x, lo, hi, out.get("out_lo", lo), out.get("out_hi", hi), levels)
     np.testing.assert_array_equal(got, want)
     assert np.isnan(got[1, 0, 0, 0])
-    # the float64 reference (qtool.quant): the same grid point wherever float32 is not within an ulp of a tie
+    # the float64 reference (qtool.quantizers.quant): the same grid point wherever float32 is not within an ulp of a tie
     ref = quant.fake_quantize(x, lo, hi, out.get("out_lo", lo), out.get("out_hi", hi), levels)
     t = (x.astype(np.float64) - lo) / (np.asarray(hi, np.float64) - lo) * (levels - 1)
     clear = np.isfinite(x) & (np.abs(t - np.floor(t) - 0.5) > 1e-4)

@@ -1,4 +1,4 @@
-"""SmoothQuant (qtool.smoothquant): the per-channel max |x| of linear-layer inputs that calibrate
+"""SmoothQuant (qtool.quantizers.smoothquant): the per-channel max |x| of linear-layer inputs that calibrate
 stores for transformers (mergeable, independent of batch size), the migration the CPU exports
 apply (the float model computes the same), and that it changes nothing for other models."""
 
@@ -15,9 +15,11 @@ import zoo_sq
 from test_openvino import noise_batch, noise_images, sqnr
 from test_transformers import bert_data, bert_feeds
 
-from qtool import api, calibration, simulate, smoothquant
+from qtool import api, calibration
+from qtool.checks import simulate
 from qtool.errors import QtoolError
 from qtool.model import load_model
+from qtool.quantizers import smoothquant
 from qtool.targets import openvino, qdq
 
 MODELS = {  # name -> (builder, kind of calibration data, held-out feeds)

@@ -1,4 +1,4 @@
-"""qtool.thresholds: each search equals its literal yardstick (tests/literal.py) on random and
+"""qtool.statistics.thresholds: each search equals its literal yardstick (tests/literal.py) on random and
 adversarial histograms, hand-worked examples, properties every method must have, parsing."""
 
 import math
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from qtool import thresholds as T
-from qtool.histogram import TensorHistogram
+from qtool.statistics import thresholds as T
+from qtool.statistics.histogram import TensorHistogram
 
 # name -> (fast, literal); every one takes (hist, edges, num_bits, unsigned)
 SEARCHES = {

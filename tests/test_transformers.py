@@ -17,8 +17,9 @@ from runcli import invoke
 from test_openvino import noise_batch, noise_images, ort_run, sqnr
 from test_placement import Net, records
 
-from qtool import placement, simulate
 from qtool.calibration import TensorRecord
+from qtool.checks import simulate
+from qtool.quantizers import placement
 from qtool.targets.cpu import CPU
 from qtool.targets.tensorrt.rules import TENSORRT
 

@@ -22,8 +22,8 @@ from test_openvino import (
 )
 from test_placement import Net, records
 
-from qtool import placement
 from qtool.calibration import load as load_calibration
+from qtool.quantizers import placement
 from qtool.targets import tensorrt
 from qtool.targets.cpu import CPU
 from qtool.targets.tensorrt import checker as trtrules

@@ -20,7 +20,7 @@ from onnx import TensorProto, helper
 from runcli import invoke
 from test_fp16 import _model as checked_model
 
-from qtool.graph import toposort
+from qtool.model.graph import toposort
 from qtool.targets.tensorrt import checker as trtrules
 
 F, H, I64 = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.INT64

@@ -97,7 +97,7 @@ def _caused_by_ctrl_c(error: BaseException) -> bool:
 @click.pass_context
 def cli(ctx: click.Context, quiet: bool, verbose: bool) -> None:
     """INT8 calibration for ONNX models."""
-    from .. import histogram
+    from ..statistics import histogram
 
     _setup_logging(quiet, verbose)
     histogram.WITHOUT_BLAS_PROBE = True  # a command's process is qtool's
@@ -151,7 +151,7 @@ def finish(outcome, as_json: bool) -> None:
 
 
 def policy_options(command=None, *, scale_flag: str = "--scale"):
-    """The options that choose quantization policies (qtool.policy), shared by export and evaluate
+    """The options that choose quantization policies (qtool.quantizers.policy), shared by export and evaluate
     (whose --scale is the pixel multiplier: there the scale kind is `scale_flag`)."""
     if command is None:
         return lambda c: policy_options(c, scale_flag=scale_flag)

@@ -1,7 +1,7 @@
 """Targets: one record per runtime qtool writes for (the registry), and one declaration of every
 export option, which qtool.api and the command line both read.
 
-A target (`Target`) names its placement rules (a qtool.rules.Rules table in its own module), the
+A target (`Target`) names its placement rules (a qtool.quantizers.rules.Rules table in its own module), the
 float types it quantizes, the runtime that runs its file, whether its writer builds a model of any
 subset of its quantizers (what evaluate --tensors, export --keep-fp32 and --max-drop need), the
 export options it takes, its writer module and its default suffix. A writer module has
@@ -9,7 +9,7 @@ export options it takes, its writer module and its default suffix. A writer modu
 (and the model it was made for) into the bytes of one file, never writes files itself and never
 modifies the model it is given; and `shown(loaded, cal, method=None, **options) -> Shown`, what
 qtool report shows of that export. Optionally `evaluation_options(options, runtime)`: the options,
-checked, with which qtool.evaluation builds the file it runs (default: as given), and whether
+checked, with which qtool.checks.evaluation builds the file it runs (default: as given), and whether
 `runtime` (None: the simulation only) can run it.
 
 Nothing here imports a writer until it is asked for (`Target.module`, `Target.rules`), so reading
@@ -70,7 +70,7 @@ _CPU_OPTIONS = frozenset({"exclude", "include", "weights_7bit", "smooth_quant", 
 class Target:
     name: str
     writer: str  # the module with suffix() and export()
-    rules_table: str  # "module:NAME" of its qtool.rules.Rules
+    rules_table: str  # "module:NAME" of its qtool.quantizers.rules.Rules
     float_types: tuple[int, ...]  # element types it quantizes (onnx.TensorProto)
     runtime: str  # the runtime that runs its file on this CPU: "openvino" or "onnxruntime"
     any_subset: bool  # its writer builds a model of any subset of its quantizers (prepare/quantized)
@@ -84,7 +84,7 @@ class Target:
 
     @property
     def rules(self):
-        """Its placement rules (qtool.rules.Rules)."""
+        """Its placement rules (qtool.quantizers.rules.Rules)."""
         module, name = self.rules_table.split(":")
         return getattr(importlib.import_module(module), name)
 
@@ -94,7 +94,7 @@ class Target:
         return self.rules.default_method
 
     def evaluation_options(self, options: dict, runtime: str | None = None) -> dict:
-        """The export options with which qtool.evaluation builds the file it runs (and `runtime` runs)."""
+        """The export options with which qtool.checks.evaluation builds the file it runs (and `runtime` runs)."""
         check = getattr(self.module(), "evaluation_options", None)
         return check(options, runtime) if check is not None else dict(options)
 
@@ -191,7 +191,7 @@ OPTIONS = {o.keyword: o for o in (
            "values computed exactly (qdq); first/all: 7-bit weights on the first/every int8 layer; none: no guard.",
            choices=("auto", "first", "all", "none"), evaluate="The overflow guard, as qtool export --weights-7bit [default: auto]."),
     Option("smooth_quant", "--smooth-quant",
-           "SmoothQuant (outlier activation channels moved into the linear layers' weights, qtool.smoothquant; tensorrt: its INT8 "
+           "SmoothQuant (outlier activation channels moved into the linear layers' weights, qtool.quantizers.smoothquant; tensorrt: its INT8 "
            "Q/DQ model): auto (default) on transformers with the alpha of least estimated error per activation, on, off, or one alpha "
            "in [0, 1] for every layer.", metavar="auto|on|off|ALPHA",
            evaluate="SmoothQuant, as qtool export --smooth-quant [default: auto]."),
@@ -203,8 +203,8 @@ OPTIONS = {o.keyword: o for o in (
            "openvino/qdq/tensorrt qdq: keep the biases as they are instead of shifting each int8 Conv/MatMul/Gemm bias by the mean "
            "output error its weight quantization causes (from the per-channel input means in the calibration file; NNCF's fast bias "
            "correction).", negated=True, param="no_bias_correction", evaluate="Keep the biases as they are, as qtool export."),
-    # set on the command line by the policy flags (qtool.cli.policy_options), in the API as one qtool.policy.Policies
-    Option("policies", "--policy", "openvino/qdq: quantization policies (qtool.policy).", param="policy"),
+    # set on the command line by the policy flags (qtool.cli.policy_options), in the API as one qtool.quantizers.policy.Policies
+    Option("policies", "--policy", "openvino/qdq: quantization policies (qtool.quantizers.policy).", param="policy"),
 )}
 POLICY_FLAGS = {"weight_bits": "--weight-bits", "activation_bits": "--activation-bits", "scale": "--scale",
                 "activations": "--activations", "rounding": "--rounding", "policy": "--policy"}

@@ -1,10 +1,10 @@
 """What the CPU targets (OpenVINO FakeQuantize, onnxruntime QDQ) share: NNCF's CPU placement
 rules (`CPU`), the placement with the thresholds and policies those targets use (`cpu_plan`),
-and the preparation qtool.evaluation shares with their exports (`prepare`, `Prepared`,
+and the preparation qtool.checks.evaluation shares with their exports (`prepare`, `Prepared`,
 `with_quantizers`).
 
 CPU rules: NNCF's (openvinotoolkit/nncf src/nncf/common/hardware/setups/cpu.py), and on a graph
-with attention and LayerNorm NNCF's transformer preset, see the qtool.placement docstring.
+with attention and LayerNorm NNCF's transformer preset, see the qtool.quantizers.placement docstring.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import onnx
 
-from ..rules import ELEMENTWISE, LINEAR, POOLING, SHAPE_OPS, Rules
+from ..quantizers.rules import ELEMENTWISE, LINEAR, POOLING, SHAPE_OPS, Rules
 
 CPU = Rules(
     name="cpu",
@@ -42,7 +42,7 @@ CPU = Rules(
 class Prepared:
     """The model as a target's export edits it before inserting quantizers (opset raised, node
     names unique, SmoothQuant applied, biases not yet corrected) and its plan: what export,
-    qtool.evaluation and the report share (the CPU targets' writers, and every other Q/DQ writer's preparation)."""
+    qtool.checks.evaluation and the report share (the CPU targets' writers, and every other Q/DQ writer's preparation)."""
 
     model: onnx.ModelProto
     plan: object  # placement.Plan
@@ -57,8 +57,8 @@ def with_quantizers(prepared: Prepared, cal, plan, bias_correction: bool, apply:
     """A copy of the prepared model with `plan`'s quantizers (default: all), inserted by the
     target's `apply(model, namer, plan)`, and with bias_correction the bias shifts of its int8
     layers: (model, layers corrected, warnings)."""
-    from .. import biascorrection
-    from .. import graph as G
+    from ..model import graph as G
+    from ..quantizers import biascorrection
 
     plan = prepared.plan if plan is None else plan
     cal = prepared.cal if prepared.cal is not None else cal
@@ -74,12 +74,12 @@ def cpu_plan(model, cal, *, float_types: tuple[int, ...], overflow_remedy: str, 
              ignored_patterns: bool = True, policies=None, method: str | None = None, smoothing=None):
     """The placement of the OpenVINO and QDQ exports (`model` with unique node names): NNCF's CPU
     rules, the thresholds those targets use (calibration.Calibration.for_target), the
-    quantizers' policies (default: qtool.policy.Policies()) and the target's remedy for layers
-    whose int8 pair sums can saturate on CPUs without VNNI (placement.place, qtool.overflow).
+    quantizers' policies (default: qtool.quantizers.policy.Policies()) and the target's remedy for layers
+    whose int8 pair sums can saturate on CPUs without VNNI (placement.place, qtool.quantizers.overflow).
     `smoothing` (smoothquant.Smoothing, `cal` its calibration): the smoothed activations take
     their exact max |x| as threshold, on every grid."""
-    from .. import placement, policy
     from ..calibration import Threshold
+    from ..quantizers import placement, policy
 
     thresholds = cal.for_target(CPU, method)
     recompute = policy.searcher(cal, cal.method_for(CPU, method))
@@ -106,7 +106,7 @@ def prepare(model, cal, warnings: list[str], *, float_types: tuple[int, ...], ov
     """A CPU target's preparation of `model` (its copy, opset raised and node names unique;
     `warnings` so far): SmoothQuant on the int8 layers placed without the overflow guard (which
     then decides on the smoothed model), and the placement (`cpu_plan`)."""
-    from ..smoothquant import smooth
+    from ..quantizers.smoothquant import smooth
 
     def plan_for(m, c, smoothing=None, more_excluded=(), guard=True):
         return cpu_plan(m, c, float_types=float_types, overflow_remedy=overflow_remedy if guard else None,

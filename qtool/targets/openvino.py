@@ -15,8 +15,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .. import graph as G
-from .. import placement, policy, quant
+from ..model import graph as G
+from ..quantizers import placement, policy, quant
 from . import get
 from .cpu import Prepared, with_quantizers
 from .cpu import prepare as cpu_prepare
@@ -72,7 +72,7 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
 
 def prepare(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_patterns=True, policies=None,
             method: str | None = None, smooth_quant="auto") -> Prepared:
-    """The steps of the export up to the placement (as qdq.prepare): `export` and qtool.evaluation share them."""
+    """The steps of the export up to the placement (as qdq.prepare): `export` and qtool.checks.evaluation share them."""
     model = G.copy_model(loaded.proto, str(loaded.path.parent))
     G.unique_node_names(model.graph, G.Namer(model))
     return cpu_prepare(model, cal, [], float_types=FLOAT_TYPES, overflow_remedy="7bit", exclude=exclude, include=include,

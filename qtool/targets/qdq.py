@@ -16,11 +16,11 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .. import graph as G
-from .. import placement, quant
-from .. import policy as policy_mod
 from ..errors import QtoolError
-from ..quantizer import Quantizer
+from ..model import graph as G
+from ..quantizers import placement, quant
+from ..quantizers import policy as policy_mod
+from ..quantizers.quantizer import Quantizer
 from . import get
 from .cpu import Prepared, with_quantizers
 from .cpu import prepare as cpu_prepare
@@ -157,7 +157,7 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
 
 def prepare(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_patterns=True, policies=None,
             method: str | None = None, smooth_quant="auto") -> Prepared:
-    """The steps of the QDQ export up to the placement: `export` and qtool.evaluation share them."""
+    """The steps of the QDQ export up to the placement: `export` and qtool.checks.evaluation share them."""
     model = G.copy_model(loaded.proto, str(loaded.path.parent))
     policies = policies if policies is not None else policy_mod.Policies()
     if needs_wide_types(policies):
@@ -181,7 +181,7 @@ def quantized(prepared: Prepared, cal, plan: placement.Plan | None = None,
 
 def export(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_patterns=True, bias_correction=True,
            policies=None, method=None, smooth_quant="auto", **_options):
-    """QDQ ONNX from the calibration `cal` of `loaded` (policies: qtool.policy.Policies)."""
+    """QDQ ONNX from the calibration `cal` of `loaded` (policies: qtool.quantizers.policy.Policies)."""
     prepared = prepare(loaded, cal, exclude=exclude, include=include, weights_7bit=weights_7bit,
                        ignored_patterns=ignored_patterns, policies=policies, method=method, smooth_quant=smooth_quant)
     return export_prepared(loaded, cal, prepared, bias_correction)

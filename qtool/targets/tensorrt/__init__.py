@@ -21,18 +21,18 @@ Which tensors (range files): every float activation tensor of the model (qtool.m
 inputs and outputs included, shape/index tensors and constants excluded), in graph order. A
 pass-through output (qtool.targets.tensorrt.passthrough) whose own range is missing or unusable gets its input's.
 A range no 8-bit grid represents is left out of the range files, with a warning (TensorRT then
-runs the tensor in FP16/FP32, as qtool.placement keeps it float in the Q/DQ model): infinite or
-NaN values, |x| >= 1e30 (qtool.patterns.HUGE; its scale overflows to +inf in float32) and the
-additive attention masks of qtool.patterns.additive_masks (a huge negative constant or 0, even
+runs the tensor in FP16/FP32, as qtool.quantizers.placement keeps it float in the Q/DQ model): infinite or
+NaN values, |x| >= 1e30 (qtool.quantizers.patterns.HUGE; its scale overflows to +inf in float32) and the
+additive attention masks of qtool.quantizers.patterns.additive_masks (a huge negative constant or 0, even
 when calibration saw no padding).
 """
 
 from __future__ import annotations
 
-from ... import graph as G
 from ... import model
-from ... import patterns as P
 from ...errors import QtoolError
+from ...model import graph as G
+from ...quantizers import patterns as P
 from .. import OPTIONS, get
 from . import passthrough
 from .files import _listed, is_usable, write_cache, write_dynamic_range, write_ort_table
@@ -118,7 +118,7 @@ def model_ranges(proto, own: dict[str, float]) -> tuple[dict[str, float], dict[s
 
 
 def unrepresentable(proto, cal, amax: dict[str, float]) -> dict[str, str]:
-    """{tensor: why} for the ranges no 8-bit grid represents (the test qtool.placement applies to
+    """{tensor: why} for the ranges no 8-bit grid represents (the test qtool.quantizers.placement applies to
     the Q/DQ model): additive masks, infinite or NaN values, |x| >= 1e30, in graph order."""
     found = P.unrepresentable(G.Index(proto), {t.name: t for t in cal.tensors}, amax)
     order = model.activation_tensors(proto, model.tensor_types(proto))
@@ -309,7 +309,7 @@ def _ranges_file(loaded, amax: dict[str, float], trt_version: str, algorithm: st
 
 
 def evaluation_options(options: dict, runtime: str | None = None) -> dict:
-    """The export options qtool.evaluation builds the Q/DQ model with (the range files hold no model
+    """The export options qtool.checks.evaluation builds the Q/DQ model with (the range files hold no model
     to run). An FP8 model has no runtime to measure beside the simulation: onnxruntime has no FP8
     kernels on CPU (it computes FLOAT8 Q/DQ in float, as the simulation does; and 1.32's optimizer
     above ORT_ENABLE_BASIC removes a Relu in front of an FP8 QuantizeLinear, tests/test_fp8.py)."""

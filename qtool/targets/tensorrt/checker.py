@@ -31,8 +31,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ...errors import QtoolError
-from ...graph import attr as _attr
-from ...graph import subgraphs
+from ...model.graph import attr as _attr
+from ...model.graph import subgraphs
 from .rules import weight_axis
 from .versions import OPSETS, parse_version
 

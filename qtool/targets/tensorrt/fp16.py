@@ -18,7 +18,7 @@ What the converter does, found by reading that file and by the tests in tests/te
   The same holds for a blocked node next to a kept-FP32 graph input/output. `_drop_cast_pairs`
   removes those round trips and gives the tensors their original names back.
 * Casts are appended at the end of the node list: the graph is no longer topologically sorted
-  (onnx.checker refuses it; qtool.graph.toposort, run on every body too, fixes it). The Casts
+  (onnx.checker refuses it; qtool.model.graph.toposort, run on every body too, fixes it). The Casts
   for a blocked node inside an If/Loop/Scan body go to the main graph as well, where the body's
   tensors do not exist: `_home_casts` moves them into the body.
 * Every FP32 graph output becomes the output of a new Cast reading a renamed tensor: an output no
@@ -98,8 +98,8 @@ from onnxruntime.transformers.float16 import (
 )
 
 from ...errors import QtoolError
-from ...graph import Index, Namer, node_reads, outer_refs, producers, subgraphs, toposort
 from ...model import NON_DATA_SLOTS
+from ...model.graph import Index, Namer, node_reads, outer_refs, producers, subgraphs, toposort
 
 FP16_MAX = 65504.0
 ACTIVATION_LIMIT = FP16_MAX / 4
@@ -367,7 +367,7 @@ def _cast_outer_reads(g: onnx.GraphProto, kept: dict[str, str], namer: Namer) ->
 
 
 def _toposort_all(g: onnx.GraphProto) -> None:
-    """qtool.graph.toposort on the graph and every If/Loop/Scan body in it: the converter appends
+    """qtool.model.graph.toposort on the graph and every If/Loop/Scan body in it: the converter appends
     its Casts at the end of each (sub)graph's node list."""
     toposort(g)
     for n in g.node:

@@ -29,10 +29,10 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ... import graph as G
-from ... import placement
 from ...errors import QtoolError
-from ...quantizer import Quantizer
+from ...model import graph as G
+from ...quantizers import placement
+from ...quantizers.quantizer import Quantizer
 from .. import get
 from ..qdq import add_initializer, upgrade_opset
 from .int8 import FP16_SCALE_FLOOR, high_precision_fp16, insert, qdq_nodes

@@ -28,11 +28,11 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from ... import biascorrection, placement, quant, smoothquant
-from ... import graph as G
 from ...calibration import Threshold
 from ...errors import QtoolError
-from ...quantizer import Quantizer
+from ...model import graph as G
+from ...quantizers import biascorrection, placement, quant, smoothquant
+from ...quantizers.quantizer import Quantizer
 from .. import get
 from ..cpu import Prepared
 from ..qdq import add_initializer, upgrade_opset
@@ -141,7 +141,7 @@ def plan(loaded, cal, thresholds: Callable, *, major: int, high_precision: str, 
          smooth_quant="auto") -> Prepared:
     """The Q/DQ export's preparation for TensorRT `major` (a qtool.targets.cpu.Prepared, no `place`), with the activation thresholds
     `thresholds(cal)` ({tensor: calibration.Threshold on the signed grid}) and, on a transformer,
-    SmoothQuant as the CPU exports apply it (qtool.smoothquant.smooth; the smoothed activations
+    SmoothQuant as the CPU exports apply it (qtool.quantizers.smoothquant.smooth; the smoothed activations
     take their exact max |x|)."""
     model = G.copy_model(loaded.proto, str(loaded.path.parent))
     opset, source_opset = _target_opset(model, major, high_precision), G.default_opset(model)

@@ -17,7 +17,7 @@ from typing import TypeVar
 
 import onnx
 
-from ...graph import attr as _attr
+from ...model.graph import attr as _attr
 
 V = TypeVar("V")
 

@@ -1,4 +1,4 @@
-"""TensorRT's placement rules: the INT8 and FP8 Q/DQ tables qtool.placement applies, the
+"""TensorRT's placement rules: the INT8 and FP8 Q/DQ tables qtool.quantizers.placement applies, the
 per-channel weight axis its ONNX parser takes (used by the writers and by qtool.targets.tensorrt.checker),
 ModelOpt's residual-Add rule and default exclusions.
 
@@ -39,10 +39,10 @@ from dataclasses import replace
 import numpy as np
 import onnx
 
-from ... import graph as G
 from ... import model as M
-from ...patterns import producer, standard
-from ...rules import LINEAR, SHAPE_OPS, Rules
+from ...model import graph as G
+from ...quantizers.patterns import producer, standard
+from ...quantizers.rules import LINEAR, SHAPE_OPS, Rules
 
 MIN_CHANNELS_FP8 = 16  # ModelOpt graph_utils._MIN_CHANNELS_FP8: Conv I/O channels up to this stay FP16
 MAX_FILTER_FP8 = 32  # ModelOpt graph_utils: FP8 Conv kernels with more taps than this stay FP16

@@ -11,7 +11,7 @@ runs, and OpenVINO's FakeQuantize nodes rewritten into float ONNX ops computing 
 
 with round half to even, in float32 (FP16 tensors are cast to float32 and back). A real runtime
 (OpenVINO on "CPU" in f32 precision, onnxruntime with its default optimizations) runs int8 kernels
-that on x86 CPUs without VNNI can saturate (qtool.cpu).
+that on x86 CPUs without VNNI can saturate (qtool.quantizers.cpu).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from . import collect
-from . import graph as G
-from .errors import QtoolError
+from ..collection import collect
+from ..errors import QtoolError
+from ..model import graph as G
 
 DOMAIN = "org.openvinotoolkit"
 ROUND_OPSET = 11  # Round, and Equal on floats
@@ -76,7 +76,7 @@ def fake_quantize_as_float_ops(model: onnx.ModelProto) -> onnx.ModelProto:
     if not any(is_fake_quantize(n) for n in model.graph.node):
         return model
     if G.default_opset(model) < ROUND_OPSET:
-        from .targets.qdq import upgrade_opset
+        from ..targets.qdq import upgrade_opset
 
         model, _ = upgrade_opset(model, ROUND_OPSET, why="FakeQuantize as float ops (Round)")
     namer = G.Namer(model)

@@ -1,7 +1,7 @@
 """Clipping thresholds (amax) from a histogram of |x|: pure functions, no I/O.
 
 Every function takes OUR histogram: counts h[0..N) of |x| over N equal bins of width w whose
-first edge is 0 (qtool.histogram: it ends at the bin holding max|x|, so N*w >= max|x|).
+first edge is 0 (qtool.statistics.histogram: it ends at the bin holding max|x|, so N*w >= max|x|).
 
   method        function            reference
   entropy       entropy_amax        NVIDIA/Model-Optimizer modelopt/torch/quantization/calib/histogram.py

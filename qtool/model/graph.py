@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
-from .errors import QtoolError
+from ..errors import QtoolError
 
 
 def subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
@@ -200,14 +200,14 @@ class Index:
 
     @functools.cached_property
     def types(self) -> dict[str, int]:
-        from .model import tensor_types
+        from . import tensor_types
 
         return tensor_types(self.proto)
 
     @functools.cached_property
     def activations(self) -> set[str]:
         """The tensors that carry data (qtool.model.activation_tensors) and depend on the graph inputs."""
-        from .model import activation_tensors, data_dependent
+        from . import activation_tensors, data_dependent
 
         return set(activation_tensors(self.proto, self.types)) & data_dependent(self.proto)
 

@@ -1,7 +1,7 @@
 """How good is the int8 model that ships: a target's export against FP32, per output and per quantizer.
 
 The int8 model is the target's file (qtool.targets: a Q/DQ or FakeQuantize ONNX model), built in
-memory by the target's writer with the export's options, and run as qtool.simulate's exact
+memory by the target's writer with the export's options, and run as qtool.checks.simulate's exact
 simulation of its arithmetic: the same number on every CPU. On request the real runtime on this
 CPU runs the same file too (the target's runtime: OpenVINO, or onnxruntime's int8 kernels); its
 numbers are reported beside the
@@ -38,11 +38,15 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from . import collect, cpu, placement, simulate, targets, thresholds
-from . import graph as G
-from . import patterns as P
-from .errors import QtoolError
-from .targets import TARGETS, exporter
+from .. import targets
+from ..collection import collect
+from ..errors import QtoolError
+from ..model import graph as G
+from ..quantizers import cpu, placement
+from ..quantizers import patterns as P
+from ..statistics import thresholds
+from ..targets import TARGETS, exporter
+from . import simulate
 
 Feeds = dict[str, np.ndarray]
 Runs = Callable[[], Iterable[tuple[Feeds, int]]]  # a fresh iterator of (feeds, samples) per call
@@ -198,7 +202,7 @@ class TensorSensitivity:
     outputs: dict[str, float]  # SQNR dB per compared output
     order: int = 0  # position in the placement (graph order), the tie-breaker
     range: dict | None = None  # activations: the amax/unsigned quantized with, tensors sharing it
-    policy: str = ""  # the quantizer's policy (qtool.policy.Policy.describe)
+    policy: str = ""  # the quantizer's policy (qtool.quantizers.policy.Policy.describe)
 
     @property
     def sqnr_db(self) -> float:
@@ -233,7 +237,7 @@ class RuntimeResult:
 
     name: str  # "openvino" or "onnxruntime"
     outputs: list[OutputMetrics]
-    vnni: bool | None  # qtool.cpu.vnni() of this CPU: None when unknown
+    vnni: bool | None  # qtool.quantizers.cpu.vnni() of this CPU: None when unknown
 
     @property
     def worst_sqnr_db(self) -> float:
@@ -297,7 +301,7 @@ def built(module, prepared, cal, plan: placement.Plan | None = None, bias_correc
 
 def compute_layers(model: onnx.ModelProto, readers: list[tuple[str, int]], rules) -> list[str]:
     """The compute nodes (Conv, Gemm, Add, pooling ...) that end up reading a quantizer read by
-    `readers`: the ops the target's placement `rules` (qtool.rules.Rules) moved it above are
+    `readers`: the ops the target's placement `rules` (qtool.quantizers.rules.Rules) moved it above are
     followed down to them."""
     index = G.Index(model)
     found: list[str] = []

@@ -30,11 +30,12 @@ from pathlib import Path
 
 import numpy as np
 
-from . import calibration, targets, thresholds
-from .calibration import Calibration, TensorRecord
-from .errors import QtoolError
+from .. import calibration, targets
+from ..calibration import Calibration, TensorRecord
+from ..errors import QtoolError
+from ..quantizers.quantizer import Quantizer
+from ..statistics import thresholds
 from .evaluation import format_db, from_json_number
-from .quantizer import Quantizer
 
 TARGETS = tuple(sorted(targets.names()))
 DEFAULT_TARGET = "qdq"

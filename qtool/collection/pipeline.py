@@ -10,9 +10,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import calibration, collect, data, histogram, model, procs, thresholds
-from .errors import QtoolError
-from .stats import new_stats
+from .. import calibration, model
+from ..errors import QtoolError
+from ..feeds import data
+from ..statistics import histogram, thresholds
+from ..statistics.stats import new_stats
+from . import collect, procs
 
 log = logging.getLogger("qtool")
 
@@ -252,8 +255,8 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
 
 
 def _transformer(proto) -> bool:
-    from . import patterns
-    from .graph import Index
+    from ..model.graph import Index
+    from ..quantizers import patterns
 
     return bool(patterns.transformer_structure(Index(proto)))
 

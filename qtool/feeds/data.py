@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps
 
-from .errors import QtoolError
-from .model import InputSpec
+from ..errors import QtoolError
+from ..model import InputSpec
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp"}
 RESIZE_MODES = ("stretch", "letterbox", "center-crop")

@@ -1,6 +1,6 @@
 """Quantizer placement rules, as data (the way NNCF keeps its hardware setups in
 openvinotoolkit/nncf src/nncf/common/hardware/setups/cpu.py): one `Rules` table per target, kept
-in the target's own module (qtool.targets) and applied by `qtool.placement`. Where a target's rule
+in the target's own module (qtool.targets) and applied by `qtool.quantizers.placement`. Where a target's rule
 is not a list of ops (which input of a residual Add to quantize, which nodes stay FP32 by default,
 the axis of a per-channel weight), the table holds a small function.
 

@@ -4,7 +4,7 @@ One Python process runs the per-tensor work of its worker threads one at a time 
 PP-OCRv5 rec, 400 images on 2 cores, took 12.1 s as one process of two worker threads and 9.9 s
 as two processes of one worker each; the YOLOv8n look-alike 7.6 s against 6.5 s. So a large
 calibration takes its inputs in this process and in helpers: each helper is `python -m
-qtool.procs`, builds its own onnxruntime session for the same model, asks this process for the
+qtool.collection.procs`, builds its own onnxruntime session for the same model, asks this process for the
 next input whenever it is ready for one, and at the end hands back what its accumulator gathered
 (collect.Partial), which adds in exactly: the result does not depend on which process saw which
 input.
@@ -28,8 +28,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .data import ImageRuns
-from .errors import QtoolError
+from ..errors import QtoolError
+from ..feeds.data import ImageRuns
 
 
 @dataclass
@@ -92,7 +92,7 @@ class Helper:
     """A helper process, from this side: it starts at once and takes inputs from `claims` while
     this process takes its own; finish() waits for what it gathered, close() ends it."""
 
-    COMMAND = [sys.executable, "-m", "qtool.procs"]
+    COMMAND = [sys.executable, "-m", "qtool.collection.procs"]
 
     def __init__(self, job: Job, claims: Claims, progress=None):
         self.claims, self.progress = claims, progress
@@ -210,13 +210,14 @@ class _Done:
 
 def main() -> None:
     """The helper process: take runs until none are left, then hand back what they gave."""
-    from . import histogram
+    from ..statistics import histogram
 
     histogram.WITHOUT_BLAS_PROBE = True
     histogram.start_loading()  # first: it takes longer than the rest of the start
     import onnx
 
-    from . import collect, ortlog
+    from .. import ortlog
+    from . import collect
 
     ortlog.quiet()
 

@@ -9,7 +9,7 @@ LayerNormalization (gamma, beta) or a decomposed LayerNorm's last Mul/Add by con
 through a Gather of tokens (a ViT's [CLS]), and nothing else reads X; otherwise a Mul by a
 constant is inserted before the layers (as NNCF does), except before a Gemm (OpenVINO computed
 that wrongly). The statistics are the per-channel max |x| calibrate stores for linear-layer inputs of
-transformers (qtool.stats.new_stats(smooth=True)).
+transformers (qtool.statistics.stats.new_stats(smooth=True)).
 
 alpha: per activation, the one of ALPHAS (or no smoothing) with the least estimated output noise
 (`noise`: activation and weight rounding noise through the layers, from the stored maxima, the
@@ -35,7 +35,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from . import graph as G
+from ..model import graph as G
 from . import patterns
 
 # NNCF's clamps of the statistics and of the scales (openvinotoolkit/nncf
@@ -96,7 +96,7 @@ def parse_mode(value) -> str | bool | float:
             pass
     if isinstance(value, (int, float)) and 0.0 <= float(value) <= 1.0:
         return float(value)
-    from .errors import QtoolError
+    from ..errors import QtoolError
 
     raise QtoolError(f"--smooth-quant must be auto, on, off or an alpha in [0, 1], not {value!r}")
 
@@ -334,8 +334,8 @@ def _record(record, name: str, s: np.ndarray, peak: np.ndarray):
     """The calibration record of X / s: its exact max |x| from the per-channel maxima, min and
     max bounded from the original's; the original histogram stretched to the new maximum
     (its shape is what the overflow estimate reads; no threshold is searched on it)."""
-    from .calibration import TensorRecord
-    from .stats import SampleStats
+    from ..calibration import TensorRecord
+    from ..statistics.stats import SampleStats
 
     amax = float(peak.max()) if peak.size else 0.0
     lo_s, hi_s = float(s.min()), float(s.max())
@@ -401,9 +401,9 @@ def apply(model: onnx.ModelProto, cal, alpha: float | None = None, only: set[str
 
 def smooth(model, cal, mode, place: Callable):
     """SmoothQuant for an export (`model` with unique node names, edited in place): with mode
-    "auto" when the graph has transformer structure (qtool.patterns.transformer_structure),
+    "auto" when the graph has transformer structure (qtool.quantizers.patterns.transformer_structure),
     with True (or an alpha, `parse_mode`) always, on the linear layers the placement
-    `place(model, cal)` (a qtool.placement.Plan) runs in int8 with their input quantized.
+    `place(model, cal)` (a qtool.quantizers.placement.Plan) runs in int8 with their input quantized.
     Returns (the calibration of the edited model, Smoothing or None, warnings)."""
     mode = parse_mode(mode)
     if mode is False or (mode == "auto" and not patterns.transformer_structure(G.Index(model))):

@@ -6,7 +6,7 @@ of the samples keep FP32's top-1 class, on outputs shaped like class scores). Ca
 quantized tensors ranked as `qtool evaluate` ranks them (worst first, with the layers reading
 each), in the target's own model (QDQ or OpenVINO FakeQuantize); every trial builds that target's
 model with the first k candidates' layers in FP32 and measures its exact simulation
-(qtool.simulate, the same on every CPU) on the held-out inputs: k = 1, 2, 4, ... until the budget is met, then a bisection
+(qtool.checks.simulate, the same on every CPU) on the held-out inputs: k = 1, 2, 4, ... until the budget is met, then a bisection
 between the last two, so about 2 log2(k) exports. The metric is not strictly monotonic in k; the
 result is the smallest k found that meets it, confirmed by its own measurement.
 """
@@ -19,9 +19,11 @@ from dataclasses import dataclass, field
 
 import onnx
 
-from . import collect, simulate, targets
+from .. import targets
+from ..collection import collect
+from ..errors import QtoolError
 from . import evaluation as ev
-from .errors import QtoolError
+from . import simulate
 
 
 @dataclass(frozen=True)
@@ -117,7 +119,7 @@ def meet(loaded, cal, runs: ev.Runs, budget: Budget, max_fp32: int, *, target: s
 def one_sample(proto: onnx.ModelProto, feeds: dict) -> dict:
     """The first sample of a held-out batch (held-out images come 8 to a batch), so that the
     latency is one input's, as the summary says; a model with a fixed batch keeps its batch."""
-    from .model import data_inputs
+    from ..model import data_inputs
 
     dynamic = {s.name for s in data_inputs(proto) if s.dims and s.dims[0] is None}
     return {k: (v[:1] if k in dynamic and getattr(v, "ndim", 0) else v) for k, v in feeds.items()}
@@ -130,7 +132,7 @@ def latency_ms(target: str, model_bytes: bytes, feeds: dict, runs: int = 30) -> 
     import statistics
     import time
 
-    from .targets import get
+    from ..targets import get
 
     if get(target).runtime == "openvino":
         try:

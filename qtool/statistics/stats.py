@@ -1,5 +1,5 @@
 """Per-sample statistics calibration gathers (for --method mean-minmax and the exporters' bias
-correction, qtool.biascorrection): every sample's minimum, maximum |x| and, for the data inputs
+correction, qtool.quantizers.biascorrection): every sample's minimum, maximum |x| and, for the data inputs
 of Conv/MatMul/Gemm, per-channel mean (and per-channel max |x| for depthwise-conv inputs and, in
 transformers, for the inputs of MatMul/Gemm with constant weights: SmoothQuant's statistics).
 
@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from . import graph as G
-from . import histogram, nchwc
+from ..model import graph as G
+from ..model import nchwc
+from . import histogram
 
 UNIT_LOG2 = -40
 UNIT = 2.0 ** UNIT_LOG2  # the stored sums count multiples of this
@@ -312,7 +313,7 @@ def linear_inputs(proto: onnx.ModelProto) -> set[str]:
 def new_stats(proto: onnx.ModelProto, names, smooth: bool = False) -> dict[str, SampleStats]:
     """Accumulators for `names`: per-channel means for the data inputs of Conv/MatMul/Gemm, and
     per-channel max |x| for those of depthwise Convs (NNCF quantizes them per channel) and, with
-    `smooth`, for those of MatMul/Gemm with constant weights (qtool.smoothquant)."""
+    `smooth`, for those of MatMul/Gemm with constant weights (qtool.quantizers.smoothquant)."""
     axes = channel_axes(proto, names)
     linear = linear_inputs(proto) if smooth else set()
     out = {}

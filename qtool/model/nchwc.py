@@ -29,7 +29,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-from . import ortlog, scratch
+from .. import ortlog, scratch
 from .graph import node_reads
 
 DOMAIN = "com.microsoft.nchwc"

@@ -1,5 +1,5 @@
 """Fast bias correction, applied at export from the per-channel input means calibration
-gathers (qtool.stats).
+gathers (qtool.statistics.stats).
 
 NNCF's fast bias correction (openvinotoolkit/nncf
 src/nncf/quantization/algorithms/fast_bias_correction/algorithm.py), run by default after its
@@ -40,8 +40,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from . import graph as G
-from .stats import data_input
+from ..model import graph as G
+from ..statistics.stats import data_input
 
 NNCF_THRESHOLD = 2.0  # NNCF FAST_BIAS_CORRECTION_THRESHOLD: max |shift / bias| of an applied shift
 

@@ -27,9 +27,11 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from . import histogram, model, nchwc, ortlog
-from .errors import QtoolError
-from .histogram import Extrema, TensorHistogram
+from .. import model, ortlog
+from ..errors import QtoolError
+from ..model import nchwc
+from ..statistics import histogram
+from ..statistics.histogram import Extrema, TensorHistogram
 
 Feeds = dict[str, np.ndarray]
 

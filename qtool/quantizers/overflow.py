@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from . import graph as G
+from ..model import graph as G
 from . import quant
 
 LIMIT = 32767

@@ -34,8 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import QtoolError
 from . import quant
-from .errors import QtoolError
 
 ROUNDINGS = ("half-even", "half-up", "half-down", "half-away", "toward-zero", "up", "down")
 SCALES = ("float", "pow2")
@@ -358,7 +358,7 @@ def load_rules(path: Path) -> list[Rule]:
     """Rules from a JSON file ({"rules": [...]}) or TOML file ([[rules]] tables). Each rule has one
     matcher (name, glob, regex or op_type), optional apply_to (activations/weights) and the policy
     fields it sets (bits, signed, symmetric, per_channel, scale, rounding)."""
-    from .calibration import nesting_depth, read_input
+    from ..calibration import nesting_depth, read_input
 
     kind = "TOML" if str(path).endswith(".toml") else "JSON"
     data = read_input(path, MAX_POLICY_BYTES, "--policy")
@@ -408,7 +408,7 @@ def is_pow2(x) -> bool:
 def searcher(cal, method: str | None = None):
     """recompute(tensor, policy) -> amax: `method` (default: the calibration's) searched again on
     the policy's grid (its bits, signed unless the tensor is never negative), with the clipping fallback."""
-    from .calibration import decide
+    from ..calibration import decide
 
     records = {t.name: t for t in cal.tensors}
 
@@ -425,4 +425,4 @@ def runtime_rounding_warnings(plan, runtime: str) -> list[str]:
     if not odd:
         return []
     return [f"{runtime} rounds activations half to even; --rounding {', '.join(odd)} applies to the weights and to the "
-            "numpy simulation (qtool.policy.fake_quantize) only"]
+            "numpy simulation (qtool.quantizers.policy.fake_quantize) only"]

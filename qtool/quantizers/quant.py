@@ -148,7 +148,7 @@ def _along(a: np.ndarray, axis: int | None, ndim: int) -> np.ndarray:
 
 def quantize_linear(x, scale, zero_point, g: Grid, axis: int | None = None, round_fn=np.rint) -> np.ndarray:
     """ONNX QuantizeLinear: clip(rint(x / scale) + zp, qmin, qmax) as int64 (axis: per-channel);
-    `round_fn` replaces rint for other roundings (qtool.policy.quantize)."""
+    `round_fn` replaces rint for other roundings (qtool.quantizers.policy.quantize)."""
     xf = np.asarray(x, dtype=np.float64)
     s = _along(np.asarray(scale, dtype=np.float64), axis, xf.ndim)
     zp = _along(np.asarray(zero_point, dtype=np.int64), axis, xf.ndim)

@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from . import graph as G
+from ..model import graph as G
 
 LINEAR = {"Conv", "ConvTranspose", "MatMul", "Gemm"}
 ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Max", "Min"}

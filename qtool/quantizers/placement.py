@@ -1,6 +1,6 @@
 """Where quantizers go, as data the exporters turn into nodes: the machinery (requests, moves
 through pass-through ops, shared-range groups, exclusions, ranges, weights) shared by every
-target, driven by a target's `qtool.rules.Rules`. This docstring describes the CPU rules
+target, driven by a target's `qtool.quantizers.rules.Rules`. This docstring describes the CPU rules
 (OpenVINO and onnxruntime QDQ, qtool.targets.cpu); each other target's module describes its own.
 
 CPU rules (openvinotoolkit/nncf src/nncf/common/hardware/setups/cpu.py, quantizer propagation and
@@ -36,7 +36,7 @@ src/nncf/openvino/quantization/ignored_patterns.py):
   quantizes), and the centring Sub(x, ReduceMean(x)) reads the same quantized x as the mean.
 * Transformers (NNCF's ModelType.TRANSFORMER preset, which qtool applies when the graph has
   attention, MatMul [-> scale, mask] -> Softmax -> MatMul of activations, and a LayerNorm, fused
-  LayerNormalization or decomposed ReduceMean/Sub/Pow/Sqrt/Div; qtool.patterns.transformer_structure;
+  LayerNormalization or decomposed ReduceMean/Sub/Pow/Sqrt/Div; qtool.quantizers.patterns.transformer_structure;
   NNCF src/nncf/quantization/algorithms/min_max/onnx_backend.py and openvino_backend.py,
   get_ignored_metatypes): only the linear layers are quantized, MatMul/Gemm with weights and the
   attention's Q.K^T on both inputs (softmax @ V is the attention-output ignored pattern above).
@@ -61,7 +61,7 @@ src/nncf/openvino/quantization/ignored_patterns.py):
 
 Ranges: activations from qtool.calibration.decide (the file's amax on the target's grid, with the
 clipping fallback); weights from the weights
-(qtool.quant). The result is a `Plan`; exporters add FakeQuantize or Q/DQ nodes from it.
+(qtool.quantizers.quant). The result is a `Plan`; exporters add FakeQuantize or Q/DQ nodes from it.
 """
 
 from __future__ import annotations
@@ -75,12 +75,12 @@ import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
-from . import graph as G
-from . import model as M
+from .. import model as M
+from ..calibration import MAX_CLIPPED, Threshold, decide
+from ..errors import QtoolError
+from ..model import graph as G
 from . import overflow
 from . import patterns as P
-from .calibration import MAX_CLIPPED, Threshold, decide
-from .errors import QtoolError
 from .policy import Policies, choose_symmetry, quantize
 from .quantizer import Quantizer, Range
 from .rules import Rules
@@ -587,7 +587,7 @@ class _Placer:
     # ------------------------------------------------------------ 8. overflow on CPUs without VNNI
     def guard_overflow(self, activation_sites: list[Quantizer], weight_sites: list[Quantizer], int8_layers: list[str],
                        remedy: str) -> dict[str, dict]:
-        """Give the layers whose u8 x s8 pair sums can saturate (qtool.overflow) the target's
+        """Give the layers whose u8 x s8 pair sums can saturate (qtool.quantizers.overflow) the target's
         remedy. "uint8" (onnxruntime): weights stored as uint8 with zero point 128, the same values,
         which onnxruntime multiplies with its u8 x u8 kernels, exactly, on every CPU; wherever the
         saturation noise reaches 1 % of the layer's own rounding noise. "7bit" (OpenVINO, whose int8
@@ -663,7 +663,7 @@ def place(proto: onnx.ModelProto, records: dict, *, rules: Rules, thresholds: di
     given the calibration records {tensor name: TensorRecord}. float_types: element types the
     target can quantize. thresholds: the amax per tensor (qtool.calibration.decide; default: the
     records' own, on the rules' grid, with the rules' clipping fallback). policies: the policy
-    of each quantizer (qtool.policy; default: none, every quantizer 8-bit symmetric), with
+    of each quantizer (qtool.quantizers.policy; default: none, every quantizer 8-bit symmetric), with
     `recompute(tensor, policy) -> amax` for activation grids of other bits. exclude: nodes/tensors kept FP32; include: nodes the rules' default
     exclusions or ignored patterns would keep FP32, quantized anyway. ignored_patterns=False turns
     NNCF's ignored patterns off; depthwise_per_channel=False keeps depthwise Conv inputs per tensor."""

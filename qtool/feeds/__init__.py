@@ -1,0 +1,1 @@
+"""Calibration and held-out inputs: image folders, .npy/.npz folders, in-memory loaders."""

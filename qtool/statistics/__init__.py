@@ -1,0 +1,1 @@
+"""Per-tensor statistics and the clipping thresholds searched on them."""
