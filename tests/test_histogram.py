@@ -239,7 +239,7 @@ def test_a_qtool_process_loads_the_kernel_without_scipy_and_leaves_it_importable
     (tmp_path / "scipy" / "linalg" / "__init__.py").write_text("def norm(v):\n    return sum(x * x for x in v) ** 0.5\n")
     code = (
         "import sys\n"
-        "from qtool import histogram\n"
+        "from qtool.statistics import histogram\n"
         "histogram.WITHOUT_BLAS_PROBE = {flag}\n"
         "histogram.start_loading(); histogram.wait_for_kernel()\n"
         "print(histogram._ready is not None, 'scipy.linalg' in sys.modules)\n"

@@ -121,7 +121,7 @@ def test_a_helper_that_cannot_start_leaves_the_run_to_this_process(setup, tmp_pa
 
 KILLED_HELPER = """
 import os, pickle, signal, sys
-from qtool import procs
+from qtool.collection import procs
 job = pickle.load(sys.stdin.buffer)
 pickle.dump(("next", 0), sys.stdout.buffer); sys.stdout.buffer.flush()
 pickle.load(sys.stdin.buffer)  # an input taken, then killed as the OOM killer does
