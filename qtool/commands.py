@@ -311,10 +311,12 @@ def _only() -> dict[str, tuple[str, tuple[str, ...]]]:
     return only
 
 
-def _check_target_options(target: str, **given) -> None:
-    """A usage error for an option that the chosen target does not read."""
+def _check_target_options(target: str, flags: dict | None = None, **given) -> None:
+    """A usage error for an option that the chosen target does not read (`flags`: the command's own
+    flag for an option, where it is not export's)."""
     for key, value in given.items():
         flag, readers = _only()[key]
+        flag = (flags or {}).get(key, flag)
         if value and value != "auto" and target not in readers:
             raise UsageError(f"{flag} applies to --target {' or '.join(readers)}, not {target}")
 
@@ -500,8 +502,8 @@ def evaluate_files(model_path, *, calib=None, images=None, data=None, limit: int
     started = time.perf_counter()
     calib, images, data, policy = map(_path, (calib, images, data, policy))
     _check_target(target)
-    _check_target_options(target, trt_version=trt_version, fmt=fmt, high_precision=high_precision, precision=precision,
-                          weights_7bit=weights_7bit, smooth_quant=smooth_quant, no_ignored_patterns=not ignored_patterns,
+    _check_target_options(target, {"scale": "--scale-kind"}, trt_version=trt_version, fmt=fmt, high_precision=high_precision,
+                          precision=precision, weights_7bit=weights_7bit, smooth_quant=smooth_quant, no_ignored_patterns=not ignored_patterns,
                           weight_bits=weight_bits, activation_bits=activation_bits, scale=scale_kind, activations=activations,
                           rounding=rounding, policy=policy)
     try:

@@ -320,6 +320,7 @@ def test_tensorrt_target_evaluates_its_fp16_qdq_model(digits, tmp_path):
     (("--target", "tensorrt", "--tensors"), "the per-tensor ranking is for --target openvino or qdq"),
     (("--target", "tensorrt", "--weight-bits", "4"), "--weight-bits applies to --target openvino or qdq"),
     (("--target", "qdq", "--high-precision", "fp32"), "--high-precision applies to --target tensorrt"),
+    (("--target", "tensorrt", "--scale-kind", "pow2"), "--scale-kind applies to --target openvino or qdq, not tensorrt"),  # evaluate's flag
 ])
 def test_a_runtime_or_option_the_target_does_not_take_is_a_usage_error(digits, extra, message):
     r = invoke("evaluate", SAMPLE, "--calib", digits["calib"], "--data", digits["held"], *extra)
