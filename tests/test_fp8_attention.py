@@ -3,10 +3,13 @@ FP8 when the head size is outside (8, 256] (graph_utils.find_nodes_from_mha_to_e
 
 from __future__ import annotations
 
+import numpy as np
 from test_placement import Net, records
 
+from qtool import api
 from qtool.model.graph import Index
 from qtool.quantizers import placement
+from qtool.targets.tensorrt import fp8
 from qtool.targets.tensorrt.rules import FP8, TENSORRT, fp8_exclusions
 
 CORE = {"n_scores", "n_ctx"}
@@ -39,3 +42,13 @@ def test_fp8_placement_quantizes_a_long_sequence_core_int8_does_not():
     long = _attention(600, 32)
     assert CORE <= set(placement.place(long, records(long), rules=FP8).int8_layers)
     assert CORE <= set(placement.place(long, records(long), rules=TENSORRT).fp32_layers)
+
+
+def test_include_overrides_the_fp8_attention_rule():
+    m = _attention(16, 4)  # head size 4: FP16 by default
+    rng = np.random.default_rng(0)
+    cal = api.calibrate(m, data=[{"x": rng.standard_normal((1, 16, 4)).astype(np.float32)} for _ in range(3)])
+    default, applied = fp8.plan(m, cal)
+    assert CORE <= set(applied) and CORE <= set(default.fp32_layers) and "head size 4" in default.fp32_layers["n_scores"]
+    included, applied = fp8.plan(m, cal, include=sorted(CORE))
+    assert not CORE & set(applied) and CORE <= set(included.int8_layers)

@@ -10,8 +10,9 @@ FLOAT8 Q/DQ; qtool.targets.tensorrt.checker checks it with precision "fp8"):
   Q/DQ model is (qtool.targets.tensorrt.rules.TENSORRT: every input of those layers, the skip input of a residual
   Add, a Concat's inputs sharing one scale), each Q/DQ right before its reader (not moved up
   through MaxPool or shape ops); no ConvTranspose and no pooling (not in ModelOpt's FP8 list). Default exclusions: the INT8
-  ones (qtool.targets.tensorrt.rules.exclusions) and ModelOpt's FP8 Conv rule: input or output
-  channels <= 16, or a kernel of more than 32 taps (`--include` overrides both);
+  ones but the attention rule (qtool.targets.tensorrt.rules.exclusions), ModelOpt's FP8 Conv rule (input or output
+  channels <= 16, or a kernel of more than 32 taps) and its FP8 attention rule (head size <= 8 or > 256): `--include`
+  overrides them;
 * activations per tensor, scale = amax / 448 (E4M3's largest finite value) in float32, amax
   from the calibration file's histogram by `method`, max |x| by default as ModelOpt (its FP8 path
   converts a max-calibrated INT8 model, scale * 448 / 127);
@@ -36,7 +37,7 @@ from ...quantizers.quantizer import Quantizer
 from .. import get
 from ..qdq import add_initializer, upgrade_opset
 from .int8 import FP16_SCALE_FLOOR, high_precision_fp16, insert, qdq_nodes
-from .rules import FP8, FP8_DEFAULT_METHOD, exclusions, fp8_exclusions
+from .rules import FP8, FP8_DEFAULT_METHOD, fp8_exclusions
 from .versions import FP8_MIN_MAJOR, FP8_OPSET, OPSETS, default_version, parse_version
 
 E4M3_MAX = 448.0  # largest finite FLOAT8E4M3FN value (ONNX: float8e4m3fn has no infinities)
@@ -176,7 +177,7 @@ def plan(model: onnx.ModelProto, cal, *, method: str | None = None, exclude=(), 
     include, exclude = list(include or ()), list(exclude or ())
     fp8_only = fp8_exclusions(model)
     applied = {k: v for k, v in fp8_only.items() if k not in include}
-    both = exclusions(G.Index(model)) if any(n in fp8_only for n in include) else {}
+    both = RULES.exclusions(G.Index(model)) if any(n in fp8_only for n in include) else {}  # placement's own for FP8
     result = placement.place(model, {t.name: t for t in cal.tensors}, rules=RULES, thresholds=thresholds(cal, method),
                              exclude=[*exclude, *applied], include=[n for n in include if n not in fp8_only or n in both],
                              float_types=get("tensorrt").float_types)
