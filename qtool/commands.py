@@ -352,12 +352,12 @@ def export_file(model_path=None, *, target: str, calib=None, output=None, trt_ve
     `max_drop` BUDGET keep layers in FP32, measured on held-out `images` or `data`."""
     from .fileio import check_output_path, file_input, folder_input, model_input, write_atomic
     from .inputs import find_calibration, load_checked_model, model_json, shown_path
-    from .targets import tensorrt
 
     started = time.perf_counter()
     model_path, calib, output, images, data, policy = map(_path, (model_path, calib, output, images, data, policy))
     _check_target(target)
-    if method is not None and not (method == "e4m3-mse" and precision == "fp8"):  # FP8's own search (targets/tensorrt/fp8.py)
+    chosen = targets.get(target)
+    if method is not None and method not in chosen.own_methods({"precision": precision}):
         _method(method)
     _check_target_options(target, trt_version=trt_version, fmt=fmt, algorithm=algorithm, precision=precision,
                           high_precision=high_precision, weights=weights, weights_7bit=weights_7bit, smooth_quant=smooth_quant,
@@ -368,16 +368,12 @@ def export_file(model_path=None, *, target: str, calib=None, output=None, trt_ve
     calib_path = find_calibration(calib)
     cal = calibration.load(calib_path)
     source = model_path if model_path is not None else calib_path.parent / cal.model_path
-    version_from = None
-    if target == "tensorrt":
-        fmt = fmt or ("qdq" if precision == "fp8" else None)  # FP8 is a Q/DQ model on every version
-        version_from = tensorrt.version_source(trt_version, fmt)
-        trt_version, fmt = tensorrt.resolve(trt_version, fmt)
     options = dict(trt_version=trt_version, algorithm=algorithm or "entropy2", fmt=fmt, method=method, high_precision=high_precision,
                    precision=precision or "int8", weights=weights, exclude=_names(exclude), include=_names(include),
                    weights_7bit=weights_7bit, smooth_quant=smooth_quant or "auto", ignored_patterns=bool(ignored_patterns),
                    bias_correction=bool(bias_correction),
                    policies=_policies(weight_bits, activation_bits, scale_kind, activations, rounding, policy))
+    options, said = chosen.export_options(options)
     out = output or Path(Path(cal.model_path).stem + module.suffix(**options))
     out = check_output_path(out, inputs=(model_input(source), file_input(calib_path, "the calibration file"),
                                          file_input(policy, "the --policy file"), folder_input(images, "a --images file"),
@@ -405,12 +401,10 @@ def export_file(model_path=None, *, target: str, calib=None, output=None, trt_ve
         if "latency" in mixed:
             mixed["budget"]["latency_ms"] = _latency(target, result.data, *mixed.pop("latency"))
         result.summary.update(mixed)
-    if target == "tensorrt":
-        result.summary["trt_version_from"] = version_from
-        build, notes = tensorrt.build_command(loaded, cal, fmt, trt_version, str(out), shown_path(loaded.path))
-        if build:
-            result.summary["build"] = build
-        result.warnings.extend(notes)
+    result.summary.update(said)
+    more, notes, line = chosen.exported(loaded, cal, options, result.summary, str(out), shown_path(loaded.path))
+    result.summary.update(more)
+    result.warnings.extend(notes)
     write_atomic(out, result.data)
     for w in result.warnings:
         log.warning(w)
@@ -420,9 +414,7 @@ def export_file(model_path=None, *, target: str, calib=None, output=None, trt_ve
         "outputs": {target: str(out)}, "seconds": round(seconds, 3), "warnings": result.warnings, **result.summary,
     }
     text = f"exported {target} from {calib_path} in {seconds:.1f} s -> {out}"
-    if target == "tensorrt":
-        text += (f"\nTensorRT {trt_version} ({summary['trt_version_from']}), {fmt}{' FP8' if precision == 'fp8' else ''}, "
-                 f"thresholds: {summary['method']}")
+    text += f"\n{line}" if line else ""
     text += _overflow_text(summary.get("overflow_fix"))
     return Outcome(summary, text + (f"\nbuild it with: {summary['build']}" if "build" in summary else ""))
 

@@ -183,3 +183,44 @@ def test_the_layer_check_resolves_every_import_form():
     source = "from ..targets import tensorrt\nfrom . import thresholds\ndef f():\n    from .. import api\n    import qtool.model.graph\n"
     assert _resolved(source, "qtool.statistics") == ["qtool.targets", "qtool.statistics", "qtool.api", "qtool.model.graph"]
     assert [_layer(m) for m in _resolved(source, "qtool.statistics")] == ["targets", "statistics", "api", "model"]
+
+
+def test_no_module_outside_the_targets_branches_on_a_target_name():
+    """What a target does differently is asked of it (qtool.targets: rules, writer hooks), never
+    decided by comparing its name: no `target == "tensorrt"` outside qtool/targets."""
+    found = []
+    for path in sorted((ROOT / "qtool").rglob("*.py")):
+        if "targets" in path.relative_to(ROOT).parts:
+            continue
+        found += [f"{path.relative_to(ROOT)}:{line}" for line in _target_name_tests(path.read_text())]
+    assert found == []
+
+
+def _target_name_tests(source: str) -> list[int]:
+    """Lines comparing a target (a name with "target" in it) to a target's name ("openvino" is also
+    a runtime's name: compared to a runtime it is not counted)."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            named = any(isinstance(c, ast.Constant) and c.value in api.TARGETS for c in operands)
+            if named and any("target" in _last_name(o) for o in operands):
+                lines.append(node.lineno)
+    return lines
+
+
+def _last_name(node: ast.AST) -> str:
+    """What an operand finally names: `target`, `self.target`, `options["target"]` (a call's result: nothing)."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+        return str(node.slice.value)
+    return ""
+
+
+def test_the_target_name_check_tells_a_target_from_a_runtime():
+    source = 'if target == "tensorrt":\n    pass\nif get(target).runtime == "openvino":\n    pass\nok = name in ("qdq", "x")\n'
+    assert _target_name_tests(source) == [1]
+    assert _target_name_tests('if options["target"] != "qdq":\n    pass\n') == [1]

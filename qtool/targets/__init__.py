@@ -10,7 +10,11 @@ export options it takes, its writer module and its default suffix. A writer modu
 modifies the model it is given; and `shown(loaded, cal, method=None, **options) -> Shown`, what
 qtool report shows of that export. Optionally `evaluation_options(options, runtime)`: the options,
 checked, with which qtool.checks.evaluation builds the file it runs (default: as given), and whether
-`runtime` (None: the simulation only) can run it.
+`runtime` (None: the simulation only) can run it; `export_options(options) -> (options, summary)`:
+what qtool export writes with (defaults resolved) and what its summary says of them; `exported(loaded,
+cal, options, summary, path, model_path) -> (summary, warnings, line)`: what export's summary and text add
+once the file is written (e.g. the command that builds an engine from it); `own_methods(options)`:
+threshold methods of its own besides qtool.statistics.thresholds'.
 
 Nothing here imports a writer until it is asked for (`Target.module`, `Target.rules`), so reading
 the registry is cheap. The layout of one target's package is in the README, "Adding a target".
@@ -97,6 +101,21 @@ class Target:
         """The export options with which qtool.checks.evaluation builds the file it runs (and `runtime` runs)."""
         check = getattr(self.module(), "evaluation_options", None)
         return check(options, runtime) if check is not None else dict(options)
+
+    def export_options(self, options: dict) -> tuple[dict, dict]:
+        """The options qtool export writes with, defaults resolved, and what its summary says of them."""
+        resolve = getattr(self.module(), "export_options", None)
+        return resolve(options) if resolve is not None else (dict(options), {})
+
+    def exported(self, loaded, cal, options: dict, summary: dict, path: str, model_path: str) -> tuple[dict, list[str], str | None]:
+        """What export's summary, warnings and text add once the file is at `path` (`summary`: the export's)."""
+        after = getattr(self.module(), "exported", None)
+        return after(loaded, cal, options, summary, path, model_path) if after is not None else ({}, [], None)
+
+    def own_methods(self, options: dict) -> tuple[str, ...]:
+        """Threshold methods its writer searches itself with these options."""
+        own = getattr(self.module(), "own_methods", None)
+        return tuple(own(options)) if own is not None else ()
 
 
 _REGISTRY = (

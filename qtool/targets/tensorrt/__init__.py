@@ -308,6 +308,29 @@ def _ranges_file(loaded, amax: dict[str, float], trt_version: str, algorithm: st
     return data, warnings + more, summary
 
 
+def own_methods(options: dict) -> tuple[str, ...]:
+    """FP8's own threshold search (fp8.py): --method e4m3-mse with --precision fp8."""
+    return ("e4m3-mse",) if options.get("precision") == "fp8" else ()
+
+
+def export_options(options: dict) -> tuple[dict, dict]:
+    """The TensorRT version and format resolved (FP8 is a Q/DQ model on every version), and where
+    the version came from, for export's summary."""
+    fmt = options.get("fmt") or ("qdq" if options.get("precision") == "fp8" else None)
+    source = version_source(options.get("trt_version"), fmt)
+    trt_version, fmt = resolve(options.get("trt_version"), fmt)
+    return {**options, "trt_version": trt_version, "fmt": fmt}, {"trt_version_from": source}
+
+
+def exported(loaded, cal, options: dict, summary: dict, path: str, model_path: str) -> tuple[dict, list[str], str]:
+    """The trtexec line that builds an engine from the file at `path` (summary "build") and the
+    line export prints: version (and where it came from), format, precision and thresholds."""
+    fmt, version = options["fmt"], options["trt_version"]
+    build, notes = build_command(loaded, cal, fmt, version, path, model_path)
+    fp8 = " FP8" if options.get("precision") == "fp8" else ""
+    return ({"build": build} if build else {}), notes, f"TensorRT {version} ({summary['trt_version_from']}), {fmt}{fp8}, thresholds: {summary['method']}"
+
+
 def evaluation_options(options: dict, runtime: str | None = None) -> dict:
     """The export options qtool.checks.evaluation builds the Q/DQ model with (the range files hold no model
     to run). An FP8 model has no runtime to measure beside the simulation: onnxruntime has no FP8
