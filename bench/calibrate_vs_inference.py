@@ -390,7 +390,7 @@ def main() -> None:
         return
     # numba compiles the binning kernels at their first use after a fresh install or checkout and
     # caches them: load them once here, so that no timed round pays the compilation
-    subprocess.run([sys.executable, "-c", "from qtool import histogram; histogram._load_kernel()"], check=True)
+    subprocess.run([sys.executable, "-c", "from qtool.statistics import histogram; histogram._load_kernel()"], check=True)
     results = {}
     for name in [m.strip() for m in args.models.split(",") if m.strip()]:
         if MODELS[name][0] is not None and not model_path(name).exists():

@@ -70,27 +70,52 @@ _UPSAMPLING = {"Resize", "Upsample", "ConvTranspose", "DepthToSpace"}
 
 def size_multiple(proto, input_name: str) -> int | None:
     """What the image height and width must be a multiple of, when the graph tells: the largest
-    product of Conv/pool strides on a path from the input, in a model that upsamples a strided
-    tensor (a feature pyramid: its Resize output is joined to an earlier tensor, which only lines
-    up at multiples of that product). None when nothing upsamples (any size runs)."""
+    stride a tensor reaches from the input (Conv/pool strides multiplied, divided again by what
+    upsamples it), in a model that upsamples a strided tensor (a feature pyramid: its Resize output
+    is joined to an earlier tensor, which only lines up at multiples of that stride; YOLOv8's path
+    down again after it stays at 32). None when nothing upsamples (any size runs). A tensor whose
+    stride the graph does not fix (upsampled by a computed factor or to computed sizes) counts for
+    nothing: the check then errs towards sizes onnxruntime refuses, with SIZE_MISMATCH_HINT."""
     from onnx import helper
 
-    stride = {input_name: 1}
-    multiple, upsampled = 1, False
+    from ..model.graph import Constants
+
+    constants = Constants(proto.graph)
+    stride: dict[str, float | None] = {input_name: 1.0}
+    multiple, upsampled = 1.0, False
     for node in proto.graph.node:  # ONNX graphs are stored in topological order
-        seen = [stride[i] for i in node.input if i in stride]
-        if not seen:
+        if not any(i in stride for i in node.input):
             continue
-        s = max(seen)
-        if node.op_type in _DOWNSAMPLING:
+        known = [stride[i] for i in node.input if stride.get(i) is not None]
+        s = max(known) if known else None
+        if s is not None and node.op_type in _DOWNSAMPLING:
             strides = next((helper.get_attribute_value(a) for a in node.attribute if a.name == "strides"), None)
             s *= max(strides) if strides else 1
-        elif node.op_type in _UPSAMPLING and s > 1 and not (node.op_type == "Resize" and len(node.input) > 3 and node.input[3]):
-            upsampled = True  # a Resize given output `sizes` (often another tensor's shape) lines up at any size
-        multiple = max(multiple, s)
+        elif s is not None and node.op_type in _UPSAMPLING:
+            factor = _upsampling(node, constants)  # None: resized to computed sizes (which line up at any size)
+            upsampled |= s > 1 and factor is not None
+            s = s / factor if factor else None
+        if s is not None:
+            multiple = max(multiple, s)
         for out in node.output:
             stride[out] = s
-    return multiple if upsampled and multiple > 1 else None
+    return int(round(multiple)) if upsampled and multiple > 1 else None
+
+
+def _upsampling(node, constants) -> float | None:
+    """How many times larger `node` makes a feature map (height or width, the larger), when the graph fixes it."""
+    from onnx import helper
+
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    if node.op_type == "ConvTranspose":
+        return float(max(attrs.get("strides") or [1]))
+    if node.op_type == "DepthToSpace":
+        return float(attrs.get("blocksize", 1))
+    slot = 2 if node.op_type == "Resize" else 1  # Resize(X, roi, scales, sizes); Upsample(X, scales)
+    scales = constants.value(node.input[slot]) if len(node.input) > slot and node.input[slot] else None
+    if scales is None or scales.size < 3 or not np.all(np.isfinite(scales)) or np.min(scales[2:]) <= 0:
+        return None  # scales computed in the graph, or `sizes` given: the output's stride is not fixed
+    return float(np.max(scales[2:]))
 
 
 def size_problem(proto, input_name: str, size: tuple[int, int]) -> str | None:
