@@ -70,6 +70,24 @@ def with_quantizers(prepared: Prepared, cal, plan, bias_correction: bool, apply:
     return model, corrected, warnings
 
 
+def export_prepared(loaded, cal, prepared: Prepared, apply: Callable, bias_correction: bool = True, *, opset: bool = False,
+                    rounding_warnings=()):
+    """The file of a preparation, as both CPU writers end their export: every quantizer inserted by
+    `apply`, biases corrected, the model finished, and the summary (`opset`: with the file's opset;
+    `rounding_warnings` after bias correction's)."""
+    from ..model import graph as G
+    from . import ExportResult
+
+    model, corrected, bc_warnings = with_quantizers(prepared, cal, None, bias_correction, apply)
+    data, more = G.finish(model, loaded.proto)
+    plan = prepared.plan
+    summary = {**plan.summary(), **({"opset": G.default_opset(model)} if opset else {}),
+               "fp32_layer_names": sorted(plan.fp32_layers), "bias_corrected_layers": corrected}
+    if prepared.smoothing is not None:
+        summary["smooth_quant"] = prepared.smoothing.summary
+    return ExportResult(data, prepared.warnings + bc_warnings + list(rounding_warnings) + more, summary)
+
+
 def cpu_plan(model, cal, *, float_types: tuple[int, ...], overflow_remedy: str, exclude=(), include=(), weights_7bit=None,
              ignored_patterns: bool = True, policies=None, method: str | None = None, smoothing=None):
     """The placement of the OpenVINO and QDQ exports (`model` with unique node names): NNCF's CPU

@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 from ..model import graph as G
 from ..quantizers import placement, policy, quant
 from . import get
-from .cpu import Prepared, with_quantizers
+from .cpu import Prepared, export_prepared, with_quantizers
 from .cpu import prepare as cpu_prepare
 from .cpu import shown as cpu_shown
 
@@ -90,18 +90,10 @@ def quantized(prepared: Prepared, cal, plan: placement.Plan | None = None,
 def export(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_patterns=True, bias_correction=True,
            policies=None, method=None, smooth_quant="auto", **_options):
     """FakeQuantize ONNX for OpenVINO from the calibration `cal` of `loaded`."""
-    from . import ExportResult
-
     prepared = prepare(loaded, cal, exclude=exclude, include=include, weights_7bit=weights_7bit,
                        ignored_patterns=ignored_patterns, policies=policies, method=method, smooth_quant=smooth_quant)
-    plan = prepared.plan
-    model, corrected, bc_warnings = quantized(prepared, cal, bias_correction=bias_correction)
-    data, warnings = G.finish(model, loaded.proto)
-    warnings = policy.runtime_rounding_warnings(plan, "OpenVINO") + warnings
-    summary = {**plan.summary(), "fp32_layer_names": sorted(plan.fp32_layers), "bias_corrected_layers": corrected}
-    if prepared.smoothing is not None:
-        summary["smooth_quant"] = prepared.smoothing.summary
-    return ExportResult(data, prepared.warnings + bc_warnings + warnings, summary)
+    return export_prepared(loaded, cal, prepared, apply, bias_correction,
+                           rounding_warnings=policy.runtime_rounding_warnings(prepared.plan, "OpenVINO"))
 
 
 def shown(loaded, cal, *, method: str | None = None):

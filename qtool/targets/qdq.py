@@ -22,7 +22,7 @@ from ..quantizers import placement, quant
 from ..quantizers import policy as policy_mod
 from ..quantizers.quantizer import Quantizer
 from . import get
-from .cpu import Prepared, with_quantizers
+from .cpu import Prepared, export_prepared, with_quantizers
 from .cpu import prepare as cpu_prepare
 from .cpu import shown as cpu_shown
 
@@ -184,21 +184,7 @@ def export(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_pa
     """QDQ ONNX from the calibration `cal` of `loaded` (policies: qtool.quantizers.policy.Policies)."""
     prepared = prepare(loaded, cal, exclude=exclude, include=include, weights_7bit=weights_7bit,
                        ignored_patterns=ignored_patterns, policies=policies, method=method, smooth_quant=smooth_quant)
-    return export_prepared(loaded, cal, prepared, bias_correction)
-
-
-def export_prepared(loaded, cal, prepared: Prepared, bias_correction: bool = True):
-    """The QDQ file of a preparation (export's last steps, which evaluate shares)."""
-    from . import ExportResult
-
-    model, corrected, bc_warnings = quantized(prepared, cal, bias_correction=bias_correction)
-    data, more = G.finish(model, loaded.proto)
-    plan = prepared.plan
-    summary = {**plan.summary(), "opset": G.default_opset(model), "fp32_layer_names": sorted(plan.fp32_layers),
-               "bias_corrected_layers": corrected}
-    if prepared.smoothing is not None:
-        summary["smooth_quant"] = prepared.smoothing.summary
-    return ExportResult(data, prepared.warnings + bc_warnings + more, summary)
+    return export_prepared(loaded, cal, prepared, apply, bias_correction, opset=True)
 
 
 def shown(loaded, cal, *, method: str | None = None):
