@@ -259,10 +259,10 @@ def _fp8_head_size(key: list) -> str | None:
             if head is not None and not MIN_HEAD_FP8 < head <= MAX_HEAD_FP8 else None)
 
 
-def exclusions(m: G.Index, attention: bool = True) -> dict[str, str]:
+def exclusions(m: G.Index, attention: Callable[[list], str | None] | None = None) -> dict[str, str]:
     """Node -> why ModelOpt keeps it FP32 by default for TensorRT's INT8 (shapes from onnx shape
-    inference; a dimension it cannot infer excludes nothing); `attention`: also its INT8 attention
-    core rule (FP8 has its own, fp8_exclusions)."""
+    inference; a dimension it cannot infer excludes nothing); `attention`: the rule for the attention
+    core (default INT8's sequence length; FP8's is the head size)."""
     shapes = _static_shapes(m)
     graph_inputs = {i.name for i in m.graph.input}
     found: dict[str, str] = {}
@@ -276,19 +276,16 @@ def exclusions(m: G.Index, attention: bool = True) -> dict[str, str]:
             why = _matmul_exclusion(m, n, shapes)
         if why:
             found[n.name] = why
-    if attention:
-        for name, why in _attention_cores(m, shapes, _long_sequence).items():
-            found.setdefault(name, why)
+    for name, why in _attention_cores(m, shapes, attention or _long_sequence).items():
+        found.setdefault(name, why)
     return found
 
 
 def fp8_exclusions(model: onnx.ModelProto) -> dict[str, str]:
     """Conv nodes ModelOpt keeps out of FP8 (graph_utils.find_nodes_from_convs_to_exclude, fp8):
-    input or output channels (per group) <= 16, or a kernel with more than 32 taps; and the
-    attention cores whose head size its FP8 fused attention does not take (at most 8, above 256;
-    graph_utils.find_nodes_from_mha_to_exclude, fp8)."""
+    input or output channels (per group) <= 16, or a kernel with more than 32 taps."""
     m = G.Index(model)
-    found: dict[str, str] = _attention_cores(m, _static_shapes(m), _fp8_head_size)
+    found: dict[str, str] = {}
     for n in model.graph.node:
         if n.op_type != "Conv" or not standard(n) or len(n.input) < 2:
             continue
@@ -326,8 +323,10 @@ TENSORRT = Rules(
 )
 
 def _fp8_placement_exclusions(m: G.Index) -> dict[str, str]:
-    """INT8's without its attention rule: FP8's own is among fp8_exclusions."""
-    return exclusions(m, attention=False)
+    """INT8's, with FP8's attention rule in place of INT8's: the attention core stays FP16 where its
+    head size is not one FP8 fused attention takes (at most 8, above 256; ModelOpt
+    graph_utils.find_nodes_from_mha_to_exclude, fp8), whatever the sequence length."""
+    return exclusions(m, _fp8_head_size)
 
 
 FP8_DEFAULT_METHOD = "max"  # ModelOpt's FP8 amax (its FP8 path converts a max-calibrated INT8 model)
