@@ -157,7 +157,7 @@ def calibrate_files(model_path, *, images=None, data=None, limit: int | None = N
         warnings.extend(cache.warnings)
     written = {"calibration": str(output)}
     with outs:  # both files, or neither
-        outs.write(output, calibration.to_json(calibration.relocate(cal, output)).encode())
+        outs.write(output, calibration.to_json(cal).encode())  # relocated to `output` above
         if trt_table:
             outs.write(trt_table, cache.data)
             written["tensorrt_cache"] = str(trt_table)
