@@ -1,0 +1,108 @@
+"""What a CPU does to a quantized model, from one table (qtool.quantizers.cpu.KINDS), checked against
+the runtimes themselves on the CPU that runs the suite: a CPU kind the table gets wrong fails here,
+and the fix is one row."""
+
+from __future__ import annotations
+
+import avx2
+import numpy as np
+import pytest
+from runcli import invoke
+from test_openvino import HELDOUT, IMAGES, SAMPLE, calibrate, export, linear_precisions, ok
+
+from qtool.quantizers import cpu
+
+X86 = "fpu sse2 avx avx2 fma f16c"
+
+
+@pytest.mark.parametrize("arch, flags, name, saturates, float_", [
+    ("x86", X86, "avx2", True, "f32"),  # Haswell to Comet Lake, Zen 1-3
+    ("x86", X86 + " avx512f avx512_vnni", "vnni", False, "f32"),  # Cascade/Ice Lake
+    ("x86", X86 + " avx_vnni", "vnni", False, "f32"),  # Alder Lake
+    ("x86", X86 + " avx512f avx512_vnni avx512_bf16", "avx512-bf16", False, "bf16"),  # Zen 4/5
+    ("x86", X86 + " avx512f avx512_vnni avx512_bf16 amx_bf16 amx_tile amx_int8", "amx", False, "bf16"),  # Sapphire Rapids
+    ("arm", "fp asimd asimdhp asimddp", "arm-fp16", False, "f16"),
+    ("arm", "fp asimd", "arm", False, "f32"),
+])
+def test_kinds_of_cpu(arch, flags, name, saturates, float_):
+    k = cpu.kind_of(arch, frozenset(flags.split()))
+    assert (k.name, k.int8_saturates, k.openvino_float) == (name, saturates, float_)
+    assert name in cpu.describe(k) and float_ in cpu.describe(k)
+    assert k.int8_saturates == (arch == "x86" and not cpu.has_vnni_flags(frozenset(flags.split())))
+
+
+def test_unknown_cpu_is_none():
+    assert cpu.kind_of(None, frozenset({"avx2"})) is None and cpu.kind_of("x86", None) is None
+    assert "unknown" in cpu.describe(None) or cpu.kind() is not None
+
+
+def test_the_table_says_what_openvino_chooses_on_this_cpu():
+    """OpenVINO's own default float precision on this CPU is the one this CPU's row says."""
+    ov = pytest.importorskip("openvino")
+    k = cpu.kind()
+    if k is None:
+        pytest.skip("this CPU's flags cannot be read")
+    assert ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT").get_type_name() == k.openvino_float, cpu.describe(k)
+
+
+def test_the_table_says_whether_onnxruntime_saturates_on_this_cpu():
+    """onnxruntime's u8 x s8 kernel saturates pair sums on this CPU exactly where its row says so
+    (the one-layer probe of tests/avx2.py: exact product or half of it)."""
+    k = cpu.kind()
+    if k is None or k.arch != "x86":
+        pytest.skip(f"x86 int8 kernels only ({cpu.describe(k)})")
+    assert avx2.saturates_here() == k.int8_saturates, cpu.describe(k)
+
+
+def test_every_openvino_compile_in_the_suite_states_its_precision():
+    """tests/conftest.py refuses an OpenVINO compile that leaves the float precision to the CPU."""
+    ov = pytest.importorskip("openvino")
+    core = ov.Core()
+    with pytest.raises(AssertionError, match="INFERENCE_PRECISION_HINT"):
+        core.compile_model(str(SAMPLE), "CPU")
+    with pytest.raises(AssertionError, match="INFERENCE_PRECISION_HINT"):
+        ov.compile_model(str(SAMPLE), "CPU", {"PERFORMANCE_HINT": "LATENCY"})
+    assert core.compile_model(str(SAMPLE), "CPU", cpu.PINNED_F32).get_property("INFERENCE_PRECISION_HINT").get_type_name() == "f32"
+
+
+@pytest.mark.openvino_default_precision
+def test_openvino_default_runs_float_layers_in_bf16_where_the_cpu_has_it(tmp_path):
+    """On a CPU with AVX-512 BF16 or AMX, OpenVINO left to itself runs the layers qtool keeps FP32 in
+    bf16 and still runs the quantized ones in int8; pinned to f32 it runs them in f32."""
+    ov = pytest.importorskip("openvino")
+    k = cpu.kind()
+    if k is None or k.openvino_float != "bf16":
+        pytest.skip(f"this CPU has no bf16 arithmetic that OpenVINO uses by default ({cpu.describe(k)})")
+    calib = calibrate(SAMPLE, IMAGES, tmp_path / "d.calib.json")
+    out = tmp_path / "d.openvino.onnx"
+    summary = export("openvino", calib, out)
+    assert summary["fp32_layers"] >= 1, summary  # the overflow guard keeps the first layer FP32 on the sample
+    core = ov.Core()
+    default = linear_precisions(core.compile_model(str(out), "CPU"))
+    pinned = linear_precisions(core.compile_model(str(out), "CPU", cpu.PINNED_F32))
+    assert "bf16" in default.values() and "bf16" not in pinned.values(), (default, pinned)
+    int8 = {n for n, v in pinned.items() if v in ("u8", "i8")}
+    assert int8 and all(default.get(n) in ("u8", "i8") for n in int8), (default, pinned)
+
+
+def test_evaluate_says_what_openvino_ran_the_unquantized_layers_in(tmp_path, monkeypatch):
+    """qtool evaluate --runtime openvino names the float precision (pinned f32) and, where OpenVINO
+    would choose another one on this CPU, says so."""
+    pytest.importorskip("openvino")
+    calib = calibrate(SAMPLE, IMAGES, tmp_path / "d.calib.json")
+    held = tmp_path / "held"
+    held.mkdir()
+    for i, x in enumerate(np.load(HELDOUT)["x"][:16]):
+        np.save(held / f"{i:02d}.npy", x[None])
+    args = ("evaluate", SAMPLE, "--calib", calib, "--data", held, "--target", "openvino", "--runtime", "openvino")
+    bf16 = cpu.kind_of("x86", frozenset(f"avx2 avx512f avx512_vnni avx512_bf16 {X86}".split()))
+    monkeypatch.setattr(cpu, "kind", lambda: bf16)
+    text = ok(invoke(*args)).stdout
+    assert "avx512-bf16 kind" in text and "unquantized layers in f32 (pinned: openvino alone would run them in bf16 on this CPU)" in text
+    import json
+
+    r = json.loads(ok(invoke(*args, "--json")).stdout)["runtime"]
+    assert (r["float_precision"], r["default_float_precision"], r["cpu_kind"]) == ("f32", "bf16", "avx512-bf16")
+    monkeypatch.setattr(cpu, "kind", lambda: cpu.kind_of("x86", frozenset(X86.split())))
+    text = ok(invoke(*args)).stdout
+    assert "avx2 kind, " in text and "unquantized layers in f32)" in text and "pinned" not in text
