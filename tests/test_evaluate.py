@@ -341,15 +341,22 @@ def test_runtime_onnxruntime_runs_the_file_with_its_int8_kernels(digits, tmp_pat
     assert e["runtime"]["name"] == "onnxruntime" and e["runtime"]["cpu_vnni"] == cpu.vnni()
     assert abs(e["runtime"]["sqnr_db"] - sqnr(run(SAMPLE, {"input": x})[0], default)) < 1e-3
     assert e["sqnr_db"] == digits["eval"]["sqnr_db"]  # the simulation's number is unchanged by it
-    if cpu.has_vnni():
-        assert abs(e["runtime"]["sqnr_db"] - e["sqnr_db"]) < 1.0 and not any("VNNI" in w for w in e["warnings"])
+    # on every CPU: the default export's overflow guard keeps the int8 kernels exact (measured gap: +0.05 dB on an AVX2-only EPYC)
+    assert abs(e["runtime"]["sqnr_db"] - e["sqnr_db"]) < 1.0 and not any("VNNI" in w for w in e["warnings"])
+    assert e["runtime"]["cpu_kind"] == (cpu.kind().name if cpu.kind() else None) and e["runtime"]["float_precision"] == "f32"
     text = ok(invoke("evaluate", SAMPLE, "--calib", digits["calib"], "--data", digits["held"], "--runtime", "onnxruntime")).stdout
     assert "onnxruntime dB" in text and "also run by onnxruntime on this CPU" in text
 
 
+# OpenVINO's int8 kernels minus the exact simulation on the sample's default export, on any CPU: its
+# fusions skip a rounding (a FakeQuantize between a Conv and an Add), so it measures better than the file.
+# Measured: +1.43 dB on an AVX2-only AMD EPYC, +1.42 dB on a Zen 5 with VNNI and BF16 (issue 36; f32 pinned).
+OPENVINO_GAP_DB = (-0.5, 2.5)
+
+
 def test_runtime_openvino_compiles_the_openvino_file(digits, tmp_path):
-    """OpenVINO's CPU plugin in f32 precision on the FakeQuantize file (int8 kernels: checked
-    against the simulation only on a CPU with VNNI)."""
+    """OpenVINO's CPU plugin in f32 precision on the FakeQuantize file, against the simulation within
+    the gap measured on several CPU kinds (the default export's overflow guard makes it CPU-independent)."""
     ov = pytest.importorskip("openvino")
     out = tmp_path / "d.openvino.onnx"
     ok(invoke("-q", "export", "--target", "openvino", "--calib", digits["calib"], "-o", out))
@@ -357,10 +364,11 @@ def test_runtime_openvino_compiles_the_openvino_file(digits, tmp_path):
                               "--runtime", "openvino", "--json")).stdout)
     core = ov.Core()
     x = digits["x"]
-    theirs = core.compile_model(core.read_model(str(out)), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})(x)[0]
+    theirs = core.compile_model(core.read_model(str(out)), "CPU", cpu.PINNED_F32)(x)[0]
     assert e["runtime"]["name"] == "openvino" and abs(e["runtime"]["sqnr_db"] - sqnr(run(SAMPLE, {"input": x})[0], theirs)) < 1e-3
-    if cpu.has_vnni():
-        assert abs(e["runtime"]["sqnr_db"] - e["sqnr_db"]) < 1.0
+    low, high = OPENVINO_GAP_DB
+    assert low < e["runtime"]["sqnr_db"] - e["sqnr_db"] < high, (e["runtime"]["sqnr_db"], e["sqnr_db"], cpu.describe())
+    assert e["runtime"]["float_precision"] == "f32"
 
 
 def test_openvino_missing_is_a_one_line_error(digits, monkeypatch):

@@ -84,14 +84,16 @@ def ort_run(path_or_bytes, feeds):
     return sess.run(None, feeds)
 
 
-def ov_compile(path):
-    return CORE.compile_model(CORE.read_model(str(path)), "CPU")
+def ov_compile(path, config=None):
+    """OpenVINO's CPU plugin on the file, its real int8 kernels; float layers in f32 unless `config`
+    says otherwise (OpenVINO's own default is bf16 on CPUs with AVX-512 BF16 or AMX: qtool.quantizers.cpu)."""
+    return CORE.compile_model(CORE.read_model(str(path)), "CPU", {**cpu.PINNED_F32, **(config or {})})
 
 
 def ov_exact(path):
     """OpenVINO running the file's exact arithmetic: low-precision transformations off, so every
     FakeQuantize is a float op and no int8 kernel runs (f32 inference: no bf16 either)."""
-    compiled = CORE.compile_model(CORE.read_model(str(path)), "CPU", {"LP_TRANSFORMS_MODE": "NO", "INFERENCE_PRECISION_HINT": "f32"})
+    compiled = CORE.compile_model(CORE.read_model(str(path)), "CPU", {"LP_TRANSFORMS_MODE": "NO", **cpu.PINNED_F32})
     assert set(linear_precisions(compiled).values()) <= {"f32"}, linear_precisions(compiled)
     return compiled
 
@@ -301,7 +303,7 @@ def test_openvino_fakequantize_equals_numpy_fake_quant():
         g = helper.make_graph([node], "fq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(shape))], initializer=inits)
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("org.openvinotoolkit", 1)])
-        compiled = CORE.compile_model(CORE.read_model(m.SerializeToString(), b""), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+        compiled = CORE.compile_model(CORE.read_model(m.SerializeToString(), b""), "CPU", cpu.PINNED_F32)
         got = compiled(x)[0]
         want = quant.fake_quantize(x, lo, hi, lo, hi, p.levels)
         step = (hi.astype(np.float64) - lo) / (p.levels - 1)
@@ -416,7 +418,7 @@ def _export_and_run(tmp_path, proto_or_path, size, min_int8, *extra, config=None
     out = tmp_path / "m.openvino.onnx"
     summary = export("openvino", calib, out, "--weights-7bit", "none", *extra)
     assert summary["int8_layers"] >= min_int8, summary
-    compiled = ov_compile(out)
+    compiled = ov_compile(out, config)
     precisions = check_precisions(compiled, summary)
     assert sum(v in ("u8", "i8") for v in precisions.values()) >= min_int8 * 0.7  # OpenVINO may fuse some (e.g. attention into one subgraph)
     h, w = (int(v) for v in size.split("x"))
@@ -425,7 +427,7 @@ def _export_and_run(tmp_path, proto_or_path, size, min_int8, *extra, config=None
     ref = ort_run(path, {name: x})[0]
     exact = ov_exact(out)({name: x})[0]
     assert exact.shape == ref.shape and np.isfinite(exact).all()
-    real = (compiled if config is None else CORE.compile_model(str(out), "CPU", config))({name: x})[0]
+    real = compiled({name: x})[0]
     assert real.shape == ref.shape and np.isfinite(real).all()
     quality = sqnr(ref, exact)
     if least is not None:
@@ -434,7 +436,7 @@ def _export_and_run(tmp_path, proto_or_path, size, min_int8, *extra, config=None
             assert sqnr(ref, real) > least, ("real int8 kernels of a CPU with VNNI", sqnr(ref, real))
         guarded = tmp_path / "m.default.openvino.onnx"
         default = export("openvino", calib, guarded, *extra)
-        compiled = CORE.compile_model(str(guarded), "CPU", config or {})
+        compiled = ov_compile(guarded, config)
         check_precisions(compiled, default)
         g_exact, g_real = ov_exact(guarded)({name: x})[0], compiled({name: x})[0]
         assert sqnr(g_exact, g_real) > 25, ("default export: real int8 kernels against the exact arithmetic", sqnr(g_exact, g_real), default["overflow_fix"])
@@ -455,9 +457,9 @@ def test_paddle_ocr_like_opset11(tmp_path):
 
 
 def test_transformer_block(tmp_path):
-    # f32 for the layers left in FP32: on CPUs with bf16 (AMX), OpenVINO 2026.4 runs this attention
-    # (int8 Q @ K^T, softmax @ V in bf16) wrongly, NNCF's own quantization of it too (~8 dB)
-    summary, _, out = _export_and_run(tmp_path, transformer_block(), "32x32", 9, config={"INFERENCE_PRECISION_HINT": "f32"}, least=15)
+    # f32 for the layers left in FP32 (every compile here pins it): on CPUs with bf16 (AMX), OpenVINO
+    # 2026.4 runs this attention (int8 Q @ K^T, softmax @ V in bf16) wrongly, NNCF's own quantization of it too (~8 dB)
+    summary, _, out = _export_and_run(tmp_path, transformer_block(), "32x32", 9, least=15)
     # patch conv, q/k/v/o, Q @ K^T, MLP, head; softmax @ V is NNCF's ignored attention output
     assert summary["int8_layers"] == 9 and summary["fp32_layer_names"] == ["/attn/MatMul_1"]
     assert summary["ignored_pattern_nodes"] == {"attention_output": 3}  # Softmax, V's Transpose, MatMul

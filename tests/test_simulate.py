@@ -161,7 +161,7 @@ def test_simulation_equals_openvino_where_nothing_can_saturate(chain):
     for weights_7bit in ("all",) + (("none",) if cpu.has_vnni() else ()):
         data = qtool.export(m, cal, target="openvino", weights_7bit=weights_7bit)
         sim = simulate.simulation(data).run(["logits"], {"input": x})[0]
-        compiled = core.compile_model(core.read_model(data, b""), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+        compiled = core.compile_model(core.read_model(data, b""), "CPU", cpu.PINNED_F32)
         real = compiled(x)[0]
         assert _sqnr(sim, real) > 60, (weights_7bit, _sqnr(sim, real))  # the two agree far below the int8 noise
         assert abs(_sqnr(ref, sim) - _sqnr(ref, real)) < 0.05

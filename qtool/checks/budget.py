@@ -139,7 +139,7 @@ def latency_ms(target: str, model_bytes: bytes, feeds: dict, runs: int = 30) -> 
             simulate.openvino()
         except QtoolError:
             return None
-        session = simulate.OpenVINOSession(model_bytes, {"PERFORMANCE_HINT": "LATENCY"})
+        session = simulate.OpenVINOSession(model_bytes, {"PERFORMANCE_HINT": "LATENCY"}, precision="default")  # as deployed
     else:
         session = collect.make_session(onnx.load_model_from_string(model_bytes))
 

@@ -106,16 +106,21 @@ def simulation(model: onnx.ModelProto | bytes):
 
 
 class OpenVINOSession:
-    """OpenVINO's CPU plugin on a model, behind onnxruntime's `run(names, feeds)`."""
+    """OpenVINO's CPU plugin on a model, behind onnxruntime's `run(names, feeds)`. `precision`: the
+    float precision of the unquantized layers, "f32" or "default" (OpenVINO's choice on this CPU: bf16
+    with AVX-512 BF16 or AMX, qtool.quantizers.cpu), stated in the config either way; `float_precision`
+    is the one it runs them in ("f32", "bf16", "f16")."""
 
-    def __init__(self, data: bytes, config: dict | None = None):
+    def __init__(self, data: bytes, config: dict | None = None, precision: str = "f32"):
         ov = openvino()
         core = ov.Core()
+        chosen = core.get_property("CPU", "INFERENCE_PRECISION_HINT").get_type_name() if precision == "default" else precision
         try:
-            self.compiled = core.compile_model(core.read_model(data, b""), "CPU", config or {})
+            self.compiled = core.compile_model(core.read_model(data, b""), "CPU", {**(config or {}), "INFERENCE_PRECISION_HINT": chosen})
         except Exception as e:
             raise QtoolError(f"OpenVINO cannot compile the model: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from None
         self.request = self.compiled.create_infer_request()
+        self.float_precision = self.compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
 
     def run(self, names, feeds):
         """The outputs `names` (None: all) for the inputs `feeds`."""
@@ -136,9 +141,9 @@ def openvino():
 def runtime(name: str, data: bytes):
     """The real runtime on this CPU running the file `data`: OpenVINO ('openvino', f32 inference
     precision, int8 where the file quantizes) or onnxruntime ('onnxruntime', default optimizations:
-    its int8 kernels for Q/DQ)."""
+    its int8 kernels for Q/DQ; float layers in f32 too)."""
     if name == "openvino":
-        return OpenVINOSession(data, {"INFERENCE_PRECISION_HINT": "f32"})
+        return OpenVINOSession(data)
     if name == "onnxruntime":
         return collect.make_session(onnx.load_model_from_string(data))
     raise QtoolError(f"runtime {name!r} is not one of {', '.join(RUNTIMES)}")
