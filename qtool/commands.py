@@ -289,7 +289,8 @@ def report_file(file, *, output=None, target: str | None = None, trt_version: st
     if model_path is None and not source.exists():
         raise QtoolError(f"the calibrated model {str(source)!r} (recorded in {str(calib_path)!r}) is missing; pass it with --model")
     loaded = load_checked_model(model_path, calib_path, cal)
-    plan = rep.target_plan(loaded, cal, chosen, why=why, trt_version=trt_version, method=method)
+    options = {"trt_version": trt_version} if trt_version is not None else {}
+    plan = rep.target_plan(loaded, cal, chosen, why=why, method=method, **options)
     page = rep.render(cal, calib_path.name, plan, evaluated)
     with outs:
         outs.write(out, page)
@@ -554,7 +555,7 @@ def _evaluation_text(result: _evaluate.Evaluation, inputs: int, what: str, secon
     width = max([len("output")] + [len(o.name) for o in result.outputs])
     head = f"{'output':<{width}}  {'SQNR dB':>8}  {'cosine':>8}  {'top-1 agree':>11}"
     if rt is not None:
-        lines[0] += f"; also run by {rt.name} on this CPU ({_vnni(rt.vnni)})"
+        lines[0] += f"; also run by {rt.name} on this CPU ({_runtime_cpu(rt)})"
         head += f"  {rt.name + ' dB':>16}  {rt.name + ' top-1':>17}"
     lines.append(head)
     for i, o in enumerate(result.outputs):
@@ -574,8 +575,14 @@ def _top1(o) -> str:
     return f"{o.top1_agreement * 100:.2f} %" if o.top1_agreement is not None else "-"
 
 
-def _vnni(has: bool | None) -> str:
-    return "VNNI" if has else "no VNNI" if has is False else "VNNI unknown"
+def _runtime_cpu(rt) -> str:
+    """What the runtime's numbers depend on: the CPU's int8 instructions and the float precision of the layers left unquantized."""
+    text = "VNNI" if rt.vnni else "no VNNI" if rt.vnni is False else "VNNI unknown"
+    text = f"{rt.cpu_kind} kind, {text}" if rt.cpu_kind else text
+    text += f"; unquantized layers in {rt.float_precision}"
+    if rt.default_float and rt.default_float != rt.float_precision:
+        text += f" (pinned: {rt.name} alone would run them in {rt.default_float} on this CPU)"
+    return text
 
 
 def inspect_file(file, *, model=None, trt_version: str | None = None, weight_bits: int | None = None,

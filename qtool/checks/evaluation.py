@@ -238,6 +238,9 @@ class RuntimeResult:
     name: str  # "openvino" or "onnxruntime"
     outputs: list[OutputMetrics]
     vnni: bool | None  # qtool.quantizers.cpu.vnni() of this CPU: None when unknown
+    float_precision: str = "f32"  # what the runtime ran the unquantized layers in
+    cpu_kind: str | None = None  # this CPU's row of qtool.quantizers.cpu.KINDS, None when unknown
+    default_float: str | None = None  # the precision the runtime would choose itself on this CPU (OpenVINO: bf16 with AVX-512 BF16/AMX)
 
     @property
     def worst_sqnr_db(self) -> float:
@@ -245,7 +248,8 @@ class RuntimeResult:
 
     def to_json(self) -> dict:
         return {"name": self.name, "sqnr_db": json_number(self.worst_sqnr_db), "outputs": [o.to_json() for o in self.outputs],
-                "cpu_vnni": self.vnni}
+                "cpu_vnni": self.vnni, "cpu_kind": self.cpu_kind, "float_precision": self.float_precision,
+                "default_float_precision": self.default_float}
 
 
 @dataclass
@@ -474,8 +478,12 @@ def evaluate(loaded, cal, runs: Runs, *, target: str = "qdq", runtime: str | Non
         warnings.append(f"non-float output(s) not compared: {', '.join(not_compared)}")
     measured = None
     if runtime is not None:
-        r_accs, _ = _compare(reference, simulate.runtime(runtime, exported.data), names)
-        measured = RuntimeResult(runtime, output_metrics(names, r_accs), cpu.vnni())
+        session = simulate.runtime(runtime, exported.data)
+        r_accs, _ = _compare(reference, session, names)
+        kind = cpu.kind()
+        default = (kind.openvino_float if kind else None) if runtime == "openvino" else "f32"
+        measured = RuntimeResult(runtime, output_metrics(names, r_accs), cpu.vnni(), getattr(session, "float_precision", "f32"),
+                                 kind.name if kind else None, default)
         warnings += [f"{runtime}: {w}" for w in _output_warnings(names, r_accs)] + runtime_warnings(runtime, outputs, measured.outputs)
         if progress is not None:
             progress.update(1)
