@@ -655,9 +655,12 @@ def main() -> None:
             sys.exit(f"unknown model {name!r}: choose from {', '.join([*MODELS, *TEXT_MODELS])}")
     texts = [n for n in names if n in TEXT_MODELS]
     names = [n for n in names if n in MODELS]
+    from qtool.quantizers import cpu
+
     core = ov.Core()
-    f32 = {"INFERENCE_PRECISION_HINT": "f32"}
+    f32 = cpu.PINNED_F32
     run_config = None if args.precision == "default" else {"INFERENCE_PRECISION_HINT": args.precision}
+    print(f"this CPU: {cpu.describe()}", flush=True)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     results = {}
     if names and args.tensorrt:

@@ -10,6 +10,8 @@ photos), prints, measured in this run on this machine:
     (sigmoid scores, so the errors are small next to the values) and of the six raw head
     convolutions (the logits, a stricter measure);
   - the time each tool took to quantize.
+The int8 models run at --precision (default f32: the layers left in FP32 run in f32 on every CPU;
+`default` leaves it to OpenVINO, bf16 on CPUs with AVX-512 BF16 or AMX: qtool.quantizers.cpu.KINDS).
 Both tools see the same calibration images, preprocessed by qtool.feeds.data (stretch to 320x320,
 RGB, /255, NCHW). nncf is a bench-only dependency: pip install nncf.
 
@@ -106,6 +108,8 @@ def main() -> None:
     ap.add_argument("--eval", type=int, default=32, help="held-out images for SQNR")
     ap.add_argument("--runs", type=int, default=200, help="timed inferences per model")
     ap.add_argument("--size", type=int, default=320)
+    ap.add_argument("--precision", default="f32", choices=("f32", "bf16", "f16", "default"),
+                    help="OpenVINO inference precision of the int8 models (default: OpenVINO's choice for this CPU)")
     ap.add_argument("--method", default="entropy,mse", help="qtool threshold methods, comma-separated (entropy, max, mse, percentile:P)")
     args = ap.parse_args()
 
@@ -168,20 +172,23 @@ def main() -> None:
         nncf_runs[label] = (WORK / f"detector.nncf{'' if fbc else '.nobc'}.xml", time.perf_counter() - t)
         ov.save_model(nncf_model, str(nncf_runs[label][0]), compress_to_fp16=False)
 
-    f32 = {"INFERENCE_PRECISION_HINT": "f32"}
+    from qtool.quantizers import cpu
+
+    f32 = cpu.PINNED_F32
+    run = None if args.precision == "default" else {"INFERENCE_PRECISION_HINT": args.precision}
     heads = head_logits(onnx.load(str(model_path)))
     reference, ref_heads = outputs(core, str(model_path), eval_samples, heads, f32)
     rows = [
         ("FP32 (f32)", str(model_path), f32, None),
         ("FP32 (default precision)", str(model_path), None, None),
-        *((f"qtool int8 ({m})", str(path), None, f"calibrate {t_cal:.1f} s + export {t_exp:.1f} s")
+        *((f"qtool int8 ({m})", str(path), run, f"calibrate {t_cal:.1f} s + export {t_exp:.1f} s")
           for m, (path, t_exp) in exports.items()),
-        *((label, str(path), None, f"nncf.quantize {t_nncf:.1f} s") for label, (path, t_nncf) in nncf_runs.items()),
+        *((label, str(path), run, f"nncf.quantize {t_nncf:.1f} s") for label, (path, t_nncf) in nncf_runs.items()),
     ]
     latency = latencies_ms(core, {label: (path, config) for label, path, config, _ in rows}, eval_samples[0], args.runs)
     base = latency[rows[0][0]]
     print(f"detector {args.size}x{args.size}, {args.images} calibration images, SQNR on {args.eval} held-out images, "
-          f"OpenVINO {ov.__version__}, nncf {nncf.__version__}")
+          f"OpenVINO {ov.__version__} (int8 models at {args.precision} precision), nncf {nncf.__version__}; this CPU: {cpu.describe()}")
     print(f"{'model':32s} {'latency ms':>10s} {'speedup':>8s} {'int8 layers':>12s} {'SQNR dB':>8s} {'heads dB':>8s}  quantization time")
     for label, path, config, note in rows:
         ms = latency[label]
