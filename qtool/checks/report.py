@@ -182,10 +182,10 @@ def _layers(site) -> list[str]:
     return sorted({name for name, _slot in site.readers})
 
 
-def target_plan(loaded, cal: Calibration, target: str, *, why: str, trt_version: str | None = None,
-                method: str | None = None) -> TargetPlan:
-    """The quantizers `target`'s export (default options, `method` and `trt_version` as export
-    takes them) places in `loaded`, the model `cal` calibrates: the target's own `shown`."""
+def target_plan(loaded, cal: Calibration, target: str, *, why: str, method: str | None = None, **options) -> TargetPlan:
+    """The quantizers `target`'s export (default options, `method` and the target's own export
+    `options`, keywords of qtool.targets.OPTIONS, as export takes them) places in `loaded`, the model `cal`
+    calibrates: the target's own `shown`."""
     if target not in TARGETS:
         raise QtoolError(f"--target {target!r} is not one of {', '.join(TARGETS)}")
     if method is not None:
@@ -193,11 +193,9 @@ def target_plan(loaded, cal: Calibration, target: str, *, why: str, trt_version:
             thresholds.parse_method(method)
         except ValueError as e:
             raise QtoolError(f"--method: {e}") from None
-    options = {}
-    if trt_version is not None:
-        if "trt_version" not in targets.get(target).options:
-            raise QtoolError(f"--trt-version applies to --target {' or '.join(targets.taking('trt_version'))}, not {target}")
-        options["trt_version"] = trt_version
+    for key in options:
+        if key not in targets.get(target).options:
+            raise QtoolError(f"{targets.OPTIONS[key].flag} applies to --target {' or '.join(targets.taking(key))}, not {target}")
     view = targets.get(target).module().shown(loaded, cal, method=method, **options)
     used, plan = view.cal, view.plan
     return TargetPlan(target, view.title, why, view.method or used.method, {s.tensor: s for s in plan.activations}, list(plan.weights),
