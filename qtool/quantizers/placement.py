@@ -86,7 +86,7 @@ from .quantizer import Quantizer, Range
 from .rules import Rules
 
 WEIGHTS_7BIT = (None, "auto", "first", "all", "none")  # None: auto
-SEVEN_BIT_COST = 0.1  # the overflow guard gives 7-bit weights where they add at most this share of a layer's rounding noise
+WIDEN_COST = 1.0  # the overflow guard keeps a layer FP32 only where widening its weights adds more than this share of its rounding noise
 # NNCF's ModelType.TRANSFORMER ignored metatypes (src/nncf/quantization/algorithms/min_max/onnx_backend.py and
 # openvino_backend.py, get_ignored_metatypes: Add, Pow, Squeeze, Sub, AveragePool, GlobalAveragePool, ReduceMean,
 # ReduceL2, ReduceSum, Div, Max, Sqrt, Reciprocal, BatchNorm, comparisons; Mul too except on CPU_SPR): besides
@@ -590,12 +590,10 @@ class _Placer:
         """Give the layers whose u8 x s8 pair sums can saturate (qtool.quantizers.overflow) the target's
         remedy. "uint8" (onnxruntime): weights stored as uint8 with zero point 128, the same values,
         which onnxruntime multiplies with its u8 x u8 kernels, exactly, on every CPU; wherever the
-        saturation noise reaches 1 % of the layer's own rounding noise. "7bit" (OpenVINO, whose int8
-        kernels take s8 weights only): where the saturation noise exceeds what 7-bit weights add,
-        7-bit weights if they add at most SEVEN_BIT_COST of the layer's noise, else the layer stays
-        FP32 (exact; typically the image's first layer, where 7-bit weights cost most).
-        {layer: {"remedy": "uint8 weights" | "7-bit weights" | "fp32", "why": ...}}; FP32 layers
-        are only listed (place() places again without them)."""
+        saturation noise reaches 1 % of the layer's own rounding noise. "pairs" (OpenVINO, whose int8
+        kernels take s8 weights only): `_bound_pairs`.
+        {layer: {"remedy": "uint8 weights" | "pair-bounded weights" | "fp32", "why": ...}}; FP32
+        layers are only listed (place() places again without them)."""
 
         by_tensor = {s.tensor: s for s in activation_sites}
         weights = {s.tensor: s for s in weight_sites}
@@ -624,13 +622,40 @@ class _Placer:
             if remedy == "uint8" and risk.saturation > 0.01 * risk.noise:
                 wsite.unsigned_storage = True
                 fixed[name] = {"remedy": "uint8 weights", "why": risk.describe()}
-            elif remedy == "7bit" and risk.saturation > risk.seven_bit:
-                if risk.seven_bit <= SEVEN_BIT_COST * risk.noise:
-                    wsite.headroom_bits = 1
-                    fixed[name] = {"remedy": "7-bit weights", "why": risk.describe()}
-                else:
-                    fixed[name] = {"remedy": "fp32", "why": risk.describe()}
+            elif remedy == "pairs":
+                why = self._bound_pairs(n, slot, wsite, dims, record, site.params(), risk)
+                if why is not None:
+                    fixed[name] = why
         return fixed
+
+    def _bound_pairs(self, n: onnx.NodeProto, slot: int, wsite: Quantizer, dims: dict, record, act, risk) -> dict | None:
+        """OpenVINO's remedy for one layer (its int8 kernels take s8 weights only): the weight step
+        of the output channels whose same-sign pairs can pass int16 widened just enough
+        (overflow.pair_amax), where a pair can saturate: from the calibrated per-channel max |x|
+        where calibration recorded it (transformers: every such channel counts), else where the
+        histogram estimate reaches 1 % of the layer's rounding noise. The layer stays FP32 only
+        where that costs more than WIDEN_COST of its noise and saturation would cost more
+        (typically an image's first layer, all of whose weights pair with their own sign)."""
+        params = wsite.params()
+        values = np.asarray(wsite.values, dtype=np.float64)
+        k = overflow.reduction_rows(n, slot, values, dims)
+        if not k:
+            return None
+        codes = overflow.channel_codes(record, act, k[0].shape[1]) if n.op_type in ("MatMul", "Gemm") else None
+        floor = overflow.channel_floor(n, slot, values, dims, params.axis, codes)
+        amax = np.asarray(params.scale, dtype=np.float64) * params.grid.qmax
+        ratio = np.maximum(floor / amax, 1.0) if floor is not None else np.ones(1)
+        if not (ratio > 1 + 1e-9).any() or (codes is None and risk.saturation <= 0.01 * risk.noise):
+            return None
+        _, mean_sq = overflow.activation_codes(record, act)
+        rows = np.broadcast_to(ratio, amax.shape) if amax.ndim else ratio
+        cost = overflow.widening_noise(mean_sq, k[0].shape[1], np.tile(rows, k[0].shape[0] // rows.size))
+        why = (f"{risk.describe()}; {int((rows > 1 + 1e-9).sum())} of {rows.size} output channels' weight steps widened "
+               f"(up to x{float(rows.max()):.2f}) so no pair can saturate, adding {overflow.db(cost, risk.noise)} dB")
+        if cost > WIDEN_COST * risk.noise and risk.saturation > cost:
+            return {"remedy": "fp32", "why": why}
+        wsite.floor = floor if wsite.floor is None else np.maximum(wsite.floor, floor)
+        return {"remedy": "pair-bounded weights", "why": why}
 
     def _raw_inputs(self) -> set[str]:
         """Tensors computed from a float graph input by no linear layer (the image itself, up to
