@@ -31,8 +31,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fidelity import (MODELS, TEXT_MODELS, batched, load_feeds, metric, model_inputs, qtool, run_all, text_data,
-                      text_metrics)
+from fidelity import MODELS, TEXT_MODELS, batched, load_feeds, metric, model_inputs, qtool, run_all, text_data, text_metrics
 from openvino_vs_nncf import latencies_ms
 
 WORK = Path(tempfile.gettempdir()) / "qtool-bench" / "speed"

@@ -96,6 +96,19 @@ def activation_codes(record, params: quant.QParams) -> tuple[np.ndarray, float]:
     return pmf / total, float((counts * q_abs ** 2).sum() / total)
 
 
+def magnitude_codes(record, params: quant.QParams) -> tuple[np.ndarray, float]:
+    """(P(|q| = k) for k in 0..127, E[q^2]) of a signed quantizer's codes, from the record's histogram of |x|."""
+    counts = np.asarray(record.counts, dtype=np.float64)
+    total = counts.sum()
+    pmf = np.zeros(128)
+    if total <= 0 or not np.isfinite(total):
+        return pmf, 0.0
+    edges = record.edges()
+    q = np.minimum(np.rint((edges[:-1] + edges[1:]) / 2 / float(params.scale)), 127).astype(np.int64)
+    np.add.at(pmf, q, counts)
+    return pmf / total, float((counts * q.astype(np.float64) ** 2).sum() / total)
+
+
 def reduction_rows(node: onnx.NodeProto, slot: int, q: np.ndarray, dims: dict) -> list[np.ndarray]:
     """The integer weights of one linear layer as [output, reduction] matrices, one per pair layout
     a runtime uses; [] when the kernel has no pairs along the reduction (depthwise)."""
@@ -204,6 +217,25 @@ def _excess_sq_independent(pmf: np.ndarray) -> np.ndarray:
     s0, s1, s2 = suffix[0][first], suffix[1][first], suffix[2][first]
     inner = u ** 2 * s2 - 2 * u * r * s1 + r ** 2 * s0
     return np.maximum(inner, 0.0) @ pmf
+
+
+def assess_activations(record_a, act_a: quant.QParams, record_b, act_b: quant.QParams) -> Risk | None:
+    """The saturation estimate of a MatMul of two activations A @ B (Q.K^T, softmax.V): the
+    runtimes multiply A's u8 codes by B's s8 codes (B in the weights' place), pairs along the
+    reduction axis, all four codes of a pair independent draws from the histograms and the two
+    B codes of one sign half the time. Units as `assess`, per product (the reduction length
+    cancels out); None unless both grids are 8-bit, per tensor, and B's signed (the s8 side)."""
+    if (act_a.grid.qmax - act_a.grid.qmin != 255 or act_b.grid.qmax - act_b.grid.qmin != 255 or not act_b.grid.signed
+            or act_a.axis is not None or act_b.axis is not None):
+        return None
+    pmf_a, sq_a = activation_codes(record_a, act_a)
+    pmf_b, sq_b = magnitude_codes(record_b, act_b)
+    binned = np.add.reduceat(pmf_b, np.arange(0, 128, _BIN))
+    table = _excess_sq_independent(pmf_a)
+    saturation = 0.25 * float(binned @ table @ binned)  # half the pairs, of one sign half the time
+    noise = (sq_a + sq_b) / 12
+    share = float(pmf_a[CODES * 254 > LIMIT].sum())
+    return Risk(saturation, 3 * sq_a / 12, noise, share)
 
 
 def assess(node: onnx.NodeProto, slot: int, q: np.ndarray, dims: dict, record, act: quant.QParams,

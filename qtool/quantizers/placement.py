@@ -86,6 +86,11 @@ from .quantizer import Quantizer, Range
 from .rules import Rules
 
 WEIGHTS_7BIT = (None, "auto", "first", "all", "none")  # None: auto
+# a MatMul of two activations (Q.K^T) stays FP32 where its estimated saturation noise passes this share of its rounding noise
+# (its remedy within int8, 7-bit codes for B, would more than double that noise); measured per layer in OpenVINO on an
+# AVX2 CPU (bench/saturation.py), MiniLM's Q.K^T estimated at -15 to -19 dB saturate at -5 to -20 dB, without a trace in
+# the output (AVX2 and exact 28.4 dB)
+ACTIVATIONS_RISK = 0.1
 WIDEN_COST = 1.0  # the overflow guard keeps a layer FP32 only where widening its weights adds more than this share of its rounding noise
 # NNCF's ModelType.TRANSFORMER ignored metatypes (src/nncf/quantization/algorithms/min_max/onnx_backend.py and
 # openvino_backend.py, get_ignored_metatypes: Add, Pow, Squeeze, Sub, AveragePool, GlobalAveragePool, ReduceMean,
@@ -591,27 +596,40 @@ class _Placer:
         remedy. "uint8" (onnxruntime): weights stored as uint8 with zero point 128, the same values,
         which onnxruntime multiplies with its u8 x u8 kernels, exactly, on every CPU; wherever the
         saturation noise reaches 1 % of the layer's own rounding noise. "pairs" (OpenVINO, whose int8
-        kernels take s8 weights only): `_bound_pairs`.
+        kernels take s8 weights only): `_bound_pairs`. A MatMul of two activations (both targets):
+        FP32 where overflow.assess_activations passes ACTIVATIONS_RISK.
         {layer: {"remedy": "uint8 weights" | "pair-bounded weights" | "fp32", "why": ...}}; FP32
         layers are only listed (place() places again without them)."""
-
         by_tensor = {s.tensor: s for s in activation_sites}
         weights = {s.tensor: s for s in weight_sites}
         dims = self.constant_dims
         raw = self._raw_inputs()
         fixed: dict[str, dict] = {}
-        for name in int8_layers:
-            n = self.m.nodes[name]
-            wts = self.weights_of.get(name, [])
-            acts = self.asks.get(name, [])
-            if len(wts) != 1 or len(acts) != 1:
-                continue
-            (slot, wt), t = wts[0], acts[0]
+
+        def site_of(t: str):
+            """(the quantizer a layer's input `t` reads, moved up through pass-through ops, its record)."""
             site, upstream = None, t
             while site is None and upstream is not None:
                 site = by_tensor.get(upstream)
                 upstream = self.moved[upstream][0][2] if upstream in self.moved else None
-            record = self.records.get(t) or (self.records.get(site.tensor) if site else None)
+            return site, self.records.get(t) or (self.records.get(site.tensor) if site else None)
+
+        for name in int8_layers:
+            n = self.m.nodes[name]
+            wts = self.weights_of.get(name, [])
+            acts = self.asks.get(name, [])
+            if not wts and len(acts) == 2 and n.op_type == "MatMul":
+                (a, rec_a), (b, rec_b) = site_of(acts[0]), site_of(acts[1])
+                risk = None if None in (a, b, rec_a, rec_b) else overflow.assess_activations(rec_a, a.params(), rec_b, b.params())
+                if risk is not None and risk.saturation > ACTIVATIONS_RISK * risk.noise:
+                    fixed[name] = {"remedy": "fp32", "why": (
+                        f"two activations: saturation noise {overflow.db(risk.saturation, risk.noise)} dB of the int8 noise (7-bit "
+                        f"codes for its second input would add {overflow.db(risk.seven_bit, risk.noise)} dB)")}
+                continue
+            if len(wts) != 1 or len(acts) != 1:
+                continue
+            (slot, wt), t = wts[0], acts[0]
+            site, record = site_of(t)
             wsite = weights.get(wt)
             if site is None or record is None or wsite is None or wsite.headroom_bits:
                 continue
