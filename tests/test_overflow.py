@@ -341,3 +341,33 @@ def test_export_says_which_layers_the_guard_changed(calibrated, tmp_path):
     assert r.exit_code == 0 and "overflow guard: 1 layer(s) kept FP32 where int8 pair sums can saturate on CPUs without VNNI: stem" in r.output
     r = invoke("export", "--target", "qdq", "--calib", tmp_path / "m.calib.json", "-o", tmp_path / "m.qdq.onnx", "--weights-7bit", "none")
     assert r.exit_code == 0 and "overflow guard" not in r.output
+
+
+def test_matmul_of_two_activations_saturates_only_with_large_codes_on_both_sides():
+    """A's u8 codes times B's s8 codes: B within [-64, 64] cannot pass int16 (255 x 64 x 2 < 32767);
+    large codes on both sides do; small A codes never (127 x 127 x 2 < 32767)."""
+    unsigned = quant.QParams(np.asarray(1 / 255), np.asarray(0), quant.grid(8, signed=False))
+    signed = quant.QParams(np.asarray(1 / 127), np.asarray(0), quant.grid(8, signed=True))
+    big_a, small_a = _record(RNG.uniform(0.9, 1.0, 10000)), _record(RNG.uniform(0, 0.45, 10000))
+    big_b, small_b = _record(RNG.uniform(-1, 1, 10000)), _record(RNG.uniform(-0.5, 0.5, 10000))
+    assert overflow.assess_activations(big_a, unsigned, big_b, signed).saturation > 0.1 * overflow.assess_activations(
+        big_a, unsigned, big_b, signed).noise
+    assert overflow.assess_activations(big_a, unsigned, small_b, signed).saturation == 0
+    assert overflow.assess_activations(small_a, unsigned, big_b, signed).saturation == 0
+    assert overflow.assess_activations(big_a, unsigned, big_b, unsigned) is None  # an unsigned B is not the s8 side
+
+
+def test_a_matmul_of_two_activations_that_can_saturate_stays_fp32_for_any_cpu():
+    from qtool.quantizers import placement
+
+    nodes = [helper.make_node("MatMul", ["a", "b"], ["y"], name="qk")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [4, 16]),
+                                       helper.make_tensor_value_info("b", TensorProto.FLOAT, [16, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    b = _record(RNG.uniform(-1, 1, 10000))
+    for a, guarded in ((RNG.uniform(0.9, 1.0, 10000), True), (RNG.uniform(-1.0, 0.0, 10000), False)):  # A <= 0: codes <= 128
+        records = {"a": _record(a), "b": b}
+        plan = placement.place(m, records, overflow_remedy="pairs", rules=CPU)
+        assert (plan.int8_layers, list(plan.overflow["layers"])) == (([], ["qk"]) if guarded else (["qk"], []))
+        assert placement.place(m, records, rules=CPU).int8_layers == ["qk"]  # no guard (--cpu vnni)
