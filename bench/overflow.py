@@ -10,7 +10,7 @@ held-out inputs, in one run:
     worst output SQNR (dB), in the real runtime here (OpenVINO CPU with f32 inference precision;
     onnxruntime with its default optimizations) and in qtool's exact simulation
     (qtool.checks.simulate.simulation: on a CPU with VNNI the runtime computes this);
-  - the layers the guard changed (F: kept FP32, 7: 7-bit weights, U: uint8 weights);
+  - the layers the guard changed (F: kept FP32, 7: 7-bit weights, U: uint8 weights, P: pair-bounded weights);
   - latency of each file relative to FP32 in the real runtime (batch 1, median of --runs).
 The header says whether this CPU has VNNI: the runtime columns show saturation only where it has not.
 

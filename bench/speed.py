@@ -6,8 +6,8 @@ from the same calibration inputs: qtool (`calibrate --data`, `export --target op
 options: `--cpu any`, and with `--cpu vnni`) and NNCF 3.4 (`nncf.quantize` with its defaults;
 `model_type=TRANSFORMER` for the sentence encoders). Columns:
   - speed-up over FP32 in OpenVINO on this CPU (batch 1, LATENCY hint, f32 inference precision,
-    the four models interleaved in one process: bench/openvino_vs_nncf.latencies_ms), and
-    qtool's default latency over NNCF's (1.00: as fast; below: faster);
+    the four models taking turns inference by inference in one process, each one's 20th percentile
+    latency), and qtool's default latency over NNCF's (1.00: as fast; below: faster);
   - fidelity against FP32 (the model's task metric, as bench/fidelity.py; sentence encoders: SQNR of
     the token embeddings), in OpenVINO on this CPU ("run") and, for qtool's files, in the exact
     arithmetic of the file ("exact", qtool.checks.simulate: what a CPU with VNNI computes, up to
@@ -32,11 +32,31 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fidelity import MODELS, TEXT_MODELS, batched, load_feeds, metric, model_inputs, qtool, run_all, text_data, text_metrics
-from openvino_vs_nncf import latencies_ms
 
 WORK = Path(tempfile.gettempdir()) / "qtool-bench" / "speed"
 LINEAR = ("Convolution", "MatMul", "FullyConnected", "Deconvolution")
 F32 = {"INFERENCE_PRECISION_HINT": "f32"}
+
+
+def latencies_ms(core, models: dict, sample, runs: int, rounds: int) -> dict:
+    """Per model the 20th percentile of its latencies (batch 1, LATENCY hint), the models taking
+    turns inference by inference (`rounds` x `runs` each), so the load other processes put on the
+    machine falls on all of them alike."""
+    import time
+
+    feed = sample if isinstance(sample, dict) else [sample]
+    requests = {}
+    for label, (path, config) in models.items():
+        requests[label] = core.compile_model(str(path), "CPU", {"PERFORMANCE_HINT": "LATENCY", **config}).create_infer_request()
+        for _ in range(10):
+            requests[label].infer(feed)
+    times: dict[str, list[float]] = {label: [] for label in models}
+    for _ in range(rounds * runs):
+        for label, request in requests.items():
+            t = time.perf_counter()
+            request.infer(feed)
+            times[label].append(time.perf_counter() - t)
+    return {label: float(np.percentile(t, 20) * 1000) for label, t in times.items()}
 
 
 def int8_names(core, path) -> tuple[set[str], int]:
@@ -181,8 +201,8 @@ def main() -> None:
     ap.add_argument("--models", default=",".join(everything), help="comma-separated subset of: " + ", ".join(everything))
     ap.add_argument("--calib", type=int, default=64, help="calibration inputs (image models; both tools)")
     ap.add_argument("--eval", type=int, default=50, help="held-out inputs (image models)")
-    ap.add_argument("--runs", type=int, default=50, help="timed inferences per model and round")
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (each model keeps its best round)")
+    ap.add_argument("--runs", type=int, default=100, help="timed inferences per model and round")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of --runs turns")
     ap.add_argument("--dev", type=Path, default=Path.home() / ".cache" / "qtool-dev", help="fetch_dev_models.sh folder")
     ap.add_argument("--text-calib", type=int, default=64, help="sentence encoders: calibration sentences")
     ap.add_argument("--text-eval", type=int, default=128, help="sentence encoders: held-out sentences")
