@@ -371,3 +371,31 @@ def test_a_matmul_of_two_activations_that_can_saturate_stays_fp32_for_any_cpu():
         plan = placement.place(m, records, overflow_remedy="pairs", rules=CPU)
         assert (plan.int8_layers, list(plan.overflow["layers"])) == (([], ["qk"]) if guarded else (["qk"], []))
         assert placement.place(m, records, rules=CPU).int8_layers == ["qk"]  # no guard (--cpu vnni)
+
+
+@pytest.mark.parametrize("target,runtime", [("openvino", "openvino"), ("qdq", "onnxruntime")])
+def test_a_vit_block_runs_as_its_exact_arithmetic_on_this_cpu(target, runtime):
+    """The ViT-like block (patch Conv, attention, MLP, head): every pair the default file leaves int8,
+    Q.K^T included, stays within int16, so the runtime on this CPU gives the simulation's output;
+    the --cpu vnni file, on a CPU without VNNI, does not (15-25 dB against FP32 instead of 42)."""
+    import avx2
+    from test_openvino import transformer_block
+
+    from qtool.checks import simulate
+
+    m = transformer_block()
+    xs = np.random.default_rng(0).uniform(0, 1, (40, 1, 3, 32, 32)).astype(np.float32)
+    cal = qtool.calibrate(m, data=({"x": x} for x in xs[:32]))
+    fp32 = simulate.simulation(m.SerializeToString())
+    ref = np.concatenate([fp32.run(None, {"x": x})[0] for x in xs[32:]]).astype(np.float64)
+
+    def sqnr(data: bytes, session) -> float:
+        out = np.concatenate([session(data).run(None, {"x": x})[0] for x in xs[32:]]).astype(np.float64)
+        return float(10 * np.log10((ref ** 2).sum() / ((ref - out) ** 2).sum()))
+
+    default, vnni = qtool.export(m, cal, target=target), qtool.export(m, cal, target=target, cpu="vnni")
+    run, exact = sqnr(default, lambda d: simulate.runtime(runtime, d)), sqnr(default, simulate.simulation)
+    assert abs(run - exact) < 0.1 and exact > 35, (run, exact)
+    assert sqnr(vnni, simulate.simulation) > exact - 1  # the guard costs the exact arithmetic under 1 dB here
+    if avx2.host_is_avx2_only():
+        assert sqnr(vnni, lambda d: simulate.runtime(runtime, d)) < exact - 10
