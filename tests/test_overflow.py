@@ -242,14 +242,14 @@ def test_openvino_widens_only_the_channels_whose_pairs_can_saturate():
 
 
 def test_pair_bound_keeps_every_same_sign_pair_within_int16():
-    """Quantized on the step pair_amax / 127, no same-sign pair of codes times the largest codes
+    """Quantized on the step pair_step (or the 8-bit one where larger), no same-sign pair of codes times the largest codes
     its input channels reach passes 32767; rows without same-sign pairs ask for nothing."""
     w = RNG.standard_normal((64, 33))
     w[0] = np.where(np.arange(33) % 2, -1.0, 1.0) * np.abs(w[0])
     for codes in (None, RNG.integers(0, 256, 33).astype(np.float64)):
-        floor = overflow.pair_amax(w, codes)
-        assert floor[0] == 0
-        amax = np.maximum(np.abs(w).max(axis=1), floor)
+        step = overflow.pair_step(w, codes)
+        assert step[0] == 0
+        amax = np.maximum(np.abs(w).max(axis=1), 127 * step)
         q = np.rint(w / (amax[:, None] / 127))
         a = np.full(33, 255.0) if codes is None else codes
         qa, wa = np.concatenate([q, np.zeros((64, 1))], axis=1), np.concatenate([a, [0]])

@@ -24,7 +24,7 @@ flattened axis paired; oneDNN: channels paired within a kernel position, padded)
 counts. Depthwise convolutions have no pairs along a reduction axis (channels are the vector
 lanes) and are never at risk.
 
-The remedy that keeps a layer int8 at the least cost (`pair_amax`): widen the weight step of only
+The remedy that keeps a layer int8 at the least cost (`pair_step`): widen the weight step of only
 those output channels where a pair can pass int16, just enough that none can: per channel the
 step s >= max over same-sign pairs of (a1 |w1| + a2 |w2|) / (32767 - (a1 + a2) / 2), with a1, a2
 the largest codes the two input channels reach (255, or from the calibrated per-channel max |x|
@@ -147,11 +147,10 @@ def channel_codes(record, act: quant.QParams, k: int) -> np.ndarray | None:
     return np.clip(np.minimum(q, g.qmax) - g.qmin, 0, 255)
 
 
-def pair_amax(rows: np.ndarray, codes: np.ndarray | None = None) -> np.ndarray:
-    """Per row of float weights [output, reduction] (one layout of `reduction_rows`): the weight
-    amax whose 8-bit step (amax / 127) keeps every same-sign adjacent pair within int16 when the
-    input channels reach the u8 codes `codes` (None: 255 everywhere), and 0 for a row without
-    same-sign pairs."""
+def pair_step(rows: np.ndarray, codes: np.ndarray | None = None) -> np.ndarray:
+    """Per row of float weights [output, reduction] (one layout of `reduction_rows`): the smallest
+    weight step that keeps every same-sign adjacent pair within int16 when the input channels
+    reach the u8 codes `codes` (None: 255 everywhere), and 0 for a row without same-sign pairs."""
     w = np.asarray(rows, dtype=np.float64)
     a = np.full(w.shape[1], 255.0) if codes is None else np.asarray(codes, dtype=np.float64)
     if w.shape[1] % 2:
@@ -160,17 +159,17 @@ def pair_amax(rows: np.ndarray, codes: np.ndarray | None = None) -> np.ndarray:
     w1, w2, a1, a2 = w[:, 0::2], w[:, 1::2], a[0::2], a[1::2]
     need = (a1 * np.abs(w1) + a2 * np.abs(w2)) / (LIMIT - (a1 + a2) / 2)
     need = np.where(w1 * w2 > 0, need, 0.0)
-    return 127 * need.max(axis=1, initial=0.0)
+    return need.max(axis=1, initial=0.0)
 
 
-def channel_floor(node: onnx.NodeProto, slot: int, values: np.ndarray, dims: dict, axis: int | None,
-                  codes: np.ndarray | None) -> np.ndarray | None:
-    """`pair_amax` of a layer's float weights per channel of its weight quantizer (along `axis`;
+def channel_step(node: onnx.NodeProto, slot: int, values: np.ndarray, dims: dict, axis: int | None,
+                 codes: np.ndarray | None) -> np.ndarray | None:
+    """`pair_step` of a layer's float weights per channel of its weight quantizer (along `axis`;
     None: per tensor, one value), the worst over the runtimes' pair layouts; None without pairs."""
     layouts = reduction_rows(node, slot, values, dims)
     if not layouts:
         return None
-    per_row = np.max([pair_amax(rows, codes if codes is not None and rows.shape[1] == len(codes) else None)
+    per_row = np.max([pair_step(rows, codes if codes is not None and rows.shape[1] == len(codes) else None)
                       for rows in layouts], axis=0)
     if axis is None:
         return np.asarray(per_row.max(initial=0.0))

@@ -649,7 +649,7 @@ class _Placer:
     def _bound_pairs(self, n: onnx.NodeProto, slot: int, wsite: Quantizer, dims: dict, record, act, risk) -> dict | None:
         """OpenVINO's remedy for one layer (its int8 kernels take s8 weights only): the weight step
         of the output channels whose same-sign pairs can pass int16 widened just enough
-        (overflow.pair_amax), where a pair can saturate: from the calibrated per-channel max |x|
+        (overflow.pair_step), where a pair can saturate: from the calibrated per-channel max |x|
         where calibration recorded it (transformers: every such channel counts), else where the
         histogram estimate reaches 1 % of the layer's rounding noise. The layer stays FP32 only
         where that costs more than WIDEN_COST of its noise and saturation would cost more
@@ -660,7 +660,8 @@ class _Placer:
         if not k:
             return None
         codes = overflow.channel_codes(record, act, k[0].shape[1]) if n.op_type in ("MatMul", "Gemm") else None
-        floor = overflow.channel_floor(n, slot, values, dims, params.axis, codes)
+        step = overflow.channel_step(n, slot, values, dims, params.axis, codes)
+        floor = None if step is None else step * params.grid.qmax
         amax = np.asarray(params.scale, dtype=np.float64) * params.grid.qmax
         ratio = np.maximum(floor / amax, 1.0) if floor is not None else np.ones(1)
         if not (ratio > 1 + 1e-9).any() or (codes is None and risk.saturation <= 0.01 * risk.noise):

@@ -149,7 +149,7 @@ def weight_params(w, axis: int | None, policy: Policy = WEIGHTS, headroom_bits: 
     """Symmetric narrow-range weight quantizer from the weights (per channel along `axis`).
     headroom_bits: scale amax / (qmax >> headroom) on the same exported grid (NNCF's 7-bit
     overflow fix is 8 bits with one bit of headroom). floor: a smallest amax (per channel), e.g.
-    the overflow guard's (qtool.quantizers.overflow.pair_amax)."""
+    the overflow guard's (qtool.quantizers.overflow.pair_step)."""
     wa = np.abs(np.asarray(w, dtype=np.float64))
     if not np.all(np.isfinite(wa)):
         raise ValueError("weights contain NaN or infinity")

@@ -27,7 +27,7 @@ class Quantizer:
     calibrated min and max for asymmetric policies. Weight: the constant `values` (an initializer
     or Constant output), per channel on `axis`, `headroom_bits` 1 for NNCF's 7-bit overflow fix
     (scale amax / 63 on the 8-bit grid), `floor` a smallest amax per channel (the overflow
-    guard's pair bound, qtool.quantizers.overflow.pair_amax), `unsigned_storage` to store it as
+    guard's pair bound, qtool.quantizers.overflow.pair_step), `unsigned_storage` to store it as
     uint8 with zero point 128 (the same values; onnxruntime's exact u8 x u8 kernels)."""
 
     tensor: str
