@@ -6,8 +6,10 @@ from the same calibration inputs: qtool (`calibrate --data`, `export --target op
 options: `--cpu any`, and with `--cpu vnni`) and NNCF 3.4 (`nncf.quantize` with its defaults;
 `model_type=TRANSFORMER` for the sentence encoders). Columns:
   - speed-up over FP32 in OpenVINO on this CPU (batch 1, LATENCY hint, f32 inference precision,
-    the four models taking turns inference by inference in one process, each one's 20th percentile
-    latency), and qtool's default latency over NNCF's (1.00: as fast; below: faster);
+    the four models taking turns inference by inference in one process; each one's median over
+    --rounds of its median latency in the round), and qtool's default latency over NNCF's, the
+    median of the rounds' ratios and their range (1.00: as fast; below: faster; the range shows
+    what the machine's load leaves of the comparison);
   - fidelity against FP32 (the model's task metric, as bench/fidelity.py; sentence encoders: SQNR of
     the token embeddings), in OpenVINO on this CPU ("run") and, for qtool's files, in the exact
     arithmetic of the file ("exact", qtool.checks.simulate: what a CPU with VNNI computes, up to
@@ -38,10 +40,10 @@ LINEAR = ("Convolution", "MatMul", "FullyConnected", "Deconvolution")
 F32 = {"INFERENCE_PRECISION_HINT": "f32"}
 
 
-def latencies_ms(core, models: dict, sample, runs: int, rounds: int) -> dict:
-    """Per model the 20th percentile of its latencies (batch 1, LATENCY hint), the models taking
-    turns inference by inference (`rounds` x `runs` each), so the load other processes put on the
-    machine falls on all of them alike."""
+def latencies_ms(core, models: dict, sample, runs: int, rounds: int) -> dict[str, list[float]]:
+    """Per model its median latency in each of `rounds` rounds (batch 1, LATENCY hint), the models
+    taking turns inference by inference (`runs` each per round), so the load other processes put
+    on the machine falls on all of them alike."""
     import time
 
     feed = sample if isinstance(sample, dict) else [sample]
@@ -50,13 +52,17 @@ def latencies_ms(core, models: dict, sample, runs: int, rounds: int) -> dict:
         requests[label] = core.compile_model(str(path), "CPU", {"PERFORMANCE_HINT": "LATENCY", **config}).create_infer_request()
         for _ in range(10):
             requests[label].infer(feed)
-    times: dict[str, list[float]] = {label: [] for label in models}
-    for _ in range(rounds * runs):
-        for label, request in requests.items():
-            t = time.perf_counter()
-            request.infer(feed)
-            times[label].append(time.perf_counter() - t)
-    return {label: float(np.percentile(t, 20) * 1000) for label, t in times.items()}
+    medians: dict[str, list[float]] = {label: [] for label in models}
+    for _ in range(rounds):
+        times: dict[str, list[float]] = {label: [] for label in models}
+        for _ in range(runs):
+            for label, request in requests.items():
+                t = time.perf_counter()
+                request.infer(feed)
+                times[label].append(time.perf_counter() - t)
+        for label, t in times.items():
+            medians[label].append(float(np.median(t) * 1000))
+    return medians
 
 
 def int8_names(core, path) -> tuple[set[str], int]:
@@ -186,13 +192,16 @@ def one_model(name: str, args, core, photos) -> dict:
 
 
 def show(name: str, row: dict) -> None:
-    lat, fid = row["latency_ms"], row["fidelity"]
+    rounds, fid = row["latency_ms"], row["fidelity"]
+    lat = {label: float(np.median(v)) for label, v in rounds.items()}
+    ratios = np.asarray(rounds["qtool"]) / np.asarray(rounds["NNCF"])  # per round: the spread the machine's load leaves
     fmt = (lambda v: "-" if v is None else f"{v:.2f}") if "SQNR" in row["metric"] else (lambda v: "-" if v is None else f"{v:.4f}")
     speed = " ".join(f"{lat['fp32'] / lat[label]:5.2f}x" for label in ("qtool", "qtool vnni", "NNCF"))
     fidelity = " ".join(f"{fmt(fid[label][0]):>7s}/{fmt(fid[label][1]):<7s}" for label in ("qtool", "qtool vnni")) + f" {fmt(fid['NNCF'][0]):>7s}"
     missing = "/".join(str(len(row["not_int8_of_nncf"][label])) for label in ("qtool", "qtool vnni"))
     int8 = "/".join(str(row["int8"][label]) for label in ("qtool", "qtool vnni", "NNCF")) + f" of {row['linear']}"
-    print(f"{name:12s} {speed} {lat['qtool'] / lat['NNCF']:6.3f} | {row['metric']:17s} {fidelity} | {int8:>16s} {missing:>5s}", flush=True)
+    spread = f"{np.median(ratios):.3f} ({ratios.min():.2f}-{ratios.max():.2f})"
+    print(f"{name:12s} {speed} {spread:>17s} | {row['metric']:17s} {fidelity} | {int8:>16s} {missing:>5s}", flush=True)
 
 
 def main() -> None:
@@ -201,8 +210,8 @@ def main() -> None:
     ap.add_argument("--models", default=",".join(everything), help="comma-separated subset of: " + ", ".join(everything))
     ap.add_argument("--calib", type=int, default=64, help="calibration inputs (image models; both tools)")
     ap.add_argument("--eval", type=int, default=50, help="held-out inputs (image models)")
-    ap.add_argument("--runs", type=int, default=100, help="timed inferences per model and round")
-    ap.add_argument("--rounds", type=int, default=3, help="rounds of --runs turns")
+    ap.add_argument("--runs", type=int, default=50, help="timed inferences per model and round")
+    ap.add_argument("--rounds", type=int, default=9, help="rounds of --runs turns")
     ap.add_argument("--dev", type=Path, default=Path.home() / ".cache" / "qtool-dev", help="fetch_dev_models.sh folder")
     ap.add_argument("--text-calib", type=int, default=64, help="sentence encoders: calibration sentences")
     ap.add_argument("--text-eval", type=int, default=128, help="sentence encoders: held-out sentences")
@@ -230,7 +239,7 @@ def main() -> None:
     vnni = cpu.vnni()
     print(f"OpenVINO {ov.__version__}, nncf {nncf.__version__}; this CPU: {'VNNI' if vnni else 'no VNNI (AVX2 kernels: run = saturating, speed = AVX2 speed)' if vnni is False else 'VNNI unknown'}; "
           f"{args.calib} calibration / {args.eval} held-out inputs (sentence encoders {args.text_calib} / {args.text_eval})", flush=True)
-    print(f"{'model':12s} {'speed-up over FP32: q, q vnni, NNCF':>36s} {'q/NNCF':>6s} | {'metric':17s} "
+    print(f"{'model':12s} {'speed-up over FP32: q, q vnni, NNCF':>36s} {'q/NNCF (rounds)':>17s} | {'metric':17s} "
           f"{'q run/exact':>15s} {'vnni run/exact':>15s} {'NNCF run':>7s} | {'int8 q/vnni/NNCF':>16s} {'!N8':>5s}", flush=True)
     core = ov.Core()
     results = {}
