@@ -10,7 +10,7 @@ held-out inputs, in one run:
     worst output SQNR (dB), in the real runtime here (OpenVINO CPU with f32 inference precision;
     onnxruntime with its default optimizations) and in qtool's exact simulation
     (qtool.checks.simulate.simulation: on a CPU with VNNI the runtime computes this);
-  - the layers the guard changed (F: kept FP32, 7: 7-bit weights, U: uint8 weights);
+  - the layers the guard changed (F: kept FP32, 7: 7-bit weights, U: uint8 weights, P: pair-bounded weights);
   - latency of each file relative to FP32 in the real runtime (batch 1, median of --runs).
 The header says whether this CPU has VNNI: the runtime columns show saturation only where it has not.
 
@@ -93,7 +93,7 @@ class _OpenVINO:
 
 
 def guarded(summary: dict) -> str:
-    letters = {"fp32": "F", "7-bit weights": "7", "uint8 weights": "U"}
+    letters = {"fp32": "F", "7-bit weights": "7", "uint8 weights": "U", "pair-bounded weights": "P"}
     counts: dict[str, int] = {}
     for fix in summary.get("overflow_fix", {}).get("layers", {}).values():
         key = letters[fix["remedy"]]

@@ -341,8 +341,8 @@ def _names(values) -> list[str]:
 
 def export_file(model_path=None, *, target: str, calib=None, output=None, trt_version: str | None = None, fmt: str | None = None,
                 algorithm: str | None = None, method: str | None = None, high_precision: str | None = None,
-                precision: str | None = None, weights: str | None = None, include=(), exclude=(), weights_7bit: str | None = None,
-                smooth_quant: str | None = None, keep_fp32: int | None = None, max_drop: str | None = None, max_fp32: int = 20,
+                precision: str | None = None, weights: str | None = None, include=(), exclude=(), cpu: str | None = None,
+                weights_7bit: str | None = None, smooth_quant: str | None = None, keep_fp32: int | None = None, max_drop: str | None = None, max_fp32: int = 20,
                 images=None, data=None, limit: int | None = None, ignored_patterns: bool = True, bias_correction: bool = True,
                 weight_bits: int | None = None, activation_bits: int | None = None, scale_kind: str | None = None,
                 activations: str | None = None, rounding: str | None = None, policy=None) -> Outcome:
@@ -361,7 +361,7 @@ def export_file(model_path=None, *, target: str, calib=None, output=None, trt_ve
     if method is not None and method not in chosen.own_methods({"precision": precision}):
         _method(method)
     _check_target_options(target, trt_version=trt_version, fmt=fmt, algorithm=algorithm, precision=precision,
-                          high_precision=high_precision, weights=weights, weights_7bit=weights_7bit, smooth_quant=smooth_quant,
+                          high_precision=high_precision, weights=weights, cpu=cpu, weights_7bit=weights_7bit, smooth_quant=smooth_quant,
                           keep_fp32=keep_fp32, max_drop=max_drop, no_ignored_patterns=not ignored_patterns, weight_bits=weight_bits,
                           activation_bits=activation_bits, scale=scale_kind, activations=activations, rounding=rounding,
                           policy=policy)
@@ -371,8 +371,8 @@ def export_file(model_path=None, *, target: str, calib=None, output=None, trt_ve
     source = model_path if model_path is not None else calib_path.parent / cal.model_path
     options = dict(trt_version=trt_version, algorithm=algorithm or "entropy2", fmt=fmt, method=method, high_precision=high_precision,
                    precision=precision or "int8", weights=weights, exclude=_names(exclude), include=_names(include),
-                   weights_7bit=weights_7bit, smooth_quant=smooth_quant or "auto", ignored_patterns=bool(ignored_patterns),
-                   bias_correction=bool(bias_correction),
+                   cpu=cpu or "any", weights_7bit=weights_7bit, smooth_quant=smooth_quant or "auto",
+                   ignored_patterns=bool(ignored_patterns), bias_correction=bool(bias_correction),
                    policies=_policies(weight_bits, activation_bits, scale_kind, activations, rounding, policy))
     options, said = chosen.export_options(options)
     out = output or Path(Path(cal.model_path).stem + module.suffix(**options))
@@ -427,7 +427,7 @@ def _mixed_precision(loaded, cal, target, keep_fp32, budget_, max_fp32, options,
 
     _, runs = held_out_runs(loaded, cal, images, data, limit)
     # the export's own options: the layers are ranked and measured on the target's model exported (its exact simulation)
-    shared = {k: options[k] for k in ("exclude", "include", "weights_7bit", "smooth_quant", "ignored_patterns", "policies", "method", "bias_correction")}
+    shared = {k: options[k] for k in ("exclude", "include", "cpu", "weights_7bit", "smooth_quant", "ignored_patterns", "policies", "method", "bias_correction")}
     if keep_fp32:
         kept = _evaluate.keep_fp32(loaded, cal, keep_fp32, runs, target=target, **shared)
         return {"exclude": kept.exclude, "warnings": kept.warnings, "kept_fp32": kept.tensors}
@@ -458,7 +458,8 @@ def _overflow_text(fix: dict | None) -> str:
     by_remedy: dict[str, list[str]] = {}
     for name, layer in fix["layers"].items():
         by_remedy.setdefault(layer["remedy"], []).append(name)
-    what = {"fp32": "kept FP32", "7-bit weights": "7-bit weights", "uint8 weights": "uint8 weights (the same values)"}
+    what = {"fp32": "kept FP32", "7-bit weights": "7-bit weights", "uint8 weights": "uint8 weights (the same values)",
+            "pair-bounded weights": "int8, their weight steps widened on the channels whose pairs could pass int16"}
     why = "where int8 pair sums can saturate on CPUs without VNNI" if fix["mode"] == "auto" else f"(--weights-7bit {fix['mode']})"
     return "".join(f"\noverflow guard: {len(names)} layer(s) {what[remedy]} {why}: {', '.join(names[:4])}{' ...' if len(names) > 4 else ''}"
                    for remedy, names in by_remedy.items())
@@ -479,8 +480,8 @@ def _text_value(value) -> str | None:
 def evaluate_files(model_path, *, calib=None, images=None, data=None, limit: int | None = None, size=None, resize: str | None = None,
                    scale=None, mean=None, std=None, bgr: bool | None = None, layout: str | None = None, batch_size: int | None = None,
                    target: str = "qdq", runtime: str | None = None, method: str | None = None, exclude=(), include=(),
-                   weights_7bit: str | None = None, smooth_quant: str | None = None, ignored_patterns: bool = True,
-                   bias_correction: bool = True, trt_version: str | None = None, fmt: str | None = None,
+                   cpu: str | None = None, weights_7bit: str | None = None, smooth_quant: str | None = None,
+                   ignored_patterns: bool = True, bias_correction: bool = True, trt_version: str | None = None, fmt: str | None = None,
                    high_precision: str | None = None, precision: str | None = None, tensors: bool = False,
                    fail_below: float | None = None, weight_bits: int | None = None, activation_bits: int | None = None,
                    scale_kind: str | None = None, activations: str | None = None, rounding: str | None = None, policy=None,
@@ -496,7 +497,8 @@ def evaluate_files(model_path, *, calib=None, images=None, data=None, limit: int
     calib, images, data, policy = map(_path, (calib, images, data, policy))
     _check_target(target)
     _check_target_options(target, {"scale": "--scale-kind"}, trt_version=trt_version, fmt=fmt, high_precision=high_precision,
-                          precision=precision, weights_7bit=weights_7bit, smooth_quant=smooth_quant, no_ignored_patterns=not ignored_patterns,
+                          precision=precision, cpu=cpu, weights_7bit=weights_7bit, smooth_quant=smooth_quant,
+                          no_ignored_patterns=not ignored_patterns,
                           weight_bits=weight_bits, activation_bits=activation_bits, scale=scale_kind, activations=activations,
                           rounding=rounding, policy=policy)
     try:
@@ -516,7 +518,8 @@ def evaluate_files(model_path, *, calib=None, images=None, data=None, limit: int
     inputs, runs = held_out_runs(loaded, cal, images, data, limit, batch_size, size=_text_value(size), resize=resize,
                                  scale_text=_text_value(scale), mean=_text_value(mean), std=_text_value(std), bgr=bgr, layout=layout)
     options = {k: v for k, v in dict(
-        exclude=_names(exclude), include=_names(include), weights_7bit=weights_7bit, smooth_quant=smooth_quant or "auto", method=method,
+        exclude=_names(exclude), include=_names(include), cpu=cpu or "any", weights_7bit=weights_7bit,
+        smooth_quant=smooth_quant or "auto", method=method,
         ignored_patterns=bool(ignored_patterns), bias_correction=bool(bias_correction),
         trt_version=trt_version, fmt=fmt, high_precision=high_precision, precision=precision or "int8",
         policies=_policies(weight_bits, activation_bits, scale_kind, activations, rounding, policy),

@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import qtool
 from qtool.calibration import TensorRecord
-from qtool.quantizers import overflow, quant
+from qtool.quantizers import overflow, policy, quant
 from qtool.targets.cpu import CPU
 
 RNG = np.random.default_rng(7)
@@ -198,8 +198,8 @@ def test_summary_names_the_guarded_layers_and_why(calibrated, tmp_path):
 
 
 def test_openvino_keeps_the_stem_fp32_where_7bit_weights_would_cost_accuracy(calibrated):
-    """The stem's 7-bit weights would add more noise than its int8 rounding: it stays FP32 (exact);
-    an inner layer whose 7-bit weights cost little gets them (placement.SEVEN_BIT_COST)."""
+    """Widening the stem's weight steps (all its pairs share a sign: 7-bit weights) would add more
+    noise than its int8 rounding (placement.WIDEN_COST): it stays FP32 (exact)."""
     m, cal = calibrated
     fq = onnx.load_model_from_string(qtool.export(m, cal, target="openvino"))
     assert {n.input[0] for n in fq.graph.node if n.op_type == "FakeQuantize"} & {"x", "w1"} == set()
@@ -213,26 +213,121 @@ def test_openvino_keeps_the_stem_fp32_where_7bit_weights_would_cost_accuracy(cal
     assert steps == {"w1": 63, "w2": 127}
 
 
-def test_openvino_gives_7bit_weights_where_they_cost_little():
-    """An inner layer (not reading the image) whose signed input is small but whose pairs of large
-    weights saturate on any positive value: 7-bit weights add little noise there, so it gets them
-    (the first layer's pairs have opposite signs: never at risk)."""
+def test_openvino_widens_only_the_channels_whose_pairs_can_saturate():
+    """An inner layer whose pairs of large same-sign weights saturate on large codes: OpenVINO's
+    remedy keeps it int8 and widens the weight step of those output channels only, just enough
+    (channels whose neighbouring weights alternate in sign keep theirs)."""
     from qtool.quantizers import placement
 
     w_a = (np.abs(RNG.standard_normal((16, 16, 1, 1))) * np.where(np.arange(16) % 2, -0.1, 0.1).reshape(1, 16, 1, 1)).astype(np.float32)
-    w_b = np.full((8, 16, 1, 1), 0.5, np.float32)
+    w_b = RNG.uniform(0.2, 0.5, (8, 16, 1, 1)).astype(np.float32)
+    w_b[4:] *= np.where(np.arange(16) % 2, -1, 1).reshape(1, 16, 1, 1)  # alternating signs: no pair can saturate
     nodes = [helper.make_node("Conv", ["x", "wa"], ["t"], name="a"), helper.make_node("Conv", ["t", "wb"], ["y"], name="b")]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 4, 4])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 4, 4])],
                           [numpy_helper.from_array(w_a, "wa"), numpy_helper.from_array(w_b, "wb")])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-    small = RNG.uniform(-0.05, 0.05, 100000)
-    t = np.where(RNG.random(100000) < 0.01, 0.9, small)
+    t = RNG.uniform(0, 1, 100000)
     records = {"x": _record(RNG.uniform(0, 0.4, 100000)), "t": _record(t)}
-    plan = placement.place(m, records, overflow_remedy="7bit", rules=CPU)
-    assert {k: v["remedy"] for k, v in plan.overflow["layers"].items()} == {"b": "7-bit weights"}
-    assert {w.tensor: w.headroom_bits for w in plan.weights} == {"wa": 0, "wb": 1}
-    assert placement.place(m, records, overflow_remedy="7bit", weights_7bit="none", rules=CPU).overflow["layers"] == {}
+    plan = placement.place(m, records, overflow_remedy="pairs", rules=CPU)
+    assert {k: v["remedy"] for k, v in plan.overflow["layers"].items()} == {"b": "pair-bounded weights"}
+    wb = next(w for w in plan.weights if w.tensor == "wb")
+    codes = np.abs(policy.quantize(w_b, wb.params())).reshape(8, 16)
+    plain = np.abs(w_b).reshape(8, 16).max(axis=1) / 127
+    scale = np.asarray(wb.params().scale).reshape(-1)
+    assert (scale[:4] > plain[:4] * 1.2).all() and np.allclose(scale[4:], plain[4:])
+    pairs = codes[:4, 0::2] + codes[:4, 1::2]
+    assert 255 * pairs.max() <= overflow.LIMIT < 255 * (pairs.max() + 2)  # just enough
+    assert placement.place(m, records, overflow_remedy="pairs", weights_7bit="none", rules=CPU).overflow["layers"] == {}
+
+
+def test_pair_bound_keeps_every_same_sign_pair_within_int16():
+    """Quantized on the step pair_step (or the 8-bit one where larger), no same-sign pair of codes times the largest codes
+    its input channels reach passes 32767; rows without same-sign pairs ask for nothing."""
+    w = RNG.standard_normal((64, 33))
+    w[0] = np.where(np.arange(33) % 2, -1.0, 1.0) * np.abs(w[0])
+    for codes in (None, RNG.integers(0, 256, 33).astype(np.float64)):
+        step = overflow.pair_step(w, codes)
+        assert step[0] == 0
+        amax = np.maximum(np.abs(w).max(axis=1), 127 * step)
+        q = np.rint(w / (amax[:, None] / 127))
+        a = np.full(33, 255.0) if codes is None else codes
+        qa, wa = np.concatenate([q, np.zeros((64, 1))], axis=1), np.concatenate([a, [0]])
+        sums = np.abs(qa[:, 0::2]) * wa[0::2] + np.abs(qa[:, 1::2]) * wa[1::2]
+        same = qa[:, 0::2] * qa[:, 1::2] > 0
+        assert sums[same].max() <= overflow.LIMIT
+
+
+def _chain(seed: int = 3):
+    """x -> 1x1 Conv (identity: no pair at risk) -> Relu -> 1x1 Conv of Gaussian weights: the second
+    layer's independent u8 inputs saturate its pairs without VNNI."""
+    rng = np.random.default_rng(seed)
+    c = 64
+    wa = np.eye(c, dtype=np.float32).reshape(c, c, 1, 1)
+    wb = (rng.standard_normal((16, c, 1, 1)) * 0.1).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "wa"], ["t0"], name="a"), helper.make_node("Relu", ["t0"], ["t"], name="r"),
+             helper.make_node("Conv", ["t", "wb"], ["y"], name="b")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 4, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 4, 4])],
+                          [numpy_helper.from_array(wa, "wa"), numpy_helper.from_array(wb, "wb")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m, rng.uniform(0, 1, (40, 1, c, 4, 4)).astype(np.float32)
+
+
+def test_openvino_default_export_runs_exactly_where_the_vnni_export_saturates():
+    """OpenVINO on this CPU runs the default export (--cpu any) as its exact simulation, every layer
+    int8; the --cpu vnni file has no guard (the same bytes as --weights-7bit none), and on a CPU
+    without VNNI OpenVINO's int8 convolution saturates it."""
+    import avx2
+
+    from qtool.checks import simulate
+
+    m, xs = _chain()
+    cal = qtool.calibrate(m, data=({"x": x} for x in xs[:32]))
+    default = qtool.export(m, cal, target="openvino")
+    vnni = qtool.export(m, cal, target="openvino", cpu="vnni")
+    assert vnni == qtool.export(m, cal, target="openvino", weights_7bit="none") != default
+    gaps = {}
+    for name, data in (("any", default), ("vnni", vnni)):
+        real, exact = simulate.runtime("openvino", data), simulate.simulation(data)
+        gaps[name] = max(float(np.abs(real.run(None, {"x": x})[0] - exact.run(None, {"x": x})[0]).max()) for x in xs[32:])
+    assert gaps["any"] < 1e-4, gaps
+    if avx2.host_is_avx2_only():
+        assert gaps["vnni"] > 0.01, gaps
+
+
+def test_cpu_option_in_the_summary_api_and_command_line(tmp_path):
+    from runcli import invoke
+
+    from qtool.targets import exporter
+
+    m, xs = _chain()
+    path = tmp_path / "m.onnx"
+    onnx.save(m, str(path))
+    cal = qtool.calibrate(m, data=({"x": x} for x in xs[:32]))
+    loaded = qtool.api._checked(str(path), cal)
+    summary = exporter("openvino").export(loaded, cal).summary
+    assert summary["cpu"] == "any" and summary["int8_layers"] == 2 and list(summary["overflow_fix"]["layers"]) == ["b"]
+    summary = exporter("qdq").export(loaded, cal, cpu="vnni").summary
+    assert summary["cpu"] == "vnni" and "overflow_fix" not in summary
+    assert exporter("openvino").export(loaded, cal, cpu="vnni", weights_7bit="all").summary["overflow_fix"]["mode"] == "all"
+    cal.model_path = "m.onnx"
+    cal.save(str(tmp_path / "m.calib.json"))
+    data = tmp_path / "held"
+    data.mkdir()
+    for i, x in enumerate(xs[32:]):
+        np.save(data / f"{i}.npy", x)
+    r = invoke("export", "--target", "openvino", "--calib", tmp_path / "m.calib.json", "-o", tmp_path / "v.onnx", "--cpu", "vnni", "--json")
+    assert r.exit_code == 0 and '"cpu": "vnni"' in r.output
+    r = invoke("export", "--target", "tensorrt", "--calib", tmp_path / "m.calib.json", "-o", tmp_path / "t.onnx", "--cpu", "vnni")
+    assert r.exit_code == 2 and "--cpu applies to --target openvino or qdq" in r.output
+    scores = {}
+    for cpu in ("any", "vnni"):
+        r = invoke("evaluate", path, "--calib", tmp_path / "m.calib.json", "--data", data, "--target", "openvino", "--cpu", cpu, "--json")
+        assert r.exit_code == 0, r.output
+        scores[cpu] = r.stdout
+    assert scores["any"] != scores["vnni"]  # each scores the file its choice writes
 
 
 def test_export_says_which_layers_the_guard_changed(calibrated, tmp_path):
@@ -246,3 +341,61 @@ def test_export_says_which_layers_the_guard_changed(calibrated, tmp_path):
     assert r.exit_code == 0 and "overflow guard: 1 layer(s) kept FP32 where int8 pair sums can saturate on CPUs without VNNI: stem" in r.output
     r = invoke("export", "--target", "qdq", "--calib", tmp_path / "m.calib.json", "-o", tmp_path / "m.qdq.onnx", "--weights-7bit", "none")
     assert r.exit_code == 0 and "overflow guard" not in r.output
+
+
+def test_matmul_of_two_activations_saturates_only_with_large_codes_on_both_sides():
+    """A's u8 codes times B's s8 codes: B within [-64, 64] cannot pass int16 (255 x 64 x 2 < 32767);
+    large codes on both sides do; small A codes never (127 x 127 x 2 < 32767)."""
+    unsigned = quant.QParams(np.asarray(1 / 255), np.asarray(0), quant.grid(8, signed=False))
+    signed = quant.QParams(np.asarray(1 / 127), np.asarray(0), quant.grid(8, signed=True))
+    big_a, small_a = _record(RNG.uniform(0.9, 1.0, 10000)), _record(RNG.uniform(0, 0.45, 10000))
+    big_b, small_b = _record(RNG.uniform(-1, 1, 10000)), _record(RNG.uniform(-0.5, 0.5, 10000))
+    assert overflow.assess_activations(big_a, unsigned, big_b, signed).saturation > 0.1 * overflow.assess_activations(
+        big_a, unsigned, big_b, signed).noise
+    assert overflow.assess_activations(big_a, unsigned, small_b, signed).saturation == 0
+    assert overflow.assess_activations(small_a, unsigned, big_b, signed).saturation == 0
+    assert overflow.assess_activations(big_a, unsigned, big_b, unsigned) is None  # an unsigned B is not the s8 side
+
+
+def test_a_matmul_of_two_activations_that_can_saturate_stays_fp32_for_any_cpu():
+    from qtool.quantizers import placement
+
+    nodes = [helper.make_node("MatMul", ["a", "b"], ["y"], name="qk")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [4, 16]),
+                                       helper.make_tensor_value_info("b", TensorProto.FLOAT, [16, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    b = _record(RNG.uniform(-1, 1, 10000))
+    for a, guarded in ((RNG.uniform(0.9, 1.0, 10000), True), (RNG.uniform(-1.0, 0.0, 10000), False)):  # A <= 0: codes <= 128
+        records = {"a": _record(a), "b": b}
+        plan = placement.place(m, records, overflow_remedy="pairs", rules=CPU)
+        assert (plan.int8_layers, list(plan.overflow["layers"])) == (([], ["qk"]) if guarded else (["qk"], []))
+        assert placement.place(m, records, rules=CPU).int8_layers == ["qk"]  # no guard (--cpu vnni)
+
+
+@pytest.mark.parametrize("target,runtime", [("openvino", "openvino"), ("qdq", "onnxruntime")])
+def test_a_vit_block_runs_as_its_exact_arithmetic_on_this_cpu(target, runtime):
+    """The ViT-like block (patch Conv, attention, MLP, head): every pair the default file leaves int8,
+    Q.K^T included, stays within int16, so the runtime on this CPU gives the simulation's output;
+    the --cpu vnni file, on a CPU without VNNI, does not (15-25 dB against FP32 instead of 42)."""
+    import avx2
+    from test_openvino import transformer_block
+
+    from qtool.checks import simulate
+
+    m = transformer_block()
+    xs = np.random.default_rng(0).uniform(0, 1, (40, 1, 3, 32, 32)).astype(np.float32)
+    cal = qtool.calibrate(m, data=({"x": x} for x in xs[:32]))
+    fp32 = simulate.simulation(m.SerializeToString())
+    ref = np.concatenate([fp32.run(None, {"x": x})[0] for x in xs[32:]]).astype(np.float64)
+
+    def sqnr(data: bytes, session) -> float:
+        out = np.concatenate([session(data).run(None, {"x": x})[0] for x in xs[32:]]).astype(np.float64)
+        return float(10 * np.log10((ref ** 2).sum() / ((ref - out) ** 2).sum()))
+
+    default, vnni = qtool.export(m, cal, target=target), qtool.export(m, cal, target=target, cpu="vnni")
+    run, exact = sqnr(default, lambda d: simulate.runtime(runtime, d)), sqnr(default, simulate.simulation)
+    assert abs(run - exact) < 0.1 and exact > 35, (run, exact)
+    assert sqnr(vnni, simulate.simulation) > exact - 1  # the guard costs the exact arithmetic under 1 dB here
+    if avx2.host_is_avx2_only():
+        assert sqnr(vnni, lambda d: simulate.runtime(runtime, d)) < exact - 10

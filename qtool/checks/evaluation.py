@@ -56,7 +56,7 @@ Runs = Callable[[], Iterable[tuple[Feeds, int]]]  # a fresh iterator of (feeds, 
 CACHE_BYTES = 512 << 20
 
 RANKED = targets.ranked()  # targets whose writers build a model of any subset of quantizers (prepare/quantized)
-PREPARE_OPTIONS = ("exclude", "include", "weights_7bit", "smooth_quant", "ignored_patterns", "policies", "method")  # those of prepare()
+PREPARE_OPTIONS = ("exclude", "include", "cpu", "weights_7bit", "smooth_quant", "ignored_patterns", "policies", "method")  # those of prepare()
 RUNTIME_GAP_DB = 1.0  # runtime and simulation further apart than this on an output: a warning names the likely cause
 _CAP_DB = 100.0  # SQNRs above this are float rounding alone (nothing quantized): no gap between them is reported
 
@@ -441,7 +441,8 @@ def _likely_cause(runtime: str, worse: bool) -> str:
     """Saturation only makes a runtime worse; a runtime better than the file skips roundings."""
     has = cpu.vnni()
     if worse and cpu.is_x86() and has is False:
-        return "this CPU has no VNNI (avx512_vnni/avx_vnni): int8 pair sums can saturate (qtool export --weights-7bit all rules it out)"
+        return ("this CPU has no VNNI (avx512_vnni/avx_vnni): int8 pair sums can saturate (a --cpu vnni file is for CPUs with VNNI; "
+                "the default --cpu any guards every layer)")
     if worse and cpu.is_x86() and has is None:
         return "this CPU's flags could not be read: without VNNI (avx512_vnni/avx_vnni) int8 pair sums can saturate"
     if not worse:

@@ -38,6 +38,7 @@ def _progress(total: int, enabled: bool):
 @option("method", "evaluate")
 @option("exclude", "evaluate")
 @option("include", "evaluate")
+@option("cpu", "evaluate")
 @option("weights_7bit", "evaluate")
 @option("smooth_quant", "evaluate")
 @option("ignored_patterns", "evaluate")
@@ -52,7 +53,7 @@ def _progress(total: int, enabled: bool):
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout (infinite SQNR as the string \"inf\").")
 @click.pass_context
 def evaluate(ctx, model_path, calib, images_dir, data_dir, limit, size, resize, scale_text, mean, std, bgr, layout,
-             batch_size, target, runtime, method, exclude, include, weights_7bit, smooth_quant, no_ignored_patterns, no_bias_correction,
+             batch_size, target, runtime, method, exclude, include, cpu, weights_7bit, smooth_quant, no_ignored_patterns, no_bias_correction,
              trt_version, fmt, high_precision, precision, per_tensor, fail_below, weight_bits, activation_bits, scale_kind, activation_mode,
              rounding, policy_file, as_json):
     """Compare a target's int8 model with FP32 on held-out inputs.
@@ -74,7 +75,7 @@ def evaluate(ctx, model_path, calib, images_dir, data_dir, limit, size, resize, 
     with _progress(1, not (ctx.obj["quiet"] or as_json)) as bar:
         outcome = call(api.evaluate_files, model_path, calib=calib, images=images_dir, data=data_dir, limit=limit, size=size,
                        resize=resize, scale=scale_text, mean=mean, std=std, bgr=bgr, layout=layout, batch_size=batch_size,
-                       target=target, runtime=runtime, method=method, exclude=exclude, include=include, weights_7bit=weights_7bit,
+                       target=target, runtime=runtime, method=method, exclude=exclude, include=include, cpu=cpu, weights_7bit=weights_7bit,
                        smooth_quant=smooth_quant, ignored_patterns=not no_ignored_patterns, bias_correction=not no_bias_correction,
                        trt_version=trt_version, fmt=fmt, high_precision=high_precision, precision=precision, tensors=per_tensor,
                        fail_below=fail_below, weight_bits=weight_bits, activation_bits=activation_bits, scale_kind=scale_kind,

@@ -57,6 +57,7 @@ def parse_target(text: str) -> str:
 @option("weights")
 @option("include")
 @option("exclude")
+@option("cpu")
 @option("weights_7bit")
 @option("smooth_quant")
 @click.option("--keep-fp32", type=click.IntRange(min=1), metavar="N", help="openvino/qdq: also keep in FP32 the layers reading the N quantized tensors that qtool evaluate --tensors ranks most harmful on the inputs of --images/--data (preprocessed as the calibration file records), in the target's own model, simulated exactly.")
@@ -70,7 +71,7 @@ def parse_target(text: str) -> str:
 @policy_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
 def export(model_path, target_text, calib, output, trt_version, fmt, algorithm, method, high_precision, precision, weights, include,
-           exclude, weights_7bit, smooth_quant, keep_fp32, max_drop, max_fp32, images_dir, data_dir, limit, no_ignored_patterns, no_bias_correction,
+           exclude, cpu, weights_7bit, smooth_quant, keep_fp32, max_drop, max_fp32, images_dir, data_dir, limit, no_ignored_patterns, no_bias_correction,
            weight_bits, activation_bits, scale_kind, activation_mode, rounding, policy_file, as_json):
     """Write the calibrated ranges of MODEL in a target format.
 
@@ -79,7 +80,7 @@ def export(model_path, target_text, calib, output, trt_version, fmt, algorithm, 
     """
     outcome = call(api.export_file, model_path, target=parse_target(target_text), calib=calib, output=output, trt_version=trt_version,
                    fmt=fmt, algorithm=algorithm, method=method, high_precision=high_precision, precision=precision, weights=weights,
-                   include=include, exclude=exclude, weights_7bit=weights_7bit, smooth_quant=smooth_quant, keep_fp32=keep_fp32,
+                   include=include, exclude=exclude, cpu=cpu, weights_7bit=weights_7bit, smooth_quant=smooth_quant, keep_fp32=keep_fp32,
                    max_drop=max_drop, max_fp32=max_fp32, images=images_dir, data=data_dir, limit=limit,
                    ignored_patterns=not no_ignored_patterns, bias_correction=not no_bias_correction, weight_bits=weight_bits,
                    activation_bits=activation_bits, scale_kind=scale_kind, activations=activation_mode, rounding=rounding,

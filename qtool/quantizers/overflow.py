@@ -23,6 +23,14 @@ Pairs are taken in both layouts runtimes use (MLAS: kernel position outer, chann
 flattened axis paired; oneDNN: channels paired within a kernel position, padded) and the worse
 counts. Depthwise convolutions have no pairs along a reduction axis (channels are the vector
 lanes) and are never at risk.
+
+The remedy that keeps a layer int8 at the least cost (`pair_step`): widen the weight step of only
+those output channels where a pair can pass int16, just enough that none can: per channel the
+step s >= max over same-sign pairs of (a1 |w1| + a2 |w2|) / (32767 - (a1 + a2) / 2), with a1, a2
+the largest codes the two input channels reach (255, or from the calibrated per-channel max |x|
+where calibration recorded it: transformers' linear-layer inputs); the rounding of each code adds
+at most a half. 7-bit weights (NNCF's OverflowFix) are the special case of every channel at twice
+its step.
 """
 
 from __future__ import annotations
@@ -50,11 +58,11 @@ class Risk:
     share: float  # share of calibrated activation codes that saturate the layer's largest pair
 
     def describe(self) -> str:
-        return (f"saturation noise {_db(self.saturation, self.noise)} dB of the int8 noise "
-                f"(7-bit weights add {_db(self.seven_bit, self.noise)} dB); {self.share:.2%} of activation codes saturate its largest pair")
+        return (f"saturation noise {db(self.saturation, self.noise)} dB of the int8 noise "
+                f"(7-bit weights add {db(self.seven_bit, self.noise)} dB); {self.share:.2%} of activation codes saturate its largest pair")
 
 
-def _db(x: float, ref: float) -> str:
+def db(x: float, ref: float) -> str:
     if x <= 0:
         return "-inf"
     if ref <= 0:
@@ -88,6 +96,19 @@ def activation_codes(record, params: quant.QParams) -> tuple[np.ndarray, float]:
     return pmf / total, float((counts * q_abs ** 2).sum() / total)
 
 
+def magnitude_codes(record, params: quant.QParams) -> tuple[np.ndarray, float]:
+    """(P(|q| = k) for k in 0..127, E[q^2]) of a signed quantizer's codes, from the record's histogram of |x|."""
+    counts = np.asarray(record.counts, dtype=np.float64)
+    total = counts.sum()
+    pmf = np.zeros(128)
+    if total <= 0 or not np.isfinite(total):
+        return pmf, 0.0
+    edges = record.edges()
+    q = np.minimum(np.rint((edges[:-1] + edges[1:]) / 2 / float(params.scale)), 127).astype(np.int64)
+    np.add.at(pmf, q, counts)
+    return pmf / total, float((counts * q.astype(np.float64) ** 2).sum() / total)
+
+
 def reduction_rows(node: onnx.NodeProto, slot: int, q: np.ndarray, dims: dict) -> list[np.ndarray]:
     """The integer weights of one linear layer as [output, reduction] matrices, one per pair layout
     a runtime uses; [] when the kernel has no pairs along the reduction (depthwise)."""
@@ -111,6 +132,55 @@ def reduction_rows(node: onnx.NodeProto, slot: int, q: np.ndarray, dims: dict) -
         k_first = not G.attr(node, "transB", 0) if slot == 1 else G.attr(node, "transA", 0)
         return [q.T if k_first else q]
     return []
+
+
+def channel_codes(record, act: quant.QParams, k: int) -> np.ndarray | None:
+    """The largest u8 code each of the `k` input channels of a linear layer reaches in calibration
+    (the stored value: q + 128 on a signed grid), from the record's per-channel max |x| along the
+    last axis; None when calibration did not record them for `k` channels."""
+    stats = getattr(record, "stats", None)
+    peak = None if stats is None else stats.channel_absmax
+    if peak is None or len(peak) != k or stats.axis not in (-1, None) or act.axis is not None:
+        return None
+    g = act.grid
+    q = np.rint(np.asarray(peak, dtype=np.float64) / float(act.scale)) + int(act.zero_point)
+    return np.clip(np.minimum(q, g.qmax) - g.qmin, 0, 255)
+
+
+def pair_step(rows: np.ndarray, codes: np.ndarray | None = None) -> np.ndarray:
+    """Per row of float weights [output, reduction] (one layout of `reduction_rows`): the smallest
+    weight step that keeps every same-sign adjacent pair within int16 when the input channels
+    reach the u8 codes `codes` (None: 255 everywhere), and 0 for a row without same-sign pairs."""
+    w = np.asarray(rows, dtype=np.float64)
+    a = np.full(w.shape[1], 255.0) if codes is None else np.asarray(codes, dtype=np.float64)
+    if w.shape[1] % 2:
+        w = np.concatenate([w, np.zeros((w.shape[0], 1))], axis=1)
+        a = np.concatenate([a, [0.0]])
+    w1, w2, a1, a2 = w[:, 0::2], w[:, 1::2], a[0::2], a[1::2]
+    need = (a1 * np.abs(w1) + a2 * np.abs(w2)) / (LIMIT - (a1 + a2) / 2)
+    need = np.where(w1 * w2 > 0, need, 0.0)
+    return need.max(axis=1, initial=0.0)
+
+
+def channel_step(node: onnx.NodeProto, slot: int, values: np.ndarray, dims: dict, axis: int | None,
+                 codes: np.ndarray | None) -> np.ndarray | None:
+    """`pair_step` of a layer's float weights per channel of its weight quantizer (along `axis`;
+    None: per tensor, one value), the worst over the runtimes' pair layouts; None without pairs."""
+    layouts = reduction_rows(node, slot, values, dims)
+    if not layouts:
+        return None
+    per_row = np.max([pair_step(rows, codes if codes is not None and rows.shape[1] == len(codes) else None)
+                      for rows in layouts], axis=0)
+    if axis is None:
+        return np.asarray(per_row.max(initial=0.0))
+    channels = values.shape[axis]
+    return per_row.reshape(-1, channels).max(axis=0) if per_row.size % channels == 0 else np.full(channels, per_row.max(initial=0.0))
+
+
+def widening_noise(mean_sq: float, k: int, ratio: np.ndarray) -> float:
+    """The rounding noise weight steps widened by `ratio` per output row add (units as Risk's):
+    K * E[q^2] * (ratio^2 - 1) / 12 per row."""
+    return float(k * mean_sq * (np.asarray(ratio, dtype=np.float64) ** 2 - 1).sum() / 12)
 
 
 def _pair_sums(rows: np.ndarray) -> np.ndarray:
@@ -146,6 +216,25 @@ def _excess_sq_independent(pmf: np.ndarray) -> np.ndarray:
     s0, s1, s2 = suffix[0][first], suffix[1][first], suffix[2][first]
     inner = u ** 2 * s2 - 2 * u * r * s1 + r ** 2 * s0
     return np.maximum(inner, 0.0) @ pmf
+
+
+def assess_activations(record_a, act_a: quant.QParams, record_b, act_b: quant.QParams) -> Risk | None:
+    """The saturation estimate of a MatMul of two activations A @ B (Q.K^T, softmax.V): the
+    runtimes multiply A's u8 codes by B's s8 codes (B in the weights' place), pairs along the
+    reduction axis, all four codes of a pair independent draws from the histograms and the two
+    B codes of one sign half the time. Units as `assess`, per product (the reduction length
+    cancels out); None unless both grids are 8-bit, per tensor, and B's signed (the s8 side)."""
+    if (act_a.grid.qmax - act_a.grid.qmin != 255 or act_b.grid.qmax - act_b.grid.qmin != 255 or not act_b.grid.signed
+            or act_a.axis is not None or act_b.axis is not None):
+        return None
+    pmf_a, sq_a = activation_codes(record_a, act_a)
+    pmf_b, sq_b = magnitude_codes(record_b, act_b)
+    binned = np.add.reduceat(pmf_b, np.arange(0, 128, _BIN))
+    table = _excess_sq_independent(pmf_a)
+    saturation = 0.25 * float(binned @ table @ binned)  # half the pairs, of one sign half the time
+    noise = (sq_a + sq_b) / 12
+    share = float(pmf_a[CODES * 254 > LIMIT].sum())
+    return Risk(saturation, 3 * sq_a / 12, noise, share)
 
 
 def assess(node: onnx.NodeProto, slot: int, q: np.ndarray, dims: dict, record, act: quant.QParams,

@@ -86,7 +86,12 @@ from .quantizer import Quantizer, Range
 from .rules import Rules
 
 WEIGHTS_7BIT = (None, "auto", "first", "all", "none")  # None: auto
-SEVEN_BIT_COST = 0.1  # the overflow guard gives 7-bit weights where they add at most this share of a layer's rounding noise
+# a MatMul of two activations (Q.K^T) stays FP32 where its estimated saturation noise passes this share of its rounding noise
+# (its remedy within int8, 7-bit codes for B, would more than double that noise); measured per layer in OpenVINO on an
+# AVX2 CPU (bench/saturation.py), MiniLM's Q.K^T estimated at -15 to -19 dB saturate at -5 to -20 dB, without a trace in
+# the output (AVX2 and exact 28.4 dB)
+ACTIVATIONS_RISK = 0.1
+WIDEN_COST = 1.0  # the overflow guard keeps a layer FP32 only where widening its weights adds more than this share of its rounding noise
 # NNCF's ModelType.TRANSFORMER ignored metatypes (src/nncf/quantization/algorithms/min_max/onnx_backend.py and
 # openvino_backend.py, get_ignored_metatypes: Add, Pow, Squeeze, Sub, AveragePool, GlobalAveragePool, ReduceMean,
 # ReduceL2, ReduceSum, Div, Max, Sqrt, Reciprocal, BatchNorm, comparisons; Mul too except on CPU_SPR): besides
@@ -590,30 +595,41 @@ class _Placer:
         """Give the layers whose u8 x s8 pair sums can saturate (qtool.quantizers.overflow) the target's
         remedy. "uint8" (onnxruntime): weights stored as uint8 with zero point 128, the same values,
         which onnxruntime multiplies with its u8 x u8 kernels, exactly, on every CPU; wherever the
-        saturation noise reaches 1 % of the layer's own rounding noise. "7bit" (OpenVINO, whose int8
-        kernels take s8 weights only): where the saturation noise exceeds what 7-bit weights add,
-        7-bit weights if they add at most SEVEN_BIT_COST of the layer's noise, else the layer stays
-        FP32 (exact; typically the image's first layer, where 7-bit weights cost most).
-        {layer: {"remedy": "uint8 weights" | "7-bit weights" | "fp32", "why": ...}}; FP32 layers
-        are only listed (place() places again without them)."""
-
+        saturation noise reaches 1 % of the layer's own rounding noise. "pairs" (OpenVINO, whose int8
+        kernels take s8 weights only): `_bound_pairs`. A MatMul of two activations (both targets):
+        FP32 where overflow.assess_activations passes ACTIVATIONS_RISK.
+        {layer: {"remedy": "uint8 weights" | "pair-bounded weights" | "fp32", "why": ...}}; FP32
+        layers are only listed (place() places again without them)."""
         by_tensor = {s.tensor: s for s in activation_sites}
         weights = {s.tensor: s for s in weight_sites}
         dims = self.constant_dims
         raw = self._raw_inputs()
         fixed: dict[str, dict] = {}
-        for name in int8_layers:
-            n = self.m.nodes[name]
-            wts = self.weights_of.get(name, [])
-            acts = self.asks.get(name, [])
-            if len(wts) != 1 or len(acts) != 1:
-                continue
-            (slot, wt), t = wts[0], acts[0]
+
+        def site_of(t: str):
+            """(the quantizer a layer's input `t` reads, moved up through pass-through ops, its record)."""
             site, upstream = None, t
             while site is None and upstream is not None:
                 site = by_tensor.get(upstream)
                 upstream = self.moved[upstream][0][2] if upstream in self.moved else None
-            record = self.records.get(t) or (self.records.get(site.tensor) if site else None)
+            return site, self.records.get(t) or (self.records.get(site.tensor) if site else None)
+
+        for name in int8_layers:
+            n = self.m.nodes[name]
+            wts = self.weights_of.get(name, [])
+            acts = self.asks.get(name, [])
+            if not wts and len(acts) == 2 and n.op_type == "MatMul":
+                (a, rec_a), (b, rec_b) = site_of(acts[0]), site_of(acts[1])
+                risk = None if None in (a, b, rec_a, rec_b) else overflow.assess_activations(rec_a, a.params(), rec_b, b.params())
+                if risk is not None and risk.saturation > ACTIVATIONS_RISK * risk.noise:
+                    fixed[name] = {"remedy": "fp32", "why": (
+                        f"two activations: saturation noise {overflow.db(risk.saturation, risk.noise)} dB of the int8 noise (7-bit "
+                        f"codes for its second input would add {overflow.db(risk.seven_bit, risk.noise)} dB)")}
+                continue
+            if len(wts) != 1 or len(acts) != 1:
+                continue
+            (slot, wt), t = wts[0], acts[0]
+            site, record = site_of(t)
             wsite = weights.get(wt)
             if site is None or record is None or wsite is None or wsite.headroom_bits:
                 continue
@@ -624,13 +640,41 @@ class _Placer:
             if remedy == "uint8" and risk.saturation > 0.01 * risk.noise:
                 wsite.unsigned_storage = True
                 fixed[name] = {"remedy": "uint8 weights", "why": risk.describe()}
-            elif remedy == "7bit" and risk.saturation > risk.seven_bit:
-                if risk.seven_bit <= SEVEN_BIT_COST * risk.noise:
-                    wsite.headroom_bits = 1
-                    fixed[name] = {"remedy": "7-bit weights", "why": risk.describe()}
-                else:
-                    fixed[name] = {"remedy": "fp32", "why": risk.describe()}
+            elif remedy == "pairs":
+                why = self._bound_pairs(n, slot, wsite, dims, record, site.params(), risk)
+                if why is not None:
+                    fixed[name] = why
         return fixed
+
+    def _bound_pairs(self, n: onnx.NodeProto, slot: int, wsite: Quantizer, dims: dict, record, act, risk) -> dict | None:
+        """OpenVINO's remedy for one layer (its int8 kernels take s8 weights only): the weight step
+        of the output channels whose same-sign pairs can pass int16 widened just enough
+        (overflow.pair_step), where a pair can saturate: from the calibrated per-channel max |x|
+        where calibration recorded it (transformers: every such channel counts), else where the
+        histogram estimate reaches 1 % of the layer's rounding noise. The layer stays FP32 only
+        where that costs more than WIDEN_COST of its noise and saturation would cost more
+        (typically an image's first layer, all of whose weights pair with their own sign)."""
+        params = wsite.params()
+        values = np.asarray(wsite.values, dtype=np.float64)
+        k = overflow.reduction_rows(n, slot, values, dims)
+        if not k:
+            return None
+        codes = overflow.channel_codes(record, act, k[0].shape[1]) if n.op_type in ("MatMul", "Gemm") else None
+        step = overflow.channel_step(n, slot, values, dims, params.axis, codes)
+        floor = None if step is None else step * params.grid.qmax
+        amax = np.asarray(params.scale, dtype=np.float64) * params.grid.qmax
+        ratio = np.maximum(floor / amax, 1.0) if floor is not None else np.ones(1)
+        if not (ratio > 1 + 1e-9).any() or (codes is None and risk.saturation <= 0.01 * risk.noise):
+            return None
+        _, mean_sq = overflow.activation_codes(record, act)
+        rows = np.broadcast_to(ratio, amax.shape) if amax.ndim else ratio
+        cost = overflow.widening_noise(mean_sq, k[0].shape[1], np.tile(rows, k[0].shape[0] // rows.size))
+        why = (f"{risk.describe()}; {int((rows > 1 + 1e-9).sum())} of {rows.size} output channels' weight steps widened "
+               f"(up to x{float(rows.max()):.2f}) so no pair can saturate, adding {overflow.db(cost, risk.noise)} dB")
+        if cost > WIDEN_COST * risk.noise and risk.saturation > cost:
+            return {"remedy": "fp32", "why": why}
+        wsite.floor = floor if wsite.floor is None else np.maximum(wsite.floor, floor)
+        return {"remedy": "pair-bounded weights", "why": why}
 
     def _raw_inputs(self) -> set[str]:
         """Tensors computed from a float graph input by no linear layer (the image itself, up to

@@ -145,10 +145,11 @@ def choose_symmetry(amax: float, low: float, high: float, bits: int = 8) -> bool
     return not asym_step <= ASYMMETRIC_GAIN * sym_step
 
 
-def weight_params(w, axis: int | None, policy: Policy = WEIGHTS, headroom_bits: int = 0) -> quant.QParams:
+def weight_params(w, axis: int | None, policy: Policy = WEIGHTS, headroom_bits: int = 0, floor=None) -> quant.QParams:
     """Symmetric narrow-range weight quantizer from the weights (per channel along `axis`).
     headroom_bits: scale amax / (qmax >> headroom) on the same exported grid (NNCF's 7-bit
-    overflow fix is 8 bits with one bit of headroom)."""
+    overflow fix is 8 bits with one bit of headroom). floor: a smallest amax (per channel), e.g.
+    the overflow guard's (qtool.quantizers.overflow.pair_step)."""
     wa = np.abs(np.asarray(w, dtype=np.float64))
     if not np.all(np.isfinite(wa)):
         raise ValueError("weights contain NaN or infinity")
@@ -159,6 +160,8 @@ def weight_params(w, axis: int | None, policy: Policy = WEIGHTS, headroom_bits: 
         amax = wa.max(axis=tuple(i for i in range(wa.ndim) if i != axis)) if wa.size else np.zeros(wa.shape[axis])
     fallback = float(amax.max()) if amax.size and amax.max() > quant.MIN_WEIGHT_AMAX else 1.0
     amax = np.where(amax > quant.MIN_WEIGHT_AMAX, amax, fallback)
+    if floor is not None:
+        amax = np.maximum(amax, np.asarray(floor, dtype=np.float64) if axis is not None else np.max(floor))
     g = quant.grid(policy.bits, signed=True, narrow=True)
     used = g.qmax >> headroom_bits
     return quant.QParams(_scaled(amax / used, policy), np.zeros(amax.shape, dtype=np.int64), g, axis)

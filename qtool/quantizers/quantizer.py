@@ -26,8 +26,9 @@ class Quantizer:
     channel (axis 1 of a rank-`rank` tensor) when `channel_amax` is set; `low`/`high` the
     calibrated min and max for asymmetric policies. Weight: the constant `values` (an initializer
     or Constant output), per channel on `axis`, `headroom_bits` 1 for NNCF's 7-bit overflow fix
-    (scale amax / 63 on the 8-bit grid), `unsigned_storage` to store it as uint8 with zero point
-    128 (the same values; onnxruntime's exact u8 x u8 kernels)."""
+    (scale amax / 63 on the 8-bit grid), `floor` a smallest amax per channel (the overflow
+    guard's pair bound, qtool.quantizers.overflow.pair_step), `unsigned_storage` to store it as
+    uint8 with zero point 128 (the same values; onnxruntime's exact u8 x u8 kernels)."""
 
     tensor: str
     kind: str  # ACTIVATION or WEIGHT
@@ -43,6 +44,7 @@ class Quantizer:
     values: np.ndarray | None = None
     axis: int | None = None
     headroom_bits: int = 0
+    floor: np.ndarray | None = None
     unsigned_storage: bool = False
 
     @classmethod
@@ -61,7 +63,8 @@ class Quantizer:
 
     def params(self) -> quant.QParams:
         if self.kind == WEIGHT:
-            return weight_params(self.values, self.axis if self.policy.per_channel else None, self.policy, self.headroom_bits)
+            return weight_params(self.values, self.axis if self.policy.per_channel else None, self.policy, self.headroom_bits,
+                                 self.floor)
         if self.channel_amax is None:
             return activation_params(self.range.amax, self.range.unsigned, self.policy, self.low, self.high)
         return activation_params(self.channel_amax, self.range.unsigned, replace(self.policy, symmetric=True), axis=1)

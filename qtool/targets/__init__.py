@@ -67,7 +67,7 @@ class Option:
     param: str | None = None  # the command line's parameter name, when not the keyword
 
 
-_CPU_OPTIONS = frozenset({"exclude", "include", "weights_7bit", "smooth_quant", "ignored_patterns", "bias_correction", "policies", "method"})
+_CPU_OPTIONS = frozenset({"exclude", "include", "cpu", "weights_7bit", "smooth_quant", "ignored_patterns", "bias_correction", "policies", "method"})
 
 
 @dataclass(frozen=True)
@@ -204,10 +204,19 @@ OPTIONS = {o.keyword: o for o in (
            evaluate="Quantize this node anyway, as qtool export --include (repeatable)."),
     Option("exclude", "--exclude", "keep this node or tensor in FP32 (repeatable; tensorrt: --format qdq).", multiple=True,
            evaluate="Keep this node or tensor in FP32, as qtool export --exclude (repeatable)."),
+    Option("cpu", "--cpu",
+           "openvino/qdq: the CPU the file will run on. any (default): every x86 CPU, also those without VNNI (AVX2 only: "
+           "Haswell to Comet Lake, Zen 1-3), whose int8 kernels add pairs of u8 x s8 products into a saturating int16: the "
+           "overflow guard keeps those pairs from passing it (openvino: weight steps widened on the channels that could, "
+           "qdq: uint8 weights). vnni: CPUs with VNNI or AMX (Ice Lake and later Xeons, Alder Lake and later cores, Zen 4 and "
+           "later), which accumulate in int32: no guard, every layer full 8-bit, as fast as the CPU runs int8; on a CPU "
+           "without VNNI that file saturates.", choices=("any", "vnni"),
+           evaluate="openvino/qdq: the CPU the file is for, as qtool export --cpu [default: any]."),
     Option("weights_7bit", "--weights-7bit",
-           "openvino/qdq: the guard against int8 pair sums saturating on CPUs without VNNI. auto (default): the layers whose "
-           "calibrated inputs and weights can saturate get 7-bit weights (openvino) or uint8 weights with zero point 128, the same "
-           "values computed exactly (qdq); first/all: 7-bit weights on the first/every int8 layer; none: no guard.",
+           "openvino/qdq: the guard against int8 pair sums saturating on CPUs without VNNI (--cpu any). auto (default): the "
+           "layers whose calibrated inputs and weights can saturate get weight steps widened on the output channels whose pairs "
+           "could pass int16 (openvino) or uint8 weights with zero point 128, the same values computed exactly (qdq); first/all: "
+           "7-bit weights on the first/every int8 layer (NNCF's choices); none: no guard.",
            choices=("auto", "first", "all", "none"), evaluate="The overflow guard, as qtool export --weights-7bit [default: auto]."),
     Option("smooth_quant", "--smooth-quant",
            "SmoothQuant (outlier activation channels moved into the linear layers' weights, qtool.quantizers.smoothquant; tensorrt: its INT8 "

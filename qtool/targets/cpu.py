@@ -14,7 +14,10 @@ from dataclasses import dataclass
 
 import onnx
 
+from ..errors import QtoolError
 from ..quantizers.rules import ELEMENTWISE, LINEAR, POOLING, SHAPE_OPS, Rules
+
+CPUS = ("any", "vnni")  # the --cpu choices: every x86 CPU, or those with VNNI/AMX (int32 accumulation)
 
 CPU = Rules(
     name="cpu",
@@ -51,6 +54,7 @@ class Prepared:
     cal: object = None  # the calibration of `model` when SmoothQuant changed it (smoothed activations' records)
     smoothing: object = None  # smoothquant.Smoothing, when SmoothQuant changed the model
     source_opset: int | None = None  # the model's opset, when the export raised it
+    cpu: str | None = None  # CPU targets: the CPU the file is for ("any" or "vnni", the --cpu option)
 
 
 def with_quantizers(prepared: Prepared, cal, plan, bias_correction: bool, apply: Callable) -> tuple[onnx.ModelProto, int, list[str]]:
@@ -81,7 +85,7 @@ def export_prepared(loaded, cal, prepared: Prepared, apply: Callable, bias_corre
     model, corrected, bc_warnings = with_quantizers(prepared, cal, None, bias_correction, apply)
     data, more = G.finish(model, loaded.proto)
     plan = prepared.plan
-    summary = {**plan.summary(), **({"opset": G.default_opset(model)} if opset else {}),
+    summary = {**plan.summary(), **({"opset": G.default_opset(model)} if opset else {}), **({"cpu": prepared.cpu} if prepared.cpu else {}),
                "fp32_layer_names": sorted(plan.fp32_layers), "bias_corrected_layers": corrected}
     if prepared.smoothing is not None:
         summary["smooth_quant"] = prepared.smoothing.summary
@@ -120,11 +124,18 @@ def cpu_plan(model, cal, *, float_types: tuple[int, ...], overflow_remedy: str, 
 
 def prepare(model, cal, warnings: list[str], *, float_types: tuple[int, ...], overflow_remedy: str, exclude=(), include=(),
             weights_7bit=None, ignored_patterns: bool = True, policies=None, method: str | None = None,
-            smooth_quant="auto") -> Prepared:
+            smooth_quant="auto", cpu: str = "any") -> Prepared:
     """A CPU target's preparation of `model` (its copy, opset raised and node names unique;
     `warnings` so far): SmoothQuant on the int8 layers placed without the overflow guard (which
-    then decides on the smoothed model), and the placement (`cpu_plan`)."""
+    then decides on the smoothed model), and the placement (`cpu_plan`). `cpu` "vnni": for CPUs
+    whose int8 kernels accumulate in int32, no overflow guard (unless --weights-7bit first/all
+    asks for 7-bit weights)."""
     from ..quantizers.smoothquant import smooth
+
+    if cpu not in CPUS:
+        raise QtoolError(f"--cpu must be one of {', '.join(CPUS)}, not {cpu!r}")
+    if cpu == "vnni" and weights_7bit in (None, "auto"):
+        overflow_remedy = None
 
     def plan_for(m, c, smoothing=None, more_excluded=(), guard=True):
         return cpu_plan(m, c, float_types=float_types, overflow_remedy=overflow_remedy if guard else None,
@@ -137,7 +148,8 @@ def prepare(model, cal, warnings: list[str], *, float_types: tuple[int, ...], ov
         return plan_for(model, cal, smoothing, more_excluded)
 
     plan = place()
-    return Prepared(model, plan, list(warnings) + sq_warnings + list(plan.warnings), place, cal if smoothing else None, smoothing)
+    return Prepared(model, plan, list(warnings) + sq_warnings + list(plan.warnings), place, cal if smoothing else None, smoothing,
+                    cpu=cpu)
 
 
 def shown(prepare, title: str, loaded, cal, method: str | None = None):

@@ -71,13 +71,13 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
 
 
 def prepare(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_patterns=True, policies=None,
-            method: str | None = None, smooth_quant="auto") -> Prepared:
+            method: str | None = None, smooth_quant="auto", cpu="any") -> Prepared:
     """The steps of the export up to the placement (as qdq.prepare): `export` and qtool.checks.evaluation share them."""
     model = G.copy_model(loaded.proto, str(loaded.path.parent))
     G.unique_node_names(model.graph, G.Namer(model))
-    return cpu_prepare(model, cal, [], float_types=FLOAT_TYPES, overflow_remedy="7bit", exclude=exclude, include=include,
+    return cpu_prepare(model, cal, [], float_types=FLOAT_TYPES, overflow_remedy="pairs", exclude=exclude, include=include,
                        weights_7bit=weights_7bit, ignored_patterns=ignored_patterns, policies=policies, method=method,
-                       smooth_quant=smooth_quant)
+                       smooth_quant=smooth_quant, cpu=cpu)
 
 
 def quantized(prepared: Prepared, cal, plan: placement.Plan | None = None,
@@ -88,10 +88,11 @@ def quantized(prepared: Prepared, cal, plan: placement.Plan | None = None,
 
 
 def export(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_patterns=True, bias_correction=True,
-           policies=None, method=None, smooth_quant="auto", **_options):
+           policies=None, method=None, smooth_quant="auto", cpu="any", **_options):
     """FakeQuantize ONNX for OpenVINO from the calibration `cal` of `loaded`."""
     prepared = prepare(loaded, cal, exclude=exclude, include=include, weights_7bit=weights_7bit,
-                       ignored_patterns=ignored_patterns, policies=policies, method=method, smooth_quant=smooth_quant)
+                       ignored_patterns=ignored_patterns, policies=policies, method=method, smooth_quant=smooth_quant,
+                       cpu=cpu)
     return export_prepared(loaded, cal, prepared, apply, bias_correction,
                            rounding_warnings=policy.runtime_rounding_warnings(prepared.plan, "OpenVINO"))
 

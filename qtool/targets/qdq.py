@@ -156,7 +156,7 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
 
 
 def prepare(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_patterns=True, policies=None,
-            method: str | None = None, smooth_quant="auto") -> Prepared:
+            method: str | None = None, smooth_quant="auto", cpu="any") -> Prepared:
     """The steps of the QDQ export up to the placement: `export` and qtool.checks.evaluation share them."""
     model = G.copy_model(loaded.proto, str(loaded.path.parent))
     policies = policies if policies is not None else policy_mod.Policies()
@@ -167,7 +167,7 @@ def prepare(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_p
     G.unique_node_names(model.graph, G.Namer(model))
     prepared = cpu_prepare(model, cal, warnings, float_types=get("qdq").float_types, overflow_remedy="uint8", exclude=exclude,
                            include=include, weights_7bit=weights_7bit, ignored_patterns=ignored_patterns, policies=policies,
-                           method=method, smooth_quant=smooth_quant)
+                           method=method, smooth_quant=smooth_quant, cpu=cpu)
     prepared.warnings += policy_mod.runtime_rounding_warnings(prepared.plan, "onnxruntime")
     return prepared
 
@@ -180,10 +180,11 @@ def quantized(prepared: Prepared, cal, plan: placement.Plan | None = None,
 
 
 def export(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_patterns=True, bias_correction=True,
-           policies=None, method=None, smooth_quant="auto", **_options):
+           policies=None, method=None, smooth_quant="auto", cpu="any", **_options):
     """QDQ ONNX from the calibration `cal` of `loaded` (policies: qtool.quantizers.policy.Policies)."""
     prepared = prepare(loaded, cal, exclude=exclude, include=include, weights_7bit=weights_7bit,
-                       ignored_patterns=ignored_patterns, policies=policies, method=method, smooth_quant=smooth_quant)
+                       ignored_patterns=ignored_patterns, policies=policies, method=method, smooth_quant=smooth_quant,
+                       cpu=cpu)
     return export_prepared(loaded, cal, prepared, apply, bias_correction, opset=True)
 
 
