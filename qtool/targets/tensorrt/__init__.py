@@ -2,7 +2,8 @@
 range files of qtool.targets.tensorrt.files (implicit quantization), per TensorRT version.
 
 Everything TensorRT is in this package: rules.py (placement tables, weight axes, ModelOpt's
-exclusions), int8.py and fp8.py (the Q/DQ writers), files.py (cache, dynamic-range file,
+exclusions), attention.py (the attention core's 8-bit error, estimated from the calibration),
+int8.py and fp8.py (the Q/DQ writers), files.py (cache, dynamic-range file,
 onnxruntime table), checker.py (the ONNX parser's Q/DQ rules, `qtool inspect`), fp16.py (the
 unquantized part in FP16), passthrough.py (ranges carried through pass-through ops), versions.py
 (versions and opsets).

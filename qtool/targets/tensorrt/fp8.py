@@ -11,7 +11,9 @@ FLOAT8 Q/DQ; qtool.targets.tensorrt.checker checks it with precision "fp8"):
   Add, a Concat's inputs sharing one scale), each Q/DQ right before its reader (not moved up
   through MaxPool or shape ops); no ConvTranspose and no pooling (not in ModelOpt's FP8 list). Default exclusions: the INT8
   ones with ModelOpt's FP8 attention rule (head size <= 8 or > 256) for INT8's sequence-length one
-  (qtool.targets.tensorrt.rules.exclusions), and ModelOpt's FP8 Conv rule (input or output
+  (qtool.targets.tensorrt.rules.exclusions), the attention core whose E4M3 error, estimated from the
+  calibration, is too large (qtool.targets.tensorrt.attention: E4M3 holds the probabilities INT8
+  loses, but rounds the logits coarser), and ModelOpt's FP8 Conv rule (input or output
   channels <= 16, or a kernel of more than 32 taps): `--include` overrides them;
 * activations per tensor, scale = amax / 448 (E4M3's largest finite value) in float32, amax
   from the calibration file's histogram by `method`, max |x| by default as ModelOpt (its FP8 path

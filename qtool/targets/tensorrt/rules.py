@@ -18,11 +18,13 @@ graph_utils.py, partitioning.py):
   calibration.MAX_CLIPPED of the values, e.g. the entropy search on image pixels); there max |x| is
   used, as on every target;
 * ModelOpt's default exclusions: small Convs, GEMV-shaped and small MatMul/Gemm, the attention
-  core above sequence length 512 (`exclusions` below); `--include` overrides them;
+  core above sequence length 512 (`exclusions` below); and the attention core whose 8-bit error,
+  estimated from the calibration, is too large (qtool.targets.tensorrt.attention; the Q/DQ writers
+  pass it in); `--include` overrides them;
 * on a transformer this is ModelOpt's placement: both inputs of the attention BMMs (Q.K^T and
-  softmax.V) and the linear layers' inputs; LayerNorm, Softmax, GELU, the additive mask and the
-  residual stream (an Add with no Conv backbone is not residual) get no Q/DQ
-  (tests/test_transformers.py).
+  softmax.V, where the measured rule keeps them) and the linear layers' inputs; LayerNorm, Softmax,
+  GELU, the additive mask and the residual stream (an Add with no Conv backbone is not residual)
+  get no Q/DQ (tests/test_transformers.py).
 
 FP8 (`FP8`): ModelOpt's FP8 op types (NVIDIA/Model-Optimizer modelopt/onnx/quantization/fp8.py:
 Gemm, MatMul, Conv, Add) on the same machinery; ConvTranspose and pooling are not among them, and
