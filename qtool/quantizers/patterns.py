@@ -8,6 +8,8 @@ variance of a decomposed LayerNorm. A target's own patterns live in its module (
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import onnx
 from onnx import numpy_helper
@@ -335,33 +337,72 @@ _SCORE_PATH = {"Add", "Sub", "Mul", "Div", "Where", "Cast", "Reshape", "Identity
 _PROBS_PATH = {"Reshape", "Cast", "Identity", "Dropout", "Transpose", "Where", "Mul"}  # Where: fully masked rows, Mul: a head mask
 
 
-def _attention(m: G.Index, softmax: onnx.NodeProto) -> bool:
-    """Softmax between two MatMuls of activations: Q.K^T [-> scale, mask] -> Softmax -> .V."""
-    found, frontier = False, [softmax.input[0]]
+@dataclass(frozen=True)
+class AttentionCore:
+    """One attention core: Q.K^T [-> scale, mask] -> Softmax -> .V."""
+
+    softmax: onnx.NodeProto
+    scores: onnx.NodeProto  # the MatMul of two activations computing Q.K^T
+    contexts: tuple[tuple[onnx.NodeProto, int], ...]  # the MatMuls reading the probabilities, with the slot they read them at
+    scale: float | None  # the constant factor between the scores and Softmax (Mul/Div by scalars); None when not one number
+
+
+def _scalar_factor(m: G.Index, n: onnx.NodeProto, t: str) -> float | None:
+    """The factor by which node `n` scales its data input `t` on the scores path: 1 for ops that do
+    not scale (Add, Where, casts, reshapes), c for a Mul by a scalar constant c, 1/c for a Div by
+    one; None otherwise (a Mul by a tensor, a Div of a constant by `t`)."""
+    if n.op_type not in ("Mul", "Div"):
+        return 1.0
+    if n.op_type == "Div" and n.input[0] != t:
+        return None
+    c = _scalar(m, n.input[1] if n.input[0] == t else n.input[0])
+    if c is None or not np.isfinite(c) or c == 0:
+        return None
+    return c if n.op_type == "Mul" else 1.0 / c
+
+
+def attention_core(m: G.Index, softmax: onnx.NodeProto) -> AttentionCore | None:
+    """The attention core around a Softmax between two MatMuls of activations, else None: the
+    nearest MatMul of two activations up the scores path (scale, mask, casts, reshapes), with the
+    constant factor on the way, and the MatMuls reading the probabilities (reshapes, casts,
+    dropout, a head mask on the way)."""
+    scores, frontier = None, [(softmax.input[0], 1.0)]
     for _ in range(6):
         nxt = []
-        for t in frontier:
+        for t, scale in frontier:
             p = producer(m, t)
             if p is None:
                 continue
             if p.op_type == "MatMul" and len(p.input) == 2 and all(m.is_data(i) for i in p.input):
-                found = True
+                scores = scores or (p, scale)
             elif p.op_type in _SCORE_PATH:
-                nxt += [i for i in p.input[:2] if i and m.is_data(i)]
+                for i in p.input[:2]:
+                    if i and m.is_data(i):
+                        factor = _scalar_factor(m, p, i)
+                        nxt.append((i, None if factor is None or scale is None else scale * factor))
         frontier = nxt
-    if not found:
-        return False
-    frontier = [softmax.output[0]]
+    if scores is None:
+        return None
+    contexts, frontier, seen = [], [softmax.output[0]], set()
     for _ in range(4):
         nxt = []
         for t in frontier:
-            for r, _slot in m.readers.get(t, ()):
+            for r, slot in m.readers.get(t, ()):
                 if r.op_type == "MatMul" and standard(r):
-                    return True
-                if r.op_type in _PROBS_PATH:
+                    if r.name not in seen:
+                        seen.add(r.name)
+                        contexts.append((r, slot))
+                elif r.op_type in _PROBS_PATH:
                     nxt += [o for o in r.output[:1] if o]
         frontier = nxt
-    return False
+    if not contexts:
+        return None
+    return AttentionCore(softmax, scores[0], tuple(contexts), scores[1])
+
+
+def _attention(m: G.Index, softmax: onnx.NodeProto) -> bool:
+    """Softmax between two MatMuls of activations: Q.K^T [-> scale, mask] -> Softmax -> .V."""
+    return attention_core(m, softmax) is not None
 
 
 def transformer_structure(m: G.Index) -> dict[str, int]:

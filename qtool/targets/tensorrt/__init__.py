@@ -2,7 +2,8 @@
 range files of qtool.targets.tensorrt.files (implicit quantization), per TensorRT version.
 
 Everything TensorRT is in this package: rules.py (placement tables, weight axes, ModelOpt's
-exclusions), int8.py and fp8.py (the Q/DQ writers), files.py (cache, dynamic-range file,
+exclusions), attention.py (the attention core's 8-bit error, estimated from the calibration),
+int8.py and fp8.py (the Q/DQ writers), files.py (cache, dynamic-range file,
 onnxruntime table), checker.py (the ONNX parser's Q/DQ rules, `qtool inspect`), fp16.py (the
 unquantized part in FP16), passthrough.py (ranges carried through pass-through ops), versions.py
 (versions and opsets).
@@ -328,7 +329,20 @@ def exported(loaded, cal, options: dict, summary: dict, path: str, model_path: s
     fmt, version = options["fmt"], options["trt_version"]
     build, notes = build_command(loaded, cal, fmt, version, path, model_path)
     fp8 = " FP8" if options.get("precision") == "fp8" else ""
-    return ({"build": build} if build else {}), notes, f"TensorRT {version} ({summary['trt_version_from']}), {fmt}{fp8}, thresholds: {summary['method']}"
+    line = f"TensorRT {version} ({summary['trt_version_from']}), {fmt}{fp8}, thresholds: {summary['method']}"
+    return ({"build": build} if build else {}), notes, line + _measured_cores(summary)
+
+
+def _measured_cores(summary: dict) -> str:
+    """The line naming the attention cores kept FP16 for their estimated 8-bit error (qtool.targets.tensorrt.attention)."""
+    kept = {n: why for n, why in summary.get("default_exclusions", {}).items() if why.startswith(("attention core with int8 error",
+                                                                                               "attention core with fp8 error"))}
+    if not kept:
+        return ""
+    cores = sorted(set(kept.values()), key=lambda why: float(why.split(": ", 1)[1].split(" dB", 1)[0]))
+    first = min(kept, key=lambda n: (cores.index(kept[n]), n))
+    return (f"\n{len(cores)} attention core(s) kept FP16 ({len(kept)} MatMuls), their 8-bit error too large: e.g. {first} "
+            f"({kept[first].removeprefix('attention core with ')}); --include NODE quantizes one anyway")
 
 
 def evaluation_options(options: dict, runtime: str | None = None) -> dict:

@@ -11,7 +11,9 @@ FLOAT8 Q/DQ; qtool.targets.tensorrt.checker checks it with precision "fp8"):
   Add, a Concat's inputs sharing one scale), each Q/DQ right before its reader (not moved up
   through MaxPool or shape ops); no ConvTranspose and no pooling (not in ModelOpt's FP8 list). Default exclusions: the INT8
   ones with ModelOpt's FP8 attention rule (head size <= 8 or > 256) for INT8's sequence-length one
-  (qtool.targets.tensorrt.rules.exclusions), and ModelOpt's FP8 Conv rule (input or output
+  (qtool.targets.tensorrt.rules.exclusions), the attention core whose E4M3 error, estimated from the
+  calibration, is too large (qtool.targets.tensorrt.attention: E4M3 holds the probabilities INT8
+  loses, but rounds the logits coarser), and ModelOpt's FP8 Conv rule (input or output
   channels <= 16, or a kernel of more than 32 taps): `--include` overrides them;
 * activations per tensor, scale = amax / 448 (E4M3's largest finite value) in float32, amax
   from the calibration file's histogram by `method`, max |x| by default as ModelOpt (its FP8 path
@@ -36,7 +38,7 @@ from ...quantizers import placement
 from ...quantizers.quantizer import Quantizer
 from .. import get
 from ..qdq import add_initializer, upgrade_opset
-from .int8 import FP16_SCALE_FLOOR, high_precision_fp16, insert, qdq_nodes
+from .int8 import FP16_SCALE_FLOOR, high_precision_fp16, insert, measured_rules, qdq_nodes
 from .rules import FP8, FP8_DEFAULT_METHOD, fp8_exclusions
 from .versions import FP8_MIN_MAJOR, FP8_OPSET, OPSETS, default_version, parse_version
 
@@ -71,6 +73,12 @@ def activation_scale(amax: float) -> np.float32:
     """amax / 448 in float32; never 0 or subnormal (a tensor that is all zeros gets 1)."""
     scale = np.float32(amax) / np.float32(E4M3_MAX)
     return scale if np.isfinite(scale) and scale >= np.finfo(np.float32).tiny else np.float32(1.0)
+
+
+def e4m3_grid(x: np.ndarray, amax: float) -> np.ndarray:
+    """|x| values on the FP8 model's activation grid (scale amax / 448), in float64
+    (qtool.targets.tensorrt.attention's estimate)."""
+    return fake_quantize(x, activation_scale(amax)).astype(np.float64)
 
 
 def weight_scales(values: np.ndarray, axis: int | None) -> np.ndarray:
@@ -175,10 +183,12 @@ def plan(model: onnx.ModelProto, cal, *, method: str | None = None, exclude=(), 
     """The FP8 placement of `model` (unique node names): (plan, the FP8-only default exclusions
     applied). `include` overrides those and placement's own default exclusions."""
     include, exclude = list(include or ()), list(exclude or ())
+    records, chosen = {t.name: t for t in cal.tensors}, thresholds(cal, method)
+    rules = measured_rules(RULES, records, chosen, e4m3_grid, "fp8")
     fp8_only = fp8_exclusions(model)
     applied = {k: v for k, v in fp8_only.items() if k not in include}
-    both = RULES.exclusions(G.Index(model)) if any(n in fp8_only for n in include) else {}  # placement's own for FP8
-    result = placement.place(model, {t.name: t for t in cal.tensors}, rules=RULES, thresholds=thresholds(cal, method),
+    both = rules.exclusions(G.Index(model)) if any(n in fp8_only for n in include) else {}  # placement's own for FP8
+    result = placement.place(model, records, rules=rules, thresholds=chosen,
                              exclude=[*exclude, *applied], include=[n for n in include if n not in fp8_only or n in both],
                              float_types=get("tensorrt").float_types)
     for name, why in applied.items():  # placement records them as excluded: say why

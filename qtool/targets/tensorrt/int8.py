@@ -22,7 +22,9 @@ nodes, else the whole model (summary `high_precision` "fp32", `fp16_failed` says
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 import onnx
@@ -33,9 +35,11 @@ from ...errors import QtoolError
 from ...model import graph as G
 from ...quantizers import biascorrection, placement, quant, smoothquant
 from ...quantizers.quantizer import Quantizer
+from ...quantizers.rules import Rules
 from .. import get
 from ..cpu import Prepared
 from ..qdq import add_initializer, upgrade_opset
+from . import attention
 from .rules import TENSORRT
 from .versions import FP16_OPSET, OPSETS
 
@@ -137,6 +141,14 @@ def _weight_nodes(model: onnx.ModelProto, namer: G.Namer, site: Quantizer, weigh
     return qdq_nodes(namer, site.tensor, scale, zp, **attrs)
 
 
+def measured_rules(rules: Rules, records: dict, chosen: dict, grid: attention.Grid, precision: str) -> Rules:
+    """`rules` whose default exclusions add the attention cores whose `precision` error, estimated
+    from the calibration `records` under the thresholds `chosen` ({tensor: Threshold}) on `grid`,
+    is too large (qtool.targets.tensorrt.attention)."""
+    measured = attention.rule(records, {n: th.amax for n, th in chosen.items()}, grid, precision)
+    return replace(rules, exclusions=functools.partial(rules.exclusions, measured=measured))
+
+
 def plan(loaded, cal, thresholds: Callable, *, major: int, high_precision: str, exclude=(), include=(),
          smooth_quant="auto") -> Prepared:
     """The Q/DQ export's preparation for TensorRT `major` (a qtool.targets.cpu.Prepared, no `place`), with the activation thresholds
@@ -152,8 +164,10 @@ def plan(loaded, cal, thresholds: Callable, *, major: int, high_precision: str, 
         chosen = thresholds(c)
         if smoothing is not None:
             chosen.update({n: Threshold(a, False, 0.0, False) for n, a in smoothing.amax.items()})
-        return placement.place(m, {t.name: t for t in c.tensors}, rules=TENSORRT, thresholds=chosen, exclude=list(exclude or ()),
-                               include=list(include or ()), float_types=get("tensorrt").float_types)
+        records = {t.name: t for t in c.tensors}
+        return placement.place(m, records, rules=measured_rules(TENSORRT, records, chosen, attention.int8_grid, "int8"),
+                               thresholds=chosen, exclude=list(exclude or ()), include=list(include or ()),
+                               float_types=get("tensorrt").float_types)
 
     cal, smoothing, sq_warnings = smoothquant.smooth(model, cal, smooth_quant, place)
     placed = place(model, cal, smoothing)

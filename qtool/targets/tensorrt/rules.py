@@ -18,11 +18,13 @@ graph_utils.py, partitioning.py):
   calibration.MAX_CLIPPED of the values, e.g. the entropy search on image pixels); there max |x| is
   used, as on every target;
 * ModelOpt's default exclusions: small Convs, GEMV-shaped and small MatMul/Gemm, the attention
-  core above sequence length 512 (`exclusions` below); `--include` overrides them;
+  core above sequence length 512 (`exclusions` below); and the attention core whose 8-bit error,
+  estimated from the calibration, is too large (qtool.targets.tensorrt.attention; the Q/DQ writers
+  pass it in); `--include` overrides them;
 * on a transformer this is ModelOpt's placement: both inputs of the attention BMMs (Q.K^T and
-  softmax.V) and the linear layers' inputs; LayerNorm, Softmax, GELU, the additive mask and the
-  residual stream (an Add with no Conv backbone is not residual) get no Q/DQ
-  (tests/test_transformers.py).
+  softmax.V, where the measured rule keeps them) and the linear layers' inputs; LayerNorm, Softmax,
+  GELU, the additive mask and the residual stream (an Add with no Conv backbone is not residual)
+  get no Q/DQ (tests/test_transformers.py).
 
 FP8 (`FP8`): ModelOpt's FP8 op types (NVIDIA/Model-Optimizer modelopt/onnx/quantization/fp8.py:
 Gemm, MatMul, Conv, Add) on the same machinery; ConvTranspose and pooling are not among them, and
@@ -41,7 +43,7 @@ import onnx
 
 from ... import model as M
 from ...model import graph as G
-from ...quantizers.patterns import producer, standard
+from ...quantizers.patterns import AttentionCore, attention_core, producer, standard
 from ...quantizers.rules import LINEAR, SHAPE_OPS, Rules
 
 MIN_CHANNELS_FP8 = 16  # ModelOpt graph_utils._MIN_CHANNELS_FP8: Conv I/O channels up to this stay FP16
@@ -226,25 +228,28 @@ def _matmul_exclusion(m: G.Index, n: onnx.NodeProto, shapes: dict) -> str | None
     return None
 
 
-def _attention_cores(m: G.Index, shapes: dict, why: Callable[[list], str | None]) -> dict[str, str]:
-    """The two MatMuls around a Softmax (Q.K^T and .V) whose K^T shape [..., head size, sequence]
-    `why` gives a reason to keep FP32 (ModelOpt graph_utils.find_nodes_from_mha_to_exclude, which
-    reads the shape of BMM1's second input)."""
+def _attention_cores(m: G.Index, shapes: dict, why: Callable[[list], str | None],
+                     measured: Callable[[G.Index, AttentionCore], str | None] | None = None) -> dict[str, str]:
+    """The two MatMuls of each attention core (Q.K^T and .V: qtool.quantizers.patterns.attention_core)
+    that stay FP32/FP16: where the K^T shape [..., head size, sequence] gives `why` a reason
+    (ModelOpt graph_utils.find_nodes_from_mha_to_exclude, which reads the shape of BMM1's second
+    input and keeps the whole core out), else where `measured` (qtool.targets.tensorrt.attention.rule)
+    finds the core's 8-bit error too large. The core goes as one: TensorRT fuses it in one precision."""
     found: dict[str, str] = {}
     for sm in m.graph.node:
         if sm.op_type != "Softmax" or not standard(sm):
             continue
-        first = producer(m, sm.input[0])
-        while first is not None and first.op_type in ("Mul", "Div", "Add", "Where") and first.input:
-            first = producer(m, first.input[0])  # scale and mask between Q.K^T and Softmax
-        if first is None or first.op_type != "MatMul":
+        core = attention_core(m, sm)
+        if core is None:
             continue
-        second = [r for r, slot in m.readers.get(sm.output[0], ()) if r.op_type == "MatMul"]
+        first = core.scores
         key = shapes.get(first.input[1]) if len(first.input) > 1 else None
         reason = why(key) if key and len(key) >= 2 else None
+        if reason is None and measured is not None:
+            reason = measured(m, core)
         if reason:
-            for mm in [first, *second]:
-                found[mm.name] = f"default exclusion: attention core with {reason}"
+            for mm in [first, *(c for c, _ in core.contexts)]:
+                found.setdefault(mm.name, f"default exclusion: attention core with {reason}")
     return found
 
 
@@ -259,10 +264,12 @@ def _fp8_head_size(key: list) -> str | None:
             if head is not None and not MIN_HEAD_FP8 < head <= MAX_HEAD_FP8 else None)
 
 
-def exclusions(m: G.Index, attention: Callable[[list], str | None] | None = None) -> dict[str, str]:
-    """Node -> why ModelOpt keeps it FP32 by default for TensorRT's INT8 (shapes from onnx shape
-    inference; a dimension it cannot infer excludes nothing); `attention`: the rule for the attention
-    core (default INT8's sequence length; FP8's is the head size)."""
+def exclusions(m: G.Index, attention: Callable[[list], str | None] | None = None,
+               measured: Callable[[G.Index, AttentionCore], str | None] | None = None) -> dict[str, str]:
+    """Node -> why it stays FP32 by default for TensorRT's INT8: ModelOpt's rules (shapes from onnx
+    shape inference; a dimension it cannot infer excludes nothing); `attention`: ModelOpt's rule for
+    the attention core (default INT8's sequence length; FP8's is the head size), then `measured`:
+    the core's 8-bit error estimated from the calibration (qtool.targets.tensorrt.attention.rule)."""
     shapes = _static_shapes(m)
     graph_inputs = {i.name for i in m.graph.input}
     found: dict[str, str] = {}
@@ -276,7 +283,7 @@ def exclusions(m: G.Index, attention: Callable[[list], str | None] | None = None
             why = _matmul_exclusion(m, n, shapes)
         if why:
             found[n.name] = why
-    for name, why in _attention_cores(m, shapes, attention or _long_sequence).items():
+    for name, why in _attention_cores(m, shapes, attention or _long_sequence, measured).items():
         found.setdefault(name, why)
     return found
 
@@ -322,11 +329,11 @@ TENSORRT = Rules(
     default_method="mse",
 )
 
-def _fp8_placement_exclusions(m: G.Index) -> dict[str, str]:
+def _fp8_placement_exclusions(m: G.Index, measured: Callable[[G.Index, AttentionCore], str | None] | None = None) -> dict[str, str]:
     """INT8's, with FP8's attention rule in place of INT8's: the attention core stays FP16 where its
     head size is not one FP8 fused attention takes (at most 8, above 256; ModelOpt
-    graph_utils.find_nodes_from_mha_to_exclude, fp8), whatever the sequence length."""
-    return exclusions(m, _fp8_head_size)
+    graph_utils.find_nodes_from_mha_to_exclude, fp8), whatever the sequence length; then `measured`."""
+    return exclusions(m, _fp8_head_size, measured)
 
 
 FP8_DEFAULT_METHOD = "max"  # ModelOpt's FP8 amax (its FP8 path converts a max-calibrated INT8 model)
