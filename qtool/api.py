@@ -187,7 +187,8 @@ def merge(cals: Iterable[Calibration]) -> Calibration:
 @_keyword_errors
 def export(model_or_path, cal: Calibration, *, target: str, path: str | os.PathLike | None = None, **options) -> bytes:
     """The bytes of `target`'s file for this calibration (written atomically to `path` when given),
-    as `qtool export` writes them. `options`: the keywords the target takes, EXPORT_OPTIONS[target]
+    as `qtool export` writes them (a model over 2 GiB: give `path`, its weights go to external data
+    beside it, and the bytes are the .onnx file's). `options`: the keywords the target takes, EXPORT_OPTIONS[target]
     (qtool.targets.OPTIONS declares each once, with its command-line flag, help and choices:
     `python -c "import qtool.targets as t; print(t.OPTIONS['fmt'].help)"`); `policies` is a
     qtool.quantizers.policy.Policies, the others strings, booleans or lists of names as on the command line."""
@@ -204,7 +205,9 @@ def export(model_or_path, cal: Calibration, *, target: str, path: str | os.PathL
         from .fileio import check_output_path, write_atomic
 
         write_atomic(check_output_path(Path(path), inputs=()), result.data)
-    return result.data
+    if isinstance(result.data, model.weights.ModelFile) and result.data.external() and path is not None:
+        return result.data.external_chunks(model.weights.data_path(path).name)[0]  # the .onnx file written
+    return bytes(result.data)  # a big model's export that fits one file: that file
 
 
 @_keyword_errors

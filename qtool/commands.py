@@ -378,7 +378,7 @@ def export_file(model_path=None, *, target: str, calib=None, output=None, trt_ve
     out = output or Path(Path(cal.model_path).stem + module.suffix(**options))
     out = check_output_path(out, inputs=(model_input(source), file_input(calib_path, "the calibration file"),
                                          file_input(policy, "the --policy file"), folder_input(images, "a --images file"),
-                                         folder_input(data, "a --data file")))
+                                         folder_input(data, "a --data file")), model=True)
     if keep_fp32 and max_drop:
         raise QtoolError("--keep-fp32 N and --max-drop BUDGET both choose the layers kept in FP32: give one")
     budget_ = None

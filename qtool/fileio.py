@@ -55,7 +55,7 @@ def _model_files(path: Path) -> list[tuple[str, Path]]:
     try:
         from .model import external_locations, read_model_header
 
-        proto = read_model_header(path)  # bounded: no device or FIFO read for ever
+        proto = read_model_header(path, weightless=True)  # bounded: no device or FIFO read for ever
     except Exception:  # missing, unreadable or no model: the command itself says so later
         return files
     return files + [("the model's external data file", path.parent / loc) for loc in external_locations(proto)]
@@ -116,8 +116,9 @@ def _conflict(out: Path, inputs) -> tuple[str, Path] | None:
     return None
 
 
-def check_output_path(path: str | os.PathLike, *, inputs=(), what: str = "output path") -> Path:
-    """Fail early (before any work) if `path` cannot be written or would overwrite an input.
+def check_output_path(path: str | os.PathLike, *, inputs=(), what: str = "output path", model: bool = False) -> Path:
+    """Fail early (before any work) if `path` cannot be written or would overwrite an input
+    (`model`: an ONNX model, whose external data file may go beside it, qtool.model.weights.data_path).
 
     inputs: Input items (model_input, folder_input, file_input), or plain paths of input files.
     """
@@ -141,6 +142,8 @@ def check_output_path(path: str | os.PathLike, *, inputs=(), what: str = "output
     if hit is not None:
         label, src = hit
         raise QtoolError(f"{what} {str(out)!r} is an input file ({label} {str(src)!r}); refusing to overwrite it")
+    if model:
+        _check_data_file(out, inputs)
     return out
 
 
@@ -211,8 +214,24 @@ class Outputs:
         self._added.append((out, option))
         return out
 
-    def write(self, path: str | os.PathLike, data: bytes) -> None:
-        """Stage `data` for `path`: a temporary file beside the file `path` names (symlinks followed)."""
+    def write(self, path: str | os.PathLike, data) -> None:
+        """Stage `data` for `path`: a temporary file beside the file `path` names (symlinks followed).
+        `data`: bytes, or a model to write (qtool.model.weights.ModelFile: piece by piece, and
+        when it needs external data, that file beside `path` too, staged and committed with it)."""
+        from .model.weights import ModelFile, data_path
+
+        if not isinstance(data, ModelFile):
+            self._stage(path, [data])
+        elif not data.external():
+            self._stage(path, data.chunks())
+        else:
+            extra = data_path(path)
+            _check_data_file(Path(path), self.inputs)
+            header, chunks = data.external_chunks(extra.name)
+            self._stage(extra, chunks)  # renamed before the .onnx file that refers to it
+            self._stage(path, [header])
+
+    def _stage(self, path: str | os.PathLike, chunks) -> None:
         out = Path(path)
         real = Path(os.path.realpath(out))
         key = str(real)
@@ -227,7 +246,8 @@ class Outputs:
         self._staged[key] = (tmp, out)
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                for chunk in chunks:
+                    f.write(chunk)
                 f.flush()
                 os.fsync(f.fileno())
             _copy_mode(real, tmp)
@@ -285,6 +305,17 @@ class Outputs:
         self.discard()  # anything not committed
 
 
+def _check_data_file(out: Path, inputs) -> None:
+    """A model written to `out` may need external data beside it (qtool.model.weights.data_path):
+    refused before any work when that file is an input."""
+    from .model.weights import data_path
+
+    hit = _conflict(data_path(out), inputs)
+    if hit is not None:
+        label, src = hit
+        raise QtoolError(f"{str(out)!r} would write its external data over {label} {str(src)!r}; choose another output path")
+
+
 def _copy_mode(real: Path, tmp: str) -> None:
     """The temporary file gets the permission bits (and, when allowed, the owner) of the file it
     replaces; a new file gets the default mode (0666 less the umask)."""
@@ -337,9 +368,10 @@ def _sync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: str | os.PathLike, data: bytes) -> None:
-    """Write `data` to a temporary file beside `path`, fsync it, then rename it over `path`
-    (the file a symlink names, keeping its mode). One output: replaced whole or not at all."""
+def write_atomic(path: str | os.PathLike, data) -> None:
+    """Write `data` (bytes or a model: Outputs.write) to a temporary file beside `path`, fsync it,
+    then rename it over `path` (the file a symlink names, keeping its mode). One output (with the
+    external data a big model needs): replaced whole or not at all."""
     with Outputs() as outs:
         outs.write(path, data)
         outs.commit()

@@ -116,3 +116,15 @@ def written_by(write: Callable[[str], object], name: str) -> bytes:
         return path.read_bytes()
     finally:
         path.unlink(missing_ok=True)
+
+
+def open_file(name: str) -> tuple[int, str]:
+    """(descriptor, path) of a new empty file in directory() that another library opens by its
+    real path (onnxruntime refuses a memfd's /proc path for external data); close_file removes it."""
+    path = directory() / f"{os.urandom(4).hex()}-{name}"
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600), str(path)
+
+
+def close_file(fd: int, path: str) -> None:
+    os.close(fd)
+    Path(path).unlink(missing_ok=True)

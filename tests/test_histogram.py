@@ -50,6 +50,15 @@ def test_merge_equals_single_pass():
     assert np.array_equal(merged.counts, ref.counts) and merged.top == ref.top
 
 
+def test_a_range_growing_past_an_int64_fold_folds_everything_into_bin_0():
+    # an attention score near 1 then a padded position's score near float32's lowest: the fold
+    # (2**128 / 2**1) does not fit an int64; the result is that of one pass over both
+    small, huge = np.array([0.75, -0.5], np.float32), np.array([np.finfo(np.float32).min, 1.0], np.float32)
+    ref = _fill([np.concatenate([small, huge])])
+    h = _fill([small, huge])
+    assert h.top == ref.top == 2.0**128 and np.array_equal(h.counts, ref.counts) and h.counts[0] == 3
+
+
 def test_nonfinite_values_are_counted_not_binned():
     h = _fill([np.array([np.nan, np.inf, -np.inf, 2.0, -0.5], np.float32)])
     assert h.nonfinite == 3 and h.size == 2 and h.counts.sum() == 2

@@ -90,11 +90,20 @@ def ov_compile(path, config=None):
     return CORE.compile_model(CORE.read_model(str(path)), "CPU", {**cpu.PINNED_F32, **(config or {})})
 
 
+# OpenVINO with the file's exact arithmetic: no low-precision transformations, f32 (no bf16), and no
+# activations quantized on the fly beside int8-stored weights (its dynamic quantization)
+EXACT = {"LP_TRANSFORMS_MODE": "NO", **cpu.PINNED_F32, "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
+
+
 def ov_exact(path):
     """OpenVINO running the file's exact arithmetic: low-precision transformations off, so every
-    FakeQuantize is a float op and no int8 kernel runs (f32 inference: no bf16 either)."""
-    compiled = CORE.compile_model(CORE.read_model(str(path)), "CPU", {"LP_TRANSFORMS_MODE": "NO", **cpu.PINNED_F32})
-    assert set(linear_precisions(compiled).values()) <= {"f32"}, linear_precisions(compiled)
+    FakeQuantize is a float op and no int8 kernel runs (f32 inference: no bf16 either). A
+    FullyConnected whose weights the file stores in int8 reports i8: it decompresses them (int8 to
+    f32 times the scale, the file's Cast and Mul) and computes in f32."""
+    compiled = CORE.compile_model(CORE.read_model(str(path)), "CPU", EXACT)
+    kinds = {op.get_friendly_name(): str(op.get_rt_info()["layerType"].astype(str)) for op in compiled.get_runtime_model().get_ops()}
+    assert all(v == "f32" or (v == "i8" and kinds[k] == "FullyConnected") for k, v in linear_precisions(compiled).items()), \
+        linear_precisions(compiled)
     return compiled
 
 
@@ -110,6 +119,20 @@ def check_precisions(compiled, summary) -> dict[str, str]:
     assert sum(v == "f32" for v in precisions.values()) <= summary["fp32_layers"], (precisions, summary["fp32_layer_names"])
     assert 0.7 * summary["int8_layers"] <= int8 <= summary["int8_layers"], (precisions, summary["int8_layers"])  # some may fuse
     return precisions
+
+
+def compressed_weights(m: onnx.ModelProto) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """{weight name: (int8 values, scale)} of the weights an OpenVINO export stores compressed:
+    an int8 initializer -> Cast -> Mul by a constant scale."""
+    inits = {t.name: t for t in m.graph.initializer}
+    casts = {n.output[0]: n for n in m.graph.node if n.op_type == "Cast" and n.input[0] in inits
+             and inits[n.input[0]].data_type == TensorProto.INT8}
+    out = {}
+    for n in m.graph.node:
+        if n.op_type == "Mul" and n.input[0] in casts and n.input[1] in inits:
+            stored = casts[n.input[0]].input[0]
+            out[stored.removesuffix("/int8")] = (numpy_helper.to_array(inits[stored]), numpy_helper.to_array(inits[n.input[1]]))
+    return out
 
 
 def linear_precisions(compiled) -> dict[str, str]:
@@ -323,7 +346,8 @@ def test_exported_graph_hygiene(digits):
     names = [n.name for n in m.graph.node]
     assert all(names) and len(set(names)) == len(names)
     fqs = [n for n in m.graph.node if n.op_type == "FakeQuantize"]
-    assert len(fqs) == 9 + 7
+    compressed = compressed_weights(m)
+    assert len(fqs) == 9 and len(compressed) == 7  # activations FakeQuantize, weights int8 (Cast, Mul by the scale)
     for n in fqs:
         assert n.domain == "org.openvinotoolkit" and len(n.input) == 5
         assert all(i in inits for i in n.input[1:])  # constant ranges
@@ -337,10 +361,10 @@ def test_exported_graph_hygiene(digits):
         seen.update(n.output)
         used.update(n.input)
     assert set(inits) <= used
-    # weight ranges: [C,1,1,1] for Conv, the output rows of Gemm(transB=1)
+    # weight scales: [C,1,1,1] for Conv, the output rows of Gemm(transB=1); the values on [-127, 127]
+    assert compressed["onnx::Conv_66"][1].shape == (16, 1, 1, 1) and compressed["fc.weight"][1].shape == (10, 1)
+    assert all(np.abs(q).max() == 127 for q, _ in compressed.values())  # each channel's largest weight on the grid's end
     by_input = {n.input[0]: n for n in fqs}
-    assert list(inits[by_input["onnx::Conv_66"].input[1]].dims) == [16, 1, 1, 1]
-    assert list(inits[by_input["fc.weight"].input[1]].dims) == [10, 1]
     assert list(inits[by_input["input"].input[1]].dims) == []
     lo = numpy_helper.to_array(inits[by_input["input"].input[1]])
     assert float(lo) == 0.0  # the image input is never negative: [0, amax]
@@ -353,6 +377,40 @@ def test_exported_graph_hygiene(digits):
     lo, hi = (float(numpy_helper.to_array(inits[mul.input[k]])) for k in (1, 2))
     assert hi == pytest.approx(rec["/Concat_output_0"].amax, rel=1e-6) and lo == pytest.approx(-hi * 128 / 127, rel=1e-6)
     assert hashlib.sha256(SAMPLE.read_bytes()).hexdigest() == before  # the input model is untouched
+
+
+@pytest.mark.parametrize("which", ["digits", "bert"])
+def test_int8_weights_run_as_their_fakequantize_did(tmp_path, monkeypatch, which):
+    """The export stores 8-bit weights as int8 (Cast, Mul by the scale), the form OpenVINO makes of
+    a FakeQuantize of constant weights: OpenVINO runs the same layers in int8 and computes the same
+    outputs, bit for bit, as from the file with each weight's FakeQuantize (what qtool wrote before),
+    a file a third to nine tenths the size (the bert look-alike keeps its FP32 word embeddings)."""
+    import qtool
+    from qtool.targets import openvino
+
+    if which == "digits":
+        path, feeds = SAMPLE, [{"input": heldout()[0][:16]}]
+    else:
+        path = tmp_path / "bert.onnx"
+        onnx.save(zoo.bert_like(), str(path))
+        feeds = [zoo._random_feeds(zoo.bert_like(), {"batch": 1, "sequence": 16}, seed=k) for k in range(4)]
+        for f in feeds:
+            f["attention_mask"] = np.ones_like(f["attention_mask"])
+    cal = qtool.calibrate(path, data=feeds if which == "bert" else [{"input": heldout()[0][16:64]}])
+    compressed = tmp_path / "int8.onnx"
+    qtool.export(path, cal, target="openvino", path=compressed)
+    monkeypatch.setattr(openvino, "COMPRESSED_GRID", None)  # every weight a FakeQuantize, as before
+    fq = tmp_path / "fq.onnx"
+    qtool.export(path, cal, target="openvino", path=fq)
+    assert len(compressed_weights(onnx.load(str(compressed)))) > 0 == len(compressed_weights(onnx.load(str(fq))))
+    assert compressed.stat().st_size < (0.4 if which == "digits" else 0.9) * fq.stat().st_size
+    config = {"INFERENCE_PRECISION_HINT": "f32"}
+    a, b = (CORE.compile_model(str(p), "CPU", config) for p in (compressed, fq))
+    pa, pb = linear_precisions(a), linear_precisions(b)
+    assert pa == pb and sum(v in ("u8", "i8") for v in pa.values()) >= (6 if which == "digits" else 1)  # the guard keeps digits' stem f32
+    for f in feeds:
+        for x, y in zip(a(f).values(), b(f).values()):
+            np.testing.assert_array_equal(x, y)
 
 
 def test_default_calibration_and_output_names(tmp_path, monkeypatch, digits):
@@ -388,13 +446,8 @@ def test_weights_7bit(digits, tmp_path):
     calib, _, _ = digits
     out = tmp_path / "w7.onnx"
     export("openvino", calib, out, "--weights-7bit", "all")
-    m = onnx.load(str(out))
-    inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
-    for n in m.graph.node:
-        if n.op_type == "FakeQuantize" and n.input[0] in inits:  # weights
-            w, hi = inits[n.input[0]], inits[n.input[2]]
-            q = np.rint(w / (hi / 127))
-            assert np.abs(q).max() <= 63
+    compressed = compressed_weights(onnx.load(str(out)))
+    assert len(compressed) == 7 and all(np.abs(q).max() == 63 for q, _ in compressed.values())  # the 7-bit grid in int8
     assert set(linear_precisions(ov_compile(out)).values()) <= {"u8", "i8"}
     x, y = heldout()
     assert accuracy(ov_compile(out)(x)[0], y) >= 97.0

@@ -139,9 +139,9 @@ def latency_ms(target: str, model_bytes: bytes, feeds: dict, runs: int = 30) -> 
             simulate.openvino()
         except QtoolError:
             return None
-        session = simulate.OpenVINOSession(model_bytes, {"PERFORMANCE_HINT": "LATENCY"}, precision="default")  # as deployed
+        session = simulate.OpenVINOSession(bytes(model_bytes), {"PERFORMANCE_HINT": "LATENCY"}, precision="default")  # as deployed
     else:
-        session = collect.make_session(onnx.load_model_from_string(model_bytes))
+        session = collect.make_session(onnx.load_model_from_string(bytes(model_bytes)))
 
     def infer():
         session.run(None, feeds)

@@ -23,6 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 from ..collection import collect
 from ..errors import QtoolError
 from ..model import graph as G
+from ..model import weights
 
 DOMAIN = "org.openvinotoolkit"
 ROUND_OPSET = 11  # Round, and Equal on floats
@@ -100,7 +101,11 @@ def fake_quantize_as_float_ops(model: onnx.ModelProto) -> onnx.ModelProto:
 def simulation(model: onnx.ModelProto | bytes):
     """An onnxruntime session computing the file's arithmetic exactly, on any CPU: FakeQuantize as
     float ops, no graph optimization (Q/DQ stay float ops). A ModelProto given is rewritten in place."""
-    proto = onnx.load_model_from_string(model) if isinstance(model, bytes) else model
+    if isinstance(model, weights.ModelFile):  # a big model's export: its graph, the weights where they are
+        proto = onnx.ModelProto()
+        proto.CopyFrom(model.model)
+    else:
+        proto = onnx.load_model_from_string(model) if isinstance(model, bytes) else model
     proto = fake_quantize_as_float_ops(proto)
     return collect.make_session(proto, optimized=True)  # optimized=True: ORT_DISABLE_ALL, the graph run as it is
 
@@ -142,6 +147,7 @@ def runtime(name: str, data: bytes):
     """The real runtime on this CPU running the file `data`: OpenVINO ('openvino', f32 inference
     precision, int8 where the file quantizes) or onnxruntime ('onnxruntime', default optimizations:
     its int8 kernels for Q/DQ; float layers in f32 too)."""
+    data = bytes(data)  # a big model's export (weights.ModelFile) as one file
     if name == "openvino":
         return OpenVINOSession(data)
     if name == "onnxruntime":

@@ -29,7 +29,7 @@ import onnxruntime as ort
 
 from .. import model, ortlog
 from ..errors import QtoolError
-from ..model import nchwc
+from ..model import nchwc, weights
 from ..statistics import histogram
 from ..statistics.histogram import Extrema, TensorHistogram
 
@@ -50,7 +50,8 @@ def make_session(model: onnx.ModelProto, external_folder: str | os.PathLike | No
     """A CPU onnxruntime session for an in-memory model; no file is written anywhere.
 
     `external_folder`: where weights the proto keeps in external files live (the original
-    model's folder); onnxruntime reads them from there, so models over 2 GB work.
+    model's folder); onnxruntime reads them from there, so models over 2 GB work. Weights a big
+    model keeps where they lie (qtool.model.weights) it reads from their files too.
     `threads`: intra-op threads per run (default: onnxruntime's, one per core).
     `optimized`: the model is a graph onnxruntime optimized already (nchwc): run it as it is.
     """
@@ -65,12 +66,14 @@ def make_session(model: onnx.ModelProto, external_folder: str | os.PathLike | No
     # histograms on those cores between runs
     opts.add_session_config_entry("session.intra_op.allow_spinning", "1")
     opts.add_session_config_entry("session.force_spinning_stop", "1")
-    if external_folder is not None:
-        opts.add_session_config_entry("session.model_external_initializers_file_folder_path", str(external_folder))
     try:
-        data = model.SerializeToString()
+        data, spill = weights.runnable(model)
     except ValueError as e:  # protobuf refuses messages over 2 GB: weights must stay external
         raise QtoolError(f"model is too large to run in memory ({_first_line(e)})") from None
+    if spill is not None:
+        external_folder = "/"
+    if external_folder is not None:
+        opts.add_session_config_entry("session.model_external_initializers_file_folder_path", str(external_folder))
     try:
         # onnxruntime prints an "EP Error ... falling back" banner on stdout before retrying
         with contextlib.redirect_stdout(io.StringIO()):
@@ -81,6 +84,9 @@ def make_session(model: onnx.ModelProto, external_folder: str | os.PathLike | No
         if m:
             raise QtoolError(f"onnxruntime cannot load the model: unknown operator {m.group(0).split('(')[0]!r}") from None
         raise QtoolError(f"onnxruntime cannot load the model: {msg}") from None
+    finally:
+        if spill is not None:
+            spill.close()
 
 
 def fetching_session(model: onnx.ModelProto, fetched: list[str], keep: frozenset[str] = frozenset(),
@@ -88,9 +94,11 @@ def fetching_session(model: onnx.ModelProto, fetched: list[str], keep: frozenset
                      ) -> tuple[ort.InferenceSession, dict[str, nchwc.Blocked]]:
     """A session for `model`, whose outputs include `fetched`, and the fetched tensors it returns
     in onnxruntime's blocked layout (the `blocked` argument of collect; see nchwc). Tensors in
-    `keep` come in NCHW. Models with external weights, and machines or onnxruntime builds
-    without the blocked layout, get make_session's session and every tensor in NCHW."""
-    block = nchwc.block_size() if external_folder is None else None
+    `keep` come in NCHW. Models without convolutions or with external or lazy weights (whose
+    optimized copy would hold them all), and machines or onnxruntime builds without the blocked
+    layout, get make_session's session and every tensor in NCHW."""
+    convolutions = any(n.op_type == "Conv" for n in model.graph.node)
+    block = nchwc.block_size() if external_folder is None and convolutions and not weights.lazy_tensors(model) else None
     if block is not None:
         try:
             graph = nchwc.optimized(model)

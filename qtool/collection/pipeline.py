@@ -268,9 +268,15 @@ def _helpers(exposed, folder, fetched, names, source: _Source, bins, stats, deri
     if workers < 2 or not kernel or source.images is None or source.least_bytes * len(source.images) < HELPER_BYTES:
         return []
     try:
-        model_bytes = exposed.SerializeToString()
+        model_bytes, spill = model.weights.runnable(exposed)  # a big model's weights: read by path (folder "/")
     except ValueError:  # over protobuf's 2 GB: the weights stay external, threads it is
         return []
+    if spill is not None:
+        spilled = bool(spill.path)
+        spill.close()
+        if spilled:  # weights computed in this process (none when calibrating): threads
+            return []
+        folder = "/"
     static = source.static
     job = procs.Job(model_bytes, None if folder is None else str(folder), fetched, static,
                     [n for n in names if n not in static], bins, {n: s for n, s in stats.items() if n not in static},

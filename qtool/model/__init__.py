@@ -13,6 +13,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from ..errors import QtoolError
+from . import weights
 from .graph import Constants, outer_refs, subgraphs
 
 FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE}
@@ -42,15 +43,16 @@ _NOT_FOLDABLE = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUni
 class LoadedModel:
     path: Path
     sha256: str
-    proto: onnx.ModelProto  # with external data loaded, unless load_model(external_data=False)
+    proto: onnx.ModelProto  # with external data loaded, unless load_model(external_data=False); big models: weights.py
     onnx_sha256: str | None = None  # of the .onnx file alone: what older qtool versions recorded, external data or not
+    weights: object = None  # weights.Store of a model loaded lazily (its big weights stay where they lie)
 
     @property
     def external_files(self) -> list[str]:
         """Locations (relative to the model's folder) of external data the proto still refers to."""
         return sorted({
             e.value for t in _all_initializers(self.proto.graph)
-            if t.data_location == TensorProto.EXTERNAL for e in t.external_data if e.key == "location"
+            if t.data_location == TensorProto.EXTERNAL and not weights.is_lazy(t) for e in t.external_data if e.key == "location"
         })
 
 
@@ -120,10 +122,9 @@ def model_sha256(path: str | os.PathLike, locations: list[str] = ()) -> str:
 MAX_MODEL_BYTES = (1 << 31) - 1
 
 
-def read_model_bytes(path: str | os.PathLike) -> bytes:
-    """The bytes of an ONNX file, read from one open descriptor, or a one-line QtoolError: not
-    there, not a regular file (a device or FIFO never ends or blocks), or past protobuf's limit."""
-    p = Path(path)
+def _open_model(p: Path) -> int:
+    """A read-only descriptor of the ONNX file `p`, or a one-line QtoolError: not there, not a
+    regular file (a device or FIFO never ends or blocks), or past protobuf's limit."""
     try:
         # O_NONBLOCK: opening a FIFO does not wait for a writer; regular files ignore it
         fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
@@ -147,16 +148,33 @@ def read_model_bytes(path: str | os.PathLike) -> bytes:
     except BaseException:
         os.close(fd)
         raise
-    with os.fdopen(fd, "rb") as f:
+    return fd
+
+
+def read_model_bytes(path: str | os.PathLike) -> bytes:
+    """The bytes of an ONNX file, read from one open descriptor, or a one-line QtoolError (_open_model)."""
+    p = Path(path)
+    with os.fdopen(_open_model(p), "rb") as f:
         data = f.read(MAX_MODEL_BYTES + 1)  # bounded even if it grew since
     if len(data) > MAX_MODEL_BYTES:
         raise QtoolError(f"model file {str(p)!r} grew past 2 GiB while read; give a finished .onnx file")
     return data
 
 
-def read_model_header(path: str | os.PathLike) -> onnx.ModelProto:
-    """The model without its external data (read_model_bytes's checks, then protobuf's)."""
+def read_model_header(path: str | os.PathLike, weightless: bool = False) -> onnx.ModelProto:
+    """The model without its external data (read_model_bytes's checks, then protobuf's);
+    `weightless`: without the data of its big float initializers either (weights.read_header:
+    the graph's pages of the file are all it reads)."""
+    if weightless:
+        p = Path(path)
+        os.close(_open_model(p))
+        return weights.read_header(p)[0]
     return onnx.load_model_from_string(read_model_bytes(path))
+
+
+def _unreadable(p: Path, e: Exception) -> QtoolError:
+    reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+    return QtoolError(f"{str(p)!r} is not a readable ONNX model ({reason}); check the file is complete")
 
 
 def load_model(path: str | os.PathLike, external_data: bool = True) -> LoadedModel:
@@ -164,9 +182,15 @@ def load_model(path: str | os.PathLike, external_data: bool = True) -> LoadedMod
 
     external_data=False leaves external weights on disk (they are checked to exist);
     collect.make_session(proto, external_folder=path.parent) runs such a model without
-    copying them, whatever their size.
+    copying them, whatever their size. A model of weights.LAZY_BYTES or more (with its external
+    data) is loaded lazily either way: its big weights stay where they lie (weights.py).
     """
     p = Path(path)
+    fd = _open_model(p)
+    size = os.fstat(fd).st_size
+    os.close(fd)
+    if size >= weights.LAZY_BYTES:
+        return _load_lazy(p)
     data = read_model_bytes(p)
     try:
         proto = onnx.load_model_from_string(data)
@@ -174,6 +198,9 @@ def load_model(path: str | os.PathLike, external_data: bool = True) -> LoadedMod
         missing = [loc for loc in locations if not (p.parent / loc).is_file()]
         if missing:
             raise QtoolError(f"model {str(p)!r} refers to external data that is missing: {missing[0]}")
+        if size + sum((p.parent / loc).stat().st_size for loc in locations) >= weights.LAZY_BYTES:
+            del proto, data
+            return _load_lazy(p)
         h = hashlib.sha256(data)  # model_sha256 of the bytes parsed, not a second read
         del data
         onnx_sha256 = h.hexdigest()
@@ -187,20 +214,48 @@ def load_model(path: str | os.PathLike, external_data: bool = True) -> LoadedMod
     except FileNotFoundError as e:
         raise QtoolError(f"model {str(p)!r} refers to external data that is missing: {e.filename or e}") from None
     except Exception as e:  # protobuf DecodeError, truncated files, wrong format
-        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise QtoolError(f"{str(p)!r} is not a readable ONNX model ({reason}); check the file is complete") from None
+        raise _unreadable(p, e) from None
+    return _checked(LoadedModel(path=p, sha256=sha256, proto=proto, onnx_sha256=onnx_sha256))
+
+
+def _checked(loaded: LoadedModel) -> LoadedModel:
+    p, proto = loaded.path, loaded.proto
     if not proto.HasField("graph") or len(proto.graph.node) == 0:
         raise QtoolError(f"{str(p)!r} is not an ONNX model with a graph (no nodes found); check the file")
-    loaded = LoadedModel(path=p, sha256=sha256, proto=proto, onnx_sha256=onnx_sha256)
     for location in loaded.external_files:
         if not (p.parent / location).is_file():
             raise QtoolError(f"model {str(p)!r} refers to external data that is missing: {location}")
     return loaded
 
 
+def _load_lazy(p: Path) -> LoadedModel:
+    """load_model for a big model: the graph without its big weights (weights.py), the SHA-256 of
+    the files read in chunks."""
+    try:
+        header, found, identity = weights.read_header(p)
+        locations = external_locations(header)
+        missing = [loc for loc in locations if not (p.parent / loc).is_file()]
+        if missing:
+            raise QtoolError(f"model {str(p)!r} refers to external data that is missing: {missing[0]}")
+        store = weights.load_lazy(p, header, found, identity)
+    except QtoolError:
+        raise
+    except FileNotFoundError as e:
+        raise QtoolError(f"model {str(p)!r} refers to external data that is missing: {e.filename or e}") from None
+    except Exception as e:  # malformed protobuf, truncated files, wrong format
+        raise _unreadable(p, e) from None
+    h = hashlib.sha256()
+    _update(h, p)
+    onnx_sha256 = h.hexdigest()
+    for location in locations:
+        _update(h, p.parent / location)
+    return _checked(LoadedModel(path=p, sha256=h.hexdigest(), proto=header, onnx_sha256=onnx_sha256, weights=store))
+
+
 def infer_with_inputs(proto: onnx.ModelProto, input_dims: dict[str, tuple]) -> onnx.ModelProto | None:
-    """ONNX shape inference with the inputs of `input_dims` given these dimensions (None keeps
-    the declared one), without copying the model (its inputs are restored); None when it fails."""
+    """ONNX shape inference (weights.inferred: without the weight data, cached) with the inputs of
+    `input_dims` given these dimensions (None keeps the declared one); None when it fails. The
+    model's inputs are changed for the inference and restored."""
     g = proto.graph
     saved = {vi.name: onnx.TypeProto() for vi in g.input if vi.name in input_dims}
     try:
@@ -215,9 +270,7 @@ def infer_with_inputs(proto: onnx.ModelProto, input_dims: dict[str, tuple]) -> o
                         dim.CopyFrom(declared[k])
                     else:
                         dim.dim_value = int(d)
-        return onnx.shape_inference.infer_shapes(proto, strict_mode=False)
-    except Exception:  # a model onnx cannot infer (custom ops, oversized)
-        return None
+        return weights.inferred(proto)
     finally:
         for vi in g.input:
             if vi.name in saved:
@@ -250,11 +303,9 @@ def already_quantized(proto: onnx.ModelProto) -> str | None:
 
 
 def tensor_types(proto: onnx.ModelProto) -> dict[str, int]:
-    """Element type of every main-graph tensor, from the model and ONNX shape inference."""
-    try:
-        inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
-    except Exception:  # custom domains or oversized models: use what the file declares
-        inferred = proto
+    """Element type of every main-graph tensor, from the model and ONNX shape inference
+    (weights.inferred: without the weight data, cached; custom domains: what the file declares)."""
+    inferred = weights.inferred(proto) or proto
     types: dict[str, int] = {}
     g = inferred.graph
     for vi in list(g.input) + list(g.value_info) + list(g.output):

@@ -15,9 +15,10 @@ from collections import defaultdict
 
 import numpy as np
 import onnx
-from onnx import TensorProto, numpy_helper
+from onnx import numpy_helper
 
 from ..errors import QtoolError
+from . import weights
 
 
 def subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
@@ -81,7 +82,7 @@ class Constants:
         file of external data)."""
         if t in self.inits:
             init = self.inits[t]
-            return None if init.data_location == TensorProto.EXTERNAL else numpy_helper.to_array(init)
+            return weights.value(init) if weights.has_value(init) else None
         n = self.nodes.get(t)
         if n is None or depth > 4 or n.domain not in ("", "ai.onnx"):
             return None
@@ -349,7 +350,7 @@ def copy_model(proto: onnx.ModelProto, base_dir: str | None = None) -> onnx.Mode
     proto still refers to read into it from `base_dir`, so the result is one self-contained file."""
     copy = onnx.ModelProto()
     copy.CopyFrom(proto)
-    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in copy.graph.initializer):
+    if any(not weights.has_value(t) for t in copy.graph.initializer):
         if base_dir is None:
             raise QtoolError("the model refers to external data but its folder is unknown")
         try:
@@ -361,25 +362,31 @@ def copy_model(proto: onnx.ModelProto, base_dir: str | None = None) -> onnx.Mode
     return copy
 
 
-def finish(model: onnx.ModelProto, original: onnx.ModelProto | None = None) -> tuple[bytes, list[str]]:
-    """Toposort, remove what nothing uses, check, serialise. Returns (bytes, warnings).
+def finish(model: onnx.ModelProto, original: onnx.ModelProto | None = None) -> tuple[bytes | weights.ModelFile, list[str]]:
+    """Toposort, remove what nothing uses, check, serialise. Returns (bytes, warnings); for a model
+    with lazy weights (weights.py) a weights.ModelFile to write instead of the bytes.
 
     A model that fails onnx.checker is refused as a qtool bug, unless the input model failed
     the checker too (then it is only a warning: the exporter did not make it worse)."""
     warnings: list[str] = []
     toposort(model.graph)
     cleanup(model.graph)
+    if weights.lazy_tensors(model):
+        data = weights.ModelFile(model)
+        check = weights.check
+    else:
+        try:
+            data = model.SerializeToString()
+        except ValueError as e:  # protobuf refuses messages over 2 GB
+            raise QtoolError(f"the exported model is too large for one ONNX file ({e}); models over 2 GB are not supported yet") from None
+        check = onnx.checker.check_model
     try:
-        data = model.SerializeToString()
-    except ValueError as e:  # protobuf refuses messages over 2 GB
-        raise QtoolError(f"the exported model is too large for one ONNX file ({e}); models over 2 GB are not supported yet") from None
-    try:
-        onnx.checker.check_model(data)
+        check(model if isinstance(data, weights.ModelFile) else data)
     except onnx.checker.ValidationError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         if original is not None:
             try:
-                onnx.checker.check_model(original)
+                weights.check(original)
             except onnx.checker.ValidationError:
                 warnings.append(f"the exported model fails onnx.checker ({first}), as does the input model")
                 return data, warnings

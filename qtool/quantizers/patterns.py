@@ -15,6 +15,7 @@ import onnx
 from onnx import numpy_helper
 
 from ..model import graph as G
+from ..model import weights
 
 LINEAR = {"Conv", "ConvTranspose", "MatMul", "Gemm"}
 ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Max", "Min"}
@@ -116,8 +117,10 @@ def _scalar(m: G.Index, t: str) -> float | None:
     c = m.constants.get(t)
     if c is None:
         return None
+    if c.data_location == onnx.TensorProto.EXTERNAL or int(np.prod(c.dims)) != 1:
+        return None
     v = numpy_helper.to_array(c)
-    return float(v.ravel()[0]) if v.size == 1 else None
+    return float(v.ravel()[0])
 
 
 def _se_gate(m: G.Index, t: str) -> tuple[list[onnx.NodeProto], str] | None:
@@ -263,7 +266,7 @@ def is_variance(m: G.Index, n: onnx.NodeProto) -> bool:
     if p.op_type == "Mul":
         return p.input[0] == p.input[1]
     if p.op_type == "Pow" and p.input[1] in m.constants:
-        return bool(np.all(numpy_helper.to_array(m.constants[p.input[1]]) == 2))
+        return bool(np.all(weights.value(m.constants[p.input[1]]) == 2))
     return False
 
 
@@ -281,7 +284,7 @@ def _huge_constant(m: G.Index, t: str) -> bool:
     if c is None or c.data_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16):
         return False
     try:
-        v = numpy_helper.to_array(c).astype(np.float64)
+        v = weights.value(c).astype(np.float64)
     except Exception:
         return False
     return bool(v.size) and bool(np.any(~np.isfinite(v) | (np.abs(v) >= HUGE)))

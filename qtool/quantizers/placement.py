@@ -73,12 +73,13 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 import onnx
-from onnx import TensorProto, numpy_helper
+from onnx import TensorProto
 
 from .. import model as M
 from ..calibration import MAX_CLIPPED, Threshold, decide
 from ..errors import QtoolError
 from ..model import graph as G
+from ..model import weights
 from . import overflow
 from . import patterns as P
 from .policy import Policies, choose_symmetry, quantize
@@ -476,7 +477,7 @@ class _Placer:
                     self.bad_weights.add(t)
                     continue
                 try:
-                    values = numpy_helper.to_array(self.m.constants[t])
+                    values = weights.value(self.m.constants[t])
                 except Exception as e:  # external data not loaded, damaged tensor
                     raise QtoolError(f"cannot read weight {t!r}: {e}") from None
                 if not np.all(np.isfinite(values)):

@@ -286,7 +286,8 @@ class TensorHistogram:
 
     def _grow(self, new_top: float) -> None:
         if self.top > 0.0:
-            fold = int(round(new_top / self.top))
+            # a fold of `bins` or more sends every bin to bin 0 (and may not fit an int64: 2**128 / 2**-3)
+            fold = min(int(round(new_top / self.top)), self.bins)
             src = np.arange(self.bins) // fold
             self.counts = np.bincount(src, weights=self.counts, minlength=self.bins).astype(np.int64)
         self.top = new_top

@@ -50,8 +50,47 @@ def _fake_quantize(model: onnx.ModelProto, namer: G.Namer, tensor: str, params: 
     return out
 
 
+# 8-bit weights are stored compressed, as OpenVINO stores a FakeQuantize of constant weights
+# (openvinotoolkit/openvino src/common/offline_transformations compress_quantize_weights.hpp:
+# Constant (low precision) -> Convert -> Subtract zero point -> Multiply scale; NNCF's IR holds
+# the same): an int8 initializer -> Cast -> Mul by the per-channel scale, the zero point being 0.
+COMPRESSED_GRID = quant.grid(8, signed=True, narrow=True)
+
+
+def _codes(w: np.ndarray, low: np.ndarray, high: np.ndarray, g: quant.Grid) -> np.ndarray:
+    """The integers OpenVINO's FakeQuantize of the constant `w` (range [low, high], g.levels levels)
+    stands for, as it computes them when it runs such a layer in int8: its reference formula in the
+    weights' float type (openvinotoolkit/openvino src/core/reference/include/openvino/reference/
+    fake_quantize.hpp), onto [qmin, qmax]."""
+    n = w.dtype.type(g.levels - 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.rint((w - low) / (high - low) * n)
+    q = np.where(w <= np.minimum(low, high), 0, np.where(w > np.maximum(low, high), n, q))
+    return (q.astype(np.int64) + g.qmin).astype(np.int8)
+
+
+def _compressed_weight(model: onnx.ModelProto, namer: G.Namer, site, params: quant.QParams, values: np.ndarray) -> str:
+    """Append the int8 weight, its Cast and Mul; returns the name of the dequantized weight. The
+    integers and scales are those OpenVINO derives from the FakeQuantize of `values` the file held
+    before (`_fake_quantize`'s ranges), so it computes the same."""
+    dtype = _np_type(site.elem_type)
+    shape = quant.range_shape(params, values.ndim)
+    low = np.asarray(params.input_low, dtype=dtype).reshape(shape)
+    high = np.asarray(params.input_high, dtype=dtype).reshape(shape)
+    q = _codes(np.asarray(values, dtype=dtype), low, high, params.grid)
+    scale = (high - low) / dtype(params.grid.levels - 1)
+    stored, scale_name = namer.fresh(f"{site.tensor}/int8"), namer.fresh(f"{site.tensor}/scale")
+    model.graph.initializer.extend([numpy_helper.from_array(q, stored), numpy_helper.from_array(scale, scale_name)])
+    converted, out = namer.fresh(f"{site.tensor}/int8/float"), namer.fresh(f"{site.tensor}/dequantized")
+    model.graph.node.extend([
+        helper.make_node("Cast", [stored], [converted], name=namer.fresh(f"{site.tensor}/Convert"), to=site.elem_type),
+        helper.make_node("Mul", [converted, scale_name], [out], name=namer.fresh(f"{site.tensor}/Multiply")),
+    ])
+    return out
+
+
 def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
-    """Insert the plan's quantizers as FakeQuantize nodes (in place)."""
+    """Insert the plan's quantizers as FakeQuantize nodes, 8-bit weights stored compressed (in place)."""
     nodes = G.Index(model).nodes
     for site in plan.quantizers:
         params = site.params()
@@ -60,10 +99,17 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
             shape = () if site.channel_amax is None else quant.range_shape(params, site.rank)  # [1, C, 1, 1] per channel
         else:
             shape = quant.range_shape(params, site.values.ndim)
+            values = site.values
             if site.policy.rounding != "half-even":  # FakeQuantize rounds half to even: give it weights already on the grid
-                rounded = policy.fake_quantize(site.values, params, site.policy.rounding).astype(_np_type(site.elem_type))
+                values = policy.fake_quantize(site.values, params, site.policy.rounding).astype(_np_type(site.elem_type))
+            if params.grid == COMPRESSED_GRID and not np.any(params.zero_point):
+                out = _compressed_weight(model, namer, site, params, values)
+                for node_name, slot in site.readers:
+                    nodes[node_name].input[slot] = out
+                continue
+            if values is not site.values:
                 source = namer.fresh(f"{site.tensor}/rounded")
-                model.graph.initializer.append(numpy_helper.from_array(rounded, source))
+                model.graph.initializer.append(numpy_helper.from_array(values, source))
         out = _fake_quantize(model, namer, source, params, shape, site.elem_type)
         for node_name, slot in site.readers:
             nodes[node_name].input[slot] = out

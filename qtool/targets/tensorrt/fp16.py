@@ -84,6 +84,7 @@ again, then keeps the whole model FP32, with a warning either way.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -98,8 +99,9 @@ from onnxruntime.transformers.float16 import (
 )
 
 from ...errors import QtoolError
-from ...model import NON_DATA_SLOTS
+from ...model import NON_DATA_SLOTS, weights
 from ...model.graph import Index, Namer, node_reads, outer_refs, producers, subgraphs, toposort
+from ...model.weights import with_inferred_shapes
 
 FP16_MAX = 65504.0
 ACTIVATION_LIMIT = FP16_MAX / 4
@@ -137,7 +139,7 @@ def to_fp16(
     keep_fp32_nodes = [renamed_nodes.get(name, name) for name in keep_fp32_nodes]
     _normalize_constants(g)
     try:
-        work = onnx.shape_inference.infer_shapes(work, strict_mode=False)
+        work = with_inferred_shapes(work)  # on the graph without its weight data
     except Exception as e:
         raise QtoolError(f"FP16 conversion needs ONNX shape inference, which failed: {_first_line(e)}") from None
     g = work.graph
@@ -204,12 +206,15 @@ def _convert(work: onnx.ModelProto, kept: dict[str, str], blocked_ops: set[str],
     original_tensors = _tensor_names(g)
     n_before = len(g.node)
     try:
-        out = convert_float_to_float16(
-            work, keep_io_types=True, disable_shape_infer=True,
-            op_block_list=sorted(blocked_ops), node_block_list=sorted(kept),
-        )
+        with _lazy_shapes(work):
+            out = convert_float_to_float16(
+                work, keep_io_types=True, disable_shape_infer=True,
+                op_block_list=sorted(blocked_ops), node_block_list=sorted(kept),
+            )
     except Exception as e:  # the converter's own failure: the caller may fall back to FP32
         raise QtoolError(f"onnxruntime's FP16 converter failed: {type(e).__name__}: {_first_line(e)}") from None
+    # the converter changed the declared type of the weights it cannot see (weights.py): convert their values as it would
+    weights.retyped(out, lambda a: convert_np_to_float16(a, _MIN_POSITIVE, _MAX_FINITE), TensorProto.FLOAT, TensorProto.FLOAT16)
     _cast_outer_reads(out.graph, kept, namer)
     _home_casts(out.graph)
     _drop_cast_pairs(out.graph, n_before, original_tensors)
@@ -218,6 +223,24 @@ def _convert(work: onnx.ModelProto, kept: dict[str, str], blocked_ops: set[str],
     out.graph.output.extend(outputs)
     _toposort_all(out.graph)
     return out, _verify(out, original)
+
+
+@contextlib.contextmanager
+def _lazy_shapes(model: onnx.ModelProto):
+    """While converting a model with lazy weights (weights.py), the converter's value info of an
+    initializer takes its shape from the tensor's dims (what numpy_helper.to_array(t).shape gives)
+    instead of reading the value."""
+    from onnxruntime.transformers import float16
+
+    if not weights.lazy_tensors(model):
+        yield
+        return
+    saved = float16.make_value_info_from_tensor
+    float16.make_value_info_from_tensor = lambda t: helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+    try:
+        yield
+    finally:
+        float16.make_value_info_from_tensor = saved
 
 
 _CONVERTER_NAME = re.compile(r"^graph_(input|output)_cast|_cast_to_(fp32|fp16|bfloat16)")
@@ -442,7 +465,7 @@ def _guard_constants(index: Index, kept: dict[str, str]) -> None:
     readers = index.readers
     for name, t, const_node in _float_constants(index.graph):
         try:
-            arr = numpy_helper.to_array(t)
+            arr = weights.value(t)
         except Exception as e:
             raise QtoolError(f"cannot read constant {name!r} ({_first_line(e)}); load the model's external data first") from None
         users = readers.get(name, [])
@@ -504,6 +527,8 @@ def _guard_layernorms(index: Index, absmax: dict[str, float], kept: dict[str, st
     g = index.graph
     constants: dict[str, np.ndarray] = {}
     for name, t, _ in _float_constants(g):
+        if weights.is_lazy(t):  # a weight, no exponent: not read
+            continue
         try:
             constants[name] = numpy_helper.to_array(t)
         except Exception:
@@ -610,7 +635,7 @@ def _fp32_constant_copies(g: onnx.GraphProto) -> None:
     dead = []
     for n in g.node:
         if _cast_to(n) == TensorProto.FLOAT and n.input[0] in inits:
-            value = numpy_helper.to_array(inits[n.input[0]]).astype(np.float32)
+            value = weights.value(inits[n.input[0]]).astype(np.float32)
             g.initializer.append(numpy_helper.from_array(value, n.output[0]))
             dead.append(n)
     for n in dead:
@@ -713,7 +738,7 @@ def _check_finite(g: onnx.GraphProto) -> None:
         for sub in subgraphs(n):
             _check_finite(sub)
     for name, t in tensors:
-        if t.data_type == TensorProto.FLOAT16 and not np.all(np.isfinite(numpy_helper.to_array(t))):
+        if t.data_type == TensorProto.FLOAT16 and not np.all(np.isfinite(weights.value(t))):
             raise QtoolError(f"FP16 conversion made constant {name!r} non-finite")
 
 
@@ -748,7 +773,14 @@ def _ort_run(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> list[np.nda
     # BASIC: the model as written. EXTENDED fuses DQ -> Concat -> Q into com.microsoft
     # QLinearConcat, which refuses FP16 scales in onnxruntime 1.32 (module doc).
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    data, spill = weights.runnable(model)  # a model with lazy weights reads them from their files
+    try:
+        if spill is not None:
+            opts.add_session_config_entry("session.model_external_initializers_file_folder_path", "/")
+        sess = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+    finally:
+        if spill is not None:
+            spill.close()
     return sess.run(None, feed)
 
 
@@ -758,10 +790,10 @@ def _verify(out: onnx.ModelProto, original: onnx.ModelProto) -> list[str]:
     _check_finite(out.graph)
     warnings = []
     try:
-        onnx.checker.check_model(out)
+        weights.check(out)
     except onnx.checker.ValidationError as e:
         try:
-            onnx.checker.check_model(original)
+            weights.check(original)
         except onnx.checker.ValidationError:
             warnings.append(f"the FP16 model fails onnx.checker ({_first_line(e)}), as does the input model")
         else:
