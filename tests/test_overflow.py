@@ -321,8 +321,12 @@ def test_cpu_option_in_the_summary_api_and_command_line(tmp_path):
     data.mkdir()
     for i, x in enumerate(xs[32:]):
         np.save(data / f"{i}.npy", x)
+    r = invoke("export", "--target", "openvino", "--calib", tmp_path / "m.calib.json", "-o", tmp_path / "a.onnx")
+    assert r.exit_code == 0 and ("overflow guard: 1 layer(s) int8 with weight steps widened just enough where int8 pair sums can "
+                                 "saturate on CPUs without VNNI: b") in r.output
     r = invoke("export", "--target", "openvino", "--calib", tmp_path / "m.calib.json", "-o", tmp_path / "v.onnx", "--cpu", "vnni", "--json")
     assert r.exit_code == 0 and '"cpu": "vnni"' in r.output
+    assert "overflow guard" not in r.output
     r = invoke("export", "--target", "tensorrt", "--calib", tmp_path / "m.calib.json", "-o", tmp_path / "t.onnx", "--cpu", "vnni")
     assert r.exit_code == 2 and "--cpu applies to --target openvino or qdq" in r.output
     scores = {}
