@@ -335,14 +335,14 @@ def exported(loaded, cal, options: dict, summary: dict, path: str, model_path: s
 
 def _measured_cores(summary: dict) -> str:
     """The line naming the attention cores kept FP16 for their estimated 8-bit error (qtool.targets.tensorrt.attention)."""
-    kept = {n: why for n, why in summary.get("default_exclusions", {}).items() if why.startswith(("attention core with int8 error",
-                                                                                               "attention core with fp8 error"))}
+    from .attention import is_measured
+
+    kept = {n: why for n, why in summary.get("default_exclusions", {}).items() if is_measured(why)}
     if not kept:
         return ""
-    cores = sorted(set(kept.values()), key=lambda why: float(why.split(": ", 1)[1].split(" dB", 1)[0]))
-    first = min(kept, key=lambda n: (cores.index(kept[n]), n))
-    return (f"\n{len(cores)} attention core(s) kept FP16 ({len(kept)} MatMuls), their 8-bit error too large: e.g. {first} "
-            f"({kept[first].removeprefix('attention core with ')}); --include NODE quantizes one anyway")
+    first = min(kept)
+    return (f"\n{len(set(kept.values()))} attention core(s) kept FP16 ({len(kept)} MatMuls) for their 8-bit error, e.g. {first}: "
+            f"{kept[first].removeprefix('attention core with ')}; --include NODE quantizes one anyway")
 
 
 def evaluation_options(options: dict, runtime: str | None = None) -> dict:

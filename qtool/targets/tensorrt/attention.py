@@ -147,3 +147,8 @@ def rule(records: dict, amax: dict[str, float], grid: Grid, precision: str) -> C
         return f"{precision} error: {found['sqnr_db']:.1f} dB SQNR at its output < {MIN_SQNR_DB:g} dB ({parts}; estimated from the calibration)"
 
     return why
+
+
+def is_measured(why: str) -> bool:
+    """A default exclusion's reason (as the summary gives it) is this rule's."""
+    return why.startswith("attention core with ") and " error: " in why and "estimated from the calibration" in why

@@ -249,7 +249,7 @@ def _attention_cores(m: G.Index, shapes: dict, why: Callable[[list], str | None]
             reason = measured(m, core)
         if reason:
             for mm in [first, *(c for c, _ in core.contexts)]:
-                found.setdefault(mm.name, f"default exclusion: attention core with {reason}")
+                found[mm.name] = f"default exclusion: attention core with {reason}"
     return found
 
 
