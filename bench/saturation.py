@@ -1,10 +1,11 @@
 """Which layers really saturate in OpenVINO's int8 kernels on this CPU, layer by layer.
 
 For one exported FakeQuantize file (qtool export --target openvino), OpenVINO runs the whole model
-on held-out inputs with every quantized layer's float inputs (the tensors its FakeQuantize nodes
-read) and its output added as outputs. Each layer's exact int8 result is then computed from those
-very inputs: the layer and the FakeQuantize nodes (and pass-through ops) in front of it, cut out of
-the file (onnx.utils.Extractor) and run as qtool's exact simulation (qtool.checks.simulate: the
+on held-out inputs, once per quantized layer, with the layer's float inputs (the tensors its
+FakeQuantize nodes read) and its output added as outputs (one layer at a time: with many outputs
+added at once OpenVINO 2026.4 returned zeros for some). Each layer's exact int8 result is then
+computed from those very inputs: the layer and the FakeQuantize nodes (and pass-through ops) in
+front of it, cut out of the file and run as qtool's exact simulation (qtool.checks.simulate: the
 arithmetic a CPU with VNNI computes). So each layer is measured on its own, with the errors of the
 layers before it not counted:
   sat dB   the runtime's error against the exact int8 result, relative to the layer's own
@@ -101,7 +102,6 @@ def measure(path: Path, data: Path, limit: int = 8, max_layers: int | None = Non
     core = ov.Core()
     input_names = [i.get_any_name() for i in core.read_model(str(path)).inputs]
     feeds = _feeds(data, limit, input_names)
-    # one compilation per layer: with many outputs added at once OpenVINO 2026.4 returned zeros for some
     captured: list[dict] = [{} for _ in feeds]
     for name, srcs in layers.items():
         wanted = sorted({*srcs, node[name].output[0]})
@@ -157,7 +157,7 @@ def measure(path: Path, data: Path, limit: int = 8, max_layers: int | None = Non
             span = float(exact.max() - exact.min()) or 1.0
             wrong += int((np.abs(real - exact) > 0.01 * span).sum())
             total += exact.size
-        rows.append({"layer": name, "op": node[name].op_type, "acts": len(srcs),
+        rows.append({"layer": name, "op": node[name].op_type, "quantized_inputs": len(srcs),
                      "sat_db": 10 * np.log10(sat / noise) if sat > 0 and noise > 0 else (-np.inf if sat == 0 else np.inf),
                      "sqnr_exact_db": 10 * np.log10(signal / sat) if sat > 0 else np.inf, "share": wrong / max(total, 1)})
     return rows
@@ -240,7 +240,7 @@ def main() -> None:
         if "error" in r:
             print(f"{r['layer'][:60]:60s} {r['op']:8s} {r['error']}")
         else:
-            print(f"{r['layer'][:60]:60s} {r['op']:8s} acts={r['acts']} sat {r['sat_db']:7.1f} dB  "
+            print(f"{r['layer'][:60]:60s} {r['op']:8s} inputs={r['quantized_inputs']} sat {r['sat_db']:7.1f} dB  "
                   f"exact-vs-run {r['sqnr_exact_db']:6.1f} dB  wrong {r['share']:.2%}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1, default=float))
