@@ -495,13 +495,22 @@ def _serialize_shells(model: onnx.ModelProto, tensor: Callable[[int, TensorProto
     return [model_bytes, graph_bytes, inits]
 
 
-def plain_bytes(model: onnx.ModelProto, where: Callable[[TensorProto], TensorProto]) -> bytes:
-    """The model's serialization with each lazy main-graph initializer replaced by `where(t)`
-    (a small TensorProto: an external reference), the rest as it is."""
-    if not lazy_tensors(model):
+def _big(t: TensorProto) -> bool:
+    """A float initializer holding INLINE_BYTES or more in the graph."""
+    return t.data_type in FLOATS and t.HasField("raw_data") and t.ByteSize() >= INLINE_BYTES
+
+
+def plain_bytes(model: onnx.ModelProto, where: Callable[[TensorProto], TensorProto], big: bool = False) -> bytes:
+    """The model's serialization with each lazy main-graph initializer (with `big`, also each float
+    one holding INLINE_BYTES or more in the graph) replaced by `where(t)` (a small TensorProto: an
+    external reference), the rest as it is."""
+    def replaced(t: TensorProto) -> bool:
+        return is_lazy(t) or (big and _big(t))
+
+    if not any(replaced(t) for t in model.graph.initializer):
         return model.SerializeToString()
     model_bytes, graph_bytes, inits = _serialize_shells(
-        model, lambda k, t: where(t).SerializeToString() if is_lazy(t) else None)
+        model, lambda k, t: where(t).SerializeToString() if replaced(t) else None)
     g = model.graph
     pieces = [p if p is not None else _key(5) + _encode(g.initializer[k].ByteSize()) + g.initializer[k].SerializeToString()
               for k, p in enumerate(inits)]
@@ -581,33 +590,15 @@ def weightless(model: onnx.ModelProto) -> bytes:
     """The model's serialization with the data of every big float initializer left out (lazy
     ones, and in-graph ones of INLINE_BYTES or more, shown as external data of no file): what
     shape inference reads, at the size of the graph."""
-    data = plain_bytes(model, lambda t: _placeholder(t))
-    header, found, _ = _strip_bytes(data)
-    g = header.graph
-    for k, _, _ in found:
-        _refer(g.initializer[k], "qtool-weightless")
-    return header.SerializeToString() if found else data
+    return plain_bytes(model, lambda t: _placeholder(t, "qtool-weightless"), big=True)
 
 
-def _placeholder(t: TensorProto) -> TensorProto:
+def _placeholder(t: TensorProto, location: str) -> TensorProto:
+    """`t` as external data at `location`, without its data (copied one tensor at a time)."""
     out = TensorProto()
     out.CopyFrom(t)
-    _refer(out, "qtool-weightless")
+    _refer(out, location)
     return out
-
-
-def _strip_bytes(data: bytes) -> tuple[onnx.ModelProto, list, None]:
-    found: list = []
-    parts = []
-    for number, first, value, stop in _fields(data, 0, len(data)):
-        if number == 7:
-            graph = _strip_graph(data, value, stop, found)
-            parts.append(_key(7) + _encode(len(graph)) + graph)
-        else:
-            parts.append(data[first:stop])
-    if not found:
-        return onnx.ModelProto(), [], None
-    return onnx.ModelProto.FromString(b"".join(parts)), found, None
 
 
 _INFERRED: dict[str, onnx.ModelProto | None] = {}
@@ -648,8 +639,8 @@ def with_inferred_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def check(model: onnx.ModelProto) -> None:
     """onnx.checker.check_model(model) (raising as it does); a model with lazy tensors is checked
-    without their data (the checker only asks that an external data file exists: each reference
-    names an empty one in a scratch folder)."""
+    without the data of its big weights (the checker only asks that an external data file exists:
+    each reference names an empty one in a scratch folder)."""
     if not lazy_tensors(model):
         onnx.checker.check_model(model)
         return
@@ -659,16 +650,7 @@ def check(model: onnx.ModelProto) -> None:
     folder.mkdir()
     try:
         (folder / "data").touch()
-
-        def where(t: TensorProto) -> TensorProto:
-            out = TensorProto()
-            out.CopyFrom(t)
-            del out.external_data[:]
-            e = out.external_data.add()
-            e.key, e.value = "location", "data"
-            return out
-
-        (folder / "model.onnx").write_bytes(plain_bytes(model, where))
+        (folder / "model.onnx").write_bytes(plain_bytes(model, lambda t: _placeholder(t, "data"), big=True))
         onnx.checker.check_model(str(folder / "model.onnx"))
     finally:
         for f in folder.iterdir():
