@@ -201,6 +201,6 @@ def test_inspect_reads_a_big_qdq_model_as_a_small_one(tmp_path, monkeypatch):
     out = tmp_path / "t.onnx"
     qtool.export(path, qtool.calibrate(path, data=feeds), target="tensorrt", path=out)
     whole = invoke("inspect", out, "--trt-version", "10.3", "--json")
-    monkeypatch.setattr(weights, "LAZY_BYTES", 0)  # per-channel scales of 1 KiB and more are then read from the file
+    monkeypatch.setattr(weights, "LAZY_BYTES", 0)  # its constants of 1 KiB or more are then read from the file when checked
     lazy = invoke("inspect", out, "--trt-version", "10.3", "--json")
     assert whole.exit_code == lazy.exit_code == 0 and lazy.output == whole.output and '"violations": []' in whole.output
