@@ -13,7 +13,9 @@ drawn from a Zipf law over the vocabulary, [SEP], then padding (attention mask 0
 For each model it runs, one after the other, each as its own process (as a user runs them), and prints its
 wall time and the peak memory of its whole process tree (qtool calibrate's helper processes included):
   - onnxruntime: load the model and run every input (one session, default options);
-  - qtool calibrate --data; qtool export --target openvino, qdq and tensorrt (defaults);
+  - qtool calibrate --data; qtool export --target openvino, qdq and tensorrt (defaults); with --commands
+    ...,tensorrt-fp32 also --target tensorrt --high-precision fp32 (FP32 weights: as big as the model, so
+    past 2 GiB it is written with external data);
   - NNCF: ov.Core().read_model, nncf.quantize(model_type=TRANSFORMER, subset_size=all inputs), ov.save_model
     (an IR, weights int8);
 and the ratios: calibrate's time over onnxruntime's, each peak over the model's size (.onnx + external
@@ -58,7 +60,8 @@ MODELS = {
     "large": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096),
     "xl": dict(hidden_size=1280, num_hidden_layers=36, num_attention_heads=20, intermediate_size=5120),
 }
-COMMANDS = ("ort", "calibrate", "openvino", "qdq", "tensorrt", "nncf")
+COMMANDS = ("ort", "calibrate", "openvino", "qdq", "tensorrt", "nncf", "tensorrt-fp32")
+DEFAULT_COMMANDS = COMMANDS[:-1]
 CLS, SEP, VOCAB = 101, 102, 30522
 
 
@@ -258,13 +261,17 @@ def commands(path: Path, data: Path, work: Path) -> dict[str, list[str]]:
         "openvino": qtool + ["export", str(path), "--calib", calib, "--target", "openvino", "-o", str(work / "model.openvino.onnx")],
         "qdq": qtool + ["export", str(path), "--calib", calib, "--target", "qdq", "-o", str(work / "model.qdq.onnx")],
         "tensorrt": qtool + ["export", str(path), "--calib", calib, "--target", "tensorrt", "-o", str(work / "model.trt.onnx")],
+        # FP32 weights (Q/DQ pairs): an export as big as its model, with external data past 2 GiB
+        "tensorrt-fp32": qtool + ["export", str(path), "--calib", calib, "--target", "tensorrt", "--high-precision", "fp32",
+                                  "-o", str(work / "model.trt32.onnx")],
         "nncf": [py, "-c", NNCF, str(path), str(data), str(work / "nncf" / "model.xml")],
     }
 
 
 def written(work: Path, command: str) -> int:
     """Bytes of what a command wrote (its file and any external data beside it)."""
-    names = {"openvino": "model.openvino", "qdq": "model.qdq", "tensorrt": "model.trt", "calibrate": "model.calib"}
+    names = {"openvino": "model.openvino", "qdq": "model.qdq", "tensorrt": "model.trt", "calibrate": "model.calib",
+             "tensorrt-fp32": "model.trt32"}
     if command == "nncf":
         return sum(f.stat().st_size for f in (work / "nncf").glob("model.*"))
     if command not in names:
@@ -299,13 +306,16 @@ def run_model(name: str, args) -> None:
     if qtool_peaks:
         print(f"largest qtool peak / model size: {max(qtool_peaks) / size:.2f}")
     if args.check:
-        checks = {"openvino": CHECK_OV, "qdq": CHECK_ORT, "tensorrt": CHECK_ORT}
-        files = {"openvino": "model.openvino.onnx", "qdq": "model.qdq.onnx", "tensorrt": "model.trt.onnx"}
+        checks = {"openvino": CHECK_OV, "qdq": CHECK_ORT, "tensorrt": CHECK_ORT, "tensorrt-fp32": CHECK_ORT}
+        files = {"openvino": "model.openvino.onnx", "qdq": "model.qdq.onnx", "tensorrt": "model.trt.onnx",
+                 "tensorrt-fp32": "model.trt32.onnx"}
         for c, script in checks.items():
             if c in ok:
                 r = subprocess.run([sys.executable, "-c", script, str(work / files[c]), str(data)], capture_output=True, text=True)
                 said = r.stdout.strip() if r.returncode == 0 else "FAILED: " + (r.stderr.strip().splitlines() or ["?"])[-1]
-                print(f"check {c}: {said}", flush=True)
+                extra = " (external data: " + ", ".join(sorted(f.name for f in work.glob(files[c] + ".data"))) + ")" \
+                    if (work / (files[c] + ".data")).exists() else ""
+                print(f"check {c}: {said}{extra}", flush=True)
     if args.json:
         with open(args.json, "a") as f:
             f.write(json.dumps({"model": name, "bytes": size, **{c: {k: r[k] for k in ("wall", "peak", "processes", "rc")}
@@ -318,7 +328,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="large,xl")
     ap.add_argument("--inputs", type=int, default=32)
-    ap.add_argument("--commands", default=",".join(COMMANDS))
+    ap.add_argument("--commands", default=",".join(DEFAULT_COMMANDS), help=f"any of {', '.join(COMMANDS)}")
     ap.add_argument("--interval", type=float, default=0.05, help="seconds between memory samples")
     ap.add_argument("--check", action="store_true", help="run each export and onnx.checker on the Q/DQ files")
     ap.add_argument("--keep", action="store_true", help="keep the outputs in --work")

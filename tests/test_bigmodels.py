@@ -194,3 +194,13 @@ def test_the_api_returns_the_onnx_file_of_an_export_with_external_data(tmp_path,
         qtool.export(path, cal, target="qdq")
     got = qtool.export(path, cal, target="qdq", path=tmp_path / "q.onnx")
     assert got == (tmp_path / "q.onnx").read_bytes() and (tmp_path / "q.onnx.data").stat().st_size > 20_000
+
+
+def test_inspect_reads_a_big_qdq_model_as_a_small_one(tmp_path, monkeypatch):
+    path, feeds = _bert(tmp_path, "single")
+    out = tmp_path / "t.onnx"
+    qtool.export(path, qtool.calibrate(path, data=feeds), target="tensorrt", path=out)
+    whole = invoke("inspect", out, "--trt-version", "10.3", "--json")
+    monkeypatch.setattr(weights, "LAZY_BYTES", 0)  # its constants of 1 KiB or more are then read from the file when checked
+    lazy = invoke("inspect", out, "--trt-version", "10.3", "--json")
+    assert whole.exit_code == lazy.exit_code == 0 and lazy.output == whole.output and '"violations": []' in whole.output
