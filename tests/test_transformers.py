@@ -83,6 +83,9 @@ def export(calib, out, target, *extra):
 def quantized_inputs(model: onnx.ModelProto) -> tuple[dict[str, set[int]], set[str]]:
     """({node: its input slots reading a quantizer, also through shape ops}, the tensors quantizers read)."""
     quantizers = {n.output[0]: n.input[0] for n in model.graph.node if n.op_type in ("FakeQuantize", "DequantizeLinear")}
+    int8 = {t.name for t in model.graph.initializer if t.data_type == onnx.TensorProto.INT8}
+    casts = {n.output[0] for n in model.graph.node if n.op_type == "Cast" and n.input[0] in int8}
+    quantizers.update({n.output[0]: n.input[0] for n in model.graph.node if n.op_type == "Mul" and n.input[0] in casts})  # OpenVINO's int8 weights
     sources = {n.input[0] for n in model.graph.node if n.op_type in ("FakeQuantize", "QuantizeLinear")}
     shape_ops = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity"}  # the quantizer moves up through them
     for n in model.graph.node:  # graph order: a shape op's input is settled before its output
