@@ -104,6 +104,7 @@ def mpnet_tokenizer(tokenizer_json: Path):
 def packed(tok, texts: list[str], count: int, seq: int) -> tuple[list[str], list[str]]:
     """`count` inputs of consecutive sentences joined until they fill `seq` tokens (truncated there),
     and the sentences left over."""
+    tok.no_truncation()  # MPNet's tokenizer.json truncates at 128
     inputs, k = [], 0
     for _ in range(count):
         joined = ""
