@@ -372,16 +372,11 @@ def finish(model: onnx.ModelProto, original: onnx.ModelProto | None = None) -> t
     toposort(model.graph)
     cleanup(model.graph)
     if weights.lazy_tensors(model):
-        data = weights.ModelFile(model)
-        check = weights.check
+        data, checked = weights.ModelFile(model), model
     else:
-        try:
-            data = model.SerializeToString()
-        except ValueError as e:  # protobuf refuses messages over 2 GB
-            raise QtoolError(f"the exported model is too large for one ONNX file ({e}); models over 2 GB are not supported yet") from None
-        check = onnx.checker.check_model
+        data = checked = model.SerializeToString()  # a model loaded whole: well under 2 GB
     try:
-        check(model if isinstance(data, weights.ModelFile) else data)
+        weights.check(checked)
     except onnx.checker.ValidationError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         if original is not None:

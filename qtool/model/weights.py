@@ -252,11 +252,9 @@ def replace(t: TensorProto, array: np.ndarray) -> None:
     does; a lazy tensor stays out of the graph when the array is INLINE_BYTES or more."""
     if is_lazy(t) and array.nbytes >= INLINE_BYTES:
         store, _ = _entry(t)
-        shell = numpy_helper.from_array(np.zeros((0,), array.dtype), t.name)
         name = t.name
-        t.Clear()
-        t.name = name
-        t.data_type = shell.data_type
+        t.Clear()  # then the fields numpy_helper.from_array sets, but the data
+        t.name, t.data_type = name, helper.np_dtype_to_tensor_dtype(array.dtype)
         t.dims.extend(array.shape)
         _refer(t, store.add(_kept(array)))
         return
@@ -267,8 +265,8 @@ def retyped(model: onnx.ModelProto, convert: Callable[[np.ndarray], np.ndarray],
     """After a converter changed the declared type of lazy tensors from `old` to `new` without
     touching their data (it cannot see it), give each of them `convert` of its value (in place)."""
     old_dtype = np.dtype(helper.tensor_dtype_to_np_dtype(old))
-    for t in _all_tensors(model.graph):
-        if not is_lazy(t) or t.data_type != new:
+    for t in lazy_tensors(model):
+        if t.data_type != new:
             continue
         store, entry = _entry(t)
         count = int(np.prod(t.dims, dtype=np.int64))
@@ -304,16 +302,6 @@ def _refer(t: TensorProto, location: str) -> None:
     t.data_location = TensorProto.EXTERNAL
     e = t.external_data.add()
     e.key, e.value = "location", location
-
-
-def _all_tensors(graph: onnx.GraphProto) -> Iterator[TensorProto]:
-    yield from graph.initializer
-    for n in graph.node:
-        for a in n.attribute:
-            if a.HasField("g"):
-                yield from _all_tensors(a.g)
-            for g in a.graphs:
-                yield from _all_tensors(g)
 
 
 def lazy_tensors(model: onnx.ModelProto) -> list[TensorProto]:
@@ -637,11 +625,11 @@ def with_inferred_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-def check(model: onnx.ModelProto) -> None:
+def check(model: onnx.ModelProto | bytes) -> None:
     """onnx.checker.check_model(model) (raising as it does); a model with lazy tensors is checked
     without the data of its big weights (the checker only asks that an external data file exists:
     each reference names an empty one in a scratch folder)."""
-    if not lazy_tensors(model):
+    if isinstance(model, bytes) or not lazy_tensors(model):
         onnx.checker.check_model(model)
         return
     from .. import scratch

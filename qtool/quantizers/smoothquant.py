@@ -302,10 +302,8 @@ class _Editor:
         return None
 
     def rank(self, tensor: str) -> int | None:
-        """The rank of `tensor` by onnx's shape inference (run once), or None."""
+        """The rank of `tensor` by onnx's shape inference (weights.inferred: shared, without the weight data), or None."""
         if not hasattr(self, "_ranks"):
-            from ..model import weights
-
             found = weights.inferred(self.model)  # None: a model onnx cannot infer, ranks unknown
             inferred = found.graph if found is not None else self.model.graph
             self._ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in [*inferred.value_info, *inferred.input, *inferred.output]
