@@ -42,8 +42,9 @@ F32 = {"INFERENCE_PRECISION_HINT": "f32"}
 
 def latencies_ms(core, models: dict, sample, runs: int, rounds: int) -> dict[str, list[float]]:
     """Per model its median latency in each of `rounds` rounds (batch 1, LATENCY hint), the models
-    taking turns inference by inference (`runs` each per round), so the load other processes put
-    on the machine falls on all of them alike."""
+    taking turns inference by inference (`runs` each per round; the order of the turn rotates, so
+    no model always follows the same one), so the load other processes put on the machine falls on
+    all of them alike."""
     import time
 
     feed = sample if isinstance(sample, dict) else [sample]
@@ -53,12 +54,13 @@ def latencies_ms(core, models: dict, sample, runs: int, rounds: int) -> dict[str
         for _ in range(10):
             requests[label].infer(feed)
     medians: dict[str, list[float]] = {label: [] for label in models}
+    labels = list(requests)
     for _ in range(rounds):
         times: dict[str, list[float]] = {label: [] for label in models}
-        for _ in range(runs):
-            for label, request in requests.items():
+        for run in range(runs):
+            for label in labels[run % len(labels):] + labels[:run % len(labels)]:  # each model in each place of the turn alike
                 t = time.perf_counter()
-                request.infer(feed)
+                requests[label].infer(feed)
                 times[label].append(time.perf_counter() - t)
         for label, t in times.items():
             medians[label].append(float(np.median(t) * 1000))
@@ -219,6 +221,7 @@ def main() -> None:
     ap.add_argument("--text-dir", type=Path, help="sentence encoders: a folder bench/transformers_data.py wrote (default: "
                     "fidelity.py's cache, made on first use)")
     ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.set_defaults(pack=False)  # fidelity.text_data's option: the default (unpacked) sentence sets
     args = ap.parse_args()
 
     import openvino as ov

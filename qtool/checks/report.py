@@ -46,7 +46,6 @@ _FLOOR = 0.5
 PERCENTILES = ("99.99",)
 _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#e377c2", "#7f7f7f")
 _TARGET_COLOR = "#e6550d"
-_SUBSAMPLES = 8  # points per histogram bin for the noise estimate (as thresholds.quantization_error)
 
 
 def require_matplotlib():
@@ -212,9 +211,7 @@ def tensor_sqnr(record: TensorRecord, step: float, limit: float) -> float | None
     total = float(counts.sum())
     if total <= 0 or record.hist_range <= 0 or not (step > 0 and math.isfinite(step)):
         return None
-    edges = record.edges()
-    frac = (np.arange(_SUBSAMPLES) + 0.5) / _SUBSAMPLES
-    x = edges[:-1, None] + (edges[1:] - edges[:-1])[:, None] * frac
+    x = thresholds.bin_points(record.edges())
     q = np.minimum(np.rint(x / step) * step, limit)
     noise = float(np.dot(counts, ((x - q) ** 2).mean(axis=1)) / total)
     power = float(np.dot(counts, (x ** 2).mean(axis=1)) / total)

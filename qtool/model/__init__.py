@@ -75,34 +75,11 @@ def file_sha256(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
-def _tensors(graph: onnx.GraphProto):
-    """Every tensor a graph holds: initializers, sparse initializers and node attributes, subgraphs included."""
-    yield from graph.initializer
-    for s in graph.sparse_initializer:
-        yield s.values
-        yield s.indices
-    for n in graph.node:
-        for a in n.attribute:
-            if a.HasField("t"):
-                yield a.t
-            yield from a.tensors
-            if a.HasField("sparse_tensor"):
-                yield a.sparse_tensor.values
-                yield a.sparse_tensor.indices
-            for s in a.sparse_tensors:
-                yield s.values
-                yield s.indices
-            if a.HasField("g"):
-                yield from _tensors(a.g)
-            for g in a.graphs:
-                yield from _tensors(g)
-
-
 def external_locations(proto: onnx.ModelProto) -> list[str]:
     """The external data files (relative to the model's folder) of a model loaded without its
     external data, sorted: the fixed order the model's SHA-256 reads them in."""
     return sorted({
-        e.value for t in _tensors(proto.graph)
+        e.value for t in weights.graph_tensors(proto.graph)
         if t.data_location == TensorProto.EXTERNAL for e in t.external_data if e.key == "location"
     })
 

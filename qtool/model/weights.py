@@ -429,15 +429,17 @@ def load_lazy(path: Path, header: onnx.ModelProto, found: list, identity: tuple)
                 _refer(t, store.add(where))
             else:
                 read(t, where)
-    for t in _other_tensors(header.graph):
+    for t in graph_tensors(header.graph, initializers=False):
         if t.data_location == TensorProto.EXTERNAL:
             read(t, source(t))
     return store
 
 
-def _other_tensors(graph: onnx.GraphProto, main: bool = True) -> Iterator[TensorProto]:
-    """Every tensor of the graph but the main graph's initializers: node attributes, subgraphs."""
-    if not main:
+def graph_tensors(graph: onnx.GraphProto, initializers: bool = True) -> Iterator[TensorProto]:
+    """Every tensor a graph holds: its initializers (unless `initializers` is False: the main
+    graph's, which the caller walks itself), sparse initializers and node attributes, subgraphs
+    included (their initializers always)."""
+    if initializers:
         yield from graph.initializer
     for s in graph.sparse_initializer:
         yield s.values
@@ -447,10 +449,16 @@ def _other_tensors(graph: onnx.GraphProto, main: bool = True) -> Iterator[Tensor
             if a.HasField("t"):
                 yield a.t
             yield from a.tensors
+            if a.HasField("sparse_tensor"):
+                yield a.sparse_tensor.values
+                yield a.sparse_tensor.indices
+            for s in a.sparse_tensors:
+                yield s.values
+                yield s.indices
             if a.HasField("g"):
-                yield from _other_tensors(a.g, False)
+                yield from graph_tensors(a.g)
             for g in a.graphs:
-                yield from _other_tensors(g, False)
+                yield from graph_tensors(g)
 
 
 # ---------------------------------------------------------------- onnxruntime, checks, shape inference

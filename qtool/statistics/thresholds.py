@@ -708,7 +708,15 @@ def amax_for(
 # ---------------------------------------------------------------- auto
 
 AUTO_CANDIDATES = ("entropy", "percentile:99.99", "percentile:99.999", "mse")
-_SUBSAMPLES = 8  # points per bin at which the quantizer's error is evaluated
+_SUBSAMPLES = 8  # points per bin at which a quantizer's error is evaluated
+
+
+def bin_points(edges: np.ndarray) -> np.ndarray:
+    """[bins, 8] points spread evenly inside each histogram bin (float64): where a histogram's
+    values are taken to lie when a quantizer's error is estimated from it."""
+    edges = np.asarray(edges, dtype=np.float64)
+    frac = (np.arange(_SUBSAMPLES) + 0.5) / _SUBSAMPLES
+    return edges[:-1, None] + (edges[1:] - edges[:-1])[:, None] * frac
 
 
 def quantization_error(hist: np.ndarray, bin_edges: np.ndarray, amax: float, *, unsigned: bool = False, num_bits: int = 8) -> float:
@@ -722,8 +730,7 @@ def quantization_error(hist: np.ndarray, bin_edges: np.ndarray, amax: float, *, 
         return 0.0
     top = (1 << num_bits) - 1 if unsigned else (1 << (num_bits - 1)) - 1
     step = amax / top
-    frac = (np.arange(_SUBSAMPLES) + 0.5) / _SUBSAMPLES
-    x = edges[:-1, None] + (edges[1:] - edges[:-1])[:, None] * frac  # points inside each bin
+    x = bin_points(edges)
     q = np.minimum(np.rint(x / step), top) * step
     per_bin = ((x - q) ** 2).mean(axis=1)
     return float(np.dot(h.astype(np.float64), per_bin) / total)

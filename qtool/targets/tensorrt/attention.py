@@ -43,11 +43,11 @@ import numpy as np
 from ...model import graph as G
 from ...quantizers.patterns import AttentionCore, producer
 from ...quantizers.rules import SHAPE_OPS
+from ...statistics import thresholds
 
 # An int8 activation quantizer on the bench transformers' linear-layer inputs leaves 20-40 dB,
 # median 31.6 dB (ViT-S) and 31.8 dB (MiniLM): a core below 30 dB is the block's worst 8-bit step.
 MIN_SQNR_DB = 30.0
-_SUBSAMPLES = 8  # points per bin, as qtool.statistics.thresholds.quantization_error
 
 Grid = Callable[[np.ndarray, float], np.ndarray]  # (|x| values, amax) -> their quantized values
 
@@ -72,9 +72,7 @@ def _moments(record, amax: float, grid: Grid) -> Moments | None:
     total = float(counts.sum())
     if total <= 0 or record.hist_range <= 0 or not (amax > 0 and math.isfinite(amax)):
         return None
-    edges = record.edges()
-    frac = (np.arange(_SUBSAMPLES) + 0.5) / _SUBSAMPLES
-    x = edges[:-1, None] + (edges[1:] - edges[:-1])[:, None] * frac
+    x = thresholds.bin_points(record.edges())
     err = x - grid(x, amax)
 
     def mean(a):
