@@ -1,5 +1,5 @@
 """The overflow guard: layers whose u8 x s8 pair sums can saturate on CPUs without VNNI get
-uint8 weights (qdq, exact) or 7-bit weights (openvino); the rest keep int8 weights."""
+uint8 weights (qdq, exact) or weight steps widened just enough (openvino), FP32 where that costs too much; the rest keep int8 weights."""
 
 from __future__ import annotations
 
@@ -104,13 +104,13 @@ def test_depthwise_convolutions_are_never_at_risk():
 # ---------------------------------------------------------------- exports
 
 
-def _image_model() -> onnx.ModelProto:
-    """An image stem (3 -> 16, positive weights: a brightness detector) then a 16 -> 8 Conv whose
-    neighbouring input channels have weights of opposite signs: the stem saturates without VNNI,
-    the second Conv cannot. Its own seed: the same weights whatever ran before (with the module's
-    first draws the stem's widening is just cheap enough to keep it int8; with these it is not)."""
+def _image_model(channels: int = 4) -> onnx.ModelProto:
+    """An image stem (4 channels, e.g. RGB + depth, -> 16, positive weights: a brightness detector)
+    then a 16 -> 8 Conv whose neighbouring input channels have weights of opposite signs: the stem
+    saturates without VNNI, the second Conv cannot. Its own seed: the same weights whatever ran
+    before. With 4 input channels both of OpenVINO's pairs per kernel position share a sign."""
     rng = np.random.default_rng(1)
-    w1 = (np.abs(rng.standard_normal((16, 3, 3, 3))) * 0.3 + 0.05).astype(np.float32)
+    w1 = (np.abs(rng.standard_normal((16, channels, 3, 3))) * 0.3 + 0.05).astype(np.float32)
     signs = np.where(np.arange(16) % 2 == 0, 1.0, -1.0).reshape(1, 16, 1, 1)
     w2 = (np.abs(rng.standard_normal((8, 16, 3, 3))) * 0.05 * signs).astype(np.float32)
     nodes = [
@@ -118,7 +118,7 @@ def _image_model() -> onnx.ModelProto:
         helper.make_node("Relu", ["c1"], ["r1"], name="relu"),
         helper.make_node("Conv", ["r1", "w2"], ["y"], name="head", pads=[1, 1, 1, 1]),
     ]
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, 16, 16])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])],
                           [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
@@ -126,10 +126,10 @@ def _image_model() -> onnx.ModelProto:
     return m
 
 
-def _images(n: int, seed: int) -> np.ndarray:
+def _images(n: int, seed: int, channels: int = 4) -> np.ndarray:
     rng = np.random.default_rng(seed)
     grey = rng.uniform(0.5, 1.0, (n, 1, 16, 16))  # bright, channels moving together
-    return np.clip(grey + rng.normal(0, 0.03, (n, 3, 16, 16)), 0, 1).astype(np.float32)
+    return np.clip(grey + rng.normal(0, 0.03, (n, channels, 16, 16)), 0, 1).astype(np.float32)
 
 
 @pytest.fixture(scope="module")
@@ -214,6 +214,42 @@ def test_openvino_keeps_the_stem_fp32_where_7bit_weights_would_cost_accuracy(cal
             stored = casts[n.input[0]]
             steps[stored.split("/")[0]] = int(np.abs(inits[stored].astype(np.int64)).max())
     assert steps == {"w1": 63, "w2": 127}
+
+
+def test_openvino_pairs_a_3_channel_stem_once_per_kernel_position(tmp_path):
+    """OpenVINO's kernels pair channels within a kernel position, the third of an RGB stem with a
+    zero: of each position's three same-sign weights only the first two can saturate, so the stem
+    stays int8 with its steps widened for that pair (a 4-channel stem, both pairs at risk, stays
+    FP32: test above), and OpenVINO on this CPU computes what the file says. onnxruntime's MLAS
+    pairs across kernel positions too: the QDQ file stores the stem as uint8 as before."""
+    import avx2
+
+    from qtool.checks import simulate
+    from qtool.targets import exporter
+
+    m = _image_model(channels=3)
+    xs = _images(40, 1, channels=3)
+    cal = qtool.calibrate(m, data=({"x": x[None]} for x in xs[:32]))
+    path = tmp_path / "m.onnx"
+    onnx.save(m, str(path))
+    loaded = qtool.api._checked(str(path), cal)
+    fixes = exporter("openvino").export(loaded, cal).summary["overflow_fix"]["layers"]
+    assert {k: v["remedy"] for k, v in fixes.items()} == {"stem": "pair-bounded weights"}
+    assert exporter("qdq").export(loaded, cal).summary["overflow_fix"]["layers"]["stem"]["remedy"] == "uint8 weights"
+    noise = {}
+    for cpu in ("any", "vnni"):
+        data = qtool.export(m, cal, target="openvino", cpu=cpu)
+        real, exact = simulate.runtime("openvino", data), simulate.simulation(data)
+        r, e = (np.concatenate([s.run(None, {"x": x[None]})[0] for x in xs[32:]]).astype(np.float64) for s in (real, exact))
+        noise[cpu] = float(((r - e) ** 2).sum() / (e ** 2).sum())
+    assert noise["any"] < 1e-6, noise  # float rounding (measured 3e-9)
+    if avx2.host_is_avx2_only():
+        assert noise["vnni"] > 1e-4, noise  # the unguarded stem saturates (measured 6e-4)
+    conv = helper.make_node("Conv", ["x", "w"], ["y"])
+    w = np.ones((1, 3, 1, 2))
+    assert [r.tolist() for r in overflow.reduction_rows(conv, 1, w, {"w": [1, 3, 1, 2]}, "openvino")] == [[[1, 1, 1, 0] * 2]]
+    # one pair of two per position: the step widens to 2 * 255 / (32767 - 255) of |w|, not 7-bit weights' 2 / 127
+    assert overflow.pair_step(overflow.reduction_rows(conv, 1, w, {"w": [1, 3, 1, 2]}, "openvino")[0])[0] == 2 * 255 / (32767 - 255)
 
 
 def test_openvino_widens_only_the_channels_whose_pairs_can_saturate():

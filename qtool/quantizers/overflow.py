@@ -19,10 +19,13 @@ The estimate, in units of (activation scale x weight scale), per output channel:
                the pairs' errors;
   7-bit cost   the weight rounding noise 7-bit weights add: K * E[q^2] * (step7^2 - 1) / 12;
   int8 noise   the layer's own rounding noise: K * E[q^2] / 12 + sum(w^2) / 12.
-Pairs are taken in both layouts runtimes use (MLAS: kernel position outer, channel inner, the
-flattened axis paired; oneDNN: channels paired within a kernel position, padded) and the worse
-counts. Depthwise convolutions have no pairs along a reduction axis (channels are the vector
-lanes) and are never at risk.
+Pairs are taken in the layouts runtimes use (MLAS: kernel position outer, channel inner, the
+flattened axis paired; oneDNN, OpenVINO's CPU kernels: channels paired within a kernel position,
+an odd channel count padded with a zero, so a 3-channel stem's third channel never saturates:
+measured on an AVX2 CPU, OpenVINO 2026.4, where weights pairing only across kernel positions give
+the exact sum); `runtime="openvino"` takes oneDNN's, else the worse of both counts. Depthwise
+convolutions have no pairs along a reduction axis (channels are the vector lanes) and are never
+at risk.
 
 The remedy that keeps a layer int8 at the least cost (`pair_step`): widen the weight step of only
 those output channels where a pair can pass int16, just enough that none can: per channel the
@@ -109,18 +112,18 @@ def magnitude_codes(record, params: quant.QParams) -> tuple[np.ndarray, float]:
     return pmf / total, float((counts * q.astype(np.float64) ** 2).sum() / total)
 
 
-def reduction_rows(node: onnx.NodeProto, slot: int, q: np.ndarray, dims: dict) -> list[np.ndarray]:
-    """The integer weights of one linear layer as [output, reduction] matrices, one per pair layout
-    a runtime uses; [] when the kernel has no pairs along the reduction (depthwise)."""
+def reduction_rows(node: onnx.NodeProto, slot: int, q: np.ndarray, dims: dict, runtime: str = "any") -> list[np.ndarray]:
+    """The weights of one linear layer as [output, reduction] matrices, one per pair layout
+    `runtime` uses ("openvino": oneDNN's; "any": MLAS's and oneDNN's); [] when the kernel has no
+    pairs along the reduction (depthwise)."""
     op = node.op_type
     if op == "Conv" and slot == 1 and q.ndim >= 3:
         if G.is_depthwise(node, dims):
             return []
         w = np.moveaxis(q, 1, -1)  # [O, k..., C]: channel inner
-        mlas = w.reshape(w.shape[0], -1)
         c = w.shape[-1]
-        padded = np.concatenate([w, np.zeros((*w.shape[:-1], c % 2), w.dtype)], axis=-1) if c % 2 else w
-        return [mlas, padded.reshape(w.shape[0], -1)]
+        padded = (np.concatenate([w, np.zeros((*w.shape[:-1], c % 2), w.dtype)], axis=-1) if c % 2 else w).reshape(w.shape[0], -1)
+        return [padded] if runtime == "openvino" else [w.reshape(w.shape[0], -1), padded]
     if op == "ConvTranspose" and slot == 1 and q.ndim >= 3 and int(G.attr(node, "group", 1)) == 1:
         w = np.moveaxis(q, 0, -1)  # [C_out, k..., C_in]
         return [w.reshape(w.shape[0], -1)]
@@ -163,10 +166,10 @@ def pair_step(rows: np.ndarray, codes: np.ndarray | None = None) -> np.ndarray:
 
 
 def channel_step(node: onnx.NodeProto, slot: int, values: np.ndarray, dims: dict, axis: int | None,
-                 codes: np.ndarray | None) -> np.ndarray | None:
+                 codes: np.ndarray | None, runtime: str = "any") -> np.ndarray | None:
     """`pair_step` of a layer's float weights per channel of its weight quantizer (along `axis`;
-    None: per tensor, one value), the worst over the runtimes' pair layouts; None without pairs."""
-    layouts = reduction_rows(node, slot, values, dims)
+    None: per tensor, one value), the worst over `runtime`'s pair layouts; None without pairs."""
+    layouts = reduction_rows(node, slot, values, dims, runtime)
     if not layouts:
         return None
     per_row = np.max([pair_step(rows, codes if codes is not None and rows.shape[1] == len(codes) else None)
@@ -238,15 +241,15 @@ def assess_activations(record_a, act_a: quant.QParams, record_b, act_b: quant.QP
 
 
 def assess(node: onnx.NodeProto, slot: int, q: np.ndarray, dims: dict, record, act: quant.QParams,
-           correlated: bool) -> Risk | None:
+           correlated: bool, runtime: str = "any") -> Risk | None:
     """The saturation estimate of one layer with integer weights `q` (at input `slot`) and the
     activation quantizer `act` (on 8 bits; None for other grids or a layer without pairs).
     correlated: the two activations of a pair are equal and the pairs of one output saturate
     together (an image: neighbouring channels and positions move together); otherwise they are
-    independent and so are the pairs' errors."""
+    independent and so are the pairs' errors. runtime: whose pair layouts (reduction_rows)."""
     if act.grid.qmax - act.grid.qmin != 255 or np.abs(q).max(initial=0) > 127:
         return None
-    layouts = reduction_rows(node, slot, q, dims)
+    layouts = reduction_rows(node, slot, q, dims, runtime)
     if not layouts:
         return None
     pmf, mean_sq = activation_codes(record, act)
@@ -274,7 +277,7 @@ def assess(node: onnx.NodeProto, slot: int, q: np.ndarray, dims: dict, record, a
         if top:
             share = max(share, float(pmf[CODES * top > LIMIT].sum()))
     rows = layouts[0].astype(np.float64)
-    k = rows.shape[1]
+    k = q.size // rows.shape[0]  # the reduction length (a padded layout's zeros left out)
     noise = rows.shape[0] * k * mean_sq / 12 + float((rows ** 2).sum()) / 12
     seven = rows.shape[0] * k * mean_sq * (SEVEN_BIT_STEP ** 2 - 1) / 12
     return Risk(worst, seven, noise, share)

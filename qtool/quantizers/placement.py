@@ -635,7 +635,8 @@ class _Placer:
             if site is None or record is None or wsite is None or wsite.headroom_bits:
                 continue
             q = quantize(wsite.values, wsite.params(), wsite.policy.rounding)
-            risk = overflow.assess(n, slot, q, dims, record, site.params(), correlated=t in raw)
+            risk = overflow.assess(n, slot, q, dims, record, site.params(), correlated=t in raw,
+                                   runtime="openvino" if remedy == "pairs" else "any")
             if risk is None:
                 continue
             if remedy == "uint8" and risk.saturation > 0.01 * risk.noise:
@@ -657,11 +658,12 @@ class _Placer:
         (typically an image's first layer, all of whose weights pair with their own sign)."""
         params = wsite.params()
         values = np.asarray(wsite.values, dtype=np.float64)
-        k = overflow.reduction_rows(n, slot, values, dims)
+        k = overflow.reduction_rows(n, slot, values, dims, "openvino")
         if not k:
             return None
-        codes = overflow.channel_codes(record, act, k[0].shape[1]) if n.op_type in ("MatMul", "Gemm") else None
-        step = overflow.channel_step(n, slot, values, dims, params.axis, codes)
+        outputs, length = k[0].shape[0], values.size // k[0].shape[0]  # the reduction length, padding left out
+        codes = overflow.channel_codes(record, act, length) if n.op_type in ("MatMul", "Gemm") else None
+        step = overflow.channel_step(n, slot, values, dims, params.axis, codes, "openvino")
         floor = None if step is None else step * params.grid.qmax
         amax = np.asarray(params.scale, dtype=np.float64) * params.grid.qmax
         ratio = np.maximum(floor / amax, 1.0) if floor is not None else np.ones(1)
@@ -669,7 +671,7 @@ class _Placer:
             return None
         _, mean_sq = overflow.activation_codes(record, act)
         rows = np.broadcast_to(ratio, amax.shape) if amax.ndim else ratio
-        cost = overflow.widening_noise(mean_sq, k[0].shape[1], np.tile(rows, k[0].shape[0] // rows.size))
+        cost = overflow.widening_noise(mean_sq, length, np.tile(rows, outputs // rows.size))
         why = (f"{risk.describe()}; {int((rows > 1 + 1e-9).sum())} of {rows.size} output channels' weight steps widened "
                f"(up to x{float(rows.max()):.2f}) so no pair can saturate, adding {overflow.db(cost, risk.noise)} dB")
         if cost > WIDEN_COST * risk.noise and risk.saturation > cost:
