@@ -21,9 +21,10 @@ The estimate, in units of (activation scale x weight scale), per output channel:
   int8 noise   the layer's own rounding noise: K * E[q^2] / 12 + sum(w^2) / 12.
 Pairs are taken in the layouts runtimes use (MLAS: kernel position outer, channel inner, the
 flattened axis paired; oneDNN, OpenVINO's CPU kernels: channels paired within a kernel position,
-an odd channel count padded with a zero, so a 3-channel stem's third channel never saturates:
-measured on an AVX2 CPU, OpenVINO 2026.4, where weights pairing only across kernel positions give
-the exact sum); `runtime="openvino"` takes oneDNN's, else the worse of both counts. Depthwise
+an odd channel count padded with a zero, so a 3-channel stem's third channel never saturates.
+Measured on an AVX2 CPU with a 3x3 Conv of 3, 5 and 16 channels whose same-sign weights pair only
+across kernel positions: OpenVINO 2026.4 gives the exact sum, onnxruntime 1.32 saturates);
+`runtime="openvino"` takes oneDNN's, else the worse of both counts. Depthwise
 convolutions have no pairs along a reduction axis (channels are the vector lanes) and are never
 at risk.
 
