@@ -492,16 +492,20 @@ def _serialize_shells(model: onnx.ModelProto, tensor: Callable[[int, TensorProto
 
 
 def _big(t: TensorProto) -> bool:
-    """A float initializer holding INLINE_BYTES or more in the graph."""
-    return t.data_type in FLOATS and t.HasField("raw_data") and t.ByteSize() >= INLINE_BYTES
+    """An initializer holding INLINE_BYTES or more in the graph."""
+    return t.HasField("raw_data") and t.ByteSize() >= INLINE_BYTES
 
 
-def plain_bytes(model: onnx.ModelProto, where: Callable[[TensorProto], TensorProto], big: bool = False) -> bytes:
-    """The model's serialization with each lazy main-graph initializer (with `big`, also each float
-    one holding INLINE_BYTES or more in the graph) replaced by `where(t)` (a small TensorProto: an
-    external reference), the rest as it is."""
+def _big_float(t: TensorProto) -> bool:
+    return t.data_type in FLOATS and _big(t)
+
+
+def plain_bytes(model: onnx.ModelProto, where: Callable[[TensorProto], TensorProto],
+                also: Callable[[TensorProto], bool] | None = None) -> bytes:
+    """The model's serialization with each lazy main-graph initializer (and each for which `also`
+    holds) replaced by `where(t)` (a small TensorProto: an external reference), the rest as it is."""
     def replaced(t: TensorProto) -> bool:
-        return is_lazy(t) or (big and _big(t))
+        return is_lazy(t) or (also is not None and also(t))
 
     if not any(replaced(t) for t in model.graph.initializer):
         return model.SerializeToString()
@@ -586,7 +590,7 @@ def weightless(model: onnx.ModelProto) -> bytes:
     """The model's serialization with the data of every big float initializer left out (lazy
     ones, and in-graph ones of INLINE_BYTES or more, shown as external data of no file): what
     shape inference reads, at the size of the graph."""
-    return plain_bytes(model, lambda t: _placeholder(t, "qtool-weightless"), big=True)
+    return plain_bytes(model, lambda t: _placeholder(t, "qtool-weightless"), _big_float)
 
 
 def _placeholder(t: TensorProto, location: str) -> TensorProto:
@@ -635,8 +639,8 @@ def with_inferred_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def check(model: onnx.ModelProto | bytes) -> None:
     """onnx.checker.check_model(model) (raising as it does); a model with lazy tensors is checked
-    without the data of its big weights (the checker only asks that an external data file exists:
-    each reference names an empty one in a scratch folder)."""
+    without the data of its initializers of INLINE_BYTES or more (the checker only asks that an
+    external data file exists: each reference names an empty one in a scratch folder)."""
     if isinstance(model, bytes) or not lazy_tensors(model):
         onnx.checker.check_model(model)
         return
@@ -646,7 +650,7 @@ def check(model: onnx.ModelProto | bytes) -> None:
     folder.mkdir()
     try:
         (folder / "data").touch()
-        (folder / "model.onnx").write_bytes(plain_bytes(model, lambda t: _placeholder(t, "data"), big=True))
+        (folder / "model.onnx").write_bytes(plain_bytes(model, lambda t: _placeholder(t, "data"), _big))
         onnx.checker.check_model(str(folder / "model.onnx"))
     finally:
         for f in folder.iterdir():

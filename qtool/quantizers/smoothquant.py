@@ -410,6 +410,7 @@ def smooth(model, cal, mode, place: Callable):
     plan = place(model, cal)
     int8 = set(plan.int8_layers)
     layers = {name for site in plan.activations for name, slot in site.readers if slot == 0 and name in int8}
+    del plan  # the weights it read are not held while the smoothed ones are made (a big model's: its size again)
     alpha = mode if isinstance(mode, float) else None  # None: per activation, the alpha `estimate` picks
     done = apply(model, cal, alpha, only=layers)
     if not done.records:
