@@ -28,6 +28,7 @@ layers the target's own placement runs in int8.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -411,6 +412,7 @@ def smooth(model, cal, mode, place: Callable):
     int8 = set(plan.int8_layers)
     layers = {name for site in plan.activations for name, slot in site.readers if slot == 0 and name in int8}
     del plan  # the weights it read are not held while the smoothed ones are made (a big model's: its size again)
+    gc.collect()  # the placement's objects refer to each other: freed only by a collection, which may not come before the peak
     alpha = mode if isinstance(mode, float) else None  # None: per activation, the alpha `estimate` picks
     done = apply(model, cal, alpha, only=layers)
     if not done.records:
