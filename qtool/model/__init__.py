@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import stat
@@ -169,29 +170,18 @@ def load_model(path: str | os.PathLike, external_data: bool = True) -> LoadedMod
     if size >= weights.LAZY_BYTES:
         return _load_lazy(p)
     data = read_model_bytes(p)
-    try:
+    with _reading(p):
         proto = onnx.load_model_from_string(data)
         locations = external_locations(proto)
-        missing = [loc for loc in locations if not (p.parent / loc).is_file()]
-        if missing:
-            raise QtoolError(f"model {str(p)!r} refers to external data that is missing: {missing[0]}")
+        _require_external(p, locations)
         if size + sum((p.parent / loc).stat().st_size for loc in locations) >= weights.LAZY_BYTES:
             del proto, data
             return _load_lazy(p)
         h = hashlib.sha256(data)  # model_sha256 of the bytes parsed, not a second read
         del data
-        onnx_sha256 = h.hexdigest()
-        for location in locations:
-            _update(h, p.parent / location)
-        sha256 = h.hexdigest()
+        onnx_sha256, sha256 = _digests(h, p, locations)
         if external_data and locations:
             onnx.external_data_helper.load_external_data_for_model(proto, str(p.parent))
-    except QtoolError:
-        raise
-    except FileNotFoundError as e:
-        raise QtoolError(f"model {str(p)!r} refers to external data that is missing: {e.filename or e}") from None
-    except Exception as e:  # protobuf DecodeError, truncated files, wrong format
-        raise _unreadable(p, e) from None
     return _checked(LoadedModel(path=p, sha256=sha256, proto=proto, onnx_sha256=onnx_sha256))
 
 
@@ -199,34 +189,52 @@ def _checked(loaded: LoadedModel) -> LoadedModel:
     p, proto = loaded.path, loaded.proto
     if not proto.HasField("graph") or len(proto.graph.node) == 0:
         raise QtoolError(f"{str(p)!r} is not an ONNX model with a graph (no nodes found); check the file")
-    for location in loaded.external_files:
+    _require_external(p, loaded.external_files)
+    return loaded
+
+
+def _require_external(p: Path, locations) -> None:
+    """Every external data file `locations` names (relative to the model's folder) exists."""
+    for location in locations:
         if not (p.parent / location).is_file():
             raise QtoolError(f"model {str(p)!r} refers to external data that is missing: {location}")
-    return loaded
+
+
+@contextlib.contextmanager
+def _reading(p: Path):
+    """What reading model `p` raises, as one line: a missing external data file, or an unreadable
+    model (protobuf DecodeError, truncated files, wrong format); qtool's own errors as they are."""
+    try:
+        yield
+    except QtoolError:
+        raise
+    except FileNotFoundError as e:
+        raise QtoolError(f"model {str(p)!r} refers to external data that is missing: {e.filename or e}") from None
+    except Exception as e:
+        raise _unreadable(p, e) from None
+
+
+def _digests(h, p: Path, locations) -> tuple[str, str]:
+    """(SHA-256 of the .onnx file, model_sha256) from `h`, which has read the .onnx file's bytes:
+    the external data files follow in `locations`' order."""
+    onnx_sha256 = h.hexdigest()
+    for location in locations:
+        _update(h, p.parent / location)
+    return onnx_sha256, h.hexdigest()
 
 
 def _load_lazy(p: Path) -> LoadedModel:
     """load_model for a big model: the graph without its big weights (weights.py), the SHA-256 of
     the files read in chunks."""
-    try:
+    with _reading(p):
         header, found, identity = weights.read_header(p)
         locations = external_locations(header)
-        missing = [loc for loc in locations if not (p.parent / loc).is_file()]
-        if missing:
-            raise QtoolError(f"model {str(p)!r} refers to external data that is missing: {missing[0]}")
+        _require_external(p, locations)
         store = weights.load_lazy(p, header, found, identity)
-    except QtoolError:
-        raise
-    except FileNotFoundError as e:
-        raise QtoolError(f"model {str(p)!r} refers to external data that is missing: {e.filename or e}") from None
-    except Exception as e:  # malformed protobuf, truncated files, wrong format
-        raise _unreadable(p, e) from None
     h = hashlib.sha256()
     _update(h, p)
-    onnx_sha256 = h.hexdigest()
-    for location in locations:
-        _update(h, p.parent / location)
-    return _checked(LoadedModel(path=p, sha256=h.hexdigest(), proto=header, onnx_sha256=onnx_sha256, weights=store))
+    onnx_sha256, sha256 = _digests(h, p, locations)
+    return _checked(LoadedModel(path=p, sha256=sha256, proto=header, onnx_sha256=onnx_sha256, weights=store))
 
 
 def infer_with_inputs(proto: onnx.ModelProto, input_dims: dict[str, tuple]) -> onnx.ModelProto | None:
