@@ -259,20 +259,14 @@ def sqnr_db(ref: np.ndarray, out: np.ndarray) -> float:
 
 
 def metric(task: str, ref: list[list[np.ndarray]], out: list[list[np.ndarray]]) -> tuple[str, float]:
-    if task == "det":
+    if task in ("det", "saliency"):
+        cut, what = (0.3, "mask") if task == "det" else (0.5, "map")
         inter = union = 0
         for r, o in zip(ref, out):
-            a, b = r[0] > 0.3, o[0] > 0.3
+            a, b = r[0] > cut, o[0] > cut
             inter += int(np.logical_and(a, b).sum())
             union += int(np.logical_or(a, b).sum())
-        return "mask IoU@0.3", inter / max(union, 1)
-    if task == "saliency":
-        inter = union = 0
-        for r, o in zip(ref, out):
-            a, b = r[0] > 0.5, o[0] > 0.5
-            inter += int(np.logical_and(a, b).sum())
-            union += int(np.logical_or(a, b).sum())
-        return "map IoU@0.5", inter / max(union, 1)
+        return f"{what} IoU@{cut}", inter / max(union, 1)
     if task in ("rec", "cls"):
         same = total = 0
         for r, o in zip(ref, out):
