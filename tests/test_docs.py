@@ -128,6 +128,23 @@ def test_the_command_line_reference_names_every_option_of_every_command():
     assert missing == {}
 
 
+def test_the_readme_tour_runs(tmp_path):
+    """The 5-minute tour's commands, in order, in a folder holding sample_models/ and calib_images/."""
+    text = README.read_text(encoding="utf-8")
+    tour = re.search(r"^## A 5-minute tour\n(.*?)(?=^## )", text, re.S | re.M).group(1)
+    script = "".join(re.findall(r"```sh\n(.*?)```", tour, re.S))
+    assert script.count("qtool export --target") >= 4 and "qtool evaluate" in script and "qtool report" in script
+    for folder in ("sample_models", "calib_images"):
+        (tmp_path / folder).symlink_to(ROOT / folder)
+    bin_dir = Path(sys.executable).parent  # the qtool console script beside this Python
+    env = {**os.environ, "PATH": os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")]),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    r = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for name in ("digits_cnn.trt.onnx", "digits_cnn.cache", "digits_cnn.openvino.onnx", "digits_cnn.qdq.onnx", "report.html"):
+        assert (tmp_path / name).stat().st_size > 0, name
+
+
 def test_the_policy_examples_in_json_and_toml_say_the_same(tmp_path):
     from qtool.quantizers.policy import load_rules
 
