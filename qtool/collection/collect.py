@@ -12,11 +12,7 @@ activations at a time: memory does not grow with the number of inputs.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import math
-import os
-import re
 import sys
 import threading
 from collections.abc import Iterable, Iterator
@@ -25,100 +21,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 
-from .. import model, ortlog
-from ..errors import QtoolError
-from ..model import nchwc, weights
+from .. import model
+from ..runtime import nchwc, onnxruntime
 from ..statistics import histogram
 from ..statistics.histogram import Extrema, TensorHistogram
 
 Feeds = dict[str, np.ndarray]
 
 GIL_SWITCH_SECONDS = 0.0005  # while workers run (Python's default is 0.005)
-
-
-def _first_line(e: Exception) -> str:
-    text = str(e).strip()
-    # onnxruntime prefixes messages with "[ONNXRuntimeError] : 1 : FAIL : "
-    text = re.sub(r"^\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*\w+\s*:\s*", "", text)
-    return text.splitlines()[0] if text else type(e).__name__
-
-
-def make_session(model: onnx.ModelProto, external_folder: str | os.PathLike | None = None,
-                 threads: int | None = None, optimized: bool = False) -> ort.InferenceSession:
-    """A CPU onnxruntime session for an in-memory model; no file is written anywhere.
-
-    `external_folder`: where weights the proto keeps in external files live (the original
-    model's folder); onnxruntime reads them from there, so models over 2 GB work. Weights a big
-    model keeps where they lie (qtool.model.weights) it reads from their files too.
-    `threads`: intra-op threads per run (default: onnxruntime's, one per core).
-    `optimized`: the model is a graph onnxruntime optimized already (nchwc): run it as it is.
-    """
-    opts = ort.SessionOptions()
-    opts.log_severity_level = ortlog.FATAL  # its errors come back as exceptions (qtool reports them in one line)
-    if threads is not None:
-        opts.intra_op_num_threads = threads
-    if optimized:
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    # onnxruntime's threads spin while waiting for work (waking a sleeping one costs each
-    # parallel section more than the spin), and stop at the end of a run: calibration fills
-    # histograms on those cores between runs
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "1")
-    opts.add_session_config_entry("session.force_spinning_stop", "1")
-    try:
-        data, spill = weights.runnable(model)
-    except ValueError as e:  # protobuf refuses messages over 2 GB: weights must stay external
-        raise QtoolError(f"model is too large to run in memory ({_first_line(e)})") from None
-    if spill is not None:
-        external_folder = "/"
-    if external_folder is not None:
-        opts.add_session_config_entry("session.model_external_initializers_file_folder_path", str(external_folder))
-    try:
-        # onnxruntime prints an "EP Error ... falling back" banner on stdout before retrying
-        with contextlib.redirect_stdout(io.StringIO()):
-            return ort.InferenceSession(data, sess_options=opts, providers=["CPUExecutionProvider"])
-    except Exception as e:
-        msg = _first_line(e)
-        m = re.search(r"([\w.]+:)?(\w+)\(-?\d+\) is not a registered function/op", msg)
-        if m:
-            raise QtoolError(f"onnxruntime cannot load the model: unknown operator {m.group(0).split('(')[0]!r}") from None
-        raise QtoolError(f"onnxruntime cannot load the model: {msg}") from None
-    finally:
-        if spill is not None:
-            spill.close()
-
-
-def fetching_session(model: onnx.ModelProto, fetched: list[str], keep: frozenset[str] = frozenset(),
-                     external_folder: str | os.PathLike | None = None, threads: int | None = None
-                     ) -> tuple[ort.InferenceSession, dict[str, nchwc.Blocked]]:
-    """A session for `model`, whose outputs include `fetched`, and the fetched tensors it returns
-    in onnxruntime's blocked layout (the `blocked` argument of collect; see nchwc). Tensors in
-    `keep` come in NCHW. Models without convolutions or with external or lazy weights (whose
-    optimized copy would hold them all), and machines or onnxruntime builds without the blocked
-    layout, get make_session's session and every tensor in NCHW."""
-    convolutions = any(n.op_type == "Conv" for n in model.graph.node)
-    block = nchwc.block_size() if external_folder is None and convolutions and not weights.lazy_tensors(model) else None
-    if block is not None:
-        try:
-            graph = nchwc.optimized(model)
-        except Exception:  # make_session below says what is wrong with the model
-            graph = None
-        if graph is not None:
-            stripped, blocked = nchwc.strip_reorders(graph, fetched, keep, block)
-            if blocked:
-                with contextlib.suppress(QtoolError):
-                    return make_session(stripped, threads=threads, optimized=True), blocked
-    return make_session(model, external_folder=external_folder, threads=threads), {}
-
-
-def run(session: ort.InferenceSession, names: list[str], feeds: Feeds) -> list[np.ndarray]:
-    """session.run, with a failure turned into a one-line QtoolError naming the input shapes."""
-    try:
-        return session.run(names, feeds)
-    except Exception as e:
-        shapes = {k: list(v.shape) for k, v in feeds.items()}
-        raise QtoolError(f"onnxruntime failed on inputs of shape {shapes}: {_first_line(e)}") from None
 
 
 class _Ahead:
@@ -439,7 +350,7 @@ def _apply(ufunc, operands: tuple, buffer: np.ndarray | None) -> np.ndarray:
 
 
 def collect(
-    session: ort.InferenceSession,
+    session: onnxruntime.Session,
     names: list[str],
     runs: Iterable[tuple[Feeds, int]],
     bins: int,
@@ -467,7 +378,7 @@ def collect(
     `stats`: {tensor: stats.SampleStats}, replaced by the collected statistics.
     `derived`: tensors not fetched from the session but computed from fetched ones (see
     `derivations`): the results are the same as fetching them.
-    `blocked`: fetched tensors the session returns in blocked layout (see fetching_session),
+    `blocked`: fetched tensors the session returns in blocked layout (see nchwc.fetching_session),
     with the same results.
     `kernel`: bin with the compiled kernel (histogram.start_loading), which the first run's
     histograms wait for; worth its load time when the runs bin hundreds of MB. Same results
@@ -510,7 +421,7 @@ def accumulate(session, names, runs, bins, progress=None, static=frozenset(), pr
     lock = threading.Lock()  # guards `source` (decoding happens in next()) and `progress`
 
     def take(acc: _Accumulator, feeds: Feeds, count: int) -> None:
-        outputs = run(session, sources, feeds) if varying else []
+        outputs = onnxruntime.run(session, sources, feeds) if varying else []
         if ahead is not None:
             ahead.start()
         # binning with numpy while the kernel loads slows both (YOLOv8n look-alike, 100 images:
@@ -531,7 +442,7 @@ def accumulate(session, names, runs, bins, progress=None, static=frozenset(), pr
         if first is not None:
             if fixed:
                 probe = {k: v[:probe_size] for k, v in first[0].items()}
-                accs[0].fill(zip(fixed, run(session, fixed, probe)), probe_size)
+                accs[0].fill(zip(fixed, onnxruntime.run(session, fixed, probe)), probe_size)
             # the first batch alone, while the binning kernel loads: it is then ready before the
             # workers start (their runs beside the load stall on the GIL it holds)
             take(accs[0], *first)

@@ -37,9 +37,9 @@ class Job:
     """What a helper needs to take runs as this process does."""
 
     model: bytes  # the model with the fetched tensors as outputs (model.with_outputs), serialized
-    external_folder: str | None  # where its external weights are (collect.make_session)
+    external_folder: str | None  # where its external weights are (qtool.runtime.onnxruntime.session)
     fetched: list[str]
-    keep: frozenset[str]  # fetched in NCHW (collect.fetching_session)
+    keep: frozenset[str]  # fetched in NCHW (qtool.runtime.nchwc.fetching_session)
     names: list[str]  # the tensors to histogram, none of them fetched once per probe (collect's `static`)
     bins: int
     stats: dict | None  # {tensor: stats.SampleStats} to gather, as collect takes them
@@ -216,10 +216,10 @@ def main() -> None:
     histogram.start_loading()  # first: it takes longer than the rest of the start
     import onnx
 
-    from .. import ortlog
+    from ..runtime import nchwc, onnxruntime
     from . import collect
 
-    ortlog.quiet()
+    onnxruntime.quiet()
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent ends it
     out = os.fdopen(os.dup(1), "wb")
@@ -235,7 +235,7 @@ def main() -> None:
 
     skipped = [] if job.skip else None
     try:
-        session, blocked = collect.fetching_session(onnx.load_from_string(job.model), job.fetched, job.keep,
+        session, blocked = nchwc.fetching_session(onnx.load_from_string(job.model), job.fetched, job.keep,
                                                     external_folder=job.external_folder, threads=1)
         acc = collect.accumulate(session, job.names, claimed_runs(job.images, take, skipped), job.bins, done,
                                  stats=job.stats, derived=job.derived, blocked=blocked)

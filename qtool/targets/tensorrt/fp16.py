@@ -102,6 +102,7 @@ from ...errors import QtoolError
 from ...model import NON_DATA_SLOTS, weights
 from ...model.graph import Index, Namer, node_reads, outer_refs, producers, subgraphs, toposort
 from ...model.weights import with_inferred_shapes
+from ...runtime import onnxruntime
 
 FP16_MAX = 65504.0
 ACTIVATION_LIMIT = FP16_MAX / 4
@@ -766,22 +767,9 @@ def _feed(model: onnx.ModelProto) -> dict[str, np.ndarray]:
 
 
 def _ort_run(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 4  # fatal only: a library does not print
     # BASIC: the model as written. EXTENDED fuses DQ -> Concat -> Q into com.microsoft
     # QLinearConcat, which refuses FP16 scales in onnxruntime 1.32 (module doc).
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    data, spill = weights.runnable(model)  # a model with lazy weights reads them from their files
-    try:
-        if spill is not None:
-            opts.add_session_config_entry("session.model_external_initializers_file_folder_path", "/")
-        sess = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
-    finally:
-        if spill is not None:
-            spill.close()
-    return sess.run(None, feed)
+    return onnxruntime.raw_session(model, optimization="basic", spin=False).run(None, feed)
 
 
 def _verify(out: onnx.ModelProto, original: onnx.ModelProto) -> list[str]:
