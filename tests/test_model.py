@@ -296,9 +296,9 @@ def test_image_input_nhwc():
 
 
 # --------------------------------------------------------------------------
-# make_session
+# onnxruntime.session
 # --------------------------------------------------------------------------
-def test_make_session_names_unknown_custom_op():
+def test_session_names_unknown_custom_op():
     with pytest.raises(QtoolError, match="MyUnknownOp"):
         onnxruntime.session(zoo.custom_op_model())
 
