@@ -293,8 +293,7 @@ def profile(name: str, path: Path, paths: list[Path]) -> dict:
             yield {feed: x}, 1
 
     started = time.perf_counter()
-    hists, seen = collect.collect(sess, names, runs(), 2048, static=static, workers=1, stats=st, derived=derived,
-                                  blocked=blocked)
+    hists, seen = collect.collect(sess, collect.Plan(names, 2048, static, derived=derived, blocked=blocked), runs(), stats=st)
     total = time.perf_counter() - started
     t = time.perf_counter()
     records = [calibration.record_from_histogram(n, hists[n], "entropy", stats=st[n]) for n in names]

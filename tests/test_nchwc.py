@@ -81,8 +81,8 @@ def test_blocked_layout_changes_no_histogram_or_statistic(build, shape):
     results = []
     for session, layout in ((onnxruntime.session(exposed, threads=1), {}), (blocked_session, blocked)):
         stats = new_stats(m, names)
-        hists, _ = collect.collect(session, names, iter(batches), 2048, static=static, workers=2, stats=stats,
-                                   derived=plan, blocked=layout)
+        hists, _ = collect.collect(session, collect.Plan(names, 2048, static, derived=plan, blocked=layout), iter(batches),
+                                   stats=stats, schedule=collect.Schedule(workers=2))
         results.append(({n: (h.top, h.counts.tolist(), h.min, h.max, h.size, h.nonfinite) for n, h in hists.items()},
                         {n: st.to_json() for n, st in stats.items()}))
     assert any("channel_sums" in st for st in results[0][1].values())

@@ -180,7 +180,7 @@ def test_control_flow_model_calibrates_through_the_library():
     session = onnxruntime.session(model.with_outputs(m, names, types))
     batch = np.random.default_rng(1).standard_normal((1, 4, 8, 8)).astype(np.float32)
 
-    hists, seen = collect.collect(session, names, [({"x": batch}, 1)], 2048)
+    hists, seen = collect.collect(session, collect.Plan(names, 2048), [({"x": batch}, 1)])
     assert seen == 1
 
     assert list(hists) == names
@@ -207,8 +207,8 @@ def test_worker_count_does_not_change_histograms_or_statistics():
     results = []
     for workers, spread in ((1, 1), (2, 1), (3, 1), (1, 2), (2, 3)):
         stats = new_stats(m, names)
-        hists, seen = collect.collect(session, names, iter(batches), 2048, static=static, workers=workers, stats=stats,
-                                      derived=derived, spread=spread)
+        hists, seen = collect.collect(session, collect.Plan(names, 2048, static, derived=derived), iter(batches), stats=stats,
+                                      schedule=collect.Schedule(workers, spread))
         results.append((seen, {n: (h.top, h.counts.tolist(), h.min, h.max, h.size) for n, h in hists.items()},
                         {n: st.to_json() for n, st in stats.items()}))
     assert results[0][0] == 10 and static and any("channel_sums" in st for st in results[0][2].values())
@@ -239,7 +239,7 @@ def test_derived_tensors_equal_fetched_ones(build, shape):
     results = []
     for derived in ({}, plan):
         stats = new_stats(m, names)
-        hists, _ = collect.collect(session, names, iter(batches), 2048, static=static, workers=2, stats=stats, derived=derived)
+        hists, _ = collect.collect(session, collect.Plan(names, 2048, static, derived=derived), iter(batches), stats=stats, schedule=collect.Schedule(workers=2))
         results.append(({n: (h.top, h.counts.tolist(), h.min, h.max, h.size, h.nonfinite) for n, h in hists.items()},
                         {n: st.to_json() for n, st in stats.items()}))
     assert list(results[1][0]) == names
@@ -269,7 +269,7 @@ def test_split_inputs_are_summed_from_their_outputs():
     results = []
     for derived in ({}, plan):
         stats = new_stats(m, names)
-        hists, _ = collect.collect(session, names, iter(batches), 256, stats=stats, derived=derived)
+        hists, _ = collect.collect(session, collect.Plan(names, 256, derived=derived), iter(batches), stats=stats)
         results.append(({n: (h.top, h.counts.tolist(), h.min, h.max, h.size) for n, h in hists.items()},
                         {n: st.to_json() for n, st in stats.items()}))
     assert "channel_sums" in results[0][1]["y"] and results[0] == results[1]
@@ -300,7 +300,7 @@ def test_a_concatenation_with_an_empty_part_gets_the_others():
     results = []
     for derived, spread in (({}, 1), (plan, 1), (plan, 2)):
         stats = new_stats(m, names)
-        hists, _ = collect.collect(session, names, iter(batches), 256, stats=stats, derived=derived, spread=spread)
+        hists, _ = collect.collect(session, collect.Plan(names, 256, derived=derived), iter(batches), stats=stats, schedule=collect.Schedule(spread=spread))
         results.append(({n: (h.top, h.counts.tolist(), h.min, h.max, h.size) for n, h in hists.items()},
                         {n: st.to_json() for n, st in stats.items()}))
     assert results[0][0]["e"][4] == 0 and len(results[0][1]["y"]["channel_sums"]) == 6
@@ -324,7 +324,7 @@ def test_a_worker_error_stops_collection():
             yield good
 
     with pytest.raises(QtoolError, match="onnxruntime failed"):
-        collect.collect(session, names, runs(), 2048, workers=2)
+        collect.collect(session, collect.Plan(names, 2048), runs(), schedule=collect.Schedule(workers=2))
 
 
 def test_an_input_error_while_prefetching_reaches_the_caller():
@@ -344,7 +344,7 @@ def test_an_input_error_while_prefetching_reaches_the_caller():
             yield {"images": np.ones((1, 3, 64, 96), np.float32)}, 1
 
     with pytest.raises(QtoolError, match="image 2 is unreadable"):
-        collect.collect(session, names, runs(), 2048, spread=2)
+        collect.collect(session, collect.Plan(names, 2048), runs(), schedule=collect.Schedule(spread=2))
     assert taken == [0, 1, 2]
 
 
@@ -369,7 +369,7 @@ def test_a_lone_worker_decodes_the_next_inputs_after_its_run():
             events.append(("decode", i))
             yield {"images": np.full((1, 3, 64, 96), i, np.float32)}, 1
 
-    collect.collect(Logged(), names, runs(), 2048, spread=2, kernel=False)
+    collect.collect(Logged(), collect.Plan(names, 2048), runs(), schedule=collect.Schedule(spread=2, kernel=False))
     for i in range(1, 6):
         assert events.index(("decode", i)) > events.index(("ran", i - 1)), events
 
@@ -393,7 +393,7 @@ def test_an_error_on_a_helper_thread_reaches_the_caller():
     collect.TensorHistogram = Broken
     try:
         with pytest.raises(RuntimeError, match="broken histogram"):
-            collect.collect(session, names, iter([({"images": x}, 1)] * 3), 2048, spread=2)
+            collect.collect(session, collect.Plan(names, 2048), iter([({"images": x}, 1)] * 3), schedule=collect.Schedule(spread=2))
     finally:
         collect.TensorHistogram = original
 

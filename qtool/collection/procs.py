@@ -236,9 +236,9 @@ def main() -> None:
     skipped = [] if job.skip else None
     try:
         session, blocked = nchwc.fetching_session(onnx.load_from_string(job.model), job.fetched, job.keep,
-                                                    external_folder=job.external_folder, threads=1)
-        acc = collect.accumulate(session, job.names, claimed_runs(job.images, take, skipped), job.bins, done,
-                                 stats=job.stats, derived=job.derived, blocked=blocked)
+                                                  external_folder=job.external_folder, threads=1)
+        plan = collect.Plan(job.names, job.bins, derived=job.derived, blocked=blocked)
+        acc = collect.accumulate(session, plan, claimed_runs(job.images, take, skipped), done, job.stats)
         message = ("done", collect.Partial(acc.hists, acc.stats, acc.seen), skipped or [], done.pop())
     except QtoolError as e:
         message = ("error", str(e))
