@@ -214,6 +214,7 @@ def main() -> None:
 
     histogram.WITHOUT_BLAS_PROBE = True
     histogram.start_loading()  # first: it takes longer than the rest of the start
+    # the rest (onnx, onnxruntime) imports while the kernel loads
     import onnx
 
     from ..runtime import nchwc, onnxruntime

@@ -16,6 +16,7 @@ from collections import defaultdict
 import numpy as np
 import onnx
 from onnx import numpy_helper
+from onnx.external_data_helper import load_external_data_for_model
 
 from ..errors import QtoolError
 from . import weights
@@ -231,14 +232,14 @@ class Index:
 
     @functools.cached_property
     def types(self) -> dict[str, int]:
-        from . import tensor_types
+        from . import tensor_types  # qtool.model imports this module: a cycle at import time
 
         return tensor_types(self.proto)
 
     @functools.cached_property
     def activations(self) -> set[str]:
         """The tensors that carry data (qtool.model.activation_tensors) and depend on the graph inputs."""
-        from . import activation_tensors, data_dependent
+        from . import activation_tensors, data_dependent  # as in types
 
         return set(activation_tensors(self.proto, self.types)) & data_dependent(self.proto)
 
@@ -408,8 +409,6 @@ def copy_model(proto: onnx.ModelProto, base_dir: str | None = None) -> onnx.Mode
         if base_dir is None:
             raise QtoolError("the model refers to external data but its folder is unknown")
         try:
-            from onnx.external_data_helper import load_external_data_for_model
-
             load_external_data_for_model(copy, base_dir)
         except (OSError, ValueError) as e:
             raise QtoolError(f"cannot read the model's external data from {base_dir!r}: {e}") from None
