@@ -32,13 +32,13 @@ def outputs(name: str) -> list[np.ndarray]:
     from calibrate_vs_inference import _plan, images, model_path, preprocess
 
     from qtool import model as qmodel
-    from qtool.collection import collect
     from qtool.feeds import data
+    from qtool.runtime import nchwc
 
     proto = onnx.load(str(model_path(name)))
     pre, feed = preprocess(name, proto), proto.graph.input[0].name
     _, static, _, _, fetched, types = _plan(proto, name)
-    sess, blocked = collect.fetching_session(qmodel.with_outputs(proto, fetched, types), fetched, static, threads=1)
+    sess, blocked = nchwc.fetching_session(qmodel.with_outputs(proto, fetched, types), fetched, static, threads=1)
     varying = [t for t in fetched if t not in static]
     x = data.load_image(sorted(images(1).glob("*.jpg"))[0], pre)[None]
     got = sess.run([blocked[t].source if t in blocked else t for t in varying], {feed: x})

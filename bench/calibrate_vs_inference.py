@@ -162,13 +162,13 @@ def worker(mode: str, name: str, n: int) -> dict:
         import threading
 
         from qtool import model as qmodel
-        from qtool.collection import collect
+        from qtool.runtime import nchwc
 
         started = time.perf_counter()
         proto = onnx.load(str(path))
         pre, feed = preprocess(name, proto), proto.graph.input[0].name
         names, static, _, _, fetched, types = _plan(proto, name)
-        sess, blocked = collect.fetching_session(qmodel.with_outputs(proto, fetched, types), fetched, static, threads=1)
+        sess, blocked = nchwc.fetching_session(qmodel.with_outputs(proto, fetched, types), fetched, static, threads=1)
         sources = [blocked[t].source if t in blocked else t for t in fetched]
         todo, lock = iter(paths), threading.Lock()
 
@@ -262,16 +262,18 @@ def profile(name: str, path: Path, paths: list[Path]) -> dict:
     from qtool import model as qmodel
     from qtool.collection import collect
     from qtool.feeds import data
+    from qtool.runtime import nchwc
+    from qtool.runtime import onnxruntime as sessions
     from qtool.statistics import histogram, stats, thresholds
 
     proto = onnx.load(str(path))
     pre, feed = preprocess(name, proto), proto.graph.input[0].name
     names, static, st, derived, fetched, types = _plan(proto, name)
-    sess, blocked = collect.fetching_session(qmodel.with_outputs(proto, fetched, types), fetched, static, threads=1)
+    sess, blocked = nchwc.fetching_session(qmodel.with_outputs(proto, fetched, types), fetched, static, threads=1)
     histogram.start_loading()
     histogram.wait_for_kernel()
     timer = _Timer()
-    timer.wrap(collect, "run", "onnxruntime")
+    timer.wrap(sessions, "run", "onnxruntime")
     timer.wrap(collect._Accumulator, "fill", "handling")
     timer.wrap(histogram.TensorHistogram, "update", "histogram")  # min/max, then binning
     timer.wrap(histogram, "add_bins", "binning")
@@ -291,8 +293,7 @@ def profile(name: str, path: Path, paths: list[Path]) -> dict:
             yield {feed: x}, 1
 
     started = time.perf_counter()
-    hists, seen = collect.collect(sess, names, runs(), 2048, static=static, workers=1, stats=st, derived=derived,
-                                  blocked=blocked)
+    hists, seen = collect.collect(sess, collect.Plan(names, 2048, static, derived=derived, blocked=blocked), runs(), stats=st)
     total = time.perf_counter() - started
     t = time.perf_counter()
     records = [calibration.record_from_histogram(n, hists[n], "entropy", stats=st[n]) for n in names]

@@ -20,7 +20,7 @@ SAMPLE = ROOT / "sample_models" / "digits_cnn.onnx"
 IMAGES = ROOT / "calib_images"
 
 ALLOWED = {"qtool.api", "qtool.errors", "qtool.__version__"}
-PLUMBING = {"qtool.scratch", "qtool.ortlog", "qtool.statistics"}  # the process set-up of qtool/cli/__init__.py
+PLUMBING = {"qtool.scratch", "qtool.runtime.onnxruntime", "qtool.statistics"}  # the process set-up of qtool/cli/__init__.py
 
 
 def qtool_imports(source: str, package: str) -> set[str]:
@@ -135,7 +135,7 @@ def test_evaluate_files_reports_a_failed_gate_after_its_results(calibrated):
 
 
 # README, Layout: the packages in import order; each module imports only from its own layer and those before it
-ORDER = ["errors", "scratch", "ortlog", "model", "fileio", "feeds", "statistics", "calibration", "quantizers", "collection",
+ORDER = ["errors", "scratch", "model", "runtime", "fileio", "feeds", "statistics", "calibration", "quantizers", "collection",
          "targets", "checks", "inputs", "inspection", "commands", "api", "cli", "launch", "__main__"]
 
 
@@ -177,6 +177,19 @@ def test_each_layer_imports_only_the_layers_before_it():
             if ORDER.index(theirs) > ORDER.index(mine):
                 wrong.append(f"{me} imports {other}")
     assert wrong == []
+
+
+def test_only_the_runtime_layer_makes_sessions():
+    """Every onnxruntime session and OpenVINO compile is made in qtool/runtime (one home for
+    providers, log level, threads, optimization level, weights on disk, float precision)."""
+    found = []
+    for path in sorted((ROOT / "qtool").rglob("*.py")):
+        if "runtime" in path.relative_to(ROOT / "qtool").parts:
+            continue
+        text = path.read_text()
+        found += [f"{path.relative_to(ROOT)}: {word}" for word in ("InferenceSession(", "SessionOptions(", "compile_model(", ".Core(")
+                  if word in text]
+    assert found == []
 
 
 def test_the_layer_check_resolves_every_import_form():

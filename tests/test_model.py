@@ -13,9 +13,9 @@ import zoo
 from onnx import TensorProto, helper, numpy_helper
 
 from qtool import model
-from qtool.collection import collect
 from qtool.errors import QtoolError
 from qtool.model import graph
+from qtool.runtime import onnxruntime
 
 FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE}
 
@@ -252,7 +252,7 @@ def test_with_outputs_exposes_every_listed_tensor(build, shape):
     assert m.SerializeToString() == original_bytes
     assert set(names) <= {o.name for o in exposed.graph.output}
 
-    session = collect.make_session(exposed)
+    session = onnxruntime.session(exposed)
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     (input_name,) = [i.name for i in session.get_inputs()]
     values = session.run(names, {input_name: x})
@@ -296,11 +296,11 @@ def test_image_input_nhwc():
 
 
 # --------------------------------------------------------------------------
-# make_session
+# onnxruntime.session
 # --------------------------------------------------------------------------
-def test_make_session_names_unknown_custom_op():
+def test_session_names_unknown_custom_op():
     with pytest.raises(QtoolError, match="MyUnknownOp"):
-        collect.make_session(zoo.custom_op_model())
+        onnxruntime.session(zoo.custom_op_model())
 
 
 def test_data_dependent_separates_shape_derived_tensors():
@@ -402,7 +402,7 @@ def test_tensor_bytes_are_what_onnxruntime_returns():
     names = model.activation_tensors(m, types)
     sizes = model.tensor_bytes(m, names, {"images": (2, 3, 64, 96)})
     assert len(sizes) > len(names) // 2
-    session = collect.make_session(model.with_outputs(m, list(sizes), types), threads=1)
+    session = onnxruntime.session(model.with_outputs(m, list(sizes), types), threads=1)
     values = session.run(list(sizes), {"images": np.zeros((2, 3, 64, 96), np.float32)})
     assert {n: v.nbytes for n, v in zip(sizes, values)} == sizes
 

@@ -1,4 +1,4 @@
-"""onnxruntime's blocked channel layout (qtool/model/nchwc.py): fetching tensors before onnxruntime
+"""onnxruntime's blocked channel layout (qtool/runtime/nchwc.py): fetching tensors before onnxruntime
 reorders them to NCHW changes nothing that calibration computes."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import zoo
 
 from qtool import model
 from qtool.collection import collect
-from qtool.model import nchwc
+from qtool.runtime import nchwc, onnxruntime
 from qtool.statistics import histogram
 from qtool.statistics.stats import SampleStats, new_stats
 
@@ -48,11 +48,11 @@ def _setup(build):
 def test_tensors_fetched_before_the_reorder_hold_the_same_values(build, shape):
     m, types, names, static = _setup(build)
     exposed = model.with_outputs(m, names, types)
-    session, blocked = collect.fetching_session(exposed, names, keep=static, threads=1)
+    session, blocked = nchwc.fetching_session(exposed, names, keep=static, threads=1)
     assert len(blocked) >= 20 and not set(blocked) & static
     assert all(b.block == BLOCK for b in blocked.values())
     feed = {m.graph.input[0].name: np.random.default_rng(1).random(shape, dtype=np.float32)}
-    want = dict(zip(names, collect.make_session(exposed, threads=1).run(names, feed)))
+    want = dict(zip(names, onnxruntime.session(exposed, threads=1).run(names, feed)))
     got = dict(zip(names, session.run([blocked[n].source if n in blocked else n for n in names], feed)))
     for name in names:
         value = nchwc.unblocked(got[name], BLOCK) if name in blocked else got[name]
@@ -71,7 +71,7 @@ def test_blocked_layout_changes_no_histogram_or_statistic(build, shape):
     plan = collect.derivations(m, names, types, static, stats)
     fetched = [n for n in names if n not in plan]
     exposed = model.with_outputs(m, fetched, types)
-    blocked_session, blocked = collect.fetching_session(exposed, fetched, keep=static, threads=1)
+    blocked_session, blocked = nchwc.fetching_session(exposed, fetched, keep=static, threads=1)
     both = [n for n, d in plan.items() if d.op != "concat" and all(p in blocked for p in d.parts)]
     assert len(both) >= 4 and any(stats[n].axis is not None for n in both)
     rng = np.random.default_rng(6)
@@ -79,10 +79,10 @@ def test_blocked_layout_changes_no_histogram_or_statistic(build, shape):
     batches = [({feed: rng.random(shape, dtype=np.float32)}, 2) for _ in range(3)]
     batches[1][0][feed][1, 0, :4, :4] = np.nan
     results = []
-    for session, layout in ((collect.make_session(exposed, threads=1), {}), (blocked_session, blocked)):
+    for session, layout in ((onnxruntime.session(exposed, threads=1), {}), (blocked_session, blocked)):
         stats = new_stats(m, names)
-        hists, _ = collect.collect(session, names, iter(batches), 2048, static=static, workers=2, stats=stats,
-                                   derived=plan, blocked=layout)
+        hists, _ = collect.collect(session, collect.Plan(names, 2048, static, derived=plan, blocked=layout), iter(batches),
+                                   stats=stats, schedule=collect.Schedule(workers=2))
         results.append(({n: (h.top, h.counts.tolist(), h.min, h.max, h.size, h.nonfinite) for n, h in hists.items()},
                         {n: st.to_json() for n, st in stats.items()}))
     assert any("channel_sums" in st for st in results[0][1].values())
@@ -174,7 +174,7 @@ def test_ordered_sums_kernel_and_numpy_agree():
 
 def test_models_with_external_weights_are_fetched_in_nchw():
     m, types, names, _ = _setup(zoo.yolo_like)
-    _, blocked = collect.fetching_session(model.with_outputs(m, names, types), names, external_folder=".", threads=1)
+    _, blocked = nchwc.fetching_session(model.with_outputs(m, names, types), names, external_folder=".", threads=1)
     assert blocked == {}
 
 

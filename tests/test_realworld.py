@@ -19,6 +19,7 @@ from qtool.calibration import load as load_calibration
 from qtool.cli import cli
 from qtool.collection import collect
 from qtool.errors import QtoolError
+from qtool.runtime import onnxruntime
 from qtool.statistics.stats import new_stats
 from qtool.targets.tensorrt.files import ZERO_AMAX_FALLBACK, read_cache
 
@@ -176,10 +177,10 @@ def test_control_flow_model_calibrates_through_the_library():
     m = zoo.control_flow_model()
     types = model.tensor_types(m)
     names = model.activation_tensors(m, types)
-    session = collect.make_session(model.with_outputs(m, names, types))
+    session = onnxruntime.session(model.with_outputs(m, names, types))
     batch = np.random.default_rng(1).standard_normal((1, 4, 8, 8)).astype(np.float32)
 
-    hists, seen = collect.collect(session, names, [({"x": batch}, 1)], 2048)
+    hists, seen = collect.collect(session, collect.Plan(names, 2048), [({"x": batch}, 1)])
     assert seen == 1
 
     assert list(hists) == names
@@ -200,14 +201,14 @@ def test_worker_count_does_not_change_histograms_or_statistics():
     static = frozenset(names) - model.data_dependent(m)
     rng = np.random.default_rng(5)
     batches = [({"images": rng.random((2, 3, 64, 96), dtype=np.float32) * 2 - 0.5}, 2) for _ in range(5)]
-    session = collect.make_session(model.with_outputs(m, names, types), threads=1)
+    session = onnxruntime.session(model.with_outputs(m, names, types), threads=1)
     derived = collect.derivations(m, names, types, static, new_stats(m, names))
     assert any(d.op == "Mul" for d in derived.values())
     results = []
     for workers, spread in ((1, 1), (2, 1), (3, 1), (1, 2), (2, 3)):
         stats = new_stats(m, names)
-        hists, seen = collect.collect(session, names, iter(batches), 2048, static=static, workers=workers, stats=stats,
-                                      derived=derived, spread=spread)
+        hists, seen = collect.collect(session, collect.Plan(names, 2048, static, derived=derived), iter(batches), stats=stats,
+                                      schedule=collect.Schedule(workers, spread))
         results.append((seen, {n: (h.top, h.counts.tolist(), h.min, h.max, h.size) for n, h in hists.items()},
                         {n: st.to_json() for n, st in stats.items()}))
     assert results[0][0] == 10 and static and any("channel_sums" in st for st in results[0][2].values())
@@ -234,11 +235,11 @@ def test_derived_tensors_equal_fetched_ones(build, shape):
     feed = m.graph.input[0].name
     batches = [({feed: rng.random(shape, dtype=np.float32)}, 2) for _ in range(3)]
     batches[1][0][feed][1, 0, :4, :4] = np.nan  # non-finite values in one sample
-    session = collect.make_session(model.with_outputs(m, names, types), threads=1)
+    session = onnxruntime.session(model.with_outputs(m, names, types), threads=1)
     results = []
     for derived in ({}, plan):
         stats = new_stats(m, names)
-        hists, _ = collect.collect(session, names, iter(batches), 2048, static=static, workers=2, stats=stats, derived=derived)
+        hists, _ = collect.collect(session, collect.Plan(names, 2048, static, derived=derived), iter(batches), stats=stats, schedule=collect.Schedule(workers=2))
         results.append(({n: (h.top, h.counts.tolist(), h.min, h.max, h.size, h.nonfinite) for n, h in hists.items()},
                         {n: st.to_json() for n, st in stats.items()}))
     assert list(results[1][0]) == names
@@ -264,11 +265,11 @@ def test_split_inputs_are_summed_from_their_outputs():
     plan = collect.derivations(m, names, model.tensor_types(m), frozenset(), new_stats(m, names))
     assert plan == {"c": collect.Derived("concat", ("a", "b")), "y": collect.Derived("concat", ("b", "a"))}
     batches = [({"x": rng.normal(0, 1, (3, 3, 8, 8)).astype(np.float32)}, 3) for _ in range(2)]
-    session = collect.make_session(model.with_outputs(m, names, model.tensor_types(m)), threads=1)
+    session = onnxruntime.session(model.with_outputs(m, names, model.tensor_types(m)), threads=1)
     results = []
     for derived in ({}, plan):
         stats = new_stats(m, names)
-        hists, _ = collect.collect(session, names, iter(batches), 256, stats=stats, derived=derived)
+        hists, _ = collect.collect(session, collect.Plan(names, 256, derived=derived), iter(batches), stats=stats)
         results.append(({n: (h.top, h.counts.tolist(), h.min, h.max, h.size) for n, h in hists.items()},
                         {n: st.to_json() for n, st in stats.items()}))
     assert "channel_sums" in results[0][1]["y"] and results[0] == results[1]
@@ -295,11 +296,11 @@ def test_a_concatenation_with_an_empty_part_gets_the_others():
     plan = collect.derivations(m, names, types, frozenset(), new_stats(m, names))
     assert plan["y"] == collect.Derived("concat", ("b", "e", "a"))
     batches = [({"x": rng.normal(0, 1, (2, 3, 8, 8)).astype(np.float32)}, 2) for _ in range(2)]
-    session = collect.make_session(model.with_outputs(m, names, types), threads=1)
+    session = onnxruntime.session(model.with_outputs(m, names, types), threads=1)
     results = []
     for derived, spread in (({}, 1), (plan, 1), (plan, 2)):
         stats = new_stats(m, names)
-        hists, _ = collect.collect(session, names, iter(batches), 256, stats=stats, derived=derived, spread=spread)
+        hists, _ = collect.collect(session, collect.Plan(names, 256, derived=derived), iter(batches), stats=stats, schedule=collect.Schedule(spread=spread))
         results.append(({n: (h.top, h.counts.tolist(), h.min, h.max, h.size) for n, h in hists.items()},
                         {n: st.to_json() for n, st in stats.items()}))
     assert results[0][0]["e"][4] == 0 and len(results[0][1]["y"]["channel_sums"]) == 6
@@ -310,7 +311,7 @@ def test_a_worker_error_stops_collection():
     m = zoo.tiny_relu_model()
     types = model.tensor_types(m)
     names = model.activation_tensors(m, types)
-    session = collect.make_session(model.with_outputs(m, names, types), threads=1)
+    session = onnxruntime.session(model.with_outputs(m, names, types), threads=1)
     name = m.graph.input[0].name
     dims = [d.dim_value or 1 for d in m.graph.input[0].type.tensor_type.shape.dim]
     good = ({name: np.ones(dims, np.float32)}, 1)
@@ -323,7 +324,7 @@ def test_a_worker_error_stops_collection():
             yield good
 
     with pytest.raises(QtoolError, match="onnxruntime failed"):
-        collect.collect(session, names, runs(), 2048, workers=2)
+        collect.collect(session, collect.Plan(names, 2048), runs(), schedule=collect.Schedule(workers=2))
 
 
 def test_an_input_error_while_prefetching_reaches_the_caller():
@@ -332,7 +333,7 @@ def test_an_input_error_while_prefetching_reaches_the_caller():
     m = zoo.yolo_like()
     types = model.tensor_types(m)
     names = model.activation_tensors(m, types)
-    session = collect.make_session(model.with_outputs(m, names, types), threads=1)
+    session = onnxruntime.session(model.with_outputs(m, names, types), threads=1)
     taken = []
 
     def runs():
@@ -343,7 +344,7 @@ def test_an_input_error_while_prefetching_reaches_the_caller():
             yield {"images": np.ones((1, 3, 64, 96), np.float32)}, 1
 
     with pytest.raises(QtoolError, match="image 2 is unreadable"):
-        collect.collect(session, names, runs(), 2048, spread=2)
+        collect.collect(session, collect.Plan(names, 2048), runs(), schedule=collect.Schedule(spread=2))
     assert taken == [0, 1, 2]
 
 
@@ -353,7 +354,7 @@ def test_a_lone_worker_decodes_the_next_inputs_after_its_run():
     m = zoo.yolo_like()
     types = model.tensor_types(m)
     names = model.activation_tensors(m, types)
-    session = collect.make_session(model.with_outputs(m, names, types), threads=1)
+    session = onnxruntime.session(model.with_outputs(m, names, types), threads=1)
     events = []
 
     class Logged:
@@ -368,7 +369,7 @@ def test_a_lone_worker_decodes_the_next_inputs_after_its_run():
             events.append(("decode", i))
             yield {"images": np.full((1, 3, 64, 96), i, np.float32)}, 1
 
-    collect.collect(Logged(), names, runs(), 2048, spread=2, kernel=False)
+    collect.collect(Logged(), collect.Plan(names, 2048), runs(), schedule=collect.Schedule(spread=2, kernel=False))
     for i in range(1, 6):
         assert events.index(("decode", i)) > events.index(("ran", i - 1)), events
 
@@ -379,7 +380,7 @@ def test_an_error_on_a_helper_thread_reaches_the_caller():
     m = zoo.yolo_like()
     types = model.tensor_types(m)
     names = model.activation_tensors(m, types)
-    session = collect.make_session(model.with_outputs(m, names, types), threads=1)
+    session = onnxruntime.session(model.with_outputs(m, names, types), threads=1)
     x = np.ones((1, 3, 64, 96), np.float32)
 
     class Broken(collect.TensorHistogram):
@@ -392,7 +393,7 @@ def test_an_error_on_a_helper_thread_reaches_the_caller():
     collect.TensorHistogram = Broken
     try:
         with pytest.raises(RuntimeError, match="broken histogram"):
-            collect.collect(session, names, iter([({"images": x}, 1)] * 3), 2048, spread=2)
+            collect.collect(session, collect.Plan(names, 2048), iter([({"images": x}, 1)] * 3), schedule=collect.Schedule(spread=2))
     finally:
         collect.TensorHistogram = original
 

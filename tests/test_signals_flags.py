@@ -23,7 +23,7 @@ from PIL import Image
 from qtool import scratch
 from qtool.cli import cli
 from qtool.cli import main as qtool_main
-from qtool.model import nchwc
+from qtool.runtime import nchwc, onnxruntime
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -158,14 +158,14 @@ def test_onnxruntimes_optimized_model_is_not_written_to_disk(tmp_path, monkeypat
     """While onnxruntime writes the optimized graph, the temporary folder stays empty."""
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     seen = []
-    session = nchwc._session
+    session = onnxruntime.raw_session
 
     def watching(*args, **kwargs):
         got = session(*args, **kwargs)
         seen.append(sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")))
         return got
 
-    monkeypatch.setattr(nchwc, "_session", watching)
+    monkeypatch.setattr(onnxruntime, "raw_session", watching)
     graph = nchwc.optimized(zoo.yolo_like())
     assert len(graph.graph.node) > 0 and seen == [[]]
 
@@ -175,14 +175,14 @@ def test_without_memfd_the_file_lives_in_qtools_directory(tmp_path, monkeypatch)
     monkeypatch.setattr(scratch, "_memfd", lambda name: None)
     monkeypatch.setattr(scratch, "_dir", None)
     seen = []
-    session = nchwc._session
+    session = onnxruntime.raw_session
 
     def watching(*args, **kwargs):
         got = session(*args, **kwargs)
         seen.append(sorted(p.name for p in tmp_path.rglob("*")))
         return got
 
-    monkeypatch.setattr(nchwc, "_session", watching)
+    monkeypatch.setattr(onnxruntime, "raw_session", watching)
     expected = nchwc.optimized(zoo.yolo_like())
     assert len(expected.graph.node) > 0
     assert len(seen) == 1 and len(seen[0]) == 2

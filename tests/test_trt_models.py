@@ -18,7 +18,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 from runcli import invoke
-from test_fp16 import _model as checked_model
+from test_autocast import _model as checked_model
 
 from qtool.model.graph import toposort
 from qtool.targets.tensorrt import checker as trtrules
@@ -234,9 +234,9 @@ def test_exported_model_exported_again(tmp_path):
 def test_fp16_failure_falls_back_to_fp32(tmp_path, monkeypatch):
     """Whatever the FP16 step cannot do (here: it raises) gives an FP32 file and a warning, not an
     internal error; with If/Loop nodes those are kept FP32 first and the rest tried again."""
-    from qtool.targets.tensorrt import fp16
+    from qtool.targets.tensorrt import autocast
 
-    real = fp16.to_fp16
+    real = autocast.to_fp16
     calls = []
 
     def flaky(model, *, activation_absmax=None, keep_fp32_nodes=()):
@@ -245,7 +245,7 @@ def test_fp16_failure_falls_back_to_fp32(tmp_path, monkeypatch):
             raise RuntimeError("simulated converter bug")
         return real(model, activation_absmax=activation_absmax, keep_fp32_nodes=keep_fp32_nodes)
 
-    monkeypatch.setattr(fp16, "to_fp16", flaky)
+    monkeypatch.setattr(autocast, "to_fp16", flaky)
     m = control_flow()
     onnx.save(m, str(tmp_path / "cf.onnx"))
     data = tmp_path / "data"
@@ -260,7 +260,7 @@ def test_fp16_failure_falls_back_to_fp32(tmp_path, monkeypatch):
     assert summary["high_precision"] == "fp16"
     assert trtrules.check(onnx.load(str(tmp_path / "m.onnx")), "11.4") == []
 
-    monkeypatch.setattr(fp16, "to_fp16", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("always")))
+    monkeypatch.setattr(autocast, "to_fp16", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("always")))
     summary = json.loads(_ok(invoke("export", "--target", "tensorrt", "--calib", tmp_path / "c.calib.json",
                                     "-o", tmp_path / "m32.onnx", "--json")).stdout)
     assert summary["high_precision"] == "fp32" and "always" in summary["fp16_failed"]

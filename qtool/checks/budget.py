@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 import onnx
 
 from .. import targets
-from ..collection import collect
 from ..errors import QtoolError
+from ..runtime import onnxruntime, openvino
 from . import evaluation as ev
 from . import simulate
 
@@ -136,12 +136,12 @@ def latency_ms(target: str, model_bytes: bytes, feeds: dict, runs: int = 30) -> 
 
     if get(target).runtime == "openvino":
         try:
-            simulate.openvino()
+            openvino.package()
         except QtoolError:
             return None
-        session = simulate.OpenVINOSession(bytes(model_bytes), {"PERFORMANCE_HINT": "LATENCY"}, precision="default")  # as deployed
+        session = openvino.Session(bytes(model_bytes), {"PERFORMANCE_HINT": "LATENCY"}, precision="default")  # as deployed
     else:
-        session = collect.make_session(onnx.load_model_from_string(bytes(model_bytes)))
+        session = onnxruntime.session(onnx.load_model_from_string(bytes(model_bytes)))
 
     def infer():
         session.run(None, feeds)

@@ -44,6 +44,7 @@ from ..errors import QtoolError
 from ..model import graph as G
 from ..quantizers import cpu, placement
 from ..quantizers import patterns as P
+from ..runtime import onnxruntime
 from ..statistics import thresholds
 from ..targets import TARGETS, exporter
 from . import simulate
@@ -346,7 +347,7 @@ class _Reference:
         size = 0
         self.passes += 1
         for feeds, count in collect.prefetch(self.runs()):
-            ref = collect.run(self.session, self.names, feeds)
+            ref = onnxruntime.run(self.session, self.names, feeds)
             if cache is not None:
                 size += sum(v.nbytes for v in feeds.values()) + sum(np.asarray(r).nbytes for r in ref)
                 cache = cache if size <= self.budget else None
@@ -361,7 +362,7 @@ def _compare(reference: _Reference, session, names: list[str]) -> tuple[list[_Ac
     accs = [_Acc() for _ in names]
     samples = 0
     for feeds, count, ref in reference:
-        out = collect.run(session, names, feeds)
+        out = onnxruntime.run(session, names, feeds)
         for acc, r, o in zip(accs, ref, out):
             acc.update(np.asarray(r), np.asarray(o))
         samples += count
@@ -377,7 +378,7 @@ def _float_outputs(proto: onnx.ModelProto) -> tuple[list[str], list[str]]:
 
 
 def _session(loaded, proto: onnx.ModelProto):
-    return collect.make_session(proto, external_folder=loaded.path.parent if loaded.external_files else None)
+    return onnxruntime.session(proto, external_folder=loaded.path.parent if loaded.external_files else None)
 
 
 def sensitivities(module, prepared, cal, reference: _Reference, names: list[str], progress=None,

@@ -20,10 +20,11 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..collection import collect
 from ..errors import QtoolError
 from ..model import graph as G
 from ..model import weights
+from ..runtime import onnxruntime, openvino
+from ..targets.qdq import upgrade_opset
 
 DOMAIN = "org.openvinotoolkit"
 ROUND_OPSET = 11  # Round, and Equal on floats
@@ -77,8 +78,6 @@ def fake_quantize_as_float_ops(model: onnx.ModelProto) -> onnx.ModelProto:
     if not any(is_fake_quantize(n) for n in model.graph.node):
         return model
     if G.default_opset(model) < ROUND_OPSET:
-        from ..targets.qdq import upgrade_opset
-
         model, _ = upgrade_opset(model, ROUND_OPSET, why="FakeQuantize as float ops (Round)")
     namer = G.Namer(model)
     types = _elem_types(model)
@@ -107,40 +106,7 @@ def simulation(model: onnx.ModelProto | bytes):
     else:
         proto = onnx.load_model_from_string(model) if isinstance(model, bytes) else model
     proto = fake_quantize_as_float_ops(proto)
-    return collect.make_session(proto, optimized=True)  # optimized=True: ORT_DISABLE_ALL, the graph run as it is
-
-
-class OpenVINOSession:
-    """OpenVINO's CPU plugin on a model, behind onnxruntime's `run(names, feeds)`. `precision`: the
-    float precision of the unquantized layers, "f32" or "default" (OpenVINO's choice on this CPU: bf16
-    with AVX-512 BF16 or AMX, qtool.quantizers.cpu), stated in the config either way; `float_precision`
-    is the one it runs them in ("f32", "bf16", "f16")."""
-
-    def __init__(self, data: bytes, config: dict | None = None, precision: str = "f32"):
-        ov = openvino()
-        core = ov.Core()
-        chosen = core.get_property("CPU", "INFERENCE_PRECISION_HINT").get_type_name() if precision == "default" else precision
-        try:
-            self.compiled = core.compile_model(core.read_model(data, b""), "CPU", {**(config or {}), "INFERENCE_PRECISION_HINT": chosen})
-        except Exception as e:
-            raise QtoolError(f"OpenVINO cannot compile the model: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from None
-        self.request = self.compiled.create_infer_request()
-        self.float_precision = self.compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
-
-    def run(self, names, feeds):
-        """The outputs `names` (None: all) for the inputs `feeds`."""
-        result = self.request.infer(feeds)
-        ports = self.compiled.outputs if names is None else [self.compiled.output(n) for n in names]
-        return [np.array(result[p]) for p in ports]
-
-
-def openvino():
-    """The openvino module, or a one-line error saying how to install it."""
-    try:
-        import openvino
-    except ImportError:
-        raise QtoolError("OpenVINO is not installed: pip install openvino (or 'qtool[test]')") from None
-    return openvino
+    return onnxruntime.session(proto, optimization="none")  # ORT_DISABLE_ALL: the graph run as it is
 
 
 def runtime(name: str, data: bytes):
@@ -149,7 +115,7 @@ def runtime(name: str, data: bytes):
     its int8 kernels for Q/DQ; float layers in f32 too)."""
     data = bytes(data)  # a big model's export (weights.ModelFile) as one file
     if name == "openvino":
-        return OpenVINOSession(data)
+        return openvino.Session(data)
     if name == "onnxruntime":
-        return collect.make_session(onnx.load_model_from_string(data))
+        return onnxruntime.session(onnx.load_model_from_string(data))
     raise QtoolError(f"runtime {name!r} is not one of {', '.join(RUNTIMES)}")

@@ -1,7 +1,7 @@
 """Command line: the only place that prints, sets up logging, or exits. One module per command,
 each parsing its arguments, calling one function of qtool.api and printing what it returns; no
 module here imports another qtool module than qtool.api and qtool.errors (this one also the process
-set-up: scratch, ortlog, histogram), as tests/test_layers.py checks.
+set-up: scratch, the onnxruntime log, histogram), as tests/test_layers.py checks.
 
 Exit codes: 0 success, 1 user error (bad input or request), 2 usage error (click),
 3 internal error (a bug: the traceback is saved to a file), 130 interrupted (Ctrl-C), 143 terminated
@@ -115,10 +115,10 @@ def _late_flag(ctx: click.Context, param: click.Parameter, value: bool) -> None:
 
 def _quiet_onnxruntime() -> None:
     """onnxruntime's default logger writes warnings (coloured, on stderr) for sessions and at
-    import; a command says what matters itself (see ortlog)."""
-    from .. import ortlog
+    import; a command says what matters itself (see qtool.runtime.onnxruntime)."""
+    from ..runtime.onnxruntime import quiet
 
-    ortlog.quiet()
+    quiet()
 
 
 def progress(total: int, enabled: bool):

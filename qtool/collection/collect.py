@@ -12,11 +12,7 @@ activations at a time: memory does not grow with the number of inputs.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import math
-import os
-import re
 import sys
 import threading
 from collections.abc import Iterable, Iterator
@@ -25,100 +21,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 
-from .. import model, ortlog
-from ..errors import QtoolError
-from ..model import nchwc, weights
+from .. import model
+from ..runtime import nchwc, onnxruntime
 from ..statistics import histogram
 from ..statistics.histogram import Extrema, TensorHistogram
 
 Feeds = dict[str, np.ndarray]
 
 GIL_SWITCH_SECONDS = 0.0005  # while workers run (Python's default is 0.005)
-
-
-def _first_line(e: Exception) -> str:
-    text = str(e).strip()
-    # onnxruntime prefixes messages with "[ONNXRuntimeError] : 1 : FAIL : "
-    text = re.sub(r"^\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*\w+\s*:\s*", "", text)
-    return text.splitlines()[0] if text else type(e).__name__
-
-
-def make_session(model: onnx.ModelProto, external_folder: str | os.PathLike | None = None,
-                 threads: int | None = None, optimized: bool = False) -> ort.InferenceSession:
-    """A CPU onnxruntime session for an in-memory model; no file is written anywhere.
-
-    `external_folder`: where weights the proto keeps in external files live (the original
-    model's folder); onnxruntime reads them from there, so models over 2 GB work. Weights a big
-    model keeps where they lie (qtool.model.weights) it reads from their files too.
-    `threads`: intra-op threads per run (default: onnxruntime's, one per core).
-    `optimized`: the model is a graph onnxruntime optimized already (nchwc): run it as it is.
-    """
-    opts = ort.SessionOptions()
-    opts.log_severity_level = ortlog.FATAL  # its errors come back as exceptions (qtool reports them in one line)
-    if threads is not None:
-        opts.intra_op_num_threads = threads
-    if optimized:
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    # onnxruntime's threads spin while waiting for work (waking a sleeping one costs each
-    # parallel section more than the spin), and stop at the end of a run: calibration fills
-    # histograms on those cores between runs
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "1")
-    opts.add_session_config_entry("session.force_spinning_stop", "1")
-    try:
-        data, spill = weights.runnable(model)
-    except ValueError as e:  # protobuf refuses messages over 2 GB: weights must stay external
-        raise QtoolError(f"model is too large to run in memory ({_first_line(e)})") from None
-    if spill is not None:
-        external_folder = "/"
-    if external_folder is not None:
-        opts.add_session_config_entry("session.model_external_initializers_file_folder_path", str(external_folder))
-    try:
-        # onnxruntime prints an "EP Error ... falling back" banner on stdout before retrying
-        with contextlib.redirect_stdout(io.StringIO()):
-            return ort.InferenceSession(data, sess_options=opts, providers=["CPUExecutionProvider"])
-    except Exception as e:
-        msg = _first_line(e)
-        m = re.search(r"([\w.]+:)?(\w+)\(-?\d+\) is not a registered function/op", msg)
-        if m:
-            raise QtoolError(f"onnxruntime cannot load the model: unknown operator {m.group(0).split('(')[0]!r}") from None
-        raise QtoolError(f"onnxruntime cannot load the model: {msg}") from None
-    finally:
-        if spill is not None:
-            spill.close()
-
-
-def fetching_session(model: onnx.ModelProto, fetched: list[str], keep: frozenset[str] = frozenset(),
-                     external_folder: str | os.PathLike | None = None, threads: int | None = None
-                     ) -> tuple[ort.InferenceSession, dict[str, nchwc.Blocked]]:
-    """A session for `model`, whose outputs include `fetched`, and the fetched tensors it returns
-    in onnxruntime's blocked layout (the `blocked` argument of collect; see nchwc). Tensors in
-    `keep` come in NCHW. Models without convolutions or with external or lazy weights (whose
-    optimized copy would hold them all), and machines or onnxruntime builds without the blocked
-    layout, get make_session's session and every tensor in NCHW."""
-    convolutions = any(n.op_type == "Conv" for n in model.graph.node)
-    block = nchwc.block_size() if external_folder is None and convolutions and not weights.lazy_tensors(model) else None
-    if block is not None:
-        try:
-            graph = nchwc.optimized(model)
-        except Exception:  # make_session below says what is wrong with the model
-            graph = None
-        if graph is not None:
-            stripped, blocked = nchwc.strip_reorders(graph, fetched, keep, block)
-            if blocked:
-                with contextlib.suppress(QtoolError):
-                    return make_session(stripped, threads=threads, optimized=True), blocked
-    return make_session(model, external_folder=external_folder, threads=threads), {}
-
-
-def run(session: ort.InferenceSession, names: list[str], feeds: Feeds) -> list[np.ndarray]:
-    """session.run, with a failure turned into a one-line QtoolError naming the input shapes."""
-    try:
-        return session.run(names, feeds)
-    except Exception as e:
-        shapes = {k: list(v.shape) for k, v in feeds.items()}
-        raise QtoolError(f"onnxruntime failed on inputs of shape {shapes}: {_first_line(e)}") from None
 
 
 class _Ahead:
@@ -294,79 +205,19 @@ class _Accumulator:
     def fill(self, pairs, samples: int, team: _Team | None = None) -> None:
         """Histogram (and gather the statistics of) one run's outputs, `pairs` of (name, value),
         on the threads of `team`."""
-        kept: dict[str, tuple] = {}
-        waiting = {n: len(parts) for n, parts in self.inputs.items()}  # inputs not yet kept
-        lock = threading.Lock()
-
-        def one(name: str, value: np.ndarray, block: int | None) -> list[str]:
-            """Histogram one tensor; the derived tensors (to compute, or concatenations whose
-            statistics to gather) it was the last missing input of."""
-            # one sample per entry of the first axis when it has the batch's size, else one in all
-            rows = samples if samples > 1 and value.ndim >= 1 and value.shape[0] == samples else 1
-            stats = self.stats.get(name)
-            extrema = self.hists[name].update(value, rows, stats.segments(value, rows, block) if stats is not None else 1)
-            if extrema is None:
-                return []
-            if stats is not None:
-                stats.update([value], rows, extrema, [block])
-            if name in self.needed:
-                kept[name] = value, rows, extrema, block
-            ready = []
-            for out in self.readers.get(name, ()):
-                with lock:
-                    waiting[out] -= 1
-                    if waiting[out] == 0:
-                        ready.append(out)
-            return ready
-
-        def add(name: str, value: np.ndarray, block: int | None) -> None:
-            ready = one(name, value, block)
-            free = self._pool()
-            held: dict[str, list] = {}  # scratch of this thread in use: {tensor: [buffer, readers to come]}
-            while ready:  # a loop, not recursion: a closure calling itself would be a reference cycle
-                out = ready.pop()
-                if out in self.concats:
-                    gather(out, self.parts[out])
-                    continue
-                parts = self.parts[out]
-                buffer = (free.pop() if free else _NO_BYTES) if out in self.scratch else None
-                value, block = self.derive(out, [kept[p] for p in parts], buffer)
-                for p in parts:  # a scratch input all of whose readers are done is free again
-                    if p in held:
-                        held[p][1] -= 1
-                        if held[p][1] == 0:
-                            free.append(held.pop(p)[0])
-                ready += one(out, value, block)
-                if out in self.scratch:  # value is a view of the bytes it was written into
-                    readers = len(self.readers.get(out, ()))
-                    if readers:
-                        held[out] = [value.base, readers]
-                    else:
-                        free.append(value.base)
-
-        def gather(name: str, parts: tuple[str, ...]) -> None:
-            got = [kept[p] for p in parts if p in kept]
-            if got:
-                rows = got[0][1]
-                if any(g[1] != rows for g in got):
-                    raise AssertionError(f"the parts of {name} split into different samples")
-                extrema = Extrema([min(g[2].lo[r] for g in got) for r in range(rows)],
-                                  [max(g[2].hi[r] for g in got) for r in range(rows)],
-                                  [sum(g[2].nonfinite[r] for g in got) for r in range(rows)])
-                self.stats[name].update([g[0] for g in got], rows, extrema, [g[3] for g in got])
-
         todo = []
         for name, value in pairs:
             block = self.blocks.get(name)
             if block and not nchwc.blocked_shape(value, block):
                 raise AssertionError(f"{name} came from onnxruntime with shape {value.shape}, not in blocks of {block} channels")
             todo.append((name, value, block))
+        filling = _Filling(self, samples)
         share = team.share if team is not None else _serial
-        share(todo, add)
+        share(todo, filling.add)
         # a concatenation with an empty part (which adds nothing) waits for it in vain
-        share([(n, self.parts[n]) for n in self.concats if 0 < waiting[n] < len(self.inputs[n])], gather)
+        share([(n, self.parts[n]) for n in self.concats if 0 < filling.waiting[n] < len(self.inputs[n])], filling.gather)
 
-    def _pool(self) -> list[np.ndarray]:
+    def free_buffers(self) -> list[np.ndarray]:
         """This thread's free scratch buffers."""
         pool = getattr(self.pools, "free", None)
         if pool is None:
@@ -413,6 +264,79 @@ class _Accumulator:
         self.seen += other.seen
 
 
+class _Filling:
+    """One run's outputs going into an accumulator `acc` (_Accumulator.fill), on any number of
+    threads: each tensor histogrammed, then the derived tensors it was the last missing input
+    of computed (or, for concatenations, their statistics gathered) on the same thread."""
+
+    def __init__(self, acc: _Accumulator, samples: int):
+        self.acc, self.samples = acc, samples
+        self.kept: dict[str, tuple] = {}  # {input of a derived tensor: (value, rows, extrema, block)}
+        self.waiting = {n: len(parts) for n, parts in acc.inputs.items()}  # inputs not yet kept
+        self.lock = threading.Lock()
+
+    def one(self, name: str, value: np.ndarray, block: int | None) -> list[str]:
+        """Histogram one tensor; the derived tensors (to compute, or concatenations whose
+        statistics to gather) it was the last missing input of."""
+        acc, samples = self.acc, self.samples
+        # one sample per entry of the first axis when it has the batch's size, else one in all
+        rows = samples if samples > 1 and value.ndim >= 1 and value.shape[0] == samples else 1
+        stats = acc.stats.get(name)
+        extrema = acc.hists[name].update(value, rows, stats.segments(value, rows, block) if stats is not None else 1)
+        if extrema is None:
+            return []
+        if stats is not None:
+            stats.update([value], rows, extrema, [block])
+        if name in acc.needed:
+            self.kept[name] = value, rows, extrema, block
+        ready = []
+        for out in acc.readers.get(name, ()):
+            with self.lock:
+                self.waiting[out] -= 1
+                if self.waiting[out] == 0:
+                    ready.append(out)
+        return ready
+
+    def add(self, name: str, value: np.ndarray, block: int | None) -> None:
+        """Histogram one fetched tensor, and the derived tensors ready after it."""
+        acc, kept = self.acc, self.kept
+        ready = self.one(name, value, block)
+        free = acc.free_buffers()
+        held: dict[str, list] = {}  # scratch of this thread in use: {tensor: [buffer, readers to come]}
+        while ready:
+            out = ready.pop()
+            if out in acc.concats:
+                self.gather(out, acc.parts[out])
+                continue
+            parts = acc.parts[out]
+            buffer = (free.pop() if free else _NO_BYTES) if out in acc.scratch else None
+            value, block = acc.derive(out, [kept[p] for p in parts], buffer)
+            for p in parts:  # a scratch input all of whose readers are done is free again
+                if p in held:
+                    held[p][1] -= 1
+                    if held[p][1] == 0:
+                        free.append(held.pop(p)[0])
+            ready += self.one(out, value, block)
+            if out in acc.scratch:  # value is a view of the bytes it was written into
+                readers = len(acc.readers.get(out, ()))
+                if readers:
+                    held[out] = [value.base, readers]
+                else:
+                    free.append(value.base)
+
+    def gather(self, name: str, parts: tuple[str, ...]) -> None:
+        """A concatenation's statistics, from its parts kept in this run."""
+        got = [self.kept[p] for p in parts if p in self.kept]
+        if got:
+            rows = got[0][1]
+            if any(g[1] != rows for g in got):
+                raise AssertionError(f"the parts of {name} split into different samples")
+            extrema = Extrema([min(g[2].lo[r] for g in got) for r in range(rows)],
+                              [max(g[2].hi[r] for g in got) for r in range(rows)],
+                              [sum(g[2].nonfinite[r] for g in got) for r in range(rows)])
+            self.acc.stats[name].update([g[0] for g in got], rows, extrema, [g[3] for g in got])
+
+
 _NO_BYTES = np.empty(0, np.uint8)
 
 
@@ -438,49 +362,73 @@ def _apply(ufunc, operands: tuple, buffer: np.ndarray | None) -> np.ndarray:
     return ufunc(*operands, out=buffer[:size].view(dtype).reshape(shape))
 
 
-def collect(
-    session: ort.InferenceSession,
-    names: list[str],
-    runs: Iterable[tuple[Feeds, int]],
-    bins: int,
-    progress=None,
-    static: frozenset[str] = frozenset(),
-    probe_size: int = 1,
-    workers: int = 1,
-    stats: dict | None = None,
-    derived: dict[str, Derived] | None = None,
-    blocked: dict[str, nchwc.Blocked] | None = None,
-    spread: int = 1,
-    kernel: bool = True,
-    helpers: Iterable = (),
-) -> tuple[dict[str, TensorHistogram], int]:
-    """Histograms of every tensor in `names` over all runs, and the number of samples seen.
+@dataclass(frozen=True)
+class Plan:
+    """What collect gathers: a histogram of `bins` bins of every tensor in `names`, and how each
+    is got from the session.
 
-    `runs` yields (feeds, samples). Tensors in `static` do not depend on input values (only on
-    the input shape: decode grids and the like, with fixed-size batched inputs). Their
-    histogram comes from one run on the first `probe_size` samples, counted once per
-    `probe_size` samples seen, so it does not depend on the batch size.
-    `workers` threads each take the next run, run the session (give it one intra-op thread
-    per worker) and histogram the outputs into their own accumulators, merged at the end.
-    `spread`: threads each worker histograms its outputs on (when fewer workers than cores fit
-    in memory, the cores that ran onnxruntime's parallel sections share the histograms).
-    `stats`: {tensor: stats.SampleStats}, replaced by the collected statistics.
+    Tensors in `static` do not depend on input values (only on the input shape: decode grids and
+    the like, with fixed-size batched inputs). Their histogram comes from one run on the first
+    `probe_size` samples, counted once per `probe_size` samples seen, so it does not depend on
+    the batch size.
     `derived`: tensors not fetched from the session but computed from fetched ones (see
     `derivations`): the results are the same as fetching them.
-    `blocked`: fetched tensors the session returns in blocked layout (see fetching_session),
-    with the same results.
+    `blocked`: fetched tensors the session returns in blocked layout (see nchwc.fetching_session),
+    with the same results."""
+
+    names: list[str]
+    bins: int
+    static: frozenset[str] = frozenset()
+    probe_size: int = 1
+    derived: dict[str, Derived] = field(default_factory=dict)
+    blocked: dict[str, nchwc.Blocked] = field(default_factory=dict)
+
+    def fetches(self) -> tuple[list[str], list[str]]:
+        """(tensors fetched per run, tensors fetched once), after checking the plan."""
+        varying = [n for n in self.names if n not in self.static and n not in self.derived]
+        available = set(varying)
+        for name, d in self.derived.items():  # in graph order: every input fetched or computed before
+            if not set(d.parts) <= available:
+                raise ValueError(f"{name} must be derived from fetched tensors or Add/Sub/Mul outputs computed before it")
+            if d.op != "concat":
+                available.add(name)
+        if not set(self.blocked) <= set(varying):
+            raise ValueError("only fetched tensors that depend on the input can come in blocked layout")
+        return varying, [n for n in self.names if n in self.static]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """How collect spreads its work over threads; the results are the same whatever it is.
+
+    `workers` threads each take the next run, run the session (give it one intra-op thread per
+    worker) and histogram the outputs into their own accumulators, merged at the end.
+    `spread`: threads each worker histograms its outputs on (when fewer workers than cores fit
+    in memory, the cores that ran onnxruntime's parallel sections share the histograms).
     `kernel`: bin with the compiled kernel (histogram.start_loading), which the first run's
-    histograms wait for; worth its load time when the runs bin hundreds of MB. Same results
-    either way.
+    histograms wait for; worth its load time when the runs bin hundreds of MB."""
+
+    workers: int = 1
+    spread: int = 1
+    kernel: bool = True
+
+
+def collect(session: onnxruntime.Session, plan: Plan, runs: Iterable[tuple[Feeds, int]], progress=None,
+            stats: dict | None = None, schedule: Schedule = Schedule(), helpers: Iterable = ()
+            ) -> tuple[dict[str, TensorHistogram], int]:
+    """Histograms of every tensor of `plan` over all runs, and the number of samples seen.
+
+    `runs` yields (feeds, samples); `progress.update(samples)` follows them.
+    `stats`: {tensor: stats.SampleStats}, replaced by the collected statistics.
     `helpers`: other processes taking runs of the same inputs (procs.Helper): once this process's
     runs are done, what each gathered (its `finish()`) adds in exactly.
     """
-    acc = accumulate(session, names, runs, bins, progress, static, probe_size, workers, stats, derived, blocked, spread, kernel)
+    acc = accumulate(session, plan, runs, progress, stats, schedule)
     for helper in helpers:
         part = helper.finish()
         if part is not None:
             acc.merge(part)
-    return _assemble(acc, names, bins, stats, derived or {}, [n for n in names if n in static], probe_size)
+    return _assemble(acc, plan, stats)
 
 
 @dataclass
@@ -492,30 +440,28 @@ class Partial:
     seen: int
 
 
-def accumulate(session, names, runs, bins, progress=None, static=frozenset(), probe_size=1, workers=1, stats=None,
-               derived=None, blocked=None, spread=1, kernel=True) -> _Accumulator:
+def accumulate(session: onnxruntime.Session, plan: Plan, runs: Iterable[tuple[Feeds, int]], progress=None,
+               stats: dict | None = None, schedule: Schedule = Schedule()) -> _Accumulator:
     """collect's histograms and statistics before they are put together: Concat outputs still
     as their parts, tensors fetched once counted once (the arguments are collect's)."""
-    derived = derived or {}
-    blocked = blocked or {}
-    varying, fixed = _plan(names, static, derived, blocked)
-    sources = [blocked[n].source if n in blocked else n for n in varying]
-    blocks = {n: b.block for n, b in blocked.items()}
-    accs = [_Accumulator(names, bins, stats, derived, blocks) for _ in range(max(1, workers))]
-    teams = {id(acc): _Team(max(1, spread)) for acc in accs}
+    varying, fixed = plan.fetches()
+    sources = [plan.blocked[n].source if n in plan.blocked else n for n in varying]
+    blocks = {n: b.block for n, b in plan.blocked.items()}
+    accs = [_Accumulator(plan.names, plan.bins, stats, plan.derived, blocks) for _ in range(max(1, schedule.workers))]
+    teams = {id(acc): _Team(max(1, schedule.spread)) for acc in accs}
     # one worker with threads to spare (a run too large for two in memory): the next inputs are
     # decoded while this run is histogrammed, instead of after
-    ahead = _Ahead(runs) if len(accs) == 1 and spread > 1 else None
+    ahead = _Ahead(runs) if len(accs) == 1 and schedule.spread > 1 else None
     source = ahead if ahead is not None else iter(runs)
     lock = threading.Lock()  # guards `source` (decoding happens in next()) and `progress`
 
     def take(acc: _Accumulator, feeds: Feeds, count: int) -> None:
-        outputs = run(session, sources, feeds) if varying else []
+        outputs = onnxruntime.run(session, sources, feeds) if varying else []
         if ahead is not None:
             ahead.start()
         # binning with numpy while the kernel loads slows both (YOLOv8n look-alike, 100 images:
         # 2.75-3.23 s against 2.70-2.87 waiting)
-        if kernel:
+        if schedule.kernel:
             histogram.wait_for_kernel()
         # last computed first: those are still in the CPU caches (names are in graph order)
         acc.fill(reversed(list(zip(varying, outputs))), count, teams[id(acc)])
@@ -524,14 +470,14 @@ def accumulate(session, names, runs, bins, progress=None, static=frozenset(), pr
             with lock:
                 progress.update(count)
 
-    if kernel:
+    if schedule.kernel:
         histogram.start_loading()
     try:
         first = next(source, None)
         if first is not None:
             if fixed:
-                probe = {k: v[:probe_size] for k, v in first[0].items()}
-                accs[0].fill(zip(fixed, run(session, fixed, probe)), probe_size)
+                probe = {k: v[:plan.probe_size] for k, v in first[0].items()}
+                accs[0].fill(zip(fixed, onnxruntime.run(session, fixed, probe)), plan.probe_size)
             # the first batch alone, while the binning kernel loads: it is then ready before the
             # workers start (their runs beside the load stall on the GIL it holds)
             take(accs[0], *first)
@@ -544,20 +490,6 @@ def accumulate(session, names, runs, bins, progress=None, static=frozenset(), pr
     for acc in accs[1:]:
         accs[0].merge(acc)
     return accs[0]
-
-
-def _plan(names, static, derived, blocked) -> tuple[list[str], list[str]]:
-    """(tensors fetched per run, tensors fetched once), after checking what `collect` was given."""
-    varying = [n for n in names if n not in static and n not in derived]
-    available = set(varying)
-    for name, d in derived.items():  # in graph order: every input fetched or computed before
-        if not set(d.parts) <= available:
-            raise ValueError(f"{name} must be derived from fetched tensors or Add/Sub/Mul outputs computed before it")
-        if d.op != "concat":
-            available.add(name)
-    if not set(blocked) <= set(varying):
-        raise ValueError("only fetched tensors that depend on the input can come in blocked layout")
-    return varying, [n for n in names if n in static]
 
 
 def _run_workers(accs: list, source, lock: threading.Lock, take) -> None:
@@ -590,25 +522,27 @@ def _run_workers(accs: list, source, lock: threading.Lock, take) -> None:
         sys.setswitchinterval(switch)
 
 
-def _assemble(acc, names, bins, stats, derived, fixed, probe_size) -> tuple[dict[str, TensorHistogram], int]:
+def _assemble(acc: _Accumulator, plan: Plan, stats: dict | None) -> tuple[dict[str, TensorHistogram], int]:
     """The histograms per tensor (Concat outputs summed from their parts, tensors fetched once
     counted per probe), the statistics written into `stats`, and the samples seen."""
     seen = acc.seen
     hists = {}
-    for name in names:
-        if name in derived and derived[name].op == "concat":
-            hists[name] = TensorHistogram(bins=bins)
-            for part in derived[name].parts:
+    for name in plan.names:
+        d = plan.derived.get(name)
+        if d is not None and d.op == "concat":
+            hists[name] = TensorHistogram(bins=plan.bins)
+            for part in d.parts:
                 hists[name].merge(acc.hists[part])
         else:
             hists[name] = acc.hists[name]
     if stats is not None:
         stats.update(acc.stats)
+    fixed = [n for n in plan.names if n in plan.static]
     if fixed:
-        if seen % probe_size:
+        if seen % plan.probe_size:
             raise ValueError("the number of samples must be a multiple of probe_size")
         for name in fixed:
-            hists[name].repeat(seen // probe_size)
+            hists[name].repeat(seen // plan.probe_size)
             if stats is not None and name in stats:
-                stats[name].repeat(seen // probe_size)
+                stats[name].repeat(seen // plan.probe_size)
     return hists, seen

@@ -13,6 +13,7 @@ from pathlib import Path
 from .. import calibration, model
 from ..errors import QtoolError
 from ..feeds import data
+from ..runtime import nchwc
 from ..statistics import histogram, thresholds
 from ..statistics.stats import new_stats
 from . import collect, procs
@@ -238,13 +239,12 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
     else:
         runs = source.runs
     try:
-        session, blocked = collect.fetching_session(exposed, fetched, keep=source.static, external_folder=folder, threads=threads)
+        session, blocked = nchwc.fetching_session(exposed, fetched, keep=source.static, external_folder=folder, threads=threads)
         log.debug("calibrating %d tensors (%d computed from others, %d fetched in blocked layout) with %d inputs "
                   "(batch %s, %d workers of %d threads, %d helper processes)", len(names), len(derived), len(blocked),
                   len(source.inputs), source.batch_size or "per file", workers, threads, len(helpers))
-        hists, samples = collect.collect(session, names, runs, bins, progress, static=source.static, probe_size=source.probe,
-                                         workers=workers, stats=stats, derived=derived, blocked=blocked, spread=threads,
-                                         kernel=kernel, helpers=helpers)
+        plan = collect.Plan(names, bins, source.static, source.probe, derived, blocked)
+        hists, samples = collect.collect(session, plan, runs, progress, stats, collect.Schedule(workers, threads, kernel), helpers)
     finally:
         for helper in helpers:
             helper.close()

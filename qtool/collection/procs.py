@@ -37,9 +37,9 @@ class Job:
     """What a helper needs to take runs as this process does."""
 
     model: bytes  # the model with the fetched tensors as outputs (model.with_outputs), serialized
-    external_folder: str | None  # where its external weights are (collect.make_session)
+    external_folder: str | None  # where its external weights are (qtool.runtime.onnxruntime.session)
     fetched: list[str]
-    keep: frozenset[str]  # fetched in NCHW (collect.fetching_session)
+    keep: frozenset[str]  # fetched in NCHW (qtool.runtime.nchwc.fetching_session)
     names: list[str]  # the tensors to histogram, none of them fetched once per probe (collect's `static`)
     bins: int
     stats: dict | None  # {tensor: stats.SampleStats} to gather, as collect takes them
@@ -214,12 +214,13 @@ def main() -> None:
 
     histogram.WITHOUT_BLAS_PROBE = True
     histogram.start_loading()  # first: it takes longer than the rest of the start
+    # the rest (onnx, onnxruntime) imports while the kernel loads
     import onnx
 
-    from .. import ortlog
+    from ..runtime import nchwc, onnxruntime
     from . import collect
 
-    ortlog.quiet()
+    onnxruntime.quiet()
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent ends it
     out = os.fdopen(os.dup(1), "wb")
@@ -235,10 +236,10 @@ def main() -> None:
 
     skipped = [] if job.skip else None
     try:
-        session, blocked = collect.fetching_session(onnx.load_from_string(job.model), job.fetched, job.keep,
-                                                    external_folder=job.external_folder, threads=1)
-        acc = collect.accumulate(session, job.names, claimed_runs(job.images, take, skipped), job.bins, done,
-                                 stats=job.stats, derived=job.derived, blocked=blocked)
+        session, blocked = nchwc.fetching_session(onnx.load_from_string(job.model), job.fetched, job.keep,
+                                                  external_folder=job.external_folder, threads=1)
+        plan = collect.Plan(job.names, job.bins, derived=job.derived, blocked=blocked)
+        acc = collect.accumulate(session, plan, claimed_runs(job.images, take, skipped), done, job.stats)
         message = ("done", collect.Partial(acc.hists, acc.stats, acc.seen), skipped or [], done.pop())
     except QtoolError as e:
         message = ("error", str(e))

@@ -159,7 +159,7 @@ def load_model(path: str | os.PathLike, external_data: bool = True) -> LoadedMod
     """Read an ONNX file or fail with a one-line reason.
 
     external_data=False leaves external weights on disk (they are checked to exist);
-    collect.make_session(proto, external_folder=path.parent) runs such a model without
+    qtool.runtime.onnxruntime.session(proto, external_folder=path.parent) runs such a model without
     copying them, whatever their size. A model of weights.LAZY_BYTES or more (with its external
     data) is loaded lazily either way: its big weights stay where they lie (weights.py).
     """

@@ -1,9 +1,9 @@
 """Graph hygiene on ONNX protos: names, producers/consumers, topological sort, cleanup.
 
 Small helpers the exporters share. They work in place on a GraphProto/ModelProto the caller
-owns (exporters copy the loaded model first). Subgraphs (If/Loop/Scan bodies) are left alone,
-but the main-graph tensors they read count as used, so nothing they need is removed or
-reordered after them.
+owns (exporters copy the loaded model first). Subgraphs (If/Loop/Scan bodies) are left alone
+(but by rename_reads and toposort_all, which say so), but the main-graph tensors they read count
+as used, so nothing they need is removed or reordered after them.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from collections import defaultdict
 import numpy as np
 import onnx
 from onnx import numpy_helper
+from onnx.external_data_helper import load_external_data_for_model
 
 from ..errors import QtoolError
 from . import weights
@@ -109,11 +110,26 @@ def is_depthwise(node: onnx.NodeProto, dims: dict[str, list[int]]) -> bool:
     return w is not None and len(w) >= 3 and w[1] == 1
 
 
+def defined(graph: onnx.GraphProto) -> set[str]:
+    """The tensors a (sub)graph defines itself: its inputs, initializers and node outputs."""
+    names = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    names.update(o for n in graph.node for o in n.output if o)
+    return names
+
+
+def tensor_names(graph: onnx.GraphProto) -> set[str]:
+    """Every tensor name a main graph mentions: inputs, outputs, initializers, node inputs and outputs."""
+    names = {i.name for i in graph.input} | {o.name for o in graph.output} | {t.name for t in graph.initializer}
+    for n in graph.node:
+        names.update(n.input)
+        names.update(n.output)
+    names.discard("")
+    return names
+
+
 def outer_refs(graph: onnx.GraphProto) -> set[str]:
     """Names a (sub)graph reads but does not define itself (recursively)."""
-    local = {i.name for i in graph.input} | {t.name for t in graph.initializer}
-    for n in graph.node:
-        local.update(o for o in n.output if o)
+    local = defined(graph)
     refs: set[str] = set()
     for n in graph.node:
         refs.update(i for i in n.input if i and i not in local)
@@ -129,6 +145,21 @@ def node_reads(node: onnx.NodeProto) -> list[str]:
     for sub in subgraphs(node):
         reads.extend(sorted(outer_refs(sub)))
     return reads
+
+
+def rename_reads(graph: onnx.GraphProto, old: str, new: str) -> None:
+    """Rename every read of tensor `old` to `new`, If/Loop/Scan bodies' reads of it from outside
+    included (a body that defines its own `old` is left alone)."""
+    for n in graph.node:
+        for i, x in enumerate(n.input):
+            if x == old:
+                n.input[i] = new
+        for sub in subgraphs(n):
+            if old not in defined(sub):
+                rename_reads(sub, old, new)
+                for o in sub.output:
+                    if o.name == old:  # a body passing the outer tensor straight out
+                        o.name = new
 
 
 def producers(graph: onnx.GraphProto) -> dict[str, onnx.NodeProto]:
@@ -201,14 +232,14 @@ class Index:
 
     @functools.cached_property
     def types(self) -> dict[str, int]:
-        from . import tensor_types
+        from . import tensor_types  # qtool.model imports this module: a cycle at import time
 
         return tensor_types(self.proto)
 
     @functools.cached_property
     def activations(self) -> set[str]:
         """The tensors that carry data (qtool.model.activation_tensors) and depend on the graph inputs."""
-        from . import activation_tensors, data_dependent
+        from . import activation_tensors, data_dependent  # as in types
 
         return set(activation_tensors(self.proto, self.types)) & data_dependent(self.proto)
 
@@ -292,6 +323,30 @@ def toposort(graph: onnx.GraphProto) -> None:
         graph.node.extend(nodes[i] for i in order)
 
 
+def toposort_all(graph: onnx.GraphProto) -> None:
+    """toposort on the graph and on every If/Loop/Scan body in it, recursively."""
+    toposort(graph)
+    for n in graph.node:
+        for sub in subgraphs(n):
+            toposort_all(sub)
+
+
+def normalize_constants(graph: onnx.GraphProto) -> None:
+    """Main-graph Constant nodes' value_float/value_floats become an equal `value` tensor (float32),
+    the one form tools that convert or read constant tensors know (onnxruntime/transformers/float16.py
+    converts only tensor attributes)."""
+    for n in graph.node:
+        if n.op_type != "Constant" or n.domain not in ("", "ai.onnx"):
+            continue
+        for a in list(n.attribute):
+            if a.name in ("value_float", "value_floats"):
+                vals = [a.f] if a.name == "value_float" else list(a.floats)
+                dims = [] if a.name == "value_float" else [len(vals)]
+                t = numpy_helper.from_array(np.array(vals, dtype=np.float32).reshape(dims), "value")
+                n.attribute.remove(a)
+                n.attribute.append(onnx.helper.make_attribute("value", t))
+
+
 def cleanup(graph: onnx.GraphProto) -> tuple[int, int]:
     """Remove nodes nothing needs (walking back from the graph outputs) and initializers nothing
     reads. Graph inputs stay (they are the model's interface), and so do initializers that are
@@ -354,8 +409,6 @@ def copy_model(proto: onnx.ModelProto, base_dir: str | None = None) -> onnx.Mode
         if base_dir is None:
             raise QtoolError("the model refers to external data but its folder is unknown")
         try:
-            from onnx.external_data_helper import load_external_data_for_model
-
             load_external_data_for_model(copy, base_dir)
         except (OSError, ValueError) as e:
             raise QtoolError(f"cannot read the model's external data from {base_dir!r}: {e}") from None

@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 
 from ..model import graph as G
-from ..model import nchwc
+from ..runtime import nchwc
 from . import histogram
 
 UNIT_LOG2 = -40

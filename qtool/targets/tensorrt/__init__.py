@@ -4,7 +4,7 @@ range files of qtool.targets.tensorrt.files (implicit quantization), per TensorR
 Everything TensorRT is in this package: rules.py (placement tables, weight axes, ModelOpt's
 exclusions), attention.py (the attention core's 8-bit error, estimated from the calibration),
 int8.py and fp8.py (the Q/DQ writers), files.py (cache, dynamic-range file,
-onnxruntime table), checker.py (the ONNX parser's Q/DQ rules, `qtool inspect`), fp16.py (the
+onnxruntime table), checker.py (the ONNX parser's Q/DQ rules, `qtool inspect`), autocast.py (the
 unquantized part in FP16), passthrough.py (ranges carried through pass-through ops), versions.py
 (versions and opsets).
 
@@ -378,7 +378,7 @@ def shown(loaded, cal, *, method: str | None = None, trt_version: str | None = N
     scales = {}
     for s in placed.plan.activations:
         scale = max(int8.activation_scale(s.range.amax), floor)
-        scales[s.tensor] = float(np.float16(scale) if high_precision == "fp16" else scale)  # fp16.py stores an FP16 model's scales in FP16
+        scales[s.tensor] = float(np.float16(scale) if high_precision == "fp16" else scale)  # autocast.py stores an FP16 model's scales in FP16
     notes = [f"scales in {high_precision.upper()}, as a TensorRT {major}.x export writes them"]
     if default_format(version) != "qdq":
         notes.append(f"qtool export --target tensorrt writes a calibration cache for TensorRT {major}.x by default (every "

@@ -212,7 +212,7 @@ def export(loaded, cal, *, trt_version: str | None = None, method: str | None = 
     namer = G.Namer(model)
     G.unique_node_names(model.graph, namer)
     placed, extra = plan(model, cal, method=method, exclude=exclude, include=include)
-    # FP16 scales (high_precision fp16): the INT8 writer's floor, so that qtool.targets.tensorrt.fp16
+    # FP16 scales (high_precision fp16): the INT8 writer's floor, so that qtool.targets.tensorrt.autocast
     # keeps every scale, and so its DequantizeLinear, in FP16 (below it a weight's DQ stays FP32 behind a
     # Cast, which TensorRT's parser takes for an activation: per-channel-axis violations on PP-OCRv5 det)
     apply(model, namer, placed, weights, FP16_SCALE_FLOOR if high_precision == "fp16" else 0.0)

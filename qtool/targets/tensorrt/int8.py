@@ -14,9 +14,9 @@ branches 8.6-GA and 10.1-GA; the TensorRT developer guide, "Explicit Quantizatio
 * opset: 13 at least (`axis`), 19 when the scales are FP16; the parser of 8.x reads up to 17,
   10.x up to 20, 11.x up to 25.
 Strongly typed builds (10.x with --stronglyTyped, always on 11.x) run each layer in the type the
-ONNX gives it, so `high_precision="fp16"` converts the unquantized part to FP16 (qtool.targets.tensorrt.fp16; graph
+ONNX gives it, so `high_precision="fp16"` converts the unquantized part to FP16 (qtool.targets.tensorrt.autocast; graph
 inputs and outputs stay FP32), as NVIDIA ModelOpt does by default. What the conversion cannot do
-stays FP32 with a warning: nodes onnxruntime refuses in FP16 (qtool.targets.tensorrt.fp16), else the If/Loop/Scan
+stays FP32 with a warning: nodes onnxruntime refuses in FP16 (qtool.targets.tensorrt.autocast), else the If/Loop/Scan
 nodes, else the whole model (summary `high_precision` "fp32", `fp16_failed` says why).
 """
 
@@ -45,7 +45,7 @@ from .versions import FP16_OPSET, OPSETS
 
 # Smallest scale written when scales are FP16: 2^-16 is exact in FP16 and every scale above it
 # keeps 8 significant bits there. A smaller one (a weight channel with max |w| < 2e-3, often a dead
-# channel with values near 1e-20) would lose its precision or flush to zero, and qtool.targets.tensorrt.fp16 would
+# channel with values near 1e-20) would lose its precision or flush to zero, and qtool.targets.tensorrt.autocast would
 # then keep its Q/DQ and Conv in FP32; with the floor such a channel quantizes to a few levels or 0.
 FP16_SCALE_FLOOR = 2.0 ** -16
 
@@ -199,14 +199,14 @@ def export(loaded, cal, thresholds: Callable, *, major: int, high_precision: str
 
 
 def high_precision_fp16(model: onnx.ModelProto, cal, warnings: list[str], summary: dict) -> onnx.ModelProto:
-    """The Q/DQ model (INT8 or FP8) with its unquantized part in FP16 (qtool.targets.tensorrt.fp16);
+    """The Q/DQ model (INT8 or FP8) with its unquantized part in FP16 (qtool.targets.tensorrt.autocast);
     when no FP16 model comes out, `model` as it is (FP32), with a warning and the summary's
     `high_precision` "fp32" and `fp16_failed`. Extends `warnings` and `summary`."""
-    from . import fp16
+    from . import autocast  # onnxruntime's converter takes 70 ms to import: only exports in FP16 need it
 
     G.toposort(model.graph)
     G.cleanup(model.graph)
-    converted, why = _to_fp16(fp16, model, {t.name: t.absmax for t in cal.tensors}, warnings)
+    converted, why = _to_fp16(autocast, model, {t.name: t.absmax for t in cal.tensors}, warnings)
     if converted is None:
         warnings.append(f"FP16 conversion failed ({why}); the unquantized part stays FP32, as with --high-precision fp32 "
                         "(TensorRT runs it in FP32: slower, not less accurate)")
@@ -217,18 +217,18 @@ def high_precision_fp16(model: onnx.ModelProto, cal, warnings: list[str], summar
     return converted.model
 
 
-def _to_fp16(fp16, model: onnx.ModelProto, absmax: dict, warnings: list[str]):
-    """(qtool.targets.tensorrt.fp16.to_fp16's result, None), or (None, why) when no FP16 model comes out. When
+def _to_fp16(autocast, model: onnx.ModelProto, absmax: dict, warnings: list[str]):
+    """(qtool.targets.tensorrt.autocast.to_fp16's result, None), or (None, why) when no FP16 model comes out. When
     the whole model fails and it has If/Loop/Scan nodes (whose bodies the converter converts
     unguarded), those nodes are kept FP32 and the rest tried again, with a warning naming them."""
     try:
-        return fp16.to_fp16(model, activation_absmax=absmax), ""
+        return autocast.to_fp16(model, activation_absmax=absmax), ""
     except Exception as e:  # any failure of the conversion falls back to FP32
         why = _reason(e)
     control = [n.name for n in model.graph.node if G.subgraphs(n)]
     if control:
         try:
-            converted = fp16.to_fp16(model, activation_absmax=absmax, keep_fp32_nodes=control)
+            converted = autocast.to_fp16(model, activation_absmax=absmax, keep_fp32_nodes=control)
         except Exception as e:
             return None, f"{why}; with {_names(control)} kept FP32: {_reason(e)}"
         warnings.append(f"FP16 conversion failed ({why}); {_names(control)} (control flow) stay FP32, the rest is FP16")

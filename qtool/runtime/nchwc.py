@@ -20,17 +20,19 @@ has the logical NCHW shape over blocked memory; `Blocked` says how to read it.
 from __future__ import annotations
 
 import contextlib
-import io
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import TensorProto, helper
 
-from .. import ortlog, scratch
-from .graph import node_reads
+from .. import scratch
+from ..errors import QtoolError
+from ..model import weights
+from ..model.graph import node_reads
+from . import onnxruntime
 
 DOMAIN = "com.microsoft.nchwc"
 
@@ -61,22 +63,13 @@ def blocked_shape(a: np.ndarray, block: int) -> bool:
     return a.ndim == 4 and a.shape[1] % block == 0
 
 
-def _session(data: bytes, optimized_path: str | None = None, optimize: bool = True) -> ort.InferenceSession:
-    opts = ort.SessionOptions()
-    opts.log_severity_level = ortlog.FATAL  # its errors come back as exceptions
-    opts.intra_op_num_threads = 1
-    if optimized_path is not None:
-        opts.optimized_model_filepath = optimized_path
-    if not optimize:
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    with contextlib.redirect_stdout(io.StringIO()):
-        return ort.InferenceSession(data, sess_options=opts, providers=["CPUExecutionProvider"])
-
-
 def optimized(model: onnx.ModelProto) -> onnx.ModelProto:
     """The graph onnxruntime runs for `model` on this machine, layout transformations included."""
-    data = model.SerializeToString()
-    return onnx.load_from_string(scratch.written_by(lambda path: _session(data, optimized_path=path), "optimized.onnx"))
+
+    def write(path: str) -> None:
+        onnxruntime.raw_session(model, threads=1, spin=False, optimized_path=path)
+
+    return onnx.load_from_string(scratch.written_by(write, "optimized.onnx"))
 
 
 def strip_reorders(graph_model: onnx.ModelProto, fetched: list[str], keep: frozenset[str], block: int
@@ -123,15 +116,38 @@ def block_size() -> int | None:
         opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
     x = rng.standard_normal((1, channels, h, w)).astype(np.float32)
     try:
-        expected = _session(probe.SerializeToString()).run(["y"], {"x": x})[0]
+        expected = onnxruntime.raw_session(probe, threads=1, spin=False).run(["y"], {"x": x})[0]
         graph = optimized(probe)
         for block in (4, 8, 16, 32, 64):
             stripped, blocked = strip_reorders(graph, ["y"], frozenset(), block)
             if "y" not in blocked:
                 return None  # no reorder: the convolution runs in NCHW
-            got = _session(stripped.SerializeToString(), optimize=False).run([blocked["y"].source], {"x": x})[0]
+            got = onnxruntime.raw_session(stripped, threads=1, optimization="none", spin=False).run([blocked["y"].source], {"x": x})[0]
             if got.shape == expected.shape and np.array_equal(unblocked(got, block), expected):
                 return block
     except Exception:  # an onnxruntime without these internals: fetch NCHW as before
         return None
     return None
+
+
+def fetching_session(model: onnx.ModelProto, fetched: list[str], keep: frozenset[str] = frozenset(),
+                     external_folder: str | os.PathLike | None = None, threads: int | None = None
+                     ) -> tuple[onnxruntime.Session, dict[str, Blocked]]:
+    """A session for `model`, whose outputs include `fetched`, and the fetched tensors it returns
+    in onnxruntime's blocked layout (the `blocked` argument of qtool.collection.collect). Tensors
+    in `keep` come in NCHW. Models without convolutions or with external or lazy weights (whose
+    optimized copy would hold them all), and machines or onnxruntime builds without the blocked
+    layout, get onnxruntime.session's session and every tensor in NCHW."""
+    convolutions = any(n.op_type == "Conv" for n in model.graph.node)
+    block = block_size() if external_folder is None and convolutions and not weights.lazy_tensors(model) else None
+    if block is not None:
+        try:
+            graph = optimized(model)
+        except Exception:  # onnxruntime.session below says what is wrong with the model
+            graph = None
+        if graph is not None:
+            stripped, blocked = strip_reorders(graph, fetched, keep, block)
+            if blocked:
+                with contextlib.suppress(QtoolError):
+                    return onnxruntime.session(stripped, threads=threads, optimization="none"), blocked
+    return onnxruntime.session(model, external_folder=external_folder, threads=threads), {}

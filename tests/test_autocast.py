@@ -1,4 +1,4 @@
-"""qtool.targets.tensorrt.fp16.to_fp16: FP16 outside the Q/DQ pairs, guarded against constants and activations
+"""qtool.targets.tensorrt.autocast.to_fp16: FP16 outside the Q/DQ pairs, guarded against constants and activations
 FP16 cannot hold (Paddle BatchNormalization variance ~1e7)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import zoo
 from onnx import TensorProto, helper, numpy_helper
 
 from qtool.errors import QtoolError
-from qtool.targets.tensorrt.fp16 import ACTIVATION_LIMIT, constant_problem, to_fp16
+from qtool.targets.tensorrt.autocast import ACTIVATION_LIMIT, constant_problem, to_fp16
 
 FLOAT = TensorProto.FLOAT
 

@@ -1,4 +1,4 @@
-"""FP16 for the unquantized part of a (Q/DQ) ONNX model, for TensorRT strongly typed builds.
+"""Autocast: FP16 for the unquantized part of a (Q/DQ) ONNX model, for TensorRT strongly typed builds.
 
 A strongly typed TensorRT 10/11 network runs every layer in the type the ONNX gives it, so an
 all-FP32 Q/DQ model runs its unquantized layers in FP32; NVIDIA's answer is an FP16 ONNX outside
@@ -6,7 +6,7 @@ the Q/DQ pairs (ModelOpt `--high_precision_dtype fp16`, NVIDIA/Model-Optimizer m
 `to_fp16` does that with onnxruntime's converter
 (`onnxruntime/transformers/float16.py: convert_float_to_float16`, onnxruntime 1.32) and guards it.
 
-What the converter does, found by reading that file and by the tests in tests/test_fp16.py:
+What the converter does, found by reading that file and by the tests in tests/test_autocast.py:
 
 * It never produces inf: `convert_np_to_float16` clamps |x| > 65504 to 65504 and non-zero
   |x| < 5.96e-8 up to 5.96e-8. So a Paddle BatchNormalization variance of 1.2e7 silently becomes
@@ -42,7 +42,7 @@ What the converter does, found by reading that file and by the tests in tests/te
   the check below runs at BASIC and whoever runs the FP16 model in onnxruntime must do the same.
   Scales get a stricter, per-element guard (below).
 * Constant nodes' `value` tensors are converted, `value_float(s)` attributes are not (their output
-  would be declared FP16 but be FP32): `_normalize_constants` rewrites them as `value` tensors.
+  would be declared FP16 but be FP32): qtool.model.graph.normalize_constants rewrites them as `value` tensors.
 * Resize `scales` stays FP32 (its ALWAYS_FLOAT_INPUTS); DEFAULT_OP_BLOCK_LIST (Range, TopK, Min,
   Max, NonMaxSuppression, ...) stays FP32.
 
@@ -63,7 +63,7 @@ The guard keeps a node FP32 when (reason recorded in `Fp16Result.kept_fp32`):
     (or the squares themselves > 65504). The whole normalisation stays FP32, not only the nodes
     (b) catches, so the mean, the deviation and the division see FP32 values (BERT residual
     streams have outlier channels in the hundreds);
-(d) its op type is on DEFAULT_OP_BLOCK_LIST or EXTRA_OP_BLOCK_LIST, or it computes shapes (a node
+(d) its op type is on the converter's DEFAULT_OP_BLOCK_LIST or EXTRA_OP_BLOCK_LIST, or it computes shapes (a node
     whose outputs reach only shape/index/parameter slots, qtool.model.NON_DATA_SLOTS, and that
     reads or writes a float: FP16 holds integers exactly only up to 2048; Shape/Size and Constant
     nodes excepted), or it is a custom-domain op (com.microsoft ops, TensorRT plugins: the converter
@@ -92,16 +92,26 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
-from onnxruntime.transformers.float16 import (
-    DEFAULT_OP_BLOCK_LIST,
-    convert_float_to_float16,
-    convert_np_to_float16,
-)
+from onnxruntime.transformers import float16  # onnxruntime's converter, not a session (qtool.runtime makes those)
 
 from ...errors import QtoolError
 from ...model import NON_DATA_SLOTS, weights
-from ...model.graph import Index, Namer, node_reads, outer_refs, producers, subgraphs, toposort
+from ...model.graph import (
+    Index,
+    Namer,
+    attr,
+    defined,
+    node_reads,
+    normalize_constants,
+    outer_refs,
+    producers,
+    rename_reads,
+    subgraphs,
+    tensor_names,
+    toposort_all,
+)
 from ...model.weights import with_inferred_shapes
+from ...runtime import onnxruntime
 
 FP16_MAX = 65504.0
 ACTIVATION_LIMIT = FP16_MAX / 4
@@ -137,7 +147,7 @@ def to_fp16(
             n.name = namer.fresh(f"{n.op_type}_{n.output[0] if n.output else 'node'}")
     renamed_nodes = _clear_converter_names(work, namer)
     keep_fp32_nodes = [renamed_nodes.get(name, name) for name in keep_fp32_nodes]
-    _normalize_constants(g)
+    normalize_constants(g)
     try:
         work = with_inferred_shapes(work)  # on the graph without its weight data
     except Exception as e:
@@ -153,7 +163,7 @@ def to_fp16(
     _guard_constants(index, kept)
     _guard_activations(index, activation_absmax or {}, kept)
     _guard_shape_nodes(index, kept)
-    blocked_ops = set(DEFAULT_OP_BLOCK_LIST) | set(EXTRA_OP_BLOCK_LIST)
+    blocked_ops = set(float16.DEFAULT_OP_BLOCK_LIST) | set(EXTRA_OP_BLOCK_LIST)
     for n in g.node:
         if n.op_type in blocked_ops:
             kept.setdefault(n.name, f"op type {n.op_type} stays FP32 (onnxruntime's float16 block list)")
@@ -203,25 +213,25 @@ def _convert(work: onnx.ModelProto, kept: dict[str, str], blocked_ops: set[str],
     _follow_qdq(index, kept)
     _follow_constants(index, kept)
     outputs = _detach_unproduced_outputs(g, namer)
-    original_tensors = _tensor_names(g)
+    original_tensors = tensor_names(g)
     n_before = len(g.node)
     try:
         with _lazy_shapes(work):
-            out = convert_float_to_float16(
+            out = float16.convert_float_to_float16(
                 work, keep_io_types=True, disable_shape_infer=True,
                 op_block_list=sorted(blocked_ops), node_block_list=sorted(kept),
             )
     except Exception as e:  # the converter's own failure: the caller may fall back to FP32
         raise QtoolError(f"onnxruntime's FP16 converter failed: {type(e).__name__}: {_first_line(e)}") from None
     # the converter changed the declared type of the weights it cannot see (weights.py): convert their values as it would
-    weights.retyped(out, lambda a: convert_np_to_float16(a, _MIN_POSITIVE, _MAX_FINITE), TensorProto.FLOAT, TensorProto.FLOAT16)
+    weights.retyped(out, lambda a: float16.convert_np_to_float16(a, _MIN_POSITIVE, _MAX_FINITE), TensorProto.FLOAT, TensorProto.FLOAT16)
     _cast_outer_reads(out.graph, kept, namer)
     _home_casts(out.graph)
     _drop_cast_pairs(out.graph, n_before, original_tensors)
     _fp32_constant_copies(out.graph)
     del out.graph.output[:]
     out.graph.output.extend(outputs)
-    _toposort_all(out.graph)
+    toposort_all(out.graph)
     return out, _verify(out, original)
 
 
@@ -230,8 +240,6 @@ def _lazy_shapes(model: onnx.ModelProto):
     """While converting a model with lazy weights (weights.py), the converter's value info of an
     initializer takes its shape from the tensor's dims (what numpy_helper.to_array(t).shape gives)
     instead of reading the value."""
-    from onnxruntime.transformers import float16
-
     if not weights.lazy_tensors(model):
         yield
         return
@@ -327,18 +335,12 @@ def _detach_unproduced_outputs(g: onnx.GraphProto, namer: Namer) -> list[onnx.Va
     return saved
 
 
-def _defined(g: onnx.GraphProto) -> set[str]:
-    names = {i.name for i in g.input} | {t.name for t in g.initializer}
-    names.update(o for n in g.node for o in n.output if o)
-    return names
-
-
 def _home_casts(g: onnx.GraphProto) -> None:
     """Move the converter's Casts of If/Loop/Scan body tensors into the body that defines them.
     The converter appends every Cast it makes, for a blocked node inside a body too, to the main
     graph's node list, where the body's tensors do not exist (a blocked Max in a branch: onnx.checker
     "Nodes in a graph must be topologically sorted"). A tensor defined in several bodies (two
-    branches) gets a copy of the Cast in each; _toposort_all orders the bodies afterwards."""
+    branches) gets a copy of the Cast in each; toposort_all orders the bodies afterwards."""
     bodies: list[onnx.GraphProto] = []
     stack = [sub for n in g.node for sub in subgraphs(n)]
     while stack:
@@ -350,11 +352,11 @@ def _home_casts(g: onnx.GraphProto) -> None:
     moved = True
     while moved:
         moved = False
-        main_names = _defined(g)
+        main_names = defined(g)
         for n in list(g.node):
             if n.op_type != "Cast" or not n.input or n.input[0] in main_names:
                 continue
-            homes = [b for b in bodies if n.input[0] in _defined(b)]
+            homes = [b for b in bodies if n.input[0] in defined(b)]
             if not homes:
                 continue
             for b in homes:
@@ -386,45 +388,12 @@ def _cast_outer_reads(g: onnx.GraphProto, kept: dict[str, str], namer: Namer) ->
                     g.node.append(helper.make_node("Cast", [r], [casts[r]], name=namer.fresh(f"{casts[r]}/Cast"), to=TensorProto.FLOAT))
                     vi = g.value_info.add()
                     vi.name, vi.type.tensor_type.elem_type = casts[r], TensorProto.FLOAT
-                _rename_reads(sub, r, casts[r])
-
-
-def _toposort_all(g: onnx.GraphProto) -> None:
-    """qtool.model.graph.toposort on the graph and every If/Loop/Scan body in it: the converter appends
-    its Casts at the end of each (sub)graph's node list."""
-    toposort(g)
-    for n in g.node:
-        for sub in subgraphs(n):
-            _toposort_all(sub)
+                rename_reads(sub, r, casts[r])
 
 
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
-
-
-def _tensor_names(g: onnx.GraphProto) -> set[str]:
-    names = {i.name for i in g.input} | {o.name for o in g.output} | {t.name for t in g.initializer}
-    for n in g.node:
-        names.update(n.input)
-        names.update(n.output)
-    names.discard("")
-    return names
-
-
-def _normalize_constants(g: onnx.GraphProto) -> None:
-    """Constant value_float/value_floats -> an equal `value` tensor (the converter only converts
-    tensor attributes: onnxruntime/transformers/float16.py)."""
-    for n in g.node:
-        if n.op_type != "Constant" or n.domain not in ("", "ai.onnx"):
-            continue
-        for a in list(n.attribute):
-            if a.name in ("value_float", "value_floats"):
-                vals = [a.f] if a.name == "value_float" else list(a.floats)
-                dims = [] if a.name == "value_float" else [len(vals)]
-                t = numpy_helper.from_array(np.array(vals, dtype=np.float32).reshape(dims), "value")
-                n.attribute.remove(a)
-                n.attribute.append(helper.make_attribute("value", t))
 
 
 def _float_constants(g: onnx.GraphProto) -> list[tuple[str, TensorProto, onnx.NodeProto | None]]:
@@ -452,7 +421,7 @@ def constant_problem(arr: np.ndarray, per_element: bool = False) -> str | None:
     amax = float(mags.max())
     if amax > FP16_MAX:
         return f"has |x| up to {amax:.3g} > 65504"
-    err = np.abs(convert_np_to_float16(a, _MIN_POSITIVE, _MAX_FINITE).astype(np.float64) - a)
+    err = np.abs(float16.convert_np_to_float16(a, _MIN_POSITIVE, _MAX_FINITE).astype(np.float64) - a)
     bound = REL_TOL * (mags.astype(np.float64) if per_element else amax)
     if np.any(err > bound):
         tiny = float(mags[mags > 0].min())
@@ -652,12 +621,12 @@ def _fp32_constant_copies(g: onnx.GraphProto) -> None:
 
 
 def _cast_to(n: onnx.NodeProto) -> int | None:
-    return next((a.i for a in n.attribute if a.name == "to"), None) if n.op_type == "Cast" else None
+    return attr(n, "to") if n.op_type == "Cast" else None
 
 
 def _rename(g: onnx.GraphProto, old: str, new: str) -> None:
     """Rename a main-graph tensor that is FP32 (node inputs/outputs and value_info)."""
-    _rename_reads(g, old, new)
+    rename_reads(g, old, new)
     for n in g.node:
         for i, x in enumerate(n.output):
             if x == old:
@@ -687,7 +656,7 @@ def _drop_cast_pairs(g: onnx.GraphProto, n_before: int, original: set[str]) -> N
         if u not in outputs:
             dead.add(id(b))
             b.output[0] = ""  # detach before renaming u's readers to s
-            _rename_reads(g, u, s)
+            rename_reads(g, u, s)
         elif s not in original and s in producers(g) and s not in outputs:
             dead.add(id(b))
             b.output[0] = ""
@@ -708,24 +677,10 @@ def _drop_cast_pairs(g: onnx.GraphProto, n_before: int, original: set[str]) -> N
     kept_nodes = [n for n in g.node if id(n) not in dead]
     del g.node[:]
     g.node.extend(kept_nodes)
-    live = _tensor_names(g) - {i.name for i in g.input} - outputs
+    live = tensor_names(g) - {i.name for i in g.input} - outputs
     vis = [vi for vi in g.value_info if vi.name in live]
     del g.value_info[:]
     g.value_info.extend(vis)
-
-
-def _rename_reads(g: onnx.GraphProto, old: str, new: str) -> None:
-    """Rename every read of `old`, If/Loop/Scan bodies' outer-scope reads included."""
-    for n in g.node:
-        for i, x in enumerate(n.input):
-            if x == old:
-                n.input[i] = new
-        for sub in subgraphs(n):
-            if old not in _defined(sub):
-                _rename_reads(sub, old, new)
-                for o in sub.output:
-                    if o.name == old:  # a body passing the outer tensor straight out
-                        o.name = new
 
 
 def _check_finite(g: onnx.GraphProto) -> None:
@@ -766,22 +721,9 @@ def _feed(model: onnx.ModelProto) -> dict[str, np.ndarray]:
 
 
 def _ort_run(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 4  # fatal only: a library does not print
     # BASIC: the model as written. EXTENDED fuses DQ -> Concat -> Q into com.microsoft
     # QLinearConcat, which refuses FP16 scales in onnxruntime 1.32 (module doc).
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    data, spill = weights.runnable(model)  # a model with lazy weights reads them from their files
-    try:
-        if spill is not None:
-            opts.add_session_config_entry("session.model_external_initializers_file_folder_path", "/")
-        sess = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
-    finally:
-        if spill is not None:
-            spill.close()
-    return sess.run(None, feed)
+    return onnxruntime.raw_session(model, optimization="basic", spin=False).run(None, feed)
 
 
 def _verify(out: onnx.ModelProto, original: onnx.ModelProto) -> list[str]:

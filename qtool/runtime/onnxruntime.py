@@ -1,0 +1,123 @@
+"""onnxruntime sessions: the one place qtool makes an InferenceSession.
+
+Every session runs on the CPU provider with only fatal messages from its logger (a library does
+not print: its errors come back as exceptions, which qtool reports in one line), from the
+model's bytes in memory; weights kept in external files are read from their folder, and a big
+model's lazy weights (qtool.model.weights) from the files they lie in. The settings that differ
+between callers are keywords of `session`: intra-op threads, graph optimization level, spinning,
+and where onnxruntime writes the graph it optimized.
+
+onnxruntime's loggers write warnings and errors (coloured, on stderr): a failed run logs its
+error before raising it. The CLI sets the default logger to fatal too (`quiet`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from ..errors import QtoolError
+from ..model import weights
+
+FATAL = 4  # onnxruntime's severities: 0 verbose, 1 info, 2 warning, 3 error, 4 fatal
+# graph optimization levels by name; not given: onnxruntime's default (all optimizations, int8 kernels for Q/DQ)
+LEVELS = {"basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC, "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL}
+
+Feeds = dict[str, np.ndarray]
+Session = ort.InferenceSession
+
+
+def quiet() -> None:
+    """Only fatal messages from onnxruntime's default logger, in this process."""
+    ort.set_default_logger_severity(FATAL)
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of an error's message, without onnxruntime's "[ONNXRuntimeError] : 1 : FAIL : "."""
+    text = re.sub(r"^\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*\w+\s*:\s*", "", str(e).strip())
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _options(threads: int | None, optimization: str | None, spin: bool, optimized_path: str | None) -> ort.SessionOptions:
+    opts = ort.SessionOptions()
+    opts.log_severity_level = FATAL
+    if threads is not None:
+        opts.intra_op_num_threads = threads
+    if optimization is not None:
+        opts.graph_optimization_level = LEVELS[optimization]
+    if optimized_path is not None:
+        opts.optimized_model_filepath = optimized_path
+    if spin:
+        # onnxruntime's threads spin while waiting for work (waking a sleeping one costs each
+        # parallel section more than the spin), and stop at the end of a run: calibration fills
+        # histograms on those cores between runs
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "1")
+        opts.add_session_config_entry("session.force_spinning_stop", "1")
+    return opts
+
+
+def raw_session(model: onnx.ModelProto, *, threads: int | None = None, optimization: str | None = None, spin: bool = True,
+                external_folder: str | os.PathLike | None = None, optimized_path: str | None = None) -> ort.InferenceSession:
+    """A CPU session for an in-memory model, raising onnxruntime's own exceptions (for a caller
+    that reads them); no file is written, but for `optimized_path`.
+
+    `threads`: intra-op threads per run (default: onnxruntime's, one per core).
+    `optimization`: "basic" or "none" (ORT_DISABLE_ALL: the graph run as it is, Q/DQ as float
+    operations), else onnxruntime's default. `spin`: threads spin between a run's parallel
+    sections and stop at its end (False: onnxruntime's defaults).
+    `external_folder`: where weights the proto keeps in external files live (the original
+    model's folder); onnxruntime reads them from there, so models over 2 GB work.
+    `optimized_path`: where onnxruntime writes the graph it optimized (see nchwc)."""
+    opts = _options(threads, optimization, spin, optimized_path)
+    data, spill = weights.runnable(model)
+    return _open(data, spill, opts, external_folder)
+
+
+def _open(data: bytes, spill, opts: ort.SessionOptions, external_folder) -> ort.InferenceSession:
+    """The session of the model's bytes; `spill` (weights.runnable's file of lazy weights) is closed."""
+    try:
+        if spill is not None:  # lazy weights refer to their files by paths from the root
+            external_folder = "/"
+        if external_folder is not None:
+            opts.add_session_config_entry("session.model_external_initializers_file_folder_path", str(external_folder))
+        # onnxruntime prints an "EP Error ... falling back" banner on stdout before retrying
+        with contextlib.redirect_stdout(io.StringIO()):
+            return ort.InferenceSession(data, sess_options=opts, providers=["CPUExecutionProvider"])
+    finally:
+        if spill is not None:
+            spill.close()
+
+
+def session(model: onnx.ModelProto, *, threads: int | None = None, optimization: str | None = None,
+            external_folder: str | os.PathLike | None = None) -> ort.InferenceSession:
+    """raw_session's session (threads spinning, see there), or a one-line QtoolError saying why
+    onnxruntime cannot load the model."""
+    opts = _options(threads, optimization, True, None)
+    try:
+        data, spill = weights.runnable(model)
+    except ValueError as e:  # protobuf refuses messages over 2 GB: weights must stay external
+        raise QtoolError(f"model is too large to run in memory ({first_line(e)})") from None
+    try:
+        return _open(data, spill, opts, external_folder)
+    except Exception as e:
+        msg = first_line(e)
+        m = re.search(r"([\w.]+:)?(\w+)\(-?\d+\) is not a registered function/op", msg)
+        if m:
+            raise QtoolError(f"onnxruntime cannot load the model: unknown operator {m.group(0).split('(')[0]!r}") from None
+        raise QtoolError(f"onnxruntime cannot load the model: {msg}") from None
+
+
+def run(session, names: list[str] | None, feeds: Feeds) -> list[np.ndarray]:
+    """session.run (of an onnxruntime or openvino.Session), with a failure turned into a one-line
+    QtoolError naming the input shapes."""
+    try:
+        return session.run(names, feeds)
+    except Exception as e:
+        shapes = {k: list(v.shape) for k, v in feeds.items()}
+        raise QtoolError(f"onnxruntime failed on inputs of shape {shapes}: {first_line(e)}") from None
