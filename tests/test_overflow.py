@@ -277,7 +277,7 @@ def test_openvino_widens_only_the_channels_whose_pairs_can_saturate():
     assert (scale[:4] > plain[:4] * 1.2).all() and np.allclose(scale[4:], plain[4:])
     pairs = codes[:4, 0::2] + codes[:4, 1::2]
     assert 255 * pairs.max() <= overflow.LIMIT < 255 * (pairs.max() + 2)  # just enough
-    assert placement.place(m, records, overflow_remedy="pairs", weights_7bit="none", rules=CPU).overflow["layers"] == {}
+    assert placement.place(m, records, choices=placement.Choices(weights_7bit="none"), overflow_remedy="pairs", rules=CPU).overflow["layers"] == {}
 
 
 def test_pair_bound_keeps_every_same_sign_pair_within_int16():
