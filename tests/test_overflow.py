@@ -201,7 +201,7 @@ def test_summary_names_the_guarded_layers_and_why(calibrated, tmp_path):
 
 def test_openvino_keeps_the_stem_fp32_where_7bit_weights_would_cost_accuracy(calibrated):
     """Widening the stem's weight steps (all its pairs share a sign: 7-bit weights) would add more
-    noise than its int8 rounding (placement.WIDEN_COST): it stays FP32 (exact)."""
+    noise than its int8 rounding (placement.guard.WIDEN_COST): it stays FP32 (exact)."""
     m, cal = calibrated
     fq = onnx.load_model_from_string(qtool.export(m, cal, target="openvino"))
     assert {n.input[0] for n in fq.graph.node if n.op_type == "FakeQuantize"} & {"x", "w1"} == set()

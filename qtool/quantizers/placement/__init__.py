@@ -93,6 +93,8 @@ WEIGHTS_7BIT = (None, "auto", "first", "all", "none")  # None: auto
 
 @dataclass
 class Plan:
+    """Where the quantizers go, and what the placement found on the way."""
+
     activations: list[Quantizer]
     weights: list[Quantizer]
     int8_layers: list[str]  # Conv/ConvTranspose/MatMul/Gemm nodes with every input quantized
@@ -116,16 +118,16 @@ class Plan:
             "fp32_layers": len(self.fp32_layers),
         }
         patterns: dict[str, int] = {}
-        exclusions: dict[str, str] = {}
+        defaults: dict[str, str] = {}
         for node, name in self.ignored.items():
             if name.startswith("default exclusion"):
-                exclusions[node] = name.removeprefix("default exclusion: ")
+                defaults[node] = name.removeprefix("default exclusion: ")
             else:
                 patterns[name] = patterns.get(name, 0) + 1
         if patterns:
             out["ignored_pattern_nodes"] = dict(sorted(patterns.items()))
-        if exclusions:
-            out["default_exclusions"] = dict(sorted(exclusions.items()))
+        if defaults:
+            out["default_exclusions"] = dict(sorted(defaults.items()))
         if self.overflow:
             out["overflow_fix"] = self.overflow
         if self.transformer:
@@ -140,8 +142,8 @@ def place(proto: onnx.ModelProto, records: dict, *, rules: Rules, choices: Choic
           overflow_remedy: str | None = None, float_types: tuple[int, ...] = (TensorProto.FLOAT,)) -> Plan:
     """The quantizers for `proto` (whose nodes must have unique names) under a target's `rules`,
     given the calibration records {tensor name: TensorRecord} and the user's `choices` (what to
-    exclude and include, NNCF's ignored patterns, 7-bit weights; default: none). float_types: element types the
-    target can quantize. thresholds: the amax per tensor (qtool.calibration.decide; default: the
+    exclude and include, NNCF's ignored patterns, 7-bit weights; default: none). float_types:
+    element types the target can quantize. thresholds: the amax per tensor (qtool.calibration.decide; default: the
     records' own, on the rules' grid, with the rules' clipping fallback). policies: the policy
     of each quantizer (qtool.quantizers.policy; default: none, every quantizer 8-bit symmetric), with
     `recompute(tensor, policy) -> amax` for activation grids of other bits. overflow_remedy: the
@@ -151,22 +153,22 @@ def place(proto: onnx.ModelProto, records: dict, *, rules: Rules, choices: Choic
     if weights_7bit not in WEIGHTS_7BIT:
         raise QtoolError(f"--weights-7bit must be one of {', '.join(WEIGHTS_7BIT[1:])}, not {weights_7bit!r}")
     inputs, report = Inputs(proto, records, rules, float_types, thresholds), Report()
-    kept = exclusions.kept_float(inputs, choices, report)
-    asked = requests.request(inputs, kept, report)
+    kept = exclusions.kept_float(inputs, choices, report)  # 1. what stays float whatever the ops ask
+    asked = requests.request(inputs, kept, report)  # 2. what each op asks to have quantized
     moved = moves.Moves()
-    moves.move_up(inputs, kept, asked, moved)
+    moves.move_up(inputs, kept, asked, moved)  # 3. requests moved up through pass-through ops and Concat
     if asked.pools:  # pooling asks only next to a quantized neighbour, known once the moves are
         requests.request_pools(inputs, kept, asked)
         moves.move_up(inputs, kept, asked, moved)
-    ranges = moves.group_ranges(inputs, asked, moved, report)
-    checked = sites.read_weights(inputs, kept, asked, report)
-    placed = sites.decide(inputs, kept, asked, moved, ranges, checked, weights_7bit, report)
-    if rules.depthwise_per_channel:
+    ranges = moves.group_ranges(inputs, asked, moved, report)  # 4. one range per shared-range group
+    checked = sites.read_weights(inputs, kept, asked, report)  # 5. the weights, finite or not
+    placed = sites.decide(inputs, kept, asked, moved, ranges, checked, weights_7bit, report)  # 6. int8 ops, quantizers
+    if rules.depthwise_per_channel:  # 7. depthwise Conv inputs per channel
         sites.per_channel_depthwise(inputs, kept, placed.activations)
-    if policies is not None:
+    if policies is not None:  # 8. each quantizer's policy
         sites.attach_policies(inputs, placed, policies, recompute, report)
     overflow_fix: dict = {}
-    if overflow_remedy is not None:
+    if overflow_remedy is not None:  # 9. the overflow guard
         overflow_fix = guard.remedies(inputs, asked, moved, placed, overflow_remedy, weights_7bit)
         fp32 = sorted(name for name, fix in overflow_fix["layers"].items() if fix["remedy"] == "fp32")
         if fp32:  # place again with those layers in FP32 (the guard may then find no more)
