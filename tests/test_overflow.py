@@ -201,7 +201,7 @@ def test_summary_names_the_guarded_layers_and_why(calibrated, tmp_path):
 
 def test_openvino_keeps_the_stem_fp32_where_7bit_weights_would_cost_accuracy(calibrated):
     """Widening the stem's weight steps (all its pairs share a sign: 7-bit weights) would add more
-    noise than its int8 rounding (placement.WIDEN_COST): it stays FP32 (exact)."""
+    noise than its int8 rounding (placement.guard.WIDEN_COST): it stays FP32 (exact)."""
     m, cal = calibrated
     fq = onnx.load_model_from_string(qtool.export(m, cal, target="openvino"))
     assert {n.input[0] for n in fq.graph.node if n.op_type == "FakeQuantize"} & {"x", "w1"} == set()
@@ -277,7 +277,7 @@ def test_openvino_widens_only_the_channels_whose_pairs_can_saturate():
     assert (scale[:4] > plain[:4] * 1.2).all() and np.allclose(scale[4:], plain[4:])
     pairs = codes[:4, 0::2] + codes[:4, 1::2]
     assert 255 * pairs.max() <= overflow.LIMIT < 255 * (pairs.max() + 2)  # just enough
-    assert placement.place(m, records, overflow_remedy="pairs", weights_7bit="none", rules=CPU).overflow["layers"] == {}
+    assert placement.place(m, records, choices=placement.Choices(weights_7bit="none"), overflow_remedy="pairs", rules=CPU).overflow["layers"] == {}
 
 
 def test_pair_bound_keeps_every_same_sign_pair_within_int16():

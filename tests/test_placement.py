@@ -13,6 +13,7 @@ from qtool.calibration import TensorRecord
 from qtool.errors import QtoolError
 from qtool.model import graph as G
 from qtool.quantizers import placement
+from qtool.quantizers.quantizer import Range
 from qtool.targets.cpu import CPU
 
 FLOAT = TensorProto.FLOAT
@@ -110,7 +111,7 @@ def test_concat_inputs_share_the_concat_output_range():
     plan = placement.place(m, records(m, unsigned={"r1", "r2", "cat"}, overrides={"r1": 1.0, "r2": 5.0, "cat": 4.0}), rules=CPU)
     s = sites(plan)
     assert {"r1", "r2"} <= set(s) and "cat" not in s
-    assert s["r1"].range == s["r2"].range == placement.Range(4.0, True)
+    assert s["r1"].range == s["r2"].range == Range(4.0, True)
     assert s["r1"].readers == [("n_cat", 0)] and s["r2"].readers == [("n_cat", 1)]
     assert "cat" in s["r1"].shared_with
 
@@ -174,7 +175,7 @@ def test_activation_patterns_are_not_split_by_quantizers():
     assert sorted(plan.int8_layers) == ["n_branch", "n_c0", "n_out"]
     assert plan.fp32_layers == {"n_se1": "ignored pattern se_block", "n_se2": "ignored pattern se_block"}
     assert set(plan.ignored) == {"n_se1", "n_ser", "n_se2", "n_gate"} and not plan.warnings
-    plain = placement.place(m, records(m), ignored_patterns=False, rules=CPU)
+    plain = placement.place(m, records(m), choices=placement.Choices(ignored_patterns=False), rules=CPU)
     assert len(plain.int8_layers) == 5 and not plain.ignored
 
 
@@ -247,21 +248,21 @@ def _chain():
 
 def test_exclude_nodes_and_tensors():
     m = _chain()
-    plan = placement.place(m, records(m), exclude=["n_c2"], rules=CPU)
+    plan = placement.place(m, records(m), choices=placement.Choices(exclude=["n_c2"]), rules=CPU)
     assert plan.fp32_layers == {"n_c2": "excluded"} and "c2.w" not in weights(plan)
     assert set(sites(plan)) == {"x", "r2"}
-    plan = placement.place(m, records(m), exclude=["r1"], rules=CPU)
+    plan = placement.place(m, records(m), choices=placement.Choices(exclude=["r1"]), rules=CPU)
     assert "n_c2" in plan.fp32_layers and "r1" not in sites(plan)
     with pytest.raises(QtoolError, match="did you mean 'n_c2'"):
-        placement.place(m, records(m), exclude=["n_c22"], rules=CPU)
+        placement.place(m, records(m), choices=placement.Choices(exclude=["n_c22"]), rules=CPU)
 
 
 def test_weights_7bit_first_or_all():
     m = _chain()
-    assert {w.tensor: w.headroom_bits for w in placement.place(m, records(m), weights_7bit="first", rules=CPU).weights} == {"c1.w": 1, "c2.w": 0, "c3.w": 0}
-    assert {w.headroom_bits for w in placement.place(m, records(m), weights_7bit="all", rules=CPU).weights} == {1}
+    assert {w.tensor: w.headroom_bits for w in placement.place(m, records(m), choices=placement.Choices(weights_7bit="first"), rules=CPU).weights} == {"c1.w": 1, "c2.w": 0, "c3.w": 0}
+    assert {w.headroom_bits for w in placement.place(m, records(m), choices=placement.Choices(weights_7bit="all"), rules=CPU).weights} == {1}
     with pytest.raises(QtoolError):
-        placement.place(m, records(m), weights_7bit="some", rules=CPU)
+        placement.place(m, records(m), choices=placement.Choices(weights_7bit="some"), rules=CPU)
 
 
 def test_missing_zero_and_degenerate_calibration_give_warnings_not_crashes():
@@ -389,7 +390,7 @@ def test_se_pattern_follows_nncf_on_the_openvino_graph():
         plan = placement.place(m, records(m), rules=CPU)
         assert (sorted(plan.fp32_layers) == ["n_se1", "n_se2"]) == ignored, label
         assert ("n_se1b" in plan.ignored) == ignored and ("n_gate" in plan.ignored) == ignored
-        assert len(placement.place(m, records(m), ignored_patterns=False, rules=CPU).int8_layers) == 4
+        assert len(placement.place(m, records(m), choices=placement.Choices(ignored_patterns=False), rules=CPU).int8_layers) == 4
 
 
 def test_transformer_preset_only_where_attention_and_layernorm_are():

@@ -191,7 +191,7 @@ def test_default_exclusions_and_include():
     assert plan.fp32_layers["/fc/Gemm"].startswith("default exclusion: GEMV-shaped")  # [1, 10] output
     assert "/pool/GlobalAveragePool" not in {n for s in plan.activations for n, _ in s.readers}  # no quantized neighbour
     assert "default_exclusions" in plan.summary()
-    included = placement.place(m, records(m), rules=TENSORRT, include=["/fc/Gemm"])
+    included = placement.place(m, records(m), choices=placement.Choices(include=["/fc/Gemm"]), rules=TENSORRT)
     assert "/fc/Gemm" in included.int8_layers
     # the pool now feeds a quantized Gemm (through Flatten): it gets a quantizer on its input
     assert ("/pool/GlobalAveragePool", 0) in {r for s in included.activations for r in s.readers}

@@ -42,6 +42,7 @@ from onnx import numpy_helper
 
 from ..model import graph as G
 from ..statistics.stats import data_input
+from . import policy
 
 NNCF_THRESHOLD = 2.0  # NNCF FAST_BIAS_CORRECTION_THRESHOLD: max |shift / bias| of an applied shift
 
@@ -75,57 +76,57 @@ def correct(model: onnx.ModelProto, namer, plan, records: dict, threshold: float
     the exact mean of the weight error, not an estimate that needs a guard, and skipping the
     layers the rule rejects (a third to a half of them in the PP-OCR models) cost accuracy in
     bench/fidelity.py (PP-OCRv5 det mask IoU 0.886 vs 0.869, rec 0.987 vs 0.982)."""
-    from . import policy
-
     out = Correction()
     index = G.Index(model)
     nodes, consts = index.nodes, index.values
     weight_site = {(node, slot): site for site in plan.weights for node, slot in site.readers}
+    constants = consts.inits.keys() | {k for k, v in consts.nodes.items() if v.op_type == "Constant"}
     for name in plan.int8_layers:
         n = nodes[name]
-        found = data_input(n, consts.inits.keys() | {k for k, v in consts.nodes.items() if v.op_type == "Constant"})
+        found = data_input(n, constants)
         site = weight_site.get((name, 1))
         if found is None or site is None or n.op_type not in ("Conv", "MatMul", "Gemm"):
             out.skipped[name] = "no constant weight"
             continue
         slot, axis = found
-        record = records.get(n.input[slot])
-        stats = getattr(record, "stats", None)
+        stats = getattr(records.get(n.input[slot]), "stats", None)
         means = stats.channel_means() if stats is not None and stats.axis == axis else None
         if means is None:
             out.skipped[name] = "no per-channel input means in the calibration file"
             continue
-        w = np.asarray(site.values, dtype=np.float64)
-        p = site.params()
-        wq = policy.fake_quantize(w, p, site.policy.rounding)  # the weights as the export writes them
-        d = w - wq
-        if n.op_type == "Conv":
-            groups = int(G.attr(n, "group", 1))
-            cout, cin_g = d.shape[0], d.shape[1]
-            if means.size != cin_g * groups or cout % groups:
-                out.skipped[name] = "channel count mismatch"
-                continue
-            dk = d.reshape(cout, cin_g, -1).sum(axis=2)
-            m = means.reshape(groups, cin_g)[np.arange(cout) // (cout // groups)]
-            shift = (dk * m).sum(axis=1)
-        else:
-            if d.ndim != 2:
-                out.skipped[name] = "batched weight"
-                continue
-            if n.op_type == "Gemm" and int(G.attr(n, "transB", 0)):
-                d = d.T
-            if means.size != d.shape[0]:
-                out.skipped[name] = "channel count mismatch"
-                continue
-            shift = means @ d
-            if n.op_type == "Gemm":
-                shift = shift * float(G.attr(n, "alpha", 1.0)) / float(G.attr(n, "beta", 1.0))
-        reason = _apply(model, namer, n, shift, w.ndim if n.op_type == "Conv" else 2, consts, index, threshold)
+        shift = _mean_error(n, site, means)
+        out_rank = np.ndim(site.values) if n.op_type == "Conv" else 2
+        reason = shift if isinstance(shift, str) else _apply(model, namer, n, shift, out_rank, consts, index, threshold)
         if reason:
             out.skipped[name] = reason
         else:
             out.layers.append(name)
     return out
+
+
+def _mean_error(n: onnx.NodeProto, site, means: np.ndarray) -> np.ndarray | str:
+    """The mean output error, per output channel, that quantizing the weights of layer `n` (its
+    quantizer `site`) causes on inputs whose per-channel mean is `means`; or why it cannot be had."""
+    w = np.asarray(site.values, dtype=np.float64)
+    d = w - policy.fake_quantize(w, site.params(), site.policy.rounding)  # the weights as the export writes them
+    if n.op_type == "Conv":
+        groups = int(G.attr(n, "group", 1))
+        cout, cin_g = d.shape[0], d.shape[1]
+        if means.size != cin_g * groups or cout % groups:
+            return "channel count mismatch"
+        dk = d.reshape(cout, cin_g, -1).sum(axis=2)
+        m = means.reshape(groups, cin_g)[np.arange(cout) // (cout // groups)]
+        return (dk * m).sum(axis=1)
+    if d.ndim != 2:
+        return "batched weight"
+    if n.op_type == "Gemm" and int(G.attr(n, "transB", 0)):
+        d = d.T
+    if means.size != d.shape[0]:
+        return "channel count mismatch"
+    shift = means @ d
+    if n.op_type == "Gemm":
+        shift = shift * float(G.attr(n, "alpha", 1.0)) / float(G.attr(n, "beta", 1.0))
+    return shift
 
 
 def _apply(model, namer, n, shift: np.ndarray, out_rank: int, consts: G.Constants, index: G.Index, threshold) -> str | None:

@@ -27,7 +27,7 @@ class Rules:
     nncf_patterns: bool  # activations/normalisations OpenVINO fuses, LayerNorm's mean and centring; NNCF's transformer preset on transformers
     ignored_patterns: bool  # NNCF's ignored patterns (SE gating, attention output, RoPE) stay FP32
     exclusions: Callable | None  # (graph.Index) -> {node: why} kept FP32 by default (--include overrides)
-    weight_axis: Callable | None  # (node, slot, rank) -> the per-channel axis of a constant input, None per tensor (None: placement.weight_axis)
+    weight_axis: Callable | None  # (node, slot, rank) -> the per-channel axis of a constant input, None per tensor (None: placement.sites.weight_axis)
     signed_only: bool  # activations on the signed grid even when never negative
     clip_fallback: bool  # a threshold clipping > MAX_CLIPPED of the values falls back to max |x|
     depthwise_per_channel: bool  # depthwise Conv inputs per channel (NNCF's CPU q8_a_ch)

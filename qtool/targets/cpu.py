@@ -31,7 +31,7 @@ CPU = Rules(
     nncf_patterns=True,
     ignored_patterns=True,
     exclusions=None,
-    weight_axis=None,  # placement.weight_axis: the output-channel axis
+    weight_axis=None,  # placement.sites.weight_axis: the output-channel axis
     signed_only=False,
     clip_fallback=True,
     depthwise_per_channel=True,
@@ -114,10 +114,11 @@ def cpu_plan(model, cal, *, float_types: tuple[int, ...], overflow_remedy: str, 
         def recompute(tensor, pol):
             return fixed[tensor] if tensor in fixed else searched(tensor, pol)
 
-    return placement.place(model, {t.name: t for t in cal.tensors}, rules=CPU, thresholds=thresholds,
-                           exclude=list(exclude or ()), include=list(include or ()), weights_7bit=weights_7bit,
+    choices = placement.Choices(exclude=list(exclude or ()), include=list(include or ()), ignored_patterns=ignored_patterns,
+                                weights_7bit=weights_7bit)
+    return placement.place(model, {t.name: t for t in cal.tensors}, rules=CPU, thresholds=thresholds, choices=choices,
                            overflow_remedy=overflow_remedy,
-                           ignored_patterns=ignored_patterns, float_types=float_types,
+                           float_types=float_types,
                            policies=policies if policies is not None else policy.Policies(),
                            recompute=recompute)
 

@@ -189,7 +189,8 @@ def plan(model: onnx.ModelProto, cal, *, method: str | None = None, exclude=(), 
     applied = {k: v for k, v in fp8_only.items() if k not in include}
     both = rules.exclusions(G.Index(model)) if any(n in fp8_only for n in include) else {}  # placement's own for FP8
     result = placement.place(model, records, rules=rules, thresholds=chosen,
-                             exclude=[*exclude, *applied], include=[n for n in include if n not in fp8_only or n in both],
+                             choices=placement.Choices(exclude=[*exclude, *applied],
+                                                       include=[n for n in include if n not in fp8_only or n in both]),
                              float_types=get("tensorrt").float_types)
     for name, why in applied.items():  # placement records them as excluded: say why
         if result.fp32_layers.get(name) == "excluded" and name not in exclude:

@@ -166,7 +166,7 @@ def plan(loaded, cal, thresholds: Callable, *, major: int, high_precision: str, 
             chosen.update({n: Threshold(a, False, 0.0, False) for n, a in smoothing.amax.items()})
         records = {t.name: t for t in c.tensors}
         return placement.place(m, records, rules=measured_rules(TENSORRT, records, chosen, attention.int8_grid, "int8"),
-                               thresholds=chosen, exclude=list(exclude or ()), include=list(include or ()),
+                               thresholds=chosen, choices=placement.Choices(exclude=list(exclude or ()), include=list(include or ())),
                                float_types=get("tensorrt").float_types)
 
     cal, smoothing, sq_warnings = smoothquant.smooth(model, cal, smooth_quant, place)

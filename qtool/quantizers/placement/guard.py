@@ -1,0 +1,153 @@
+"""The overflow guard for CPUs without VNNI: which int8 layers' u8 x s8 pair sums can saturate
+int16 (qtool.quantizers.overflow estimates it) and the target's remedy for each: uint8 weights
+(onnxruntime), pair-bounded weight steps (OpenVINO), or FP32; or, with --weights-7bit
+first/all, the layers given 7-bit weights."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import onnx
+
+from .. import overflow
+from ..policy import quantize
+from ..quantizer import Quantizer
+from .moves import Moves
+from .requests import Requests
+from .sites import Sites
+from .state import Inputs
+
+# a MatMul of two activations (Q.K^T) stays FP32 where its estimated saturation noise passes this share of its rounding noise
+# (its remedy within int8, 7-bit codes for B, would more than double that noise); measured per layer in OpenVINO on an
+# AVX2 CPU (bench/saturation.py), MiniLM's Q.K^T estimated at -15 to -19 dB saturate at -5 to -20 dB, without a trace in
+# the output (AVX2 and exact 28.4 dB)
+ACTIVATIONS_RISK = 0.1
+WIDEN_COST = 1.0  # the overflow guard keeps a layer FP32 only where widening its weights adds more than this share of its rounding noise
+
+
+def remedies(inputs: Inputs, asked: Requests, moves: Moves, placed: Sites, remedy: str, weights_7bit: str | None) -> dict:
+    """Reads the placed quantizers (with their policies) and the calibration records. Decides
+    {"mode": weights_7bit or "auto", "layers": {layer: {"remedy": "uint8 weights" |
+    "pair-bounded weights" | "fp32" | "7-bit weights", "why": ...}}}. Mode "auto" (`guard`) edits
+    the weight quantizers it remedies; its FP32 layers are only listed (place() places again
+    without them)."""
+    mode = weights_7bit or "auto"
+    if mode == "auto":
+        layers = guard(inputs, asked, moves, placed, remedy)
+    else:
+        layers = {name: {"remedy": "7-bit weights", "why": f"--weights-7bit {mode}"}
+                  for w in placed.weights if w.headroom_bits for name, _ in w.readers}
+    return {"mode": mode, "layers": dict(sorted(layers.items()))}
+
+
+def guard(inputs: Inputs, asked: Requests, moves: Moves, placed: Sites, remedy: str) -> dict[str, dict]:
+    """Give the layers whose u8 x s8 pair sums can saturate (qtool.quantizers.overflow) the target's
+    remedy. "uint8" (onnxruntime): weights stored as uint8 with zero point 128, the same values,
+    which onnxruntime multiplies with its u8 x u8 kernels, exactly, on every CPU; wherever the
+    saturation noise reaches 1 % of the layer's own rounding noise. "pairs" (OpenVINO, whose int8
+    kernels take s8 weights only): `_bound_pairs`. A MatMul of two activations (both targets):
+    FP32 where overflow.assess_activations passes ACTIVATIONS_RISK. {layer: {"remedy", "why"}}."""
+    weights = {s.tensor: s for s in placed.weights}
+    site_of = functools.partial(_site_of, inputs, moves, {s.tensor: s for s in placed.activations})
+    raw = _raw_inputs(inputs)
+    fixed: dict[str, dict] = {}
+    for name in placed.int8_layers:
+        n = inputs.m.nodes[name]
+        wts = asked.weights_of.get(name, [])
+        acts = asked.asks.get(name, [])
+        if not wts and len(acts) == 2 and n.op_type == "MatMul":
+            fix = _two_activations(site_of(acts[0]), site_of(acts[1]))
+        elif len(wts) != 1 or len(acts) != 1:
+            continue
+        else:
+            (slot, wt), t = wts[0], acts[0]
+            site, record = site_of(t)
+            wsite = weights.get(wt)
+            if site is None or record is None or wsite is None or wsite.headroom_bits:
+                continue
+            fix = _weighted(inputs, n, slot, wsite, site, record, t in raw, remedy)
+        if fix is not None:
+            fixed[name] = fix
+    return fixed
+
+
+def _site_of(inputs: Inputs, moves: Moves, by_tensor: dict[str, Quantizer], t: str):
+    """(the quantizer a layer's input `t` reads, moved up through pass-through ops, its record)."""
+    site, upstream = None, t
+    while site is None and upstream is not None:
+        site = by_tensor.get(upstream)
+        upstream = moves.upstream[upstream][0][2] if upstream in moves.upstream else None
+    return site, inputs.records.get(t) or (inputs.records.get(site.tensor) if site else None)
+
+
+def _two_activations(first, second) -> dict | None:
+    """A MatMul of two activations ((quantizer, record) of each): FP32 where its saturation
+    risk passes ACTIVATIONS_RISK."""
+    (a, rec_a), (b, rec_b) = first, second
+    risk = None if None in (a, b, rec_a, rec_b) else overflow.assess_activations(rec_a, a.params(), rec_b, b.params())
+    if risk is not None and risk.saturation > ACTIVATIONS_RISK * risk.noise:
+        return {"remedy": "fp32", "why": (
+            f"two activations: saturation noise {overflow.db(risk.saturation, risk.noise)} dB of the int8 noise (7-bit "
+            f"codes for its second input would add {overflow.db(risk.seven_bit, risk.noise)} dB)")}
+    return None
+
+
+def _weighted(inputs: Inputs, n: onnx.NodeProto, slot: int, wsite: Quantizer, site: Quantizer, record, correlated: bool,
+              remedy: str) -> dict | None:
+    """A layer with one activation (quantizer `site`, `record`) and one weight (`wsite`): the
+    remedy for its saturation risk, if any (editing `wsite`)."""
+    dims = inputs.constant_dims
+    q = quantize(wsite.values, wsite.params(), wsite.policy.rounding)
+    risk = overflow.assess(n, slot, q, dims, record, site.params(), correlated=correlated,
+                           runtime="openvino" if remedy == "pairs" else "any")
+    if risk is None:
+        return None
+    if remedy == "uint8" and risk.saturation > 0.01 * risk.noise:
+        wsite.unsigned_storage = True
+        return {"remedy": "uint8 weights", "why": risk.describe()}
+    if remedy == "pairs":
+        return _bound_pairs(n, slot, wsite, dims, record, site.params(), risk)
+    return None
+
+
+def _bound_pairs(n: onnx.NodeProto, slot: int, wsite: Quantizer, dims: dict, record, act, risk) -> dict | None:
+    """OpenVINO's remedy for one layer (its int8 kernels take s8 weights only): the weight step
+    of the output channels whose same-sign pairs can pass int16 widened just enough
+    (overflow.pair_step), where a pair can saturate: from the calibrated per-channel max |x|
+    where calibration recorded it (transformers: every such channel counts), else where the
+    histogram estimate reaches 1 % of the layer's rounding noise. The layer stays FP32 only
+    where that costs more than WIDEN_COST of its noise and saturation would cost more
+    (typically an image's first layer, all of whose weights pair with their own sign)."""
+    params = wsite.params()
+    values = np.asarray(wsite.values, dtype=np.float64)
+    k = overflow.reduction_rows(n, slot, values, dims, "openvino")
+    if not k:
+        return None
+    outputs, length = k[0].shape[0], values.size // k[0].shape[0]  # the reduction length, padding left out
+    codes = overflow.channel_codes(record, act, length) if n.op_type in ("MatMul", "Gemm") else None
+    step = overflow.channel_step(n, slot, values, dims, params.axis, codes, "openvino")
+    floor = None if step is None else step * params.grid.qmax
+    amax = np.asarray(params.scale, dtype=np.float64) * params.grid.qmax
+    ratio = np.maximum(floor / amax, 1.0) if floor is not None else np.ones(1)
+    if not (ratio > 1 + 1e-9).any() or (codes is None and risk.saturation <= 0.01 * risk.noise):
+        return None
+    _, mean_sq = overflow.activation_codes(record, act)
+    rows = np.broadcast_to(ratio, amax.shape) if amax.ndim else ratio
+    cost = overflow.widening_noise(mean_sq, length, np.tile(rows, outputs // rows.size))
+    why = (f"{risk.describe()}; {int((rows > 1 + 1e-9).sum())} of {rows.size} output channels' weight steps widened "
+           f"(up to x{float(rows.max()):.2f}) so no pair can saturate, adding {overflow.db(cost, risk.noise)} dB")
+    if cost > WIDEN_COST * risk.noise and risk.saturation > cost:
+        return {"remedy": "fp32", "why": why}
+    wsite.floor = floor if wsite.floor is None else np.maximum(wsite.floor, floor)
+    return {"remedy": "pair-bounded weights", "why": why}
+
+
+def _raw_inputs(inputs: Inputs) -> set[str]:
+    """Tensors computed from a float graph input by no linear layer (the image itself, up to
+    preprocessing): their neighbouring channels and positions move together."""
+    raw = {i.name for i in inputs.m.graph.input if inputs.m.types.get(i.name) in inputs.float_types}
+    for n in inputs.m.graph.node:
+        if n.op_type not in inputs.rules.linear and any(t in raw for t in n.input):
+            raw.update(o for o in n.output if o)
+    return raw

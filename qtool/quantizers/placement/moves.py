@@ -1,0 +1,174 @@
+"""Where the quantizers go and which share a range: a request moves up through pass-through ops
+and Concat when every reader of their output wants it quantized (one quantizer, the op runs on
+integers), the tensors it passes share one range (NNCF's unified scales), and each such group
+gets its range: the Concat outputs' calibrated one, else the widest of its quantized tensors."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...calibration import MAX_CLIPPED
+from .. import patterns as P
+from ..quantizer import Range
+from .exclusions import Kept
+from .requests import Requests
+from .state import Inputs, Report
+
+
+class Groups:
+    """Union-find over tensor names: tensors that must share one range."""
+
+    def __init__(self):
+        self.parent: dict[str, str] = {}
+
+    def find(self, x: str) -> str:
+        self.parent.setdefault(x, x)
+        while self.parent[x] != x:
+            self.parent[x] = self.parent[self.parent[x]]
+            x = self.parent[x]
+        return x
+
+    def union(self, a: str, b: str) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[rb] = ra
+
+
+@dataclass
+class Moves:
+    """The moves made so far (`move_up` adds to them)."""
+
+    upstream: dict[str, list[tuple[str, int, str]]] = field(default_factory=dict)  # moved tensor -> [(node, slot, upstream tensor)]
+    groups: Groups = field(default_factory=Groups)
+    concat_outputs: set[str] = field(default_factory=set)  # Concat outputs in a group: their range is the group's
+
+
+def move_up(inputs: Inputs, kept: Kept, asked: Requests, moves: Moves) -> None:
+    """Reads the requests and what stays float. Moves requests up through pass-through ops and
+    Concat (reverse topological order, so every reader of a tensor has asked before its producer
+    is visited): adds to `moves` and to `asked.wanted` (the op's own request for its input)."""
+    m, wanted = inputs.m, asked.wanted
+    for n in reversed(m.graph.node):
+        if not P.standard(n) or n.name in kept.nodes or not n.output:
+            continue
+        op = n.op_type
+        if not inputs.rules.forwards(op):
+            continue
+        outs = [o for o in n.output if o]
+        if not outs or any(
+            o in m.outputs or o in kept.tensors or not wanted.get(o)
+            or len(wanted[o]) != len(m.readers.get(o, ())) for o in outs
+        ):
+            continue  # someone reads an output unquantized: keep the quantizer below this op
+        slots = range(len(n.input)) if op == "Concat" else [0]
+        ups = [(s, n.input[s]) for s in slots if n.input[s]]
+        if not ups or not all(inputs.quantizable_act(t) and t not in kept.tensors for _, t in ups):
+            continue
+        for o in outs:
+            moves.upstream[o] = [(n.name, s, t) for s, t in ups]
+            for _, t in ups:
+                moves.groups.union(o, t)
+        for s, t in ups:
+            if (n.name, s) not in wanted[t]:
+                wanted[t].append((n.name, s))
+        if op == "Concat":
+            moves.concat_outputs.update(outs)
+    if inputs.rules.concat_shares_quantized_inputs:
+        _share_concat_ranges(inputs, asked, moves)
+
+
+def _share_concat_ranges(inputs: Inputs, asked: Requests, moves: Moves) -> None:
+    """A Concat whose output is quantized shares its range with every input quantized for
+    other readers (a runtime would otherwise requantize after moving Q across the Concat)."""
+    for n in inputs.m.graph.node:
+        if n.op_type != "Concat" or not P.standard(n) or not n.output or n.output[0] in moves.upstream:
+            continue
+        out = n.output[0]
+        if not asked.wanted.get(out):
+            continue
+        for t in n.input:
+            if t and asked.wanted.get(t):
+                moves.groups.union(out, t)
+                moves.concat_outputs.add(out)
+
+
+@dataclass
+class Ranges:
+    """The quantized tensors and their groups' ranges."""
+
+    sites: list[str]  # tensors wanted quantized where they are (not moved up)
+    members: dict[str, list[str]]  # group root -> its tensors
+    group_range: dict[str, Range | None]  # group root -> its range, None when no tensor of it is calibrated
+
+
+def group_ranges(inputs: Inputs, asked: Requests, moves: Moves, report: Report) -> Ranges:
+    """Reads the requests, the moves and the thresholds. Decides, per group, the Concat outputs'
+    calibrated range if the group has one, else the widest range of the tensors actually
+    quantized; warns of tensors not calibrated, degenerate thresholds and zero ranges."""
+    thresholds, wanted = inputs.thresholds, asked.wanted
+    sites = [t for t in wanted if wanted[t] and t not in moves.upstream]
+    site_set = set(sites)
+    members: dict[str, list[str]] = defaultdict(list)
+    for t in set(wanted) | set(moves.upstream):
+        members[moves.groups.find(t)].append(t)
+    group_range: dict[str, Range | None] = {}
+    missing: list[str] = []
+    zero: list[str] = []
+    degenerate: list[str] = []
+    for root, names in members.items():
+        anchors = [t for t in names if t in moves.concat_outputs and t in thresholds]
+        if not anchors:
+            anchors = [t for t in names if t in site_set and t in thresholds]
+        if not anchors:
+            group_range[root] = None
+            missing.extend(t for t in names if t in site_set and t not in thresholds)
+            continue
+        decided = [thresholds[t] for t in anchors]
+        if inputs.rules.clip_fallback:
+            degenerate += [t for t, d in zip(anchors, decided) if d.degenerate]
+        amax = max(d.amax for d in decided)
+        unsigned = all(d.unsigned for d in decided)
+        if not (np.isfinite(amax) and amax > 0):
+            zero.append(anchors[0])
+            amax = 1.0
+        group_range[root] = Range(amax, unsigned)
+    _range_warnings(report, missing, degenerate, zero)
+    return Ranges(sites, members, group_range)
+
+
+def _range_warnings(report: Report, missing: list[str], degenerate: list[str], zero: list[str]) -> None:
+    if missing:
+        report.warnings.append(
+            f"{len(missing)} tensor(s) to quantize are not in the calibration file, their readers stay FP32 "
+            f"(was the file made for this model?): " + ", ".join(sorted(missing)[:5]) + (" ..." if len(missing) > 5 else "")
+        )
+    if degenerate:
+        report.warnings.append(
+            f"{len(degenerate)} calibrated threshold(s) clip more than {MAX_CLIPPED:.0%} of the tensor's values "
+            "(typically a tensor that is never near zero, e.g. a sigmoid output); their maximum |x| is used instead: "
+            + ", ".join(sorted(degenerate)[:5]) + (" ..." if len(degenerate) > 5 else "")
+        )
+    if zero:
+        report.warnings.append(f"{len(zero)} range(s) had amax 0 (tensor always zero) and got [0, 1]: " + ", ".join(sorted(zero)[:5]))
+
+
+def satisfied(kept: Kept, moves: Moves, ranges: Ranges):
+    """A test `satisfied(tensor)`: the tensor, or every tensor a move took its quantizer to, is
+    quantized with a range (not excluded, in a group with a calibrated range)."""
+    cache: dict[str, bool] = {}
+
+    def test(t: str) -> bool:
+        if t not in cache:
+            cache[t] = False  # guards against cycles in malformed graphs
+            if t in kept.tensors:
+                cache[t] = False
+            elif t in moves.upstream:
+                cache[t] = all(test(u) for _, _, u in moves.upstream[t])
+            else:
+                cache[t] = ranges.group_range.get(moves.groups.find(t)) is not None
+        return cache[t]
+
+    return test

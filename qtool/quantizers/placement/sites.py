@@ -1,0 +1,192 @@
+"""The quantizers themselves: the weights read and checked, which ops run quantized (every input
+they ask for has a quantizer with a range), the activation and weight quantizers they read (with
+their axes and 7-bit headroom), depthwise Conv inputs per channel and each quantizer's policy."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, replace
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from ...errors import QtoolError
+from ...model import graph as G
+from ...model import weights
+from ..policy import Policies, choose_symmetry
+from ..quantizer import Quantizer, Range
+from .exclusions import Kept
+from .moves import Moves, Ranges, satisfied
+from .requests import Requests
+from .state import Inputs, Report
+
+
+def weight_axis(node: onnx.NodeProto, slot: int, rank: int) -> int | None:
+    """The output-channel axis of a constant input of a linear layer (None: per tensor)."""
+    op = node.op_type
+    if op == "Conv":
+        return 0 if slot == 1 and rank >= 2 else None
+    if op == "ConvTranspose":  # W is [C_in, C_out/group, k...]; per channel only when group == 1
+        return 1 if slot == 1 and rank >= 2 and int(G.attr(node, "group", 1)) == 1 else None
+    if op == "Gemm":  # Y = op(A) @ op(B): rows of A, columns of B
+        if slot == 0:
+            return 1 if int(G.attr(node, "transA", 0)) else 0
+        return 0 if int(G.attr(node, "transB", 0)) else 1
+    if op == "MatMul":
+        if rank < 2:
+            return None
+        return rank - 1 if slot == 1 else rank - 2
+    return None
+
+
+@dataclass
+class WeightValues:
+    values: dict[str, np.ndarray]  # weight tensor -> its values
+    bad: set[str]  # weights excluded or holding NaN or infinity: their layers stay FP32
+
+
+def read_weights(inputs: Inputs, kept: Kept, asked: Requests, report: Report) -> WeightValues:
+    """Reads the weights the requests name. Decides which are usable (finite, not excluded),
+    before deciding which layers run in int8."""
+    found = WeightValues({}, set())
+    for wts in asked.weights_of.values():
+        for _, t in wts:
+            if t in found.values or t in found.bad:
+                continue
+            if t in kept.tensors:
+                found.bad.add(t)
+                continue
+            try:
+                values = weights.value(inputs.m.constants[t])
+            except Exception as e:  # external data not loaded, damaged tensor
+                raise QtoolError(f"cannot read weight {t!r}: {e}") from None
+            if not np.all(np.isfinite(values)):
+                report.warnings.append(f"weight {t!r} contains NaN or infinity; the layers reading it stay FP32")
+                found.bad.add(t)
+                continue
+            found.values[t] = values
+    return found
+
+
+@dataclass
+class Sites:
+    activations: list[Quantizer]
+    weights: list[Quantizer]
+    int8_layers: list[str]  # Conv/ConvTranspose/MatMul/Gemm nodes with every input quantized
+
+
+def decide(inputs: Inputs, kept: Kept, asked: Requests, moves: Moves, ranges: Ranges, checked: WeightValues,
+           weights_7bit: str | None, report: Report) -> Sites:
+    """Reads every earlier step's result. Decides which ops run quantized (every tensor they ask
+    for `satisfied`, their weights usable; the linear ones that cannot go to report.fp32 with why)
+    and which quantizer each of their inputs reads, moved up where the moves took it."""
+    m, rules = inputs.m, inputs.rules
+    ready = satisfied(kept, moves, ranges)
+    readers_of_site: dict[str, list[tuple[str, int]]] = defaultdict(list)
+
+    def need(t: str, reader: tuple[str, int]) -> None:
+        if t in moves.upstream:
+            for node_name, slot, up in moves.upstream[t]:
+                need(up, (node_name, slot))
+        elif reader not in readers_of_site[t]:
+            readers_of_site[t].append(reader)
+
+    int8_layers: list[str] = []
+    weight_sites: dict[str, Quantizer] = {}
+    first_linear = asked.linear_order[0] if asked.linear_order else None
+    for n in m.graph.node:
+        if n.name not in asked.asks:
+            continue
+        tensors = asked.asks[n.name]
+        wts = asked.weights_of.get(n.name, [])
+        if not all(ready(t) for t in tensors):
+            if n.op_type in rules.linear:
+                report.fp32[n.name] = ("an input's range cannot be represented" if set(tensors) & set(kept.unrepresentable)
+                                       else "input excluded" if set(tensors) & kept.tensors else "an input has no calibrated range")
+            continue
+        if any(t in checked.bad for _, t in wts):
+            report.fp32[n.name] = "weight excluded" if any(t in kept.tensors for _, t in wts) else "weight has NaN or infinity"
+            continue
+        for slot, t in enumerate(n.input):
+            if t in tensors and (n.name, slot) in asked.wanted.get(t, []):
+                need(t, (n.name, slot))
+        if n.op_type in rules.linear:
+            int8_layers.append(n.name)
+        headroom = 1 if weights_7bit == "all" or (weights_7bit == "first" and n.name == first_linear) else 0
+        for slot, t in wts:
+            _add_weight(inputs, weight_sites, n, slot, t, checked.values[t], headroom)
+    return Sites(_activation_sites(inputs, moves, ranges, readers_of_site), list(weight_sites.values()), int8_layers)
+
+
+def _activation_sites(inputs: Inputs, moves: Moves, ranges: Ranges, readers_of_site: dict) -> list[Quantizer]:
+    """A quantizer per site some op reads, with its group's range and the group's other tensors."""
+    activation_sites = []
+    for t in ranges.sites:
+        if readers_of_site.get(t):
+            root = moves.groups.find(t)
+            activation_sites.append(Quantizer.activation(
+                t, inputs.m.types.get(t, TensorProto.FLOAT), ranges.group_range[root], readers_of_site[t],
+                sorted(x for x in ranges.members[root] if x != t),
+            ))
+    return activation_sites
+
+
+def _add_weight(inputs: Inputs, weight_sites: dict[str, Quantizer], n: onnx.NodeProto, slot: int, t: str,
+                values: np.ndarray, headroom: int) -> None:
+    axis_of = inputs.rules.weight_axis or weight_axis
+    axis = axis_of(n, slot, values.ndim)
+    site = weight_sites.get(t)
+    if site is None:
+        weight_sites[t] = Quantizer.weight(t, inputs.m.constants[t].data_type, axis, headroom, values, [(n.name, slot)])
+        return
+    if site.axis != axis:  # one tensor, two layouts (a weight shared by different ops)
+        site.axis = None
+    site.headroom_bits = max(site.headroom_bits, headroom)
+    site.readers.append((n.name, slot))
+
+
+def per_channel_depthwise(inputs: Inputs, kept: Kept, activation_sites: list[Quantizer]) -> None:
+    """Reads the records' per-channel max |x|. Quantizes per channel the data input of depthwise
+    Convs when it is their only reader, not shared or excluded (NNCF's CPU q8_a_ch)."""
+    m, dims = inputs.m, inputs.constant_dims
+    for site in activation_sites:
+        stats = getattr(inputs.records.get(site.tensor), "stats", None)
+        peak = None if stats is None or stats.axis != 1 else stats.channel_absmax
+        if peak is None or site.shared_with or site.tensor in kept.tensors:
+            continue
+        convs = [m.nodes[name] for name, slot in site.readers if slot == 0]
+        if len(convs) != len(site.readers) or not all(G.is_depthwise(c, dims) for c in convs):
+            continue
+        if any(int(dims[c.input[1]][0]) != len(peak) for c in convs):
+            continue
+        amax = np.asarray(peak, dtype=np.float64)
+        fallback = float(amax.max()) if amax.size and amax.max() > 0 else 1.0
+        site.channel_amax = np.where((amax > 0) & np.isfinite(amax), amax, fallback)
+        site.axis = 1
+        site.rank = len(dims[convs[0].input[1]])
+
+
+def attach_policies(inputs: Inputs, placed: Sites, policies: Policies, recompute, report: Report) -> None:
+    """Each quantizer's policy (later rules win); an activation whose policy has other bits than
+    8 gets its threshold searched again for that grid (`recompute(tensor, policy)`), and an
+    asymmetric one its calibrated [min, max] (over its shared-range group). Warns of the
+    policies' unused rules."""
+    records = inputs.records
+    ops = {name: n.op_type for name, n in inputs.m.nodes.items()}
+    for site in placed.activations:
+        nodes = [name for name, _ in site.readers]
+        site.policy = policies.for_quantizer("activations", site.tensor, nodes, [ops[n] for n in nodes])
+        group = [t for t in [site.tensor, *site.shared_with] if t in records]
+        if site.policy.bits != 8 and recompute is not None and group:
+            site.range = Range(max(recompute(t, site.policy) for t in group), site.range.unsigned)
+        if site.policy.symmetric is not True and group:
+            site.low = min(float(records[t].min) for t in group)
+            site.high = max(float(records[t].max) for t in group)
+            if site.policy.symmetric is None:  # auto: the finer grid, per tensor
+                symmetric = site.channel_amax is not None or choose_symmetry(site.range.amax, site.low, site.high, site.policy.bits)
+                site.policy = replace(site.policy, symmetric=symmetric)
+    for site in placed.weights:
+        nodes = [name for name, _ in site.readers]
+        site.policy = policies.for_quantizer("weights", site.tensor, nodes, [ops[n] for n in nodes])
+    report.warnings += policies.unused()
