@@ -34,7 +34,7 @@ from .. import calibration, targets
 from ..calibration import Calibration, TensorRecord
 from ..errors import QtoolError
 from ..quantizers.quantizer import Quantizer
-from ..statistics import thresholds
+from ..statistics import noise, thresholds
 from .evaluation import format_db, from_json_number
 
 TARGETS = tuple(sorted(targets.names()))
@@ -204,20 +204,13 @@ def target_plan(loaded, cal: Calibration, target: str, *, why: str, method: str 
 
 def tensor_sqnr(record: TensorRecord, step: float, limit: float) -> float | None:
     """The tensor's own SQNR (dB) under a quantizer with grid step `step` that clips |x| at
-    `limit`, from its histogram of |x| with values spread evenly inside each bin (as
-    thresholds.quantization_error; zero is on every qtool grid, so the lattice is k * step):
-    10 log10(E[x^2] / E[(x - q(x))^2]); None when the tensor is all zero."""
-    counts = np.asarray(record.counts, dtype=np.float64)
-    total = float(counts.sum())
-    if total <= 0 or record.hist_range <= 0 or not (step > 0 and math.isfinite(step)):
+    `limit`, estimated from its histogram of |x| (qtool.statistics.noise; zero is on every qtool
+    grid, so the lattice is k * step): 10 log10(E[x^2] / E[(x - q(x))^2]); None when the tensor
+    is all zero."""
+    if record.hist_range <= 0 or not (step > 0 and math.isfinite(step)):
         return None
-    x = thresholds.bin_points(record.edges())
-    q = np.minimum(np.rint(x / step) * step, limit)
-    noise = float(np.dot(counts, ((x - q) ** 2).mean(axis=1)) / total)
-    power = float(np.dot(counts, (x ** 2).mean(axis=1)) / total)
-    if power <= 0:
-        return None
-    return math.inf if noise <= 0 else 10.0 * math.log10(power / noise)
+    found = noise.histogram_error(record.counts, record.edges(), noise.lattice(step, limit=limit))
+    return None if found is None else found.sqnr_db
 
 
 def site_sqnr(record: TensorRecord, plan: TargetPlan, q: Quantizer) -> float | None:
