@@ -18,7 +18,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from qtool import calibration
-from qtool.checks import report
+from qtool.checks import report, report_page, report_plots
 
 pytest.importorskip("matplotlib")
 
@@ -349,6 +349,24 @@ def test_names_are_escaped(tmp_path):
     page = parse(text)
     assert {r["data-tensor"] for r in page.rows} == {"x<in>&", nasty_relu}  # the parser unescapes attributes
     assert nasty_out in page.folded[0]["text"] and "<script" not in "".join(page.external)
+
+
+def test_every_text_of_the_page_is_escaped():
+    """The template autoescapes: a `<script>` in any name or sentence the page shows (they come from
+    the user's model and files) comes out as text; only the page's own script runs."""
+    bad = '<script>alert("x")</script>'
+    plot = report_plots.HistogramPlot(np.array([3.0, 1.0]), np.array([0.0, 0.5, 1.0]), bad, 0.9, bad, 1.0, True, {"max": 1.0})
+    row = report.QuantizedRow(1, bad, [bad], bad, 0.0, 0.9, 0.9, 0.9 / 255, 0, 0, bad, 0.0, False, 40.0, 30.0, plot)
+    page = report.Page(report.FileView(bad, bad, "0" * 64, bad, 8, 2, 1, 2, [(bad, bad), ("list", [bad, 1.5])]),
+                       report.TargetView(bad, bad, bad, bad, 1, 1, [bad]),
+                       report.EvaluationView(4, [(bad, 30.0, 0.99, 1.0)], [bad] * 6, True), [row],
+                       [report.FloatRow(2, bad, 0.0, 1.0, 1.0, bad)], [(bad, bad)], [report.WeightRow(bad, [bad], 4, 0.1, 0.2, 25.0, bad)])
+    text = report_page.html(page)
+    assert text.count("<script") == 1 and text.count("</script>") == 1  # the page's own
+    assert text.count("&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;") >= 20  # every field of the page
+    assert text.count("alert(") == text.count("&lt;script&gt;alert(")  # the plots' legends too
+    parsed = parse(text)
+    assert [r["data-tensor"] for r in parsed.rows] == [bad] and bad in parsed.folded[0]["text"]
 
 
 # ---------------------------------------------------------------- the --evaluation file (issue 30)

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from qtool.statistics import noise
 from qtool.statistics import thresholds as T
 from qtool.statistics.histogram import TensorHistogram
 
@@ -406,3 +407,31 @@ def test_calibration_never_picks_a_threshold_below_all_data():
     assert guarded == entropy_amax(h, edges, start_bin=301)
     dense = np.histogram(np.abs(np.random.default_rng(1).standard_normal(50000)), bins=2048)[0]
     assert amax_for("entropy", dense, edges, absmax=1.0) == entropy_amax(dense, edges)  # same where data starts low
+
+
+# ---------------------------------------------------------------- the quantization-noise estimate (statistics.noise)
+
+
+def test_histogram_error_is_a_simulation_on_points_spread_in_each_bin():
+    """Every figure equals a direct computation on 8 points per bin weighted by the bin's count;
+    a grid saturating at `top` steps is the one clipping at the value top * step."""
+    rng = np.random.default_rng(3)
+    counts = rng.integers(0, 500, 40)
+    edges = np.linspace(0.0, 2.0, 41)
+    x = np.concatenate([a + (b - a) * (np.arange(8) + 0.5) / 8 for a, b in zip(edges[:-1], edges[1:])])
+    w = np.repeat(counts.astype(np.float64), 8) / (8 * counts.sum())
+    step, amax = 1.5 / 127, 1.5
+    q = np.minimum(np.rint(x / step), 127) * step
+    found = noise.histogram_error(counts, edges, noise.lattice(step, top=127), clip=amax)
+    for got, want in ((found.mean, x), (found.power, x * x), (found.error, x - q), (found.noise, (x - q) ** 2),
+                      (found.clipped, np.where(x > amax, (x - q) ** 2, 0.0))):
+        assert got == pytest.approx(float(np.dot(w, want)), rel=1e-12)
+    assert found.sqnr_db == pytest.approx(10 * math.log10(found.power / found.noise), rel=1e-12)
+    assert noise.histogram_error(counts, edges, noise.lattice(step, limit=127 * step)).noise == found.noise
+    assert T.quantization_error(counts, edges, amax) == found.noise  # the auto method's yardstick is this estimate
+    unquantized = noise.histogram_error(counts, edges, None)
+    assert unquantized.noise == 0.0 and unquantized.sqnr_db == math.inf and unquantized.power == found.power
+    assert noise.histogram_error(np.zeros(4), np.linspace(0, 1, 5), None) is None
+    assert noise.histogram_error([0, 5], [0.0, 0.0, 0.0], noise.lattice(0.1, top=127)).sqnr_db is None  # all values zero
+    with pytest.raises(ValueError):
+        noise.lattice(0.1)

@@ -37,6 +37,8 @@ import math
 
 import numpy as np
 
+from . import noise
+
 KL_VARIANTS = ("nvidia", "ncnn", "ppq")
 METHODS = ("entropy", "max", "mse", "percentile:P", "auto")  # computed from a histogram
 SAMPLE_METHODS = ("mean-minmax",)  # computed from per-sample statistics (TensorRecord.threshold)
@@ -565,18 +567,30 @@ def mse_amax(
         candidates = candidates[centers[candidates] > 0]
         if candidates.size == 0:
             return 0.0
-    n = h.size
     width = edges[1] - edges[0]
     if not (width > 0 and np.allclose(np.diff(edges), width, rtol=1e-9, atol=0)):
         errors = [_mse_exact(p, centers, int(i), top) for i in candidates]
         return float(centers[candidates[_first_min(errors)]])
-    # In bin-index units (c_j = e0 + (j + 0.5) w) level k of candidate i sits at
-    # tau_k = k*d + off with d = (c_i / top) / w, off = -0.5 - e0 / w, so tau_top = i. Cell k
-    # holds bins b_k .. b_{k+1}-1 (b_0 = 0, b_{top+1} = n): those rounding to level k, the last
-    # cell also those clamped to it. With prefix sums A0, A1, A2 of p, p j, p j^2 the error
-    # sum_k sum_cell p (j - tau_k)^2 telescopes (summation by parts, tau_k - tau_{k-1} = d) into
-    #   A2[n] - 2 i A1[n] + i^2 A0[n] + 2d sum A1[b_k] - 2d off sum A0[b_k] - d^2 sum (2k-1) A0[b_k]
-    # (k = 1..top), so each candidate needs two gathers and two dot products.
+    off = -0.5 - edges[0] / width  # the bin-index offset of the centres (_mse_fast)
+    fast = _mse_fast(p, edges, centers, candidates, top, off)
+    near = _near_best(fast, abs_tol=1e-13 * (h.size + 1.0 - off) ** 2)  # fast is ~1e-16 (n - off)^2 accurate
+    best = near[0] if near.size == 1 else near[_first_min([_mse_exact(p, centers, int(candidates[k]), top) for k in near])]
+    return float(centers[candidates[best]])
+
+
+def _mse_fast(p: np.ndarray, edges: np.ndarray, centers: np.ndarray, candidates: np.ndarray, top: int, off: float) -> np.ndarray:
+    """The expected squared error of every candidate over equal bins, accurate to rounding.
+
+    In bin-index units (c_j = e0 + (j + 0.5) w) level k of candidate i sits at
+    tau_k = k*d + off with d = (c_i / top) / w, off = -0.5 - e0 / w, so tau_top = i. Cell k
+    holds bins b_k .. b_{k+1}-1 (b_0 = 0, b_{top+1} = n): those rounding to level k, the last
+    cell also those clamped to it. With prefix sums A0, A1, A2 of p, p j, p j^2 the error
+    sum_k sum_cell p (j - tau_k)^2 telescopes (summation by parts, tau_k - tau_{k-1} = d) into
+      A2[n] - 2 i A1[n] + i^2 A0[n] + 2d sum A1[b_k] - 2d off sum A0[b_k] - d^2 sum (2k-1) A0[b_k]
+    (k = 1..top), so each candidate needs two gathers and two dot products.
+    """
+    n = p.size
+    width = edges[1] - edges[0]
     rows = _layout("mse", top, n, _mse_layout) if edges[0] == 0 else None
     j = np.arange(n, dtype=np.float64)
     A0 = np.concatenate(([0.0], np.cumsum(p)))
@@ -597,11 +611,7 @@ def mse_amax(
         sum1[a : a + step] = A1.take(b).sum(axis=1)
     i = candidates.astype(np.float64)
     d = centers[candidates] / top / width
-    off = -0.5 - edges[0] / width
-    fast = A2[n] - 2.0 * i * A1[n] + i * i * A0[n] + 2.0 * d * sum1 - 2.0 * d * off * sums0[:, 0] - d * d * sums0[:, 1]
-    near = _near_best(fast, abs_tol=1e-13 * (n + 1.0 - off) ** 2)  # fast is ~1e-16 (n - off)^2 accurate
-    best = near[0] if near.size == 1 else near[_first_min([_mse_exact(p, centers, int(candidates[k]), top) for k in near])]
-    return float(centers[candidates[best]])
+    return A2[n] - 2.0 * i * A1[n] + i * i * A0[n] + 2.0 * d * sum1 - 2.0 * d * off * sums0[:, 0] - d * d * sums0[:, 1]
 
 
 # ---------------------------------------------------------------- percentile, max
@@ -708,32 +718,19 @@ def amax_for(
 # ---------------------------------------------------------------- auto
 
 AUTO_CANDIDATES = ("entropy", "percentile:99.99", "percentile:99.999", "mse")
-_SUBSAMPLES = 8  # points per bin at which a quantizer's error is evaluated
-
-
-def bin_points(edges: np.ndarray) -> np.ndarray:
-    """[bins, 8] points spread evenly inside each histogram bin (float64): where a histogram's
-    values are taken to lie when a quantizer's error is estimated from it."""
-    edges = np.asarray(edges, dtype=np.float64)
-    frac = (np.arange(_SUBSAMPLES) + 0.5) / _SUBSAMPLES
-    return edges[:-1, None] + (edges[1:] - edges[:-1])[:, None] * frac
 
 
 def quantization_error(hist: np.ndarray, bin_edges: np.ndarray, amax: float, *, unsigned: bool = False, num_bits: int = 8) -> float:
     """Mean squared error per value of fake-quantizing the histogram's values with threshold
     `amax` on the grid qtool exports (unsigned: 2^bits levels on [0, amax]; signed: step
-    amax / (2^(bits-1) - 1), magnitudes up to amax), values spread evenly inside each bin:
+    amax / (2^(bits-1) - 1), magnitudes up to amax), as qtool.statistics.noise estimates it:
     rounding error inside the range, x - amax above it."""
     h, edges = _prepare(hist, bin_edges)
-    total = float(np.sum(h, dtype=np.float64)) if h.size else 0.0
-    if total <= 0 or not amax > 0:
+    if not amax > 0:
         return 0.0
     top = (1 << num_bits) - 1 if unsigned else (1 << (num_bits - 1)) - 1
-    step = amax / top
-    x = bin_points(edges)
-    q = np.minimum(np.rint(x / step), top) * step
-    per_bin = ((x - q) ** 2).mean(axis=1)
-    return float(np.dot(h.astype(np.float64), per_bin) / total)
+    found = noise.histogram_error(h, edges, noise.lattice(amax / top, top=top))
+    return 0.0 if found is None else found.noise
 
 
 def auto_choice(hist: np.ndarray, bin_edges: np.ndarray, *, absmax: float, unsigned: bool = False, kl_variant: str = "nvidia",

@@ -10,7 +10,7 @@ the rows lose 15-20 % of their mass. FP8 (E4M3) keeps 3 significant bits down to
 range and holds them; its coarser logits (E4M3's relative rounding of Q and K) are what it loses.
 
 From each histogram of |x| (values spread evenly inside each bin, as
-qtool.statistics.thresholds.quantization_error evaluates them) under the grid the export writes:
+qtool.statistics.noise estimates them) under the grid the export writes:
   P, the probabilities the .V MatMul reads: E[P], E[P^2], the rounding error e = P - q(P) (its
      mean and mean square); n = 1 / E[P] (each row sums to 1);
   V and O, the .V MatMul's other input and its output (the block's attention output): E[V^2],
@@ -36,14 +36,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import NamedTuple
 
 import numpy as np
 
 from ...model import graph as G
 from ...quantizers.patterns import AttentionCore, producer
 from ...quantizers.rules import SHAPE_OPS
-from ...statistics import thresholds
+from ...statistics import noise
 
 # An int8 activation quantizer on the bench transformers' linear-layer inputs leaves 20-40 dB,
 # median 31.6 dB (ViT-S) and 31.8 dB (MiniLM): a core below 30 dB is the block's worst 8-bit step.
@@ -58,27 +57,13 @@ def int8_grid(x: np.ndarray, amax: float) -> np.ndarray:
     return np.minimum(np.rint(x / step), 127.0) * step
 
 
-class Moments(NamedTuple):
-    mean: float  # E[x]
-    power: float  # E[x^2]
-    error: float  # E[x - q(x)]
-    noise: float  # E[(x - q(x))^2]
-    clipped: float  # the part of `noise` from values beyond amax
-
-
-def _moments(record, amax: float, grid: Grid) -> Moments | None:
-    """The record's |x| histogram under `grid` with threshold `amax`, in float64."""
-    counts = np.asarray(record.counts, dtype=np.float64)
-    total = float(counts.sum())
-    if total <= 0 or record.hist_range <= 0 or not (amax > 0 and math.isfinite(amax)):
+def _moments(record, amax: float, grid: Grid | None) -> noise.HistogramError | None:
+    """The record's |x| histogram under `grid` (None: unquantized) with threshold `amax`: its
+    figures mean, power, error, noise and the part `clipped` beyond amax, in float64."""
+    if record.hist_range <= 0 or not (amax > 0 and math.isfinite(amax)):
         return None
-    x = thresholds.bin_points(record.edges())
-    err = x - grid(x, amax)
-
-    def mean(a):
-        return float(np.dot(counts, a.mean(axis=1)) / total)
-
-    return Moments(mean(x), mean(x * x), mean(err), mean(err * err), mean(np.where(x > amax, err * err, 0.0)))
+    quantize = None if grid is None else (lambda x: grid(x, amax))
+    return noise.histogram_error(record.counts, record.edges(), quantize, clip=amax)
 
 
 def _own(m: G.Index, records: dict, t: str) -> str | None:
@@ -107,7 +92,7 @@ def core_sqnr(m: G.Index, core: AttentionCore, records: dict, amax: dict[str, fl
         if None in (p, v, q, k) or o not in records:
             return None
         stats = [_moments(records[t], amax.get(t, 0.0), grid) for t in (p, v, q, k)]
-        out = _moments(records[o], records[o].absmax, lambda x, _a: x)
+        out = _moments(records[o], records[o].absmax, None)
         if None in stats or out is None:
             return None
         sp, sv, sq, sk = stats
@@ -122,15 +107,11 @@ def core_sqnr(m: G.Index, core: AttentionCore, records: dict, amax: dict[str, fl
             logits = weight * (sq.noise * sk.power + sq.power * sk.noise)
             clipped = weight * (sq.clipped * sk.power + sq.power * sk.clipped)
             scores = ((logits - clipped) * concentration + clipped) * sv.power
-        found = {"sqnr_db": _db(out.power, context + (scores or 0.0)), "context_db": _db(out.power, context),
-                 "scores_db": None if scores is None else _db(out.power, scores)}
+        found = {"sqnr_db": noise.sqnr_db(out.power, context + (scores or 0.0)), "context_db": noise.sqnr_db(out.power, context),
+                 "scores_db": None if scores is None else noise.sqnr_db(out.power, scores)}
         if worst is None or found["sqnr_db"] < worst["sqnr_db"]:
             worst = found
     return worst
-
-
-def _db(signal: float, noise: float) -> float:
-    return math.inf if noise <= 0 else 10.0 * math.log10(signal / noise)
 
 
 def rule(records: dict, amax: dict[str, float], grid: Grid, precision: str) -> Callable[[G.Index, AttentionCore], str | None]:
