@@ -29,7 +29,8 @@ import onnxruntime as ort
 
 from .. import model, ortlog
 from ..errors import QtoolError
-from ..model import nchwc, weights
+from ..model import lazy, nchwc
+from ..model.spill import runnable
 from ..statistics import histogram
 from ..statistics.histogram import Extrema, TensorHistogram
 
@@ -51,7 +52,7 @@ def make_session(model: onnx.ModelProto, external_folder: str | os.PathLike | No
 
     `external_folder`: where weights the proto keeps in external files live (the original
     model's folder); onnxruntime reads them from there, so models over 2 GB work. Weights a big
-    model keeps where they lie (qtool.model.weights) it reads from their files too.
+    model keeps where they lie (qtool.model.lazy) it reads from their files too.
     `threads`: intra-op threads per run (default: onnxruntime's, one per core).
     `optimized`: the model is a graph onnxruntime optimized already (nchwc): run it as it is.
     """
@@ -67,7 +68,7 @@ def make_session(model: onnx.ModelProto, external_folder: str | os.PathLike | No
     opts.add_session_config_entry("session.intra_op.allow_spinning", "1")
     opts.add_session_config_entry("session.force_spinning_stop", "1")
     try:
-        data, spill = weights.runnable(model)
+        data, spill = runnable(model)
     except ValueError as e:  # protobuf refuses messages over 2 GB: weights must stay external
         raise QtoolError(f"model is too large to run in memory ({_first_line(e)})") from None
     if spill is not None:
@@ -98,7 +99,7 @@ def fetching_session(model: onnx.ModelProto, fetched: list[str], keep: frozenset
     optimized copy would hold them all), and machines or onnxruntime builds without the blocked
     layout, get make_session's session and every tensor in NCHW."""
     convolutions = any(n.op_type == "Conv" for n in model.graph.node)
-    block = nchwc.block_size() if external_folder is None and convolutions and not weights.lazy_tensors(model) else None
+    block = nchwc.block_size() if external_folder is None and convolutions and not lazy.lazy_tensors(model) else None
     if block is not None:
         try:
             graph = nchwc.optimized(model)

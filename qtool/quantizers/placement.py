@@ -79,7 +79,7 @@ from .. import model as M
 from ..calibration import MAX_CLIPPED, Threshold, decide
 from ..errors import QtoolError
 from ..model import graph as G
-from ..model import weights
+from ..model import lazy
 from . import overflow
 from . import patterns as P
 from .policy import Policies, choose_symmetry, quantize
@@ -477,7 +477,7 @@ class _Placer:
                     self.bad_weights.add(t)
                     continue
                 try:
-                    values = weights.value(self.m.constants[t])
+                    values = lazy.value(self.m.constants[t])
                 except Exception as e:  # external data not loaded, damaged tensor
                     raise QtoolError(f"cannot read weight {t!r}: {e}") from None
                 if not np.all(np.isfinite(values)):

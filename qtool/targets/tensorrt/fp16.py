@@ -99,9 +99,11 @@ from onnxruntime.transformers.float16 import (
 )
 
 from ...errors import QtoolError
-from ...model import NON_DATA_SLOTS, weights
+from ...model import NON_DATA_SLOTS, lazy
+from ...model.checker import check
 from ...model.graph import Index, Namer, node_reads, outer_refs, producers, subgraphs, toposort
-from ...model.weights import with_inferred_shapes
+from ...model.shapes import with_inferred_shapes
+from ...model.spill import runnable
 
 FP16_MAX = 65504.0
 ACTIVATION_LIMIT = FP16_MAX / 4
@@ -213,8 +215,8 @@ def _convert(work: onnx.ModelProto, kept: dict[str, str], blocked_ops: set[str],
             )
     except Exception as e:  # the converter's own failure: the caller may fall back to FP32
         raise QtoolError(f"onnxruntime's FP16 converter failed: {type(e).__name__}: {_first_line(e)}") from None
-    # the converter changed the declared type of the weights it cannot see (weights.py): convert their values as it would
-    weights.retyped(out, lambda a: convert_np_to_float16(a, _MIN_POSITIVE, _MAX_FINITE), TensorProto.FLOAT, TensorProto.FLOAT16)
+    # the converter changed the declared type of the weights it cannot see (lazy.py): convert their values as it would
+    lazy.retyped(out, lambda a: convert_np_to_float16(a, _MIN_POSITIVE, _MAX_FINITE), TensorProto.FLOAT, TensorProto.FLOAT16)
     _cast_outer_reads(out.graph, kept, namer)
     _home_casts(out.graph)
     _drop_cast_pairs(out.graph, n_before, original_tensors)
@@ -227,12 +229,12 @@ def _convert(work: onnx.ModelProto, kept: dict[str, str], blocked_ops: set[str],
 
 @contextlib.contextmanager
 def _lazy_shapes(model: onnx.ModelProto):
-    """While converting a model with lazy weights (weights.py), the converter's value info of an
+    """While converting a model with lazy weights (lazy.py), the converter's value info of an
     initializer takes its shape from the tensor's dims (what numpy_helper.to_array(t).shape gives)
     instead of reading the value."""
     from onnxruntime.transformers import float16
 
-    if not weights.lazy_tensors(model):
+    if not lazy.lazy_tensors(model):
         yield
         return
     saved = float16.make_value_info_from_tensor
@@ -465,7 +467,7 @@ def _guard_constants(index: Index, kept: dict[str, str]) -> None:
     readers = index.readers
     for name, t, const_node in _float_constants(index.graph):
         try:
-            arr = weights.value(t)
+            arr = lazy.value(t)
         except Exception as e:
             raise QtoolError(f"cannot read constant {name!r} ({_first_line(e)}); load the model's external data first") from None
         users = readers.get(name, [])
@@ -527,7 +529,7 @@ def _guard_layernorms(index: Index, absmax: dict[str, float], kept: dict[str, st
     g = index.graph
     constants: dict[str, np.ndarray] = {}
     for name, t, _ in _float_constants(g):
-        if weights.is_lazy(t):  # a weight, no exponent: not read
+        if lazy.is_lazy(t):  # a weight, no exponent: not read
             continue
         try:
             constants[name] = numpy_helper.to_array(t)
@@ -635,7 +637,7 @@ def _fp32_constant_copies(g: onnx.GraphProto) -> None:
     dead = []
     for n in g.node:
         if _cast_to(n) == TensorProto.FLOAT and n.input[0] in inits:
-            value = weights.value(inits[n.input[0]]).astype(np.float32)
+            value = lazy.value(inits[n.input[0]]).astype(np.float32)
             g.initializer.append(numpy_helper.from_array(value, n.output[0]))
             dead.append(n)
     for n in dead:
@@ -738,7 +740,7 @@ def _check_finite(g: onnx.GraphProto) -> None:
         for sub in subgraphs(n):
             _check_finite(sub)
     for name, t in tensors:
-        if t.data_type == TensorProto.FLOAT16 and not np.all(np.isfinite(weights.value(t))):
+        if t.data_type == TensorProto.FLOAT16 and not np.all(np.isfinite(lazy.value(t))):
             raise QtoolError(f"FP16 conversion made constant {name!r} non-finite")
 
 
@@ -773,7 +775,7 @@ def _ort_run(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> list[np.nda
     # BASIC: the model as written. EXTENDED fuses DQ -> Concat -> Q into com.microsoft
     # QLinearConcat, which refuses FP16 scales in onnxruntime 1.32 (module doc).
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    data, spill = weights.runnable(model)  # a model with lazy weights reads them from their files
+    data, spill = runnable(model)  # a model with lazy weights reads them from their files
     try:
         if spill is not None:
             opts.add_session_config_entry("session.model_external_initializers_file_folder_path", "/")
@@ -790,10 +792,10 @@ def _verify(out: onnx.ModelProto, original: onnx.ModelProto) -> list[str]:
     _check_finite(out.graph)
     warnings = []
     try:
-        weights.check(out)
+        check(out)
     except onnx.checker.ValidationError as e:
         try:
-            weights.check(original)
+            check(original)
         except onnx.checker.ValidationError:
             warnings.append(f"the FP16 model fails onnx.checker ({_first_line(e)}), as does the input model")
         else:
