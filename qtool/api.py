@@ -205,8 +205,8 @@ def export(model_or_path, cal: Calibration, *, target: str, path: str | os.PathL
         from .fileio import check_output_path, write_atomic
 
         write_atomic(check_output_path(Path(path), inputs=()), result.data)
-    if isinstance(result.data, model.weights.ModelFile) and result.data.external() and path is not None:
-        return result.data.external_chunks(model.weights.data_path(path).name)[0]  # the .onnx file written
+    if isinstance(result.data, model.writer.ModelFile) and result.data.external() and path is not None:
+        return result.data.external_chunks(model.writer.data_path(path).name)[0]  # the .onnx file written
     return bytes(result.data)  # a big model's export that fits one file: that file
 
 

@@ -118,7 +118,7 @@ def _conflict(out: Path, inputs) -> tuple[str, Path] | None:
 
 def check_output_path(path: str | os.PathLike, *, inputs=(), what: str = "output path", model: bool = False) -> Path:
     """Fail early (before any work) if `path` cannot be written or would overwrite an input
-    (`model`: an ONNX model, whose external data file may go beside it, qtool.model.weights.data_path).
+    (`model`: an ONNX model, whose external data file may go beside it, qtool.model.writer.data_path).
 
     inputs: Input items (model_input, folder_input, file_input), or plain paths of input files.
     """
@@ -216,9 +216,9 @@ class Outputs:
 
     def write(self, path: str | os.PathLike, data) -> None:
         """Stage `data` for `path`: a temporary file beside the file `path` names (symlinks followed).
-        `data`: bytes, or a model to write (qtool.model.weights.ModelFile: piece by piece, and
+        `data`: bytes, or a model to write (qtool.model.writer.ModelFile: piece by piece, and
         when it needs external data, that file beside `path` too, staged and committed with it)."""
-        from .model.weights import ModelFile, data_path
+        from .model.writer import ModelFile, data_path
 
         if not isinstance(data, ModelFile):
             self._stage(path, [data])
@@ -306,9 +306,9 @@ class Outputs:
 
 
 def _check_data_file(out: Path, inputs) -> None:
-    """A model written to `out` may need external data beside it (qtool.model.weights.data_path):
+    """A model written to `out` may need external data beside it (qtool.model.writer.data_path):
     refused before any work when that file is an input."""
-    from .model.weights import data_path
+    from .model.writer import data_path
 
     hit = _conflict(data_path(out), inputs)
     if hit is not None:

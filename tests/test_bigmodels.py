@@ -1,5 +1,5 @@
-"""Big models (qtool.model.weights): weights kept where they lie, exports of any size written beside
-the output, on small models with the size limits lowered (weights.LAZY_BYTES, weights.MAX_PROTO_BYTES)."""
+"""Big models (qtool.model.lazyload, lazy, writer): weights kept where they lie, exports of any size written
+beside the output, on small models with the size limits lowered (lazyload.LAZY_BYTES, writer.MAX_PROTO_BYTES)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from runcli import invoke
 import qtool
 from qtool import calibration
 from qtool.errors import QtoolError
-from qtool.model import load_model, weights
+from qtool.model import lazy, lazyload, load_model, shapes, writer
 
 
 def _feeds(n=6, seq=16):
@@ -57,9 +57,9 @@ def test_a_model_loaded_lazily_calibrates_and_exports_the_same_bytes(tmp_path, m
     path, feeds = _bert(tmp_path, layout)
     cal = qtool.calibrate(path, data=feeds)
     whole = {t: qtool.export(path, cal, target=t) for t in ("openvino", "qdq", "tensorrt")}
-    monkeypatch.setattr(weights, "LAZY_BYTES", 0)
+    monkeypatch.setattr(lazyload, "LAZY_BYTES", 0)
     loaded = load_model(path)
-    assert weights.lazy_tensors(loaded.proto) and loaded.proto.ByteSize() < 40_000  # the weights stayed in their files
+    assert lazy.lazy_tensors(loaded.proto) and loaded.proto.ByteSize() < 40_000  # the weights stayed in their files
     assert not loaded.external_files  # nothing left for onnxruntime to find beside the model: it reads them by path
     lazy_cal = qtool.calibrate(path, data=feeds)
     assert calibration.to_json(lazy_cal) == calibration.to_json(cal)
@@ -69,17 +69,17 @@ def test_a_model_loaded_lazily_calibrates_and_exports_the_same_bytes(tmp_path, m
 
 def test_lazy_weights_are_read_where_they_lie_and_a_changed_file_is_refused(tmp_path, monkeypatch):
     path, _ = _bert(tmp_path, "one-file")
-    monkeypatch.setattr(weights, "LAZY_BYTES", 0)
+    monkeypatch.setattr(lazyload, "LAZY_BYTES", 0)
     loaded = load_model(path)
     whole = onnx.load(str(path))
-    t = next(t for t in loaded.proto.graph.initializer if weights.is_lazy(t))
+    t = next(t for t in loaded.proto.graph.initializer if lazy.is_lazy(t))
     expected = onnx.numpy_helper.to_array(next(w for w in whole.graph.initializer if w.name == t.name))
-    assert np.array_equal(weights.value(t), expected)
+    assert np.array_equal(lazy.value(t), expected)
     assert loaded.sha256 == load_model(path).sha256 == hashlib.sha256(path.read_bytes() + (path.parent / "bert.onnx.data").read_bytes()).hexdigest()
     with open(path.parent / "bert.onnx.data", "ab") as f:  # rewritten in place while a command runs
         f.write(b"\0")
     with pytest.raises(QtoolError, match="changed while qtool was reading it"):
-        weights.value(t)
+        lazy.value(t)
 
 
 def test_shape_inference_runs_on_the_graph_without_its_weights_once_per_graph(tmp_path, monkeypatch):
@@ -93,9 +93,9 @@ def test_shape_inference_runs_on_the_graph_without_its_weights_once_per_graph(tm
         return infer(model, *args, **kwargs)
 
     monkeypatch.setattr(onnx.shape_inference, "infer_shapes", counting)
-    weights._INFERRED.clear()
+    shapes.INFERENCES.clear()
     qtool.export(path, cal, target="qdq")
-    weights_bytes = sum(t.ByteSize() for t in onnx.load(str(path)).graph.initializer if t.ByteSize() > weights.INLINE_BYTES)
+    weights_bytes = sum(t.ByteSize() for t in onnx.load(str(path)).graph.initializer if t.ByteSize() > lazy.INLINE_BYTES)
     # two graphs: the model and the one SmoothQuant edited; each inferred once, without its weight data
     assert len(seen) == 2 and max(seen) < path.stat().st_size - weights_bytes + 10_000
 
@@ -112,18 +112,18 @@ def test_an_export_past_2_gib_keeps_its_weights_beside_it(tmp_path, monkeypatch,
     cal = qtool.calibrate(path, data=feeds)
     cal.save(tmp_path / "bert.calib.json")
     one = _export_cli(path, tmp_path / "bert.calib.json", target, tmp_path / f"one.{target}.onnx")
-    assert not weights.data_path(one).exists()
-    monkeypatch.setattr(weights, "LAZY_BYTES", 0)
-    monkeypatch.setattr(weights, "MAX_PROTO_BYTES", 20_000)  # the bert look-alike's export is ~60 kB
+    assert not writer.data_path(one).exists()
+    monkeypatch.setattr(lazyload, "LAZY_BYTES", 0)
+    monkeypatch.setattr(writer, "MAX_PROTO_BYTES", 20_000)  # the bert look-alike's export is ~60 kB
     out = _export_cli(path, tmp_path / "bert.calib.json", target, tmp_path / f"big.{target}.onnx")
-    data = weights.data_path(out)
+    data = writer.data_path(out)
     assert data.name == f"big.{target}.onnx.data" and out.stat().st_size < one.stat().st_size / 2
     header = onnx.load(str(out), load_external_data=False)
     external = [t for t in header.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
     info = [{e.key: e.value for e in t.external_data} for t in external]
-    assert external and all(i["location"] == data.name and int(i["offset"]) % weights.DATA_ALIGNMENT == 0 for i in info)
-    assert all(int(i["length"]) >= weights.INLINE_BYTES for i in info)  # smaller ones stay in the .onnx file
-    assert all(len(t.raw_data) < weights.INLINE_BYTES for t in header.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL)
+    assert external and all(i["location"] == data.name and int(i["offset"]) % writer.DATA_ALIGNMENT == 0 for i in info)
+    assert all(int(i["length"]) >= lazy.INLINE_BYTES for i in info)  # smaller ones stay in the .onnx file
+    assert all(len(t.raw_data) < lazy.INLINE_BYTES for t in header.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL)
     full, single = onnx.load(str(out)), onnx.load(str(one))
     for t in full.graph.initializer:  # every value as in the single file written without the limit
         other = next(x for x in single.graph.initializer if x.name == t.name)
@@ -148,12 +148,12 @@ def test_an_export_with_external_data_is_written_whole_or_not_at_all(tmp_path, m
     path, feeds = _bert(tmp_path, "single")
     cal = qtool.calibrate(path, data=feeds)
     cal.save(tmp_path / "bert.calib.json")
-    monkeypatch.setattr(weights, "LAZY_BYTES", 0)
-    monkeypatch.setattr(weights, "MAX_PROTO_BYTES", 20_000)
+    monkeypatch.setattr(lazyload, "LAZY_BYTES", 0)
+    monkeypatch.setattr(writer, "MAX_PROTO_BYTES", 20_000)
     out = tmp_path / "out.onnx"
     out.write_bytes(b"old")
     calls = []
-    real = weights._exact
+    real = writer._exact
 
     def failing(t, n):
         calls.append(t.name)
@@ -161,10 +161,10 @@ def test_an_export_with_external_data_is_written_whole_or_not_at_all(tmp_path, m
             raise OSError(28, "No space left on device")
         return real(t, n)
 
-    monkeypatch.setattr(weights, "_exact", failing)
+    monkeypatch.setattr(writer, "_exact", failing)
     r = invoke("export", path, "--calib", tmp_path / "bert.calib.json", "--target", "qdq", "-o", out)
     assert r.exit_code == 1 and "No space left on device" in r.output and "nothing was written" in r.output
-    assert out.read_bytes() == b"old" and not weights.data_path(out).exists()
+    assert out.read_bytes() == b"old" and not writer.data_path(out).exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bert.calib.json", "out.onnx", "single"]  # no staged file left
 
 
@@ -188,8 +188,8 @@ def test_an_output_whose_data_file_would_overwrite_an_input_is_refused_before_an
 def test_the_api_returns_the_onnx_file_of_an_export_with_external_data(tmp_path, monkeypatch):
     path, feeds = _bert(tmp_path, "single")
     cal = qtool.calibrate(path, data=feeds)
-    monkeypatch.setattr(weights, "LAZY_BYTES", 0)
-    monkeypatch.setattr(weights, "MAX_PROTO_BYTES", 20_000)
+    monkeypatch.setattr(lazyload, "LAZY_BYTES", 0)
+    monkeypatch.setattr(writer, "MAX_PROTO_BYTES", 20_000)
     with pytest.raises(QtoolError, match="past the 2 GiB of one ONNX file"):
         qtool.export(path, cal, target="qdq")
     got = qtool.export(path, cal, target="qdq", path=tmp_path / "q.onnx")
@@ -201,6 +201,6 @@ def test_inspect_reads_a_big_qdq_model_as_a_small_one(tmp_path, monkeypatch):
     out = tmp_path / "t.onnx"
     qtool.export(path, qtool.calibrate(path, data=feeds), target="tensorrt", path=out)
     whole = invoke("inspect", out, "--trt-version", "10.3", "--json")
-    monkeypatch.setattr(weights, "LAZY_BYTES", 0)  # its constants of 1 KiB or more are then read from the file when checked
+    monkeypatch.setattr(lazyload, "LAZY_BYTES", 0)  # its constants of 1 KiB or more are then read from the file when checked
     lazy = invoke("inspect", out, "--trt-version", "10.3", "--json")
     assert whole.exit_code == lazy.exit_code == 0 and lazy.output == whole.output and '"violations": []' in whole.output

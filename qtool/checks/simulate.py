@@ -22,7 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import QtoolError
 from ..model import graph as G
-from ..model import weights
+from ..model.writer import ModelFile
 from ..runtime import onnxruntime, openvino
 from ..targets.qdq import upgrade_opset
 
@@ -100,7 +100,7 @@ def fake_quantize_as_float_ops(model: onnx.ModelProto) -> onnx.ModelProto:
 def simulation(model: onnx.ModelProto | bytes):
     """An onnxruntime session computing the file's arithmetic exactly, on any CPU: FakeQuantize as
     float ops, no graph optimization (Q/DQ stay float ops). A ModelProto given is rewritten in place."""
-    if isinstance(model, weights.ModelFile):  # a big model's export: its graph, the weights where they are
+    if isinstance(model, ModelFile):  # a big model's export: its graph, the weights where they are
         proto = onnx.ModelProto()
         proto.CopyFrom(model.model)
     else:
@@ -113,7 +113,7 @@ def runtime(name: str, data: bytes):
     """The real runtime on this CPU running the file `data`: OpenVINO ('openvino', f32 inference
     precision, int8 where the file quantizes) or onnxruntime ('onnxruntime', default optimizations:
     its int8 kernels for Q/DQ; float layers in f32 too)."""
-    data = bytes(data)  # a big model's export (weights.ModelFile) as one file
+    data = bytes(data)  # a big model's export (ModelFile) as one file
     if name == "openvino":
         return openvino.Session(data)
     if name == "onnxruntime":

@@ -13,6 +13,7 @@ from pathlib import Path
 from .. import calibration, model
 from ..errors import QtoolError
 from ..feeds import data
+from ..model.spill import runnable
 from ..runtime import nchwc
 from ..statistics import histogram, thresholds
 from ..statistics.stats import new_stats
@@ -268,7 +269,7 @@ def _helpers(exposed, folder, fetched, names, source: _Source, bins, stats, deri
     if workers < 2 or not kernel or source.images is None or source.least_bytes * len(source.images) < HELPER_BYTES:
         return []
     try:
-        model_bytes, spill = model.weights.runnable(exposed)  # a big model's weights: read by path (folder "/")
+        model_bytes, spill = runnable(exposed)  # a big model's weights: read by path (folder "/")
     except ValueError:  # over protobuf's 2 GB: the weights stay external, threads it is
         return []
     if spill is not None:

@@ -14,7 +14,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from ..errors import QtoolError
-from . import weights
+from . import lazy, lazyload, shapes
 from .graph import Constants, outer_refs, subgraphs
 
 FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE}
@@ -44,16 +44,16 @@ _NOT_FOLDABLE = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUni
 class LoadedModel:
     path: Path
     sha256: str
-    proto: onnx.ModelProto  # with external data loaded, unless load_model(external_data=False); big models: weights.py
+    proto: onnx.ModelProto  # with external data loaded, unless load_model(external_data=False); big models: lazyload.py
     onnx_sha256: str | None = None  # of the .onnx file alone: what older qtool versions recorded, external data or not
-    weights: object = None  # weights.Store of a model loaded lazily (its big weights stay where they lie)
+    store: lazy.Store | None = None  # of a model loaded lazily: where its big weights lie, alive as long as this is
 
     @property
     def external_files(self) -> list[str]:
         """Locations (relative to the model's folder) of external data the proto still refers to."""
         return sorted({
             e.value for t in _all_initializers(self.proto.graph)
-            if t.data_location == TensorProto.EXTERNAL and not weights.is_lazy(t) for e in t.external_data if e.key == "location"
+            if t.data_location == TensorProto.EXTERNAL and not lazy.is_lazy(t) for e in t.external_data if e.key == "location"
         })
 
 
@@ -80,7 +80,7 @@ def external_locations(proto: onnx.ModelProto) -> list[str]:
     """The external data files (relative to the model's folder) of a model loaded without its
     external data, sorted: the fixed order the model's SHA-256 reads them in."""
     return sorted({
-        e.value for t in weights.graph_tensors(proto.graph)
+        e.value for t in lazyload.graph_tensors(proto.graph)
         if t.data_location == TensorProto.EXTERNAL for e in t.external_data if e.key == "location"
     })
 
@@ -141,12 +141,12 @@ def read_model_bytes(path: str | os.PathLike) -> bytes:
 
 def read_model_header(path: str | os.PathLike, weightless: bool = False) -> onnx.ModelProto:
     """The model without its external data (read_model_bytes's checks, then protobuf's);
-    `weightless`: without the data of its big float initializers either (weights.read_header:
+    `weightless`: without the data of its big float initializers either (lazyload.read_header:
     the graph's pages of the file are all it reads)."""
     if weightless:
         p = Path(path)
         os.close(_open_model(p))
-        return weights.read_header(p)[0]
+        return lazyload.read_header(p)[0]
     return onnx.load_model_from_string(read_model_bytes(path))
 
 
@@ -160,21 +160,21 @@ def load_model(path: str | os.PathLike, external_data: bool = True) -> LoadedMod
 
     external_data=False leaves external weights on disk (they are checked to exist);
     qtool.runtime.onnxruntime.session(proto, external_folder=path.parent) runs such a model without
-    copying them, whatever their size. A model of weights.LAZY_BYTES or more (with its external
-    data) is loaded lazily either way: its big weights stay where they lie (weights.py).
+    copying them, whatever their size. A model of lazyload.LAZY_BYTES or more (with its external
+    data) is loaded lazily either way: its big weights stay where they lie (lazyload.py).
     """
     p = Path(path)
     fd = _open_model(p)
     size = os.fstat(fd).st_size
     os.close(fd)
-    if size >= weights.LAZY_BYTES:
+    if size >= lazyload.LAZY_BYTES:
         return _load_lazy(p)
     data = read_model_bytes(p)
     with _reading(p):
         proto = onnx.load_model_from_string(data)
         locations = external_locations(proto)
         _require_external(p, locations)
-        if size + sum((p.parent / loc).stat().st_size for loc in locations) >= weights.LAZY_BYTES:
+        if size + sum((p.parent / loc).stat().st_size for loc in locations) >= lazyload.LAZY_BYTES:
             del proto, data
             return _load_lazy(p)
         h = hashlib.sha256(data)  # model_sha256 of the bytes parsed, not a second read
@@ -224,21 +224,21 @@ def _digests(h, p: Path, locations) -> tuple[str, str]:
 
 
 def _load_lazy(p: Path) -> LoadedModel:
-    """load_model for a big model: the graph without its big weights (weights.py), the SHA-256 of
+    """load_model for a big model: the graph without its big weights (lazyload.py), the SHA-256 of
     the files read in chunks."""
     with _reading(p):
-        header, found, identity = weights.read_header(p)
+        header, found, identity = lazyload.read_header(p)
         locations = external_locations(header)
         _require_external(p, locations)
-        store = weights.load_lazy(p, header, found, identity)
+        store = lazyload.load_lazy(p, header, found, identity)
     h = hashlib.sha256()
     _update(h, p)
     onnx_sha256, sha256 = _digests(h, p, locations)
-    return _checked(LoadedModel(path=p, sha256=sha256, proto=header, onnx_sha256=onnx_sha256, weights=store))
+    return _checked(LoadedModel(path=p, sha256=sha256, proto=header, onnx_sha256=onnx_sha256, store=store))
 
 
 def infer_with_inputs(proto: onnx.ModelProto, input_dims: dict[str, tuple]) -> onnx.ModelProto | None:
-    """ONNX shape inference (weights.inferred: without the weight data, cached) with the inputs of
+    """ONNX shape inference (shapes.inferred: without the weight data, cached) with the inputs of
     `input_dims` given these dimensions (None keeps the declared one); None when it fails. The
     model's inputs are changed for the inference and restored."""
     g = proto.graph
@@ -255,7 +255,7 @@ def infer_with_inputs(proto: onnx.ModelProto, input_dims: dict[str, tuple]) -> o
                         dim.CopyFrom(declared[k])
                     else:
                         dim.dim_value = int(d)
-        return weights.inferred(proto)
+        return shapes.inferred(proto)
     finally:
         for vi in g.input:
             if vi.name in saved:
@@ -289,8 +289,8 @@ def already_quantized(proto: onnx.ModelProto) -> str | None:
 
 def tensor_types(proto: onnx.ModelProto) -> dict[str, int]:
     """Element type of every main-graph tensor, from the model and ONNX shape inference
-    (weights.inferred: without the weight data, cached; custom domains: what the file declares)."""
-    inferred = weights.inferred(proto) or proto
+    (shapes.inferred: without the weight data, cached; custom domains: what the file declares)."""
+    inferred = shapes.inferred(proto) or proto
     types: dict[str, int] = {}
     g = inferred.graph
     for vi in list(g.input) + list(g.value_info) + list(g.output):

@@ -19,7 +19,9 @@ from onnx import numpy_helper
 from onnx.external_data_helper import load_external_data_for_model
 
 from ..errors import QtoolError
-from . import weights
+from . import lazy
+from .checker import check
+from .writer import ModelFile
 
 
 def subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
@@ -83,7 +85,7 @@ class Constants:
         file of external data)."""
         if t in self.inits:
             init = self.inits[t]
-            return weights.value(init) if weights.has_value(init) else None
+            return lazy.value(init) if lazy.has_value(init) else None
         n = self.nodes.get(t)
         if n is None or depth > 4 or n.domain not in ("", "ai.onnx"):
             return None
@@ -405,7 +407,7 @@ def copy_model(proto: onnx.ModelProto, base_dir: str | None = None) -> onnx.Mode
     proto still refers to read into it from `base_dir`, so the result is one self-contained file."""
     copy = onnx.ModelProto()
     copy.CopyFrom(proto)
-    if any(not weights.has_value(t) for t in copy.graph.initializer):
+    if any(not lazy.has_value(t) for t in copy.graph.initializer):
         if base_dir is None:
             raise QtoolError("the model refers to external data but its folder is unknown")
         try:
@@ -415,26 +417,26 @@ def copy_model(proto: onnx.ModelProto, base_dir: str | None = None) -> onnx.Mode
     return copy
 
 
-def finish(model: onnx.ModelProto, original: onnx.ModelProto | None = None) -> tuple[bytes | weights.ModelFile, list[str]]:
+def finish(model: onnx.ModelProto, original: onnx.ModelProto | None = None) -> tuple[bytes | ModelFile, list[str]]:
     """Toposort, remove what nothing uses, check, serialise. Returns (bytes, warnings); for a model
-    with lazy weights (weights.py) a weights.ModelFile to write instead of the bytes.
+    with lazy weights (lazy.py) a writer.ModelFile to write instead of the bytes.
 
     A model that fails onnx.checker is refused as a qtool bug, unless the input model failed
     the checker too (then it is only a warning: the exporter did not make it worse)."""
     warnings: list[str] = []
     toposort(model.graph)
     cleanup(model.graph)
-    if weights.lazy_tensors(model):
-        data, checked = weights.ModelFile(model), model
+    if lazy.lazy_tensors(model):
+        data, checked = ModelFile(model), model
     else:
         data = checked = model.SerializeToString()  # a model loaded whole: well under 2 GB
     try:
-        weights.check(checked)
+        check(checked)
     except onnx.checker.ValidationError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         if original is not None:
             try:
-                weights.check(original)
+                check(original)
             except onnx.checker.ValidationError:
                 warnings.append(f"the exported model fails onnx.checker ({first}), as does the input model")
                 return data, warnings

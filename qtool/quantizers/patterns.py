@@ -15,7 +15,7 @@ import onnx
 from onnx import numpy_helper
 
 from ..model import graph as G
-from ..model import weights
+from ..model import lazy
 
 LINEAR = {"Conv", "ConvTranspose", "MatMul", "Gemm"}
 ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Max", "Min"}
@@ -266,7 +266,7 @@ def is_variance(m: G.Index, n: onnx.NodeProto) -> bool:
     if p.op_type == "Mul":
         return p.input[0] == p.input[1]
     if p.op_type == "Pow" and p.input[1] in m.constants:
-        return bool(np.all(weights.value(m.constants[p.input[1]]) == 2))
+        return bool(np.all(lazy.value(m.constants[p.input[1]]) == 2))
     return False
 
 
@@ -284,7 +284,7 @@ def _huge_constant(m: G.Index, t: str) -> bool:
     if c is None or c.data_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16):
         return False
     try:
-        v = weights.value(c).astype(np.float64)
+        v = lazy.value(c).astype(np.float64)
     except Exception:
         return False
     return bool(v.size) and bool(np.any(~np.isfinite(v) | (np.abs(v) >= HUGE)))

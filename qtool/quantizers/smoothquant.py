@@ -37,7 +37,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..model import graph as G
-from ..model import weights
+from ..model import lazy, shapes
 from . import patterns
 
 # NNCF's clamps of the statistics and of the scales (openvinotoolkit/nncf
@@ -206,7 +206,7 @@ def _channel_constant(t: onnx.TensorProto | None, k: int) -> np.ndarray | None:
     dims = list(t.dims)
     if any(d != 1 for d in dims[:-1]) or (dims and dims[-1] not in (1, k)):
         return None
-    return weights.value(t)
+    return lazy.value(t)
 
 
 def _per_channel(value: np.ndarray, k: int, s: np.ndarray) -> np.ndarray:
@@ -231,7 +231,7 @@ class _Editor:
         initializer, else as a new initializer."""
         name = node.input[slot]
         if len(self.readers.get(name, [])) == 1:
-            weights.replace(self.inits[name], value)
+            lazy.replace(self.inits[name], value)
             return
         new = self.namer.fresh(f"{name}/smooth_quant")
         t = numpy_helper.from_array(value, new)
@@ -272,7 +272,7 @@ class _Editor:
             slot = self._constant_slot(node, k)
             if slot is None:
                 return None
-            self.set_constant(node, slot, _per_channel(weights.value(self.inits[node.input[slot]]), k, s))
+            self.set_constant(node, slot, _per_channel(lazy.value(self.inits[node.input[slot]]), k, s))
             return "Mul"
         if node.op_type == "Add":  # beta after a Mul by gamma read by nothing else
             slot = self._constant_slot(node, k)
@@ -284,8 +284,8 @@ class _Editor:
             gamma = self._constant_slot(mul, k)
             if gamma is None or mul.output[0] in self.outputs:
                 return None
-            self.set_constant(node, slot, _per_channel(weights.value(self.inits[node.input[slot]]), k, s))
-            self.set_constant(mul, gamma, _per_channel(weights.value(self.inits[mul.input[gamma]]), k, s))
+            self.set_constant(node, slot, _per_channel(lazy.value(self.inits[node.input[slot]]), k, s))
+            self.set_constant(mul, gamma, _per_channel(lazy.value(self.inits[mul.input[gamma]]), k, s))
             return "Mul+Add"
         return None
 
@@ -303,9 +303,9 @@ class _Editor:
         return None
 
     def rank(self, tensor: str) -> int | None:
-        """The rank of `tensor` by onnx's shape inference (weights.inferred: shared, without the weight data), or None."""
+        """The rank of `tensor` by onnx's shape inference (shapes.inferred: shared, without the weight data), or None."""
         if not hasattr(self, "_ranks"):
-            found = weights.inferred(self.model)  # None: a model onnx cannot infer, ranks unknown
+            found = shapes.inferred(self.model)  # None: a model onnx cannot infer, ranks unknown
             inferred = found.graph if found is not None else self.model.graph
             self._ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in [*inferred.value_info, *inferred.input, *inferred.output]
                            if v.type.tensor_type.HasField("shape")}
@@ -361,7 +361,7 @@ def apply(model: onnx.ModelProto, cal, alpha: float | None = None, only: set[str
     folded = inserted = layers = 0
     chosen = []
     for group in groups(model, records, only):
-        ws = [weights.value(editor.inits[x.weight]) for x in group.layers]
+        ws = [lazy.value(editor.inits[x.weight]) for x in group.layers]
         kn = [(w.astype(np.float64) if x.axis == 0 else w.astype(np.float64).T) for w, x in zip(ws, group.layers)]  # [K, N]
         wmax = np.max([np.abs(w).max(axis=1) for w in kn], axis=0)
         a = alpha if alpha is not None else estimate(group.absmax, kn, _mean_square(records[group.tensor]))
@@ -379,7 +379,7 @@ def apply(model: onnx.ModelProto, cal, alpha: float | None = None, only: set[str
             continue
         for w, x in zip(ws, group.layers):
             shape = (k, 1) if x.axis == 0 else (1, k)
-            weights.replace(editor.inits[x.weight], (w.astype(np.float64) * s.reshape(shape)).astype(w.dtype))
+            lazy.replace(editor.inits[x.weight], (w.astype(np.float64) * s.reshape(shape)).astype(w.dtype))
         if how is not None:
             target = group.tensor
             folded += 1

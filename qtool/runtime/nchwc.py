@@ -30,7 +30,7 @@ from onnx import TensorProto, helper
 
 from .. import scratch
 from ..errors import QtoolError
-from ..model import weights
+from ..model import lazy
 from ..model.graph import node_reads
 from . import onnxruntime
 
@@ -139,7 +139,7 @@ def fetching_session(model: onnx.ModelProto, fetched: list[str], keep: frozenset
     optimized copy would hold them all), and machines or onnxruntime builds without the blocked
     layout, get onnxruntime.session's session and every tensor in NCHW."""
     convolutions = any(n.op_type == "Conv" for n in model.graph.node)
-    block = block_size() if external_folder is None and convolutions and not weights.lazy_tensors(model) else None
+    block = block_size() if external_folder is None and convolutions and not lazy.lazy_tensors(model) else None
     if block is not None:
         try:
             graph = optimized(model)

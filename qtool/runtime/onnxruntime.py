@@ -3,7 +3,7 @@
 Every session runs on the CPU provider with only fatal messages from its logger (a library does
 not print: its errors come back as exceptions, which qtool reports in one line), from the
 model's bytes in memory; weights kept in external files are read from their folder, and a big
-model's lazy weights (qtool.model.weights) from the files they lie in. The settings that differ
+model's lazy weights (qtool.model.lazy) from the files they lie in. The settings that differ
 between callers are keywords of `session`: intra-op threads, graph optimization level, spinning,
 and where onnxruntime writes the graph it optimized.
 
@@ -23,7 +23,7 @@ import onnx
 import onnxruntime as ort
 
 from ..errors import QtoolError
-from ..model import weights
+from ..model.spill import runnable
 
 FATAL = 4  # onnxruntime's severities: 0 verbose, 1 info, 2 warning, 3 error, 4 fatal
 # graph optimization levels by name; not given: onnxruntime's default (all optimizations, int8 kernels for Q/DQ)
@@ -75,12 +75,12 @@ def raw_session(model: onnx.ModelProto, *, threads: int | None = None, optimizat
     model's folder); onnxruntime reads them from there, so models over 2 GB work.
     `optimized_path`: where onnxruntime writes the graph it optimized (see nchwc)."""
     opts = _options(threads, optimization, spin, optimized_path)
-    data, spill = weights.runnable(model)
+    data, spill = runnable(model)
     return _open(data, spill, opts, external_folder)
 
 
 def _open(data: bytes, spill, opts: ort.SessionOptions, external_folder) -> ort.InferenceSession:
-    """The session of the model's bytes; `spill` (weights.runnable's file of lazy weights) is closed."""
+    """The session of the model's bytes; `spill` (qtool.model.spill.runnable's file of lazy weights) is closed."""
     try:
         if spill is not None:  # lazy weights refer to their files by paths from the root
             external_folder = "/"
@@ -100,7 +100,7 @@ def session(model: onnx.ModelProto, *, threads: int | None = None, optimization:
     onnxruntime cannot load the model."""
     opts = _options(threads, optimization, True, None)
     try:
-        data, spill = weights.runnable(model)
+        data, spill = runnable(model)
     except ValueError as e:  # protobuf refuses messages over 2 GB: weights must stay external
         raise QtoolError(f"model is too large to run in memory ({first_line(e)})") from None
     try:

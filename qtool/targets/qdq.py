@@ -18,7 +18,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import QtoolError
 from ..model import graph as G
-from ..model import weights
+from ..model import lazy
+from ..model.checker import check
 from ..quantizers import placement, quant
 from ..quantizers import policy as policy_mod
 from ..quantizers.quantizer import Quantizer
@@ -44,7 +45,7 @@ def upgrade_opset(model: onnx.ModelProto, target: int = MIN_OPSET, why: str = "p
         from onnx import version_converter
 
         converted = version_converter.convert_version(model, target)
-        weights.rebuilt(converted)
+        lazy.rebuilt(converted)
     except Exception as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise QtoolError(
@@ -52,7 +53,7 @@ def upgrade_opset(model: onnx.ModelProto, target: int = MIN_OPSET, why: str = "p
             f"converter failed ({reason}); re-export the model at opset {target} or later"
         ) from None
     try:
-        weights.check(converted)  # onnx.checker (a big model without its lazy weights)
+        check(converted)  # onnx.checker (a big model without its lazy weights)
     except onnx.checker.ValidationError as e:
         raise QtoolError(
             f"the model is opset {current}; converting it to opset {target} gave an invalid model "

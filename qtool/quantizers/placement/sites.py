@@ -13,7 +13,7 @@ from onnx import TensorProto
 
 from ...errors import QtoolError
 from ...model import graph as G
-from ...model import weights
+from ...model import lazy
 from ..policy import Policies, choose_symmetry
 from ..quantizer import Quantizer, Range
 from .exclusions import Kept
@@ -58,7 +58,7 @@ def read_weights(inputs: Inputs, kept: Kept, asked: Requests, report: Report) ->
                 found.bad.add(t)
                 continue
             try:
-                values = weights.value(inputs.m.constants[t])
+                values = lazy.value(inputs.m.constants[t])
             except Exception as e:  # external data not loaded, damaged tensor
                 raise QtoolError(f"cannot read weight {t!r}: {e}") from None
             if not np.all(np.isfinite(values)):

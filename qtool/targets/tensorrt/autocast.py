@@ -95,7 +95,8 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.transformers import float16  # onnxruntime's converter, not a session (qtool.runtime makes those)
 
 from ...errors import QtoolError
-from ...model import NON_DATA_SLOTS, weights
+from ...model import NON_DATA_SLOTS, lazy
+from ...model.checker import check
 from ...model.graph import (
     Index,
     Namer,
@@ -110,7 +111,7 @@ from ...model.graph import (
     tensor_names,
     toposort_all,
 )
-from ...model.weights import with_inferred_shapes
+from ...model.shapes import with_inferred_shapes
 from ...runtime import onnxruntime
 
 FP16_MAX = 65504.0
@@ -223,8 +224,8 @@ def _convert(work: onnx.ModelProto, kept: dict[str, str], blocked_ops: set[str],
             )
     except Exception as e:  # the converter's own failure: the caller may fall back to FP32
         raise QtoolError(f"onnxruntime's FP16 converter failed: {type(e).__name__}: {_first_line(e)}") from None
-    # the converter changed the declared type of the weights it cannot see (weights.py): convert their values as it would
-    weights.retyped(out, lambda a: float16.convert_np_to_float16(a, _MIN_POSITIVE, _MAX_FINITE), TensorProto.FLOAT, TensorProto.FLOAT16)
+    # the converter changed the declared type of the weights it cannot see (lazy.py): convert their values as it would
+    lazy.retyped(out, lambda a: float16.convert_np_to_float16(a, _MIN_POSITIVE, _MAX_FINITE), TensorProto.FLOAT, TensorProto.FLOAT16)
     _cast_outer_reads(out.graph, kept, namer)
     _home_casts(out.graph)
     _drop_cast_pairs(out.graph, n_before, original_tensors)
@@ -237,10 +238,10 @@ def _convert(work: onnx.ModelProto, kept: dict[str, str], blocked_ops: set[str],
 
 @contextlib.contextmanager
 def _lazy_shapes(model: onnx.ModelProto):
-    """While converting a model with lazy weights (weights.py), the converter's value info of an
+    """While converting a model with lazy weights (lazy.py), the converter's value info of an
     initializer takes its shape from the tensor's dims (what numpy_helper.to_array(t).shape gives)
     instead of reading the value."""
-    if not weights.lazy_tensors(model):
+    if not lazy.lazy_tensors(model):
         yield
         return
     saved = float16.make_value_info_from_tensor
@@ -434,7 +435,7 @@ def _guard_constants(index: Index, kept: dict[str, str]) -> None:
     readers = index.readers
     for name, t, const_node in _float_constants(index.graph):
         try:
-            arr = weights.value(t)
+            arr = lazy.value(t)
         except Exception as e:
             raise QtoolError(f"cannot read constant {name!r} ({_first_line(e)}); load the model's external data first") from None
         users = readers.get(name, [])
@@ -496,7 +497,7 @@ def _guard_layernorms(index: Index, absmax: dict[str, float], kept: dict[str, st
     g = index.graph
     constants: dict[str, np.ndarray] = {}
     for name, t, _ in _float_constants(g):
-        if weights.is_lazy(t):  # a weight, no exponent: not read
+        if lazy.is_lazy(t):  # a weight, no exponent: not read
             continue
         try:
             constants[name] = numpy_helper.to_array(t)
@@ -604,7 +605,7 @@ def _fp32_constant_copies(g: onnx.GraphProto) -> None:
     dead = []
     for n in g.node:
         if _cast_to(n) == TensorProto.FLOAT and n.input[0] in inits:
-            value = weights.value(inits[n.input[0]]).astype(np.float32)
+            value = lazy.value(inits[n.input[0]]).astype(np.float32)
             g.initializer.append(numpy_helper.from_array(value, n.output[0]))
             dead.append(n)
     for n in dead:
@@ -693,7 +694,7 @@ def _check_finite(g: onnx.GraphProto) -> None:
         for sub in subgraphs(n):
             _check_finite(sub)
     for name, t in tensors:
-        if t.data_type == TensorProto.FLOAT16 and not np.all(np.isfinite(weights.value(t))):
+        if t.data_type == TensorProto.FLOAT16 and not np.all(np.isfinite(lazy.value(t))):
             raise QtoolError(f"FP16 conversion made constant {name!r} non-finite")
 
 
@@ -732,10 +733,10 @@ def _verify(out: onnx.ModelProto, original: onnx.ModelProto) -> list[str]:
     _check_finite(out.graph)
     warnings = []
     try:
-        weights.check(out)
+        check(out)
     except onnx.checker.ValidationError as e:
         try:
-            weights.check(original)
+            check(original)
         except onnx.checker.ValidationError:
             warnings.append(f"the FP16 model fails onnx.checker ({_first_line(e)}), as does the input model")
         else:

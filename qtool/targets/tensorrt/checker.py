@@ -31,7 +31,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ...errors import QtoolError
-from ...model import weights
+from ...model import lazy
 from ...model.graph import attr as _attr
 from ...model.graph import subgraphs
 from .rules import weight_axis
@@ -202,7 +202,7 @@ def _input(node: onnx.NodeProto, i: int) -> str:
 def _values(tensor: TensorProto) -> np.ndarray | None:
     """A small constant's values as float64, or None when they cannot be read."""
     try:
-        return np.asarray(weights.value(tensor), dtype=np.float64)  # a big model's: read from its file
+        return np.asarray(lazy.value(tensor), dtype=np.float64)  # a big model's: read from its file
     except (ValueError, TypeError, KeyError, OSError):  # external data not loaded, odd types: values unchecked
         return None
 
