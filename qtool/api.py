@@ -18,7 +18,8 @@ both give byte-identical files for the same inputs.
 Each command is also one function over files (qtool.commands), taking keywords named like its
 flags and returning an Outcome (what `--json` prints, the text, a failed check): calibrate_files,
 export_file, evaluate_files, inspect_file, report_file, merge_files, recompute_file. The command
-line calls each as `function.with_flags(...)`, whose messages name the flags instead of the keywords.
+line calls each; a QtoolError names options by key (qtool.errors), worded as keywords here
+(str(error)) and as flags on the command line.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -35,8 +35,8 @@ import onnx
 from . import calibration, commands, model, targets
 from .calibration import Calibration
 from .checks import evaluation as _evaluate
-from .commands import EXPORT_OPTIONS, Outcome, calibrated, channels_text, progress_bar, shard_pair, size_pair
-from .errors import QtoolError
+from .commands import EXPORT_OPTIONS, calibrated, channels_text, progress_bar, shard_pair, size_pair
+from .errors import Opt, QtoolError
 from .feeds import data as _data
 from .statistics import thresholds
 from .targets import TARGETS, exporter
@@ -86,58 +86,6 @@ def _checked(model_or_path, cal: Calibration) -> model.LoadedModel:
     return loaded
 
 
-# Errors the library shares with the command line name its flags (`--size HxW`); called from this
-# API they name the keyword instead (`size=(h, w)`): the flags that are keywords of the function
-# called are rewritten, any other text is left as it is.
-_RENAMED = {"format": "fmt", "scale-kind": "policies", "weight-bits": "policies", "activation-bits": "policies"}
-_FLAG = re.compile(r"--([a-z][a-z0-9-]*)(?: (DIR|FILE|HxW|N|X\.Y\.Z)\b| (?=['\d]))?")
-
-
-# option values quoted as strings when a flag before them became a keyword: every export option's
-# choices (qtool.targets.OPTIONS), the targets, the runtimes and a few other values
-_VALUES = "|".join(sorted({c for o in targets.OPTIONS.values() for c in o.choices or ()} | set(TARGETS) | set(targets.runtimes())
-                          | {"entropy", "mse", "max", "auto", "skip", "fail"}, key=lambda v: (-len(v), v)))
-
-
-def api_text(text: str, keywords) -> str:
-    """`text` with the command-line flags that are among `keywords` written as keywords."""
-    text = re.sub(r"--size (\d+)x(\d+)\b", r"size=(\1, \2)", text) if "size" in keywords else text
-
-    def keyword(m: re.Match) -> str:
-        name = _RENAMED.get(m.group(1))
-        if name not in keywords:
-            name = m.group(1).replace("-", "_")
-        if name not in keywords:
-            return m.group(0)
-        return "size=(h, w)" if name == "size" and m.group(2) == "HxW" else f"{name}="
-    text = _FLAG.sub(keyword, text)
-    return re.sub(rf"\b(\w+)= ({_VALUES})\b", r"\1='\2'", text)
-
-
-def _keyword_errors(function):
-    """QtoolErrors raised inside `function`, and an Outcome's failure, name its keywords, not the
-    command line's flags; `.with_flags` is `function` itself, for the command line."""
-    import functools
-    import inspect
-
-    own = set(inspect.signature(function).parameters)
-
-    keywords = own | ({k for v in EXPORT_OPTIONS.values() for k in v} if "options" in own else set())
-
-    @functools.wraps(function)
-    def wrapper(*args, **kwargs):
-        try:
-            result = function(*args, **kwargs)
-        except QtoolError as e:
-            raise type(e)(api_text(str(e), keywords)) from None
-        if isinstance(result, Outcome) and result.failure:
-            result.failure = api_text(result.failure, keywords)
-        return result
-    wrapper.with_flags = function
-    return wrapper
-
-
-@_keyword_errors
 def calibrate(model_or_path, *, images: str | os.PathLike | None = None, data=None, limit: int | None = None,
               shard: tuple[int, int] | str | None = None, on_bad_image: str = "fail", size=None, resize: str = "stretch",
               scale: float = 1 / 255, mean=None, std=None, bgr: bool = False, layout: str | None = None,
@@ -165,17 +113,15 @@ def calibrate(model_or_path, *, images: str | os.PathLike | None = None, data=No
     return cal
 
 
-@_keyword_errors
 def recompute(cal: Calibration, method: str, kl_variant: str | None = None) -> Calibration:
     """New thresholds from the stored histograms, as `qtool recompute` does."""
     try:
         thresholds.parse_method(method)
     except ValueError as e:
-        raise QtoolError(f"method: {e}") from None
+        raise QtoolError("{method}: {why}", method=Opt("method"), why=str(e)) from None
     return cal.recompute(method, kl_variant)
 
 
-@_keyword_errors
 def merge(cals: Iterable[Calibration]) -> Calibration:
     """Shards combined exactly, as `qtool merge` does."""
     cals = list(cals)
@@ -184,7 +130,6 @@ def merge(cals: Iterable[Calibration]) -> Calibration:
     return calibration.merge(cals)
 
 
-@_keyword_errors
 def export(model_or_path, cal: Calibration, *, target: str, path: str | os.PathLike | None = None, **options) -> bytes:
     """The bytes of `target`'s file for this calibration (written atomically to `path` when given),
     as `qtool export` writes them (a model over 2 GiB: give `path`, its weights go to external data
@@ -210,7 +155,6 @@ def export(model_or_path, cal: Calibration, *, target: str, path: str | os.PathL
     return bytes(result.data)  # a big model's export that fits one file: that file
 
 
-@_keyword_errors
 def evaluate(model_or_path, cal: Calibration, *, images: str | os.PathLike | None = None, data=None, limit: int | None = None,
              target: str = "qdq", runtime: str | None = None, per_tensor: bool = False,
              progress: Callable[[int], None] | None = None, **options) -> _evaluate.Evaluation:
@@ -246,11 +190,11 @@ def evaluate(model_or_path, cal: Calibration, *, images: str | os.PathLike | Non
     return result
 
 
-# The commands over files (qtool.commands), their messages naming these keywords.
-calibrate_files = _keyword_errors(commands.calibrate_files)
-export_file = _keyword_errors(commands.export_file)
-evaluate_files = _keyword_errors(commands.evaluate_files)
-inspect_file = _keyword_errors(commands.inspect_file)
-report_file = _keyword_errors(commands.report_file)
-merge_files = _keyword_errors(commands.merge_files)
-recompute_file = _keyword_errors(commands.recompute_file)
+# The commands over files (qtool.commands): what each command does, its messages naming these keywords.
+calibrate_files = commands.calibrate_files
+export_file = commands.export_file
+evaluate_files = commands.evaluate_files
+inspect_file = commands.inspect_file
+report_file = commands.report_file
+merge_files = commands.merge_files
+recompute_file = commands.recompute_file

@@ -1,7 +1,6 @@
 """What each command does, over files: one function per command, taking keywords named like its
 flags and returning an Outcome (what --json prints, the text, a failed check). Their messages name
-the flags; qtool.api exposes each with the messages naming its keywords instead (and `.with_flags`,
-these functions, for the command line, which calls nothing else)."""
+options by key (qtool.errors): Python words them as these keywords, the command line as its flags."""
 
 from __future__ import annotations
 
@@ -15,8 +14,9 @@ from pathlib import Path
 from . import calibration, model, targets
 from .checks import evaluation as _evaluate
 from .collection import pipeline
-from .errors import QtoolError, UsageError
+from .errors import Opt, QtoolError, UsageError, opts
 from .feeds import data as _data
+from .fileio import Outputs, check_output_path, file_input, folder_input, model_input, option_file, same_file, write_atomic
 from .statistics import thresholds
 from .targets import TARGETS, exporter
 
@@ -36,7 +36,7 @@ class Outcome:
 
     summary: dict
     text: str
-    failure: str | None = None
+    failure: QtoolError | None = None
 
 
 class _Progress:
@@ -85,13 +85,13 @@ def calibrated(loaded, *, image_options, method, **run):
     if size:
         problem = _data.size_problem(loaded.proto, model.image_input(loaded.proto).name, size)
         if problem:
-            raise UsageError(problem)
+            raise problem
     try:
         cal, report = pipeline.run(loaded, image_options=image_options, method=method or "entropy", **run)
     except QtoolError as e:
         text = str(e)
         if size and "onnxruntime failed" in text and "dimension" in text:
-            raise QtoolError(text + _data.SIZE_MISMATCH_HINT) from None
+            raise _data.size_mismatch(e) from None
         raise
     cal.pinned = method is not None  # a method given is kept by every export; else each target picks its best
     return cal, report
@@ -118,7 +118,6 @@ def calibrate_files(model_path, *, images=None, data=None, limit: int | None = N
     files and write the calibration file to `output` [default: <model stem>.calib.json here], and
     with `trt_table` a TensorRT calibration cache for `trt_version` too: both files or neither,
     each checked before any work against every input read. `progress`: a callback(n) or tqdm bar."""
-    from .fileio import Outputs, folder_input, model_input
     from .inputs import model_json, shown_path
     from .targets import tensorrt
     from .targets.tensorrt import files as trtfiles
@@ -126,9 +125,9 @@ def calibrate_files(model_path, *, images=None, data=None, limit: int | None = N
     started = time.perf_counter()
     model_path, images, data, output, trt_table = map(_path, (model_path, images, data, output, trt_table))
     if (images is None) == (data is None):
-        raise QtoolError("give exactly one of --images DIR or --data DIR")
+        raise QtoolError("give exactly one of {images} or {data}", images=Opt("images", metavar="DIR"), data=Opt("data", metavar="DIR"))
     if bins > calibration.MAX_BINS:
-        raise QtoolError(f"--bins {bins} is too many: the maximum is {calibration.MAX_BINS} (default 2048)")
+        raise QtoolError("{bins} is too many: the maximum is {most} (default 2048)", bins=Opt("bins", bins), most=calibration.MAX_BINS)
     shard_kn = shard_pair(shard)
     trt_version = trt_version or tensorrt.CACHE_VERSION
     trt_number = None
@@ -136,11 +135,11 @@ def calibrate_files(model_path, *, images=None, data=None, limit: int | None = N
         trt_version = trtfiles.canonical_version(trt_version)
         trt_number = trtfiles.version_number(trt_version)
     output = output or Path(f"{model_path.stem}.calib.json")
-    outs = Outputs(inputs=(model_input(model_path), folder_input(images, "a --images file"),
-                           folder_input(data, "a --data file")))
-    output = outs.add(output, "-o")
+    outs = Outputs(inputs=(model_input(model_path), folder_input(images, option_file("images")),
+                           folder_input(data, option_file("data"))))
+    output = outs.add(output)
     if trt_table:
-        trt_table = outs.add(trt_table, "--trt-table")
+        trt_table = outs.add(trt_table, "trt_table")
     image_options = None
     if images is not None:
         image_options = dict(size=size_pair(size), layout=layout, resize=resize, scale=_scale(scale), mean=channels_text(mean),
@@ -192,7 +191,6 @@ def calibrate_files(model_path, *, images=None, data=None, limit: int | None = N
 def merge_files(files, *, output) -> Outcome:
     """`qtool merge`: calibration files of one model made on different inputs (shards) combined
     exactly into `output`, which records the model relative to itself."""
-    from .fileio import Outputs, file_input, model_input, same_file
 
     started = time.perf_counter()
     files = [Path(f) for f in files]
@@ -223,24 +221,25 @@ def _method(text: str) -> str:
     try:
         return thresholds.parse_method(text)
     except ValueError as e:
-        raise QtoolError(f"--method: {e}") from None
+        raise QtoolError("{method}: {why}", method=Opt("method"), why=str(e)) from None
 
 
 def recompute_file(file, *, method: str | None = None, kl_variant: str | None = None, output=None) -> Outcome:
     """`qtool recompute`: every threshold of the calibration `file` searched again from the
     histograms it keeps, with `method` [default: the file's]; written to `output` [default: `file`
     itself, atomically], which records the model relative to itself."""
-    from .fileio import Outputs, model_input
 
     started = time.perf_counter()
     calib_path = Path(file)
     method = _method(method) if method is not None else None  # fails before any reading
     if kl_variant is not None and method not in (None, "entropy"):
-        raise QtoolError(f"--kl-variant chooses whose entropy search to use; it does not apply to --method {method}")
+        raise QtoolError("{kl_variant} chooses whose entropy search to use; it does not apply to {method}", kl_variant=Opt("kl_variant"),
+                         method=Opt("method", method))
     cal = calibration.load(calib_path)  # refuses unknown recorded methods and variants
     method = method or thresholds.parse_method(cal.method)
     if kl_variant is not None and method != "entropy":
-        raise QtoolError(f"--kl-variant chooses whose entropy search to use; {str(calib_path)!r} uses {method} (add --method entropy)")
+        raise QtoolError("{kl_variant} chooses whose entropy search to use; {file!r} uses {method} (add {entropy})",
+                         kl_variant=Opt("kl_variant"), file=str(calib_path), method=method, entropy=Opt("method", "entropy"))
     variant = kl_variant or cal.kl_variant
     outs = Outputs(inputs=(model_input(calib_path.parent / cal.model_path, "the calibrated model"),))  # FILE itself may be rewritten
     out = outs.add(_path(output) or calib_path)
@@ -270,24 +269,24 @@ def report_file(file, *, output=None, target: str | None = None, trt_version: st
     uses it, written to `output` [default: FILE's name with .report.html, here]; `evaluation`: JSON
     from qtool evaluate --json. Needs matplotlib."""
     from .checks import report as rep
-    from .fileio import Outputs, file_input, model_input
     from .inputs import load_checked_model
 
     started = time.perf_counter()
     calib_path, model_path, evaluation = Path(file), _path(model), _path(evaluation)
     if target is not None and target not in rep.TARGETS:
-        raise QtoolError(f"--target {target!r} is not one of {', '.join(rep.TARGETS)}")
+        raise QtoolError("{target} is not one of {targets}", target=Opt("target", target, quoted=True), targets=", ".join(rep.TARGETS))
     rep.require_matplotlib()
     name = calib_path.name.removesuffix(".json").removesuffix(".calib")
     cal = calibration.load(calib_path)
     source = model_path if model_path is not None else calib_path.parent / cal.model_path
-    outs = Outputs(inputs=(file_input(calib_path, "the calibration file"), file_input(evaluation, "the --evaluation file"),
+    outs = Outputs(inputs=(file_input(calib_path, "the calibration file"), file_input(evaluation, option_file("evaluation", "the")),
                            model_input(source, "the calibrated model")))
     out = outs.add(_path(output) or Path(f"{name}.report.html"))
     evaluated = rep.load_evaluation(evaluation, cal) if evaluation is not None else None
     chosen, why = (target, "given with --target") if target else rep.default_target(evaluated)
     if model_path is None and not source.exists():
-        raise QtoolError(f"the calibrated model {str(source)!r} (recorded in {str(calib_path)!r}) is missing; pass it with --model")
+        raise QtoolError("the calibrated model {source!r} (recorded in {file!r}) is missing; pass it with {model}", source=str(source),
+                         file=str(calib_path), model=Opt("model"))
     loaded = load_checked_model(model_path, calib_path, cal)
     options = {"trt_version": trt_version} if trt_version is not None else {}
     plan = rep.target_plan(loaded, cal, chosen, why=why, method=method, **options)
@@ -304,22 +303,21 @@ def report_file(file, *, output=None, target: str | None = None, trt_version: st
     return Outcome(summary, f"report of {len(cal.tensors)} tensors for {chosen} ({len(plan.sites)} quantized) in {seconds:.1f} s -> {out}")
 
 
-def _only() -> dict[str, tuple[str, tuple[str, ...]]]:
-    """Command-line parameter -> (flag, the targets that read it), from qtool.targets."""
-    only = {o.param or k: (o.flag, targets.taking(k)) for k, o in OPTIONS.items() if k != "policies"}
-    only.update({k: (flag, targets.taking("policies")) for k, flag in POLICY_FLAGS.items()})
-    only.update(keep_fp32=("--keep-fp32", targets.ranked()), max_drop=("--max-drop", targets.ranked()))
+def _only() -> dict[str, tuple[str, ...]]:
+    """Option key -> the targets that read it, from qtool.targets."""
+    only = {k: targets.taking(k) for k in OPTIONS if k != "policies"}
+    only.update({k: targets.taking("policies") for k in POLICY_FLAGS})
+    only.update(keep_fp32=targets.ranked(), max_drop=targets.ranked())
     return only
 
 
-def _check_target_options(target: str, flags: dict | None = None, **given) -> None:
-    """A usage error for an option that the chosen target does not read (`flags`: the command's own
-    flag for an option, where it is not export's)."""
+def _check_target_options(target: str, **given) -> None:
+    """A usage error for an option that the chosen target does not read."""
     for key, value in given.items():
-        flag, readers = _only()[key]
-        flag = (flags or {}).get(key, flag)
+        readers = _only()[key]
         if value and value != "auto" and target not in readers:
-            raise UsageError(f"{flag} applies to --target {' or '.join(readers)}, not {target}")
+            raise UsageError("{option} applies to {first}{others}, not {target}", option=Opt(key), first=Opt("target", readers[0]),
+                             others="".join(f" or {t}" for t in readers[1:]), target=target)
 
 
 def _check_target(target: str) -> None:
@@ -351,7 +349,6 @@ def export_file(model_path=None, *, target: str, calib=None, output=None, trt_ve
     the model's stem + the target's suffix, here]. The keywords are export's flags (qtool.targets.OPTIONS;
     the policy flags as in qtool.quantizers.policy.from_options, `policy` a rules file); `keep_fp32` N or
     `max_drop` BUDGET keep layers in FP32, measured on held-out `images` or `data`."""
-    from .fileio import check_output_path, file_input, folder_input, model_input, write_atomic
     from .inputs import find_calibration, load_checked_model, model_json, shown_path
 
     started = time.perf_counter()
@@ -362,8 +359,8 @@ def export_file(model_path=None, *, target: str, calib=None, output=None, trt_ve
         _method(method)
     _check_target_options(target, trt_version=trt_version, fmt=fmt, algorithm=algorithm, precision=precision,
                           high_precision=high_precision, weights=weights, cpu=cpu, weights_7bit=weights_7bit, smooth_quant=smooth_quant,
-                          keep_fp32=keep_fp32, max_drop=max_drop, no_ignored_patterns=not ignored_patterns, weight_bits=weight_bits,
-                          activation_bits=activation_bits, scale=scale_kind, activations=activations, rounding=rounding,
+                          keep_fp32=keep_fp32, max_drop=max_drop, ignored_patterns=not ignored_patterns, weight_bits=weight_bits,
+                          activation_bits=activation_bits, scale_kind=scale_kind, activations=activations, rounding=rounding,
                           policy=policy)
     module = exporter(target)
     calib_path = find_calibration(calib)
@@ -377,19 +374,22 @@ def export_file(model_path=None, *, target: str, calib=None, output=None, trt_ve
     options, said = chosen.export_options(options)
     out = output or Path(Path(cal.model_path).stem + module.suffix(**options))
     out = check_output_path(out, inputs=(model_input(source), file_input(calib_path, "the calibration file"),
-                                         file_input(policy, "the --policy file"), folder_input(images, "a --images file"),
-                                         folder_input(data, "a --data file")), model=True)
+                                         file_input(policy, option_file("policy", "the")), folder_input(images, option_file("images")),
+                                         folder_input(data, option_file("data"))), model=True)
     if keep_fp32 and max_drop:
-        raise QtoolError("--keep-fp32 N and --max-drop BUDGET both choose the layers kept in FP32: give one")
+        raise QtoolError("{keep_fp32} and {max_drop} both choose the layers kept in FP32: give one", keep_fp32=Opt("keep_fp32", metavar="N"),
+                         max_drop=Opt("max_drop", metavar="BUDGET"))
     budget_ = None
     if max_drop:
         from .checks.budget import parse_budget
 
         budget_ = parse_budget(max_drop)
     if (keep_fp32 or budget_) and (images is None) == (data is None):
-        raise QtoolError(f"{'--keep-fp32' if keep_fp32 else '--max-drop'} measures on real inputs: give exactly one of --images DIR or --data DIR")
+        raise QtoolError("{option} measures on real inputs: give exactly one of {images} or {data}",
+                         option=Opt("keep_fp32" if keep_fp32 else "max_drop"), images=Opt("images", metavar="DIR"), data=Opt("data", metavar="DIR"))
     if not (keep_fp32 or budget_) and (images or data or limit):
-        raise QtoolError("--images, --data and --limit are only used with --keep-fp32 or --max-drop")
+        raise QtoolError("{images}, {data} and {limit} are only used with {keep_fp32} or {max_drop}",
+                         **opts("images", "data", "limit", "keep_fp32", "max_drop"))
     loaded = load_checked_model(model_path, calib_path, cal)
     mixed = None
     if keep_fp32 or budget_:
@@ -433,8 +433,9 @@ def _mixed_precision(loaded, cal, target, keep_fp32, budget_, max_fp32, options,
         return {"exclude": kept.exclude, "warnings": kept.warnings, "kept_fp32": kept.tensors}
     found = budget.meet(loaded, cal, runs, budget_, max_fp32, target=target, **shared)
     if not found.met:
-        raise QtoolError(f"no set of at most {max_fp32} layer group(s) kept in FP32 meets {budget_.describe()} (best reached: "
-                         f"{budget_.describe(found.value)}); allow more with --max-fp32, relax --max-drop, or calibrate on more inputs")
+        raise QtoolError("no set of at most {most} layer group(s) kept in FP32 meets {budget} (best reached: {reached}); allow more "
+                         "with {max_fp32}, relax {max_drop}, or calibrate on more inputs", most=max_fp32, budget=budget_.describe(),
+                         reached=budget_.describe(found.value), **opts("max_fp32", "max_drop"))
     feeds = budget.one_sample(loaded.proto, next(iter(runs()))[0])
     before = budget.latency_ms(target, exporter(target).export(loaded, cal, **options).data, feeds) if found.exclude else None
     return {"exclude": found.exclude, "warnings": [], "kept_fp32": found.tensors, "latency": (feeds, before), "budget": {
@@ -496,22 +497,22 @@ def evaluate_files(model_path, *, calib=None, images=None, data=None, limit: int
     started = time.perf_counter()
     calib, images, data, policy = map(_path, (calib, images, data, policy))
     _check_target(target)
-    _check_target_options(target, {"scale": "--scale-kind"}, trt_version=trt_version, fmt=fmt, high_precision=high_precision,
+    _check_target_options(target, trt_version=trt_version, fmt=fmt, high_precision=high_precision,
                           precision=precision, cpu=cpu, weights_7bit=weights_7bit, smooth_quant=smooth_quant,
-                          no_ignored_patterns=not ignored_patterns,
-                          weight_bits=weight_bits, activation_bits=activation_bits, scale=scale_kind, activations=activations,
+                          ignored_patterns=not ignored_patterns,
+                          weight_bits=weight_bits, activation_bits=activation_bits, scale_kind=scale_kind, activations=activations,
                           rounding=rounding, policy=policy)
     try:
         _evaluate.check_request(target, runtime, tensors)
     except QtoolError as e:
-        raise UsageError(str(e)) from None
+        raise UsageError(e.words.template, **e.words.fields) from None
     if (images is None) == (data is None):
-        raise QtoolError("give exactly one of --images DIR or --data DIR")
+        raise QtoolError("give exactly one of {images} or {data}", images=Opt("images", metavar="DIR"), data=Opt("data", metavar="DIR"))
     if fail_below is not None and not math.isfinite(fail_below):
-        raise QtoolError(f"--fail-below {fail_below} must be a finite number of decibels")
+        raise QtoolError("{fail_below} must be a finite number of decibels", fail_below=Opt("fail_below", str(fail_below)))
     given = {name for name, value in zip(_IMAGE_FLAGS, (size, resize, scale, mean, std, bgr, layout)) if value is not None}
     if data is not None and given:
-        raise QtoolError(f"--{min(given)} applies to --images; .npy/.npz data is fed as it is")
+        raise QtoolError("{option} applies to {images}; .npy/.npz data is fed as it is", option=Opt(min(given)), images=Opt("images"))
     calib_path = find_calibration(calib)
     cal = calibration.load(calib_path)
     loaded = load_checked_model(_path(model_path), calib_path, cal)
@@ -540,8 +541,9 @@ def evaluate_files(model_path, *, calib=None, images=None, data=None, limit: int
     failure = None
     if failing:
         worst = min(failing, key=lambda o: (o.sqnr_db if not math.isnan(o.sqnr_db) else -math.inf))
-        failure = (f"output {worst.name!r} SQNR {_evaluate.format_db(worst.sqnr_db)} dB is below --fail-below {fail_below:g} dB"
-                   + (f" ({len(failing)} outputs fail)" if len(failing) > 1 else ""))
+        failure = QtoolError("output {name!r} SQNR {db} dB is below {fail_below} dB{count}", name=worst.name,
+                             db=_evaluate.format_db(worst.sqnr_db), fail_below=Opt("fail_below", float(fail_below)),
+                             count=f" ({len(failing)} outputs fail)" if len(failing) > 1 else "")
     text = _evaluation_text(result, len(inputs), "images" if images is not None else "data files", seconds)
     return Outcome(summary, text, failure)
 
@@ -604,14 +606,20 @@ def inspect_file(file, *, model=None, trt_version: str | None = None, weight_bit
     given = (weight_bits, activation_bits, scale_kind, activations, rounding, policy)
     if any(v is not None for v in given):
         if trt_version is not None or model_path is not None:
-            raise UsageError("the policy options go with a calibration file alone (not with --trt-version or --model)")
-        return Outcome(*inspection.inspect_policies(file, _policies(*given)))
+            raise UsageError("the policy options go with a calibration file alone (not with {trt_version} or {model})",
+                             **opts("trt_version", "model"))
+        return _outcome(*inspection.inspect_policies(file, _policies(*given)))
     if trt_version is not None:
         if model_path is not None:
-            raise UsageError("--trt-version checks the ONNX model given as FILE; it does not go with --model")
+            raise UsageError("{trt_version} checks the ONNX model given as FILE; it does not go with {model}", **opts("trt_version", "model"))
         trt_version = trtfiles.canonical_version(trt_version)
         checker.parse_version(trt_version)
         if not inspection.is_onnx_file(file):  # missing or unreadable: bad input; another kind of file: a usage error
-            raise UsageError(f"--trt-version checks an ONNX model's Q/DQ nodes, and {str(file)!r} is not an ONNX model")
-        return Outcome(*inspection.inspect_onnx(file, trt_version))
-    return Outcome(*inspection.inspect_file(file, model_path))
+            raise UsageError("{trt_version} checks an ONNX model's Q/DQ nodes, and {file!r} is not an ONNX model",
+                             trt_version=Opt("trt_version"), file=str(file))
+        return _outcome(*inspection.inspect_onnx(file, trt_version))
+    return _outcome(*inspection.inspect_file(file, model_path))
+
+
+def _outcome(summary: dict, text: str, failure: str | None) -> Outcome:
+    return Outcome(summary, text, QtoolError(failure) if failure else None)

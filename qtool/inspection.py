@@ -11,7 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 from . import calibration, model
-from .errors import QtoolError
+from .errors import Opt, QtoolError
 from .inputs import check_model, model_json
 from .targets.tensorrt import checker as trtrules
 from .targets.tensorrt import files as trtfiles
@@ -60,22 +60,19 @@ def read_file(path: Path) -> dict:
             entries = trtfiles.read_dynamic_range(text)
             return {"kind": "dynamic-range", "header": {}, "tensors": _plain(entries)}
     except QtoolError as e:
-        raise QtoolError(f"{str(path)!r}: {e}") from None
+        raise QtoolError("{path!r}: {error}", path=str(path), error=e) from None
     if text is None:
         try:
             entries = trtfiles.read_ort_table(data)
         except QtoolError as e:
             if _is_onnx(data):
-                raise QtoolError(
-                    f"{str(path)!r} is an ONNX model; check its Q/DQ nodes with --trt-version X, or give it with "
-                    "--model and a calibration file or cache as FILE"
-                ) from None
-            raise QtoolError(f"{str(path)!r} is binary and {e}") from None
+                raise QtoolError("{path!r} is an ONNX model; check its Q/DQ nodes with {version}, or give it with {model} and a "
+                                 "calibration file or cache as FILE", path=str(path), version=Opt("trt_version", metavar="X"),
+                                 model=Opt("model")) from None
+            raise QtoolError("{path!r} is binary and {error}", path=str(path), error=e) from None
         return {"kind": "ort-trt", "header": {}, "tensors": _plain(entries)}
-    raise QtoolError(
-        f"{str(path)!r} is not a qtool calibration file, TensorRT cache, dynamic-range file or "
-        "onnxruntime TensorRT table (an ONNX model goes after --model)"
-    )
+    raise QtoolError("{path!r} is not a qtool calibration file, TensorRT cache, dynamic-range file or onnxruntime TensorRT table "
+                     "(an ONNX model goes after {model})", path=str(path), model=Opt("model"))
 
 
 def _is_onnx(data: bytes) -> bool:

@@ -139,7 +139,7 @@ def test_api_errors_name_keywords_not_flags(tmp_path):
     import zoo
     from PIL import Image
 
-    from qtool.api import api_text
+    from qtool.errors import Opt, QtoolError
 
     model = tmp_path / "yolo.onnx"
     onnx.save(zoo.yolo_like(), model)
@@ -149,8 +149,9 @@ def test_api_errors_name_keywords_not_flags(tmp_path):
         qtool.calibrate(model, images=tmp_path / "i")
     with pytest.raises(qtool.QtoolError, match=r"^size='3x' is not HxW, e.g. size=\(320, 320\)$"):
         qtool.calibrate(model, images=tmp_path / "i", size="3x")
-    assert api_text("use --format qdq or --high-precision fp32; --int8 stays", {"fmt", "high_precision"}) == \
-        "use fmt='qdq' or high_precision='fp32'; --int8 stays"
+    error = QtoolError("use {qdq} or {fp32}; --int8 stays", qdq=Opt("fmt", "qdq"), fp32=Opt("high_precision", "fp32"))
+    assert str(error) == "use fmt='qdq' or high_precision='fp32'; --int8 stays"
+    assert error.worded({"fmt": "--format"}) == "use --format qdq or --high-precision fp32; --int8 stays"
 
 
 def test_progress_receives_increments_that_add_up_to_the_inputs(tmp_path):

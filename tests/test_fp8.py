@@ -185,8 +185,8 @@ def test_e4m3_mse_threshold_is_no_worse_than_max(calibrated):
 
 @pytest.mark.parametrize(("options", "text"), [
     ({"trt_version": "8.6"}, "TensorRT 8.x"),
-    ({"weights": "int8"}, "--weights for FP8"),
-    ({"high_precision": "bf16"}, "--high-precision"),
+    ({"weights": "int8"}, "weights= for FP8"),
+    ({"high_precision": "bf16"}, "high_precision="),
 ])
 def test_bad_options_are_refused(calibrated, options, text):
     _, loaded, cal = calibrated["cnn"]

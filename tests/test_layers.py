@@ -108,8 +108,10 @@ def test_a_usage_error_is_a_qtool_error_in_the_api_and_exit_2_with_the_usage_lin
     r = invoke("inspect", d / "api.calib.json", "--model", SAMPLE, "--trt-version", "10")
     assert r.exit_code == 2 and r.stderr.startswith("Usage: ") and r.stderr.splitlines()[0].endswith(" inspect [OPTIONS] FILE")
     assert "Error: --trt-version checks the ONNX model given as FILE; it does not go with --model" in r.stderr
-    with pytest.raises(UsageError, match=r"^--weight-bits applies to --target openvino or qdq, not tensorrt$"):
-        api.export_file.with_flags(SAMPLE, target="tensorrt", calib=d / "api.calib.json", weight_bits=4)
+    with pytest.raises(UsageError, match=r"^weight_bits= applies to target='openvino' or qdq, not tensorrt$"):
+        api.export_file(SAMPLE, target="tensorrt", calib=d / "api.calib.json", weight_bits=4)
+    r = invoke("export", SAMPLE, "--target", "tensorrt", "--calib", d / "api.calib.json", "--weight-bits", 4)
+    assert r.exit_code == 2 and "Error: --weight-bits applies to --target openvino or qdq, not tensorrt" in r.stderr
 
 
 def test_inspect_file_gives_what_json_prints_and_a_failed_check(calibrated):
@@ -127,9 +129,9 @@ def test_evaluate_files_reports_a_failed_gate_after_its_results(calibrated):
     d, _, _ = calibrated
     outcome = api.evaluate_files(SAMPLE, calib=d / "api.calib.json", images=IMAGES, limit=8, fail_below=500)
     assert outcome.summary["passed"] is False and outcome.summary["inputs"] == 8
-    assert outcome.failure.startswith("output ") and outcome.failure.endswith(" dB is below fail_below=500 dB")
+    assert str(outcome.failure).startswith("output ") and str(outcome.failure).endswith(" dB is below fail_below=500 dB")
     r = invoke("evaluate", SAMPLE, "--calib", d / "api.calib.json", "--images", IMAGES, "--limit", 8, "--fail-below", 500, "--json")
-    flags = outcome.failure.replace("fail_below=", "--fail-below ")
+    flags = str(outcome.failure).replace("fail_below=", "--fail-below ")
     assert r.exit_code == 1 and r.stderr == f"error: {flags}\n"
     _same(json.loads(r.stdout), outcome.summary)
 

@@ -216,7 +216,7 @@ def test_exports_run_and_off_switch(calibrated, target):
 
 def test_bad_mode_is_an_error():
     for bad in ("maybe", 1.5, -0.1, None):
-        with pytest.raises(QtoolError, match=r"^--smooth-quant must be auto, on, off or an alpha in \[0, 1\], not "):
+        with pytest.raises(QtoolError, match=r"^smooth_quant= must be auto, on, off or an alpha in \[0, 1\], not "):
             smoothquant.parse_mode(bad)  # the flag and its words; called from the API the message names the keyword
     assert smoothquant.parse_mode("Off") is False and smoothquant.parse_mode("0.8") == 0.8
 

@@ -21,7 +21,7 @@ import onnx
 
 from .. import targets
 from ..collection import collect
-from ..errors import QtoolError
+from ..errors import Opt, QtoolError, Words, opts
 from . import evaluation as ev
 from . import simulate
 
@@ -36,7 +36,8 @@ class Budget:
             return min((o.sqnr_db for o in outputs), default=math.nan)
         found = [o.top1_agreement for o in outputs if o.top1_agreement is not None]
         if not found:
-            raise QtoolError("--max-drop N% needs outputs shaped like class scores ([N, classes]); use --max-drop <dB> (output SQNR)")
+            raise QtoolError("{top1} needs outputs shaped like class scores ([N, classes]); use {db} (output SQNR)",
+                             top1=Opt("max_drop", "N%"), db=Opt("max_drop", "<dB>"))
         return min(found)
 
     def met(self, value: float) -> bool:
@@ -53,11 +54,12 @@ def parse_budget(text: str) -> Budget:
     t = text.strip().lower().replace(" ", "")
     m = re.fullmatch(r"([0-9]*\.?[0-9]+)(db|%)?", t)
     if not m:
-        raise QtoolError(f"--max-drop {text!r} is not a budget: give an output SQNR in dB (e.g. 30dB) or a top-1 drop in % (e.g. 1%)")
+        raise QtoolError("{given} is not a budget: give an output SQNR in dB (e.g. 30dB) or a top-1 drop in % (e.g. 1%)",
+                         given=Opt("max_drop", text, quoted=True))
     number = float(m.group(1))
     if m.group(2) == "%":
         if not 0 <= number < 100:
-            raise QtoolError(f"--max-drop {text!r}: a top-1 drop must be from 0 to 100 %")
+            raise QtoolError("{given}: a top-1 drop must be from 0 to 100 %", given=Opt("max_drop", text, quoted=True))
         return Budget("top1", 1 - number / 100)
     return Budget("sqnr", number)
 
@@ -79,8 +81,8 @@ def meet(loaded, cal, runs: ev.Runs, budget: Budget, max_fp32: int, *, target: s
     ranking and every trial, each the model export writes, simulated exactly."""
     names, _ = ev._float_outputs(loaded.proto)
     if not names:
-        raise QtoolError("--max-drop: the model has no float outputs to measure")
-    module, prepared = ev.prepare(target, loaded, cal, options, "--max-drop")
+        raise QtoolError("{max_drop}: the model has no float outputs to measure", max_drop=Opt("max_drop"))
+    module, prepared = ev.prepare(target, loaded, cal, options, Words("{max_drop}", opts("max_drop")))
     reference = ev._Reference(runs, ev._session(loaded, loaded.proto), names)
     trials: list[dict] = []
 

@@ -40,7 +40,7 @@ from onnx import TensorProto
 
 from .. import targets
 from ..collection import collect
-from ..errors import QtoolError
+from ..errors import Opt, QtoolError, Words, opts
 from ..model import graph as G
 from ..quantizers import cpu, placement
 from ..quantizers import patterns as P
@@ -276,14 +276,15 @@ class Evaluation:
 # ---------------------------------------------------------------- the quantized model
 
 
-def ranked_exporter(target: str, what: str = "the per-tensor ranking"):
+def ranked_exporter(target: str, what: str | Words = "the per-tensor ranking"):
     """The exporter module of a target that builds models of any subset of its quantizers."""
     if target not in RANKED:
-        raise QtoolError(f"{what} is for --target {' or '.join(RANKED)}, not {target}")
+        raise QtoolError("{what} is for {first}{others}, not {target}", what=what, first=Opt("target", RANKED[0]),
+                         others="".join(f" or {t}" for t in RANKED[1:]), target=target)
     return exporter(target)
 
 
-def prepare(target: str, loaded, cal, options: dict, what: str = "the per-tensor ranking"):
+def prepare(target: str, loaded, cal, options: dict, what: str | Words = "the per-tensor ranking"):
     """(the target's exporter module, its preparation of `loaded` with the export `options`)."""
     module = ranked_exporter(target, what)
     return module, module.prepare(loaded, cal, **{k: options[k] for k in PREPARE_OPTIONS if k in options})
@@ -410,7 +411,9 @@ def check_request(target: str, runtime: str | None = None, per_tensor: bool = Fa
         if runtime not in runtimes:
             raise QtoolError(f"runtime {runtime!r} is not one of {', '.join(runtimes)}")
         if target not in runtimes[runtime]:
-            raise QtoolError(f"--runtime {runtime} runs the file of --target {' or '.join(runtimes[runtime])}, not {target}")
+            raise QtoolError("{runtime} runs the file of {first}{others}, not {target}", runtime=Opt("runtime", runtime),
+                             first=Opt("target", runtimes[runtime][0]), others="".join(f" or {t}" for t in runtimes[runtime][1:]),
+                             target=target)
     if per_tensor:
         ranked_exporter(target)
 
@@ -421,7 +424,7 @@ def export_options(target: str, options: dict, runtime: str | None = None) -> di
         try:
             thresholds.parse_method(options["method"])
         except ValueError as e:
-            raise QtoolError(f"--method: {e}") from None
+            raise QtoolError("{method}: {why}", method=Opt("method"), why=str(e)) from None
     return targets.get(target).evaluation_options(options, runtime)
 
 
@@ -562,8 +565,8 @@ def keep_fp32(loaded, cal, count: int, runs: Runs, *, target: str = "qdq", bias_
     skipped, so `count` tensors really go."""
     names, _ = _float_outputs(loaded.proto)
     if not names:
-        raise QtoolError("--keep-fp32: the model has no float outputs to rank layers by")
-    module, prepared = prepare(target, loaded, cal, options, "--keep-fp32")
+        raise QtoolError("{keep_fp32}: the model has no float outputs to rank layers by", keep_fp32=Opt("keep_fp32"))
+    module, prepared = prepare(target, loaded, cal, options, Words("{keep_fp32}", opts("keep_fp32")))
     reference = _Reference(runs, _session(loaded, loaded.proto), names)
     ranking = sensitivities(module, prepared, cal, reference, names, bias_correction=bias_correction, rules=targets.get(target).rules)
     steps = walk(prepared, ranking, count)

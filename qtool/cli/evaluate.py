@@ -22,12 +22,12 @@ def _progress(total: int, enabled: bool):
 @cli.command(epilog=EPILOG)
 @click.argument("model_path", metavar="MODEL", type=click.Path(path_type=Path))
 @click.option("--calib", type=click.Path(path_type=Path), help="Calibration file [default: the single *.calib.json here].")
-@click.option("--images", "images_dir", type=click.Path(path_type=Path), help="Folder of held-out images (single-input image models).")
-@click.option("--data", "data_dir", type=click.Path(path_type=Path), help="Folder of held-out .npy (single-input models) or .npz (keys = input names) files.")
+@click.option("--images", "images", type=click.Path(path_type=Path), help="Folder of held-out images (single-input image models).")
+@click.option("--data", "data", type=click.Path(path_type=Path), help="Folder of held-out .npy (single-input models) or .npz (keys = input names) files.")
 @click.option("--limit", type=click.IntRange(min=1), help="Use only the first N images or data files.")
 @click.option("--size", help="HxW [default: the calibration file's].")
 @click.option("--resize", type=click.Choice(api.RESIZE_MODES), help="Image fitting [default: the calibration file's].")
-@click.option("--scale", "scale_text", help="Pixel multiplier [default: the calibration file's].")
+@click.option("--scale", "scale", help="Pixel multiplier [default: the calibration file's].")
 @click.option("--mean", help="Per-channel mean [default: the calibration file's].")
 @click.option("--std", help="Per-channel std [default: the calibration file's].")
 @click.option("--bgr/--rgb", default=None, help="Channel order [default: the calibration file's].")
@@ -47,15 +47,15 @@ def _progress(total: int, enabled: bool):
 @option("fmt", "evaluate")
 @option("high_precision", "evaluate")
 @option("precision", "evaluate")
-@click.option("--tensors/--no-tensors", "per_tensor", default=False, show_default=True, help="openvino/qdq: also rank every quantized tensor by the output SQNR of quantizing it alone (one model run over the inputs per tensor: slow on large models).")
+@click.option("--tensors/--no-tensors", "tensors", default=False, show_default=True, help="openvino/qdq: also rank every quantized tensor by the output SQNR of quantizing it alone (one model run over the inputs per tensor: slow on large models).")
 @click.option("--fail-below", type=float, metavar="DB", help="Exit 1 when an output's SQNR (of the simulation) is below DB decibels (a quality gate); the results are printed first.")
 @policy_options(scale_flag="--scale-kind")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout (infinite SQNR as the string \"inf\").")
 @click.pass_context
-def evaluate(ctx, model_path, calib, images_dir, data_dir, limit, size, resize, scale_text, mean, std, bgr, layout,
-             batch_size, target, runtime, method, exclude, include, cpu, weights_7bit, smooth_quant, no_ignored_patterns, no_bias_correction,
-             trt_version, fmt, high_precision, precision, per_tensor, fail_below, weight_bits, activation_bits, scale_kind, activation_mode,
-             rounding, policy_file, as_json):
+def evaluate(ctx, model_path, calib, images, data, limit, size, resize, scale, mean, std, bgr, layout,
+             batch_size, target, runtime, method, exclude, include, cpu, weights_7bit, smooth_quant, ignored_patterns, bias_correction,
+             trt_version, fmt, high_precision, precision, tensors, fail_below, weight_bits, activation_bits, scale_kind, activations,
+             rounding, policy, as_json):
     """Compare a target's int8 model with FP32 on held-out inputs.
 
     The int8 model is the target's export (as qtool export --target writes it, built in memory),
@@ -73,11 +73,11 @@ def evaluate(ctx, model_path, calib, images_dir, data_dir, limit, size, resize, 
     --exclude them yourself to use this ranking on your data).
     """
     with _progress(1, not (ctx.obj["quiet"] or as_json)) as bar:
-        outcome = call(api.evaluate_files, model_path, calib=calib, images=images_dir, data=data_dir, limit=limit, size=size,
-                       resize=resize, scale=scale_text, mean=mean, std=std, bgr=bgr, layout=layout, batch_size=batch_size,
+        outcome = call(api.evaluate_files, model_path, calib=calib, images=images, data=data, limit=limit, size=size,
+                       resize=resize, scale=scale, mean=mean, std=std, bgr=bgr, layout=layout, batch_size=batch_size,
                        target=target, runtime=runtime, method=method, exclude=exclude, include=include, cpu=cpu, weights_7bit=weights_7bit,
-                       smooth_quant=smooth_quant, ignored_patterns=not no_ignored_patterns, bias_correction=not no_bias_correction,
-                       trt_version=trt_version, fmt=fmt, high_precision=high_precision, precision=precision, tensors=per_tensor,
+                       smooth_quant=smooth_quant, ignored_patterns=ignored_patterns, bias_correction=bias_correction,
+                       trt_version=trt_version, fmt=fmt, high_precision=high_precision, precision=precision, tensors=tensors,
                        fail_below=fail_below, weight_bits=weight_bits, activation_bits=activation_bits, scale_kind=scale_kind,
-                       activations=activation_mode, rounding=rounding, policy=policy_file, progress=bar)
+                       activations=activations, rounding=rounding, policy=policy, progress=bar)
     finish(outcome, as_json)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import calibration, model
-from ..errors import QtoolError
+from ..errors import Opt, QtoolError
 from ..feeds import data
 from ..statistics import histogram, thresholds
 from ..statistics.stats import new_stats
@@ -83,7 +83,8 @@ def _image_source(loaded, names, images_dir, limit, shard, on_bad_image, batch_s
     pre = data.resolve_preprocess(spec, **options)
     fixed_batch = spec.dims[0]
     if fixed_batch is not None and batch_size not in (None, fixed_batch):
-        raise QtoolError(f"the model has a fixed batch of {fixed_batch}; --batch-size {batch_size} cannot be used")
+        raise QtoolError("the model has a fixed batch of {fixed}; {given} cannot be used", fixed=fixed_batch,
+                         given=Opt("batch_size", batch_size))
     sizes = image_bytes(loaded.proto, names, spec, pre)
     per_image = (sum(sizes.values()) or None) if len(sizes) == len(names) else None
     auto = max(1, min(MAX_AUTO_BATCH, BATCH_BYTES // per_image)) if per_image else 1
@@ -93,10 +94,8 @@ def _image_source(loaded, names, images_dir, limit, shard, on_bad_image, batch_s
     if not inputs:
         raise QtoolError(f"shard {shard[0]}/{shard[1]} of {len(everything)} images is empty; use fewer shards")
     if fixed_batch and len(inputs) % fixed_batch:
-        raise QtoolError(
-            f"{len(inputs)} images do not fill batches of {fixed_batch} (the model's fixed batch); "
-            f"use --limit {len(inputs) - len(inputs) % fixed_batch or fixed_batch}"
-        )
+        raise QtoolError("{count} images do not fill batches of {fixed} (the model's fixed batch); use {limit}", count=len(inputs),
+                         fixed=fixed_batch, limit=Opt("limit", len(inputs) - len(inputs) % fixed_batch or fixed_batch))
     skipped: list | None = [] if on_bad_image == "skip" else None
     runs = data.image_runs(inputs, pre, spec.name, batch_size, skipped)
     if fixed_batch and skipped is not None:
@@ -168,8 +167,9 @@ class Report:
 def _source(loaded, names, images, data_dir, loader, limit, shard, on_bad_image, batch_size, image_options) -> _Source:
     given = [x for x in (images, data_dir, loader) if x is not None]
     if len(given) != 1:
-        raise QtoolError("give exactly one of --images DIR or --data DIR" if loader is None
-                         else "give exactly one source of inputs: images=, data= (a folder or an in-memory loader)")
+        if loader is None:
+            raise QtoolError("give exactly one of {images} or {data}", images=Opt("images", metavar="DIR"), data=Opt("data", metavar="DIR"))
+        raise QtoolError("give exactly one source of inputs: images=, data= (a folder or an in-memory loader)")
     if images is not None:
         return _image_source(loaded, names, images, limit, shard, on_bad_image, batch_size, image_options or {})
     if data_dir is not None:
@@ -189,9 +189,9 @@ def run(loaded: model.LoadedModel, *, images=None, data_dir=None, loader=None, l
     try:
         method = thresholds.parse_method(method)
     except ValueError as e:
-        raise QtoolError(f"--method: {e}") from None
+        raise QtoolError("{method}: {why}", method=Opt("method"), why=str(e)) from None
     if bins < 256 or not histogram.is_power_of_two(bins):
-        raise QtoolError(f"--bins {bins} must be a power of two >= 256 (e.g. 2048), so histograms merge exactly")
+        raise QtoolError("{bins} must be a power of two >= 256 (e.g. 2048), so histograms merge exactly", bins=Opt("bins", bins))
     types = model.tensor_types(loaded.proto)
     names = model.activation_tensors(loaded.proto, types)
     source = _source(loaded, names, images, data_dir, loader, limit, shard, on_bad_image, batch_size, image_options)

@@ -77,7 +77,7 @@ from onnx import TensorProto
 
 from .. import model as M
 from ..calibration import MAX_CLIPPED, Threshold, decide
-from ..errors import QtoolError
+from ..errors import Opt, QtoolError
 from ..model import graph as G
 from ..model import weights
 from . import overflow
@@ -715,7 +715,8 @@ def place(proto: onnx.ModelProto, records: dict, *, rules: Rules, thresholds: di
     exclusions or ignored patterns would keep FP32, quantized anyway. ignored_patterns=False turns
     NNCF's ignored patterns off; depthwise_per_channel=False keeps depthwise Conv inputs per tensor."""
     if weights_7bit not in WEIGHTS_7BIT:
-        raise QtoolError(f"--weights-7bit must be one of {', '.join(WEIGHTS_7BIT[1:])}, not {weights_7bit!r}")
+        raise QtoolError("{option} must be one of {choices}, not {given!r}", option=Opt("weights_7bit"), choices=", ".join(WEIGHTS_7BIT[1:]),
+                         given=weights_7bit)
     p = _Placer(proto, records, rules, float_types, thresholds)
     p.exclude(exclude, include, ignored_patterns)
     p.request()

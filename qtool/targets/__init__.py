@@ -234,5 +234,5 @@ OPTIONS = {o.keyword: o for o in (
     # set on the command line by the policy flags (qtool.cli.policy_options), in the API as one qtool.quantizers.policy.Policies
     Option("policies", "--policy", "openvino/qdq: quantization policies (qtool.quantizers.policy).", param="policy"),
 )}
-POLICY_FLAGS = {"weight_bits": "--weight-bits", "activation_bits": "--activation-bits", "scale": "--scale",
+POLICY_FLAGS = {"weight_bits": "--weight-bits", "activation_bits": "--activation-bits", "scale_kind": "--scale",
                 "activations": "--activations", "rounding": "--rounding", "policy": "--policy"}

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import onnx
 
-from ..errors import QtoolError
+from ..errors import Opt, QtoolError
 from ..quantizers.rules import ELEMENTWISE, LINEAR, POOLING, SHAPE_OPS, Rules
 
 CPUS = ("any", "vnni")  # the --cpu choices: every x86 CPU, or those with VNNI/AMX (int32 accumulation)
@@ -133,7 +133,7 @@ def prepare(model, cal, warnings: list[str], *, float_types: tuple[int, ...], ov
     from ..quantizers.smoothquant import smooth
 
     if cpu not in CPUS:
-        raise QtoolError(f"--cpu must be one of {', '.join(CPUS)}, not {cpu!r}")
+        raise QtoolError("{option} must be one of {choices}, not {given!r}", option=Opt("cpu"), choices=", ".join(CPUS), given=cpu)
     if cpu == "vnni" and weights_7bit in (None, "auto"):
         overflow_remedy = None
 

@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..errors import QtoolError
+from ..errors import Opt, QtoolError
 from ..model import graph as G
 from ..model import weights
 from ..quantizers import placement, quant
@@ -118,8 +118,8 @@ def _activation_nodes(model, namer, site: Quantizer) -> list[onnx.NodeProto]:
     ztype = storage_type(p.grid)
     full = quant.grid({TensorProto.INT4: 4, TensorProto.UINT4: 4, TensorProto.INT16: 16, TensorProto.UINT16: 16}.get(ztype, 8), p.grid.signed)
     if (full.qmin, full.qmax) != (p.grid.qmin, p.grid.qmax):
-        raise QtoolError(f"QuantizeLinear saturates to whole 4-, 8- or 16-bit types; the {site.policy.bits}-bit activations of "
-                         f"{site.tensor!r} need a FakeQuantize target (--target openvino)")
+        raise QtoolError("QuantizeLinear saturates to whole 4-, 8- or 16-bit types; the {bits}-bit activations of {tensor!r} need a "
+                         "FakeQuantize target ({openvino})", bits=site.policy.bits, tensor=site.tensor, openvino=Opt("target", "openvino"))
     scale = add_initializer(model, namer, f"{site.tensor}/scale", np.asarray(p.scale, dtype=np.float32))
     zp = _int_init(model, namer, f"{site.tensor}/zero_point", p.zero_point, ztype)
     q = namer.fresh(f"{site.tensor}/quantized")

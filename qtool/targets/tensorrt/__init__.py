@@ -31,7 +31,7 @@ when calibration saw no padding).
 from __future__ import annotations
 
 from ... import model
-from ...errors import QtoolError
+from ...errors import Opt, QtoolError, opts
 from ...model import graph as G
 from ...quantizers import patterns as P
 from .. import OPTIONS, get
@@ -41,12 +41,12 @@ from .rules import TENSORRT
 from .versions import (  # noqa: F401  (re-exported: the CLI and tests read the versions here)
     CACHE_VERSION,
     LATEST_VERSION,
-    TRT11_REMOVED,
     canonical_version,
     default_format,
     default_version,
     installed_version,
     major_of,
+    trt11_removed,
     version_number,
 )
 
@@ -57,7 +57,7 @@ SUFFIXES = {"qdq": get("tensorrt").suffix, "cache": ".cache", "dynamic-range": "
 TRT10_DEPRECATED = (
     "TensorRT 10.1 and later deprecate implicit INT8 (calibration caches) and TensorRT 11 removed it; "
     "--format qdq (the default for 10.x) is the supported path"
-)
+)  # a warning (the summary's text, the same from Python)
 
 
 def version_source(given: str | None, fmt: str | None = None) -> str:
@@ -129,7 +129,7 @@ def unrepresentable(proto, cal, amax: dict[str, float]) -> dict[str, str]:
 
 def check_format(fmt: str) -> str:
     if fmt not in FORMATS:
-        raise QtoolError(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
+        raise QtoolError("{fmt} is not one of {formats}", fmt=Opt("fmt", fmt, quoted=True), formats=", ".join(FORMATS))
     return fmt
 
 
@@ -148,11 +148,12 @@ def resolve(trt_version: str | None = None, fmt: str | None = None) -> tuple[str
     fmt = fmt or default_format(trt_version)
     if fmt in RANGE_FORMATS:
         if major >= 11:
-            raise QtoolError(TRT11_REMOVED.format(fmt=fmt))
+            raise trt11_removed(fmt)
         version_number(trt_version)
     elif major < 8:
-        raise QtoolError(f"TensorRT {trt_version} builds INT8 from a calibration cache only (Q/DQ models need 8.x or later): "
-                         "use --format cache, or name a newer TensorRT with --trt-version")
+        raise QtoolError("TensorRT {version} builds INT8 from a calibration cache only (Q/DQ models need 8.x or later): "
+                         "use {cache}, or name a newer TensorRT with {given}", version=trt_version, cache=Opt("fmt", "cache"),
+                         given=Opt("trt_version"))
     return trt_version, fmt
 
 
@@ -217,13 +218,16 @@ def export(loaded, cal, *, trt_version: str | None = None, algorithm: str = "ent
     from .. import ExportResult
 
     if precision not in PRECISIONS:
-        raise QtoolError(f"--precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+        raise QtoolError("{precision} must be one of {choices}, not {given!r}", precision=Opt("precision"), choices=", ".join(PRECISIONS),
+                         given=precision)
     if precision == "fp8":
         trt_version, fmt = resolve(trt_version, fmt or "qdq")
         if fmt != "qdq":
-            raise QtoolError(f"--precision fp8 writes a Q/DQ model (--format qdq); the {fmt} range files are INT8 only")
+            raise QtoolError("{fp8} writes a Q/DQ model ({qdq}); the {fmt} range files are INT8 only", fp8=Opt("precision", "fp8"),
+                             qdq=Opt("fmt", "qdq"), fmt=fmt)
         if smooth_quant not in ("auto", None) or algorithm != "entropy2":
-            raise QtoolError("--smooth-quant and --algorithm apply to --precision int8 only")
+            raise QtoolError("{smooth_quant} and {algorithm} apply to {int8} only", **opts("smooth_quant", "algorithm"),
+                             int8=Opt("precision", "int8"))
         from . import fp8
 
         return fp8.export(loaded, cal, trt_version=trt_version, method=method, high_precision=high_precision,
@@ -231,7 +235,8 @@ def export(loaded, cal, *, trt_version: str | None = None, algorithm: str = "ent
     weights = weights or "fp32"
     trt_version, fmt = resolve(trt_version, fmt)
     if algorithm not in CALIBRATOR_ALGORITHMS:
-        raise QtoolError(f"--algorithm {algorithm!r} is not one of {', '.join(CALIBRATOR_ALGORITHMS)}")
+        raise QtoolError("{algorithm} is not one of {choices}", algorithm=Opt("algorithm", algorithm, quoted=True),
+                         choices=", ".join(CALIBRATOR_ALGORITHMS))
     major = major_of(trt_version)
     if fmt == "qdq":
         from . import int8
@@ -243,7 +248,9 @@ def export(loaded, cal, *, trt_version: str | None = None, algorithm: str = "ent
         summary = {"format": fmt, "trt_version": trt_version, "method": _method(cal, fmt, algorithm, method), **summary}
         return ExportResult(data, warnings, summary)
     if high_precision is not None or weights != "fp32" or exclude or include or not bias_correction or smooth_quant not in ("auto", None):
-        raise QtoolError("--high-precision, --weights, --exclude, --include, --no-bias-correction and --smooth-quant apply to --format qdq only")
+        raise QtoolError("{high_precision}, {weights}, {exclude}, {include}, {bias_correction} and {smooth_quant} apply to {qdq} only",
+                         **opts("high_precision", "weights", "exclude", "include", "bias_correction", "smooth_quant"),
+                         qdq=Opt("fmt", "qdq"))
     amax = {name: d.amax for name, d in thresholds(cal, fmt, algorithm, method).items()}
     data, warnings, summary = _ranges_file(loaded, amax, trt_version, algorithm, fmt, unrepresentable(loaded.proto, cal, amax))
     if major == 10:
@@ -352,10 +359,11 @@ def evaluation_options(options: dict, runtime: str | None = None) -> dict:
     above ORT_ENABLE_BASIC removes a Relu in front of an FP8 QuantizeLinear, tests/test_fp8.py)."""
     fmt = options.get("fmt") or "qdq"
     if fmt != "qdq":
-        raise QtoolError(f"the tensorrt target is evaluated in its Q/DQ model (--format qdq); a {fmt} file holds ranges, no model to run")
+        raise QtoolError("the tensorrt target is evaluated in its Q/DQ model ({qdq}); a {fmt} file holds ranges, no model to run",
+                         qdq=Opt("fmt", "qdq"), fmt=fmt)
     if options.get("precision") == "fp8" and runtime is not None:
-        raise QtoolError(f"--runtime {runtime} measures int8 kernels; onnxruntime has none for FP8 on CPU and computes FP8 Q/DQ "
-                         "in float, as the simulation already does: drop --runtime")
+        raise QtoolError("{runtime} measures int8 kernels; onnxruntime has none for FP8 on CPU and computes FP8 Q/DQ "
+                         "in float, as the simulation already does: drop {drop}", runtime=Opt("runtime", runtime), drop=Opt("runtime"))
     version, fmt = resolve(options.get("trt_version"), fmt)
     return {**options, "trt_version": version, "fmt": fmt}
 

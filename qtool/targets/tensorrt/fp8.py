@@ -32,7 +32,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ...errors import QtoolError
+from ...errors import Opt, QtoolError
 from ...model import graph as G
 from ...quantizers import placement
 from ...quantizers.quantizer import Quantizer
@@ -129,13 +129,14 @@ def thresholds(cal, method: str | None = None) -> dict:
 
 def check_options(major: int, high_precision: str, weights: str) -> None:
     if major < MIN_MAJOR:
-        raise QtoolError(f"FP8 Q/DQ needs opset {FP8_OPSET}, which TensorRT {major}.x's parser does not read "
-                         f"(opset <= {OPSETS[major][1]}): use --trt-version 10 or later, or INT8")
+        raise QtoolError("FP8 Q/DQ needs opset {opset}, which TensorRT {major}.x's parser does not read (opset <= {highest}): "
+                         "use {ten} or later, or INT8", opset=FP8_OPSET, major=major, highest=OPSETS[major][1],
+                         ten=Opt("trt_version", "10"))
     if high_precision not in ("fp16", "fp32"):
-        raise QtoolError(f"--high-precision must be fp16 or fp32, not {high_precision!r}")
+        raise QtoolError("{option} must be fp16 or fp32, not {given!r}", option=Opt("high_precision"), given=high_precision)
     if weights not in WEIGHT_STORAGE:
-        raise QtoolError(f"--weights for FP8 must be fp8 (FLOAT8E4M3FN weight -> DequantizeLinear) or fp32 "
-                         f"(FP32 weight -> QuantizeLinear -> DequantizeLinear), not {weights!r}")
+        raise QtoolError("{option} for FP8 must be fp8 (FLOAT8E4M3FN weight -> DequantizeLinear) or fp32 "
+                         "(FP32 weight -> QuantizeLinear -> DequantizeLinear), not {given!r}", option=Opt("weights"), given=weights)
 
 
 def _target_opset(model: onnx.ModelProto, major: int) -> int:
