@@ -9,6 +9,7 @@ from pathlib import Path
 from . import calibration, model
 from .errors import Opt, QtoolError, opts
 from .feeds import data
+from .options import ImageOptions
 
 DEFAULT_BATCH = 8  # held-out images per inference when the model's batch is not fixed
 
@@ -74,8 +75,9 @@ def _channels_text(values) -> str:
     return ",".join(repr(float(v)) for v in values)
 
 
-def image_preprocess(spec: model.InputSpec, recorded: dict, *, size, resize, scale_text, mean, std, bgr, layout) -> data.Preprocess:
-    """The calibration file's image preprocessing, with each flag given overriding its part."""
+def image_preprocess(spec: model.InputSpec, recorded: dict, image: ImageOptions) -> data.Preprocess:
+    """The calibration file's image preprocessing, with each part `image` gives overriding its own."""
+    size, resize, scale, mean, std, bgr, layout = image.size, image.resize, image.scale, image.mean, image.std, image.bgr, image.layout
     rec = recorded if recorded.get("source") == "images" else {}
     if rec and rec.get("input") not in (None, spec.name):
         rec = {}
@@ -91,12 +93,12 @@ def image_preprocess(spec: model.InputSpec, recorded: dict, *, size, resize, sca
     if new_layout not in ("nchw", "nhwc"):
         raise QtoolError("the calibration file records an unknown layout {layout!r}; give {given}", layout=new_layout, given=Opt("layout"))
     hw = spec.dims[2:4] if new_layout == "nchw" else spec.dims[1:3]
-    new_size = data.parse_size(size) if size is not None else (rec_size if None in hw else None)
+    new_size = size if size is not None else (rec_size if None in hw else None)
     new_resize = resize or rec.get("resize", "stretch")
     if new_resize not in data.RESIZE_MODES:
         raise QtoolError("the calibration file records an unknown resize mode {resize!r}; give {given}", resize=new_resize,
                          given=Opt("resize"))
-    new_scale = data.parse_scale(scale_text) if scale_text is not None else (rec_scale if rec_scale is not None else 1 / 255)
+    new_scale = scale if scale is not None else (rec_scale if rec_scale is not None else 1 / 255)
     return data.resolve_preprocess(
         spec, size=new_size, layout=new_layout, resize=new_resize, scale=new_scale,
         mean=mean if mean is not None else rec_mean, std=std if std is not None else rec_std,
@@ -104,13 +106,12 @@ def image_preprocess(spec: model.InputSpec, recorded: dict, *, size, resize, sca
     )
 
 
-def held_out_runs(loaded, cal, images_dir, data_dir, limit, batch_size=None, **flags):
+def held_out_runs(loaded, cal, images_dir, data_dir, limit, batch_size=None, image: ImageOptions | None = None):
     """(input files, a function giving fresh runs over them): images preprocessed as the
-    calibration file records, each given flag overriding its part; or .npy/.npz data."""
+    calibration file records, each part `image` gives overriding its own; or .npy/.npz data."""
     if images_dir is not None:
         spec = model.image_input(loaded.proto)
-        pre = image_preprocess(spec, cal.preprocess, **{f: flags.get(f) for f in
-                               ("size", "resize", "scale_text", "mean", "std", "bgr", "layout")})
+        pre = image_preprocess(spec, cal.preprocess, image or ImageOptions())
         fixed = spec.dims[0]
         if fixed is not None and batch_size not in (None, fixed):
             raise QtoolError("the model has a fixed batch of {fixed}; {given} cannot be used", fixed=fixed,

@@ -12,7 +12,9 @@ from pathlib import Path
 
 from . import calibration, model
 from .errors import Opt, QtoolError
-from .inputs import check_model, model_json
+from .inputs import check_model, load_checked_model, model_json
+from .options import CpuOptions, ExportOptions
+from .targets import qdq as qdq_target
 from .targets.tensorrt import checker as trtrules
 from .targets.tensorrt import files as trtfiles
 
@@ -231,12 +233,9 @@ def inspect_onnx(file: Path, trt_version: str) -> tuple[dict, str, str | None]:
 
 def inspect_policies(file: Path, policies) -> tuple[dict, str, None]:
     """Each quantizer of the calibration's model with the policy it resolves to."""
-    from .inputs import load_checked_model
-    from .targets import qdq
-
     cal = calibration.load(file)
     loaded = load_checked_model(None, file, cal)
-    prepared = qdq.prepare(loaded, cal, policies=policies)
+    prepared = qdq_target.prepare(loaded, cal, ExportOptions("qdq", cpu_target=CpuOptions(policies=policies)))
     ops = {n.name: n.op_type for n in prepared.model.graph.node}
     quantizers = prepared.plan.quantizers
     rows = [{"kind": q.kind, "tensor": q.tensor, "read_by": sorted({ops[n] for n, _ in q.readers}), **q.policy.to_json()} for q in quantizers]

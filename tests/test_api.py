@@ -87,7 +87,7 @@ def test_evaluate_takes_a_target_its_options_and_a_runtime(arrays, capsys):
     assert both.runtime.vnni == cpu.vnni() and len(both.tensors) == 16
     assert capsys.readouterr() == ("", "")
     for kwargs, message in [
-        (dict(target="tensorrt", weights_7bit="all"), "option 'weights_7bit' does not apply to target 'tensorrt'"),
+        (dict(target="tensorrt", weights_7bit="all"), "weights_7bit= applies to target='openvino' or qdq, not tensorrt"),
         (dict(runtime="openvino"), "runtime='openvino' runs the file of target='openvino', not qdq"),  # keywords, not flags
         (dict(target="openvino", runtime="onnxruntime"), "runs the file of target='qdq' or tensorrt, not openvino"),
         (dict(target="tensorrt", per_tensor=True), "the per-tensor ranking is for target='openvino' or qdq"),
@@ -106,7 +106,7 @@ def test_user_errors_raise_qtoolerror_never_exit(arrays):
     with pytest.raises(qtool.QtoolError, match="the loader gave no inputs"):
         qtool.calibrate(SAMPLE, data=[])
     cal = qtool.calibrate(SAMPLE, data=[arrays[:8]])
-    with pytest.raises(qtool.QtoolError, match="option 'weights_7bit' does not apply to target 'tensorrt'"):
+    with pytest.raises(qtool.QtoolError, match="weights_7bit= applies to target='openvino' or qdq, not tensorrt"):
         qtool.export(SAMPLE, cal, target="tensorrt", weights_7bit="all")
     with pytest.raises(qtool.QtoolError, match="TensorRT 11 removed implicit INT8"):
         qtool.export(SAMPLE, cal, target="tensorrt", trt_version="11.4", fmt="cache")

@@ -1,6 +1,7 @@
 """Layers: the command line (qtool/cli) is parsing and printing over qtool.api, which holds what each
-command does: the CLI imports no other qtool module, and each command's api function gives what the
-command prints, with messages naming keywords to API callers and flags on the command line."""
+command does: the CLI imports no other qtool module, and each command's api function gives the data
+the command prints (the CLI words its text), with messages naming keywords to API callers and flags
+on the command line."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from runcli import invoke
 
 from qtool import api
+from qtool.cli import calibrate as cli_calibrate  # the command line words the api's Outcome as text
 from qtool.errors import QtoolError, UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,7 +87,7 @@ def test_calibrate_files_is_the_command(calibrated):
     assert (d / "api.cache").read_bytes() == (d / "cli.cache").read_bytes()
     assert outcome.summary["outputs"] == {"calibration": str(d / "api.calib.json"), "tensorrt_cache": str(d / "api.cache")}
     _same(outcome.summary, summary, "outputs", "build")
-    assert outcome.text.startswith(f"calibrated {summary['tensors']} tensors from 8 images in ")
+    assert cli_calibrate.text(outcome.summary, outcome.details).startswith(f"calibrated {summary['tensors']} tensors from 8 images in ")
     assert outcome.failure is None
 
 
@@ -137,7 +139,7 @@ def test_evaluate_files_reports_a_failed_gate_after_its_results(calibrated):
 
 
 # README, Layout: the packages in import order; each module imports only from its own layer and those before it
-ORDER = ["errors", "scratch", "ortlog", "model", "fileio", "feeds", "statistics", "calibration", "quantizers", "collection",
+ORDER = ["errors", "scratch", "ortlog", "model", "fileio", "feeds", "statistics", "calibration", "quantizers", "options", "collection",
          "targets", "checks", "inputs", "inspection", "commands", "api", "cli", "launch", "__main__"]
 
 

@@ -22,6 +22,7 @@ import onnx
 from .. import targets
 from ..collection import collect
 from ..errors import Opt, QtoolError, Words, opts
+from ..options import ExportOptions
 from . import evaluation as ev
 from . import simulate
 
@@ -73,16 +74,16 @@ class BudgetResult:
     trials: list[dict] = field(default_factory=list)  # {"fp32_tensors": k, "value": v} per export measured
 
 
-def meet(loaded, cal, runs: ev.Runs, budget: Budget, max_fp32: int, *, target: str = "qdq", bias_correction: bool = True,
-         **options) -> BudgetResult:
+def meet(loaded, cal, runs: ev.Runs, budget: Budget, max_fp32: int, options: ExportOptions) -> BudgetResult:
     """The fewest ranked tensors (at most `max_fp32`) whose layers kept in FP32 meet `budget`.
-    target: one whose writer builds any subset of its quantizers (openvino, qdq), whose model is ranked and measured; options: those of its prepare
-    (exclude, include, weights_7bit, ignored_patterns, policies, method); one preparation serves the
-    ranking and every trial, each the model export writes, simulated exactly."""
+    options.target: one whose writer builds any subset of its quantizers (openvino, qdq), whose model is
+    ranked and measured with these export options; one preparation serves the ranking and every
+    trial, each the model export writes, simulated exactly."""
+    bias_correction = options.bias_correction
     names, _ = ev._float_outputs(loaded.proto)
     if not names:
         raise QtoolError("{max_drop}: the model has no float outputs to measure", max_drop=Opt("max_drop"))
-    module, prepared = ev.prepare(target, loaded, cal, options, Words("{max_drop}", opts("max_drop")))
+    module, prepared = ev.prepare(loaded, cal, options, Words("{max_drop}", opts("max_drop")))
     reference = ev._Reference(runs, ev._session(loaded, loaded.proto), names)
     trials: list[dict] = []
 
@@ -97,7 +98,7 @@ def meet(loaded, cal, runs: ev.Runs, budget: Budget, max_fp32: int, *, target: s
     if budget.met(base):
         return BudgetResult(True, base, [], [], trials)
     steps = ev.walk(prepared, ev.sensitivities(module, prepared, cal, reference, names, bias_correction=bias_correction,
-                                                rules=targets.get(target).rules), max_fp32)
+                                                rules=targets.get(options.target).rules), max_fp32)
     if not steps:
         return BudgetResult(False, base, [], [], trials)
     values: dict[int, float] = {}

@@ -29,4 +29,9 @@ def report(calib_path, output, target, trt_version, method, model, evaluation, a
     (inline SVG plots, no network). Needs matplotlib: pip install 'qtool[report]'.
     """
     finish(call(api.report_file, calib_path, output=output, target=target, trt_version=trt_version, method=method,
-                model=model, evaluation=evaluation), as_json)
+                model=model, evaluation=evaluation), as_json, text)
+
+
+def text(summary: dict, details: dict) -> str:
+    return (f"report of {summary['tensors']} tensors for {summary['target']} ({summary['quantized']} quantized) in "
+            f"{details['seconds']:.1f} s -> {summary['outputs']['report']}")

@@ -30,11 +30,16 @@ when calibration saw no padding).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import numpy as np
+
 from ... import model
 from ...errors import Opt, QtoolError, opts
 from ...model import graph as G
+from ...options import ExportOptions, TensorRTOptions, declared_options
 from ...quantizers import patterns as P
-from .. import OPTIONS, get
+from .. import ExportResult, Shown, get
 from . import passthrough
 from .files import _listed, is_usable, write_cache, write_dynamic_range, write_ort_table
 from .rules import TENSORRT
@@ -50,8 +55,8 @@ from .versions import (  # noqa: F401  (re-exported: the CLI and tests read the 
     version_number,
 )
 
-FORMATS = OPTIONS["fmt"].choices  # ("qdq", "cache", "dynamic-range", "ort-trt")
-PRECISIONS = OPTIONS["precision"].choices  # ("int8", "fp8")
+DEFAULTS = ExportOptions("tensorrt")
+FORMATS = declared_options(TensorRTOptions)["fmt"].choices  # ("qdq", "cache", "dynamic-range", "ort-trt")
 RANGE_FORMATS = ("cache", "dynamic-range", "ort-trt")  # implicit INT8: TensorRT 10 and earlier
 SUFFIXES = {"qdq": get("tensorrt").suffix, "cache": ".cache", "dynamic-range": ".dynamic_range.txt", "ort-trt": ".calibration.flatbuffers"}
 TRT10_DEPRECATED = (
@@ -203,24 +208,21 @@ def input_shapes(proto, preprocess: dict) -> tuple[dict[str, list[int]], list[st
     return shapes, notes
 
 
-def suffix(fmt: str | None = None, trt_version: str | None = None, precision: str = "int8", **_options) -> str:
+def suffix(options: ExportOptions = DEFAULTS) -> str:
     """Default output file suffix for the format (FP8 models: .fp8.trt.onnx)."""
-    if precision == "fp8":
-        return ".fp8" + SUFFIXES[resolve(trt_version, fmt or "qdq")[1]]
-    return SUFFIXES[resolve(trt_version, fmt)[1]]
+    own = options.tensorrt
+    if own.precision == "fp8":
+        return ".fp8" + SUFFIXES[resolve(own.trt_version, own.fmt or "qdq")[1]]
+    return SUFFIXES[resolve(own.trt_version, own.fmt)[1]]
 
 
-def export(loaded, cal, *, trt_version: str | None = None, algorithm: str = "entropy2", fmt: str | None = None,
-           method: str | None = None, high_precision: str | None = None, weights: str | None = None, precision: str = "int8",
-           exclude=(), include=(), bias_correction: bool = True, smooth_quant="auto", **_options):
-    """TensorRT INT8 (or FP8: qtool.targets.tensorrt.fp8) for `cal` in format `fmt` for
-    `trt_version` (see the module docstring)."""
-    from .. import ExportResult
-
-    if precision not in PRECISIONS:
-        raise QtoolError("{precision} must be one of {choices}, not {given!r}", precision=Opt("precision"), choices=", ".join(PRECISIONS),
-                         given=precision)
-    if precision == "fp8":
+def export(loaded, cal, options: ExportOptions = DEFAULTS):
+    """TensorRT INT8 (or FP8: qtool.targets.tensorrt.fp8) for `cal` in the format options.tensorrt.fmt
+    for its trt_version (see the module docstring)."""
+    own = options.tensorrt
+    trt_version, algorithm, fmt, high_precision, weights = own.trt_version, own.algorithm, own.fmt, own.high_precision, own.weights
+    method, exclude, include, smooth_quant = options.method, options.exclude, options.include, options.smooth_quant
+    if own.precision == "fp8":
         trt_version, fmt = resolve(trt_version, fmt or "qdq")
         if fmt != "qdq":
             raise QtoolError("{fp8} writes a Q/DQ model ({qdq}); the {fmt} range files are INT8 only", fp8=Opt("precision", "fp8"),
@@ -234,9 +236,6 @@ def export(loaded, cal, *, trt_version: str | None = None, algorithm: str = "ent
                           weights=weights or "fp8", exclude=exclude, include=include)
     weights = weights or "fp32"
     trt_version, fmt = resolve(trt_version, fmt)
-    if algorithm not in CALIBRATOR_ALGORITHMS:
-        raise QtoolError("{algorithm} is not one of {choices}", algorithm=Opt("algorithm", algorithm, quoted=True),
-                         choices=", ".join(CALIBRATOR_ALGORITHMS))
     major = major_of(trt_version)
     if fmt == "qdq":
         from . import int8
@@ -244,10 +243,10 @@ def export(loaded, cal, *, trt_version: str | None = None, algorithm: str = "ent
         data, warnings, summary = int8.export(
             loaded, cal, lambda c: thresholds(c, fmt, algorithm, method), major=major,
             high_precision=high_precision or ("fp16" if major >= 10 else "fp32"),
-            weights=weights, exclude=exclude, include=include, bias_correction=bias_correction, smooth_quant=smooth_quant)
+            weights=weights, exclude=exclude, include=include, bias_correction=options.bias_correction, smooth_quant=smooth_quant)
         summary = {"format": fmt, "trt_version": trt_version, "method": _method(cal, fmt, algorithm, method), **summary}
         return ExportResult(data, warnings, summary)
-    if high_precision is not None or weights != "fp32" or exclude or include or not bias_correction or smooth_quant not in ("auto", None):
+    if high_precision is not None or weights != "fp32" or exclude or include or not options.bias_correction or smooth_quant not in ("auto", None):
         raise QtoolError("{high_precision}, {weights}, {exclude}, {include}, {bias_correction} and {smooth_quant} apply to {qdq} only",
                          **opts("high_precision", "weights", "exclude", "include", "bias_correction", "smooth_quant"),
                          qdq=Opt("fmt", "qdq"))
@@ -316,26 +315,27 @@ def _ranges_file(loaded, amax: dict[str, float], trt_version: str, algorithm: st
     return data, warnings + more, summary
 
 
-def own_methods(options: dict) -> tuple[str, ...]:
-    """FP8's own threshold search (fp8.py): --method e4m3-mse with --precision fp8."""
-    return ("e4m3-mse",) if options.get("precision") == "fp8" else ()
+def _resolved(options: ExportOptions, fmt: str | None) -> ExportOptions:
+    """`options` with the TensorRT version and format resolved (`fmt`: the format asked for)."""
+    trt_version, fmt = resolve(options.tensorrt.trt_version, fmt)
+    return replace(options, tensorrt=replace(options.tensorrt, trt_version=trt_version, fmt=fmt))
 
 
-def export_options(options: dict) -> tuple[dict, dict]:
+def export_options(options: ExportOptions) -> tuple[ExportOptions, dict]:
     """The TensorRT version and format resolved (FP8 is a Q/DQ model on every version), and where
     the version came from, for export's summary."""
-    fmt = options.get("fmt") or ("qdq" if options.get("precision") == "fp8" else None)
-    source = version_source(options.get("trt_version"), fmt)
-    trt_version, fmt = resolve(options.get("trt_version"), fmt)
-    return {**options, "trt_version": trt_version, "fmt": fmt}, {"trt_version_from": source}
+    own = options.tensorrt
+    fmt = own.fmt or ("qdq" if own.precision == "fp8" else None)
+    source = version_source(own.trt_version, fmt)
+    return _resolved(options, fmt), {"trt_version_from": source}
 
 
-def exported(loaded, cal, options: dict, summary: dict, path: str, model_path: str) -> tuple[dict, list[str], str]:
+def exported(loaded, cal, options: ExportOptions, summary: dict, path: str, model_path: str) -> tuple[dict, list[str], str]:
     """The trtexec line that builds an engine from the file at `path` (summary "build") and the
     line export prints: version (and where it came from), format, precision and thresholds."""
-    fmt, version = options["fmt"], options["trt_version"]
+    fmt, version = options.tensorrt.fmt, options.tensorrt.trt_version
     build, notes = build_command(loaded, cal, fmt, version, path, model_path)
-    fp8 = " FP8" if options.get("precision") == "fp8" else ""
+    fp8 = " FP8" if options.tensorrt.precision == "fp8" else ""
     line = f"TensorRT {version} ({summary['trt_version_from']}), {fmt}{fp8}, thresholds: {summary['method']}"
     return ({"build": build} if build else {}), notes, line + _measured_cores(summary)
 
@@ -352,29 +352,25 @@ def _measured_cores(summary: dict) -> str:
             f"{kept[first].removeprefix('attention core with ')}; --include NODE quantizes one anyway")
 
 
-def evaluation_options(options: dict, runtime: str | None = None) -> dict:
+def evaluation_options(options: ExportOptions, runtime: str | None = None) -> ExportOptions:
     """The export options qtool.checks.evaluation builds the Q/DQ model with (the range files hold no model
     to run). An FP8 model has no runtime to measure beside the simulation: onnxruntime has no FP8
     kernels on CPU (it computes FLOAT8 Q/DQ in float, as the simulation does; and 1.32's optimizer
     above ORT_ENABLE_BASIC removes a Relu in front of an FP8 QuantizeLinear, tests/test_fp8.py)."""
-    fmt = options.get("fmt") or "qdq"
+    fmt = options.tensorrt.fmt or "qdq"
     if fmt != "qdq":
         raise QtoolError("the tensorrt target is evaluated in its Q/DQ model ({qdq}); a {fmt} file holds ranges, no model to run",
                          qdq=Opt("fmt", "qdq"), fmt=fmt)
-    if options.get("precision") == "fp8" and runtime is not None:
+    if options.tensorrt.precision == "fp8" and runtime is not None:
         raise QtoolError("{runtime} measures int8 kernels; onnxruntime has none for FP8 on CPU and computes FP8 Q/DQ "
                          "in float, as the simulation already does: drop {drop}", runtime=Opt("runtime", runtime), drop=Opt("runtime"))
-    version, fmt = resolve(options.get("trt_version"), fmt)
-    return {**options, "trt_version": version, "fmt": fmt}
+    return _resolved(options, fmt)
 
 
 def shown(loaded, cal, *, method: str | None = None, trt_version: str | None = None):
     """What qtool report shows of the Q/DQ model export writes with default options (the same
     preparation, thresholds and placement: int8.plan), with the scales its `apply` writes (FP16
     when the unquantized part is)."""
-    import numpy as np
-
-    from .. import Shown
     from . import int8
 
     version, fmt = resolve(trt_version, "qdq")
