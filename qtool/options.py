@@ -5,8 +5,9 @@ inputs). The command line and qtool.api build these objects from their keywords 
 library below takes them (a target's writer: ExportOptions) instead of keywords.
 
 Export options come in groups, one dataclass each, which `qtool export --help` shows as sections:
-General (every target), TensorRT, OpenVINO/qdq, Policies (openvino/qdq: the flags that make one
-qtool.quantizers.policy.Policies) and Mixed precision (export: layers kept FP32 by measurement).
+General (every target), TensorRT, OpenVINO/qdq, Policy (openvino/qdq: the flags that make one
+qtool.quantizers.policy.Policies); the command line adds export's Mixed precision (layers kept FP32
+by measurement, MixedPrecision) and evaluate's held-out inputs.
 Adding an export option: one field in its group here, and the code that reads it.
 """
 
@@ -178,7 +179,7 @@ class CpuOptions:
 class PolicyFlags:
     """The options that make the Policies of the CPU targets (qtool.quantizers.policy.from_options)."""
 
-    SECTION: ClassVar = "Policies"
+    SECTION: ClassVar = "Policy"
     READERS: ClassVar = CPU_TARGETS
 
     weight_bits: int | None = option(None, "--weight-bits", "openvino/qdq: weight bits (default 8; 4: INT4 weights, opset 21 in QDQ).",

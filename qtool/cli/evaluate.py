@@ -11,7 +11,9 @@ import click
 
 from .. import api
 from . import EPILOG, call, cli, finish
-from .declared import option, policy_options
+from .declared import Grouped, option, policy_options
+
+HELD_OUT = ("images", "data", "limit", "size", "resize", "scale", "mean", "std", "bgr", "layout", "batch_size")
 
 
 def _progress(total: int, enabled: bool):
@@ -20,7 +22,7 @@ def _progress(total: int, enabled: bool):
     return tqdm(total=total, unit="pass", file=sys.stderr, disable=not (enabled and sys.stderr.isatty()), leave=False)
 
 
-@cli.command(epilog=EPILOG)
+@cli.command(cls=Grouped, epilog=EPILOG, sections={"Held-out inputs": HELD_OUT})
 @click.argument("model_path", metavar="MODEL", type=click.Path(path_type=Path))
 @click.option("--calib", type=click.Path(path_type=Path), help="Calibration file [default: the single *.calib.json here].")
 @click.option("--images", type=click.Path(path_type=Path), help="Folder of held-out images (single-input image models).")

@@ -9,7 +9,9 @@ import click
 
 from .. import api
 from . import EPILOG, call, cli, finish
-from .declared import option, policy_options
+from .declared import Grouped, option, policy_options
+
+MIXED = ("keep_fp32", "max_drop", "max_fp32", "images", "data", "limit")  # the layers kept FP32 by measurement
 
 
 def complete_targets(incomplete: str) -> list:
@@ -28,7 +30,7 @@ def parse_target(text: str) -> str:
     return target
 
 
-@cli.command(epilog=EPILOG)
+@cli.command(cls=Grouped, epilog=EPILOG, sections={"Mixed precision (openvino/qdq)": MIXED})
 @click.argument("model_path", metavar="[MODEL]", required=False, type=click.Path(path_type=Path))
 @click.option("--target", required=True, help=f"Output format: {', '.join(api.TARGETS)}.", shell_complete=lambda ctx, param, incomplete: complete_targets(incomplete))
 @click.option("--calib", type=click.Path(path_type=Path), help="Calibration file [default: the single *.calib.json here].")
