@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import onnx
+
 from . import calibration, model
 from .errors import Opt, QtoolError, opts
 from .feeds import data
@@ -66,8 +68,6 @@ def check_model(loaded: model.LoadedModel, calib_path: Path, sha256: str) -> Non
 
 
 def _header(path: Path):
-    import onnx
-
     return onnx.load(str(path), load_external_data=False)
 
 

@@ -10,6 +10,9 @@ import math
 from collections import Counter
 from pathlib import Path
 
+import onnx
+from google.protobuf.message import Error as ProtobufError
+
 from . import calibration, model
 from .errors import Opt, QtoolError
 from .inputs import check_model, load_checked_model, model_json
@@ -78,9 +81,6 @@ def read_file(path: Path) -> dict:
 
 
 def _is_onnx(data: bytes) -> bool:
-    import onnx
-    from google.protobuf.message import Error as ProtobufError
-
     try:
         return len(onnx.load_model_from_string(data).graph.node) > 0
     except (ProtobufError, ValueError, TypeError, RuntimeError):  # any decoding failure: not a model

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
+import time
 from dataclasses import dataclass, field
 
 import onnx
@@ -22,7 +24,9 @@ import onnx
 from .. import targets
 from ..collection import collect
 from ..errors import Opt, QtoolError, Words, opts
+from ..model import data_inputs
 from ..options import ExportOptions
+from ..targets import get
 from . import evaluation as ev
 from . import simulate
 
@@ -122,8 +126,6 @@ def meet(loaded, cal, runs: ev.Runs, budget: Budget, max_fp32: int, options: Exp
 def one_sample(proto: onnx.ModelProto, feeds: dict) -> dict:
     """The first sample of a held-out batch (held-out images come 8 to a batch), so that the
     latency is one input's, as the summary says; a model with a fixed batch keeps its batch."""
-    from ..model import data_inputs
-
     dynamic = {s.name for s in data_inputs(proto) if s.dims and s.dims[0] is None}
     return {k: (v[:1] if k in dynamic and getattr(v, "ndim", 0) else v) for k, v in feeds.items()}
 
@@ -132,11 +134,6 @@ def latency_ms(target: str, model_bytes: bytes, feeds: dict, runs: int = 30) -> 
     """Median latency (ms) of one run on `feeds` in the target's runtime (qtool.targets): OpenVINO
     (None when it is not installed), or onnxruntime (default optimizations, one thread per core, as
     a deployment runs it)."""
-    import statistics
-    import time
-
-    from ..targets import get
-
     if get(target).runtime == "openvino":
         try:
             simulate.openvino()

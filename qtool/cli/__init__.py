@@ -10,9 +10,11 @@ Exit codes: 0 success, 1 user error (bad input or request), 2 usage error (click
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
+import pkgutil
 import signal
 import sys
 import tempfile
@@ -217,9 +219,6 @@ def _register_commands() -> None:
     global _registered
     if _registered:
         return
-    import importlib
-    import pkgutil
-
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
         importlib.import_module(f"{__name__}.{info.name}")
     _registered = True

@@ -6,6 +6,7 @@ import difflib
 from pathlib import Path
 
 import click
+from click.shell_completion import CompletionItem
 
 from .. import api
 from . import EPILOG, call, cli, finish
@@ -16,8 +17,6 @@ MIXED = ("keep_fp32", "max_drop", "max_fp32", "images", "data", "limit")  # the 
 
 def complete_targets(incomplete: str) -> list:
     """Shell completion of --target (the option stays free text so a typo gets a did-you-mean)."""
-    from click.shell_completion import CompletionItem
-
     return [CompletionItem(t) for t in api.TARGETS if t.startswith(incomplete.lower())]
 
 

@@ -14,7 +14,9 @@ from pathlib import Path
 from .. import calibration, model
 from ..errors import Opt, QtoolError
 from ..feeds import data
+from ..model.graph import Index
 from ..options import CalibrateOptions
+from ..quantizers import patterns
 from ..statistics import histogram, thresholds
 from ..statistics.stats import new_stats
 from . import collect, procs
@@ -249,9 +251,6 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
 
 
 def _transformer(proto) -> bool:
-    from ..model.graph import Index
-    from ..quantizers import patterns
-
     return bool(patterns.transformer_structure(Index(proto)))
 
 

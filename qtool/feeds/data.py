@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import math
+import warnings
+import zipfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+from onnx import helper
 from PIL import Image, ImageOps
 
 from ..errors import Opt, QtoolError, UsageError
 from ..model import InputSpec
+from ..model.graph import Constants
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp"}
 RESIZE_MODES = ("stretch", "letterbox", "center-crop")
@@ -77,10 +81,6 @@ def size_multiple(proto, input_name: str) -> int | None:
     down again after it stays at 32). None when nothing upsamples (any size runs). A tensor whose
     stride the graph does not fix (upsampled by a computed factor or to computed sizes) counts for
     nothing: the check then errs towards sizes onnxruntime refuses, with size_mismatch."""
-    from onnx import helper
-
-    from ..model.graph import Constants
-
     constants = Constants(proto.graph)
     stride: dict[str, float | None] = {input_name: 1.0}
     multiple, upsampled = 1.0, False
@@ -105,8 +105,6 @@ def size_multiple(proto, input_name: str) -> int | None:
 
 def _upsampling(node, constants) -> float | None:
     """How many times larger `node` makes a feature map (height or width, the larger), when the graph fixes it."""
-    from onnx import helper
-
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     if node.op_type == "ConvTranspose":
         return float(max(attrs.get("strides") or [1]))
@@ -260,8 +258,6 @@ def _to_8bit(img: Image.Image) -> Image.Image:
 
 def load_image(path: Path, pre: Preprocess) -> np.ndarray:
     """Decode and preprocess one image into a float32 sample (C,H,W) or (H,W,C)."""
-    import warnings
-
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # refused below, in one line
@@ -364,8 +360,6 @@ def list_arrays(folder: str | Path, limit: int | None = None) -> list[Path]:
 
 
 def _np_dtype(elem_type: int) -> np.dtype:
-    from onnx import helper
-
     return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
 
 
@@ -395,8 +389,6 @@ def _fit(path, arr: np.ndarray, spec: InputSpec) -> np.ndarray:
 def _check_array_file(path: Path) -> None:
     """Refuse a .npy/.npz data file over MAX_ARRAY_FILE_BYTES, an .npz by the sizes its members
     declare once decompressed (a small archive can inflate to any size)."""
-    import zipfile
-
     try:
         size = path.stat().st_size
         if zipfile.is_zipfile(path):

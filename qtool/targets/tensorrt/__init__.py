@@ -40,7 +40,8 @@ from ...model import graph as G
 from ...options import ExportOptions, TensorRTOptions, declared_options
 from ...quantizers import patterns as P
 from .. import ExportResult, Shown, get
-from . import passthrough
+from . import fp8, int8, passthrough
+from .attention import is_measured
 from .files import _listed, is_usable, write_cache, write_dynamic_range, write_ort_table
 from .rules import TENSORRT
 from .versions import (  # noqa: F401  (re-exported: the CLI and tests read the versions here)
@@ -169,8 +170,6 @@ def build_command(loaded, cal, fmt: str, trt_version: str, path: str, model_path
     inputs whose shapes it cannot tell. trtexec sets min = opt = max to the --shapes given when no
     --minShapes/--optShapes/--maxShapes are (NVIDIA/TensorRT samples/common/sampleOptions.cpp,
     AllOptions::parse), so the engine is built for the calibrated shape."""
-    from . import int8
-
     if fmt == "qdq":
         line = int8.build_command(major_of(trt_version), path)
     elif fmt == "cache":
@@ -186,11 +185,9 @@ def build_command(loaded, cal, fmt: str, trt_version: str, path: str, model_path
 def input_shapes(proto, preprocess: dict) -> tuple[dict[str, list[int]], list[str]]:
     """{input: shape} for the graph inputs with a dynamic dimension: the batch as 1 and the image
     size the calibration recorded (images); and notes for inputs whose size it did not record."""
-    from ... import model as M
-
     shapes: dict[str, list[int]] = {}
     notes: list[str] = []
-    for spec in M.data_inputs(proto):
+    for spec in model.data_inputs(proto):
         dims = list(spec.dims)
         if all(d is not None for d in dims):
             continue
@@ -230,16 +227,12 @@ def export(loaded, cal, options: ExportOptions = DEFAULTS):
         if smooth_quant not in ("auto", None) or algorithm != "entropy2":
             raise QtoolError("{smooth_quant} and {algorithm} apply to {int8} only", **opts("smooth_quant", "algorithm"),
                              int8=Opt("precision", "int8"))
-        from . import fp8
-
         return fp8.export(loaded, cal, trt_version=trt_version, method=method, high_precision=high_precision,
                           weights=weights or "fp8", exclude=exclude, include=include)
     weights = weights or "fp32"
     trt_version, fmt = resolve(trt_version, fmt)
     major = major_of(trt_version)
     if fmt == "qdq":
-        from . import int8
-
         data, warnings, summary = int8.export(
             loaded, cal, lambda c: thresholds(c, fmt, algorithm, method), major=major,
             high_precision=high_precision or ("fp16" if major >= 10 else "fp32"),
@@ -342,8 +335,6 @@ def exported(loaded, cal, options: ExportOptions, summary: dict, path: str, mode
 
 def _measured_cores(summary: dict) -> str:
     """The line naming the attention cores kept FP16 for their estimated 8-bit error (qtool.targets.tensorrt.attention)."""
-    from .attention import is_measured
-
     kept = {n: why for n, why in summary.get("default_exclusions", {}).items() if is_measured(why)}
     if not kept:
         return ""
@@ -371,8 +362,6 @@ def shown(loaded, cal, *, method: str | None = None, trt_version: str | None = N
     """What qtool report shows of the Q/DQ model export writes with default options (the same
     preparation, thresholds and placement: int8.plan), with the scales its `apply` writes (FP16
     when the unquantized part is)."""
-    from . import int8
-
     version, fmt = resolve(trt_version, "qdq")
     major = major_of(version)
     high_precision = "fp16" if major >= 10 else "fp32"

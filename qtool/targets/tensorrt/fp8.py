@@ -32,11 +32,12 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from ...calibration import Threshold, clipped_fraction
 from ...errors import Opt, QtoolError
 from ...model import graph as G
 from ...quantizers import placement
 from ...quantizers.quantizer import Quantizer
-from .. import get
+from .. import ExportResult, get
 from ..qdq import add_initializer, upgrade_opset
 from .int8 import FP16_SCALE_FLOOR, high_precision_fp16, insert, measured_rules, qdq_nodes
 from .rules import FP8, FP8_DEFAULT_METHOD, fp8_exclusions
@@ -117,8 +118,6 @@ def thresholds(cal, method: str | None = None) -> dict:
     method searched on the signed INT8 grid, or "e4m3-mse": the least E4M3 error), else the
     file's method when calibrate pinned one, else max |x| (ModelOpt's FP8 default)."""
     if method == "e4m3-mse":
-        from ...calibration import Threshold, clipped_fraction
-
         out = {}
         for t in cal.tensors:
             amax = e4m3_mse_amax(t)
@@ -201,8 +200,6 @@ def plan(model: onnx.ModelProto, cal, *, method: str | None = None, exclude=(), 
 def export(loaded, cal, *, trt_version: str | None = None, method: str | None = None, high_precision: str | None = None,
            weights: str = "fp8", exclude=(), include=(), **_options):
     """The FP8 Q/DQ model for TensorRT `trt_version` (default: the newest qtool knows), as an ExportResult."""
-    from .. import ExportResult
-
     trt_version = trt_version or default_version()
     major = parse_version(trt_version)[0]
     high_precision = high_precision or "fp16"
