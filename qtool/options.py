@@ -297,12 +297,12 @@ def misplaced(key: str, readers: tuple[str, ...], target: str) -> UsageError:
 
 def _take(given: dict, group, target: str) -> dict:
     """The keywords of `given` that are fields of `group`, taken out of it; for a target that does
-    not read the group, none (one given other than as its default, "auto" or empty: an error)."""
+    not read the group, none (one given as anything but "auto", empty or a --no- switch left off: an error)."""
     defaults = {f.name: f.default for f in fields(group) if f.name not in ("target", "tensorrt", "cpu_target")}
     taken = {k: given.pop(k) for k in list(given) if k in defaults}
     if target not in group.READERS:
         for key, value in taken.items():
-            if value not in (defaults[key], "auto", (), []):
+            if value not in ("auto", (), []) and not (value is True and defaults[key] is True):
                 raise misplaced(key, group.READERS, target)
         return {}
     return taken
