@@ -16,9 +16,12 @@ to the "qtool" logger and to the result objects (`Calibration.warnings`, `Evalua
 both give byte-identical files for the same inputs.
 
 Each command is also one function over files (qtool.commands), taking keywords named like its
-flags and returning an Outcome (what `--json` prints, the text, a failed check): calibrate_files,
-export_file, evaluate_files, inspect_file, report_file, merge_files, recompute_file. The command
-line calls each as `function.with_flags(...)`, whose messages name the flags instead of the keywords.
+flags and returning an Outcome (what `--json` prints, the data its text says, a failed check):
+calibrate_files, export_file, evaluate_files, inspect_file, report_file, merge_files,
+recompute_file. The command line calls each. Every function here builds its command's options
+object (qtool.options: checked where it is built, an unknown keyword refused by name) and hands it
+down. A QtoolError names options by key (qtool.errors), worded as keywords here (str(error)) and as
+flags on the command line.
 """
 
 from __future__ import annotations
@@ -26,44 +29,44 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import onnx
 
-from . import calibration, commands, model, targets
+from . import calibration, model, options, targets
 from .calibration import Calibration
 from .checks import evaluation as _evaluate
-from .commands import EXPORT_OPTIONS, Outcome, calibrated, channels_text, progress_bar, shard_pair, size_pair
-from .errors import QtoolError
+from .checks import report as _report
+from .commands import Outcome, progress_bar
+from .commands import calibrate as _calibrate
+from .commands import evaluate as _evaluate_files
+from .commands import export as _export
+from .commands import inspect as _inspect
+from .commands import merge as _merge
+from .commands import recompute as _recompute
+from .commands import report as _report_file
+from .errors import Opt, QtoolError
 from .feeds import data as _data
+from .fileio import check_output_path, write_atomic
+from .inputs import DEFAULT_BATCH, held_out_runs
 from .statistics import thresholds
-from .targets import TARGETS, exporter
+from .targets import TARGETS, exporter, tensorrt
 
 log = logging.getLogger("qtool")
 
 # What the command line builds its options and help from (declared once, in the library).
-OPTIONS = targets.OPTIONS  # export option keyword -> its flag, help and choices
-POLICY_FLAGS = targets.POLICY_FLAGS
+EXPORT_GROUPS = {group.SECTION: options.declared_options(group) for group in options.EXPORT_GROUPS}  # --help section -> key -> Option
+OPTIONS = options.export_options()  # export option key -> its flag, help and choices
 runtimes = targets.runtimes
 METHODS = thresholds.METHODS + thresholds.SAMPLE_METHODS
 KL_VARIANTS = thresholds.KL_VARIANTS
 RESIZE_MODES = _data.RESIZE_MODES
 TARGET_DESCRIPTIONS = {t: targets.get(t).description for t in TARGETS}
-_LAZY = {"TRT_CACHE_VERSION": ("targets.tensorrt", "CACHE_VERSION"), "TRT_LATEST_VERSION": ("targets.tensorrt", "LATEST_VERSION"),
-         "REPORT_TARGETS": ("checks.report", "TARGETS"), "REPORT_DEFAULT_TARGET": ("checks.report", "DEFAULT_TARGET"),
-         "DEFAULT_BATCH": ("inputs", "DEFAULT_BATCH")}
-
-
-def __getattr__(name: str):
-    """The constants of modules that `import qtool.api` does not load until asked (PEP 562)."""
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    where, attr = _LAZY[name]
-    return getattr(importlib.import_module(f".{where}", __package__), attr)
+TRT_CACHE_VERSION, TRT_LATEST_VERSION = tensorrt.CACHE_VERSION, tensorrt.LATEST_VERSION
+REPORT_TARGETS, REPORT_DEFAULT_TARGET = _report.TARGETS, _report.DEFAULT_TARGET
+format_db = _evaluate.format_db
+__all__ = ["DEFAULT_BATCH", "Outcome"]
 
 
 def _loaded(model_or_path, external_data: bool = True) -> model.LoadedModel:
@@ -86,96 +89,34 @@ def _checked(model_or_path, cal: Calibration) -> model.LoadedModel:
     return loaded
 
 
-# Errors the library shares with the command line name its flags (`--size HxW`); called from this
-# API they name the keyword instead (`size=(h, w)`): the flags that are keywords of the function
-# called are rewritten, any other text is left as it is.
-_RENAMED = {"format": "fmt", "scale-kind": "policies", "weight-bits": "policies", "activation-bits": "policies"}
-_FLAG = re.compile(r"--([a-z][a-z0-9-]*)(?: (DIR|FILE|HxW|N|X\.Y\.Z)\b| (?=['\d]))?")
-
-
-# option values quoted as strings when a flag before them became a keyword: every export option's
-# choices (qtool.targets.OPTIONS), the targets, the runtimes and a few other values
-_VALUES = "|".join(sorted({c for o in targets.OPTIONS.values() for c in o.choices or ()} | set(TARGETS) | set(targets.runtimes())
-                          | {"entropy", "mse", "max", "auto", "skip", "fail"}, key=lambda v: (-len(v), v)))
-
-
-def api_text(text: str, keywords) -> str:
-    """`text` with the command-line flags that are among `keywords` written as keywords."""
-    text = re.sub(r"--size (\d+)x(\d+)\b", r"size=(\1, \2)", text) if "size" in keywords else text
-
-    def keyword(m: re.Match) -> str:
-        name = _RENAMED.get(m.group(1))
-        if name not in keywords:
-            name = m.group(1).replace("-", "_")
-        if name not in keywords:
-            return m.group(0)
-        return "size=(h, w)" if name == "size" and m.group(2) == "HxW" else f"{name}="
-    text = _FLAG.sub(keyword, text)
-    return re.sub(rf"\b(\w+)= ({_VALUES})\b", r"\1='\2'", text)
-
-
-def _keyword_errors(function):
-    """QtoolErrors raised inside `function`, and an Outcome's failure, name its keywords, not the
-    command line's flags; `.with_flags` is `function` itself, for the command line."""
-    import functools
-    import inspect
-
-    own = set(inspect.signature(function).parameters)
-
-    keywords = own | ({k for v in EXPORT_OPTIONS.values() for k in v} if "options" in own else set())
-
-    @functools.wraps(function)
-    def wrapper(*args, **kwargs):
-        try:
-            result = function(*args, **kwargs)
-        except QtoolError as e:
-            raise type(e)(api_text(str(e), keywords)) from None
-        if isinstance(result, Outcome) and result.failure:
-            result.failure = api_text(result.failure, keywords)
-        return result
-    wrapper.with_flags = function
-    return wrapper
-
-
-@_keyword_errors
-def calibrate(model_or_path, *, images: str | os.PathLike | None = None, data=None, limit: int | None = None,
-              shard: tuple[int, int] | str | None = None, on_bad_image: str = "fail", size=None, resize: str = "stretch",
-              scale: float = 1 / 255, mean=None, std=None, bgr: bool = False, layout: str | None = None,
-              batch_size: int | None = None, bins: int = 2048, method: str | None = None, kl_variant: str = "nvidia",
-              progress: Callable[[int], None] | None = None) -> Calibration:
+def calibrate(model_or_path, *, progress: Callable[[int], None] | None = None, **keywords) -> Calibration:
     """Run the model on calibration inputs and return per-tensor histograms and thresholds, as
-    `qtool calibrate` does. One source of inputs: `images` (a folder, for single-input image models;
-    size/resize/scale/mean/std/bgr/layout preprocess them), or `data`: a folder of .npy/.npz files or
-    an in-memory loader (see the module docstring). `progress(n)` is called after each batch with
-    the number of inputs (images, data files or loader items) that batch finished: increments, to
-    add up (4, 4, 4, ... for batches of 4), as tqdm's update(n) takes them."""
-    folder = data if isinstance(data, (str, os.PathLike)) else None
-    loader = data if data is not None and folder is None else None
-    options = None
-    if images is not None:
-        options = dict(size=size_pair(size), layout=layout, resize=resize, scale=float(scale), mean=channels_text(mean),
-                       std=channels_text(std), bgr=bgr)
+    `qtool calibrate` does, with its options as keywords (qtool.options.CalibrateOptions.build:
+    images, data, limit, shard, on_bad_image, size, resize, scale, mean, std, bgr, layout,
+    batch_size, bins, method, kl_variant). One source of inputs: `images` (a folder, for
+    single-input image models; size=(h, w)/resize/scale/mean/std/bgr/layout preprocess them), or
+    `data`: a folder of .npy/.npz files or an in-memory loader (see the module docstring).
+    `progress(n)` is called after each batch with the number of inputs (images, data files or
+    loader items) that batch finished: increments, to add up (4, 4, 4, ... for batches of 4), as
+    tqdm's update(n) takes them."""
+    built = options.CalibrateOptions.build(**keywords)
     loaded = _loaded(model_or_path, external_data=False)
-    cal, report = calibrated(loaded, images=images, data_dir=folder, loader=loader, limit=limit, shard=shard_pair(shard),
-                             on_bad_image=on_bad_image, batch_size=batch_size, image_options=options, bins=bins, method=method,
-                             kl_variant=kl_variant, progress=progress_bar(progress))
+    cal, report = _calibrate.calibrated(loaded, built, progress)
     cal.warnings = list(report.warnings)
     for w in cal.warnings:
         log.warning(w)
     return cal
 
 
-@_keyword_errors
 def recompute(cal: Calibration, method: str, kl_variant: str | None = None) -> Calibration:
     """New thresholds from the stored histograms, as `qtool recompute` does."""
     try:
         thresholds.parse_method(method)
     except ValueError as e:
-        raise QtoolError(f"method: {e}") from None
+        raise QtoolError("{method}: {why}", method=Opt("method"), why=str(e)) from None
     return cal.recompute(method, kl_variant)
 
 
-@_keyword_errors
 def merge(cals: Iterable[Calibration]) -> Calibration:
     """Shards combined exactly, as `qtool merge` does."""
     cals = list(cals)
@@ -184,52 +125,39 @@ def merge(cals: Iterable[Calibration]) -> Calibration:
     return calibration.merge(cals)
 
 
-@_keyword_errors
-def export(model_or_path, cal: Calibration, *, target: str, path: str | os.PathLike | None = None, **options) -> bytes:
+def export(model_or_path, cal: Calibration, *, target: str, path: str | os.PathLike | None = None, **keywords) -> bytes:
     """The bytes of `target`'s file for this calibration (written atomically to `path` when given),
     as `qtool export` writes them (a model over 2 GiB: give `path`, its weights go to external data
-    beside it, and the bytes are the .onnx file's). `options`: the keywords the target takes, EXPORT_OPTIONS[target]
-    (qtool.targets.OPTIONS declares each once, with its command-line flag, help and choices:
-    `python -c "import qtool.targets as t; print(t.OPTIONS['fmt'].help)"`); `policies` is a
-    qtool.quantizers.policy.Policies, the others strings, booleans or lists of names as on the command line."""
-    if target not in TARGETS:
-        raise QtoolError(f"target {target!r} is not one of {', '.join(TARGETS)}")
-    unknown = sorted(set(options) - EXPORT_OPTIONS[target])
-    if unknown:
-        raise QtoolError(f"option {unknown[0]!r} does not apply to target {target!r} (it takes {', '.join(sorted(EXPORT_OPTIONS[target]))})")
+    beside it, and the bytes are the .onnx file's). `keywords`: the export options the target reads
+    (qtool.options.ExportOptions.build; each declared once with its command-line flag, help and
+    choices: `python -c "import qtool.api as a; print(a.OPTIONS['fmt'].help)"`); `policies` is a
+    qtool.quantizers.policy.Policies (or give the policy flags' keywords: weight_bits, ...), the
+    others strings, booleans or lists of names as on the command line."""
+    built = options.ExportOptions.build(target, **keywords)
     loaded = _checked(model_or_path, cal)
-    result = exporter(target).export(loaded, cal, **options)
+    result = exporter(target).export(loaded, cal, built)
     for w in result.warnings:
         log.warning(w)
     if path is not None:
-        from .fileio import check_output_path, write_atomic
-
         write_atomic(check_output_path(Path(path), inputs=()), result.data)
     if isinstance(result.data, model.writer.ModelFile) and result.data.external() and path is not None:
         return result.data.external_chunks(model.writer.data_path(path).name)[0]  # the .onnx file written
     return bytes(result.data)  # a big model's export that fits one file: that file
 
 
-@_keyword_errors
-def evaluate(model_or_path, cal: Calibration, *, images: str | os.PathLike | None = None, data=None, limit: int | None = None,
-             target: str = "qdq", runtime: str | None = None, per_tensor: bool = False,
-             progress: Callable[[int], None] | None = None, **options) -> _evaluate.Evaluation:
-    """The int8 model of `target` (one of qtool.targets.TARGETS: its file as `export` builds it, with
-    the export `options` that target reads, EXPORT_OPTIONS) against FP32 on held-out inputs, as
-    `qtool evaluate` does: the exact simulation of the file's arithmetic, the same on every CPU;
+def evaluate(model_or_path, cal: Calibration, *, runtime: str | None = None, per_tensor: bool = False,
+             progress: Callable[[int], None] | None = None, **keywords) -> _evaluate.Evaluation:
+    """The int8 model of `target` (a keyword, one of qtool.targets.TARGETS, default qdq: its file as
+    `export` builds it, with the export options that target reads) against FP32 on held-out inputs,
+    as `qtool evaluate` does: the exact simulation of the file's arithmetic, the same on every CPU;
     with `runtime` (qtool.targets.runtimes(): openvino runs target openvino's file, onnxruntime
     qdq's and tensorrt's) also that runtime's int8 kernels on this CPU (Evaluation.runtime).
     per_tensor: also rank every quantizer (qtool.targets.ranked(): openvino and qdq; one model run
-    over the inputs each). Inputs: images (preprocessed as the calibration
-    records), a folder of .npy/.npz, or an in-memory loader."""
-    from .inputs import held_out_runs
-
-    if target not in TARGETS:
-        raise QtoolError(f"target {target!r} is not one of {', '.join(TARGETS)}")
-    unknown = sorted(set(options) - EXPORT_OPTIONS[target])
-    if unknown:
-        raise QtoolError(f"option {unknown[0]!r} does not apply to target {target!r} (it takes {', '.join(sorted(EXPORT_OPTIONS[target]))})")
-    _evaluate.check_request(target, runtime, per_tensor)
+    over the inputs each). Inputs (keywords): images (preprocessed as the calibration records), a
+    folder of .npy/.npz, or an in-memory loader as data; limit."""
+    images, data, limit = (keywords.pop(k, None) for k in ("images", "data", "limit"))
+    built = options.ExportOptions.build(**keywords)
+    _evaluate.check_request(built.target, runtime, per_tensor)
     loaded = _checked(model_or_path, cal)
     if data is not None and not isinstance(data, (str, os.PathLike)):
         specs = model.data_inputs(loaded.proto)
@@ -239,18 +167,53 @@ def evaluate(model_or_path, cal: Calibration, *, images: str | os.PathLike | Non
             return _data.memory_runs(items[:limit] if limit else items, specs)
     else:
         _, runs = held_out_runs(loaded, cal, images, data, limit)
-    result = _evaluate.evaluate(loaded, cal, runs, target=target, runtime=runtime, per_tensor=per_tensor,
-                                progress=progress_bar(progress), **options)
+    result = _evaluate.evaluate(loaded, cal, runs, built, runtime=runtime, per_tensor=per_tensor, progress=progress_bar(progress))
     for w in result.warnings:
         log.warning(w)
     return result
 
 
-# The commands over files (qtool.commands), their messages naming these keywords.
-calibrate_files = _keyword_errors(commands.calibrate_files)
-export_file = _keyword_errors(commands.export_file)
-evaluate_files = _keyword_errors(commands.evaluate_files)
-inspect_file = _keyword_errors(commands.inspect_file)
-report_file = _keyword_errors(commands.report_file)
-merge_files = _keyword_errors(commands.merge_files)
-recompute_file = _keyword_errors(commands.recompute_file)
+# The commands over files (qtool.commands), with the command's options as keywords.
+
+
+def calibrate_files(model_path, *, output=None, trt_table=None, trt_version: str | None = None, progress=None, **keywords) -> Outcome:
+    """`qtool calibrate`: the model at `model_path` calibrated on a folder of `images` or `data` files
+    (the keywords as qtool.api.calibrate takes them) into `output` [default: <model stem>.calib.json
+    here], and with `trt_table` a TensorRT calibration cache for `trt_version` too. `progress`: a
+    callback(n) or tqdm bar."""
+    built = options.CalibrateOptions.build(**keywords)
+    return _calibrate.run(model_path, built, output=output, trt_table=trt_table, trt_version=trt_version, progress=progress)
+
+
+def export_file(model_path=None, *, target: str, calib=None, output=None, **keywords) -> Outcome:
+    """`qtool export`: the calibration file `calib` [default: the single *.calib.json here] of the
+    model at `model_path` [default: the one it records] written for `target` to `output` [default: the
+    model's stem + the target's suffix, here]. The keywords are export's flags (qtool.options: the
+    export options, the policy flags with `policy` a rules file, and keep_fp32 N or max_drop BUDGET
+    measured on held-out images or data)."""
+    built, mixed = options.export_request(target, **keywords)
+    return _export.run(model_path, built, mixed, calib=calib, output=output, policy_file=keywords.get("policy"))
+
+
+def evaluate_files(model_path, *, calib=None, progress=None, **keywords) -> Outcome:
+    """`qtool evaluate`: `target`'s int8 model of the calibration file `calib` [default: the single
+    *.calib.json here] against FP32 on held-out `images` (preprocessed as the file records, each
+    image keyword overriding its part) or `data`; the keywords are evaluate's flags
+    (qtool.options.EvaluateOptions.build). With `fail_below` DB, an output below it is the
+    Outcome's failure. `progress`: a tqdm bar or a callback(n) per model pass over the inputs."""
+    return _evaluate_files.run(model_path, options.EvaluateOptions.build(**keywords), calib=calib, progress=progress)
+
+
+def inspect_file(file, *, model=None, trt_version: str | None = None, **policy_flags) -> Outcome:
+    """`qtool inspect`: what `file` holds, with `model` what of that model it covers; with
+    `trt_version` the TensorRT rules the Q/DQ model `file` breaks; with the policy keywords (as
+    export's: weight_bits, ..., policy) the policy of each quantizer. The Outcome's details["text"]:
+    what the command prints."""
+    options.known(options.PolicyFlags, policy_flags)
+    flags = options.PolicyFlags(**policy_flags)
+    return _inspect.run(file, model=model, trt_version=trt_version, policies=flags)
+
+
+report_file = _report_file.run
+merge_files = _merge.run
+recompute_file = _recompute.run

@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .errors import QtoolError
+from .errors import Opt, QtoolError, Words
 from .fileio import write_atomic
 from .statistics import thresholds
 from .statistics.histogram import TensorHistogram
@@ -51,19 +51,19 @@ MAX_SUM = 2 ** 240  # per-sample sums (integers counting 2**-40): stay finite as
 _CHUNK = 1 << 20
 
 
-def read_limited(path: str | os.PathLike, limit: int, what: str) -> bytes:
+def read_limited(path: str | os.PathLike, limit: int, what: str | Words | Opt) -> bytes:
     """The bytes of the user's file `path`, at most `limit` of them: a regular file is checked by
     size first, anything else (a pipe, a device) is read in chunks up to the limit, so that a
     signal still stops the read. QtoolError past the limit; OSError as open/read raise it."""
     p = Path(path)
-    too_big = (f"{what} {str(p)!r} is larger than {limit >> 20} MB, the most qtool reads for it; "
-               "is it the right file?")
+    named = what if isinstance(what, (Words, Opt)) else Words("{what} {path!r}", {"what": what, "path": str(p)})
+    too_big = QtoolError("{name} is larger than {mb} MB, the most qtool reads for it; is it the right file?", name=named, mb=limit >> 20)
     with open(p, "rb") as f:
         info = os.fstat(f.fileno())
         if stat.S_ISDIR(info.st_mode):
             raise IsADirectoryError(21, "Is a directory", str(p))
         if stat.S_ISREG(info.st_mode) and info.st_size > limit:
-            raise QtoolError(too_big)
+            raise too_big
         data = bytearray()
         while True:
             chunk = f.read(min(_CHUNK, limit + 1 - len(data)))
@@ -71,22 +71,22 @@ def read_limited(path: str | os.PathLike, limit: int, what: str) -> bytes:
                 break
             data += chunk
             if len(data) > limit:
-                raise QtoolError(too_big)
+                raise too_big
     return bytes(data)
 
 
-def read_input(path: str | os.PathLike, limit: int, what: str, directory: str | None = None) -> bytes:
-    """`read_limited`, with a one-line QtoolError naming the file as `what` when it is missing, a
-    directory (`directory`: what to give instead) or unreadable."""
-    name = f"{what} {str(path)!r}"
+def read_input(path: str | os.PathLike, limit: int, what: str | Opt, directory: str | None = None) -> bytes:
+    """`read_limited`, with a one-line QtoolError naming the file as `what` (an Opt: the option that
+    named it) when it is missing, a directory (`directory`: what to give instead) or unreadable."""
+    name = replace(what, value=str(path), quoted=True) if isinstance(what, Opt) else Words("{what} {path!r}", {"what": what, "path": str(path)})
     try:
-        return read_limited(path, limit, what)
+        return read_limited(path, limit, name)
     except FileNotFoundError:
-        raise QtoolError(f"{name} does not exist") from None
+        raise QtoolError("{name} does not exist", name=name) from None
     except IsADirectoryError:
-        raise QtoolError(f"{name} is a directory" + (f"; {directory}" if directory else "")) from None
+        raise QtoolError("{name} is a directory" + ("; {directory}" if directory else ""), name=name, directory=directory) from None
     except OSError as e:
-        raise QtoolError(f"{name} cannot be read ({e.strerror or e})") from None
+        raise QtoolError("{name} cannot be read ({why})", name=name, why=e.strerror or e) from None
 
 
 def json_document(data: bytes, max_depth: int):

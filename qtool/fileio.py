@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import QtoolError
+from .errors import Opt, QtoolError, Words
 
 
 @dataclass(frozen=True)
@@ -27,19 +27,24 @@ class Input:
     (every file under it)."""
 
     path: Path
-    label: str = "an input file"
+    label: str | Words = "an input file"  # Words when it names an option: Words("a {images} file", images=Opt("images"))
     kind: str = "file"
 
 
-def model_input(path, label: str = "the model") -> Input | None:
+def model_input(path, label: str | Words = "the model") -> Input | None:
     return None if path is None else Input(Path(path), label, "model")
 
 
-def folder_input(path, label: str) -> Input | None:
+def folder_input(path, label: str | Words) -> Input | None:
     return None if path is None else Input(Path(path), label, "folder")
 
 
-def file_input(path, label: str) -> Input | None:
+def option_file(key: str, article: str = "a") -> Words:
+    """The label of a file an option names: "a --images file" (the command line), "a images= file" (Python)."""
+    return Words(f"{article} {{option}} file", {"option": Opt(key)})
+
+
+def file_input(path, label: str | Words) -> Input | None:
     return None if path is None else Input(Path(path), label, "file")
 
 
@@ -128,7 +133,8 @@ def check_output_path(path: str | os.PathLike, *, inputs=(), what: str = "output
     real = Path(os.path.realpath(out))
     parent = out.parent if str(out.parent) else Path(".")
     if not parent.is_dir():
-        raise QtoolError(f"output directory {str(parent)!r} does not exist; create it or choose another -o path")
+        raise QtoolError("output directory {parent!r} does not exist; create it or choose another {output} path", parent=str(parent),
+                         output=Opt("output"))
     if not real.parent.is_dir():
         raise QtoolError(f"{what} {str(out)!r} is a symlink into {str(real.parent)!r}, which does not exist; choose another output path")
     try:  # the real test of writability (permissions, read-only mounts, root on /proc)
@@ -141,7 +147,8 @@ def check_output_path(path: str | os.PathLike, *, inputs=(), what: str = "output
     hit = _conflict(out, inputs)
     if hit is not None:
         label, src = hit
-        raise QtoolError(f"{what} {str(out)!r} is an input file ({label} {str(src)!r}); refusing to overwrite it")
+        raise QtoolError("{what} {out!r} is an input file ({label} {src!r}); refusing to overwrite it", what=what, out=str(out), label=label,
+                         src=str(src))
     if model:
         _check_data_file(out, inputs)
     return out
@@ -194,8 +201,8 @@ class Outputs:
     committed by commit() (or none: an exception inside `with Outputs(...)` removes the staged
     files and leaves every target as it was).
 
-        with Outputs(inputs=(model_input(m), folder_input(d, "a --images file"))) as outs:
-            out = outs.add(output, "-o")
+        with Outputs(inputs=(model_input(m), folder_input(d, option_file("images")))) as outs:
+            out = outs.add(output)
             ... work ...
             outs.write(out, data)
             outs.commit()
@@ -206,11 +213,13 @@ class Outputs:
         self._added: list[tuple[Path, str]] = []
         self._staged: dict[str, tuple[str, Path]] = {}  # real target -> (temporary file, path as given)
 
-    def add(self, path: str | os.PathLike, option: str = "-o") -> Path:
+    def add(self, path: str | os.PathLike, option: str = "output") -> Path:
+        """`path`, checked, as the output the option `option` (its key) names."""
         out = check_output_path(path, inputs=self.inputs)
         for other, other_option in self._added:
             if same_file(out, other):
-                raise QtoolError(f"{option} and {other_option} name the same file ({str(out)!r}); choose two paths")
+                raise QtoolError("{option} and {other} name the same file ({out!r}); choose two paths", option=Opt(option),
+                                 other=Opt(other_option), out=str(out))
         self._added.append((out, option))
         return out
 
@@ -313,7 +322,8 @@ def _check_data_file(out: Path, inputs) -> None:
     hit = _conflict(data_path(out), inputs)
     if hit is not None:
         label, src = hit
-        raise QtoolError(f"{str(out)!r} would write its external data over {label} {str(src)!r}; choose another output path")
+        raise QtoolError("{out!r} would write its external data over {label} {src!r}; choose another output path", out=str(out), label=label,
+                         src=str(src))
 
 
 def _copy_mode(real: Path, tmp: str) -> None:

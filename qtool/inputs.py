@@ -6,9 +6,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import onnx
+
 from . import calibration, model
-from .errors import QtoolError
+from .errors import Opt, QtoolError, opts
 from .feeds import data
+from .options import ImageOptions
 
 DEFAULT_BATCH = 8  # held-out images per inference when the model's batch is not fixed
 
@@ -21,8 +24,10 @@ def find_calibration(calib: Path | None) -> Path:
     if len(found) == 1:
         return found[0]
     if not found:
-        raise QtoolError("no *.calib.json in the current directory; run qtool calibrate first or pass --calib FILE")
-    raise QtoolError(f"several calibration files here ({', '.join(p.name for p in found)}); choose one with --calib FILE")
+        raise QtoolError("no *.calib.json in the current directory; run qtool calibrate first or pass {calib}",
+                         calib=Opt("calib", metavar="FILE"))
+    raise QtoolError("several calibration files here ({found}); choose one with {calib}", found=", ".join(p.name for p in found),
+                     calib=Opt("calib", metavar="FILE"))
 
 
 def model_json(path) -> str:
@@ -63,8 +68,6 @@ def check_model(loaded: model.LoadedModel, calib_path: Path, sha256: str) -> Non
 
 
 def _header(path: Path):
-    import onnx
-
     return onnx.load(str(path), load_external_data=False)
 
 
@@ -72,8 +75,9 @@ def _channels_text(values) -> str:
     return ",".join(repr(float(v)) for v in values)
 
 
-def image_preprocess(spec: model.InputSpec, recorded: dict, *, size, resize, scale_text, mean, std, bgr, layout) -> data.Preprocess:
-    """The calibration file's image preprocessing, with each flag given overriding its part."""
+def image_preprocess(spec: model.InputSpec, recorded: dict, image: ImageOptions) -> data.Preprocess:
+    """The calibration file's image preprocessing, with each part `image` gives overriding its own."""
+    size, resize, scale, mean, std, bgr, layout = image.size, image.resize, image.scale, image.mean, image.std, image.bgr, image.layout
     rec = recorded if recorded.get("source") == "images" else {}
     if rec and rec.get("input") not in (None, spec.name):
         rec = {}
@@ -83,16 +87,18 @@ def image_preprocess(spec: model.InputSpec, recorded: dict, *, size, resize, sca
         rec_mean = _channels_text(rec["mean"]) if "mean" in rec else None
         rec_std = _channels_text(rec["std"]) if "std" in rec else None
     except (TypeError, ValueError, KeyError):
-        raise QtoolError("the calibration file's recorded image preprocessing is damaged; give --size/--scale/--mean/--std") from None
+        raise QtoolError("the calibration file's recorded image preprocessing is damaged; give {size}/{scale}/{mean}/{std}",
+                         **opts("size", "scale", "mean", "std")) from None
     new_layout = layout or rec.get("layout") or data.infer_layout(spec.dims)
     if new_layout not in ("nchw", "nhwc"):
-        raise QtoolError(f"the calibration file records an unknown layout {new_layout!r}; give --layout")
+        raise QtoolError("the calibration file records an unknown layout {layout!r}; give {given}", layout=new_layout, given=Opt("layout"))
     hw = spec.dims[2:4] if new_layout == "nchw" else spec.dims[1:3]
-    new_size = data.parse_size(size) if size is not None else (rec_size if None in hw else None)
+    new_size = size if size is not None else (rec_size if None in hw else None)
     new_resize = resize or rec.get("resize", "stretch")
     if new_resize not in data.RESIZE_MODES:
-        raise QtoolError(f"the calibration file records an unknown resize mode {new_resize!r}; give --resize")
-    new_scale = data.parse_scale(scale_text) if scale_text is not None else (rec_scale if rec_scale is not None else 1 / 255)
+        raise QtoolError("the calibration file records an unknown resize mode {resize!r}; give {given}", resize=new_resize,
+                         given=Opt("resize"))
+    new_scale = scale if scale is not None else (rec_scale if rec_scale is not None else 1 / 255)
     return data.resolve_preprocess(
         spec, size=new_size, layout=new_layout, resize=new_resize, scale=new_scale,
         mean=mean if mean is not None else rec_mean, std=std if std is not None else rec_std,
@@ -100,23 +106,21 @@ def image_preprocess(spec: model.InputSpec, recorded: dict, *, size, resize, sca
     )
 
 
-def held_out_runs(loaded, cal, images_dir, data_dir, limit, batch_size=None, **flags):
+def held_out_runs(loaded, cal, images_dir, data_dir, limit, batch_size=None, image: ImageOptions | None = None):
     """(input files, a function giving fresh runs over them): images preprocessed as the
-    calibration file records, each given flag overriding its part; or .npy/.npz data."""
+    calibration file records, each part `image` gives overriding its own; or .npy/.npz data."""
     if images_dir is not None:
         spec = model.image_input(loaded.proto)
-        pre = image_preprocess(spec, cal.preprocess, **{f: flags.get(f) for f in
-                               ("size", "resize", "scale_text", "mean", "std", "bgr", "layout")})
+        pre = image_preprocess(spec, cal.preprocess, image or ImageOptions())
         fixed = spec.dims[0]
         if fixed is not None and batch_size not in (None, fixed):
-            raise QtoolError(f"the model has a fixed batch of {fixed}; --batch-size {batch_size} cannot be used")
+            raise QtoolError("the model has a fixed batch of {fixed}; {given} cannot be used", fixed=fixed,
+                             given=Opt("batch_size", batch_size))
         batch = fixed or batch_size or DEFAULT_BATCH
         inputs = data.list_images(images_dir, limit)
         if fixed and len(inputs) % fixed:
-            raise QtoolError(
-                f"{len(inputs)} images do not fill batches of {fixed} (the model's fixed batch); "
-                f"use --limit {len(inputs) - len(inputs) % fixed or fixed}"
-            )
+            raise QtoolError("{count} images do not fill batches of {fixed} (the model's fixed batch); use {limit}", count=len(inputs),
+                             fixed=fixed, limit=Opt("limit", len(inputs) - len(inputs) % fixed or fixed))
 
         def runs():
             return data.image_runs(inputs, pre, spec.name, batch)

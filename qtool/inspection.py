@@ -10,9 +10,14 @@ import math
 from collections import Counter
 from pathlib import Path
 
+import onnx
+from google.protobuf.message import Error as ProtobufError
+
 from . import calibration, model
-from .errors import QtoolError
-from .inputs import check_model, model_json
+from .errors import Opt, QtoolError
+from .inputs import check_model, load_checked_model, model_json
+from .options import CpuOptions, ExportOptions
+from .targets import qdq as qdq_target
 from .targets.tensorrt import checker as trtrules
 from .targets.tensorrt import files as trtfiles
 
@@ -60,28 +65,22 @@ def read_file(path: Path) -> dict:
             entries = trtfiles.read_dynamic_range(text)
             return {"kind": "dynamic-range", "header": {}, "tensors": _plain(entries)}
     except QtoolError as e:
-        raise QtoolError(f"{str(path)!r}: {e}") from None
+        raise QtoolError("{path!r}: {error}", path=str(path), error=e) from None
     if text is None:
         try:
             entries = trtfiles.read_ort_table(data)
         except QtoolError as e:
             if _is_onnx(data):
-                raise QtoolError(
-                    f"{str(path)!r} is an ONNX model; check its Q/DQ nodes with --trt-version X, or give it with "
-                    "--model and a calibration file or cache as FILE"
-                ) from None
-            raise QtoolError(f"{str(path)!r} is binary and {e}") from None
+                raise QtoolError("{path!r} is an ONNX model; check its Q/DQ nodes with {version}, or give it with {model} and a "
+                                 "calibration file or cache as FILE", path=str(path), version=Opt("trt_version", metavar="X"),
+                                 model=Opt("model")) from None
+            raise QtoolError("{path!r} is binary and {error}", path=str(path), error=e) from None
         return {"kind": "ort-trt", "header": {}, "tensors": _plain(entries)}
-    raise QtoolError(
-        f"{str(path)!r} is not a qtool calibration file, TensorRT cache, dynamic-range file or "
-        "onnxruntime TensorRT table (an ONNX model goes after --model)"
-    )
+    raise QtoolError("{path!r} is not a qtool calibration file, TensorRT cache, dynamic-range file or onnxruntime TensorRT table "
+                     "(an ONNX model goes after {model})", path=str(path), model=Opt("model"))
 
 
 def _is_onnx(data: bytes) -> bool:
-    import onnx
-    from google.protobuf.message import Error as ProtobufError
-
     try:
         return len(onnx.load_model_from_string(data).graph.node) > 0
     except (ProtobufError, ValueError, TypeError, RuntimeError):  # any decoding failure: not a model
@@ -234,12 +233,9 @@ def inspect_onnx(file: Path, trt_version: str) -> tuple[dict, str, str | None]:
 
 def inspect_policies(file: Path, policies) -> tuple[dict, str, None]:
     """Each quantizer of the calibration's model with the policy it resolves to."""
-    from .inputs import load_checked_model
-    from .targets import qdq
-
     cal = calibration.load(file)
     loaded = load_checked_model(None, file, cal)
-    prepared = qdq.prepare(loaded, cal, policies=policies)
+    prepared = qdq_target.prepare(loaded, cal, ExportOptions("qdq", cpu_target=CpuOptions(policies=policies)))
     ops = {n.name: n.op_type for n in prepared.model.graph.node}
     quantizers = prepared.plan.quantizers
     rows = [{"kind": q.kind, "tensor": q.tensor, "read_by": sorted({ops[n] for n, _ in q.readers}), **q.policy.to_json()} for q in quantizers]

@@ -87,7 +87,7 @@ def test_evaluate_takes_a_target_its_options_and_a_runtime(arrays, capsys):
     assert both.runtime.vnni == cpu.vnni() and len(both.tensors) == 16
     assert capsys.readouterr() == ("", "")
     for kwargs, message in [
-        (dict(target="tensorrt", weights_7bit="all"), "option 'weights_7bit' does not apply to target 'tensorrt'"),
+        (dict(target="tensorrt", weights_7bit="all"), "weights_7bit= applies to target='openvino' or qdq, not tensorrt"),
         (dict(runtime="openvino"), "runtime='openvino' runs the file of target='openvino', not qdq"),  # keywords, not flags
         (dict(target="openvino", runtime="onnxruntime"), "runs the file of target='qdq' or tensorrt, not openvino"),
         (dict(target="tensorrt", per_tensor=True), "the per-tensor ranking is for target='openvino' or qdq"),
@@ -106,7 +106,7 @@ def test_user_errors_raise_qtoolerror_never_exit(arrays):
     with pytest.raises(qtool.QtoolError, match="the loader gave no inputs"):
         qtool.calibrate(SAMPLE, data=[])
     cal = qtool.calibrate(SAMPLE, data=[arrays[:8]])
-    with pytest.raises(qtool.QtoolError, match="option 'weights_7bit' does not apply to target 'tensorrt'"):
+    with pytest.raises(qtool.QtoolError, match="weights_7bit= applies to target='openvino' or qdq, not tensorrt"):
         qtool.export(SAMPLE, cal, target="tensorrt", weights_7bit="all")
     with pytest.raises(qtool.QtoolError, match="TensorRT 11 removed implicit INT8"):
         qtool.export(SAMPLE, cal, target="tensorrt", trt_version="11.4", fmt="cache")
@@ -139,7 +139,7 @@ def test_api_errors_name_keywords_not_flags(tmp_path):
     import zoo
     from PIL import Image
 
-    from qtool.api import api_text
+    from qtool.errors import Opt, QtoolError
 
     model = tmp_path / "yolo.onnx"
     onnx.save(zoo.yolo_like(), model)
@@ -149,8 +149,9 @@ def test_api_errors_name_keywords_not_flags(tmp_path):
         qtool.calibrate(model, images=tmp_path / "i")
     with pytest.raises(qtool.QtoolError, match=r"^size='3x' is not HxW, e.g. size=\(320, 320\)$"):
         qtool.calibrate(model, images=tmp_path / "i", size="3x")
-    assert api_text("use --format qdq or --high-precision fp32; --int8 stays", {"fmt", "high_precision"}) == \
-        "use fmt='qdq' or high_precision='fp32'; --int8 stays"
+    error = QtoolError("use {qdq} or {fp32}; --int8 stays", qdq=Opt("fmt", "qdq"), fp32=Opt("high_precision", "fp32"))
+    assert str(error) == "use fmt='qdq' or high_precision='fp32'; --int8 stays"
+    assert error.worded({"fmt": "--format"}) == "use --format qdq or --high-precision fp32; --int8 stays"
 
 
 def test_progress_receives_increments_that_add_up_to_the_inputs(tmp_path):

@@ -259,26 +259,26 @@ def test_parse_scale():
     assert parse_scale("0.5") == 0.5
     assert parse_scale("2") == 2.0
     for bad in ["1/0", "x", "0", "0/5", "inf", ""]:
-        with pytest.raises(QtoolError, match="--scale"):
+        with pytest.raises(QtoolError, match="scale="):
             parse_scale(bad)
 
 
 def test_parse_channels():
-    assert parse_channels(None, "--mean", 3, 0.0) == (0.0, 0.0, 0.0)
-    assert parse_channels(None, "--std", 1, 1.0) == (1.0,)
-    assert parse_channels("0.5", "--mean", 3, 0.0) == (0.5, 0.5, 0.5)
-    assert parse_channels("1,2,3", "--mean", 3, 0.0) == (1.0, 2.0, 3.0)
-    assert parse_channels("0", "--mean", 3, 0.0) == (0.0, 0.0, 0.0)  # a zero mean is fine
+    assert parse_channels(None, "mean", 3, 0.0) == (0.0, 0.0, 0.0)
+    assert parse_channels(None, "std", 1, 1.0) == (1.0,)
+    assert parse_channels("0.5", "mean", 3, 0.0) == (0.5, 0.5, 0.5)
+    assert parse_channels("1,2,3", "mean", 3, 0.0) == (1.0, 2.0, 3.0)
+    assert parse_channels("0", "mean", 3, 0.0) == (0.0, 0.0, 0.0)  # a zero mean is fine
     with pytest.raises(QtoolError, match="3 channels"):
-        parse_channels("1,2", "--mean", 3, 0.0)
+        parse_channels("1,2", "mean", 3, 0.0)
     with pytest.raises(QtoolError, match="1 channels"):
-        parse_channels("1,2,3", "--mean", 1, 0.0)
+        parse_channels("1,2,3", "mean", 1, 0.0)
     for bad in ["0", "1,0,1"]:
         with pytest.raises(QtoolError, match="zero"):
-            parse_channels(bad, "--std", 3, 1.0)
+            parse_channels(bad, "std", 3, 1.0)
     for bad in ["a,b,c", "nan"]:
-        with pytest.raises(QtoolError, match="--mean"):
-            parse_channels(bad, "--mean", 3, 0.0)
+        with pytest.raises(QtoolError, match="mean"):
+            parse_channels(bad, "mean", 3, 0.0)
 
 
 @pytest.mark.parametrize("dims, layout", [
@@ -313,9 +313,9 @@ def test_resolve_uses_static_dims_and_layout():
 
 
 def test_resolve_refusals():
-    with pytest.raises(QtoolError, match="--size"):
+    with pytest.raises(QtoolError, match="size="):
         resolve((None, 3, None, None))
-    with pytest.raises(QtoolError, match="--size"):
+    with pytest.raises(QtoolError, match="size="):
         resolve((1, 3, 224, None))
     with pytest.raises(QtoolError, match="contradicts"):
         resolve((1, 3, 224, 224), size=(320, 320))

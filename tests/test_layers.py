@@ -1,6 +1,7 @@
 """Layers: the command line (qtool/cli) is parsing and printing over qtool.api, which holds what each
-command does: the CLI imports no other qtool module, and each command's api function gives what the
-command prints, with messages naming keywords to API callers and flags on the command line."""
+command does: the CLI imports no other qtool module, and each command's api function gives the data
+the command prints (the CLI words its text), with messages naming keywords to API callers and flags
+on the command line."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from runcli import invoke
 
 from qtool import api
+from qtool.cli import calibrate as cli_calibrate  # the command line words the api's Outcome as text
 from qtool.errors import QtoolError, UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,7 +87,7 @@ def test_calibrate_files_is_the_command(calibrated):
     assert (d / "api.cache").read_bytes() == (d / "cli.cache").read_bytes()
     assert outcome.summary["outputs"] == {"calibration": str(d / "api.calib.json"), "tensorrt_cache": str(d / "api.cache")}
     _same(outcome.summary, summary, "outputs", "build")
-    assert outcome.text.startswith(f"calibrated {summary['tensors']} tensors from 8 images in ")
+    assert cli_calibrate.text(outcome.summary, outcome.details).startswith(f"calibrated {summary['tensors']} tensors from 8 images in ")
     assert outcome.failure is None
 
 
@@ -108,8 +110,10 @@ def test_a_usage_error_is_a_qtool_error_in_the_api_and_exit_2_with_the_usage_lin
     r = invoke("inspect", d / "api.calib.json", "--model", SAMPLE, "--trt-version", "10")
     assert r.exit_code == 2 and r.stderr.startswith("Usage: ") and r.stderr.splitlines()[0].endswith(" inspect [OPTIONS] FILE")
     assert "Error: --trt-version checks the ONNX model given as FILE; it does not go with --model" in r.stderr
-    with pytest.raises(UsageError, match=r"^--weight-bits applies to --target openvino or qdq, not tensorrt$"):
-        api.export_file.with_flags(SAMPLE, target="tensorrt", calib=d / "api.calib.json", weight_bits=4)
+    with pytest.raises(UsageError, match=r"^weight_bits= applies to target='openvino' or qdq, not tensorrt$"):
+        api.export_file(SAMPLE, target="tensorrt", calib=d / "api.calib.json", weight_bits=4)
+    r = invoke("export", SAMPLE, "--target", "tensorrt", "--calib", d / "api.calib.json", "--weight-bits", 4)
+    assert r.exit_code == 2 and "Error: --weight-bits applies to --target openvino or qdq, not tensorrt" in r.stderr
 
 
 def test_inspect_file_gives_what_json_prints_and_a_failed_check(calibrated):
@@ -127,15 +131,15 @@ def test_evaluate_files_reports_a_failed_gate_after_its_results(calibrated):
     d, _, _ = calibrated
     outcome = api.evaluate_files(SAMPLE, calib=d / "api.calib.json", images=IMAGES, limit=8, fail_below=500)
     assert outcome.summary["passed"] is False and outcome.summary["inputs"] == 8
-    assert outcome.failure.startswith("output ") and outcome.failure.endswith(" dB is below fail_below=500 dB")
+    assert str(outcome.failure).startswith("output ") and str(outcome.failure).endswith(" dB is below fail_below=500 dB")
     r = invoke("evaluate", SAMPLE, "--calib", d / "api.calib.json", "--images", IMAGES, "--limit", 8, "--fail-below", 500, "--json")
-    flags = outcome.failure.replace("fail_below=", "--fail-below ")
+    flags = str(outcome.failure).replace("fail_below=", "--fail-below ")
     assert r.exit_code == 1 and r.stderr == f"error: {flags}\n"
     _same(json.loads(r.stdout), outcome.summary)
 
 
 # README, Layout: the packages in import order; each module imports only from its own layer and those before it
-ORDER = ["errors", "scratch", "model", "runtime", "fileio", "feeds", "statistics", "calibration", "quantizers", "collection",
+ORDER = ["errors", "scratch", "model", "runtime", "fileio", "feeds", "statistics", "calibration", "quantizers", "options", "collection",
          "targets", "checks", "inputs", "inspection", "commands", "api", "cli", "launch", "__main__"]
 
 

@@ -15,13 +15,18 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
+import time
 from dataclasses import dataclass, field
 
 import onnx
 
 from .. import targets
-from ..errors import QtoolError
+from ..errors import Opt, QtoolError, Words, opts
+from ..model import data_inputs
+from ..options import ExportOptions
 from ..runtime import onnxruntime, openvino
+from ..targets import get
 from . import evaluation as ev
 from . import simulate
 
@@ -36,7 +41,8 @@ class Budget:
             return min((o.sqnr_db for o in outputs), default=math.nan)
         found = [o.top1_agreement for o in outputs if o.top1_agreement is not None]
         if not found:
-            raise QtoolError("--max-drop N% needs outputs shaped like class scores ([N, classes]); use --max-drop <dB> (output SQNR)")
+            raise QtoolError("{top1} needs outputs shaped like class scores ([N, classes]); use {db} (output SQNR)",
+                             top1=Opt("max_drop", "N%"), db=Opt("max_drop", "<dB>"))
         return min(found)
 
     def met(self, value: float) -> bool:
@@ -53,11 +59,12 @@ def parse_budget(text: str) -> Budget:
     t = text.strip().lower().replace(" ", "")
     m = re.fullmatch(r"([0-9]*\.?[0-9]+)(db|%)?", t)
     if not m:
-        raise QtoolError(f"--max-drop {text!r} is not a budget: give an output SQNR in dB (e.g. 30dB) or a top-1 drop in % (e.g. 1%)")
+        raise QtoolError("{given} is not a budget: give an output SQNR in dB (e.g. 30dB) or a top-1 drop in % (e.g. 1%)",
+                         given=Opt("max_drop", text, quoted=True))
     number = float(m.group(1))
     if m.group(2) == "%":
         if not 0 <= number < 100:
-            raise QtoolError(f"--max-drop {text!r}: a top-1 drop must be from 0 to 100 %")
+            raise QtoolError("{given}: a top-1 drop must be from 0 to 100 %", given=Opt("max_drop", text, quoted=True))
         return Budget("top1", 1 - number / 100)
     return Budget("sqnr", number)
 
@@ -71,16 +78,16 @@ class BudgetResult:
     trials: list[dict] = field(default_factory=list)  # {"fp32_tensors": k, "value": v} per export measured
 
 
-def meet(loaded, cal, runs: ev.Runs, budget: Budget, max_fp32: int, *, target: str = "qdq", bias_correction: bool = True,
-         **options) -> BudgetResult:
+def meet(loaded, cal, runs: ev.Runs, budget: Budget, max_fp32: int, options: ExportOptions) -> BudgetResult:
     """The fewest ranked tensors (at most `max_fp32`) whose layers kept in FP32 meet `budget`.
-    target: one whose writer builds any subset of its quantizers (openvino, qdq), whose model is ranked and measured; options: those of its prepare
-    (exclude, include, weights_7bit, ignored_patterns, policies, method); one preparation serves the
-    ranking and every trial, each the model export writes, simulated exactly."""
+    options.target: one whose writer builds any subset of its quantizers (openvino, qdq), whose model is
+    ranked and measured with these export options; one preparation serves the ranking and every
+    trial, each the model export writes, simulated exactly."""
+    bias_correction = options.bias_correction
     names, _ = ev._float_outputs(loaded.proto)
     if not names:
-        raise QtoolError("--max-drop: the model has no float outputs to measure")
-    module, prepared = ev.prepare(target, loaded, cal, options, "--max-drop")
+        raise QtoolError("{max_drop}: the model has no float outputs to measure", max_drop=Opt("max_drop"))
+    module, prepared = ev.prepare(loaded, cal, options, Words("{max_drop}", opts("max_drop")))
     reference = ev._Reference(runs, ev._session(loaded, loaded.proto), names)
     trials: list[dict] = []
 
@@ -95,7 +102,7 @@ def meet(loaded, cal, runs: ev.Runs, budget: Budget, max_fp32: int, *, target: s
     if budget.met(base):
         return BudgetResult(True, base, [], [], trials)
     steps = ev.walk(prepared, ev.sensitivities(module, prepared, cal, reference, names, bias_correction=bias_correction,
-                                                rules=targets.get(target).rules), max_fp32)
+                                                rules=targets.get(options.target).rules), max_fp32)
     if not steps:
         return BudgetResult(False, base, [], [], trials)
     values: dict[int, float] = {}
@@ -119,8 +126,6 @@ def meet(loaded, cal, runs: ev.Runs, budget: Budget, max_fp32: int, *, target: s
 def one_sample(proto: onnx.ModelProto, feeds: dict) -> dict:
     """The first sample of a held-out batch (held-out images come 8 to a batch), so that the
     latency is one input's, as the summary says; a model with a fixed batch keeps its batch."""
-    from ..model import data_inputs
-
     dynamic = {s.name for s in data_inputs(proto) if s.dims and s.dims[0] is None}
     return {k: (v[:1] if k in dynamic and getattr(v, "ndim", 0) else v) for k, v in feeds.items()}
 
@@ -129,11 +134,6 @@ def latency_ms(target: str, model_bytes: bytes, feeds: dict, runs: int = 30) -> 
     """Median latency (ms) of one run on `feeds` in the target's runtime (qtool.targets): OpenVINO
     (None when it is not installed), or onnxruntime (default optimizations, one thread per core, as
     a deployment runs it)."""
-    import statistics
-    import time
-
-    from ..targets import get
-
     if get(target).runtime == "openvino":
         try:
             openvino.package()

@@ -40,12 +40,12 @@ from onnx import TensorProto
 
 from .. import targets
 from ..collection import collect
-from ..errors import QtoolError
+from ..errors import Opt, QtoolError, Words, opts
 from ..model import graph as G
+from ..options import ExportOptions, method
 from ..quantizers import cpu, placement
 from ..quantizers import patterns as P
 from ..runtime import onnxruntime
-from ..statistics import thresholds
 from ..targets import TARGETS, exporter
 from . import simulate
 
@@ -57,7 +57,6 @@ Runs = Callable[[], Iterable[tuple[Feeds, int]]]  # a fresh iterator of (feeds, 
 CACHE_BYTES = 512 << 20
 
 RANKED = targets.ranked()  # targets whose writers build a model of any subset of quantizers (prepare/quantized)
-PREPARE_OPTIONS = ("exclude", "include", "cpu", "weights_7bit", "smooth_quant", "ignored_patterns", "policies", "method")  # those of prepare()
 RUNTIME_GAP_DB = 1.0  # runtime and simulation further apart than this on an output: a warning names the likely cause
 _CAP_DB = 100.0  # SQNRs above this are float rounding alone (nothing quantized): no gap between them is reported
 
@@ -277,17 +276,18 @@ class Evaluation:
 # ---------------------------------------------------------------- the quantized model
 
 
-def ranked_exporter(target: str, what: str = "the per-tensor ranking"):
+def ranked_exporter(target: str, what: str | Words = "the per-tensor ranking"):
     """The exporter module of a target that builds models of any subset of its quantizers."""
     if target not in RANKED:
-        raise QtoolError(f"{what} is for --target {' or '.join(RANKED)}, not {target}")
+        raise QtoolError("{what} is for {first}{others}, not {target}", what=what, first=Opt("target", RANKED[0]),
+                         others="".join(f" or {t}" for t in RANKED[1:]), target=target)
     return exporter(target)
 
 
-def prepare(target: str, loaded, cal, options: dict, what: str = "the per-tensor ranking"):
-    """(the target's exporter module, its preparation of `loaded` with the export `options`)."""
-    module = ranked_exporter(target, what)
-    return module, module.prepare(loaded, cal, **{k: options[k] for k in PREPARE_OPTIONS if k in options})
+def prepare(loaded, cal, options: ExportOptions, what: str | Words = "the per-tensor ranking"):
+    """(options.target's exporter module, its preparation of `loaded` with the export `options`)."""
+    module = ranked_exporter(options.target, what)
+    return module, module.prepare(loaded, cal, options)
 
 
 def _with_sites(module, prepared, cal, activations: list, weights: list, bias_correction: bool = True) -> onnx.ModelProto:
@@ -411,19 +411,17 @@ def check_request(target: str, runtime: str | None = None, per_tensor: bool = Fa
         if runtime not in runtimes:
             raise QtoolError(f"runtime {runtime!r} is not one of {', '.join(runtimes)}")
         if target not in runtimes[runtime]:
-            raise QtoolError(f"--runtime {runtime} runs the file of --target {' or '.join(runtimes[runtime])}, not {target}")
+            raise QtoolError("{runtime} runs the file of {first}{others}, not {target}", runtime=Opt("runtime", runtime),
+                             first=Opt("target", runtimes[runtime][0]), others="".join(f" or {t}" for t in runtimes[runtime][1:]),
+                             target=target)
     if per_tensor:
         ranked_exporter(target)
 
 
-def export_options(target: str, options: dict, runtime: str | None = None) -> dict:
+def export_options(options: ExportOptions, runtime: str | None = None) -> ExportOptions:
     """The export options, checked, with the target's defaults filled in (Target.evaluation_options)."""
-    if options.get("method") is not None:
-        try:
-            thresholds.parse_method(options["method"])
-        except ValueError as e:
-            raise QtoolError(f"--method: {e}") from None
-    return targets.get(target).evaluation_options(options, runtime)
+    method(options.method, options.tensorrt.own_methods())
+    return targets.get(options.target).evaluation_options(options, runtime)
 
 
 def runtime_warnings(name: str, simulated: list[OutputMetrics], measured: list[OutputMetrics]) -> list[str]:
@@ -452,18 +450,18 @@ def _likely_cause(runtime: str, worse: bool) -> str:
     return f"{runtime}'s int8 kernels compute otherwise than the file (fusions, requantization)"
 
 
-def evaluate(loaded, cal, runs: Runs, *, target: str = "qdq", runtime: str | None = None, per_tensor: bool = False,
-             progress=None, cache_bytes: int = CACHE_BYTES, **options) -> Evaluation:
-    """Compare the target's export of `cal` on `loaded` (its exact simulation; with `runtime`, also
-    that runtime on this CPU) with FP32 on the inputs `runs` gives. options: the target's export
-    options (qtool.api.EXPORT_OPTIONS)."""
+def evaluate(loaded, cal, runs: Runs, options: ExportOptions, *, runtime: str | None = None, per_tensor: bool = False,
+             progress=None, cache_bytes: int = CACHE_BYTES) -> Evaluation:
+    """Compare options.target's export of `cal` on `loaded` with the export `options` (its exact
+    simulation; with `runtime`, also that runtime on this CPU) with FP32 on the inputs `runs` gives."""
+    target = options.target
     check_request(target, runtime, per_tensor)
     names, not_compared = _float_outputs(loaded.proto)
     if not names:
         raise QtoolError("the model has no float outputs to compare (SQNR needs float outputs)")
-    options = export_options(target, options, runtime)
-    exported = exporter(target).export(loaded, cal, **options)
-    ranked = prepare(target, loaded, cal, options) if per_tensor else None
+    options = export_options(options, runtime)
+    exported = exporter(target).export(loaded, cal, options)
+    ranked = prepare(loaded, cal, options) if per_tensor else None
     if progress is not None:  # a tqdm bar: one step per model pass over the inputs
         sites = len(ranked[1].plan.quantizers) if ranked else 0
         progress.total = 1 + (runtime is not None) + sites
@@ -491,7 +489,7 @@ def evaluate(loaded, cal, runs: Runs, *, target: str = "qdq", runtime: str | Non
             progress.update(1)
     tensors = []
     if ranked is not None:
-        tensors = sensitivities(*ranked, cal, reference, names, progress, options.get("bias_correction", True),
+        tensors = sensitivities(*ranked, cal, reference, names, progress, options.bias_correction,
                                 rules=targets.get(target).rules)
     return Evaluation(outputs, tensors, samples, exported.summary, not_compared, warnings, target, measured)
 
@@ -555,18 +553,19 @@ def walk(prepared, ranking: list[TensorSensitivity], count: int) -> list[tuple[d
     return steps
 
 
-def keep_fp32(loaded, cal, count: int, runs: Runs, *, target: str = "qdq", bias_correction: bool = True, **options) -> KeepFp32:
+def keep_fp32(loaded, cal, count: int, runs: Runs, options: ExportOptions) -> KeepFp32:
     """The layers to keep in FP32 so that the `count` quantized tensors ranked most harmful
-    (as evaluate ranks them, on `runs`, in the target's own model) are no longer quantized.
-    options: those of the target's prepare, the export's, so the ranking is of the placement exported.
+    (as evaluate ranks them, on `runs`, in options.target's own model) are no longer quantized.
+    options: the export's, so the ranking is of the placement exported.
     Walking the ranking worst first, a tensor already unquantized by an earlier choice is
     skipped, so `count` tensors really go."""
     names, _ = _float_outputs(loaded.proto)
     if not names:
-        raise QtoolError("--keep-fp32: the model has no float outputs to rank layers by")
-    module, prepared = prepare(target, loaded, cal, options, "--keep-fp32")
+        raise QtoolError("{keep_fp32}: the model has no float outputs to rank layers by", keep_fp32=Opt("keep_fp32"))
+    module, prepared = prepare(loaded, cal, options, Words("{keep_fp32}", opts("keep_fp32")))
     reference = _Reference(runs, _session(loaded, loaded.proto), names)
-    ranking = sensitivities(module, prepared, cal, reference, names, bias_correction=bias_correction, rules=targets.get(target).rules)
+    ranking = sensitivities(module, prepared, cal, reference, names, bias_correction=options.bias_correction,
+                            rules=targets.get(options.target).rules)
     steps = walk(prepared, ranking, count)
     chosen = [tensor for tensor, _ in steps]
     extra = steps[-1][1] if steps else []

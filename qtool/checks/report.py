@@ -28,7 +28,7 @@ import numpy as np
 
 from .. import calibration, targets
 from ..calibration import Calibration, TensorRecord
-from ..errors import QtoolError
+from ..errors import Opt, QtoolError
 from ..quantizers.quantizer import Quantizer
 from ..statistics import noise, thresholds
 from . import report_page
@@ -171,15 +171,17 @@ def target_plan(loaded, cal: Calibration, target: str, *, why: str, method: str 
     `options`, keywords of qtool.targets.OPTIONS, as export takes them) places in `loaded`, the model `cal`
     calibrates: the target's own `shown`."""
     if target not in TARGETS:
-        raise QtoolError(f"--target {target!r} is not one of {', '.join(TARGETS)}")
+        raise QtoolError("{target} is not one of {targets}", target=Opt("target", target, quoted=True), targets=", ".join(TARGETS))
     if method is not None:
         try:
             thresholds.parse_method(method)
         except ValueError as e:
-            raise QtoolError(f"--method: {e}") from None
+            raise QtoolError("{method}: {why}", method=Opt("method"), why=str(e)) from None
     for key in options:
         if key not in targets.get(target).options:
-            raise QtoolError(f"{targets.OPTIONS[key].flag} applies to --target {' or '.join(targets.taking(key))}, not {target}")
+            readers = targets.taking(key)
+            raise QtoolError("{option} applies to {first}{others}, not {target}", option=Opt(key), first=Opt("target", readers[0]),
+                             others="".join(f" or {t}" for t in readers[1:]), target=target)
     view = targets.get(target).module().shown(loaded, cal, method=method, **options)
     used, plan = view.cal, view.plan
     return TargetPlan(target, view.title, why, view.method or used.method, {s.tensor: s for s in plan.activations}, list(plan.weights),
@@ -429,6 +431,6 @@ def render(cal: Calibration, calib_name: str, plan: TargetPlan, evaluation: dict
     """The report page for `cal` as `plan`'s target exports it (calib_name: how to name the file)."""
     require_matplotlib()
     if evaluation is not None and evaluation["target"] != plan.target:
-        raise QtoolError(f"the --evaluation file measures --target {evaluation['target']}, this report is for --target {plan.target}; "
-                         f"give --target {evaluation['target']} or evaluate --target {plan.target}")
+        raise QtoolError("the {evaluation} file measures {measured}, this report is for {shown}; give {measured} or evaluate {shown}",
+                         evaluation=Opt("evaluation"), measured=Opt("target", evaluation["target"]), shown=Opt("target", plan.target))
     return report_page.html(page(cal, calib_name, plan, evaluation)).encode("utf-8")

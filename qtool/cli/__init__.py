@@ -10,14 +10,16 @@ Exit codes: 0 success, 1 user error (bad input or request), 2 usage error (click
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
+import pkgutil
 import signal
 import sys
 import tempfile
 import traceback
-from pathlib import Path
+from collections.abc import Callable
 
 import click
 
@@ -68,7 +70,8 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except QtoolError as e:
-            click.echo(f"error: {e}", err=True)
+            command = self.get_command(ctx, ctx.invoked_subcommand) if ctx.invoked_subcommand else None
+            click.echo(f"error: {e.worded(flags(command))}", err=True)
             ctx.exit(1)
         except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort, KeyboardInterrupt):
             raise
@@ -127,45 +130,32 @@ def progress(total: int, enabled: bool):
     return tqdm(total=total, unit="img", file=sys.stderr, disable=not (enabled and sys.stderr.isatty()), leave=False)
 
 
-def emit(as_json: bool, summary: dict, text: str) -> None:
-    if as_json:
-        click.echo(json.dumps(summary, indent=1))
-    else:
-        click.echo(text)
+def flags(command: click.Command | None) -> dict[str, str]:
+    """Option key -> the flag that gives it on `command` (each option's parameter is named by its key;
+    the first of its flags: -o for output), for the messages of qtool.errors."""
+    if command is None:
+        return {}
+    return {p.name: p.opts[0] for p in command.params if isinstance(p, click.Option)}
 
 
 def call(function, /, *args, **kwargs):
-    """`function` of qtool.api with its messages naming the flags; a request it calls a usage
-    error is click's (exit 2, with the command's usage line)."""
+    """`function` of qtool.api; a request it calls a usage error is click's (exit 2, with the
+    command's usage line), its options named by the flags of the command."""
     try:
-        return function.with_flags(*args, **kwargs)
+        return function(*args, **kwargs)
     except UsageError as e:
-        raise click.UsageError(str(e)) from None
+        raise click.UsageError(e.worded(flags(click.get_current_context().command))) from None
 
 
-def finish(outcome, as_json: bool) -> None:
-    """Print what a command did; then a failed check it reports is an error (exit 1)."""
-    emit(as_json, outcome.summary, outcome.text)
+def finish(outcome, as_json: bool, text: Callable[[dict, dict], str]) -> None:
+    """Print what a command did (its summary as JSON, or `text(summary, details)`); then a failed
+    check it reports is an error (exit 1)."""
+    if as_json:
+        click.echo(json.dumps(outcome.summary, indent=1))
+    else:
+        click.echo(text(outcome.summary, outcome.details))
     if outcome.failure:
-        raise QtoolError(outcome.failure)
-
-
-def policy_options(command=None, *, scale_flag: str = "--scale"):
-    """The options that choose quantization policies (qtool.quantizers.policy), shared by export and evaluate
-    (whose --scale is the pixel multiplier: there the scale kind is `scale_flag`)."""
-    if command is None:
-        return lambda c: policy_options(c, scale_flag=scale_flag)
-    options = [
-        click.option("--weight-bits", type=click.IntRange(2, 8), help="openvino/qdq: weight bits (default 8; 4: INT4 weights, opset 21 in QDQ)."),
-        click.option("--activation-bits", type=click.IntRange(2, 16), help="openvino/qdq: activation bits (default 8; QDQ takes 8 or 16, 16 needs opset 21; FakeQuantize any)."),
-        click.option(scale_flag, "scale_kind", type=click.Choice(["float", "pow2"]), help="openvino/qdq: float scales (default) or powers of two (rounded up: nothing clips more), for accelerators that requantize by shifting."),
-        click.option("--activations", "activation_mode", type=click.Choice(["symmetric", "asymmetric", "auto"]), help="openvino/qdq: activation grids: symmetric (zero point 0), asymmetric (u8 with a zero point, [min, max]), or auto (per tensor the finer of the two)."),
-        click.option("--rounding", type=click.Choice(["half-even", "half-up", "half-down", "half-away", "toward-zero", "up", "down"]), help="openvino/qdq: weight rounding (default half-even, as the runtimes round activations)."),
-        click.option("--policy", "policy_file", type=click.Path(path_type=Path), help="openvino/qdq: JSON or TOML rules setting the policy of matching quantizers (name, glob, regex or op_type; later rules win); qtool inspect CALIB --policy FILE shows what each quantizer gets."),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
+        raise outcome.failure
 
 
 def _save_traceback() -> str:
@@ -229,9 +219,6 @@ def _register_commands() -> None:
     global _registered
     if _registered:
         return
-    import importlib
-    import pkgutil
-
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
         importlib.import_module(f"{__name__}.{info.name}")
     _registered = True

@@ -1,5 +1,5 @@
 """`qtool calibrate`: inputs through the model, histograms, thresholds, calibration file
-(qtool.api.calibrate_files)."""
+(qtool.api.calibrate_files), and what it prints."""
 
 from __future__ import annotations
 
@@ -13,29 +13,28 @@ from . import EPILOG, call, cli, finish, progress
 
 @cli.command(epilog=EPILOG)
 @click.argument("model_path", metavar="MODEL", type=click.Path(path_type=Path))
-@click.option("--images", "images_dir", type=click.Path(path_type=Path), help="Folder of calibration images (JPEG/PNG/BMP, sorted by name, searched recursively).")
-@click.option("--data", "data_dir", type=click.Path(path_type=Path), help="Folder of .npy (single-input models) or .npz (keys = input names) files, one run each.")
+@click.option("--images", type=click.Path(path_type=Path), help="Folder of calibration images (JPEG/PNG/BMP, sorted by name, searched recursively).")
+@click.option("--data", type=click.Path(path_type=Path), help="Folder of .npy (single-input models) or .npz (keys = input names) files, one run each.")
 @click.option("--limit", type=click.IntRange(min=1), help="Use only the first N images or data files.")
 @click.option("--on-bad-image", type=click.Choice(["fail", "skip"]), default="fail", show_default=True, help="An unreadable image stops the run, or is skipped with a warning.")
 @click.option("--shard", help="K/N: calibrate only every N-th input starting with the K-th; combine shards with qtool merge.")
 @click.option("--size", help="HxW to resize to; needed only when the model's height/width are dynamic.")
 @click.option("--resize", type=click.Choice(api.RESIZE_MODES), default="stretch", show_default=True, help="How images are fitted to HxW (letterbox pads with grey 114).")
-@click.option("--scale", "scale_text", default="1/255", show_default=True, help="Pixel multiplier, a number or fraction.")
+@click.option("--scale", default="1/255", show_default=True, help="Pixel multiplier, a number or fraction.")
 @click.option("--mean", help="Per-channel mean subtracted after scaling, e.g. 0.485,0.456,0.406.")
 @click.option("--std", help="Per-channel std divided by after the mean, e.g. 0.229,0.224,0.225.")
 @click.option("--bgr", is_flag=True, help="Feed channels in BGR order (OpenCV-trained models).")
 @click.option("--layout", type=click.Choice(["nchw", "nhwc"]), help="Input layout [default: inferred from the model input].")
 @click.option("--batch-size", type=click.IntRange(min=1), help="Images per inference [default: the model's fixed batch, else as many as fit 64 MB of activations]; results do not depend on it.")
 @click.option("--bins", type=int, default=2048, show_default=True, help="Histogram bins per tensor (a power of two).")
-@click.option("--method", "method_text", help=f"Threshold method: {', '.join(api.METHODS)} [default: entropy, with each export choosing its target's best method from the histograms; a method given here is kept by every export].")
+@click.option("--method", help=f"Threshold method: {', '.join(api.METHODS)} [default: entropy, with each export choosing its target's best method from the histograms; a method given here is kept by every export].")
 @click.option("--kl-variant", type=click.Choice(api.KL_VARIANTS), default="nvidia", show_default=True, help="Whose entropy search to reproduce.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Calibration file [default: <model stem>.calib.json here].")
 @click.option("--trt-table", type=click.Path(path_type=Path), help="Also write a TensorRT INT8 calibration cache here.")
 @click.option("--trt-version", default=api.TRT_CACHE_VERSION, show_default=True, help="TensorRT version the cache header names (must match the builder): 7.x to 10.x (TensorRT 11 has no calibration cache), as 8.6.1, 7.2.3, 8.6 (its GA release, 8.6.1), 10 or 10.x (the newest 10.x qtool knows).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
 @click.pass_context
-def calibrate(ctx, model_path, images_dir, data_dir, limit, on_bad_image, shard, size, resize, scale_text, mean, std, bgr, layout,
-              batch_size, bins, method_text, kl_variant, output, trt_table, trt_version, as_json):
+def calibrate(ctx, model_path, as_json, **options):
     """Run MODEL on calibration inputs and write per-tensor INT8 ranges.
 
     Inputs are images (--images, single-input image models) or arrays (--data, any model).
@@ -44,8 +43,21 @@ def calibrate(ctx, model_path, images_dir, data_dir, limit, on_bad_image, shard,
     keeps the histograms, so thresholds can be recomputed without running the model again.
     """
     with progress(0, not (ctx.obj["quiet"] or as_json)) as bar:
-        outcome = call(api.calibrate_files, model_path, images=images_dir, data=data_dir, limit=limit, on_bad_image=on_bad_image,
-                       shard=shard, size=size, resize=resize, scale=scale_text, mean=mean, std=std, bgr=bgr, layout=layout,
-                       batch_size=batch_size, bins=bins, method=method_text, kl_variant=kl_variant, output=output,
-                       trt_table=trt_table, trt_version=trt_version, progress=bar)
-    finish(outcome, as_json)
+        outcome = call(api.calibrate_files, model_path, progress=bar, **options)
+    finish(outcome, as_json, text)
+
+
+def text(summary: dict, details: dict) -> str:
+    """What calibrate prints: tensors, inputs, time and method, the files written."""
+    what = "images" if "images" in summary else "data files"
+    used, samples, skipped = summary["inputs"] - summary["skipped"], summary["samples"], summary["skipped"]
+    counted = f"{used} {what}" + (f" ({samples} samples)" if what == "data files" and samples != used else "")
+    if skipped:
+        counted += f", {skipped} unreadable skipped"
+    outputs = summary["outputs"]
+    line = (f"calibrated {summary['tensors']} tensors from {counted} in {details['seconds']:.1f} s ({summary['method']}) "
+            f"-> {outputs['calibration']}")
+    if "tensorrt_cache" in outputs:
+        line += (f"\nTensorRT {details['trt_version']} cache {summary['tensorrt_header']} -> {outputs['tensorrt_cache']}"
+                 f"\nbuild it with: {summary['build']}")
+    return line

@@ -3,14 +3,17 @@ real runtime on this CPU) against FP32 on held-out inputs (qtool.api.evaluate_fi
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
 import click
 
 from .. import api
-from . import EPILOG, call, cli, finish, policy_options
-from .export import option
+from . import EPILOG, call, cli, finish
+from .declared import Grouped, option, policy_options
+
+HELD_OUT = ("images", "data", "limit", "size", "resize", "scale", "mean", "std", "bgr", "layout", "batch_size")
 
 
 def _progress(total: int, enabled: bool):
@@ -19,15 +22,15 @@ def _progress(total: int, enabled: bool):
     return tqdm(total=total, unit="pass", file=sys.stderr, disable=not (enabled and sys.stderr.isatty()), leave=False)
 
 
-@cli.command(epilog=EPILOG)
+@cli.command(cls=Grouped, epilog=EPILOG, sections={"Held-out inputs": HELD_OUT})
 @click.argument("model_path", metavar="MODEL", type=click.Path(path_type=Path))
 @click.option("--calib", type=click.Path(path_type=Path), help="Calibration file [default: the single *.calib.json here].")
-@click.option("--images", "images_dir", type=click.Path(path_type=Path), help="Folder of held-out images (single-input image models).")
-@click.option("--data", "data_dir", type=click.Path(path_type=Path), help="Folder of held-out .npy (single-input models) or .npz (keys = input names) files.")
+@click.option("--images", type=click.Path(path_type=Path), help="Folder of held-out images (single-input image models).")
+@click.option("--data", type=click.Path(path_type=Path), help="Folder of held-out .npy (single-input models) or .npz (keys = input names) files.")
 @click.option("--limit", type=click.IntRange(min=1), help="Use only the first N images or data files.")
 @click.option("--size", help="HxW [default: the calibration file's].")
 @click.option("--resize", type=click.Choice(api.RESIZE_MODES), help="Image fitting [default: the calibration file's].")
-@click.option("--scale", "scale_text", help="Pixel multiplier [default: the calibration file's].")
+@click.option("--scale", help="Pixel multiplier [default: the calibration file's].")
 @click.option("--mean", help="Per-channel mean [default: the calibration file's].")
 @click.option("--std", help="Per-channel std [default: the calibration file's].")
 @click.option("--bgr/--rgb", default=None, help="Channel order [default: the calibration file's].")
@@ -47,15 +50,12 @@ def _progress(total: int, enabled: bool):
 @option("fmt", "evaluate")
 @option("high_precision", "evaluate")
 @option("precision", "evaluate")
-@click.option("--tensors/--no-tensors", "per_tensor", default=False, show_default=True, help="openvino/qdq: also rank every quantized tensor by the output SQNR of quantizing it alone (one model run over the inputs per tensor: slow on large models).")
+@click.option("--tensors/--no-tensors", "tensors", default=False, show_default=True, help="openvino/qdq: also rank every quantized tensor by the output SQNR of quantizing it alone (one model run over the inputs per tensor: slow on large models).")
 @click.option("--fail-below", type=float, metavar="DB", help="Exit 1 when an output's SQNR (of the simulation) is below DB decibels (a quality gate); the results are printed first.")
 @policy_options(scale_flag="--scale-kind")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout (infinite SQNR as the string \"inf\").")
 @click.pass_context
-def evaluate(ctx, model_path, calib, images_dir, data_dir, limit, size, resize, scale_text, mean, std, bgr, layout,
-             batch_size, target, runtime, method, exclude, include, cpu, weights_7bit, smooth_quant, no_ignored_patterns, no_bias_correction,
-             trt_version, fmt, high_precision, precision, per_tensor, fail_below, weight_bits, activation_bits, scale_kind, activation_mode,
-             rounding, policy_file, as_json):
+def evaluate(ctx, model_path, as_json, **options):
     """Compare a target's int8 model with FP32 on held-out inputs.
 
     The int8 model is the target's export (as qtool export --target writes it, built in memory),
@@ -73,11 +73,50 @@ def evaluate(ctx, model_path, calib, images_dir, data_dir, limit, size, resize, 
     --exclude them yourself to use this ranking on your data).
     """
     with _progress(1, not (ctx.obj["quiet"] or as_json)) as bar:
-        outcome = call(api.evaluate_files, model_path, calib=calib, images=images_dir, data=data_dir, limit=limit, size=size,
-                       resize=resize, scale=scale_text, mean=mean, std=std, bgr=bgr, layout=layout, batch_size=batch_size,
-                       target=target, runtime=runtime, method=method, exclude=exclude, include=include, cpu=cpu, weights_7bit=weights_7bit,
-                       smooth_quant=smooth_quant, ignored_patterns=not no_ignored_patterns, bias_correction=not no_bias_correction,
-                       trt_version=trt_version, fmt=fmt, high_precision=high_precision, precision=precision, tensors=per_tensor,
-                       fail_below=fail_below, weight_bits=weight_bits, activation_bits=activation_bits, scale_kind=scale_kind,
-                       activations=activation_mode, rounding=rounding, policy=policy_file, progress=bar)
-    finish(outcome, as_json)
+        outcome = call(api.evaluate_files, model_path, progress=bar, **options)
+    finish(outcome, as_json, text)
+
+
+def text(summary: dict, details: dict) -> str:
+    """What evaluate prints: the model compared, then per output SQNR, cosine and top-1 agreement (and
+    the runtime's), then with --tensors the quantized tensors, most harmful first."""
+    result, inputs, what, seconds = details["evaluation"], details["inputs"], details["what"], details["seconds"]
+    format_db = api.format_db
+    q = result.plan_summary
+    lines = [(
+        f"int8 ({result.target} export, exact simulation: {q.get('int8_layers', 0)} int8 layers, {q.get('activation_quantizers', 0)} "
+        f"activation and {q.get('weight_quantizers', 0)} weight quantizers) vs FP32 on {result.samples} samples from {inputs} {what} "
+        f"in {seconds:.1f} s"
+    )]
+    rt = result.runtime
+    width = max([len("output")] + [len(o.name) for o in result.outputs])
+    head = f"{'output':<{width}}  {'SQNR dB':>8}  {'cosine':>8}  {'top-1 agree':>11}"
+    if rt is not None:
+        lines[0] += f"; also run by {rt.name} on this CPU ({runtime_cpu(rt)})"
+        head += f"  {rt.name + ' dB':>16}  {rt.name + ' top-1':>17}"
+    lines.append(head)
+    for i, o in enumerate(result.outputs):
+        cos = "nan" if math.isnan(o.cosine) else f"{o.cosine:.5f}"
+        line = f"{o.name:<{width}}  {format_db(o.sqnr_db):>8}  {cos:>8}  {_top1(o):>11}"
+        if rt is not None:
+            line += f"  {format_db(rt.outputs[i].sqnr_db):>16}  {_top1(rt.outputs[i]):>17}"
+        lines.append(line)
+    if result.tensors:
+        lines.append("quantized tensors, most harmful first (output SQNR dB with only that tensor quantized):")
+        for i, t in enumerate(result.tensors, 1):
+            lines.append(f"{i:>4}  {format_db(t.sqnr_db):>8}  {t.kind:<10}  {t.tensor}  -> {', '.join(t.layers) or '-'}")
+    return "\n".join(lines)
+
+
+def _top1(o) -> str:
+    return f"{o.top1_agreement * 100:.2f} %" if o.top1_agreement is not None else "-"
+
+
+def runtime_cpu(rt) -> str:
+    """What the runtime's numbers depend on: the CPU's int8 instructions and the float precision of the layers left unquantized."""
+    words = "VNNI" if rt.vnni else "no VNNI" if rt.vnni is False else "VNNI unknown"
+    words = f"{rt.cpu_kind} kind, {words}" if rt.cpu_kind else words
+    words += f"; unquantized layers in {rt.float_precision}"
+    if rt.default_float and rt.default_float != rt.float_precision:
+        words += f" (pinned: {rt.name} alone would run them in {rt.default_float} on this CPU)"
+    return words

@@ -6,31 +6,17 @@ import difflib
 from pathlib import Path
 
 import click
+from click.shell_completion import CompletionItem
 
 from .. import api
-from . import EPILOG, call, cli, finish, policy_options
+from . import EPILOG, call, cli, finish
+from .declared import Grouped, option, policy_options
 
-
-def option(keyword: str, command: str = "export"):
-    """The click option of the export option `keyword`, as qtool.targets.OPTIONS declares it
-    (`command` "evaluate": with evaluate's help)."""
-    o = api.OPTIONS[keyword]
-    kwargs: dict = {"help": (o.help if command == "export" else o.evaluate).format(latest=api.TRT_LATEST_VERSION)}
-    if o.negated:
-        kwargs["is_flag"] = True
-    if o.choices:
-        kwargs["type"] = click.Choice(o.choices)
-    if o.multiple:
-        kwargs["multiple"] = True
-    if o.metavar:
-        kwargs["metavar"] = o.metavar
-    return click.option(o.flag, o.param or keyword, **kwargs)
+MIXED = ("keep_fp32", "max_drop", "max_fp32", "images", "data", "limit")  # the layers kept FP32 by measurement
 
 
 def complete_targets(incomplete: str) -> list:
     """Shell completion of --target (the option stays free text so a typo gets a did-you-mean)."""
-    from click.shell_completion import CompletionItem
-
     return [CompletionItem(t) for t in api.TARGETS if t.startswith(incomplete.lower())]
 
 
@@ -43,9 +29,9 @@ def parse_target(text: str) -> str:
     return target
 
 
-@cli.command(epilog=EPILOG)
+@cli.command(cls=Grouped, epilog=EPILOG, sections={"Mixed precision (openvino/qdq)": MIXED})
 @click.argument("model_path", metavar="[MODEL]", required=False, type=click.Path(path_type=Path))
-@click.option("--target", "target_text", required=True, help=f"Output format: {', '.join(api.TARGETS)}.", shell_complete=lambda ctx, param, incomplete: complete_targets(incomplete))
+@click.option("--target", required=True, help=f"Output format: {', '.join(api.TARGETS)}.", shell_complete=lambda ctx, param, incomplete: complete_targets(incomplete))
 @click.option("--calib", type=click.Path(path_type=Path), help="Calibration file [default: the single *.calib.json here].")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Output file [default: <model stem> + the target's suffix, here].")
 @option("trt_version")
@@ -63,26 +49,40 @@ def parse_target(text: str) -> str:
 @click.option("--keep-fp32", type=click.IntRange(min=1), metavar="N", help="openvino/qdq: also keep in FP32 the layers reading the N quantized tensors that qtool evaluate --tensors ranks most harmful on the inputs of --images/--data (preprocessed as the calibration file records), in the target's own model, simulated exactly.")
 @click.option("--max-drop", metavar="BUDGET", help="openvino/qdq: keep in FP32 the fewest layers, worst ranked first, that bring the int8 model within BUDGET on --images/--data: a worst output SQNR (e.g. 30dB) or a top-1 agreement drop (e.g. 1%); each step measures the target's model exactly (simulated: the same on every CPU); exit 1 when --max-fp32 tensors are not enough.")
 @click.option("--max-fp32", type=click.IntRange(min=1), default=20, show_default=True, help="With --max-drop: the most quantized tensors whose layers may be kept in FP32.")
-@click.option("--images", "images_dir", type=click.Path(path_type=Path), help="With --keep-fp32/--max-drop: held-out images to rank and measure on.")
-@click.option("--data", "data_dir", type=click.Path(path_type=Path), help="With --keep-fp32/--max-drop: held-out .npy/.npz files.")
+@click.option("--images", type=click.Path(path_type=Path), help="With --keep-fp32/--max-drop: held-out images to rank and measure on.")
+@click.option("--data", type=click.Path(path_type=Path), help="With --keep-fp32/--max-drop: held-out .npy/.npz files.")
 @click.option("--limit", type=click.IntRange(min=1), help="With --keep-fp32/--max-drop: use only the first N images or data files.")
 @option("ignored_patterns")
 @option("bias_correction")
 @policy_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
-def export(model_path, target_text, calib, output, trt_version, fmt, algorithm, method, high_precision, precision, weights, include,
-           exclude, cpu, weights_7bit, smooth_quant, keep_fp32, max_drop, max_fp32, images_dir, data_dir, limit, no_ignored_patterns, no_bias_correction,
-           weight_bits, activation_bits, scale_kind, activation_mode, rounding, policy_file, as_json):
+def export(model_path, target, as_json, **options):
     """Write the calibrated ranges of MODEL in a target format.
 
     With no MODEL, the model recorded in the calibration file is used; either way it must be
     byte-identical (SHA-256) to the one calibrated.
     """
-    outcome = call(api.export_file, model_path, target=parse_target(target_text), calib=calib, output=output, trt_version=trt_version,
-                   fmt=fmt, algorithm=algorithm, method=method, high_precision=high_precision, precision=precision, weights=weights,
-                   include=include, exclude=exclude, cpu=cpu, weights_7bit=weights_7bit, smooth_quant=smooth_quant, keep_fp32=keep_fp32,
-                   max_drop=max_drop, max_fp32=max_fp32, images=images_dir, data=data_dir, limit=limit,
-                   ignored_patterns=not no_ignored_patterns, bias_correction=not no_bias_correction, weight_bits=weight_bits,
-                   activation_bits=activation_bits, scale_kind=scale_kind, activations=activation_mode, rounding=rounding,
-                   policy=policy_file)
-    finish(outcome, as_json)
+    finish(call(api.export_file, model_path, target=parse_target(target), **options), as_json, text)
+
+
+def text(summary: dict, details: dict) -> str:
+    """What export prints: the file written, the target's own line, the overflow guard, the build command."""
+    target = summary["target"]
+    words = f"exported {target} from {summary['calibration']} in {details['seconds']:.1f} s -> {summary['outputs'][target]}"
+    words += f"\n{details['line']}" if details["line"] else ""
+    words += overflow_text(summary.get("overflow_fix"))
+    return words + (f"\nbuild it with: {summary['build']}" if "build" in summary else "")
+
+
+def overflow_text(fix: dict | None) -> str:
+    """One line per remedy of the overflow guard: which layers, and why (the summary's overflow_fix)."""
+    if not fix or not fix["layers"]:
+        return ""
+    by_remedy: dict[str, list[str]] = {}
+    for name, layer in fix["layers"].items():
+        by_remedy.setdefault(layer["remedy"], []).append(name)
+    what = {"fp32": "kept FP32", "7-bit weights": "7-bit weights", "uint8 weights": "uint8 weights (the same values)",
+            "pair-bounded weights": "int8 with weight steps widened just enough"}
+    why = "where int8 pair sums can saturate on CPUs without VNNI" if fix["mode"] == "auto" else f"(--weights-7bit {fix['mode']})"
+    return "".join(f"\noverflow guard: {len(names)} layer(s) {what[remedy]} {why}: {', '.join(names[:4])}{' ...' if len(names) > 4 else ''}"
+                   for remedy, names in by_remedy.items())

@@ -20,4 +20,9 @@ def merge(files, output, as_json):
     Histograms add exactly and thresholds are recomputed, so merging the shards of a run gives
     the same file, byte for byte, as calibrating all inputs at once.
     """
-    finish(call(api.merge_files, files, output=output), as_json)
+    finish(call(api.merge_files, files, output), as_json, text)
+
+
+def text(summary: dict, details: dict) -> str:
+    return (f"merged {len(summary['inputs'])} files ({summary['samples']} samples, {summary['tensors']} tensors) "
+            f"-> {summary['outputs']['calibration']}")

@@ -13,15 +13,22 @@ from . import EPILOG, call, cli, finish
 
 @cli.command(epilog=EPILOG)
 @click.argument("calib_path", metavar="FILE", type=click.Path(path_type=Path))
-@click.option("--method", "method_text", help=f"Threshold method: {', '.join(api.METHODS)} [default: the file's].")
+@click.option("--method", help=f"Threshold method: {', '.join(api.METHODS)} [default: the file's].")
 @click.option("--kl-variant", type=click.Choice(api.KL_VARIANTS), help="Whose entropy search to reproduce [default: the file's].")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write the result here [default: rewrite FILE in place].")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
-def recompute(calib_path, method_text, kl_variant, output, as_json):
+def recompute(calib_path, method, kl_variant, output, as_json):
     """Recompute every threshold of FILE (a .calib.json) from the histograms it keeps.
 
     The model is not run: each tensor's stored histogram is searched again with --method
     (and --kl-variant for entropy). FILE is our own output, so it is rewritten in place,
     atomically, unless -o names another file.
     """
-    finish(call(api.recompute_file, calib_path, method=method_text, kl_variant=kl_variant, output=output), as_json)
+    finish(call(api.recompute_file, calib_path, method=method, kl_variant=kl_variant, output=output), as_json, text)
+
+
+def text(summary: dict, details: dict) -> str:
+    method = summary["method"]
+    label = f"entropy/{summary['kl_variant']}" if method == "entropy" else method
+    return (f"recomputed {summary['tensors']} thresholds ({label}; {summary['changed']} changed) in {details['seconds']:.2f} s "
+            f"-> {summary['outputs']['calibration']}")

@@ -18,10 +18,10 @@ from . import EPILOG, call, cli, finish
               help=f"Whose export to show: its quantized tensors, thresholds and scales [default: the --evaluation file's target, else {api.REPORT_DEFAULT_TARGET}, qtool evaluate's default].")
 @click.option("--trt-version", help="--target tensorrt: the TensorRT version, as qtool export takes it [default: the installed one, else the newest qtool knows].")
 @click.option("--method", help="The threshold method, as qtool export --method takes it [default: what export uses].")
-@click.option("--model", "model_path", type=click.Path(path_type=Path), help="The calibrated model [default: the path FILE records].")
+@click.option("--model", "model", type=click.Path(path_type=Path), help="The calibrated model [default: the path FILE records].")
 @click.option("--evaluation", type=click.Path(path_type=Path), help="JSON from qtool evaluate --json (--tensors) for the same model and target: adds each tensor's output SQNR and the output metrics.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
-def report(calib_path, output, target, trt_version, method, model_path, evaluation, as_json):
+def report(calib_path, output, target, trt_version, method, model, evaluation, as_json):
     """Write one HTML page showing FILE (a .calib.json) as a target's export uses it: a plot of the
     error per quantized tensor in graph order, then the tensors the target quantizes with the
     threshold and scale the export writes (a histogram of |x| with every method's threshold on
@@ -29,4 +29,9 @@ def report(calib_path, output, target, trt_version, method, model_path, evaluati
     (inline SVG plots, no network). Needs matplotlib: pip install 'qtool[report]'.
     """
     finish(call(api.report_file, calib_path, output=output, target=target, trt_version=trt_version, method=method,
-                model=model_path, evaluation=evaluation), as_json)
+                model=model, evaluation=evaluation), as_json, text)
+
+
+def text(summary: dict, details: dict) -> str:
+    return (f"report of {summary['tensors']} tensors for {summary['target']} ({summary['quantized']} quantized) in "
+            f"{details['seconds']:.1f} s -> {summary['outputs']['report']}")

@@ -4,6 +4,7 @@ qtool.calibrate() both run `run`, so they give byte-identical files for the same
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 from collections.abc import Iterable
@@ -11,9 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import calibration, model
-from ..errors import QtoolError
+from ..errors import Opt, QtoolError
 from ..feeds import data
+from ..model.graph import Index
 from ..model.spill import runnable
+from ..options import CalibrateOptions
+from ..quantizers import patterns
 from ..runtime import nchwc
 from ..statistics import histogram, thresholds
 from ..statistics.stats import new_stats
@@ -80,12 +84,14 @@ class _Source:
     least_bytes: int = 0  # exposed activations of one batch that shape inference can tell
 
 
-def _image_source(loaded, names, images_dir, limit, shard, on_bad_image, batch_size, options) -> _Source:
+def _image_source(loaded, names, options: CalibrateOptions, preprocess: dict) -> _Source:
+    images_dir, limit, shard, on_bad_image, batch_size = options.images, options.limit, options.shard, options.on_bad_image, options.batch_size
     spec = model.image_input(loaded.proto)
-    pre = data.resolve_preprocess(spec, **options)
+    pre = data.resolve_preprocess(spec, **preprocess)
     fixed_batch = spec.dims[0]
     if fixed_batch is not None and batch_size not in (None, fixed_batch):
-        raise QtoolError(f"the model has a fixed batch of {fixed_batch}; --batch-size {batch_size} cannot be used")
+        raise QtoolError("the model has a fixed batch of {fixed}; {given} cannot be used", fixed=fixed_batch,
+                         given=Opt("batch_size", batch_size))
     sizes = image_bytes(loaded.proto, names, spec, pre)
     per_image = (sum(sizes.values()) or None) if len(sizes) == len(names) else None
     auto = max(1, min(MAX_AUTO_BATCH, BATCH_BYTES // per_image)) if per_image else 1
@@ -95,10 +101,8 @@ def _image_source(loaded, names, images_dir, limit, shard, on_bad_image, batch_s
     if not inputs:
         raise QtoolError(f"shard {shard[0]}/{shard[1]} of {len(everything)} images is empty; use fewer shards")
     if fixed_batch and len(inputs) % fixed_batch:
-        raise QtoolError(
-            f"{len(inputs)} images do not fill batches of {fixed_batch} (the model's fixed batch); "
-            f"use --limit {len(inputs) - len(inputs) % fixed_batch or fixed_batch}"
-        )
+        raise QtoolError("{count} images do not fill batches of {fixed} (the model's fixed batch); use {limit}", count=len(inputs),
+                         fixed=fixed_batch, limit=Opt("limit", len(inputs) - len(inputs) % fixed_batch or fixed_batch))
     skipped: list | None = [] if on_bad_image == "skip" else None
     runs = data.image_runs(inputs, pre, spec.name, batch_size, skipped)
     if fixed_batch and skipped is not None:
@@ -133,8 +137,6 @@ def _memory_source(loaded, loader, limit, shard) -> _Source:
         raise QtoolError("data= takes an iterable of {input name: array} dicts (or arrays for a single-input model), e.g. a list or a generator")
     items = iter(loader)
     if limit is not None or shard is not None:
-        import itertools
-
         items = itertools.islice(items, limit)
         if shard is not None:
             items = itertools.islice(items, shard[0] - 1, None, shard[1])
@@ -167,39 +169,33 @@ class Report:
     skipped: list = field(default_factory=list)  # unreadable images skipped, (path, reason)
 
 
-def _source(loaded, names, images, data_dir, loader, limit, shard, on_bad_image, batch_size, image_options) -> _Source:
-    given = [x for x in (images, data_dir, loader) if x is not None]
-    if len(given) != 1:
-        raise QtoolError("give exactly one of --images DIR or --data DIR" if loader is None
-                         else "give exactly one source of inputs: images=, data= (a folder or an in-memory loader)")
-    if images is not None:
-        return _image_source(loaded, names, images, limit, shard, on_bad_image, batch_size, image_options or {})
-    if data_dir is not None:
-        return _data_source(loaded, data_dir, limit, shard)
-    return _memory_source(loaded, loader, limit, shard)
+def _source(loaded, names, options: CalibrateOptions) -> _Source:
+    if options.images is not None:
+        image = options.image
+        preprocess = dict(size=image.size, layout=image.layout, resize=image.resize, scale=image.scale, mean=image.mean, std=image.std,
+                          bgr=image.bgr)
+        return _image_source(loaded, names, options, preprocess)
+    if options.loader is None:
+        return _data_source(loaded, options.data_dir, options.limit, options.shard)
+    return _memory_source(loaded, options.loader, options.limit, options.shard)
 
 
-def run(loaded: model.LoadedModel, *, images=None, data_dir=None, loader=None, limit: int | None = None,
-        shard: tuple[int, int] | None = None, on_bad_image: str = "fail", batch_size: int | None = None,
-        image_options: dict | None = None, bins: int = 2048, method: str = "entropy", kl_variant: str = "nvidia",
-        progress=None) -> tuple[calibration.Calibration, Report]:
-    """Calibrate `loaded` on one source of inputs: an image folder (image_options: size, layout,
-    resize, scale, mean, std, bgr as data.resolve_preprocess takes them), a folder of .npy/.npz
-    files, or an in-memory loader. progress: an object with update(n) (a tqdm bar), or None.
-    The Calibration's model_path is the model's absolute path (calibration.relocate makes it
+def run(loaded: model.LoadedModel, options: CalibrateOptions, progress=None) -> tuple[calibration.Calibration, Report]:
+    """Calibrate `loaded` on the one source of inputs `options` gives: an image folder (preprocessed
+    as options.image says, data.resolve_preprocess), a folder of .npy/.npz files, or an in-memory
+    loader; with its method (default: entropy). progress: an object with update(n) (a tqdm bar), or
+    None. The Calibration's model_path is the model's absolute path (calibration.relocate makes it
     relative to where the file is saved)."""
-    try:
-        method = thresholds.parse_method(method)
-    except ValueError as e:
-        raise QtoolError(f"--method: {e}") from None
+    method = thresholds.parse_method(options.method or "entropy")  # checked where `options` was built
+    bins, kl_variant, shard = options.bins, options.kl_variant, options.shard
     if bins < 256 or not histogram.is_power_of_two(bins):
-        raise QtoolError(f"--bins {bins} must be a power of two >= 256 (e.g. 2048), so histograms merge exactly")
+        raise QtoolError("{bins} must be a power of two >= 256 (e.g. 2048), so histograms merge exactly", bins=Opt("bins", bins))
     types = model.tensor_types(loaded.proto)
     names = model.activation_tensors(loaded.proto, types)
-    source = _source(loaded, names, images, data_dir, loader, limit, shard, on_bad_image, batch_size, image_options)
+    source = _source(loaded, names, options)
     hists, stats, samples = _collect(loaded, names, types, source, bins, progress)
     if samples == 0:
-        what = "images could be read" if images is not None else "inputs were given"
+        what = "images could be read" if options.images is not None else "inputs were given"
         raise QtoolError(f"none of the {len(source.inputs)} {what}; nothing was calibrated" if source.inputs
                          else "the loader gave no inputs; nothing was calibrated")
     records = [calibration.record_from_histogram(n, hists[n], method, kl_variant, stats=stats[n]) for n in names]
@@ -231,7 +227,7 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
         progress.refresh()
     exposed = model.with_outputs(loaded.proto, fetched, types)
     folder = loaded.path.parent if loaded.external_files else None
-    helpers = _helpers(exposed, folder, fetched, names, source, bins, stats, derived, workers, kernel, progress)
+    helpers = _helpers(exposed, folder, fetched, names, source, bins, stats, derived, workers, progress) if kernel else []
     if helpers:
         progress = helpers[0].progress
         workers, threads = workers - len(helpers), 1
@@ -256,17 +252,14 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
 
 
 def _transformer(proto) -> bool:
-    from ..model.graph import Index
-    from ..quantizers import patterns
-
     return bool(patterns.transformer_structure(Index(proto)))
 
 
-def _helpers(exposed, folder, fetched, names, source: _Source, bins, stats, derived, workers, kernel, progress) -> list:
+def _helpers(exposed, folder, fetched, names, source: _Source, bins, stats, derived, workers, progress) -> list:
     """Helper processes (procs) for the workers but this process's own (up to MAX_HELPERS),
     started now so that they get ready while this process builds its session; none when the
     calibration is small, its runs are not one image each, or the cores allow one worker."""
-    if workers < 2 or not kernel or source.images is None or source.least_bytes * len(source.images) < HELPER_BYTES:
+    if workers < 2 or source.images is None or source.least_bytes * len(source.images) < HELPER_BYTES:
         return []
     try:
         model_bytes, spill = runnable(exposed)  # a big model's weights: read by path (folder "/")

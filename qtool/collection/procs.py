@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import QtoolError
+from ..errors import Opt, QtoolError
 from ..feeds.data import ImageRuns
 
 
@@ -153,9 +153,9 @@ class Helper:
             except ValueError:
                 name = f"signal {-code}"
             likely = ", likely out of memory" if -code == signal.SIGKILL else ""
-            return QtoolError(f"a calibration helper process was killed ({name}{likely}), nothing was written; free memory, calibrate in "
-                              "parts (--shard K/N, then qtool merge), or run on one core (taskset -c 0 qtool ...) so "
-                              "no helper process starts")
+            return QtoolError("a calibration helper process was killed ({name}{likely}), nothing was written; free memory, calibrate in "
+                              "parts ({shard}, then qtool merge), or run on one core (taskset -c 0 qtool ...) so "
+                              "no helper process starts", name=name, likely=likely, shard=Opt("shard", metavar="K/N"))
         return RuntimeError(f"a calibration helper process ended unexpectedly: {self._last_words()}")
 
     def _took(self) -> int:

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import math
+import warnings
+import zipfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+from onnx import helper
 from PIL import Image, ImageOps
 
-from ..errors import QtoolError
+from ..errors import Opt, QtoolError, UsageError
 from ..model import InputSpec
+from ..model.graph import Constants
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp"}
 RESIZE_MODES = ("stretch", "letterbox", "center-crop")
@@ -56,11 +60,12 @@ def parse_size(text: str | None) -> tuple[int, int] | None:
     try:
         h, w = (int(p) for p in parts)
     except ValueError:
-        raise QtoolError(f"--size {text!r} is not HxW, e.g. --size 320x320") from None
+        raise QtoolError("{size} is not HxW, e.g. {example}", size=Opt("size", text, quoted=True), example=Opt("size", (320, 320))) from None
     if h <= 0 or w <= 0:
-        raise QtoolError(f"--size {text!r} must have positive height and width, e.g. --size 320x320")
+        raise QtoolError("{size} must have positive height and width, e.g. {example}", size=Opt("size", text, quoted=True),
+                         example=Opt("size", (320, 320)))
     if h > MAX_SIDE or w > MAX_SIDE:
-        raise QtoolError(f"--size {text!r} is too large: height and width go up to {MAX_SIDE}")
+        raise QtoolError("{size} is too large: height and width go up to {most}", size=Opt("size", text, quoted=True), most=MAX_SIDE)
     return h, w
 
 
@@ -75,11 +80,7 @@ def size_multiple(proto, input_name: str) -> int | None:
     is joined to an earlier tensor, which only lines up at multiples of that stride; YOLOv8's path
     down again after it stays at 32). None when nothing upsamples (any size runs). A tensor whose
     stride the graph does not fix (upsampled by a computed factor or to computed sizes) counts for
-    nothing: the check then errs towards sizes onnxruntime refuses, with SIZE_MISMATCH_HINT."""
-    from onnx import helper
-
-    from ..model.graph import Constants
-
+    nothing: the check then errs towards sizes onnxruntime refuses, with size_mismatch."""
     constants = Constants(proto.graph)
     stride: dict[str, float | None] = {input_name: 1.0}
     multiple, upsampled = 1.0, False
@@ -104,8 +105,6 @@ def size_multiple(proto, input_name: str) -> int | None:
 
 def _upsampling(node, constants) -> float | None:
     """How many times larger `node` makes a feature map (height or width, the larger), when the graph fixes it."""
-    from onnx import helper
-
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     if node.op_type == "ConvTranspose":
         return float(max(attrs.get("strides") or [1]))
@@ -118,19 +117,21 @@ def _upsampling(node, constants) -> float | None:
     return float(np.max(scales[2:]))
 
 
-def size_problem(proto, input_name: str, size: tuple[int, int]) -> str | None:
+def size_problem(proto, input_name: str, size: tuple[int, int]) -> UsageError | None:
     """Why the model cannot run at `size` (its strides tell: size_multiple), else None."""
     multiple = size_multiple(proto, input_name)
     if not multiple or not (size[0] % multiple or size[1] % multiple):
         return None
     up = [-(-side // multiple) * multiple for side in size]
-    return (f"--size {size[0]}x{size[1]}: this model's height and width must be multiples of {multiple} (its strides multiply "
-            f"to {multiple} before it upsamples and joins features); e.g. --size {up[0]}x{up[1]}")
+    return UsageError("{size}: this model's height and width must be multiples of {multiple} (its strides multiply "
+                      "to {multiple} before it upsamples and joins features); e.g. {example}",
+                      size=Opt("size", tuple(size)), multiple=multiple, example=Opt("size", tuple(up)))
 
 
-# what onnxruntime says when feature maps of a size the strides do not divide meet (Concat, Add)
-SIZE_MISMATCH_HINT = ("; the feature maps did not line up at this --size: give a height and width divisible by the model's "
-                      "total stride (often 32)")
+def size_mismatch(error: QtoolError) -> QtoolError:
+    """onnxruntime's `error` where feature maps of a size the strides do not divide meet (Concat, Add), with the hint."""
+    return QtoolError("{error}; the feature maps did not line up at this {size}: give a height and width divisible by the "
+                      "model's total stride (often 32)", error=error, size=Opt("size"))
 
 
 def parse_scale(text: str) -> float:
@@ -141,9 +142,10 @@ def parse_scale(text: str) -> float:
         else:
             value = float(text)
     except (ValueError, ZeroDivisionError):
-        raise QtoolError(f"--scale {text!r} is not a number or fraction, e.g. --scale 1/255") from None
+        raise QtoolError("{scale} is not a number or fraction, e.g. {example}", scale=Opt("scale", text, quoted=True),
+                         example=Opt("scale", "1/255")) from None
     if not math.isfinite(value) or value == 0:
-        raise QtoolError(f"--scale {text!r} must be a finite non-zero number")
+        raise QtoolError("{scale} must be a finite non-zero number", scale=Opt("scale", text, quoted=True))
     return value
 
 
@@ -153,19 +155,22 @@ def parse_channels(text: str | None, option: str, channels: int, default: float)
     try:
         values = tuple(float(v) for v in text.split(","))
     except ValueError:
-        raise QtoolError(f"{option} {text!r} is not a comma-separated list of numbers") from None
+        raise QtoolError("{option} is not a comma-separated list of numbers", option=Opt(option, text, quoted=True)) from None
     if len(values) == 1:
         values = values * channels
     if len(values) != channels:
-        raise QtoolError(f"{option} {text!r} has {len(values)} values but the model input has {channels} channels")
+        raise QtoolError("{option} has {n} values but the model input has {channels} channels", option=Opt(option, text, quoted=True),
+                         n=len(values), channels=channels)
     if not all(math.isfinite(v) for v in values):
-        raise QtoolError(f"{option} {text!r} must be finite numbers")
+        raise QtoolError("{option} must be finite numbers", option=Opt(option, text, quoted=True))
     # preprocessing runs in float32: a value beyond its range would become inf, one below its
     # smallest normal number a std that overflows the division
     if any(abs(v) > FLOAT32_MAX for v in values):
-        raise QtoolError(f"{option} {text!r} is beyond float32 (|value| <= {FLOAT32_MAX:.4g}), the type images are fed in")
-    if option == "--std" and any(abs(v) < FLOAT32_TINY for v in values):
-        raise QtoolError(f"--std {text!r} must not contain zero or values below {FLOAT32_TINY:.4g} (float32's smallest normal number)")
+        raise QtoolError("{option} is beyond float32 (|value| <= {most:.4g}), the type images are fed in", option=Opt(option, text, quoted=True),
+                         most=FLOAT32_MAX)
+    if option == "std" and any(abs(v) < FLOAT32_TINY for v in values):
+        raise QtoolError("{std} must not contain zero or values below {least:.4g} (float32's smallest normal number)",
+                         std=Opt("std", text, quoted=True), least=FLOAT32_TINY)
     return values
 
 
@@ -196,21 +201,20 @@ def resolve_preprocess(
         h, w, c = spec.dims[1], spec.dims[2], spec.dims[3]
     if c not in (1, 3):
         what = "a dynamic channel dimension" if c is None else f"{c} channels"
-        raise QtoolError(
-            f"input {spec.name!r} {_shape(spec.dims)} has {what} in {layout.upper()} layout; images give 1 or 3 "
-            "channels (use --layout nchw|nhwc if the layout was guessed wrong)"
-        )
+        raise QtoolError("input {name!r} {shape} has {what} in {layout} layout; images give 1 or 3 channels (use {given} if the "
+                         "layout was guessed wrong)", name=spec.name, shape=_shape(spec.dims), what=what, layout=layout.upper(),
+                         given=Opt("layout", "nchw|nhwc"))
     if size is not None:
         if (h is not None and h != size[0]) or (w is not None and w != size[1]):
-            raise QtoolError(f"--size {size[0]}x{size[1]} contradicts the model input {spec.name!r} {_shape(spec.dims)}")
+            raise QtoolError("{size} contradicts the model input {name!r} {shape}", size=Opt("size", tuple(size)), name=spec.name,
+                             shape=_shape(spec.dims))
         h, w = size
     if h is None or w is None:
-        raise QtoolError(
-            f"input {spec.name!r} {_shape(spec.dims)} has dynamic height/width; give the calibration size with --size HxW"
-        )
+        raise QtoolError("input {name!r} {shape} has dynamic height/width; give the calibration size with {size}", name=spec.name,
+                         shape=_shape(spec.dims), size=Opt("size", metavar="HxW"))
     return Preprocess(
         height=h, width=w, channels=c, layout=layout, resize=resize, scale=scale,
-        mean=parse_channels(mean, "--mean", c, 0.0), std=parse_channels(std, "--std", c, 1.0), bgr=bgr,
+        mean=parse_channels(mean, "mean", c, 0.0), std=parse_channels(std, "std", c, 1.0), bgr=bgr,
     )
 
 
@@ -222,9 +226,9 @@ def _list_files(folder: str | Path, suffixes: set[str], option: str, what: str, 
     """Files with these suffixes under `folder` (recursively), sorted by relative path."""
     root = Path(folder)
     if not root.exists():
-        raise QtoolError(f"{option} folder {str(root)!r} does not exist")
+        raise QtoolError("{option} folder {root!r} does not exist", option=Opt(option), root=str(root))
     if not root.is_dir():
-        raise QtoolError(f"{option} {str(root)!r} is not a folder")
+        raise QtoolError("{option} {root!r} is not a folder", option=Opt(option), root=str(root))
     files = sorted(
         (p for p in root.rglob("*") if p.suffix.lower() in suffixes and p.is_file()),
         key=lambda p: p.relative_to(root).as_posix(),
@@ -236,7 +240,7 @@ def _list_files(folder: str | Path, suffixes: set[str], option: str, what: str, 
 
 def list_images(folder: str | Path, limit: int | None = None) -> list[Path]:
     """Image files under `folder` (recursively), sorted by relative path."""
-    return _list_files(folder, IMAGE_SUFFIXES, "--images", "images (.jpg, .jpeg, .png, .bmp)", limit)
+    return _list_files(folder, IMAGE_SUFFIXES, "images", "images (.jpg, .jpeg, .png, .bmp)", limit)
 
 
 def _to_8bit(img: Image.Image) -> Image.Image:
@@ -254,8 +258,6 @@ def _to_8bit(img: Image.Image) -> Image.Image:
 
 def load_image(path: Path, pre: Preprocess) -> np.ndarray:
     """Decode and preprocess one image into a float32 sample (C,H,W) or (H,W,C)."""
-    import warnings
-
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # refused below, in one line
@@ -354,12 +356,10 @@ ARRAY_SUFFIXES = {".npy", ".npz"}
 
 def list_arrays(folder: str | Path, limit: int | None = None) -> list[Path]:
     """.npy/.npz files under `folder` (recursively), sorted by relative path."""
-    return _list_files(folder, ARRAY_SUFFIXES, "--data", ".npy or .npz files", limit)
+    return _list_files(folder, ARRAY_SUFFIXES, "data", ".npy or .npz files", limit)
 
 
 def _np_dtype(elem_type: int) -> np.dtype:
-    from onnx import helper
-
     return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
 
 
@@ -389,8 +389,6 @@ def _fit(path, arr: np.ndarray, spec: InputSpec) -> np.ndarray:
 def _check_array_file(path: Path) -> None:
     """Refuse a .npy/.npz data file over MAX_ARRAY_FILE_BYTES, an .npz by the sizes its members
     declare once decompressed (a small archive can inflate to any size)."""
-    import zipfile
-
     try:
         size = path.stat().st_size
         if zipfile.is_zipfile(path):
@@ -481,9 +479,9 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
     try:
         k, n = (int(p) for p in text.split("/"))
     except ValueError:
-        raise QtoolError(f"--shard {text!r} is not K/N, e.g. --shard 1/4") from None
+        raise QtoolError("{shard} is not K/N, e.g. {example}", shard=Opt("shard", text, quoted=True), example=Opt("shard", "1/4")) from None
     if not 1 <= k <= n:
-        raise QtoolError(f"--shard {text!r} needs 1 <= K <= N")
+        raise QtoolError("{shard} needs 1 <= K <= N", shard=Opt("shard", text, quoted=True))
     return k, n
 
 

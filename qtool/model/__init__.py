@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from ..errors import QtoolError
+from ..errors import Opt, QtoolError
 from . import lazy, lazyload, shapes
 from .graph import Constants, outer_refs, subgraphs
 
@@ -469,19 +469,19 @@ def image_input(proto: onnx.ModelProto) -> InputSpec:
     names = ", ".join(f"{s.name} ({_type_name(s.elem_type)})" for s in specs)
     if len(specs) > 1:
         raise QtoolError(
-            f"the model has {len(specs)} inputs ({names}); --images feeds single-input image models only "
-            "(multi-input and non-image models are not supported yet)"
+            "the model has {count} inputs ({names}); {images} feeds single-input image models only "
+            "(multi-input and non-image models are not supported yet)", count=len(specs), names=names, images=Opt("images")
         )
     spec = specs[0]
     if spec.elem_type not in FLOAT_TYPES:
         raise QtoolError(
-            f"the model input {names} is not a float tensor; --images feeds float image inputs only "
-            "(non-image models are not supported yet)"
+            "the model input {names} is not a float tensor; {images} feeds float image inputs only "
+            "(non-image models are not supported yet)", names=names, images=Opt("images")
         )
     if len(spec.dims) != 4:
         raise QtoolError(
-            f"the model input {spec.name!r} has rank {len(spec.dims)}, not 4 (N,C,H,W or N,H,W,C); "
-            "--images needs an image input"
+            "the model input {name!r} has rank {rank}, not 4 (N,C,H,W or N,H,W,C); {images} needs an image input",
+            name=spec.name, rank=len(spec.dims), images=Opt("images")
         )
     return spec
 

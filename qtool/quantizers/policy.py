@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import QtoolError
+from ..errors import Opt, QtoolError
 from . import quant
 
 ROUNDINGS = ("half-even", "half-up", "half-down", "half-away", "toward-zero", "up", "down")
@@ -364,28 +364,31 @@ def load_rules(path: Path) -> list[Rule]:
     from ..calibration import nesting_depth, read_input
 
     kind = "TOML" if str(path).endswith(".toml") else "JSON"
-    data = read_input(path, MAX_POLICY_BYTES, "--policy")
+    named = {"policy": Opt("policy", str(path), quoted=True)}
+    data = read_input(path, MAX_POLICY_BYTES, Opt("policy"))
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        raise QtoolError(f"--policy {str(path)!r} is not UTF-8 text (byte {e.start}: 0x{data[e.start]:02x}); save it as UTF-8") from None
+        raise QtoolError("{policy} is not UTF-8 text (byte {at}: 0x{byte:02x}); save it as UTF-8", at=e.start, byte=data[e.start],
+                         **named) from None
     try:
         if kind == "TOML":
             try:
                 import tomllib
             except ModuleNotFoundError:  # Python 3.10
-                raise QtoolError("--policy: TOML files need Python 3.11; use a JSON file") from None
+                raise QtoolError("{policy}: TOML files need Python 3.11; use a JSON file", policy=Opt("policy")) from None
             doc = tomllib.loads(text)
         else:
             doc = json.loads(text)
     except RecursionError:
-        raise QtoolError(f"--policy {str(path)!r} is not valid {kind} (nested too deeply)") from None
+        raise QtoolError("{policy} is not valid {kind} (nested too deeply)", kind=kind, **named) from None
     except (ValueError, TypeError) as e:
-        raise QtoolError(f"--policy {str(path)!r} is not valid {kind} ({str(e)[:200]})") from None
+        raise QtoolError("{policy} is not valid {kind} ({why})", kind=kind, why=str(e)[:200], **named) from None
     if nesting_depth(doc, MAX_POLICY_DEPTH) > MAX_POLICY_DEPTH:
-        raise QtoolError(f"--policy {str(path)!r} nests deeper than {MAX_POLICY_DEPTH} levels; a rule file is a list of flat rules")
+        raise QtoolError("{policy} nests deeper than {most} levels; a rule file is a list of flat rules", most=MAX_POLICY_DEPTH, **named)
     if not isinstance(doc, dict) or not isinstance(doc.get("rules"), list) or set(doc) - {"rules"}:
-        raise QtoolError(f"--policy {str(path)!r} must hold one list named rules (unknown keys: {sorted(set(doc) - {'rules'}) if isinstance(doc, dict) else '-'})")
+        unknown = sorted(set(doc) - {"rules"}) if isinstance(doc, dict) else "-"
+        raise QtoolError("{policy} must hold one list named rules (unknown keys: {unknown})", unknown=unknown, **named)
     return [_parse_rule(item, f"rule {i + 1} of {Path(path).name}") for i, item in enumerate(doc["rules"])]
 
 

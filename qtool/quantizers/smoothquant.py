@@ -98,9 +98,9 @@ def parse_mode(value) -> str | bool | float:
             pass
     if isinstance(value, (int, float)) and 0.0 <= float(value) <= 1.0:
         return float(value)
-    from ..errors import QtoolError
+    from ..errors import Opt, QtoolError
 
-    raise QtoolError(f"--smooth-quant must be auto, on, off or an alpha in [0, 1], not {value!r}")
+    raise QtoolError("{option} must be auto, on, off or an alpha in [0, 1], not {given!r}", option=Opt("smooth_quant"), given=value)
 
 
 def scales(act: np.ndarray, weight: np.ndarray, alpha: float) -> np.ndarray:

@@ -14,10 +14,13 @@ from dataclasses import dataclass
 
 import onnx
 
-from ..errors import QtoolError
+from ..calibration import Threshold
+from ..model import graph as G
+from ..options import ExportOptions
+from ..quantizers import biascorrection, placement, policy
 from ..quantizers.rules import ELEMENTWISE, LINEAR, POOLING, SHAPE_OPS, Rules
-
-CPUS = ("any", "vnni")  # the --cpu choices: every x86 CPU, or those with VNNI/AMX (int32 accumulation)
+from ..quantizers.smoothquant import smooth
+from . import ExportResult, Shown
 
 CPU = Rules(
     name="cpu",
@@ -61,9 +64,6 @@ def with_quantizers(prepared: Prepared, cal, plan, bias_correction: bool, apply:
     """A copy of the prepared model with `plan`'s quantizers (default: all), inserted by the
     target's `apply(model, namer, plan)`, and with bias_correction the bias shifts of its int8
     layers: (model, layers corrected, warnings)."""
-    from ..model import graph as G
-    from ..quantizers import biascorrection
-
     plan = prepared.plan if plan is None else plan
     cal = prepared.cal if prepared.cal is not None else cal
     model = onnx.ModelProto()
@@ -79,8 +79,6 @@ def export_prepared(loaded, cal, prepared: Prepared, apply: Callable, bias_corre
     """The file of a preparation, as both CPU writers end their export: every quantizer inserted by
     `apply`, biases corrected, the model finished, and the summary (`opset`: with the file's opset;
     `rounding_warnings` after bias correction's)."""
-    from ..model import graph as G
-    from . import ExportResult
 
     model, corrected, bc_warnings = with_quantizers(prepared, cal, None, bias_correction, apply)
     data, more = G.finish(model, loaded.proto)
@@ -92,17 +90,15 @@ def export_prepared(loaded, cal, prepared: Prepared, apply: Callable, bias_corre
     return ExportResult(data, prepared.warnings + bc_warnings + list(rounding_warnings) + more, summary)
 
 
-def cpu_plan(model, cal, *, float_types: tuple[int, ...], overflow_remedy: str, exclude=(), include=(), weights_7bit=None,
-             ignored_patterns: bool = True, policies=None, method: str | None = None, smoothing=None):
-    """The placement of the OpenVINO and QDQ exports (`model` with unique node names): NNCF's CPU
-    rules, the thresholds those targets use (calibration.Calibration.for_target), the
-    quantizers' policies (default: qtool.quantizers.policy.Policies()) and the target's remedy for layers
-    whose int8 pair sums can saturate on CPUs without VNNI (placement.place, qtool.quantizers.overflow).
-    `smoothing` (smoothquant.Smoothing, `cal` its calibration): the smoothed activations take
-    their exact max |x| as threshold, on every grid."""
-    from ..calibration import Threshold
-    from ..quantizers import placement, policy
-
+def cpu_plan(model, cal, options: ExportOptions, *, float_types: tuple[int, ...], overflow_remedy: str | None, more_excluded=(),
+             smoothing=None):
+    """The placement of the OpenVINO and QDQ exports (`model` with unique node names) with the export
+    `options` (and `more_excluded` nodes kept FP32): NNCF's CPU rules, the thresholds those targets use
+    (calibration.Calibration.for_target), the quantizers' policies (default: qtool.quantizers.policy.Policies())
+    and the target's remedy for layers whose int8 pair sums can saturate on CPUs without VNNI
+    (placement.place, qtool.quantizers.overflow). `smoothing` (smoothquant.Smoothing, `cal` its
+    calibration): the smoothed activations take their exact max |x| as threshold, on every grid."""
+    method, own = options.method, options.cpu_target
     thresholds = cal.for_target(CPU, method)
     recompute = policy.searcher(cal, cal.method_for(CPU, method))
     if smoothing is not None and smoothing.amax:
@@ -114,36 +110,30 @@ def cpu_plan(model, cal, *, float_types: tuple[int, ...], overflow_remedy: str, 
         def recompute(tensor, pol):
             return fixed[tensor] if tensor in fixed else searched(tensor, pol)
 
-    choices = placement.Choices(exclude=list(exclude or ()), include=list(include or ()), ignored_patterns=ignored_patterns,
-                                weights_7bit=weights_7bit)
+    choices = placement.Choices(exclude=list(options.exclude) + list(more_excluded), include=list(options.include),
+                                ignored_patterns=own.ignored_patterns, weights_7bit=own.weights_7bit)
     return placement.place(model, {t.name: t for t in cal.tensors}, rules=CPU, thresholds=thresholds, choices=choices,
                            overflow_remedy=overflow_remedy,
                            float_types=float_types,
-                           policies=policies if policies is not None else policy.Policies(),
+                           policies=own.policies if own.policies is not None else policy.Policies(),
                            recompute=recompute)
 
 
-def prepare(model, cal, warnings: list[str], *, float_types: tuple[int, ...], overflow_remedy: str, exclude=(), include=(),
-            weights_7bit=None, ignored_patterns: bool = True, policies=None, method: str | None = None,
-            smooth_quant="auto", cpu: str = "any") -> Prepared:
+def prepare(model, cal, warnings: list[str], options: ExportOptions, *, float_types: tuple[int, ...], overflow_remedy: str) -> Prepared:
     """A CPU target's preparation of `model` (its copy, opset raised and node names unique;
-    `warnings` so far): SmoothQuant on the int8 layers placed without the overflow guard (which
-    then decides on the smoothed model), and the placement (`cpu_plan`). `cpu` "vnni": for CPUs
-    whose int8 kernels accumulate in int32, no overflow guard (unless --weights-7bit first/all
-    asks for 7-bit weights)."""
-    from ..quantizers.smoothquant import smooth
-
-    if cpu not in CPUS:
-        raise QtoolError(f"--cpu must be one of {', '.join(CPUS)}, not {cpu!r}")
-    if cpu == "vnni" and weights_7bit in (None, "auto"):
+    `warnings` so far) with the export `options`: SmoothQuant on the int8 layers placed without the
+    overflow guard (which then decides on the smoothed model), and the placement (`cpu_plan`). cpu
+    "vnni": for CPUs whose int8 kernels accumulate in int32, no overflow guard (unless weights_7bit
+    first/all asks for 7-bit weights)."""
+    cpu = options.cpu_target.cpu
+    if cpu == "vnni" and options.cpu_target.weights_7bit in (None, "auto"):
         overflow_remedy = None
 
     def plan_for(m, c, smoothing=None, more_excluded=(), guard=True):
-        return cpu_plan(m, c, float_types=float_types, overflow_remedy=overflow_remedy if guard else None,
-                        exclude=list(exclude or ()) + list(more_excluded), include=include, weights_7bit=weights_7bit,
-                        ignored_patterns=ignored_patterns, policies=policies, method=method, smoothing=smoothing)
+        return cpu_plan(m, c, options, float_types=float_types, overflow_remedy=overflow_remedy if guard else None,
+                        more_excluded=more_excluded, smoothing=smoothing)
 
-    cal, smoothing, sq_warnings = smooth(model, cal, smooth_quant, lambda m, c: plan_for(m, c, guard=False))
+    cal, smoothing, sq_warnings = smooth(model, cal, options.smooth_quant, lambda m, c: plan_for(m, c, guard=False))
 
     def place(more_excluded=()):
         return plan_for(model, cal, smoothing, more_excluded)
@@ -153,10 +143,9 @@ def prepare(model, cal, warnings: list[str], *, float_types: tuple[int, ...], ov
                     cpu=cpu)
 
 
-def shown(prepare, title: str, loaded, cal, method: str | None = None):
-    """qtool.targets.Shown of a CPU target's export with default options (`prepare`: its writer's)."""
-    from . import Shown
-
-    prepared = prepare(loaded, cal, method=method)
+def shown(prepare, title: str, loaded, cal, options: ExportOptions):
+    """qtool.targets.Shown of a CPU target's export with these options (`prepare`: its writer's)."""
+    method = options.method
+    prepared = prepare(loaded, cal, options)
     used = prepared.cal if prepared.cal is not None else cal
     return Shown(title, prepared.plan, used, used.method_for(CPU, method), used.for_target(CPU, method), prepared.smoothing)

@@ -16,17 +16,20 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..model import graph as G
+from ..options import ExportOptions
 from ..quantizers import placement, policy, quant
 from . import get
 from .cpu import Prepared, export_prepared, with_quantizers
 from .cpu import prepare as cpu_prepare
 from .cpu import shown as cpu_shown
 
+DEFAULTS = ExportOptions("openvino")
+
 DOMAIN = "org.openvinotoolkit"
 FLOAT_TYPES = get("openvino").float_types  # FLOAT and FLOAT16
 
 
-def suffix(**_options) -> str:
+def suffix(options: ExportOptions | None = None) -> str:
     return get("openvino").suffix
 
 
@@ -116,14 +119,11 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
     G.ensure_opset(model, DOMAIN, 1)
 
 
-def prepare(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_patterns=True, policies=None,
-            method: str | None = None, smooth_quant="auto", cpu="any") -> Prepared:
+def prepare(loaded, cal, options: ExportOptions = DEFAULTS) -> Prepared:
     """The steps of the export up to the placement (as qdq.prepare): `export` and qtool.checks.evaluation share them."""
     model = G.copy_model(loaded.proto, str(loaded.path.parent))
     G.unique_node_names(model.graph, G.Namer(model))
-    return cpu_prepare(model, cal, [], float_types=FLOAT_TYPES, overflow_remedy="pairs", exclude=exclude, include=include,
-                       weights_7bit=weights_7bit, ignored_patterns=ignored_patterns, policies=policies, method=method,
-                       smooth_quant=smooth_quant, cpu=cpu)
+    return cpu_prepare(model, cal, [], options, float_types=FLOAT_TYPES, overflow_remedy="pairs")
 
 
 def quantized(prepared: Prepared, cal, plan: placement.Plan | None = None,
@@ -133,16 +133,13 @@ def quantized(prepared: Prepared, cal, plan: placement.Plan | None = None,
     return with_quantizers(prepared, cal, plan, bias_correction, apply)
 
 
-def export(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_patterns=True, bias_correction=True,
-           policies=None, method=None, smooth_quant="auto", cpu="any", **_options):
+def export(loaded, cal, options: ExportOptions = DEFAULTS):
     """FakeQuantize ONNX for OpenVINO from the calibration `cal` of `loaded`."""
-    prepared = prepare(loaded, cal, exclude=exclude, include=include, weights_7bit=weights_7bit,
-                       ignored_patterns=ignored_patterns, policies=policies, method=method, smooth_quant=smooth_quant,
-                       cpu=cpu)
-    return export_prepared(loaded, cal, prepared, apply, bias_correction,
+    prepared = prepare(loaded, cal, options)
+    return export_prepared(loaded, cal, prepared, apply, options.bias_correction,
                            rounding_warnings=policy.runtime_rounding_warnings(prepared.plan, "OpenVINO"))
 
 
 def shown(loaded, cal, *, method: str | None = None):
     """What qtool report shows of this export (default options)."""
-    return cpu_shown(prepare, "OpenVINO, FakeQuantize model", loaded, cal, method)
+    return cpu_shown(prepare, "OpenVINO, FakeQuantize model", loaded, cal, ExportOptions("openvino", method=method))

@@ -16,10 +16,11 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..errors import QtoolError
+from ..errors import Opt, QtoolError
 from ..model import graph as G
 from ..model import lazy
 from ..model.checker import check
+from ..options import ExportOptions
 from ..quantizers import placement, quant
 from ..quantizers import policy as policy_mod
 from ..quantizers.quantizer import Quantizer
@@ -28,10 +29,12 @@ from .cpu import Prepared, export_prepared, with_quantizers
 from .cpu import prepare as cpu_prepare
 from .cpu import shown as cpu_shown
 
+DEFAULTS = ExportOptions("qdq")
+
 MIN_OPSET = 13
 
 
-def suffix(**_options) -> str:
+def suffix(options: ExportOptions | None = None) -> str:
     return get("qdq").suffix
 
 
@@ -119,8 +122,8 @@ def _activation_nodes(model, namer, site: Quantizer) -> list[onnx.NodeProto]:
     ztype = storage_type(p.grid)
     full = quant.grid({TensorProto.INT4: 4, TensorProto.UINT4: 4, TensorProto.INT16: 16, TensorProto.UINT16: 16}.get(ztype, 8), p.grid.signed)
     if (full.qmin, full.qmax) != (p.grid.qmin, p.grid.qmax):
-        raise QtoolError(f"QuantizeLinear saturates to whole 4-, 8- or 16-bit types; the {site.policy.bits}-bit activations of "
-                         f"{site.tensor!r} need a FakeQuantize target (--target openvino)")
+        raise QtoolError("QuantizeLinear saturates to whole 4-, 8- or 16-bit types; the {bits}-bit activations of {tensor!r} need a "
+                         "FakeQuantize target ({openvino})", bits=site.policy.bits, tensor=site.tensor, openvino=Opt("target", "openvino"))
     scale = add_initializer(model, namer, f"{site.tensor}/scale", np.asarray(p.scale, dtype=np.float32))
     zp = _int_init(model, namer, f"{site.tensor}/zero_point", p.zero_point, ztype)
     q = namer.fresh(f"{site.tensor}/quantized")
@@ -158,19 +161,16 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
     model.graph.node.extend(new_nodes)
 
 
-def prepare(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_patterns=True, policies=None,
-            method: str | None = None, smooth_quant="auto", cpu="any") -> Prepared:
+def prepare(loaded, cal, options: ExportOptions = DEFAULTS) -> Prepared:
     """The steps of the QDQ export up to the placement: `export` and qtool.checks.evaluation share them."""
     model = G.copy_model(loaded.proto, str(loaded.path.parent))
-    policies = policies if policies is not None else policy_mod.Policies()
+    policies = options.cpu_target.policies if options.cpu_target.policies is not None else policy_mod.Policies()
     if needs_wide_types(policies):
         model, warnings = upgrade_opset(model, WIDE_OPSET, why="QuantizeLinear/DequantizeLinear with 4- or 16-bit integers")
     else:
         model, warnings = upgrade_opset(model)
     G.unique_node_names(model.graph, G.Namer(model))
-    prepared = cpu_prepare(model, cal, warnings, float_types=get("qdq").float_types, overflow_remedy="uint8", exclude=exclude,
-                           include=include, weights_7bit=weights_7bit, ignored_patterns=ignored_patterns, policies=policies,
-                           method=method, smooth_quant=smooth_quant, cpu=cpu)
+    prepared = cpu_prepare(model, cal, warnings, options, float_types=get("qdq").float_types, overflow_remedy="uint8")
     prepared.warnings += policy_mod.runtime_rounding_warnings(prepared.plan, "onnxruntime")
     return prepared
 
@@ -182,15 +182,12 @@ def quantized(prepared: Prepared, cal, plan: placement.Plan | None = None,
     return with_quantizers(prepared, cal, plan, bias_correction, apply)
 
 
-def export(loaded, cal, *, exclude=(), include=(), weights_7bit=None, ignored_patterns=True, bias_correction=True,
-           policies=None, method=None, smooth_quant="auto", cpu="any", **_options):
-    """QDQ ONNX from the calibration `cal` of `loaded` (policies: qtool.quantizers.policy.Policies)."""
-    prepared = prepare(loaded, cal, exclude=exclude, include=include, weights_7bit=weights_7bit,
-                       ignored_patterns=ignored_patterns, policies=policies, method=method, smooth_quant=smooth_quant,
-                       cpu=cpu)
-    return export_prepared(loaded, cal, prepared, apply, bias_correction, opset=True)
+def export(loaded, cal, options: ExportOptions = DEFAULTS):
+    """QDQ ONNX from the calibration `cal` of `loaded` (options.cpu_target.policies: qtool.quantizers.policy.Policies)."""
+    prepared = prepare(loaded, cal, options)
+    return export_prepared(loaded, cal, prepared, apply, options.bias_correction, opset=True)
 
 
 def shown(loaded, cal, *, method: str | None = None):
     """What qtool report shows of this export (default options)."""
-    return cpu_shown(prepare, "QDQ model (onnxruntime)", loaded, cal, method)
+    return cpu_shown(prepare, "QDQ model (onnxruntime)", loaded, cal, ExportOptions("qdq", method=method))

@@ -81,7 +81,7 @@ from onnx import TensorProto
 
 from ... import model as M
 from ...calibration import Threshold
-from ...errors import QtoolError
+from ...errors import Opt, QtoolError
 from ..policy import Policies
 from ..quantizer import Quantizer
 from ..rules import Rules
@@ -151,7 +151,8 @@ def place(proto: onnx.ModelProto, records: dict, *, rules: Rules, choices: Choic
     choices = choices if choices is not None else Choices()
     weights_7bit = choices.weights_7bit
     if weights_7bit not in WEIGHTS_7BIT:
-        raise QtoolError(f"--weights-7bit must be one of {', '.join(WEIGHTS_7BIT[1:])}, not {weights_7bit!r}")
+        raise QtoolError("{option} must be one of {choices}, not {given!r}", option=Opt("weights_7bit"), choices=", ".join(WEIGHTS_7BIT[1:]),
+                         given=weights_7bit)
     inputs, report = Inputs(proto, records, rules, float_types, thresholds), Report()
     kept = exclusions.kept_float(inputs, choices, report)  # 1. what stays float whatever the ops ask
     asked = requests.request(inputs, kept, report)  # 2. what each op asks to have quantized

@@ -30,34 +30,40 @@ when calibration saw no padding).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import numpy as np
+
 from ... import model
-from ...errors import QtoolError
+from ...errors import Opt, QtoolError, opts
 from ...model import graph as G
+from ...options import ExportOptions, TensorRTOptions, declared_options
 from ...quantizers import patterns as P
-from .. import OPTIONS, get
-from . import passthrough
+from .. import ExportResult, Shown, get
+from . import fp8, int8, passthrough
+from .attention import is_measured
 from .files import _listed, is_usable, write_cache, write_dynamic_range, write_ort_table
 from .rules import TENSORRT
 from .versions import (  # noqa: F401  (re-exported: the CLI and tests read the versions here)
     CACHE_VERSION,
     LATEST_VERSION,
-    TRT11_REMOVED,
     canonical_version,
     default_format,
     default_version,
     installed_version,
     major_of,
+    trt11_removed,
     version_number,
 )
 
-FORMATS = OPTIONS["fmt"].choices  # ("qdq", "cache", "dynamic-range", "ort-trt")
-PRECISIONS = OPTIONS["precision"].choices  # ("int8", "fp8")
+DEFAULTS = ExportOptions("tensorrt")
+FORMATS = declared_options(TensorRTOptions)["fmt"].choices  # ("qdq", "cache", "dynamic-range", "ort-trt")
 RANGE_FORMATS = ("cache", "dynamic-range", "ort-trt")  # implicit INT8: TensorRT 10 and earlier
 SUFFIXES = {"qdq": get("tensorrt").suffix, "cache": ".cache", "dynamic-range": ".dynamic_range.txt", "ort-trt": ".calibration.flatbuffers"}
 TRT10_DEPRECATED = (
     "TensorRT 10.1 and later deprecate implicit INT8 (calibration caches) and TensorRT 11 removed it; "
     "--format qdq (the default for 10.x) is the supported path"
-)
+)  # a warning (the summary's text, the same from Python)
 
 
 def version_source(given: str | None, fmt: str | None = None) -> str:
@@ -129,7 +135,7 @@ def unrepresentable(proto, cal, amax: dict[str, float]) -> dict[str, str]:
 
 def check_format(fmt: str) -> str:
     if fmt not in FORMATS:
-        raise QtoolError(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
+        raise QtoolError("{fmt} is not one of {formats}", fmt=Opt("fmt", fmt, quoted=True), formats=", ".join(FORMATS))
     return fmt
 
 
@@ -148,11 +154,12 @@ def resolve(trt_version: str | None = None, fmt: str | None = None) -> tuple[str
     fmt = fmt or default_format(trt_version)
     if fmt in RANGE_FORMATS:
         if major >= 11:
-            raise QtoolError(TRT11_REMOVED.format(fmt=fmt))
+            raise trt11_removed(fmt)
         version_number(trt_version)
     elif major < 8:
-        raise QtoolError(f"TensorRT {trt_version} builds INT8 from a calibration cache only (Q/DQ models need 8.x or later): "
-                         "use --format cache, or name a newer TensorRT with --trt-version")
+        raise QtoolError("TensorRT {version} builds INT8 from a calibration cache only (Q/DQ models need 8.x or later): "
+                         "use {cache}, or name a newer TensorRT with {given}", version=trt_version, cache=Opt("fmt", "cache"),
+                         given=Opt("trt_version"))
     return trt_version, fmt
 
 
@@ -163,8 +170,6 @@ def build_command(loaded, cal, fmt: str, trt_version: str, path: str, model_path
     inputs whose shapes it cannot tell. trtexec sets min = opt = max to the --shapes given when no
     --minShapes/--optShapes/--maxShapes are (NVIDIA/TensorRT samples/common/sampleOptions.cpp,
     AllOptions::parse), so the engine is built for the calibrated shape."""
-    from . import int8
-
     if fmt == "qdq":
         line = int8.build_command(major_of(trt_version), path)
     elif fmt == "cache":
@@ -180,11 +185,9 @@ def build_command(loaded, cal, fmt: str, trt_version: str, path: str, model_path
 def input_shapes(proto, preprocess: dict) -> tuple[dict[str, list[int]], list[str]]:
     """{input: shape} for the graph inputs with a dynamic dimension: the batch as 1 and the image
     size the calibration recorded (images); and notes for inputs whose size it did not record."""
-    from ... import model as M
-
     shapes: dict[str, list[int]] = {}
     notes: list[str] = []
-    for spec in M.data_inputs(proto):
+    for spec in model.data_inputs(proto):
         dims = list(spec.dims)
         if all(d is not None for d in dims):
             continue
@@ -202,48 +205,44 @@ def input_shapes(proto, preprocess: dict) -> tuple[dict[str, list[int]], list[st
     return shapes, notes
 
 
-def suffix(fmt: str | None = None, trt_version: str | None = None, precision: str = "int8", **_options) -> str:
+def suffix(options: ExportOptions = DEFAULTS) -> str:
     """Default output file suffix for the format (FP8 models: .fp8.trt.onnx)."""
-    if precision == "fp8":
-        return ".fp8" + SUFFIXES[resolve(trt_version, fmt or "qdq")[1]]
-    return SUFFIXES[resolve(trt_version, fmt)[1]]
+    own = options.tensorrt
+    if own.precision == "fp8":
+        return ".fp8" + SUFFIXES[resolve(own.trt_version, own.fmt or "qdq")[1]]
+    return SUFFIXES[resolve(own.trt_version, own.fmt)[1]]
 
 
-def export(loaded, cal, *, trt_version: str | None = None, algorithm: str = "entropy2", fmt: str | None = None,
-           method: str | None = None, high_precision: str | None = None, weights: str | None = None, precision: str = "int8",
-           exclude=(), include=(), bias_correction: bool = True, smooth_quant="auto", **_options):
-    """TensorRT INT8 (or FP8: qtool.targets.tensorrt.fp8) for `cal` in format `fmt` for
-    `trt_version` (see the module docstring)."""
-    from .. import ExportResult
-
-    if precision not in PRECISIONS:
-        raise QtoolError(f"--precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
-    if precision == "fp8":
+def export(loaded, cal, options: ExportOptions = DEFAULTS):
+    """TensorRT INT8 (or FP8: qtool.targets.tensorrt.fp8) for `cal` in the format options.tensorrt.fmt
+    for its trt_version (see the module docstring)."""
+    own = options.tensorrt
+    trt_version, algorithm, fmt, high_precision, weights = own.trt_version, own.algorithm, own.fmt, own.high_precision, own.weights
+    method, exclude, include, smooth_quant = options.method, options.exclude, options.include, options.smooth_quant
+    if own.precision == "fp8":
         trt_version, fmt = resolve(trt_version, fmt or "qdq")
         if fmt != "qdq":
-            raise QtoolError(f"--precision fp8 writes a Q/DQ model (--format qdq); the {fmt} range files are INT8 only")
+            raise QtoolError("{fp8} writes a Q/DQ model ({qdq}); the {fmt} range files are INT8 only", fp8=Opt("precision", "fp8"),
+                             qdq=Opt("fmt", "qdq"), fmt=fmt)
         if smooth_quant not in ("auto", None) or algorithm != "entropy2":
-            raise QtoolError("--smooth-quant and --algorithm apply to --precision int8 only")
-        from . import fp8
-
+            raise QtoolError("{smooth_quant} and {algorithm} apply to {int8} only", **opts("smooth_quant", "algorithm"),
+                             int8=Opt("precision", "int8"))
         return fp8.export(loaded, cal, trt_version=trt_version, method=method, high_precision=high_precision,
                           weights=weights or "fp8", exclude=exclude, include=include)
     weights = weights or "fp32"
     trt_version, fmt = resolve(trt_version, fmt)
-    if algorithm not in CALIBRATOR_ALGORITHMS:
-        raise QtoolError(f"--algorithm {algorithm!r} is not one of {', '.join(CALIBRATOR_ALGORITHMS)}")
     major = major_of(trt_version)
     if fmt == "qdq":
-        from . import int8
-
         data, warnings, summary = int8.export(
             loaded, cal, lambda c: thresholds(c, fmt, algorithm, method), major=major,
             high_precision=high_precision or ("fp16" if major >= 10 else "fp32"),
-            weights=weights, exclude=exclude, include=include, bias_correction=bias_correction, smooth_quant=smooth_quant)
+            weights=weights, exclude=exclude, include=include, bias_correction=options.bias_correction, smooth_quant=smooth_quant)
         summary = {"format": fmt, "trt_version": trt_version, "method": _method(cal, fmt, algorithm, method), **summary}
         return ExportResult(data, warnings, summary)
-    if high_precision is not None or weights != "fp32" or exclude or include or not bias_correction or smooth_quant not in ("auto", None):
-        raise QtoolError("--high-precision, --weights, --exclude, --include, --no-bias-correction and --smooth-quant apply to --format qdq only")
+    if high_precision is not None or weights != "fp32" or exclude or include or not options.bias_correction or smooth_quant not in ("auto", None):
+        raise QtoolError("{high_precision}, {weights}, {exclude}, {include}, {bias_correction} and {smooth_quant} apply to {qdq} only",
+                         **opts("high_precision", "weights", "exclude", "include", "bias_correction", "smooth_quant"),
+                         qdq=Opt("fmt", "qdq"))
     amax = {name: d.amax for name, d in thresholds(cal, fmt, algorithm, method).items()}
     data, warnings, summary = _ranges_file(loaded, amax, trt_version, algorithm, fmt, unrepresentable(loaded.proto, cal, amax))
     if major == 10:
@@ -309,34 +308,33 @@ def _ranges_file(loaded, amax: dict[str, float], trt_version: str, algorithm: st
     return data, warnings + more, summary
 
 
-def own_methods(options: dict) -> tuple[str, ...]:
-    """FP8's own threshold search (fp8.py): --method e4m3-mse with --precision fp8."""
-    return ("e4m3-mse",) if options.get("precision") == "fp8" else ()
+def _resolved(options: ExportOptions, fmt: str | None) -> ExportOptions:
+    """`options` with the TensorRT version and format resolved (`fmt`: the format asked for)."""
+    trt_version, fmt = resolve(options.tensorrt.trt_version, fmt)
+    return replace(options, tensorrt=replace(options.tensorrt, trt_version=trt_version, fmt=fmt))
 
 
-def export_options(options: dict) -> tuple[dict, dict]:
+def export_options(options: ExportOptions) -> tuple[ExportOptions, dict]:
     """The TensorRT version and format resolved (FP8 is a Q/DQ model on every version), and where
     the version came from, for export's summary."""
-    fmt = options.get("fmt") or ("qdq" if options.get("precision") == "fp8" else None)
-    source = version_source(options.get("trt_version"), fmt)
-    trt_version, fmt = resolve(options.get("trt_version"), fmt)
-    return {**options, "trt_version": trt_version, "fmt": fmt}, {"trt_version_from": source}
+    own = options.tensorrt
+    fmt = own.fmt or ("qdq" if own.precision == "fp8" else None)
+    source = version_source(own.trt_version, fmt)
+    return _resolved(options, fmt), {"trt_version_from": source}
 
 
-def exported(loaded, cal, options: dict, summary: dict, path: str, model_path: str) -> tuple[dict, list[str], str]:
+def exported(loaded, cal, options: ExportOptions, summary: dict, path: str, model_path: str) -> tuple[dict, list[str], str]:
     """The trtexec line that builds an engine from the file at `path` (summary "build") and the
     line export prints: version (and where it came from), format, precision and thresholds."""
-    fmt, version = options["fmt"], options["trt_version"]
+    fmt, version = options.tensorrt.fmt, options.tensorrt.trt_version
     build, notes = build_command(loaded, cal, fmt, version, path, model_path)
-    fp8 = " FP8" if options.get("precision") == "fp8" else ""
+    fp8 = " FP8" if options.tensorrt.precision == "fp8" else ""
     line = f"TensorRT {version} ({summary['trt_version_from']}), {fmt}{fp8}, thresholds: {summary['method']}"
     return ({"build": build} if build else {}), notes, line + _measured_cores(summary)
 
 
 def _measured_cores(summary: dict) -> str:
     """The line naming the attention cores kept FP16 for their estimated 8-bit error (qtool.targets.tensorrt.attention)."""
-    from .attention import is_measured
-
     kept = {n: why for n, why in summary.get("default_exclusions", {}).items() if is_measured(why)}
     if not kept:
         return ""
@@ -345,30 +343,25 @@ def _measured_cores(summary: dict) -> str:
             f"{kept[first].removeprefix('attention core with ')}; --include NODE quantizes one anyway")
 
 
-def evaluation_options(options: dict, runtime: str | None = None) -> dict:
+def evaluation_options(options: ExportOptions, runtime: str | None = None) -> ExportOptions:
     """The export options qtool.checks.evaluation builds the Q/DQ model with (the range files hold no model
     to run). An FP8 model has no runtime to measure beside the simulation: onnxruntime has no FP8
     kernels on CPU (it computes FLOAT8 Q/DQ in float, as the simulation does; and 1.32's optimizer
     above ORT_ENABLE_BASIC removes a Relu in front of an FP8 QuantizeLinear, tests/test_fp8.py)."""
-    fmt = options.get("fmt") or "qdq"
+    fmt = options.tensorrt.fmt or "qdq"
     if fmt != "qdq":
-        raise QtoolError(f"the tensorrt target is evaluated in its Q/DQ model (--format qdq); a {fmt} file holds ranges, no model to run")
-    if options.get("precision") == "fp8" and runtime is not None:
-        raise QtoolError(f"--runtime {runtime} measures int8 kernels; onnxruntime has none for FP8 on CPU and computes FP8 Q/DQ "
-                         "in float, as the simulation already does: drop --runtime")
-    version, fmt = resolve(options.get("trt_version"), fmt)
-    return {**options, "trt_version": version, "fmt": fmt}
+        raise QtoolError("the tensorrt target is evaluated in its Q/DQ model ({qdq}); a {fmt} file holds ranges, no model to run",
+                         qdq=Opt("fmt", "qdq"), fmt=fmt)
+    if options.tensorrt.precision == "fp8" and runtime is not None:
+        raise QtoolError("{runtime} measures int8 kernels; onnxruntime has none for FP8 on CPU and computes FP8 Q/DQ "
+                         "in float, as the simulation already does: drop {drop}", runtime=Opt("runtime", runtime), drop=Opt("runtime"))
+    return _resolved(options, fmt)
 
 
 def shown(loaded, cal, *, method: str | None = None, trt_version: str | None = None):
     """What qtool report shows of the Q/DQ model export writes with default options (the same
     preparation, thresholds and placement: int8.plan), with the scales its `apply` writes (FP16
     when the unquantized part is)."""
-    import numpy as np
-
-    from .. import Shown
-    from . import int8
-
     version, fmt = resolve(trt_version, "qdq")
     major = major_of(version)
     high_precision = "fp16" if major >= 10 else "fp32"

@@ -35,7 +35,6 @@ from ...errors import QtoolError
 from .versions import (  # noqa: F401  (re-exported: the range files' version helpers)
     CACHE_VERSION,
     GA_RELEASES,
-    TRT11_REMOVED,
     canonical_version,
     decode_version,
     version_number,

@@ -32,11 +32,12 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ...errors import QtoolError
+from ...calibration import Threshold, clipped_fraction
+from ...errors import Opt, QtoolError
 from ...model import graph as G
 from ...quantizers import placement
 from ...quantizers.quantizer import Quantizer
-from .. import get
+from .. import ExportResult, get
 from ..qdq import add_initializer, upgrade_opset
 from .int8 import FP16_SCALE_FLOOR, high_precision_fp16, insert, measured_rules, qdq_nodes
 from .rules import FP8, FP8_DEFAULT_METHOD, fp8_exclusions
@@ -117,8 +118,6 @@ def thresholds(cal, method: str | None = None) -> dict:
     method searched on the signed INT8 grid, or "e4m3-mse": the least E4M3 error), else the
     file's method when calibrate pinned one, else max |x| (ModelOpt's FP8 default)."""
     if method == "e4m3-mse":
-        from ...calibration import Threshold, clipped_fraction
-
         out = {}
         for t in cal.tensors:
             amax = e4m3_mse_amax(t)
@@ -129,13 +128,14 @@ def thresholds(cal, method: str | None = None) -> dict:
 
 def check_options(major: int, high_precision: str, weights: str) -> None:
     if major < MIN_MAJOR:
-        raise QtoolError(f"FP8 Q/DQ needs opset {FP8_OPSET}, which TensorRT {major}.x's parser does not read "
-                         f"(opset <= {OPSETS[major][1]}): use --trt-version 10 or later, or INT8")
+        raise QtoolError("FP8 Q/DQ needs opset {opset}, which TensorRT {major}.x's parser does not read (opset <= {highest}): "
+                         "use {ten} or later, or INT8", opset=FP8_OPSET, major=major, highest=OPSETS[major][1],
+                         ten=Opt("trt_version", "10"))
     if high_precision not in ("fp16", "fp32"):
-        raise QtoolError(f"--high-precision must be fp16 or fp32, not {high_precision!r}")
+        raise QtoolError("{option} must be fp16 or fp32, not {given!r}", option=Opt("high_precision"), given=high_precision)
     if weights not in WEIGHT_STORAGE:
-        raise QtoolError(f"--weights for FP8 must be fp8 (FLOAT8E4M3FN weight -> DequantizeLinear) or fp32 "
-                         f"(FP32 weight -> QuantizeLinear -> DequantizeLinear), not {weights!r}")
+        raise QtoolError("{option} for FP8 must be fp8 (FLOAT8E4M3FN weight -> DequantizeLinear) or fp32 "
+                         "(FP32 weight -> QuantizeLinear -> DequantizeLinear), not {given!r}", option=Opt("weights"), given=weights)
 
 
 def _target_opset(model: onnx.ModelProto, major: int) -> int:
@@ -201,8 +201,6 @@ def plan(model: onnx.ModelProto, cal, *, method: str | None = None, exclude=(), 
 def export(loaded, cal, *, trt_version: str | None = None, method: str | None = None, high_precision: str | None = None,
            weights: str = "fp8", exclude=(), include=(), **_options):
     """The FP8 Q/DQ model for TensorRT `trt_version` (default: the newest qtool knows), as an ExportResult."""
-    from .. import ExportResult
-
     trt_version = trt_version or default_version()
     major = parse_version(trt_version)[0]
     high_precision = high_precision or "fp16"

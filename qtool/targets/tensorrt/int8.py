@@ -31,7 +31,7 @@ import onnx
 from onnx import helper
 
 from ...calibration import Threshold
-from ...errors import QtoolError
+from ...errors import Opt, QtoolError
 from ...model import graph as G
 from ...quantizers import biascorrection, placement, quant, smoothquant
 from ...quantizers.quantizer import Quantizer
@@ -61,15 +61,16 @@ def build_command(major: int, path: str) -> str:
 
 def check_options(major: int, high_precision: str, weights: str) -> None:
     if high_precision not in ("fp16", "fp32"):
-        raise QtoolError(f"--high-precision must be fp16 or fp32, not {high_precision!r}")
+        raise QtoolError("{option} must be fp16 or fp32, not {given!r}", option=Opt("high_precision"), given=high_precision)
     if weights not in ("fp32", "int8"):
-        raise QtoolError(f"--weights must be fp32 or int8, not {weights!r}")
+        raise QtoolError("{option} must be fp32 or int8, not {given!r}", option=Opt("weights"), given=weights)
     if major < 10 and weights == "int8":
-        raise QtoolError(f"--weights int8 (INT8 initializer -> DequantizeLinear) needs TensorRT 10 or later; "
-                         f"TensorRT {major}.x reads FP32 weights with QuantizeLinear -> DequantizeLinear: drop --weights int8")
+        raise QtoolError("{int8} (INT8 initializer -> DequantizeLinear) needs TensorRT 10 or later; TensorRT {major}.x reads "
+                         "FP32 weights with QuantizeLinear -> DequantizeLinear: drop {int8}", int8=Opt("weights", "int8"), major=major)
     if major < 10 and high_precision == "fp16":
-        raise QtoolError(f"--high-precision fp16 needs FP16 scales (opset {FP16_OPSET}), which TensorRT {major}.x's parser does "
-                         f"not read (opset <= {OPSETS[major][1]}); use --high-precision fp32 and build with --fp16")
+        raise QtoolError("{fp16} needs FP16 scales (opset {opset}), which TensorRT {major}.x's parser does not read "
+                         "(opset <= {highest}); use {fp32} and build with --fp16", fp16=Opt("high_precision", "fp16"), opset=FP16_OPSET,
+                         major=major, highest=OPSETS[major][1], fp32=Opt("high_precision", "fp32"))
 
 
 def _target_opset(model: onnx.ModelProto, major: int, high_precision: str) -> int:

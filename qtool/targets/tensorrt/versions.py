@@ -6,17 +6,20 @@ from __future__ import annotations
 
 import re
 
-from ...errors import QtoolError
+from ...errors import Opt, QtoolError
 
 # The newest TensorRT qtool knows (11.4, 2026); the default target when `tensorrt` is not installed.
 LATEST_VERSION = "11.4.0"
 # The header `calibrate --trt-table` writes unless told: the newest TensorRT whose implicit INT8
 # is not deprecated (JetPack 5 and many deployed servers still build with it).
 CACHE_VERSION = "8.6.1"
-TRT11_REMOVED = (
-    "TensorRT 11 removed implicit INT8 (no calibration cache, no --int8/--calib, no calibrator API), "
-    "so it cannot read a {fmt} file; use --format qdq, or name an older TensorRT with --trt-version"
-)
+
+
+def trt11_removed(what: str) -> QtoolError:
+    """TensorRT 11 reads no range file (`what`: the kind asked for)."""
+    return QtoolError("TensorRT 11 removed implicit INT8 (no calibration cache, no --int8/--calib, no calibrator API), so it "
+                      "cannot read a {what} file; use {qdq}, or name an older TensorRT with {version}", what=what,
+                      qdq=Opt("fmt", "qdq"), version=Opt("trt_version"))
 
 # default-domain opsets the parser of each major version takes for a Q/DQ model (9.x: 8.x rules)
 OPSETS = {8: (13, 17), 9: (13, 17), 10: (13, 20), 11: (13, 25)}
@@ -59,7 +62,7 @@ def canonical_version(text) -> str:
                 return f"{major}.{minor}.{GA_RELEASES[major, minor]}"
             if m.group(3) is not None and ((major, minor) in GA_RELEASES or minor > minors[-1]):
                 return f"{major}.{minor}.{int(m.group(3))}"
-    raise QtoolError(f"--trt-version {given!r} is not a TensorRT release qtool knows: {VERSION_FORMS}")
+    raise QtoolError("{given} is not a TensorRT release qtool knows: {forms}", given=Opt("trt_version", given, quoted=True), forms=VERSION_FORMS)
 
 
 def version_number(version: str) -> int:
@@ -69,10 +72,11 @@ def version_number(version: str) -> int:
     (include/NvInferRuntimeBase.h, NV_TENSORRT_VERSION_INT)."""
     major, minor, patch = (int(p) for p in canonical_version(version).split("."))
     if major >= 11:
-        raise QtoolError(TRT11_REMOVED.format(fmt="calibration cache"))
+        raise trt11_removed("calibration cache")
     # below 10 the minor has one decimal digit in the number (8.10 would read as 9.0)
     if minor > (99 if major >= 10 else 9) or patch > 99:
-        raise QtoolError(f"--trt-version {version!r} is not a TensorRT version with INT8 calibration caches (7.x to 10.x)")
+        raise QtoolError("{version} is not a TensorRT version with INT8 calibration caches (7.x to 10.x)",
+                         version=Opt("trt_version", version, quoted=True))
     return major * (10000 if major >= 10 else 1000) + minor * 100 + patch
 
 
@@ -93,10 +97,10 @@ def parse_version(text: str, known_only: bool = True) -> tuple[int, int, int]:
     known_only: the major must be one whose rules qtool knows (8.x to 11.x)."""
     m = re.fullmatch(r"(\d+)\.(\d+)(?:\.(\d+))?(?:\.\d+)?", str(text).strip())
     if not m:
-        raise QtoolError(f"--trt-version {text!r} is not a version like 8.6.1, 10.3.0 or 11.4")
+        raise QtoolError("{version} is not a version like 8.6.1, 10.3.0 or 11.4", version=Opt("trt_version", text, quoted=True))
     major, minor, patch = int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
     if known_only and major not in OPSETS:
-        raise QtoolError(f"--trt-version {text}: qtool knows TensorRT 8.x to 11.x")
+        raise QtoolError("{version}: qtool knows TensorRT 8.x to 11.x", version=Opt("trt_version", str(text)))
     return major, minor, patch
 
 

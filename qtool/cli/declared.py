@@ -1,0 +1,72 @@
+"""The click options of the options qtool.options declares (export's, evaluate's and the policy
+flags), and the command class whose --help shows them in their sections."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .. import api
+
+
+def option(key: str, command: str = "export", flag: str | None = None):
+    """The click option of the export option `key`, as qtool.options declares it (`command`
+    "evaluate": with evaluate's help; `flag`: another flag than the declared one)."""
+    o = api.OPTIONS[key]
+    kwargs: dict = {"help": (o.help if command != "evaluate" or o.evaluate is None else o.evaluate).format(latest=api.TRT_LATEST_VERSION)}
+    if o.negated:  # a --no-... switch: the key False
+        kwargs.update(flag_value=False, default=True)
+    if o.choices:
+        kwargs["type"] = click.Choice(o.choices)
+    if o.bounds:
+        kwargs["type"] = click.IntRange(*o.bounds)
+    if o.path:
+        kwargs["type"] = click.Path(path_type=Path)
+    if o.multiple:
+        kwargs["multiple"] = True
+    if o.metavar:
+        kwargs["metavar"] = o.metavar
+    return click.option(flag or o.flag, key, **kwargs)
+
+
+def policy_options(command=None, *, scale_flag: str = "--scale"):
+    """The options that choose quantization policies (qtool.options.PolicyFlags), shared by export,
+    evaluate and inspect (evaluate's --scale is the pixel multiplier: there the scale kind is `scale_flag`)."""
+    if command is None:
+        return lambda c: policy_options(c, scale_flag=scale_flag)
+    for key in reversed(list(api.EXPORT_GROUPS["Policy"])):
+        command = option(key, "policy", flag=scale_flag if key == "scale_kind" else None)(command)
+    return command
+
+
+class Grouped(click.Command):
+    """A command whose --help lists its options in sections: first its own and the export options
+    every target reads ("Options"), then each target's group as qtool.options declares it (TensorRT,
+    OpenVINO/qdq, Policy), then the command's own `sections` ({title: keys})."""
+
+    def __init__(self, *args, sections: dict[str, tuple[str, ...]] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.sections = sections or {}
+
+    def section(self, key: str) -> str:
+        for title, keys in self.sections.items():
+            if key in keys:
+                return title
+        declared = api.OPTIONS.get(key)
+        if declared is None or declared.section == "General":
+            return "Options"
+        return f"{declared.section} options"
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows: dict[str, list[tuple[str, str]]] = {"Options": []}
+        rows.update({f"{title} options": [] for title in api.EXPORT_GROUPS if title != "General"})
+        rows.update({title: [] for title in self.sections})
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx) if isinstance(param, click.Option) else None
+            if record is not None:
+                rows[self.section(param.name)].append(record)
+        for title, records in rows.items():
+            if records:
+                with formatter.section(title):
+                    formatter.write_dl(records)

@@ -1,0 +1,121 @@
+"""Options as data (qtool.options): the same bad option is worded with its flag on the command line
+and as its keyword from Python (qtool.errors), the objects are checked where they are built, and
+--help shows export's and evaluate's options in the sections the declaration gives them."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from runcli import invoke
+from test_layers import IMAGES, SAMPLE
+
+import qtool
+from qtool import api
+from qtool.errors import QtoolError, UsageError
+from qtool.options import CalibrateOptions, CpuOptions, ExportOptions, TensorRTOptions
+
+
+@pytest.fixture(scope="module")
+def calib(tmp_path_factory):
+    d = tmp_path_factory.mktemp("options")
+    api.calibrate_files(SAMPLE, images=IMAGES, limit=8, output=d / "s.calib.json")
+    return d / "s.calib.json"
+
+
+def _error(r) -> str:
+    """The one error line of a failed run (a usage error: click's "Error: " line)."""
+    lines = [line for line in r.stderr.splitlines() if line.startswith(("error: ", "Error: "))]
+    assert len(lines) == 1, r.stderr
+    return lines[0].split(": ", 1)[1]
+
+
+CASES = [  # (command line, the same request in Python, exit code, the flag's wording, the keyword's wording)
+    (["calibrate", SAMPLE, "--images", IMAGES, "--size", "3x"], lambda c, t: api.calibrate_files(SAMPLE, images=IMAGES, size="3x"),
+     1, "--size '3x' is not HxW, e.g. --size 320x320", "size='3x' is not HxW, e.g. size=(320, 320)"),
+    (["calibrate", SAMPLE], lambda c, t: api.calibrate_files(SAMPLE), 1,
+     "give exactly one of --images DIR or --data DIR", "give exactly one of images= or data="),
+    (["export", "--target", "tensorrt", "--trt-version", "banana"],
+     lambda c, t: api.export_file(target="tensorrt", calib=c, output=t / "x.onnx", trt_version="banana"), 1,
+     "--trt-version 'banana' is not a TensorRT release qtool knows", "trt_version='banana' is not a TensorRT release qtool knows"),
+    (["export", "--target", "tensorrt", "--cpu", "vnni"], lambda c, t: api.export_file(target="tensorrt", calib=c, cpu="vnni"), 2,
+     "--cpu applies to --target openvino or qdq, not tensorrt", "cpu= applies to target='openvino' or qdq, not tensorrt"),
+    (["export", "--target", "openvino", "--format", "cache"], lambda c, t: api.export_file(target="openvino", calib=c, fmt="cache"), 2,
+     "--format applies to --target tensorrt, not openvino", "fmt= applies to target='tensorrt', not openvino"),
+    (["evaluate", SAMPLE, "--images", IMAGES, "--fail-below", "inf"],
+     lambda c, t: api.evaluate_files(SAMPLE, calib=c, images=IMAGES, fail_below=float("inf")), 1,
+     "--fail-below inf must be a finite number of decibels", "fail_below='inf' must be a finite number of decibels"),
+    (["export", "--target", "qdq", "--policy", "nope.json"],
+     lambda c, t: api.export_file(target="qdq", calib=c, output=t / "x.onnx", policy="nope.json"), 1,
+     "--policy 'nope.json' does not exist", "policy='nope.json' does not exist"),
+    (["evaluate", SAMPLE, "--data", IMAGES, "--size", "28x28"],
+     lambda c, t: api.evaluate_files(SAMPLE, calib=c, data=IMAGES, size=(28, 28)), 1,
+     "--size applies to --images; .npy/.npz data is fed as it is", "size= applies to images=; .npy/.npz data is fed as it is"),
+]
+
+
+@pytest.mark.parametrize(("argv", "python", "code", "flags", "keywords"), CASES, ids=[" ".join(map(str, c[0][:3])) for c in CASES])
+def test_the_same_bad_option_names_the_flag_on_the_command_line_and_the_keyword_in_python(calib, tmp_path, monkeypatch, argv, python,
+                                                                                          code, flags, keywords):
+    monkeypatch.chdir(tmp_path)
+    argv = [*argv, "--calib", calib] if argv[0] in ("export", "evaluate") else argv
+    r = invoke(*argv)
+    assert r.exit_code == code and _error(r).startswith(flags), r.stderr
+    with pytest.raises(UsageError if code == 2 else QtoolError) as raised:
+        python(calib, tmp_path)
+    assert str(raised.value).startswith(keywords)
+    assert raised.value.worded({}).startswith(flags.replace("--format", "--fmt"))  # any front end words it: here --key
+
+
+def test_options_are_checked_where_they_are_built():
+    with pytest.raises(QtoolError, match=r"^fmt='dynamic_range' is not one of qdq, cache, dynamic-range, ort-trt$"):
+        TensorRTOptions(fmt="dynamic_range")
+    with pytest.raises(UsageError, match=r"^trt_version= applies to target='tensorrt', not qdq$"):
+        ExportOptions("qdq", tensorrt=TensorRTOptions(trt_version="10.3"))
+    with pytest.raises(QtoolError, match=r"^target='tflite' is not one of tensorrt, openvino, qdq$"):
+        ExportOptions.build("tflite")
+    with pytest.raises(QtoolError, match=r"^unknown option sise=: it takes "):
+        CalibrateOptions.build(images="x", sise=(320, 320))
+    with pytest.raises(QtoolError, match=r"^unknown option sise=: it takes "):
+        qtool.calibrate(SAMPLE, images=IMAGES, sise=(320, 320))
+    with pytest.raises(QtoolError, match=r"^wieght_bits= is not an export option$"):
+        ExportOptions.build("qdq", wieght_bits=4)
+    built = ExportOptions.build("openvino", cpu="vnni", exclude="conv1", weight_bits=4)
+    assert built.cpu_target.cpu == "vnni" and built.exclude == ("conv1",) and built.cpu_target.policies.weights.bits == 4
+    assert built == ExportOptions("openvino", exclude=("conv1",), cpu_target=CpuOptions("vnni", policies=built.cpu_target.policies))
+    assert CalibrateOptions.build(images="imgs", size="32x48", scale=0.5).image.size == (32, 48)
+
+
+def _sections(text: str) -> dict[str, list[str]]:
+    """Heading -> the flags listed under it, in a --help text."""
+    found: dict[str, list[str]] = {}
+    heading = None
+    for line in text.splitlines():
+        if re.fullmatch(r"\S.*:", line):
+            heading = line[:-1]
+            found[heading] = []
+        elif heading and re.match(r"  -", line):
+            found[heading].append(re.findall(r"--[a-z0-9-]+", line)[0])
+    return found
+
+
+def test_export_help_shows_each_target_s_options_in_their_own_section():
+    r = invoke("export", "--help")
+    assert r.exit_code == 0
+    sections = _sections(r.stdout)
+    assert list(sections) == ["Options", "TensorRT options", "OpenVINO/qdq options", "Policy options", "Mixed precision (openvino/qdq)"]
+    assert sections["TensorRT options"] == ["--trt-version", "--format", "--algorithm", "--high-precision", "--precision", "--weights"]
+    assert sections["OpenVINO/qdq options"] == ["--cpu", "--weights-7bit", "--no-ignored-patterns"]
+    assert sections["Policy options"] == ["--weight-bits", "--activation-bits", "--scale", "--activations", "--rounding", "--policy"]
+    assert sections["Mixed precision (openvino/qdq)"] == ["--keep-fp32", "--max-drop", "--max-fp32", "--images", "--data", "--limit"]
+    assert {"--target", "--calib", "--method", "--exclude", "--include", "--smooth-quant", "--no-bias-correction"} <= set(sections["Options"])
+    listed = [flag for flags in sections.values() for flag in flags]
+    assert len(listed) == len(set(listed))  # each option once
+
+
+def test_evaluate_help_groups_its_options_too():
+    sections = _sections(invoke("evaluate", "--help").stdout)
+    assert list(sections) == ["Options", "TensorRT options", "OpenVINO/qdq options", "Policy options", "Held-out inputs"]
+    assert sections["TensorRT options"] == ["--trt-version", "--format", "--high-precision", "--precision"]
+    assert "--scale-kind" in sections["Policy options"] and "--scale" in sections["Held-out inputs"]
+    assert sections["Held-out inputs"][:3] == ["--images", "--data", "--limit"]
