@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import Opt, QtoolError, Words
+from .model import external_locations, read_model_header
+from .scratch import running
 
 
 @dataclass(frozen=True)
@@ -58,8 +60,6 @@ def _model_files(path: Path) -> list[tuple[str, Path]]:
     """The model and the external data files it refers to (none when it cannot be read)."""
     files = [("the model", path)]
     try:
-        from .model import external_locations, read_model_header
-
         proto = read_model_header(path, weightless=True)  # bounded: no device or FIFO read for ever
     except Exception:  # missing, unreadable or no model: the command itself says so later
         return files
@@ -165,8 +165,6 @@ def _prefix(real: Path) -> str:
 def sweep_staged(folder: Path) -> list[Path]:
     """Remove the staged files and backups that killed qtool processes of this user left in
     `folder` (their pid no longer runs); once per folder and process. Returns them."""
-    from .scratch import running
-
     key = os.path.realpath(folder)
     if key in _swept:
         return []

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..calibration import decide, nesting_depth, read_input
 from ..errors import Opt, QtoolError
 from . import quant
 
@@ -361,8 +362,6 @@ def load_rules(path: Path) -> list[Rule]:
     """Rules from a JSON file ({"rules": [...]}) or TOML file ([[rules]] tables). Each rule has one
     matcher (name, glob, regex or op_type), optional apply_to (activations/weights) and the policy
     fields it sets (bits, signed, symmetric, per_channel, scale, rounding)."""
-    from ..calibration import nesting_depth, read_input
-
     kind = "TOML" if str(path).endswith(".toml") else "JSON"
     named = {"policy": Opt("policy", str(path), quoted=True)}
     data = read_input(path, MAX_POLICY_BYTES, Opt("policy"))
@@ -414,8 +413,6 @@ def is_pow2(x) -> bool:
 def searcher(cal, method: str | None = None):
     """recompute(tensor, policy) -> amax: `method` (default: the calibration's) searched again on
     the policy's grid (its bits, signed unless the tensor is never negative), with the clipping fallback."""
-    from ..calibration import decide
-
     records = {t.name: t for t in cal.tensors}
 
     def recompute(tensor: str, policy: Policy) -> float:

@@ -36,8 +36,11 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from ..calibration import TensorRecord
+from ..errors import Opt, QtoolError
 from ..model import graph as G
 from ..model import lazy, shapes
+from ..statistics.stats import SampleStats
 from . import patterns
 
 # NNCF's clamps of the statistics and of the scales (openvinotoolkit/nncf
@@ -98,8 +101,6 @@ def parse_mode(value) -> str | bool | float:
             pass
     if isinstance(value, (int, float)) and 0.0 <= float(value) <= 1.0:
         return float(value)
-    from ..errors import Opt, QtoolError
-
     raise QtoolError("{option} must be auto, on, off or an alpha in [0, 1], not {given!r}", option=Opt("smooth_quant"), given=value)
 
 
@@ -334,9 +335,6 @@ def _record(record, name: str, s: np.ndarray, peak: np.ndarray):
     """The calibration record of X / s: its exact max |x| from the per-channel maxima, min and
     max bounded from the original's; the original histogram stretched to the new maximum
     (its shape is what the overflow estimate reads; no threshold is searched on it)."""
-    from ..calibration import TensorRecord
-    from ..statistics.stats import SampleStats
-
     amax = float(peak.max()) if peak.size else 0.0
     lo_s, hi_s = float(s.min()), float(s.max())
     low = record.min / (lo_s if record.min < 0 else hi_s)
