@@ -133,8 +133,9 @@ def _mean_square(record) -> float:
 
 # The spread of a channel's peak between inputs: on other inputs it is the calibrated peak times
 # r_j, log-normal with this standard deviation of log r_j, independently per channel. Measured on
-# the dev encoders, 64 calibration against 128 held-out sentences: sd of log r_j 0.2-0.6 over
-# their SmoothQuant activations. Chosen by the output SQNR in OpenVINO (bench/fidelity.py,
+# the dev encoders, 64 calibration against 128 held-out sentences: sd of log r_j about 0.15 on
+# LayerNorm outputs, 0.2-0.4 on MiniLM's GELU outputs and attention contexts, up to 0.58 on
+# MPNet's GELU outputs. Chosen by the output SQNR in OpenVINO (bench/fidelity.py,
 # held-out sentences): 0.3 gives paraphrase-MiniLM-L3-v2 29.6 dB, all-MiniLM-L6-v2 24.1 and
 # all-mpnet-base-v2 18.9 (0 -- the calibrated maximum -- 29.1, 24.0 and 18.0; 0.5 29.1, 24.0, 19.0).
 PEAK_SPREAD = 0.3
