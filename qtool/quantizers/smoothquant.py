@@ -135,8 +135,9 @@ def _mean_square(record) -> float:
 # r_j, log-normal with this standard deviation of log r_j, independently per channel. Measured on
 # the dev encoders, 64 calibration against 128 held-out sentences: sd of log r_j about 0.15 on
 # LayerNorm outputs, 0.2-0.4 on MiniLM's GELU outputs and attention contexts, up to 0.58 on
-# MPNet's GELU outputs. Chosen by the output SQNR in OpenVINO (bench/fidelity.py,
-# held-out sentences): 0.3 gives paraphrase-MiniLM-L3-v2 29.6 dB, all-MiniLM-L6-v2 24.1 and
+# MPNet's GELU outputs. Chosen by the token SQNR in OpenVINO on the held-out sentences of
+# bench/fidelity.py (all-MiniLM-L6-v2 exported and tokenized as bench/transformers_data.py does
+# MPNet): 0.3 gives paraphrase-MiniLM-L3-v2 29.6 dB, all-MiniLM-L6-v2 24.1 and
 # all-mpnet-base-v2 18.9 (0 -- the calibrated maximum -- 29.1, 24.0 and 18.0; 0.5 29.1, 24.0, 19.0).
 PEAK_SPREAD = 0.3
 

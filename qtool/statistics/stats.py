@@ -13,7 +13,7 @@ per-channel means are taken over the real tokens only. The outputs are never rea
 and its activations differ from text: in 64-token inputs of one sentence each, most positions
 are padding, and bias correction from the means over all of them cost paraphrase-MiniLM-L3-v2
 and all-MiniLM-L6-v2 0.6 and 0.5 dB against none, where the real tokens' means gain 0.3 and
-0.5 dB (OpenVINO, held-out sentences; bench/fidelity.py).
+0.5 dB (OpenVINO, token SQNR on bench/fidelity.py's held-out sentences).
 """
 
 from __future__ import annotations
