@@ -26,6 +26,7 @@ from .. import model
 from ..runtime import nchwc, onnxruntime
 from ..statistics import histogram
 from ..statistics.histogram import Extrema, TensorHistogram
+from ..statistics.stats import real_tokens
 
 Feeds = dict[str, np.ndarray]
 
@@ -202,16 +203,17 @@ class _Accumulator:
         self.rows: dict[tuple[str, int], np.ndarray] = {}
         self.seen = 0
 
-    def fill(self, pairs, samples: int, team: _Team | None = None) -> None:
+    def fill(self, pairs, samples: int, team: _Team | None = None, tokens: np.ndarray | None = None) -> None:
         """Histogram (and gather the statistics of) one run's outputs, `pairs` of (name, value),
-        on the threads of `team`."""
+        on the threads of `team`; `tokens`: the run's real tokens (stats.real_tokens), which the
+        channel means are taken over."""
         todo = []
         for name, value in pairs:
             block = self.blocks.get(name)
             if block and not nchwc.blocked_shape(value, block):
                 raise AssertionError(f"{name} came from onnxruntime with shape {value.shape}, not in blocks of {block} channels")
             todo.append((name, value, block))
-        filling = _Filling(self, samples)
+        filling = _Filling(self, samples, tokens)
         share = team.share if team is not None else _serial
         share(todo, filling.add)
         # a concatenation with an empty part (which adds nothing) waits for it in vain
@@ -269,8 +271,8 @@ class _Filling:
     threads: each tensor histogrammed, then the derived tensors it was the last missing input
     of computed (or, for concatenations, their statistics gathered) on the same thread."""
 
-    def __init__(self, acc: _Accumulator, samples: int):
-        self.acc, self.samples = acc, samples
+    def __init__(self, acc: _Accumulator, samples: int, tokens: np.ndarray | None = None):
+        self.acc, self.samples, self.tokens = acc, samples, tokens
         self.kept: dict[str, tuple] = {}  # {input of a derived tensor: (value, rows, extrema, block)}
         self.waiting = {n: len(parts) for n, parts in acc.inputs.items()}  # inputs not yet kept
         self.lock = threading.Lock()
@@ -286,7 +288,7 @@ class _Filling:
         if extrema is None:
             return []
         if stats is not None:
-            stats.update([value], rows, extrema, [block])
+            stats.update([value], rows, extrema, [block], self.tokens)
         if name in acc.needed:
             self.kept[name] = value, rows, extrema, block
         ready = []
@@ -334,7 +336,7 @@ class _Filling:
             extrema = Extrema([min(g[2].lo[r] for g in got) for r in range(rows)],
                               [max(g[2].hi[r] for g in got) for r in range(rows)],
                               [sum(g[2].nonfinite[r] for g in got) for r in range(rows)])
-            self.acc.stats[name].update([g[0] for g in got], rows, extrema, [g[3] for g in got])
+            self.acc.stats[name].update([g[0] for g in got], rows, extrema, [g[3] for g in got], self.tokens)
 
 
 _NO_BYTES = np.empty(0, np.uint8)
@@ -464,7 +466,7 @@ def accumulate(session: onnxruntime.Session, plan: Plan, runs: Iterable[tuple[Fe
         if schedule.kernel:
             histogram.wait_for_kernel()
         # last computed first: those are still in the CPU caches (names are in graph order)
-        acc.fill(reversed(list(zip(varying, outputs))), count, teams[id(acc)])
+        acc.fill(reversed(list(zip(varying, outputs))), count, teams[id(acc)], real_tokens(feeds))
         acc.seen += count
         if progress is not None:
             with lock:
