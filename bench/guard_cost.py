@@ -10,7 +10,8 @@ default (`--cpu any`) and with `--cpu vnni`, and measure against FP32 on held-ou
   avx2      the default file in OpenVINO under `qemu-x86_64 -cpu Haswell-v4` (AVX2, no VNNI:
             pair sums saturate at int16; tests/avx2.py) on the first --avx2 held-out inputs,
             against the same file's exact arithmetic on the same inputs (the `--cpu vnni` file
-            too with --avx2-vnni, to show what the guard saves);
+            too with --avx2-vnni, to show what the guard saves); in brackets the SQNR of the AVX2
+            run against the exact output itself (the saturation alone);
   guard     the layers the guard changed (P: pair-bounded weights, F: FP32) and the summary's
             estimate of what saturation would cost.
 Must hold on every model: default within 0.5 dB of `--cpu vnni` on the VNNI CPU, and default
@@ -136,7 +137,7 @@ def guard_summary(summary: dict) -> str:
     layers = summary.get("overflow_fix", {}).get("layers", {})
     counts: dict[str, int] = {}
     for fix in layers.values():
-        key = {"fp32": "F", "pair-bounded weights": "P"}.get(fix["remedy"], fix["remedy"])
+        key = {"fp32": "F", "pair-bounded weights": "P", "widened second input": "W"}.get(fix["remedy"], fix["remedy"])
         counts[key] = counts.get(key, 0) + 1
     return " ".join(f"{n}{k}" for k, n in sorted(counts.items())) or "-"
 
@@ -147,7 +148,7 @@ def bench_model(name: str, args, vnni: bool) -> None:
     from qtool.checks import simulate
 
     path, task, calib, held = inputs_of(name, args)
-    out = WORK / name
+    out = args.work / name
     data = out / "calib"
     data.mkdir(parents=True, exist_ok=True)
     for old in [*data.glob("*.npy"), *data.glob("*.npz")]:
@@ -175,14 +176,15 @@ def bench_model(name: str, args, vnni: bool) -> None:
             q = out / f"qemu.{cpu_kind}"
             q.mkdir(exist_ok=True)
             got = [[o[first], *o[:first], *o[first + 1:]] for o in qemu_outputs(f, few, q)]
-            row[cpu_kind]["avx2"] = (scores(task, ref[:len(few)], got, few)[0], scores(task, ref[:len(few)], exact[:len(few)], few)[0])
+            row[cpu_kind]["avx2"] = (scores(task, ref[:len(few)], got, few)[0], scores(task, ref[:len(few)], exact[:len(few)], few)[0],
+                                     scores(task, exact[:len(few)], got, few)[0])
     report(name, row)
 
 
 def report(name: str, row: dict) -> None:
     a, v = row["any"], row["vnni"]
     run = f"{a['run'][0]:6.2f} {v['run'][0]:6.2f}" if "run" in a else "     -      -"
-    avx = f"{a['avx2'][0]:6.2f}/{a['avx2'][1]:6.2f}" if "avx2" in a else "     -/     -"
+    avx = f"{a['avx2'][0]:6.2f}/{a['avx2'][1]:6.2f} ({a['avx2'][2]:5.1f})" if "avx2" in a else "     -/     -"
     avx_v = f"{v['avx2'][0]:6.2f}/{v['avx2'][1]:6.2f}" if "avx2" in v else "     -/     -"
     print(f"{name:12s} {run}  {a['exact'][0]:6.2f} {v['exact'][0]:6.2f}  {a['exact'][1]:>16s} {a['exact'][2]:.4f} {v['exact'][2]:.4f}"
           f"  {avx}  {avx_v}  {a['guard']:>8s}", flush=True)
@@ -195,6 +197,7 @@ def main() -> None:
     ap.add_argument("--eval", type=int, default=50, help="held-out inputs")
     ap.add_argument("--avx2", type=int, default=8, help="held-out inputs run under qemu's Haswell (0: none)")
     ap.add_argument("--avx2-vnni", action="store_true", help="also run the --cpu vnni file under qemu")
+    ap.add_argument("--work", type=Path, default=WORK, help="folder for the calibration, files and outputs")
     ap.add_argument("--dev", type=Path, default=Path.home() / ".cache" / "qtool-dev", help="fetch_dev_models.sh folder")
     args = ap.parse_args()
     import openvino as ov

@@ -327,3 +327,31 @@ def least_noise_ratios(rows: np.ndarray, step: np.ndarray, top: np.ndarray, stat
         better = total < best * (1 - 1e-12)
         best, ratio = np.where(better, total, best), np.where(better, r, ratio)
     return ratio
+
+
+def product_codes(record_a, act_a: quant.QParams, record_b, act_b: quant.QParams) -> tuple[np.ndarray, np.ndarray] | None:
+    """For a MatMul of two activations A @ B: (A's largest u8 code per reduction channel, the
+    stored value as `channel_codes`; B's largest |s8 code| per reduction channel), from the
+    calibrated per-channel max |x| along the axis each contracts (A's last, B's second to last);
+    None where calibration did not record them (files before these statistics)."""
+    sa, sb = getattr(record_a, "stats", None), getattr(record_b, "stats", None)
+    if sa is None or sb is None or sa.channel_absmax is None or sb.channel_absmax is None or sb.axis != -2:
+        return None
+    k = len(sb.channel_absmax)
+    a = channel_codes(record_a, act_a, k)
+    if a is None or act_b.axis is not None or not act_b.grid.signed:
+        return None
+    b = np.rint(np.asarray(sb.channel_absmax, dtype=np.float64) / max(float(act_b.scale), np.finfo(np.float64).tiny))
+    return a, np.minimum(b, -act_b.grid.qmin)
+
+
+def operand_ratio(a: np.ndarray, b: np.ndarray) -> float:
+    """The least factor B's step must widen by so that no adjacent pair a1 |b1| + a2 |b2| of the
+    reduction passes int16 with A's codes `a` and B's |codes| `b` per channel (their largest;
+    the rounding of B's codes adds at most a half each); 1 where none can."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.size % 2:
+        a, b = np.append(a, 0.0), np.append(b, 0.0)
+    a1, a2, b1, b2 = a[0::2], a[1::2], b[0::2], b[1::2]
+    need = (a1 * b1 + a2 * b2) / np.maximum(LIMIT - (a1 + a2) / 2, 1.0)
+    return float(max(need.max(initial=0.0), 1.0))

@@ -12,7 +12,7 @@ import onnx
 
 from .. import overflow
 from ..policy import quantize
-from ..quantizer import Quantizer
+from ..quantizer import Quantizer, Range
 from .moves import Moves
 from .requests import Requests
 from .sites import Sites
@@ -82,10 +82,27 @@ def _site_of(inputs: Inputs, moves: Moves, by_tensor: dict[str, Quantizer], t: s
 
 
 def _two_activations(first, second) -> dict | None:
-    """A MatMul of two activations ((quantizer, record) of each): FP32 where its saturation
-    risk passes ACTIVATIONS_RISK."""
+    """A MatMul of two activations ((quantizer, record) of each). Where calibration recorded both
+    inputs' per-channel max |x| along the reduction (overflow.product_codes), B's step (the s8
+    side, e.g. K^T) widens just enough that no pair of largest codes can pass int16
+    (overflow.operand_ratio): the layer stays int8. Otherwise FP32 where the histogram estimate
+    (overflow.assess_activations) passes ACTIVATIONS_RISK."""
     (a, rec_a), (b, rec_b) = first, second
-    risk = None if None in (a, b, rec_a, rec_b) else overflow.assess_activations(rec_a, a.params(), rec_b, b.params())
+    if None in (a, b, rec_a, rec_b):
+        return None
+    risk = overflow.assess_activations(rec_a, a.params(), rec_b, b.params())
+    codes = overflow.product_codes(rec_a, a.params(), rec_b, b.params())
+    symmetric_b = b.channel_amax is None and not np.any(b.params().zero_point)  # widening its range widens its step
+    if risk is not None and codes is not None and a.channel_amax is None and symmetric_b:
+        ratio = overflow.operand_ratio(*codes)
+        if ratio <= 1:
+            return None
+        cost = risk.seven_bit * (ratio ** 2 - 1) / 3  # seven_bit: B's rounding noise at twice its step
+        b.range = Range(b.range.amax * ratio, b.range.unsigned)
+        return {"remedy": "widened second input", "why": (
+            f"two activations: saturation noise {overflow.db(risk.saturation, risk.noise)} dB of the int8 noise by the histograms; "
+            f"with the calibrated per-channel maxima a pair can pass int16, so its second input's step widens x{ratio:.2f}, "
+            f"adding {overflow.db(cost, risk.noise)} dB")}
     if risk is not None and risk.saturation > ACTIVATIONS_RISK * risk.noise:
         return {"remedy": "fp32", "why": (
             f"two activations: saturation noise {overflow.db(risk.saturation, risk.noise)} dB of the int8 noise (7-bit "
