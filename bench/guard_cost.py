@@ -13,9 +13,9 @@ default (`--cpu any`) and with `--cpu vnni`, and measure against FP32 on held-ou
             too with --avx2-vnni, to show what the guard saves); in brackets the SQNR of the AVX2
             run against the exact output itself (the saturation alone);
   guard     the layers the guard changed (P: pair-bounded weights, W: widened second input, F: FP32).
-Classifiers and recognisers (cls, rec) are scored on their logits: the trailing Softmax is cut off
-the model before calibration (argmax unchanged; the SQNR of a saturating 2-class softmax swings by
-+-9 dB between runs). --json appends one line per model with every number.
+Image models are scored on their logits: an output computed by a Softmax is cut off the model
+before calibration (argmax unchanged; the SQNR of a saturating 2-class softmax (PP-OCR cls, MTCNN)
+swings by +-9 dB between runs). --json appends one line per model with every number.
 Must hold on every model: default within 0.5 dB of `--cpu vnni` on the VNNI CPU, and default
 on AVX2 within 1 dB of its exact arithmetic.
 
@@ -89,22 +89,25 @@ def inputs_of(name: str, args) -> tuple[Path, str, list[dict], list[dict]]:
     photos = sorted((args.dev / "photos").glob("*.jpg"))
     calib, held = model_inputs(task, shape, pre, photos, args.calib, args.eval)
     first = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).get_inputs()[0].name
-    if task in ("cls", "rec"):
-        path = without_softmax(path, args.work / name)
+    path = without_softmax(path, args.work / name)
     return path, task, [{first: x} for x in calib], [{first: x} for x in held]  # cls: 10x the held-out inputs (fidelity.py)
 
 
 def without_softmax(path: Path, folder: Path) -> Path:
-    """A copy of the model whose one output is the input of its trailing Softmax (the logits)."""
+    """A copy of the model whose outputs computed by a Softmax are that Softmax's input (the logits)."""
     import onnx
 
     proto = onnx.load(str(path))
-    last = proto.graph.node[-1]
-    if last.op_type != "Softmax" or [o.name for o in proto.graph.output] != [last.output[0]]:
+    producer = {o: n for n in proto.graph.node for o in n.output}
+    read = {i for n in proto.graph.node for i in n.input}
+    soft = [o for o in proto.graph.output if o.name in producer and producer[o.name].op_type == "Softmax" and o.name not in read]
+    if not soft:
         return path
-    proto.graph.node.remove(last)
-    proto.graph.output[0].name = last.input[0]
-    del proto.graph.output[0].type.tensor_type.shape.dim[:]
+    for o in soft:
+        node = producer[o.name]
+        proto.graph.node.remove(node)
+        o.name = node.input[0]
+        del o.type.tensor_type.shape.dim[:]
     folder.mkdir(parents=True, exist_ok=True)
     onnx.save(proto, str(folder / "logits.onnx"))
     return folder / "logits.onnx"
