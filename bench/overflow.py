@@ -93,7 +93,7 @@ class _OpenVINO:
 
 
 def guarded(summary: dict) -> str:
-    letters = {"fp32": "F", "7-bit weights": "7", "uint8 weights": "U", "pair-bounded weights": "P"}
+    letters = {"fp32": "F", "7-bit weights": "7", "uint8 weights": "U", "pair-bounded weights": "P", "widened second input": "W"}
     counts: dict[str, int] = {}
     for fix in summary.get("overflow_fix", {}).get("layers", {}).values():
         key = letters[fix["remedy"]]

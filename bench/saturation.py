@@ -40,6 +40,9 @@ def quantized_layers(proto) -> dict[str, list[str]]:
 
     producer = {o: n for n in proto.graph.node for o in n.output}
     inits = {i.name for i in proto.graph.initializer}
+    for n in proto.graph.node:  # tensors computed from constants only: int8 weights stored as Cast x scale, shapes
+        if all(i in inits for i in n.input if i):
+            inits.update(n.output)
 
     def sources(t: str, seen=()) -> list[str] | None:
         n = producer.get(t)

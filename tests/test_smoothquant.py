@@ -117,9 +117,13 @@ def test_scales_follow_the_formula_and_nncf_clamps():
 def test_peaks_only_for_transformers_and_independent_of_batch_size(calibrated, tmp_path):
     path, cal, kind, d = calibrated["bert_fused"]
     peaks = _peaks(cal)
-    layers = {n.input[0] for n in onnx.load(str(path)).graph.node if n.op_type == "MatMul" and n.input[1].endswith(".weight")}
-    assert set(peaks) == layers  # every input of a linear layer with a weight, nothing else
-    assert all(len(v) in (32, 128) and min(v) > 0 for v in peaks.values())
+    graph = onnx.load(str(path)).graph
+    layers = {n.input[0] for n in graph.node if n.op_type == "MatMul" and n.input[1].endswith(".weight")}
+    constants = {t.name for t in graph.initializer} | {o for n in graph.node if n.op_type == "Constant" for o in n.output}
+    products = {t for n in graph.node if n.op_type == "MatMul" and not set(n.input) & constants for t in n.input}
+    # every input of a linear layer with a weight, and both of every activation product (the overflow guard), nothing else
+    assert products and set(peaks) == layers | products
+    assert all(len(v) in (32, 128) and min(v) > 0 for t, v in peaks.items() if t in layers)
     a, b = tmp_path / "a.calib.json", tmp_path / "b.calib.json"
     cal.save(a)
     _calibrate(path, kind, d, batch_size=5).save(b)

@@ -241,6 +241,28 @@ def assess_activations(record_a, act_a: quant.QParams, record_b, act_b: quant.QP
     return Risk(saturation, 3 * sq_a / 12, noise, share)
 
 
+def row_saturation(q_rows: np.ndarray, pmf: np.ndarray, correlated: bool, tables: dict) -> np.ndarray:
+    """Per row of integer weights [rows, reduction] (one layout of `reduction_rows`): the expected
+    squared error its saturated pairs add to one output (units of activation x weight step), the
+    activation codes drawn from `pmf` (see `assess` for `correlated`). `tables` caches the
+    code tables between calls with the same pmf."""
+    sums = _pair_sums(q_rows)
+    if correlated:
+        if "correlated" not in tables:
+            tables["correlated"] = _excess_sq_correlated(pmf)
+        return np.sqrt(tables["correlated"][sums]).sum(axis=1) ** 2  # coherent: the errors add up
+    at_risk = sums > LIMIT // 255
+    if not at_risk.any():
+        return np.zeros(q_rows.shape[0])
+    if "independent" not in tables:
+        tables["independent"] = _excess_sq_independent(pmf)
+    w = np.abs(q_rows.astype(np.int64))
+    if w.shape[1] % 2:
+        w = np.concatenate([w, np.zeros((w.shape[0], 1), np.int64)], axis=1)
+    per_pair = tables["independent"][w[:, 0::2] // _BIN, w[:, 1::2] // _BIN]
+    return np.where(at_risk, per_pair, 0.0).sum(axis=1)
+
+
 def assess(node: onnx.NodeProto, slot: int, q: np.ndarray, dims: dict, record, act: quant.QParams,
            correlated: bool, runtime: str = "any") -> Risk | None:
     """The saturation estimate of one layer with integer weights `q` (at input `slot`) and the
@@ -255,26 +277,10 @@ def assess(node: onnx.NodeProto, slot: int, q: np.ndarray, dims: dict, record, a
         return None
     pmf, mean_sq = activation_codes(record, act)
     worst = share = 0.0
-    table = _excess_sq_correlated(pmf) if correlated else None
+    tables: dict = {}
     for rows in layouts:
-        w = np.abs(rows.astype(np.int64))
-        if w.shape[1] % 2:
-            w = np.concatenate([w, np.zeros((w.shape[0], 1), np.int64)], axis=1)
-        sums = _pair_sums(rows)
-        if correlated:
-            per_row = np.sqrt(table[sums]).sum(axis=1)  # coherent: the errors add up
-            sat = float((per_row ** 2).sum())
-        else:
-            at_risk = sums > LIMIT // 255
-            if not at_risk.any():
-                sat = 0.0
-            else:
-                if table is None:
-                    table = _excess_sq_independent(pmf)
-                u, v = w[:, 0::2][at_risk] // _BIN, w[:, 1::2][at_risk] // _BIN
-                sat = float(table[u, v].sum())
-        worst = max(worst, sat)
-        top = int(sums.max(initial=0))
+        worst = max(worst, float(row_saturation(rows, pmf, correlated, tables).sum()))
+        top = int(_pair_sums(rows).max(initial=0))
         if top:
             share = max(share, float(pmf[CODES * top > LIMIT].sum()))
     rows = layouts[0].astype(np.float64)
@@ -282,3 +288,70 @@ def assess(node: onnx.NodeProto, slot: int, q: np.ndarray, dims: dict, record, a
     noise = rows.shape[0] * k * mean_sq / 12 + float((rows ** 2).sum()) / 12
     seven = rows.shape[0] * k * mean_sq * (SEVEN_BIT_STEP ** 2 - 1) / 12
     return Risk(worst, seven, noise, share)
+
+
+# the fractions of the way from a row's step to its pair bound (`pair_step`) tried by `least_noise_ratios`
+FRACTIONS = np.array([0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0])
+# saturation noise counts this many times its estimate against the widening's rounding noise: it lands on
+# CPUs without VNNI only, but heavy-tailed and estimated from a per-tensor histogram (bench/guard_cost.py)
+SATURATION_WEIGHT = 2.0
+
+
+def widened_noise(rows: np.ndarray, step: np.ndarray, ratio: np.ndarray, stats: tuple[np.ndarray, float, int], correlated: bool,
+                  tables: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of float weights [rows, reduction] (oneDNN's layout) quantized with `step` x `ratio`
+    per row: (the rounding noise the widening adds, k E[q^2] (r^2 - 1) / 12; the saturation noise
+    expected, row_saturation x r^2), both in units of activation scale x the row's `step`.
+    stats: (the activation codes' pmf, E[q^2], the reduction length k)."""
+    pmf, mean_sq, k = stats
+    r = np.maximum(np.asarray(ratio, dtype=np.float64), 1.0)
+    s = np.maximum(np.asarray(step, dtype=np.float64), np.finfo(np.float64).tiny) * r
+    q = np.clip(np.rint(np.asarray(rows, dtype=np.float64) / s[:, None]), -127, 127)
+    return k * mean_sq * (r ** 2 - 1) / 12, row_saturation(q, pmf, correlated, tables) * r ** 2
+
+
+def least_noise_ratios(rows: np.ndarray, step: np.ndarray, top: np.ndarray, stats: tuple[np.ndarray, float, int],
+                       correlated: bool) -> np.ndarray:
+    """Per row of float weights [rows, reduction] (oneDNN's layout) quantized with `step` per row:
+    the widening ratio in [1, top] (top: the pair bound, where no pair can saturate) of least
+    added rounding noise plus SATURATION_WEIGHT x the saturation noise still expected
+    (`widened_noise`; stats as there), tried at FRACTIONS of the way to `top`."""
+    top = np.maximum(np.asarray(top, dtype=np.float64), 1.0)
+    tables: dict = {}
+    best = np.full(top.shape, np.inf)
+    ratio = np.ones(top.shape)
+    for f in FRACTIONS:
+        r = 1 + f * (top - 1)
+        cost, sat = widened_noise(rows, step, r, stats, correlated, tables)
+        total = cost + SATURATION_WEIGHT * sat
+        better = total < best * (1 - 1e-12)
+        best, ratio = np.where(better, total, best), np.where(better, r, ratio)
+    return ratio
+
+
+def product_codes(record_a, act_a: quant.QParams, record_b, act_b: quant.QParams) -> tuple[np.ndarray, np.ndarray] | None:
+    """For a MatMul of two activations A @ B: (A's largest u8 code per reduction channel, the
+    stored value as `channel_codes`; B's largest |s8 code| per reduction channel), from the
+    calibrated per-channel max |x| along the axis each contracts (A's last, B's second to last);
+    None where calibration did not record them (files before these statistics)."""
+    sa, sb = getattr(record_a, "stats", None), getattr(record_b, "stats", None)
+    if sa is None or sb is None or sa.channel_absmax is None or sb.channel_absmax is None or sb.axis != -2:
+        return None
+    k = len(sb.channel_absmax)
+    a = channel_codes(record_a, act_a, k)
+    if a is None or act_b.axis is not None or not act_b.grid.signed:
+        return None
+    b = np.rint(np.asarray(sb.channel_absmax, dtype=np.float64) / max(float(act_b.scale), np.finfo(np.float64).tiny))
+    return a, np.minimum(b, -act_b.grid.qmin)
+
+
+def operand_ratio(a: np.ndarray, b: np.ndarray) -> float:
+    """The least factor B's step must widen by so that no adjacent pair a1 |b1| + a2 |b2| of the
+    reduction passes int16 with A's codes `a` and B's |codes| `b` per channel (their largest;
+    the rounding of B's codes adds at most a half each); 1 where none can."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.size % 2:
+        a, b = np.append(a, 0.0), np.append(b, 0.0)
+    a1, a2, b1, b2 = a[0::2], a[1::2], b[0::2], b[1::2]
+    need = (a1 * b1 + a2 * b2) / np.maximum(LIMIT - (a1 + a2) / 2, 1.0)
+    return float(max(need.max(initial=0.0), 1.0))

@@ -351,14 +351,32 @@ def linear_inputs(proto: onnx.ModelProto) -> set[str]:
             if n.op_type in ("MatMul", "Gemm") and data_input(n, constants) is not None}
 
 
+def product_inputs(proto: onnx.ModelProto) -> dict[str, int]:
+    """{input of a MatMul of two activations (Q.K^T): the axis it contracts} (-1 for the first,
+    -2 for the second), for the overflow guard's per-channel code bound (qtool.quantizers.overflow)."""
+    constants = _constant_names(proto.graph)
+    out: dict[str, int] = {}
+    for n in proto.graph.node:
+        if n.op_type == "MatMul" and n.domain in ("", "ai.onnx") and len(n.input) == 2 and not set(n.input) & constants:
+            out.setdefault(n.input[0], -1)
+            out.setdefault(n.input[1], -2)
+    return out
+
+
 def new_stats(proto: onnx.ModelProto, names, smooth: bool = False) -> dict[str, SampleStats]:
     """Accumulators for `names`: per-channel means for the data inputs of Conv/MatMul/Gemm, and
     per-channel max |x| for those of depthwise Convs (NNCF quantizes them per channel) and, with
-    `smooth`, for those of MatMul/Gemm with constant weights (qtool.quantizers.smoothquant)."""
+    `smooth` (transformers), for those of MatMul/Gemm with constant weights
+    (qtool.quantizers.smoothquant) and both inputs of MatMuls of two activations along the axis
+    they contract (qtool.quantizers.overflow)."""
     axes = channel_axes(proto, names)
     linear = linear_inputs(proto) if smooth else set()
+    products = product_inputs(proto) if smooth else {}
     out = {}
     for n in names:
         axis, depthwise = axes.get(n, (None, False))
+        if axis is None and n in products:
+            out[n] = SampleStats(axis=products[n], track_absmax=True)
+            continue
         out[n] = SampleStats(axis=axis, track_absmax=depthwise or (axis is not None and n in linear))
     return out

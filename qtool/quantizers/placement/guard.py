@@ -12,7 +12,7 @@ import onnx
 
 from .. import overflow
 from ..policy import quantize
-from ..quantizer import Quantizer
+from ..quantizer import Quantizer, Range
 from .moves import Moves
 from .requests import Requests
 from .sites import Sites
@@ -82,10 +82,27 @@ def _site_of(inputs: Inputs, moves: Moves, by_tensor: dict[str, Quantizer], t: s
 
 
 def _two_activations(first, second) -> dict | None:
-    """A MatMul of two activations ((quantizer, record) of each): FP32 where its saturation
-    risk passes ACTIVATIONS_RISK."""
+    """A MatMul of two activations ((quantizer, record) of each). Where calibration recorded both
+    inputs' per-channel max |x| along the reduction (overflow.product_codes), B's step (the s8
+    side, e.g. K^T) widens just enough that no pair of largest codes can pass int16
+    (overflow.operand_ratio): the layer stays int8. Otherwise FP32 where the histogram estimate
+    (overflow.assess_activations) passes ACTIVATIONS_RISK."""
     (a, rec_a), (b, rec_b) = first, second
-    risk = None if None in (a, b, rec_a, rec_b) else overflow.assess_activations(rec_a, a.params(), rec_b, b.params())
+    if None in (a, b, rec_a, rec_b):
+        return None
+    risk = overflow.assess_activations(rec_a, a.params(), rec_b, b.params())
+    codes = overflow.product_codes(rec_a, a.params(), rec_b, b.params())
+    symmetric_b = b.channel_amax is None and not np.any(b.params().zero_point)  # widening its range widens its step
+    if risk is not None and codes is not None and a.channel_amax is None and symmetric_b:
+        ratio = overflow.operand_ratio(*codes)
+        if ratio <= 1:
+            return None
+        cost = risk.seven_bit * (ratio ** 2 - 1) / 3  # seven_bit: B's rounding noise at twice its step
+        b.range = Range(b.range.amax * ratio, b.range.unsigned)
+        return {"remedy": "widened second input", "why": (
+            f"two activations: saturation noise {overflow.db(risk.saturation, risk.noise)} dB of the int8 noise by the histograms; "
+            f"with the calibrated per-channel maxima a pair can pass int16, so its second input's step widens x{ratio:.2f}, "
+            f"adding {overflow.db(cost, risk.noise)} dB")}
     if risk is not None and risk.saturation > ACTIVATIONS_RISK * risk.noise:
         return {"remedy": "fp32", "why": (
             f"two activations: saturation noise {overflow.db(risk.saturation, risk.noise)} dB of the int8 noise (7-bit "
@@ -107,40 +124,60 @@ def _weighted(inputs: Inputs, n: onnx.NodeProto, slot: int, wsite: Quantizer, si
         wsite.unsigned_storage = True
         return {"remedy": "uint8 weights", "why": risk.describe()}
     if remedy == "pairs":
-        return _bound_pairs(n, slot, wsite, dims, record, site.params(), risk)
+        return _bound_pairs(n, slot, wsite, dims, record, site.params(), risk, correlated)
     return None
 
 
-def _bound_pairs(n: onnx.NodeProto, slot: int, wsite: Quantizer, dims: dict, record, act, risk) -> dict | None:
+def _bound_pairs(n: onnx.NodeProto, slot: int, wsite: Quantizer, dims: dict, record, act, risk, correlated: bool) -> dict | None:
     """OpenVINO's remedy for one layer (its int8 kernels take s8 weights only): the weight step
-    of the output channels whose same-sign pairs can pass int16 widened just enough
-    (overflow.pair_step), where a pair can saturate: from the calibrated per-channel max |x|
-    where calibration recorded it (transformers: every such channel counts), else where the
-    histogram estimate reaches 1 % of the layer's rounding noise. The layer stays FP32 only
-    where that costs more than WIDEN_COST of its noise and saturation would cost more
+    of each output channel widened by the ratio `_channel_ratios` finds, at most up to the pair
+    bound (overflow.pair_step), where no pair can saturate. The layer stays FP32 only where the
+    remedy adds more than WIDEN_COST of its rounding noise and saturation would cost more
     (typically an image's first layer, all of whose weights pair with their own sign)."""
     params = wsite.params()
     values = np.asarray(wsite.values, dtype=np.float64)
-    k = overflow.reduction_rows(n, slot, values, dims, "openvino")
-    if not k:
+    layouts = overflow.reduction_rows(n, slot, values, dims, "openvino")
+    if not layouts:
         return None
-    outputs, length = k[0].shape[0], values.size // k[0].shape[0]  # the reduction length, padding left out
+    outputs, length = layouts[0].shape[0], values.size // layouts[0].shape[0]  # the reduction length, padding left out
     codes = overflow.channel_codes(record, act, length) if n.op_type in ("MatMul", "Gemm") else None
     step = overflow.channel_step(n, slot, values, dims, params.axis, codes, "openvino")
-    floor = None if step is None else step * params.grid.qmax
-    amax = np.asarray(params.scale, dtype=np.float64) * params.grid.qmax
-    ratio = np.maximum(floor / amax, 1.0) if floor is not None else np.ones(1)
-    if not (ratio > 1 + 1e-9).any() or (codes is None and risk.saturation <= 0.01 * risk.noise):
+    if step is None:
         return None
-    _, mean_sq = overflow.activation_codes(record, act)
-    rows = np.broadcast_to(ratio, amax.shape) if amax.ndim else ratio
-    cost = overflow.widening_noise(mean_sq, length, np.tile(rows, outputs // rows.size))
-    why = (f"{risk.describe()}; {int((rows > 1 + 1e-9).sum())} of {rows.size} output channels' weight steps widened "
-           f"(up to x{float(rows.max()):.2f}) so no pair can saturate, adding {overflow.db(cost, risk.noise)} dB")
-    if cost > WIDEN_COST * risk.noise and risk.saturation > cost:
+    amax = np.asarray(params.scale, dtype=np.float64) * params.grid.qmax
+    top = np.maximum(step * params.grid.qmax / np.maximum(amax, np.finfo(np.float64).tiny), 1.0)
+    if not (top > 1 + 1e-9).any():
+        return None
+    pmf, mean_sq = overflow.activation_codes(record, act)
+    if codes is not None or amax.ndim == 0:  # the per-channel maxima bound it (transformers), or one step for all rows
+        ratio = top
+        cost, sat = overflow.widening_noise(mean_sq, length, np.tile(np.broadcast_to(ratio, amax.shape), outputs // max(ratio.size, 1))), 0.0
+        if codes is None and risk.saturation <= 0.01 * risk.noise:
+            return None
+    else:
+        ratio, cost, sat = _channel_ratios(layouts[0], amax / params.grid.qmax, top, (pmf, mean_sq, length), correlated)
+    widened = int((ratio > 1 + 1e-9).sum())
+    if not widened:
+        return None
+    why = (f"{risk.describe()}; {widened} of {ratio.size} output channels' weight steps widened (up to x{float(ratio.max()):.2f}), "
+           f"adding {overflow.db(cost, risk.noise)} dB, saturation noise left {overflow.db(sat, risk.noise)} dB")
+    if cost + sat > WIDEN_COST * risk.noise and risk.saturation > cost + sat:
         return {"remedy": "fp32", "why": why}
+    floor = amax * ratio
     wsite.floor = floor if wsite.floor is None else np.maximum(wsite.floor, floor)
     return {"remedy": "pair-bounded weights", "why": why}
+
+
+def _channel_ratios(rows: np.ndarray, step: np.ndarray, top: np.ndarray, stats: tuple, correlated: bool) -> tuple[np.ndarray, float, float]:
+    """Per output channel (`step`, `top` per channel; `rows` [outputs, reduction], row i of
+    channel i % channels): the widening ratio of least expected noise
+    (overflow.least_noise_ratios), the largest over a channel's rows; with the rounding and
+    saturation noise it leaves (sums over rows)."""
+    reps = rows.shape[0] // step.size
+    steps = np.tile(step, reps)
+    ratio = overflow.least_noise_ratios(rows, steps, np.tile(top, reps), stats, correlated).reshape(reps, step.size).max(axis=0)
+    cost, sat = overflow.widened_noise(rows, steps, np.tile(ratio, reps), stats, correlated, {})
+    return ratio, float(cost.sum()), float(sat.sum())
 
 
 def _raw_inputs(inputs: Inputs) -> set[str]:
