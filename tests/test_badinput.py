@@ -248,6 +248,23 @@ def test_endless_inputs_are_read_up_to_the_limit(w, tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+def _wait_until_blocked_on_the_fifo(proc, timeout: float = 5.0) -> None:
+    """Until `proc` waits in the kernel for a writer to open the FIFO (Linux: /proc/PID/wchan names
+    fs/pipe.c's wait_for_partner; "0" while it runs), not merely for a while: a signal sent while
+    it still imports is another test. Where wchan never tells (no /proc, symbols hidden), `timeout`."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with open(f"/proc/{proc.pid}/wchan") as f:
+                if f.read().strip() == "wait_for_partner":
+                    return
+        except OSError:
+            pass
+        time.sleep(0.05)
+
+
 @pytest.mark.parametrize("args", [["inspect", "{fifo}"], ["recompute", "{fifo}", "-o", "{tmp}/r.json"],
                                   ["inspect", "{w}/good.calib.json", "--policy", "{fifo}"]],
                          ids=["inspect", "recompute", "policy"])
@@ -256,13 +273,12 @@ def test_sigterm_stops_a_blocked_read(w, tmp_path, args):
     import signal
     import subprocess
     import sys
-    import time
 
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)  # no writer: opening it blocks until a signal comes
     argv = [a.format(fifo=fifo, tmp=tmp_path, w=w) for a in args]
     proc = subprocess.Popen([sys.executable, "-m", "qtool", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    time.sleep(2.0)
+    _wait_until_blocked_on_the_fifo(proc)
     assert proc.poll() is None
     proc.send_signal(signal.SIGTERM)
     try:
