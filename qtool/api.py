@@ -74,6 +74,9 @@ def _loaded(model_or_path, external_data: bool = True) -> model.LoadedModel:
     if isinstance(model_or_path, onnx.ModelProto):
         if not model_or_path.HasField("graph") or not model_or_path.graph.node:
             raise QtoolError("the ModelProto has no graph nodes; give a complete ONNX model")
+        bad = model.invalid_text(model_or_path)
+        if bad is not None:
+            raise QtoolError(f"the ModelProto's {bad} is not UTF-8 text; give a complete ONNX model")
         digest = hashlib.sha256(model_or_path.SerializeToString()).hexdigest()
         return model.LoadedModel(path=Path.cwd() / "in-memory.onnx", sha256=digest, proto=model_or_path)
     if isinstance(model_or_path, (str, os.PathLike)):

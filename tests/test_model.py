@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -118,6 +119,31 @@ def test_load_model_unreadable_file(tmp_path, write):
     write(path)
     with pytest.raises(QtoolError, match="broken_model.onnx"):
         model.load_model(path)
+
+
+@pytest.mark.parametrize("text, where", [(b"\x12\x07pytorch", "model.producer_name"),  # field 2, 7 bytes
+                                         (b"\x1a\x11/stem/stem.0/Conv", "model.graph.node[0].name")])  # NodeProto field 3, 17 bytes
+def test_a_string_field_that_is_not_utf8_is_bad_input(tmp_path, text, where):
+    """A damaged byte in a string field (protobuf parses it as bytes, which nothing can copy) is an
+    unreadable model, on the command line and in Python, not a crash further on."""
+    from click.testing import CliRunner
+
+    from qtool import api
+    from qtool.cli import cli
+
+    sample = Path(__file__).resolve().parents[1] / "sample_models" / "digits_cnn.onnx"
+    data = sample.read_bytes()
+    assert data.count(text) == 1
+    damaged = data.replace(text, text[:2] + b"\xf0" + text[3:])  # its first character's byte: not UTF-8
+    path = tmp_path / "damaged.onnx"
+    path.write_bytes(damaged)
+    with pytest.raises(QtoolError, match=rf"damaged.onnx' is not a readable ONNX model \({re.escape(where)} is not UTF-8 text\)"):
+        model.load_model(path)
+    with pytest.raises(QtoolError, match=rf"^the ModelProto's {re.escape(where)} is not UTF-8 text"):
+        api.calibrate(onnx.load_from_string(damaged), images=str(sample.parents[1] / "calib_images"), limit=1)
+    r = CliRunner().invoke(cli, ["calibrate", str(path), "--images", str(sample.parents[1] / "calib_images"), "-o", str(tmp_path / "o.json")])
+    assert r.exit_code == 1 and "is not UTF-8 text" in r.output and not (tmp_path / "o.json").exists()
+    assert model.invalid_text(onnx.load(sample)) is None
 
 
 def test_load_model_reads_valid_model_and_hashes_the_file(tmp_path):

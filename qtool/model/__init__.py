@@ -189,8 +189,27 @@ def _checked(loaded: LoadedModel) -> LoadedModel:
     p, proto = loaded.path, loaded.proto
     if not proto.HasField("graph") or len(proto.graph.node) == 0:
         raise QtoolError(f"{str(p)!r} is not an ONNX model with a graph (no nodes found); check the file")
+    bad = invalid_text(proto)
+    if bad is not None:
+        raise QtoolError(f"{str(p)!r} is not a readable ONNX model ({bad} is not UTF-8 text); check the file is complete")
     _require_external(p, loaded.external_files)
     return loaded
+
+
+def invalid_text(message, where: str = "model") -> str | None:
+    """The first string field of `message` (recursively) that is not UTF-8, e.g. "model.producer_name",
+    or None. Protobuf parses such a field as bytes, which nothing downstream can copy or compare
+    (ONNX's strings are proto3 strings: UTF-8). Weights are bytes fields and are not read."""
+    for f, value in message.ListFields():
+        if f.type == f.TYPE_STRING:
+            if any(isinstance(v, bytes) for v in (value if f.is_repeated else (value,))):
+                return f"{where}.{f.name}"
+        elif f.message_type is not None:
+            for i, child in enumerate(value if f.is_repeated else (value,)):
+                found = invalid_text(child, f"{where}.{f.name}" + (f"[{i}]" if f.is_repeated else ""))
+                if found is not None:
+                    return found
+    return None
 
 
 def _require_external(p: Path, locations) -> None:
