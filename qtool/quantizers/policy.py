@@ -129,6 +129,18 @@ def activation_params(amax, unsigned: bool, policy: Policy = SYMMETRIC, low=None
     return quant.QParams(scale, zp, g, axis if a.ndim else None)
 
 
+def seven_bit_codes(params: quant.QParams) -> quant.QParams:
+    """The per-tensor 8-bit activation quantizer `params` moved onto an unsigned grid whose stored
+    codes of its range [input_low, input_high] are 0..127 (a zero point, twice the step): the
+    overflow guard's input remedy (qtool.quantizers.placement.guard), with which no u8 x s8 pair
+    can pass int16 (2 x 128 x 127 < 32767) whatever the weights."""
+    lo, hi = (float(v) for v in quant.range_from_scale(params.scale, params.zero_point, params.grid))
+    g = quant.grid(8, signed=False)
+    scale = (hi - lo) / 127
+    zp = int(np.clip(np.rint(-lo / scale), g.qmin, g.qmax))
+    return quant.QParams(np.asarray(scale, dtype=np.float64), np.asarray(zp, dtype=np.int64), g, None)
+
+
 # Asymmetric activations take a zero point; `symmetric=None` chooses them only where the step
 # shrinks by at least this factor (a tensor whose negative side is short, e.g. a SiLU output).
 ASYMMETRIC_GAIN = 0.9

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from . import quant
-from .policy import SYMMETRIC, WEIGHTS, Policy, activation_params, weight_params
+from .policy import SYMMETRIC, WEIGHTS, Policy, activation_params, seven_bit_codes, weight_params
 
 ACTIVATION, WEIGHT = "activation", "weight"
 
@@ -28,7 +28,8 @@ class Quantizer:
     or Constant output), per channel on `axis`, `headroom_bits` 1 for NNCF's 7-bit overflow fix
     (scale amax / 63 on the 8-bit grid), `floor` a smallest amax per channel (the overflow
     guard's pair bound, qtool.quantizers.overflow.pair_step), `unsigned_storage` to store it as
-    uint8 with zero point 128 (the same values; onnxruntime's exact u8 x u8 kernels)."""
+    uint8 with zero point 128 (the same values; onnxruntime's exact u8 x u8 kernels).
+    `seven_bit_codes` (activations): the guard's input remedy, policy.seven_bit_codes."""
 
     tensor: str
     kind: str  # ACTIVATION or WEIGHT
@@ -46,6 +47,7 @@ class Quantizer:
     headroom_bits: int = 0
     floor: np.ndarray | None = None
     unsigned_storage: bool = False
+    seven_bit_codes: bool = False
 
     @classmethod
     def activation(cls, tensor: str, elem_type: int, rng: Range, readers: list[tuple[str, int]],
@@ -66,5 +68,6 @@ class Quantizer:
             return weight_params(self.values, self.axis if self.policy.per_channel else None, self.policy, self.headroom_bits,
                                  self.floor)
         if self.channel_amax is None:
-            return activation_params(self.range.amax, self.range.unsigned, self.policy, self.low, self.high)
+            params = activation_params(self.range.amax, self.range.unsigned, self.policy, self.low, self.high)
+            return seven_bit_codes(params) if self.seven_bit_codes else params
         return activation_params(self.channel_amax, self.range.unsigned, replace(self.policy, symmetric=True), axis=1)

@@ -1,7 +1,7 @@
 """The overflow guard for CPUs without VNNI: which int8 layers' u8 x s8 pair sums can saturate
 int16 (qtool.quantizers.overflow estimates it) and the target's remedy for each: uint8 weights
-(onnxruntime), pair-bounded weight steps (OpenVINO), or FP32; or, with --weights-7bit
-first/all, the layers given 7-bit weights."""
+(onnxruntime), pair-bounded weight steps or an input held to 7-bit codes (OpenVINO), or FP32;
+or, with --weights-7bit first/all, the layers given 7-bit weights."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import functools
 import numpy as np
 import onnx
 
-from .. import overflow
+from ...statistics import noise
+from .. import overflow, policy
 from ..policy import quantize
 from ..quantizer import Quantizer, Range
 from .moves import Moves
@@ -29,9 +30,9 @@ WIDEN_COST = 1.0  # the overflow guard keeps a layer FP32 only where widening it
 def remedies(inputs: Inputs, asked: Requests, moves: Moves, placed: Sites, remedy: str, weights_7bit: str | None) -> dict:
     """Reads the placed quantizers (with their policies) and the calibration records. Decides
     {"mode": weights_7bit or "auto", "layers": {layer: {"remedy": "uint8 weights" |
-    "pair-bounded weights" | "fp32" | "7-bit weights", "why": ...}}}. Mode "auto" (`guard`) edits
-    the weight quantizers it remedies; its FP32 layers are only listed (place() places again
-    without them)."""
+    "pair-bounded weights" | "7-bit input" | "widened second input" | "fp32" | "7-bit weights",
+    "why": ...}}}. Mode "auto" (`guard`) edits the quantizers it remedies; its FP32 layers are only
+    listed (place() places again without them)."""
     mode = weights_7bit or "auto"
     if mode == "auto":
         layers = guard(inputs, asked, moves, placed, remedy)
@@ -66,7 +67,7 @@ def guard(inputs: Inputs, asked: Requests, moves: Moves, placed: Sites, remedy: 
             wsite = weights.get(wt)
             if site is None or record is None or wsite is None or wsite.headroom_bits:
                 continue
-            fix = _weighted(inputs, n, slot, wsite, site, record, t in raw, remedy)
+            fix = _weighted(inputs, n, slot, wsite, site, record, t in raw, remedy, _sole_reader(inputs, moves, site, name))
         if fix is not None:
             fixed[name] = fix
     return fixed
@@ -111,9 +112,10 @@ def _two_activations(first, second) -> dict | None:
 
 
 def _weighted(inputs: Inputs, n: onnx.NodeProto, slot: int, wsite: Quantizer, site: Quantizer, record, correlated: bool,
-              remedy: str) -> dict | None:
-    """A layer with one activation (quantizer `site`, `record`) and one weight (`wsite`): the
-    remedy for its saturation risk, if any (editing `wsite`)."""
+              remedy: str, sole: bool) -> dict | None:
+    """A layer with one activation (quantizer `site`, `record`; `sole`: the layer is the only one
+    to read it) and one weight (`wsite`): the remedy for its saturation risk, if any (editing
+    `wsite`, or `site`)."""
     dims = inputs.constant_dims
     q = quantize(wsite.values, wsite.params(), wsite.policy.rounding)
     risk = overflow.assess(n, slot, q, dims, record, site.params(), correlated=correlated,
@@ -124,16 +126,18 @@ def _weighted(inputs: Inputs, n: onnx.NodeProto, slot: int, wsite: Quantizer, si
         wsite.unsigned_storage = True
         return {"remedy": "uint8 weights", "why": risk.describe()}
     if remedy == "pairs":
-        return _bound_pairs(n, slot, wsite, dims, record, site.params(), risk, correlated)
+        return _bound_pairs(n, slot, wsite, dims, record, site, risk, correlated, sole)
     return None
 
 
-def _bound_pairs(n: onnx.NodeProto, slot: int, wsite: Quantizer, dims: dict, record, act, risk, correlated: bool) -> dict | None:
+def _bound_pairs(n: onnx.NodeProto, slot: int, wsite: Quantizer, dims: dict, record, site: Quantizer, risk,
+                 correlated: bool, sole: bool) -> dict | None:
     """OpenVINO's remedy for one layer (its int8 kernels take s8 weights only): the weight step
     of each output channel widened by the ratio `_channel_ratios` finds, at most up to the pair
-    bound (overflow.pair_step), where no pair can saturate. The layer stays FP32 only where the
-    remedy adds more than WIDEN_COST of its rounding noise and saturation would cost more
-    (typically an image's first layer, all of whose weights pair with their own sign)."""
+    bound (overflow.pair_step), where no pair can saturate; or, where that costs more, the input's
+    codes held to 0..127 (`_seven_bit_input`). The layer stays FP32 only where the cheaper remedy
+    adds more than WIDEN_COST of its rounding noise and saturation would cost more."""
+    act = site.params()
     params = wsite.params()
     values = np.asarray(wsite.values, dtype=np.float64)
     layouts = overflow.reduction_rows(n, slot, values, dims, "openvino")
@@ -161,11 +165,52 @@ def _bound_pairs(n: onnx.NodeProto, slot: int, wsite: Quantizer, dims: dict, rec
         return None
     why = (f"{risk.describe()}; {widened} of {ratio.size} output channels' weight steps widened (up to x{float(ratio.max()):.2f}), "
            f"adding {overflow.db(cost, risk.noise)} dB, saturation noise left {overflow.db(sat, risk.noise)} dB")
+    seven = _seven_bit_input(site, wsite, record) if sole else None
+    if seven is not None and seven < cost + overflow.SATURATION_WEIGHT * sat:
+        site.seven_bit_codes = True
+        return {"remedy": "7-bit input", "why": (
+            f"{risk.describe()}; its input's codes held to 0..127 (twice the step), adding {overflow.db(seven, risk.noise)} dB "
+            f"(widening its weights' steps would add {overflow.db(cost, risk.noise)} dB and leave {overflow.db(sat, risk.noise)} dB)")}
     if cost + sat > WIDEN_COST * risk.noise and risk.saturation > cost + sat:
         return {"remedy": "fp32", "why": why}
     floor = amax * ratio
     wsite.floor = floor if wsite.floor is None else np.maximum(wsite.floor, floor)
     return {"remedy": "pair-bounded weights", "why": why}
+
+
+def _sole_reader(inputs: Inputs, moves: Moves, site: Quantizer, name: str) -> bool:
+    """Whether layer `name` is the only node to read `site`'s quantized values, directly or
+    through the pass-through ops the quantizer moved up through, and no other quantizer shares
+    its range (another reader would pay a coarser input step too)."""
+    todo, seen = [node for node, _ in site.readers], {site.tensor}
+    while todo:
+        node = todo.pop()
+        moved = [o for o in inputs.m.nodes[node].output if o in moves.upstream]
+        if node != name and not moved:
+            return False
+        seen.update(moved)
+        todo.extend(r.name for o in moved for r, _ in inputs.m.readers.get(o, ()))
+    return seen.issuperset(site.shared_with)
+
+
+def _seven_bit_input(site: Quantizer, wsite: Quantizer, record) -> float | None:
+    """The rounding noise (units as overflow.Risk's) that holding a layer's input codes to 0..127
+    (policy.seven_bit_codes: about twice the step) adds: the input's mean squared rounding error
+    per value, from its histogram (`record`) at both steps (an image's values sit on its own
+    8-bit levels, and text's on a white background, so it is often far from step^2 / 12), times
+    sum(q^2) over the integer weights q; None where the input is not a per-tensor 8-bit
+    activation with a float scale."""
+    act = site.params()
+    if site.is_weight or site.channel_amax is not None or act.grid.levels != 256 or site.policy.scale != "float":
+        return None
+    amax = float(max(act.input_high, -act.input_low))
+    step = float(act.scale)
+    errors = [noise.histogram_error(record.counts, record.edges(), noise.lattice(s, limit=amax))
+              for s in (step, float(policy.seven_bit_codes(act).scale))]
+    if None in errors:
+        return None
+    q = quantize(wsite.values, wsite.params(), wsite.policy.rounding).astype(np.float64)
+    return float(max(errors[1].noise - errors[0].noise, 0.0) / step ** 2 * (q ** 2).sum())
 
 
 def _channel_ratios(rows: np.ndarray, step: np.ndarray, top: np.ndarray, stats: tuple, correlated: bool) -> tuple[np.ndarray, float, float]:
