@@ -413,6 +413,52 @@ def test_int8_weights_run_as_their_fakequantize_did(tmp_path, monkeypatch, which
             np.testing.assert_array_equal(x, y)
 
 
+def _weight_transposes(compiled) -> int:
+    """Transposes OpenVINO runs at every inference on constants only (a weight's layout)."""
+    count = 0
+    for op in compiled.get_runtime_model().get_ops():
+        if op.get_rt_info()["layerType"].astype(str) == "Transpose":
+            sources = [i.get_source_output().get_node().get_rt_info()["layerType"].astype(str) for i in op.inputs()]
+            count += all(t == "Const" for t in sources)
+    return count
+
+
+def test_matmul_weights_are_stored_in_the_layout_openvino_runs(tmp_path, monkeypatch):
+    """A MatMul's [K, N] int8 weight is stored [N, K], the layout of OpenVINO's FullyConnected, with
+    a Transpose after its scale, which OpenVINO folds into the layer; stored [K, N], OpenVINO
+    transposes the int8 constant at every inference (it keeps compressed weights unfolded). The
+    same outputs, bit for bit."""
+    import qtool
+    from qtool.targets import openvino
+
+    path = tmp_path / "bert.onnx"
+    onnx.save(zoo.bert_like(), str(path))
+    feeds = [zoo._random_feeds(zoo.bert_like(), {"batch": 1, "sequence": 16}, seed=k) for k in range(4)]
+    for f in feeds:
+        f["attention_mask"] = np.ones_like(f["attention_mask"])
+    cal = qtool.calibrate(path, data=feeds)
+    stored = tmp_path / "stored.onnx"
+    qtool.export(path, cal, target="openvino", path=stored)
+    m = onnx.load(str(stored))
+    scaled = {n.output[0] for n in m.graph.node if n.op_type == "Mul" and n.input[0].endswith("/int8/float")}
+    weights = {n.input[1] for n in m.graph.node if n.op_type == "MatMul"}
+    transposes = [n for n in m.graph.node if n.op_type == "Transpose" and n.input[0] in scaled]
+    assert len(transposes) == 6 and all(n.output[0] in weights and list(n.attribute[0].ints) == [1, 0] for n in transposes)
+    for name, (q, scale) in compressed_weights(m).items():
+        if name.endswith("/w") and q.ndim == 2:  # zoo._linear's [in, out] weights, stored [out, in]
+            assert q.shape[0] == scale.shape[0] and scale.shape[1:] == (1,)
+    original = openvino._compressed_weight
+    monkeypatch.setattr(openvino, "_compressed_weight", lambda *a: original(*a[:-1], False))
+    as_given = tmp_path / "as_given.onnx"
+    qtool.export(path, cal, target="openvino", path=as_given)
+    config = {"INFERENCE_PRECISION_HINT": "f32"}
+    a, b = (CORE.compile_model(str(p), "CPU", config) for p in (stored, as_given))
+    assert _weight_transposes(a) == 0 < _weight_transposes(b)
+    for f in feeds:
+        for x, y in zip(a(f).values(), b(f).values()):
+            np.testing.assert_array_equal(x, y)
+
+
 def test_default_calibration_and_output_names(tmp_path, monkeypatch, digits):
     calib, _, _ = digits
     shutil.copy(SAMPLE, tmp_path / "digits_cnn.onnx")
