@@ -161,6 +161,31 @@ def test_tensorrt_export_obeys_the_parser_rules_and_leaves_the_mask_float(calibr
 
 # ------------------------------------------------------------------ unrepresentable ranges, unit level
 
+def test_openvino_quantizes_attention_context_after_its_reshape(calibrated, tmp_path):
+    """OpenVINO fuses attention's context Transpose into its attention kernel only without a
+    FakeQuantize between them: the OpenVINO export quantizes the context after its Reshape (where
+    NNCF's file does), the same values; the QDQ export keeps the quantizer on the MatMul. (Without
+    SmoothQuant, whose Mul would otherwise sit between the Reshape and the quantizer.)"""
+    path, calib = calibrated["bert_fused"]
+    for target, op in (("openvino", "FakeQuantize"), ("qdq", "QuantizeLinear")):
+        out = tmp_path / f"m.{target}.onnx"
+        export(calib, out, target, "--smooth-quant", "off")
+        m = onnx.load(str(out))
+        readers = {}
+        for n in m.graph.node:
+            for i in n.input:
+                readers.setdefault(i, []).append(n)
+        softmax = {n.output[0] for n in m.graph.node if n.op_type == "Softmax"}
+        contexts = [n for n in m.graph.node if n.op_type == "MatMul" and n.input[0] in softmax]
+        assert contexts
+        for mm in contexts:
+            chain, t = [], mm.output[0]
+            while len(readers.get(t, [])) == 1 and op not in chain:
+                chain.append(readers[t][0].op_type)
+                t = readers[t][0].output[0]
+            assert chain == (["Transpose", "Reshape", op] if target == "openvino" else [op]), chain
+
+
 def _masked_attention():
     """Scores + a mask tensor computed from the input (not a constant): only calibration tells."""
     n = Net()

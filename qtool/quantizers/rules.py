@@ -32,6 +32,9 @@ class Rules:
     clip_fallback: bool  # a threshold clipping > MAX_CLIPPED of the values falls back to max |x|
     depthwise_per_channel: bool  # depthwise Conv inputs per channel (NNCF's CPU q8_a_ch)
     default_method: str | None = None  # threshold method when neither calibrate nor export chose one (None: the file's)
+    # a quantizer stays below the Reshape of attention's context (MatMul of two activations -> Transpose -> Reshape):
+    # OpenVINO fuses that Transpose into its attention kernel only without a FakeQuantize between them
+    fused_attention_context: bool = False
 
     def forwards(self, op: str) -> bool:
         """A quantizer moves up through `op` (a standard-domain op) when every reader wants it:

@@ -55,7 +55,7 @@ def move_up(inputs: Inputs, kept: Kept, asked: Requests, moves: Moves) -> None:
         if not P.standard(n) or n.name in kept.nodes or not n.output:
             continue
         op = n.op_type
-        if not inputs.rules.forwards(op):
+        if not inputs.rules.forwards(op) or (inputs.rules.fused_attention_context and _reshapes_attention_context(m, n)):
             continue
         outs = [o for o in n.output if o]
         if not outs or any(
@@ -78,6 +78,16 @@ def move_up(inputs: Inputs, kept: Kept, asked: Requests, moves: Moves) -> None:
             moves.concat_outputs.update(outs)
     if inputs.rules.concat_shares_quantized_inputs:
         _share_concat_ranges(inputs, asked, moves)
+
+
+def _reshapes_attention_context(m, n) -> bool:
+    """`n` is the Reshape of attention's context: it reads a Transpose of a MatMul of two activations
+    (softmax . V) (Rules.fused_attention_context)."""
+    if n.op_type != "Reshape":
+        return False
+    t = m.producer.get(n.input[0])
+    mm = m.producer.get(t.input[0]) if t is not None and t.op_type == "Transpose" else None
+    return mm is not None and mm.op_type == "MatMul" and not any(i in m.constants for i in mm.input)
 
 
 def _share_concat_ranges(inputs: Inputs, asked: Requests, moves: Moves) -> None:
