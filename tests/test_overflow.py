@@ -512,3 +512,26 @@ def test_a_vit_block_runs_as_its_exact_arithmetic_on_this_cpu(target, runtime):
     assert sqnr(vnni, simulate.simulation) > exact - 1  # the guard costs the exact arithmetic under 1 dB here
     if avx2.host_is_avx2_only():
         assert sqnr(vnni, lambda d: simulate.runtime(runtime, d)) < exact - 10
+
+
+def test_seven_bit_input_cost_comes_from_the_inputs_own_values():
+    """The noise a 7-bit input adds is the input's rounding error at both steps, from its histogram
+    (times sum(q^2) of the integer weights): for values spread evenly, about (255/127)^2 - 1 times
+    sum(q^2) / 12; for values sitting on the 7-bit grid's own levels (a two-tone image, text on a
+    white page), next to nothing."""
+    from qtool.quantizers.placement import guard
+    from qtool.quantizers.quantizer import Quantizer, Range
+
+    w = RNG.uniform(-1, 1, (4, 3, 3, 3)).astype(np.float32)
+    wsite = Quantizer.weight("w", TensorProto.FLOAT, 0, 0, w, [("conv", 1)])
+    q = policy.quantize(w, wsite.params()).astype(np.float64)
+    site = Quantizer.activation("x", TensorProto.FLOAT, Range(1.0, True), [("conv", 0)], [])
+    spread = guard._seven_bit_input(site, wsite, _record(RNG.uniform(0, 1, 200000)))
+    assert spread == pytest.approx(((255 / 127) ** 2 - 1) * (q ** 2).sum() / 12, rel=0.05)
+    two_tone = guard._seven_bit_input(site, wsite, _record(RNG.choice([0.0, 1.0], 200000)))
+    assert two_tone < 0.01 * spread
+    seven = policy.seven_bit_codes(site.params())  # [0, 1] on codes 0..127: 1.0 on the grid, codes <= 127
+    assert seven.zero_point == 0 and np.rint(1.0 / float(seven.scale)) == 127
+    signed = policy.seven_bit_codes(Quantizer.activation("x", TensorProto.FLOAT, Range(1.0, False), [], []).params())
+    codes = np.rint(np.array([-128 / 127, 0.0, 1.0]) / float(signed.scale)) + int(signed.zero_point)
+    assert codes.min() >= 0 and codes.max() <= 128 and codes[1] == signed.zero_point  # zero on the grid, the range on 0..128
