@@ -321,16 +321,21 @@ def test_openvino_pairs_a_3_channel_stem_once_per_kernel_position(tmp_path):
 def test_openvino_widens_only_the_channels_whose_pairs_can_saturate():
     """An inner layer whose pairs of large same-sign weights saturate on large codes: OpenVINO's
     remedy keeps it int8 and widens the weight step of those output channels only, just enough
-    (channels whose neighbouring weights alternate in sign keep theirs)."""
+    (channels whose neighbouring weights alternate in sign keep theirs). Its input also feeds a Conv
+    that cannot saturate ("c"), so a 7-bit input is no remedy here."""
     from qtool.quantizers import placement
 
-    w_a = (np.abs(RNG.standard_normal((16, 16, 1, 1))) * np.where(np.arange(16) % 2, -0.1, 0.1).reshape(1, 16, 1, 1)).astype(np.float32)
+    alternating = np.where(np.arange(16) % 2, -1, 1).reshape(1, 16, 1, 1)
+    w_a = (np.abs(RNG.standard_normal((16, 16, 1, 1))) * 0.1 * alternating).astype(np.float32)
     w_b = RNG.uniform(0.2, 0.5, (8, 16, 1, 1)).astype(np.float32)
-    w_b[4:] *= np.where(np.arange(16) % 2, -1, 1).reshape(1, 16, 1, 1)  # alternating signs: no pair can saturate
-    nodes = [helper.make_node("Conv", ["x", "wa"], ["t"], name="a"), helper.make_node("Conv", ["t", "wb"], ["y"], name="b")]
+    w_b[4:] *= alternating  # alternating signs: no pair can saturate
+    w_c = (RNG.uniform(0.2, 0.5, (2, 16, 1, 1)) * alternating).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "wa"], ["t"], name="a"), helper.make_node("Conv", ["t", "wb"], ["y"], name="b"),
+             helper.make_node("Conv", ["t", "wc"], ["z"], name="c")]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 4, 4])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 4, 4])],
-                          [numpy_helper.from_array(w_a, "wa"), numpy_helper.from_array(w_b, "wb")])
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 4, 4]),
+                           helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 2, 4, 4])],
+                          [numpy_helper.from_array(w_a, "wa"), numpy_helper.from_array(w_b, "wb"), numpy_helper.from_array(w_c, "wc")])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     t = RNG.uniform(0, 1, 100000)
     records = {"x": _record(RNG.uniform(0, 0.4, 100000)), "t": _record(t)}

@@ -25,6 +25,12 @@ from .state import Inputs
 # the output (AVX2 and exact 28.4 dB)
 ACTIVATIONS_RISK = 0.1
 WIDEN_COST = 1.0  # the overflow guard keeps a layer FP32 only where widening its weights adds more than this share of its rounding noise
+# a 7-bit input's added noise counts this share against widened weights': an input's rounding error is independent value
+# to value, and what comes after (pooling, LayerNorm's mean, attention) averages it down, where a widened weight errs
+# alike at every position. bench/guard_cost.py on 8 real image models: where the two estimates lay 0.8 dB apart
+# (PP-OCRv6 rec's stem) the 7-bit input came out 2.6 dB ahead at the output; where 1.9 dB or more (MTCNN, PP-OCR det
+# and cls stems) the widened weights did, by 0.2 to 2.5 dB
+INPUT_NOISE_WEIGHT = 0.75
 
 
 def remedies(inputs: Inputs, asked: Requests, moves: Moves, placed: Sites, remedy: str, weights_7bit: str | None) -> dict:
@@ -166,12 +172,14 @@ def _bound_pairs(n: onnx.NodeProto, slot: int, wsite: Quantizer, dims: dict, rec
     why = (f"{risk.describe()}; {widened} of {ratio.size} output channels' weight steps widened (up to x{float(ratio.max()):.2f}), "
            f"adding {overflow.db(cost, risk.noise)} dB, saturation noise left {overflow.db(sat, risk.noise)} dB")
     seven = _seven_bit_input(site, wsite, record) if sole else None
-    if seven is not None and seven < cost + overflow.SATURATION_WEIGHT * sat:
+    fp32 = cost + sat > WIDEN_COST * risk.noise and risk.saturation > cost + sat  # widened weights cost too much
+    if seven is not None and (INPUT_NOISE_WEIGHT * seven < cost + overflow.SATURATION_WEIGHT * sat
+                              or (fp32 and seven <= WIDEN_COST * risk.noise)):
         site.seven_bit_codes = True
         return {"remedy": "7-bit input", "why": (
             f"{risk.describe()}; its input's codes held to 0..127 (twice the step), adding {overflow.db(seven, risk.noise)} dB "
             f"(widening its weights' steps would add {overflow.db(cost, risk.noise)} dB and leave {overflow.db(sat, risk.noise)} dB)")}
-    if cost + sat > WIDEN_COST * risk.noise and risk.saturation > cost + sat:
+    if fp32:
         return {"remedy": "fp32", "why": why}
     floor = amax * ratio
     wsite.floor = floor if wsite.floor is None else np.maximum(wsite.floor, floor)
