@@ -95,13 +95,14 @@ def export_prepared(loaded, cal, prepared: Prepared, apply: Callable, bias_corre
 
 
 def cpu_plan(model, cal, options: ExportOptions, *, float_types: tuple[int, ...], overflow_remedy: str | None, more_excluded=(),
-             smoothing=None):
+             smoothing=None, rules: Rules | None = None):
     """The placement of the OpenVINO and QDQ exports (`model` with unique node names) with the export
     `options` (and `more_excluded` nodes kept FP32): NNCF's CPU rules, the thresholds those targets use
     (calibration.Calibration.for_target), the quantizers' policies (default: qtool.quantizers.policy.Policies())
     and the target's remedy for layers whose int8 pair sums can saturate on CPUs without VNNI
     (placement.place, qtool.quantizers.overflow). `smoothing` (smoothquant.Smoothing, `cal` its
-    calibration): the smoothed activations take their exact max |x| as threshold, on every grid."""
+    calibration): the smoothed activations take their exact max |x| as threshold, on every grid.
+    `rules`: the placement's (default: the target's, PLACEMENT_RULES)."""
     method, own = options.method, options.cpu_target
     thresholds = cal.for_target(CPU, method)
     recompute = policy.searcher(cal, cal.method_for(CPU, method))
@@ -116,7 +117,7 @@ def cpu_plan(model, cal, options: ExportOptions, *, float_types: tuple[int, ...]
 
     choices = placement.Choices(exclude=list(options.exclude) + list(more_excluded), include=list(options.include),
                                 ignored_patterns=own.ignored_patterns, weights_7bit=own.weights_7bit)
-    rules = PLACEMENT_RULES.get(options.target, CPU)
+    rules = rules or PLACEMENT_RULES.get(options.target, CPU)
     return placement.place(model, {t.name: t for t in cal.tensors}, rules=rules, thresholds=thresholds, choices=choices,
                            overflow_remedy=overflow_remedy,
                            float_types=float_types,
@@ -134,11 +135,14 @@ def prepare(model, cal, warnings: list[str], options: ExportOptions, *, float_ty
     if cpu == "vnni" and options.cpu_target.weights_7bit in (None, "auto"):
         overflow_remedy = None
 
-    def plan_for(m, c, smoothing=None, more_excluded=(), guard=True):
-        return cpu_plan(m, c, options, float_types=float_types, overflow_remedy=overflow_remedy if guard else None,
-                        more_excluded=more_excluded, smoothing=smoothing)
+    def plan_for(m, c, smoothing=None, more_excluded=()):
+        return cpu_plan(m, c, options, float_types=float_types, overflow_remedy=overflow_remedy, more_excluded=more_excluded,
+                        smoothing=smoothing)
 
-    cal, smoothing, sq_warnings = smooth(model, cal, options.smooth_quant, lambda m, c: plan_for(m, c, guard=False))
+    # SmoothQuant's layers: those reading an activation quantizer in NNCF's CPU placement, without the guard (OpenVINO's
+    # would add attention's output projection, below the context's Reshape: smoothing it cost ViT-S 1.2 dB, bench/guard_cost.py)
+    cal, smoothing, sq_warnings = smooth(model, cal, options.smooth_quant, lambda m, c: cpu_plan(
+        m, c, options, float_types=float_types, overflow_remedy=None, rules=CPU))
 
     def place(more_excluded=()):
         return plan_for(model, cal, smoothing, more_excluded)
