@@ -43,7 +43,7 @@ CPU = Rules(
     default_method="auto",
 )
 # OpenVINO's: its attention kernel takes the context's Transpose only without a FakeQuantize between them
-# (MiniLM-L3: 6 runtime Transposes -> 3, as NNCF's file, latency -3 %)
+# (MiniLM-L3: 6 runtime Transposes -> 3, as NNCF's file; docs/benchmarks.md#guard-cost)
 OPENVINO = replace(CPU, name="openvino", fused_attention_context=True)
 PLACEMENT_RULES = {"openvino": OPENVINO}  # by target; the others place with CPU
 

@@ -79,8 +79,7 @@ def _compressed_weight(model: onnx.ModelProto, namer: G.Namer, site, params: qua
     before (`_fake_quantize`'s ranges), so it computes the same. `transposed` (a MatMul's [K, N]
     weight): stored [N, K], the layout of OpenVINO's FullyConnected, with a Transpose after the Mul,
     which OpenVINO folds into the layer; stored [K, N], OpenVINO transposes the int8 constant at
-    every inference (it keeps compressed weights unfolded: MiniLM-L3, 24 runtime Transposes -> 6,
-    latency -2 %)."""
+    every inference (it keeps compressed weights unfolded: MiniLM-L3, 24 runtime Transposes -> 6)."""
     dtype = _np_type(site.elem_type)
     shape = quant.range_shape(params, values.ndim)
     low = np.asarray(params.input_low, dtype=dtype).reshape(shape)

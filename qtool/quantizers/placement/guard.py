@@ -140,9 +140,11 @@ def _bound_pairs(n: onnx.NodeProto, slot: int, wsite: Quantizer, dims: dict, rec
                  correlated: bool, sole: bool) -> dict | None:
     """OpenVINO's remedy for one layer (its int8 kernels take s8 weights only): the weight step
     of each output channel widened by the ratio `_channel_ratios` finds, at most up to the pair
-    bound (overflow.pair_step), where no pair can saturate; or, where that costs more, the input's
-    codes held to 0..127 (`_seven_bit_input`). The layer stays FP32 only where the cheaper remedy
-    adds more than WIDEN_COST of its rounding noise and saturation would cost more."""
+    bound (overflow.pair_step), where no pair can saturate; or, where the layer alone reads its
+    input (`sole`) and that costs less (counted at INPUT_NOISE_WEIGHT), the input's codes held to
+    0..127 (`_seven_bit_input`). The layer stays FP32 where the widened weights would add more than
+    WIDEN_COST of its rounding noise and saturation would cost more (typically an image's first
+    layer, all of whose weights pair with their own sign)."""
     act = site.params()
     params = wsite.params()
     values = np.asarray(wsite.values, dtype=np.float64)
