@@ -9,6 +9,8 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from test_openvino import compressed_weights
+from test_saturation_estimate import _vpmaddubsw
 
 import qtool
 from qtool.calibration import TensorRecord
@@ -201,27 +203,16 @@ def test_summary_names_the_guarded_layers_and_why(calibrated, tmp_path):
     assert {k: v["remedy"] for k, v in every.items()} == {"head": "7-bit weights", "stem": "7-bit weights"}
 
 
-def _stored(proto: onnx.ModelProto) -> dict[str, np.ndarray]:
-    """The integers of each 8-bit weight of an OpenVINO file (stored as int8 -> Cast -> Mul by its scale), by weight."""
-    inits = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
-    casts = {n.output[0]: n.input[0] for n in proto.graph.node if n.op_type == "Cast" and n.input[0] in inits}
-    return {casts[n.input[0]].split("/")[0]: inits[casts[n.input[0]]].astype(np.int64)
-            for n in proto.graph.node if n.op_type == "Mul" and n.input[0] in casts}
-
-
 def _pair_sums(codes: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(exact, as vpmaddubsw adds them) sums of a 3x3 Conv (no padding) of u8 input codes [N, C, H, W]
     and s8 weights q [O, C, 3, 3], channels paired within a kernel position as oneDNN does (an odd
-    count padded with a zero)."""
+    count padded with a zero: overflow.reduction_rows)."""
     n, c, h, w = codes.shape
     patches = np.stack([codes[:, :, i:i + 3, j:j + 3] for i in range(h - 2) for j in range(w - 2)], axis=1)
-    x = np.moveaxis(patches, 2, -1).reshape(-1, 9, c).astype(np.int64)  # [N * positions, kernel position, channel]
-    rows = np.moveaxis(q, 1, -1).reshape(q.shape[0], 9, c).astype(np.int64)
-    if c % 2:
-        x, rows = np.pad(x, ((0, 0), (0, 0), (0, 1))), np.pad(rows, ((0, 0), (0, 0), (0, 1)))
-    x, rows = x.reshape(x.shape[0], -1), rows.reshape(rows.shape[0], -1)
-    pairs = x[:, None, 0::2] * rows[None, :, 0::2] + x[:, None, 1::2] * rows[None, :, 1::2]
-    return pairs.sum(axis=-1), np.clip(pairs, -32768, 32767).sum(axis=-1)
+    x = np.moveaxis(patches, 2, -1).reshape(-1, 9, c)  # [N * positions, kernel position, channel]
+    x = np.pad(x, ((0, 0), (0, 0), (0, c % 2))).reshape(x.shape[0], -1).astype(np.int64)
+    rows = overflow.reduction_rows(_conv(q.shape[0], c), 1, q, {"w": list(q.shape)}, "openvino")[0].astype(np.int64)
+    return x @ rows.T, _vpmaddubsw(x, rows)
 
 
 def test_openvino_keeps_the_stem_fp32_where_7bit_weights_would_cost_accuracy(calibrated):
@@ -260,7 +251,7 @@ def test_openvino_holds_a_stems_input_to_7bit_codes_where_widening_its_weights_w
         fq = next(n for n in p.graph.node if n.op_type == "FakeQuantize" and n.input[0] == "x")
         lo, hi = float(init[fq.input[1]]), float(init[fq.input[2]])
         step = (hi - lo) / 255
-        codes[name] = (np.clip(np.rint((xs[32:] - lo) / step), 0, 255), _stored(p)["w1"])
+        codes[name] = (np.clip(np.rint((xs[32:] - lo) / step), 0, 255), compressed_weights(p)["w1"][0].astype(np.int64))
     assert codes["any"][0].max() <= 128 < codes["vnni"][0].max()  # the input's codes, as the kernel multiplies them
     assert np.abs(codes["any"][1]).max() == 127 and np.array_equal(codes["any"][1], codes["vnni"][1])  # the same weights
     exact, kernel = _pair_sums(*codes["any"])
@@ -531,9 +522,10 @@ def test_seven_bit_input_cost_comes_from_the_inputs_own_values():
     wsite = Quantizer.weight("w", TensorProto.FLOAT, 0, 0, w, [("conv", 1)])
     q = policy.quantize(w, wsite.params()).astype(np.float64)
     site = Quantizer.activation("x", TensorProto.FLOAT, Range(1.0, True), [("conv", 0)], [])
-    spread = guard._seven_bit_input(site, wsite, _record(RNG.uniform(0, 1, 200000)))
+    risk = overflow.Risk(0.0, 0.0, 0.0, 0.0, float((q ** 2).sum()))
+    spread = guard._seven_bit_input(site, _record(RNG.uniform(0, 1, 200000)), risk)
     assert spread == pytest.approx(((255 / 127) ** 2 - 1) * (q ** 2).sum() / 12, rel=0.05)
-    two_tone = guard._seven_bit_input(site, wsite, _record(RNG.choice([0.0, 1.0], 200000)))
+    two_tone = guard._seven_bit_input(site, _record(RNG.choice([0.0, 1.0], 200000)), risk)
     assert two_tone < 0.01 * spread
     seven = policy.seven_bit_codes(site.params())  # [0, 1] on codes 0..127: 1.0 on the grid, codes <= 127
     assert seven.zero_point == 0 and np.rint(1.0 / float(seven.scale)) == 127

@@ -60,6 +60,7 @@ class Risk:
     seven_bit: float  # extra rounding noise of 7-bit weights
     noise: float  # the int8 layer's own rounding noise
     share: float  # share of calibrated activation codes that saturate the layer's largest pair
+    weight_power: float = 0.0  # sum(q^2) over the integer weights (a layer with weights): noise's input part is it / 12
 
     def describe(self) -> str:
         return (f"saturation noise {db(self.saturation, self.noise)} dB of the int8 noise "
@@ -285,9 +286,10 @@ def assess(node: onnx.NodeProto, slot: int, q: np.ndarray, dims: dict, record, a
             share = max(share, float(pmf[CODES * top > LIMIT].sum()))
     rows = layouts[0].astype(np.float64)
     k = q.size // rows.shape[0]  # the reduction length (a padded layout's zeros left out)
-    noise = rows.shape[0] * k * mean_sq / 12 + float((rows ** 2).sum()) / 12
+    power = float((rows ** 2).sum())
+    noise = rows.shape[0] * k * mean_sq / 12 + power / 12
     seven = rows.shape[0] * k * mean_sq * (SEVEN_BIT_STEP ** 2 - 1) / 12
-    return Risk(worst, seven, noise, share)
+    return Risk(worst, seven, noise, share, power)
 
 
 # the fractions of the way from a row's step to its pair bound (`pair_step`) tried by `least_noise_ratios`

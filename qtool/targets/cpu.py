@@ -135,17 +135,14 @@ def prepare(model, cal, warnings: list[str], options: ExportOptions, *, float_ty
     if cpu == "vnni" and options.cpu_target.weights_7bit in (None, "auto"):
         overflow_remedy = None
 
-    def plan_for(m, c, smoothing=None, more_excluded=()):
-        return cpu_plan(m, c, options, float_types=float_types, overflow_remedy=overflow_remedy, more_excluded=more_excluded,
-                        smoothing=smoothing)
-
     # SmoothQuant's layers: those reading an activation quantizer in NNCF's CPU placement, without the guard (OpenVINO's
     # would add attention's output projection, below the context's Reshape: smoothing it cost ViT-S 1.2 dB, bench/guard_cost.py)
     cal, smoothing, sq_warnings = smooth(model, cal, options.smooth_quant, lambda m, c: cpu_plan(
         m, c, options, float_types=float_types, overflow_remedy=None, rules=CPU))
 
     def place(more_excluded=()):
-        return plan_for(model, cal, smoothing, more_excluded)
+        return cpu_plan(model, cal, options, float_types=float_types, overflow_remedy=overflow_remedy,
+                        more_excluded=more_excluded, smoothing=smoothing)
 
     plan = place()
     return Prepared(model, plan, list(warnings) + sq_warnings + list(plan.warnings), place, cal if smoothing else None, smoothing,

@@ -173,7 +173,7 @@ def _bound_pairs(n: onnx.NodeProto, slot: int, wsite: Quantizer, dims: dict, rec
         return None
     why = (f"{risk.describe()}; {widened} of {ratio.size} output channels' weight steps widened (up to x{float(ratio.max()):.2f}), "
            f"adding {overflow.db(cost, risk.noise)} dB, saturation noise left {overflow.db(sat, risk.noise)} dB")
-    seven = _seven_bit_input(site, wsite, record) if sole else None
+    seven = _seven_bit_input(site, record, risk) if sole else None
     # FP32 where widened weights would cost too much; a 7-bit input does not replace that: on ViT-S's patch embedding it
     # came to -0.6 dB of the layer's noise by the estimate and cost 4 dB at the output (bench/guard_cost.py)
     fp32 = cost + sat > WIDEN_COST * risk.noise and risk.saturation > cost + sat
@@ -204,13 +204,13 @@ def _sole_reader(inputs: Inputs, moves: Moves, site: Quantizer, name: str) -> bo
     return seen.issuperset(site.shared_with)
 
 
-def _seven_bit_input(site: Quantizer, wsite: Quantizer, record) -> float | None:
+def _seven_bit_input(site: Quantizer, record, risk) -> float | None:
     """The rounding noise (units as overflow.Risk's) that holding a layer's input codes to 0..127
     (policy.seven_bit_codes: about twice the step) adds: the input's mean squared rounding error
     per value, from its histogram (`record`) at both steps (an image's values sit on its own
     8-bit levels, and text's on a white background, so it is often far from step^2 / 12), times
-    sum(q^2) over the integer weights q; None where the input is not a per-tensor 8-bit
-    activation with a float scale."""
+    sum(q^2) over the layer's integer weights (`risk`.weight_power); None where the input is not a
+    per-tensor 8-bit activation with a float scale."""
     act = site.params()
     if site.is_weight or site.channel_amax is not None or act.grid.levels != 256 or site.policy.scale != "float":
         return None
@@ -220,8 +220,7 @@ def _seven_bit_input(site: Quantizer, wsite: Quantizer, record) -> float | None:
               for s in (step, float(policy.seven_bit_codes(act).scale))]
     if None in errors:
         return None
-    q = quantize(wsite.values, wsite.params(), wsite.policy.rounding).astype(np.float64)
-    return float(max(errors[1].noise - errors[0].noise, 0.0) / step ** 2 * (q ** 2).sum())
+    return float(max(errors[1].noise - errors[0].noise, 0.0) / step ** 2 * risk.weight_power)
 
 
 def _channel_ratios(rows: np.ndarray, step: np.ndarray, top: np.ndarray, stats: tuple, correlated: bool) -> tuple[np.ndarray, float, float]:
