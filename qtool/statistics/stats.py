@@ -26,7 +26,7 @@ import onnx
 
 from ..model import graph as G
 from ..runtime import nchwc
-from . import histogram
+from . import histogram, pairs
 
 UNIT_LOG2 = -40
 UNIT = 2.0 ** UNIT_LOG2  # the stored sums count multiples of this
@@ -138,6 +138,7 @@ class SampleStats:
     channel_sums: list[int] | None = None
     channel_absmax: list[float] | None = None  # max |x| per channel along `axis` (depthwise conv inputs)
     track_absmax: bool = False
+    pairs: pairs.ChannelPairs | None = None  # joint histograms of channel pairs (inputs of Conv with few channels: images)
     # channel sums not yet in channel_sums: exact int64 partial sums and a bound on their magnitude
     _pending: np.ndarray | None = field(default=None, repr=False, compare=False)
     _pending_bound: float = field(default=0.0, repr=False, compare=False)
@@ -161,6 +162,11 @@ class SampleStats:
             known = extrema.parts if len(parts) == 1 else None
             self._add_channels([np.asarray(a) for a in parts], rows, any(extrema.nonfinite), blocks or [None] * len(parts),
                                known, tokens)
+        if self.pairs is not None:
+            block = (blocks or [None])[0]
+            value = nchwc.unblocked(np.asarray(parts[0]), block) if block else np.asarray(parts[0])
+            if len(parts) != 1 or not self.pairs.update(value):
+                self.pairs = None
 
     def segments(self, value: np.ndarray, rows: int, block: int | None) -> int:
         """For TensorHistogram.update: the channels, when `value`'s samples split into one
@@ -209,10 +215,12 @@ class SampleStats:
         self.absmax_sum *= times
         if self.channel_sums is not None:
             self.channel_sums = [v * times for v in self.channel_sums]
+        if self.pairs is not None:
+            self.pairs.repeat(times)
 
     def fresh(self) -> SampleStats:
         """An empty accumulator gathering the same statistics."""
-        return SampleStats(axis=self.axis, track_absmax=self.track_absmax)
+        return SampleStats(axis=self.axis, track_absmax=self.track_absmax, pairs=None if self.pairs is None else self.pairs.fresh())
 
     def merge(self, other: SampleStats) -> SampleStats:
         self._flush()
@@ -228,8 +236,9 @@ class SampleStats:
         peak = None
         if sums is not None and self.channel_absmax is not None and other.channel_absmax is not None:
             peak = [max(a, b) for a, b in zip(self.channel_absmax, other.channel_absmax)]
+        joint = None if self.pairs is None or other.pairs is None else self.pairs.merge(other.pairs)
         return SampleStats(self.count + other.count, self.min_sum + other.min_sum, self.absmax_sum + other.absmax_sum, axis, sums,
-                           peak, peak is not None)
+                           peak, peak is not None, joint)
 
     def _mean(self, total: int) -> float:
         return float(total * 2 ** UNIT_LOG2 / self.count) if self.count else 0.0
@@ -256,6 +265,8 @@ class SampleStats:
             out["channel_sums"] = list(self.channel_sums)
             if self.channel_absmax is not None:
                 out["channel_absmax"] = list(self.channel_absmax)
+        if self.pairs is not None and self.pairs.pairs():
+            out["channel_pairs"] = self.pairs.to_json()
         return out
 
     @classmethod
@@ -287,7 +298,7 @@ def from_json(doc: dict) -> SampleStats:
         peak = [float(v) for v in peak]
     stats = SampleStats(integer(doc["count"]), integer(doc["min_sum"]), integer(doc["absmax_sum"]),
                         None if axis is None else integer(axis), None if sums is None else [integer(v) for v in sums],
-                        peak, peak is not None)
+                        peak, peak is not None, pairs.from_json(doc["channel_pairs"]) if "channel_pairs" in doc else None)
     if stats.count < 0:
         raise ValueError("negative sample count")
     return stats
@@ -363,8 +374,19 @@ def product_inputs(proto: onnx.ModelProto) -> dict[str, int]:
     return out
 
 
+def pair_inputs(proto: onnx.ModelProto) -> set[str]:
+    """The data inputs of Conv nodes (constant weights, one group) with 2..pairs.MAX_CHANNELS input
+    channels: an image's first layer, whose channel pairs the overflow guard estimates jointly."""
+    constants = _constant_names(proto.graph)
+    dims = _dims(proto.graph)
+    return {n.input[0] for n in proto.graph.node
+            if n.op_type == "Conv" and data_input(n, constants) is not None and int(G.attr(n, "group", 1)) == 1
+            and len(dims.get(n.input[1], ())) >= 3 and 2 <= dims[n.input[1]][1] <= pairs.MAX_CHANNELS}
+
+
 def new_stats(proto: onnx.ModelProto, names, smooth: bool = False) -> dict[str, SampleStats]:
-    """Accumulators for `names`: per-channel means for the data inputs of Conv/MatMul/Gemm, and
+    """Accumulators for `names`: per-channel means for the data inputs of Conv/MatMul/Gemm (and
+    for those of Conv with few input channels, `pair_inputs`, the joint histograms of their channel pairs), and
     per-channel max |x| for those of depthwise Convs (NNCF quantizes them per channel) and, with
     `smooth` (transformers), for those of MatMul/Gemm with constant weights
     (qtool.quantizers.smoothquant) and both inputs of MatMuls of two activations along the axis
@@ -372,11 +394,13 @@ def new_stats(proto: onnx.ModelProto, names, smooth: bool = False) -> dict[str, 
     axes = channel_axes(proto, names)
     linear = linear_inputs(proto) if smooth else set()
     products = product_inputs(proto) if smooth else {}
+    joint = pair_inputs(proto)
     out = {}
     for n in names:
         axis, depthwise = axes.get(n, (None, False))
         if axis is None and n in products:
             out[n] = SampleStats(axis=products[n], track_absmax=True)
             continue
-        out[n] = SampleStats(axis=axis, track_absmax=depthwise or (axis is not None and n in linear))
+        out[n] = SampleStats(axis=axis, track_absmax=depthwise or (axis is not None and n in linear),
+                             pairs=pairs.ChannelPairs(axis) if axis == 1 and n in joint else None)
     return out
