@@ -223,6 +223,48 @@ def _excess_sq_independent(pmf: np.ndarray) -> np.ndarray:
     return np.maximum(inner, 0.0) @ pmf
 
 
+def pair_codes(joint, p: int, act: quant.QParams, signs: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(u8 code of channel 2p, of channel 2p + 1, probability) over the non-empty bins of pair p
+    of `joint` (qtool.statistics.pairs.ChannelPairs): the stored value the kernel multiplies (q +
+    128 on a signed grid) of each bin's centre, times its channel's sign in `signs`."""
+    counts = joint.counts[p]
+    i, j = np.nonzero(counts)
+    prob = counts[i, j].astype(np.float64) / max(float(counts.sum()), 1.0)
+    centre = joint.centres()
+    g, scale, zp = act.grid, float(act.scale), int(act.zero_point)
+
+    def code(x):
+        return np.clip(np.rint(x / scale) + zp, g.qmin, g.qmax) - g.qmin
+
+    return code(signs[0] * centre[i]), code(signs[1] * centre[j]), prob
+
+
+def joint_saturation(rows: np.ndarray, channels: int, joint, act: quant.QParams, signs: np.ndarray) -> np.ndarray:
+    """Per row of integer weights [rows, reduction] in oneDNN's layout (channel inner, `channels`
+    padded to even): the expected squared error its saturated pairs add to one output (units as
+    `row_saturation`), the codes of each pair drawn together from calibration's joint histogram
+    of that channel pair (`joint`), channel c's values multiplied by signs[c] (the weights are
+    given as the kernel multiplies them: with the signs applied). The pairs of an output add
+    coherently, as in `row_saturation`'s image model."""
+    per_position = channels + channels % 2
+    w = np.asarray(rows, dtype=np.int64).reshape(rows.shape[0], -1, per_position)
+    root = np.zeros(rows.shape[0])
+    for p in range(joint.pairs()):
+        w1, w2 = w[:, :, 2 * p], w[:, :, 2 * p + 1]
+        risky = (w1 * w2 > 0) & (np.abs(w1) + np.abs(w2) > LIMIT // 255)
+        if not risky.any():
+            continue
+        a, b, prob = pair_codes(joint, p, act, (int(signs[2 * p]), int(signs[2 * p + 1])))
+        pairs = np.unique(np.stack([w1[risky], w2[risky]], axis=1), axis=0)
+        total = pairs[:, :1] * a[None] + pairs[:, 1:] * b[None]
+        excess = np.maximum(total - LIMIT, 0.0) + np.maximum(-LIMIT - 1 - total, 0.0)
+        expected = np.sqrt((excess ** 2) @ prob)  # per distinct (w1, w2)
+        lookup = {tuple(k): v for k, v in zip(pairs.tolist(), expected)}
+        for r, k in zip(*np.nonzero(risky)):
+            root[r] += lookup[(int(w1[r, k]), int(w2[r, k]))]
+    return root ** 2
+
+
 def assess_activations(record_a, act_a: quant.QParams, record_b, act_b: quant.QParams) -> Risk | None:
     """The saturation estimate of a MatMul of two activations A @ B (Q.K^T, softmax.V): the
     runtimes multiply A's u8 codes by B's s8 codes (B in the weights' place), pairs along the
@@ -300,31 +342,33 @@ SATURATION_WEIGHT = 2.0
 
 
 def widened_noise(rows: np.ndarray, step: np.ndarray, ratio: np.ndarray, stats: tuple[np.ndarray, float, int], correlated: bool,
-                  tables: dict) -> tuple[np.ndarray, np.ndarray]:
+                  tables: dict, saturation=None) -> tuple[np.ndarray, np.ndarray]:
     """Per row of float weights [rows, reduction] (oneDNN's layout) quantized with `step` x `ratio`
     per row: (the rounding noise the widening adds, k E[q^2] (r^2 - 1) / 12; the saturation noise
-    expected, row_saturation x r^2), both in units of activation scale x the row's `step`.
-    stats: (the activation codes' pmf, E[q^2], the reduction length k)."""
+    expected, row_saturation x r^2, or `saturation`(integer rows) where given: joint_saturation),
+    both in units of activation scale x the row's `step`. stats: (the activation codes' pmf,
+    E[q^2], the reduction length k)."""
     pmf, mean_sq, k = stats
     r = np.maximum(np.asarray(ratio, dtype=np.float64), 1.0)
     s = np.maximum(np.asarray(step, dtype=np.float64), np.finfo(np.float64).tiny) * r
     q = np.clip(np.rint(np.asarray(rows, dtype=np.float64) / s[:, None]), -127, 127)
-    return k * mean_sq * (r ** 2 - 1) / 12, row_saturation(q, pmf, correlated, tables) * r ** 2
+    sat = row_saturation(q, pmf, correlated, tables) if saturation is None else saturation(q)
+    return k * mean_sq * (r ** 2 - 1) / 12, sat * r ** 2
 
 
 def least_noise_ratios(rows: np.ndarray, step: np.ndarray, top: np.ndarray, stats: tuple[np.ndarray, float, int],
-                       correlated: bool) -> np.ndarray:
+                       correlated: bool, saturation=None) -> np.ndarray:
     """Per row of float weights [rows, reduction] (oneDNN's layout) quantized with `step` per row:
     the widening ratio in [1, top] (top: the pair bound, where no pair can saturate) of least
     added rounding noise plus SATURATION_WEIGHT x the saturation noise still expected
-    (`widened_noise`; stats as there), tried at FRACTIONS of the way to `top`."""
+    (`widened_noise`; stats and `saturation` as there), tried at FRACTIONS of the way to `top`."""
     top = np.maximum(np.asarray(top, dtype=np.float64), 1.0)
     tables: dict = {}
     best = np.full(top.shape, np.inf)
     ratio = np.ones(top.shape)
     for f in FRACTIONS:
         r = 1 + f * (top - 1)
-        cost, sat = widened_noise(rows, step, r, stats, correlated, tables)
+        cost, sat = widened_noise(rows, step, r, stats, correlated, tables, saturation)
         total = cost + SATURATION_WEIGHT * sat
         better = total < best * (1 - 1e-12)
         best, ratio = np.where(better, total, best), np.where(better, r, ratio)

@@ -29,7 +29,11 @@ class Quantizer:
     (scale amax / 63 on the 8-bit grid), `floor` a smallest amax per channel (the overflow
     guard's pair bound, qtool.quantizers.overflow.pair_step), `unsigned_storage` to store it as
     uint8 with zero point 128 (the same values; onnxruntime's exact u8 x u8 kernels).
-    `seven_bit_codes` (activations): the guard's input remedy, policy.seven_bit_codes."""
+    `seven_bit_codes` (activations): the guard's input remedy, policy.seven_bit_codes.
+    `channel_signs` (the guard's flipped input channels): an activation's values are multiplied
+    by it (+-1, shaped to broadcast on `tensor`) before they are quantized, and a weight's stored
+    integers along axis 1 (its input channels) by it, one sign per channel: the layer computes
+    the same, with other pairs of same-sign products."""
 
     tensor: str
     kind: str  # ACTIVATION or WEIGHT
@@ -48,6 +52,7 @@ class Quantizer:
     floor: np.ndarray | None = None
     unsigned_storage: bool = False
     seven_bit_codes: bool = False
+    channel_signs: np.ndarray | None = None
 
     @classmethod
     def activation(cls, tensor: str, elem_type: int, rng: Range, readers: list[tuple[str, int]],

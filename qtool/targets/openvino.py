@@ -85,6 +85,8 @@ def _compressed_weight(model: onnx.ModelProto, namer: G.Namer, site, params: qua
     low = np.asarray(params.input_low, dtype=dtype).reshape(shape)
     high = np.asarray(params.input_high, dtype=dtype).reshape(shape)
     q = _codes(np.asarray(values, dtype=dtype), low, high, params.grid)
+    if site.channel_signs is not None:  # the guard's flipped input channels: symmetric codes negate exactly
+        q = (q * site.channel_signs.astype(np.int8).reshape(1, -1, *[1] * (q.ndim - 2))).astype(np.int8)
     scale = (high - low) / dtype(params.grid.levels - 1)
     if transposed:
         q, scale = np.ascontiguousarray(q.T), np.ascontiguousarray(scale.T)
@@ -110,11 +112,18 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
         source = site.tensor
         if not site.is_weight:
             shape = () if site.channel_amax is None else quant.range_shape(params, site.rank)  # [1, C, 1, 1] per channel
+            if site.channel_signs is not None:  # the guard's flipped input channels, negated before the FakeQuantize
+                signs = namer.fresh(f"{site.tensor}/signs")
+                model.graph.initializer.append(numpy_helper.from_array(site.channel_signs.astype(_np_type(site.elem_type)), signs))
+                source = namer.fresh(f"{site.tensor}/flipped")
+                model.graph.node.append(helper.make_node("Mul", [site.tensor, signs], [source], name=namer.fresh(f"{site.tensor}/Flip")))
         else:
             shape = quant.range_shape(params, site.values.ndim)
             values = site.values
             if site.policy.rounding != "half-even":  # FakeQuantize rounds half to even: give it weights already on the grid
                 values = policy.fake_quantize(site.values, params, site.policy.rounding).astype(_np_type(site.elem_type))
+            if site.channel_signs is not None and not (params.grid == COMPRESSED_GRID and not np.any(params.zero_point)):
+                raise AssertionError(f"flipped input channels need a compressed 8-bit weight ({site.tensor})")
             if params.grid == COMPRESSED_GRID and not np.any(params.zero_point):
                 transposed = values.ndim == 2 and all(nodes[r].op_type == "MatMul" and slot == 1 for r, slot in site.readers)
                 out = _compressed_weight(model, namer, site, params, values, transposed)

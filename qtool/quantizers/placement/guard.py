@@ -6,12 +6,14 @@ or, with --weights-7bit first/all, the layers given 7-bit weights."""
 from __future__ import annotations
 
 import functools
+import itertools
 
 import numpy as np
 import onnx
 
+from ...model import graph as G
 from ...statistics import noise
-from .. import overflow, policy
+from .. import overflow, policy, quant
 from ..policy import quantize
 from ..quantizer import Quantizer, Range
 from .moves import Moves
@@ -73,7 +75,9 @@ def guard(inputs: Inputs, asked: Requests, moves: Moves, placed: Sites, remedy: 
             wsite = weights.get(wt)
             if site is None or record is None or wsite is None or wsite.headroom_bits:
                 continue
-            fix = _weighted(inputs, n, slot, wsite, site, record, t in raw, remedy, _sole_reader(inputs, moves, site, name))
+            sole = _sole_reader(inputs, moves, site, name)
+            fix = _flipped_channels(inputs, moves, n, slot, wsite, site, record) if remedy == "pairs" and t in raw and sole else None
+            fix = fix or _weighted(inputs, n, slot, wsite, site, record, t in raw, remedy, sole)
         if fix is not None:
             fixed[name] = fix
     return fixed
@@ -189,6 +193,83 @@ def _bound_pairs(n: onnx.NodeProto, slot: int, wsite: Quantizer, dims: dict, rec
     return {"remedy": "pair-bounded weights", "why": why}
 
 
+def _flipped_channels(inputs: Inputs, moves: Moves, n: onnx.NodeProto, slot: int, wsite: Quantizer, site: Quantizer,
+                      record) -> dict | None:
+    """An image's first Conv (its input raw, read by it alone: checked by the caller): the signs
+    of its paired input channels (oneDNN adds channels 2p and 2p + 1 in one int16) with the
+    weight steps widened where pairs can still saturate (`_channel_ratios`), all estimated with
+    calibration's joint histograms of those pairs (overflow.joint_saturation) instead of one
+    code for both: an image's channels move together, so where both products of a pair have one
+    sign, negating one channel (and its weights) makes them opposite, and only strongly coloured
+    pixels can still saturate. Taken where some signs leave less noise than the channels as they
+    are (by the same estimate); else None, and the other remedies decide as without those
+    histograms. Needs a symmetric 8-bit input grid (the negated values quantize to the negated
+    codes), 8-bit symmetric weights read by this layer alone, and only Transposes between the
+    quantizer and the layer (the signs are written on the quantizer's tensor)."""
+    joint = getattr(getattr(record, "stats", None), "pairs", None)
+    act, params = site.params(), wsite.params()
+    if (n.op_type != "Conv" or slot != 1 or joint is None or not joint.pairs() or site.is_weight or site.channel_amax is not None
+            or act.grid.levels != 256 or not act.grid.signed or np.any(act.zero_point) or len(wsite.readers) != 1
+            or params.grid != quant.grid(8, signed=True, narrow=True) or np.any(params.zero_point) or params.axis is None):
+        return None
+    values = np.asarray(wsite.values, dtype=np.float64)
+    channels, dims = values.shape[1], inputs.constant_dims
+    shape = _signs_shape(inputs, moves, site, n.input[0], values.ndim, channels)
+    risk = overflow.assess(n, slot, quantize(wsite.values, params, wsite.policy.rounding), dims, record, act, correlated=True,
+                           runtime="openvino")
+    if shape is None or risk is None or 2 * joint.pairs() > channels:
+        return None
+    amax = np.asarray(params.scale, dtype=np.float64) * params.grid.qmax
+    pmf, mean_sq = overflow.activation_codes(record, act)
+    tried = []
+    for pattern in itertools.product((1, -1), repeat=2 * joint.pairs()):  # as they are first: kept on a tie
+        signs = np.ones(channels)
+        signs[: len(pattern)] = pattern
+        flipped = values * signs.reshape(1, -1, *[1] * (values.ndim - 2))
+        rows = overflow.reduction_rows(n, slot, flipped, dims, "openvino")[0]
+        step = overflow.channel_step(n, slot, flipped, dims, params.axis, None, "openvino")
+        top = np.maximum(step * params.grid.qmax / np.maximum(amax, np.finfo(np.float64).tiny), 1.0)
+        ratio, cost, sat = _channel_ratios(rows, amax / params.grid.qmax, top, (pmf, mean_sq, values.size // rows.shape[0]), True,
+                                           functools.partial(overflow.joint_saturation, channels=channels, joint=joint, act=act,
+                                                             signs=signs))
+        tried.append((cost + overflow.SATURATION_WEIGHT * sat, cost, sat, ratio, signs))
+    total, cost, sat, ratio, signs = min(tried, key=lambda x: x[0])
+    if total >= tried[0][0]:
+        return None
+    site.channel_signs = signs.reshape(shape)
+    wsite.channel_signs = signs
+    widened = int((ratio > 1 + 1e-9).sum())
+    if widened:
+        wsite.floor = amax * ratio
+    flipped = np.flatnonzero(signs < 0).tolist()
+    return {"remedy": "flipped input channels", "why": (
+        f"{risk.describe()}; input channel{'s' if len(flipped) > 1 else ''} {', '.join(map(str, flipped))} negated (and "
+        f"{'their' if len(flipped) > 1 else 'its'} weights) and {widened} of {ratio.size} output channels' weight steps widened "
+        f"(up to x{float(ratio.max()):.2f}): by the calibration pixels' channel pairs, {overflow.db(cost, risk.noise)} dB added "
+        f"and {overflow.db(sat, risk.noise)} dB of saturation left, against {overflow.db(tried[0][1], risk.noise)} and "
+        f"{overflow.db(tried[0][2], risk.noise)} dB with the channels as they are")}
+
+
+def _signs_shape(inputs: Inputs, moves: Moves, site: Quantizer, t: str, rank: int, channels: int) -> tuple[int, ...] | None:
+    """The shape of per-channel signs (channels on axis 1 of the layer's input `t`) on the
+    quantizer's tensor, through the Transposes its quantizer moved up through; None through other ops."""
+    axis = 1
+    while t != site.tensor:
+        ups = moves.upstream.get(t)
+        if not ups or len(ups) != 1:
+            return None
+        node = inputs.m.nodes[ups[0][0]]
+        perm = G.attr(node, "perm") if node.op_type == "Transpose" else None
+        if node.op_type == "Transpose" and perm is not None and len(perm) == rank:
+            axis = int(perm[axis])
+        elif node.op_type != "Identity":
+            return None
+        t = ups[0][2]
+    shape = [1] * rank
+    shape[axis] = channels
+    return tuple(shape)
+
+
 def _sole_reader(inputs: Inputs, moves: Moves, site: Quantizer, name: str) -> bool:
     """Whether layer `name` is the only node to read `site`'s quantized values, directly or
     through the pass-through ops the quantizer moved up through, and no other quantizer shares
@@ -223,15 +304,16 @@ def _seven_bit_input(site: Quantizer, record, risk) -> float | None:
     return float(max(errors[1].noise - errors[0].noise, 0.0) / step ** 2 * risk.weight_power)
 
 
-def _channel_ratios(rows: np.ndarray, step: np.ndarray, top: np.ndarray, stats: tuple, correlated: bool) -> tuple[np.ndarray, float, float]:
+def _channel_ratios(rows: np.ndarray, step: np.ndarray, top: np.ndarray, stats: tuple, correlated: bool,
+                    saturation=None) -> tuple[np.ndarray, float, float]:
     """Per output channel (`step`, `top` per channel; `rows` [outputs, reduction], row i of
     channel i % channels): the widening ratio of least expected noise
-    (overflow.least_noise_ratios), the largest over a channel's rows; with the rounding and
-    saturation noise it leaves (sums over rows)."""
+    (overflow.least_noise_ratios, `saturation` as there), the largest over a channel's rows; with
+    the rounding and saturation noise it leaves (sums over rows)."""
     reps = rows.shape[0] // step.size
     steps = np.tile(step, reps)
-    ratio = overflow.least_noise_ratios(rows, steps, np.tile(top, reps), stats, correlated).reshape(reps, step.size).max(axis=0)
-    cost, sat = overflow.widened_noise(rows, steps, np.tile(ratio, reps), stats, correlated, {})
+    ratio = overflow.least_noise_ratios(rows, steps, np.tile(top, reps), stats, correlated, saturation).reshape(reps, step.size).max(axis=0)
+    cost, sat = overflow.widened_noise(rows, steps, np.tile(ratio, reps), stats, correlated, {}, saturation)
     return ratio, float(cost.sum()), float(sat.sum())
 
 
