@@ -17,7 +17,7 @@ default (`--cpu any`) and with `--cpu vnni`, and measure against FP32 on held-ou
             inputs the gap of a small model swings by half a decibel (MTCNN R-Net: -1.0 on 32
             inputs, -0.4 on 128), so the bound is judged on the interval, not the point;
   guard     the layers the guard changed (P: pair-bounded weights, I: input held to 7-bit codes,
-            W: widened second input, F: FP32).
+            N: an image's paired input channels negated, W: widened second input, F: FP32).
 Image models are scored on their logits: an output computed by a Softmax is cut off the model
 before calibration (argmax unchanged; the SQNR of a saturating 2-class softmax (PP-OCR cls, MTCNN)
 swings by +-9 dB between runs). --json appends one line per model with every number.
@@ -161,16 +161,38 @@ def qemu_outputs(path: Path, feeds: list[dict], folder: Path) -> list[list[np.nd
     return [[np.asarray(z[f"{i}/{j}"], dtype=np.float64) for j in range(n_out)] for i in range(len(feeds))]
 
 
-def gap_interval(task: str, ref, a, b, feeds, draws: int = 400) -> tuple[float, float, float]:
-    """(scores(a) - scores(b), and the 2.5 and 97.5 percentiles of that difference over `draws`
-    resamplings of the held-out inputs with replacement, the same inputs for both), dB."""
-    rng = np.random.default_rng(0)
-    n = len(ref)
+def _powers(task: str, ref, out, feeds) -> tuple[np.ndarray, np.ndarray]:
+    """Per held-out input and output, (sum of ref^2, sum of (ref - out)^2): what `scores`' SQNR adds
+    up (text: the token embeddings of the real tokens)."""
+    sig, err = [], []
+    for r, o, f in zip(ref, out, feeds):
+        if task == "text":
+            a, b = r[0].reshape(-1, r[0].shape[-1]), o[0].reshape(-1, o[0].shape[-1])
+            real = f["attention_mask"].ravel().astype(bool) if "attention_mask" in f else None
+            if real is not None and len(real) == len(a):
+                a, b = a[real], b[real]
+            pairs = [(a, b)]
+        else:
+            pairs = list(zip(r, o))
+        sig.append([float((a ** 2).sum()) for a, _ in pairs])
+        err.append([float(((a - b) ** 2).sum()) for a, b in pairs])
+    return np.asarray(sig), np.asarray(err)
+
+
+def gap_interval(task: str, ref, a, b, feeds, draws: int = 1000) -> tuple[float, float, float]:
+    """(SQNR of `a` minus that of `b` as `scores` computes it, and the 2.5 and 97.5 percentiles of
+    that difference over `draws` resamplings of the held-out inputs with replacement, the same
+    inputs for both), dB."""
+    sig, err_a = _powers(task, ref, a, feeds)
+    _, err_b = _powers(task, ref, b, feeds)
 
     def gap(idx):
-        pick = [ref[i] for i in idx], [feeds[i] for i in idx]
-        return scores(task, pick[0], [a[i] for i in idx], pick[1])[0] - scores(task, pick[0], [b[i] for i in idx], pick[1])[0]
+        s = sig[idx].sum(axis=0)
+        return float(np.mean(10 * np.log10(s / np.maximum(err_a[idx].sum(axis=0), 1e-30)))
+                     - np.mean(10 * np.log10(s / np.maximum(err_b[idx].sum(axis=0), 1e-30))))
 
+    rng = np.random.default_rng(0)
+    n = len(ref)
     lo, hi = np.percentile([gap(rng.integers(0, n, n)) for _ in range(draws)], [2.5, 97.5])
     return gap(np.arange(n)), float(lo), float(hi)
 
@@ -179,7 +201,8 @@ def guard_summary(summary: dict) -> str:
     layers = summary.get("overflow_fix", {}).get("layers", {})
     counts: dict[str, int] = {}
     for fix in layers.values():
-        key = {"fp32": "F", "pair-bounded weights": "P", "7-bit input": "I", "widened second input": "W"}.get(fix["remedy"], fix["remedy"])
+        key = {"fp32": "F", "pair-bounded weights": "P", "7-bit input": "I", "flipped input channels": "N",
+               "widened second input": "W"}.get(fix["remedy"], fix["remedy"])
         counts[key] = counts.get(key, 0) + 1
     return " ".join(f"{n}{k}" for k, n in sorted(counts.items())) or "-"
 

@@ -8,8 +8,11 @@ statistics qtool.statistics.stats.SampleStats gathers: `count` samples, `min_sum
 `absmax_sum` (per-sample min and max |x|), for the data inputs of Conv/MatMul/Gemm
 `channel_axis` and `channel_sums` (per-sample per-channel means), for depthwise-conv inputs
 and, in transformers, the inputs of MatMul/Gemm with constant weights `channel_absmax` (max |x|
-per channel: for per-channel quantizers and SmoothQuant, qtool.quantizers.smoothquant; merged by max); the sums are exact integers counting multiples of 2**per_sample_unit_log2
-(a top-level field), so shards merge exactly. They feed --method mean-minmax and the exporters'
+per channel: for per-channel quantizers and SmoothQuant, qtool.quantizers.smoothquant; merged by max),
+and for the inputs of Conv with 2-4 input channels (an image's first layer) `channel_pairs`, the
+joint histograms of channels (0, 1) and (2, 3) (qtool.statistics.pairs: exact counts, merged by
+adding; the overflow guard's estimate for that layer); the sums are exact integers counting
+multiples of 2**per_sample_unit_log2 (a top-level field), so shards merge exactly. They feed --method mean-minmax and the exporters'
 bias correction. Optional at the top: `method_pinned: true` when the user chose the method
 (calibrate or recompute --method); exports then keep the file's thresholds, otherwise each
 target picks its own default method from the histograms.

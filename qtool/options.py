@@ -151,7 +151,8 @@ class CpuOptions:
         "openvino/qdq: the CPU the file will run on. any (default): every x86 CPU, also those without VNNI (AVX2 only: "
         "Haswell to Comet Lake, Zen 1-3), whose int8 kernels add pairs of u8 x s8 products into a saturating int16: the "
         "overflow guard keeps those pairs from passing it (openvino: weight steps widened on the channels that could, or "
-        "a layer's input held to 7-bit codes where that costs less; qdq: uint8 weights). vnni: CPUs with VNNI or AMX (Ice "
+        "a layer's input held to 7-bit codes where that costs less, or an image's paired input channels negated; qdq: "
+        "uint8 weights). vnni: CPUs with VNNI or AMX (Ice "
         "Lake and later Xeons, Alder Lake and later cores, Zen 4 and later), which accumulate in int32: no guard, every "
         "layer full 8-bit, as fast as the CPU runs int8; on a CPU without VNNI that file saturates.", choices=("any", "vnni"),
         evaluate="openvino/qdq: the CPU the file is for, as qtool export --cpu [default: any].")
@@ -159,7 +160,8 @@ class CpuOptions:
         None, "--weights-7bit",
         "openvino/qdq: the guard against int8 pair sums saturating on CPUs without VNNI (--cpu any). auto (default): the "
         "layers whose calibrated inputs and weights can saturate get weight steps widened on the output channels whose pairs "
-        "could pass int16, or their input held to 7-bit codes where that costs less (openvino), or uint8 weights with zero "
+        "could pass int16, or their input held to 7-bit codes where that costs less, or an image stem's paired input "
+        "channels negated where calibration's pixels say that leaves less (openvino), or uint8 weights with zero "
         "point 128, the same values computed exactly (qdq); first/all: 7-bit weights on the first/every int8 layer (NNCF's "
         "choices); none: no guard.",
         choices=("auto", "first", "all", "none"), evaluate="The overflow guard, as qtool export --weights-7bit [default: auto].")

@@ -534,28 +534,33 @@ def test_seven_bit_input_cost_comes_from_the_inputs_own_values():
     assert codes.min() >= 0 and codes.max() <= 128 and codes[1] == signed.zero_point  # zero on the grid, the range on 0..128
 
 
-def _coloured_stem() -> tuple[onnx.ModelProto, np.ndarray]:
+def _coloured_stem(layout: str = "nchw") -> tuple[onnx.ModelProto, np.ndarray]:
     """A 3-channel stem (no padding) on signed images whose channel 0 runs brighter than channel
     1: its even output channels add all three channels (a brightness detector), its odd ones take
     channel 1 from channel 0 (a colour detector), all weights near the largest int8 code. The
-    first pair of channels shares a sign in the even outputs and not in the odd ones."""
+    first pair of channels shares a sign in the even outputs and not in the odd ones. "nhwc": the
+    images channel-last, a Transpose before the stem (as MTCNN's)."""
     rng = np.random.default_rng(11)
     w = np.abs(rng.normal(1.0, 0.05, (8, 3, 3, 3)))
     w[1::2, 1] *= -1
     head = rng.standard_normal((4, 8, 1, 1)) * 0.1
-    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="stem"), helper.make_node("Relu", ["c1"], ["r1"], name="relu"),
-             helper.make_node("Conv", ["r1", "w2"], ["y"], name="head")]
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 12, 12])],
+    nodes = [helper.make_node("Conv", ["x" if layout == "nchw" else "xt", "w1"], ["c1"], name="stem"),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu"), helper.make_node("Conv", ["r1", "w2"], ["y"], name="head")]
+    if layout == "nhwc":
+        nodes.insert(0, helper.make_node("Transpose", ["x"], ["xt"], name="to_nchw", perm=[0, 3, 1, 2]))
+    shape = [1, 3, 12, 12] if layout == "nchw" else [1, 12, 12, 3]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 10, 10])],
                           [numpy_helper.from_array(w.astype(np.float32), "w1"), numpy_helper.from_array(head.astype(np.float32), "w2")])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     m.ir_version = 8
     base = rng.uniform(-0.7, 0.7, (48, 1, 1, 12, 12)) + rng.normal(0, 0.05, (48, 1, 3, 12, 12))
     xs = np.clip(base + np.array([0.3, -0.3, 0.0]).reshape(1, 1, 3, 1, 1), -1, 1).astype(np.float32)
-    return m, xs
+    return m, (xs if layout == "nchw" else np.ascontiguousarray(xs.transpose(0, 1, 3, 4, 2)))
 
 
-def test_openvino_flips_the_input_channel_whose_pairs_leave_no_saturation(tmp_path):
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_openvino_flips_the_input_channel_whose_pairs_leave_no_saturation(tmp_path, layout):
     """Without VNNI, oneDNN adds channels 0 and 1 of a stem's input in one int16. Negating one of
     them (and its weights) makes the brightness detector's pairs opposite in sign; which one decides
     the colour detector's: negating channel 1 pairs bright channel-0 codes with the negated dark
@@ -563,13 +568,14 @@ def test_openvino_flips_the_input_channel_whose_pairs_leave_no_saturation(tmp_pa
     calibration's joint histograms of the pair: channel 0 is negated, the stem keeps its 8-bit
     weights (the --cpu vnni file's, channel 0 negated) and input grid, and its pair sums on
     held-out images are the exact ones, where negating channel 1 would saturate. OpenVINO on this
-    CPU computes what the file says."""
+    CPU computes what the file says (channel-last images too: the signs multiply the input before
+    its Transpose)."""
     from qtool.checks import simulate
     from qtool.targets import exporter
 
-    m, xs = _coloured_stem()
+    m, xs = _coloured_stem(layout)
     cal = qtool.calibrate(m, data=({"x": x} for x in xs[:32]))
-    stats = {t.name: t for t in cal.tensors}["x"].stats
+    stats = {t.name: t for t in cal.tensors}["x" if layout == "nchw" else "xt"].stats
     assert stats.pairs is not None and stats.pairs.pairs() == 1 and stats.pairs.counts.sum() == 32 * 144
     path = tmp_path / "m.onnx"
     onnx.save(m, str(path))
@@ -580,6 +586,7 @@ def test_openvino_flips_the_input_channel_whose_pairs_leave_no_saturation(tmp_pa
     init = {t.name: numpy_helper.to_array(t) for t in p.graph.initializer}
     flip = next(n for n in p.graph.node if n.op_type == "Mul" and n.input[0] == "x")
     assert init[flip.input[1]].ravel().tolist() == [-1.0, 1.0, 1.0]
+    assert init[flip.input[1]].shape == ((1, 3, 1, 1) if layout == "nchw" else (1, 1, 1, 3))
     fq = next(n for n in p.graph.node if n.op_type == "FakeQuantize" and n.input[0] == flip.output[0])
     lo, hi = float(init[fq.input[1]]), float(init[fq.input[2]])
     assert lo == pytest.approx(-hi * 128 / 127)  # the symmetric signed grid: -x lands on -code
@@ -589,7 +596,7 @@ def test_openvino_flips_the_input_channel_whose_pairs_leave_no_saturation(tmp_pa
     assert (float(vnni_init[vnni_fq.input[1]]), float(vnni_init[vnni_fq.input[2]])) == (lo, hi)  # the input's own 8-bit grid
     q, q_vnni = compressed_weights(p)["w1"][0].astype(np.int64), compressed_weights(vnni)["w1"][0].astype(np.int64)
     np.testing.assert_array_equal(q, q_vnni * np.array([-1, 1, 1]).reshape(1, 3, 1, 1))  # 8-bit steps kept
-    held = xs[32:, 0].astype(np.float64)
+    held = (xs[32:, 0] if layout == "nchw" else xs[32:, 0].transpose(0, 3, 1, 2)).astype(np.float64)
     step = (hi - lo) / 255
 
     def codes(signs):

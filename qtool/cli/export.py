@@ -84,7 +84,8 @@ def overflow_text(fix: dict | None) -> str:
     what = {"fp32": "kept FP32", "7-bit weights": "7-bit weights", "uint8 weights": "uint8 weights (the same values)",
             "pair-bounded weights": "int8 with weight steps widened just enough",
             "widened second input": "int8 with the second input's step widened",
-            "7-bit input": "int8 with the input's codes held to 0..127 (twice its step)"}
+            "7-bit input": "int8 with the input's codes held to 0..127 (twice its step)",
+            "flipped input channels": "int8 with input channels negated (and their weights) so that fewer pairs share a sign"}
     why = "where int8 pair sums can saturate on CPUs without VNNI" if fix["mode"] == "auto" else f"(--weights-7bit {fix['mode']})"
     return "".join(f"\noverflow guard: {len(names)} layer(s) {what[remedy]} {why}: {', '.join(names[:4])}{' ...' if len(names) > 4 else ''}"
                    for remedy, names in by_remedy.items())

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-BINS = 256  # per axis: over [-R, R), a calibrated range of R/2..R spans 64..128 bins (2-4 codes of an 8-bit grid)
+BINS = 128  # per axis: over [-R, R), an 8-bit grid over R/2..R has 2-4 codes per bin; at most 16k non-empty bins a pair
 MAX_CHANNELS = 4  # channel pairs kept for inputs of at most this many channels (images: 3 or 4)
 _HALF = BINS // 2
 
@@ -57,7 +57,7 @@ class ChannelPairs:
         idx = (np.floor(np.ldexp(v, scale)) + _HALF).astype(np.int64)
         np.clip(idx, 0, BINS - 1, out=idx)
         for p in range(self.counts.shape[0]):
-            np.add.at(self.counts[p].reshape(-1), idx[:, 2 * p] * BINS + idx[:, 2 * p + 1], 1)
+            self.counts[p] += np.bincount(idx[:, 2 * p] * BINS + idx[:, 2 * p + 1], minlength=BINS * BINS).reshape(BINS, BINS)
         return True
 
     def _fold(self, log2_range: int) -> None:

@@ -1,6 +1,7 @@
 """The overflow guard for CPUs without VNNI: which int8 layers' u8 x s8 pair sums can saturate
 int16 (qtool.quantizers.overflow estimates it) and the target's remedy for each: uint8 weights
-(onnxruntime), pair-bounded weight steps or an input held to 7-bit codes (OpenVINO), or FP32;
+(onnxruntime), pair-bounded weight steps, an input held to 7-bit codes or an image's paired input
+channels negated (OpenVINO), or FP32;
 or, with --weights-7bit first/all, the layers given 7-bit weights."""
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ INPUT_NOISE_WEIGHT = 0.75
 def remedies(inputs: Inputs, asked: Requests, moves: Moves, placed: Sites, remedy: str, weights_7bit: str | None) -> dict:
     """Reads the placed quantizers (with their policies) and the calibration records. Decides
     {"mode": weights_7bit or "auto", "layers": {layer: {"remedy": "uint8 weights" |
-    "pair-bounded weights" | "7-bit input" | "widened second input" | "fp32" | "7-bit weights",
+    "pair-bounded weights" | "7-bit input" | "flipped input channels" | "widened second input" | "fp32" | "7-bit weights",
     "why": ...}}}. Mode "auto" (`guard`) edits the quantizers it remedies; its FP32 layers are only
     listed (place() places again without them)."""
     mode = weights_7bit or "auto"
@@ -204,11 +205,14 @@ def _flipped_channels(inputs: Inputs, moves: Moves, n: onnx.NodeProto, slot: int
     pixels can still saturate. Taken where some signs leave less noise than the channels as they
     are (by the same estimate); else None, and the other remedies decide as without those
     histograms. Needs a symmetric 8-bit input grid (the negated values quantize to the negated
-    codes), 8-bit symmetric weights read by this layer alone, and only Transposes between the
-    quantizer and the layer (the signs are written on the quantizer's tensor)."""
+    codes), 8-bit symmetric weights read by this layer alone, and the quantizer on a graph input
+    with only Transposes between it and the layer: the signs multiply the graph input (OpenVINO
+    2026.4 miscomputes a per-channel Mul between a Transpose and a FakeQuantize: MTCNN R-Net's
+    stem at 3 dB; before the Transpose, or without one, it runs as the file says)."""
     joint = getattr(getattr(record, "stats", None), "pairs", None)
     act, params = site.params(), wsite.params()
     if (n.op_type != "Conv" or slot != 1 or joint is None or not joint.pairs() or site.is_weight or site.channel_amax is not None
+            or site.tensor not in {i.name for i in inputs.m.graph.input}
             or act.grid.levels != 256 or not act.grid.signed or np.any(act.zero_point) or len(wsite.readers) != 1
             or params.grid != quant.grid(8, signed=True, narrow=True) or np.any(params.zero_point) or params.axis is None):
         return None
