@@ -548,9 +548,9 @@ def _coloured_stem(layout: str = "nchw") -> tuple[onnx.ModelProto, np.ndarray]:
              helper.make_node("Relu", ["c1"], ["r1"], name="relu"), helper.make_node("Conv", ["r1", "w2"], ["y"], name="head")]
     if layout == "nhwc":
         nodes.insert(0, helper.make_node("Transpose", ["x"], ["xt"], name="to_nchw", perm=[0, 3, 1, 2]))
-    shape = [1, 3, 12, 12] if layout == "nchw" else [1, 12, 12, 3]
+    shape = ["N", 3, "H", "W"] if layout == "nchw" else ["N", "H", "W", 3]  # dynamic, as real models' inputs
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 10, 10])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, "H2", "W2"])],
                           [numpy_helper.from_array(w.astype(np.float32), "w1"), numpy_helper.from_array(head.astype(np.float32), "w2")])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     m.ir_version = 8
@@ -584,9 +584,9 @@ def test_openvino_flips_the_input_channel_whose_pairs_leave_no_saturation(tmp_pa
     data = qtool.export(m, cal, target="openvino")
     p = onnx.load_model_from_string(data)
     init = {t.name: numpy_helper.to_array(t) for t in p.graph.initializer}
-    flip = next(n for n in p.graph.node if n.op_type == "Mul" and n.input[0] == "x")
-    assert init[flip.input[1]].ravel().tolist() == [-1.0, 1.0, 1.0]
-    assert init[flip.input[1]].shape == ((1, 3, 1, 1) if layout == "nchw" else (1, 1, 1, 3))
+    flip = next(n for n in p.graph.node if n.op_type in ("Mul", "Conv") and n.input[0] == "x")
+    assert init[flip.input[1]].ravel().tolist() == [-1.0, 1.0, 1.0]  # a 1x1 depthwise Conv on NCHW, a Mul channel-last
+    assert (flip.op_type, init[flip.input[1]].shape) == (("Conv", (3, 1, 1, 1)) if layout == "nchw" else ("Mul", (1, 1, 1, 3)))
     fq = next(n for n in p.graph.node if n.op_type == "FakeQuantize" and n.input[0] == flip.output[0])
     lo, hi = float(init[fq.input[1]]), float(init[fq.input[2]])
     assert lo == pytest.approx(-hi * 128 / 127)  # the symmetric signed grid: -x lands on -code

@@ -104,6 +104,26 @@ def _compressed_weight(model: onnx.ModelProto, namer: G.Namer, site, params: qua
     return back
 
 
+def _flipped(model: onnx.ModelProto, namer: G.Namer, site) -> str:
+    """Append the guard's sign flip of an activation's channels (site.channel_signs, +-1 shaped for
+    its tensor); returns the flipped tensor. Channels on axis 1: a 1x1 depthwise Conv of weights
+    +-1 (OpenVINO 2026.4 folds a Mul by per-channel constants into the FakeQuantize after it, and
+    with negative ones and dynamic input shapes computes that FakeQuantize wrong: PP-OCRv5 cls at
+    7 dB; the Conv it runs in f32 with the FakeQuantize fused after it). Channels last (an NHWC
+    input before its Transpose, MTCNN's): a Mul, which it runs as the file says."""
+    signs = site.channel_signs.astype(_np_type(site.elem_type))
+    name, out = namer.fresh(f"{site.tensor}/signs"), namer.fresh(f"{site.tensor}/flipped")
+    axis = int(np.argmax(signs.shape))
+    if axis == 1 and signs.ndim >= 3:
+        model.graph.initializer.append(numpy_helper.from_array(signs.reshape(-1, 1, *[1] * (signs.ndim - 2)), name))
+        model.graph.node.append(helper.make_node("Conv", [site.tensor, name], [out], name=namer.fresh(f"{site.tensor}/Flip"),
+                                                 group=signs.shape[1]))
+    else:
+        model.graph.initializer.append(numpy_helper.from_array(signs, name))
+        model.graph.node.append(helper.make_node("Mul", [site.tensor, name], [out], name=namer.fresh(f"{site.tensor}/Flip")))
+    return out
+
+
 def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
     """Insert the plan's quantizers as FakeQuantize nodes, 8-bit weights stored compressed (in place)."""
     nodes = G.Index(model).nodes
@@ -113,10 +133,7 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
         if not site.is_weight:
             shape = () if site.channel_amax is None else quant.range_shape(params, site.rank)  # [1, C, 1, 1] per channel
             if site.channel_signs is not None:  # the guard's flipped input channels, negated before the FakeQuantize
-                signs = namer.fresh(f"{site.tensor}/signs")
-                model.graph.initializer.append(numpy_helper.from_array(site.channel_signs.astype(_np_type(site.elem_type)), signs))
-                source = namer.fresh(f"{site.tensor}/flipped")
-                model.graph.node.append(helper.make_node("Mul", [site.tensor, signs], [source], name=namer.fresh(f"{site.tensor}/Flip")))
+                source = _flipped(model, namer, site)
         else:
             shape = quant.range_shape(params, site.values.ndim)
             values = site.values
