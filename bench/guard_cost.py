@@ -264,7 +264,8 @@ def report(name: str, row: dict) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default="ppocrv5_cls,ppocrv5_rec,ppocrv5_det,mtcnn_onet,minilm,mpnet,vit_focus")
+    ap.add_argument("--models", default="ppocrv5_det,ppocrv5_rec,ppocrv5_cls,ppocrv6_det,ppocrv6_rec,mtcnn_pnet,mtcnn_rnet,mtcnn_onet,"
+                                        "minilm,mpnet,vit_focus")
     ap.add_argument("--calib", type=int, default=64, help="calibration inputs")
     ap.add_argument("--eval", type=int, default=128, help="held-out inputs (text: at most the 128 stored)")
     ap.add_argument("--avx2", type=int, default=8, help="held-out inputs run under qemu's Haswell (0: none)")

@@ -576,7 +576,7 @@ def test_openvino_flips_the_input_channel_whose_pairs_leave_no_saturation(tmp_pa
     m, xs = _coloured_stem(layout)
     cal = qtool.calibrate(m, data=({"x": x} for x in xs[:32]))
     stats = {t.name: t for t in cal.tensors}["x" if layout == "nchw" else "xt"].stats
-    assert stats.pairs is not None and stats.pairs.pairs() == 1 and stats.pairs.counts.sum() == 32 * 144
+    assert stats.pairs is not None and stats.pairs.pair_count() == 1 and stats.pairs.counts.sum() == 32 * 144
     path = tmp_path / "m.onnx"
     onnx.save(m, str(path))
     result = exporter("openvino").export(qtool.api._checked(str(path), cal), cal)

@@ -22,7 +22,7 @@ def test_hand_worked_bins():
     """Values up to 0.75: R = 1, bins of 2 / BINS; (0.5, -0.25) lands in bin (BINS/2 + BINS/4, BINS/2 - BINS/8)."""
     h = ChannelPairs(axis=1)
     assert h.update(np.array([[0.5, -0.25, 0.75]], np.float32))
-    assert h.log2_range == 0 and h.pairs() == 1 and h.counts.sum() == 1
+    assert h.log2_range == 0 and h.pair_count() == 1 and h.counts.sum() == 1
     assert h.counts[0, BINS // 2 + BINS // 4, BINS // 2 - BINS // 8] == 1
     np.testing.assert_allclose(h.centres()[[BINS // 2, BINS // 2 - 1]], [1 / BINS, -1 / BINS])
 
@@ -50,7 +50,7 @@ def test_batching_order_and_shards_do_not_change_the_histograms():
 
 def test_four_channels_keep_two_pairs_and_other_counts_none():
     h = ChannelPairs(axis=1)
-    assert h.update(_images(4, 3, channels=4)) and h.pairs() == 2
+    assert h.update(_images(4, 3, channels=4)) and h.pair_count() == 2
     assert not ChannelPairs(axis=1).update(_images(2, 3, channels=5))  # not an image's few channels
     assert not ChannelPairs(axis=1).update(_images(2, 3, channels=1))
 

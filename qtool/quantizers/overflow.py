@@ -249,7 +249,7 @@ def joint_saturation(rows: np.ndarray, channels: int, joint, act: quant.QParams,
     per_position = channels + channels % 2
     w = np.asarray(rows, dtype=np.int64).reshape(rows.shape[0], -1, per_position)
     root = np.zeros(rows.shape[0])
-    for p in range(joint.pairs()):
+    for p in range(joint.pair_count()):
         w1, w2 = w[:, :, 2 * p], w[:, :, 2 * p + 1]
         risky = (w1 * w2 > 0) & (np.abs(w1) + np.abs(w2) > LIMIT // 255)
         if not risky.any():

@@ -89,7 +89,7 @@ class ChannelPairs:
     def fresh(self) -> ChannelPairs:
         return ChannelPairs(self.axis)
 
-    def pairs(self) -> int:
+    def pair_count(self) -> int:
         return 0 if self.counts is None else self.counts.shape[0]
 
     def centres(self) -> np.ndarray:

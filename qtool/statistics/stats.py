@@ -265,7 +265,7 @@ class SampleStats:
             out["channel_sums"] = list(self.channel_sums)
             if self.channel_absmax is not None:
                 out["channel_absmax"] = list(self.channel_absmax)
-        if self.pairs is not None and self.pairs.pairs():
+        if self.pairs is not None and self.pairs.pair_count():
             out["channel_pairs"] = self.pairs.to_json()
         return out
 

@@ -211,7 +211,7 @@ def _flipped_channels(inputs: Inputs, moves: Moves, n: onnx.NodeProto, slot: int
     stem at 3 dB; before the Transpose, or without one, it runs as the file says)."""
     joint = getattr(getattr(record, "stats", None), "pairs", None)
     act, params = site.params(), wsite.params()
-    if (n.op_type != "Conv" or slot != 1 or joint is None or not joint.pairs() or site.is_weight or site.channel_amax is not None
+    if (n.op_type != "Conv" or slot != 1 or joint is None or not joint.pair_count() or site.is_weight or site.channel_amax is not None
             or site.tensor not in {i.name for i in inputs.m.graph.input}
             or act.grid.levels != 256 or not act.grid.signed or np.any(act.zero_point) or len(wsite.readers) != 1
             or params.grid != quant.grid(8, signed=True, narrow=True) or np.any(params.zero_point) or params.axis is None):
@@ -221,12 +221,12 @@ def _flipped_channels(inputs: Inputs, moves: Moves, n: onnx.NodeProto, slot: int
     shape = _signs_shape(inputs, moves, site, n.input[0], values.ndim, channels)
     risk = overflow.assess(n, slot, quantize(wsite.values, params, wsite.policy.rounding), dims, record, act, correlated=True,
                            runtime="openvino")
-    if shape is None or risk is None or 2 * joint.pairs() > channels:
+    if shape is None or risk is None or 2 * joint.pair_count() > channels:
         return None
     amax = np.asarray(params.scale, dtype=np.float64) * params.grid.qmax
     pmf, mean_sq = overflow.activation_codes(record, act)
     tried = []
-    for pattern in itertools.product((1, -1), repeat=2 * joint.pairs()):  # as they are first: kept on a tie
+    for pattern in itertools.product((1, -1), repeat=2 * joint.pair_count()):  # as they are first: kept on a tie
         signs = np.ones(channels)
         signs[: len(pattern)] = pattern
         flipped = values * signs.reshape(1, -1, *[1] * (values.ndim - 2))
