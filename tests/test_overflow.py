@@ -584,9 +584,10 @@ def test_openvino_flips_the_input_channel_whose_pairs_leave_no_saturation(tmp_pa
     data = qtool.export(m, cal, target="openvino")
     p = onnx.load_model_from_string(data)
     init = {t.name: numpy_helper.to_array(t) for t in p.graph.initializer}
-    flip = next(n for n in p.graph.node if n.op_type in ("Mul", "Conv") and n.input[0] == "x")
-    assert init[flip.input[1]].ravel().tolist() == [-1.0, 1.0, 1.0]  # a 1x1 depthwise Conv on NCHW, a Mul channel-last
-    assert (flip.op_type, init[flip.input[1]].shape) == (("Conv", (3, 1, 1, 1)) if layout == "nchw" else ("Mul", (1, 1, 1, 3)))
+    flip = next(n for n in p.graph.node if n.op_type == "Mul" and n.input[0] == "x")
+    signs = init[next(n for n in p.graph.node if n.op_type == "Cast" and n.output[0] == flip.input[1]).input[0]]
+    assert signs.dtype == np.int8 and signs.ravel().tolist() == [-1, 1, 1]
+    assert signs.shape == ((1, 3, 1, 1) if layout == "nchw" else (1, 1, 1, 3))
     fq = next(n for n in p.graph.node if n.op_type == "FakeQuantize" and n.input[0] == flip.output[0])
     lo, hi = float(init[fq.input[1]]), float(init[fq.input[2]])
     assert lo == pytest.approx(-hi * 128 / 127)  # the symmetric signed grid: -x lands on -code

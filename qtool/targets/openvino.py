@@ -106,21 +106,19 @@ def _compressed_weight(model: onnx.ModelProto, namer: G.Namer, site, params: qua
 
 def _flipped(model: onnx.ModelProto, namer: G.Namer, site) -> str:
     """Append the guard's sign flip of an activation's channels (site.channel_signs, +-1 shaped for
-    its tensor); returns the flipped tensor. Channels on axis 1: a 1x1 depthwise Conv of weights
-    +-1 (OpenVINO 2026.4 folds a Mul by per-channel constants into the FakeQuantize after it, and
-    with negative ones and dynamic input shapes computes that FakeQuantize wrong: PP-OCRv5 cls at
-    7 dB; the Conv it runs in f32 with the FakeQuantize fused after it). Channels last (an NHWC
-    input before its Transpose, MTCNN's): a Mul, which it runs as the file says."""
-    signs = site.channel_signs.astype(_np_type(site.elem_type))
-    name, out = namer.fresh(f"{site.tensor}/signs"), namer.fresh(f"{site.tensor}/flipped")
-    axis = int(np.argmax(signs.shape))
-    if axis == 1 and signs.ndim >= 3:
-        model.graph.initializer.append(numpy_helper.from_array(signs.reshape(-1, 1, *[1] * (signs.ndim - 2)), name))
-        model.graph.node.append(helper.make_node("Conv", [site.tensor, name], [out], name=namer.fresh(f"{site.tensor}/Flip"),
-                                                 group=signs.shape[1]))
-    else:
-        model.graph.initializer.append(numpy_helper.from_array(signs, name))
-        model.graph.node.append(helper.make_node("Mul", [site.tensor, name], [out], name=namer.fresh(f"{site.tensor}/Flip")))
+    its tensor): a Mul by the signs, stored as int8 and Cast to the tensor's type; returns the
+    flipped tensor. By a float constant, OpenVINO 2026.4 folds the Mul into the FakeQuantize after
+    it and, with negative signs and dynamic input shapes, computes that FakeQuantize wrong
+    (PP-OCRv5 cls at 7 dB); from a Cast it runs the Mul and the FakeQuantize as one elementwise
+    kernel, as the file says (PP-OCRv6 rec: the input stage 6 us, a 1x1 depthwise Conv of the
+    signs 60 us)."""
+    signs, cast = namer.fresh(f"{site.tensor}/signs"), namer.fresh(f"{site.tensor}/signs/float")
+    out = namer.fresh(f"{site.tensor}/flipped")
+    model.graph.initializer.append(numpy_helper.from_array(site.channel_signs.astype(np.int8), signs))
+    model.graph.node.extend([
+        helper.make_node("Cast", [signs], [cast], name=namer.fresh(f"{site.tensor}/signs/Convert"), to=site.elem_type),
+        helper.make_node("Mul", [site.tensor, cast], [out], name=namer.fresh(f"{site.tensor}/Flip")),
+    ])
     return out
 
 
