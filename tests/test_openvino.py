@@ -537,7 +537,13 @@ def _export_and_run(tmp_path, proto_or_path, size, min_int8, *extra, config=None
         default = export("openvino", calib, guarded, *extra)
         compiled = ov_compile(guarded, config)
         check_precisions(compiled, default)
-        g_exact, g_real = ov_exact(guarded)({name: x})[0], compiled({name: x})[0]
+        # the file's exact arithmetic by qtool's simulation: OpenVINO without its low-precision transformations folds
+        # the guard's channel flip (a Mul by negative per-channel signs) into the FakeQuantize and computes it wrong
+        # (this block's patch embedding: 14.9 dB; with them, as users run it, 134 dB against the simulation)
+        from qtool.checks import simulate
+
+        g_exact = simulate.simulation(guarded.read_bytes()).run(None, {name: x})[0]
+        g_real = compiled({name: x})[0]
         assert sqnr(g_exact, g_real) > 25, ("default export: real int8 kernels against the exact arithmetic", sqnr(g_exact, g_real), default["overflow_fix"])
         assert sqnr(ref, g_real) > least, ("default export, real int8 kernels", sqnr(ref, g_real))
     return summary, quality, out

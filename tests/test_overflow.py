@@ -534,46 +534,50 @@ def test_seven_bit_input_cost_comes_from_the_inputs_own_values():
     assert codes.min() >= 0 and codes.max() <= 128 and codes[1] == signed.zero_point  # zero on the grid, the range on 0..128
 
 
-def _coloured_stem(layout: str = "nchw") -> tuple[onnx.ModelProto, np.ndarray]:
+def _coloured_stem(layout: str = "nchw", shift: float = 0.0) -> tuple[onnx.ModelProto, np.ndarray]:
     """A 3-channel stem (no padding) on signed images whose channel 0 runs brighter than channel
     1: its even output channels add all three channels (a brightness detector), its odd ones take
     channel 1 from channel 0 (a colour detector), all weights near the largest int8 code. The
     first pair of channels shares a sign in the even outputs and not in the odd ones. "nhwc": the
-    images channel-last, a Transpose before the stem (as MTCNN's)."""
+    images channel-last, a Transpose before the stem (as MTCNN's). `shift` moves the images' values
+    (an asymmetric range: an asymmetric input grid)."""
     rng = np.random.default_rng(11)
     w = np.abs(rng.normal(1.0, 0.05, (8, 3, 3, 3)))
     w[1::2, 1] *= -1
     head = rng.standard_normal((4, 8, 1, 1)) * 0.1
-    nodes = [helper.make_node("Conv", ["x" if layout == "nchw" else "xt", "w1"], ["c1"], name="stem"),
+    nchw = layout == "nchw"
+    nodes = [helper.make_node("Conv", ["x" if nchw else "xt", "w1"], ["c1"], name="stem"),
              helper.make_node("Relu", ["c1"], ["r1"], name="relu"), helper.make_node("Conv", ["r1", "w2"], ["y"], name="head")]
-    if layout == "nhwc":
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, "H2", "W2"])]
+    if not nchw:
         nodes.insert(0, helper.make_node("Transpose", ["x"], ["xt"], name="to_nchw", perm=[0, 3, 1, 2]))
-    shape = ["N", 3, "H", "W"] if layout == "nchw" else ["N", "H", "W", 3]  # dynamic, as real models' inputs
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, "H2", "W2"])],
+    shape = ["N", 3, "H", "W"] if nchw else ["N", "H", "W", 3]  # dynamic, as real models' inputs
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)], outputs,
                           [numpy_helper.from_array(w.astype(np.float32), "w1"), numpy_helper.from_array(head.astype(np.float32), "w2")])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     m.ir_version = 8
     base = rng.uniform(-0.7, 0.7, (48, 1, 1, 12, 12)) + rng.normal(0, 0.05, (48, 1, 3, 12, 12))
-    xs = np.clip(base + np.array([0.3, -0.3, 0.0]).reshape(1, 1, 3, 1, 1), -1, 1).astype(np.float32)
-    return m, (xs if layout == "nchw" else np.ascontiguousarray(xs.transpose(0, 1, 3, 4, 2)))
+    xs = (np.clip(base + np.array([0.3, -0.3, 0.0]).reshape(1, 1, 3, 1, 1), -1, 1) + shift).astype(np.float32)
+    return m, (xs if nchw else np.ascontiguousarray(xs.transpose(0, 1, 3, 4, 2)))
 
 
-@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
-def test_openvino_flips_the_input_channel_whose_pairs_leave_no_saturation(tmp_path, layout):
+@pytest.mark.parametrize("layout, shift", [("nchw", 0.0), ("nhwc", 0.0), ("nchw", 0.8)])
+def test_openvino_flips_the_input_channel_whose_pairs_leave_no_saturation(tmp_path, layout, shift):
     """Without VNNI, oneDNN adds channels 0 and 1 of a stem's input in one int16. Negating one of
     them (and its weights) makes the brightness detector's pairs opposite in sign; which one decides
     the colour detector's: negating channel 1 pairs bright channel-0 codes with the negated dark
     channel 1 (both large), negating channel 0 pairs two small codes. The guard reads that from
     calibration's joint histograms of the pair: channel 0 is negated, the stem keeps its 8-bit
-    weights (the --cpu vnni file's, channel 0 negated) and input grid, and its pair sums on
-    held-out images are the exact ones, where negating channel 1 would saturate. OpenVINO on this
-    CPU computes what the file says (channel-last images too: the signs multiply the input before
-    its Transpose)."""
+    weights (the --cpu vnni file's, channel 0 negated) and input grid, its pair sums on held-out
+    images are the exact ones, where negating channel 1 would saturate, and it computes what the
+    --cpu vnni file's stem does. On an asymmetric grid (shifted images) channel 0 becomes
+    offset - x, offset = input_low + input_high, and the bias takes the offset's share. OpenVINO
+    on this CPU computes what the file says (channel-last images too: the signs before their
+    Transpose)."""
     from qtool.checks import simulate
     from qtool.targets import exporter
 
-    m, xs = _coloured_stem(layout)
+    m, xs = _coloured_stem(layout, shift)
     cal = qtool.calibrate(m, data=({"x": x} for x in xs[:32]))
     stats = {t.name: t for t in cal.tensors}["x" if layout == "nchw" else "xt"].stats
     assert stats.pairs is not None and stats.pairs.pair_count() == 1 and stats.pairs.counts.sum() == 32 * 144
@@ -587,28 +591,41 @@ def test_openvino_flips_the_input_channel_whose_pairs_leave_no_saturation(tmp_pa
     flip = next(n for n in p.graph.node if n.op_type == "Mul" and n.input[0] == "x")
     signs = init[next(n for n in p.graph.node if n.op_type == "Cast" and n.output[0] == flip.input[1]).input[0]]
     assert signs.dtype == np.int8 and signs.ravel().tolist() == [-1, 1, 1]
-    assert signs.shape == ((1, 3, 1, 1) if layout == "nchw" else (1, 1, 1, 3))
-    fq = next(n for n in p.graph.node if n.op_type == "FakeQuantize" and n.input[0] == flip.output[0])
+    assert signs.shape == ((1, 1, 1, 3) if layout == "nhwc" else (1, 3, 1, 1))
+    shifted = next((n for n in p.graph.node if n.op_type == "Add" and n.input[0] == flip.output[0]), None)
+    fq = next(n for n in p.graph.node if n.op_type == "FakeQuantize" and n.input[0] == (shifted or flip).output[0])
     lo, hi = float(init[fq.input[1]]), float(init[fq.input[2]])
-    assert lo == pytest.approx(-hi * 128 / 127)  # the symmetric signed grid: -x lands on -code
-    vnni = onnx.load_model_from_string(qtool.export(m, cal, target="openvino", cpu="vnni"))
+    vnni_data = qtool.export(m, cal, target="openvino", cpu="vnni")
+    vnni = onnx.load_model_from_string(vnni_data)
     vnni_init = {t.name: numpy_helper.to_array(t) for t in vnni.graph.initializer}
     vnni_fq = next(n for n in vnni.graph.node if n.op_type == "FakeQuantize" and n.input[0] == "x")
     assert (float(vnni_init[vnni_fq.input[1]]), float(vnni_init[vnni_fq.input[2]])) == (lo, hi)  # the input's own 8-bit grid
+    if shift:  # asymmetric: offset - x on the negated channel
+        assert abs(lo + hi) > 0.5 and init[shifted.input[1]].ravel().tolist() == pytest.approx([lo + hi, 0.0, 0.0])
+    else:  # symmetric: -x lands on -code
+        assert shifted is None and lo == pytest.approx(-hi * 128 / 127)
     q, q_vnni = compressed_weights(p)["w1"][0].astype(np.int64), compressed_weights(vnni)["w1"][0].astype(np.int64)
     np.testing.assert_array_equal(q, q_vnni * np.array([-1, 1, 1]).reshape(1, 3, 1, 1))  # 8-bit steps kept
     held = (xs[32:, 0] if layout == "nchw" else xs[32:, 0].transpose(0, 3, 1, 2)).astype(np.float64)
-    step = (hi - lo) / 255
+    step, offset = (hi - lo) / 255, (lo + hi if shift else 0.0)
 
-    def codes(signs):
-        return np.clip(np.rint((held * np.reshape(signs, (1, 3, 1, 1)) - lo) / step), 0, 255)
+    def codes(negated):
+        x = held.copy()
+        x[:, negated] = offset - x[:, negated]
+        return np.clip(np.rint((x - lo) / step), 0, 255)
 
-    exact, kernel = _pair_sums(codes([-1, 1, 1]), q)
+    exact, kernel = _pair_sums(codes(0), q)
     np.testing.assert_array_equal(kernel, exact)
-    exact, kernel = _pair_sums(codes([1, -1, 1]), q_vnni * np.array([1, -1, 1]).reshape(1, 3, 1, 1))
+    exact, kernel = _pair_sums(codes(1), q_vnni * np.array([1, -1, 1]).reshape(1, 3, 1, 1))
     assert (kernel != exact).any()  # the other channel would have saturated
-    exact, kernel = _pair_sums(codes([1, 1, 1]), q_vnni)
+    exact, kernel = _pair_sums(np.clip(np.rint((held - lo) / step), 0, 255), q_vnni)
     assert (kernel != exact).mean() > 0.05  # as they are, the brightness detector saturates
     real, sim = simulate.runtime("openvino", data), simulate.simulation(data)
     r, e = (np.concatenate([s.run(None, {"x": x})[0] for x in xs[32:]]).astype(np.float64) for s in (real, sim))
     assert float(((r - e) ** 2).sum() / (e ** 2).sum()) < 1e-6
+    stems = []  # the stem's output in each file's exact arithmetic
+    for proto in (p, vnni):
+        proto.graph.output.append(helper.make_tensor_value_info("c1", TensorProto.FLOAT, None))
+        stem = simulate.simulation(proto.SerializeToString())
+        stems.append(np.concatenate([stem.run(["c1"], {"x": x})[0] for x in xs[32:]]).astype(np.float64))
+    assert float(((stems[0] - stems[1]) ** 2).sum() / (stems[1] ** 2).sum()) < 1e-9  # what the unguarded file's stem computes

@@ -223,29 +223,31 @@ def _excess_sq_independent(pmf: np.ndarray) -> np.ndarray:
     return np.maximum(inner, 0.0) @ pmf
 
 
-def pair_codes(joint, p: int, act: quant.QParams, signs: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def pair_codes(joint, p: int, act: quant.QParams, signs: tuple[int, int], offset: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(u8 code of channel 2p, of channel 2p + 1, probability) over the non-empty bins of pair p
     of `joint` (qtool.statistics.pairs.ChannelPairs): the stored value the kernel multiplies (q +
-    128 on a signed grid) of each bin's centre, times its channel's sign in `signs`."""
+    128 on a signed grid) of each bin's centre x, or of offset - x for a channel whose sign in
+    `signs` is -1."""
     counts = joint.counts[p]
     i, j = np.nonzero(counts)
     prob = counts[i, j].astype(np.float64) / max(float(counts.sum()), 1.0)
     centre = joint.centres()
     g, scale, zp = act.grid, float(act.scale), int(act.zero_point)
 
-    def code(x):
+    def code(x, sign):
+        x = x if sign > 0 else offset - x
         return np.clip(np.rint(x / scale) + zp, g.qmin, g.qmax) - g.qmin
 
-    return code(signs[0] * centre[i]), code(signs[1] * centre[j]), prob
+    return code(centre[i], signs[0]), code(centre[j], signs[1]), prob
 
 
-def joint_saturation(rows: np.ndarray, channels: int, joint, act: quant.QParams, signs: np.ndarray) -> np.ndarray:
+def joint_saturation(rows: np.ndarray, channels: int, joint, act: quant.QParams, signs: np.ndarray, offset: float = 0.0) -> np.ndarray:
     """Per row of integer weights [rows, reduction] in oneDNN's layout (channel inner, `channels`
     padded to even): the expected squared error its saturated pairs add to one output (units as
     `row_saturation`), the codes of each pair drawn together from calibration's joint histogram
-    of that channel pair (`joint`), channel c's values multiplied by signs[c] (the weights are
-    given as the kernel multiplies them: with the signs applied). The pairs of an output add
-    coherently, as in `row_saturation`'s image model."""
+    of that channel pair (`joint`), channel c's values x taken as offset - x where signs[c] is -1
+    (the weights are given as the kernel multiplies them: with the signs applied). The pairs of
+    an output add coherently, as in `row_saturation`'s image model."""
     per_position = channels + channels % 2
     w = np.asarray(rows, dtype=np.int64).reshape(rows.shape[0], -1, per_position)
     root = np.zeros(rows.shape[0])
@@ -254,7 +256,7 @@ def joint_saturation(rows: np.ndarray, channels: int, joint, act: quant.QParams,
         risky = (w1 * w2 > 0) & (np.abs(w1) + np.abs(w2) > LIMIT // 255)
         if not risky.any():
             continue
-        a, b, prob = pair_codes(joint, p, act, (int(signs[2 * p]), int(signs[2 * p + 1])))
+        a, b, prob = pair_codes(joint, p, act, (int(signs[2 * p]), int(signs[2 * p + 1])), offset)
         pairs = np.unique(np.stack([w1[risky], w2[risky]], axis=1), axis=0)
         total = pairs[:, :1] * a[None] + pairs[:, 1:] * b[None]
         excess = np.maximum(total - LIMIT, 0.0) + np.maximum(-LIMIT - 1 - total, 0.0)

@@ -30,10 +30,12 @@ class Quantizer:
     guard's pair bound, qtool.quantizers.overflow.pair_step), `unsigned_storage` to store it as
     uint8 with zero point 128 (the same values; onnxruntime's exact u8 x u8 kernels).
     `seven_bit_codes` (activations): the guard's input remedy, policy.seven_bit_codes.
-    `channel_signs` (the guard's flipped input channels): an activation's values are multiplied
-    by it (+-1, shaped to broadcast on `tensor`) before they are quantized, and a weight's stored
-    integers along axis 1 (its input channels) by it, one sign per channel: the layer computes
-    the same, with other pairs of same-sign products."""
+    `channel_signs` (the guard's flipped input channels): an activation's values x on a channel of
+    sign -1 (+-1, shaped to broadcast on `tensor`) become `flip_offset` - x before they are
+    quantized (0 on a symmetric grid; input_low + input_high on an asymmetric one, which maps the
+    range onto itself), and a weight's stored integers along axis 1 (its input channels) are
+    multiplied by it, its layer's bias taking flip_offset x the flipped channels' weights: the
+    layer computes the same, with other pairs of same-sign products."""
 
     tensor: str
     kind: str  # ACTIVATION or WEIGHT
@@ -53,6 +55,7 @@ class Quantizer:
     unsigned_storage: bool = False
     seven_bit_codes: bool = False
     channel_signs: np.ndarray | None = None
+    flip_offset: float = 0.0
 
     @classmethod
     def activation(cls, tensor: str, elem_type: int, rng: Range, readers: list[tuple[str, int]],

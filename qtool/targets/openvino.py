@@ -85,9 +85,13 @@ def _compressed_weight(model: onnx.ModelProto, namer: G.Namer, site, params: qua
     low = np.asarray(params.input_low, dtype=dtype).reshape(shape)
     high = np.asarray(params.input_high, dtype=dtype).reshape(shape)
     q = _codes(np.asarray(values, dtype=dtype), low, high, params.grid)
-    if site.channel_signs is not None:  # the guard's flipped input channels: symmetric codes negate exactly
-        q = (q * site.channel_signs.astype(np.int8).reshape(1, -1, *[1] * (q.ndim - 2))).astype(np.int8)
     scale = (high - low) / dtype(params.grid.levels - 1)
+    if site.channel_signs is not None:  # the guard's flipped input channels: symmetric codes negate exactly
+        if site.flip_offset:
+            nodes = G.Index(model).nodes
+            for node_name, _ in site.readers:
+                _flip_bias(model, namer, nodes[node_name], site, q, scale)
+        q = (q * site.channel_signs.astype(np.int8).reshape(1, -1, *[1] * (q.ndim - 2))).astype(np.int8)
     if transposed:
         q, scale = np.ascontiguousarray(q.T), np.ascontiguousarray(scale.T)
     stored, scale_name = namer.fresh(f"{site.tensor}/int8"), namer.fresh(f"{site.tensor}/scale")
@@ -119,7 +123,36 @@ def _flipped(model: onnx.ModelProto, namer: G.Namer, site) -> str:
         helper.make_node("Cast", [signs], [cast], name=namer.fresh(f"{site.tensor}/signs/Convert"), to=site.elem_type),
         helper.make_node("Mul", [site.tensor, cast], [out], name=namer.fresh(f"{site.tensor}/Flip")),
     ])
-    return out
+    if not site.flip_offset:
+        return out
+    # an asymmetric grid: offset - x, which keeps the grid's range (Quantizer.flip_offset)
+    offsets, shifted = namer.fresh(f"{site.tensor}/offsets"), namer.fresh(f"{site.tensor}/flipped/shifted")
+    values = np.where(site.channel_signs < 0, site.flip_offset, 0.0).astype(_np_type(site.elem_type))
+    model.graph.initializer.append(numpy_helper.from_array(values, offsets))
+    model.graph.node.append(helper.make_node("Add", [out, offsets], [shifted], name=namer.fresh(f"{site.tensor}/Flip/Shift")))
+    return shifted
+
+
+def _flip_bias(model: onnx.ModelProto, namer: G.Namer, node: onnx.NodeProto, site, q: np.ndarray, scale: np.ndarray) -> None:
+    """The bias share of an asymmetric flip (Quantizer.flip_offset): `node` (a Conv reading the
+    weight `site`, integers `q` [O, C, ...] before the flip, `scale` per output channel) adds
+    offset x the flipped channels' dequantized weights, which offset - x takes away."""
+    flipped = site.channel_signs < 0
+    weights = q.astype(np.float64) * np.asarray(scale, dtype=np.float64).reshape(-1, *[1] * (q.ndim - 1))
+    share = site.flip_offset * weights[:, flipped].reshape(q.shape[0], -1).sum(axis=1)
+    dtype = _np_type(site.elem_type)
+    inits = {t.name: t for t in model.graph.initializer}
+    bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
+    name = namer.fresh(f"{node.name}/bias/flip")
+    if bias is None or bias in inits:
+        base = np.zeros(q.shape[0]) if bias is None else numpy_helper.to_array(inits[bias]).astype(np.float64)
+        model.graph.initializer.append(numpy_helper.from_array((base + share).astype(dtype), name))
+    else:
+        model.graph.initializer.append(numpy_helper.from_array(share.astype(dtype), name + "/share"))
+        model.graph.node.append(helper.make_node("Add", [bias, name + "/share"], [name], name=namer.fresh(f"{node.name}/bias/Flip")))
+    while len(node.input) < 3:
+        node.input.append("")
+    node.input[2] = name
 
 
 def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:

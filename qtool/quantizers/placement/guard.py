@@ -204,18 +204,22 @@ def _flipped_channels(inputs: Inputs, moves: Moves, n: onnx.NodeProto, slot: int
     sign, negating one channel (and its weights) makes them opposite, and only strongly coloured
     pixels can still saturate. Taken where some signs leave less noise than the channels as they
     are (by the same estimate); else None, and the other remedies decide as without those
-    histograms. Needs a symmetric 8-bit input grid (the negated values quantize to the negated
-    codes), 8-bit symmetric weights read by this layer alone, and the quantizer on a graph input
-    with only Transposes between it and the layer: the signs multiply the graph input (OpenVINO
-    2026.4 miscomputes a per-channel Mul between a Transpose and a FakeQuantize: MTCNN R-Net's
-    stem at 3 dB; before the Transpose, or without one, it runs as the file says)."""
+    histograms. Needs an 8-bit input grid, symmetric (the negated values quantize to the negated
+    codes) or, for a layer without padding (a ViT's patch embedding), asymmetric (offset - x with
+    offset = input_low + input_high maps the range onto itself: code 255 - q, the bias takes
+    offset x the flipped channels' weights), 8-bit symmetric weights read by this layer alone, and the quantizer on a graph input
+    (or a Cast of one: `_from_graph_input`) with only Transposes between it and the layer."""
     joint = getattr(getattr(record, "stats", None), "pairs", None)
     act, params = site.params(), wsite.params()
+    symmetric = act.grid.signed and not np.any(act.zero_point)
     if (n.op_type != "Conv" or slot != 1 or joint is None or not joint.pair_count() or site.is_weight or site.channel_amax is not None
-            or site.tensor not in {i.name for i in inputs.m.graph.input}
-            or act.grid.levels != 256 or not act.grid.signed or np.any(act.zero_point) or len(wsite.readers) != 1
+            or not _from_graph_input(inputs, site.tensor) or act.grid.levels != 256 or act.axis is not None
+            or not (symmetric or _unpadded(n)) or len(wsite.readers) != 1
             or params.grid != quant.grid(8, signed=True, narrow=True) or np.any(params.zero_point) or params.axis is None):
         return None
+    # a negated value keeps a symmetric grid; an asymmetric one maps onto itself by offset - x, exact for a layer
+    # without padding (its padded zeros would stand for offset), the offset's share moved into the bias
+    offset = 0.0 if symmetric else float(act.input_low + act.input_high)
     values = np.asarray(wsite.values, dtype=np.float64)
     channels, dims = values.shape[1], inputs.constant_dims
     shape = _signs_shape(inputs, moves, site, n.input[0], values.ndim, channels)
@@ -235,13 +239,13 @@ def _flipped_channels(inputs: Inputs, moves: Moves, n: onnx.NodeProto, slot: int
         top = np.maximum(step * params.grid.qmax / np.maximum(amax, np.finfo(np.float64).tiny), 1.0)
         ratio, cost, sat = _channel_ratios(rows, amax / params.grid.qmax, top, (pmf, mean_sq, values.size // rows.shape[0]), True,
                                            functools.partial(overflow.joint_saturation, channels=channels, joint=joint, act=act,
-                                                             signs=signs))
+                                                             signs=signs, offset=offset))
         tried.append((cost + overflow.SATURATION_WEIGHT * sat, cost, sat, ratio, signs))
     total, cost, sat, ratio, signs = min(tried, key=lambda x: x[0])
     if total >= tried[0][0]:
         return None
-    site.channel_signs = signs.reshape(shape)
-    wsite.channel_signs = signs
+    site.channel_signs, site.flip_offset = signs.reshape(shape), offset
+    wsite.channel_signs, wsite.flip_offset = signs, offset
     widened = int((ratio > 1 + 1e-9).sum())
     if widened:
         wsite.floor = amax * ratio
@@ -252,6 +256,23 @@ def _flipped_channels(inputs: Inputs, moves: Moves, n: onnx.NodeProto, slot: int
         f"(up to x{float(ratio.max()):.2f}): by the calibration pixels' channel pairs, {overflow.db(cost, risk.noise)} dB added "
         f"and {overflow.db(sat, risk.noise)} dB of saturation left, against {overflow.db(tried[0][1], risk.noise)} and "
         f"{overflow.db(tried[0][2], risk.noise)} dB with the channels as they are")}
+
+
+def _from_graph_input(inputs: Inputs, tensor: str) -> bool:
+    """Whether `tensor` is a graph input or a Cast of one: where the signs may multiply it (OpenVINO
+    2026.4 computes a Mul by per-channel float constants wrong between a Transpose and a
+    FakeQuantize: MTCNN R-Net's stem at 3 dB)."""
+    producer = inputs.m.producer
+    while tensor in producer and producer[tensor].op_type == "Cast":
+        tensor = producer[tensor].input[0]
+    return tensor in {i.name for i in inputs.m.graph.input}
+
+
+def _unpadded(n: onnx.NodeProto) -> bool:
+    """Whether a Conv pads nothing (no pads, or all zero, and no SAME auto_pad)."""
+    pad = G.attr(n, "auto_pad", b"NOTSET")
+    pad = pad.decode() if isinstance(pad, bytes) else str(pad)
+    return pad in ("NOTSET", "VALID") and not any(G.attr(n, "pads", None) or ())
 
 
 def _signs_shape(inputs: Inputs, moves: Moves, site: Quantizer, t: str, rank: int, channels: int) -> tuple[int, ...] | None:
