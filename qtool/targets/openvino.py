@@ -115,7 +115,8 @@ def _flipped(model: onnx.ModelProto, namer: G.Namer, site) -> str:
     it and, with negative signs and dynamic input shapes, computes that FakeQuantize wrong
     (PP-OCRv5 cls at 7 dB); from a Cast it runs the Mul and the FakeQuantize as one elementwise
     kernel, as the file says (PP-OCRv6 rec: the input stage 6 us, a 1x1 depthwise Conv of the
-    signs 60 us)."""
+    signs 60 us). That holds with its low-precision transformations, as it runs an int8 file by
+    default; with LP_TRANSFORMS_MODE NO it folds the Cast as well and computes the flip wrong."""
     signs, cast = namer.fresh(f"{site.tensor}/signs"), namer.fresh(f"{site.tensor}/signs/float")
     out = namer.fresh(f"{site.tensor}/flipped")
     model.graph.initializer.append(numpy_helper.from_array(site.channel_signs.astype(np.int8), signs))
