@@ -27,7 +27,11 @@ from .state import Inputs
 # AVX2 CPU (bench/saturation.py), MiniLM's Q.K^T estimated at -15 to -19 dB saturate at -5 to -20 dB, without a trace in
 # the output (AVX2 and exact 28.4 dB)
 ACTIVATIONS_RISK = 0.1
-WIDEN_COST = 1.0  # the overflow guard keeps a layer FP32 only where widening its weights adds more than this share of its rounding noise
+# where widening a layer's weights adds more than this share of its rounding noise (and saturation would cost more), the
+# weights widen and the 7-bit input is not weighed against them: there its estimate misleads (ViT-S's patch embedding:
+# -0.6 dB of the layer's noise by the estimate, 4 dB lost at the output). Such layers were kept FP32 before: int8, as
+# NNCF runs them, cost PP-OCRv5 cls's squeeze-excitation conv 0.09 dB (bench/guard_cost.py)
+WIDEN_COST = 1.0
 # a 7-bit input's added noise counts this share against widened weights': an input's rounding error is independent value
 # to value, and what comes after (pooling, LayerNorm's mean, attention) averages it down, where a widened weight errs
 # alike at every position. bench/guard_cost.py on 8 real image models: where the two estimates lay 0.8 dB apart
@@ -147,9 +151,9 @@ def _bound_pairs(n: onnx.NodeProto, slot: int, wsite: Quantizer, dims: dict, rec
     of each output channel widened by the ratio `_channel_ratios` finds, at most up to the pair
     bound (overflow.pair_step), where no pair can saturate; or, where the layer alone reads its
     input (`sole`) and that costs less (counted at INPUT_NOISE_WEIGHT), the input's codes held to
-    0..127 (`_seven_bit_input`). The layer stays FP32 where the widened weights would add more than
-    WIDEN_COST of its rounding noise and saturation would cost more (typically an image's first
-    layer, all of whose weights pair with their own sign)."""
+    0..127 (`_seven_bit_input`), unless the widened weights would add more than WIDEN_COST of its
+    rounding noise and saturation would cost more (typically an image's first layer, all of whose
+    weights pair with their own sign, where no flip applies): those widen. The layer stays int8."""
     act = site.params()
     params = wsite.params()
     values = np.asarray(wsite.values, dtype=np.float64)
@@ -179,16 +183,12 @@ def _bound_pairs(n: onnx.NodeProto, slot: int, wsite: Quantizer, dims: dict, rec
     why = (f"{risk.describe()}; {widened} of {ratio.size} output channels' weight steps widened (up to x{float(ratio.max()):.2f}), "
            f"adding {overflow.db(cost, risk.noise)} dB, saturation noise left {overflow.db(sat, risk.noise)} dB")
     seven = _seven_bit_input(site, record, risk) if sole else None
-    # FP32 where widened weights would cost too much; a 7-bit input does not replace that: on ViT-S's patch embedding it
-    # came to -0.6 dB of the layer's noise by the estimate and cost 4 dB at the output (bench/guard_cost.py)
-    fp32 = cost + sat > WIDEN_COST * risk.noise and risk.saturation > cost + sat
-    if seven is not None and not fp32 and INPUT_NOISE_WEIGHT * seven < cost + overflow.SATURATION_WEIGHT * sat:
+    costly = cost + sat > WIDEN_COST * risk.noise and risk.saturation > cost + sat
+    if seven is not None and not costly and INPUT_NOISE_WEIGHT * seven < cost + overflow.SATURATION_WEIGHT * sat:
         site.seven_bit_codes = True
         return {"remedy": "7-bit input", "why": (
             f"{risk.describe()}; its input's codes held to 0..127 (twice the step), adding {overflow.db(seven, risk.noise)} dB "
             f"(widening its weights' steps would add {overflow.db(cost, risk.noise)} dB and leave {overflow.db(sat, risk.noise)} dB)")}
-    if fp32:
-        return {"remedy": "fp32", "why": why}
     floor = amax * ratio
     wsite.floor = floor if wsite.floor is None else np.maximum(wsite.floor, floor)
     return {"remedy": "pair-bounded weights", "why": why}
