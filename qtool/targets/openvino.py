@@ -73,13 +73,14 @@ def _codes(w: np.ndarray, low: np.ndarray, high: np.ndarray, g: quant.Grid) -> n
 
 
 def _compressed_weight(model: onnx.ModelProto, namer: G.Namer, site, params: quant.QParams, values: np.ndarray,
-                       transposed: bool) -> str:
+                       nodes: dict[str, onnx.NodeProto], transposed: bool) -> str:
     """Append the int8 weight, its Cast and Mul; returns the name of the dequantized weight. The
     integers and scales are those OpenVINO derives from the FakeQuantize of `values` the file held
     before (`_fake_quantize`'s ranges), so it computes the same. `transposed` (a MatMul's [K, N]
     weight): stored [N, K], the layout of OpenVINO's FullyConnected, with a Transpose after the Mul,
     which OpenVINO folds into the layer; stored [K, N], OpenVINO transposes the int8 constant at
-    every inference (it keeps compressed weights unfolded: MiniLM-L3, 24 runtime Transposes -> 6)."""
+    every inference (it keeps compressed weights unfolded: MiniLM-L3, 24 runtime Transposes -> 6).
+    `nodes`: the model's nodes by name (its readers', whose bias an asymmetric flip shifts)."""
     dtype = _np_type(site.elem_type)
     shape = quant.range_shape(params, values.ndim)
     low = np.asarray(params.input_low, dtype=dtype).reshape(shape)
@@ -88,7 +89,6 @@ def _compressed_weight(model: onnx.ModelProto, namer: G.Namer, site, params: qua
     scale = (high - low) / dtype(params.grid.levels - 1)
     if site.channel_signs is not None:  # the guard's flipped input channels: symmetric codes negate exactly
         if site.flip_offset:
-            nodes = G.Index(model).nodes
             for node_name, _ in site.readers:
                 _flip_bias(model, namer, nodes[node_name], site, q, scale)
         q = (q * site.channel_signs.astype(np.int8).reshape(1, -1, *[1] * (q.ndim - 2))).astype(np.int8)
@@ -171,11 +171,12 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
             values = site.values
             if site.policy.rounding != "half-even":  # FakeQuantize rounds half to even: give it weights already on the grid
                 values = policy.fake_quantize(site.values, params, site.policy.rounding).astype(_np_type(site.elem_type))
-            if site.channel_signs is not None and not (params.grid == COMPRESSED_GRID and not np.any(params.zero_point)):
+            compressed = params.grid == COMPRESSED_GRID and not np.any(params.zero_point)
+            if site.channel_signs is not None and not compressed:
                 raise AssertionError(f"flipped input channels need a compressed 8-bit weight ({site.tensor})")
-            if params.grid == COMPRESSED_GRID and not np.any(params.zero_point):
+            if compressed:
                 transposed = values.ndim == 2 and all(nodes[r].op_type == "MatMul" and slot == 1 for r, slot in site.readers)
-                out = _compressed_weight(model, namer, site, params, values, transposed)
+                out = _compressed_weight(model, namer, site, params, values, nodes, transposed)
                 for node_name, slot in site.readers:
                     nodes[node_name].input[slot] = out
                 continue

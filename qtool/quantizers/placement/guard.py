@@ -80,9 +80,7 @@ def guard(inputs: Inputs, asked: Requests, moves: Moves, placed: Sites, remedy: 
             wsite = weights.get(wt)
             if site is None or record is None or wsite is None or wsite.headroom_bits:
                 continue
-            sole = _sole_reader(inputs, moves, site, name)
-            fix = _flipped_channels(inputs, moves, n, slot, wsite, site, record) if remedy == "pairs" and t in raw and sole else None
-            fix = fix or _weighted(inputs, n, slot, wsite, site, record, t in raw, remedy, sole)
+            fix = _weighted(inputs, moves, n, slot, wsite, site, record, t in raw, remedy, _sole_reader(inputs, moves, site, name))
         if fix is not None:
             fixed[name] = fix
     return fixed
@@ -126,11 +124,12 @@ def _two_activations(first, second) -> dict | None:
     return None
 
 
-def _weighted(inputs: Inputs, n: onnx.NodeProto, slot: int, wsite: Quantizer, site: Quantizer, record, correlated: bool,
-              remedy: str, sole: bool) -> dict | None:
-    """A layer with one activation (quantizer `site`, `record`; `sole`: the layer is the only one
-    to read it) and one weight (`wsite`): the remedy for its saturation risk, if any (editing
-    `wsite`, or `site`)."""
+def _weighted(inputs: Inputs, moves: Moves, n: onnx.NodeProto, slot: int, wsite: Quantizer, site: Quantizer, record,
+              correlated: bool, remedy: str, sole: bool) -> dict | None:
+    """A layer with one activation (quantizer `site`, `record`; `correlated`: a raw image; `sole`:
+    the layer is the only one to read it) and one weight (`wsite`): the remedy for its saturation
+    risk, if any (editing `wsite`, or `site`). OpenVINO: an image's first layer read by it alone
+    weighs `_flipped_channels` first."""
     dims = inputs.constant_dims
     q = quantize(wsite.values, wsite.params(), wsite.policy.rounding)
     risk = overflow.assess(n, slot, q, dims, record, site.params(), correlated=correlated,
@@ -140,9 +139,10 @@ def _weighted(inputs: Inputs, n: onnx.NodeProto, slot: int, wsite: Quantizer, si
     if remedy == "uint8" and risk.saturation > 0.01 * risk.noise:
         wsite.unsigned_storage = True
         return {"remedy": "uint8 weights", "why": risk.describe()}
-    if remedy == "pairs":
-        return _bound_pairs(n, slot, wsite, dims, record, site, risk, correlated, sole)
-    return None
+    if remedy != "pairs":
+        return None
+    flipped = _flipped_channels(inputs, moves, n, slot, wsite, site, record, risk) if correlated and sole else None
+    return flipped or _bound_pairs(n, slot, wsite, dims, record, site, risk, correlated, sole)
 
 
 def _bound_pairs(n: onnx.NodeProto, slot: int, wsite: Quantizer, dims: dict, record, site: Quantizer, risk,
@@ -162,11 +162,10 @@ def _bound_pairs(n: onnx.NodeProto, slot: int, wsite: Quantizer, dims: dict, rec
         return None
     outputs, length = layouts[0].shape[0], values.size // layouts[0].shape[0]  # the reduction length, padding left out
     codes = overflow.channel_codes(record, act, length) if n.op_type in ("MatMul", "Gemm") else None
-    step = overflow.channel_step(n, slot, values, dims, params.axis, codes, "openvino")
-    if step is None:
+    bound = _pair_bound(n, slot, values, dims, params, codes)
+    if bound is None:
         return None
-    amax = np.asarray(params.scale, dtype=np.float64) * params.grid.qmax
-    top = np.maximum(step * params.grid.qmax / np.maximum(amax, np.finfo(np.float64).tiny), 1.0)
+    amax, top = bound
     if not (top > 1 + 1e-9).any():
         return None
     pmf, mean_sq = overflow.activation_codes(record, act)
@@ -194,9 +193,21 @@ def _bound_pairs(n: onnx.NodeProto, slot: int, wsite: Quantizer, dims: dict, rec
     return {"remedy": "pair-bounded weights", "why": why}
 
 
+def _pair_bound(n: onnx.NodeProto, slot: int, values: np.ndarray, dims: dict, params, codes) -> tuple[np.ndarray, np.ndarray] | None:
+    """(amax of the weight quantizer `params` per channel, the ratio by which each channel's step
+    must widen for no pair to pass int16 with input codes `codes`, at least 1: overflow.channel_step
+    in OpenVINO's layout) of a layer's float weights `values`; None without pairs."""
+    step = overflow.channel_step(n, slot, values, dims, params.axis, codes, "openvino")
+    if step is None:
+        return None
+    amax = np.asarray(params.scale, dtype=np.float64) * params.grid.qmax
+    return amax, np.maximum(step * params.grid.qmax / np.maximum(amax, np.finfo(np.float64).tiny), 1.0)
+
+
 def _flipped_channels(inputs: Inputs, moves: Moves, n: onnx.NodeProto, slot: int, wsite: Quantizer, site: Quantizer,
-                      record) -> dict | None:
-    """An image's first Conv (its input raw, read by it alone: checked by the caller): the signs
+                      record, risk: overflow.Risk) -> dict | None:
+    """An image's first Conv (its input raw, read by it alone: checked by the caller; `risk` its
+    estimate as the input is): the signs
     of its paired input channels (oneDNN adds channels 2p and 2p + 1 in one int16) with the
     weight steps widened where pairs can still saturate (`_channel_ratios`), all estimated with
     calibration's joint histograms of those pairs (overflow.joint_saturation) instead of one
@@ -223,11 +234,8 @@ def _flipped_channels(inputs: Inputs, moves: Moves, n: onnx.NodeProto, slot: int
     values = np.asarray(wsite.values, dtype=np.float64)
     channels, dims = values.shape[1], inputs.constant_dims
     shape = _signs_shape(inputs, moves, site, n.input[0], values.ndim, channels)
-    risk = overflow.assess(n, slot, quantize(wsite.values, params, wsite.policy.rounding), dims, record, act, correlated=True,
-                           runtime="openvino")
-    if shape is None or risk is None or 2 * joint.pair_count() > channels:
+    if shape is None or 2 * joint.pair_count() > channels:
         return None
-    amax = np.asarray(params.scale, dtype=np.float64) * params.grid.qmax
     pmf, mean_sq = overflow.activation_codes(record, act)
     tried = []
     for pattern in itertools.product((1, -1), repeat=2 * joint.pair_count()):  # as they are first: kept on a tie
@@ -235,8 +243,7 @@ def _flipped_channels(inputs: Inputs, moves: Moves, n: onnx.NodeProto, slot: int
         signs[: len(pattern)] = pattern
         flipped = values * signs.reshape(1, -1, *[1] * (values.ndim - 2))
         rows = overflow.reduction_rows(n, slot, flipped, dims, "openvino")[0]
-        step = overflow.channel_step(n, slot, flipped, dims, params.axis, None, "openvino")
-        top = np.maximum(step * params.grid.qmax / np.maximum(amax, np.finfo(np.float64).tiny), 1.0)
+        amax, top = _pair_bound(n, slot, flipped, dims, params, None)
         ratio, cost, sat = _channel_ratios(rows, amax / params.grid.qmax, top, (pmf, mean_sq, values.size // rows.shape[0]), True,
                                            functools.partial(overflow.joint_saturation, channels=channels, joint=joint, act=act,
                                                              signs=signs, offset=offset))
@@ -265,7 +272,7 @@ def _from_graph_input(inputs: Inputs, tensor: str) -> bool:
     producer = inputs.m.producer
     while tensor in producer and producer[tensor].op_type == "Cast":
         tensor = producer[tensor].input[0]
-    return tensor in {i.name for i in inputs.m.graph.input}
+    return tensor in inputs.m.inputs
 
 
 def _unpadded(n: onnx.NodeProto) -> bool:
