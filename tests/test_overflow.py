@@ -545,13 +545,15 @@ def _coloured_stem(layout: str = "nchw", shift: float = 0.0) -> tuple[onnx.Model
     """A 3-channel stem (no padding) on signed images whose channel 0 runs brighter than channel
     1: its even output channels add all three channels (a brightness detector), its odd ones take
     channel 1 from channel 0 (a colour detector), all weights near the largest int8 code. The
-    first pair of channels shares a sign in the even outputs and not in the odd ones. "nhwc": the
+    first pair of channels shares a sign in the even outputs and not in the odd ones; the head's
+    pairs cannot saturate (alternating signs). "nhwc": the
     images channel-last, a Transpose before the stem (as MTCNN's). `shift` moves the images' values
     (an asymmetric range: an asymmetric input grid)."""
     rng = np.random.default_rng(11)
     w = np.abs(rng.normal(1.0, 0.05, (8, 3, 3, 3)))
     w[1::2, 1] *= -1
-    head = rng.standard_normal((4, 8, 1, 1)) * 0.1
+    # the head's neighbouring input channels take weights of opposite signs: no pair of it can saturate on any CPU
+    head = np.abs(rng.standard_normal((4, 8, 1, 1))) * 0.1 * np.where(np.arange(8) % 2, -1.0, 1.0).reshape(1, 8, 1, 1)
     nchw = layout == "nchw"
     nodes = [helper.make_node("Conv", ["x" if nchw else "xt", "w1"], ["c1"], name="stem"),
              helper.make_node("Relu", ["c1"], ["r1"], name="relu"), helper.make_node("Conv", ["r1", "w2"], ["y"], name="head")]
