@@ -37,16 +37,26 @@ class ChannelPairs:
 
     def update(self, value: np.ndarray) -> bool:
         """Add every position of `value` (any rank, channels along `axis`). Non-finite positions are
-        left out. False (and nothing added) when the channel count is not 2..MAX_CHANNELS."""
-        v = np.moveaxis(np.asarray(value), self.axis, -1)
-        channels = v.shape[-1] if v.ndim else 0
+        left out. False (and nothing added) when the channel count is not 2..MAX_CHANNELS. Each
+        channel is read as its own (strided) plane: no transposed copy of the tensor."""
+        v = np.asarray(value)
+        if v.ndim == 0:
+            return False
+        axis = self.axis % v.ndim
+        channels = v.shape[axis]
         if not 2 <= channels <= MAX_CHANNELS or (self.counts is not None and self.counts.shape[0] != channels // 2):
             return False
-        v = v.reshape(-1, channels)[:, : channels // 2 * 2].astype(np.float64)
-        v = v[np.isfinite(v).all(axis=1)]
-        if not len(v):
+        planes = [np.take(v, c, axis=axis) for c in range(channels // 2 * 2)]
+        if not planes[0].size:
             return True
-        peak = float(np.abs(v).max())
+        peaks = [float(np.abs(p).max()) for p in planes]
+        if not all(math.isfinite(q) for q in peaks):  # a NaN or inf somewhere: keep the positions finite in every channel
+            finite = np.logical_and.reduce([np.isfinite(p) for p in planes])
+            planes = [p[finite] for p in planes]
+            if not planes[0].size:
+                return True
+            peaks = [float(np.abs(p).max()) for p in planes]
+        peak = max(peaks)
         need = math.frexp(peak)[1] if peak > 0 else -1074  # the least k with 2 ** k > peak
         if self.counts is None:
             self.log2_range = need
@@ -54,10 +64,9 @@ class ChannelPairs:
         elif need > self.log2_range:
             self._fold(need)
         scale = int(math.log2(_HALF)) - self.log2_range
-        idx = (np.floor(np.ldexp(v, scale)) + _HALF).astype(np.int64)
-        np.clip(idx, 0, BINS - 1, out=idx)
+        idx = [np.clip(np.floor(np.ldexp(p.astype(np.float64), scale)) + _HALF, 0, BINS - 1).astype(np.int64).ravel() for p in planes]
         for p in range(self.counts.shape[0]):
-            self.counts[p] += np.bincount(idx[:, 2 * p] * BINS + idx[:, 2 * p + 1], minlength=BINS * BINS).reshape(BINS, BINS)
+            self.counts[p] += np.bincount(idx[2 * p] * BINS + idx[2 * p + 1], minlength=BINS * BINS).reshape(BINS, BINS)
         return True
 
     def _fold(self, log2_range: int) -> None:
