@@ -15,7 +15,10 @@ default (`--cpu any`) and with `--cpu vnni`, and measure against FP32 on held-ou
             network is chaotic at code boundaries: a float rounding that flips one code grows
             layer by layer, so any run - on the VNNI CPU too - drifts from the exact output
             (PP-OCRv5 rec's second Q.K^T: run and exact 24-28 dB apart, each 17-25 dB from FP32)
-            and one input's SQNR can move by 10 dB either way: judge the gap on many inputs;
+            and one input's SQNR can move by 10 dB either way: judge the gap on many inputs. A
+            run can also beat the file's arithmetic: OpenVINO 2026.4 clamps without rounding a
+            FakeQuantize it fuses between a Conv and a residual Add (PP-OCRv6 det: +1.5 dB on
+            both CPUs; docs/targets/openvino.md);
   gap       default minus `--cpu vnni` (on this CPU when it has VNNI, else exact), dB, with its 95 %
             interval from resampling the held-out inputs (the same draw for both files): on 32
             inputs the gap of a small model swings by half a decibel (MTCNN R-Net: -1.0 on 32
@@ -30,6 +33,7 @@ on AVX2 within 1 dB of its exact arithmetic.
 
 Usage:
   python bench/guard_cost.py [--models ppocrv5_cls,vit_focus,...] [--calib 64] [--eval 128] [--avx2 128] [--dev DIR]
+(all 11 models, 2 cores: about an hour, most of it QEMU; --avx2 0 skips it, --avx2-vnni doubles it)
 """
 
 from __future__ import annotations
