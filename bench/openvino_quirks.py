@@ -1,0 +1,119 @@
+"""Where OpenVINO computes something else than a FakeQuantize file says, on this CPU: small
+reproducers of the behaviours qtool's OpenVINO export works around or documents
+(docs/targets/openvino.md). Rerun after an OpenVINO upgrade: each line says whether the installed
+version still behaves so (f32 inference precision; "exact" is the file's arithmetic,
+qtool.checks.simulate). Weights stay within +-63 so that no u8 x s8 pair sum passes int16: the
+lines mean the same on AVX2-only CPUs (tests/avx2.py) as on VNNI ones.
+
+1. rounding dropped: Conv -> bias -> FakeQuantize -> residual Add -> FakeQuantize. OpenVINO 2026.4
+   fuses them into one Convolution and applies the middle FakeQuantize as a clamp, without
+   rounding (PP-OCRv6 det's run 1.5 dB closer to FP32 than its file's arithmetic). Printed: the
+   run's SQNR against the exact output and against the same graph with that FakeQuantize a Clip.
+2. negative signs folded wrong: Mul by per-channel float signs [1, -1, 1] -> FakeQuantize -> Conv
+   on an input of dynamic shape. OpenVINO 2026.4 folds the Mul into the FakeQuantize and computes
+   it wrong; the signs stored int8 and Cast to float (qtool's flipped channels) run right.
+   Printed: the run's SQNR against the exact output for both forms.
+
+Usage: python bench/openvino_quirks.py
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from qtool.checks import simulate
+
+DOMAIN = "org.openvinotoolkit"
+SAME = 100.0  # dB: run and reference agree up to float rounding
+
+
+def _model(nodes, inputs: dict[str, list], inits: dict[str, np.ndarray]) -> onnx.ModelProto:
+    g = helper.make_graph(nodes, "quirk", [helper.make_tensor_value_info(k, TensorProto.FLOAT, v) for k, v in inputs.items()],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid(DOMAIN, 1)])
+    m.ir_version = 8
+    return m
+
+
+def _fq(x: str, lo: str, hi: str, out: str) -> onnx.NodeProto:
+    return helper.make_node("FakeQuantize", [x, lo, hi, lo, hi], [out], domain=DOMAIN, levels=256)
+
+
+def _sqnr(ref: np.ndarray, got: np.ndarray) -> float:
+    ref, got = np.asarray(ref, np.float64), np.asarray(got, np.float64)
+    err = float(((ref - got) ** 2).sum())
+    return float("inf") if err == 0 else 10 * np.log10(max(float((ref ** 2).sum()), 1e-30) / err)
+
+
+def _run(m: onnx.ModelProto, feeds: dict) -> np.ndarray:
+    return np.asarray(simulate.runtime("openvino", m.SerializeToString()).run(None, feeds)[0])
+
+
+def _exact(m: onnx.ModelProto, feeds: dict) -> np.ndarray:
+    return np.asarray(simulate.simulation(m.SerializeToString()).run(None, feeds)[0])
+
+
+def rounding_dropped(rng) -> tuple[float, float]:
+    """(run vs exact, run vs exact with the middle FakeQuantize a Clip), dB."""
+    c = 16
+    inits = {"w8": rng.integers(-63, 64, (c, c, 3, 3)).astype(np.int8), "ws": np.full((c, 1, 1, 1), 0.004, np.float32),
+             "b": rng.normal(0, 0.1, (1, c, 1, 1)).astype(np.float32),
+             "lo_x": np.float32(0), "hi_x": np.float32(1),
+             "lo": np.float32(-1.5 * 128 / 127), "hi": np.float32(1.5),  # the conv output's grid: clips its tails
+             "lo_y": np.float32(-1 * 128 / 127), "hi_y": np.float32(1),
+             "lo_o": np.float32(-2.5 * 128 / 127), "hi_o": np.float32(2.5)}
+
+    def graph(middle: onnx.NodeProto) -> onnx.ModelProto:
+        # int8 weights as qtool and NNCF store them (Cast and Mul by the per-channel step): an int8 Conv in OpenVINO
+        nodes = [helper.make_node("Cast", ["w8"], ["wf"], to=TensorProto.FLOAT), helper.make_node("Mul", ["wf", "ws"], ["w"]),
+                 _fq("x", "lo_x", "hi_x", "xq"), helper.make_node("Conv", ["xq", "w"], ["conv"], pads=[1, 1, 1, 1]),
+                 helper.make_node("Add", ["conv", "b"], ["biased"]), middle,
+                 _fq("y", "lo_y", "hi_y", "yq"), helper.make_node("Add", ["yq", "mid"], ["sum"]), _fq("sum", "lo_o", "hi_o", "out")]
+        return _model(nodes, {"x": [1, c, 24, 24], "y": [1, c, 24, 24]}, inits)
+
+    feeds = {"x": rng.uniform(0, 1, (1, c, 24, 24)).astype(np.float32), "y": rng.normal(0, 0.4, (1, c, 24, 24)).astype(np.float32)}
+    file = graph(_fq("biased", "lo", "hi", "mid"))
+    clamp = graph(helper.make_node("Clip", ["biased", "lo", "hi"], ["mid"]))
+    run = _run(file, feeds)
+    return _sqnr(_exact(file, feeds), run), _sqnr(_exact(clamp, feeds), run)
+
+
+def signs_folded(rng) -> tuple[float, float]:
+    """(run vs exact with float signs, with int8 signs Cast to float), dB, on a dynamic-shape input."""
+    inits = {"s": np.array([1, -1, 1], np.float32).reshape(1, 3, 1, 1), "s8": np.array([1, -1, 1], np.int8).reshape(1, 3, 1, 1),
+             "lo": np.float32(-1 * 128 / 127), "hi": np.float32(1), "w8": rng.integers(-63, 64, (16, 3, 3, 3)).astype(np.int8),
+             "ws": np.full((16, 1, 1, 1), 0.01, np.float32)}
+    x = rng.uniform(-1, 1, (1, 3, 48, 64)).astype(np.float32)
+    out = []
+    for signs in (["s"], ["s8"]):
+        nodes = [helper.make_node("Cast", ["w8"], ["wf"], to=TensorProto.FLOAT), helper.make_node("Mul", ["wf", "ws"], ["w"])]
+        nodes += [helper.make_node("Cast", ["s8"], ["sf"], to=TensorProto.FLOAT)] if signs == ["s8"] else []
+        nodes += [helper.make_node("Mul", ["x", "sf" if signs == ["s8"] else "s"], ["m"]), _fq("m", "lo", "hi", "q"),
+                  helper.make_node("Conv", ["q", "w"], ["out"], pads=[1, 1, 1, 1])]
+        m = _model(nodes, {"x": ["N", 3, "H", "W"]}, inits)
+        out.append(_sqnr(_exact(m, {"x": x}), _run(m, {"x": x})))
+    return out[0], out[1]
+
+
+def main() -> None:
+    import openvino as ov
+
+    from qtool.quantizers import cpu
+
+    rng = np.random.default_rng(0)
+    print(f"OpenVINO {ov.__version__}, f32; this CPU: {'VNNI' if cpu.vnni() else 'no VNNI'}; run vs reference, dB ({SAME:.0f}+: the same)")
+    vs_file, vs_clamp = rounding_dropped(rng)
+    still = vs_clamp >= SAME > vs_file
+    print(f"1. Conv -> FakeQuantize -> residual Add: run vs file {vs_file:6.1f}, vs the FakeQuantize as a clamp {vs_clamp:6.1f}"
+          f"  -> {'rounding still dropped' if still else 'rounds as the file says' if vs_file >= SAME else 'neither: look closer'}")
+    floats, ints = signs_folded(rng)
+    print(f"2. Mul by float signs -> FakeQuantize, dynamic shape: run vs file {floats:6.1f}; int8 signs Cast: {ints:6.1f}"
+          f"  -> {'float signs still miscompiled' if floats < SAME else 'float signs run right now'}"
+          f"{'' if ints >= SAME else '; THE INT8 FORM IS WRONG TOO: qtool flips are affected'}")
+
+
+if __name__ == "__main__":
+    main()
