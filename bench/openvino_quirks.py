@@ -13,6 +13,8 @@ lines mean the same on AVX2-only CPUs (tests/avx2.py) as on VNNI ones.
    on an input of dynamic shape. OpenVINO 2026.4 folds the Mul into the FakeQuantize and computes
    it wrong; the signs stored int8 and Cast to float (qtool's flipped channels) run right.
    Printed: the run's SQNR against the exact output for both forms.
+3. the same below a Transpose of an NHWC input (qtool flips only quantizers on a graph input or a
+   Cast of one, the Transposes moved below the Mul).
 
 Usage: python bench/openvino_quirks.py
 """
@@ -81,19 +83,22 @@ def rounding_dropped(rng) -> tuple[float, float]:
     return _sqnr(_exact(file, feeds), run), _sqnr(_exact(clamp, feeds), run)
 
 
-def signs_folded(rng) -> tuple[float, float]:
-    """(run vs exact with float signs, with int8 signs Cast to float), dB, on a dynamic-shape input."""
+def signs_folded(rng, nhwc: bool = False) -> tuple[float, float]:
+    """(run vs exact with float signs, with int8 signs Cast to float), dB, on a dynamic-shape input
+    (nhwc: an NHWC input Transposed to NCHW before the Mul, as MTCNN's)."""
     inits = {"s": np.array([1, -1, 1], np.float32).reshape(1, 3, 1, 1), "s8": np.array([1, -1, 1], np.int8).reshape(1, 3, 1, 1),
              "lo": np.float32(-1 * 128 / 127), "hi": np.float32(1), "w8": rng.integers(-63, 64, (16, 3, 3, 3)).astype(np.int8),
              "ws": np.full((16, 1, 1, 1), 0.01, np.float32)}
-    x = rng.uniform(-1, 1, (1, 3, 48, 64)).astype(np.float32)
+    x = rng.uniform(-1, 1, (1, 48, 64, 3) if nhwc else (1, 3, 48, 64)).astype(np.float32)
     out = []
     for signs in (["s"], ["s8"]):
         nodes = [helper.make_node("Cast", ["w8"], ["wf"], to=TensorProto.FLOAT), helper.make_node("Mul", ["wf", "ws"], ["w"])]
         nodes += [helper.make_node("Cast", ["s8"], ["sf"], to=TensorProto.FLOAT)] if signs == ["s8"] else []
-        nodes += [helper.make_node("Mul", ["x", "sf" if signs == ["s8"] else "s"], ["m"]), _fq("m", "lo", "hi", "q"),
+        if nhwc:
+            nodes.append(helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 3, 1, 2]))
+        nodes += [helper.make_node("Mul", ["xt" if nhwc else "x", "sf" if signs == ["s8"] else "s"], ["m"]), _fq("m", "lo", "hi", "q"),
                   helper.make_node("Conv", ["q", "w"], ["out"], pads=[1, 1, 1, 1])]
-        m = _model(nodes, {"x": ["N", 3, "H", "W"]}, inits)
+        m = _model(nodes, {"x": ["N", "H", "W", 3] if nhwc else ["N", 3, "H", "W"]}, inits)
         out.append(_sqnr(_exact(m, {"x": x}), _run(m, {"x": x})))
     return out[0], out[1]
 
@@ -113,6 +118,9 @@ def main() -> None:
     print(f"2. Mul by float signs -> FakeQuantize, dynamic shape: run vs file {floats:6.1f}; int8 signs Cast: {ints:6.1f}"
           f"  -> {'float signs still miscompiled' if floats < SAME else 'float signs run right now'}"
           f"{'' if ints >= SAME else '; THE INT8 FORM IS WRONG TOO: qtool flips are affected'}")
+    floats, ints = signs_folded(rng, nhwc=True)
+    print(f"3. the same below a Transpose of an NHWC input:   run vs file {floats:6.1f}; int8 signs Cast: {ints:6.1f}"
+          f"  -> {'float signs miscompiled' if floats < SAME else 'float signs run right'}, int8 signs {'right' if ints >= SAME else 'WRONG'}")
 
 
 if __name__ == "__main__":
