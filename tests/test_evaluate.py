@@ -340,6 +340,8 @@ def test_runtime_onnxruntime_runs_the_file_with_its_int8_kernels(digits, tmp_pat
     default = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]
     assert e["runtime"]["name"] == "onnxruntime" and e["runtime"]["cpu_vnni"] == cpu.vnni()
     assert abs(e["runtime"]["sqnr_db"] - sqnr(run(SAMPLE, {"input": x})[0], default)) < 1e-3
+    lo, hi = e["runtime"]["outputs"][0]["vs_simulation_db_95"]  # the gap's interval over the held-out inputs
+    assert lo <= hi and lo - 0.01 <= e["runtime"]["sqnr_db"] - e["sqnr_db"] <= hi + 0.01, (lo, hi, e["runtime"]["sqnr_db"], e["sqnr_db"])
     assert e["sqnr_db"] == digits["eval"]["sqnr_db"]  # the simulation's number is unchanged by it
     # on every CPU: the default export's overflow guard keeps the int8 kernels exact (measured gap: +0.05 dB on an AVX2-only EPYC)
     assert abs(e["runtime"]["sqnr_db"] - e["sqnr_db"]) < 1.0 and not any("VNNI" in w for w in e["warnings"])

@@ -252,13 +252,18 @@ class RuntimeResult:
     float_precision: str = "f32"  # what the runtime ran the unquantized layers in
     cpu_kind: str | None = None  # this CPU's row of qtool.quantizers.cpu.KINDS, None when unknown
     default_float: str | None = None  # the precision the runtime would choose itself on this CPU (OpenVINO: bf16 with AVX-512 BF16/AMX)
+    # per output, the 95 % interval of (runtime SQNR - simulation SQNR) over the inputs (gap_interval), None where it has none
+    intervals: list[tuple[float, float] | None] = field(default_factory=list)
 
     @property
     def worst_sqnr_db(self) -> float:
         return _worst(self.outputs)
 
     def to_json(self) -> dict:
-        return {"name": self.name, "sqnr_db": json_number(self.worst_sqnr_db), "outputs": [o.to_json() for o in self.outputs],
+        outputs = [o.to_json() for o in self.outputs]
+        for o, interval in zip(outputs, self.intervals):
+            o["vs_simulation_db_95"] = None if interval is None else [json_number(v) for v in interval]
+        return {"name": self.name, "sqnr_db": json_number(self.worst_sqnr_db), "outputs": outputs,
                 "cpu_vnni": self.vnni, "cpu_kind": self.cpu_kind, "float_precision": self.float_precision,
                 "default_float_precision": self.default_float}
 
@@ -533,9 +538,9 @@ def evaluate(loaded, cal, runs: Runs, options: ExportOptions, *, runtime: str | 
         kind = cpu.kind()
         default = (kind.openvino_float if kind else None) if runtime == "openvino" else "f32"
         measured = RuntimeResult(runtime, output_metrics(names, r_accs), cpu.vnni(), getattr(session, "float_precision", "f32"),
-                                 kind.name if kind else None, default)
+                                 kind.name if kind else None, default, [gap_interval(a, b) for a, b in zip(accs, r_accs)])
         warnings += [f"{runtime}: {w}" for w in _output_warnings(names, r_accs)] + runtime_warnings(
-            runtime, outputs, measured.outputs, [gap_interval(a, b) for a, b in zip(accs, r_accs)])
+            runtime, outputs, measured.outputs, measured.intervals)
         if progress is not None:
             progress.update(1)
     tensors = []
