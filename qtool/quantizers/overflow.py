@@ -257,13 +257,11 @@ def joint_saturation(rows: np.ndarray, channels: int, joint, act: quant.QParams,
         if not risky.any():
             continue
         a, b, prob = pair_codes(joint, p, act, (int(signs[2 * p]), int(signs[2 * p + 1])), offset)
-        pairs = np.unique(np.stack([w1[risky], w2[risky]], axis=1), axis=0)
+        pairs, which = np.unique(np.stack([w1[risky], w2[risky]], axis=1), axis=0, return_inverse=True)
         total = pairs[:, :1] * a[None] + pairs[:, 1:] * b[None]
         excess = np.maximum(total - LIMIT, 0.0) + np.maximum(-LIMIT - 1 - total, 0.0)
         expected = np.sqrt((excess ** 2) @ prob)  # per distinct (w1, w2)
-        lookup = {tuple(k): v for k, v in zip(pairs.tolist(), expected)}
-        for r, k in zip(*np.nonzero(risky)):
-            root[r] += lookup[(int(w1[r, k]), int(w2[r, k]))]
+        np.add.at(root, np.nonzero(risky)[0], expected[which.reshape(-1)])  # each risky pair's, in row-major order
     return root ** 2
 
 
