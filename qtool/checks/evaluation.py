@@ -145,17 +145,16 @@ class _Acc:
             self.shape_mismatches += 1
             self.rows = None
             return
+        r = np.asarray(ref, dtype=np.float64).ravel()
+        o = np.asarray(out, dtype=np.float64).ravel()
         if self.rows is not None:
             if ref.ndim == 0 or ref.shape[0] != count:
                 self.rows = None
             else:
-                r2 = np.asarray(ref, dtype=np.float64).reshape(count, -1)
-                d2 = r2 - np.asarray(out, dtype=np.float64).reshape(count, -1)
+                r2, d2 = r.reshape(count, -1), (r - o).reshape(count, -1)
                 self.rows.append((np.einsum("ij,ij->i", r2, r2), np.einsum("ij,ij->i", d2, d2)))
         self.samples += ref.shape[0] if ref.ndim else 1
         self.classes = self.classes and looks_like_class_scores(ref.shape)
-        r = np.asarray(ref, dtype=np.float64).ravel()
-        o = np.asarray(out, dtype=np.float64).ravel()
         finite = np.isfinite(r)
         all_finite = bool(finite.all())
         if not all_finite:
@@ -481,13 +480,13 @@ def runtime_warnings(name: str, simulated: list[OutputMetrics], measured: list[O
                     f"file {format_db(s.sqnr_db)} dB")
             if interval is None:
                 warnings.append(f"{said}; {_likely_cause(name, worse=gap < 0)}")
-            elif interval[0] <= 0 <= interval[1]:
-                warnings.append(f"{said}, within what these {s.samples} inputs can tell (95 % interval of the difference "
-                                f"{interval[0]:+.2f}..{interval[1]:+.2f} dB): an int8 run drifts from its exact arithmetic input "
-                                f"by input; evaluate on more inputs to tell")
+                continue
+            span = f"95 % interval of the difference {interval[0]:+.2f}..{interval[1]:+.2f} dB"
+            if interval[0] <= 0 <= interval[1]:
+                warnings.append(f"{said}, within what these {s.samples} inputs can tell ({span}): an int8 run drifts from its "
+                                f"exact arithmetic input by input; evaluate on more inputs to tell")
             else:
-                warnings.append(f"{said} (95 % interval of the difference {interval[0]:+.2f}..{interval[1]:+.2f} dB); "
-                                f"{_likely_cause(name, worse=gap < 0)}")
+                warnings.append(f"{said} ({span}); {_likely_cause(name, worse=gap < 0)}")
     return warnings
 
 
