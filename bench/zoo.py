@@ -21,9 +21,10 @@ this checkout first on PYTHONPATH (the header prints which qtool the children im
   ort        onnxruntime.quantization.quantize_static(model, QDQ, its defaults: per-tensor int8 MinMax) over the
              calibration feeds, run by onnxruntime CPU against FP32 onnxruntime;
   latency    OpenVINO on the first held-out feed, every model compiled with f32 precision, LATENCY hint, 1 stream:
-             qtool's openvino file, NNCF's better preset (by SQNR) and FP32 take turns in --rounds rounds, the order
-             reversed every round (A,B,C, C,B,A, ...), each running ~--round-seconds per round; per round the
-             median latency of each, per pair the ratio in each round, and the median of those ratios reported.
+             qtool's openvino file, NNCF's better preset (by SQNR) and FP32 take turns in --rounds rounds, each
+             running ~--round-seconds per round in 10 slices taken in turn A,B,C, C,B,A, ... (so a change in the
+             machine's load falls on all alike); per round the median latency of each, per pair the ratio in each
+             round; the table shows the median ratio over rounds (the JSON also their min and max, and the load).
 
 SQNR everywhere is qtool's (qtool.checks.evaluation, the accumulator `qtool evaluate` uses): 10 log10(sum ref^2 /
 sum (ref - q)^2) over all values of an output across the held-out feeds, in float64, values where FP32 is NaN/inf
@@ -319,11 +320,10 @@ def child_latency(folder: Path, work: Path, args) -> dict:
     core = ov.Core()
     requests = {label: core.compile_model(path, "CPU", config).create_infer_request() for label, path in models.items()}
     runs = {label: _runs_per_round(request, feed, args.round_seconds) for label, request in requests.items()}
-    labels = list(requests)
-    per_round: dict[str, list[float]] = {label: [] for label in labels}
+    per_round = {label: [] for label in requests}
     for r in range(args.rounds):
-        for label in labels if r % 2 == 0 else labels[::-1]:
-            per_round[label].append(_median_ms(requests[label], feed, runs[label]))
+        for label, times in _round(requests, feed, runs, reverse=r % 2 == 1).items():
+            per_round[label].append(float(np.median(times) * 1000))
     ratios = {}
     for a, b in (("qtool", "nncf"), ("qtool", "fp32"), ("nncf", "fp32")):
         if a in per_round and b in per_round:
@@ -331,26 +331,34 @@ def child_latency(folder: Path, work: Path, args) -> dict:
             ratios[f"{a}/{b}"] = {"median": num(np.median(each)), "min": num(min(each)), "max": num(max(each))}
     return {"ms": {label: num(np.median(v)) for label, v in per_round.items()},
             "rounds_ms": {label: [num(x) for x in v] for label, v in per_round.items()},
-            "runs_per_round": runs, "ratios": ratios, "models": models}
+            "runs_per_round": runs, "ratios": ratios, "models": models, "loadavg": [round(x, 2) for x in os.getloadavg()]}
+
+
+def _round(requests: dict, feed: dict, runs: dict[str, int], reverse: bool, slices: int = 10) -> dict[str, list[float]]:
+    """One round: each model's runs in `slices` slices, the models taking turns slice by slice in the order
+    A,B,C,C,B,A,... (starting reversed on odd rounds), so a change of the machine's load between slices falls
+    on every model alike; each run's seconds per model."""
+    labels = list(requests)[::-1] if reverse else list(requests)
+    times: dict[str, list[float]] = {label: [] for label in labels}
+    for i in range(slices):
+        for label in labels if i % 2 == 0 else labels[::-1]:
+            request = requests[label]
+            for _ in range(len(range(i, runs[label], slices))):  # this slice's share of the round's runs
+                start = time.perf_counter()
+                request.infer(feed)
+                times[label].append(time.perf_counter() - start)
+    return times
 
 
 def _runs_per_round(request, feed, seconds: float) -> int:
+    """Runs that take about `seconds` (after 5 warm-up runs), at least 10 (one per slice), at most 5000."""
     for _ in range(5):
         request.infer(feed)
     start = time.perf_counter()
     for _ in range(5):
         request.infer(feed)
     each = (time.perf_counter() - start) / 5
-    return int(min(5000, max(3, round(seconds / max(each, 1e-6)))))
-
-
-def _median_ms(request, feed, runs: int) -> float:
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        request.infer(feed)
-        times.append(time.perf_counter() - start)
-    return float(np.median(times) * 1000)
+    return int(min(5000, max(10, round(seconds / max(each, 1e-6)))))
 
 
 CHILD_STEPS = {"plain": child_plain, "nncf": child_nncf, "ort": child_ort, "latency": child_latency}
@@ -492,6 +500,7 @@ def figures(row: dict) -> dict:
         "lead": None if run is None or best_db is None else run - best_db,
         "ort": unnum(ort["sqnr_db"]) if ort else None,
         "lat_q_nncf": unnum(lat["qtool/nncf"]["median"]) if "qtool/nncf" in lat else None,
+        "lat_q_nncf_range": (unnum(lat["qtool/nncf"]["min"]), unnum(lat["qtool/nncf"]["max"])) if "qtool/nncf" in lat else None,
         "lat_q_fp32": unnum(lat["qtool/fp32"]["median"]) if "qtool/fp32" in lat else None,
     }
 
@@ -529,12 +538,8 @@ def inspect_cell(steps: dict) -> str:
 
 def _broken_rules(report) -> int | None:
     """How many rule violations `qtool inspect --trt-version --json` lists (None when it is not that JSON)."""
-    if not isinstance(report, dict):
-        return None
-    for key in ("violations", "rules", "problems", "errors"):
-        if isinstance(report.get(key), list):
-            return len(report[key])
-    return None
+    violations = report.get("violations") if isinstance(report, dict) else None
+    return len(violations) if isinstance(violations, list) else None
 
 
 def stepped(value, steps: dict, step: str, digits: int = 1, suffix: str = "") -> str:
@@ -547,7 +552,7 @@ def stepped(value, steps: dict, step: str, digits: int = 1, suffix: str = "") ->
 
 HEADER = ("model", "domain/tags", "calibrate (s, RSS x plain)", "exports o/q/t", "inspect TRT", "qtool sim dB",
           "qtool OV run dB", "run-sim", "NNCF default dB", "NNCF transformer dB", "best NNCF - qtool",
-          "ORT quantize_static dB", "latency qtool/NNCF", "int8/FP32")
+          "ORT quantize_static dB", "latency qtool/NNCF (rounds' range)", "int8/FP32")
 
 
 def table_row(row: dict) -> list[str]:
@@ -562,7 +567,12 @@ def table_row(row: dict) -> list[str]:
             fmt(f["gap"], 2), stepped(f["nncf_default"], steps, "nncf_default"),
             stepped(f["nncf_transformer"], steps, "nncf_transformer"),
             fmt(None if f["lead"] is None else -f["lead"], 2), stepped(f["ort"], steps, "ort"),
-            stepped(f["lat_q_nncf"], steps, "latency", 3), stepped(f["lat_q_fp32"], steps, "latency", 3)]
+            stepped(f["lat_q_nncf"], steps, "latency", 2) + _range(f["lat_q_nncf_range"]),
+            stepped(f["lat_q_fp32"], steps, "latency", 2)]
+
+
+def _range(span) -> str:
+    return "" if span is None else f" ({fmt(span[0], 2)}-{fmt(span[1], 2)})"
 
 
 def markdown(rows: list[list[str]]) -> str:
@@ -620,16 +630,24 @@ def machine() -> dict:
     return {"cpu": cpu, "cores": os.cpu_count(),
             "flags": sorted(flags & {"avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "amx_bf16"}),
             "vnni": bool(flags & {"avx512_vnni", "avx_vnni", "amx_int8"}), "bf16": bool(flags & {"avx512_bf16", "amx_bf16"}),
-            "qtool": git_commit(), "qtool_imported_from": imported_qtool(), "python": sys.version.split()[0], **versions,
+            "qtool": git_commit(), "qtool_tree": qtool_tree(), "qtool_imported_from": imported_qtool(), "python": sys.version.split()[0], **versions,
+            "loadavg": [round(x, 2) for x in os.getloadavg()],
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
 
-def git_commit() -> str:
-    def git(*a):
-        return subprocess.run(["git", "-C", str(REPO), *a], capture_output=True, text=True, check=False).stdout.strip()
+def git(*args) -> str:
+    return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, check=False).stdout.strip()
 
+
+def git_commit() -> str:
+    """HEAD, "-dirty" when qtool/ has uncommitted changes."""
     commit = git("rev-parse", "--short=12", "HEAD") or "unknown"
     return commit + ("-dirty" if git("status", "--porcelain", "--untracked-files=no", "--", "qtool") else "")
+
+
+def qtool_tree() -> str:
+    """The git tree of qtool/ (what the rows depend on; bench-only commits leave it), "-dirty" as git_commit."""
+    return (git("rev-parse", "--short=12", "HEAD:qtool") or "unknown") + ("-dirty" if git_commit().endswith("-dirty") else "")
 
 
 def imported_qtool() -> str:
@@ -659,15 +677,16 @@ def save_results(path: Path, data: dict) -> None:
 def print_report(data: dict) -> None:
     m = data["machine"] or {}
     print(f"# qtool zoo bench, {m.get('date')}")
-    print(f"CPU: {m.get('cpu')} ({m.get('cores')} cores; vnni={m.get('vnni')}, bf16={m.get('bf16')}; {' '.join(m.get('flags', []))})")
+    print(f"CPU: {m.get('cpu')} ({m.get('cores')} cores; vnni={m.get('vnni')}, bf16={m.get('bf16')}; {' '.join(m.get('flags', []))});"
+          f" load average at the start {m.get('loadavg')}")
     print(f"qtool {m.get('qtool')} (children import {m.get('qtool_imported_from')}), openvino {m.get('openvino')}, "
           f"onnxruntime {m.get('onnxruntime')}, nncf {m.get('nncf')}, onnx {m.get('onnx')}, numpy {m.get('numpy')}, "
           f"python {m.get('python')}")
     models = data["models"]
     older = [f"{n} ({r['run']['qtool']}, {r['run']['date']})" for n, r in sorted(models.items())
-             if r.get("run", {}).get("qtool") != m.get("qtool")]
+             if r.get("run", {}).get("qtool_tree") != m.get("qtool_tree")]
     if older:
-        print(f"rows from another qtool commit: {', '.join(older)}")
+        print(f"rows measured with another qtool/ tree (commit, date): {', '.join(older)}")
     print()
     print(markdown([table_row(models[n]) for n in sorted(models)]))
     print()
@@ -718,7 +737,7 @@ def run(args) -> None:
     for folder in folders:
         print(f"{folder.name} ...", file=sys.stderr, flush=True)
         row = bench_model(folder, args.work / folder.name, args, skip)
-        row["run"] = {"qtool": data["machine"]["qtool"], "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        row["run"] = {"qtool": data["machine"]["qtool"], "qtool_tree": data["machine"]["qtool_tree"], "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                       "skipped": sorted(skip)}
         data["models"][folder.name] = row
         save_results(out, data)  # after every model: an interrupted run keeps what it measured
