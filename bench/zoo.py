@@ -385,7 +385,8 @@ def child_main(args) -> None:
 def model_folders(zoo: Path, wanted: list[str] | None) -> list[Path]:
     if not zoo.is_dir():
         raise BenchError(f"zoo folder {zoo} does not exist (materialize it: python -m zoo_models, from bench/)")
-    found = {p.name: p for p in sorted(zoo.iterdir()) if (p / "meta.json").is_file()}
+    found = {p.name: p for p in sorted(zoo.iterdir())  # zoo_models' <name>.tmp (being written) and <name>.work are no models
+             if (p / "meta.json").is_file() and not p.name.endswith((".tmp", ".work"))}
     if wanted is None:
         return list(found.values())
     missing = [w for w in wanted if w not in found]
