@@ -15,6 +15,11 @@ lines mean the same on AVX2-only CPUs (tests/avx2.py) as on VNNI ones.
    Printed: the run's SQNR against the exact output for both forms.
 3. the same below a Transpose of an NHWC input (qtool flips only quantizers on a graph input or a
    Cast of one, the Transposes moved below the Mul).
+4. reduction fused wrong: ReduceMax (or ReduceMin) -> FakeQuantize -> MatMul with int8 weights. OpenVINO
+   2026.4 fuses the FakeQuantize into the Reduce node and, with the int8 MatMul reading it, computes
+   something else (AttaCut's Thai segmenter: 7 dB where its file's arithmetic gives 43). The same
+   FakeQuantize on the reduction's input (qtool's file: the same numbers, max and min commute with
+   it) runs right. Printed: run vs exact for both orders, for each reduction.
 
 Usage: python bench/openvino_quirks.py
 """
@@ -103,6 +108,26 @@ def signs_folded(rng, nhwc: bool = False) -> tuple[float, float]:
     return out[0], out[1]
 
 
+def reduction_fused(rng, op: str) -> tuple[float, float]:
+    """(run vs exact with the FakeQuantize after `op`, with it before), dB: [1, L, C, 3] reduced over its last axis
+    (keepdims 0, as torch.max(x, 3) exports), on a dynamic shape, into a MatMul with int8 weights."""
+    inits = {"ax": np.array([3], np.int64), "lo": np.float32(-7.8), "hi": np.float32(15.8),
+             "w8": rng.integers(-63, 64, (64, 48)).astype(np.int8), "ws": np.full((64, 1), 0.01, np.float32)}
+    x = rng.normal(2, 3, (1, 54, 48, 3)).astype(np.float32)
+    weights = [helper.make_node("Cast", ["w8"], ["wf"], to=TensorProto.FLOAT), helper.make_node("Mul", ["wf", "ws"], ["wd"]),
+               helper.make_node("Transpose", ["wd"], ["w"], perm=[1, 0])]
+    out = []
+    for after in (True, False):
+        if after:
+            nodes = [helper.make_node(op, ["x", "ax"], ["r"], keepdims=0), _fq("r", "lo", "hi", "q")]
+        else:
+            nodes = [_fq("x", "lo", "hi", "xq"), helper.make_node(op, ["xq", "ax"], ["q"], keepdims=0)]
+        m = _model(nodes + weights + [helper.make_node("MatMul", ["q", "w"], ["out"])], {"x": ["N", "L", "C", 3]}, inits)
+        m.opset_import[0].version = 18  # ReduceMax's axes as an input
+        out.append(_sqnr(_exact(m, {"x": x}), _run(m, {"x": x})))
+    return out[0], out[1]
+
+
 def main() -> None:
     import openvino as ov
 
@@ -121,6 +146,11 @@ def main() -> None:
     floats, ints = signs_folded(rng, nhwc=True)
     print(f"3. the same below a Transpose of an NHWC input:   run vs file {floats:6.1f}; int8 signs Cast: {ints:6.1f}"
           f"  -> {'float signs miscompiled' if floats < SAME else 'float signs run right'}, int8 signs {'right' if ints >= SAME else 'WRONG'}")
+    for op in ("ReduceMax", "ReduceMin"):
+        after, before = reduction_fused(rng, op)
+        print(f"4. {op} -> FakeQuantize -> int8 MatMul:        run vs file {after:6.1f}; FakeQuantize before it: {before:6.1f}"
+              f"  -> {'still fused wrong' if after < SAME else 'runs right now'}"
+              f"{'' if before >= SAME else '; THE MOVED FORM IS WRONG TOO: qtool files are affected'}")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from onnx import TensorProto, helper, numpy_helper
 from PIL import Image
 from runcli import invoke
 
+import qtool
 from qtool import calibration, model
 from qtool.quantizers import cpu, policy, quant
 from qtool.targets.cpu import CPU
@@ -615,3 +616,22 @@ def test_control_flow_model_exports(tmp_path):
     export("openvino", tmp_path / "cf.calib.json", out)  # the default export (overflow guard) on any CPU
     real, exact = ov_compile(out)(x)[0], ov_exact(out)(x)[0]
     assert sqnr(exact, real) > 25 and sqnr(ref, real) > 15, (sqnr(exact, real), sqnr(ref, real))
+
+
+def test_reduction_before_an_int8_layer_runs_as_the_file_says():
+    """A character-CNN segmenter's ReduceMax -> quantizer -> int8 MatMul (AttaCut-C's, tests/zoo.py): OpenVINO 2026.4
+    fuses a FakeQuantize into the ReduceMax before it and then computes something else (bench/openvino_quirks.py,
+    case 4: the real model at 7 dB for its file's 43). The export puts the quantizer on the reduction's input, which
+    computes the same numbers: no FakeQuantize reads a ReduceMax, and OpenVINO's run matches the exact simulation."""
+    model = zoo.char_conv_segmenter_like()
+    rng = np.random.default_rng(7)
+    feeds = [{"input": rng.integers(0, 60, (1, int(n))).astype(np.int64)} for n in rng.integers(20, 60, 24)]
+    cal = qtool.calibrate(model, data=feeds[:16])
+    data = qtool.export(model, cal, target="openvino")
+    m = onnx.load_from_string(data)
+    producers = {o: n for n in m.graph.node for o in n.output}
+    fq_inputs = [producers[n.input[0]].op_type for n in m.graph.node if n.op_type == "FakeQuantize" and n.input[0] in producers]
+    assert "ReduceMax" not in fq_inputs and fq_inputs.count("Concat") == 1
+    result = qtool.evaluate(model, cal, data=feeds[16:], target="openvino", runtime="openvino")
+    exact, run = result.worst_sqnr_db, result.runtime.worst_sqnr_db
+    assert exact > 25 and abs(run - exact) < 1.0, (exact, run)

@@ -44,6 +44,7 @@ __all__ = [
     "deconv_gemm_like",
     "bert_like",
     "vit_like",
+    "char_conv_segmenter_like",
 ]
 
 FLOAT = TensorProto.FLOAT
@@ -891,6 +892,34 @@ def vit_like(opset=17, d=32, heads=2, patch=8, classes=10):
     graph = g.graph("vit_like", [helper.make_tensor_value_info("pixel_values", FLOAT, ["n", 3, 32, 32])],
                     [helper.make_tensor_value_info(y, FLOAT, ["n", classes])])
     return _make_model(graph, opset, producer="pytorch")
+
+
+def char_conv_segmenter_like(opset=18, vocab=60, emb=16, ch=24, seed=6101):
+    """A character-CNN word segmenter as torch exports AttaCut-C (Thai): int64 ids [1, seq] -> Gather embedding ->
+    Transpose -> three dilated Conv1D -> Transpose, Unsqueeze, Concat -> ReduceMax over the stack (keepdims 0,
+    torch.max(x, 3)) -> MatMul -> Relu -> MatMul -> per-character logits [1, seq, 2]. Its ReduceMax -> quantizer ->
+    int8 MatMul is what OpenVINO 2026.4 fuses wrong (bench/openvino_quirks.py, case 4)."""
+    g = _Graph(seed=seed)
+    table = g.init("embeddings.weight", g.rng.normal(0, 1, (vocab, emb)).astype(np.float32))
+    e = g.op("Gather", [table, "input"], "/embedding", axis=0)  # [1, seq, emb]
+    x = g.op("Transpose", [e], "/permute", perm=[0, 2, 1])
+    axis = g.init("stack_axis", np.array([3], np.int64))
+    stacked = []
+    for i, (k, dil) in enumerate(((3, 1), (5, 3), (9, 2))):
+        w = g.init(f"conv{i}.weight", (g.rng.normal(0, 1, (ch, emb, k)) / np.sqrt(emb * k)).astype(np.float32))
+        b = g.init(f"conv{i}.bias", g.rng.normal(0, 0.1, ch).astype(np.float32))
+        c = g.op("Conv", [x, w, b], f"/conv{i}", kernel_shape=[k], pads=[dil * (k - 1) // 2] * 2, dilations=[dil])
+        t = g.op("Transpose", [c], f"/conv{i}", perm=[0, 2, 1])
+        stacked.append(g.op("Unsqueeze", [t, axis], f"/conv{i}"))
+    s = g.op("Concat", stacked, "/stack", axis=3)
+    r = g.op("ReduceMax", [s, axis], "/max", keepdims=0)  # [1, seq, ch]
+    w1 = g.init("linear1.weight", (g.rng.normal(0, 1, (ch, 32)) / np.sqrt(ch)).astype(np.float32))
+    h = g.op("Relu", [g.op("Add", [g.op("MatMul", [r, w1], "/linear1"), g.init("linear1.bias", np.zeros(32, np.float32))], "/linear1")], "/relu")
+    w2 = g.init("linear2.weight", (g.rng.normal(0, 1, (32, 2)) / np.sqrt(32)).astype(np.float32))
+    g.op("MatMul", [h, w2], "/linear2", outputs=["logits"])
+    graph = g.graph("char_conv_segmenter", [helper.make_tensor_value_info("input", INT64, [1, "seq"])],
+                    [helper.make_tensor_value_info("logits", FLOAT, [1, "seq", 2])])
+    return _make_model(graph, opset)
 
 
 def _random_feeds(model, dims, seed=0):

@@ -156,9 +156,31 @@ def _flip_bias(model: onnx.ModelProto, namer: G.Namer, node: onnx.NodeProto, sit
     node.input[2] = name
 
 
+# OpenVINO 2026.4's CPU plugin fuses a FakeQuantize into the ReduceMax/ReduceMin that feeds it and, where an int8
+# layer reads it, computes something else (bench/openvino_quirks.py, case 4: 24 dB and 1 dB from the file; AttaCut's
+# Thai segmenter ran at 7 dB for its file's 43). Max and min commute with a per-tensor FakeQuantize (a non-decreasing
+# function of each element), so the quantizer goes on the reduction's input and the file computes the same numbers.
+COMMUTING_REDUCTIONS = ("ReduceMax", "ReduceMin")
+
+
+def _below_reduction(model: onnx.ModelProto, namer: G.Namer, reduction: onnx.NodeProto, params: quant.QParams, elem_type: int) -> str:
+    """A FakeQuantize of the reduction's input and a copy of the reduction reading it; returns the copy's output:
+    the per-tensor FakeQuantize of the reduction's output, computed in the order OpenVINO runs right."""
+    quantized = _fake_quantize(model, namer, reduction.input[0], params, (), elem_type)
+    copy = onnx.NodeProto()
+    copy.CopyFrom(reduction)
+    copy.name = namer.fresh(f"{reduction.name}/quantized")
+    copy.input[0] = quantized
+    del copy.output[:]
+    copy.output.append(namer.fresh(f"{reduction.output[0]}/fq"))
+    model.graph.node.append(copy)
+    return copy.output[0]
+
+
 def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
     """Insert the plan's quantizers as FakeQuantize nodes, 8-bit weights stored compressed (in place)."""
-    nodes = G.Index(model).nodes
+    index = G.Index(model)
+    nodes = index.nodes
     for site in plan.quantizers:
         params = site.params()
         source = site.tensor
@@ -166,6 +188,13 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
             shape = () if site.channel_amax is None else quant.range_shape(params, site.rank)  # [1, C, 1, 1] per channel
             if site.channel_signs is not None:  # the guard's flipped input channels, negated before the FakeQuantize
                 source = _flipped(model, namer, site)
+            reduction = index.producer.get(site.tensor)
+            if not shape and source == site.tensor and reduction is not None and reduction.op_type in COMMUTING_REDUCTIONS \
+                    and reduction.domain in ("", "ai.onnx"):
+                out = _below_reduction(model, namer, reduction, params, site.elem_type)
+                for node_name, slot in site.readers:
+                    nodes[node_name].input[slot] = out
+                continue
         else:
             shape = quant.range_shape(params, site.values.ndim)
             values = site.values
