@@ -191,3 +191,18 @@ HELD_MUSIC = tuple((tonic, prog, bpm, timbre) for i, (tonic, bpm, timbre) in enu
 def clips(work: Path, held: bool, sr: int) -> list[np.ndarray]:
     """The split's rendered progressions (16 calibration clips, 8 held-out clips, other keys, tempos, timbres)."""
     return [music(work, t, p, b, tm, sr) for t, p, b, tm in (HELD_MUSIC if held else CALIB_MUSIC)]
+
+
+def many_clips(work: Path, held: bool, n: int, sr: int) -> list[Path]:
+    """n rendered progressions (WAV paths), configurations fixed by index: calibration on PROGRESSIONS[:4] with
+    pluck/triangle/sawtooth/square, held out on PROGRESSIONS[4:] with pluck/sine/triangle in other keys/tempos."""
+    paths = []
+    for i in range(n):
+        if held:
+            cfg = (53 + (5 * i) % 15, PROGRESSIONS[4 + i % 2], 85 + (11 * i) % 60, ("pluck", "sine", "triangle")[i % 3])
+        else:
+            cfg = (52 + (7 * i) % 17, PROGRESSIONS[i % 4], 80 + (13 * i) % 70,
+                   ("pluck", "pluck", "triangle", "sawtooth", "square")[i % 5])
+        music(work, *cfg, sr=sr)
+        paths.append(work / "music" / f"{cfg[0]}-{'-'.join(map(str, cfg[1]))}-{cfg[2]}-{cfg[3]}-{sr}.wav")
+    return paths

