@@ -128,7 +128,7 @@ def held_out_runs(loaded, cal, images_dir, data_dir, limit, batch_size=None, ima
         specs = model.data_inputs(loaded.proto)
         if not specs:
             raise QtoolError("the model has no inputs to feed; nothing to evaluate")
-        inputs = data.list_arrays(data_dir, limit)
+        inputs = data.list_arrays(data_dir, limit, specs)
 
         def runs():
             return data.array_runs(inputs, specs)

@@ -50,8 +50,8 @@ def parse_target(text: str) -> str:
 @click.option("--max-drop", metavar="BUDGET", help="openvino/qdq: keep in FP32 the fewest layers, worst ranked first, that bring the int8 model within BUDGET on --images/--data: a worst output SQNR (e.g. 30dB) or a top-1 agreement drop (e.g. 1%); each step measures the target's model exactly (simulated: the same on every CPU); exit 1 when --max-fp32 tensors are not enough.")
 @click.option("--max-fp32", type=click.IntRange(min=1), default=20, show_default=True, help="With --max-drop: the most quantized tensors whose layers may be kept in FP32.")
 @click.option("--images", type=click.Path(path_type=Path), help="With --keep-fp32/--max-drop: held-out images to rank and measure on.")
-@click.option("--data", type=click.Path(path_type=Path), help="With --keep-fp32/--max-drop: held-out .npy/.npz files.")
-@click.option("--limit", type=click.IntRange(min=1), help="With --keep-fp32/--max-drop: use only the first N images or data files.")
+@click.option("--data", type=click.Path(path_type=Path), help="With --keep-fp32/--max-drop: held-out .npy/.npz files (a folder, or one file of samples along the first axis).")
+@click.option("--limit", type=click.IntRange(min=1), help="With --keep-fp32/--max-drop: use only the first N images, data files or samples.")
 @option("ignored_patterns")
 @option("bias_correction")
 @policy_options
