@@ -375,7 +375,7 @@ def test_every_text_of_the_page_is_escaped():
 def test_evaluation_file_is_read_bounded_and_errors_are_one_line(work, tmp_path, monkeypatch):
     doc = json.loads(work["eval"].read_text())
     cases = {
-        "other.json": (json.dumps({**doc, "model_sha256": "0" * 64}), "another model"),
+        "other.json": (json.dumps({**doc, "model_sha256": "0" * 64}), "(SHA-256 000000000000), not the model the calibration file records"),
         "bad.json": ("{not json", "not readable JSON"),
         "export.json": (json.dumps({"command": "export"}), "not the output of qtool evaluate"),
         "deep.json": ("[" * 100_000 + "]" * 100_000, "nested too deeply"),  # RecursionError in json
