@@ -47,7 +47,7 @@ def test_images_and_every_export_equal_the_cli_byte_for_byte(tmp_path):
     cases = [
         ("openvino", [], {}),
         ("qdq", [], {}),
-        ("qdq", ["--weight-bits", "4", "--scale", "pow2"], {"policies": qtool.Policies(
+        ("qdq", ["--weight-bits", "4", "--scale-kind", "pow2"], {"policies": qtool.Policies(
             weights=qtool.Policy(bits=4, signed=True, per_channel=True, scale="pow2"), activations=qtool.Policy(symmetric=None, scale="pow2"))}),
         ("tensorrt", ["--trt-version", "11.4"], {"trt_version": "11.4"}),
         ("tensorrt", ["--trt-version", "10.3", "--weights", "int8"], {"trt_version": "10.3", "weights": "int8"}),

@@ -30,13 +30,12 @@ def option(key: str, command: str = "export", flag: str | None = None):
     return click.option(flag or o.flag, key, **kwargs)
 
 
-def policy_options(command=None, *, scale_flag: str = "--scale"):
+def policy_options(command):
     """The options that choose quantization policies (qtool.options.PolicyFlags), shared by export,
-    evaluate and inspect (evaluate's --scale is the pixel multiplier: there the scale kind is `scale_flag`)."""
-    if command is None:
-        return lambda c: policy_options(c, scale_flag=scale_flag)
+    evaluate and inspect (the scale kind is --scale-kind everywhere: --scale is calibrate's and
+    evaluate's pixel multiplier)."""
     for key in reversed(list(api.EXPORT_GROUPS["Policy"])):
-        command = option(key, "policy", flag=scale_flag if key == "scale_kind" else None)(command)
+        command = option(key, "policy")(command)
     return command
 
 

@@ -52,7 +52,7 @@ def _progress(total: int, enabled: bool):
 @option("precision", "evaluate")
 @click.option("--tensors/--no-tensors", "tensors", default=False, show_default=True, help="openvino/qdq: also rank every quantized tensor by the output SQNR of quantizing it alone (one model run over the inputs per tensor: slow on large models).")
 @click.option("--fail-below", type=float, metavar="DB", help="Exit 1 when an output's SQNR (of the simulation) is below DB decibels (a quality gate); the results are printed first.")
-@policy_options(scale_flag="--scale-kind")
+@policy_options
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout (infinite SQNR as the string \"inf\").")
 @click.pass_context
 def evaluate(ctx, model_path, as_json, **options):
