@@ -3,9 +3,11 @@ flags), and the command class whose --help shows them in their sections."""
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 
 import click
+from click.shell_completion import CompletionItem
 
 from .. import api
 
@@ -28,6 +30,26 @@ def option(key: str, command: str = "export", flag: str | None = None):
     if o.metavar:
         kwargs["metavar"] = o.metavar
     return click.option(flag or o.flag, key, **kwargs)
+
+
+def target_option(choices: tuple[str, ...] = api.TARGETS, **kwargs):
+    """--target as every command takes it: free text, so a typo is a usage error naming the nearest
+    choice (exit 2), completed from `choices` in the shell, given to the command in lower case."""
+
+    def parse(ctx, param, text):
+        if text is None:
+            return None
+        target = text.strip().lower()
+        if target not in choices:
+            near = difflib.get_close_matches(target, choices, n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else ""
+            raise click.BadParameter(f"{text!r} is not one of {', '.join(choices)}{hint}")
+        return target
+
+    def complete(ctx, param, incomplete):
+        return [CompletionItem(t) for t in choices if t.startswith(incomplete.lower())]
+
+    return click.option("--target", metavar=f"[{'|'.join(choices)}]", callback=parse, shell_complete=complete, **kwargs)
 
 
 def policy_options(command):

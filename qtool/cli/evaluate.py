@@ -11,7 +11,7 @@ import click
 
 from .. import api
 from . import EPILOG, call, cli, finish
-from .declared import Grouped, option, policy_options
+from .declared import Grouped, option, policy_options, target_option
 
 HELD_OUT = ("images", "data", "limit", "size", "resize", "scale", "mean", "std", "bgr", "layout", "batch_size")
 
@@ -36,7 +36,7 @@ def _progress(total: int, enabled: bool):
 @click.option("--bgr/--rgb", default=None, help="Channel order [default: the calibration file's].")
 @click.option("--layout", type=click.Choice(["nchw", "nhwc"]), help="Input layout [default: the calibration file's].")
 @click.option("--batch-size", type=click.IntRange(min=1), help=f"Images per inference [default: the model's fixed batch, else {api.DEFAULT_BATCH}]; results do not depend on it.")
-@click.option("--target", type=click.Choice(api.TARGETS), default="qdq", show_default=True, help="Whose export to evaluate: " + ", ".join(f"{t} ({d})" for t, d in api.TARGET_DESCRIPTIONS.items()) + ".")
+@target_option(default="qdq", show_default=True, help="Whose export to evaluate: " + ", ".join(f"{t} ({d})" for t, d in api.TARGET_DESCRIPTIONS.items()) + ".")
 @click.option("--runtime", type=click.Choice(tuple(api.runtimes())), help="Also run the file in this runtime on this CPU (its int8 kernels): " + " or ".join(f"{r} (--target {' or '.join(ts)})" for r, ts in api.runtimes().items()) + ", and report both; a warning names the likely cause where they differ by more than 1 dB.")
 @option("method", "evaluate")
 @option("exclude", "evaluate")
