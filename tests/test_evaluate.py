@@ -20,6 +20,7 @@ import onnxruntime as ort
 import pytest
 import zoo
 from PIL import Image
+from required import module
 from runcli import invoke
 
 from qtool.checks import evaluation as ev
@@ -360,7 +361,7 @@ OPENVINO_GAP_DB = (-0.5, 2.5)
 def test_runtime_openvino_compiles_the_openvino_file(digits, tmp_path):
     """OpenVINO's CPU plugin in f32 precision on the FakeQuantize file, against the simulation within
     the gap measured on several CPU kinds (the default export's overflow guard makes it CPU-independent)."""
-    ov = pytest.importorskip("openvino")
+    ov = module("openvino")
     out = tmp_path / "d.openvino.onnx"
     ok(invoke("-q", "export", "--target", "openvino", "--calib", digits["calib"], "-o", out))
     e = strict_json(ok(invoke("evaluate", SAMPLE, "--calib", digits["calib"], "--data", digits["held"], "--target", "openvino",

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zoo
+from required import module
 from runcli import invoke as run
 
 from qtool import fileio, model
@@ -74,7 +75,7 @@ def test_calibrate_onto_the_external_data_file_is_refused(w):
 
 
 def test_report_onto_the_calibrated_model_is_refused(w):
-    pytest.importorskip("matplotlib")
+    module("matplotlib")
     line = _refused(w, "report", "d.calib.json", "-o", "digits.onnx")
     assert "calibrated model" in line
 
