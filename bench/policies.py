@@ -74,7 +74,7 @@ def bench_model(name: str, dev: Path, n_calib: int, n_eval: int, worst: int) -> 
     names = [t["tensor"] for t in ranking if t["kind"] == "activation"][:worst]
     (work / "worst.json").write_text(json.dumps({"rules": [{"name": t, "apply_to": "activations", "bits": 16} for t in names]}))
     rows = {"w8a8": [], "w4a8": ["--weight-bits", "4"], f"w8a16-worst{worst}": ["--policy", work / "worst.json"],
-            "w8a16": ["--activation-bits", "16"], "pow2": ["--scale", "pow2"]}
+            "w8a16": ["--activation-bits", "16"], "pow2": ["--scale-kind", "pow2"]}
     ref = run_onnx(path, held)
     results = []
     for label, extra in rows.items():

@@ -49,7 +49,7 @@ from .commands import report as _report_file
 from .errors import Opt, QtoolError
 from .feeds import data as _data
 from .fileio import check_output_path, write_atomic
-from .inputs import DEFAULT_BATCH, held_out_runs
+from .inputs import DEFAULT_BATCH, check_model, held_out_runs
 from .statistics import thresholds
 from .targets import TARGETS, exporter, tensorrt
 
@@ -87,8 +87,8 @@ def _loaded(model_or_path, external_data: bool = True) -> model.LoadedModel:
 def _checked(model_or_path, cal: Calibration) -> model.LoadedModel:
     """The model, refused unless it is the one `cal` was made for (same SHA-256)."""
     loaded = _loaded(model_or_path)
-    if loaded.sha256 != cal.model_sha256:
-        raise QtoolError("the model is not the one the calibration was made for (SHA-256 differs); calibrate it again")
+    check_model(loaded, cal.source[0] if cal.source else None, cal.model_path, cal.model_sha256,
+                "the ModelProto" if isinstance(model_or_path, onnx.ModelProto) else None)
     return loaded
 
 

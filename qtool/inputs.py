@@ -49,22 +49,31 @@ def load_checked_model(model_path: Path | None, calib_path: Path, cal: calibrati
     if model_path is None and not path.exists():
         raise QtoolError(f"the calibrated model {str(path)!r} (recorded in {str(calib_path)!r}) is missing; pass MODEL")
     loaded = model.load_model(path)
-    check_model(loaded, calib_path, cal.model_sha256)
+    check_model(loaded, calib_path, cal.model_path, cal.model_sha256)
     return loaded
 
 
-def check_model(loaded: model.LoadedModel, calib_path: Path, sha256: str) -> None:
-    """A one-line error unless `loaded` is the model the calibration file was made for (SHA-256)."""
+def check_model(loaded: model.LoadedModel, calib: Path | str | None, recorded: str, sha256: str, shown: str | None = None) -> None:
+    """A one-line error unless `loaded` is the model the calibration `calib` (its file; None: one in
+    memory) records: the model at `recorded` (relative to the file's folder) with this SHA-256. The
+    one model check of every command and of the Python API; it names both files and both models.
+    `shown`: how to name `loaded` (default: its path)."""
     path = loaded.path
+    what = "the calibration" if calib is None else repr(str(calib))
     if loaded.sha256 != sha256 and loaded.onnx_sha256 == sha256:
         raise QtoolError(
-            f"{str(calib_path)!r} was made by an older qtool whose SHA-256 covered {str(path)!r} but not its external data "
+            f"{what} was made by an older qtool whose SHA-256 covered {str(path)!r} but not its external data "
             f"({', '.join(model.external_locations(_header(path)))}), so its weights cannot be checked; calibrate again"
         )
-    if loaded.sha256 != sha256:
-        raise QtoolError(
-            f"{str(path)!r} is not the model {str(calib_path)!r} was calibrated for (SHA-256 differs); calibrate it again"
-        )
+    if loaded.sha256 == sha256:
+        return
+    where = Path(recorded) if calib is None else Path(calib).parent / recorded
+    given = shown or repr(str(path))
+    if shown is None and os.path.exists(where) and os.path.samefile(where, path):
+        raise QtoolError(f"{given} has changed since {what} was made for it (SHA-256 {sha256[:12]} then, {loaded.sha256[:12]} now); "
+                         "calibrate it again")
+    raise QtoolError(f"{what} records {shown_path(where)!r} (SHA-256 {sha256[:12]}), not {given} (SHA-256 {loaded.sha256[:12]}): "
+                     "give the model it records, or calibrate this one")
 
 
 def _header(path: Path):
@@ -128,7 +137,7 @@ def held_out_runs(loaded, cal, images_dir, data_dir, limit, batch_size=None, ima
         specs = model.data_inputs(loaded.proto)
         if not specs:
             raise QtoolError("the model has no inputs to feed; nothing to evaluate")
-        inputs = data.list_arrays(data_dir, limit)
+        inputs = data.list_arrays(data_dir, limit, specs)
 
         def runs():
             return data.array_runs(inputs, specs)

@@ -256,7 +256,7 @@ def inspect_file(file: Path, model_path: Path | None) -> tuple[dict, str, str | 
     if model_path is not None:
         loaded = model.load_model(model_path)
         if doc["kind"] == "calibration":
-            check_model(loaded, file, doc["header"]["sha256"])  # export's check: another model's names say nothing
+            check_model(loaded, file, doc["header"]["model"], doc["header"]["sha256"])  # export's check: another model's names say nothing
         cov = coverage(doc, loaded)
     summary = {
         "command": "inspect", "file": str(file), "kind": doc["kind"], "header": doc["header"],

@@ -191,7 +191,7 @@ class PolicyFlags:
         None, "--activation-bits", "openvino/qdq: activation bits (default 8; QDQ takes 8 or 16, 16 needs opset 21; FakeQuantize any).",
         bounds=(2, 16))
     scale_kind: str | None = option(
-        None, "--scale", "openvino/qdq: float scales (default) or powers of two (rounded up: nothing clips more), for accelerators "
+        None, "--scale-kind", "openvino/qdq: float scales (default) or powers of two (rounded up: nothing clips more), for accelerators "
         "that requantize by shifting.", choices=("float", "pow2"))
     activations: str | None = option(
         None, "--activations", "openvino/qdq: activation grids: symmetric (zero point 0), asymmetric (u8 with a zero point, [min, "

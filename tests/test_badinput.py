@@ -138,6 +138,9 @@ CASES = {
     "calibration file missing": ("export --target tensorrt --calib {w}/none.calib.json -o {w}/x.cache", 1, "does not exist"),
     "export output is the model": ("export --target tensorrt --calib {w}/good.calib.json -o {w}/digits.onnx", 1, "input file"),
     "mistyped target": ("export --target tensorrtt --calib {w}/good.calib.json", 2, "did you mean 'tensorrt'"),
+    "mistyped evaluate target": ("evaluate {w}/digits.onnx --target opnvino --calib {w}/good.calib.json --images {w}/imgs", 2,
+                                 "did you mean 'openvino'"),
+    "mistyped report target": ("report {w}/good.calib.json --target QDQ_ -o {w}/r.html", 2, "did you mean 'qdq'"),
     "merge of different methods": ("merge {w}/good.calib.json {w}/max.calib.json -o {w}/m.calib.json", 1, "method"),
     "limit zero": ("calibrate {w}/digits.onnx --images {w}/imgs --limit 0", 2, "--limit"),
     # encodings, nesting, unsafe regexes and wrong types in policy files

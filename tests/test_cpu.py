@@ -7,6 +7,7 @@ from __future__ import annotations
 import avx2
 import numpy as np
 import pytest
+from required import module, require
 from runcli import invoke
 from test_openvino import HELDOUT, IMAGES, SAMPLE, calibrate, export, linear_precisions, ok
 
@@ -39,10 +40,9 @@ def test_unknown_cpu_is_none():
 
 def test_the_table_says_what_openvino_chooses_on_this_cpu():
     """OpenVINO's own default float precision on this CPU is the one this CPU's row says."""
-    ov = pytest.importorskip("openvino")
+    ov = module("openvino")
     k = cpu.kind()
-    if k is None:
-        pytest.skip("this CPU's flags cannot be read")
+    require(k is not None, "this CPU's flags cannot be read")
     assert ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT").get_type_name() == k.openvino_float, cpu.describe(k)
 
 
@@ -57,7 +57,7 @@ def test_the_table_says_whether_onnxruntime_saturates_on_this_cpu():
 
 def test_every_openvino_compile_in_the_suite_states_its_precision():
     """tests/conftest.py refuses an OpenVINO compile that leaves the float precision to the CPU."""
-    ov = pytest.importorskip("openvino")
+    ov = module("openvino")
     core = ov.Core()
     with pytest.raises(AssertionError, match="INFERENCE_PRECISION_HINT"):
         core.compile_model(str(SAMPLE), "CPU")
@@ -71,7 +71,7 @@ def test_openvino_default_runs_float_layers_in_bf16_where_the_cpu_has_it(tmp_pat
     """A layer kept FP32 (here by --exclude) runs in f32 when OpenVINO is pinned to it, beside the
     int8 ones, on every CPU; on a CPU with AVX-512 BF16 or AMX, OpenVINO left to itself runs that
     layer in bf16 and still runs the quantized ones in int8."""
-    ov = pytest.importorskip("openvino")
+    ov = module("openvino")
     calib = calibrate(SAMPLE, IMAGES, tmp_path / "d.calib.json")
     out = tmp_path / "d.openvino.onnx"
     summary = export("openvino", calib, out, "--exclude", KEPT_FP32)
@@ -92,7 +92,7 @@ def test_openvino_default_runs_float_layers_in_bf16_where_the_cpu_has_it(tmp_pat
 def test_evaluate_says_what_openvino_ran_the_unquantized_layers_in(tmp_path, monkeypatch):
     """qtool evaluate --runtime openvino names the float precision (pinned f32) and, where OpenVINO
     would choose another one on this CPU, says so."""
-    pytest.importorskip("openvino")
+    module("openvino")
     calib = calibrate(SAMPLE, IMAGES, tmp_path / "d.calib.json")
     held = tmp_path / "held"
     held.mkdir()

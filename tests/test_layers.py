@@ -135,7 +135,9 @@ def test_evaluate_files_reports_a_failed_gate_after_its_results(calibrated):
     r = invoke("evaluate", SAMPLE, "--calib", d / "api.calib.json", "--images", IMAGES, "--limit", 8, "--fail-below", 500, "--json")
     flags = str(outcome.failure).replace("fail_below=", "--fail-below ")
     assert r.exit_code == 1 and r.stderr == f"error: {flags}\n"
-    _same(json.loads(r.stdout), outcome.summary)
+    printed = json.loads(r.stdout)
+    assert (printed.pop("error"), printed.pop("exit")) == (flags, 1)  # --json's one document says the failure too
+    _same(printed, outcome.summary)
 
 
 # README, Layout: the packages in import order; each module imports only from its own layer and those before it

@@ -26,6 +26,7 @@ import pytest
 import zoo
 from onnx import TensorProto, helper, numpy_helper
 from PIL import Image
+from required import module
 from runcli import invoke
 
 import qtool
@@ -33,7 +34,7 @@ from qtool import calibration, model
 from qtool.quantizers import cpu, policy, quant
 from qtool.targets.cpu import CPU
 
-ov = pytest.importorskip("openvino")
+ov = module("openvino")
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_models" / "digits_cnn.onnx"

@@ -106,7 +106,7 @@ def test_export_help_shows_each_target_s_options_in_their_own_section():
     assert list(sections) == ["Options", "TensorRT options", "OpenVINO/qdq options", "Policy options", "Mixed precision (openvino/qdq)"]
     assert sections["TensorRT options"] == ["--trt-version", "--format", "--algorithm", "--high-precision", "--precision", "--weights"]
     assert sections["OpenVINO/qdq options"] == ["--cpu", "--weights-7bit", "--no-ignored-patterns"]
-    assert sections["Policy options"] == ["--weight-bits", "--activation-bits", "--scale", "--activations", "--rounding", "--policy"]
+    assert sections["Policy options"] == ["--weight-bits", "--activation-bits", "--scale-kind", "--activations", "--rounding", "--policy"]
     assert sections["Mixed precision (openvino/qdq)"] == ["--keep-fp32", "--max-drop", "--max-fp32", "--images", "--data", "--limit"]
     assert {"--target", "--calib", "--method", "--exclude", "--include", "--smooth-quant", "--no-bias-correction"} <= set(sections["Options"])
     listed = [flag for flags in sections.values() for flag in flags]
@@ -119,3 +119,17 @@ def test_evaluate_help_groups_its_options_too():
     assert sections["TensorRT options"] == ["--trt-version", "--format", "--high-precision", "--precision"]
     assert "--scale-kind" in sections["Policy options"] and "--scale" in sections["Held-out inputs"]
     assert sections["Held-out inputs"][:3] == ["--images", "--data", "--limit"]
+
+
+def test_each_flag_has_one_meaning_across_commands():
+    """--scale is the pixel multiplier (calibrate, evaluate), --scale-kind the scale kind (export,
+    evaluate, inspect); a flag two commands share means the same in both."""
+    helps = {}
+    for command in ("calibrate", "export", "evaluate", "inspect"):
+        for line in invoke(command, "--help").stdout.splitlines():
+            m = re.match(r"  (?:-\w, )?(--[a-z0-9-]+)", line)
+            if m:
+                helps.setdefault(m.group(1), set()).add(command)
+    assert helps["--scale"] == {"calibrate", "evaluate"} and helps["--scale-kind"] == {"export", "evaluate", "inspect"}
+    r = invoke("export", "--target", "qdq", "--scale", "pow2")
+    assert r.exit_code == 2 and "--scale-kind" in r.stderr

@@ -184,7 +184,7 @@ def test_4bit_weight_fakequantize_runs_in_openvino_as_numpy_simulates(digits, tm
 def test_pow2_scales_in_the_exported_bits(digits, tmp_path):
     d, calib, cal, loaded = digits
     out = tmp_path / "p2.onnx"
-    ok(invoke("export", "--target", "qdq", "--calib", calib, "-o", out, "--scale", "pow2"))
+    ok(invoke("export", "--target", "qdq", "--calib", calib, "-o", out, "--scale-kind", "pow2"))
     scales = [numpy_helper.to_array(t) for t in onnx.load(str(out)).graph.initializer if t.name.endswith("/scale")]
     assert scales and all(s.dtype == np.float32 and policy.is_pow2(s) for s in scales)
     bits = np.concatenate([s.ravel().view(np.uint32) for s in scales])

@@ -16,11 +16,12 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from required import module, require
 
 from qtool import calibration
 from qtool.checks import report, report_page, report_plots
 
-pytest.importorskip("matplotlib")
+module("matplotlib")
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_models" / "digits_cnn.onnx"
@@ -375,7 +376,7 @@ def test_every_text_of_the_page_is_escaped():
 def test_evaluation_file_is_read_bounded_and_errors_are_one_line(work, tmp_path, monkeypatch):
     doc = json.loads(work["eval"].read_text())
     cases = {
-        "other.json": (json.dumps({**doc, "model_sha256": "0" * 64}), "another model"),
+        "other.json": (json.dumps({**doc, "model_sha256": "0" * 64}), "(SHA-256 000000000000), not the model the calibration file records"),
         "bad.json": ("{not json", "not readable JSON"),
         "export.json": (json.dumps({"command": "export"}), "not the output of qtool evaluate"),
         "deep.json": ("[" * 100_000 + "]" * 100_000, "nested too deeply"),  # RecursionError in json
@@ -453,7 +454,12 @@ def test_missing_matplotlib_is_one_clear_line(work, tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------- in a real browser
 
-needs_browser = pytest.mark.skipif(screenshot_report.find_browser() is None, reason="no Chromium installed")
+@pytest.fixture
+def browser():
+    """Chromium, headless (Debian: apt-get install chromium; .ci/run installs it)."""
+    found = screenshot_report.find_browser()
+    require(found is not None, "no Chromium installed (Debian: apt-get install chromium)")
+    return found
 
 _MEASURE = """<script>
 (function(){var w=window.innerWidth, worst=0, over=[];
@@ -477,15 +483,13 @@ def _measure(html: Path, width: int) -> dict:
     return json.loads(re.search(r'data-measure="([^"]*)"', dom).group(1).replace("&quot;", '"'))
 
 
-@needs_browser
 @pytest.mark.parametrize("width", [1280, 1920])
-def test_chromium_shows_everything_within_the_window(work, width):
+def test_chromium_shows_everything_within_the_window(work, width, browser):
     m = _measure(work["html"], width)
     assert m["inner"] == width and m["scroll"] <= width and m["right"] <= width and m["over"] == [], m
 
 
-@needs_browser
-def test_chromium_sorts_by_output_sqnr(work):
+def test_chromium_sorts_by_output_sqnr(work, browser):
     dom = screenshot_report.dump_dom(work["html"], sort="sqnr")
     page = parse(dom)
     values = [float(r["data-sqnr"]) for r in page.rows]

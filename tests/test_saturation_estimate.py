@@ -18,6 +18,7 @@ import avx2
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
+from required import require
 
 from qtool.quantizers import overflow
 
@@ -130,10 +131,12 @@ def _matmul_integer(w: np.ndarray) -> bytes:
 
 
 def test_the_emulation_is_what_an_avx2_kernel_computes(tmp_path):
+    if not avx2.is_x86():
+        pytest.skip("x86 int8 kernels only")
     try:
         avx2.how()
     except avx2.Unavailable as e:
-        pytest.skip(str(e))
+        require(False, str(e))
     pmf = PMFS["bright mode"] / PMFS["bright mode"].sum()
     w = _weights()
     x = RNG.choice(256, size=(256, K), p=pmf).astype(np.uint8)

@@ -13,6 +13,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from required import module
 
 import qtool
 from qtool.checks import simulate
@@ -154,7 +155,7 @@ def test_simulation_equals_openvino_where_nothing_can_saturate(chain):
     With 7-bit weights no pair sum can saturate, so on any CPU it computes what the simulation
     does, up to float rounding in its dequantization; 8-bit weights are checked only on a CPU with
     VNNI (elsewhere vpmaddubsw may saturate them)."""
-    ov = pytest.importorskip("openvino")
+    ov = module("openvino")
     m, cal, x = chain
     ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]
     core = ov.Core()
@@ -169,7 +170,7 @@ def test_simulation_equals_openvino_where_nothing_can_saturate(chain):
 
 
 def test_evaluate_reports_the_simulation_and_the_runtime(chain):
-    pytest.importorskip("openvino")
+    module("openvino")
     m, cal, x = chain
     held = [{"input": x[i:i + 16]} for i in range(0, len(x), 16)]
     result = qtool.evaluate(m, cal, data=held, target="openvino", runtime="openvino", weights_7bit="all")

@@ -225,7 +225,8 @@ def load_evaluation(path: Path, cal: Calibration) -> dict:
     if not isinstance(doc, dict) or doc.get("command") != "evaluate":
         raise QtoolError(f"{name!r} is not the output of qtool evaluate --json")
     if doc.get("model_sha256") != cal.model_sha256:
-        raise QtoolError(f"{name!r} evaluates another model than the calibration file's (SHA-256 differs)")
+        raise QtoolError(f"{name!r} evaluates {str(doc.get('model'))!r} (SHA-256 {str(doc.get('model_sha256'))[:12]}), not the model the "
+                         f"calibration file records, {cal.model_path!r} (SHA-256 {cal.model_sha256[:12]})")
     try:
         target = str(doc.get("target", DEFAULT_TARGET))
         tensors, ranges, weights = {}, {}, {}

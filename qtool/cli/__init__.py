@@ -44,10 +44,38 @@ def _setup_logging(quiet: bool, verbose: bool) -> None:
     log.setLevel(logging.ERROR if quiet else logging.DEBUG if verbose else logging.INFO)
 
 
+# --json on the command line: every exit prints exactly one JSON document on stdout, a failure
+# {"error": <the message>, "exit": <code>} (set when the group parses its arguments).
+_json = {"wanted": False, "printed": False}
+
+
+def _wants_json(args: list[str]) -> bool:
+    """Whether `args` (the command line after `qtool`) hold --json before any `--`."""
+    args = list(args)
+    return "--json" in (args[:args.index("--")] if "--" in args else args)
+
+
+def json_document(document: dict) -> None:
+    """Print the one JSON document of this run on stdout."""
+    click.echo(json.dumps(document, indent=1))
+    _json["printed"] = True
+
+
+def _json_error(message: str, code: int, **more) -> None:
+    """With --json, the failure's document (unless the command printed its own already)."""
+    if _json["wanted"] and not _json["printed"]:
+        json_document({"error": message, "exit": code, **more})
+
+
 class _Group(click.Group):
-    """Turns QtoolError into a one-line message and exit 1, and a bug into exit 3. The commands
-    are imported when first looked up (main's handling of Ctrl-C covers those imports), and
-    each also takes -q/-v after its name."""
+    """Turns QtoolError into a one-line message and exit 1, and a bug into exit 3 (with --json,
+    each also a JSON document on stdout, as is a usage error). The commands are imported when
+    first looked up (main's handling of Ctrl-C covers those imports), and each also takes -q/-v
+    after its name."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        _json.update(wanted=_wants_json(args), printed=False)
+        return super().parse_args(ctx, args)
 
     def get_command(self, ctx: click.Context, cmd_name: str):
         _register_commands()
@@ -71,15 +99,22 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except QtoolError as e:
             command = self.get_command(ctx, ctx.invoked_subcommand) if ctx.invoked_subcommand else None
-            click.echo(f"error: {e.worded(flags(command))}", err=True)
+            message = e.worded(flags(command))
+            _json_error(message, 1)
+            click.echo(f"error: {message}", err=True)
             ctx.exit(1)
-        except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort, KeyboardInterrupt):
+        except click.ClickException as e:
+            _json_error(e.format_message(), e.exit_code)
+            raise
+        except (click.exceptions.Exit, click.exceptions.Abort, KeyboardInterrupt):
             raise
         except Exception as e:
             if _caused_by_ctrl_c(e):  # e.g. onnxruntime's import turns it into "initialization failed"
                 raise KeyboardInterrupt from e
             where = _save_traceback()
-            click.echo(f"internal error (a bug in qtool): {type(e).__name__}: {e}; traceback saved to {where}", err=True)
+            message = f"internal error (a bug in qtool): {type(e).__name__}: {e}; traceback saved to {where}"
+            _json_error(message, 3, traceback=where)
+            click.echo(message, err=True)
             ctx.exit(3)
 
 
@@ -149,9 +184,12 @@ def call(function, /, *args, **kwargs):
 
 def finish(outcome, as_json: bool, text: Callable[[dict, dict], str]) -> None:
     """Print what a command did (its summary as JSON, or `text(summary, details)`); then a failed
-    check it reports is an error (exit 1)."""
+    check it reports is an error (exit 1; in the JSON summary too, as its "error" and "exit")."""
     if as_json:
-        click.echo(json.dumps(outcome.summary, indent=1))
+        summary = outcome.summary
+        if outcome.failure:
+            summary = {**summary, "error": outcome.failure.worded(flags(click.get_current_context().command)), "exit": 1}
+        json_document(summary)
     else:
         click.echo(text(outcome.summary, outcome.details))
     if outcome.failure:
@@ -201,9 +239,11 @@ def main(argv: list[str] | None = None) -> None:
         scratch.sweep()  # what killed qtool processes left
         rv = cli.main(args=argv, prog_name="qtool", standalone_mode=False)
     except (click.exceptions.Abort, KeyboardInterrupt):
+        _json_error("interrupted", 130)
         click.echo("interrupted", err=True)
         _exit_now(130)
     except _Signalled as e:
+        _json_error(f"interrupted by signal {e.code - 128}", e.code)
         _exit_now(e.code)
     except click.ClickException as e:
         e.show()

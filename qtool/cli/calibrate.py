@@ -14,8 +14,8 @@ from . import EPILOG, call, cli, finish, progress
 @cli.command(epilog=EPILOG)
 @click.argument("model_path", metavar="MODEL", type=click.Path(path_type=Path))
 @click.option("--images", type=click.Path(path_type=Path), help="Folder of calibration images (JPEG/PNG/BMP, sorted by name, searched recursively).")
-@click.option("--data", type=click.Path(path_type=Path), help="Folder of .npy (single-input models) or .npz (keys = input names) files, one run each.")
-@click.option("--limit", type=click.IntRange(min=1), help="Use only the first N images or data files.")
+@click.option("--data", type=click.Path(path_type=Path), help="Folder of .npy (single-input models) or .npz (keys = input names) files, one run each; or one such file of samples along the first axis.")
+@click.option("--limit", type=click.IntRange(min=1), help="Use only the first N images, data files or samples of a data file.")
 @click.option("--on-bad-image", type=click.Choice(["fail", "skip"]), default="fail", show_default=True, help="An unreadable image stops the run, or is skipped with a warning.")
 @click.option("--shard", help="K/N: calibrate only every N-th input starting with the K-th; combine shards with qtool merge.")
 @click.option("--size", help="HxW to resize to; needed only when the model's height/width are dynamic.")
@@ -52,6 +52,8 @@ def text(summary: dict, details: dict) -> str:
     what = "images" if "images" in summary else "data files"
     used, samples, skipped = summary["inputs"] - summary["skipped"], summary["samples"], summary["skipped"]
     counted = f"{used} {what}" + (f" ({samples} samples)" if what == "data files" and samples != used else "")
+    if "data_file" in summary:
+        counted = f"{samples} samples in {summary['data_file']!r}"
     if skipped:
         counted += f", {skipped} unreadable skipped"
     outputs = summary["outputs"]

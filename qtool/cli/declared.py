@@ -3,9 +3,11 @@ flags), and the command class whose --help shows them in their sections."""
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 
 import click
+from click.shell_completion import CompletionItem
 
 from .. import api
 
@@ -30,13 +32,32 @@ def option(key: str, command: str = "export", flag: str | None = None):
     return click.option(flag or o.flag, key, **kwargs)
 
 
-def policy_options(command=None, *, scale_flag: str = "--scale"):
+def target_option(choices: tuple[str, ...] = api.TARGETS, **kwargs):
+    """--target as every command takes it: free text, so a typo is a usage error naming the nearest
+    choice (exit 2), completed from `choices` in the shell, given to the command in lower case."""
+
+    def parse(ctx, param, text):
+        if text is None:
+            return None
+        target = text.strip().lower()
+        if target not in choices:
+            near = difflib.get_close_matches(target, choices, n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else ""
+            raise click.BadParameter(f"{text!r} is not one of {', '.join(choices)}{hint}")
+        return target
+
+    def complete(ctx, param, incomplete):
+        return [CompletionItem(t) for t in choices if t.startswith(incomplete.lower())]
+
+    return click.option("--target", metavar=f"[{'|'.join(choices)}]", callback=parse, shell_complete=complete, **kwargs)
+
+
+def policy_options(command):
     """The options that choose quantization policies (qtool.options.PolicyFlags), shared by export,
-    evaluate and inspect (evaluate's --scale is the pixel multiplier: there the scale kind is `scale_flag`)."""
-    if command is None:
-        return lambda c: policy_options(c, scale_flag=scale_flag)
+    evaluate and inspect (the scale kind is --scale-kind everywhere: --scale is calibrate's and
+    evaluate's pixel multiplier)."""
     for key in reversed(list(api.EXPORT_GROUPS["Policy"])):
-        command = option(key, "policy", flag=scale_flag if key == "scale_kind" else None)(command)
+        command = option(key, "policy")(command)
     return command
 
 

@@ -11,7 +11,7 @@ import click
 
 from .. import api
 from . import EPILOG, call, cli, finish
-from .declared import Grouped, option, policy_options
+from .declared import Grouped, option, policy_options, target_option
 
 HELD_OUT = ("images", "data", "limit", "size", "resize", "scale", "mean", "std", "bgr", "layout", "batch_size")
 
@@ -26,8 +26,8 @@ def _progress(total: int, enabled: bool):
 @click.argument("model_path", metavar="MODEL", type=click.Path(path_type=Path))
 @click.option("--calib", type=click.Path(path_type=Path), help="Calibration file [default: the single *.calib.json here].")
 @click.option("--images", type=click.Path(path_type=Path), help="Folder of held-out images (single-input image models).")
-@click.option("--data", type=click.Path(path_type=Path), help="Folder of held-out .npy (single-input models) or .npz (keys = input names) files.")
-@click.option("--limit", type=click.IntRange(min=1), help="Use only the first N images or data files.")
+@click.option("--data", type=click.Path(path_type=Path), help="Folder of held-out .npy (single-input models) or .npz (keys = input names) files, or one such file of samples along the first axis.")
+@click.option("--limit", type=click.IntRange(min=1), help="Use only the first N images, data files or samples of a data file.")
 @click.option("--size", help="HxW [default: the calibration file's].")
 @click.option("--resize", type=click.Choice(api.RESIZE_MODES), help="Image fitting [default: the calibration file's].")
 @click.option("--scale", help="Pixel multiplier [default: the calibration file's].")
@@ -36,7 +36,7 @@ def _progress(total: int, enabled: bool):
 @click.option("--bgr/--rgb", default=None, help="Channel order [default: the calibration file's].")
 @click.option("--layout", type=click.Choice(["nchw", "nhwc"]), help="Input layout [default: the calibration file's].")
 @click.option("--batch-size", type=click.IntRange(min=1), help=f"Images per inference [default: the model's fixed batch, else {api.DEFAULT_BATCH}]; results do not depend on it.")
-@click.option("--target", type=click.Choice(api.TARGETS), default="qdq", show_default=True, help="Whose export to evaluate: " + ", ".join(f"{t} ({d})" for t, d in api.TARGET_DESCRIPTIONS.items()) + ".")
+@target_option(default="qdq", show_default=True, help="Whose export to evaluate: " + ", ".join(f"{t} ({d})" for t, d in api.TARGET_DESCRIPTIONS.items()) + ".")
 @click.option("--runtime", type=click.Choice(tuple(api.runtimes())), help="Also run the file in this runtime on this CPU (its int8 kernels): " + " or ".join(f"{r} (--target {' or '.join(ts)})" for r, ts in api.runtimes().items()) + ", and report both; a warning names the likely cause where they differ by more than 1 dB.")
 @option("method", "evaluate")
 @option("exclude", "evaluate")
@@ -52,7 +52,7 @@ def _progress(total: int, enabled: bool):
 @option("precision", "evaluate")
 @click.option("--tensors/--no-tensors", "tensors", default=False, show_default=True, help="openvino/qdq: also rank every quantized tensor by the output SQNR of quantizing it alone (one model run over the inputs per tensor: slow on large models).")
 @click.option("--fail-below", type=float, metavar="DB", help="Exit 1 when an output's SQNR (of the simulation) is below DB decibels (a quality gate); the results are printed first.")
-@policy_options(scale_flag="--scale-kind")
+@policy_options
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout (infinite SQNR as the string \"inf\").")
 @click.pass_context
 def evaluate(ctx, model_path, as_json, **options):

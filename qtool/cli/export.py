@@ -2,36 +2,20 @@
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 
 import click
-from click.shell_completion import CompletionItem
 
 from .. import api
 from . import EPILOG, call, cli, finish
-from .declared import Grouped, option, policy_options
+from .declared import Grouped, option, policy_options, target_option
 
 MIXED = ("keep_fp32", "max_drop", "max_fp32", "images", "data", "limit")  # the layers kept FP32 by measurement
 
 
-def complete_targets(incomplete: str) -> list:
-    """Shell completion of --target (the option stays free text so a typo gets a did-you-mean)."""
-    return [CompletionItem(t) for t in api.TARGETS if t.startswith(incomplete.lower())]
-
-
-def parse_target(text: str) -> str:
-    target = text.strip().lower()
-    if target not in api.TARGETS:
-        near = difflib.get_close_matches(target, api.TARGETS, n=1)
-        hint = f"; did you mean {near[0]!r}?" if near else ""
-        raise click.BadParameter(f"{text!r} is not one of {', '.join(api.TARGETS)}{hint}", param_hint="'--target'")
-    return target
-
-
 @cli.command(cls=Grouped, epilog=EPILOG, sections={"Mixed precision (openvino/qdq)": MIXED})
 @click.argument("model_path", metavar="[MODEL]", required=False, type=click.Path(path_type=Path))
-@click.option("--target", required=True, help=f"Output format: {', '.join(api.TARGETS)}.", shell_complete=lambda ctx, param, incomplete: complete_targets(incomplete))
+@target_option(required=True, help=f"Output format: {', '.join(api.TARGETS)}.")
 @click.option("--calib", type=click.Path(path_type=Path), help="Calibration file [default: the single *.calib.json here].")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Output file [default: <model stem> + the target's suffix, here].")
 @option("trt_version")
@@ -50,8 +34,8 @@ def parse_target(text: str) -> str:
 @click.option("--max-drop", metavar="BUDGET", help="openvino/qdq: keep in FP32 the fewest layers, worst ranked first, that bring the int8 model within BUDGET on --images/--data: a worst output SQNR (e.g. 30dB) or a top-1 agreement drop (e.g. 1%); each step measures the target's model exactly (simulated: the same on every CPU); exit 1 when --max-fp32 tensors are not enough.")
 @click.option("--max-fp32", type=click.IntRange(min=1), default=20, show_default=True, help="With --max-drop: the most quantized tensors whose layers may be kept in FP32.")
 @click.option("--images", type=click.Path(path_type=Path), help="With --keep-fp32/--max-drop: held-out images to rank and measure on.")
-@click.option("--data", type=click.Path(path_type=Path), help="With --keep-fp32/--max-drop: held-out .npy/.npz files.")
-@click.option("--limit", type=click.IntRange(min=1), help="With --keep-fp32/--max-drop: use only the first N images or data files.")
+@click.option("--data", type=click.Path(path_type=Path), help="With --keep-fp32/--max-drop: held-out .npy/.npz files (a folder, or one file of samples along the first axis).")
+@click.option("--limit", type=click.IntRange(min=1), help="With --keep-fp32/--max-drop: use only the first N images, data files or samples.")
 @option("ignored_patterns")
 @option("bias_correction")
 @policy_options
@@ -62,7 +46,7 @@ def export(model_path, target, as_json, **options):
     With no MODEL, the model recorded in the calibration file is used; either way it must be
     byte-identical (SHA-256) to the one calibrated.
     """
-    finish(call(api.export_file, model_path, target=parse_target(target), **options), as_json, text)
+    finish(call(api.export_file, model_path, target=target, **options), as_json, text)
 
 
 def text(summary: dict, details: dict) -> str:

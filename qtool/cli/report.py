@@ -9,13 +9,14 @@ import click
 
 from .. import api
 from . import EPILOG, call, cli, finish
+from .declared import target_option
 
 
 @cli.command(epilog=EPILOG)
 @click.argument("calib_path", metavar="FILE", type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="HTML file [default: FILE's name with .report.html, here].")
-@click.option("--target", type=click.Choice(api.REPORT_TARGETS),
-              help=f"Whose export to show: its quantized tensors, thresholds and scales [default: the --evaluation file's target, else {api.REPORT_DEFAULT_TARGET}, qtool evaluate's default].")
+@target_option(api.REPORT_TARGETS,
+               help=f"Whose export to show: its quantized tensors, thresholds and scales [default: the --evaluation file's target, else {api.REPORT_DEFAULT_TARGET}, qtool evaluate's default].")
 @click.option("--trt-version", help="--target tensorrt: the TensorRT version, as qtool export takes it [default: the installed one, else the newest qtool knows].")
 @click.option("--method", help="The threshold method, as qtool export --method takes it [default: what export uses].")
 @click.option("--model", "model", type=click.Path(path_type=Path), help="The calibrated model [default: the path FILE records].")

@@ -119,7 +119,7 @@ def _data_source(loaded, data_dir, limit, shard) -> _Source:
     specs = model.data_inputs(loaded.proto)
     if not specs:
         raise QtoolError("the model has no inputs to feed; nothing to calibrate")
-    everything = data.list_arrays(data_dir, limit)
+    everything = data.list_arrays(data_dir, limit, specs)
     inputs = data.take_shard(everything, shard)
     if not inputs:
         raise QtoolError(f"shard {shard[0]}/{shard[1]} of {len(everything)} data files is empty; use fewer shards")

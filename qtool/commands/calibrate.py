@@ -84,6 +84,8 @@ def run(model_path, options: CalibrateOptions, *, output=None, trt_table=None, t
     }
     if options.images is not None:
         summary["images"] = report.inputs - len(report.skipped)  # the images the file's samples come from
+    elif options.data_dir is not None and options.data_dir.is_file():
+        summary["data_file"] = str(options.data_dir)  # a file of samples: `inputs` counts its runs
     if trt_number is not None:
         summary["tensorrt_header"] = f"TRT-{trt_number}-EntropyCalibration2"
         summary["build"], notes = tensorrt.build_command(loaded, cal, "cache", trt_version, str(trt_table), shown_path(model_path))

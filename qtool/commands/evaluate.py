@@ -10,6 +10,7 @@ import time
 from .. import calibration
 from ..checks import evaluation as _evaluate
 from ..errors import Opt, QtoolError, UsageError
+from ..feeds import data as _data
 from ..inputs import find_calibration, held_out_runs, load_checked_model, model_json
 from ..options import EvaluateOptions, exactly_one
 from . import Outcome, done, path, progress_bar
@@ -58,5 +59,5 @@ def run(model_path, options: EvaluateOptions, *, calib=None, progress=None) -> O
         failure = QtoolError("output {name!r} SQNR {db} dB is below {fail_below} dB{count}", name=worst.name,
                              db=_evaluate.format_db(worst.sqnr_db), fail_below=Opt("fail_below", float(fail_below)),
                              count=f" ({len(failing)} outputs fail)" if len(failing) > 1 else "")
-    what = "images" if options.images is not None else "data files"
+    what = "images" if options.images is not None else _data.samples_words(inputs) or "data files"
     return Outcome(summary, failure, {"evaluation": result, "inputs": len(inputs), "what": what, "seconds": seconds})

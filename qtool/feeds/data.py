@@ -354,9 +354,16 @@ def image_runs(paths: list[Path], pre: Preprocess, input_name: str, batch_size: 
 ARRAY_SUFFIXES = {".npy", ".npz"}
 
 
-def list_arrays(folder: str | Path, limit: int | None = None) -> list[Path]:
-    """.npy/.npz files under `folder` (recursively), sorted by relative path."""
-    return _list_files(folder, ARRAY_SUFFIXES, "data", ".npy or .npz files", limit)
+def list_arrays(where: str | Path, limit: int | None = None, specs: list[InputSpec] | None = None) -> list:
+    """.npy/.npz files under the folder `where` (recursively), sorted by relative path, one run
+    each; or, `where` being one such file, its runs of samples (Samples: one sample each, or the
+    model's fixed batch), the first `limit` samples."""
+    path = Path(where)
+    if path.is_file() and path.suffix.lower() in ARRAY_SUFFIXES and specs is not None:
+        return SampleFile(path, specs).runs(limit)
+    if path.exists() and not path.is_dir():
+        raise QtoolError("{option} {path!r} is neither a folder nor a .npy/.npz file", option=Opt("data"), path=str(path))
+    return _list_files(path, ARRAY_SUFFIXES, "data", ".npy or .npz files", limit)
 
 
 def _np_dtype(elem_type: int) -> np.dtype:
@@ -401,24 +408,25 @@ def _check_array_file(path: Path) -> None:
                          f"({MAX_ARRAY_FILE_BYTES >> 30} GiB); split it into smaller .npy/.npz files")
 
 
-def load_arrays(path: Path, specs: list[InputSpec]) -> tuple[dict, int]:
-    """One run's feeds from a .npy (single-input models) or .npz (keys = input names) file."""
+def _read_arrays(path: Path, specs: list[InputSpec]) -> dict:
+    """{name: array} of a .npy (single-input models: keyed by the input's name) or .npz file."""
     _check_array_file(path)
     try:
         loaded = np.load(path, allow_pickle=False)
         if isinstance(loaded, np.lib.npyio.NpzFile):
             with loaded:
-                arrays = {k: loaded[k] for k in loaded.files}
-        else:
-            arrays = None
+                return {k: loaded[k] for k in loaded.files}
     except Exception as e:
         raise QtoolError(f"cannot read {str(path)!r}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
-    if arrays is None:
-        if len(specs) != 1:
-            names = ", ".join(s.name for s in specs)
-            raise QtoolError(f"{str(path)!r}: a .npy file feeds single-input models; this model has inputs {names}: use .npz files keyed by input name")
-        arrays = {specs[0].name: loaded}
-    return feeds_from(arrays, specs, path)
+    if len(specs) != 1:
+        names = ", ".join(s.name for s in specs)
+        raise QtoolError(f"{str(path)!r}: a .npy file feeds single-input models; this model has inputs {names}: use .npz files keyed by input name")
+    return {specs[0].name: loaded}
+
+
+def load_arrays(path: Path, specs: list[InputSpec]) -> tuple[dict, int]:
+    """One run's feeds from a .npy (single-input models) or .npz (keys = input names) file."""
+    return feeds_from(_read_arrays(path, specs), specs, path)
 
 
 def feeds_from(arrays: dict, specs: list[InputSpec], where) -> tuple[dict, int]:
@@ -438,10 +446,82 @@ def feeds_from(arrays: dict, specs: list[InputSpec], where) -> tuple[dict, int]:
     return feeds, leading.pop() if len(leading) == 1 else 1
 
 
-def array_runs(paths: list[Path], specs: list[InputSpec]) -> Iterator[tuple[dict, int]]:
-    """One run per file: files fix the batching, so results cannot depend on a batch size."""
+def array_runs(paths: list, specs: list[InputSpec]) -> Iterator[tuple[dict, int]]:
+    """One run per file (or per Samples of a file of samples, list_arrays): the data fix the
+    batching, so results cannot depend on a batch size."""
     for path in paths:
-        yield load_arrays(path, specs)
+        yield path.feeds() if isinstance(path, Samples) else load_arrays(path, specs)
+
+
+class SampleFile:
+    """A .npy/.npz file of samples along the first axis of its arrays (`--data FILE`), read once:
+    a .npy feeds a single-input model; a .npz holds one array per input, keyed by its name, all
+    with the same number of samples (a single-input model also takes a .npz whose one array of its
+    rank has another name, e.g. `x` beside labels `y`). A sample feeds a run as the file of it
+    alone would (np.save(f, array[i])): the batch axis added when the input has one; a model whose
+    batch is fixed at B > 1 takes B samples a run."""
+
+    def __init__(self, path: Path, specs: list[InputSpec]):
+        self.path, self.specs = path, specs
+        arrays = _read_arrays(path, specs)
+        if len(specs) == 1 and specs[0].name not in arrays:
+            fits = [k for k, a in arrays.items() if a.ndim in (len(specs[0].dims), len(specs[0].dims) + 1)]
+            if len(fits) == 1:
+                arrays = {specs[0].name: arrays[fits[0]]}
+        names = [s.name for s in specs]
+        missing = [n for n in names if n not in arrays]
+        if missing:
+            raise QtoolError(f"{str(path)!r} has no array for input(s) {', '.join(missing)} (it has: {', '.join(arrays) or 'nothing'}); "
+                             "a file of samples holds one array per model input, keyed by its name")
+        extra = [k for k in arrays if k not in names]
+        if extra:
+            raise QtoolError(f"{str(path)!r} has arrays {', '.join(extra)} that are not model inputs ({', '.join(names)})")
+        lengths = {n: arrays[n].shape[0] if arrays[n].ndim else None for n in names}
+        if None in lengths.values() or len(set(lengths.values())) != 1:
+            told = ", ".join(f"{n} {'a scalar' if k is None else k}" for n, k in lengths.items())
+            raise QtoolError(f"{str(path)!r}: a file of samples holds them along the first axis of every array, the same "
+                             f"number in each; it has {told}")
+        self.arrays, self.count = {n: arrays[n] for n in names}, next(iter(lengths.values()))
+        if self.count == 0:
+            raise QtoolError(f"{str(path)!r} holds no samples (its arrays' first axis is empty)")
+        # the samples axis is the inputs' batch axis: a batch every input fixes at B is B samples a run
+        firsts = {s.dims[0] if s.dims and self.arrays[s.name].ndim == len(s.dims) else None for s in specs}
+        self.batch = firsts.pop() if len(firsts) == 1 and None not in firsts else 1
+
+    def runs(self, limit: int | None = None) -> list[Samples]:
+        """The runs of the first `limit` samples (all: None)."""
+        count = min(self.count, limit) if limit else self.count
+        if count % self.batch:
+            raise QtoolError("{count} samples do not fill batches of {fixed} (the model's fixed batch); use {limit}", count=count,
+                             fixed=self.batch, limit=Opt("limit", count - count % self.batch or self.batch))
+        return [Samples(self, i, i + self.batch) for i in range(0, count, self.batch)]
+
+
+def samples_words(inputs: list) -> str | None:
+    """What the runs of a file of samples are, as a command's text counts them ("samples in 'x.npz'",
+    or "runs of 'x.npz'" for a fixed batch over 1); None for files, one run each."""
+    if not inputs or not isinstance(inputs[0], Samples):
+        return None
+    file = inputs[0].file
+    return f"{'samples in' if file.batch == 1 else 'runs of'} {str(file.path)!r}"
+
+
+@dataclass(frozen=True)
+class Samples:
+    """One run's samples [start, stop) of a SampleFile."""
+
+    file: SampleFile
+    start: int
+    stop: int
+
+    def __str__(self) -> str:
+        which = self.start if self.stop == self.start + 1 else f"{self.start}..{self.stop - 1}"
+        return f"{self.file.path} sample {which}"
+
+    def feeds(self) -> tuple[dict, int]:
+        one = self.stop == self.start + 1
+        arrays = {n: a[self.start] if one else a[self.start:self.stop] for n, a in self.file.arrays.items()}
+        return feeds_from(arrays, self.file.specs, self)
 
 
 def memory_runs(items, specs: list[InputSpec]) -> Iterator[tuple[dict, int]]:

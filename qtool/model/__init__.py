@@ -489,13 +489,14 @@ def image_input(proto: onnx.ModelProto) -> InputSpec:
     if len(specs) > 1:
         raise QtoolError(
             "the model has {count} inputs ({names}); {images} feeds single-input image models only "
-            "(multi-input and non-image models are not supported yet)", count=len(specs), names=names, images=Opt("images")
+            "(give this model's inputs as arrays with {data}: .npz files keyed by input name, or one file of samples)", count=len(specs),
+            names=names, images=Opt("images"), data=Opt("data")
         )
     spec = specs[0]
     if spec.elem_type not in FLOAT_TYPES:
         raise QtoolError(
             "the model input {names} is not a float tensor; {images} feeds float image inputs only "
-            "(non-image models are not supported yet)", names=names, images=Opt("images")
+            "(give its inputs as arrays with {data}: .npy files or one file of samples)", names=names, images=Opt("images"), data=Opt("data")
         )
     if len(spec.dims) != 4:
         raise QtoolError(
