@@ -246,9 +246,12 @@ def _centerface_feeds(ctx: Context):
     from onnx.tools.update_model_dims import update_inputs_outputs_dims
 
     m = onnx.load(str(ctx.model))
-    m = update_inputs_outputs_dims(m, {"input.1": ["B", 3, "H", "W"]},
-                                   {"537": ["B", 1, "h", "w"], "538": ["B", 2, "h", "w"], "539": ["B", 2, "h", "w"],
-                                    "540": ["B", 10, "h", "w"]})
+    dims = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in list(m.graph.input)}
+    out_dims = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in list(m.graph.output)}
+    dims["input.1"] = ["B", 3, "H", "W"]  # the graph lists its initializers as inputs too: keep their dims
+    out_dims.update({"537": ["B", 1, "h", "w"], "538": ["B", 2, "h", "w"], "539": ["B", 2, "h", "w"],
+                     "540": ["B", 10, "h", "w"]})
+    m = update_inputs_outputs_dims(m, dims, out_dims)
     onnx.save(m, str(ctx.model))
 
     def make(split, n, seed):
