@@ -375,10 +375,12 @@ def _ppocr_cls_feeds(ctx: Context):
 ENTRIES: list[Entry] = [
     Entry("ddddocr_ocr", "ddddocr==1.5.6", "ddddocr/common_old.onnx", "ocr", _ddddocr_ocr_feeds,
           "ddddocr's default captcha reader (DdddOcr()), shipped already dynamically quantised (ConvInteger, "
-          "DynamicQuantizeLSTM); 4-6 letters/digits drawn on faded photo crops, height 64, width varies",
+          "DynamicQuantizeLSTM); 4-6 letters/digits drawn on faded photo crops, height 64, width varies; the graph "
+          "declares its output [1, seqlen] but returns logits [T, 1, 8210]",
           ("dynamic", "lstm", "prequantized", "ms-domain", "ctc")),
     Entry("ddddocr_beta", "ddddocr==1.5.6", "ddddocr/common.onnx", "ocr", _ddddocr_ocr_feeds,
-          "ddddocr's beta captcha reader (DdddOcr(beta=True)): CNN + LSTM + CTC, grey 64 x W, W varies",
+          "ddddocr's beta captcha reader (DdddOcr(beta=True)): CNN + LSTM + CTC, grey 64 x W, W varies; declared "
+          "output [1, seqlen], returned [T, 1, 8210]",
           ("dynamic", "lstm", "ctc")),
     Entry("ddddocr_det", "ddddocr==1.5.6", "ddddocr/common_det.onnx", "detector", _ddddocr_det_feeds,
           "ddddocr's click-captcha glyph detector (YOLOX); 3-5 jittered glyphs pasted on photo crops, letterboxed "
