@@ -246,9 +246,12 @@ def _centerface_feeds(ctx: Context):
     from onnx.tools.update_model_dims import update_inputs_outputs_dims
 
     m = onnx.load(str(ctx.model))
-    m = update_inputs_outputs_dims(m, {"input.1": ["B", 3, "H", "W"]},
-                                   {"537": ["B", 1, "h", "w"], "538": ["B", 2, "h", "w"], "539": ["B", 2, "h", "w"],
-                                    "540": ["B", 10, "h", "w"]})
+    dims = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in list(m.graph.input)}
+    out_dims = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in list(m.graph.output)}
+    dims["input.1"] = ["B", 3, "H", "W"]  # the graph lists its initializers as inputs too: keep their dims
+    out_dims.update({"537": ["B", 1, "h", "w"], "538": ["B", 2, "h", "w"], "539": ["B", 2, "h", "w"],
+                     "540": ["B", 10, "h", "w"]})
+    m = update_inputs_outputs_dims(m, dims, out_dims)
     onnx.save(m, str(ctx.model))
 
     def make(split, n, seed):
@@ -372,10 +375,12 @@ def _ppocr_cls_feeds(ctx: Context):
 ENTRIES: list[Entry] = [
     Entry("ddddocr_ocr", "ddddocr==1.5.6", "ddddocr/common_old.onnx", "ocr", _ddddocr_ocr_feeds,
           "ddddocr's default captcha reader (DdddOcr()), shipped already dynamically quantised (ConvInteger, "
-          "DynamicQuantizeLSTM); 4-6 letters/digits drawn on faded photo crops, height 64, width varies",
+          "DynamicQuantizeLSTM); 4-6 letters/digits drawn on faded photo crops, height 64, width varies; the graph "
+          "declares its output [1, seqlen] but returns logits [T, 1, 8210]",
           ("dynamic", "lstm", "prequantized", "ms-domain", "ctc")),
     Entry("ddddocr_beta", "ddddocr==1.5.6", "ddddocr/common.onnx", "ocr", _ddddocr_ocr_feeds,
-          "ddddocr's beta captcha reader (DdddOcr(beta=True)): CNN + LSTM + CTC, grey 64 x W, W varies",
+          "ddddocr's beta captcha reader (DdddOcr(beta=True)): CNN + LSTM + CTC, grey 64 x W, W varies; declared "
+          "output [1, seqlen], returned [T, 1, 8210]",
           ("dynamic", "lstm", "ctc")),
     Entry("ddddocr_det", "ddddocr==1.5.6", "ddddocr/common_det.onnx", "detector", _ddddocr_det_feeds,
           "ddddocr's click-captcha glyph detector (YOLOX); 3-5 jittered glyphs pasted on photo crops, letterboxed "
