@@ -183,3 +183,29 @@ def test_bad_inputs_are_one_line(w, tmp_path, monkeypatch):
     _one_error_line(invoke("evaluate", beside / "q.onnx", "--images", IMAGES, "--limit", 8, "--calib", tmp_path / "other.calib.json"),
                     "not the calibration file")
     _one_error_line(invoke("evaluate", w / "tensorrt-fp8.onnx", "--data", held, "--runtime", "onnxruntime"), "FP8")
+
+
+@pytest.mark.parametrize("name,target", [("openvino", "openvino"), ("qdq", "qdq"), ("tensorrt", "tensorrt")])
+def test_report_takes_the_exported_file(w, tmp_path, monkeypatch, name, target):
+    """The page of the calibration file the export records, as its target (and TensorRT version) use it:
+    the page of `qtool report CALIB --target T` but for the sentence saying why this target."""
+    monkeypatch.chdir(tmp_path)
+    flags = ["--trt-version", "10.3"] if target == "tensorrt" else []
+    ok(invoke("-q", "report", w / f"{name}.onnx", "-o", "shipped.html"))
+    ok(invoke("-q", "report", w / "cal.calib.json", "--target", target, *flags, "-o", "calib.html"))
+    shipped, calib = (tmp_path / "shipped.html").read_text(), (tmp_path / "calib.html").read_text()
+    assert f"Why this target: recorded in {name}.onnx." in shipped and "Why this target: given with --target." in calib
+    assert shipped.replace(f"recorded in {name}.onnx.", "given with --target.") == calib
+
+
+def test_report_refuses_what_it_cannot_show_of_an_exported_file(w, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _one_error_line(invoke("report", w / "tensorrt-fp8.onnx"), "precision='fp8'", "report its calibration file")
+    _one_error_line(invoke("report", w / "qdq.onnx", "--target", "openvino"), "--target openvino", "records 'qdq'")
+    shutil.copy(w / "qdq.onnx", tmp_path / "q.onnx")  # its calibration file is neither beside it nor here
+    _one_error_line(invoke("report", "q.onnx"), "'cal.calib.json'", "looked for")
+    model = onnx.load(w / "qdq.onnx")
+    del model.metadata_props[:]
+    onnx.save(model, tmp_path / "foreign.onnx")
+    _one_error_line(invoke("report", "foreign.onnx"), "without qtool provenance")
+    assert not list(tmp_path.glob("*.html"))
