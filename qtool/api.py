@@ -34,7 +34,7 @@ from pathlib import Path
 
 import onnx
 
-from . import calibration, model, options, targets
+from . import calibration, model, options, provenance, targets
 from .calibration import Calibration
 from .checks import evaluation as _evaluate
 from .checks import report as _report
@@ -51,7 +51,7 @@ from .feeds import data as _data
 from .fileio import check_output_path, write_atomic
 from .inputs import DEFAULT_BATCH, check_model, held_out_runs
 from .statistics import thresholds
-from .targets import TARGETS, exporter, tensorrt
+from .targets import TARGETS, tensorrt
 
 log = logging.getLogger("qtool")
 
@@ -138,7 +138,7 @@ def export(model_or_path, cal: Calibration, *, target: str, path: str | os.PathL
     others strings, booleans or lists of names as on the command line."""
     built = options.ExportOptions.build(target, **keywords)
     loaded = _checked(model_or_path, cal)
-    result = exporter(target).export(loaded, cal, built)
+    result = provenance.exported(loaded, cal, built, path)  # the writer's file, with its provenance
     for w in result.warnings:
         log.warning(w)
     if path is not None:
@@ -198,13 +198,17 @@ def export_file(model_path=None, *, target: str, calib=None, output=None, **keyw
     return _export.run(model_path, built, mixed, calib=calib, output=output, policy_file=keywords.get("policy"))
 
 
-def evaluate_files(model_path, *, calib=None, progress=None, **keywords) -> Outcome:
+def evaluate_files(model_path, *, calib=None, reference=None, progress=None, **keywords) -> Outcome:
     """`qtool evaluate`: `target`'s int8 model of the calibration file `calib` [default: the single
     *.calib.json here] against FP32 on held-out `images` (preprocessed as the file records, each
     image keyword overriding its part) or `data`; the keywords are evaluate's flags
-    (qtool.options.EvaluateOptions.build). With `fail_below` DB, an output below it is the
-    Outcome's failure. `progress`: a tqdm bar or a callback(n) per model pass over the inputs."""
-    return _evaluate_files.run(model_path, options.EvaluateOptions.build(**keywords), calib=calib, progress=progress)
+    (qtool.options.EvaluateOptions.build). `model_path` may instead be an exported file: one qtool
+    wrote (its FP32 model found by the name and SHA-256 it records, beside it or here, or given as
+    `reference`), or another Q/DQ or FakeQuantize model with its FP32 model as `reference`; the file
+    is scored as it is. With `fail_below` DB, an output below it is the Outcome's failure.
+    `progress`: a tqdm bar or a callback(n) per model pass over the inputs."""
+    return _evaluate_files.run(model_path, options.EvaluateOptions.build(**keywords), calib=calib, reference=reference,
+                               progress=progress)
 
 
 def inspect_file(file, *, model=None, trt_version: str | None = None, **policy_flags) -> Outcome:

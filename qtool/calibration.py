@@ -20,6 +20,7 @@ target picks its own default method from the histograms.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -188,6 +189,9 @@ class Calibration:
     # (the file a relative model_path is relative to, that model_path) as load and relocate set
     # them; a model_path set since then is taken as given. Not saved
     source: tuple[str, str] | None = field(default=None, compare=False, repr=False)
+    # (name, SHA-256 of the bytes) of the file this calibration was read from or last saved to, as
+    # exports record it (qtool.provenance); a calibration made from it (recompute, merge) has none
+    file: tuple[str, str] | None = field(default=None, init=False, compare=False, repr=False)
 
     def amax(self) -> dict[str, float]:
         return {t.name: t.amax for t in self.tensors}
@@ -398,7 +402,9 @@ def relocate(cal: Calibration, path: str | os.PathLike, source: str | os.PathLik
 
 
 def save(cal: Calibration, path: str | os.PathLike) -> None:
-    write_atomic(path, to_json(relocate(cal, path)).encode())
+    data = to_json(relocate(cal, path)).encode()
+    write_atomic(path, data)
+    cal.file = (Path(path).name, hashlib.sha256(data).hexdigest())
 
 
 def _flag(value) -> bool:
@@ -482,6 +488,7 @@ def parse(data: bytes, path: str | os.PathLike) -> Calibration:
     problem = _invalid(cal)
     if problem:
         raise QtoolError(f"{str(p)!r} is a damaged calibration file ({problem}); calibrate again")
+    cal.file = (p.name, hashlib.sha256(data).hexdigest())
     return cal
 
 

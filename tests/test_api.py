@@ -43,7 +43,7 @@ def test_images_and_every_export_equal_the_cli_byte_for_byte(tmp_path):
     cal = qtool.calibrate(str(SAMPLE), images=IMAGES, limit=40)
     cal.save(tmp_path / "api.calib.json")
     assert (tmp_path / "api.calib.json").read_bytes() == (tmp_path / "cli.calib.json").read_bytes()
-    loaded = qtool.Calibration.load(tmp_path / "api.calib.json")
+    loaded = qtool.Calibration.load(tmp_path / "cli.calib.json")  # the file the command line reads: its name and SHA-256 go in the provenance
     cases = [
         ("openvino", [], {}),
         ("qdq", [], {}),

@@ -9,6 +9,7 @@ from runcli import invoke
 from test_openvino import IMAGES, SAMPLE, ok
 
 from qtool import calibration
+from qtool.provenance import unstamped
 from qtool.targets.cpu import CPU
 from qtool.targets.tensorrt.rules import TENSORRT
 
@@ -33,7 +34,7 @@ def test_export_method_equals_recompute_then_export(calibs, tmp_path, target, me
     export(calibs / "free.calib.json", tmp_path / "a.onnx", *target, "--method", method)
     ok(invoke("-q", "recompute", calibs / "free.calib.json", "--method", method, "-o", tmp_path / "r.calib.json"))
     export(tmp_path / "r.calib.json", tmp_path / "b.onnx", *target)
-    assert (tmp_path / "a.onnx").read_bytes() == (tmp_path / "b.onnx").read_bytes()
+    assert unstamped((tmp_path / "a.onnx").read_bytes()) == unstamped((tmp_path / "b.onnx").read_bytes())  # the writer's bytes (the provenance records the flags)
 
 
 def test_unpinned_files_get_each_targets_default_and_pinned_files_keep_theirs(calibs, tmp_path):
@@ -42,10 +43,10 @@ def test_unpinned_files_get_each_targets_default_and_pinned_files_keep_theirs(ca
     assert CPU.default_method == "auto" and TENSORRT.default_method == "mse"
     export(free, tmp_path / "default.onnx", "--target", "openvino")
     export(free, tmp_path / "auto.onnx", "--target", "openvino", "--method", "auto")
-    assert (tmp_path / "default.onnx").read_bytes() == (tmp_path / "auto.onnx").read_bytes()
+    assert unstamped((tmp_path / "default.onnx").read_bytes()) == unstamped((tmp_path / "auto.onnx").read_bytes())  # the writer's bytes (the provenance records the flags)
     export(pinned, tmp_path / "pinned.onnx", "--target", "openvino")
     export(free, tmp_path / "entropy.onnx", "--target", "openvino", "--method", "entropy")
-    assert (tmp_path / "pinned.onnx").read_bytes() == (tmp_path / "entropy.onnx").read_bytes()
+    assert unstamped((tmp_path / "pinned.onnx").read_bytes()) == unstamped((tmp_path / "entropy.onnx").read_bytes())  # the writer's bytes (the provenance records the flags)
     assert (tmp_path / "pinned.onnx").read_bytes() != (tmp_path / "default.onnx").read_bytes()
 
 

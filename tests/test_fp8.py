@@ -16,7 +16,7 @@ import zoo
 from onnx import TensorProto, helper, numpy_helper
 from test_transformers import bert_feeds
 
-from qtool import api
+from qtool import api, provenance
 from qtool.errors import QtoolError
 from qtool.targets.tensorrt import checker as trtrules
 from qtool.targets.tensorrt import fp8 as trt_fp8
@@ -300,8 +300,10 @@ def test_cli_export_precision_fp8_is_the_writer_and_inspect_checks_it(calibrated
     summary = json.loads(r.stdout)
     assert summary["precision"] == "fp8" and summary["format"] == "qdq" and summary["fp8_layers"] > 0
     written = (tmp_path / "cnn.fp8.trt.onnx").read_bytes()
-    assert written == trt_fp8.export(loaded, cal, trt_version="10.3.0").data
-    assert written == api.export(loaded.proto, cal, target="tensorrt", precision="fp8", trt_version="10.3")
+    assert provenance.unstamped(written) == trt_fp8.export(loaded, cal, trt_version="10.3.0").data  # the writer's, with its provenance
+    # a ModelProto in memory: the same file but for the model's name in the provenance
+    assert provenance.unstamped(written) == provenance.unstamped(api.export(loaded.proto, cal, target="tensorrt", precision="fp8",
+                                                                             trt_version="10.3"))
     types = {t.data_type for t in onnx.load_from_string(written).graph.initializer}
     assert E4M3 in types and TensorProto.INT8 not in types
     r = invoke("inspect", tmp_path / "cnn.fp8.trt.onnx", "--trt-version", "10.3")
@@ -409,6 +411,6 @@ def test_cli_takes_fp8s_own_method_for_fp8_only(calibrated, tmp_path):
     common = ("export", tmp_path / "cnn.onnx", "--calib", tmp_path / "cnn.calib.json", "--target", "tensorrt", "--trt-version", "10.3")
     r = invoke(*common, "--precision", "fp8", "--method", "e4m3-mse", "-o", tmp_path / "a.onnx")
     assert r.exit_code == 0, r.output
-    assert (tmp_path / "a.onnx").read_bytes() == trt_fp8.export(loaded, cal, trt_version="10.3.0", method="e4m3-mse").data
+    assert provenance.unstamped((tmp_path / "a.onnx").read_bytes()) == trt_fp8.export(loaded, cal, trt_version="10.3.0", method="e4m3-mse").data
     r = invoke(*common, "--method", "e4m3-mse", "-o", tmp_path / "b.onnx")
     assert r.exit_code == 1 and "unknown method 'e4m3-mse'" in r.output and not (tmp_path / "b.onnx").exists()

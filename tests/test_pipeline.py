@@ -28,12 +28,14 @@ def qtool(*args, cwd=None):
 def test_outputs_are_byte_identical_across_processes(tmp_path):
     files = []
     for run in (1, 2):
-        out, cache = tmp_path / f"r{run}.calib.json", tmp_path / f"r{run}.cache"
+        folder = tmp_path / f"r{run}"  # the same names in each (an export records its calibration file's name)
+        folder.mkdir()
+        out, cache = folder / "r.calib.json", folder / "r.cache"
         r = qtool("calibrate", SAMPLE, "--images", IMAGES, "--limit", "40", "-o", out, "--trt-table", cache)
         assert r.returncode == 0, r.stderr
         produced = [out.read_bytes(), cache.read_bytes()]
         for target, extra in (("tensorrt", ["--format", "dynamic-range"]), ("openvino", []), ("qdq", [])):
-            exported = tmp_path / f"r{run}.{target}.out"
+            exported = folder / f"r.{target}.out"
             r = qtool("export", "--target", target, "--calib", out, "-o", exported, *extra)
             assert r.returncode == 0, r.stderr
             produced.append(exported.read_bytes())

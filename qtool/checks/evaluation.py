@@ -510,9 +510,7 @@ def evaluate(loaded, cal, runs: Runs, options: ExportOptions, *, runtime: str | 
     simulation; with `runtime`, also that runtime on this CPU) with FP32 on the inputs `runs` gives."""
     target = options.target
     check_request(target, runtime, per_tensor)
-    names, not_compared = _float_outputs(loaded.proto)
-    if not names:
-        raise QtoolError("the model has no float outputs to compare (SQNR needs float outputs)")
+    names, not_compared = compared_outputs(loaded)
     options = export_options(options, runtime)
     exported = exporter(target).export(loaded, cal, options)
     ranked = prepare(loaded, cal, options) if per_tensor else None
@@ -521,18 +519,53 @@ def evaluate(loaded, cal, runs: Runs, options: ExportOptions, *, runtime: str | 
         progress.total = 1 + (runtime is not None) + sites
         progress.refresh()
     reference = _Reference(runs, _session(loaded, loaded.proto), names, cache_bytes)
-    accs, samples = _compare(reference, simulate.simulation(exported.data), names, per_sample=runtime is not None)
+    outputs, samples, warnings, measured = _score(reference, names, not_compared, exported.data, runtime, progress)
+    tensors = []
+    if ranked is not None:
+        tensors = sensitivities(*ranked, cal, reference, names, progress, options.bias_correction,
+                                rules=targets.get(target).rules)
+    return Evaluation(outputs, tensors, samples, exported.summary, not_compared, list(exported.warnings) + warnings, target, measured)
+
+
+def evaluate_file(loaded, data, runs: Runs, *, target: str | None = None, runtime: str | None = None, progress=None,
+                  cache_bytes: int = CACHE_BYTES) -> Evaluation:
+    """Compare an exported file (`data`: its ModelProto, as written) with its FP32 model `loaded` on
+    the inputs `runs` gives: the exact simulation of the file's nodes as they are, and with
+    `runtime` that runtime on this CPU (`target`: whose export it is, None for a file qtool did not
+    write). The numbers evaluate gives for the export it builds, when the file is that export."""
+    names, not_compared = compared_outputs(loaded)
+    if progress is not None:
+        progress.total = 1 + (runtime is not None)
+        progress.refresh()
+    reference = _Reference(runs, _session(loaded, loaded.proto), names, cache_bytes)
+    outputs, samples, warnings, measured = _score(reference, names, not_compared, data, runtime, progress)
+    return Evaluation(outputs, [], samples, {}, not_compared, warnings, target, measured)
+
+
+def compared_outputs(loaded) -> tuple[list[str], list[str]]:
+    """(the model's float outputs, the others), or a one-line error when it has no float output."""
+    names, not_compared = _float_outputs(loaded.proto)
+    if not names:
+        raise QtoolError("the model has no float outputs to compare (SQNR needs float outputs)")
+    return names, not_compared
+
+
+def _score(reference: _Reference, names: list[str], not_compared: list[str], data, runtime: str | None,
+           progress) -> tuple[list[OutputMetrics], int, list[str], RuntimeResult | None]:
+    """The file `data` against FP32 (`reference`): its exact simulation, with `runtime` also that
+    runtime on this CPU; (per-output metrics, samples, warnings, the runtime's result)."""
+    accs, samples = _compare(reference, simulate.simulation(data), names, per_sample=runtime is not None)
     if samples == 0:
         raise QtoolError("no inputs to evaluate on")
     if progress is not None:
         progress.update(1)
     outputs = output_metrics(names, accs)
-    warnings = list(exported.warnings) + _output_warnings(names, accs)
+    warnings = _output_warnings(names, accs)
     if not_compared:
         warnings.append(f"non-float output(s) not compared: {', '.join(not_compared)}")
     measured = None
     if runtime is not None:
-        session = simulate.runtime(runtime, exported.data)
+        session = simulate.runtime(runtime, data)
         r_accs, _ = _compare(reference, session, names, per_sample=True)
         kind = cpu.kind()
         default = (kind.openvino_float if kind else None) if runtime == "openvino" else "f32"
@@ -542,11 +575,7 @@ def evaluate(loaded, cal, runs: Runs, options: ExportOptions, *, runtime: str | 
             runtime, outputs, measured.outputs, measured.intervals)
         if progress is not None:
             progress.update(1)
-    tensors = []
-    if ranked is not None:
-        tensors = sensitivities(*ranked, cal, reference, names, progress, options.bias_correction,
-                                rules=targets.get(target).rules)
-    return Evaluation(outputs, tensors, samples, exported.summary, not_compared, warnings, target, measured)
+    return outputs, samples, warnings, measured
 
 
 def _output_warnings(names: list[str], accs: list[_Acc]) -> list[str]:

@@ -23,8 +23,9 @@ def _progress(total: int, enabled: bool):
 
 
 @cli.command(cls=Grouped, epilog=EPILOG, sections={"Held-out inputs": HELD_OUT})
-@click.argument("model_path", metavar="MODEL", type=click.Path(path_type=Path))
+@click.argument("model_path", metavar="MODEL|FILE", type=click.Path(path_type=Path))
 @click.option("--calib", type=click.Path(path_type=Path), help="Calibration file [default: the single *.calib.json here].")
+@click.option("--reference", type=click.Path(path_type=Path), metavar="MODEL", help="FILE's FP32 model [default: the one FILE records, beside it or here, checked by SHA-256]; needed for a Q/DQ or FakeQuantize file qtool did not write.")
 @click.option("--images", type=click.Path(path_type=Path), help="Folder of held-out images (single-input image models).")
 @click.option("--data", type=click.Path(path_type=Path), help="Folder of held-out .npy (single-input models) or .npz (keys = input names) files, or one such file of samples along the first axis.")
 @click.option("--limit", type=click.IntRange(min=1), help="Use only the first N images, data files or samples of a data file.")
@@ -58,12 +59,16 @@ def _progress(total: int, enabled: bool):
 def evaluate(ctx, model_path, as_json, **options):
     """Compare a target's int8 model with FP32 on held-out inputs.
 
-    The int8 model is the target's export (as qtool export --target writes it, built in memory),
+    MODEL: the FP32 model; the int8 model is the target's export (as qtool export --target writes it, built in memory),
     run as an exact simulation of the file's arithmetic: onnxruntime with graph optimization off
     (Q/DQ as float operations; OpenVINO's FakeQuantize rewritten into float ops), the same number
     on every CPU. --runtime also runs the file in that runtime on this CPU: on x86 CPUs without
     VNNI its int8 kernels can saturate. Images are preprocessed as the calibration file records
     unless flags override it. Use inputs the calibration did not see.
+
+    FILE: an exported ONNX file, scored as it is (its nodes as written), against the FP32 model it
+    records (qtool export writes its name and SHA-256 in the file; --reference for another file),
+    images preprocessed as it records; the export options are the file's own.
 
     Per model output: SQNR in dB (10 log10 of signal power over error power, over all
     samples; +inf when identical), cosine similarity, and for outputs shaped [N, classes] the
@@ -83,11 +88,16 @@ def text(summary: dict, details: dict) -> str:
     result, inputs, what, seconds = details["evaluation"], details["inputs"], details["what"], details["seconds"]
     format_db = api.format_db
     q = result.plan_summary
-    lines = [(
-        f"int8 ({result.target} export, exact simulation: {q.get('int8_layers', 0)} int8 layers, {q.get('activation_quantizers', 0)} "
-        f"activation and {q.get('weight_quantizers', 0)} weight quantizers) vs FP32 on {result.samples} samples from {inputs} {what} "
-        f"in {seconds:.1f} s"
-    )]
+    if "file" in summary:  # an exported file, as it is
+        whose = f"{result.target} export" if result.target else "not exported by qtool"
+        lines = [f"{summary['file']} ({whose}, exact simulation of its nodes) vs FP32 {summary['model']} on {result.samples} samples "
+                 f"from {inputs} {what} in {seconds:.1f} s"]
+    else:
+        lines = [(
+            f"int8 ({result.target} export, exact simulation: {q.get('int8_layers', 0)} int8 layers, {q.get('activation_quantizers', 0)} "
+            f"activation and {q.get('weight_quantizers', 0)} weight quantizers) vs FP32 on {result.samples} samples from {inputs} {what} "
+            f"in {seconds:.1f} s"
+        )]
     rt = result.runtime
     width = max([len("output")] + [len(o.name) for o in result.outputs])
     head = f"{'output':<{width}}  {'SQNR dB':>8}  {'cosine':>8}  {'top-1 agree':>11}"

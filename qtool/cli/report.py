@@ -28,6 +28,9 @@ def report(calib_path, output, target, trt_version, method, model, evaluation, a
     threshold and scale the export writes (a histogram of |x| with every method's threshold on
     each), sortable; the tensors it leaves float, the FP32 layers and the weights folded. Self-contained
     (inline SVG plots, no network). Needs matplotlib: pip install 'qtool[report]'.
+
+    FILE may be an ONNX file qtool export wrote: the calibration file, target, method and TensorRT
+    version it records (the calibration file found beside it or here, checked by SHA-256).
     """
     finish(call(api.report_file, calib_path, output=output, target=target, trt_version=trt_version, method=method,
                 model=model, evaluation=evaluation), as_json, text)

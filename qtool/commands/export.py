@@ -8,7 +8,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from .. import calibration, targets
+from .. import calibration, provenance, targets
 from ..checks import budget
 from ..checks import evaluation as _evaluate
 from ..errors import QtoolError, opts
@@ -48,7 +48,7 @@ def run(model_path, options: ExportOptions, mixed: MixedPrecision | None = None,
     if mixed.wanted:
         kept = _mixed_precision(loaded, cal, options, mixed, wanted)
         options = replace(options, exclude=options.exclude + tuple(kept["exclude"]))
-    result = module.export(loaded, cal, options)
+    result = provenance.exported(loaded, cal, options, out)  # the writer's file, with its provenance
     if kept is not None:
         result.warnings[:0] = kept.pop("warnings")
         kept.pop("exclude")

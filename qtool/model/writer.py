@@ -96,6 +96,7 @@ class ModelFile:
         self.model = model
         self.stores = {lazy.STORES.entry(t)[0] for t in lazy.lazy_tensors(model)}  # alive while this is
         self._plan: tuple | None = None
+        self.trailer = b""  # fields appended to the file as they are (qtool.provenance's metadata)
 
     def _embedded(self) -> tuple[bytes, bytes, list, int]:
         """(model shell, graph shell, per initializer (shell, where its data goes, data bytes)
@@ -117,7 +118,7 @@ class ModelFile:
 
     def embedded_size(self) -> int:
         model_bytes, _, _, graph_len = self._embedded()
-        return len(model_bytes) + len(wire.key(wire.MODEL_GRAPH)) + len(wire.encode(graph_len)) + graph_len
+        return len(model_bytes) + len(wire.key(wire.MODEL_GRAPH)) + len(wire.encode(graph_len)) + graph_len + len(self.trailer)
 
     def external(self) -> bool:
         """Whether the file needs external data (over protobuf's 2 GiB with every tensor in it)."""
@@ -137,7 +138,7 @@ class ModelFile:
                    + wire.key(wire.TENSOR_RAW_DATA) + wire.encode(n))
             yield _exact(t, n)
             yield shell[at:]
-        yield graph_bytes[g_at:] + model_bytes[m_at:]
+        yield graph_bytes[g_at:] + model_bytes[m_at:] + self.trailer
 
     def external_chunks(self, data_name: str) -> tuple[bytes, Iterator[bytes | memoryview]]:
         """(the .onnx file's bytes, the data file's pieces), the initializers of INLINE_BYTES or
@@ -157,7 +158,7 @@ class ModelFile:
                 yield _exact(t, where[1])
                 at = where[0] + where[1]
 
-        return header, data_chunks()
+        return header + self.trailer, data_chunks()
 
     def __bytes__(self) -> bytes:
         """The single file's bytes (a model that needs external data cannot be one)."""

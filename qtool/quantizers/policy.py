@@ -309,7 +309,7 @@ class Policies:
     activations: Policy = ACTIVATIONS
     weights: Policy = WEIGHTS
     rules: list[Rule] = field(default_factory=list)
-    used: set = field(default_factory=set)  # indexes of rules that matched something
+    used: set = field(default_factory=set, compare=False)  # indexes of rules that matched something (bookkeeping, not the policy)
 
     def for_quantizer(self, kind: str, tensor: str, nodes: list[str], op_types: list[str]) -> Policy:
         """The policy of the `kind` ("activations"/"weights") quantizer on `tensor`, read by `nodes`."""

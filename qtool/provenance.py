@@ -1,0 +1,198 @@
+"""What an exported ONNX file records of how it was made, and reading it back.
+
+Every ONNX model qtool export (and qtool.export) writes carries one `metadata_props` entry,
+KEY = "qtool.provenance", whose value is a JSON object (keys sorted, ASCII):
+
+    format       FORMAT (this layout's version)
+    qtool        the qtool version that wrote the file
+    target       the target whose writer made it (qtool.targets)
+    model        {"name": file name, "sha256": qtool.model's SHA-256 (external data included), "path": the
+                 model relative to the exported file's folder, or null when the file's place is not known}: the FP32 model
+    calibration  {"name": file name, "sha256": of its bytes}, or null for a calibration never read from or
+                 saved to a file (qtool.calibrate's result in memory)
+    options      the export options that made it, resolved as the target's writer reads them, as keywords
+                 of qtool.export (the target's own group only; policies as their resolved Policy records)
+    preprocess   the calibration's image preprocessing record (what evaluate --images feeds)
+
+The entry is appended to the writer's bytes as one more ModelProto field (protobuf concatenates
+repeated fields in any order; onnx/onnx.proto: ModelProto.metadata_props = 14), so the rest of the
+file is the writer's, byte for byte, and `unstamped` gives that back. The stamp is put on in one
+place, `exported`, which qtool export and qtool.export both write through; range files (TensorRT
+caches) are not ONNX and carry none.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, fields, is_dataclass
+from pathlib import Path
+
+import onnx
+
+from . import __version__, model, targets
+from .errors import QtoolError
+from .model import wire
+from .model.writer import ModelFile
+from .options import ExportOptions
+
+KEY = "qtool.provenance"
+FORMAT = 1
+MODEL_METADATA_PROPS = 14  # onnx.proto: ModelProto.metadata_props
+MAX_VALUE_BYTES = 1 << 20  # a provenance value larger than this is not one qtool wrote
+
+
+def _plain(value):
+    """`value` as JSON data: dataclasses as objects of their compared fields, tuples/sets as lists, paths as text."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value) if f.compare}
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted(_plain(v) for v in value)
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def options_record(options: ExportOptions) -> dict:
+    """The export options as qtool.export's keywords: the general ones, and the fields of the groups
+    the target reads (a group's policies as their Policy records)."""
+    record = {}
+    for f in fields(options):
+        value = getattr(options, f.name)
+        if f.name == "target":
+            continue
+        if is_dataclass(value):
+            if options.target in type(value).READERS:
+                record.update({g.name: _plain(getattr(value, g.name)) for g in fields(value)})
+            continue
+        record[f.name] = _plain(value)
+    return record
+
+
+def _relative(model_path: Path, output) -> str | None:
+    """The model's path from the folder of the file written to `output` (None: no output path, or a model in memory)."""
+    if output is None or not model_path.is_file():
+        return None
+    return Path(os.path.relpath(os.path.realpath(model_path), os.path.realpath(Path(output).parent))).as_posix()
+
+
+def record(loaded, cal, options: ExportOptions, output=None) -> dict:
+    """The provenance of options.target's export of `cal` on `loaded`, to be written to `output` (module doc)."""
+    resolved, _ = targets.get(options.target).export_options(options)
+    source = cal.file
+    return {
+        "format": FORMAT, "qtool": __version__, "target": options.target,
+        "model": {"name": Path(loaded.path).name, "sha256": loaded.sha256, "path": _relative(Path(loaded.path), output)},
+        "calibration": None if source is None else {"name": source[0], "sha256": source[1]},
+        "options": options_record(resolved), "preprocess": _plain(cal.preprocess),
+    }
+
+
+def stamp(provenance: dict) -> bytes:
+    """The ModelProto field holding `provenance` as KEY's metadata entry."""
+    entry = onnx.StringStringEntryProto(key=KEY, value=json.dumps(provenance, sort_keys=True, separators=(",", ":")))
+    return wire.field(MODEL_METADATA_PROPS, entry.SerializeToString())
+
+
+def exported(loaded, cal, options: ExportOptions, output=None):
+    """options.target's export of `cal` on `loaded` as qtool writes it (to `output`, when known): the
+    writer's result (qtool.targets.ExportResult), an ONNX model with its provenance appended (module doc)."""
+    module = targets.exporter(options.target)
+    result = module.export(loaded, cal, options)
+    if not module.suffix(options).endswith(".onnx"):
+        return result
+    trailer = stamp(record(loaded, cal, options, output))
+    if isinstance(result.data, ModelFile):
+        result.data.trailer = trailer
+    else:
+        result.data = bytes(result.data) + trailer
+    return result
+
+
+def unstamped(data: bytes) -> bytes:
+    """The writer's bytes of a stamped file: without the provenance entries at its end."""
+    end = len(data)
+    entries = [(number, first, value, stop) for number, first, value, stop in wire.fields(data, 0, len(data))]
+    for number, first, value, stop in reversed(entries):
+        if number != MODEL_METADATA_PROPS or stop != end or onnx.StringStringEntryProto.FromString(bytes(data[value:stop])).key != KEY:
+            break
+        end = first
+    return bytes(data[:end])
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What an exported file records (module doc), read back."""
+
+    target: str
+    model_name: str
+    model_sha256: str
+    model_path: str | None  # relative to the exported file's folder
+    calibration_name: str | None
+    calibration_sha256: str | None
+    options: dict
+    preprocess: dict
+    raw: dict
+
+
+def header(path) -> onnx.ModelProto:
+    """The ONNX file at `path` without its weights, or a one-line error naming it."""
+    try:
+        return model.read_model_header(path, weightless=True)
+    except QtoolError:
+        raise
+    except Exception as e:  # protobuf's or the memory map's: not a model
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise QtoolError(f"{str(path)!r} is not a readable ONNX model ({reason}); give an .onnx file") from None
+
+
+def read(proto: onnx.ModelProto, path) -> Provenance | None:
+    """The provenance `proto` (the file at `path`, named in messages) records, None when it records none."""
+    values = [p.value for p in proto.metadata_props if p.key == KEY]
+    if not values:
+        return None
+    try:
+        if len(values[-1]) > MAX_VALUE_BYTES:
+            raise ValueError("too large")
+        doc = json.loads(values[-1])
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            raise ValueError(f"format {doc.get('format') if isinstance(doc, dict) else None!r}")
+        calib = doc.get("calibration")
+        found = Provenance(
+            _text(doc["target"]), _text(doc["model"]["name"]), _text(doc["model"]["sha256"]),
+            None if doc["model"].get("path") is None else _text(doc["model"]["path"]),
+            None if calib is None else _text(calib["name"]), None if calib is None else _text(calib["sha256"]),
+            _mapping(doc["options"]), _mapping(doc.get("preprocess") or {}), doc)
+        if found.target not in targets.TARGETS:
+            raise ValueError(f"unknown target {found.target!r}")
+        if not found.model_name or Path(found.model_name).name != found.model_name:
+            raise ValueError(f"model name {found.model_name!r}")
+    except (ValueError, TypeError, KeyError) as e:
+        raise QtoolError(f"{str(path)!r} records a damaged or unknown {KEY} ({str(e) or type(e).__name__}); "
+                         "export it again with this qtool") from None
+    return found
+
+
+def _text(value) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected text, got {value!r}")
+    return value
+
+
+def _mapping(value) -> dict:
+    if not isinstance(value, dict):
+        raise TypeError(f"expected an object, got {type(value).__name__}")
+    return value
+
+
+def export_options(found: Provenance) -> ExportOptions:
+    """The export options a file records, rebuilt (without its policies: the file holds what they made)."""
+    given = {k: v for k, v in found.options.items() if k != "policies"}
+    try:
+        return ExportOptions.build(found.target, **given)
+    except (QtoolError, TypeError) as e:
+        raise QtoolError(f"the export options the file records cannot be read by this qtool ({e}); export it again") from None
