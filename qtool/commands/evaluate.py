@@ -184,7 +184,7 @@ def _preprocess(file: Path, found, calib: Path | None, loaded) -> tuple[dict, Pa
     if found is not None and found.calibration_sha256 is not None and cal.file[1] != found.calibration_sha256:
         raise QtoolError("{calib!r} is not the calibration file {file!r} was exported with (SHA-256 differs from the one the file "
                          "records, of {name!r})", calib=str(calib), file=str(file), name=found.calibration_name)
-    check_model(loaded, calib, cal.model_sha256)
+    check_model(loaded, calib, cal.model_path, cal.model_sha256)
     return cal.preprocess, calib
 
 
