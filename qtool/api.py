@@ -202,8 +202,8 @@ def evaluate_files(model_path, *, calib=None, progress=None, **keywords) -> Outc
     """`qtool evaluate`: `target`'s int8 model of the calibration file `calib` [default: the single
     *.calib.json here] against FP32 on held-out `images` (preprocessed as the file records, each
     image keyword overriding its part) or `data`; the keywords are evaluate's flags
-    (qtool.options.EvaluateOptions.build). With `fail_below` DB, an output below it is the
-    Outcome's failure. `progress`: a tqdm bar or a callback(n) per model pass over the inputs."""
+    (qtool.options.EvaluateOptions.build). With `fail_below` DB, an output below it (with
+    `runtime`, the worse of the simulation and the runtime's run) is the Outcome's failure. `progress`: a tqdm bar or a callback(n) per model pass over the inputs."""
     return _evaluate_files.run(model_path, options.EvaluateOptions.build(**keywords), calib=calib, progress=progress)
 
 

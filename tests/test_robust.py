@@ -10,6 +10,7 @@ failure classes, built here with onnx.helper, each with the test that failed bef
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -142,3 +143,89 @@ def test_isolated_reports_a_crash_and_passes_results():
     assert found is None and "SIGABRT" in why
     found, why = shapes.isolated(lambda b: (_ for _ in ()).throw(ValueError("first\nthe reason")), b"")
     assert (found, why) == (None, "the reason")
+
+
+# ---------------------------------------------------------------- evaluate: non-finite references, the runtime's number judged
+
+
+def log_like() -> onnx.ModelProto:
+    """x [N, 8] -> MatMul (positive weights) -> Relu-free Log: the FP32 output is NaN wherever the
+    MatMul is negative, so held-out inputs of the wrong sign give NaN (all negative: only NaN)."""
+    rng = np.random.default_rng(3)
+    x = helper.make_tensor_value_info("x", FLOAT, ["N", 8])
+    y = helper.make_tensor_value_info("y", FLOAT, ["N", 4])
+    w = numpy_helper.from_array(rng.uniform(0.1, 1.0, (8, 4)).astype(np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"), helper.make_node("Log", ["m"], ["y"], name="log")]
+    return helper.make_model(helper.make_graph(nodes, "log", [x], [y], [w]), opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture(scope="module")
+def logw(tmp_path_factory):
+    from runcli import invoke
+
+    d = tmp_path_factory.mktemp("log")
+    onnx.save(log_like(), d / "log.onnx")
+    rng = np.random.default_rng(4)
+    for name, sign in (("cal", 1.0), ("nan", -1.0)):
+        (d / name).mkdir()
+        for i in range(4):
+            np.save(d / name / f"{i}.npy", (sign * rng.uniform(0.1, 1.0, (4, 8))).astype(np.float32))
+    (d / "some").mkdir()
+    for i in range(4):  # one file in four all negative: a quarter of the FP32 values are NaN
+        np.save(d / "some" / f"{i}.npy", ((-1.0 if i == 0 else 1.0) * rng.uniform(0.1, 1.0, (4, 8))).astype(np.float32))
+    r = invoke("calibrate", d / "log.onnx", "--data", d / "cal", "-o", d / "log.calib.json")
+    assert r.exit_code == 0, r.output
+    return d
+
+
+def test_an_all_nan_reference_is_refused_naming_the_output(logw):
+    from runcli import invoke
+
+    r = invoke("evaluate", logw / "log.onnx", "--calib", logw / "log.calib.json", "--data", logw / "nan", "--fail-below", "20")
+    assert r.exit_code == 1, r.output
+    lines = [line for line in r.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: output 'y'"), r.output
+    assert "no finite value" in lines[0] and "preprocessing" in lines[0] and "dtypes" in lines[0]
+
+
+def test_a_partly_nan_reference_reports_the_share_skipped(logw):
+    from runcli import invoke
+
+    r = invoke("evaluate", logw / "log.onnx", "--calib", logw / "log.calib.json", "--data", logw / "some", "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)["outputs"][0]
+    assert (out["skipped_nonfinite"], out["skipped_share"]) == (16, 0.25)
+    r = invoke("evaluate", logw / "log.onnx", "--calib", logw / "log.calib.json", "--data", logw / "some")
+    assert r.exit_code == 0, r.output
+    assert "y: 25.00 % of the FP32 values (16 of 64) were NaN/inf, not compared" in r.stdout
+    r = invoke("evaluate", logw / "log.onnx", "--calib", logw / "log.calib.json", "--data", logw / "cal")
+    assert "NaN/inf" not in r.stdout
+
+
+def test_fail_below_with_a_runtime_judges_the_runtimes_number(logw, monkeypatch):
+    """A runtime whose run is 20 dB or so worse than the simulation fails a gate the simulation passes."""
+    from runcli import invoke
+
+    from qtool.checks import simulate
+
+    real = simulate.runtime
+
+    class Noisy:
+        def __init__(self, name, data):
+            self.inner = real("onnxruntime", data)
+
+        def run(self, names, feeds):
+            return [o + np.float32(0.05) * np.abs(o).max() for o in self.inner.run(names, feeds)]
+
+    monkeypatch.setattr(simulate, "runtime", Noisy)
+    args = ("evaluate", logw / "log.onnx", "--calib", logw / "log.calib.json", "--data", logw / "cal", "--json")
+    sim = json.loads(invoke(*args).stdout)["sqnr_db"]
+    r = invoke(*args, "--runtime", "onnxruntime")
+    got = json.loads(r.stdout)
+    assert got["sqnr_db"] == sim and got["runtime"]["sqnr_db"] < sim - 10
+    gate = (sim + got["runtime"]["sqnr_db"]) / 2
+    assert invoke(*args, "--fail-below", gate).exit_code == 0
+    r = invoke(*args, "--runtime", "onnxruntime", "--fail-below", gate)
+    assert r.exit_code == 1, r.output
+    assert "(onnxruntime on this CPU) is below" in r.output
+    assert json.loads(r.stdout)["passed"] is False
