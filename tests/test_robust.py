@@ -229,3 +229,62 @@ def test_fail_below_with_a_runtime_judges_the_runtimes_number(logw, monkeypatch)
     assert r.exit_code == 1, r.output
     assert "(onnxruntime on this CPU) is below" in r.output
     assert json.loads(r.stdout)["passed"] is False
+
+
+# ---------------------------------------------------------------- an export that would quantize nothing
+
+
+def birnn_like() -> onnx.ModelProto:
+    """x [time, 1, 16] -> a bidirectional ONNX LSTM -> [time, 1, 16]: no op any target quantizes."""
+    rng = np.random.default_rng(5)
+    h, f = 8, 16
+    x = helper.make_tensor_value_info("x", FLOAT, ["time", 1, f])
+    y = helper.make_tensor_value_info("y", FLOAT, ["time", 1, 2 * h])
+    inits = [_w(rng, "W", 2, 4 * h, f), _w(rng, "R", 2, 4 * h, h), _w(rng, "B", 2, 8 * h, scale=0.1), _i64("shape", [0, 0, -1])]
+    nodes = [helper.make_node("LSTM", ["x", "W", "R", "B"], ["Y"], name="bilstm", hidden_size=h, direction="bidirectional"),
+             helper.make_node("Transpose", ["Y"], ["Yt"], name="dirs_last", perm=[0, 2, 1, 3]),  # [T, 1, 2, H]
+             helper.make_node("Reshape", ["Yt", "shape"], ["y"], name="merge")]
+    return helper.make_model(helper.make_graph(nodes, "birnn", [x], [y], inits), opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture(scope="module")
+def birnn(tmp_path_factory):
+    from runcli import invoke
+
+    d = tmp_path_factory.mktemp("birnn")
+    onnx.save(birnn_like(), d / "birnn.onnx")
+    _data(d / "cal", [(20 + i, 1, 16) for i in range(3)])
+    r = invoke("calibrate", d / "birnn.onnx", "--data", d / "cal", "-o", d / "birnn.calib.json")
+    assert r.exit_code == 0, r.output
+    return d
+
+
+@pytest.mark.parametrize("target", ["tensorrt", "openvino", "qdq"])
+def test_an_export_that_quantizes_nothing_fails_without_a_file(birnn, target):
+    from runcli import invoke
+
+    out = birnn / f"birnn.{target}.onnx"
+    r = invoke("export", "--calib", birnn / "birnn.calib.json", "--target", target, "-o", out)
+    assert r.exit_code == 1, r.output
+    assert r.output.strip().splitlines() == [
+        f"error: the {target} export would quantize nothing: no op of the model is one {target} quantizes under its rules "
+        "(its ops: LSTM, Reshape, Transpose); no file written"]
+    assert not out.exists()
+
+
+def test_an_export_with_every_layer_excluded_fails_naming_them(onset):
+    r = qtool(onset, "export", "--target", "openvino", "-o", "none.onnx", *[a for n in ("conv1", "conv2", "fc", "out") for a in ("--exclude", n)])
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        "error: the openvino export would quantize nothing: every layer it could quantize stays FP32 (4: conv1, conv2, fc, out), "
+        "by the exclusions asked for or the target's own; no file written"]
+    assert not (onset / "none.onnx").exists()
+
+
+def test_a_range_file_of_a_recurrent_net_is_still_written(birnn):
+    """A calibration cache holds ranges, not quantizers: TensorRT 8.6 decides what runs in int8."""
+    from runcli import invoke
+
+    r = invoke("export", "--calib", birnn / "birnn.calib.json", "--target", "tensorrt", "--trt-version", "8.6", "-o", birnn / "b.cache")
+    assert r.exit_code == 0, r.output
+    assert (birnn / "b.cache").read_text().startswith("TRT-8601")

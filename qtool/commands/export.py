@@ -49,6 +49,9 @@ def run(model_path, options: ExportOptions, mixed: MixedPrecision | None = None,
         kept = _mixed_precision(loaded, cal, options, mixed, wanted)
         options = replace(options, exclude=options.exclude + tuple(kept["exclude"]))
     result = module.export(loaded, cal, options)
+    nothing = quantizes_nothing(loaded.proto, target, result.summary)
+    if nothing is not None:
+        raise nothing
     if kept is not None:
         result.warnings[:0] = kept.pop("warnings")
         kept.pop("exclude")
@@ -68,6 +71,23 @@ def run(model_path, options: ExportOptions, mixed: MixedPrecision | None = None,
         "outputs": {target: str(out)}, "seconds": round(seconds, 3), "warnings": result.warnings, **result.summary,
     }
     return Outcome(summary, details={"seconds": seconds, "line": line})
+
+
+def quantizes_nothing(proto, target: str, summary: dict) -> QtoolError | None:
+    """The error for a model export that places no quantizer (no Q/DQ or FakeQuantize node: the
+    file would be the FP32 model, which TensorRT 11 builds without INT8 and `qtool inspect`
+    refuses), naming why; None when it places some, or writes a range file (no quantizer counts)."""
+    if summary.get("activation_quantizers", 1) or summary.get("weight_quantizers", 1):
+        return None
+    kept = list(summary.get("fp32_layer_names", ()))
+    if kept:
+        shown = ", ".join(kept[:5]) + (f" and {len(kept) - 5} more" if len(kept) > 5 else "")
+        why = f"every layer it could quantize stays FP32 ({len(kept)}: {shown}), by the exclusions asked for or the target's own"
+    else:
+        ops = sorted({n.op_type for n in proto.graph.node if n.op_type != "Constant"})
+        shown = ", ".join(ops[:8]) + (f" and {len(ops) - 8} more" if len(ops) > 8 else "")
+        why = f"no op of the model is one {target} quantizes under its rules (its ops: {shown or 'none'})"
+    return QtoolError(f"the {target} export would quantize nothing: {why}; no file written")
 
 
 def _mixed_precision(loaded, cal, options: ExportOptions, mixed: MixedPrecision, wanted: budget.Budget | None) -> dict:
