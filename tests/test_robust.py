@@ -288,3 +288,101 @@ def test_a_range_file_of_a_recurrent_net_is_still_written(birnn):
     r = invoke("export", "--calib", birnn / "birnn.calib.json", "--target", "tensorrt", "--trt-version", "8.6", "-o", birnn / "b.cache")
     assert r.exit_code == 0, r.output
     assert (birnn / "b.cache").read_text().startswith("TRT-8601")
+
+
+# ---------------------------------------------------------------- OpenVINO: unused inputs, static shapes only, its messages
+
+
+def unused_input_like() -> onnx.ModelProto:
+    """x [N, 16] -> MatMul -> Relu -> MatMul, and an input `state` [N, 4] no node reads (a GRU
+    tagger's initial state left over by its exporter): OpenVINO drops it when it reads the model."""
+    rng = np.random.default_rng(6)
+    x = helper.make_tensor_value_info("x", FLOAT, ["N", 16])
+    state = helper.make_tensor_value_info("state", FLOAT, ["N", 4])
+    y = helper.make_tensor_value_info("y", FLOAT, ["N", 8])
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["a"], name="fc1"), helper.make_node("Relu", ["a"], ["b"], name="relu"),
+             helper.make_node("MatMul", ["b", "w2"], ["y"], name="fc2")]
+    graph = helper.make_graph(nodes, "unused", [x, state], [y], [_w(rng, "w1", 16, 32), _w(rng, "w2", 32, 8)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def stft_like() -> onnx.ModelProto:
+    """An audio classifier with its spectrogram in the graph: x [N, samples, 1] -> STFT (16-sample
+    Hann frames, hop 8) -> power -> Conv -> pooled -> Gemm -> y [N, 4]. OpenVINO 2026.4's ONNX
+    frontend converts STFT only at a static signal shape, so it reads this model only with the
+    inputs' shapes set."""
+    rng = np.random.default_rng(7)
+    x = helper.make_tensor_value_info("x", FLOAT, ["N", "samples", 1])
+    y = helper.make_tensor_value_info("y", FLOAT, ["N", 4])
+    inits = [numpy_helper.from_array(np.array(8, np.int64), "hop"), numpy_helper.from_array(np.hanning(16).astype(np.float32), "window"),
+             numpy_helper.from_array(np.array(16, np.int64), "frame"), _i64("last", [-1]), _i64("ax1", [1]),
+             _w(rng, "wc", 8, 1, 3, 3), _w(rng, "bc", 8), _w(rng, "wg", 8, 4), _w(rng, "bg", 4)]
+    nodes = [helper.make_node("STFT", ["x", "hop", "window", "frame"], ["s"], name="stft", onesided=1),  # [N, frames, 9, 2]
+             helper.make_node("ReduceSumSquare", ["s", "last"], ["p"], name="power", keepdims=0),
+             helper.make_node("Unsqueeze", ["p", "ax1"], ["u"], name="image"),
+             helper.make_node("Conv", ["u", "wc", "bc"], ["c"], name="conv", pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("GlobalAveragePool", ["r"], ["g"], name="pool"), helper.make_node("Flatten", ["g"], ["f"], name="flat"),
+             helper.make_node("Gemm", ["f", "wg", "bg"], ["y"], name="fc")]
+    return helper.make_model(helper.make_graph(nodes, "stft", [x], [y], inits), opset_imports=[helper.make_opsetid("", 18)])
+
+
+def _calibrated(d: Path, name: str, proto: onnx.ModelProto, cal: Path) -> Path:
+    from runcli import invoke
+
+    onnx.save(proto, d / f"{name}.onnx")
+    r = invoke("calibrate", d / f"{name}.onnx", "--data", cal, "-o", d / f"{name}.calib.json")
+    assert r.exit_code == 0, r.output
+    return d / f"{name}.calib.json"
+
+
+def test_openvino_is_not_fed_an_input_its_model_does_not_have(tmp_path):
+    from runcli import invoke
+
+    pytest.importorskip("openvino")
+    rng = np.random.default_rng(8)
+    for name in ("cal", "held"):
+        (tmp_path / name).mkdir()
+        for i in range(3):
+            np.savez(tmp_path / name / f"{i}.npz", x=rng.standard_normal((4, 16)).astype(np.float32),
+                     state=rng.standard_normal((4, 4)).astype(np.float32))
+    calib = _calibrated(tmp_path, "unused", unused_input_like(), tmp_path / "cal")
+    for target, runtime in (("openvino", "openvino"), ("qdq", "onnxruntime")):
+        r = invoke("evaluate", tmp_path / "unused.onnx", "--calib", calib, "--data", tmp_path / "held", "--target", target,
+                   "--runtime", runtime, "--json")
+        assert r.exit_code == 0, r.output
+        got = json.loads(r.stdout)
+        assert got["runtime"]["name"] == runtime and abs(got["runtime"]["sqnr_db"] - got["sqnr_db"]) < 1, got
+
+
+def test_openvino_compiles_at_the_inputs_shapes_where_it_refuses_dynamic_ones(tmp_path):
+    from runcli import invoke
+
+    pytest.importorskip("openvino")
+    _data(tmp_path / "cal", [(2, 128, 1)] * 3, seed=9)
+    _data(tmp_path / "held", [(2, 128, 1)] * 2 + [(2, 96, 1)], seed=10)
+    calib = _calibrated(tmp_path, "stft", stft_like(), tmp_path / "cal")
+    r = invoke("evaluate", tmp_path / "stft.onnx", "--calib", calib, "--data", tmp_path / "held", "--target", "openvino",
+               "--runtime", "openvino", "--json")
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.stdout)
+    assert got["runtime"]["name"] == "openvino" and abs(got["runtime"]["sqnr_db"] - got["sqnr_db"]) < 1, got
+    assert any("only at static shapes (" in w and "Shape of signal input must be static" in w for w in got["warnings"]), got["warnings"]
+
+
+def test_openvinos_errors_keep_their_reason():
+    pytest.importorskip("openvino")
+    from qtool.errors import QtoolError
+    from qtool.runtime import openvino
+
+    bad = stft_like()
+    bad.graph.node[0].op_type = "NoSuchOp"
+    with pytest.raises(QtoolError) as e:  # static inputs: no fallback
+        for d, v in zip(bad.graph.input[0].type.tensor_type.shape.dim, (1, 64, 1)):
+            d.dim_value = v
+        openvino.Session(bad.SerializeToString())
+    assert str(e.value).startswith("OpenVINO cannot compile the model: ") and "NoSuchOp" in str(e.value)
+    assert "Exception from" not in str(e.value) and "\n" not in str(e.value)
+    session = openvino.Session(unused_input_like().SerializeToString())
+    with pytest.raises(QtoolError) as e:
+        session.run(None, {"x": np.zeros((2, 15), np.float32)})
+    assert "Exception from" not in str(e.value) and "\n" not in str(e.value) and "15" in str(e.value)
