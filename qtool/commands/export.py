@@ -14,6 +14,7 @@ from ..checks import evaluation as _evaluate
 from ..errors import QtoolError, opts
 from ..fileio import check_output_path, file_input, folder_input, model_input, option_file, write_atomic
 from ..inputs import find_calibration, held_out_runs, load_checked_model, model_json, shown_path
+from ..model import already_quantized
 from ..options import ExportOptions, MixedPrecision
 from ..targets import exporter
 from . import Outcome, path
@@ -76,8 +77,9 @@ def run(model_path, options: ExportOptions, mixed: MixedPrecision | None = None,
 def quantizes_nothing(proto, target: str, summary: dict) -> QtoolError | None:
     """The error for a model export that places no quantizer (no Q/DQ or FakeQuantize node: the
     file would be the FP32 model, which TensorRT 11 builds without INT8 and `qtool inspect`
-    refuses), naming why; None when it places some, or writes a range file (no quantizer counts)."""
-    if summary.get("activation_quantizers", 1) or summary.get("weight_quantizers", 1):
+    refuses), naming why; None when it places some, writes a range file (no quantizer counts), or
+    the model holds quantization nodes already (qtool's own export, exported again)."""
+    if summary.get("activation_quantizers", 1) or summary.get("weight_quantizers", 1) or already_quantized(proto):
         return None
     kept = list(summary.get("fp32_layer_names", ()))
     if kept:
