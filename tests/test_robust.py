@@ -129,7 +129,7 @@ def test_a_native_abort_in_shape_inference_is_a_failed_inference():
     dim.dim_value = 1  # the Conv's time axis goes negative, and Slice's inference aborts in C++ (onnx 1.23)
     shapes.INFERENCES.clear()
     assert shapes.inferred(fixed) is None  # qtool is still running
-    assert "SIG" in shapes.INFERENCES.failure(shapes.weightless(fixed)) or shapes.INFERENCES.failure(shapes.weightless(fixed))
+    assert shapes.INFERENCES.failure(shapes.weightless(fixed))  # a reason: onnx 1.23 aborts ("it ended its process with SIGABRT: ...")
     with pytest.raises(RuntimeError, match="shape inference failed"):
         shapes.with_inferred_shapes(fixed)
     assert shapes.inferred(onset_like()) is not None
