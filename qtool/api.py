@@ -205,7 +205,8 @@ def evaluate_files(model_path, *, calib=None, reference=None, progress=None, **k
     (qtool.options.EvaluateOptions.build). `model_path` may instead be an exported file: one qtool
     wrote (its FP32 model found by the name and SHA-256 it records, beside it or here, or given as
     `reference`), or another Q/DQ or FakeQuantize model with its FP32 model as `reference`; the file
-    is scored as it is. With `fail_below` DB, an output below it is the Outcome's failure.
+    is scored as it is. With `fail_below` DB, an output below it (with
+    `runtime`, the worse of the simulation and the runtime's run) is the Outcome's failure.
     `progress`: a tqdm bar or a callback(n) per model pass over the inputs."""
     return _evaluate_files.run(model_path, options.EvaluateOptions.build(**keywords), calib=calib, reference=reference,
                                progress=progress)

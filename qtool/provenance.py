@@ -103,6 +103,9 @@ def exported(loaded, cal, options: ExportOptions, output=None):
     writer's result (qtool.targets.ExportResult), an ONNX model with its provenance appended (module doc)."""
     module = targets.exporter(options.target)
     result = module.export(loaded, cal, options)
+    nothing = quantizes_nothing(loaded.proto, options.target, result.summary)
+    if nothing is not None:
+        raise nothing
     if not module.suffix(options).endswith(".onnx"):
         return result
     trailer = stamp(record(loaded, cal, options, output))
@@ -196,3 +199,21 @@ def export_options(found: Provenance) -> ExportOptions:
         return ExportOptions.build(found.target, **given)
     except (QtoolError, TypeError) as e:
         raise QtoolError(f"the export options the file records cannot be read by this qtool ({e}); export it again") from None
+
+
+def quantizes_nothing(proto, target: str, summary: dict) -> QtoolError | None:
+    """The error for a model export that places no quantizer (no Q/DQ or FakeQuantize node: the
+    file would be the FP32 model, which TensorRT 11 builds without INT8 and `qtool inspect`
+    refuses), naming why; None when it places some, writes a range file (no quantizer counts), or
+    the model holds quantization nodes already (qtool's own export, exported again)."""
+    if summary.get("activation_quantizers", 1) or summary.get("weight_quantizers", 1) or model.already_quantized(proto):
+        return None
+    kept = list(summary.get("fp32_layer_names", ()))
+    if kept:
+        shown = ", ".join(kept[:5]) + (f" and {len(kept) - 5} more" if len(kept) > 5 else "")
+        why = f"every layer it could quantize stays FP32 ({len(kept)}: {shown}), by the exclusions asked for or the target's own"
+    else:
+        ops = sorted({n.op_type for n in proto.graph.node if n.op_type != "Constant"})
+        shown = ", ".join(ops[:8]) + (f" and {len(ops) - 8} more" if len(ops) > 8 else "")
+        why = f"no op of the model is one {target} quantizes under its rules (its ops: {shown or 'none'})"
+    return QtoolError(f"the {target} export would quantize nothing: {why}; no file written")

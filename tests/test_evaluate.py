@@ -208,11 +208,12 @@ def test_keep_fp32_3_raises_output_sqnr(digits, tmp_path):
     assert (tmp_path / "k2.onnx").read_bytes() == kept.read_bytes()
 
 
-def test_keep_fp32_more_than_there_are_warns(digits, tmp_path):
-    r = ok(invoke("export", "--target", "openvino", "--calib", digits["calib"], "-o", tmp_path / "ov.onnx", "--keep-fp32", "40",
-                  "--images", IMAGES, "--limit", "16", "--json"))
-    s = json.loads(r.stdout)
-    assert s["int8_layers"] == 0 and any("only" in w for w in s["warnings"])
+def test_keep_fp32_more_than_there_are_quantizes_nothing(digits, tmp_path):
+    """Every layer kept FP32: the file would be the FP32 model, so export says so and writes nothing."""
+    r = invoke("export", "--target", "openvino", "--calib", digits["calib"], "-o", tmp_path / "ov.onnx", "--keep-fp32", "40",
+               "--images", IMAGES, "--limit", "16", "--json")
+    assert r.exit_code == 1 and "would quantize nothing: every layer it could quantize stays FP32" in r.stderr
+    assert not (tmp_path / "ov.onnx").exists()
 
 
 def test_fail_below_gate(digits):

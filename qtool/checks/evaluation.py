@@ -14,7 +14,9 @@ Per compared (float) model output:
             +inf when the int8 output equals the FP32 output exactly (no noise), -inf when the
             FP32 output is all zero and the int8 one is not, or the int8 output is NaN/inf
             where the FP32 one is finite. Elements where FP32 itself is NaN/inf are skipped
-            (counted in `skipped`).
+            (counted in `skipped`, their share of all in `skipped_share`); an output with no
+            finite FP32 value at all is refused (a QtoolError naming it): it has nothing to
+            compare, and its SQNR would read as +inf.
   cosine    sum(ref q) / (|ref| |q|) over everything; 1.0 when both are all zero, 0.0 when
             exactly one is.
   top1      share of samples whose argmax agrees, for outputs that look like class scores:
@@ -136,7 +138,7 @@ class _Acc:
         self.signal = self.noise = self.dot = self.out_sq = 0.0
         self.broken = 0  # elements where FP32 is finite and the int8 model's is not
         self.agree = self.top1_samples = 0
-        self.samples = self.skipped = self.shape_mismatches = 0
+        self.samples = self.skipped = self.shape_mismatches = self.elements = 0
         self.classes = True
         self.rows: list[tuple[np.ndarray, np.ndarray]] | None = [] if per_sample else None
 
@@ -154,6 +156,7 @@ class _Acc:
                 r2, d2 = r.reshape(count, -1), (r - o).reshape(count, -1)
                 self.rows.append((np.einsum("ij,ij->i", r2, r2), np.einsum("ij,ij->i", d2, d2)))
         self.samples += ref.shape[0] if ref.ndim else 1
+        self.elements += r.size
         self.classes = self.classes and looks_like_class_scores(ref.shape)
         finite = np.isfinite(r)
         all_finite = bool(finite.all())
@@ -194,11 +197,18 @@ class OutputMetrics:
     top1_agreement: float | None  # share of samples in 0..1, None when not class scores
     samples: int
     skipped: int = 0  # elements where FP32 itself was NaN/inf
+    elements: int = 0  # elements compared or skipped
+
+    @property
+    def skipped_share(self) -> float:
+        """The share of the FP32 output's elements that were NaN/inf and not compared (0..1)."""
+        return self.skipped / self.elements if self.elements else 0.0
 
     def to_json(self) -> dict:
         return {
             "name": self.name, "sqnr_db": json_number(self.sqnr_db), "cosine": json_number(self.cosine, 6),
             "top1_agreement": json_number(self.top1_agreement, 6), "samples": self.samples, "skipped_nonfinite": self.skipped,
+            "skipped_share": json_number(self.skipped_share, 6),
         }
 
 
@@ -373,10 +383,20 @@ class _Reference:
             self.cached = cache
 
 
+def _inputs(session) -> set[str] | None:
+    """The names of the inputs a session takes (onnxruntime's, or an openvino.Session's), None when unknown."""
+    if hasattr(session, "get_inputs"):
+        return {i.name for i in session.get_inputs()}
+    return None
+
+
 def _compare(reference: _Reference, session, names: list[str], per_sample: bool = False) -> tuple[list[_Acc], int]:
     accs = [_Acc(per_sample) for _ in names]
     samples = 0
+    takes = _inputs(session)
     for feeds, count, ref in reference:
+        if takes is not None:  # an input no node reads, which the exported file or its runtime dropped: not fed
+            feeds = {k: v for k, v in feeds.items() if k in takes}
         out = onnxruntime.run(session, names, feeds)
         for acc, r, o in zip(accs, ref, out):
             acc.update(np.asarray(r), np.asarray(o), count)
@@ -557,6 +577,7 @@ def _score(reference: _Reference, names: list[str], not_compared: list[str], dat
     accs, samples = _compare(reference, simulate.simulation(data), names, per_sample=runtime is not None)
     if samples == 0:
         raise QtoolError("no inputs to evaluate on")
+    check_finite_reference(names, accs)
     if progress is not None:
         progress.update(1)
     outputs = output_metrics(names, accs)
@@ -571,11 +592,36 @@ def _score(reference: _Reference, names: list[str], not_compared: list[str], dat
         default = (kind.openvino_float if kind else None) if runtime == "openvino" else "f32"
         measured = RuntimeResult(runtime, output_metrics(names, r_accs), cpu.vnni(), getattr(session, "float_precision", "f32"),
                                  kind.name if kind else None, default, [gap_interval(a, b) for a, b in zip(accs, r_accs)])
+        if getattr(session, "static", ""):
+            warnings.append(f"{runtime} compiles the file only at static shapes ({session.static}): it ran at the held-out "
+                            "inputs' shapes, as benchmark_app -shape does")
         warnings += [f"{runtime}: {w}" for w in _output_warnings(names, r_accs)] + runtime_warnings(
             runtime, outputs, measured.outputs, measured.intervals)
         if progress is not None:
             progress.update(1)
     return outputs, samples, warnings, measured
+
+
+def check_finite_reference(names: list[str], accs: list[_Acc]) -> None:
+    """A one-line error for the first output whose FP32 values are all NaN/inf on these inputs:
+    nothing to compare (its SQNR would read +inf, its cosine 1)."""
+    for n, a in zip(names, accs):
+        if a.elements and a.skipped == a.elements:
+            raise QtoolError(f"output {n!r}: the FP32 model gives no finite value on these inputs (all {a.elements} are NaN/inf), "
+                             "so there is nothing to compare: check the inputs' preprocessing, dtypes and value ranges")
+
+
+def judged(ev: Evaluation) -> list[tuple[OutputMetrics, str | None]]:
+    """Per compared output, the number a quality gate (--fail-below) judges, and whose it is: the
+    simulation's (None), or with a runtime the worse of the runtime's run and the simulation
+    (the runtime's name when it is the runtime's)."""
+    if ev.runtime is None:
+        return [(o, None) for o in ev.outputs]
+    found = []
+    for s, r in zip(ev.outputs, ev.runtime.outputs):
+        worse = math.isnan(r.sqnr_db) or (not math.isnan(s.sqnr_db) and r.sqnr_db < s.sqnr_db)
+        found.append((r, ev.runtime.name) if worse else (s, None))
+    return found
 
 
 def _output_warnings(names: list[str], accs: list[_Acc]) -> list[str]:
@@ -586,12 +632,13 @@ def _output_warnings(names: list[str], accs: list[_Acc]) -> list[str]:
         if a.broken:
             warnings.append(f"output {n!r}: the int8 model gave {a.broken} NaN/inf value(s) where FP32 is finite")
         if a.skipped:
-            warnings.append(f"output {n!r}: {a.skipped} FP32 value(s) were NaN/inf and were not compared")
+            warnings.append(f"output {n!r}: {a.skipped} of {a.elements} FP32 values ({100 * a.skipped / a.elements:.2f} %) were "
+                            "NaN/inf and were not compared")
     return warnings
 
 
 def output_metrics(names: list[str], accs: list[_Acc]) -> list[OutputMetrics]:
-    return [OutputMetrics(n, a.sqnr(), a.cosine(), a.top1(), a.samples, a.skipped) for n, a in zip(names, accs)]
+    return [OutputMetrics(n, a.sqnr(), a.cosine(), a.top1(), a.samples, a.skipped, a.elements) for n, a in zip(names, accs)]
 
 
 def to_json(ev: Evaluation) -> dict:

@@ -52,7 +52,7 @@ def _progress(total: int, enabled: bool):
 @option("high_precision", "evaluate")
 @option("precision", "evaluate")
 @click.option("--tensors/--no-tensors", "tensors", default=False, show_default=True, help="openvino/qdq: also rank every quantized tensor by the output SQNR of quantizing it alone (one model run over the inputs per tensor: slow on large models).")
-@click.option("--fail-below", type=float, metavar="DB", help="Exit 1 when an output's SQNR (of the simulation) is below DB decibels (a quality gate); the results are printed first.")
+@click.option("--fail-below", type=float, metavar="DB", help="Exit 1 when an output's SQNR is below DB decibels (a quality gate): the simulation's, and with --runtime the worse of it and the runtime's; the results are printed first.")
 @policy_options
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout (infinite SQNR as the string \"inf\").")
 @click.pass_context
@@ -111,6 +111,9 @@ def text(summary: dict, details: dict) -> str:
         if rt is not None:
             line += f"  {format_db(rt.outputs[i].sqnr_db):>16}  {_top1(rt.outputs[i]):>17}"
         lines.append(line)
+    for o in result.outputs:
+        if o.skipped:
+            lines.append(f"{o.name}: {o.skipped_share * 100:.2f} % of the FP32 values ({o.skipped} of {o.elements}) were NaN/inf, not compared")
     if result.tensors:
         lines.append("quantized tensors, most harmful first (output SQNR dB with only that tensor quantized):")
         for i, t in enumerate(result.tensors, 1):

@@ -38,10 +38,10 @@ def check_request(options: EvaluateOptions) -> None:
 def run(model_path, options: EvaluateOptions, *, calib=None, reference=None, progress=None) -> Outcome:
     """options.target's int8 model of the calibration file `calib` [default: the single *.calib.json
     here] against FP32 on held-out images (preprocessed as the file records, options.image overriding
-    its parts) or data. With options.fail_below DB, an output below it is the Outcome's failure.
-    When `model_path` is an exported file (it records qtool's provenance, or `reference` names its
-    FP32 model), that file as it is (`evaluate_file`). `progress`: a tqdm bar or a callback(n) per
-    model pass over the inputs."""
+    its parts) or data. With options.fail_below DB, an output below it (the worse of the simulation and, with
+    options.runtime, the runtime's run: evaluation.judged) is the Outcome's failure. When `model_path` is an
+    exported file (it records qtool's provenance, or `reference` names its FP32 model), that file as it is
+    (`evaluate_file`). `progress`: a tqdm bar or a callback(n) per model pass over the inputs."""
     started = time.perf_counter()
     model_path, reference = path(model_path), path(reference)
     shipped = exported_file(model_path, reference)
@@ -66,7 +66,7 @@ def _outcome(summary: dict, result: _evaluate.Evaluation, inputs: list, options:
         log.warning(w)
     seconds = time.perf_counter() - started
     fail_below = options.fail_below
-    failing = [o for o in result.outputs if fail_below is not None and not o.sqnr_db >= fail_below]
+    failing = [(o, who) for o, who in _evaluate.judged(result) if fail_below is not None and not o.sqnr_db >= fail_below]
     summary = {
         **summary, "inputs": len(inputs), **_evaluate.to_json(result),
         "fail_below": fail_below, "passed": None if fail_below is None else not failing,
@@ -74,9 +74,10 @@ def _outcome(summary: dict, result: _evaluate.Evaluation, inputs: list, options:
     }
     failure = None
     if failing:
-        worst = min(failing, key=lambda o: (o.sqnr_db if not math.isnan(o.sqnr_db) else -math.inf))
-        failure = QtoolError("output {name!r} SQNR {db} dB is below {fail_below} dB{count}", name=worst.name,
-                             db=_evaluate.format_db(worst.sqnr_db), fail_below=Opt("fail_below", float(fail_below)),
+        worst, who = min(failing, key=lambda f: (f[0].sqnr_db if not math.isnan(f[0].sqnr_db) else -math.inf))
+        failure = QtoolError("output {name!r} SQNR {db} dB{by} is below {fail_below} dB{count}", name=worst.name,
+                             db=_evaluate.format_db(worst.sqnr_db), by=f" ({who} on this CPU)" if who else "",
+                             fail_below=Opt("fail_below", float(fail_below)),
                              count=f" ({len(failing)} outputs fail)" if len(failing) > 1 else "")
     what = "images" if options.images is not None else _data.samples_words(inputs) or "data files"
     return Outcome(summary, failure, {"evaluation": result, "inputs": len(inputs), "what": what, "seconds": seconds})

@@ -281,6 +281,38 @@ def infer_with_inputs(proto: onnx.ModelProto, input_dims: dict[str, tuple]) -> o
                 vi.type.CopyFrom(saved[vi.name])
 
 
+def _negative_dims(inferred: onnx.ModelProto) -> int:
+    """How many dimensions onnx's shape inference gave a negative value (a Conv over an axis shorter
+    than its kernel; or a model's own -1, as Paddle's exports declare)."""
+    g = inferred.graph
+    return sum(d.HasField("dim_value") and d.dim_value < 0 for vi in list(g.input) + list(g.value_info) + list(g.output)
+               for d in vi.type.tensor_type.shape.dim)
+
+
+def batch_one(proto: onnx.ModelProto) -> dict[str, tuple]:
+    """The graph inputs whose dynamic first axis is taken as a batch of 1 ({input: (1, None, ...)},
+    for infer_with_inputs): all of them (rank >= 2) when the model's shapes stay consistent with
+    them at 1; none when they do not: onnx's shape inference then fails (or aborts, shapes.isolated)
+    or gives a dimension a negative value it does not give with them open, so the first axis is
+    not a batch (time, say: a Conv over it needs more entries than one)."""
+    ones = {vi.name: (1,) + (None,) * (len(vi.type.tensor_type.shape.dim) - 1) for vi in proto.graph.input
+            if len(vi.type.tensor_type.shape.dim) > 1 and not vi.type.tensor_type.shape.dim[0].HasField("dim_value")}
+    if not ones:
+        return {}
+    fixed = infer_with_inputs(proto, ones)
+    if fixed is None:
+        return {}
+    own = shapes.inferred(proto)
+    return ones if _negative_dims(fixed) <= (_negative_dims(own) if own is not None else 0) else {}
+
+
+def inferred_batch_one(proto: onnx.ModelProto) -> onnx.ModelProto | None:
+    """onnx's shape inference with every dynamic first axis at 1 where it is a batch (batch_one),
+    else with the model's shapes as declared; None when it fails."""
+    ones = batch_one(proto)
+    return infer_with_inputs(proto, ones) if ones else shapes.inferred(proto)
+
+
 def tensor_bytes(proto: onnx.ModelProto, names: list[str], input_dims: dict[str, tuple[int, ...]]) -> dict[str, int]:
     """Bytes of the tensors of `names` for one run with these concrete input shapes, as far as
     ONNX shape inference can tell: tensors whose shape it cannot infer are left out."""

@@ -8,11 +8,20 @@ converter ask about the same few graphs in one command and share one inference e
 one per process, not one per loaded model, because those steps are handed bare protos (copies and
 edits of the loaded model's), which hold no link to where they came from; keyed by content, a
 cached result is right for any proto it is found for.
+
+onnx's shape inference is C++ that can abort the process (an assertion: std::clamp in Slice's
+inference on a negative dimension, onnx 1.23) where a model's shapes are inconsistent, which a
+Python `except` cannot catch: it runs in a forked child (`isolated`), and a child that dies is an
+inference that failed.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import hashlib
+import os
+import signal
+import tempfile
 
 import onnx
 
@@ -32,28 +41,107 @@ def weightless(model: onnx.ModelProto) -> bytes:
     return wire.spliced(model, lambda t: lazy.is_lazy(t) or _big_float(t), lambda t: lazy.placeholder(t, WEIGHTLESS))
 
 
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP) if hasattr(signal, "SIGHUP") else ()
+
+
+def isolated(call, data: bytes) -> tuple[bytes | None, str]:
+    """`call(data)` (bytes -> bytes) in a forked child, so that a native abort or crash in it ends
+    the child, not qtool: (its result, "") or (None, why it failed: the exception's last line, or
+    how the child ended and the last line it wrote to stderr, which is kept off qtool's). Where
+    fork is not available (or fails), called here."""
+    if not hasattr(os, "fork"):
+        return _direct(call, data)
+    read, write = os.pipe()
+    err = tempfile.TemporaryFile()
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)  # the child's handlers: the defaults, before any signal
+    try:
+        pid = os.fork()
+    except OSError:
+        for fd in (read, write):
+            os.close(fd)
+        err.close()
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        return _direct(call, data)
+    if pid == 0:  # the child: no Python handler, no atexit, no cleanup of the parent's files
+        status = 1
+        try:
+            faulthandler.disable()  # a crash here is the child's end, reported by the parent, not a dump of its stack
+            for s in _SIGNALS:
+                signal.signal(s, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+            os.dup2(err.fileno(), 2)
+            os.close(read)
+            result, why = _direct(call, data)
+            payload = b"+" + result if result is not None else b"-" + why.encode("utf-8", "replace")
+            with os.fdopen(write, "wb") as out:
+                out.write(payload)
+            status = 0
+        finally:
+            os._exit(status)
+    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe, err:
+        payload = pipe.read()
+        _, status = os.waitpid(pid, 0)
+        err.seek(max(0, os.fstat(err.fileno()).st_size - 4096))
+        said = [line.strip() for line in err.read().decode("utf-8", "replace").splitlines() if line.strip()]
+    if payload[:1] == b"+" and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+        return payload[1:], ""
+    if payload[:1] == b"-":
+        return None, payload[1:].decode("utf-8", "replace")
+    if os.WIFSIGNALED(status):
+        try:
+            how = signal.Signals(os.WTERMSIG(status)).name
+        except ValueError:
+            how = f"signal {os.WTERMSIG(status)}"
+    else:
+        how = f"exit code {os.waitstatus_to_exitcode(status)}"
+    return None, f"it ended its process with {how}" + (f": {said[-1]}" if said else "")
+
+
+def _direct(call, data: bytes) -> tuple[bytes | None, str]:
+    try:
+        return call(data), ""
+    except Exception as e:
+        text = str(e).strip()
+        return None, text.splitlines()[-1] if text else type(e).__name__
+
+
+def _infer(data: bytes) -> bytes:
+    """onnx's shape inference (strict_mode off) of the serialized model `data`, serialized."""
+    return onnx.shape_inference.infer_shapes(onnx.ModelProto.FromString(data), strict_mode=False).SerializeToString()
+
+
 class Inferences:
     """onnx's shape inference results of the last few weightless graphs, by their SHA-256."""
 
     def __init__(self, keep: int = 4):
         self.keep = keep
         self._results: dict[str, onnx.ModelProto | None] = {}
+        self.failures: dict[str, str] = {}  # why the inference of a graph failed, by its SHA-256
 
     def clear(self) -> None:
         self._results.clear()
+        self.failures.clear()
 
     def of(self, data: bytes) -> onnx.ModelProto | None:
         """The inference (strict_mode off) of the weightless model `data`, or None when it fails."""
         key = hashlib.sha256(data).hexdigest()
         if key not in self._results:
-            try:
-                result = onnx.shape_inference.infer_shapes(onnx.ModelProto.FromString(data), strict_mode=False)
-            except Exception:  # a model onnx cannot infer (custom ops): what the file declares
-                result = None
+            found, why = isolated(_infer, data)  # None: a model onnx cannot infer (custom ops, inconsistent shapes)
+            result = None if found is None else onnx.ModelProto.FromString(found)
             if len(self._results) >= self.keep:
-                self._results.pop(next(iter(self._results)))
+                old = next(iter(self._results))
+                self._results.pop(old)
+                self.failures.pop(old, None)
             self._results[key] = result
+            if found is None:
+                self.failures[key] = why
         return self._results[key]
+
+    def failure(self, data: bytes) -> str:
+        """Why the inference of `data` failed ("" when it did not, or was not asked for)."""
+        return self.failures.get(hashlib.sha256(data).hexdigest(), "")
 
 
 INFERENCES = Inferences()
@@ -67,12 +155,12 @@ def inferred(model: onnx.ModelProto) -> onnx.ModelProto | None:
 
 
 def with_inferred_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
-    """onnx.shape_inference.infer_shapes(model, strict_mode=False) (raising as it does), computed on
+    """onnx.shape_inference.infer_shapes(model, strict_mode=False) (a RuntimeError with its reason where it fails), computed on
     the model without its weight data: a new model, the weights those of `model`."""
-    result = inferred(model)
+    data = weightless(model)
+    result = INFERENCES.of(data)
     if result is None:
-        onnx.shape_inference.infer_shapes(onnx.ModelProto.FromString(weightless(model)), strict_mode=False)  # raises
-        raise RuntimeError("shape inference failed")
+        raise RuntimeError(f"onnx's shape inference failed: {INFERENCES.failure(data) or 'no reason given'}")
     out = onnx.ModelProto()
     out.CopyFrom(result)
     for mine, theirs in zip(out.graph.initializer, model.graph.initializer):

@@ -118,6 +118,8 @@ def run(session, names: list[str] | None, feeds: Feeds) -> list[np.ndarray]:
     QtoolError naming the input shapes."""
     try:
         return session.run(names, feeds)
+    except QtoolError:  # an openvino.Session's, worded already
+        raise
     except Exception as e:
         shapes = {k: list(v.shape) for k, v in feeds.items()}
         raise QtoolError(f"onnxruntime failed on inputs of shape {shapes}: {first_line(e)}") from None

@@ -2,13 +2,30 @@
 
 OpenVINO is optional (pip install openvino): it is imported when a session is made, and its
 absence is a one-line QtoolError saying how to install it.
+
+A model OpenVINO refuses at its dynamic shapes (its ONNX frontend converts some ops only at static
+ones: STFT's "Shape of signal input must be static", OpenVINO 2026.4) is compiled at the shapes of
+the inputs it is run on, as `benchmark_app -shape` does; the shapes are set on the ONNX model's
+inputs before OpenVINO reads it, since such a model cannot be read to be reshaped. OpenVINO's
+messages are many lines (the first: "Exception from src/inference/src/cpp/core.cpp:117:"); an
+error keeps their informative lines (`reason`).
 """
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
+import onnx
 
 from ..errors import QtoolError
+from ..model import data_inputs
+
+STATIC_COMPILES = 8  # compiled models kept per session, one per distinct set of input shapes
+
+# lines of OpenVINO's messages that say where, not why
+_WHERE = re.compile(r"^(Exception from |Check '.*' failed at |While validating |Summary:|To facilitate |FrontEnd API failed|"
+                    r"Model wasn't fully converted)")
 
 
 def package():
@@ -20,24 +37,83 @@ def package():
     return openvino
 
 
+def reason(e: BaseException) -> str:
+    """The informative line(s) of an OpenVINO exception, on one line: its lines without those that
+    only say where (source locations, "Check ... failed at", "Summary:") or introduce the next, the
+    last three kept; its last line where none is left, its type's name for an empty message."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    kept = [line.removeprefix("-- ") for line in lines if not _WHERE.match(line) and not line.endswith(":")]
+    kept = [line for i, line in enumerate(kept) if line not in kept[:i]]
+    if kept:
+        return "; ".join(line.rstrip(".") for line in kept[-3:])
+    return lines[-1] if lines else type(e).__name__
+
+
 class Session:
     """OpenVINO's CPU plugin on a model, behind onnxruntime's `run(names, feeds)`. `precision`: the
     float precision of the unquantized layers, "f32" or "default" (OpenVINO's choice on this CPU: bf16
     with AVX-512 BF16 or AMX, qtool.quantizers.cpu), stated in the config either way; `float_precision`
-    is the one it runs them in ("f32", "bf16", "f16")."""
+    is the one it runs them in ("f32", "bf16", "f16"). Feeds the model does not take (an input no
+    node reads, which OpenVINO drops) are left out. `static`: why OpenVINO refused the dynamic shapes
+    where it compiles at the inputs' shapes instead, "" otherwise."""
 
     def __init__(self, data: bytes, config: dict | None = None, precision: str = "f32"):
-        core = package().Core()
-        chosen = core.get_property("CPU", "INFERENCE_PRECISION_HINT").get_type_name() if precision == "default" else precision
+        self.core = package().Core()
+        chosen = self.core.get_property("CPU", "INFERENCE_PRECISION_HINT").get_type_name() if precision == "default" else precision
+        self.data, self.config = data, {**(config or {}), "INFERENCE_PRECISION_HINT": chosen}
+        self.float_precision = chosen
+        self.static = ""
+        self._compiled: dict[tuple, tuple] = {}  # input shapes -> (compiled model, request, input names)
         try:
-            self.compiled = core.compile_model(core.read_model(data, b""), "CPU", {**(config or {}), "INFERENCE_PRECISION_HINT": chosen})
+            self._dynamic = self._compile(self.core.read_model(data, b""))
         except Exception as e:
-            raise QtoolError(f"OpenVINO cannot compile the model: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from None
-        self.request = self.compiled.create_infer_request()
-        self.float_precision = self.compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
+            if all(None not in spec.dims for spec in data_inputs(onnx.load_model_from_string(data))):
+                raise QtoolError(f"OpenVINO cannot compile the model: {reason(e)}") from None
+            self._dynamic, self.static = None, reason(e)
+
+    @property
+    def compiled(self):
+        """The compiled model (the dynamic one; the last static one where OpenVINO refuses the dynamic)."""
+        if self._dynamic is not None:
+            return self._dynamic[0]
+        return next(reversed(self._compiled.values()))[0] if self._compiled else None
+
+    def _compile(self, model) -> tuple:
+        compiled = self.core.compile_model(model, "CPU", self.config)
+        self.float_precision = compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
+        names = {n for port in compiled.inputs for n in port.get_names()}
+        return compiled, compiled.create_infer_request(), names
+
+    def _at(self, feeds: dict) -> tuple:
+        """The model compiled with its inputs at the shapes of `feeds` (cached)."""
+        key = tuple(sorted((k, tuple(np.shape(v))) for k, v in feeds.items()))
+        if key not in self._compiled:
+            proto = onnx.load_model_from_string(self.data)
+            for vi in proto.graph.input:
+                if vi.name in feeds and vi.type.HasField("tensor_type"):
+                    shape = np.shape(feeds[vi.name])
+                    vi.type.tensor_type.shape.Clear()
+                    for d in shape:
+                        vi.type.tensor_type.shape.dim.add().dim_value = int(d)
+            try:
+                compiled = self._compile(self.core.read_model(proto.SerializeToString(), b""))
+            except Exception as e:
+                shapes = {k: list(s) for k, s in key}
+                raise QtoolError(f"OpenVINO cannot compile the model: {self.static}; nor at the inputs' shapes {shapes}: "
+                                 f"{reason(e)}") from None
+            if len(self._compiled) >= STATIC_COMPILES:
+                self._compiled.pop(next(iter(self._compiled)))
+            self._compiled[key] = compiled
+        return self._compiled[key]
 
     def run(self, names, feeds):
         """The outputs `names` (None: all) for the inputs `feeds`."""
-        result = self.request.infer(feeds)
-        ports = self.compiled.outputs if names is None else [self.compiled.output(n) for n in names]
+        compiled, request, inputs = self._dynamic if self._dynamic is not None else self._at(feeds)
+        taken = {k: v for k, v in feeds.items() if k in inputs}
+        try:
+            result = request.infer(taken)
+        except Exception as e:
+            shapes = {k: list(np.shape(v)) for k, v in taken.items()}
+            raise QtoolError(f"OpenVINO failed on inputs of shape {shapes}: {reason(e)}") from None
+        ports = compiled.outputs if names is None else [compiled.output(n) for n in names]
         return [np.array(result[p]) for p in ports]

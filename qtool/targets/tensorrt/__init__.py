@@ -183,8 +183,9 @@ def build_command(loaded, cal, fmt: str, trt_version: str, path: str, model_path
 
 
 def input_shapes(proto, preprocess: dict) -> tuple[dict[str, list[int]], list[str]]:
-    """{input: shape} for the graph inputs with a dynamic dimension: the batch as 1 and the image
-    size the calibration recorded (images); and notes for inputs whose size it did not record."""
+    """{input: shape} for the graph inputs with a dynamic dimension: the batch as 1 (a first axis
+    that cannot be 1 is no batch: model.batch_one) and the image size the calibration recorded
+    (images); and notes for inputs whose size it did not record."""
     shapes: dict[str, list[int]] = {}
     notes: list[str] = []
     for spec in model.data_inputs(proto):
@@ -197,7 +198,7 @@ def input_shapes(proto, preprocess: dict) -> tuple[dict[str, list[int]], list[st
             c = c or int(preprocess.get("channels") or 3)
             full = [1, h, w, c] if preprocess.get("layout") == "nhwc" else [1, c, h, w]
             shapes[spec.name] = [d if d is not None else f for d, f in zip(dims, full)]
-        elif dims[0] is None and all(d is not None for d in dims[1:]):
+        elif dims[0] is None and all(d is not None for d in dims[1:]) and spec.name in model.batch_one(proto):
             shapes[spec.name] = [1] + dims[1:]
         else:
             notes.append(f"input {spec.name!r} has dynamic dimensions the calibration file does not record; "

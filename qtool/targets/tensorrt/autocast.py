@@ -95,7 +95,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.transformers import float16  # onnxruntime's converter, not a session (qtool.runtime makes those)
 
 from ...errors import QtoolError
-from ...model import NON_DATA_SLOTS, lazy
+from ...model import NON_DATA_SLOTS, batch_one, lazy
 from ...model.checker import check
 from ...model.graph import (
     Index,
@@ -700,23 +700,28 @@ def _check_finite(g: onnx.GraphProto) -> None:
 
 def _feed(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     """Zeros for every graph input; an unknown dim (no value, a symbol, or a negative dim_value
-    such as Paddle's -1) is 1 when it comes first, else 64 (a multiple of every usual stride, a
-    plausible sequence length); a symbol takes the same value wherever it appears."""
+    such as Paddle's -1) is 1 when it comes first and is a batch (model.batch_one), else 64 (a
+    multiple of every usual stride, a plausible sequence length); a symbol takes the same value
+    wherever it appears."""
     inits = {t.name for t in model.graph.initializer}
     symbols: dict[str, int] = {}
     feed = {}
+    open_first = {i.name for i in model.graph.input if len(i.type.tensor_type.shape.dim) > 1
+                  and not i.type.tensor_type.shape.dim[0].HasField("dim_value")}
+    not_batch = open_first - set(batch_one(model)) if open_first else set()
     for i in model.graph.input:
         if i.name in inits:
             continue
         tt = i.type.tensor_type
         dims = []
+        first = 64 if i.name in not_batch else 1
         for k, d in enumerate(tt.shape.dim):
             if d.HasField("dim_value") and d.dim_value >= 0:
                 dims.append(d.dim_value)
             elif d.HasField("dim_param") and d.dim_param:
-                dims.append(symbols.setdefault(d.dim_param, 1 if k == 0 else 64))
+                dims.append(symbols.setdefault(d.dim_param, first if k == 0 else 64))
             else:
-                dims.append(1 if k == 0 else 64)
+                dims.append(first if k == 0 else 64)
         feed[i.name] = np.zeros(dims, dtype=helper.tensor_dtype_to_np_dtype(tt.elem_type))
     return feed
 

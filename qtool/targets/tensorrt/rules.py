@@ -171,10 +171,9 @@ def residual_skip_input(m: G.Index, add: onnx.NodeProto) -> int | None:
 def _static_shapes(m: G.Index) -> dict[str, list[int | None]]:
     """Tensor name -> dims (None where unknown) from onnx shape inference on the main graph, with a
     dynamic batch (the first dimension of an input) taken as 1, the batch a TensorRT engine is
-    usually built and measured for (ModelOpt measures its shapes on its calibration batches)."""
-    batch_one = {vi.name: (1,) + (None,) * (len(vi.type.tensor_type.shape.dim) - 1) for vi in m.graph.input
-                 if len(vi.type.tensor_type.shape.dim) > 1 and not vi.type.tensor_type.shape.dim[0].HasField("dim_value")}
-    g = (M.infer_with_inputs(m.proto, batch_one) or m.proto).graph  # no shapes inferred: no shape-based exclusions
+    usually built and measured for (ModelOpt measures its shapes on its calibration batches); a
+    dynamic first axis that cannot be 1 (time, say) is no batch and stays open (M.batch_one)."""
+    g = (M.inferred_batch_one(m.proto) or m.proto).graph  # no shapes inferred: no shape-based exclusions
     shapes: dict[str, list[int | None]] = {}
     for vi in list(g.input) + list(g.value_info) + list(g.output):
         t = vi.type.tensor_type
