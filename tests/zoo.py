@@ -45,6 +45,7 @@ __all__ = [
     "bert_like",
     "vit_like",
     "char_conv_segmenter_like",
+    "stft_lstm_vad_like",
 ]
 
 FLOAT = TensorProto.FLOAT
@@ -919,6 +920,57 @@ def char_conv_segmenter_like(opset=18, vocab=60, emb=16, ch=24, seed=6101):
     g.op("MatMul", [h, w2], "/linear2", outputs=["logits"])
     graph = g.graph("char_conv_segmenter", [helper.make_tensor_value_info("input", INT64, [1, "seq"])],
                     [helper.make_tensor_value_info("logits", FLOAT, [1, "seq", 2])])
+    return _make_model(graph, opset)
+
+
+def stft_lstm_vad_like(opset=16, samples=64, kernel=16, stride=8, bins=8, ch=16, hidden=16, seed=4911):
+    """A voice-activity detector as Silero VAD's sequence model is exported (silero-vad 6.x,
+    silero_vad_16k_sequence.onnx): audio blocks [time, samples], time first -> Unsqueeze -> Conv with a
+    constant STFT basis (real and imaginary rows) -> Slice, Slice -> Pow 2, Pow 2 -> Add -> Sqrt (the
+    magnitude) -> Conv, Relu, Conv, Relu -> Transpose -> LSTM over time with the h and c state inputs ->
+    Squeeze, Relu, Transpose -> 1x1 Conv -> Sigmoid: per-block speech probabilities [1, 1, time] and the
+    final states hn, cn [1, 1, hidden] that the caller feeds back."""
+    g = _Graph(seed=seed)
+    rng = g.rng
+    t = np.arange(kernel) / kernel
+    freq = np.arange(bins)[:, None]
+    window = np.hanning(kernel)
+    basis = np.concatenate([np.cos(2 * np.pi * freq * t) * window, -np.sin(2 * np.pi * freq * t) * window])
+    x = g.op("Unsqueeze", ["input", g.init("/stft/axis1", np.array([1], np.int64))], "/stft")  # [T, 1, samples]
+    spec = g.op("Conv", [x, g.init("stft.basis", basis[:, None, :].astype(np.float32))], "/stft",
+                kernel_shape=[kernel], strides=[stride])  # [T, 2 * bins, frames]
+    one = g.init("/stft/one", np.array([1], np.int64))
+    two = g.init("/stft/two", np.array([2.0], np.float32))
+    halves = []
+    for name, lo, hi in (("real", 0, bins), ("imag", bins, 2 * bins)):
+        part = g.op("Slice", [spec, g.init(f"/stft/{name}_start", np.array([lo], np.int64)),
+                              g.init(f"/stft/{name}_end", np.array([hi], np.int64)), one], "/stft")
+        halves.append(g.op("Pow", [part, two], "/stft"))
+    mag = g.op("Sqrt", [g.op("Add", halves, "/stft")], "/stft")  # [T, bins, frames]
+    frames = (samples - kernel) // stride + 1
+    h = mag
+    for i, (cin, k, pad) in enumerate(((bins, 3, 1), (ch, frames, 0))):
+        w = g.init(f"encoder.{i}.weight", (rng.normal(0, 1, (ch, cin, k)) / np.sqrt(cin * k)).astype(np.float32))
+        b = g.init(f"encoder.{i}.bias", rng.normal(0, 0.1, ch).astype(np.float32))
+        h = g.op("Relu", [g.op("Conv", [h, w, b], f"/encoder.{i}", kernel_shape=[k], pads=[pad, pad])], f"/encoder.{i}")
+    seq = g.op("Transpose", [h], "", perm=[0, 2, 1])  # [T, 1, ch]: the LSTM's time axis is the blocks'
+    w = g.init("lstm.W", (rng.normal(0, 1, (1, 4 * hidden, ch)) / np.sqrt(ch)).astype(np.float32))
+    r = g.init("lstm.R", (rng.normal(0, 1, (1, 4 * hidden, hidden)) / np.sqrt(hidden)).astype(np.float32))
+    bias = g.init("lstm.B", rng.normal(0, 0.1, (1, 8 * hidden)).astype(np.float32))
+    y = g.op("LSTM", [seq, w, r, bias, "", "h", "c"], "/recurrent", outputs=["/recurrent/LSTM_output_0", "hn", "cn"],
+             hidden_size=hidden)[0]  # [T, 1, 1, hidden]
+    y = g.op("Relu", [g.op("Squeeze", [y, one], "/recurrent")], "")
+    y = g.op("Transpose", [y], "", perm=[1, 2, 0])  # [1, hidden, T]
+    wo = g.init("output.weight", (rng.normal(0, 1, (1, hidden, 1)) / np.sqrt(hidden)).astype(np.float32))
+    logit = g.op("Conv", [y, wo, g.init("output.bias", np.zeros(1, np.float32))], "/output", kernel_shape=[1])
+    g.op("Sigmoid", [logit], "", outputs=["speech_probs"])
+    graph = g.graph("stft_lstm_vad",
+                    [helper.make_tensor_value_info("input", FLOAT, ["time", samples]),
+                     helper.make_tensor_value_info("h", FLOAT, [1, 1, hidden]),
+                     helper.make_tensor_value_info("c", FLOAT, [1, 1, hidden])],
+                    [helper.make_tensor_value_info("speech_probs", FLOAT, [1, 1, "time"]),
+                     helper.make_tensor_value_info("hn", FLOAT, [1, 1, hidden]),
+                     helper.make_tensor_value_info("cn", FLOAT, [1, 1, hidden])])
     return _make_model(graph, opset)
 
 

@@ -257,16 +257,45 @@ def ignored_nodes(m: G.Index) -> dict[str, str]:
 
 
 
-def is_variance(m: G.Index, n: onnx.NodeProto) -> bool:
-    """A ReduceMean of squares (the variance of a decomposed LayerNorm/MVN): OpenVINO fuses the
-    normalisation into one MVN op whose input is the only one NNCF quantizes."""
-    p = m.producer.get(n.input[0])
+def _is_square(m: G.Index, t: str) -> bool:
+    """`t` is x * x or Pow(x, 2)."""
+    p = m.producer.get(t)
     if p is None or not standard(p) or len(p.input) != 2:
         return False
     if p.op_type == "Mul":
         return p.input[0] == p.input[1]
     if p.op_type == "Pow" and p.input[1] in m.constants:
         return bool(np.all(lazy.value(m.constants[p.input[1]]) == 2))
+    return False
+
+
+def is_variance(m: G.Index, n: onnx.NodeProto) -> bool:
+    """A ReduceMean of squares (the variance of a decomposed LayerNorm/MVN): OpenVINO fuses the
+    normalisation into one MVN op whose input is the only one NNCF quantizes."""
+    return _is_square(m, n.input[0])
+
+
+def is_magnitude(m: G.Index, n: onnx.NodeProto) -> bool:
+    """An Add of two squares whose sum reaches a Sqrt (through an Add of a constant epsilon):
+    a magnitude sqrt(a^2 + b^2), an STFT's or a 2-vector's norm. Its squares span twice their
+    roots' dynamic range in dB, so an 8-bit grid on them keeps the roots' small values at half
+    the resolution, and Sqrt then multiplies their relative error: Silero VAD's STFT magnitude
+    lost 5 dB at the speech output and 2.3 dB at the LSTM state to its two quantized squares
+    (bench/zoo.py silero_vad_sequence). The Add then computes in float, as OpenVINO runs an
+    element-wise op before a float Sqrt anyway; the Sqrt output is quantized where a layer reads it."""
+    if n.op_type != "Add" or len(n.input) != 2 or not all(_is_square(m, t) for t in n.input):
+        return False
+    t = n.output[0]
+    for _ in range(2):
+        readers = [r for r, _ in m.readers.get(t, ())]
+        if len(readers) != 1 or not standard(readers[0]):
+            return False
+        r = readers[0]
+        if r.op_type == "Sqrt":
+            return True
+        if r.op_type != "Add" or m.is_data(r.input[0]) == m.is_data(r.input[1]):
+            return False
+        t = r.output[0]
     return False
 
 

@@ -15,7 +15,12 @@ src/nncf/openvino/quantization/ignored_patterns.py):
   (x*sigmoid(x) -> Swish, x*HardSigmoid(x) / x*clip(x+3,0,6)/6 -> HSwish, GELU, a decomposed
   LayerNorm). The gating Mul of a squeeze-excitation block is quantized like any other
   (NNCF's SE_BLOCK pattern marks it PATTERN_NODE_TO_EXCLUDE: left out of the ignored nodes),
-  so every reader of the block input reads one quantized tensor.
+  so every reader of the block input reads one quantized tensor. Nor the Add of a magnitude,
+  sqrt(a^2 + b^2) (an STFT's): its squares span twice their roots' dynamic range
+  (qtool.quantizers.patterns.is_magnitude; the Sqrt output is quantized where a layer reads it).
+* Recurrent ops (LSTM, GRU, RNN) ask for nothing: their inputs, weights and states stay float. NNCF
+  quantizes an LSTMSequence's X, H, W and R; OpenVINO then runs the sequence in int8 and requantizes
+  every step's hidden state inside the op, which no FakeQuantize of the file expresses.
 * Ignored patterns (NNCF src/nncf/openvino/quantization/ignored_patterns.py and
   src/nncf/onnx/quantization/ignored_patterns.py; on by default, `ignored_patterns=False` turns
   them off): the nodes of these subgraphs get no quantizer on their inputs, so their linear
