@@ -636,3 +636,44 @@ def test_reduction_before_an_int8_layer_runs_as_the_file_says():
     result = qtool.evaluate(model, cal, data=feeds[16:], target="openvino", runtime="openvino")
     exact, run = result.worst_sqnr_db, result.runtime.worst_sqnr_db
     assert exact > 25 and abs(run - exact) < 1.0, (exact, run)
+
+
+def test_a_sequence_gathered_step_by_step_is_quantized_once(tmp_path):
+    """An unrolled RNN Gathers each time step of one sequence (tests/zoo.py): as NNCF (Gather is one of its
+    quantize-agnostic ops) the quantizer sits on the sequence, and OpenVINO gathers its u8 codes, instead of
+    one quantizer per step (captcha-whisperer's CRNN: 89 FakeQuantize kernels -> 51)."""
+    model = zoo.unrolled_rnn_like()
+    rng = np.random.default_rng(3)
+    feeds = [{"x": rng.normal(0, 1, (8, 1, 16)).astype(np.float32)} for _ in range(24)]
+    cal = qtool.calibrate(model, data=feeds[:16])
+    data = qtool.export(model, cal, target="openvino")
+    m = onnx.load_from_string(data)
+    producers = {o: n for n in m.graph.node for o in n.output}
+    gathers = [n for n in m.graph.node if n.op_type == "Gather"]
+    assert len(gathers) == 8 and all(producers[n.input[0]].op_type == "FakeQuantize" for n in gathers)
+    assert not any(n.op_type == "FakeQuantize" and producers[n.input[0]].op_type == "Gather" for n in m.graph.node if n.input[0] in producers)
+    (tmp_path / "rnn.onnx").write_bytes(data)
+    compiled = ov_compile(tmp_path / "rnn.onnx")
+    precisions = {str(op.get_rt_info()["runtimePrecision"].astype(str)) for op in compiled.get_runtime_model().get_ops()
+                  if str(op.get_rt_info()["layerType"].astype(str)) == "Gather"}
+    assert precisions == {"u8"}
+    result = qtool.evaluate(model, cal, data=feeds[16:], target="openvino", runtime="openvino")
+    assert result.worst_sqnr_db > 30 and abs(result.runtime.worst_sqnr_db - result.worst_sqnr_db) < 1.0
+
+
+def test_a_recurrent_cells_elementwise_ops_stay_float():
+    """The sum of an unrolled RNN cell's two Gemms feeds only its Tanh (tests/zoo.py): requantized at every step,
+    its error compounds along the sequence (captcha-whisperer's CRNN: 32.0 dB with a recurrent cell's element-wise
+    ops int8, 33.7 float, NNCF's transformer preset 33.2), so they stay float; the Gemms stay int8."""
+    model = zoo.unrolled_rnn_like()
+    rng = np.random.default_rng(4)
+    feeds = [{"x": rng.normal(0, 1, (8, 1, 16)).astype(np.float32)} for _ in range(16)]
+    cal = qtool.calibrate(model, data=feeds)
+    m = onnx.load_from_string(qtool.export(model, cal, target="openvino"))
+    producers = {o: n for n in m.graph.node for o in n.output}
+    adds = [n for n in m.graph.node if n.op_type == "Add"]
+    assert len(adds) == 7 and not any(producers[t].op_type == "FakeQuantize" for n in adds for t in n.input)
+    gemms = [n for n in m.graph.node if n.op_type == "Gemm"]
+    quantized = [producers[n.input[0]] for n in gemms]
+    quantized = [producers[q.input[0]] if q.op_type == "Gather" else q for q in quantized]  # a step of the quantized sequence
+    assert len(gemms) == 15 and all(q.op_type == "FakeQuantize" for q in quantized)

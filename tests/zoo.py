@@ -46,6 +46,7 @@ __all__ = [
     "vit_like",
     "char_conv_segmenter_like",
     "stft_lstm_vad_like",
+    "unrolled_rnn_like",
 ]
 
 FLOAT = TensorProto.FLOAT
@@ -972,6 +973,30 @@ def stft_lstm_vad_like(opset=16, samples=64, kernel=16, stride=8, bins=8, ch=16,
                      helper.make_tensor_value_info("hn", FLOAT, [1, 1, hidden]),
                      helper.make_tensor_value_info("cn", FLOAT, [1, 1, hidden])])
     return _make_model(graph, opset)
+
+
+def unrolled_rnn_like(steps=8, feat=16, hidden=16, seed=6113):
+    """A CRNN's recurrent head as torch exports an unrolled RNN cell (captcha-whisperer's BiLSTM): the sequence
+    [steps, 1, feat] Gathered step by step (Gather axis 0, a scalar index), each step's Gemm with the shared input
+    weight plus the previous state's Gemm, Tanh, the states Concatenated into [steps, hidden]."""
+    g = _Graph(seed=seed)
+    w_ih = g.init("cell.weight_ih", (g.rng.normal(0, 1, (hidden, feat)) / np.sqrt(feat)).astype(np.float32))
+    w_hh = g.init("cell.weight_hh", (g.rng.normal(0, 1, (hidden, hidden)) / np.sqrt(hidden)).astype(np.float32))
+    b = g.init("cell.bias", np.zeros(hidden, np.float32))
+    seq = g.op("Relu", ["x"], "/relu")
+    h = None
+    states = []
+    for t in range(steps):
+        step = g.op("Gather", [seq, g.init(f"step{t}", np.array(t, np.int64))], f"/step{t}", axis=0)  # [1, feat]
+        pre = g.op("Gemm", [step, w_ih, b], f"/cell{t}", transB=1)
+        if h is not None:
+            pre = g.op("Add", [pre, g.op("Gemm", [h, w_hh], f"/cell{t}/hh", transB=1)], f"/cell{t}")
+        h = g.op("Tanh", [pre], f"/cell{t}")
+        states.append(h)
+    g.op("Concat", states, "/states", axis=0, outputs=["y"])
+    graph = g.graph("unrolled_rnn", [helper.make_tensor_value_info("x", FLOAT, [steps, 1, feat])],
+                    [helper.make_tensor_value_info("y", FLOAT, [steps, hidden])])
+    return _make_model(graph, 13)
 
 
 def _random_feeds(model, dims, seed=0):

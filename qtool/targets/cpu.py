@@ -22,6 +22,14 @@ from ..quantizers.rules import ELEMENTWISE, LINEAR, POOLING, SHAPE_OPS, Rules
 from ..quantizers.smoothquant import smooth
 from . import ExportResult, Shown
 
+# ops that move values without computing new ones, beside the shape ops: NNCF's quantize-agnostic operations
+# (openvinotoolkit/nncf src/nncf/onnx/graph/metatypes/groups.py QUANTIZE_AGNOSTIC_OPERATIONS) that read one data
+# input (the rest indices or shapes) and write values of it. A CRNN's unrolled BiLSTM Gathers each time step of
+# one sequence: one quantizer on the sequence (OpenVINO gathers u8) instead of one per step. Not Pad (its constant
+# need not lie on the grid) nor ReduceMax (qtool.targets.openvino moves its quantizer up with the output's range).
+MOVED_ONLY = frozenset({"MaxPool", "GlobalMaxPool", "Gather", "GatherElements", "GatherND", "Tile", "Expand", "DepthToSpace",
+                        "SpaceToDepth", "Dropout"})
+
 CPU = Rules(
     name="cpu",
     linear=LINEAR,
@@ -29,7 +37,7 @@ CPU = Rules(
     residual_input=None,
     pooling=POOLING,
     pooling_needs_neighbour=False,
-    pass_through=SHAPE_OPS | {"MaxPool"},
+    pass_through=SHAPE_OPS | MOVED_ONLY,
     concat_shares_quantized_inputs=False,
     nncf_patterns=True,
     ignored_patterns=True,
