@@ -196,6 +196,8 @@ def python_step(name: str, folder: Path, work: Path, timeout: float, extra: list
            *extra]
     step = run_child(cmd, timeout, work)
     step.pop("stdout")
+    if step["status"] == "exit(1)":
+        step["status"] = "exception"  # Python's exit status for an uncaught exception: the error line is its message
     step["result"] = json.loads(result_file.read_text()) if step["status"] == "ok" and result_file.exists() else None
     if step["status"] == "ok" and step["result"] is None:
         step["status"], step["error"] = "no result", f"{name} wrote no {result_file.name}"
@@ -361,6 +363,8 @@ def _runs_per_round(request, feed, seconds: float) -> int:
     return int(min(5000, max(10, round(seconds / max(each, 1e-6)))))
 
 
+QTOOL_STEPS = ("calibrate", "export_openvino", "export_qdq", "export_tensorrt", "inspect", "evaluate_openvino",
+               "evaluate_openvino_sim", "evaluate_qdq")
 CHILD_STEPS = {"plain": child_plain, "nncf": child_nncf, "ort": child_ort, "latency": child_latency}
 
 
@@ -592,18 +596,23 @@ def markdown(rows: list[list[str]]) -> str:
 def summary(results: dict) -> list[str]:
     rows = list(results.values())
     figs = {r["name"]: figures(r) for r in rows}
-    crashed, refused = [], []
+    crashed, refused, others = [], [], []
     for r in rows:
         for step, s in r["steps"].items():
-            if s["status"] == "exit(1)":
-                refused.append(f"{r['name']} {step}: {s['error']}")
+            line = f"{r['name']} {step}: {s['status']} {s['error']}"
+            if step not in QTOOL_STEPS and s["status"] != "ok":
+                others.append(line)
+            elif s["status"] == "exit(1)":
+                refused.append(line)
             elif s["status"] != "ok":
-                crashed.append(f"{r['name']} {step}: {s['status']} {s['error']}")
+                crashed.append(line)
     leads = [f["lead"] for f in figs.values() if f["lead"] is not None and not math.isnan(f["lead"])]
     gaps = sorted(n for n, f in figs.items() if f["gap"] is not None and abs(f["gap"]) > 1)
     out = [f"models: {len(rows)}",
-           f"failures (not exit 0/1): {len(crashed)}" + "".join(f"\n  - {c}" for c in crashed),
-           f"exit 1 (qtool refused, a check failed): {len(refused)}" + "".join(f"\n  - {c}" for c in refused),
+           f"qtool failures (not exit 0/1: crashes, aborts, timeouts, internal errors): {len(crashed)}" + "".join(f"\n  - {c}" for c in crashed),
+           f"qtool exit 1 (refused the input, or a check failed): {len(refused)}" + "".join(f"\n  - {c}" for c in refused),
+           f"failures of the others (plain onnxruntime, NNCF, quantize_static, latency): {len(others)}"
+           + "".join(f"\n  - {c}" for c in others),
            f"median lead of qtool (OpenVINO run) over the better NNCF preset: {fmt(np.median(leads) if leads else None, 2)} dB"
            f" over {len(leads)} models",
            f"qtool within 0.5 dB of the better NNCF preset or ahead: {sum(x >= -0.5 for x in leads)} of {len(leads)}",
