@@ -399,18 +399,22 @@ def model_folders(zoo: Path, wanted: list[str] | None) -> list[Path]:
     return [found[w] for w in wanted]
 
 
-def bench_model(folder: Path, work: Path, args, skip: set[str]) -> dict:
-    """Every step of one model (the module docstring); the row as it goes into the JSON."""
+def bench_model(folder: Path, work: Path, args, skip: set[str], save) -> dict:
+    """Every step of one model (the module docstring); the row as it goes into the JSON, passed to save(row)
+    after every step (an interrupted run keeps the steps it finished)."""
     meta = json.loads((folder / "meta.json").read_text())
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     model, timeout = folder / "model.onnx", args.timeout
     steps: dict[str, dict] = {}
+    row = {"name": folder.name, "domain": meta.get("domain", ""), "tags": meta.get("tags", []),
+           "counts": meta.get("counts", {}), "steps": steps}
 
     def log(step: str) -> None:
         s = steps[step]
         print(f"  {folder.name} {step}: {s['status']} {s['seconds']:.1f}s {s['peak_rss_mb']:.0f} MB"
               + (f"  {s['error']}" if s["error"] else ""), file=sys.stderr, flush=True)
+        save(row)
 
     calib_file = work / "m.calib.json"
     steps["calibrate"] = qtool_step(["calibrate", model, "--data", folder / "calib", "-o", calib_file, "-q"], timeout, work)
@@ -450,8 +454,7 @@ def bench_model(folder: Path, work: Path, args, skip: set[str]) -> dict:
                                            ["--rounds", str(args.rounds), "--round-seconds", str(args.round_seconds),
                                             "--models-ab", *[f"{k}={v}" for k, v in ab.items()]])
             log("latency")
-    return {"name": folder.name, "domain": meta.get("domain", ""), "tags": meta.get("tags", []),
-            "counts": meta.get("counts", {}), "steps": steps}
+    return row
 
 
 def latency_models(model: Path, openvino_file: Path, steps: dict) -> dict[str, str]:
@@ -574,7 +577,8 @@ def table_row(row: dict) -> list[str]:
         calib = f"ok {fmt(f['calibrate_s'])}s {fmt(f['rss_ratio'], 2, 'x')}"
     exports = "/".join(step_cell(steps, f"export_{t}") for t in ("openvino", "qdq", "tensorrt"))
     tags = ", ".join([row.get("domain") or "?", *row.get("tags", [])])
-    return [row["name"], tags, calib, exports, inspect_cell(steps),
+    name = row["name"] + ("" if row.get("run", {}).get("complete", True) else " (partial)")
+    return [name, tags, calib, exports, inspect_cell(steps),
             stepped(f["sim"], steps, "evaluate_openvino_sim"), stepped(f["run"], steps, "evaluate_openvino"),
             fmt(f["gap"], 2), stepped(f["nncf_default"], steps, "nncf_default"),
             stepped(f["nncf_transformer"], steps, "nncf_transformer"),
@@ -753,11 +757,16 @@ def run(args) -> None:
     data["machine"] = machine()
     for folder in folders:
         print(f"{folder.name} ...", file=sys.stderr, flush=True)
-        row = bench_model(folder, args.work / folder.name, args, skip)
-        row["run"] = {"qtool": data["machine"]["qtool"], "qtool_tree": data["machine"]["qtool_tree"], "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                      "skipped": sorted(skip)}
-        data["models"][folder.name] = row
-        save_results(out, data)  # after every model: an interrupted run keeps what it measured
+        run_info = {"qtool": data["machine"]["qtool"], "qtool_tree": data["machine"]["qtool_tree"],
+                    "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "skipped": sorted(skip), "complete": False}
+
+        def save(row, name=folder.name, run_info=run_info):
+            data["models"][name] = {**row, "run": run_info}
+            save_results(out, data)
+
+        row = bench_model(folder, args.work / folder.name, args, skip, save)
+        run_info["complete"] = True
+        save(row)
     print_report(data)
     print(f"\nresults: {out}", file=sys.stderr)
 
