@@ -130,9 +130,10 @@ def tree_rss(proc) -> int:
 def error_line(stderr: str) -> str:
     """qtool's `error: ...` line, else the last line (a traceback's exception, a runtime's abort message)."""
     lines = [x.strip() for x in stderr.splitlines() if x.strip()]
-    for x in reversed(lines):
-        if x.startswith("error:"):
-            return x[:300]
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].startswith("error:"):
+            more = lines[i + 1:]  # a message that goes on below (a runtime's exception quoted): its last line too
+            return (lines[i] + (f" ... {more[-1]}" if more else ""))[:300]
     return lines[-1][:300] if lines else ""
 
 
@@ -547,14 +548,14 @@ def inspect_cell(steps: dict) -> str:
         return "-"
     if s["status"] == "ok":
         return "ok"
-    broken = _broken_rules(s.get("result"))
-    return f"{broken} broken" if s["status"] == "exit(1)" and broken else s["status"]
+    rules = _broken_rules(s.get("result"))
+    return f"{len(rules)} broken: {', '.join(sorted(set(rules)))}" if s["status"] == "exit(1)" and rules else s["status"]
 
 
-def _broken_rules(report) -> int | None:
-    """How many rule violations `qtool inspect --trt-version --json` lists (None when it is not that JSON)."""
+def _broken_rules(report) -> list[str]:
+    """The rule of each violation `qtool inspect --trt-version --json` lists (none when it is not that JSON)."""
     violations = report.get("violations") if isinstance(report, dict) else None
-    return len(violations) if isinstance(violations, list) else None
+    return [str(v.get("rule")) for v in violations if isinstance(v, dict)] if isinstance(violations, list) else []
 
 
 def stepped(value, steps: dict, step: str, digits: int = 1, suffix: str = "") -> str:
