@@ -3,7 +3,8 @@
 Reads zoo folders as bench/zoo_models lays them out (<zoo>/<name>/model.onnx, calib/NNNN.npz, held/NNNN.npz,
 meta.json; npz keys = input names, one inference each) and runs, per model, every step in a CHILD process with a
 timeout, so a native abort, crash or hang in qtool, OpenVINO, NNCF or onnxruntime becomes the row's entry
-("abort(134)", "segv(139)", "timeout"), never the bench's end. qtool runs as a user runs it: `python -m qtool`, with
+("abort(134)", "segv(139)", "timeout"), never the bench's end (PYTHONFAULTHANDLER=1: the JSON keeps the
+failing step's last stderr lines, with the Python stack of a native crash). qtool runs as a user runs it: `python -m qtool`, with
 this checkout first on PYTHONPATH (the header prints which qtool the children import).
 
   calibrate  `qtool calibrate model.onnx --data calib`: exit, wall time, peak RSS of its whole process tree (RSS
@@ -129,6 +130,7 @@ def tree_rss(proc) -> int:
 
 def error_line(stderr: str) -> str:
     """qtool's `error: ...` line, else the last line (a traceback's exception, a runtime's abort message)."""
+    stderr = stderr.split("Fatal Python error:")[0]  # faulthandler's report follows the runtime's own message
     lines = [x.strip() for x in stderr.splitlines() if x.strip()]
     for i in range(len(lines) - 1, -1, -1):
         if lines[i].startswith("error:"):
@@ -142,7 +144,8 @@ def run_child(cmd: list[str], timeout: float, cwd: Path) -> dict:
     On timeout (or the bench's own interruption) the child's whole process group is killed."""
     import psutil
 
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+               PYTHONFAULTHANDLER="1")  # a native abort or crash leaves the Python stack in the JSON's stderr_tail
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         start = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=cwd, env=env, start_new_session=True)
@@ -165,9 +168,12 @@ def run_child(cmd: list[str], timeout: float, cwd: Path) -> dict:
         err.seek(0)
         stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
     status = status_of(proc.returncode, timed_out)
-    return {"status": status, "rc": None if timed_out else proc.returncode, "seconds": round(seconds, 2),
+    step = {"status": status, "rc": None if timed_out else proc.returncode, "seconds": round(seconds, 2),
             "peak_rss_mb": round(peak / 2**20, 1), "error": "" if status == "ok" else error_line(stderr) or status,
             "stdout": stdout}
+    if status != "ok":
+        step["stderr_tail"] = stderr.splitlines()[-40:]
+    return step
 
 
 def _kill_group(pgid: int) -> None:
