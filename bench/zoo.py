@@ -3,7 +3,8 @@
 Reads zoo folders as bench/zoo_models lays them out (<zoo>/<name>/model.onnx, calib/NNNN.npz, held/NNNN.npz,
 meta.json; npz keys = input names, one inference each) and runs, per model, every step in a CHILD process with a
 timeout, so a native abort, crash or hang in qtool, OpenVINO, NNCF or onnxruntime becomes the row's entry
-("abort(134)", "segv(139)", "timeout"), never the bench's end. qtool runs as a user runs it: `python -m qtool`, with
+("abort(134)", "segv(139)", "timeout"), never the bench's end (PYTHONFAULTHANDLER=1: the JSON keeps the
+failing step's last stderr lines, with the Python stack of a native crash). qtool runs as a user runs it: `python -m qtool`, with
 this checkout first on PYTHONPATH (the header prints which qtool the children import).
 
   calibrate  `qtool calibrate model.onnx --data calib`: exit, wall time, peak RSS of its whole process tree (RSS
@@ -129,10 +130,12 @@ def tree_rss(proc) -> int:
 
 def error_line(stderr: str) -> str:
     """qtool's `error: ...` line, else the last line (a traceback's exception, a runtime's abort message)."""
+    stderr = stderr.split("Fatal Python error:")[0]  # faulthandler's report follows the runtime's own message
     lines = [x.strip() for x in stderr.splitlines() if x.strip()]
-    for x in reversed(lines):
-        if x.startswith("error:"):
-            return x[:300]
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].startswith("error:"):
+            more = lines[i + 1:]  # a message that goes on below (a runtime's exception quoted): its last line too
+            return (lines[i] + (f" ... {more[-1]}" if more else ""))[:300]
     return lines[-1][:300] if lines else ""
 
 
@@ -141,7 +144,8 @@ def run_child(cmd: list[str], timeout: float, cwd: Path) -> dict:
     On timeout (or the bench's own interruption) the child's whole process group is killed."""
     import psutil
 
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+               PYTHONFAULTHANDLER="1")  # a native abort or crash leaves the Python stack in the JSON's stderr_tail
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         start = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=cwd, env=env, start_new_session=True)
@@ -164,9 +168,12 @@ def run_child(cmd: list[str], timeout: float, cwd: Path) -> dict:
         err.seek(0)
         stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
     status = status_of(proc.returncode, timed_out)
-    return {"status": status, "rc": None if timed_out else proc.returncode, "seconds": round(seconds, 2),
+    step = {"status": status, "rc": None if timed_out else proc.returncode, "seconds": round(seconds, 2),
             "peak_rss_mb": round(peak / 2**20, 1), "error": "" if status == "ok" else error_line(stderr) or status,
             "stdout": stdout}
+    if status != "ok":
+        step["stderr_tail"] = stderr.splitlines()[-40:]
+    return step
 
 
 def _kill_group(pgid: int) -> None:
@@ -196,6 +203,8 @@ def python_step(name: str, folder: Path, work: Path, timeout: float, extra: list
            *extra]
     step = run_child(cmd, timeout, work)
     step.pop("stdout")
+    if step["status"] == "exit(1)":
+        step["status"] = "exception"  # Python's exit status for an uncaught exception: the error line is its message
     step["result"] = json.loads(result_file.read_text()) if step["status"] == "ok" and result_file.exists() else None
     if step["status"] == "ok" and step["result"] is None:
         step["status"], step["error"] = "no result", f"{name} wrote no {result_file.name}"
@@ -361,6 +370,8 @@ def _runs_per_round(request, feed, seconds: float) -> int:
     return int(min(5000, max(10, round(seconds / max(each, 1e-6)))))
 
 
+QTOOL_STEPS = ("calibrate", "export_openvino", "export_qdq", "export_tensorrt", "inspect", "evaluate_openvino",
+               "evaluate_openvino_sim", "evaluate_qdq")
 CHILD_STEPS = {"plain": child_plain, "nncf": child_nncf, "ort": child_ort, "latency": child_latency}
 
 
@@ -395,18 +406,22 @@ def model_folders(zoo: Path, wanted: list[str] | None) -> list[Path]:
     return [found[w] for w in wanted]
 
 
-def bench_model(folder: Path, work: Path, args, skip: set[str]) -> dict:
-    """Every step of one model (the module docstring); the row as it goes into the JSON."""
+def bench_model(folder: Path, work: Path, args, skip: set[str], save) -> dict:
+    """Every step of one model (the module docstring); the row as it goes into the JSON, passed to save(row)
+    after every step (an interrupted run keeps the steps it finished)."""
     meta = json.loads((folder / "meta.json").read_text())
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     model, timeout = folder / "model.onnx", args.timeout
     steps: dict[str, dict] = {}
+    row = {"name": folder.name, "domain": meta.get("domain", ""), "tags": meta.get("tags", []),
+           "counts": meta.get("counts", {}), "steps": steps}
 
     def log(step: str) -> None:
         s = steps[step]
         print(f"  {folder.name} {step}: {s['status']} {s['seconds']:.1f}s {s['peak_rss_mb']:.0f} MB"
               + (f"  {s['error']}" if s["error"] else ""), file=sys.stderr, flush=True)
+        save(row)
 
     calib_file = work / "m.calib.json"
     steps["calibrate"] = qtool_step(["calibrate", model, "--data", folder / "calib", "-o", calib_file, "-q"], timeout, work)
@@ -446,8 +461,7 @@ def bench_model(folder: Path, work: Path, args, skip: set[str]) -> dict:
                                            ["--rounds", str(args.rounds), "--round-seconds", str(args.round_seconds),
                                             "--models-ab", *[f"{k}={v}" for k, v in ab.items()]])
             log("latency")
-    return {"name": folder.name, "domain": meta.get("domain", ""), "tags": meta.get("tags", []),
-            "counts": meta.get("counts", {}), "steps": steps}
+    return row
 
 
 def latency_models(model: Path, openvino_file: Path, steps: dict) -> dict[str, str]:
@@ -540,14 +554,14 @@ def inspect_cell(steps: dict) -> str:
         return "-"
     if s["status"] == "ok":
         return "ok"
-    broken = _broken_rules(s.get("result"))
-    return f"{broken} broken" if s["status"] == "exit(1)" and broken else s["status"]
+    rules = _broken_rules(s.get("result"))
+    return f"{len(rules)} broken: {', '.join(sorted(set(rules)))}" if s["status"] == "exit(1)" and rules else s["status"]
 
 
-def _broken_rules(report) -> int | None:
-    """How many rule violations `qtool inspect --trt-version --json` lists (None when it is not that JSON)."""
+def _broken_rules(report) -> list[str]:
+    """The rule of each violation `qtool inspect --trt-version --json` lists (none when it is not that JSON)."""
     violations = report.get("violations") if isinstance(report, dict) else None
-    return len(violations) if isinstance(violations, list) else None
+    return [str(v.get("rule")) for v in violations if isinstance(v, dict)] if isinstance(violations, list) else []
 
 
 def stepped(value, steps: dict, step: str, digits: int = 1, suffix: str = "") -> str:
@@ -570,7 +584,8 @@ def table_row(row: dict) -> list[str]:
         calib = f"ok {fmt(f['calibrate_s'])}s {fmt(f['rss_ratio'], 2, 'x')}"
     exports = "/".join(step_cell(steps, f"export_{t}") for t in ("openvino", "qdq", "tensorrt"))
     tags = ", ".join([row.get("domain") or "?", *row.get("tags", [])])
-    return [row["name"], tags, calib, exports, inspect_cell(steps),
+    name = row["name"] + ("" if row.get("run", {}).get("complete", True) else " (partial)")
+    return [name, tags, calib, exports, inspect_cell(steps),
             stepped(f["sim"], steps, "evaluate_openvino_sim"), stepped(f["run"], steps, "evaluate_openvino"),
             fmt(f["gap"], 2), stepped(f["nncf_default"], steps, "nncf_default"),
             stepped(f["nncf_transformer"], steps, "nncf_transformer"),
@@ -592,18 +607,23 @@ def markdown(rows: list[list[str]]) -> str:
 def summary(results: dict) -> list[str]:
     rows = list(results.values())
     figs = {r["name"]: figures(r) for r in rows}
-    crashed, refused = [], []
+    crashed, refused, others = [], [], []
     for r in rows:
         for step, s in r["steps"].items():
-            if s["status"] == "exit(1)":
-                refused.append(f"{r['name']} {step}: {s['error']}")
+            line = f"{r['name']} {step}: {s['status']} {s['error']}"
+            if step not in QTOOL_STEPS and s["status"] != "ok":
+                others.append(line)
+            elif s["status"] == "exit(1)":
+                refused.append(line)
             elif s["status"] != "ok":
-                crashed.append(f"{r['name']} {step}: {s['status']} {s['error']}")
+                crashed.append(line)
     leads = [f["lead"] for f in figs.values() if f["lead"] is not None and not math.isnan(f["lead"])]
     gaps = sorted(n for n, f in figs.items() if f["gap"] is not None and abs(f["gap"]) > 1)
     out = [f"models: {len(rows)}",
-           f"failures (not exit 0/1): {len(crashed)}" + "".join(f"\n  - {c}" for c in crashed),
-           f"exit 1 (qtool refused, a check failed): {len(refused)}" + "".join(f"\n  - {c}" for c in refused),
+           f"qtool failures (not exit 0/1: crashes, aborts, timeouts, internal errors): {len(crashed)}" + "".join(f"\n  - {c}" for c in crashed),
+           f"qtool exit 1 (refused the input, or a check failed): {len(refused)}" + "".join(f"\n  - {c}" for c in refused),
+           f"failures of the others (plain onnxruntime, NNCF, quantize_static, latency): {len(others)}"
+           + "".join(f"\n  - {c}" for c in others),
            f"median lead of qtool (OpenVINO run) over the better NNCF preset: {fmt(np.median(leads) if leads else None, 2)} dB"
            f" over {len(leads)} models",
            f"qtool within 0.5 dB of the better NNCF preset or ahead: {sum(x >= -0.5 for x in leads)} of {len(leads)}",
@@ -744,11 +764,16 @@ def run(args) -> None:
     data["machine"] = machine()
     for folder in folders:
         print(f"{folder.name} ...", file=sys.stderr, flush=True)
-        row = bench_model(folder, args.work / folder.name, args, skip)
-        row["run"] = {"qtool": data["machine"]["qtool"], "qtool_tree": data["machine"]["qtool_tree"], "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                      "skipped": sorted(skip)}
-        data["models"][folder.name] = row
-        save_results(out, data)  # after every model: an interrupted run keeps what it measured
+        run_info = {"qtool": data["machine"]["qtool"], "qtool_tree": data["machine"]["qtool_tree"],
+                    "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "skipped": sorted(skip), "complete": False}
+
+        def save(row, name=folder.name, run_info=run_info):
+            data["models"][name] = {**row, "run": run_info}
+            save_results(out, data)
+
+        row = bench_model(folder, args.work / folder.name, args, skip, save)
+        run_info["complete"] = True
+        save(row)
     print_report(data)
     print(f"\nresults: {out}", file=sys.stderr)
 
