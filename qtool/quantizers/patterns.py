@@ -300,8 +300,9 @@ def is_magnitude(m: G.Index, n: onnx.NodeProto) -> bool:
 
 
 
-_GATES = {"Sigmoid", "Tanh", "HardSigmoid"}
+_GATES = {"Sigmoid", "Tanh"}
 _GATE_PATH = {"Split", "Slice", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Gather"}
+_CELL_SUMS = {"Add", "Gemm", "MatMul"}  # what a cell's gates read: x.W + h.R, or the cell state
 
 
 def _through(m: G.Index, t: str, up: bool) -> list[onnx.NodeProto]:
@@ -323,22 +324,34 @@ def _through(m: G.Index, t: str, up: bool) -> list[onnx.NodeProto]:
     return found
 
 
+def _cell_gate(m: G.Index, t: str) -> bool:
+    """`t` is a recurrent cell's gate: a Sigmoid/Tanh of a sum or a linear layer's output (not of a Conv: an
+    SE or attention gate over a feature map)."""
+    sources = _through(m, t, up=True)
+    if len(sources) != 1 or sources[0].op_type not in _GATES:
+        return False
+    inner = _through(m, sources[0].input[0], up=True)
+    return len(inner) == 1 and inner[0].op_type in _CELL_SUMS
+
+
 def is_recurrent_gate(m: G.Index, n: onnx.NodeProto) -> bool:
     """An element-wise op of a recurrent cell (an LSTM/GRU unrolled into Gemm, Sigmoid and Tanh, as torch and
-    tf2onnx export them): a product with a gate (a Sigmoid/Tanh output), a sum of such products (the cell
-    state c = f*c + i*g), or a sum read only by gates (the gates' pre-activation x.W + h.R). Requantizing these
-    at every step compounds along the sequence: captcha-whisperer's CRNN 32.0 dB with them int8, 33.7 with them
-    float (NNCF's transformer preset, which keeps every element-wise op float, 33.2; its default 31.4). Not an
-    activation's own product (SiLU: is_fused_elementwise) nor an SE gate (an ignored pattern)."""
+    tf2onnx export them): a product with a gate (a Sigmoid/Tanh of a linear layer's output or of a sum), a sum
+    of such products (the cell state c = f*c + i*g), or a sum of two linear layers read only by gates (the
+    gates' pre-activation x.W + h.R). Requantizing these at every step compounds along the sequence:
+    captcha-whisperer's CRNN 32.0 dB with them int8, 33.7 float (NNCF's transformer preset, which keeps every
+    element-wise op float, 33.2; its default 31.4). A gate over a Conv's feature map (squeeze-excitation,
+    attention) is not one."""
     if n.op_type not in ("Mul", "Add") or len(n.input) != 2 or not all(m.is_data(t) for t in n.input):
         return False
-    sources = [_through(m, t, up=True) for t in n.input]
     if n.op_type == "Mul":
-        return any(len(s) == 1 and s[0].op_type in _GATES for s in sources) and not _se_block(m, n)
+        return any(_cell_gate(m, t) for t in n.input)
+    sources = [_through(m, t, up=True) for t in n.input]
     if all(len(s) == 1 and s[0].op_type == "Mul" and is_recurrent_gate(m, s[0]) for s in sources):
         return True
     readers = _through(m, n.output[0], up=False)
-    return bool(readers) and all(r.op_type in _GATES for r in readers)
+    return (all(len(s) == 1 and s[0].op_type in ("Gemm", "MatMul") for s in sources)
+            and bool(readers) and all(r.op_type in _GATES for r in readers))
 
 
 # ---------------------------------------------------------------- unrepresentable ranges, transformers
