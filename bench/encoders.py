@@ -47,6 +47,7 @@ MODELS = {
     "khmersm": (ZOO / "khmersm" / "model.onnx", "emissions", None),
 }
 GENRES = ("stdlib", "docs", "man", "pyref", "ui")
+BATCH = [16]  # texts per batch: --batch (transformers_data.py --genres --batch wrote them)
 F32 = {"INFERENCE_PRECISION_HINT": "f32"}
 
 
@@ -64,7 +65,7 @@ def folders(name: str, genre: str) -> tuple[Path, Path]:
     """(calibration folder, held-out folder) of one model and genre."""
     if name == "khmersm":
         return ZOO / "khmersm" / "calib", ZOO / "khmersm" / "held"
-    base = TEXT_DIR / "genres" / name / genre
+    base = TEXT_DIR / ("genres" if BATCH[0] == 16 else f"genres-b{BATCH[0]}") / name / genre
     return base / "calib", base / "eval"
 
 
@@ -83,10 +84,14 @@ class Scorer:
 
     def __init__(self):
         self.signal = self.noise = 0.0
+        self.sums = np.zeros((2, 2))  # [every position, sentence embedding] x [signal, noise]
         self.cosines: list[np.ndarray] = []
 
     def add(self, ref: list[np.ndarray], out: list[np.ndarray], mask: np.ndarray | None) -> None:
         r, o = ref[0].astype(np.float64), out[0].astype(np.float64)
+        for k, (a, b) in enumerate(zip(ref, out)):  # the zoo's metric: every value of each output
+            a, b = a.astype(np.float64), b.astype(np.float64)
+            self.sums[k] += ((a * a).sum(), ((a - b) ** 2).sum())
         if mask is not None:
             real = mask.astype(bool)
             r, o = r[real], o[real]
@@ -100,7 +105,9 @@ class Scorer:
     def result(self) -> dict:
         sqnr = 10 * np.log10(self.signal / max(self.noise, 1e-30))
         cos = float(np.mean(np.concatenate(self.cosines))) if self.cosines else None
-        return {"sqnr_db": round(float(sqnr), 3), "cosine": None if cos is None else round(cos, 6)}
+        every = [10 * np.log10(s / max(n, 1e-30)) for s, n in self.sums if s > 0]
+        return {"sqnr_db": round(float(sqnr), 3), "cosine": None if cos is None else round(cos, 6),
+                "zoo_db": round(float(min(every)), 3)}  # bench/zoo.py's figure: the worst output over every value
 
 
 def run(core, path: Path, feeds: list[dict], outputs: list[str]) -> list[list[np.ndarray]]:
@@ -121,7 +128,7 @@ def quantize(name: str, genre: str, tools: list[str], export_args: list[str], ta
 
     model = MODELS[name][0]
     calib_dir, _ = folders(name, genre)
-    out = WORK / name / genre
+    out = WORK / name / (genre if BATCH[0] == 16 else f"{genre}-b{BATCH[0]}")
     out.mkdir(parents=True, exist_ok=True)
     files = {}
     if "qtool" in tools:
@@ -154,8 +161,10 @@ def main() -> None:
     ap.add_argument("--export-args", default="", help="extra qtool export options")
     ap.add_argument("--tag", default="", help="suffix of qtool's file (keeps variants apart)")
     ap.add_argument("--fresh", action="store_true", help="calibrate and run NNCF again even where their files exist")
+    ap.add_argument("--batch", type=int, default=16, help="texts per batch (transformers_data.py --genres --batch)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    BATCH[0] = args.batch
     import nncf
     import openvino as ov
 
@@ -163,7 +172,7 @@ def main() -> None:
     split = lambda s: [x.strip() for x in s.split(",") if x.strip()]  # noqa: E731
     tools = split(args.tools)
     print(f"OpenVINO {ov.__version__} (f32), nncf {nncf.__version__}; token SQNR dB / mean sentence cosine vs FP32", flush=True)
-    print(f"{'model':8s} {'calib':7s} {'eval':7s} " + " ".join(f"{t:>18s}" for t in tools) + "   q - nncf_t", flush=True)
+    print(f"{'model':8s} {'calib':7s} {'eval':7s} " + " ".join(f"{t:>26s}" for t in tools) + "   q - nncf_t (zoo)", flush=True)
     results = []
     for name in split(args.models):
         model, token_out, sentence_out = MODELS[name]
@@ -187,10 +196,11 @@ def main() -> None:
                 cells = []
                 for t in tools:
                     c = row.get(t)
-                    cells.append(f"{c['sqnr_db']:7.2f} / {c['cosine']:.5f}" if c and c["cosine"] is not None
+                    cells.append(f"{c['sqnr_db']:7.2f} / {c['cosine']:.5f} ({c['zoo_db']:5.2f})" if c and c["cosine"] is not None
                                  else f"{c['sqnr_db']:7.2f}" if c else "-")
-                lead = (f"{row['qtool']['sqnr_db'] - row['nncf_t']['sqnr_db']:+6.2f}" if "qtool" in row and "nncf_t" in row else "")
-                print(f"{name:8s} {cg:7s} {eg:7s} " + " ".join(f"{c:>18s}" for c in cells) + f"   {lead}", flush=True)
+                lead = (f"{row['qtool']['sqnr_db'] - row['nncf_t']['sqnr_db']:+6.2f} ({row['qtool']['zoo_db'] - row['nncf_t']['zoo_db']:+6.2f})"
+                        if "qtool" in row and "nncf_t" in row else "")
+                print(f"{name:8s} {cg:7s} {eg:7s} " + " ".join(f"{c:>26s}" for c in cells) + f"   {lead}", flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 

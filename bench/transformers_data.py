@@ -373,6 +373,11 @@ GENRE_MODELS = {"minilm": (("input_ids", "attention_mask"), 128), "minilm6": (("
                 "mpnet": (("input_ids", "attention_mask"), 384)}
 
 
+def genre_folder(batch: int) -> str:
+    """OUT's folder of the batches: genres, or genres-b<batch> for another --batch than 16 (the texts stay in genres)."""
+    return "genres" if batch == 16 else f"genres-b{batch}"
+
+
 def genres_main(args) -> None:
     weights = args.dev / "weights" / "all-mpnet-base-v2"
     l6 = l6_files(args.l6_wheel, args.out)
@@ -389,7 +394,7 @@ def genres_main(args) -> None:
     for name, (inputs, max_seq) in GENRE_MODELS.items():
         for genre, sets in texts.items():
             for split in ("calib", "eval"):
-                write_batches(toks[name], args.out / "genres" / name / genre / split, sets[split], args.batch,
+                write_batches(toks[name], args.out / genre_folder(args.batch) / name / genre / split, sets[split], args.batch,
                               min(max_seq, args.max_seq), inputs)
     (args.out / "genres" / "texts.json").write_text(json.dumps({"python": sys.version.split()[0], "calib": args.calib, "eval": args.eval, "batch": args.batch,
                                                                "max_seq": args.max_seq, "genres": texts}, indent=1))
