@@ -44,6 +44,7 @@ WORK = Path("/tmp") / "qtool-bench" / "encoders"
 MODELS = {
     "minilm": (Path.home() / ".cache" / "qtool-dev" / "models" / "paraphrase-MiniLM-L3-v2.onnx", "onnx::Shape_422", "461"),
     "minilm6": (TEXT_DIR / "minilm6.onnx", "token_embeddings", "sentence_embedding"),
+    "minilm6o14": (TEXT_DIR / "minilm6-o14.onnx", "token_embeddings", "sentence_embedding"),
     "mpnet": (TEXT_DIR / "mpnet.onnx", "token_embeddings", "sentence_embedding"),
     "khmersm": (ZOO / "khmersm" / "model.onnx", "emissions", None),
 }
@@ -66,7 +67,7 @@ def folders(name: str, genre: str) -> tuple[Path, Path]:
     """(calibration folder, held-out folder) of one model and genre."""
     if name == "khmersm":
         return ZOO / "khmersm" / "calib", ZOO / "khmersm" / "held"
-    base = TEXT_DIR / ("genres" if BATCH[0] == 16 else f"genres-b{BATCH[0]}") / name / genre
+    base = TEXT_DIR / ("genres" if BATCH[0] == 16 else f"genres-b{BATCH[0]}") / name.replace("o14", "") / genre
     return base / "calib", base / "eval"
 
 

