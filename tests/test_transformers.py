@@ -88,7 +88,7 @@ def quantized_inputs(model: onnx.ModelProto) -> tuple[dict[str, set[int]], set[s
     # the OpenVINO file's 8-bit weights: int8 initializer -> Cast -> Mul by the scale
     quantizers.update({n.output[0]: casts[n.input[0]] for n in model.graph.node if n.op_type == "Mul" and n.input[0] in casts})
     sources = {n.input[0] for n in model.graph.node if n.op_type in ("FakeQuantize", "QuantizeLinear")}
-    shape_ops = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Gather"}  # the quantizer moves up through them
+    shape_ops = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity"}  # the quantizer moves up through them
     for n in model.graph.node:  # graph order: a shape op's input is settled before its output
         if n.op_type in shape_ops and n.input[0] in quantizers:
             quantizers[n.output[0]] = n.input[0]

@@ -47,6 +47,7 @@ __all__ = [
     "char_conv_segmenter_like",
     "stft_lstm_vad_like",
     "unrolled_rnn_like",
+    "spelled_layernorm_like",
 ]
 
 FLOAT = TensorProto.FLOAT
@@ -996,6 +997,30 @@ def unrolled_rnn_like(steps=8, feat=16, hidden=16, seed=6113):
     g.op("Concat", states, "/states", axis=0, outputs=["y"])
     graph = g.graph("unrolled_rnn", [helper.make_tensor_value_info("x", FLOAT, [steps, 1, feat])],
                     [helper.make_tensor_value_info("y", FLOAT, [steps, hidden])])
+    return _make_model(graph, 13)
+
+
+def spelled_layernorm_like(d=32, seed=6127):
+    """A Dense -> LayerNorm -> Dense classifier without attention, its LayerNorm spelled as jax2tf spells it
+    (magika's): mean = ReduceSum * 1/n, var = max(E[x^2] - mean^2, 0), both Expanded to the row, (x - mean) *
+    (Reciprocal(Sqrt(var + eps)) * gamma) + beta."""
+    g = _Graph(seed=seed)
+    w1 = g.init("dense0.w", (g.rng.normal(0, 1, (16, d)) / 4).astype(np.float32))
+    h = g.op("MatMul", ["x", w1], "/dense0")
+    axes, inv = g.init("axes", np.array([-1], np.int64)), g.init("inv_n", np.array(1.0 / d, np.float32))
+    mean = g.op("Mul", [g.op("ReduceSum", [h, axes], "/ln/sum", keepdims=1), inv], "/ln/mean")
+    sq = g.op("Mul", [g.op("ReduceSum", [g.op("Mul", [h, h], "/ln/square"), axes], "/ln/sumsq", keepdims=1), inv], "/ln/meansq")
+    var = g.op("Max", [g.op("Sub", [sq, g.op("Mul", [mean, mean], "/ln/mean2")], "/ln/var"), g.init("zero", np.array(0, np.float32))], "/ln/max")
+    full = g.init("full_shape", np.array([1, d], np.int64))  # jax2tf broadcasts its statistics explicitly
+    mean = g.op("Expand", [mean, full], "/ln/mean_b")
+    var = g.op("Expand", [var, full], "/ln/var_b")
+    rs = g.op("Reciprocal", [g.op("Sqrt", [g.op("Add", [var, g.init("eps", np.array(1e-6, np.float32))], "/ln/eps")], "/ln/sqrt")], "/ln/rsqrt")
+    scale = g.op("Mul", [rs, g.init("gamma", g.rng.uniform(0.5, 1.5, d).astype(np.float32))], "/ln/scale")
+    y = g.op("Add", [g.op("Mul", [g.op("Sub", [h, mean], "/ln/centre"), scale], "/ln/normed"), g.init("beta", np.zeros(d, np.float32))], "/ln/beta")
+    w2 = g.init("dense1.w", (g.rng.normal(0, 1, (d, 8)) / np.sqrt(d)).astype(np.float32))
+    g.op("MatMul", [g.op("Relu", [y], "/relu"), w2], "/dense1", outputs=["logits"])
+    graph = g.graph("spelled_layernorm", [helper.make_tensor_value_info("x", FLOAT, [1, 16])],
+                    [helper.make_tensor_value_info("logits", FLOAT, [1, 8])])
     return _make_model(graph, 13)
 
 

@@ -25,7 +25,8 @@ from . import ExportResult, Shown
 # ops that move values without computing new ones, beside the shape ops: NNCF's quantize-agnostic operations
 # (openvinotoolkit/nncf src/nncf/onnx/graph/metatypes/groups.py QUANTIZE_AGNOSTIC_OPERATIONS) that read one data
 # input (the rest indices or shapes) and write values of it. A CRNN's unrolled BiLSTM Gathers each time step of
-# one sequence: one quantizer on the sequence (OpenVINO gathers u8) instead of one per step. Not Pad (its constant
+# one sequence: one quantizer on the sequence (OpenVINO gathers u8) instead of one per step (a single Gather, a
+# class token's, keeps its quantizer: placement.moves). Not Pad (its constant
 # need not lie on the grid) nor ReduceMax (qtool.targets.openvino moves its quantizer up with the output's range).
 MOVED_ONLY = frozenset({"MaxPool", "GlobalMaxPool", "Gather", "GatherElements", "GatherND", "Tile", "Expand", "DepthToSpace",
                         "SpaceToDepth", "Dropout"})

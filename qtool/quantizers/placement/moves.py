@@ -57,6 +57,8 @@ def move_up(inputs: Inputs, kept: Kept, asked: Requests, moves: Moves) -> None:
         op = n.op_type
         if not inputs.rules.forwards(op) or (inputs.rules.fused_attention_context and _reshapes_attention_context(m, n)):
             continue
+        if op == "Gather" and len(m.readers.get(n.input[0], ())) < 2:
+            continue  # one part selected (a class token) keeps its own range; a sequence Gathered step by step moves up
         outs = [o for o in n.output if o]
         if not outs or any(
             o in m.outputs or o in kept.tensors or not wanted.get(o)

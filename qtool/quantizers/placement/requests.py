@@ -86,7 +86,8 @@ def _node_requests(inputs: Inputs, asked: Requests, n: onnx.NodeProto, report: R
     if op in rules.elementwise:
         if len(n.input) != 2 or not all(inputs.quantizable_act(t) for t in n.input):
             return None, None
-        if rules.nncf_patterns and (P.is_fused_elementwise(m, n) or P.is_magnitude(m, n) or P.is_recurrent_gate(m, n)):
+        if rules.nncf_patterns and (P.is_fused_elementwise(m, n) or P.is_magnitude(m, n) or P.is_recurrent_gate(m, n)
+                                    or P.is_normalization(m, n)):
             return None, None
         return [(0, n.input[0]), (1, n.input[1])], []
     if op == "Add" and rules.residual_input is not None:
