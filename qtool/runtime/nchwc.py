@@ -131,13 +131,13 @@ def block_size() -> int | None:
 
 
 def fetching_session(model: onnx.ModelProto, fetched: list[str], keep: frozenset[str] = frozenset(),
-                     external_folder: str | os.PathLike | None = None, threads: int | None = None
+                     external_folder: str | os.PathLike | None = None, threads: int | None = None, arena: str = "own"
                      ) -> tuple[onnxruntime.Session, dict[str, Blocked]]:
     """A session for `model`, whose outputs include `fetched`, and the fetched tensors it returns
     in onnxruntime's blocked layout (the `blocked` argument of qtool.collection.collect). Tensors
     in `keep` come in NCHW. Models without convolutions or with external or lazy weights (whose
     optimized copy would hold them all), and machines or onnxruntime builds without the blocked
-    layout, get onnxruntime.session's session and every tensor in NCHW."""
+    layout, get onnxruntime.session's session and every tensor in NCHW. `arena`: onnxruntime.session's."""
     convolutions = any(n.op_type == "Conv" for n in model.graph.node)
     block = block_size() if external_folder is None and convolutions and not lazy.lazy_tensors(model) else None
     if block is not None:
@@ -149,5 +149,5 @@ def fetching_session(model: onnx.ModelProto, fetched: list[str], keep: frozenset
             stripped, blocked = strip_reorders(graph, fetched, keep, block)
             if blocked:
                 with contextlib.suppress(QtoolError):
-                    return onnxruntime.session(stripped, threads=threads, optimization="none"), blocked
-    return onnxruntime.session(model, external_folder=external_folder, threads=threads), {}
+                    return onnxruntime.session(stripped, threads=threads, optimization="none", arena=arena), blocked
+    return onnxruntime.session(model, external_folder=external_folder, threads=threads, arena=arena), {}
