@@ -131,7 +131,7 @@ def block_size() -> int | None:
 
 
 def fetching_session(model: onnx.ModelProto, fetched: list[str], keep: frozenset[str] = frozenset(),
-                     external_folder: str | os.PathLike | None = None, threads: int | None = None, arena: str = "own"
+                     external_folder: str | os.PathLike | None = None, threads: int | None = None, arena: bool = True
                      ) -> tuple[onnxruntime.Session, dict[str, Blocked]]:
     """A session for `model`, whose outputs include `fetched`, and the fetched tensors it returns
     in onnxruntime's blocked layout (the `blocked` argument of qtool.collection.collect). Tensors

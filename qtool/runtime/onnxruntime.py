@@ -44,29 +44,12 @@ def first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
-_SHARED = []  # the process's shared CPU arena, once registered
-
-
-def _shared_arena() -> None:
-    """Register one CPU arena in onnxruntime's environment (once per process), for sessions
-    made with arena="shared": it grows by what is asked (not in powers of two) and serves them
-    all, so sessions that run one after another (collection.segments) reuse each other's
-    memory instead of each keeping its own peak."""
-    if not _SHARED:
-        info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
-        ort.create_and_register_allocator(info, ort.OrtArenaCfg({"arena_extend_strategy": 1}))  # 1: kSameAsRequested
-        _SHARED.append(info)
-
-
 def _options(threads: int | None, optimization: str | None, spin: bool, optimized_path: str | None,
-             arena: str = "own") -> ort.SessionOptions:
+             arena: bool = True) -> ort.SessionOptions:
     opts = ort.SessionOptions()
     opts.log_severity_level = FATAL
-    if arena == "none":  # every tensor allocated and freed as it goes
+    if not arena:  # every tensor allocated and freed as it goes
         opts.enable_cpu_mem_arena = False
-    elif arena == "shared":
-        _shared_arena()
-        opts.add_session_config_entry("session.use_env_allocators", "1")
     if threads is not None:
         opts.intra_op_num_threads = threads
     if optimization is not None:
@@ -115,11 +98,10 @@ def _open(data: bytes, spill, opts: ort.SessionOptions, external_folder) -> ort.
 
 
 def session(model: onnx.ModelProto, *, threads: int | None = None, optimization: str | None = None,
-            external_folder: str | os.PathLike | None = None, arena: str = "own") -> ort.InferenceSession:
+            external_folder: str | os.PathLike | None = None, arena: bool = True) -> ort.InferenceSession:
     """raw_session's session (threads spinning, see there), or a one-line QtoolError saying why
-    onnxruntime cannot load the model. `arena`: "own" (onnxruntime's default: a CPU memory arena
-    per session, which keeps the most a run ever allocated for the session's life), "shared"
-    (one for every such session of the process, see _shared_arena) or "none"."""
+    onnxruntime cannot load the model. `arena`: False turns off onnxruntime's CPU memory arena
+    (which keeps the most a run ever allocated, for the session's life)."""
     opts = _options(threads, optimization, True, None, arena)
     try:
         data, spill = runnable(model)
