@@ -63,8 +63,9 @@ class Segment:
 def cuts(proto: onnx.ModelProto, fetched: list[str], sizes: dict[str, int], budget: int, types: dict[str, int]) -> list[int]:
     """Node positions to cut the graph before, so that each segment's fetched tensors add up to
     about `budget` bytes (`sizes`: bytes per fetched tensor; unknown ones count 0); only where
-    every crossing tensor is a graph output of `proto` or not a float tensor. [] when no cut
-    is needed or allowed."""
+    every crossing tensor is a graph output of `proto`, not a float tensor, or a sum that
+    onnxruntime fuses with none of its readers (see `_sums`). [] when no cut is needed or
+    allowed."""
     nodes = proto.graph.node
     outputs = {o.name for o in proto.graph.output}
     made: dict[str, int] = {}
@@ -75,6 +76,7 @@ def cuts(proto: onnx.ModelProto, fetched: list[str], sizes: dict[str, int], budg
         for name in node.output:
             if name:
                 made[name] = k
+    outputs |= _sums(nodes)
     for name in outputs:  # a graph output is read "after the last node"
         last[name] = max(last.get(name, -1), len(nodes))
     fetched_set = set(fetched)
@@ -152,6 +154,24 @@ def split(proto: onnx.ModelProto, fetched: list[str], positions: list[int]) -> l
             sub.output.append(_value_info(name, info))
         segments.append(Segment(model, tuple(inputs), tuple(own), tuple(carried), start, stop))
     return segments
+
+
+# Readers of an Add/Sub output that onnxruntime fuses with nothing before them: a Conv takes a
+# sum (a residual connection) as its input X as it is (its Conv+Add fusion is of an Add after it).
+PLAIN_READERS = frozenset({"Conv", "ConvTranspose", "Add", "Sub", "Concat", "MaxPool", "AveragePool", "GlobalAveragePool",
+                           "Resize", "Upsample"})
+
+
+def _sums(nodes) -> set[str]:
+    """Outputs of Add/Sub nodes read only by PLAIN_READERS: a cut across them changes no
+    fusion (MobileNetV2's residual sums, which collect computes instead of fetching, cross
+    every cut between its blocks)."""
+    readers: dict[str, set[str]] = {}
+    for node in nodes:
+        for name in node_reads(node):
+            readers.setdefault(name, set()).add(node.op_type if node.domain in ("", "ai.onnx") else "?")
+    return {node.output[0] for node in nodes if node.op_type in ("Add", "Sub") and node.domain in ("", "ai.onnx")
+            and readers.get(node.output[0], {"?"}) <= PLAIN_READERS}
 
 
 def _map_big_blocks() -> None:
