@@ -252,9 +252,9 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
         if positions:
             session = segments.Segmented(segments.split(exposed, fetched, positions), source.static, threads)
             blocked = session.blocked
-            del exposed
         else:
             session, blocked = nchwc.fetching_session(exposed, fetched, keep=source.static, external_folder=folder, threads=threads)
+        del exposed  # onnxruntime holds its own copy of the weights
         log.debug("calibrating %d tensors (%d computed from others, %d fetched in blocked layout) with %d inputs "
                   "(batch %s, %d workers of %d threads, %d helper processes, %d segments)", len(names), len(derived), len(blocked),
                   len(source.inputs), source.batch_size or "per file", workers, threads, len(helpers), len(positions) + 1)

@@ -72,10 +72,11 @@ def optimized(model: onnx.ModelProto) -> onnx.ModelProto:
     return onnx.load_from_string(scratch.written_by(write, "optimized.onnx"))
 
 
-def strip_reorders(graph_model: onnx.ModelProto, fetched: list[str], keep: frozenset[str], block: int
-                   ) -> tuple[onnx.ModelProto, dict[str, Blocked]]:
+def strip_reorders(graph_model: onnx.ModelProto, fetched: list[str], keep: frozenset[str], block: int,
+                   in_place: bool = False) -> tuple[onnx.ModelProto, dict[str, Blocked]]:
     """Drop the NCHW reorders of an optimized graph that only produce graph outputs in `fetched`
-    (not in `keep`), and output their blocked inputs instead."""
+    (not in `keep`), and output their blocked inputs instead; in a copy, or with `in_place` in
+    `graph_model` itself (one copy of the weights less)."""
     g = graph_model.graph
     outputs = {o.name for o in g.output}
     read = {i for n in g.node for i in node_reads(n)}
@@ -89,8 +90,11 @@ def strip_reorders(graph_model: onnx.ModelProto, fetched: list[str], keep: froze
         if out in wanted and out in outputs and out not in read and not attrs.get("channels_last", 0) \
                 and attrs.get("channels", 0) % block == 0 and node.input[0] not in outputs:
             blocked[out] = Blocked(node.input[0], block)
-    stripped = onnx.ModelProto()
-    stripped.CopyFrom(graph_model)
+    if in_place:
+        stripped = graph_model
+    else:
+        stripped = onnx.ModelProto()
+        stripped.CopyFrom(graph_model)
     g = stripped.graph
     kept = [n for n in g.node if not (n.op_type == "ReorderOutput" and n.domain == DOMAIN and n.output[0] in blocked)]
     del g.node[:]
@@ -146,7 +150,8 @@ def fetching_session(model: onnx.ModelProto, fetched: list[str], keep: frozenset
         except Exception:  # onnxruntime.session below says what is wrong with the model
             graph = None
         if graph is not None:
-            stripped, blocked = strip_reorders(graph, fetched, keep, block)
+            stripped, blocked = strip_reorders(graph, fetched, keep, block, in_place=True)
+            del graph
             if blocked:
                 with contextlib.suppress(QtoolError):
                     return onnxruntime.session(stripped, threads=threads, optimization="none", arena=arena), blocked
