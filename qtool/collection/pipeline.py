@@ -250,7 +250,8 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
         runs = source.runs
     try:
         if positions:
-            session = segments.Segmented(segments.split(exposed, fetched, positions), source.static, threads)
+            layout = nchwc.blocked_layout(exposed, fetched, source.static)
+            session = segments.Segmented(segments.split(exposed, fetched, positions), source.static, threads, layout)
             blocked = session.blocked
         else:
             session, blocked = nchwc.fetching_session(exposed, fetched, keep=source.static, external_folder=folder, threads=threads)

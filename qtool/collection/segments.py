@@ -203,27 +203,34 @@ class Segmented:
 
     `blocked`: fetched tensors some segment returns in onnxruntime's blocked layout (nchwc)."""
 
-    def __init__(self, segments: list[Segment], keep: frozenset[str], threads: int | None):
-        _map_big_blocks()
+    def __init__(self, segments: list[Segment], keep: frozenset[str], threads: int | None, layout: dict[str, int]):
+        import os
+        self.mode = os.environ.get("QMODE", "mmap")
+        if self.mode == "mmap":
+            _map_big_blocks()
         self.sessions = []
-        self.steps = []  # per segment: (inputs, carried, names, sources, inputs no later segment reads)
-        self.blocked: dict[str, nchwc.Blocked] = {}
+        self.steps = []  # per segment: (inputs, carried, names, sources, inputs no later segment reads, {name: (block, theirs)})
+        # fetched tensors come in the layout they have when the whole model runs (`layout`, see
+        # nchwc.blocked_layout): per-channel sums read blocked and NCHW tensors in different orders
+        self.blocked = {name: nchwc.Blocked(name, block) for name, block in layout.items()}
         for k, seg in enumerate(segments):
             # carried tensors feed the next segment as they are: in NCHW
             session, blocked = nchwc.fetching_session(seg.model, list(seg.fetched), keep=keep | set(seg.carried), threads=threads,
                                                       arena=False)
             self.sessions.append(session)
-            self.blocked.update(blocked)
             names = list(dict.fromkeys([*seg.fetched, *seg.carried]))
             sources = [blocked[n].source if n in blocked else n for n in names]
             later = {t for s in segments[k + 1:] for t in s.inputs}
-            self.steps.append((seg.inputs, frozenset(seg.carried), names, sources, [t for t in seg.inputs if t not in later]))
+            relayout = {n: (layout.get(n), blocked[n].block if n in blocked else None) for n in seg.fetched
+                        if layout.get(n) != (blocked[n].block if n in blocked else None)}
+            self.steps.append((seg.inputs, frozenset(seg.carried), names, sources, [t for t in seg.inputs if t not in later],
+                               relayout))
 
     def runs(self, feeds: Feeds, wanted: set[str]) -> Iterator[list[tuple[str, np.ndarray]]]:
         """Per segment, (name, value) of its tensors in `wanted`; the segment's other outputs
         are kept only as long as a later segment reads them."""
         have = dict(feeds)
-        for session, (inputs, carried, names, sources, release) in zip(self.sessions, self.steps):
+        for session, (inputs, carried, names, sources, release, relayout) in zip(self.sessions, self.steps):
             values = onnxruntime.run(session, sources, {n: have[n] for n in inputs})
             for n in release:
                 if n not in feeds:
@@ -233,10 +240,16 @@ class Segmented:
                 if name in carried:
                     have[name] = value
                 if name in wanted:
+                    if name in relayout:
+                        whole, here = relayout[name]
+                        value = nchwc.to_blocked(value, whole) if whole else nchwc.unblocked(value, here)
                     got.append((name, value))
             del values
             yield got
             del got
+        if self.mode == "trim":
+            del have
+            ctypes.CDLL(None).malloc_trim(0)
 
     def run(self, names: list[str], feeds: Feeds) -> list[np.ndarray]:
         """The tensors of `names` for these feeds (session.run's answer)."""

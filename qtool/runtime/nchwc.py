@@ -134,6 +134,28 @@ def block_size() -> int | None:
     return None
 
 
+def blocked_layout(model: onnx.ModelProto, fetched: list[str], keep: frozenset[str] = frozenset()) -> dict[str, int]:
+    """{tensor: channel block} of the fetched tensors that fetching_session(model, fetched, keep)
+    returns in blocked layout, without making that session (collection.segments: the layout each
+    tensor has when the whole model runs, which its statistics are summed in)."""
+    convolutions = any(n.op_type == "Conv" for n in model.graph.node)
+    block = block_size() if convolutions and not lazy.lazy_tensors(model) else None
+    if block is None:
+        return {}
+    try:
+        graph = optimized(model)
+    except Exception:
+        return {}
+    _, blocked = strip_reorders(graph, fetched, keep, block, in_place=True)
+    return {name: b.block for name, b in blocked.items()}
+
+
+def to_blocked(a: np.ndarray, block: int) -> np.ndarray:
+    """An NCHW array in the blocked layout (a copy): what onnxruntime returns for it blocked."""
+    n, c, h, w = a.shape
+    return np.ascontiguousarray(a.reshape(n, c // block, block, h, w).transpose(0, 1, 3, 4, 2)).reshape(n, c, h, w)
+
+
 def fetching_session(model: onnx.ModelProto, fetched: list[str], keep: frozenset[str] = frozenset(),
                      external_folder: str | os.PathLike | None = None, threads: int | None = None, arena: bool = True
                      ) -> tuple[onnxruntime.Session, dict[str, Blocked]]:
