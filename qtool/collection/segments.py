@@ -21,7 +21,9 @@ segment would hold every segment's outputs again), and big blocks are mapped on 
 to 640x640, 2 workers: peak RSS 4.4-5.6 GB unsplit, 1.4-1.7 GB so, 2.1-2.6 GB with one arena
 shared by all segments (onnxruntime's environment allocator: freed blocks of one size do not
 serve another), 2.3 GB with glibc's default threshold; the fresh pages cost time (20.9-29.5 s
-against 16-24 s unsplit, 21 s with the shared arena, on a loaded 2-core machine).
+against 16-24 s unsplit, 21 s with the shared arena, on a loaded 2-core machine; centerface, 64
+inputs of up to 640x576: 627-640 MB and 14.6-17.1 s so, 828 MB and 14.1 s with glibc's default,
+676-735 MB and 16.4-19.9 s with malloc_trim after each run).
 """
 
 from __future__ import annotations
@@ -204,10 +206,7 @@ class Segmented:
     `blocked`: fetched tensors some segment returns in onnxruntime's blocked layout (nchwc)."""
 
     def __init__(self, segments: list[Segment], keep: frozenset[str], threads: int | None, layout: dict[str, int]):
-        import os
-        self.mode = os.environ.get("QMODE", "mmap")
-        if self.mode == "mmap":
-            _map_big_blocks()
+        _map_big_blocks()
         self.sessions = []
         self.steps = []  # per segment: (inputs, carried, names, sources, inputs no later segment reads, {name: (block, theirs)})
         # fetched tensors come in the layout they have when the whole model runs (`layout`, see
@@ -247,9 +246,6 @@ class Segmented:
             del values
             yield got
             del got
-        if self.mode == "trim":
-            del have
-            ctypes.CDLL(None).malloc_trim(0)
 
     def run(self, names: list[str], feeds: Feeds) -> list[np.ndarray]:
         """The tensors of `names` for these feeds (session.run's answer)."""
