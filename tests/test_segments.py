@@ -91,14 +91,15 @@ def test_a_run_over_budget_is_fetched_in_segments_with_the_same_file(tmp_path, u
     api.calibrate_files(path, data=data, output=whole)
     at_once = list(fetched)
     assert len(at_once) == 6  # one session run per input, every activation at once (~2.6 MB at 64x64)
-    # over a budget of 256 KB: in segments of about 2 tensors (16 channels at 48x64: 192 KB each)
+    # over a budget of 256 KB: in segments of about 2 tensors (16 channels at 48x64: 192 KB each; none
+    # between the BatchNormalization and its input)
     monkeypatch.setattr(pipeline, "RUN_BYTES", 256 << 10, raising=False)
     monkeypatch.setattr(pipeline, "SEGMENT_BYTES", 256 << 10, raising=False)
     fetched.clear()
     parts = tmp_path / "parts.calib.json"
     api.calibrate_files(path, data=data, output=parts)
     assert parts.read_bytes() == whole.read_bytes()
-    assert len(fetched) >= 4 * 6 and max(fetched) < max(at_once) / 3, (fetched, at_once)
+    assert len(fetched) >= 4 * 6 and max(fetched) < max(at_once) / 2, (fetched, at_once)
 
 
 def test_cuts_cross_only_outputs_and_plain_sums():

@@ -66,8 +66,8 @@ def cuts(proto: onnx.ModelProto, fetched: list[str], sizes: dict[str, int], budg
     """Node positions to cut the graph before, so that each segment's fetched tensors add up to
     about `budget` bytes (`sizes`: bytes per fetched tensor; unknown ones count 0); only where
     every crossing tensor is a graph output of `proto`, not a float tensor, or a sum that
-    onnxruntime fuses with none of its readers (see `_sums`). [] when no cut is needed or
-    allowed."""
+    onnxruntime fuses with none of its readers (see `_sums`), and none is read by one of
+    LAYOUT_READERS. [] when no cut is needed or allowed."""
     nodes = proto.graph.node
     outputs = {o.name for o in proto.graph.output}
     made: dict[str, int] = {}
@@ -79,6 +79,7 @@ def cuts(proto: onnx.ModelProto, fetched: list[str], sizes: dict[str, int], budg
             if name:
                 made[name] = k
     outputs |= _sums(nodes)
+    layout_read = {name for node in nodes if node.op_type in LAYOUT_READERS for name in node_reads(node)}
     for name in outputs:  # a graph output is read "after the last node"
         last[name] = max(last.get(name, -1), len(nodes))
     fetched_set = set(fetched)
@@ -95,7 +96,8 @@ def cuts(proto: onnx.ModelProto, fetched: list[str], sizes: dict[str, int], budg
                 continue
             if name in fetched_set:
                 bytes_since += sizes.get(name, 0)
-            if last.get(name, -1) > k and name not in outputs and name not in constants and types.get(name) in FLOATS:
+            if last.get(name, -1) > k and name not in constants and types.get(name) in FLOATS \
+                    and (name not in outputs or name in layout_read):
                 crossing.add(name)
         crossing = {t for t in crossing if last[t] > k}
     return found
@@ -160,8 +162,14 @@ def split(proto: onnx.ModelProto, fetched: list[str], positions: list[int]) -> l
 
 # Readers of an Add/Sub output that onnxruntime fuses with nothing before them: a Conv takes a
 # sum (a residual connection) as its input X as it is (its Conv+Add fusion is of an Add after it).
-PLAIN_READERS = frozenset({"Conv", "ConvTranspose", "Add", "Sub", "Concat", "MaxPool", "AveragePool", "GlobalAveragePool",
-                           "Resize", "Upsample"})
+PLAIN_READERS = frozenset({"Conv", "ConvTranspose", "Add", "Sub", "Concat", "MaxPool"})
+# Operators whose arithmetic depends on the layout onnxruntime runs them in, which it chooses from
+# where their input comes from: on x86 its blocked (NCHWc) transformer runs them blocked only after
+# a blocked producer, and a segment's input is not one (an average sums in another order, a
+# BatchNormalization becomes a 1x1 convolution). No cut goes between one and what it reads
+# (PP-OCRv5 det's squeeze-excitation GlobalAveragePool read a segment's input: 78 tensors changed).
+LAYOUT_READERS = frozenset({"AveragePool", "GlobalAveragePool", "BatchNormalization", "Resize", "Upsample", "LpPool",
+                            "GlobalLpPool", "LRN", "InstanceNormalization"})
 
 
 def _sums(nodes) -> set[str]:
