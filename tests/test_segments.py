@@ -122,3 +122,23 @@ def test_cuts_cross_only_outputs_and_plain_sums():
     # the BatchNormalization parameters stay overridable inputs in their segment
     bn = next(p for p in parts if any(n.op_type == "BatchNormalization" for n in p.model.graph.node))
     assert {"bn_s", "bn_b", "bn_m", "bn_v"} <= {i.name for i in bn.model.graph.input}
+
+
+def test_a_model_whose_parts_will_not_load_runs_in_one_session(tmp_path, unet, monkeypatch):
+    from qtool.collection import segments
+    from qtool.errors import QtoolError
+
+    path, data = unet
+    whole = tmp_path / "whole.calib.json"
+    api.calibrate_files(path, data=data, output=whole)
+
+    def refuse(*args, **kwargs):
+        raise QtoolError("onnxruntime cannot load the model: a part")
+
+    monkeypatch.setattr(pipeline, "RUN_BYTES", 256 << 10, raising=False)
+    monkeypatch.setattr(pipeline, "SEGMENT_BYTES", 256 << 10, raising=False)
+    monkeypatch.setattr(segments.Segmented, "__init__", refuse)
+    fetched = _fetches(monkeypatch)
+    one = tmp_path / "one.calib.json"
+    api.calibrate_files(path, data=data, output=one)
+    assert one.read_bytes() == whole.read_bytes() and len(fetched) == 6

@@ -251,11 +251,16 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
     else:
         runs = source.runs
     try:
+        session = None
         if positions:
-            layout = nchwc.blocked_layout(exposed, fetched, source.static)
-            session = segments.Segmented(segments.split(exposed, fetched, positions), source.static, threads, layout)
-            blocked = session.blocked
-        else:
+            try:
+                layout = nchwc.blocked_layout(exposed, fetched, source.static)
+                session = segments.Segmented(segments.split(exposed, fetched, positions), source.static, threads, layout)
+                blocked = session.blocked
+            except Exception as e:  # a part onnxruntime will not load alone: the whole model in one session
+                log.debug("no segments (%s): one session", e)
+                positions = []
+        if session is None:
             session, blocked = nchwc.fetching_session(exposed, fetched, keep=source.static, external_folder=folder, threads=threads)
         del exposed  # onnxruntime holds its own copy of the weights
         log.debug("calibrating %d tensors (%d computed from others, %d fetched in blocked layout) with %d inputs "
