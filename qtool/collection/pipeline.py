@@ -132,8 +132,11 @@ def _data_source(loaded, data_dir, limit, shard) -> _Source:
     inputs = data.take_shard(everything, shard)
     if not inputs:
         raise QtoolError(f"shard {shard[0]}/{shard[1]} of {len(everything)} data files is empty; use fewer shards")
-    first = inputs[0].feeds() if isinstance(inputs[0], data.Samples) else data.load_arrays(inputs[0], specs)
-    dims = {name: value.shape for name, value in first[0].items()}
+    try:  # the first run's shapes (segments); a bad file is reported where it is run, after the model's own errors
+        first = inputs[0].feeds() if isinstance(inputs[0], data.Samples) else data.load_arrays(inputs[0], specs)
+        dims = {name: value.shape for name, value in first[0].items()}
+    except QtoolError:
+        dims = None
     return _Source(inputs, data.array_runs(inputs, specs), {"source": "data", "inputs": [s.name for s in specs]}, dims=dims)
 
 
