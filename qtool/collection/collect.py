@@ -27,6 +27,7 @@ from ..runtime import nchwc, onnxruntime
 from ..statistics import histogram
 from ..statistics.histogram import Extrema, TensorHistogram
 from ..statistics.stats import real_tokens
+from . import segments
 
 Feeds = dict[str, np.ndarray]
 
@@ -191,7 +192,6 @@ class _Accumulator:
                 self.readers.setdefault(part, []).append(n)
         self.parts = {n: d.parts for n, d in derived.items()}
         self.constants = {n: d.constant for n, d in derived.items() if d.constant is not None}
-        self.needed = {p for d in derived.values() for p in d.parts}
         # computed tensors whose every reader is computed from them alone, on the same thread
         # right after them: they go into scratch memory of that thread, reused run after run
         # (written while in the CPU caches, instead of into fresh pages)
@@ -207,17 +207,27 @@ class _Accumulator:
         """Histogram (and gather the statistics of) one run's outputs, `pairs` of (name, value),
         on the threads of `team`; `tokens`: the run's real tokens (stats.real_tokens), which the
         channel means are taken over."""
-        todo = []
-        for name, value in pairs:
-            block = self.blocks.get(name)
-            if block and not nchwc.blocked_shape(value, block):
-                raise AssertionError(f"{name} came from onnxruntime with shape {value.shape}, not in blocks of {block} channels")
-            todo.append((name, value, block))
+        self.fill_parts([pairs], samples, team, tokens)
+
+    def fill_parts(self, parts: Iterable, samples: int, team: _Team | None = None, tokens: np.ndarray | None = None) -> None:
+        """fill, for a run whose outputs come in parts (segments.Segmented: one per segment),
+        each dropped here once histogrammed (what derived tensors still need is kept until
+        they are computed)."""
         filling = _Filling(self, samples, tokens)
         share = team.share if team is not None else _serial
-        share(todo, filling.add)
+        for pairs in parts:
+            todo = [(name, value, self._block(name, value)) for name, value in pairs]
+            del pairs
+            share(todo, filling.add)
+            del todo
         # a concatenation with an empty part (which adds nothing) waits for it in vain
         share([(n, self.parts[n]) for n in self.concats if 0 < filling.waiting[n] < len(self.inputs[n])], filling.gather)
+
+    def _block(self, name: str, value: np.ndarray) -> int | None:
+        block = self.blocks.get(name)
+        if block and not nchwc.blocked_shape(value, block):
+            raise AssertionError(f"{name} came from onnxruntime with shape {value.shape}, not in blocks of {block} channels")
+        return block
 
     def free_buffers(self) -> list[np.ndarray]:
         """This thread's free scratch buffers."""
@@ -275,6 +285,7 @@ class _Filling:
         self.acc, self.samples, self.tokens = acc, samples, tokens
         self.kept: dict[str, tuple] = {}  # {input of a derived tensor: (value, rows, extrema, block)}
         self.waiting = {n: len(parts) for n, parts in acc.inputs.items()}  # inputs not yet kept
+        self.unread = {n: len(readers) for n, readers in acc.readers.items()}  # derived tensors yet to read each
         self.lock = threading.Lock()
 
     def one(self, name: str, value: np.ndarray, block: int | None) -> list[str]:
@@ -289,7 +300,7 @@ class _Filling:
             return []
         if stats is not None:
             stats.update([value], rows, extrema, [block], self.tokens)
-        if name in acc.needed:
+        if name in acc.readers:
             self.kept[name] = value, rows, extrema, block
         ready = []
         for out in acc.readers.get(name, ()):
@@ -298,6 +309,16 @@ class _Filling:
                 if self.waiting[out] == 0:
                     ready.append(out)
         return ready
+
+    def done(self, out: str) -> None:
+        """The derived tensor `out` is computed (or its statistics gathered): inputs no other
+        derived tensor reads are let go."""
+        for p in self.acc.inputs[out]:
+            with self.lock:
+                self.unread[p] -= 1
+                last = self.unread[p] == 0
+            if last:
+                self.kept.pop(p, None)
 
     def add(self, name: str, value: np.ndarray, block: int | None) -> None:
         """Histogram one fetched tensor, and the derived tensors ready after it."""
@@ -309,10 +330,12 @@ class _Filling:
             out = ready.pop()
             if out in acc.concats:
                 self.gather(out, acc.parts[out])
+                self.done(out)
                 continue
             parts = acc.parts[out]
             buffer = (free.pop() if free else _NO_BYTES) if out in acc.scratch else None
             value, block = acc.derive(out, [kept[p] for p in parts], buffer)
+            self.done(out)
             for p in parts:  # a scratch input all of whose readers are done is free again
                 if p in held:
                     held[p][1] -= 1
@@ -415,7 +438,7 @@ class Schedule:
     kernel: bool = True
 
 
-def collect(session: onnxruntime.Session, plan: Plan, runs: Iterable[tuple[Feeds, int]], progress=None,
+def collect(session: onnxruntime.Session | segments.Segmented, plan: Plan, runs: Iterable[tuple[Feeds, int]], progress=None,
             stats: dict | None = None, schedule: Schedule = Schedule(), helpers: Iterable = ()
             ) -> tuple[dict[str, TensorHistogram], int]:
     """Histograms of every tensor of `plan` over all runs, and the number of samples seen.
@@ -442,7 +465,7 @@ class Partial:
     seen: int
 
 
-def accumulate(session: onnxruntime.Session, plan: Plan, runs: Iterable[tuple[Feeds, int]], progress=None,
+def accumulate(session: onnxruntime.Session | segments.Segmented, plan: Plan, runs: Iterable[tuple[Feeds, int]], progress=None,
                stats: dict | None = None, schedule: Schedule = Schedule()) -> _Accumulator:
     """collect's histograms and statistics before they are put together: Concat outputs still
     as their parts, tensors fetched once counted once (the arguments are collect's)."""
@@ -457,7 +480,22 @@ def accumulate(session: onnxruntime.Session, plan: Plan, runs: Iterable[tuple[Fe
     source = ahead if ahead is not None else iter(runs)
     lock = threading.Lock()  # guards `source` (decoding happens in next()) and `progress`
 
+    segmented = isinstance(session, segments.Segmented)
+    wanted = set(varying)
+
     def take(acc: _Accumulator, feeds: Feeds, count: int) -> None:
+        if segmented:  # each segment's outputs histogrammed and dropped before the next segment runs
+            if ahead is not None:
+                ahead.start()
+            if schedule.kernel:
+                histogram.wait_for_kernel()
+            parts = (part[::-1] for part in session.runs(feeds, wanted))
+            acc.fill_parts(parts, count, teams[id(acc)], real_tokens(feeds))
+            acc.seen += count
+            if progress is not None:
+                with lock:
+                    progress.update(count)
+            return
         outputs = onnxruntime.run(session, sources, feeds) if varying else []
         if ahead is not None:
             ahead.start()

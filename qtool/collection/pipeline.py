@@ -21,7 +21,7 @@ from ..quantizers import patterns
 from ..runtime import nchwc
 from ..statistics import histogram, thresholds
 from ..statistics.stats import new_stats
-from . import collect, procs
+from . import collect, procs, segments
 
 log = logging.getLogger("qtool")
 
@@ -38,6 +38,13 @@ KERNEL_BYTES = 512 << 20
 # instead of threads (procs: each process has its own GIL) when the cores allow more than one
 # worker: a helper's start (~1 s of one core: imports, session, kernel) pays from there on.
 HELPER_BYTES = 512 << 20
+# Runs whose fetched activations would pass RUN_BYTES (for the first run's input shapes) run as a
+# chain of sessions (segments), each segment's activations about twice the largest tensor's bytes
+# (at least SEGMENT_BYTES), histogrammed and dropped before the next segment runs: a run then holds
+# one segment's activations and what later segments read, not all of them at once, about what plain
+# inference's working set holds (CRAFT at 640x640 fetches 1.16 GB per run, 100 MB at most in one tensor).
+RUN_BYTES = 64 << 20
+SEGMENT_BYTES = 16 << 20
 # Each helper holds its own interpreter, onnxruntime and kernel (~300 MB): beyond this many, the
 # workers for the other cores are threads of this process, as before.
 MAX_HELPERS = 3
@@ -82,6 +89,7 @@ class _Source:
     batch_bytes: int | None = None  # exposed activations of one batch, when known
     images: data.ImageRuns | None = None  # the runs by index, when each is one image (helpers can take them)
     least_bytes: int = 0  # exposed activations of one batch that shape inference can tell
+    dims: dict | None = None  # the first run's input shapes, when known before running
 
 
 def _image_source(loaded, names, options: CalibrateOptions, preprocess: dict) -> _Source:
@@ -110,9 +118,10 @@ def _image_source(loaded, names, options: CalibrateOptions, preprocess: dict) ->
     # tensors computed from the input's shape only (decode grids) are counted per image
     static = frozenset(names) - model.data_dependent(loaded.proto)
     images = data.ImageRuns(inputs, pre, spec.name) if batch_size == 1 else None
+    hwc = (pre.channels, pre.height, pre.width) if pre.layout == "nchw" else (pre.height, pre.width, pre.channels)
     return _Source(inputs, runs, {"source": "images", "input": spec.name, **pre.to_dict()},
                    batch_size, static, fixed_batch or 1, skipped, per_image and per_image * batch_size, images,
-                   sum(sizes.values()) * batch_size)
+                   sum(sizes.values()) * batch_size, {spec.name: (batch_size, *hwc)})
 
 
 def _data_source(loaded, data_dir, limit, shard) -> _Source:
@@ -123,7 +132,12 @@ def _data_source(loaded, data_dir, limit, shard) -> _Source:
     inputs = data.take_shard(everything, shard)
     if not inputs:
         raise QtoolError(f"shard {shard[0]}/{shard[1]} of {len(everything)} data files is empty; use fewer shards")
-    return _Source(inputs, data.array_runs(inputs, specs), {"source": "data", "inputs": [s.name for s in specs]})
+    try:  # the first run's shapes (segments); a bad file is reported where it is run, after the model's own errors
+        first = inputs[0].feeds() if isinstance(inputs[0], data.Samples) else data.load_arrays(inputs[0], specs)
+        dims = {name: value.shape for name, value in first[0].items()}
+    except QtoolError:
+        dims = None
+    return _Source(inputs, data.array_runs(inputs, specs), {"source": "data", "inputs": [s.name for s in specs]}, dims=dims)
 
 
 
@@ -228,6 +242,10 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
     exposed = model.with_outputs(loaded.proto, fetched, types)
     folder = loaded.path.parent if loaded.external_files else None
     helpers = _helpers(exposed, folder, fetched, names, source, bins, stats, derived, workers, progress) if kernel else []
+    # runs helper processes share (each with its own single session) are not split: threads side
+    # by side queue for one interpreter lock (PP-OCRv5 det, 60 images at 640x640: 35-38 s with a
+    # helper, 69-73 s in segments on two threads)
+    positions = _segment_cuts(loaded, exposed, fetched, types, source) if folder is None and not helpers else []
     if helpers:
         progress = helpers[0].progress
         workers, threads = workers - len(helpers), 1
@@ -236,10 +254,21 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
     else:
         runs = source.runs
     try:
-        session, blocked = nchwc.fetching_session(exposed, fetched, keep=source.static, external_folder=folder, threads=threads)
+        session = None
+        if positions:
+            try:
+                layout = nchwc.blocked_layout(exposed, fetched, source.static)
+                session = segments.Segmented(segments.split(exposed, fetched, positions), source.static, threads, layout)
+                blocked = session.blocked
+            except Exception as e:  # a part onnxruntime will not load alone: the whole model in one session
+                log.debug("no segments (%s): one session", e)
+                positions = []
+        if session is None:
+            session, blocked = nchwc.fetching_session(exposed, fetched, keep=source.static, external_folder=folder, threads=threads)
+        del exposed  # onnxruntime holds its own copy of the weights
         log.debug("calibrating %d tensors (%d computed from others, %d fetched in blocked layout) with %d inputs "
-                  "(batch %s, %d workers of %d threads, %d helper processes)", len(names), len(derived), len(blocked),
-                  len(source.inputs), source.batch_size or "per file", workers, threads, len(helpers))
+                  "(batch %s, %d workers of %d threads, %d helper processes, %d segments)", len(names), len(derived), len(blocked),
+                  len(source.inputs), source.batch_size or "per file", workers, threads, len(helpers), len(positions) + 1)
         plan = collect.Plan(names, bins, source.static, source.probe, derived, blocked)
         hists, samples = collect.collect(session, plan, runs, progress, stats, collect.Schedule(workers, threads, kernel), helpers)
     finally:
@@ -249,6 +278,18 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
         order = {path: k for k, path in enumerate(source.images.paths)}
         source.skipped[:] = sorted(skipped + [s for h in helpers for s in h.skipped], key=lambda s: order[s[0]])
     return hists, stats, samples
+
+
+def _segment_cuts(loaded, exposed, fetched: list[str], types, source: _Source) -> list[int]:
+    """Where to cut the exposed model into segments (segments.cuts), when one run's fetched
+    activations would pass RUN_BYTES for the first run's input shapes; [] otherwise. (A model
+    loaded lazily keeps its weights where they lie: each segment refers to its own.)"""
+    if not source.dims:
+        return []
+    sizes = model.tensor_bytes(loaded.proto, fetched, source.dims)
+    if sum(sizes.values()) <= RUN_BYTES:
+        return []
+    return segments.cuts(exposed, fetched, sizes, max(SEGMENT_BYTES, 2 * max(sizes.values())), types)
 
 
 def _transformer(proto) -> bool:

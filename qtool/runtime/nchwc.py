@@ -72,10 +72,11 @@ def optimized(model: onnx.ModelProto) -> onnx.ModelProto:
     return onnx.load_from_string(scratch.written_by(write, "optimized.onnx"))
 
 
-def strip_reorders(graph_model: onnx.ModelProto, fetched: list[str], keep: frozenset[str], block: int
-                   ) -> tuple[onnx.ModelProto, dict[str, Blocked]]:
+def strip_reorders(graph_model: onnx.ModelProto, fetched: list[str], keep: frozenset[str], block: int,
+                   in_place: bool = False) -> tuple[onnx.ModelProto, dict[str, Blocked]]:
     """Drop the NCHW reorders of an optimized graph that only produce graph outputs in `fetched`
-    (not in `keep`), and output their blocked inputs instead."""
+    (not in `keep`), and output their blocked inputs instead; in a copy, or with `in_place` in
+    `graph_model` itself (one copy of the weights less)."""
     g = graph_model.graph
     outputs = {o.name for o in g.output}
     read = {i for n in g.node for i in node_reads(n)}
@@ -89,8 +90,11 @@ def strip_reorders(graph_model: onnx.ModelProto, fetched: list[str], keep: froze
         if out in wanted and out in outputs and out not in read and not attrs.get("channels_last", 0) \
                 and attrs.get("channels", 0) % block == 0 and node.input[0] not in outputs:
             blocked[out] = Blocked(node.input[0], block)
-    stripped = onnx.ModelProto()
-    stripped.CopyFrom(graph_model)
+    if in_place:
+        stripped = graph_model
+    else:
+        stripped = onnx.ModelProto()
+        stripped.CopyFrom(graph_model)
     g = stripped.graph
     kept = [n for n in g.node if not (n.op_type == "ReorderOutput" and n.domain == DOMAIN and n.output[0] in blocked)]
     del g.node[:]
@@ -130,14 +134,36 @@ def block_size() -> int | None:
     return None
 
 
+def blocked_layout(model: onnx.ModelProto, fetched: list[str], keep: frozenset[str] = frozenset()) -> dict[str, int]:
+    """{tensor: channel block} of the fetched tensors that fetching_session(model, fetched, keep)
+    returns in blocked layout, without making that session (collection.segments: the layout each
+    tensor has when the whole model runs, which its statistics are summed in)."""
+    convolutions = any(n.op_type == "Conv" for n in model.graph.node)
+    block = block_size() if convolutions and not lazy.lazy_tensors(model) else None
+    if block is None:
+        return {}
+    try:
+        graph = optimized(model)
+    except Exception:
+        return {}
+    _, blocked = strip_reorders(graph, fetched, keep, block, in_place=True)
+    return {name: b.block for name, b in blocked.items()}
+
+
+def to_blocked(a: np.ndarray, block: int) -> np.ndarray:
+    """An NCHW array in the blocked layout (a copy): what onnxruntime returns for it blocked."""
+    n, c, h, w = a.shape
+    return np.ascontiguousarray(a.reshape(n, c // block, block, h, w).transpose(0, 1, 3, 4, 2)).reshape(n, c, h, w)
+
+
 def fetching_session(model: onnx.ModelProto, fetched: list[str], keep: frozenset[str] = frozenset(),
-                     external_folder: str | os.PathLike | None = None, threads: int | None = None
+                     external_folder: str | os.PathLike | None = None, threads: int | None = None, arena: bool = True
                      ) -> tuple[onnxruntime.Session, dict[str, Blocked]]:
     """A session for `model`, whose outputs include `fetched`, and the fetched tensors it returns
     in onnxruntime's blocked layout (the `blocked` argument of qtool.collection.collect). Tensors
     in `keep` come in NCHW. Models without convolutions or with external or lazy weights (whose
     optimized copy would hold them all), and machines or onnxruntime builds without the blocked
-    layout, get onnxruntime.session's session and every tensor in NCHW."""
+    layout, get onnxruntime.session's session and every tensor in NCHW. `arena`: onnxruntime.session's."""
     convolutions = any(n.op_type == "Conv" for n in model.graph.node)
     block = block_size() if external_folder is None and convolutions and not lazy.lazy_tensors(model) else None
     if block is not None:
@@ -146,8 +172,9 @@ def fetching_session(model: onnx.ModelProto, fetched: list[str], keep: frozenset
         except Exception:  # onnxruntime.session below says what is wrong with the model
             graph = None
         if graph is not None:
-            stripped, blocked = strip_reorders(graph, fetched, keep, block)
+            stripped, blocked = strip_reorders(graph, fetched, keep, block, in_place=True)
+            del graph
             if blocked:
                 with contextlib.suppress(QtoolError):
-                    return onnxruntime.session(stripped, threads=threads, optimization="none"), blocked
-    return onnxruntime.session(model, external_folder=external_folder, threads=threads), {}
+                    return onnxruntime.session(stripped, threads=threads, optimization="none", arena=arena), blocked
+    return onnxruntime.session(model, external_folder=external_folder, threads=threads, arena=arena), {}

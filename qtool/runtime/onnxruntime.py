@@ -44,9 +44,12 @@ def first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
-def _options(threads: int | None, optimization: str | None, spin: bool, optimized_path: str | None) -> ort.SessionOptions:
+def _options(threads: int | None, optimization: str | None, spin: bool, optimized_path: str | None,
+             arena: bool = True) -> ort.SessionOptions:
     opts = ort.SessionOptions()
     opts.log_severity_level = FATAL
+    if not arena:  # every tensor allocated and freed as it goes
+        opts.enable_cpu_mem_arena = False
     if threads is not None:
         opts.intra_op_num_threads = threads
     if optimization is not None:
@@ -95,10 +98,11 @@ def _open(data: bytes, spill, opts: ort.SessionOptions, external_folder) -> ort.
 
 
 def session(model: onnx.ModelProto, *, threads: int | None = None, optimization: str | None = None,
-            external_folder: str | os.PathLike | None = None) -> ort.InferenceSession:
+            external_folder: str | os.PathLike | None = None, arena: bool = True) -> ort.InferenceSession:
     """raw_session's session (threads spinning, see there), or a one-line QtoolError saying why
-    onnxruntime cannot load the model."""
-    opts = _options(threads, optimization, True, None)
+    onnxruntime cannot load the model. `arena`: False turns off onnxruntime's CPU memory arena
+    (which keeps the most a run ever allocated, for the session's life)."""
+    opts = _options(threads, optimization, True, None, arena)
     try:
         data, spill = runnable(model)
     except ValueError as e:  # protobuf refuses messages over 2 GB: weights must stay external

@@ -1,0 +1,264 @@
+"""A run whose exposed activations would not fit beside each other, as a chain of sessions.
+
+onnxruntime keeps every tensor a run returns alive until the caller drops it, so one run of a
+model with all its activations exposed holds them all at once: a CRAFT text detector (VGG16-BN
+U-Net) at 640x640 returns 1.16 GB per run, while plain inference's whole process peaks at 0.77 GB.
+Such a model is split into consecutive segments of its nodes (graph order), each its own
+session: segment k takes the graph inputs and the tensors earlier segments made that it reads,
+and returns its own fetched activations plus what later segments read (carried). Every node
+runs once; collect histograms each segment's activations and drops them before the next
+segment runs, so a run holds one segment's activations and the carried tensors at a time.
+
+The values are those of the unsplit run, bit for bit: a cut goes only where every tensor that
+crosses it is already an output of the exposed model (a fetched activation, whose producer
+onnxruntime cannot fuse with its consumers in either case) or not a float tensor (shape
+arithmetic), so each segment optimizes as its part of the whole graph did (initializers the
+model also lists as inputs stay inputs: onnxruntime does not fold those).
+
+The segment sessions run without onnxruntime's memory arena (an arena keeps its peak: one per
+segment would hold every segment's outputs again), and big blocks are mapped on their own
+(MMAP_BYTES), so what a segment frees goes back to the system. Measured on CRAFT, 6 inputs of up
+to 640x640, 2 workers: peak RSS 4.4-5.6 GB unsplit, 1.4-1.7 GB so, 2.1-2.6 GB with one arena
+shared by all segments (onnxruntime's environment allocator: freed blocks of one size do not
+serve another), 2.3 GB with glibc's default threshold; the fresh pages cost time (20.9-29.5 s
+against 16-24 s unsplit, 21 s with the shared arena, on a loaded 2-core machine; centerface, 64
+inputs of up to 640x576: 627-640 MB and 14.6-17.1 s so, 828 MB and 14.1 s with glibc's default,
+676-735 MB and 16.4-19.9 s with malloc_trim after each run).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from ..model import shapes
+from ..model.graph import node_reads
+from ..runtime import nchwc, onnxruntime
+
+Feeds = dict[str, np.ndarray]
+
+# allocations from this size up are mapped pages of their own, given back to the system when freed
+# (glibc's default raises its threshold to the largest block freed, up to 32 MB, after which freed
+# activations stay in the process: CRAFT, one worker, 6 inputs: 1.9 GB peak, 1.1 GB at the threshold)
+MMAP_BYTES = 1 << 20
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+FLOATS = frozenset({TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE})
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Nodes [start, stop) of the exposed model's graph, as a model of their own."""
+
+    model: onnx.ModelProto
+    inputs: tuple[str, ...]  # graph inputs and earlier segments' tensors it reads
+    fetched: tuple[str, ...]  # the plan's fetched tensors it makes, in graph order
+    carried: tuple[str, ...]  # tensors it makes that later segments read
+    start: int
+    stop: int
+
+
+def cuts(proto: onnx.ModelProto, fetched: list[str], sizes: dict[str, int], budget: int, types: dict[str, int]) -> list[int]:
+    """Node positions to cut the graph before, so that each segment's fetched tensors add up to
+    about `budget` bytes (`sizes`: bytes per fetched tensor; unknown ones count 0); only where
+    every crossing tensor is a graph output of `proto`, not a float tensor, or a sum that
+    onnxruntime fuses with none of its readers (see `_sums`), and none is read by one of
+    LAYOUT_READERS. [] when no cut is needed or allowed."""
+    nodes = proto.graph.node
+    outputs = {o.name for o in proto.graph.output}
+    made: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for k, node in enumerate(nodes):
+        for name in node_reads(node):
+            last[name] = k
+        for name in node.output:
+            if name:
+                made[name] = k
+    outputs |= _sums(nodes)
+    layout_read = {name for node in nodes if node.op_type in LAYOUT_READERS for name in node_reads(node)}
+    for name in outputs:  # a graph output is read "after the last node"
+        last[name] = max(last.get(name, -1), len(nodes))
+    fetched_set = set(fetched)
+    constants = _constants(nodes)
+    found: list[int] = []
+    crossing: set[str] = set()  # made before position k, read at or after it, not safe to cut across
+    bytes_since = 0
+    for k, node in enumerate(nodes):
+        if k and bytes_since >= budget and not crossing:
+            found.append(k)
+            bytes_since = 0
+        for name in node.output:
+            if not name:
+                continue
+            if name in fetched_set:
+                bytes_since += sizes.get(name, 0)
+            if last.get(name, -1) > k and name not in constants and types.get(name) in FLOATS \
+                    and (name not in outputs or name in layout_read):
+                crossing.add(name)
+        crossing = {t for t in crossing if last[t] > k}
+    return found
+
+
+def split(proto: onnx.ModelProto, fetched: list[str], positions: list[int]) -> list[Segment]:
+    """The segments of `proto` cut before each of `positions` (see `cuts`)."""
+    g = proto.graph
+    nodes = list(g.node)
+    inits = {t.name: t for t in g.initializer}
+    graph_inputs = [i.name for i in g.input if i.name not in inits]
+    # initializers the model also lists as inputs (older exporters): onnxruntime treats those as
+    # overridable, not constant (no folding, no Conv+BatchNormalization fusion); so do the segments
+    overridable = {i.name: i for i in g.input if i.name in inits}
+    inferred = shapes.inferred(proto)
+    info = {}
+    for vi in ([*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output] if inferred is not None else []):
+        info[vi.name] = vi
+    for vi in [*g.input, *g.value_info, *g.output]:  # the model's own declarations first
+        info[vi.name] = vi
+    last: dict[str, int] = {}
+    for k, node in enumerate(nodes):
+        for name in node_reads(node):
+            last[name] = k
+    bounds = [0, *positions, len(nodes)]
+    constants = _constants(nodes)
+    wanted = set(fetched)
+    segments = []
+    for start, stop in zip(bounds, bounds[1:]):
+        part = nodes[start:stop]
+        made_set = {o for n in part for o in n.output if o}
+        reads = list(dict.fromkeys(r for n in part for r in node_reads(n)))
+        # constants made earlier: made again here (a constant, not a carried tensor)
+        part = [constants[r] for r in reads if r in constants and r not in made_set] + part
+        made = [o for n in part for o in n.output if o]
+        made_set = set(made)
+        inputs = [r for r in reads if r not in made_set and r not in inits]
+        if start == 0:
+            inputs = list(dict.fromkeys([*graph_inputs, *inputs]))
+        used_inits = [inits[r] for r in reads if r in inits]
+        own = [o for o in made if o in wanted]
+        if start == 0:  # graph inputs that are fetched come back as outputs, as from the whole model
+            own = [i for i in graph_inputs if i in wanted] + own
+        carried = [o for o in made if last.get(o, -1) >= stop and o not in constants]
+        outs = list(dict.fromkeys([*own, *carried]))
+        model = onnx.ModelProto()
+        model.ir_version = proto.ir_version
+        model.opset_import.extend(proto.opset_import)
+        model.functions.extend(proto.functions)
+        sub = model.graph
+        sub.name = f"{g.name}_{start}_{stop}"
+        sub.node.extend(part)
+        sub.initializer.extend(used_inits)
+        for name in inputs:
+            sub.input.append(_value_info(name, info))
+        sub.input.extend(overridable[t.name] for t in used_inits if t.name in overridable)
+        for name in outs:
+            sub.output.append(_value_info(name, info))
+        segments.append(Segment(model, tuple(inputs), tuple(own), tuple(carried), start, stop))
+    return segments
+
+
+# Readers of an Add/Sub output that onnxruntime fuses with nothing before them: a Conv takes a
+# sum (a residual connection) as its input X as it is (its Conv+Add fusion is of an Add after it).
+PLAIN_READERS = frozenset({"Conv", "ConvTranspose", "Add", "Sub", "Concat", "MaxPool"})
+# Operators whose arithmetic depends on the layout onnxruntime runs them in, which it chooses from
+# where their input comes from: on x86 its blocked (NCHWc) transformer runs them blocked only after
+# a blocked producer, and a segment's input is not one (an average sums in another order, a
+# BatchNormalization becomes a 1x1 convolution). No cut goes between one and what it reads
+# (PP-OCRv5 det's squeeze-excitation GlobalAveragePool read a segment's input: 78 tensors changed).
+LAYOUT_READERS = frozenset({"AveragePool", "GlobalAveragePool", "BatchNormalization", "Resize", "Upsample", "LpPool",
+                            "GlobalLpPool", "LRN", "InstanceNormalization"})
+
+
+def _sums(nodes) -> set[str]:
+    """Outputs of Add/Sub nodes read only by PLAIN_READERS: a cut across them changes no
+    fusion (MobileNetV2's residual sums, which collect computes instead of fetching, cross
+    every cut between its blocks)."""
+    readers: dict[str, set[str]] = {}
+    for node in nodes:
+        for name in node_reads(node):
+            readers.setdefault(name, set()).add(node.op_type if node.domain in ("", "ai.onnx") else "?")
+    return {node.output[0] for node in nodes if node.op_type in ("Add", "Sub") and node.domain in ("", "ai.onnx")
+            and readers.get(node.output[0], {"?"}) <= PLAIN_READERS}
+
+
+def _map_big_blocks() -> None:
+    """Have glibc's malloc map blocks of MMAP_BYTES or more on their own (see MMAP_BYTES); nothing
+    where the C library is not glibc."""
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallopt(M_MMAP_THRESHOLD, MMAP_BYTES)
+    except (OSError, AttributeError):
+        pass
+
+
+def _constants(nodes) -> dict[str, onnx.NodeProto]:
+    """{output: node} of the Constant nodes."""
+    return {n.output[0]: n for n in nodes if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and len(n.output) == 1}
+
+
+def _value_info(name: str, info: dict) -> onnx.ValueInfoProto:
+    vi = onnx.ValueInfoProto()
+    if name in info:
+        vi.CopyFrom(info[name])
+    else:
+        vi.name = name
+    return vi
+
+
+class Segmented:
+    """Sessions of a model's segments, run one after another per run (see the module docstring).
+
+    `blocked`: fetched tensors some segment returns in onnxruntime's blocked layout (nchwc)."""
+
+    def __init__(self, segments: list[Segment], keep: frozenset[str], threads: int | None, layout: dict[str, int]):
+        _map_big_blocks()
+        self.sessions = []
+        self.steps = []  # per segment: (inputs, carried, names, sources, inputs no later segment reads, {name: (block, theirs)})
+        # fetched tensors come in the layout they have when the whole model runs (`layout`, see
+        # nchwc.blocked_layout): per-channel sums read blocked and NCHW tensors in different orders
+        self.blocked = {name: nchwc.Blocked(name, block) for name, block in layout.items()}
+        for k, seg in enumerate(segments):
+            # carried tensors feed the next segment as they are: in NCHW
+            session, blocked = nchwc.fetching_session(seg.model, list(seg.fetched), keep=keep | set(seg.carried), threads=threads,
+                                                      arena=False)
+            self.sessions.append(session)
+            names = list(dict.fromkeys([*seg.fetched, *seg.carried]))
+            sources = [blocked[n].source if n in blocked else n for n in names]
+            later = {t for s in segments[k + 1:] for t in s.inputs}
+            relayout = {n: (layout.get(n), blocked[n].block if n in blocked else None) for n in seg.fetched
+                        if layout.get(n) != (blocked[n].block if n in blocked else None)}
+            self.steps.append((seg.inputs, frozenset(seg.carried), names, sources, [t for t in seg.inputs if t not in later],
+                               relayout))
+
+    def runs(self, feeds: Feeds, wanted: set[str]) -> Iterator[list[tuple[str, np.ndarray]]]:
+        """Per segment, (name, value) of its tensors in `wanted`; the segment's other outputs
+        are kept only as long as a later segment reads them."""
+        have = dict(feeds)
+        for session, (inputs, carried, names, sources, release, relayout) in zip(self.sessions, self.steps):
+            values = onnxruntime.run(session, sources, {n: have[n] for n in inputs})
+            for n in release:
+                if n not in feeds:
+                    del have[n]
+            got = []
+            for name, value in zip(names, values):
+                if name in carried:
+                    have[name] = value
+                if name in wanted:
+                    if name in relayout:
+                        whole, here = relayout[name]
+                        value = nchwc.to_blocked(value, whole) if whole else nchwc.unblocked(value, here)
+                    got.append((name, value))
+            del values
+            yield got
+            del got
+
+    def run(self, names: list[str], feeds: Feeds) -> list[np.ndarray]:
+        """The tensors of `names` for these feeds (session.run's answer)."""
+        wanted = set(names)
+        found = {}
+        for got in self.runs(feeds, wanted):
+            found.update(got)
+        return [found[n] for n in names]

@@ -1,0 +1,144 @@
+"""Runs too big to hold at once: calibration in segments (qtool/collection/segments.py) holds one
+segment's activations at a time and writes the same file as one session."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from qtool import api
+from qtool.collection import pipeline
+from qtool.runtime import onnxruntime
+
+
+def _unet(channels: int = 16) -> onnx.ModelProto:
+    """A small U-Net with dynamic height and width: conv blocks, a residual sum (collect computes
+    it), a pooled branch upsampled and concatenated with the full-resolution one (a Concat
+    collect sums from its parts), a Mul by a constant, and BatchNormalization parameters also
+    listed as graph inputs (as older exporters write them)."""
+    rng = np.random.default_rng(0)
+    inits, nodes = [], []
+
+    def conv(x, cin, cout, name):
+        w = numpy_helper.from_array((rng.standard_normal((cout, cin, 3, 3)) * 0.3).astype(np.float32), f"{name}_w")
+        b = numpy_helper.from_array(rng.standard_normal(cout).astype(np.float32) * 0.1, f"{name}_b")
+        inits.extend([w, b])
+        nodes.append(helper.make_node("Conv", [x, w.name, b.name], [f"{name}_c"], pads=[1, 1, 1, 1]))
+        nodes.append(helper.make_node("Relu", [f"{name}_c"], [f"{name}_r"]))
+        return f"{name}_r"
+
+    c = channels
+    a = conv("x", 3, c, "a")
+    b = conv(a, c, c, "b")
+    nodes.append(helper.make_node("Add", [a, b], ["res"]))
+    scale = numpy_helper.from_array(np.array([[[[0.5]]]], np.float32), "scale")
+    inits.append(scale)
+    nodes.append(helper.make_node("Mul", ["res", "scale"], ["half"]))
+    d = conv("half", c, c, "d")
+    nodes.append(helper.make_node("MaxPool", [d], ["pool"], kernel_shape=[2, 2], strides=[2, 2]))
+    e = conv("pool", c, c, "e")
+    bn = [numpy_helper.from_array(v.astype(np.float32), f"bn_{k}") for k, v in
+          zip(("s", "b", "m", "v"), (rng.uniform(0.5, 1.5, c), rng.standard_normal(c) * 0.1, rng.standard_normal(c) * 0.1,
+                                     rng.uniform(0.5, 1.5, c)))]
+    inits.extend(bn)
+    nodes.append(helper.make_node("BatchNormalization", [e, *(t.name for t in bn)], ["bn"]))
+    sizes = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "up_scales")
+    inits.append(sizes)
+    nodes.append(helper.make_node("Resize", ["bn", "", "up_scales"], ["up"], mode="nearest"))
+    nodes.append(helper.make_node("Concat", [d, "up"], ["cat"], axis=1))
+    f = conv("cat", 2 * c, c, "f")
+    w = numpy_helper.from_array((rng.standard_normal((1, c, 1, 1)) * 0.3).astype(np.float32), "g_w")
+    inits.append(w)
+    nodes.append(helper.make_node("Conv", [f, "g_w"], ["g"]))
+    nodes.append(helper.make_node("Sigmoid", ["g"], ["y"]))
+    graph = helper.make_graph(
+        nodes, "unet", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "h", "w"]),
+                        *(helper.make_tensor_value_info(t.name, TensorProto.FLOAT, [c]) for t in bn)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, "h", "w"])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+@pytest.fixture
+def unet(tmp_path):
+    path = tmp_path / "unet.onnx"
+    onnx.save(_unet(), path)
+    data = tmp_path / "data"
+    data.mkdir()
+    rng = np.random.default_rng(1)
+    for k, (h, w) in enumerate([(48, 64), (64, 64), (32, 48), (64, 40), (48, 48), (40, 64)]):
+        np.savez(data / f"{k:02d}.npz", x=rng.standard_normal((1, 3, h, w)).astype(np.float32))
+    return path, data
+
+
+def _fetches(monkeypatch) -> list[int]:
+    """Bytes onnxruntime returns per session run, as calibrate runs them."""
+    seen = []
+    real = onnxruntime.run
+
+    def run(session, names, feeds):
+        out = real(session, names, feeds)
+        seen.append(sum(v.nbytes for v in out))
+        return out
+
+    monkeypatch.setattr(onnxruntime, "run", run)
+    return seen
+
+
+def test_a_run_over_budget_is_fetched_in_segments_with_the_same_file(tmp_path, unet, monkeypatch):
+    path, data = unet
+    fetched = _fetches(monkeypatch)
+    whole = tmp_path / "whole.calib.json"
+    api.calibrate_files(path, data=data, output=whole)
+    at_once = list(fetched)
+    assert len(at_once) == 6  # one session run per input, every activation at once (~2.6 MB at 64x64)
+    # over a budget of 256 KB: in segments of about 2 tensors (16 channels at 48x64: 192 KB each; none
+    # between the BatchNormalization and its input)
+    monkeypatch.setattr(pipeline, "RUN_BYTES", 256 << 10, raising=False)
+    monkeypatch.setattr(pipeline, "SEGMENT_BYTES", 256 << 10, raising=False)
+    fetched.clear()
+    parts = tmp_path / "parts.calib.json"
+    api.calibrate_files(path, data=data, output=parts)
+    assert parts.read_bytes() == whole.read_bytes()
+    assert len(fetched) >= 4 * 6 and max(fetched) < max(at_once) / 2, (fetched, at_once)
+
+
+def test_cuts_cross_only_outputs_and_plain_sums():
+    from qtool import model as qmodel
+    from qtool.collection import segments
+
+    model = _unet()
+    types = qmodel.tensor_types(model)
+    names = qmodel.activation_tensors(model, types)
+    fetched = [n for n in names if n not in ("res", "half", "cat")]  # what collect derives
+    exposed = qmodel.with_outputs(model, fetched, types)
+    positions = segments.cuts(exposed, fetched, dict.fromkeys(fetched, 1), 1, types)
+    order = [n.output[0] for n in exposed.graph.node]
+    # "half" (a Mul by a constant) is read by a Conv: no cut between them; "res" (a sum read by
+    # that Mul) neither; every other position between nodes is a cut
+    assert order.index("half") + 1 not in positions and order.index("res") + 1 not in positions
+    assert order.index("a_r") + 1 in positions and order.index("pool") + 1 in positions
+    parts = segments.split(exposed, fetched, positions)
+    assert sum(len(p.fetched) for p in parts) == len(fetched) and [p.start for p in parts] == [0, *positions]
+    # the BatchNormalization parameters stay overridable inputs in their segment
+    bn = next(p for p in parts if any(n.op_type == "BatchNormalization" for n in p.model.graph.node))
+    assert {"bn_s", "bn_b", "bn_m", "bn_v"} <= {i.name for i in bn.model.graph.input}
+
+
+def test_a_model_whose_parts_will_not_load_runs_in_one_session(tmp_path, unet, monkeypatch):
+    from qtool.collection import segments
+    from qtool.errors import QtoolError
+
+    path, data = unet
+    whole = tmp_path / "whole.calib.json"
+    api.calibrate_files(path, data=data, output=whole)
+
+    def refuse(*args, **kwargs):
+        raise QtoolError("onnxruntime cannot load the model: a part")
+
+    monkeypatch.setattr(pipeline, "RUN_BYTES", 256 << 10, raising=False)
+    monkeypatch.setattr(pipeline, "SEGMENT_BYTES", 256 << 10, raising=False)
+    monkeypatch.setattr(segments.Segmented, "__init__", refuse)
+    fetched = _fetches(monkeypatch)
+    one = tmp_path / "one.calib.json"
+    api.calibrate_files(path, data=data, output=one)
+    assert one.read_bytes() == whole.read_bytes() and len(fetched) == 6
