@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+import required
 import zoo
 
 import qtool
@@ -57,7 +58,7 @@ def test_no_quantizer_on_the_squares_of_a_magnitude_nor_on_the_lstm(vad, target)
 def test_states_of_the_lstm_keep_their_precision(vad):
     """The speech probabilities and the LSTM's final states, in the file's exact arithmetic and run by OpenVINO:
     with the squares quantized the states were at 13 dB (speech 38 dB); the magnitude in float gives 27 (52)."""
-    pytest.importorskip("openvino")
+    required.module("openvino")
     model, cal, held = vad
     result = qtool.evaluate(model, cal, data=held, target="openvino", runtime="openvino")
     exact = {o.name: o.sqnr_db for o in result.outputs}
