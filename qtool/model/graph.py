@@ -42,6 +42,12 @@ def attr(node: onnx.NodeProto, name: str, default=None):
     return default
 
 
+def text_attr(node: onnx.NodeProto, name: str, default: str) -> str:
+    """A string attribute as text (onnx gives bytes), or `default` when the node does not set it."""
+    value = attr(node, name, default)
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 _RESHAPING = ("Identity", "Reshape", "Squeeze", "Unsqueeze", "Flatten")
 
 

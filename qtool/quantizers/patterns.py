@@ -299,7 +299,6 @@ def is_magnitude(m: G.Index, n: onnx.NodeProto) -> bool:
     return False
 
 
-
 _GATES = {"Sigmoid", "Tanh"}
 _GATE_PATH = {"Split", "Slice", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Gather"}
 _CELL_SUMS = {"Add", "Gemm", "MatMul"}  # what a cell's gates read: x.W + h.R, or the cell state

@@ -279,9 +279,7 @@ def _from_graph_input(inputs: Inputs, tensor: str) -> bool:
 
 def _zero_pad(inputs: Inputs, n: onnx.NodeProto) -> bool:
     """A Pad with zeros (constant mode, no or a zero constant value), as Caffe exports' explicit padding."""
-    mode = G.attr(n, "mode", b"constant")
-    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
-    if n.op_type != "Pad" or mode != "constant" or float(G.attr(n, "value", 0.0)) != 0.0:  # value: the attribute before opset 11
+    if n.op_type != "Pad" or G.text_attr(n, "mode", "constant") != "constant" or float(G.attr(n, "value", 0.0)) != 0.0:  # value: the attribute before opset 11
         return False
     value = n.input[2] if len(n.input) > 2 and n.input[2] else None
     return value is None or (value in inputs.m.constants and not np.any(numpy_helper.to_array(inputs.m.constants[value])))
@@ -289,9 +287,7 @@ def _zero_pad(inputs: Inputs, n: onnx.NodeProto) -> bool:
 
 def _unpadded(n: onnx.NodeProto) -> bool:
     """Whether a Conv pads nothing (no pads, or all zero, and no SAME auto_pad)."""
-    pad = G.attr(n, "auto_pad", b"NOTSET")
-    pad = pad.decode() if isinstance(pad, bytes) else str(pad)
-    return pad in ("NOTSET", "VALID") and not any(G.attr(n, "pads", None) or ())
+    return G.text_attr(n, "auto_pad", "NOTSET") in ("NOTSET", "VALID") and not any(G.attr(n, "pads", None) or ())
 
 
 def _signs_shape(inputs: Inputs, moves: Moves, site: Quantizer, t: str, rank: int, channels: int) -> tuple[int, ...] | None:

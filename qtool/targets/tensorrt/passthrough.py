@@ -17,7 +17,7 @@ from typing import TypeVar
 
 import onnx
 
-from ...model.graph import attr as _attr
+from ...model.graph import text_attr
 
 V = TypeVar("V")
 
@@ -36,8 +36,7 @@ def is_pass_through(node: onnx.NodeProto) -> bool:
     if node.domain not in ("", "ai.onnx") or node.op_type not in DATA_SLOTS:
         return False
     if node.op_type in ("Resize", "Upsample"):
-        mode = _attr(node, "mode", b"nearest")
-        return (mode.decode() if isinstance(mode, bytes) else str(mode)) == "nearest"
+        return text_attr(node, "mode", "nearest") == "nearest"
     return True
 
 
