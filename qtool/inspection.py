@@ -16,8 +16,9 @@ from google.protobuf.message import Error as ProtobufError
 from . import calibration, model
 from .errors import Opt, QtoolError
 from .inputs import check_model, load_checked_model, model_json
-from .options import CpuOptions, ExportOptions
+from .options import ExportOptions
 from .targets import qdq as qdq_target
+from .targets.cpu import CpuOptions
 from .targets.tensorrt import checker as trtrules
 from .targets.tensorrt import files as trtfiles
 
@@ -235,7 +236,7 @@ def inspect_policies(file: Path, policies) -> tuple[dict, str, None]:
     """Each quantizer of the calibration's model with the policy it resolves to."""
     cal = calibration.load(file)
     loaded = load_checked_model(None, file, cal)
-    prepared = qdq_target.prepare(loaded, cal, ExportOptions("qdq", cpu_target=CpuOptions(policies=policies)))
+    prepared = qdq_target.prepare(loaded, cal, ExportOptions("qdq", own=CpuOptions(policies=policies)))
     ops = {n.name: n.op_type for n in prepared.model.graph.node}
     quantizers = prepared.plan.quantizers
     rows = [{"kind": q.kind, "tensor": q.tensor, "read_by": sorted({ops[n] for n, _ in q.readers}), **q.policy.to_json()} for q in quantizers]

@@ -62,14 +62,10 @@ def options_record(options: ExportOptions) -> dict:
     the target reads (a group's policies as their Policy records)."""
     record = {}
     for f in fields(options):
-        value = getattr(options, f.name)
-        if f.name == "target":
-            continue
-        if is_dataclass(value):
-            if options.target in type(value).READERS:
-                record.update({g.name: _plain(getattr(value, g.name)) for g in fields(value)})
-            continue
-        record[f.name] = _plain(value)
+        if f.name not in ("target", "own"):
+            record[f.name] = _plain(getattr(options, f.name))
+    own = options.group(targets.get(options.target).group)
+    record.update({g.name: _plain(getattr(own, g.name)) for g in fields(own)})
     return record
 
 
@@ -196,7 +192,7 @@ def export_options(found: Provenance) -> ExportOptions:
     """The export options a file records, rebuilt (without its policies: the file holds what they made)."""
     given = {k: v for k, v in found.options.items() if k != "policies"}
     try:
-        return ExportOptions.build(found.target, **given)
+        return targets.options_for(found.target, **given)
     except (QtoolError, TypeError) as e:
         raise QtoolError(f"the export options the file records cannot be read by this qtool ({e}); export it again") from None
 

@@ -13,9 +13,10 @@ from ..errors import QtoolError
 from ..feeds import data as _data
 from ..fileio import Outputs, folder_input, model_input, option_file
 from ..inputs import model_json, shown_path
-from ..options import CalibrateOptions, ExportOptions, TensorRTOptions
+from ..options import CalibrateOptions, ExportOptions
 from ..targets import tensorrt
 from ..targets.tensorrt import files as trtfiles
+from ..targets.tensorrt.options import TensorRTOptions
 from . import Outcome, done, path, progress_bar
 
 log = logging.getLogger("qtool")
@@ -65,7 +66,7 @@ def run(model_path, options: CalibrateOptions, *, output=None, trt_table=None, t
     cal = calibration.relocate(cal, output)
     warnings = list(report.warnings)
     if trt_table:
-        cache = tensorrt.export(loaded, cal, ExportOptions("tensorrt", tensorrt=TensorRTOptions(trt_version=trt_version, fmt="cache")))
+        cache = tensorrt.export(loaded, cal, ExportOptions("tensorrt", own=TensorRTOptions(trt_version=trt_version, fmt="cache")))
         warnings.extend(cache.warnings)
     written = {"calibration": str(output)}
     with outs:  # both files, or neither

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from .. import inspection
 from ..errors import Opt, QtoolError, UsageError, opts
-from ..options import PolicyFlags
+from ..targets.cpu import PolicyFlags
 from ..targets.tensorrt import checker
 from ..targets.tensorrt import files as trtfiles
 from . import Outcome, path

@@ -11,7 +11,6 @@ from ..checks import report as rep
 from ..errors import Opt, QtoolError
 from ..fileio import Outputs, file_input, model_input, option_file
 from ..inputs import load_checked_model
-from ..options import ExportOptions
 from . import Outcome, path
 
 
@@ -73,7 +72,7 @@ def exported_calibration(file: Path, target: str | None, trt_version: str | None
         if value is not None and value != recorded[key]:
             raise QtoolError("{option}: {file!r} records {recorded!r}", option=Opt(key, value), file=str(file), recorded=recorded[key])
     shown = provenance.export_options(found)
-    plain = ExportOptions.build(found.target, **{k: v for k, v in recorded.items() if k != "target" and v is not None})
+    plain = targets.options_for(found.target, **{k: v for k, v in recorded.items() if k != "target" and v is not None})
     plain = targets.get(found.target).export_options(plain)[0]
     wanted, made = provenance.options_record(plain), provenance.options_record(targets.get(found.target).export_options(shown)[0])
     made["policies"] = found.options.get("policies")
