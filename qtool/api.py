@@ -59,7 +59,9 @@ log = logging.getLogger("qtool")
 # What the command line builds its options and help from (declared once, in the library).
 EXPORT_GROUPS = targets.sections()  # --help section -> key -> Option
 OPTIONS = targets.declared()  # export option key -> its flag, help and choices
+COMMAND_OPTIONS = {"export": options.declared_options(options.MixedPrecision)}  # a command's own options: key -> Option
 runtimes = targets.runtimes
+ranked = targets.ranked
 METHODS = thresholds.METHODS + thresholds.SAMPLE_METHODS
 KL_VARIANTS = thresholds.KL_VARIANTS
 RESIZE_MODES = _data.RESIZE_MODES

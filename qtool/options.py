@@ -43,8 +43,9 @@ class Option:
     negated: bool = False
     multiple: bool = False
     metavar: str | None = None
-    bounds: tuple[int, int] | None = None
+    bounds: tuple[int, int | None] | None = None
     path: bool = False
+    default: object = None
 
 
 def option(default, flag: str, help: str, **declared):
@@ -55,7 +56,8 @@ def option(default, flag: str, help: str, **declared):
 def declared_options(group, section: str | None = None) -> dict[str, Option]:
     """key -> Option of a dataclass's declared fields (`section`: their --help section, default the class's SECTION)."""
     section = section or getattr(group, "SECTION", None)
-    return {f.name: Option(f.name, section=section, **f.metadata["option"]) for f in fields(group) if "option" in f.metadata}
+    return {f.name: Option(f.name, section=section, default=f.default, **f.metadata["option"])
+            for f in fields(group) if "option" in f.metadata}
 
 
 def defaults(group) -> dict:
@@ -107,22 +109,20 @@ class ExportOptions:
 
     target: str = "qdq"
     method: str | None = option(
-        None, "--method", "Recompute every activation threshold with this method (entropy, max, mse, percentile:P, mean-minmax, "
-        "auto) [default: calibrate's, else the target's].",
+        None, "--method", "Thresholds by this method: entropy, max, mse, percentile:P, mean-minmax, auto [default: "
+        "calibrate's, else the target's].",
         evaluate="Thresholds of this method, as qtool export --method [default: the target's].")
     include: tuple[str, ...] = option(
-        (), "--include", "Quantize this node although a default exclusion or an ignored pattern keeps it FP32 (repeatable).",
+        (), "--include", "Quantize this node although it stays FP32 by default (repeatable).",
         multiple=True, evaluate="Quantize this node anyway, as qtool export --include (repeatable).")
     exclude: tuple[str, ...] = option(
         (), "--exclude", "Keep this node or tensor in FP32 (repeatable).", multiple=True,
         evaluate="Keep this node or tensor in FP32, as qtool export --exclude (repeatable).")
     smooth_quant: str | bool | float = option(
-        "auto", "--smooth-quant", "SmoothQuant: auto (default: on transformers, the alpha of least error per layer), on, off, "
-        "or one alpha in [0, 1].", metavar="auto|on|off|ALPHA",
+        "auto", "--smooth-quant", "SmoothQuant: auto (default: transformers), on, off, or one alpha in [0, 1].", metavar="auto|on|off|ALPHA",
         evaluate="SmoothQuant, as qtool export --smooth-quant [default: auto].")
     bias_correction: bool = option(
-        True, "--no-bias-correction", "Keep the biases as they are (default: shift each int8 layer's bias by its weights' mean "
-        "error, as NNCF's fast bias correction).", negated=True, evaluate="Keep the biases as they are, as qtool export.")
+        True, "--no-bias-correction", "Keep the biases as they are (no fast bias correction).", negated=True, evaluate="Keep the biases as they are, as qtool export.")
     own: object = None
 
     def __post_init__(self):
@@ -270,12 +270,16 @@ def _positive(key: str, value) -> None:
 class MixedPrecision:
     """export: layers kept FP32 by measuring the target's model on held-out inputs."""
 
-    keep_fp32: int | None = None
-    max_drop: str | None = None
-    max_fp32: int = 20
-    images: Path | None = None
-    data: Path | None = None
-    limit: int | None = None
+    SECTION: ClassVar = "Mixed precision"
+
+    keep_fp32: int | None = option(None, "--keep-fp32", "Also keep FP32 the layers of the N tensors evaluate --tensors ranks "
+                                   "worst on --images/--data.", metavar="N", bounds=(1, None))
+    max_drop: str | None = option(None, "--max-drop", "Keep FP32 the fewest layers that bring the int8 model within BUDGET "
+                                  "(30dB, 1%) on --images/--data.", metavar="BUDGET")
+    max_fp32: int = option(20, "--max-fp32", "With --max-drop: the most tensors whose layers may be kept FP32.", bounds=(1, None))
+    images: Path | None = option(None, "--images", "Held-out images to rank and measure on.", path=True)
+    data: Path | None = option(None, "--data", "Held-out .npy/.npz files (a folder, or one file of samples).", path=True)
+    limit: int | None = option(None, "--limit", "Use only the first N inputs.", bounds=(1, None))
 
     def __post_init__(self):
         if self.keep_fp32 and self.max_drop:

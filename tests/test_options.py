@@ -136,3 +136,29 @@ def test_each_flag_has_one_meaning_across_commands():
     assert helps["--scale"] == {"calibrate", "evaluate"} and helps["--scale-kind"] == {"export", "evaluate", "inspect"}
     r = invoke("export", "--target", "qdq", "--scale", "pow2")
     assert r.exit_code == 2 and "--scale-kind" in r.stderr
+
+
+def _help_lines(text: str) -> dict[str, int]:
+    """Flag -> the lines of its help in a --help text (the flag's own line counted when the help starts on it)."""
+    found: dict[str, int] = {}
+    flag = None
+    for line in text.splitlines():
+        m = re.match(r"  (?:-\w, )?(--[a-z0-9-]+)\S*(?: \S+)?( {2,}\S)?", line)
+        if m:
+            flag = m.group(1)
+            found[flag] = 1 if m.group(2) else 0
+        elif flag and line.startswith("      ") and line.strip():
+            found[flag] += 1
+        else:
+            flag = None
+    return found
+
+
+@pytest.mark.parametrize("command", ["export", "calibrate", "inspect"])
+def test_each_option_s_help_is_at_most_three_lines_the_rest_is_in_the_docs(command):
+    r = invoke(command, "--help")
+    assert r.exit_code == 0
+    lines = _help_lines(r.stdout)
+    assert len(lines) >= 4 and {f: n for f, n in lines.items() if n > 3} == {}
+    if command == "export":
+        assert len(r.stdout.splitlines()) < 100

@@ -15,8 +15,11 @@ from .. import api
 def option(key: str, command: str = "export", flag: str | None = None):
     """The click option of the export option `key`, as qtool.options declares it (`command`
     "evaluate" or "report": with that command's help; `flag`: another flag than the declared one)."""
-    o = api.OPTIONS[key]
+    own = api.COMMAND_OPTIONS.get(command, {}).get(key)
+    o = own or api.OPTIONS[key]
     kwargs: dict = {"help": getattr(o, command, None) or o.help}
+    if own is not None and o.default not in (None, False, ()) and not o.negated:  # a command's own default, shown
+        kwargs.update(default=o.default, show_default=True)
     if o.negated:  # a --no-... switch: the key False
         kwargs.update(flag_value=False, default=True)
     if o.choices:

@@ -36,15 +36,13 @@ class CpuOptions:
     SECTIONS: ClassVar = ("OpenVINO/qdq", "Policy")
 
     cpu: str = option(
-        "any", "--cpu", "The CPU the file runs on: any (default: also those without VNNI, whose int8 pair sums can "
-        "saturate: the overflow guard) or vnni.", choices=("any", "vnni"),
+        "any", "--cpu", "any (default: the overflow guard for CPUs without VNNI) or vnni.", choices=("any", "vnni"),
         evaluate="The CPU the file is for, as qtool export --cpu [default: any].")
     weights_7bit: str | None = option(
-        None, "--weights-7bit", "The overflow guard (--cpu any): auto (default: remedies where calibration says pairs can "
-        "saturate), 7-bit weights on the first/all layers, none.",
+        None, "--weights-7bit", "The overflow guard: auto (default), 7-bit weights on the first/all layers, none.",
         choices=("auto", "first", "all", "none"), evaluate="The overflow guard, as qtool export --weights-7bit [default: auto].")
     ignored_patterns: bool = option(
-        True, "--no-ignored-patterns", "Also quantize NNCF's ignored patterns (squeeze-excitation gates, attention output, RoPE).",
+        True, "--no-ignored-patterns", "Also quantize NNCF's ignored patterns (SE gates, attention output, RoPE).",
         negated=True, evaluate="Also quantize NNCF's ignored patterns, as qtool export.")
     # the policy of every quantizer (qtool.quantizers.policy; None: the defaults): in Python one
     # Policies, on the command line made of the PolicyFlags
@@ -92,8 +90,7 @@ class PolicyFlags:
         None, "--rounding", "Weight rounding (default half-even, as the runtimes round activations).",
         choices=("half-even", "half-up", "half-down", "half-away", "toward-zero", "up", "down"))
     policy: Path | None = option(
-        None, "--policy", "JSON or TOML rules setting matching quantizers' policies (qtool inspect CALIB --policy FILE shows "
-        "them).", path=True)
+        None, "--policy", "JSON or TOML rules setting matching quantizers' policies.", path=True)
 
     def __post_init__(self):
         _check_choices(self)

@@ -23,25 +23,23 @@ class TensorRTOptions:
 
     trt_version: str | None = option(
         None, "--trt-version",
-        f"The TensorRT that builds the engine, 7.x to 11.x (8.6, 10.3.0, 10.x) [default: the installed one's, else {LATEST_VERSION}].",
+        f"The TensorRT that builds the engine, 7.x to 11.x [default: the installed one's, else {LATEST_VERSION}].",
         evaluate="The TensorRT the Q/DQ model is for, as qtool export.",
         report="The TensorRT version, as qtool export [default: the installed one's, else the newest qtool knows].")
     fmt: str | None = option(
-        None, "--format", "A Q/DQ model (default for 10.x/11.x) or a range file: trtexec's cache (8.x/9.x default), sampleINT8API "
-        "lines, onnxruntime's table.", choices=("qdq", "cache", "dynamic-range", "ort-trt"),
+        None, "--format", "qdq (a Q/DQ model; 10.x/11.x default) or a range file: cache (8.x/9.x default), dynamic-range, "
+        "ort-trt.", choices=("qdq", "cache", "dynamic-range", "ort-trt"),
         evaluate="qdq (default): the only format with a model to run.")
     algorithm: str = option(
-        "entropy2", "--algorithm", "Signed-grid entropy, as TensorRT's EntropyCalibration2 (default), or max |x|; the cache header "
-        "names it.", choices=("entropy2", "minmax"))
+        "entropy2", "--algorithm", "entropy2 (default: TensorRT's EntropyCalibration2) or minmax (max |x|).", choices=("entropy2", "minmax"))
     precision: str = option(
-        "int8", "--precision", "qdq: the quantized layers' number format: int8 (default) or fp8 (E4M3, TensorRT 10 and later).",
+        "int8", "--precision", "qdq: int8 (default) or fp8 (E4M3, TensorRT 10 and later).",
         choices=("int8", "fp8"), evaluate="int8 (default) or fp8, as qtool export.")
     high_precision: str | None = option(
-        None, "--high-precision", "qdq: the type of the unquantized layers [default: fp16 for 10.x/11.x, fp32 for 8.x/9.x].",
+        None, "--high-precision", "qdq: the unquantized layers' type [default: fp16 for 10.x and later].",
         choices=("fp16", "fp32"), evaluate="The type of the unquantized layers, as qtool export.")
     weights: str | None = option(
-        None, "--weights", "qdq: FP32 weights through Q/DQ (int8's default), or stored quantized: int8 (10.x/11.x), fp8 "
-        "(fp8's default).", choices=("fp32", "int8", "fp8"))
+        None, "--weights", "qdq: FP32 weights through Q/DQ (int8's default), or stored int8 (10.x+) or fp8.", choices=("fp32", "int8", "fp8"))
 
     def __post_init__(self):
         _check_choices(self)
