@@ -59,7 +59,11 @@ log = logging.getLogger("qtool")
 # What the command line builds its options and help from (declared once, in the library).
 EXPORT_GROUPS = targets.sections()  # --help section -> key -> Option
 OPTIONS = targets.declared()  # export option key -> its flag, help and choices
-COMMAND_OPTIONS = {"export": options.declared_options(options.MixedPrecision)}  # a command's own options: key -> Option
+COMMAND_OPTIONS = {  # a command's own options: key -> Option
+    "export": options.declared_options(options.MixedPrecision),
+    "inspect": {k: o for cls in targets.inspect_checks().values() for k, o in options.declared_options(cls).items()},
+}
+INSPECT_HELP = [t.inspection().HELP for t in map(targets.get, TARGETS) if t.inspected]  # each target's section of inspect --help
 runtimes = targets.runtimes
 ranked = targets.ranked
 METHODS = thresholds.METHODS + thresholds.SAMPLE_METHODS
@@ -216,14 +220,13 @@ def evaluate_files(model_path, *, calib=None, reference=None, progress=None, **k
                                progress=progress)
 
 
-def inspect_file(file, *, model=None, trt_version: str | None = None, **policy_flags) -> Outcome:
-    """`qtool inspect`: what `file` holds, with `model` what of that model it covers; with
-    `trt_version` the TensorRT rules the Q/DQ model `file` breaks; with the policy keywords (as
-    export's: weight_bits, ..., policy) the policy of each quantizer. The Outcome's details["text"]:
-    what the command prints."""
-    options.known(PolicyFlags, policy_flags)
-    flags = PolicyFlags(**policy_flags)
-    return _inspect.run(file, model=model, trt_version=trt_version, policies=flags)
+def inspect_file(file, *, model=None, **keywords) -> Outcome:
+    """`qtool inspect`: what `file` holds, with `model` what of that model it covers; with a target's
+    check keyword (INSPECT_HELP; `trt_version`: the TensorRT rules the Q/DQ model `file` breaks) that
+    check; with the policy keywords (as export's: weight_bits, ..., policy) the policy of each
+    quantizer. The Outcome's details["text"]: what the command prints."""
+    flags = PolicyFlags(**{k: keywords.pop(k) for k in list(keywords) if k in options.declared_options(PolicyFlags)})
+    return _inspect.run(file, model=model, policies=flags, **keywords)
 
 
 report_file = _report_file.run

@@ -1,35 +1,28 @@
-"""What `qtool inspect` reads and says: a calibration file, a TensorRT cache, a dynamic-range file
-or an onnxruntime TensorRT table (told apart by content) and the activation tensors of a model it
-covers; the TensorRT Q/DQ rules an ONNX model breaks; the policy each quantizer resolves to. Each
-`inspect_*` returns (the --json summary, the text, a failed check or None)."""
+"""What `qtool inspect` reads and says: a calibration file or a target's range file (told apart by
+content; the target's inspection module reads it, qtool.targets.inspections) and the activation
+tensors of a model it covers; the rules of a target an ONNX model breaks (`inspect_onnx`); the
+policy each quantizer resolves to. Each `inspect_*` returns (the --json summary, the text, a
+failed check or None)."""
 
 from __future__ import annotations
 
 import logging
 import math
-from collections import Counter
 from pathlib import Path
 
 import onnx
 from google.protobuf.message import Error as ProtobufError
 
-from . import calibration, model
+from . import calibration, model, targets
 from .errors import Opt, QtoolError
 from .inputs import check_model, load_checked_model, model_json
 from .options import ExportOptions
 from .targets import qdq as qdq_target
 from .targets.cpu import CpuOptions
-from .targets.tensorrt import checker as trtrules
-from .targets.tensorrt import files as trtfiles
 
 log = logging.getLogger("qtool")
 
-KINDS = {
-    "calibration": "qtool calibration file",
-    "tensorrt-cache": "TensorRT calibration cache",
-    "dynamic-range": "TensorRT sampleINT8API dynamic-range file",
-    "ort-trt": "onnxruntime TensorRT EP calibration table",
-}
+CALIBRATION = "qtool calibration file"
 
 
 # an ONNX model is one protobuf message, which cannot exceed 2 GB
@@ -42,12 +35,14 @@ def _number(value: float | None):
 
 
 def read_file(path: Path) -> dict:
-    """Decode a calibration file, TensorRT cache, dynamic-range file or onnxruntime table.
+    """Decode a calibration file or a target's range file.
 
     The kind is told by content, never by the file name. Returns {'kind', 'header', 'tensors'}
     with tensors sorted by name, each a dict with at least 'name' and 'amax'.
     """
-    data = calibration.read_input(path, calibration.MAX_FILE_BYTES, "file", "give a calibration file or a TensorRT cache")
+    readers = targets.inspections()
+    data = calibration.read_input(path, calibration.MAX_FILE_BYTES, "file",
+                                  "give a calibration file or a " + " or a ".join(r.FILE for r in readers))
     if not data.strip():
         raise QtoolError(f"{str(path)!r} is empty")
     text = None
@@ -58,27 +53,24 @@ def read_file(path: Path) -> dict:
             pass
     if text is not None and text.lstrip().startswith("{"):
         return _calibration(path, data)  # its messages name the file
-    first = next((line for line in (text or "").splitlines() if line.strip()), "")
-    try:
-        if text is not None and text.startswith("TRT-"):
-            return _cache(text)
-        if text is not None and ":" in first:
-            entries = trtfiles.read_dynamic_range(text)
-            return {"kind": "dynamic-range", "header": {}, "tensors": _plain(entries)}
-    except QtoolError as e:
-        raise QtoolError("{path!r}: {error}", path=str(path), error=e) from None
-    if text is None:
+    for reader in readers:
         try:
-            entries = trtfiles.read_ort_table(data)
+            doc = reader.read(text, data)
         except QtoolError as e:
+            if text is not None:
+                raise QtoolError("{path!r}: {error}", path=str(path), error=e) from None
             if _is_onnx(data):
-                raise QtoolError("{path!r} is an ONNX model; check its Q/DQ nodes with {version}, or give it with {model} and a "
-                                 "calibration file or cache as FILE", path=str(path), version=Opt("trt_version", metavar="X"),
-                                 model=Opt("model")) from None
+                raise reader.onnx_hint(path) from None
             raise QtoolError("{path!r} is binary and {error}", path=str(path), error=e) from None
-        return {"kind": "ort-trt", "header": {}, "tensors": _plain(entries)}
-    raise QtoolError("{path!r} is not a qtool calibration file, TensorRT cache, dynamic-range file or onnxruntime TensorRT table "
-                     "(an ONNX model goes after {model})", path=str(path), model=Opt("model"))
+        if doc is not None:
+            return doc
+    raise QtoolError("{path!r} is not a qtool calibration file, {files} (an ONNX model goes after {model})", path=str(path),
+                     files=", ".join(r.FILES for r in readers), model=Opt("model"))
+
+
+def _reader(kind: str):
+    """The inspection module of the target whose range file is of `kind`."""
+    return next(r for r in targets.inspections() if kind in r.KINDS)
 
 
 def _is_onnx(data: bytes) -> bool:
@@ -86,10 +78,6 @@ def _is_onnx(data: bytes) -> bool:
         return len(onnx.load_model_from_string(data).graph.node) > 0
     except (ProtobufError, ValueError, TypeError, RuntimeError):  # any decoding failure: not a model
         return False
-
-
-def _plain(entries: dict[str, float]) -> list[dict]:
-    return [{"name": n, "amax": entries[n]} for n in sorted(entries)]
 
 
 def _calibration(path: Path, data: bytes) -> dict:
@@ -105,36 +93,25 @@ def _calibration(path: Path, data: bytes) -> dict:
     return {"kind": "calibration", "header": header, "tensors": tensors}
 
 
-def _cache(text: str) -> dict:
-    header, entries = trtfiles.read_cache(text)
-    hexes = trtfiles.read_cache_hex(text)
-    header = {"line": text.splitlines()[0].strip(), "version": header["version"],
-              "tensorrt": trtfiles.decode_version(header["version"]), "algorithm": header["algorithm"]}
-    tensors = [
-        {"name": n, "hex": hexes[n], "scale": trtfiles.hex_scale(hexes[n]), "amax": entries[n]}
-        for n in sorted(entries)
-    ]
-    return {"kind": "tensorrt-cache", "header": header, "tensors": tensors}
-
-
 def _shown(name: str) -> str:
     """A tensor name for a one-line message: quoted when it holds line breaks or other control characters."""
     return name if name.isprintable() else repr(name)
 
 
 def unusable(doc: dict) -> list[str]:
-    """Tensors of a range file (cache, dynamic-range file, onnxruntime table) whose scale or range
-    is NaN, infinite, zero or negative: TensorRT divides by the scale. A calibration file's amax 0
-    is the exact range of an all-zero tensor, and exports safely."""
+    """Tensors of a target's range file whose scale or range its runtime cannot use (NaN, infinite,
+    zero or negative: it divides by the scale). A calibration file's amax 0 is the exact range of an
+    all-zero tensor, and exports safely."""
     if doc["kind"] == "calibration":
         return []
-    return [t["name"] for t in doc["tensors"] if not trtfiles.is_usable(t.get("scale", t["amax"]))]
+    usable = _reader(doc["kind"]).usable
+    return [t["name"] for t in doc["tensors"] if not usable(t.get("scale", t["amax"]))]
 
 
 def coverage(doc: dict, loaded: model.LoadedModel) -> dict:
     """Which activation tensors of the model the file gives a usable range.
 
-    Usable: finite, and > 0 in a range file (TensorRT divides by the scale); a calibration
+    Usable: finite, and > 0 in a range file (its runtime divides by the scale); a calibration
     file's amax 0 is the exact range of an all-zero tensor and exports safely.
     """
     expected = model.activation_tensors(loaded.proto)
@@ -176,16 +153,15 @@ def _table(rows: list[dict], columns: list[str]) -> str:
 
 def _text(path: Path, doc: dict, cov: dict | None) -> str:
     kind, header, tensors = doc["kind"], doc["header"], doc["tensors"]
-    title = f"{path}: {KINDS[kind]}, {len(tensors)} tensors"
-    if kind == "calibration":
+    reader = None if kind == "calibration" else _reader(kind)
+    title = f"{path}: {reader.KINDS[kind] if reader else CALIBRATION}, {len(tensors)} tensors"
+    if reader is None:
         title += f", method {tensors[0]['method'] if tensors else header['method']}, {header['samples']} samples, model {header['model']}"
         columns = ["name", "min", "max", "amax", "unsigned", "method"]
-    elif kind == "tensorrt-cache":
-        version = f"TensorRT {header['tensorrt']}" if header["tensorrt"] else f"unknown TensorRT version number {header['version']}"
-        title += f"\nheader {header['line']}: {version}, {header['algorithm']}"
-        columns = ["name", "hex", "scale", "amax"]
     else:
-        columns = ["name", "amax"]
+        more = reader.header_text(doc)
+        title += f"\n{more}" if more else ""
+        columns = reader.COLUMNS.get(kind, ["name", "amax"])
     lines = [title]
     if tensors:
         lines.append(_table(tensors, columns))
@@ -201,35 +177,14 @@ def _text(path: Path, doc: dict, cov: dict | None) -> str:
     return "\n".join(lines)
 
 
-def _onnx_text(path: Path, version: str, found: list[trtrules.Violation], qdq: int) -> str:
-    lines = [f"{v.node or '<model>'}: {v.rule}: {v.message}" for v in found]
-    if found:
-        counts = ", ".join(f"{rule} {n}" for rule, n in sorted(Counter(v.rule for v in found).items()))
-        lines.append(f"{path}: {len(found)} violation(s) of the TensorRT {version} Q/DQ rules, {qdq} Q/DQ nodes ({counts})")
-    else:
-        lines.append(f"{path}: no violation of the TensorRT {version} Q/DQ rules, {qdq} Q/DQ nodes")
-    return "\n".join(lines)
-
-
 def is_onnx_file(path: Path) -> bool:
     """Whether FILE is an ONNX model; missing or unreadable is a one-line error."""
     return _is_onnx(calibration.read_input(path, MAX_ONNX_BYTES, "ONNX model", "give an ONNX model"))
 
 
-def inspect_onnx(file: Path, trt_version: str) -> tuple[dict, str, str | None]:
-    """`inspect MODEL.onnx --trt-version X`: the Q/DQ rules the model breaks (any: a failed check)."""
-    major, minor, patch = trtrules.parse_version(trt_version)
-    version = f"{major}.{minor}.{patch}"
-    loaded = model.load_model(file)
-    found = trtrules.check(loaded.proto, trt_version)
-    qdq = trtrules.qdq_nodes(loaded.proto)
-    summary = {
-        "command": "inspect", "file": str(file), "kind": "onnx", "trt_version": version,
-        "opset": trtrules.default_opset(loaded.proto),
-        "qdq_nodes": qdq, "violations": [{"node": v.node, "rule": v.rule, "message": v.message} for v in found],
-    }
-    failure = f"{file} breaks the TensorRT {version} Q/DQ rules in {len(found)} place(s)" if found else None
-    return summary, _onnx_text(file, version, found, qdq), failure
+def inspect_onnx(file: Path, target: str, value: str) -> tuple[dict, str, str | None]:
+    """`inspect MODEL.onnx` with `target`'s check option set to `value`: the rules the model breaks (any: a failed check)."""
+    return targets.get(target).inspection().check(file, value)
 
 
 def inspect_policies(file: Path, policies) -> tuple[dict, str, None]:
@@ -278,6 +233,5 @@ def inspect_file(file: Path, model_path: Path | None) -> tuple[dict, str, str | 
     if bad:
         failure = f"{bad} of {cov['activation_tensors']} activation tensors of {model_path} have no usable range in {file}"
     elif bad_scales:
-        failure = (f"{len(bad_scales)} tensor(s) of {file} have a NaN, infinite, zero or negative scale, "
-                   f"which TensorRT cannot use: {trtfiles._listed([_shown(n) for n in bad_scales], 10)}")
+        failure = _reader(doc["kind"]).unusable_failure(file, [_shown(n) for n in bad_scales])
     return summary, text, failure

@@ -1,4 +1,4 @@
-"""`qtool inspect`: what a calibration file or a TensorRT range file holds, and what it covers
+"""`qtool inspect`: what a calibration file or a target's range file holds, and what it covers
 (qtool.api.inspect_file)."""
 
 from __future__ import annotations
@@ -9,30 +9,33 @@ import click
 
 from .. import api
 from . import EPILOG, call, cli, finish
-from .declared import policy_options
+from .declared import option, policy_options
+
+HELP = """Show what FILE holds: a calibration file or a target's range file (told apart by content).
+
+Calibration files list min, max, amax, unsigned and method per tensor. Tensors are sorted by name.
+
+""" + "\n\n".join(api.INSPECT_HELP) + """
+
+With --policy FILE (or the other policy options), FILE is a calibration file: every quantizer
+the openvino/qdq export of its model places is listed with the policy it resolves to."""
 
 
-@cli.command(epilog=EPILOG)
+def _checks(command):
+    """Each target's check option (qtool.api.COMMAND_OPTIONS["inspect"])."""
+    for key in reversed(list(api.COMMAND_OPTIONS["inspect"])):
+        command = option(key, "inspect")(command)
+    return command
+
+
+@cli.command(epilog=EPILOG, help=HELP)
 @click.argument("file", type=click.Path(path_type=Path))
 @click.option("--model", "model", type=click.Path(path_type=Path), help="Report which activation tensors of this ONNX model FILE covers; exit 1 if any is missing.")
-@click.option("--trt-version", help="FILE is a Q/DQ ONNX model: list every way its QuantizeLinear/DequantizeLinear nodes break this TensorRT version's ONNX parser rules (e.g. 8.6, 10.3, 11.4); exit 1 if any.")
+@_checks
 @policy_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
-def inspect(file, model, trt_version, as_json, **policy_flags):
-    """Show what FILE holds: a calibration file, a TensorRT cache, a dynamic-range file or an
-    onnxruntime TensorRT table (told apart by content).
-
-    Calibration files list min, max, amax, unsigned and method per tensor; caches also show the
-    decoded header (version number -> TensorRT X.Y.Z, algorithm) and each entry's hex and scale.
-    Tensors are sorted by name.
-
-    With --trt-version X, FILE is an ONNX model with QuantizeLinear/DequantizeLinear nodes: each
-    rule of TensorRT X's ONNX parser it breaks is printed as `node: rule: message`.
-
-    With --policy FILE (or the other policy options), FILE is a calibration file: every quantizer
-    the openvino/qdq export of its model places is listed with the policy it resolves to.
-    """
-    finish(call(api.inspect_file, file, model=model, trt_version=trt_version, **policy_flags), as_json, text)
+def inspect(file, model, as_json, **keywords):
+    finish(call(api.inspect_file, file, model=model, **keywords), as_json, text)
 
 
 def text(summary: dict, details: dict) -> str:

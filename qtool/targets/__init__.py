@@ -19,6 +19,12 @@ what qtool export writes with (defaults resolved) and what its summary says of t
 cal, options, summary, path, model_path) -> (summary, warnings, line)`: what export's summary and text add
 once the file is written (e.g. the command that builds an engine from it).
 
+Optionally a target names a file calibrate writes for it (`calibrate_file`: a class declaring its
+options with qtool.options.option, with `path`, `checked()`, `write(...)`, `SECTION`, `OUTPUT`)
+and its inspection module (`inspected`: KINDS, FILES, FILE, COLUMNS, HELP, `read`, `usable`,
+`header_text`, `unusable_failure`, `onnx_hint`; CHECK, the class declaring the option with which
+qtool inspect checks an ONNX model for it, with `checked(value)` and `check(file, value)`).
+
 Nothing here imports a writer until it is asked for (`Target.module`, `Target.rules`), so reading
 the registry is cheap. The layout of one target's package is in the README, "Adding a target".
 """
@@ -70,7 +76,7 @@ class Target:
     description: str  # what its file is, in a few words (qtool evaluate --help)
     group_class: str  # "module:Class" of its option group (ExportOptions.own)
     calibrate_file: str | None = None  # "module:Class" of a file calibrate writes for it (options declared; `write`)
-    inspect_check: str | None = None  # "module:Class" of the option that makes qtool inspect check a model for it
+    inspected: str | None = None  # its inspection module: range files it reads, the model check it runs (qtool inspect)
 
     def module(self):
         """The writer module."""
@@ -81,6 +87,10 @@ class Target:
         """Its placement rules (qtool.quantizers.rules.Rules)."""
         module, name = self.rules_table.split(":")
         return getattr(importlib.import_module(module), name)
+
+    def inspection(self):
+        """Its inspection module (qtool inspect: the range files it reads, the model check it runs)."""
+        return importlib.import_module(self.inspected)
 
     @property
     def group(self) -> type:
@@ -125,7 +135,7 @@ def _resolve(name: str):
 _TRT = "qtool.targets.tensorrt.options:"
 _REGISTRY = (
     Target("tensorrt", "qtool.targets.tensorrt", "qtool.targets.tensorrt.rules:TENSORRT", (FLOAT,), "onnxruntime", False,
-           ".trt.onnx", "its Q/DQ model, with the FP16 part", _TRT + "TensorRTOptions", _TRT + "CalibrateCache", _TRT + "InspectRules"),
+           ".trt.onnx", "its Q/DQ model, with the FP16 part", _TRT + "TensorRTOptions", _TRT + "CalibrateCache", "qtool.targets.tensorrt.inspection"),
     Target("openvino", "qtool.targets.openvino", "qtool.targets.cpu:CPU", (FLOAT, FLOAT16), "openvino", True,
            ".openvino.onnx", "FakeQuantize", "qtool.targets.cpu:CpuOptions"),
     Target("qdq", "qtool.targets.qdq", "qtool.targets.cpu:CPU", (FLOAT,), "onnxruntime", True,
@@ -244,7 +254,12 @@ def calibrate_files() -> dict[str, type]:
     return {t.name: _resolve(t.calibrate_file) for t in _REGISTRY if t.calibrate_file}
 
 
+def inspections() -> list:
+    """The inspection modules of the targets that have one (module doc: `inspected`)."""
+    return [t.inspection() for t in _REGISTRY if t.inspected]
+
+
 def inspect_checks() -> dict[str, type]:
     """Target -> the class declaring the option with which qtool inspect checks a model for it."""
-    return {t.name: _resolve(t.inspect_check) for t in _REGISTRY if t.inspect_check}
+    return {t.name: t.inspection().CHECK for t in _REGISTRY if t.inspected}
 
