@@ -61,6 +61,7 @@ EXPORT_GROUPS = targets.sections()  # --help section -> key -> Option
 OPTIONS = targets.declared()  # export option key -> its flag, help and choices
 COMMAND_OPTIONS = {  # a command's own options: key -> Option
     "export": options.declared_options(options.MixedPrecision),
+    "calibrate": {k: o for cls in targets.calibrate_files().values() for k, o in options.declared_options(cls).items()},
     "inspect": {k: o for cls in targets.inspect_checks().values() for k, o in options.declared_options(cls).items()},
 }
 INSPECT_HELP = [t.inspection().HELP for t in map(targets.get, TARGETS) if t.inspected]  # each target's section of inspect --help
@@ -186,13 +187,14 @@ def evaluate(model_or_path, cal: Calibration, *, runtime: str | None = None, per
 # The commands over files (qtool.commands), with the command's options as keywords.
 
 
-def calibrate_files(model_path, *, output=None, trt_table=None, trt_version: str | None = None, progress=None, **keywords) -> Outcome:
+def calibrate_files(model_path, *, output=None, progress=None, **keywords) -> Outcome:
     """`qtool calibrate`: the model at `model_path` calibrated on a folder of `images` or `data` files
     (the keywords as qtool.api.calibrate takes them) into `output` [default: <model stem>.calib.json
-    here], and with `trt_table` a TensorRT calibration cache for `trt_version` too. `progress`: a
-    callback(n) or tqdm bar."""
+    here], and with a target's file keywords (COMMAND_OPTIONS["calibrate"]: trt_table, a TensorRT
+    calibration cache for trt_version) that file too. `progress`: a callback(n) or tqdm bar."""
+    files = [cls.build(keywords) for cls in targets.calibrate_files().values()]
     built = options.CalibrateOptions.build(**keywords)
-    return _calibrate.run(model_path, built, output=output, trt_table=trt_table, trt_version=trt_version, progress=progress)
+    return _calibrate.run(model_path, built, output=output, files=files, progress=progress)
 
 
 def export_file(model_path=None, *, target: str, calib=None, output=None, **keywords) -> Outcome:

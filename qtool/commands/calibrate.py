@@ -1,5 +1,5 @@
-"""`qtool calibrate`: inputs through the model, histograms, thresholds -> the calibration file (and a
-TensorRT cache beside it)."""
+"""`qtool calibrate`: inputs through the model, histograms, thresholds -> the calibration file (and
+the files targets write beside it, qtool.targets.calibrate_files)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,7 @@ from ..errors import QtoolError
 from ..feeds import data as _data
 from ..fileio import Outputs, folder_input, model_input, option_file
 from ..inputs import model_json, shown_path
-from ..options import CalibrateOptions, ExportOptions
-from ..targets import tensorrt
-from ..targets.tensorrt import files as trtfiles
-from ..targets.tensorrt.options import TensorRTOptions
+from ..options import CalibrateOptions, declared_options
 from . import Outcome, done, path, progress_bar
 
 log = logging.getLogger("qtool")
@@ -41,39 +38,33 @@ def calibrated(loaded, options: CalibrateOptions, progress=None):
     return cal, report
 
 
-def run(model_path, options: CalibrateOptions, *, output=None, trt_table=None, trt_version: str | None = None,
-        progress=None) -> Outcome:
+def run(model_path, options: CalibrateOptions, *, output=None, files=(), progress=None) -> Outcome:
     """Calibrate the model at `model_path` as `options` say and write the calibration file to
-    `output` [default: <model stem>.calib.json here], and with `trt_table` a TensorRT calibration
-    cache for `trt_version` too: both files or neither, each checked before any work against every
-    input read. `progress`: a callback(n) or tqdm bar."""
+    `output` [default: <model stem>.calib.json here], and a file of `files` (a target's calibrate
+    file, qtool.targets.calibrate_files, with its path set) for each target: all files or none, each
+    checked before any work against every input read. `progress`: a callback(n) or tqdm bar."""
     started = time.perf_counter()
-    model_path, output, trt_table = map(path, (model_path, output, trt_table))
-    trt_version = trt_version or tensorrt.CACHE_VERSION
-    trt_number = None
-    if trt_table:
-        trt_version = trtfiles.canonical_version(trt_version)
-        trt_number = trtfiles.version_number(trt_version)
+    model_path, output = map(path, (model_path, output))
+    files = [f.checked() for f in files if f.path is not None]
     output = output or Path(f"{model_path.stem}.calib.json")
     outs = Outputs(inputs=(model_input(model_path), folder_input(options.images, option_file("images")),
                            folder_input(options.data_dir, option_file("data"))))
     output = outs.add(output)
-    if trt_table:
-        trt_table = outs.add(trt_table, "trt_table")
+    paths = [outs.add(f.path, next(iter(declared_options(type(f))))) for f in files]
     loaded = model.load_model(model_path, external_data=False)
     cal, report = calibrated(loaded, options, progress)
     done(progress)
     cal = calibration.relocate(cal, output)
     warnings = list(report.warnings)
-    if trt_table:
-        cache = tensorrt.export(loaded, cal, ExportOptions("tensorrt", own=TensorRTOptions(trt_version=trt_version, fmt="cache")))
-        warnings.extend(cache.warnings)
+    made = [f.write(loaded, cal, shown_path(model_path)) for f in files]
+    for _, more, _, _ in made:
+        warnings.extend(more)
     written = {"calibration": str(output)}
-    with outs:  # both files, or neither
+    with outs:  # every file, or none
         outs.write(output, calibration.to_json(cal).encode())  # relocated to `output` above
-        if trt_table:
-            outs.write(trt_table, cache.data)
-            written["tensorrt_cache"] = str(trt_table)
+        for f, where, (data, _, _, _) in zip(files, paths, made):
+            outs.write(where, data)
+            written[f.OUTPUT] = str(where)
         outs.commit()
     for w in warnings:
         log.warning(w)
@@ -87,10 +78,10 @@ def run(model_path, options: CalibrateOptions, *, output=None, trt_table=None, t
         summary["images"] = report.inputs - len(report.skipped)  # the images the file's samples come from
     elif options.data_dir is not None and options.data_dir.is_file():
         summary["data_file"] = str(options.data_dir)  # a file of samples: `inputs` counts its runs
-    if trt_number is not None:
-        summary["tensorrt_header"] = f"TRT-{trt_number}-EntropyCalibration2"
-        summary["build"], notes = tensorrt.build_command(loaded, cal, "cache", trt_version, str(trt_table), shown_path(model_path))
+    for _, _, more, _ in made:
+        notes = more.pop("notes", [])
+        summary.update(more)
         for note in notes:
             log.warning(note)
-        summary["warnings"] = warnings + notes
-    return Outcome(summary, details={"seconds": seconds, "trt_version": trt_version})
+        summary["warnings"] = summary["warnings"] + notes
+    return Outcome(summary, details={"seconds": seconds, "lines": [line for *_, line in made]})
