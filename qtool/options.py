@@ -5,10 +5,11 @@ inputs). The command line and qtool.api build these objects from their keywords 
 library below takes them (a target's writer: ExportOptions) instead of keywords.
 
 Export options come in groups, one dataclass each, which `qtool export --help` shows as sections:
-General (every target), TensorRT, OpenVINO/qdq, Policy (openvino/qdq: the flags that make one
-qtool.quantizers.policy.Policies); the command line adds export's Mixed precision (layers kept FP32
-by measurement, MixedPrecision) and evaluate's held-out inputs.
-Adding an export option: one field in its group here, and the code that reads it.
+General (every target, ExportOptions, here) and each target's own group, declared in its package
+and named by the registry (qtool.targets); the command line adds export's Mixed precision (layers
+kept FP32 by measurement, MixedPrecision) and evaluate's held-out inputs.
+Adding an export option: one field in its group (here for every target, else in the target's
+package), and the code that reads it.
 """
 
 from __future__ import annotations

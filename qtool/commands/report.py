@@ -57,10 +57,10 @@ def run(file, *, output=None, target: str | None = None, trt_version: str | None
 
 
 def exported_calibration(file: Path, target: str | None, trt_version: str | None, method: str | None) -> tuple:
-    """(the calibration file, target, TensorRT version, method) of the ONNX `file` qtool export wrote,
+    """(the calibration file, target, its recorded trt_version, method) of the ONNX `file` qtool export wrote,
     as its provenance records them (qtool.provenance): the calibration file by its recorded name
     beside `file` or here, with the recorded SHA-256. The page shows an export with the target's
-    default options but the method and TensorRT version: a file made with others is refused, as are
+    default options but the method and that version: a file made with others is refused, as are
     flags that say otherwise than the file."""
     found = provenance.read(provenance.header(file), file)
     if found is None:
