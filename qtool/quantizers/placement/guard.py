@@ -226,7 +226,9 @@ def _flipped_channels(inputs: Inputs, moves: Moves, n: onnx.NodeProto, slot: int
     joint = getattr(getattr(record, "stats", None), "pairs", None)
     act, params = site.params(), wsite.params()
     symmetric = act.grid.signed and not np.any(act.zero_point)
-    pads = None if symmetric or _unpadded(n) else _explicit_pads(n, site)
+    # explicit pads for an asymmetric grid with a zero point (a normalised image's signed range), as measured on
+    # anime-or-not; a never-negative input's unsigned grid (zero point 0) keeps its padded stem's other remedies
+    pads = _explicit_pads(n, site) if not symmetric and np.any(act.zero_point) and not _unpadded(n) else None
     if (n.op_type != "Conv" or slot != 1 or joint is None or not joint.pair_count() or site.is_weight or site.channel_amax is not None
             or not _from_graph_input(inputs, site.tensor) or act.grid.levels != 256 or act.axis is not None
             or not (symmetric or _unpadded(n) or pads is not None) or len(wsite.readers) != 1
