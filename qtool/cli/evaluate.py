@@ -38,7 +38,7 @@ def _progress(total: int, enabled: bool):
 @click.option("--layout", type=click.Choice(["nchw", "nhwc"]), help="Input layout [default: the calibration file's].")
 @click.option("--batch-size", type=click.IntRange(min=1), help=f"Images per inference [default: the model's fixed batch, else {api.DEFAULT_BATCH}]; results do not depend on it.")
 @target_option(default="qdq", show_default=True, help="Whose export to evaluate: " + ", ".join(f"{t} ({d})" for t, d in api.TARGET_DESCRIPTIONS.items()) + ".")
-@click.option("--runtime", type=click.Choice(tuple(api.runtimes())), help="Also run the file in this runtime on this CPU (its int8 kernels): " + " or ".join(f"{r} (--target {' or '.join(ts)})" for r, ts in api.runtimes().items()) + ", and report both; a warning names the likely cause where they differ by more than 1 dB.")
+@click.option("--runtime", type=click.Choice(tuple(api.runtimes())), help="Also run the file in this runtime on this CPU (its int8 kernels): " + " or ".join(f"{r} (--target {' or '.join(ts)})" for r, ts in api.runtimes().items()) + ", and report both, with the runtime's own FP32 run beside them; a warning names the likely cause where they differ by more than 1 dB: the runtime's FP32, or the layers where its run leaves the file.")
 @option("method", "evaluate")
 @option("exclude", "evaluate")
 @option("include", "evaluate")
