@@ -291,7 +291,7 @@ class Departure:
     """A quantized layer's output as the runtime computes it against the simulation's, with the same
     at the quantized tensors feeding it: where the run's departure from the file grows."""
 
-    layer: str  # the node writing `tensor`
+    layer: str  # the node computing `tensor` (its producer, or the node above value-moving ops such as Cast)
     tensor: str  # what a quantizer of the file reads (a FakeQuantize's or QuantizeLinear's input)
     sqnr_db: float  # runtime vs simulation at `tensor`, over every input
     upstream_db: float  # the worst of that at the nearest quantized tensors upstream (+inf: none, the inputs are exact)
@@ -760,7 +760,7 @@ def departures(reference: _Reference, data, runtime: str, like, progress=None) -
         return []
     fetched = list(taps)
     index = G.Index(proto)
-    layers = {t: index.producer[t].name or index.producer[t].op_type for t in fetched}
+    layers = {t: _layer_of(index, t) for t in fetched}
     sim_proto = onnx.ModelProto()
     sim_proto.CopyFrom(proto)
     sim = simulate.simulation(sim_proto, fetched)
@@ -785,6 +785,20 @@ def departures(reference: _Reference, data, runtime: str, like, progress=None) -
     found = [d for d in found if taps[d.tensor] and not math.isnan(d.drop_db) and d.drop_db > 0]
     found.sort(key=lambda d: -d.drop_db)
     return found[:DEPARTURES]
+
+
+_REFORMS = {"Cast", "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"}  # move or retype values, compute none
+
+
+def _layer_of(index, tensor: str) -> str:
+    """The node computing `tensor`: its producer, or above ops that only move or retype values (a
+    PyTorch export's Cast after each Conv) the node they read from."""
+    node = index.producer[tensor]
+    seen = set()
+    while node.op_type in _REFORMS and node.input and node.input[0] in index.producer and node.name not in seen:
+        seen.add(node.name)
+        node = index.producer[node.input[0]]
+    return node.name or node.op_type
 
 
 def fp32_file(loaded) -> bytes | ModelFile:
