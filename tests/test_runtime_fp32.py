@@ -167,9 +167,10 @@ def test_a_runtime_whose_fp32_differs_is_charged_with_the_gap(digits, monkeypatc
 
 
 def test_departures_name_the_layers_where_openvino_leaves_the_file(digits):
-    """The sample's file runs in OpenVINO more than 1 dB from its simulation (a FakeQuantize fused
-    between a Conv and an Add is not rounded); fetched at every quantized layer's output, OpenVINO
-    leaves the simulation at int8 layers of the file, each below the quantized tensors feeding it."""
+    """Fetched at every quantized layer's output, OpenVINO's run of the sample's file leaves the
+    simulation somewhere (its fusions: a FakeQuantize fused between a Conv and an Add is not
+    rounded; float rounding elsewhere): the layers named are int8 layers of the file, each below
+    the quantized tensors feeding it, worst first."""
     module("openvino")
     data = digits["file"].read_bytes()
     proto = onnx.load_model_from_string(data)
@@ -183,3 +184,32 @@ def test_departures_name_the_layers_where_openvino_leaves_the_file(digits):
     for d in found:
         assert taps[d.tensor] and d.drop_db > 0 and producers[d.tensor].name == d.layer  # the sample has no Cast after a layer
         assert math.isfinite(d.sqnr_db) and d.sqnr_db < 100
+
+
+@pytest.mark.parametrize("when", ["compile", "run"])
+def test_a_runtime_that_cannot_run_the_fp32_model_still_scores_the_file(digits, monkeypatch, when):
+    """The FP32 model refused by the runtime (where the file runs): the file's figures as before,
+    no floor, and a warning saying why."""
+    module("openvino")
+    real = simulate.runtime
+
+    class Refusing:
+        static = ""
+
+        def run(self, names, feeds):
+            raise ev.QtoolError("OpenVINO failed on inputs of shape {'input': [32, 1, 28, 28]}: refused here")
+
+    def runtime(name, data, like=None):
+        if like is None:
+            return real(name, data)
+        if when == "compile":
+            raise ev.QtoolError("OpenVINO cannot compile the model: refused here")
+        return Refusing()
+
+    monkeypatch.setattr(simulate, "runtime", runtime)
+    e = json.loads(ok(invoke("evaluate", SAMPLE, "--calib", digits["calib"], "--data", digits["held"], "--target", "openvino",
+                             "--runtime", "openvino", "--json")).stdout)
+    rt = e["runtime"]
+    assert rt["fp32_sqnr_db"] is None and rt["vs_own_fp32_sqnr_db"] is None and math.isfinite(rt["sqnr_db"]), rt
+    [w] = [w for w in e["warnings"] if "could not run the FP32 model" in w]
+    assert "its own floor is not reported" in w and "refused here" in w

@@ -657,8 +657,17 @@ def _score(reference: _Reference, names: list[str], not_compared: list[str], dat
     measured = None
     if runtime is not None:
         session = simulate.runtime(runtime, data)
-        base = simulate.runtime(runtime, fp32, like=session) if fp32 is not None else None
-        r_accs, f_accs, o_accs = _compare_runtime(reference, session, base, names)
+        base, failed = None, ""
+        if fp32 is not None:
+            try:
+                base = simulate.runtime(runtime, fp32, like=session)
+            except QtoolError as e:  # the file runs: its figures stand without the runtime's floor
+                failed = str(e)
+        r_accs, f_accs, o_accs, run_failed = _compare_runtime(reference, session, base, names)
+        failed = failed or run_failed
+        if failed:
+            base = None
+            warnings.append(f"{runtime} could not run the FP32 model, so its own floor is not reported: {failed}")
         kind = cpu.kind()
         default = (kind.openvino_float if kind else None) if runtime == "openvino" else "f32"
         measured = RuntimeResult(runtime, output_metrics(names, r_accs), cpu.vnni(), getattr(session, "float_precision", "f32"),
@@ -695,24 +704,30 @@ def _unexplained_gap(simulated: list[OutputMetrics], measured: RuntimeResult) ->
     return False
 
 
-def _compare_runtime(reference: _Reference, run, base, names: list[str]) -> tuple[list[_Acc], list[_Acc], list[_Acc]]:
+def _compare_runtime(reference: _Reference, run, base, names: list[str]) -> tuple[list[_Acc], list[_Acc], list[_Acc], str]:
     """One pass of the runtime's int8 run (`run`) and its FP32 run (`base`, or None): accumulators
-    of the int8 run against onnxruntime's FP32 (per sample), of `base` against it, and of the int8
-    run against `base` (the last two empty without `base`)."""
+    of the int8 run against onnxruntime's FP32 (per sample), of `base` against it, of the int8
+    run against `base` (the last two empty without `base`), and why `base` failed on an input
+    ("" when it did not; it is not run after)."""
     r_accs = [_Acc(True) for _ in names]
     f_accs = [_Acc() for _ in names] if base is not None else []
     o_accs = [_Acc() for _ in names] if base is not None else []
+    failed = ""
     takes, base_takes = _inputs(run), _inputs(base) if base is not None else None
     for feeds, count, ref in reference:
         out = onnxruntime.run(run, names, {k: v for k, v in feeds.items() if takes is None or k in takes})
         for acc, r, o in zip(r_accs, ref, out):
             acc.update(np.asarray(r), np.asarray(o), count)
-        if base is not None:
-            own = onnxruntime.run(base, names, {k: v for k, v in feeds.items() if base_takes is None or k in base_takes})
+        if base is not None and not failed:
+            try:
+                own = onnxruntime.run(base, names, {k: v for k, v in feeds.items() if base_takes is None or k in base_takes})
+            except QtoolError as e:
+                failed = str(e)
+                continue
             for f, o_acc, r, b, o in zip(f_accs, o_accs, ref, own, out):
                 f.update(np.asarray(r), np.asarray(b), count)
                 o_acc.update(np.asarray(b), np.asarray(o), count)
-    return r_accs, f_accs, o_accs
+    return r_accs, f_accs, o_accs, failed
 
 
 DEPARTURES = 3  # layers a runtime's warning names
