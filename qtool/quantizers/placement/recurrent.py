@@ -17,9 +17,10 @@ the hidden state on that one grid and requantizes every step's hidden state onto
   0.05 for h (11.7 dB);
 * W and R symmetric int8 with one scale per hidden unit, shared by the four gates, both directions,
   W and R: the plugin reads only W's scales and, from an ONNX LSTM (gates i, o, f, c), applies them to
-  its reordered gates (f, i, c, o) of the first direction; per gate and direction, OpenVINO 2026.4 ran
-  Silero VAD's LSTM alone at -1.5 dB from the file's arithmetic and kept a bidirectional one in f32;
-  per unit it computes the file's numbers (bench/lstm_int8.py).
+  its reordered gates (f, i, c, o); with a scale per gate row, OpenVINO 2026.4 ran Silero VAD's LSTM
+  alone at -1.5 dB from the file's arithmetic (a random one at 18 dB), with one per row or per direction
+  it kept a bidirectional LSTM in f32; per unit it computes the file's numbers (150 dB:
+  bench/openvino_quirks.py, case 5);
 * the initial hidden state, when data (a graph input, a state carried between calls), read through
   a FakeQuantize onto the grid (the plugin reads its u8 codes on X's grid).
 
