@@ -180,7 +180,8 @@ def _below_reduction(model: onnx.ModelProto, namer: G.Namer, reduction: onnx.Nod
 def _int8_lstm(model: onnx.ModelProto, namer: G.Namer, node: onnx.NodeProto, site) -> None:
     """Rewrite the LSTM `node` as its placement.recurrent.RecurrentSite says, in the form OpenVINO's CPU plugin runs in
     int8: X through a FakeQuantize from its range onto the hidden state's grid, W and R as compressed int8 weights
-    (int8 -> Cast -> Mul by one [1, 4H, 1] scale), the re-encoding's bias, the initial state through the grid."""
+    (int8 -> Cast -> Mul by one [1, 4H, 1] scale), the re-encoding's bias, the initial state through the grid (zeros
+    [directions, batch, hidden] made from X's shape where the LSTM has none)."""
     base = node.name
 
     def const(array: np.ndarray, name: str) -> str:
@@ -212,8 +213,23 @@ def _int8_lstm(model: onnx.ModelProto, namer: G.Namer, node: onnx.NodeProto, sit
     node.input[1] = weight(site.w_codes, "W")
     node.input[2] = weight(site.r_codes, "R")
     node.input[3] = const(site.bias, "B")
-    if site.state is not None:
-        node.input[5] = fake_quantize(site.state, *site.grid, "initial_h")
+    state = site.state
+    if state is None:
+        dirs, hidden = site.w_codes.shape[0], site.w_codes.shape[1] // 4
+        shape, batch, dims, state = (namer.fresh(f"{base}/initial_h/{k}") for k in ("shape", "batch", "dims", "zeros"))
+        model.graph.node.extend([
+            helper.make_node("Shape", [node.input[0]], [shape], name=namer.fresh(f"{base}/initial_h/Shape")),
+            helper.make_node("Gather", [shape, const(np.array([1], np.int64), "initial_h/batch_axis")], [batch],
+                             name=namer.fresh(f"{base}/initial_h/Gather"), axis=0),
+            helper.make_node("Concat", [const(np.array([dirs], np.int64), "initial_h/directions"), batch,
+                                        const(np.array([hidden], np.int64), "initial_h/hidden")], [dims],
+                             name=namer.fresh(f"{base}/initial_h/Concat"), axis=0),
+            helper.make_node("ConstantOfShape", [dims], [state], name=namer.fresh(f"{base}/initial_h/ConstantOfShape"),
+                             value=numpy_helper.from_array(np.zeros(1, np.float32))),
+        ])
+    while len(node.input) < 6:
+        node.input.append("")
+    node.input[5] = fake_quantize(state, *site.grid, "initial_h")
 
 
 def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:

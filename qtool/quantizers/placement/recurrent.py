@@ -21,12 +21,16 @@ the hidden state on that one grid and requantizes every step's hidden state onto
   alone at -1.5 dB from the file's arithmetic (a random one at 18 dB), with one per row or per direction
   it kept a bidirectional LSTM in f32; per unit it computes the file's numbers (150 dB:
   bench/openvino_quirks.py, case 5);
-* the initial hidden state, when data (a graph input, a state carried between calls), read through
-  a FakeQuantize onto the grid (the plugin reads its u8 codes on X's grid).
+* the initial hidden state always read through a FakeQuantize onto the grid (the plugin reads its u8
+  codes on X's grid), zeros made from X's shape where the LSTM has none: a state OpenVINO cannot fold
+  into a constant (zeros of a dynamic batch, a graph input) and reads as float fails the plugin's
+  pattern, and OpenVINO 2026.4 then refuses the int8 weights ("expects Constant for port 4").
 
-An LSTM is left float (as before) when the user excluded it or its input, when its input has no finite
-range or is not float32, when W or R is not a constant or not finite, or when it has peepholes, clip,
-input_forget, other activations or the batch-first layout.
+An LSTM is left float (as before) when the user excluded it, its input or its initial state, when its
+input has no finite range or is not float32, when W or R is not a constant or not finite, when it has
+peepholes, clip, input_forget or the batch-first layout, or when it states its activations, even ONNX's
+defaults (as tf2onnx does): OpenVINO 2026.4 runs such an LSTM as a TensorIterator in f32 (thai_oskut_ws),
+so quantizing it would cost precision for nothing. Models below opset 9 (no ConstantOfShape) too.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ class RecurrentSite:
     node: str
     x_range: tuple[float, float]  # the input's range (its threshold), mapped onto the grid
     grid: tuple[float, float]  # the 8-bit grid of the re-encoded input and the hidden state: -128 and 127 steps
-    state: str | None  # the initial hidden state read through the grid; None: absent or constant
+    state: str | None  # the initial hidden state read through the grid; None: none, zeros made from X's shape
     w_codes: np.ndarray  # int8 [dirs, 4H, input]: W / a on the grid of `scale`
     r_codes: np.ndarray  # int8 [dirs, 4H, H]
     scale: np.ndarray  # float32 [1, 4H, 1]: one per hidden unit, repeated for the four gates
@@ -85,6 +89,8 @@ def _constant(inputs: Inputs, t: str) -> np.ndarray | None:
 def lstm_sites(inputs: Inputs, kept: Kept) -> list[RecurrentSite]:
     """The LSTMs to run in int8, in graph order."""
     m, out = inputs.m, []
+    if G.default_opset(m.proto) < 9:  # the zero state is a ConstantOfShape
+        return out
     for node in m.graph.node:
         if not _plain_lstm(node) or node.name in kept.nodes:
             continue
@@ -101,7 +107,6 @@ def lstm_sites(inputs: Inputs, kept: Kept) -> list[RecurrentSite]:
         if bias is None or bias.shape != (dirs, 2 * gates) or r.shape != (dirs, gates, hidden):
             continue
         state = node.input[5] if len(node.input) > 5 and node.input[5] else None
-        state = state if state is not None and m.is_data(state) else None
         if state is not None and (state in kept.tensors or m.types.get(state) != 1):
             continue
         site = _site(node.name, inputs, node, threshold, state, w, r, bias)
