@@ -28,7 +28,7 @@ the hidden state on that one grid and requantizes every step's hidden state onto
 
 An LSTM is left float (as before) when the user excluded it, its input or its initial state, when its
 input has no finite range or is not float32, when W or R is not a constant or not finite, when it has
-peepholes, clip, input_forget or the batch-first layout, or when it states its activations, even ONNX's
+sequence_lens, peepholes, clip, input_forget or the batch-first layout, or when it states its activations, even ONNX's
 defaults (as tf2onnx does): OpenVINO 2026.4 runs such an LSTM as a TensorIterator in f32 (thai_oskut_ws),
 so quantizing it would cost precision for nothing. Models below opset 9 (no ConstantOfShape) too.
 """
@@ -68,7 +68,7 @@ def _plain_lstm(node) -> bool:
     """An LSTM of the standard domain without what the int8 kernel does not compute."""
     if node.op_type != "LSTM" or node.domain not in ("", "ai.onnx"):
         return False
-    if len(node.input) > 7 and node.input[7]:  # peepholes
+    if any(len(node.input) > k and node.input[k] for k in (4, 7)):  # sequence_lens (not measured), peepholes
         return False
     if G.attr(node, "clip") is not None or G.attr(node, "activations") is not None:
         return False
