@@ -169,9 +169,13 @@ def _lstm_as_scans(model: onnx.ModelProto, namer: G.Namer, node: onnx.NodeProto,
         h = on_grid(op("Mul", [o, op("Tanh", [c_out], body)], body), body, bc)
         body += [helper.make_node("Identity", [h], ["h_out"]), helper.make_node("Identity", [c_out], ["c_out"]),
                  helper.make_node("Identity", [h], ["y_t"])]
-        vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("h_in", "c_in", "x_t")]
+        # shapes stated: onnxruntime's Scan needs its body's outputs shaped, which it cannot infer from a state of
+        # unknown rank (a FakeQuantize of a ConstantOfShape, computed as float ops)
+        state = ["batch", hidden]
+        vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n, shape in
+              (("h_in", state), ("c_in", state), ("x_t", ["batch", w.shape[2]]))]
         graph = helper.make_graph(body, f"{base}_sim_dir{d}", vi,
-                                  [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("h_out", "c_out", "y_t")], body_inits)
+                                  [helper.make_tensor_value_info(n, TensorProto.FLOAT, state) for n in ("h_out", "c_out", "y_t")], body_inits)
         reverse = int(direction == "reverse" or d == 1)
         outs = [namer.fresh(f"{base}/sim_h{d}"), namer.fresh(f"{base}/sim_c{d}"), namer.fresh(f"{base}/sim_y{d}")]
         nodes.append(helper.make_node("Scan", [h0, c0, x], outs, name=namer.fresh(f"{base}/SimScan"), body=graph, num_scan_inputs=1,
