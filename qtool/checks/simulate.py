@@ -108,6 +108,59 @@ def _weight_of(t: str, made: dict, inits: dict) -> np.ndarray:
     return codes * numpy_helper.to_array(inits[mul.input[1]]).astype(np.float32)
 
 
+class _Nodes:
+    """Nodes and initializers appended for one LSTM's simulation, their names fresh in the model."""
+
+    def __init__(self, model: onnx.ModelProto, namer: G.Namer, base: str, step: np.float32, zero_point: np.float32):
+        self.model, self.namer, self.base, self.nodes = model, namer, base, []
+        self.grid = {"step": step, "zp": zero_point, "top": np.float32(255), "bottom": np.float32(0)}
+
+    def const(self, value, name: str) -> str:
+        name = self.namer.fresh(f"{self.base}/sim_{name}")
+        self.model.graph.initializer.append(numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+    def op(self, kind: str, inputs: list[str], into: list | None = None, **attrs) -> str:
+        out = self.namer.fresh(f"{self.base}/sim_{kind}")
+        (self.nodes if into is None else into).append(
+            helper.make_node(kind, inputs, [out], name=self.namer.fresh(f"{self.base}/Sim{kind}"), **attrs))
+        return out
+
+    def on_grid(self, x: str, into: list | None, consts: dict[str, str]) -> str:
+        """round(x / step) + zp on [0, 255], back to float: the hidden state's u8 codes."""
+        q = self.op("Add", [self.op("Round", [self.op("Div", [x, consts["step"]], into)], into), consts["zp"]], into)
+        q = self.op("Max", [self.op("Min", [q, consts["top"]], into), consts["bottom"]], into)
+        return self.op("Mul", [self.op("Sub", [q, consts["zp"]], into), consts["step"]], into)
+
+    def step_body(self, w: np.ndarray, r: np.ndarray, bias: np.ndarray, hidden: int, name: str) -> onnx.GraphProto:
+        """One LSTM step of one direction (w [4H, I], r [4H, H], bias [8H], ONNX's gate order i, o, f, c): state
+        inputs h_in, c_in and the scan input x_t; outputs h_out (on the grid), c_out and y_t = h_out."""
+        body: list[onnx.NodeProto] = []
+        consts = {k: f"c_{k}" for k in self.grid}
+        inits = [numpy_helper.from_array(np.asarray(v), f"c_{k}") for k, v in self.grid.items()]
+        gates = []
+        for g in range(4):
+            rows = slice(g * hidden, (g + 1) * hidden)
+            inits += [numpy_helper.from_array(np.ascontiguousarray(w[rows].T), f"w{g}"),
+                      numpy_helper.from_array(np.ascontiguousarray(r[rows].T), f"r{g}"),
+                      numpy_helper.from_array(bias[rows] + bias[4 * hidden + g * hidden:4 * hidden + (g + 1) * hidden], f"b{g}")]
+            pre = self.op("Add", [self.op("Add", [self.op("MatMul", ["x_t", f"w{g}"], body), self.op("MatMul", ["h_in", f"r{g}"], body)], body),
+                                  f"b{g}"], body)
+            gates.append(self.op("Tanh" if g == 3 else "Sigmoid", [pre], body))
+        i, o, f, cand = gates
+        c_out = self.op("Add", [self.op("Mul", [f, "c_in"], body), self.op("Mul", [i, cand], body)], body)
+        h = self.on_grid(self.op("Mul", [o, self.op("Tanh", [c_out], body)], body), body, consts)
+        body += [helper.make_node("Identity", [h], ["h_out"]), helper.make_node("Identity", [c_out], ["c_out"]),
+                 helper.make_node("Identity", [h], ["y_t"])]
+        # shapes stated: onnxruntime's Scan needs its body's outputs shaped, which it cannot infer from a state of
+        # unknown rank (a FakeQuantize of a ConstantOfShape, computed as float ops: ddddocr_beta's)
+        state = ["batch", hidden]
+        vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n, shape in
+              (("h_in", state), ("c_in", state), ("x_t", ["batch", w.shape[1]]))]
+        return helper.make_graph(body, name, vi, [helper.make_tensor_value_info(n, TensorProto.FLOAT, state) for n in ("h_out", "c_out", "y_t")],
+                                 inits)
+
+
 def _lstm_as_scans(model: onnx.ModelProto, namer: G.Namer, node: onnx.NodeProto, grid: tuple[float, float], made: dict,
                    inits: dict) -> list[onnx.NodeProto]:
     """The nodes computing the LSTM `node` as OpenVINO's int8 kernel does: one Scan per direction, the hidden
@@ -119,74 +172,32 @@ def _lstm_as_scans(model: onnx.ModelProto, namer: G.Namer, node: onnx.NodeProto,
     bias = (numpy_helper.to_array(inits[node.input[3]]).astype(np.float32) if len(node.input) > 3 and node.input[3] in inits
             else np.zeros((dirs, 8 * hidden), np.float32))
     step = np.float32((grid[1] - grid[0]) / 255)
-    zero_point = np.float32(np.rint(-grid[0] / step))
-    base = node.name or "lstm"
-    nodes: list[onnx.NodeProto] = []
-
-    def const(value, name: str) -> str:
-        name = namer.fresh(f"{base}/sim_{name}")
-        model.graph.initializer.append(numpy_helper.from_array(np.asarray(value), name))
-        return name
-
-    def op(kind: str, inputs: list[str], into: list | None = None, **attrs) -> str:
-        out = namer.fresh(f"{base}/sim_{kind}")
-        (nodes if into is None else into).append(helper.make_node(kind, inputs, [out], name=namer.fresh(f"{base}/Sim{kind}"), **attrs))
-        return out
-
-    def on_grid(x: str, into: list | None, consts) -> str:  # round(x / step) + zp on [0, 255], back to float
-        q = op("Add", [op("Round", [op("Div", [x, consts["step"]], into)], into), consts["zp"]], into)
-        q = op("Max", [op("Min", [q, consts["top"]], into), consts["bottom"]], into)
-        return op("Mul", [op("Sub", [q, consts["zp"]], into), consts["step"]], into)
-
-    outer = {k: const(v, k) for k, v in (("step", step), ("zp", zero_point), ("top", np.float32(255)), ("bottom", np.float32(0)))}
+    e = _Nodes(model, namer, node.name or "lstm", step, np.float32(np.rint(-grid[0] / step)))
+    outer = {k: e.const(v, k) for k, v in e.grid.items()}
     x = node.input[0]
-    shape = op("Shape", [x])
-    batch_hidden = op("Concat", [op("Slice", [shape, const(np.array([1], np.int64), "start"), const(np.array([2], np.int64), "end")]),
-                                 const(np.array([hidden], np.int64), "hidden")], axis=0)
-    zeros = op("ConstantOfShape", [batch_hidden], value=numpy_helper.from_array(np.zeros(1, np.float32)))
-    row = const(np.array([-1, hidden], np.int64), "row")
+    shape = e.op("Shape", [x])
+    batch_hidden = e.op("Concat", [e.op("Slice", [shape, e.const(np.array([1], np.int64), "start"), e.const(np.array([2], np.int64), "end")]),
+                                   e.const(np.array([hidden], np.int64), "hidden")], axis=0)
+    zeros = e.op("ConstantOfShape", [batch_hidden], value=numpy_helper.from_array(np.zeros(1, np.float32)))
+    row = e.const(np.array([-1, hidden], np.int64), "row")
     ys, hs, cs = [], [], []
     for d in range(dirs):
         def initial(slot: int, d: int = d) -> str:
             if len(node.input) > slot and node.input[slot]:
-                return op("Reshape", [op("Gather", [node.input[slot], const(np.array(d, np.int64), f"dir{d}")], axis=0), row])
+                return e.op("Reshape", [e.op("Gather", [node.input[slot], e.const(np.array(d, np.int64), f"dir{d}")], axis=0), row])
             return zeros
-        h0, c0 = on_grid(initial(5), None, outer), initial(6)
-        body: list[onnx.NodeProto] = []
-        bc = {k: f"c_{k}" for k in outer}
-        body_inits = [numpy_helper.from_array(np.asarray(v), f"c_{k}") for k, v in
-                      (("step", step), ("zp", zero_point), ("top", np.float32(255)), ("bottom", np.float32(0)))]
-        gates = []
-        for g in range(4):  # ONNX's gate order: i, o, f, c
-            rows = slice(g * hidden, (g + 1) * hidden)
-            body_inits += [numpy_helper.from_array(np.ascontiguousarray(w[d, rows].T), f"w{g}"),
-                           numpy_helper.from_array(np.ascontiguousarray(r[d, rows].T), f"r{g}"),
-                           numpy_helper.from_array(bias[d, rows] + bias[d, 4 * hidden + g * hidden:4 * hidden + (g + 1) * hidden], f"b{g}")]
-            pre = op("Add", [op("Add", [op("MatMul", ["x_t", f"w{g}"], body), op("MatMul", ["h_in", f"r{g}"], body)], body), f"b{g}"], body)
-            gates.append(op("Tanh" if g == 3 else "Sigmoid", [pre], body))
-        i, o, f, cand = gates
-        c_out = op("Add", [op("Mul", [f, "c_in"], body), op("Mul", [i, cand], body)], body)
-        h = on_grid(op("Mul", [o, op("Tanh", [c_out], body)], body), body, bc)
-        body += [helper.make_node("Identity", [h], ["h_out"]), helper.make_node("Identity", [c_out], ["c_out"]),
-                 helper.make_node("Identity", [h], ["y_t"])]
-        # shapes stated: onnxruntime's Scan needs its body's outputs shaped, which it cannot infer from a state of
-        # unknown rank (a FakeQuantize of a ConstantOfShape, computed as float ops)
-        state = ["batch", hidden]
-        vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n, shape in
-              (("h_in", state), ("c_in", state), ("x_t", ["batch", w.shape[2]]))]
-        graph = helper.make_graph(body, f"{base}_sim_dir{d}", vi,
-                                  [helper.make_tensor_value_info(n, TensorProto.FLOAT, state) for n in ("h_out", "c_out", "y_t")], body_inits)
+        body = e.step_body(w[d], r[d], bias[d], hidden, f"{e.base}_sim_dir{d}")
         reverse = int(direction == "reverse" or d == 1)
-        outs = [namer.fresh(f"{base}/sim_h{d}"), namer.fresh(f"{base}/sim_c{d}"), namer.fresh(f"{base}/sim_y{d}")]
-        nodes.append(helper.make_node("Scan", [h0, c0, x], outs, name=namer.fresh(f"{base}/SimScan"), body=graph, num_scan_inputs=1,
-                                      scan_input_directions=[reverse], scan_output_directions=[reverse]))
-        ys.append(op("Reshape", [outs[2], const(np.array([0, 1, -1, hidden], np.int64), "y_shape")]))
-        hs.append(op("Reshape", [outs[0], const(np.array([1, -1, hidden], np.int64), "state_shape")]))
-        cs.append(op("Reshape", [outs[1], const(np.array([1, -1, hidden], np.int64), "state_shape")]))
+        outs = [namer.fresh(f"{e.base}/sim_{k}{d}") for k in ("h", "c", "y")]
+        e.nodes.append(helper.make_node("Scan", [e.on_grid(initial(5), None, outer), initial(6), x], outs, name=namer.fresh(f"{e.base}/SimScan"),
+                                        body=body, num_scan_inputs=1, scan_input_directions=[reverse], scan_output_directions=[reverse]))
+        ys.append(e.op("Reshape", [outs[2], e.const(np.array([0, 1, -1, hidden], np.int64), "y_shape")]))
+        hs.append(e.op("Reshape", [outs[0], e.const(np.array([1, -1, hidden], np.int64), "state_shape")]))
+        cs.append(e.op("Reshape", [outs[1], e.const(np.array([1, -1, hidden], np.int64), "state_shape")]))
     for parts, k in ((ys, 0), (hs, 1), (cs, 2)):
         if len(node.output) > k and node.output[k]:
-            nodes.append(helper.make_node("Concat", parts, [node.output[k]], name=namer.fresh(f"{base}/SimConcat"), axis=1 if k == 0 else 0))
-    return nodes
+            e.nodes.append(helper.make_node("Concat", parts, [node.output[k]], name=namer.fresh(f"{e.base}/SimConcat"), axis=1 if k == 0 else 0))
+    return e.nodes
 
 
 def fake_quantize_as_float_ops(model: onnx.ModelProto) -> onnx.ModelProto:
