@@ -200,9 +200,10 @@ def export_options(found: Provenance) -> ExportOptions:
 def quantizes_nothing(proto, target: str, summary: dict) -> QtoolError | None:
     """The error for a model export that places no quantizer (no Q/DQ or FakeQuantize node: the
     file would be the FP32 model, which a runtime builds without INT8 and `qtool inspect`
-    refuses), naming why; None when it places some, writes a range file (no quantizer counts), or
+    refuses), naming why; None when it places some (an LSTM run in int8 included), writes a range file (no quantizer counts), or
     the model holds quantization nodes already (qtool's own export, exported again)."""
-    if summary.get("activation_quantizers", 1) or summary.get("weight_quantizers", 1) or model.already_quantized(proto):
+    if summary.get("activation_quantizers", 1) or summary.get("weight_quantizers", 1) or summary.get("int8_lstm") \
+            or model.already_quantized(proto):
         return None
     kept = list(summary.get("fp32_layer_names", ()))
     if kept:

@@ -260,7 +260,7 @@ def birnn(tmp_path_factory):
     return d
 
 
-@pytest.mark.parametrize("target", ["tensorrt", "openvino", "qdq"])
+@pytest.mark.parametrize("target", ["tensorrt", "qdq"])
 def test_an_export_that_quantizes_nothing_fails_without_a_file(birnn, target):
     from runcli import invoke
 
@@ -271,6 +271,21 @@ def test_an_export_that_quantizes_nothing_fails_without_a_file(birnn, target):
         f"error: the {target} export would quantize nothing: no op of the model is one {target} quantizes under its rules "
         "(its ops: LSTM, Reshape, Transpose); no file written"]
     assert not out.exists()
+
+
+def test_an_openvino_export_of_a_recurrent_net_runs_its_lstm_in_int8(birnn):
+    """OpenVINO runs an LSTM in int8 (qtool.quantizers.placement.recurrent): the same model's export writes a file
+    whose summary names it; excluding the LSTM leaves nothing to quantize again."""
+    from runcli import invoke
+
+    out = birnn / "birnn.openvino.onnx"
+    r = invoke("export", "--calib", birnn / "birnn.calib.json", "--target", "openvino", "-o", out, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["int8_lstm"] == ["bilstm"]
+    assert sum(n.op_type == "FakeQuantize" for n in onnx.load(out).graph.node) == 2  # the input, the zero initial state
+    r = invoke("export", "--calib", birnn / "birnn.calib.json", "--target", "openvino", "-o", birnn / "none.onnx", "--exclude", "bilstm")
+    assert r.exit_code == 1 and "would quantize nothing" in r.output, r.output
+    assert not (birnn / "none.onnx").exists()
 
 
 def test_an_export_with_every_layer_excluded_fails_naming_them(onset):

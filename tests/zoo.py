@@ -49,6 +49,7 @@ __all__ = [
     "char_conv_segmenter_like",
     "stft_lstm_vad_like",
     "unrolled_rnn_like",
+    "crnn_bilstm_like",
     "spelled_layernorm_like",
 ]
 
@@ -1036,6 +1037,40 @@ def unrolled_rnn_like(steps=8, feat=16, hidden=16, seed=6113):
     graph = g.graph("unrolled_rnn", [helper.make_tensor_value_info("x", FLOAT, [steps, 1, feat])],
                     [helper.make_tensor_value_info("y", FLOAT, [steps, hidden])])
     return _make_model(graph, 13)
+
+
+def crnn_bilstm_like(height=8, ch=8, hidden=16, classes=12, seed=6131):
+    """A captcha reader as ddddocr's beta model is exported (ddddocr 1.5.6, common.onnx, opset 12): a grey image
+    [1, 1, height, width] -> Conv, Relu, MaxPool, Conv, Relu -> Transpose (width first) -> Reshape [T, 1, ch * height / 2]
+    -> a bidirectional ONNX LSTM whose zero initial states are ConstantOfShape of [2, batch, hidden] (batch from Shape)
+    -> Transpose, Reshape [T, 1, 2 * hidden] -> MatMul + Add: per-column logits [T, 1, classes]."""
+    g = _Graph(seed=seed)
+    rng = g.rng
+    h = "input1"
+    for i, cin in enumerate((1, ch)):
+        w = g.init(f"conv{i}.weight", _conv_w(rng, ch, cin, 3))
+        b = g.init(f"conv{i}.bias", rng.normal(0, 0.1, ch).astype(np.float32))
+        h = g.op("Relu", [g.op("Conv", [h, w, b], f"/conv{i}", kernel_shape=[3, 3], pads=[1, 1, 1, 1])], f"/conv{i}")
+        if i == 0:
+            h = g.op("MaxPool", [h], "/pool", kernel_shape=[2, 2], strides=[2, 2])
+    h = g.op("Transpose", [h], "", perm=[3, 0, 1, 2])  # [T, 1, ch, height / 2]
+    seq = g.op("Reshape", [h, g.init("seq_shape", np.array([0, 0, -1], np.int64))], "")
+    feat = ch * height // 2
+    batch = g.op("Unsqueeze", [g.op("Gather", [g.op("Shape", [seq], ""), g.init("one", np.array(1, np.int64))], "", axis=0)], "",
+                 axes=[0])
+    dims = g.op("Concat", [g.init("dirs", np.array([2], np.int64)), batch, g.init("hidden", np.array([hidden], np.int64))], "", axis=0)
+    zeros = [g.op("ConstantOfShape", [dims], "", value=numpy_helper.from_array(np.zeros(1, np.float32))) for _ in range(2)]
+    w = g.init("lstm.W", (rng.normal(0, 1, (2, 4 * hidden, feat)) / np.sqrt(feat)).astype(np.float32))
+    r = g.init("lstm.R", (rng.normal(0, 1, (2, 4 * hidden, hidden)) / np.sqrt(hidden)).astype(np.float32))
+    bias = g.init("lstm.B", rng.normal(0, 0.1, (2, 8 * hidden)).astype(np.float32))
+    y = g.op("LSTM", [seq, w, r, bias, "", *zeros], "", n_out=3, hidden_size=hidden, direction="bidirectional")[0]
+    y = g.op("Reshape", [g.op("Transpose", [y], "", perm=[0, 2, 1, 3]), g.init("seq_shape", None)], "")  # [T, 1, 2 * hidden]
+    wo = g.init("head.weight", (rng.normal(0, 1, (2 * hidden, classes)) / np.sqrt(2 * hidden)).astype(np.float32))
+    g.op("Add", [g.op("MatMul", [y, wo], "/head"), g.init("head.bias", rng.normal(0, 0.1, classes).astype(np.float32))], "/head",
+         outputs=["logits"])
+    graph = g.graph("crnn_bilstm", [helper.make_tensor_value_info("input1", FLOAT, [1, 1, height, "image_width"])],
+                    [helper.make_tensor_value_info("logits", FLOAT, ["T", 1, classes])])
+    return _make_model(graph, 12)
 
 
 def spelled_layernorm_like(d=32, seed=6127):

@@ -9,7 +9,12 @@ runs, and OpenVINO's FakeQuantize nodes rewritten into float ONNX ops computing 
     x >  max(il, ih)  -> oh
     otherwise         -> round((x - il) / (ih - il) * (levels - 1)) / (levels - 1) * (oh - ol) + ol
 
-with round half to even, in float32 (FP16 tensors are cast to float32 and back). A real runtime
+with round half to even, in float32 (FP16 tensors are cast to float32 and back). An LSTM that OpenVINO
+runs in int8 (its X from a FakeQuantize, W and R int8 constants times a scale: the pattern of its CPU
+plugin's ConvertFqRnnToQuantizedRnn, qtool.quantizers.placement.recurrent) requantizes its hidden state at
+every step onto X's output grid, which no node of the file states: the simulation computes it as a Scan
+over the time steps per direction, the hidden state rounded onto that grid after each (and before the
+first), as Y and Y_h carry it. A real runtime
 (OpenVINO on "CPU" in f32 precision, onnxruntime with its default optimizations) runs int8 kernels
 that on x86 CPUs without VNNI can saturate (qtool.quantizers.cpu).
 """
@@ -72,6 +77,129 @@ def _float_ops(model: onnx.ModelProto, namer: G.Namer, node: onnx.NodeProto, ele
     return nodes
 
 
+def _int8_lstm_grid(node: onnx.NodeProto, made: dict, inits: dict) -> tuple[float, float] | None:
+    """The output grid (low, high) of the FakeQuantize an LSTM's X comes from, when OpenVINO runs that LSTM in
+    int8: X from a 256-level FakeQuantize with constant output ranges, W and R int8 initializers -> Cast -> Mul;
+    no sequence_lens, peepholes, clip, other activations, input_forget or batch-first layout. None otherwise."""
+    if node.op_type != "LSTM" or node.domain not in ("", "ai.onnx") or len(node.input) < 3:
+        return None
+    if any(len(node.input) > k and node.input[k] for k in (4, 7)) or G.attr(node, "clip") is not None \
+            or G.attr(node, "activations") is not None or int(G.attr(node, "input_forget", 0)) or int(G.attr(node, "layout", 0)):
+        return None
+    fq = made.get(node.input[0])
+    if fq is None or not is_fake_quantize(fq) or G.attr(node, "hidden_size") is None or G.attr(fq, "levels") != 256:
+        return None
+    for t in node.input[1:3]:
+        mul = made.get(t)
+        cast = made.get(mul.input[0]) if mul is not None and mul.op_type == "Mul" else None
+        if cast is None or cast.op_type != "Cast" or cast.input[0] not in inits or inits[cast.input[0]].data_type != TensorProto.INT8 \
+                or mul.input[1] not in inits:
+            return None
+    if fq.input[3] not in inits or fq.input[4] not in inits:
+        return None
+    low, high = (float(numpy_helper.to_array(inits[t]).reshape(-1)[0]) for t in fq.input[3:5])
+    return (low, high) if high > low else None
+
+
+def _weight_of(t: str, made: dict, inits: dict) -> np.ndarray:
+    """The float32 values of a Mul(Cast(int8), scale): as onnxruntime computes them."""
+    mul = made[t]
+    codes = numpy_helper.to_array(inits[made[mul.input[0]].input[0]]).astype(np.float32)
+    return codes * numpy_helper.to_array(inits[mul.input[1]]).astype(np.float32)
+
+
+class _Nodes:
+    """Nodes and initializers appended for one LSTM's simulation, their names fresh in the model."""
+
+    def __init__(self, model: onnx.ModelProto, namer: G.Namer, base: str, step: np.float32, zero_point: np.float32):
+        self.model, self.namer, self.base, self.nodes = model, namer, base, []
+        self.grid = {"step": step, "zp": zero_point, "top": np.float32(255), "bottom": np.float32(0)}
+
+    def const(self, value, name: str) -> str:
+        name = self.namer.fresh(f"{self.base}/sim_{name}")
+        self.model.graph.initializer.append(numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+    def op(self, kind: str, inputs: list[str], into: list | None = None, **attrs) -> str:
+        out = self.namer.fresh(f"{self.base}/sim_{kind}")
+        (self.nodes if into is None else into).append(
+            helper.make_node(kind, inputs, [out], name=self.namer.fresh(f"{self.base}/Sim{kind}"), **attrs))
+        return out
+
+    def on_grid(self, x: str, into: list | None, consts: dict[str, str]) -> str:
+        """round(x / step) + zp on [0, 255], back to float: the hidden state's u8 codes."""
+        q = self.op("Add", [self.op("Round", [self.op("Div", [x, consts["step"]], into)], into), consts["zp"]], into)
+        q = self.op("Max", [self.op("Min", [q, consts["top"]], into), consts["bottom"]], into)
+        return self.op("Mul", [self.op("Sub", [q, consts["zp"]], into), consts["step"]], into)
+
+    def step_body(self, w: np.ndarray, r: np.ndarray, bias: np.ndarray, hidden: int, name: str) -> onnx.GraphProto:
+        """One LSTM step of one direction (w [4H, I], r [4H, H], bias [8H], ONNX's gate order i, o, f, c): state
+        inputs h_in, c_in and the scan input x_t; outputs h_out (on the grid), c_out and y_t = h_out."""
+        body: list[onnx.NodeProto] = []
+        consts = {k: f"c_{k}" for k in self.grid}
+        inits = [numpy_helper.from_array(np.asarray(v), f"c_{k}") for k, v in self.grid.items()]
+        gates = []
+        for g in range(4):
+            rows = slice(g * hidden, (g + 1) * hidden)
+            inits += [numpy_helper.from_array(np.ascontiguousarray(w[rows].T), f"w{g}"),
+                      numpy_helper.from_array(np.ascontiguousarray(r[rows].T), f"r{g}"),
+                      numpy_helper.from_array(bias[rows] + bias[4 * hidden + g * hidden:4 * hidden + (g + 1) * hidden], f"b{g}")]
+            pre = self.op("Add", [self.op("Add", [self.op("MatMul", ["x_t", f"w{g}"], body), self.op("MatMul", ["h_in", f"r{g}"], body)], body),
+                                  f"b{g}"], body)
+            gates.append(self.op("Tanh" if g == 3 else "Sigmoid", [pre], body))
+        i, o, f, cand = gates
+        c_out = self.op("Add", [self.op("Mul", [f, "c_in"], body), self.op("Mul", [i, cand], body)], body)
+        h = self.on_grid(self.op("Mul", [o, self.op("Tanh", [c_out], body)], body), body, consts)
+        body += [helper.make_node("Identity", [h], ["h_out"]), helper.make_node("Identity", [c_out], ["c_out"]),
+                 helper.make_node("Identity", [h], ["y_t"])]
+        # shapes stated: onnxruntime's Scan needs its body's outputs shaped, which it cannot infer from a state of
+        # unknown rank (a FakeQuantize of a ConstantOfShape, computed as float ops: ddddocr_beta's)
+        state = ["batch", hidden]
+        vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n, shape in
+              (("h_in", state), ("c_in", state), ("x_t", ["batch", w.shape[1]]))]
+        return helper.make_graph(body, name, vi, [helper.make_tensor_value_info(n, TensorProto.FLOAT, state) for n in ("h_out", "c_out", "y_t")],
+                                 inits)
+
+
+def _lstm_as_scans(model: onnx.ModelProto, namer: G.Namer, node: onnx.NodeProto, grid: tuple[float, float], made: dict,
+                   inits: dict) -> list[onnx.NodeProto]:
+    """The nodes computing the LSTM `node` as OpenVINO's int8 kernel does: one Scan per direction, the hidden
+    state rounded onto `grid` (256 levels) before the first step and after every step."""
+    hidden = int(G.attr(node, "hidden_size"))
+    direction = G.text_attr(node, "direction", "forward")
+    dirs = 2 if direction == "bidirectional" else 1
+    w, r = _weight_of(node.input[1], made, inits), _weight_of(node.input[2], made, inits)
+    bias = (numpy_helper.to_array(inits[node.input[3]]).astype(np.float32) if len(node.input) > 3 and node.input[3] in inits
+            else np.zeros((dirs, 8 * hidden), np.float32))
+    step = np.float32((grid[1] - grid[0]) / 255)
+    e = _Nodes(model, namer, node.name or "lstm", step, np.float32(np.rint(-grid[0] / step)))
+    outer = {k: e.const(v, k) for k, v in e.grid.items()}
+    x = node.input[0]
+    shape = e.op("Shape", [x])
+    batch_hidden = e.op("Concat", [e.op("Slice", [shape, e.const(np.array([1], np.int64), "start"), e.const(np.array([2], np.int64), "end")]),
+                                   e.const(np.array([hidden], np.int64), "hidden")], axis=0)
+    zeros = e.op("ConstantOfShape", [batch_hidden], value=numpy_helper.from_array(np.zeros(1, np.float32)))
+    row = e.const(np.array([-1, hidden], np.int64), "row")
+    ys, hs, cs = [], [], []
+    for d in range(dirs):
+        def initial(slot: int, d: int = d) -> str:
+            if len(node.input) > slot and node.input[slot]:
+                return e.op("Reshape", [e.op("Gather", [node.input[slot], e.const(np.array(d, np.int64), f"dir{d}")], axis=0), row])
+            return zeros
+        body = e.step_body(w[d], r[d], bias[d], hidden, f"{e.base}_sim_dir{d}")
+        reverse = int(direction == "reverse" or d == 1)
+        outs = [namer.fresh(f"{e.base}/sim_{k}{d}") for k in ("h", "c", "y")]
+        e.nodes.append(helper.make_node("Scan", [e.on_grid(initial(5), None, outer), initial(6), x], outs, name=namer.fresh(f"{e.base}/SimScan"),
+                                        body=body, num_scan_inputs=1, scan_input_directions=[reverse], scan_output_directions=[reverse]))
+        ys.append(e.op("Reshape", [outs[2], e.const(np.array([0, 1, -1, hidden], np.int64), "y_shape")]))
+        hs.append(e.op("Reshape", [outs[0], e.const(np.array([1, -1, hidden], np.int64), "state_shape")]))
+        cs.append(e.op("Reshape", [outs[1], e.const(np.array([1, -1, hidden], np.int64), "state_shape")]))
+    for parts, k in ((ys, 0), (hs, 1), (cs, 2)):
+        if len(node.output) > k and node.output[k]:
+            e.nodes.append(helper.make_node("Concat", parts, [node.output[k]], name=namer.fresh(f"{e.base}/SimConcat"), axis=1 if k == 0 else 0))
+    return e.nodes
+
+
 def fake_quantize_as_float_ops(model: onnx.ModelProto) -> onnx.ModelProto:
     """The model with every main-graph FakeQuantize replaced, in place, by float ONNX ops computing
     OpenVINO's formula (a model below opset 11 is converted first, into a new model: Round needs 11)."""
@@ -81,11 +209,16 @@ def fake_quantize_as_float_ops(model: onnx.ModelProto) -> onnx.ModelProto:
         model, _ = upgrade_opset(model, ROUND_OPSET, why="FakeQuantize as float ops (Round)")
     namer = G.Namer(model)
     types = _elem_types(model)
+    made = G.producers(model.graph)
+    inits = {t.name: t for t in model.graph.initializer}
     nodes: list[onnx.NodeProto] = []
     for n in model.graph.node:
+        grid = _int8_lstm_grid(n, made, inits)
         if is_fake_quantize(n):
             elem_type = next((types[r] for r in n.input[1:] if r in types), types.get(n.input[0], TensorProto.FLOAT))
             nodes += _float_ops(model, namer, n, elem_type)
+        elif grid is not None:
+            nodes += _lstm_as_scans(model, namer, n, grid, made, inits)
         else:
             nodes.append(n)
     del model.graph.node[:]

@@ -35,6 +35,8 @@ class Rules:
     # a quantizer stays below the Reshape of attention's context (MatMul of two activations -> Transpose -> Reshape):
     # OpenVINO fuses that Transpose into its attention kernel only without a FakeQuantize between them
     fused_attention_context: bool = False
+    # LSTMs run in int8 on the runtime's terms (qtool.quantizers.placement.recurrent): OpenVINO's CPU plugin
+    int8_lstm: bool = False
 
     def forwards(self, op: str) -> bool:
         """A quantizer moves up through `op` (a standard-domain op) when every reader wants it:

@@ -199,6 +199,61 @@ def _below_reduction(model: onnx.ModelProto, namer: G.Namer, reduction: onnx.Nod
     return copy.output[0]
 
 
+def _int8_lstm(model: onnx.ModelProto, namer: G.Namer, node: onnx.NodeProto, site) -> None:
+    """Rewrite the LSTM `node` as its placement.recurrent.RecurrentSite says, in the form OpenVINO's CPU plugin runs in
+    int8: X through a FakeQuantize from its range onto the hidden state's grid, W and R as compressed int8 weights
+    (int8 -> Cast -> Mul by one [1, 4H, 1] scale), the re-encoding's bias, the initial state through the grid (zeros
+    [directions, batch, hidden] made from X's shape where the LSTM has none)."""
+    base = node.name
+
+    def const(array: np.ndarray, name: str) -> str:
+        name = namer.fresh(f"{base}/{name}")
+        model.graph.initializer.append(numpy_helper.from_array(array, name))
+        return name
+
+    def fake_quantize(tensor: str, low: float, high: float, what: str) -> str:
+        il, ih = const(np.float32(low), f"{what}/input_low"), const(np.float32(high), f"{what}/input_high")
+        ol, oh = const(np.float32(site.grid[0]), f"{what}/output_low"), const(np.float32(site.grid[1]), f"{what}/output_high")
+        out = namer.fresh(f"{base}/{what}/fq")
+        model.graph.node.append(helper.make_node("FakeQuantize", [tensor, il, ih, ol, oh], [out], name=namer.fresh(f"{base}/{what}/FakeQuantize"),
+                                                 domain=DOMAIN, levels=256))
+        return out
+
+    scale = const(site.scale, "scale")
+
+    def weight(codes: np.ndarray, what: str) -> str:
+        converted, out = namer.fresh(f"{base}/{what}/int8/float"), namer.fresh(f"{base}/{what}/dequantized")
+        model.graph.node.extend([
+            helper.make_node("Cast", [const(codes, f"{what}/int8")], [converted], name=namer.fresh(f"{base}/{what}/Convert"), to=TensorProto.FLOAT),
+            helper.make_node("Mul", [converted, scale], [out], name=namer.fresh(f"{base}/{what}/Multiply")),
+        ])
+        return out
+
+    while len(node.input) < 4:
+        node.input.append("")
+    node.input[0] = fake_quantize(node.input[0], *site.x_range, "X")
+    node.input[1] = weight(site.w_codes, "W")
+    node.input[2] = weight(site.r_codes, "R")
+    node.input[3] = const(site.bias, "B")
+    state = site.state
+    if state is None:
+        dirs, hidden = site.w_codes.shape[0], site.w_codes.shape[1] // 4
+        shape, batch, dims, state = (namer.fresh(f"{base}/initial_h/{k}") for k in ("shape", "batch", "dims", "zeros"))
+        model.graph.node.extend([
+            helper.make_node("Shape", [node.input[0]], [shape], name=namer.fresh(f"{base}/initial_h/Shape")),
+            helper.make_node("Gather", [shape, const(np.array([1], np.int64), "initial_h/batch_axis")], [batch],
+                             name=namer.fresh(f"{base}/initial_h/Gather"), axis=0),
+            helper.make_node("Concat", [const(np.array([dirs], np.int64), "initial_h/directions"), batch,
+                                        const(np.array([hidden], np.int64), "initial_h/hidden")], [dims],
+                             name=namer.fresh(f"{base}/initial_h/Concat"), axis=0),
+            helper.make_node("ConstantOfShape", [dims], [state], name=namer.fresh(f"{base}/initial_h/ConstantOfShape"),
+                             value=numpy_helper.from_array(np.zeros(1, np.float32))),
+        ])
+    while len(node.input) < 6:
+        node.input.append("")
+    node.input[5] = fake_quantize(state, *site.grid, "initial_h")
+
+
 def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
     """Insert the plan's quantizers as FakeQuantize nodes, 8-bit weights stored compressed (in place)."""
     index = G.Index(model)
@@ -238,6 +293,8 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
         out = _fake_quantize(model, namer, source, params, shape, site.elem_type)
         for node_name, slot in site.readers:
             nodes[node_name].input[slot] = out
+    for site in plan.recurrent:
+        _int8_lstm(model, namer, nodes[site.node], site)
     G.ensure_opset(model, DOMAIN, 1)
 
 

@@ -18,9 +18,12 @@ src/nncf/openvino/quantization/ignored_patterns.py):
   so every reader of the block input reads one quantized tensor. Nor the Add of a magnitude,
   sqrt(a^2 + b^2) (an STFT's): its squares span twice their roots' dynamic range
   (qtool.quantizers.patterns.is_magnitude; the Sqrt output is quantized where a layer reads it).
-* Recurrent ops (LSTM, GRU, RNN) ask for nothing: their inputs, weights and states stay float. NNCF
-  quantizes an LSTMSequence's X, H, W and R; OpenVINO then runs the sequence in int8 and requantizes
-  every step's hidden state inside the op, which no FakeQuantize of the file expresses.
+* Recurrent ops (LSTM, GRU, RNN) ask for nothing here: their inputs, weights and states stay float,
+  except under rules with `int8_lstm` (OpenVINO's): an LSTM's X re-encoded onto its hidden state's
+  grid, its initial state on that grid, W and R int8 with per-unit scales, as OpenVINO's CPU plugin
+  runs an LSTM in int8 (step 10, qtool.quantizers.placement.recurrent). NNCF quantizes an
+  LSTMSequence's X, H, W and R at their own ranges; OpenVINO then requantizes every step's hidden
+  state on X's grid.
 * Ignored patterns (NNCF src/nncf/openvino/quantization/ignored_patterns.py and
   src/nncf/onnx/quantization/ignored_patterns.py; on by default, `ignored_patterns=False` turns
   them off): the nodes of these subgraphs get no quantizer on their inputs, so their linear
@@ -73,7 +76,7 @@ read-only `state.Inputs`, the user's `state.Choices`, the `state.Report` of FP32
 warnings they add to): what stays float (`exclusions`), what each op asks for (`requests`), the
 moves through pass-through ops and the shared-range groups with their ranges (`moves`), the
 weights, the int8 layers and their quantizers, depthwise inputs per channel and the policies
-(`sites`), and the overflow guard (`guard`).
+(`sites`), the overflow guard (`guard`) and the LSTMs run in int8 (`recurrent`).
 """
 
 
@@ -90,7 +93,7 @@ from ...errors import Opt, QtoolError
 from ..policy import Policies
 from ..quantizer import Quantizer
 from ..rules import Rules
-from . import exclusions, guard, moves, requests, sites
+from . import exclusions, guard, moves, recurrent, requests, sites
 from .state import Choices, Inputs, Report
 
 WEIGHTS_7BIT = (None, "auto", "first", "all", "none")  # None: auto
@@ -109,6 +112,7 @@ class Plan:
     overflow: dict = field(default_factory=dict)  # the overflow guard: mode, remedy, layers given it (with why)
     transformer: dict = field(default_factory=dict)  # the transformer structure found (counts), when the CPU rules' transformer preset applies
     unrepresentable: dict = field(default_factory=dict)  # tensor -> why no 8-bit grid can represent its range (kept float)
+    recurrent: list = field(default_factory=list)  # recurrent.RecurrentSite: the LSTMs run in int8 (Rules.int8_lstm)
 
     @property
     def quantizers(self) -> list[Quantizer]:
@@ -139,6 +143,8 @@ class Plan:
             out["transformer"] = self.transformer
         if self.unrepresentable:
             out["unrepresentable"] = dict(sorted(self.unrepresentable.items()))
+        if self.recurrent:
+            out["int8_lstm"] = sorted(site.node for site in self.recurrent)
         return out
 
 
@@ -184,11 +190,12 @@ def place(proto: onnx.ModelProto, records: dict, *, rules: Rules, choices: Choic
             plan.overflow["layers"] = dict(sorted({**plan.overflow["layers"], **{k: overflow_fix["layers"][k] for k in fp32}}.items()))
             plan.fp32_layers.update(dict.fromkeys(fp32, "kept FP32 by the overflow guard"))
             return plan
+    lstms = recurrent.lstm_sites(inputs, kept) if rules.int8_lstm else []  # 10. the LSTMs run in int8
     order = {name: i for i, name in enumerate(inputs.m.producer)}
     placed.activations.sort(key=lambda s: order.get(s.tensor, -1))
     _final_warnings(inputs, report)
     return Plan(placed.activations, placed.weights, placed.int8_layers, report.fp32, report.warnings, kept.ignored,
-                overflow_fix, asked.transformer, kept.unrepresentable)
+                overflow_fix, asked.transformer, kept.unrepresentable, lstms)
 
 
 def _final_warnings(inputs: Inputs, report: Report) -> None:

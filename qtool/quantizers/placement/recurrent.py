@@ -1,0 +1,145 @@
+"""Step 10: the LSTMs a target runs in int8 (`Rules.int8_lstm`: OpenVINO's CPU plugin), each as one
+`RecurrentSite`, the numbers its writer stores.
+
+OpenVINO's CPU plugin runs an LSTMSequence in int8 when its X is a dequantized u8 tensor, its initial
+hidden state H a dequantized u8 tensor or a constant, and W and R int8 constants times a scale
+(openvinotoolkit/openvino src/plugins/intel_cpu/src/transformations/cpu_opset/common/pass/
+convert_fq_rnn_to_quantized_rnn.cpp). It then takes one scale and shift for the data, X's, and one
+scale vector for the weights, W's: oneDNN's int8 RNN computes the gates from the u8 codes of X and of
+the hidden state on that one grid and requantizes every step's hidden state onto it. So:
+
+* the hidden state's grid: 8-bit, zero point 128, covering the calibrated max |h| (the LSTM's Y and
+  Y_h, the state input's; 1 when none is recorded: o * tanh(c) stays in (-1, 1));
+* X read through one FakeQuantize from its own range (its threshold) onto that grid, an affine
+  re-encoding x' = a x + b that W / a and the bias (minus b times the rows of the stored W / a) undo
+  exactly. NNCF quantizes X at its own range instead, which then holds the hidden state too:
+  Silero VAD's ReLU input [0, 9] leaves no negative h (its hn at -6.6 dB), ddddocr's +-6.3 a step of
+  0.05 for h (11.7 dB);
+* W and R symmetric int8 with one scale per hidden unit, shared by the four gates, both directions,
+  W and R: the plugin reads only W's scales and, from an ONNX LSTM (gates i, o, f, c), applies them to
+  its reordered gates (f, i, c, o); with a scale per gate row, OpenVINO 2026.4 ran Silero VAD's LSTM
+  alone at -1.5 dB from the file's arithmetic (a random one at 18 dB), with one per row or per direction
+  it kept a bidirectional LSTM in f32; per unit it computes the file's numbers (150 dB:
+  bench/openvino_quirks.py, case 5);
+* the initial hidden state always read through a FakeQuantize onto the grid (the plugin reads its u8
+  codes on X's grid), zeros made from X's shape where the LSTM has none: a state OpenVINO cannot fold
+  into a constant (zeros of a dynamic batch, a graph input) and reads as float fails the plugin's
+  pattern, and OpenVINO 2026.4 then refuses the int8 weights ("expects Constant for port 4").
+
+An LSTM is left float (as before) when the user excluded it, its input or its initial state, when its
+input has no finite range or is not float32, when W or R is not a constant or not finite, when it has
+sequence_lens, peepholes, clip, input_forget or the batch-first layout, or when it states its activations, even ONNX's
+defaults (as tf2onnx does): OpenVINO 2026.4 runs such an LSTM as a TensorIterator in f32 (thai_oskut_ws),
+so quantizing it would cost precision for nothing. Models below opset 9 (no ConstantOfShape) too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...model import graph as G
+from ...model import lazy
+from .exclusions import Kept
+from .state import Inputs
+
+GRID_ZERO_POINT = 128  # the hidden state's grid: u8 codes, 128 the code of 0
+LEVELS = 256
+WEIGHT_MAX = 127  # symmetric narrow int8 codes
+
+
+@dataclass(frozen=True)
+class RecurrentSite:
+    """One LSTM run in int8: what its writer stores (a FakeQuantize of X from x_range onto grid, the int8
+    W and R codes times `scale`, the new bias, a FakeQuantize of `state` onto grid)."""
+
+    node: str
+    x_range: tuple[float, float]  # the input's range (its threshold), mapped onto the grid
+    grid: tuple[float, float]  # the 8-bit grid of the re-encoded input and the hidden state: -128 and 127 steps
+    state: str | None  # the initial hidden state read through the grid; None: none, zeros made from X's shape
+    w_codes: np.ndarray  # int8 [dirs, 4H, input]: W / a on the grid of `scale`
+    r_codes: np.ndarray  # int8 [dirs, 4H, H]
+    scale: np.ndarray  # float32 [1, 4H, 1]: one per hidden unit, repeated for the four gates
+    bias: np.ndarray  # float32 [dirs, 8H]: B with b times the stored W / a taken out
+
+
+def _plain_lstm(node) -> bool:
+    """An LSTM of the standard domain without what the int8 kernel does not compute."""
+    if node.op_type != "LSTM" or node.domain not in ("", "ai.onnx"):
+        return False
+    if any(len(node.input) > k and node.input[k] for k in (4, 7)):  # sequence_lens (not measured), peepholes
+        return False
+    if G.attr(node, "clip") is not None or G.attr(node, "activations") is not None:
+        return False
+    return not int(G.attr(node, "input_forget", 0)) and not int(G.attr(node, "layout", 0))
+
+
+def _constant(inputs: Inputs, t: str) -> np.ndarray | None:
+    const = inputs.m.constants.get(t)
+    if const is None:
+        return None
+    try:
+        values = np.asarray(lazy.value(const), dtype=np.float64)
+    except Exception:  # external data not loaded, damaged tensor: the LSTM stays float
+        return None
+    return values if np.all(np.isfinite(values)) else None
+
+
+def lstm_sites(inputs: Inputs, kept: Kept) -> list[RecurrentSite]:
+    """The LSTMs to run in int8, in graph order."""
+    m, out = inputs.m, []
+    if G.default_opset(m.proto) < 9:  # the zero state is a ConstantOfShape
+        return out
+    for node in m.graph.node:
+        if not _plain_lstm(node) or node.name in kept.nodes:
+            continue
+        x = node.input[0]
+        threshold = inputs.thresholds.get(x)
+        if (x in kept.tensors or not inputs.quantizable_act(x) or m.types.get(x) != 1 or threshold is None
+                or not np.isfinite(threshold.amax) or threshold.amax <= 0):
+            continue
+        w, r = (_constant(inputs, node.input[k]) for k in (1, 2))
+        if w is None or r is None or w.ndim != 3 or r.ndim != 3 or w.shape[1] % 4:
+            continue
+        dirs, gates, hidden = w.shape[0], w.shape[1], w.shape[1] // 4
+        bias = _constant(inputs, node.input[3]) if len(node.input) > 3 and node.input[3] else np.zeros((dirs, 2 * gates))
+        if bias is None or bias.shape != (dirs, 2 * gates) or r.shape != (dirs, gates, hidden):
+            continue
+        state = node.input[5] if len(node.input) > 5 and node.input[5] else None
+        if state is not None and (state in kept.tensors or m.types.get(state) != 1):
+            continue
+        site = _site(node.name, inputs, node, threshold, state, w, r, bias)
+        if site is not None:
+            out.append(site)
+    return out
+
+
+def _site(name: str, inputs: Inputs, node, threshold, state: str | None, w: np.ndarray, r: np.ndarray,
+          bias: np.ndarray) -> RecurrentSite | None:
+    records = inputs.records
+    peaks = [records[t].absmax for t in (node.output[0] if node.output else "", node.output[1] if len(node.output) > 1 else "",
+                                         state or "") if t and t in records]
+    h_max = max(peaks) if peaks else 1.0
+    if not np.isfinite(h_max) or h_max <= 0:
+        return None
+    step = h_max / (LEVELS - 1 - GRID_ZERO_POINT)
+    grid = (-GRID_ZERO_POINT * step, (LEVELS - 1 - GRID_ZERO_POINT) * step)
+    x_range = (0.0 if threshold.unsigned else -threshold.amax, threshold.amax)
+    a = (grid[1] - grid[0]) / (x_range[1] - x_range[0])
+    b = grid[0] - a * x_range[0]
+    dirs, gates = w.shape[:2]
+    hidden = gates // 4
+    w_a = w / a
+    peak = np.maximum(np.abs(w_a).reshape(dirs, 4, hidden, -1).max(axis=(0, 1, 3)),
+                      np.abs(r).reshape(dirs, 4, hidden, -1).max(axis=(0, 1, 3)))
+    unit = np.where(peak > 0, peak / WEIGHT_MAX, 1.0)
+    scale = np.tile(unit, 4).reshape(1, gates, 1)
+    w_codes = np.clip(np.rint(w_a / scale), -WEIGHT_MAX, WEIGHT_MAX)
+    r_codes = np.clip(np.rint(r / scale), -WEIGHT_MAX, WEIGHT_MAX)
+    scale32 = scale.astype(np.float32)
+    new_bias = bias.copy()
+    # x'= a x + b: (W / a) x' = W x + b (W / a) 1, with the W / a the file stores (its codes times the float32 scale)
+    new_bias[:, :gates] -= b * (w_codes * scale32.astype(np.float64)).sum(axis=2)
+    return RecurrentSite(name, (float(x_range[0]), float(x_range[1])), (float(grid[0]), float(grid[1])), state,
+                         w_codes.astype(np.int8), r_codes.astype(np.int8), scale32, new_bias.astype(np.float32))
