@@ -86,8 +86,8 @@ def as_float(proto: onnx.ModelProto, folder=None, where: str = "the model") -> t
         static = [op for op in found if op not in DYNAMIC_OPS | {"DynamicQuantizeLinear"}] or found
         raise QtoolError(f"{where} holds {', '.join(static)} nodes: it is already quantized (onnxruntime's QOperator format or "
                          "its contrib ops), which qtool does not read back as float; give the FP32 model it was made from")
-    if any(n.op_type in DYNAMIC_OPS | {"DynamicQuantizeLinear"} for n in proto.graph.node for sub in subgraphs(n)
-           for n in _all_nodes(sub)):
+    inner = (k for n in proto.graph.node for sub in subgraphs(n) for k in _all_nodes(sub))
+    if any(_quantized_op(k) for k in inner):
         raise QtoolError(f"{where} holds dynamically quantized layers inside a subgraph (If/Loop/Scan), which qtool does not "
                          "read back as float; give the FP32 model it was made from")
     model = onnx.ModelProto()
