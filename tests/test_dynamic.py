@@ -186,6 +186,11 @@ def test_other_quantized_models_are_refused(tmp_path):
     model.graph.node.insert(0, helper.make_node("DynamicQuantizeLinear", ["x"], ["unused", "xs", "xzp"]))
     with pytest.raises(QtoolError, match="ConvInteger node 'y_int' is not in the pattern onnxruntime's quantize_dynamic writes"):
         dynamic.as_float(model)
+    model = old_style()  # weight scales [C] multiply the output [N, C, H, W] along W, not per channel: not read as per channel
+    scale = next(t for t in model.graph.initializer if t.name == "w_scale")
+    scale.CopyFrom(numpy_helper.from_array(np.full(4, 0.01, np.float32), "w_scale"))
+    with pytest.raises(QtoolError, match="one weight scale and zero point, or one per output channel"):
+        dynamic.as_float(model)
 
 
 def test_calibrate_export_inspect_evaluate(tmp_path, monkeypatch):

@@ -252,7 +252,9 @@ class _Rewriter:
         y = self.scaled(n, cast, scales)
         if bias is None:  # current onnxruntime: the float bias added after the scaling, through a Reshape
             bias, y = self._float_bias(y, wq.shape[0]) or (None, y)
-        if ws.size not in (1, wq.shape[0]) or wz.size not in (1, wq.shape[0]):
+        # the scales multiply the output [N, C, ...]: per channel, Ws's shape puts C on axis 1 ([C, 1, 1] or [1, C, 1, 1])
+        per_channel = ws.size > 1 and tuple(ws.shape[-(wq.ndim - 1):]) == (wq.shape[0],) + (1,) * (wq.ndim - 2)
+        if not (ws.size == 1 or per_channel) or wz.size not in (1, wq.shape[0]):
             raise _Unrecognised(n, "one weight scale and zero point, or one per output channel")
 
         def shaped(a):
