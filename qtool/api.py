@@ -74,6 +74,7 @@ TARGET_DESCRIPTIONS = {t: targets.get(t).description for t in TARGETS}
 TRT_CACHE_VERSION, TRT_LATEST_VERSION = tensorrt.CACHE_VERSION, tensorrt.LATEST_VERSION
 REPORT_TARGETS, REPORT_DEFAULT_TARGET = _report.TARGETS, _report.DEFAULT_TARGET
 format_db = _evaluate.format_db
+from_json_number = _evaluate.from_json_number
 __all__ = ["DEFAULT_BATCH", "Outcome"]
 
 
@@ -86,9 +87,10 @@ def _loaded(model_or_path, external_data: bool = True) -> model.LoadedModel:
         if bad is not None:
             raise QtoolError(f"the ModelProto's {bad} is not UTF-8 text; give a complete ONNX model")
         digest = hashlib.sha256(model_or_path.SerializeToString()).hexdigest()
-        return model.LoadedModel(path=Path.cwd() / "in-memory.onnx", sha256=digest, proto=model_or_path)
+        return model.as_float(model.LoadedModel(path=Path.cwd() / "in-memory.onnx", sha256=digest, proto=model_or_path),
+                              "the ModelProto")
     if isinstance(model_or_path, (str, os.PathLike)):
-        return model.load_model(model_or_path, external_data=external_data)
+        return model.load_float_model(model_or_path, external_data=external_data)
     raise QtoolError(f"model must be a path or an onnx.ModelProto, not {type(model_or_path).__name__}")
 
 
@@ -178,7 +180,8 @@ def evaluate(model_or_path, cal: Calibration, *, runtime: str | None = None, per
             return _data.memory_runs(items[:limit] if limit else items, specs)
     else:
         _, runs = held_out_runs(loaded, cal, images, data, limit)
-    result = _evaluate.evaluate(loaded, cal, runs, built, runtime=runtime, per_tensor=per_tensor, progress=progress_bar(progress))
+    # a model onnxruntime quantized dynamically: against the model as given (qtool.commands.evaluate.evaluated)
+    result, _ = _evaluate_files.evaluated(loaded, cal, runs, built, runtime=runtime, per_tensor=per_tensor, progress=progress_bar(progress))
     for w in result.warnings:
         log.warning(w)
     return result

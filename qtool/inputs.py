@@ -48,7 +48,7 @@ def load_checked_model(model_path: Path | None, calib_path: Path, cal: calibrati
     path = model_path if model_path is not None else calib_path.parent / cal.model_path
     if model_path is None and not path.exists():
         raise QtoolError(f"the calibrated model {str(path)!r} (recorded in {str(calib_path)!r}) is missing; pass MODEL")
-    loaded = model.load_model(path)
+    loaded = model.load_float_model(path)
     check_model(loaded, calib_path, cal.model_path, cal.model_sha256)
     return loaded
 

@@ -210,7 +210,7 @@ def inspect_file(file: Path, model_path: Path | None) -> tuple[dict, str, str | 
     doc = read_file(file)
     cov = None
     if model_path is not None:
-        loaded = model.load_model(model_path)
+        loaded = model.load_float_model(model_path)
         if doc["kind"] == "calibration":
             check_model(loaded, file, doc["header"]["model"], doc["header"]["sha256"])  # export's check: another model's names say nothing
         cov = coverage(doc, loaded)

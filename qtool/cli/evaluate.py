@@ -98,6 +98,11 @@ def text(summary: dict, details: dict) -> str:
             f"activation and {q.get('weight_quantizers', 0)} weight quantizers) vs FP32 on {result.samples} samples from {inputs} {what} "
             f"in {seconds:.1f} s"
         )]
+    ref = summary.get("reference")
+    if ref is not None:  # a model onnxruntime quantized dynamically, read as float
+        lines.append(f"FP32 here is {summary['model']} as given, quantized dynamically by onnxruntime (its ConvInteger/MatMulInteger/"
+                     f"DynamicQuantizeLSTM run by onnxruntime); the export is built from qtool's float reading of it "
+                     f"({ref['read_as_float']}), which is {format_db(api.from_json_number(ref['float_reading_sqnr_db']))} dB from it")
     rt = result.runtime
     width = max([len("output")] + [len(o.name) for o in result.outputs])
     head = f"{'output':<{width}}  {'SQNR dB':>8}  {'cosine':>8}  {'top-1 agree':>11}"

@@ -9,6 +9,7 @@ import logging
 import math
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -18,8 +19,10 @@ from ..checks import simulate
 from ..errors import Opt, QtoolError, UsageError
 from ..feeds import data as _data
 from ..inputs import check_model, find_calibration, held_out_runs, load_checked_model, model_json
+from ..model import dynamic
 from ..model.writer import ModelFile
 from ..options import EvaluateOptions, ExportOptions, exactly_one
+from ..targets import exporter
 from . import Outcome, done, path, progress_bar
 
 log = logging.getLogger("qtool")
@@ -52,11 +55,39 @@ def run(model_path, options: EvaluateOptions, *, calib=None, reference=None, pro
     cal = calibration.load(calib_path)
     loaded = load_checked_model(model_path, calib_path, cal)
     inputs, runs = held_out_runs(loaded, cal, options.images, options.data, options.limit, options.batch_size, options.image)
-    result = _evaluate.evaluate(loaded, cal, runs, options.export, runtime=options.runtime, per_tensor=options.tensors,
+    result, rewrite = evaluated(loaded, cal, runs, options.export, runtime=options.runtime, per_tensor=options.tensors,
                                 progress=progress_bar(progress))
     done(progress)
     summary = {"command": "evaluate", "model": model_json(loaded.path), "model_sha256": loaded.sha256, "calibration": str(calib_path)}
+    if rewrite is not None:
+        summary["reference"] = rewrite
     return _outcome(summary, result, inputs, options, started)
+
+
+def evaluated(loaded, cal, runs, options: ExportOptions, *, runtime: str | None = None, per_tensor: bool = False,
+              progress=None) -> tuple[_evaluate.Evaluation, dict | None]:
+    """qtool.checks.evaluation.evaluate, and what the summary says of the reference: None for an FP32
+    model. For a model onnxruntime quantized dynamically, read as the float model it was made from
+    (qtool.model.as_float), the reference is the model as given, run by onnxruntime: the export built
+    from the float reading is scored against it (evaluate_file), and so is the float reading itself
+    (its own error, in the summary); per_tensor ranks the quantizers against the float reading."""
+    if loaded.given is None:
+        return _evaluate.evaluate(loaded, cal, runs, options, runtime=runtime, per_tensor=per_tensor, progress=progress), None
+    _evaluate.check_request(options.target, runtime, per_tensor)
+    options = _evaluate.export_options(options, runtime)
+    built = exporter(options.target).export(loaded, cal, options)
+    given = replace(loaded, proto=loaded.given, given=None, rewritten=None)
+    result = _evaluate.evaluate_file(given, built.data, runs, target=options.target, runtime=runtime, progress=progress)
+    tensors = _evaluate.evaluate(loaded, cal, runs, options, per_tensor=True).tensors if per_tensor else []
+    own = _evaluate.evaluate_file(given, loaded.proto.SerializeToString(), runs)
+    result = replace(result, tensors=tensors, plan_summary=built.summary, warnings=list(built.warnings) + result.warnings)
+    reference = {
+        "model": "as given: quantized dynamically by onnxruntime (its int8 layers run as onnxruntime runs them)",
+        "read_as_float": loaded.rewritten,
+        "float_reading_sqnr_db": _evaluate.json_number(own.worst_sqnr_db),
+        "float_reading_outputs": [o.to_json() for o in own.outputs],
+    }
+    return result, reference
 
 
 def _outcome(summary: dict, result: _evaluate.Evaluation, inputs: list, options: EvaluateOptions, started: float) -> Outcome:
@@ -96,6 +127,8 @@ def exported_file(file: Path | None, reference: Path | None) -> tuple | None:
     head = provenance.header(file)
     found = provenance.read(head, file)
     if found is None and reference is None:
+        if dynamic.is_dynamic(head):  # quantized by onnxruntime's quantize_dynamic: a MODEL, read as float (qtool.model.dynamic)
+            return None
         quantized = sorted({n.op_type for n in head.graph.node if n.op_type in model.QUANTIZED_OPS})
         if quantized:
             raise QtoolError("{file!r} holds {ops} nodes but no qtool provenance ({key}); give the FP32 model it was made from "

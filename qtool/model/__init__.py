@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
+import logging
 import os
 import stat
 from dataclasses import dataclass
@@ -14,11 +16,13 @@ import onnx
 from onnx import TensorProto, helper
 
 from ..errors import Opt, QtoolError
-from . import lazy, lazyload, shapes
+from . import dynamic, lazy, lazyload, shapes
 from .graph import Constants, outer_refs, subgraphs
 
 FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE}
 QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear", "FakeQuantize", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger"}
+
+log = logging.getLogger("qtool")
 
 # Input slots that carry shapes, indices, axes or scalar parameters, never data to quantize.
 # A float tensor that only reaches such slots (possibly through other shape arithmetic) is
@@ -47,6 +51,9 @@ class LoadedModel:
     proto: onnx.ModelProto  # with external data loaded, unless load_model(external_data=False); big models: lazyload.py
     onnx_sha256: str | None = None  # of the .onnx file alone: what older qtool versions recorded, external data or not
     store: lazy.Store | None = None  # of a model loaded lazily: where its big weights lie, alive as long as this is
+    # a model onnxruntime quantized dynamically, read as float (load_float_model): the model as given, and what was rewritten
+    given: onnx.ModelProto | None = None
+    rewritten: str | None = None
 
     @property
     def external_files(self) -> list[str]:
@@ -183,6 +190,26 @@ def load_model(path: str | os.PathLike, external_data: bool = True) -> LoadedMod
         if external_data and locations:
             onnx.external_data_helper.load_external_data_for_model(proto, str(p.parent))
     return _checked(LoadedModel(path=p, sha256=sha256, proto=proto, onnx_sha256=onnx_sha256))
+
+
+def load_float_model(path: str | os.PathLike, external_data: bool = True) -> LoadedModel:
+    """load_model for a model to calibrate, export or compare with: one onnxruntime quantized
+    dynamically read as the float model it was made from (as_float)."""
+    return as_float(load_model(path, external_data=external_data))
+
+
+def as_float(loaded: LoadedModel, where: str | None = None) -> LoadedModel:
+    """`loaded`, or when onnxruntime quantized it dynamically (ConvInteger, MatMulInteger,
+    DynamicQuantizeLSTM) the float model it was made from (dynamic.as_float), the model as given
+    kept as `given`; a one-line QtoolError for a model quantized otherwise than qtool reads back
+    (QLinearConv, ...). Its SHA-256 stays the file's: calibrations record the model as given."""
+    found = dynamic.as_float(loaded.proto, loaded.path.parent, where or repr(str(loaded.path)))
+    if found is None:
+        return loaded
+    proto, done = found
+    log.info(f"{loaded.path.name}: quantized dynamically by onnxruntime; read as the float model it was made from ({done.describe()}, "
+             "weights dequantized)")
+    return dataclasses.replace(loaded, proto=proto, given=loaded.proto, rewritten=done.describe())
 
 
 def _checked(loaded: LoadedModel) -> LoadedModel:

@@ -1,0 +1,356 @@
+"""A model onnxruntime quantized dynamically (quantize_dynamic), read as the float model it was made
+from: each ConvInteger / MatMulInteger layer (its input quantized at run time by
+DynamicQuantizeLinear, its int32 result scaled back to float) becomes the Conv / MatMul it replaced,
+with the dequantized weight and the float bias; com.microsoft DynamicQuantizeLSTM becomes LSTM with
+its dequantized W and R. Quantized nodes of any other pattern (a statically quantized QOperator
+model: QLinearConv, ...) are refused with a one-line error: qtool quantizes float models.
+
+The patterns are those onnxruntime writes (microsoft/onnxruntime,
+onnxruntime/python/tools/quantization/operators/conv.py, matmul.py and lstm.py):
+
+- Conv: DynamicQuantizeLinear(x) -> (xq, xs, xzp); ConvInteger(xq, Wq, xzp, Wzp) -> Cast(float) ->
+  Mul by Mul(xs, Ws) -> y, the float bias then added through a Reshape (current versions); or, in
+  older ones (onnxruntime/python/tools/quantization/onnx_quantizer.py, quantize_bias_dynamic), the
+  bias requantized at run time, Cast(int32, Floor(Div(b, Mul(xs, Ws)))), reshaped and added to the
+  int32 result before the Cast.
+- MatMul: the same with MatMulInteger, per-column weight scales and zero points allowed; no bias.
+- LSTM: DynamicQuantizeLSTM(X, Wq, Rq, B, ..., Ws, Wzp, Rs, Rzp): Wq and Rq transposed to
+  [directions, input, 4 * hidden], scales and zero points per direction or per direction and gate row.
+
+A weight is (Wq - zero point) * scale in float32: one rounding, as DequantizeLinear computes it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from ..errors import QtoolError
+from . import lazy
+from .graph import Namer, attr, cleanup, consumers, producers, subgraphs
+
+DYNAMIC_OPS = {"ConvInteger", "MatMulInteger", "DynamicQuantizeLSTM"}
+# every quantized operator qtool does not read as float: onnxruntime's QOperator format and its contrib ops
+_STATIC_OPS = {"QLinearConv", "QLinearMatMul", "QGemm", "QAttention", "DynamicQuantizeMatMul", "MatMulIntegerToFloat",
+               "QEmbedLayerNormalization", "QOrderedMatMul", "QOrderedLayerNormalization", "QOrderedGelu", "QOrderedAttention",
+               "NhwcQLinearConv", "DynamicQuantizeLinear", "ConvInteger", "MatMulInteger", "DynamicQuantizeLSTM"}
+
+
+def _quantized_op(n: onnx.NodeProto) -> bool:
+    return n.op_type in _STATIC_OPS or (n.domain == "com.microsoft" and n.op_type.startswith("QLinear"))
+
+
+def _all_nodes(graph: onnx.GraphProto):
+    for n in graph.node:
+        yield n
+        for sub in subgraphs(n):
+            yield from _all_nodes(sub)
+
+
+def is_dynamic(proto: onnx.ModelProto) -> bool:
+    """Whether the model looks quantized by quantize_dynamic: it holds ConvInteger, MatMulInteger or
+    DynamicQuantizeLSTM nodes and no other quantized operator (its graph alone: no weights read)."""
+    ops = {n.op_type for n in _all_nodes(proto.graph) if _quantized_op(n)}
+    return bool(ops & DYNAMIC_OPS) and ops <= DYNAMIC_OPS | {"DynamicQuantizeLinear"}
+
+
+@dataclass
+class Rewrite:
+    """What as_float changed: {"ConvInteger": count, ...}."""
+
+    layers: Counter = field(default_factory=Counter)
+
+    def describe(self) -> str:
+        float_op = {"ConvInteger": "Conv", "MatMulInteger": "MatMul", "DynamicQuantizeLSTM": "LSTM"}
+        return ", ".join(f"{k} {op} -> {float_op[op]}" for op, k in sorted(self.layers.items()))
+
+
+class _Unrecognised(Exception):
+    """A dynamically quantized layer outside the patterns above: (node, what was expected)."""
+
+
+def as_float(proto: onnx.ModelProto, folder=None, where: str = "the model") -> tuple[onnx.ModelProto, Rewrite] | None:
+    """(the float model `proto` was made from, what was rewritten) when it holds dynamically
+    quantized layers (a new ModelProto: `proto` is not changed); None when it holds no quantized
+    operator, or only QuantizeLinear/DequantizeLinear (a Q/DQ model: quantized again as it is).
+    A one-line QtoolError for any other quantized operator or a layer outside the patterns.
+    `folder`: where external data lies when the weights were not loaded; `where`: how to name the model."""
+    found = sorted({n.op_type for n in _all_nodes(proto.graph) if _quantized_op(n)})
+    if not found:
+        return None
+    if not is_dynamic(proto):
+        static = [op for op in found if op not in DYNAMIC_OPS | {"DynamicQuantizeLinear"}] or found
+        raise QtoolError(f"{where} holds {', '.join(static)} nodes: it is already quantized (onnxruntime's QOperator format or "
+                         "its contrib ops), which qtool does not read back as float; give the FP32 model it was made from")
+    inner = (k for n in proto.graph.node for sub in subgraphs(n) for k in _all_nodes(sub))
+    if any(_quantized_op(k) for k in inner):
+        raise QtoolError(f"{where} holds dynamically quantized layers inside a subgraph (If/Loop/Scan), which qtool does not "
+                         "read back as float; give the FP32 model it was made from")
+    model = onnx.ModelProto()
+    model.CopyFrom(proto)
+    try:
+        done = _Rewriter(model, folder).run()
+    except _Unrecognised as e:
+        node, expected = e.args
+        raise QtoolError(f"{where}: {node.op_type} node {node.name or node.output[0]!r} is not in the pattern onnxruntime's "
+                         f"quantize_dynamic writes ({expected}), so qtool cannot read it back as float; give the FP32 model it "
+                         "was made from") from None
+    cleanup(model.graph)
+    left = sorted({n.op_type for n in _all_nodes(model.graph) if _quantized_op(n)})
+    if left:  # e.g. a DynamicQuantizeLinear whose output something else reads
+        raise QtoolError(f"{where}: {', '.join(left)} nodes remain after reading its dynamically quantized layers as float "
+                         "(a pattern onnxruntime's quantize_dynamic does not write); give the FP32 model it was made from")
+    return model, done
+
+
+class _Rewriter:
+    def __init__(self, model: onnx.ModelProto, folder):
+        self.model, self.graph, self.folder = model, model.graph, folder
+        self.inits = {t.name: t for t in self.graph.initializer}
+        self.made_by = producers(self.graph)
+        self.readers = consumers(self.graph)
+        self.outputs = {o.name for o in self.graph.output}
+        self.namer = Namer(model)
+        self.weights: dict[tuple, str] = {}  # (quantized weight, scale, zero point, transposed) -> float weight
+        self.done = Rewrite()
+
+    # ------------------------------------------------------------ reading the graph
+
+    def value(self, name: str) -> np.ndarray | None:
+        """An initializer's value (read from external data when not loaded), None for anything else."""
+        t = self.inits.get(name)
+        if t is None:
+            return None
+        if lazy.has_value(t):
+            return lazy.value(t)
+        if self.folder is None:
+            return None
+        return numpy_helper.to_array(t, base_dir=str(self.folder))
+
+    def only_reader(self, tensor: str, op_type: str) -> onnx.NodeProto | None:
+        readers = self.readers.get(tensor, [])
+        if len(readers) != 1 or tensor in self.outputs:
+            return None
+        n, _ = readers[0]
+        return n if n.op_type == op_type and n.domain in ("", "ai.onnx") else None
+
+    def quantizer(self, node: onnx.NodeProto, q: str, zp: str) -> tuple[str, str]:
+        """(the float tensor, its run-time scale) of `q` and `zp`, outputs 0 and 2 of one DynamicQuantizeLinear."""
+        d = self.made_by.get(q)
+        if (d is None or d.op_type != "DynamicQuantizeLinear" or list(d.output[:1]) != [q]
+                or len(d.output) < 3 or d.output[2] != zp):
+            raise _Unrecognised(node, "its input quantized by a DynamicQuantizeLinear, with that node's zero point")
+        return d.input[0], d.output[1]
+
+    def weight_scale(self, node: onnx.NodeProto, scales: str, x_scale: str, w_scale: str | None = None) -> np.ndarray | str:
+        """The constant the run-time scale `x_scale` is multiplied by in the node making `scales`
+        (Mul(xs, Ws)); with `w_scale` (an activation's run-time scale), that tensor's name instead."""
+        m = self.made_by.get(scales)
+        if m is None or m.op_type != "Mul" or len(m.input) != 2 or x_scale not in m.input:
+            raise _Unrecognised(node, "its result multiplied by Mul(input scale, weight scale)")
+        other = m.input[1] if m.input[0] == x_scale else m.input[0]
+        if w_scale is not None:
+            if other != w_scale:
+                raise _Unrecognised(node, "its result multiplied by the product of both inputs' scales")
+            return other
+        v = self.value(other)
+        if v is None or v.dtype != np.float32:
+            raise _Unrecognised(node, "a float32 weight scale initializer")
+        return v
+
+    def int_weight(self, node: onnx.NodeProto, name: str, zp: str | None) -> tuple[np.ndarray, np.ndarray]:
+        w = self.value(name)
+        z = np.zeros((), dtype=w.dtype if w is not None else np.int8) if not zp else self.value(zp)
+        if w is None or z is None or w.dtype not in (np.int8, np.uint8) or z.dtype != w.dtype:
+            raise _Unrecognised(node, "an int8/uint8 weight initializer with a zero point initializer of its type")
+        return w, z
+
+    def scaled(self, node, tensor: str, scales: str) -> str:
+        """The float tensor a Mul of `tensor` by `scales` makes (either order): the layer's output."""
+        mul = self.only_reader(tensor, "Mul")
+        if mul is None or sorted(mul.input) != sorted([tensor, scales]):
+            raise _Unrecognised(node, "its result cast to float and multiplied by the scales")
+        return mul.output[0]
+
+    def cast_float(self, node, tensor: str) -> str:
+        cast = self.only_reader(tensor, "Cast")
+        if cast is None or attr(cast, "to") != TensorProto.FLOAT:
+            raise _Unrecognised(node, "its int32 result cast to float")
+        return cast.output[0]
+
+    # ------------------------------------------------------------ writing
+
+    def float_weight(self, q: str, scale: np.ndarray, zp: np.ndarray, w: np.ndarray, shaped, transpose=None) -> str:
+        """A float32 initializer (q - zp) * scale (`shaped` gives scale and zp the broadcast shape),
+        transposed by `transpose`; one per quantized weight and its parameters."""
+        key = (q, scale.tobytes(), zp.tobytes(), transpose)
+        if key in self.weights:
+            return self.weights[key]
+        # the float32 product of the exact integer difference and the float32 scale: DequantizeLinear's one rounding
+        data = (w.astype(np.int32) - shaped(zp).astype(np.int32)).astype(np.float32) * shaped(scale).astype(np.float32)
+        if transpose is not None:
+            data = np.ascontiguousarray(data.transpose(transpose))
+        if not np.all(np.isfinite(data)):
+            raise QtoolError(f"the dequantized weight {q!r} is not finite (its scale is); the model is damaged")
+        base = q[: -len("_quantized")] if q.endswith("_quantized") else q + "_dequantized"
+        name = self.namer.fresh(base)
+        self.graph.initializer.append(numpy_helper.from_array(data, name))
+        self.weights[key] = name
+        return name
+
+    def replace(self, old: onnx.NodeProto, new: onnx.NodeProto) -> None:
+        """Put `new` where `old` was in the node list (its inputs come before, its readers after) and
+        remove the node that made `new`'s outputs until now; the rest of the old layer, which nothing
+        reads any more, goes at cleanup."""
+        made = {o for o in new.output if o}
+        first = old.output[0]  # the node list is rebuilt here (its messages copied): `old` is found by what it makes
+        kept = []
+        for k in self.graph.node:
+            if first in k.output:
+                kept.append(new)
+            if not made & set(k.output):
+                kept.append(k)
+        del self.graph.node[:]
+        self.graph.node.extend(kept)
+        for o in made:
+            self.made_by[o] = new
+
+    def node_name(self, old: onnx.NodeProto, op_type: str, y: str) -> str:
+        """onnxruntime names a layer's integer node after the float one (+ "_quant"): that name again."""
+        base = old.name[: -len("_quant")] if old.name.endswith("_quant") else (old.name or f"{op_type}_{y}")
+        return self.namer.fresh(base)
+
+    # ------------------------------------------------------------ the layers
+
+    def run(self) -> Rewrite:
+        for n in list(self.graph.node):
+            if n.op_type == "ConvInteger" and n.domain in ("", "ai.onnx"):
+                self.conv(n)
+            elif n.op_type == "MatMulInteger" and n.domain in ("", "ai.onnx"):
+                self.matmul(n)
+            elif n.op_type == "DynamicQuantizeLSTM" and n.domain == "com.microsoft":
+                self.lstm(n)
+        return self.done
+
+    def conv(self, n: onnx.NodeProto) -> None:
+        if len(n.input) < 3 or not n.input[2]:
+            raise _Unrecognised(n, "its input's zero point given")
+        x, xs = self.quantizer(n, n.input[0], n.input[2])
+        wq, wz = self.int_weight(n, n.input[1], n.input[3] if len(n.input) > 3 else None)
+        out, bias = n.output[0], None
+        add = self.only_reader(out, "Add")
+        if add is not None:  # older onnxruntime: the bias requantized at run time, added in int32
+            bias = self._int_bias(n, add, out, xs)
+            out = add.output[0]
+        cast = self.cast_float(n, out)
+        scales = self._scales_of(n, cast)
+        ws = self.weight_scale(n, scales, xs)
+        y = self.scaled(n, cast, scales)
+        if bias is None:  # current onnxruntime: the float bias added after the scaling, through a Reshape
+            bias, y = self._float_bias(y, wq.shape[0]) or (None, y)
+        # the scales multiply the output [N, C, ...]: per channel, Ws's shape puts C on axis 1 ([C, 1, 1] or [1, C, 1, 1])
+        per_channel = ws.size > 1 and tuple(ws.shape[-(wq.ndim - 1):]) == (wq.shape[0],) + (1,) * (wq.ndim - 2)
+        if not (ws.size == 1 or per_channel) or wz.size not in (1, wq.shape[0]):
+            raise _Unrecognised(n, "one weight scale and zero point, or one per output channel")
+
+        def shaped(a):
+            return a.reshape((-1,) + (1,) * (wq.ndim - 1)) if a.size > 1 else a.reshape(())
+        w = self.float_weight(n.input[1], ws, wz, wq, shaped)
+        conv = helper.make_node("Conv", [x, w] + ([bias] if bias else []), [y], self.node_name(n, "Conv", y))
+        conv.attribute.extend(a for a in n.attribute)
+        self.replace(n, conv)
+        self.done.layers["ConvInteger"] += 1
+
+    def _scales_of(self, n, cast_out: str) -> str:
+        mul = self.only_reader(cast_out, "Mul")
+        if mul is None or len(mul.input) != 2:
+            raise _Unrecognised(n, "its result cast to float and multiplied by the scales")
+        return mul.input[1] if mul.input[0] == cast_out else mul.input[0]
+
+    def _int_bias(self, n, add: onnx.NodeProto, out: str, xs: str) -> str:
+        """The float bias the int32 bias added to `out` is requantized from at run time:
+        Reshape(Cast(Floor(Div(b, Mul(xs, Ws))))) (onnx_quantizer.py's quantize_bias_dynamic)."""
+        other = add.input[1] if add.input[0] == out else add.input[0]
+        chain = []
+        t = other
+        for op in ("Reshape", "Cast", "Floor", "Div"):
+            p = self.made_by.get(t)
+            if p is None or p.op_type != op:
+                raise _Unrecognised(n, "an int32 bias Cast(Floor(Div(bias, scales))) added to its result")
+            chain.append(p)
+            t = p.input[0]
+        bias = chain[-1].input[0]
+        b = self.value(bias)
+        if b is None or b.dtype != np.float32 or b.ndim != 1:
+            raise _Unrecognised(n, "a float32 bias initializer divided by the scales")
+        self.weight_scale(n, chain[-1].input[1], xs)  # the divisor: Mul(xs, Ws)
+        return bias
+
+    def _float_bias(self, y: str, channels: int) -> tuple[str, str] | None:
+        """(the float bias, the biased output) when `y` is only read by Add(y, Reshape(b, [1, -1, 1, ...]))."""
+        add = self.only_reader(y, "Add")
+        if add is None or len(add.input) != 2:
+            return None
+        other = add.input[1] if add.input[0] == y else add.input[0]
+        r = self.made_by.get(other)
+        if r is None or r.op_type != "Reshape":
+            return None
+        b = self.value(r.input[0])
+        shape = self.value(r.input[1])
+        if b is None or b.dtype != np.float32 or b.shape != (channels,) or shape is None or int(np.prod(shape[shape > 0])) != 1:
+            return None
+        return r.input[0], add.output[0]
+
+    def matmul(self, n: onnx.NodeProto) -> None:
+        if len(n.input) < 3 or not n.input[2]:
+            raise _Unrecognised(n, "its input's zero point given")
+        a, xs = self.quantizer(n, n.input[0], n.input[2])
+        cast = self.cast_float(n, n.output[0])
+        scales = self._scales_of(n, cast)
+        bzp = n.input[3] if len(n.input) > 3 else ""
+        if n.input[1] in self.made_by and self.made_by[n.input[1]].op_type == "DynamicQuantizeLinear":  # both inputs activations
+            b, bs = self.quantizer(n, n.input[1], bzp)
+            self.weight_scale(n, scales, xs, bs)
+        else:
+            ws = self.weight_scale(n, scales, xs)
+            bq, bz = self.int_weight(n, n.input[1], bzp or None)
+            columns = bq.shape[-1] if bq.ndim else 0
+            if bq.ndim != 2 or ws.size not in (1, columns) or bz.size not in (1, columns):
+                raise _Unrecognised(n, "a 2-D weight with one scale and zero point, or one per column")
+
+            def shaped(v):
+                return v.reshape(-1) if v.size > 1 else v.reshape(())
+            b = self.float_weight(n.input[1], ws, bz, bq, shaped)
+        y = self.scaled(n, cast, scales)
+        self.replace(n, helper.make_node("MatMul", [a, b], [y], self.node_name(n, "MatMul", y)))
+        self.done.layers["MatMulInteger"] += 1
+
+    def lstm(self, n: onnx.NodeProto) -> None:
+        if len(n.input) < 12:
+            raise _Unrecognised(n, "12 inputs: X, W, R, B, sequence_lens, initial_h, initial_c, P, W_scale, W_zero_point, "
+                                   "R_scale, R_zero_point")
+        names = []
+        for q, s, z in ((n.input[1], n.input[8], n.input[9]), (n.input[2], n.input[10], n.input[11])):
+            wq, wz = self.int_weight(n, q, z)
+            ws = self.value(s)
+            if ws is None or ws.dtype != np.float32 or wq.ndim != 3:
+                raise _Unrecognised(n, "3-D int8 weights with float32 scales")
+            dirs, rows = wq.shape[0], wq.shape[2]  # [directions, input or hidden, 4 * hidden] (lstm.py transposes them)
+            if ws.shape not in ((dirs,), (dirs, rows)) or wz.shape != ws.shape:
+                raise _Unrecognised(n, "scales and zero points per direction, or per direction and gate row")
+
+            def shaped(v, dirs=dirs):
+                return v.reshape(dirs, 1, -1)
+            names.append(self.float_weight(q, ws, wz, wq, shaped, transpose=(0, 2, 1)))
+        inputs = [n.input[0], *names, *n.input[3:8]]
+        while inputs and not inputs[-1]:
+            inputs.pop()
+        outputs = list(n.output)
+        lstm = helper.make_node("LSTM", inputs, outputs, self.node_name(n, "LSTM", outputs[0]))
+        lstm.attribute.extend(a for a in n.attribute)
+        self.replace(n, lstm)
+        self.done.layers["DynamicQuantizeLSTM"] += 1

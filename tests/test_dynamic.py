@@ -1,0 +1,258 @@
+"""A model onnxruntime quantized dynamically (quantize_dynamic: DynamicQuantizeLinear + ConvInteger /
+MatMulInteger, com.microsoft DynamicQuantizeLSTM), as popular packages ship them (ddddocr's OCR
+model), read as the float model it was made from (qtool.model.dynamic): calibrate, every export,
+inspect and evaluate work on it as on an FP32 model, evaluate's reference being the model as given;
+other quantized models (QLinearConv) get a one-line error."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from runcli import invoke
+
+from qtool import QtoolError
+from qtool.model import dynamic, load_float_model, load_model
+
+H, C = 16, 3  # input [1, 3, 16, W]: a CRNN's strip of text, W varies
+
+
+def crnn_like() -> onnx.ModelProto:
+    """Conv (bias, SiLU) -> Conv -> columns as a sequence -> bidirectional LSTM -> MatMul + Add: the
+    layers ddddocr's quantized OCR model has, in float."""
+    rng = np.random.default_rng(3)
+
+    def w(name, *shape, s=0.3):
+        return numpy_helper.from_array((rng.standard_normal(shape) * s).astype(np.float32), name)
+
+    hidden, feat = 6, 8 * (H // 2)
+    inits = [w("conv1.weight", 8, C, 3, 3), w("conv1.bias", 8, s=0.1), w("conv2.weight", 8, 8, 3, 3, s=0.2),
+             w("W", 2, 4 * hidden, feat, s=0.1), w("R", 2, 4 * hidden, hidden), w("B", 2, 8 * hidden, s=0.1),
+             w("head.weight", 2 * hidden, 5), w("head.bias", 5, s=0.1),
+             numpy_helper.from_array(np.array([0, 0, -1], np.int64), "seq_shape"),
+             numpy_helper.from_array(np.array([0, 0, -1], np.int64), "out_shape")]
+    nodes = [
+        helper.make_node("Conv", ["x", "conv1.weight", "conv1.bias"], ["c1"], "conv1", pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Sigmoid", ["c1"], ["s1"], "sig1"),
+        helper.make_node("Mul", ["c1", "s1"], ["a1"], "silu1"),
+        helper.make_node("Conv", ["a1", "conv2.weight"], ["c2"], "conv2", pads=[1, 1, 1, 1]),
+        helper.make_node("Transpose", ["c2"], ["t"], "to_seq", perm=[3, 0, 1, 2]),  # [W/2, 1, 8, H/2]
+        helper.make_node("Reshape", ["t", "seq_shape"], ["seq"], "flatten"),
+        helper.make_node("LSTM", ["seq", "W", "R", "B"], ["Y"], "lstm", hidden_size=hidden, direction="bidirectional"),
+        helper.make_node("Transpose", ["Y"], ["Yt"], "gather_dirs", perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", ["Yt", "out_shape"], ["Yr"], "join_dirs"),
+        helper.make_node("MatMul", ["Yr", "head.weight"], ["mm"], "head"),
+        helper.make_node("Add", ["mm", "head.bias"], ["logits"], "head_bias"),
+    ]
+    graph = helper.make_graph(nodes, "crnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, C, H, "width"])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["time", 1, 5])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def quantized(tmp_path, per_channel=False):
+    """(the float model's path, onnxruntime's quantize_dynamic of it)."""
+    from onnxruntime.quantization import quantize_dynamic
+
+    src, out = tmp_path / "float.onnx", tmp_path / ("model_pc.onnx" if per_channel else "model.onnx")
+    onnx.save(crnn_like(), src)
+    quantize_dynamic(str(src), str(out), per_channel=per_channel)
+    return src, out
+
+
+def old_style() -> onnx.ModelProto:
+    """One Conv as older onnxruntime wrote it (ddddocr's model, producer onnx.quantize 0.1.0): uint8
+    weights, the bias requantized at run time (Cast(int32, Floor(Div(b, Mul(xs, Ws))))) and added
+    to ConvInteger's int32 result before the Cast."""
+    rng = np.random.default_rng(5)
+    wq = rng.integers(0, 256, (4, C, 3, 3)).astype(np.uint8)
+    inits = [numpy_helper.from_array(wq, "w_quantized"), numpy_helper.from_array(np.array(0.01, np.float32), "w_scale"),
+             numpy_helper.from_array(np.array(121, np.uint8), "w_zero_point"),
+             numpy_helper.from_array((rng.standard_normal(4) * 0.5).astype(np.float32), "b"),
+             numpy_helper.from_array(np.array([1, -1, 1, 1], np.int64), "b_shape")]
+    nodes = [
+        helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xzp"]),
+        helper.make_node("Mul", ["xs", "w_scale"], ["b_scale"]),
+        helper.make_node("Div", ["b", "b_scale"], ["b_tmp"]),
+        helper.make_node("Floor", ["b_tmp"], ["b_rounded"]),
+        helper.make_node("Cast", ["b_rounded"], ["b_quantized"], to=TensorProto.INT32),
+        helper.make_node("ConvInteger", ["xq", "w_quantized", "xzp", "w_zero_point"], ["y_int"], pads=[1, 1, 1, 1]),
+        helper.make_node("Reshape", ["b_quantized", "b_shape"], ["b_reshaped"]),
+        helper.make_node("Add", ["y_int", "b_reshaped"], ["y_biased"]),
+        helper.make_node("Cast", ["y_biased"], ["y_float"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["xs", "w_scale"], ["Conv_0_quant_scales_mul:0"]),
+        helper.make_node("Mul", ["y_float", "Conv_0_quant_scales_mul:0"], ["y"]),
+        helper.make_node("Sigmoid", ["y"], ["out"]),
+    ]
+    graph = helper.make_graph(nodes, "old", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, C, 8, 8])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 4, 8, 8])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)], ir_version=7)
+
+
+def run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    s = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return s.run(None, {s.get_inputs()[0].name: x})[0].astype(np.float64)
+
+
+def sqnr(ref, out) -> float:
+    return float(10 * np.log10(np.sum(ref ** 2) / np.sum((ref - out) ** 2)))
+
+
+def inits(model):
+    return {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_read_as_the_float_model_it_was_made_from(tmp_path, per_channel):
+    src, path = quantized(tmp_path, per_channel)
+    given = onnx.load(path)
+    loaded = load_float_model(path)
+    assert loaded.given is not None and loaded.sha256 == load_model(path).sha256  # calibrations record the file as given
+    assert loaded.rewritten == "2 ConvInteger -> Conv, 1 DynamicQuantizeLSTM -> LSTM, 1 MatMulInteger -> MatMul"
+    f = loaded.proto
+    onnx.checker.check_model(f)
+    ops = sorted(n.op_type for n in f.graph.node)
+    assert ops == sorted(n.op_type for n in crnn_like().graph.node), ops  # no integer op, Cast or scale Mul left
+    assert [n.name for n in f.graph.node if n.op_type in ("Conv", "LSTM", "MatMul")] == ["conv1", "conv2", "lstm", "head"]
+    q, w = inits(given), inits(f)
+    by = {n.name: n for n in f.graph.node}
+    # each weight (Wq - zp) * scale in float32, exactly; the float bias as the model had it
+    conv = by["conv1"]
+    expect = (q["conv1.weight_quantized"].astype(np.int32) - q["conv1.weight_zero_point"].astype(np.int32)).astype(np.float32)
+    np.testing.assert_array_equal(w[conv.input[1]], expect * q["conv1.weight_scale"])
+    np.testing.assert_array_equal(w[conv.input[2]], inits(crnn_like())["conv1.bias"])
+    lstm = by["lstm"]
+    wq, ws, wz = q["W_quantized"], q["W_scale"], q["W_zero_point"]
+    dq = (wq.astype(np.int32) - wz.reshape(2, 1, -1)).astype(np.float32) * ws.reshape(2, 1, -1)
+    np.testing.assert_array_equal(w[lstm.input[1]], dq.transpose(0, 2, 1))
+    assert w[lstm.input[1]].shape == (2, 24, 64) and w[lstm.input[2]].shape == (2, 24, 6)
+    head = by["head"]
+    hz = q["head.weight_zero_point"]
+    np.testing.assert_array_equal(w[head.input[1]], (q["head.weight_quantized"].astype(np.int32) - hz).astype(np.float32)
+                                  * q["head.weight_scale"])
+    # the float reading is close to both the model quantized and the float model it came from
+    x = np.random.default_rng(0).random((1, C, H, 20)).astype(np.float32)
+    ref_float, ref_given, out = run(crnn_like(), x), run(given, x), run(f, x)
+    assert out.shape == ref_given.shape == (10, 1, 5)
+    assert sqnr(ref_given, out) > 30 and sqnr(ref_float, out) > 30, (sqnr(ref_given, out), sqnr(ref_float, out))
+
+
+def test_older_onnxruntime_bias_requantised_at_run_time():
+    model = old_style()
+    f, done = dynamic.as_float(model)
+    assert done.describe() == "1 ConvInteger -> Conv"
+    assert [n.op_type for n in f.graph.node] == ["Conv", "Sigmoid"]
+    conv = f.graph.node[0]
+    assert conv.name == "Conv_y" and list(conv.input[2:]) == ["b"] and list(conv.output) == ["y"]
+    w = inits(f)[conv.input[1]]
+    np.testing.assert_array_equal(w, (inits(model)["w_quantized"].astype(np.int32) - 121).astype(np.float32) * np.float32(0.01))
+    x = np.random.default_rng(1).standard_normal((1, C, 8, 8)).astype(np.float32)
+    assert sqnr(run(model, x), run(f, x)) > 35
+
+
+def test_other_quantized_models_are_refused(tmp_path):
+    """A statically quantized QOperator model (QLinearConv) and a ConvInteger outside the pattern:
+    one line naming the op and what to do, no file written."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    src = tmp_path / "float.onnx"
+    onnx.save(crnn_like(), src)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.items = iter([{"x": np.random.default_rng(i).random((1, C, H, 12)).astype(np.float32)} for i in range(2)])
+
+        def get_next(self):
+            return next(self.items, None)
+
+    static = tmp_path / "static.onnx"
+    quantize_static(str(src), str(static), Reader(), quant_format=QuantFormat.QOperator, op_types_to_quantize=["Conv"])
+    folder = tmp_path / "calib"
+    folder.mkdir()
+    np.savez(folder / "0.npz", x=np.random.default_rng(0).random((1, C, H, 12)).astype(np.float32))
+    r = invoke("calibrate", static, "--data", folder, "-o", tmp_path / "s.calib.json")
+    assert r.exit_code == 1 and "QLinearConv" in r.output and "give the FP32 model it was made from" in r.output, r.output
+    assert r.output.count("\n") == 1 and "Traceback" not in r.output and not (tmp_path / "s.calib.json").exists()
+
+    model = old_style()
+    model.graph.node[0].op_type = "Identity"  # ConvInteger's input no longer quantized by a DynamicQuantizeLinear
+    del model.graph.node[0].output[1:]
+    model.graph.node.insert(0, helper.make_node("DynamicQuantizeLinear", ["x"], ["unused", "xs", "xzp"]))
+    with pytest.raises(QtoolError, match="ConvInteger node 'y_int' is not in the pattern onnxruntime's quantize_dynamic writes"):
+        dynamic.as_float(model)
+    model = old_style()  # weight scales [C] multiply the output [N, C, H, W] along W, not per channel: not read as per channel
+    scale = next(t for t in model.graph.initializer if t.name == "w_scale")
+    scale.CopyFrom(numpy_helper.from_array(np.full(4, 0.01, np.float32), "w_scale"))
+    with pytest.raises(QtoolError, match="one weight scale and zero point, or one per output channel"):
+        dynamic.as_float(model)
+
+
+def test_calibrate_export_inspect_evaluate(tmp_path, monkeypatch):
+    """Before: calibrate and every export exited 0, but the TensorRT file kept ConvInteger
+    (inspect: broken), and evaluate took the model for an export without provenance (exit 1)."""
+    monkeypatch.chdir(tmp_path)
+    _, path = quantized(tmp_path)
+    for kind, count, seed in (("calib", 8, 0), ("held", 4, 100)):
+        (tmp_path / kind).mkdir()
+        for i in range(count):
+            width = 12 + 4 * (i % 3)
+            np.savez(tmp_path / kind / f"{i}.npz", x=np.random.default_rng(seed + i).random((1, C, H, width)).astype(np.float32))
+    r = invoke("calibrate", path, "--data", tmp_path / "calib")
+    assert r.exit_code == 0, r.output
+    assert "read as the float model it was made from (2 ConvInteger -> Conv, 1 DynamicQuantizeLSTM -> LSTM" in r.output
+    for target in ("tensorrt", "openvino", "qdq"):
+        r = invoke("export", path, "--target", target)
+        assert r.exit_code == 0, r.output
+    trt = onnx.load(tmp_path / "model.trt.onnx")
+    assert not {n.op_type for n in trt.graph.node} & {"ConvInteger", "MatMulInteger", "DynamicQuantizeLinear", "DynamicQuantizeLSTM"}
+    r = invoke("inspect", tmp_path / "model.trt.onnx", "--trt-version", "10.3")
+    assert r.exit_code == 0, r.output
+    r = invoke("inspect", "model.calib.json", "--model", path)  # coverage of the float reading's tensors
+    assert r.exit_code == 0, r.output
+
+    r = invoke("evaluate", path, "--data", tmp_path / "held", "--target", "openvino", "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    ref = doc["reference"]
+    assert ref["model"].startswith("as given: quantized dynamically by onnxruntime")
+    assert 30 < float(ref["float_reading_sqnr_db"]) < 80  # the float reading is not the model as given: its own error, measured
+    assert doc["quantization"]["int8_layers"] >= 3 and float(doc["sqnr_db"]) > 15
+    # the exported file against its recorded model (as given): the same numbers
+    r = invoke("evaluate", "model.openvino.onnx", "--data", tmp_path / "held", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["sqnr_db"] == doc["sqnr_db"]
+    r = invoke("evaluate", path, "--data", tmp_path / "held", "--target", "qdq")
+    assert r.exit_code == 0 and "quantized dynamically by onnxruntime" in r.output and " dB from it" in r.output, r.output
+
+
+def test_python_api_and_tensors(tmp_path):
+    """qtool.evaluate on the model as given (a path or its ModelProto): the reference is that model, and
+    per_tensor ranks the float reading's quantizers."""
+    import qtool
+
+    _, path = quantized(tmp_path)
+    calib = [{"x": np.random.default_rng(i).random((1, C, H, 12 + 4 * (i % 2))).astype(np.float32)} for i in range(6)]
+    held = [{"x": np.random.default_rng(50 + i).random((1, C, H, 16)).astype(np.float32)} for i in range(3)]
+    cal = qtool.calibrate(path, data=calib)
+    assert not any("already contains" in w for w in cal.warnings)
+    by_path = qtool.evaluate(path, cal, data=held, target="openvino", per_tensor=True)
+    assert by_path.tensors and all(t.kind in ("activation", "weight") for t in by_path.tensors)
+    by_proto = qtool.evaluate(onnx.load(path), qtool.calibrate(onnx.load(path), data=calib), data=held, target="openvino")
+    assert by_proto.worst_sqnr_db == pytest.approx(by_path.worst_sqnr_db, abs=1e-9)
+    # the reference is the model as given: the file qtool exports, scored against it by hand, gives the same number
+    data = qtool.export(path, cal, target="openvino")
+    from qtool.checks import simulate
+
+    sim = simulate.simulation(data)
+    ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    refs = [ref.run(None, h)[0].astype(np.float64) for h in held]
+    outs = [sim.run(None, h)[0].astype(np.float64) for h in held]
+    signal = sum(float(np.sum(r ** 2)) for r in refs)
+    noise = sum(float(np.sum((r - o) ** 2)) for r, o in zip(refs, outs))
+    assert by_path.worst_sqnr_db == pytest.approx(10 * np.log10(signal / noise), abs=1e-3)
