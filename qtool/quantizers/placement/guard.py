@@ -225,18 +225,10 @@ def _flipped_channels(inputs: Inputs, moves: Moves, n: onnx.NodeProto, slot: int
     (or a Cast of one: `_from_graph_input`) with only Transposes between it and the layer."""
     joint = getattr(getattr(record, "stats", None), "pairs", None)
     act, params = site.params(), wsite.params()
-    symmetric = act.grid.signed and not np.any(act.zero_point)
-    # explicit pads for an asymmetric grid with a zero point (a normalised image's signed range), as measured on
-    # anime-or-not; a never-negative input's unsigned grid (zero point 0) keeps its padded stem's other remedies
-    pads = _explicit_pads(n, site) if not symmetric and np.any(act.zero_point) and not _unpadded(n) else None
-    if (n.op_type != "Conv" or slot != 1 or joint is None or not joint.pair_count() or site.is_weight or site.channel_amax is not None
-            or not _from_graph_input(inputs, site.tensor) or act.grid.levels != 256 or act.axis is not None
-            or not (symmetric or _unpadded(n) or pads is not None) or len(wsite.readers) != 1
-            or params.grid != quant.grid(8, signed=True, narrow=True) or np.any(params.zero_point) or params.axis is None):
+    flip = _flippable(inputs, n, slot, wsite, site, joint)
+    if flip is None:
         return None
-    # a negated value keeps a symmetric grid; an asymmetric one maps onto itself by offset - x, exact for a layer
-    # without padding (its padded zeros would stand for offset), the offset's share moved into the bias
-    offset = 0.0 if symmetric else float(act.input_low + act.input_high)
+    offset, pads = flip
     values = np.asarray(wsite.values, dtype=np.float64)
     channels, dims = values.shape[1], inputs.constant_dims
     shape = _signs_shape(inputs, moves, site, n.input[0], values.ndim, channels)
@@ -269,6 +261,26 @@ def _flipped_channels(inputs: Inputs, moves: Moves, n: onnx.NodeProto, slot: int
         f"(up to x{float(ratio.max()):.2f}): by the calibration pixels' channel pairs, {overflow.db(cost, risk.noise)} dB added "
         f"and {overflow.db(sat, risk.noise)} dB of saturation left, against {overflow.db(tried[0][1], risk.noise)} and "
         f"{overflow.db(tried[0][2], risk.noise)} dB with the channels as they are")}
+
+
+def _flippable(inputs: Inputs, n: onnx.NodeProto, slot: int, wsite: Quantizer, site: Quantizer, joint) -> tuple | None:
+    """(offset, explicit pads or None) where `_flipped_channels` may negate the input channels of
+    layer `n`, else None: a Conv's input quantizer on a graph input, 8-bit per tensor, its weights
+    8-bit symmetric per channel read by this layer alone, the pairs' joint histograms at hand. A
+    negated value keeps a symmetric grid; an asymmetric one maps onto itself by offset - x, exact
+    for a layer without padding (its padded zeros would stand for offset) or with its pads made
+    explicit first: for an asymmetric grid with a zero point (a normalised image's signed range), as
+    measured on anime-or-not; a never-negative input's unsigned grid (zero point 0) keeps its padded
+    stem's other remedies."""
+    act, params = site.params(), wsite.params()
+    symmetric = act.grid.signed and not np.any(act.zero_point)
+    pads = _explicit_pads(n, site) if not symmetric and np.any(act.zero_point) and not _unpadded(n) else None
+    if (n.op_type != "Conv" or slot != 1 or joint is None or not joint.pair_count() or site.is_weight or site.channel_amax is not None
+            or not _from_graph_input(inputs, site.tensor) or act.grid.levels != 256 or act.axis is not None
+            or not (symmetric or _unpadded(n) or pads is not None) or len(wsite.readers) != 1
+            or params.grid != quant.grid(8, signed=True, narrow=True) or np.any(params.zero_point) or params.axis is None):
+        return None
+    return (0.0 if symmetric else float(act.input_low + act.input_high)), pads
 
 
 def _from_graph_input(inputs: Inputs, tensor: str) -> bool:
