@@ -50,6 +50,7 @@ from .errors import Opt, QtoolError
 from .feeds import data as _data
 from .fileio import check_output_path, write_atomic
 from .inputs import DEFAULT_BATCH, check_model, held_out_runs
+from .results import CalibrateResult, EvaluateResult, ExportResult, InspectResult, MergeResult, RecomputeResult, ReportResult
 from .statistics import thresholds
 from .targets import TARGETS, tensorrt
 
@@ -66,7 +67,8 @@ TARGET_DESCRIPTIONS = {t: targets.get(t).description for t in TARGETS}
 TRT_CACHE_VERSION, TRT_LATEST_VERSION = tensorrt.CACHE_VERSION, tensorrt.LATEST_VERSION
 REPORT_TARGETS, REPORT_DEFAULT_TARGET = _report.TARGETS, _report.DEFAULT_TARGET
 format_db = _evaluate.format_db
-__all__ = ["DEFAULT_BATCH", "Outcome"]
+__all__ = ["DEFAULT_BATCH", "Outcome", "CalibrateResult", "EvaluateResult", "ExportResult", "InspectResult", "MergeResult",
+           "RecomputeResult", "ReportResult"]
 
 
 def _loaded(model_or_path, external_data: bool = True) -> model.LoadedModel:

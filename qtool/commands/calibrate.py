@@ -14,9 +14,10 @@ from ..feeds import data as _data
 from ..fileio import Outputs, folder_input, model_input, option_file
 from ..inputs import model_json, shown_path
 from ..options import CalibrateOptions, ExportOptions, TensorRTOptions
+from ..results import CalibrateResult
 from ..targets import tensorrt
 from ..targets.tensorrt import files as trtfiles
-from . import Outcome, done, path, progress_bar
+from . import done, path, progress_bar
 
 log = logging.getLogger("qtool")
 
@@ -41,7 +42,7 @@ def calibrated(loaded, options: CalibrateOptions, progress=None):
 
 
 def run(model_path, options: CalibrateOptions, *, output=None, trt_table=None, trt_version: str | None = None,
-        progress=None) -> Outcome:
+        progress=None) -> CalibrateResult:
     """Calibrate the model at `model_path` as `options` say and write the calibration file to
     `output` [default: <model stem>.calib.json here], and with `trt_table` a TensorRT calibration
     cache for `trt_version` too: both files or neither, each checked before any work against every
@@ -76,20 +77,19 @@ def run(model_path, options: CalibrateOptions, *, output=None, trt_table=None, t
         outs.commit()
     for w in warnings:
         log.warning(w)
-    seconds = time.perf_counter() - started
-    summary = {
-        "command": "calibrate", "model": model_json(model_path), "outputs": written, "tensors": len(cal.tensors),
-        "inputs": report.inputs, "samples": report.samples, "skipped": len(report.skipped), "batch_size": report.batch_size, "method": cal.method,
-        "seconds": round(seconds, 3), "warnings": warnings,
-    }
+    images = data_file = header = build = None
     if options.images is not None:
-        summary["images"] = report.inputs - len(report.skipped)  # the images the file's samples come from
+        images = report.inputs - len(report.skipped)  # the images the file's samples come from
     elif options.data_dir is not None and options.data_dir.is_file():
-        summary["data_file"] = str(options.data_dir)  # a file of samples: `inputs` counts its runs
+        data_file = str(options.data_dir)  # a file of samples: `inputs` counts its runs
     if trt_number is not None:
-        summary["tensorrt_header"] = f"TRT-{trt_number}-EntropyCalibration2"
-        summary["build"], notes = tensorrt.build_command(loaded, cal, "cache", trt_version, str(trt_table), shown_path(model_path))
+        header = f"TRT-{trt_number}-EntropyCalibration2"
+        build, notes = tensorrt.build_command(loaded, cal, "cache", trt_version, str(trt_table), shown_path(model_path))
         for note in notes:
             log.warning(note)
-        summary["warnings"] = warnings + notes
-    return Outcome(summary, details={"seconds": seconds, "trt_version": trt_version})
+        warnings += notes
+    return CalibrateResult(
+        model=model_json(model_path), outputs=written, tensors=len(cal.tensors), inputs=report.inputs, samples=report.samples,
+        skipped=len(report.skipped), batch_size=report.batch_size, method=cal.method, seconds=time.perf_counter() - started,
+        warnings=tuple(warnings), images=images, data_file=data_file, cache_version=trt_version if trt_table else None,
+        cache_header=header, build=build)
