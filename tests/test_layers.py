@@ -131,14 +131,14 @@ def test_inspect_file_gives_what_json_prints_and_a_failed_check(calibrated):
 def test_evaluate_files_reports_a_failed_gate_after_its_results(calibrated):
     d, _, _ = calibrated
     outcome = api.evaluate_files(SAMPLE, calib=d / "api.calib.json", images=IMAGES, limit=8, fail_below=500)
-    assert outcome.summary["passed"] is False and outcome.summary["inputs"] == 8
+    assert outcome.passed is False and outcome.inputs == 8 and outcome.input_kind == "images"
     assert str(outcome.failure).startswith("output ") and str(outcome.failure).endswith(" dB is below fail_below=500 dB")
     r = invoke("evaluate", SAMPLE, "--calib", d / "api.calib.json", "--images", IMAGES, "--limit", 8, "--fail-below", 500, "--json")
     flags = str(outcome.failure).replace("fail_below=", "--fail-below ")
     assert r.exit_code == 1 and r.stderr == f"error: {flags}\n"
     printed = json.loads(r.stdout)
     assert (printed.pop("error"), printed.pop("exit")) == (flags, 1)  # --json's one document says the failure too
-    _same(printed, outcome.summary)
+    _same(printed, outcome.to_json())
 
 
 # README, Layout: the packages in import order; each module imports only from its own layer and those before it

@@ -20,7 +20,8 @@ from ..feeds import data as _data
 from ..inputs import check_model, find_calibration, held_out_runs, load_checked_model, model_json
 from ..model.writer import ModelFile
 from ..options import EvaluateOptions, ExportOptions, exactly_one
-from . import Outcome, done, path, progress_bar
+from ..results import EvaluateResult
+from . import done, path, progress_bar
 
 log = logging.getLogger("qtool")
 
@@ -35,11 +36,11 @@ def check_request(options: EvaluateOptions) -> None:
     exactly_one(options.images, options.data)
 
 
-def run(model_path, options: EvaluateOptions, *, calib=None, reference=None, progress=None) -> Outcome:
+def run(model_path, options: EvaluateOptions, *, calib=None, reference=None, progress=None) -> EvaluateResult:
     """options.target's int8 model of the calibration file `calib` [default: the single *.calib.json
     here] against FP32 on held-out images (preprocessed as the file records, options.image overriding
     its parts) or data. With options.fail_below DB, an output below it (the worse of the simulation and, with
-    options.runtime, the runtime's run: evaluation.judged) is the Outcome's failure. When `model_path` is an
+    options.runtime, the runtime's run: evaluation.judged) is the result's failure. When `model_path` is an
     exported file (it records qtool's provenance, or `reference` names its FP32 model), that file as it is
     (`evaluate_file`). `progress`: a tqdm bar or a callback(n) per model pass over the inputs."""
     started = time.perf_counter()
@@ -55,23 +56,17 @@ def run(model_path, options: EvaluateOptions, *, calib=None, reference=None, pro
     result = _evaluate.evaluate(loaded, cal, runs, options.export, runtime=options.runtime, per_tensor=options.tensors,
                                 progress=progress_bar(progress))
     done(progress)
-    summary = {"command": "evaluate", "model": model_json(loaded.path), "model_sha256": loaded.sha256, "calibration": str(calib_path)}
-    return _outcome(summary, result, inputs, options, started)
+    return _result(result, inputs, options, started, model=model_json(loaded.path), model_sha256=loaded.sha256,
+                   calibration=str(calib_path))
 
 
-def _outcome(summary: dict, result: _evaluate.Evaluation, inputs: list, options: EvaluateOptions, started: float) -> Outcome:
-    """The Outcome of an evaluation: `summary` (what was compared) with its results, warnings logged,
-    and options.fail_below's verdict."""
+def _result(result: _evaluate.Evaluation, inputs: list, options: EvaluateOptions, started: float, **compared) -> EvaluateResult:
+    """The EvaluateResult of an evaluation (`compared`: what was compared with what), warnings
+    logged, and options.fail_below's verdict."""
     for w in result.warnings:
         log.warning(w)
-    seconds = time.perf_counter() - started
     fail_below = options.fail_below
     failing = [(o, who) for o, who in _evaluate.judged(result) if fail_below is not None and not o.sqnr_db >= fail_below]
-    summary = {
-        **summary, "inputs": len(inputs), **_evaluate.to_json(result),
-        "fail_below": fail_below, "passed": None if fail_below is None else not failing,
-        "seconds": round(seconds, 3), "warnings": result.warnings,
-    }
     failure = None
     if failing:
         worst, who = min(failing, key=lambda f: (f[0].sqnr_db if not math.isnan(f[0].sqnr_db) else -math.inf))
@@ -79,8 +74,11 @@ def _outcome(summary: dict, result: _evaluate.Evaluation, inputs: list, options:
                              db=_evaluate.format_db(worst.sqnr_db), by=f" ({who} on this CPU)" if who else "",
                              fail_below=Opt("fail_below", float(fail_below)),
                              count=f" ({len(failing)} outputs fail)" if len(failing) > 1 else "")
-    what = "images" if options.images is not None else _data.samples_words(inputs) or "data files"
-    return Outcome(summary, failure, {"evaluation": result, "inputs": len(inputs), "what": what, "seconds": seconds})
+    kind, data_file = "images" if options.images is not None else "data files", None
+    if options.images is None:
+        kind, data_file = _data.sample_runs(inputs) or (kind, None)
+    return EvaluateResult(evaluation=result, inputs=len(inputs), input_kind=kind, data_file=data_file,
+                          seconds=time.perf_counter() - started, fail_below=fail_below, failure=failure, **compared)
 
 
 # ---------------------------------------------------------------- an exported file
@@ -190,7 +188,7 @@ def _preprocess(file: Path, found, calib: Path | None, loaded) -> tuple[dict, Pa
 
 
 def evaluate_file(file: Path, shipped: tuple, options: EvaluateOptions, *, calib: Path | None = None, reference: Path | None = None,
-                  progress=None, started: float | None = None) -> Outcome:
+                  progress=None, started: float | None = None) -> EvaluateResult:
     """The exported `file` as it is (`shipped`: exported_file's) against its FP32 model
     (find_reference) on held-out inputs: the exact simulation of its nodes as written, and with
     options.runtime that runtime on this CPU; images preprocessed as the file (or `calib`) records."""
@@ -208,7 +206,6 @@ def evaluate_file(file: Path, shipped: tuple, options: EvaluateOptions, *, calib
     target = found.target if found is not None else None
     result = _evaluate.evaluate_file(loaded, data, runs, target=target, runtime=options.runtime, progress=progress_bar(progress))
     done(progress)
-    summary = {"command": "evaluate", "file": model_json(file), "file_sha256": exported.sha256, "model": model_json(loaded.path),
-               "model_sha256": loaded.sha256, "calibration": None if calib is None else str(calib),
-               "provenance": None if found is None else found.raw}
-    return _outcome(summary, result, inputs, options, started)
+    return _result(result, inputs, options, started, file=model_json(file), file_sha256=exported.sha256, model=model_json(loaded.path),
+                   model_sha256=loaded.sha256, calibration=None if calib is None else str(calib),
+                   provenance=None if found is None else found.raw)
