@@ -1,13 +1,12 @@
 """What `qtool inspect` reads and says: a calibration file, a TensorRT cache, a dynamic-range file
 or an onnxruntime TensorRT table (told apart by content) and the activation tensors of a model it
 covers; the TensorRT Q/DQ rules an ONNX model breaks; the policy each quantizer resolves to. Each
-`inspect_*` returns (the --json summary, the text, a failed check or None)."""
+`inspect_*` returns a qtool.results.InspectResult (data: the command line words it)."""
 
 from __future__ import annotations
 
 import logging
 import math
-from collections import Counter
 from pathlib import Path
 
 import onnx
@@ -17,27 +16,15 @@ from . import calibration, model
 from .errors import Opt, QtoolError
 from .inputs import check_model, load_checked_model, model_json
 from .options import CpuOptions, ExportOptions
+from .results import InspectResult
 from .targets import qdq as qdq_target
 from .targets.tensorrt import checker as trtrules
 from .targets.tensorrt import files as trtfiles
 
 log = logging.getLogger("qtool")
 
-KINDS = {
-    "calibration": "qtool calibration file",
-    "tensorrt-cache": "TensorRT calibration cache",
-    "dynamic-range": "TensorRT sampleINT8API dynamic-range file",
-    "ort-trt": "onnxruntime TensorRT EP calibration table",
-}
-
-
 # an ONNX model is one protobuf message, which cannot exceed 2 GB
 MAX_ONNX_BYTES = 2 << 30
-
-
-def _number(value: float | None):
-    """JSON-safe float: None for NaN/inf (JSON has neither)."""
-    return value if value is not None and math.isfinite(value) else None
 
 
 def read_file(path: Path) -> dict:
@@ -156,82 +143,24 @@ def coverage(doc: dict, loaded: model.LoadedModel) -> dict:
     return result
 
 
-def _fmt(value) -> str:
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return str(value)
-
-
-def _table(rows: list[dict], columns: list[str]) -> str:
-    cells = [columns] + [[_fmt(r[c]) for c in columns] for r in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
-    return "\n".join(
-        "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
-        for row in cells
-    )
-
-
-def _text(path: Path, doc: dict, cov: dict | None) -> str:
-    kind, header, tensors = doc["kind"], doc["header"], doc["tensors"]
-    title = f"{path}: {KINDS[kind]}, {len(tensors)} tensors"
-    if kind == "calibration":
-        title += f", method {tensors[0]['method'] if tensors else header['method']}, {header['samples']} samples, model {header['model']}"
-        columns = ["name", "min", "max", "amax", "unsigned", "method"]
-    elif kind == "tensorrt-cache":
-        version = f"TensorRT {header['tensorrt']}" if header["tensorrt"] else f"unknown TensorRT version number {header['version']}"
-        title += f"\nheader {header['line']}: {version}, {header['algorithm']}"
-        columns = ["name", "hex", "scale", "amax"]
-    else:
-        columns = ["name", "amax"]
-    lines = [title]
-    if tensors:
-        lines.append(_table(tensors, columns))
-    if cov is not None:
-        lines.append(
-            f"coverage of {cov['model']}: {cov['covered']}/{cov['activation_tensors']} activation tensors "
-            f"({cov['percent']:g} %); {len(cov['missing'])} missing, {len(cov['extra'])} extra, "
-            f"{len(cov['nonfinite'])} non-finite" + (f", {len(cov['nonpositive'])} zero or negative" if cov["nonpositive"] else "")
-        )
-        for key, label in (("missing", "missing"), ("nonfinite", "non-finite"), ("nonpositive", "zero or negative"), ("extra", "extra")):
-            if cov[key]:
-                lines.append(f"{label}: " + ", ".join(cov[key]))
-    return "\n".join(lines)
-
-
-def _onnx_text(path: Path, version: str, found: list[trtrules.Violation], qdq: int) -> str:
-    lines = [f"{v.node or '<model>'}: {v.rule}: {v.message}" for v in found]
-    if found:
-        counts = ", ".join(f"{rule} {n}" for rule, n in sorted(Counter(v.rule for v in found).items()))
-        lines.append(f"{path}: {len(found)} violation(s) of the TensorRT {version} Q/DQ rules, {qdq} Q/DQ nodes ({counts})")
-    else:
-        lines.append(f"{path}: no violation of the TensorRT {version} Q/DQ rules, {qdq} Q/DQ nodes")
-    return "\n".join(lines)
-
-
 def is_onnx_file(path: Path) -> bool:
     """Whether FILE is an ONNX model; missing or unreadable is a one-line error."""
     return _is_onnx(calibration.read_input(path, MAX_ONNX_BYTES, "ONNX model", "give an ONNX model"))
 
 
-def inspect_onnx(file: Path, trt_version: str) -> tuple[dict, str, str | None]:
+def inspect_onnx(file: Path, trt_version: str) -> InspectResult:
     """`inspect MODEL.onnx --trt-version X`: the Q/DQ rules the model breaks (any: a failed check)."""
     major, minor, patch = trtrules.parse_version(trt_version)
     version = f"{major}.{minor}.{patch}"
     loaded = model.load_model(file)
     found = trtrules.check(loaded.proto, trt_version)
-    qdq = trtrules.qdq_nodes(loaded.proto)
-    summary = {
-        "command": "inspect", "file": str(file), "kind": "onnx", "trt_version": version,
-        "opset": trtrules.default_opset(loaded.proto),
-        "qdq_nodes": qdq, "violations": [{"node": v.node, "rule": v.rule, "message": v.message} for v in found],
-    }
-    failure = f"{file} breaks the TensorRT {version} Q/DQ rules in {len(found)} place(s)" if found else None
-    return summary, _onnx_text(file, version, found, qdq), failure
+    failure = QtoolError(f"{file} breaks the TensorRT {version} Q/DQ rules in {len(found)} place(s)") if found else None
+    return InspectResult(str(file), "onnx", rules_version=version, opset=trtrules.default_opset(loaded.proto),
+                         qdq_nodes=trtrules.qdq_nodes(loaded.proto),
+                         violations=tuple({"node": v.node, "rule": v.rule, "message": v.message} for v in found), failure=failure)
 
 
-def inspect_policies(file: Path, policies) -> tuple[dict, str, None]:
+def inspect_policies(file: Path, policies) -> InspectResult:
     """Each quantizer of the calibration's model with the policy it resolves to."""
     cal = calibration.load(file)
     loaded = load_checked_model(None, file, cal)
@@ -241,14 +170,11 @@ def inspect_policies(file: Path, policies) -> tuple[dict, str, None]:
     rows = [{"kind": q.kind, "tensor": q.tensor, "read_by": sorted({ops[n] for n, _ in q.readers}), **q.policy.to_json()} for q in quantizers]
     for w in prepared.warnings:
         log.warning(w)
-    lines = [f"{len(rows)} quantizers of {loaded.path} (openvino/qdq placement):"]
-    lines += [f"  {r['kind']:<10} {r['tensor']}  [{', '.join(r['read_by'])}]  {site.policy.describe()}"
-              for r, site in zip(rows, quantizers)]
-    return ({"command": "inspect", "file": str(file), "kind": "policies", "quantizers": rows, "warnings": prepared.warnings},
-            "\n".join(lines), None)
+    return InspectResult(str(file), "policies", model=str(loaded.path), quantizers=tuple(rows),
+                         policies=tuple(q.policy.describe() for q in quantizers), warnings=tuple(prepared.warnings))
 
 
-def inspect_file(file: Path, model_path: Path | None) -> tuple[dict, str, str | None]:
+def inspect_file(file: Path, model_path: Path | None) -> InspectResult:
     """FILE's kind, header and tensors; with `model_path`, which of the model's activation tensors it
     covers (any without a usable range: a failed check); a range file's unusable scales (a failed check)."""
     doc = read_file(file)
@@ -258,20 +184,10 @@ def inspect_file(file: Path, model_path: Path | None) -> tuple[dict, str, str | 
         if doc["kind"] == "calibration":
             check_model(loaded, file, doc["header"]["model"], doc["header"]["sha256"])  # export's check: another model's names say nothing
         cov = coverage(doc, loaded)
-    summary = {
-        "command": "inspect", "file": str(file), "kind": doc["kind"], "header": doc["header"],
-        **({"model": model_json(model_path if model_path is not None else file.parent / doc["header"]["model"])}
-           if doc["kind"] == "calibration" or model_path is not None else {}),
-        "tensors": [{k: _number(v) if isinstance(v, float) else v for k, v in t.items()} for t in doc["tensors"]],
-    }
-    if cov is not None:
-        summary["coverage"] = cov
+    shown_model = None
+    if doc["kind"] == "calibration" or model_path is not None:
+        shown_model = model_json(model_path if model_path is not None else file.parent / doc["header"]["model"])
     bad_scales = unusable(doc)
-    if doc["kind"] != "calibration":
-        summary["unusable"] = bad_scales
-    text = _text(file, doc, cov)
-    if bad_scales:
-        text += "\nNaN, infinite, zero or negative scale: " + ", ".join(bad_scales)
     failure = None
     bad = len(cov["missing"]) + len(cov["nonfinite"]) + len(cov["nonpositive"]) if cov is not None else 0
     if bad:
@@ -279,4 +195,6 @@ def inspect_file(file: Path, model_path: Path | None) -> tuple[dict, str, str | 
     elif bad_scales:
         failure = (f"{len(bad_scales)} tensor(s) of {file} have a NaN, infinite, zero or negative scale, "
                    f"which TensorRT cannot use: {trtfiles._listed([_shown(n) for n in bad_scales], 10)}")
-    return summary, text, failure
+    return InspectResult(str(file), doc["kind"], header=doc["header"], tensors=tuple(doc["tensors"]), model=shown_model, coverage=cov,
+                         unusable=None if doc["kind"] == "calibration" else tuple(bad_scales),
+                         failure=QtoolError(failure) if failure else None)

@@ -5,6 +5,7 @@ as text (qtool.cli); nothing here formats text for people."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from . import JSON_SCHEMA
@@ -139,16 +140,47 @@ class EvaluateResult:
 
 @dataclass(frozen=True)
 class InspectResult:
-    """`qtool inspect`: what a file holds (its kind's document), and a check that failed."""
+    """`qtool inspect`: what a file holds, and a check that failed. One of three kinds of answer:
+    a calibration or range file (header, tensors, with a model its coverage), an ONNX model's
+    Q/DQ nodes against a runtime's rules (violations), or each quantizer's policy (quantizers)."""
 
     file: str
-    kind: str  # "calibration", "tensorrt-cache", "dynamic-range", "ort-trt", "onnx" or "policies"
-    document: dict  # what the file holds, as --json prints it after command, file and kind
-    text: str  # what the command prints (worded by qtool.inspection, the kinds' own tables)
+    kind: str  # "calibration", "tensorrt-cache", "dynamic-range", "ort-trt" (read_file), "onnx" or "policies"
+    header: dict = field(default_factory=dict)  # a calibration or range file's header
+    tensors: tuple[dict, ...] = ()  # its tensors, sorted by name: name, amax and the kind's own columns (NaN/inf as they are)
+    model: str | None = None  # the model the file records (a calibration file) or was given (coverage), absolute; "policies": as recorded
+    coverage: dict | None = None  # with a model: which of its activation tensors the file gives a usable range
+    unusable: tuple[str, ...] | None = None  # a range file's tensors with a NaN, infinite, zero or negative scale
+    rules_version: str | None = None  # "onnx": the version whose rules the Q/DQ nodes were checked against
+    opset: int | None = None
+    qdq_nodes: int | None = None
+    violations: tuple[dict, ...] = ()  # "onnx": node, rule, message
+    quantizers: tuple[dict, ...] = ()  # "policies": kind, tensor, read_by and the policy's fields
+    policies: tuple[str, ...] = ()  # "policies": each quantizer's policy in short (Policy.describe)
+    warnings: tuple[str, ...] = ()
     failure: QtoolError | None = None  # a missing range, an unusable scale, a broken rule
 
     def to_json(self) -> dict:
-        return _document("inspect", {"file": self.file, "kind": self.kind, **self.document})
+        doc = _document("inspect", {"file": self.file, "kind": self.kind})
+        if self.kind == "onnx":
+            doc.update(trt_version=self.rules_version, opset=self.opset, qdq_nodes=self.qdq_nodes, violations=list(self.violations))
+        elif self.kind == "policies":
+            doc.update(quantizers=list(self.quantizers), warnings=list(self.warnings))
+        else:
+            doc["header"] = self.header
+            if self.model is not None:
+                doc["model"] = self.model
+            doc["tensors"] = [{k: _finite(v) if isinstance(v, float) else v for k, v in t.items()} for t in self.tensors]
+            if self.coverage is not None:
+                doc["coverage"] = self.coverage
+            if self.unusable is not None:
+                doc["unusable"] = list(self.unusable)
+        return doc
+
+
+def _finite(value: float) -> float | None:
+    """JSON-safe float: None for NaN/inf (JSON has neither)."""
+    return value if math.isfinite(value) else None
 
 
 @dataclass(frozen=True)

@@ -121,11 +121,11 @@ def test_inspect_file_gives_what_json_prints_and_a_failed_check(calibrated):
     d, _, _ = calibrated
     outcome = api.inspect_file(d / "api.calib.json", model=SAMPLE)
     r = invoke("inspect", d / "api.calib.json", "--model", SAMPLE, "--json")
-    assert r.exit_code == 0 and json.loads(r.stdout) == outcome.summary and outcome.failure is None
-    assert outcome.summary["coverage"]["percent"] == 100.0
+    assert r.exit_code == 0 and json.loads(r.stdout) == outcome.to_json() and outcome.failure is None
+    assert outcome.coverage["percent"] == 100.0
     cache = api.inspect_file(d / "api.cache")
-    assert cache.summary["kind"] == "tensorrt-cache" and cache.summary["unusable"] == [] and cache.failure is None
-    assert {t["name"] for t in cache.summary["tensors"]} <= {t["name"] for t in outcome.summary["tensors"]}
+    assert cache.kind == "tensorrt-cache" and cache.unusable == () and cache.failure is None
+    assert {t["name"] for t in cache.tensors} <= {t["name"] for t in outcome.tensors}
 
 
 def test_evaluate_files_reports_a_failed_gate_after_its_results(calibrated):
@@ -143,7 +143,7 @@ def test_evaluate_files_reports_a_failed_gate_after_its_results(calibrated):
 
 # README, Layout: the packages in import order; each module imports only from its own layer and those before it
 ORDER = ["errors", "scratch", "model", "runtime", "fileio", "feeds", "statistics", "calibration", "quantizers", "options", "collection",
-         "targets", "provenance", "checks", "inputs", "inspection", "results", "commands", "api", "cli", "launch", "__main__"]
+         "targets", "provenance", "checks", "results", "inputs", "inspection", "commands", "api", "cli", "launch", "__main__"]
 
 
 def _layer(module: str) -> str:
