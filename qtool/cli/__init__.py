@@ -186,9 +186,6 @@ def finish(result, as_json: bool, text: Callable) -> None:
     """Print what a command did (its result as JSON, or `text(result)`); then a failed check it
     reports is an error (exit 1; in the JSON document too, as its "error" and "exit")."""
     failure = getattr(result, "failure", None)
-    if not hasattr(result, "to_json"):  # an Outcome, until every command returns its result
-        result.to_json = lambda: result.summary
-        text = (lambda t: lambda r: t(r.summary, r.details))(text)
     if as_json:
         document = result.to_json()
         if failure:
