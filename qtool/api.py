@@ -221,7 +221,7 @@ def inspect_file(file, *, model=None, trt_version: str | None = None, **policy_f
     `trt_version` the TensorRT rules the Q/DQ model `file` breaks; with the policy keywords (as
     export's: weight_bits, ..., policy) the policy of each quantizer; a missing range, an unusable
     scale or a broken rule is the result's failure."""
-    options.known(options.PolicyFlags, policy_flags)
+    options.refuse_unknown(options.PolicyFlags, policy_flags)
     flags = options.PolicyFlags(**policy_flags)
     return _inspect.run(file, model=model, trt_version=trt_version, policies=flags)
 

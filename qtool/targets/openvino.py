@@ -21,7 +21,7 @@ from ..quantizers import placement, policy, quant
 from . import get
 from .cpu import Prepared, export_prepared, with_quantizers
 from .cpu import prepare as cpu_prepare
-from .cpu import shown as cpu_shown
+from .cpu import report_view as cpu_report_view
 
 DEFAULTS = ExportOptions("openvino")
 
@@ -239,6 +239,6 @@ def export(loaded, cal, options: ExportOptions = DEFAULTS):
                            rounding_warnings=policy.runtime_rounding_warnings(prepared.plan, "OpenVINO"))
 
 
-def shown(loaded, cal, *, method: str | None = None):
+def report_view(loaded, cal, *, method: str | None = None):
     """What qtool report shows of this export (default options)."""
-    return cpu_shown(prepare, "OpenVINO, FakeQuantize model", loaded, cal, ExportOptions("openvino", method=method))
+    return cpu_report_view(prepare, "OpenVINO, FakeQuantize model", loaded, cal, ExportOptions("openvino", method=method))

@@ -27,7 +27,7 @@ from ..quantizers.quantizer import Quantizer
 from . import get
 from .cpu import Prepared, export_prepared, with_quantizers
 from .cpu import prepare as cpu_prepare
-from .cpu import shown as cpu_shown
+from .cpu import report_view as cpu_report_view
 
 DEFAULTS = ExportOptions("qdq")
 
@@ -188,6 +188,6 @@ def export(loaded, cal, options: ExportOptions = DEFAULTS):
     return export_prepared(loaded, cal, prepared, apply, options.bias_correction, opset=True)
 
 
-def shown(loaded, cal, *, method: str | None = None):
+def report_view(loaded, cal, *, method: str | None = None):
     """What qtool report shows of this export (default options)."""
-    return cpu_shown(prepare, "QDQ model (onnxruntime)", loaded, cal, ExportOptions("qdq", method=method))
+    return cpu_report_view(prepare, "QDQ model (onnxruntime)", loaded, cal, ExportOptions("qdq", method=method))
