@@ -55,13 +55,21 @@ from .inputs import DEFAULT_BATCH, check_model, held_out_runs
 from .results import CalibrateResult, EvaluateResult, ExportResult, InspectResult, MergeResult, RecomputeResult, ReportResult
 from .statistics import thresholds
 from .targets import TARGETS, tensorrt
+from .targets.cpu import PolicyFlags
 
 log = logging.getLogger("qtool")
 
 # What the command line builds its options and help from (declared once, in the library).
-EXPORT_GROUPS = {group.SECTION: options.declared_options(group) for group in options.EXPORT_GROUPS}  # --help section -> key -> Option
-OPTIONS = options.export_options()  # export option key -> its flag, help and choices
+EXPORT_GROUPS = targets.sections()  # --help section -> key -> Option
+OPTIONS = targets.declared()  # export option key -> its flag, help and choices
+COMMAND_OPTIONS = {  # a command's own options: key -> Option
+    "export": options.declared_options(options.MixedPrecision),
+    "calibrate": {k: o for cls in targets.calibrate_files().values() for k, o in options.declared_options(cls).items()},
+    "inspect": {k: o for cls in targets.inspect_checks().values() for k, o in options.declared_options(cls).items()},
+}
+INSPECT_HELP = [t.inspection().HELP for t in map(targets.get, TARGETS) if t.inspected]  # each target's section of inspect --help
 runtimes = targets.runtimes
+ranked = targets.ranked
 METHODS = thresholds.METHODS + thresholds.SAMPLE_METHODS
 KL_VARIANTS = thresholds.KL_VARIANTS
 RESIZE_MODES = _data.RESIZE_MODES
@@ -136,11 +144,11 @@ def export(model_or_path, cal: Calibration, *, target: str, path: str | os.PathL
     """The bytes of `target`'s file for this calibration (written atomically to `path` when given),
     as `qtool export` writes them (a model over 2 GiB: give `path`, its weights go to external data
     beside it, and the bytes are the .onnx file's). `keywords`: the export options the target reads
-    (qtool.options.ExportOptions.build; each declared once with its command-line flag, help and
+    (qtool.targets.options_for; each declared once with its command-line flag, help and
     choices: `python -c "import qtool.api as a; print(a.OPTIONS['fmt'].help)"`); `policies` is a
     qtool.quantizers.policy.Policies (or give the policy flags' keywords: weight_bits, ...), the
     others strings, booleans or lists of names as on the command line."""
-    built = options.ExportOptions.build(target, **keywords)
+    built = targets.options_for(target, **keywords)
     loaded = _checked(model_or_path, cal)
     result = provenance.exported(loaded, cal, built, path)  # the writer's file, with its provenance
     for w in result.warnings:
@@ -163,7 +171,7 @@ def evaluate(model_or_path, cal: Calibration, *, runtime: str | None = None, per
     over the inputs each). Inputs (keywords): images (preprocessed as the calibration records), a
     folder of .npy/.npz, or an in-memory loader as data; limit."""
     images, data, limit = (keywords.pop(k, None) for k in ("images", "data", "limit"))
-    built = options.ExportOptions.build(**keywords)
+    built = targets.options_for(**keywords)
     _evaluate.check_request(built.target, runtime, per_tensor)
     loaded = _checked(model_or_path, cal)
     if data is not None and not isinstance(data, (str, os.PathLike)):
@@ -183,13 +191,14 @@ def evaluate(model_or_path, cal: Calibration, *, runtime: str | None = None, per
 # The commands over files (qtool.commands), with the command's options as keywords.
 
 
-def calibrate_files(model_path, *, output=None, trt_table=None, trt_version: str | None = None, progress=None, **keywords) -> CalibrateResult:
+def calibrate_files(model_path, *, output=None, progress=None, **keywords) -> CalibrateResult:
     """`qtool calibrate`: the model at `model_path` calibrated on a folder of `images` or `data` files
     (the keywords as qtool.api.calibrate takes them) into `output` [default: <model stem>.calib.json
-    here], and with `trt_table` a TensorRT calibration cache for `trt_version` too. `progress`: a
-    callback(n) or tqdm bar."""
+    here], and with a target's file keywords (COMMAND_OPTIONS["calibrate"]: trt_table, a TensorRT
+    calibration cache for trt_version) that file too. `progress`: a callback(n) or tqdm bar."""
+    files = [cls.build(keywords) for cls in targets.calibrate_files().values()]
     built = options.CalibrateOptions.build(**keywords)
-    return _calibrate.run(model_path, built, output=output, trt_table=trt_table, trt_version=trt_version, progress=progress)
+    return _calibrate.run(model_path, built, output=output, files=files, progress=progress)
 
 
 def export_file(model_path=None, *, target: str, calib=None, output=None, **keywords) -> ExportResult:
@@ -198,7 +207,7 @@ def export_file(model_path=None, *, target: str, calib=None, output=None, **keyw
     model's stem + the target's suffix, here]. The keywords are export's flags (qtool.options: the
     export options, the policy flags with `policy` a rules file, and keep_fp32 N or max_drop BUDGET
     measured on held-out images or data)."""
-    built, mixed = options.export_request(target, **keywords)
+    built, mixed = targets.export_request(target, **keywords)
     return _export.run(model_path, built, mixed, calib=calib, output=output, policy_file=keywords.get("policy"))
 
 
@@ -212,18 +221,18 @@ def evaluate_files(model_path, *, calib=None, reference=None, progress=None, **k
     is scored as it is. With `fail_below` DB, an output below it (with
     `runtime`, the worse of the simulation and the runtime's run) is the result's failure (its numbers are there too).
     `progress`: a tqdm bar or a callback(n) per model pass over the inputs."""
-    return _evaluate_files.run(model_path, options.EvaluateOptions.build(**keywords), calib=calib, reference=reference,
+    export = targets.take_export(keywords)
+    return _evaluate_files.run(model_path, options.EvaluateOptions.build(export, **keywords), calib=calib, reference=reference,
                                progress=progress)
 
 
-def inspect_file(file, *, model=None, trt_version: str | None = None, **policy_flags) -> InspectResult:
-    """`qtool inspect`: what `file` holds, with `model` what of that model it covers; with
-    `trt_version` the TensorRT rules the Q/DQ model `file` breaks; with the policy keywords (as
-    export's: weight_bits, ..., policy) the policy of each quantizer; a missing range, an unusable
-    scale or a broken rule is the result's failure."""
-    options.refuse_unknown(options.PolicyFlags, policy_flags)
-    flags = options.PolicyFlags(**policy_flags)
-    return _inspect.run(file, model=model, trt_version=trt_version, policies=flags)
+def inspect_file(file, *, model=None, **keywords) -> InspectResult:
+    """`qtool inspect`: what `file` holds, with `model` what of that model it covers; with a target's
+    check keyword (INSPECT_HELP; `trt_version`: the TensorRT rules the Q/DQ model `file` breaks) that
+    check; with the policy keywords (as export's: weight_bits, ..., policy) the policy of each
+    quantizer; a missing range, an unusable scale or a broken rule is the result's failure."""
+    flags = PolicyFlags(**{k: keywords.pop(k) for k in list(keywords) if k in options.declared_options(PolicyFlags)})
+    return _inspect.run(file, model=model, policies=flags, **keywords)
 
 
 report_file = _report_file.run

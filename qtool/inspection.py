@@ -1,7 +1,8 @@
-"""What `qtool inspect` reads and says: a calibration file, a TensorRT cache, a dynamic-range file
-or an onnxruntime TensorRT table (told apart by content) and the activation tensors of a model it
-covers; the TensorRT Q/DQ rules an ONNX model breaks; the policy each quantizer resolves to. Each
-`inspect_*` returns a qtool.results.InspectResult (data: the command line words it)."""
+"""What `qtool inspect` reads and says: a calibration file or a target's range file (told apart by
+content; the target's inspection module reads it, qtool.targets.inspections) and the activation
+tensors of a model it covers; the rules of a target an ONNX model breaks (`inspect_onnx`); the
+policy each quantizer resolves to. Each `inspect_*` returns a qtool.results.InspectResult (data,
+with a target's own lines on its files; the command line words the rest)."""
 
 from __future__ import annotations
 
@@ -12,28 +13,32 @@ from pathlib import Path
 import onnx
 from google.protobuf.message import Error as ProtobufError
 
-from . import calibration, model
+from . import calibration, model, targets
 from .errors import Opt, QtoolError
 from .inputs import check_model, load_checked_model, model_json
-from .options import CpuOptions, ExportOptions
+from .options import ExportOptions
 from .results import InspectResult
 from .targets import qdq as qdq_target
-from .targets.tensorrt import checker as trtrules
-from .targets.tensorrt import files as trtfiles
+from .targets.cpu import CpuOptions
 
 log = logging.getLogger("qtool")
+
+CALIBRATION = "qtool calibration file"
+
 
 # an ONNX model is one protobuf message, which cannot exceed 2 GB
 MAX_ONNX_BYTES = 2 << 30
 
 
 def read_file(path: Path) -> dict:
-    """Decode a calibration file, TensorRT cache, dynamic-range file or onnxruntime table.
+    """Decode a calibration file or a target's range file.
 
     The kind is told by content, never by the file name. Returns {'kind', 'header', 'tensors'}
     with tensors sorted by name, each a dict with at least 'name' and 'amax'.
     """
-    data = calibration.read_input(path, calibration.MAX_FILE_BYTES, "file", "give a calibration file or a TensorRT cache")
+    readers = targets.inspections()
+    data = calibration.read_input(path, calibration.MAX_FILE_BYTES, "file",
+                                  "give a calibration file or a " + " or a ".join(r.FILE for r in readers))
     if not data.strip():
         raise QtoolError(f"{str(path)!r} is empty")
     text = None
@@ -44,27 +49,24 @@ def read_file(path: Path) -> dict:
             pass
     if text is not None and text.lstrip().startswith("{"):
         return _calibration(path, data)  # its messages name the file
-    first = next((line for line in (text or "").splitlines() if line.strip()), "")
-    try:
-        if text is not None and text.startswith("TRT-"):
-            return _cache(text)
-        if text is not None and ":" in first:
-            entries = trtfiles.read_dynamic_range(text)
-            return {"kind": "dynamic-range", "header": {}, "tensors": _plain(entries)}
-    except QtoolError as e:
-        raise QtoolError("{path!r}: {error}", path=str(path), error=e) from None
-    if text is None:
+    for reader in readers:
         try:
-            entries = trtfiles.read_ort_table(data)
+            doc = reader.read(text, data)
         except QtoolError as e:
+            if text is not None:
+                raise QtoolError("{path!r}: {error}", path=str(path), error=e) from None
             if _is_onnx(data):
-                raise QtoolError("{path!r} is an ONNX model; check its Q/DQ nodes with {version}, or give it with {model} and a "
-                                 "calibration file or cache as FILE", path=str(path), version=Opt("trt_version", metavar="X"),
-                                 model=Opt("model")) from None
+                raise reader.onnx_hint(path) from None
             raise QtoolError("{path!r} is binary and {error}", path=str(path), error=e) from None
-        return {"kind": "ort-trt", "header": {}, "tensors": _plain(entries)}
-    raise QtoolError("{path!r} is not a qtool calibration file, TensorRT cache, dynamic-range file or onnxruntime TensorRT table "
-                     "(an ONNX model goes after {model})", path=str(path), model=Opt("model"))
+        if doc is not None:
+            return doc
+    raise QtoolError("{path!r} is not a qtool calibration file, {files} (an ONNX model goes after {model})", path=str(path),
+                     files=", ".join(r.FILES for r in readers), model=Opt("model"))
+
+
+def _reader(kind: str):
+    """The inspection module of the target whose range file is of `kind`."""
+    return next(r for r in targets.inspections() if kind in r.KINDS)
 
 
 def _is_onnx(data: bytes) -> bool:
@@ -72,10 +74,6 @@ def _is_onnx(data: bytes) -> bool:
         return len(onnx.load_model_from_string(data).graph.node) > 0
     except (ProtobufError, ValueError, TypeError, RuntimeError):  # any decoding failure: not a model
         return False
-
-
-def _plain(entries: dict[str, float]) -> list[dict]:
-    return [{"name": n, "amax": entries[n]} for n in sorted(entries)]
 
 
 def _calibration(path: Path, data: bytes) -> dict:
@@ -91,36 +89,25 @@ def _calibration(path: Path, data: bytes) -> dict:
     return {"kind": "calibration", "header": header, "tensors": tensors}
 
 
-def _cache(text: str) -> dict:
-    header, entries = trtfiles.read_cache(text)
-    hexes = trtfiles.read_cache_hex(text)
-    header = {"line": text.splitlines()[0].strip(), "version": header["version"],
-              "tensorrt": trtfiles.decode_version(header["version"]), "algorithm": header["algorithm"]}
-    tensors = [
-        {"name": n, "hex": hexes[n], "scale": trtfiles.hex_scale(hexes[n]), "amax": entries[n]}
-        for n in sorted(entries)
-    ]
-    return {"kind": "tensorrt-cache", "header": header, "tensors": tensors}
-
-
-def _shown(name: str) -> str:
+def _printable(name: str) -> str:
     """A tensor name for a one-line message: quoted when it holds line breaks or other control characters."""
     return name if name.isprintable() else repr(name)
 
 
 def unusable(doc: dict) -> list[str]:
-    """Tensors of a range file (cache, dynamic-range file, onnxruntime table) whose scale or range
-    is NaN, infinite, zero or negative: TensorRT divides by the scale. A calibration file's amax 0
-    is the exact range of an all-zero tensor, and exports safely."""
+    """Tensors of a target's range file whose scale or range its runtime cannot use (NaN, infinite,
+    zero or negative: it divides by the scale). A calibration file's amax 0 is the exact range of an
+    all-zero tensor, and exports safely."""
     if doc["kind"] == "calibration":
         return []
-    return [t["name"] for t in doc["tensors"] if not trtfiles.is_usable(t.get("scale", t["amax"]))]
+    usable = _reader(doc["kind"]).usable
+    return [t["name"] for t in doc["tensors"] if not usable(t.get("scale", t["amax"]))]
 
 
 def coverage(doc: dict, loaded: model.LoadedModel) -> dict:
     """Which activation tensors of the model the file gives a usable range.
 
-    Usable: finite, and > 0 in a range file (TensorRT divides by the scale); a calibration
+    Usable: finite, and > 0 in a range file (its runtime divides by the scale); a calibration
     file's amax 0 is the exact range of an all-zero tensor and exports safely.
     """
     expected = model.activation_tensors(loaded.proto)
@@ -148,23 +135,19 @@ def is_onnx_file(path: Path) -> bool:
     return _is_onnx(calibration.read_input(path, MAX_ONNX_BYTES, "ONNX model", "give an ONNX model"))
 
 
-def inspect_onnx(file: Path, trt_version: str) -> InspectResult:
-    """`inspect MODEL.onnx --trt-version X`: the Q/DQ rules the model breaks (any: a failed check)."""
-    major, minor, patch = trtrules.parse_version(trt_version)
-    version = f"{major}.{minor}.{patch}"
-    loaded = model.load_model(file)
-    found = trtrules.check(loaded.proto, trt_version)
-    failure = QtoolError(f"{file} breaks the TensorRT {version} Q/DQ rules in {len(found)} place(s)") if found else None
-    return InspectResult(str(file), "onnx", rules_version=version, opset=trtrules.default_opset(loaded.proto),
-                         qdq_nodes=trtrules.qdq_nodes(loaded.proto),
-                         violations=tuple({"node": v.node, "rule": v.rule, "message": v.message} for v in found), failure=failure)
+def inspect_onnx(file: Path, target: str, value: str) -> InspectResult:
+    """`inspect MODEL.onnx` with `target`'s check option set to `value`: the rules the model breaks (any: a failed check)."""
+    document, lines, failure = targets.get(target).inspection().check(file, value)
+    checked = {k: v for k, v in document.items() if k not in ("command", "file", "kind")}
+    return InspectResult(str(file), document["kind"], check=checked, target_lines=tuple(lines.split("\n")),
+                         failure=QtoolError(failure) if failure else None)
 
 
 def inspect_policies(file: Path, policies) -> InspectResult:
     """Each quantizer of the calibration's model with the policy it resolves to."""
     cal = calibration.load(file)
     loaded = load_checked_model(None, file, cal)
-    prepared = qdq_target.prepare(loaded, cal, ExportOptions("qdq", cpu_target=CpuOptions(policies=policies)))
+    prepared = qdq_target.prepare(loaded, cal, ExportOptions("qdq", own=CpuOptions(policies=policies)))
     ops = {n.name: n.op_type for n in prepared.model.graph.node}
     quantizers = prepared.plan.quantizers
     rows = [{"kind": q.kind, "tensor": q.tensor, "read_by": sorted({ops[n] for n, _ in q.readers}), **q.policy.to_json()} for q in quantizers]
@@ -184,8 +167,10 @@ def inspect_file(file: Path, model_path: Path | None) -> InspectResult:
         if doc["kind"] == "calibration":
             check_model(loaded, file, doc["header"]["model"], doc["header"]["sha256"])  # export's check: another model's names say nothing
         cov = coverage(doc, loaded)
+    kind = doc["kind"]
+    reader = None if kind == "calibration" else _reader(kind)
     shown_model = None
-    if doc["kind"] == "calibration" or model_path is not None:
+    if kind == "calibration" or model_path is not None:
         shown_model = model_json(model_path if model_path is not None else file.parent / doc["header"]["model"])
     bad_scales = unusable(doc)
     failure = None
@@ -193,8 +178,12 @@ def inspect_file(file: Path, model_path: Path | None) -> InspectResult:
     if bad:
         failure = f"{bad} of {cov['activation_tensors']} activation tensors of {model_path} have no usable range in {file}"
     elif bad_scales:
-        failure = (f"{len(bad_scales)} tensor(s) of {file} have a NaN, infinite, zero or negative scale, "
-                   f"which TensorRT cannot use: {trtfiles._listed([_shown(n) for n in bad_scales], 10)}")
-    return InspectResult(str(file), doc["kind"], header=doc["header"], tensors=tuple(doc["tensors"]), model=shown_model, coverage=cov,
-                         unusable=None if doc["kind"] == "calibration" else tuple(bad_scales),
-                         failure=QtoolError(failure) if failure else None)
+        failure = reader.unusable_failure(file, [_printable(n) for n in bad_scales])
+    if reader is None:
+        named, columns, lines = CALIBRATION, ("name", "min", "max", "amax", "unsigned", "method"), ()
+    else:
+        header_line = reader.header_text(doc)
+        named, columns, lines = reader.KINDS[kind], tuple(reader.COLUMNS.get(kind, ["name", "amax"])), (header_line,) if header_line else ()
+    return InspectResult(str(file), kind, kind_name=named, header=doc["header"], tensors=tuple(doc["tensors"]), columns=columns,
+                         model=shown_model, coverage=cov, unusable=None if kind == "calibration" else tuple(bad_scales),
+                         target_lines=lines, failure=QtoolError(failure) if failure else None)

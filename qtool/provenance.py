@@ -17,8 +17,8 @@ KEY = "qtool.provenance", whose value is a JSON object (keys sorted, ASCII):
 The entry is appended to the writer's bytes as one more ModelProto field (protobuf concatenates
 repeated fields in any order; onnx/onnx.proto: ModelProto.metadata_props = 14), so the rest of the
 file is the writer's, byte for byte, and `unstamped` gives that back. The stamp is put on in one
-place, `exported`, which qtool export and qtool.export both write through; range files (TensorRT
-caches) are not ONNX and carry none.
+place, `exported`, which qtool export and qtool.export both write through; a target's range files
+(caches) are not ONNX and carry none.
 """
 
 from __future__ import annotations
@@ -62,14 +62,10 @@ def options_record(options: ExportOptions) -> dict:
     the target reads (a group's policies as their Policy records)."""
     record = {}
     for f in fields(options):
-        value = getattr(options, f.name)
-        if f.name == "target":
-            continue
-        if is_dataclass(value):
-            if options.target in type(value).READERS:
-                record.update({g.name: _plain(getattr(value, g.name)) for g in fields(value)})
-            continue
-        record[f.name] = _plain(value)
+        if f.name not in ("target", "own"):
+            record[f.name] = _plain(getattr(options, f.name))
+    own = options.group(targets.get(options.target).group)
+    record.update({g.name: _plain(getattr(own, g.name)) for g in fields(own)})
     return record
 
 
@@ -196,14 +192,14 @@ def export_options(found: Provenance) -> ExportOptions:
     """The export options a file records, rebuilt (without its policies: the file holds what they made)."""
     given = {k: v for k, v in found.options.items() if k != "policies"}
     try:
-        return ExportOptions.build(found.target, **given)
+        return targets.options_for(found.target, **given)
     except (QtoolError, TypeError) as e:
         raise QtoolError(f"the export options the file records cannot be read by this qtool ({e}); export it again") from None
 
 
 def quantizes_nothing(proto, target: str, summary: dict) -> QtoolError | None:
     """The error for a model export that places no quantizer (no Q/DQ or FakeQuantize node: the
-    file would be the FP32 model, which TensorRT 11 builds without INT8 and `qtool inspect`
+    file would be the FP32 model, which a runtime builds without INT8 and `qtool inspect`
     refuses), naming why; None when it places some, writes a range file (no quantizer counts), or
     the model holds quantization nodes already (qtool's own export, exported again)."""
     if summary.get("activation_quantizers", 1) or summary.get("weight_quantizers", 1) or model.already_quantized(proto):

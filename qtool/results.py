@@ -19,10 +19,10 @@ def _document(command: str, body: dict) -> dict:
 
 @dataclass(frozen=True)
 class CalibrateResult:
-    """`qtool calibrate`: the calibration file written (and a range file beside it)."""
+    """`qtool calibrate`: the calibration file written (and a target's file beside it)."""
 
     model: str  # the calibrated model, an absolute path
-    outputs: dict[str, str]  # what was written: "calibration" (and the range file's kind) -> its path
+    outputs: dict[str, str]  # what was written: "calibration" (and a target's file beside it) -> its path
     tensors: int  # activation tensors calibrated
     inputs: int  # inputs read: images, data files, or runs of a file of samples
     samples: int  # samples those inputs held
@@ -33,9 +33,8 @@ class CalibrateResult:
     warnings: tuple[str, ...] = ()
     images: int | None = None  # with images: the images the samples come from
     data_file: str | None = None  # with one file of samples: that file
-    cache_version: str | None = None  # with a range file: the version it was written for
-    cache_header: str | None = None  # with a range file: the header line it starts with
-    build: str | None = None  # with a range file: the command that builds an engine from it
+    target_facts: dict = field(default_factory=dict)  # what a target's file beside it adds (e.g. its header, the build command)
+    target_lines: tuple[str, ...] = ()  # the target's own words on that file
 
     def to_json(self) -> dict:
         doc = _document("calibrate", {
@@ -47,9 +46,7 @@ class CalibrateResult:
             doc["images"] = self.images
         elif self.data_file is not None:
             doc["data_file"] = self.data_file
-        if self.cache_header is not None:
-            doc["tensorrt_header"] = self.cache_header
-            doc["build"] = self.build
+        doc.update(self.target_facts)
         return doc
 
 
@@ -141,29 +138,29 @@ class EvaluateResult:
 @dataclass(frozen=True)
 class InspectResult:
     """`qtool inspect`: what a file holds, and a check that failed. One of three kinds of answer:
-    a calibration or range file (header, tensors, with a model its coverage), an ONNX model's
-    Q/DQ nodes against a runtime's rules (violations), or each quantizer's policy (quantizers)."""
+    a calibration or range file (header, tensors, with a model its coverage), an ONNX model checked
+    against a target's rules (`check`), or each quantizer's policy (quantizers)."""
 
     file: str
-    kind: str  # "calibration", "tensorrt-cache", "dynamic-range", "ort-trt" (read_file), "onnx" or "policies"
+    kind: str  # "calibration", a target's range file kind (e.g. "tensorrt-cache"), a checked model's kind ("onnx") or "policies"
+    kind_name: str = ""  # what that kind of file is called
     header: dict = field(default_factory=dict)  # a calibration or range file's header
-    tensors: tuple[dict, ...] = ()  # its tensors, sorted by name: name, amax and the kind's own columns (NaN/inf as they are)
+    tensors: tuple[dict, ...] = ()  # its tensors, sorted by name: name, amax and the kind's own fields (NaN/inf as they are)
+    columns: tuple[str, ...] = ()  # the fields of `tensors` that say what the kind holds, in table order
     model: str | None = None  # the model the file records (a calibration file) or was given (coverage), absolute; "policies": as recorded
     coverage: dict | None = None  # with a model: which of its activation tensors the file gives a usable range
     unusable: tuple[str, ...] | None = None  # a range file's tensors with a NaN, infinite, zero or negative scale
-    rules_version: str | None = None  # "onnx": the version whose rules the Q/DQ nodes were checked against
-    opset: int | None = None
-    qdq_nodes: int | None = None
-    violations: tuple[dict, ...] = ()  # "onnx": node, rule, message
+    check: dict | None = None  # a model checked against a target's rules: the target's document (version, violations, ...)
     quantizers: tuple[dict, ...] = ()  # "policies": kind, tensor, read_by and the policy's fields
     policies: tuple[str, ...] = ()  # "policies": each quantizer's policy in short (Policy.describe)
     warnings: tuple[str, ...] = ()
+    target_lines: tuple[str, ...] = ()  # a target's own words on its file (a range file's header decoded, a check's violations)
     failure: QtoolError | None = None  # a missing range, an unusable scale, a broken rule
 
     def to_json(self) -> dict:
         doc = _document("inspect", {"file": self.file, "kind": self.kind})
-        if self.kind == "onnx":
-            doc.update(trt_version=self.rules_version, opset=self.opset, qdq_nodes=self.qdq_nodes, violations=list(self.violations))
+        if self.check is not None:
+            doc.update(self.check)
         elif self.kind == "policies":
             doc.update(quantizers=list(self.quantizers), warnings=list(self.warnings))
         else:

@@ -85,7 +85,7 @@ def test_calibrate_files_is_the_command(calibrated):
     d, outcome, summary = calibrated
     assert (d / "api.calib.json").read_bytes() == (d / "cli.calib.json").read_bytes()
     assert (d / "api.cache").read_bytes() == (d / "cli.cache").read_bytes()
-    assert isinstance(outcome, api.CalibrateResult) and outcome.images == 8 and outcome.cache_header.startswith("TRT-")
+    assert isinstance(outcome, api.CalibrateResult) and outcome.images == 8 and outcome.target_facts["tensorrt_header"].startswith("TRT-")
     assert outcome.outputs == {"calibration": str(d / "api.calib.json"), "tensorrt_cache": str(d / "api.cache")}
     _same(outcome.to_json(), summary, "outputs", "build")
     assert summary["schema"] == 1 and summary["command"] == "calibrate"

@@ -13,7 +13,10 @@ from test_layers import IMAGES, SAMPLE
 import qtool
 from qtool import api
 from qtool.errors import QtoolError, UsageError
-from qtool.options import CalibrateOptions, CpuOptions, ExportOptions, TensorRTOptions
+from qtool.options import CalibrateOptions, ExportOptions
+from qtool.targets import options_for
+from qtool.targets.cpu import CpuOptions
+from qtool.targets.tensorrt.options import TensorRTOptions
 
 
 @pytest.fixture(scope="module")
@@ -71,18 +74,18 @@ def test_options_are_checked_where_they_are_built():
     with pytest.raises(QtoolError, match=r"^fmt='dynamic_range' is not one of qdq, cache, dynamic-range, ort-trt$"):
         TensorRTOptions(fmt="dynamic_range")
     with pytest.raises(UsageError, match=r"^trt_version= applies to target='tensorrt', not qdq$"):
-        ExportOptions("qdq", tensorrt=TensorRTOptions(trt_version="10.3"))
+        options_for("qdq", trt_version="10.3")
     with pytest.raises(QtoolError, match=r"^target='tflite' is not one of tensorrt, openvino, qdq$"):
-        ExportOptions.build("tflite")
+        options_for("tflite")
     with pytest.raises(QtoolError, match=r"^unknown option sise=: it takes "):
         CalibrateOptions.build(images="x", sise=(320, 320))
     with pytest.raises(QtoolError, match=r"^unknown option sise=: it takes "):
         qtool.calibrate(SAMPLE, images=IMAGES, sise=(320, 320))
     with pytest.raises(QtoolError, match=r"^wieght_bits= is not an export option$"):
-        ExportOptions.build("qdq", wieght_bits=4)
-    built = ExportOptions.build("openvino", cpu="vnni", exclude="conv1", weight_bits=4)
-    assert built.cpu_target.cpu == "vnni" and built.exclude == ("conv1",) and built.cpu_target.policies.weights.bits == 4
-    assert built == ExportOptions("openvino", exclude=("conv1",), cpu_target=CpuOptions("vnni", policies=built.cpu_target.policies))
+        options_for("qdq", wieght_bits=4)
+    built = options_for("openvino", cpu="vnni", exclude="conv1", weight_bits=4)
+    assert built.own.cpu == "vnni" and built.exclude == ("conv1",) and built.own.policies.weights.bits == 4
+    assert built == ExportOptions("openvino", exclude=("conv1",), own=CpuOptions("vnni", policies=built.own.policies))
     assert CalibrateOptions.build(images="imgs", size="32x48", scale=0.5).image.size == (32, 48)
 
 
@@ -133,3 +136,29 @@ def test_each_flag_has_one_meaning_across_commands():
     assert helps["--scale"] == {"calibrate", "evaluate"} and helps["--scale-kind"] == {"export", "evaluate", "inspect"}
     r = invoke("export", "--target", "qdq", "--scale", "pow2")
     assert r.exit_code == 2 and "--scale-kind" in r.stderr
+
+
+def _help_lines(text: str) -> dict[str, int]:
+    """Flag -> the lines of its help in a --help text (the flag's own line counted when the help starts on it)."""
+    found: dict[str, int] = {}
+    flag = None
+    for line in text.splitlines():
+        m = re.match(r"  (?:-\w, )?(--[a-z0-9-]+)\S*(?: \S+)?( {2,}\S)?", line)
+        if m:
+            flag = m.group(1)
+            found[flag] = 1 if m.group(2) else 0
+        elif flag and line.startswith("      ") and line.strip():
+            found[flag] += 1
+        else:
+            flag = None
+    return found
+
+
+@pytest.mark.parametrize("command", ["export", "calibrate", "inspect"])
+def test_each_option_s_help_is_at_most_three_lines_the_rest_is_in_the_docs(command):
+    r = invoke(command, "--help")
+    assert r.exit_code == 0
+    lines = _help_lines(r.stdout)
+    assert len(lines) >= 4 and {f: n for f, n in lines.items() if n > 3} == {}
+    if command == "export":
+        assert len(r.stdout.splitlines()) < 100

@@ -14,9 +14,9 @@ from test_saturation_estimate import _vpmaddubsw
 
 import qtool
 from qtool.calibration import TensorRecord
-from qtool.options import ExportOptions
 from qtool.provenance import unstamped
 from qtool.quantizers import overflow, policy, quant
+from qtool.targets import options_for
 from qtool.targets.cpu import CPU
 
 RNG = np.random.default_rng(7)
@@ -199,8 +199,8 @@ def test_summary_names_the_guarded_layers_and_why(calibrated, tmp_path):
     ov = exporter("openvino").export(loaded, cal).summary
     assert list(ov["overflow_fix"]["layers"]) == ["stem"] and ov["overflow_fix"]["layers"]["stem"]["remedy"] == "pair-bounded weights"
     assert ov["fp32_layer_names"] == [] and ov["int8_layers"] == 2
-    assert exporter("openvino").export(loaded, cal, ExportOptions.build("openvino", weights_7bit="none")).summary["overflow_fix"]["layers"] == {}
-    every = exporter("qdq").export(loaded, cal, ExportOptions.build("qdq", weights_7bit="all")).summary["overflow_fix"]["layers"]
+    assert exporter("openvino").export(loaded, cal, options_for("openvino", weights_7bit="none")).summary["overflow_fix"]["layers"] == {}
+    every = exporter("qdq").export(loaded, cal, options_for("qdq", weights_7bit="all")).summary["overflow_fix"]["layers"]
     assert {k: v["remedy"] for k, v in every.items()} == {"head": "7-bit weights", "stem": "7-bit weights"}
 
 
@@ -422,9 +422,9 @@ def test_cpu_option_in_the_summary_api_and_command_line(tmp_path):
     loaded = qtool.api._checked(str(path), cal)
     summary = exporter("openvino").export(loaded, cal).summary
     assert summary["cpu"] == "any" and summary["int8_layers"] == 2 and list(summary["overflow_fix"]["layers"]) == ["b"]
-    summary = exporter("qdq").export(loaded, cal, ExportOptions.build("qdq", cpu="vnni")).summary
+    summary = exporter("qdq").export(loaded, cal, options_for("qdq", cpu="vnni")).summary
     assert summary["cpu"] == "vnni" and "overflow_fix" not in summary
-    assert exporter("openvino").export(loaded, cal, ExportOptions.build("openvino", cpu="vnni", weights_7bit="all")).summary["overflow_fix"]["mode"] == "all"
+    assert exporter("openvino").export(loaded, cal, options_for("openvino", cpu="vnni", weights_7bit="all")).summary["overflow_fix"]["mode"] == "all"
     cal.model_path = "m.onnx"
     cal.save(str(tmp_path / "m.calib.json"))
     data = tmp_path / "held"

@@ -15,10 +15,9 @@ from test_openvino import IMAGES, SAMPLE, calibrate, heldout, ok, ort_run, ov_co
 
 from qtool import calibration, model
 from qtool.errors import QtoolError
-from qtool.options import ExportOptions
 from qtool.provenance import unstamped
 from qtool.quantizers import cpu, policy, quant
-from qtool.targets import qdq
+from qtool.targets import options_for, qdq
 
 # ----------------------------------------------------------------------------- the maths
 
@@ -126,7 +125,7 @@ def digits(tmp_path_factory):
 
 def _simulated_weights(exported: onnx.ModelProto, loaded, cal, pols):
     """Each weight's numpy fake-quant (qtool.quantizers.policy) next to what the export dequantizes it to."""
-    prepared = qdq.prepare(loaded, cal, ExportOptions.build("qdq", policies=pols))
+    prepared = qdq.prepare(loaded, cal, options_for("qdq", policies=pols))
     inits = {t.name: numpy_helper.to_array(t) for t in exported.graph.initializer}
     out = []
     for site in prepared.plan.weights:
@@ -168,7 +167,7 @@ def test_4bit_weight_fakequantize_runs_in_openvino_as_numpy_simulates(digits, tm
     levels = sorted({a.i for n in m.graph.node if n.op_type == "FakeQuantize" for a in n.attribute if a.name == "levels"})
     assert levels == [15, 65536]
     # numpy: the weights fake-quantized by qtool.quantizers.policy, activations left in FP32 (16 bits: below the noise)
-    prepared = qdq.prepare(loaded, cal, ExportOptions.build("qdq", policies=policy.from_options(4, 16)))
+    prepared = qdq.prepare(loaded, cal, options_for("qdq", policies=policy.from_options(4, 16)))
     sim = onnx.ModelProto()
     sim.CopyFrom(loaded.proto)
     by_name = {t.name: t for t in sim.graph.initializer}

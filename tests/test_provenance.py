@@ -16,8 +16,7 @@ from test_openvino import HELDOUT, IMAGES, SAMPLE, ok
 
 from qtool import api, calibration, provenance
 from qtool.model import load_model
-from qtool.options import ExportOptions
-from qtool.targets import exporter
+from qtool.targets import exporter, options_for
 
 TARGETS = {  # name: (export flags, the matching evaluate flags of the MODEL path)
     "openvino": (["--target", "openvino"], ["--target", "openvino"]),
@@ -112,7 +111,7 @@ def test_the_file_is_the_writers_with_its_provenance_appended(w):
     for name, target, options in [("openvino", "openvino", {}), ("qdq", "qdq", {}), ("tensorrt", "tensorrt", {"trt_version": "10.3"}),
                                   ("tensorrt-fp8", "tensorrt", {"trt_version": "10.3", "precision": "fp8"})]:
         written = (w / f"{name}.onnx").read_bytes()
-        mine = exporter(target).export(loaded, cal, ExportOptions.build(target, **options)).data
+        mine = exporter(target).export(loaded, cal, options_for(target, **options)).data
         assert written.startswith(mine) and provenance.unstamped(written) == mine, name
         model = onnx.load_from_string(written)
         onnx.checker.check_model(model)
@@ -123,7 +122,7 @@ def test_the_file_is_the_writers_with_its_provenance_appended(w):
         assert provenance.export_options(found).target == target
     # range files are not ONNX: no provenance in them
     ok(invoke("-q", "export", "--calib", w / "cal.calib.json", "--target", "tensorrt", "--trt-version", "8.6", "-o", w / "x.cache"))
-    assert (w / "x.cache").read_bytes() == exporter("tensorrt").export(loaded, cal, ExportOptions.build("tensorrt", trt_version="8.6")).data
+    assert (w / "x.cache").read_bytes() == exporter("tensorrt").export(loaded, cal, options_for("tensorrt", trt_version="8.6")).data
 
 
 def test_a_foreign_file_is_evaluated_with_its_reference(w, tmp_path):

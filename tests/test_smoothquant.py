@@ -19,9 +19,8 @@ from qtool import api, calibration, provenance
 from qtool.checks import simulate
 from qtool.errors import QtoolError
 from qtool.model import load_model
-from qtool.options import ExportOptions
 from qtool.quantizers import cpu, smoothquant
-from qtool.targets import openvino, qdq
+from qtool.targets import openvino, options_for, qdq
 
 MODELS = {  # name -> (builder, kind of calibration data, held-out feeds)
     "bert_fused": (lambda: zoo.bert_like(True), "data", lambda: bert_feeds(np.random.default_rng(9), batch=4)),
@@ -66,7 +65,7 @@ def _peaks(cal) -> dict[str, list[float]]:
 def test_migrated_float_model_computes_the_same(calibrated, name, mode):
     path, cal, _, _ = calibrated[name]
     loaded = load_model(str(path))
-    prepared = qdq.prepare(loaded, cal, ExportOptions.build("qdq", smooth_quant=mode))
+    prepared = qdq.prepare(loaded, cal, options_for("qdq", smooth_quant=mode))
     summary = prepared.smoothing.summary
     assert summary["alpha"] == ("estimated" if mode == "auto" else mode)
     assert summary["activations"] >= (1 if mode == "auto" else 3)
@@ -89,7 +88,7 @@ def test_smoothed_activation_range_is_the_exact_maximum(calibrated, name):
     max |x| of the migrated model on the calibration inputs."""
     path, cal, kind, d = calibrated[name]
     loaded = load_model(str(path))
-    prepared = openvino.prepare(loaded, cal, ExportOptions.build("openvino", weights_7bit="none"))  # every linear layer int8 (no overflow guard)
+    prepared = openvino.prepare(loaded, cal, options_for("openvino", weights_7bit="none"))  # every linear layer int8 (no overflow guard)
     smoothing = prepared.smoothing
     sites = {s.tensor: s for s in prepared.plan.activations}
     assert smoothing.amax and set(smoothing.amax) <= set(sites)
@@ -157,7 +156,7 @@ def test_old_files_without_peaks_export_without_smoothquant(calibrated):
     result = qdq.export(loaded, old)
     assert "smooth_quant" not in result.summary
     assert any("SmoothQuant skipped" in w for w in result.warnings)
-    assert result.data == qdq.export(loaded, cal, ExportOptions.build("qdq", smooth_quant=False)).data
+    assert result.data == qdq.export(loaded, cal, options_for("qdq", smooth_quant=False)).data
 
 
 def test_only_transformers_change(calibrated, tmp_path):
@@ -171,9 +170,9 @@ def test_only_transformers_change(calibrated, tmp_path):
     from qtool.targets import tensorrt
 
     for module in (openvino, qdq, tensorrt):
-        on, off = module.export(loaded, cal, ExportOptions.build(module.DEFAULTS.target, smooth_quant="auto")), module.export(loaded, cal, ExportOptions.build(module.DEFAULTS.target, smooth_quant=False))
+        on, off = module.export(loaded, cal, options_for(module.DEFAULTS.target, smooth_quant="auto")), module.export(loaded, cal, options_for(module.DEFAULTS.target, smooth_quant=False))
         assert on.data == off.data and "smooth_quant" not in on.summary
-        forced = module.export(loaded, cal, ExportOptions.build(module.DEFAULTS.target, smooth_quant=True))  # nothing to migrate with: said so
+        forced = module.export(loaded, cal, options_for(module.DEFAULTS.target, smooth_quant=True))  # nothing to migrate with: said so
         assert forced.data == off.data and any(w.startswith("SmoothQuant") for w in forced.warnings), forced.warnings
 
 
@@ -186,7 +185,7 @@ def test_openvino_computes_the_smoothed_export_as_written(calibrated, name):
 
     path, cal, _, _ = calibrated[name]
     loaded = load_model(str(path))
-    result = openvino.export(loaded, cal, ExportOptions.build("openvino", weights_7bit="none", smooth_quant=0.5))
+    result = openvino.export(loaded, cal, options_for("openvino", weights_7bit="none", smooth_quant=0.5))
     assert result.summary["smooth_quant"]["activations"] >= 3
     feeds = MODELS[name][2]()
     exact = simulate.simulation(onnx.load_from_string(result.data)).run(None, feeds)[0]
@@ -201,11 +200,11 @@ def test_exports_run_and_off_switch(calibrated, target):
     path, cal, _, _ = calibrated["bert_fused"]
     loaded = load_model(str(path))
     module = openvino if target == "openvino" else qdq
-    on, off = module.export(loaded, cal), module.export(loaded, cal, ExportOptions.build(module.DEFAULTS.target, smooth_quant="false"))
+    on, off = module.export(loaded, cal), module.export(loaded, cal, options_for(module.DEFAULTS.target, smooth_quant="false"))
     assert on.summary["smooth_quant"]["activations"] >= 3 and "smooth_quant" not in off.summary
     assert on.data != off.data
-    assert module.export(loaded, cal, ExportOptions.build(module.DEFAULTS.target, smooth_quant=0.5)).data not in (on.data, off.data)
-    assert module.export(loaded, cal, ExportOptions.build(module.DEFAULTS.target, smooth_quant=True)).data == on.data  # on a transformer True is auto
+    assert module.export(loaded, cal, options_for(module.DEFAULTS.target, smooth_quant=0.5)).data not in (on.data, off.data)
+    assert module.export(loaded, cal, options_for(module.DEFAULTS.target, smooth_quant=True)).data == on.data  # on a transformer True is auto
     feeds = MODELS["bert_fused"][2]()
     ref = _run(loaded.proto, feeds)[0]
     if target == "qdq":
@@ -238,7 +237,7 @@ def test_estimated_alpha_beats_nncfs_constant_and_none(calibrated):
         ref = _run(loaded.proto, feeds)[0]
         got = {}
         for mode in ("auto", 0.95, False):
-            data = openvino.export(loaded, cal, ExportOptions.build("openvino", smooth_quant=mode, weights_7bit="none")).data
+            data = openvino.export(loaded, cal, options_for("openvino", smooth_quant=mode, weights_7bit="none")).data
             got[mode] = sqnr(ref, simulate.simulation(onnx.load_from_string(data)).run(None, feeds)[0])
         assert got["auto"] > got[0.95] + 2 and got["auto"] > got[False] + 0.5, (name, got)
 
@@ -294,7 +293,7 @@ def test_command_line_and_api_take_smooth_quant(calibrated, tmp_path):
         r = invoke("export", str(path), "--calib", str(cal_path), "--target", "qdq", "--smooth-quant", mode, "-o", str(tmp_path / f"{mode}.onnx"))
         assert r.exit_code == 0, r.output
         written = (tmp_path / f"{mode}.onnx").read_bytes()
-        assert provenance.unstamped(written) == qdq.export(loaded, cal, ExportOptions.build("qdq", smooth_quant=mode)).data
+        assert provenance.unstamped(written) == qdq.export(loaded, cal, options_for("qdq", smooth_quant=mode)).data
         assert api.export(str(path), cal, target="qdq", smooth_quant=mode, path=tmp_path / f"{mode}.api.onnx") == written
     assert (tmp_path / "off.onnx").read_bytes() != (tmp_path / "auto.onnx").read_bytes()
     r = invoke("export", str(path), "--calib", str(cal_path), "--target", "tensorrt", "--format", "cache", "--trt-version", "10.3",
@@ -310,8 +309,8 @@ def test_tensorrt_qdq_smooths_transformers_only(calibrated, tmp_path):
 
     path, cal, _, _ = calibrated["bert_fused"]
     loaded = load_model(str(path))
-    on = tensorrt.export(loaded, cal, ExportOptions.build("tensorrt", trt_version="11.4"))
-    off = tensorrt.export(loaded, cal, ExportOptions.build("tensorrt", trt_version="11.4", smooth_quant="off"))
+    on = tensorrt.export(loaded, cal, options_for("tensorrt", trt_version="11.4"))
+    off = tensorrt.export(loaded, cal, options_for("tensorrt", trt_version="11.4", smooth_quant="off"))
     assert on.summary["smooth_quant"]["activations"] >= 3 and "smooth_quant" not in off.summary and on.data != off.data
     assert not [v for v in trtrules.check(onnx.load_from_string(on.data), "11.4") if v.severity == "error"]
     feeds = MODELS["bert_fused"][2]()

@@ -14,8 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 from qtool import model
 from qtool.calibration import Calibration, TensorRecord
 from qtool.errors import QtoolError
-from qtool.options import ExportOptions
-from qtool.targets import tensorrt
+from qtool.targets import options_for, tensorrt
 from qtool.targets.tensorrt import passthrough
 from qtool.targets.tensorrt.files import (
     ZERO_AMAX_FALLBACK,
@@ -329,7 +328,7 @@ def test_export_fills_pass_through_outputs_missing_from_the_calibration():
     names = model.activation_tensors(m)
     amax = {n: float(i + 1) for i, n in enumerate(names)}
     own = [n for n in names if n not in PASS_THROUGH_OUTPUTS]
-    result = tensorrt.export(Loaded(m), fake_calibration(own, amax), ExportOptions.build("tensorrt", fmt="cache"))
+    result = tensorrt.export(Loaded(m), fake_calibration(own, amax), options_for("tensorrt", fmt="cache"))
     header, back = read_cache(result.data.decode())
     assert list(back) == names  # every activation tensor, graph order, inputs and outputs included
     assert result.summary["coverage"] == {"activation_tensors": len(names), "written": len(names),
@@ -343,7 +342,7 @@ def test_export_replaces_zero_ranges_of_pass_through_outputs_by_the_inputs():
     m = chain_model()
     names = model.activation_tensors(m)
     amax = dict.fromkeys(names, 2.0) | {"flat": 0.0, "lin_max": 0.0}
-    _, back = read_cache(tensorrt.export(Loaded(m), fake_calibration(names, amax), ExportOptions.build("tensorrt", fmt="cache")).data.decode())
+    _, back = read_cache(tensorrt.export(Loaded(m), fake_calibration(names, amax), options_for("tensorrt", fmt="cache")).data.decode())
     assert back["flat"] == cache_round_trip(2.0)  # from relu
     assert back["lin_max"] == cache_round_trip(ZERO_AMAX_FALLBACK)  # nothing to inherit
 
@@ -356,7 +355,7 @@ def test_export_warns_about_missing_tensors_and_drops_shape_tensors():
     cal_names = [n for n in names if n not in lost] + zoo.YOLO_SHAPE_ONLY_FLOATS
     cal = fake_calibration(cal_names, dict.fromkeys(cal_names, 1.5))
     for fmt, read in (("cache", lambda d: read_cache(d.decode())[1]), ("dynamic-range", lambda d: read_dynamic_range(d.decode())), ("ort-trt", read_ort_table)):
-        result = tensorrt.export(Loaded(m), cal, ExportOptions.build("tensorrt", fmt=fmt))
+        result = tensorrt.export(Loaded(m), cal, options_for("tensorrt", fmt=fmt))
         written = read(result.data)
         assert not set(zoo.YOLO_SHAPE_ONLY_FLOATS) & set(written), fmt  # shape tensors never appear
         assert set(written) == set(names) - set(lost), fmt
@@ -369,29 +368,29 @@ def test_export_formats_and_suffixes():
     m = chain_model()
     names = model.activation_tensors(m)
     cal = fake_calibration(names, dict.fromkeys(names, 3.0))
-    assert tensorrt.suffix(ExportOptions.build("tensorrt", fmt="cache")) == ".cache"
-    assert tensorrt.suffix(ExportOptions.build("tensorrt", fmt="dynamic-range")) == ".dynamic_range.txt"
-    assert tensorrt.suffix(ExportOptions.build("tensorrt", fmt="ort-trt")) == ".calibration.flatbuffers"
+    assert tensorrt.suffix(options_for("tensorrt", fmt="cache")) == ".cache"
+    assert tensorrt.suffix(options_for("tensorrt", fmt="dynamic-range")) == ".dynamic_range.txt"
+    assert tensorrt.suffix(options_for("tensorrt", fmt="ort-trt")) == ".calibration.flatbuffers"
     with pytest.raises(QtoolError, match="cache, dynamic-range, ort-trt"):
-        tensorrt.suffix(ExportOptions.build("tensorrt", fmt="onnx"))
+        tensorrt.suffix(options_for("tensorrt", fmt="onnx"))
     with pytest.raises(QtoolError, match="cache, dynamic-range, ort-trt"):
-        tensorrt.export(Loaded(m), cal, ExportOptions.build("tensorrt", fmt="dynamic_range"))
+        tensorrt.export(Loaded(m), cal, options_for("tensorrt", fmt="dynamic_range"))
     with pytest.raises(QtoolError):
-        tensorrt.export(Loaded(m), cal, ExportOptions.build("tensorrt", fmt="dynamic-range", trt_version="banana"))
-    text = tensorrt.export(Loaded(m), cal, ExportOptions.build("tensorrt", fmt="dynamic-range")).data.decode()
+        tensorrt.export(Loaded(m), cal, options_for("tensorrt", fmt="dynamic-range", trt_version="banana"))
+    text = tensorrt.export(Loaded(m), cal, options_for("tensorrt", fmt="dynamic-range")).data.decode()
     assert text.splitlines() == [f"{n}:3.0" for n in names]
-    minmax = tensorrt.export(Loaded(m), cal, ExportOptions.build("tensorrt", algorithm="minmax", trt_version="10.3.0", fmt="cache"))
+    minmax = tensorrt.export(Loaded(m), cal, options_for("tensorrt", algorithm="minmax", trt_version="10.3.0", fmt="cache"))
     assert minmax.data.decode().startswith("TRT-100300-MinMaxCalibration\n")
     assert any("deprecate" in w for w in minmax.warnings)
     with pytest.raises(QtoolError, match="TensorRT 11 removed implicit INT8"):
-        tensorrt.export(Loaded(m), cal, ExportOptions.build("tensorrt", fmt="ort-trt", trt_version="11.0"))
+        tensorrt.export(Loaded(m), cal, options_for("tensorrt", fmt="ort-trt", trt_version="11.0"))
 
 
 def test_export_of_tf2onnx_names_warns_about_colons():
     m = zoo.nhwc_model()
     names = model.activation_tensors(m)
     cal = fake_calibration(names, dict.fromkeys(names, 2.0))
-    cache = tensorrt.export(Loaded(m), cal, ExportOptions.build("tensorrt", fmt="cache"))
+    cache = tensorrt.export(Loaded(m), cal, options_for("tensorrt", fmt="cache"))
     assert any("':'" in w and "onnxruntime" in w for w in cache.warnings)
     assert set(read_cache(cache.data.decode())[1]) == set(names)
-    assert set(read_ort_table(tensorrt.export(Loaded(m), cal, ExportOptions.build("tensorrt", fmt="ort-trt")).data)) == set(names)
+    assert set(read_ort_table(tensorrt.export(Loaded(m), cal, options_for("tensorrt", fmt="ort-trt")).data)) == set(names)

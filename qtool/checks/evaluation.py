@@ -479,7 +479,7 @@ def check_request(target: str, runtime: str | None = None, per_tensor: bool = Fa
 
 def export_options(options: ExportOptions, runtime: str | None = None) -> ExportOptions:
     """The export options, checked, with the target's defaults filled in (Target.evaluation_options)."""
-    method(options.method, options.tensorrt.own_methods())
+    method(options.method, targets.get(options.target).own_methods(options))
     return targets.get(options.target).evaluation_options(options, runtime)
 
 

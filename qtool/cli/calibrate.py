@@ -9,6 +9,14 @@ import click
 
 from .. import api
 from . import EPILOG, call, cli, finish, progress
+from .declared import option
+
+
+def target_files(command):
+    """The options of the files targets write beside the calibration file (qtool.api.COMMAND_OPTIONS["calibrate"])."""
+    for key in reversed(list(api.COMMAND_OPTIONS["calibrate"])):
+        command = option(key, "calibrate")(command)
+    return command
 
 
 @cli.command(epilog=EPILOG)
@@ -30,8 +38,7 @@ from . import EPILOG, call, cli, finish, progress
 @click.option("--method", help=f"Threshold method: {', '.join(api.METHODS)} [default: entropy, with each export choosing its target's best method from the histograms; a method given here is kept by every export].")
 @click.option("--kl-variant", type=click.Choice(api.KL_VARIANTS), default="nvidia", show_default=True, help="Whose entropy search to reproduce.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Calibration file [default: <model stem>.calib.json here].")
-@click.option("--trt-table", type=click.Path(path_type=Path), help="Also write a TensorRT INT8 calibration cache here.")
-@click.option("--trt-version", default=api.TRT_CACHE_VERSION, show_default=True, help="TensorRT version the cache header names (must match the builder): 7.x to 10.x (TensorRT 11 has no calibration cache), as 8.6.1, 7.2.3, 8.6 (its GA release, 8.6.1), 10 or 10.x (the newest 10.x qtool knows).")
+@target_files
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
 @click.pass_context
 def calibrate(ctx, model_path, as_json, **options):
@@ -56,9 +63,5 @@ def text(result: api.CalibrateResult) -> str:
         counted = f"{samples} samples in {result.data_file!r}"
     if skipped:
         counted += f", {skipped} unreadable skipped"
-    outputs = result.outputs
-    line = f"calibrated {result.tensors} tensors from {counted} in {result.seconds:.1f} s ({result.method}) -> {outputs['calibration']}"
-    if result.cache_header is not None:
-        line += (f"\nTensorRT {result.cache_version} cache {result.cache_header} -> {outputs['tensorrt_cache']}"
-                 f"\nbuild it with: {result.build}")
-    return line
+    line = f"calibrated {result.tensors} tensors from {counted} in {result.seconds:.1f} s ({result.method}) -> {result.outputs['calibration']}"
+    return "\n".join([line, *result.target_lines])

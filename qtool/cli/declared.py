@@ -14,9 +14,12 @@ from .. import api
 
 def option(key: str, command: str = "export", flag: str | None = None):
     """The click option of the export option `key`, as qtool.options declares it (`command`
-    "evaluate": with evaluate's help; `flag`: another flag than the declared one)."""
-    o = api.OPTIONS[key]
-    kwargs: dict = {"help": (o.help if command != "evaluate" or o.evaluate is None else o.evaluate).format(latest=api.TRT_LATEST_VERSION)}
+    "evaluate" or "report": with that command's help; `flag`: another flag than the declared one)."""
+    own = api.COMMAND_OPTIONS.get(command, {}).get(key)
+    o = own or api.OPTIONS[key]
+    kwargs: dict = {"help": getattr(o, command, None) or o.help}
+    if own is not None and o.default not in (None, False, ()) and not o.negated:  # a command's own default, shown
+        kwargs.update(default=o.default, show_default=True)
     if o.negated:  # a --no-... switch: the key False
         kwargs.update(flag_value=False, default=True)
     if o.choices:
@@ -63,8 +66,8 @@ def policy_options(command):
 
 class Grouped(click.Command):
     """A command whose --help lists its options in sections: first its own and the export options
-    every target reads ("Options"), then each target's group as qtool.options declares it (TensorRT,
-    OpenVINO/qdq, Policy), then the command's own `sections` ({title: keys})."""
+    every target reads ("Options"), then each target's group in the sections it declares (qtool.targets),
+    then the command's own `sections` ({title: keys})."""
 
     def __init__(self, *args, sections: dict[str, tuple[str, ...]] | None = None, **kwargs):
         super().__init__(*args, **kwargs)

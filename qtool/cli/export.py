@@ -10,10 +10,10 @@ from .. import api
 from . import EPILOG, call, cli, finish
 from .declared import Grouped, option, policy_options, target_option
 
-MIXED = ("keep_fp32", "max_drop", "max_fp32", "images", "data", "limit")  # the layers kept FP32 by measurement
+MIXED = tuple(api.COMMAND_OPTIONS["export"])  # the layers kept FP32 by measurement
 
 
-@cli.command(cls=Grouped, epilog=EPILOG, sections={"Mixed precision (openvino/qdq)": MIXED})
+@cli.command(cls=Grouped, epilog=EPILOG, sections={f"Mixed precision ({'/'.join(api.ranked())})": MIXED})
 @click.argument("model_path", metavar="[MODEL]", required=False, type=click.Path(path_type=Path))
 @target_option(required=True, help=f"Output format: {', '.join(api.TARGETS)}.")
 @click.option("--calib", type=click.Path(path_type=Path), help="Calibration file [default: the single *.calib.json here].")
@@ -30,12 +30,12 @@ MIXED = ("keep_fp32", "max_drop", "max_fp32", "images", "data", "limit")  # the 
 @option("cpu")
 @option("weights_7bit")
 @option("smooth_quant")
-@click.option("--keep-fp32", type=click.IntRange(min=1), metavar="N", help="openvino/qdq: also keep in FP32 the layers reading the N quantized tensors that qtool evaluate --tensors ranks most harmful on the inputs of --images/--data (preprocessed as the calibration file records), in the target's own model, simulated exactly.")
-@click.option("--max-drop", metavar="BUDGET", help="openvino/qdq: keep in FP32 the fewest layers, worst ranked first, that bring the int8 model within BUDGET on --images/--data: a worst output SQNR (e.g. 30dB) or a top-1 agreement drop (e.g. 1%); each step measures the target's model exactly (simulated: the same on every CPU); exit 1 when --max-fp32 tensors are not enough.")
-@click.option("--max-fp32", type=click.IntRange(min=1), default=20, show_default=True, help="With --max-drop: the most quantized tensors whose layers may be kept in FP32.")
-@click.option("--images", type=click.Path(path_type=Path), help="With --keep-fp32/--max-drop: held-out images to rank and measure on.")
-@click.option("--data", type=click.Path(path_type=Path), help="With --keep-fp32/--max-drop: held-out .npy/.npz files (a folder, or one file of samples along the first axis).")
-@click.option("--limit", type=click.IntRange(min=1), help="With --keep-fp32/--max-drop: use only the first N images, data files or samples.")
+@option("keep_fp32")
+@option("max_drop")
+@option("max_fp32")
+@option("images")
+@option("data")
+@option("limit")
 @option("ignored_patterns")
 @option("bias_correction")
 @policy_options

@@ -1,73 +1,60 @@
-"""`qtool inspect`: what a calibration file or a TensorRT range file holds, and what it covers
+"""`qtool inspect`: what a calibration file or a target's range file holds, and what it covers
 (qtool.api.inspect_file)."""
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 
 import click
 
 from .. import api
 from . import EPILOG, call, cli, finish
-from .declared import policy_options
+from .declared import option, policy_options
+
+HELP = """Show what FILE holds: a calibration file or a target's range file (told apart by content).
+
+Calibration files list min, max, amax, unsigned and method per tensor. Tensors are sorted by name.
+
+""" + "\n\n".join(api.INSPECT_HELP) + """
+
+With --policy FILE (or the other policy options), FILE is a calibration file: every quantizer
+the openvino/qdq export of its model places is listed with the policy it resolves to."""
 
 
-@cli.command(epilog=EPILOG)
+def _checks(command):
+    """Each target's check option (qtool.api.COMMAND_OPTIONS["inspect"])."""
+    for key in reversed(list(api.COMMAND_OPTIONS["inspect"])):
+        command = option(key, "inspect")(command)
+    return command
+
+
+@cli.command(epilog=EPILOG, help=HELP)
 @click.argument("file", type=click.Path(path_type=Path))
 @click.option("--model", "model", type=click.Path(path_type=Path), help="Report which activation tensors of this ONNX model FILE covers; exit 1 if any is missing.")
-@click.option("--trt-version", help="FILE is a Q/DQ ONNX model: list every way its QuantizeLinear/DequantizeLinear nodes break this TensorRT version's ONNX parser rules (e.g. 8.6, 10.3, 11.4); exit 1 if any.")
+@_checks
 @policy_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
-def inspect(file, model, trt_version, as_json, **policy_flags):
-    """Show what FILE holds: a calibration file, a TensorRT cache, a dynamic-range file or an
-    onnxruntime TensorRT table (told apart by content).
-
-    Calibration files list min, max, amax, unsigned and method per tensor; caches also show the
-    decoded header (version number -> TensorRT X.Y.Z, algorithm) and each entry's hex and scale.
-    Tensors are sorted by name.
-
-    With --trt-version X, FILE is an ONNX model with QuantizeLinear/DequantizeLinear nodes: each
-    rule of TensorRT X's ONNX parser it breaks is printed as `node: rule: message`.
-
-    With --policy FILE (or the other policy options), FILE is a calibration file: every quantizer
-    the openvino/qdq export of its model places is listed with the policy it resolves to.
-    """
-    finish(call(api.inspect_file, file, model=model, trt_version=trt_version, **policy_flags), as_json, text)
-
-
-KINDS = {
-    "calibration": "qtool calibration file",
-    "tensorrt-cache": "TensorRT calibration cache",
-    "dynamic-range": "TensorRT sampleINT8API dynamic-range file",
-    "ort-trt": "onnxruntime TensorRT EP calibration table",
-}
+def inspect(file, model, as_json, **keywords):
+    finish(call(api.inspect_file, file, model=model, **keywords), as_json, text)
 
 
 def text(result: api.InspectResult) -> str:
-    """What inspect prints: the violations of an ONNX model, each quantizer's policy, or a file's
-    header, tensors (a table) and coverage."""
-    if result.kind == "onnx":
-        return _violations(result)
+    """What inspect prints: a target's check of a model, each quantizer's policy, or a file's header,
+    tensors (a table) and coverage."""
+    if result.check is not None:
+        return "\n".join(result.target_lines)
     if result.kind == "policies":
         lines = [f"{len(result.quantizers)} quantizers of {result.model} (openvino/qdq placement):"]
         lines += [f"  {r['kind']:<10} {r['tensor']}  [{', '.join(r['read_by'])}]  {described}"
                   for r, described in zip(result.quantizers, result.policies)]
         return "\n".join(lines)
-    kind, header, tensors, cov = result.kind, result.header, result.tensors, result.coverage
-    title = f"{result.file}: {KINDS[kind]}, {len(tensors)} tensors"
-    if kind == "calibration":
+    header, tensors, cov = result.header, result.tensors, result.coverage
+    title = f"{result.file}: {result.kind_name}, {len(tensors)} tensors"
+    if result.kind == "calibration":
         title += f", method {tensors[0]['method'] if tensors else header['method']}, {header['samples']} samples, model {header['model']}"
-        columns = ["name", "min", "max", "amax", "unsigned", "method"]
-    elif kind == "tensorrt-cache":
-        version = f"TensorRT {header['tensorrt']}" if header["tensorrt"] else f"unknown TensorRT version number {header['version']}"
-        title += f"\nheader {header['line']}: {version}, {header['algorithm']}"
-        columns = ["name", "hex", "scale", "amax"]
-    else:
-        columns = ["name", "amax"]
-    lines = [title]
+    lines = [title, *result.target_lines]
     if tensors:
-        lines.append(_table(tensors, columns))
+        lines.append(_table(tensors, result.columns))
     if cov is not None:
         lines.append(
             f"coverage of {cov['model']}: {cov['covered']}/{cov['activation_tensors']} activation tensors "
@@ -82,17 +69,6 @@ def text(result: api.InspectResult) -> str:
     return "\n".join(lines)
 
 
-def _violations(result: api.InspectResult) -> str:
-    found, version = result.violations, result.rules_version
-    lines = [f"{v['node'] or '<model>'}: {v['rule']}: {v['message']}" for v in found]
-    if found:
-        counts = ", ".join(f"{rule} {n}" for rule, n in sorted(Counter(v["rule"] for v in found).items()))
-        lines.append(f"{result.file}: {len(found)} violation(s) of the TensorRT {version} Q/DQ rules, {result.qdq_nodes} Q/DQ nodes ({counts})")
-    else:
-        lines.append(f"{result.file}: no violation of the TensorRT {version} Q/DQ rules, {result.qdq_nodes} Q/DQ nodes")
-    return "\n".join(lines)
-
-
 def _cell(value) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
@@ -101,9 +77,9 @@ def _cell(value) -> str:
     return str(value)
 
 
-def _table(rows, columns: list[str]) -> str:
+def _table(rows, columns) -> str:
     """Rows as aligned columns: the first left-aligned, the others right-aligned."""
-    cells = [columns] + [[_cell(r[c]) for c in columns] for r in rows]
+    cells = [list(columns)] + [[_cell(r[c]) for c in columns] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
     return "\n".join(
         "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()

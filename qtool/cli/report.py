@@ -9,7 +9,7 @@ import click
 
 from .. import api
 from . import EPILOG, call, cli, finish
-from .declared import target_option
+from .declared import option, target_option
 
 
 @cli.command(epilog=EPILOG)
@@ -17,7 +17,7 @@ from .declared import target_option
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="HTML file [default: FILE's name with .report.html, here].")
 @target_option(api.REPORT_TARGETS,
                help=f"Whose export to show: its quantized tensors, thresholds and scales [default: the --evaluation file's target, else {api.REPORT_DEFAULT_TARGET}, qtool evaluate's default].")
-@click.option("--trt-version", help="--target tensorrt: the TensorRT version, as qtool export takes it [default: the installed one, else the newest qtool knows].")
+@option("trt_version", "report")
 @click.option("--method", help="The threshold method, as qtool export --method takes it [default: what export uses].")
 @click.option("--model", "model", type=click.Path(path_type=Path), help="The calibrated model [default: the path FILE records].")
 @click.option("--evaluation", type=click.Path(path_type=Path), help="JSON from qtool evaluate --json (--tensors) for the same model and target: adds each tensor's output SQNR and the output metrics.")
@@ -29,7 +29,7 @@ def report(calib_path, output, target, trt_version, method, model, evaluation, a
     each), sortable; the tensors it leaves float, the FP32 layers and the weights folded. Self-contained
     (inline SVG plots, no network). Needs matplotlib: pip install 'qtool[report]'.
 
-    FILE may be an ONNX file qtool export wrote: the calibration file, target, method and TensorRT
+    FILE may be an ONNX file qtool export wrote: the calibration file, target, method and target
     version it records (the calibration file found beside it or here, checked by SHA-256).
     """
     finish(call(api.report_file, calib_path, output=output, target=target, trt_version=trt_version, method=method,

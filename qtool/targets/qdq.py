@@ -25,7 +25,7 @@ from ..quantizers import placement, quant
 from ..quantizers import policy as policy_mod
 from ..quantizers.quantizer import Quantizer
 from . import get
-from .cpu import Prepared, export_prepared, with_quantizers
+from .cpu import CpuOptions, Prepared, export_prepared, with_quantizers
 from .cpu import prepare as cpu_prepare
 from .cpu import report_view as cpu_report_view
 
@@ -164,7 +164,8 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
 def prepare(loaded, cal, options: ExportOptions = DEFAULTS) -> Prepared:
     """The steps of the QDQ export up to the placement: `export` and qtool.checks.evaluation share them."""
     model = G.copy_model(loaded.proto, str(loaded.path.parent))
-    policies = options.cpu_target.policies if options.cpu_target.policies is not None else policy_mod.Policies()
+    policies = options.group(CpuOptions).policies
+    policies = policies if policies is not None else policy_mod.Policies()
     if needs_wide_types(policies):
         model, warnings = upgrade_opset(model, WIDE_OPSET, why="QuantizeLinear/DequantizeLinear with 4- or 16-bit integers")
     else:
@@ -183,7 +184,7 @@ def quantized(prepared: Prepared, cal, plan: placement.Plan | None = None,
 
 
 def export(loaded, cal, options: ExportOptions = DEFAULTS):
-    """QDQ ONNX from the calibration `cal` of `loaded` (options.cpu_target.policies: qtool.quantizers.policy.Policies)."""
+    """QDQ ONNX from the calibration `cal` of `loaded` (its CpuOptions' policies: qtool.quantizers.policy.Policies)."""
     prepared = prepare(loaded, cal, options)
     return export_prepared(loaded, cal, prepared, apply, options.bias_correction, opset=True)
 

@@ -37,12 +37,13 @@ import numpy as np
 from ... import model
 from ...errors import Opt, QtoolError, opts
 from ...model import graph as G
-from ...options import ExportOptions, TensorRTOptions, declared_options
+from ...options import ExportOptions, declared_options
 from ...quantizers import patterns as P
 from .. import ReportView, WrittenFile, get
 from . import fp8, int8, passthrough
 from .attention import is_measured
 from .files import _listed, is_usable, write_cache, write_dynamic_range, write_ort_table
+from .options import TensorRTOptions
 from .rules import TENSORRT
 from .versions import (  # noqa: F401  (re-exported: the CLI and tests read the versions here)
     CACHE_VERSION,
@@ -208,16 +209,16 @@ def input_shapes(proto, preprocess: dict) -> tuple[dict[str, list[int]], list[st
 
 def suffix(options: ExportOptions = DEFAULTS) -> str:
     """Default output file suffix for the format (FP8 models: .fp8.trt.onnx)."""
-    own = options.tensorrt
+    own = options.group(TensorRTOptions)
     if own.precision == "fp8":
         return ".fp8" + SUFFIXES[resolve(own.trt_version, own.fmt or "qdq")[1]]
     return SUFFIXES[resolve(own.trt_version, own.fmt)[1]]
 
 
 def export(loaded, cal, options: ExportOptions = DEFAULTS):
-    """TensorRT INT8 (or FP8: qtool.targets.tensorrt.fp8) for `cal` in the format options.tensorrt.fmt
+    """TensorRT INT8 (or FP8: qtool.targets.tensorrt.fp8) for `cal` in its format (TensorRTOptions.fmt)
     for its trt_version (see the module docstring)."""
-    own = options.tensorrt
+    own = options.group(TensorRTOptions)
     trt_version, algorithm, fmt, high_precision, weights = own.trt_version, own.algorithm, own.fmt, own.high_precision, own.weights
     method, exclude, include, smooth_quant = options.method, options.exclude, options.include, options.smooth_quant
     if own.precision == "fp8":
@@ -311,14 +312,15 @@ def _ranges_file(loaded, amax: dict[str, float], trt_version: str, algorithm: st
 
 def _resolved(options: ExportOptions, fmt: str | None) -> ExportOptions:
     """`options` with the TensorRT version and format resolved (`fmt`: the format asked for)."""
-    trt_version, fmt = resolve(options.tensorrt.trt_version, fmt)
-    return replace(options, tensorrt=replace(options.tensorrt, trt_version=trt_version, fmt=fmt))
+    own = options.group(TensorRTOptions)
+    trt_version, fmt = resolve(own.trt_version, fmt)
+    return replace(options, own=replace(own, trt_version=trt_version, fmt=fmt))
 
 
 def export_options(options: ExportOptions) -> tuple[ExportOptions, dict]:
     """The TensorRT version and format resolved (FP8 is a Q/DQ model on every version), and where
     the version came from, for export's summary."""
-    own = options.tensorrt
+    own = options.group(TensorRTOptions)
     fmt = own.fmt or ("qdq" if own.precision == "fp8" else None)
     source = version_source(own.trt_version, fmt)
     return _resolved(options, fmt), {"trt_version_from": source}
@@ -327,9 +329,10 @@ def export_options(options: ExportOptions) -> tuple[ExportOptions, dict]:
 def exported(loaded, cal, options: ExportOptions, summary: dict, path: str, model_path: str) -> tuple[dict, list[str], str]:
     """The trtexec line that builds an engine from the file at `path` (summary "build") and the
     line export prints: version (and where it came from), format, precision and thresholds."""
-    fmt, version = options.tensorrt.fmt, options.tensorrt.trt_version
+    own = options.group(TensorRTOptions)
+    fmt, version = own.fmt, own.trt_version
     build, notes = build_command(loaded, cal, fmt, version, path, model_path)
-    fp8 = " FP8" if options.tensorrt.precision == "fp8" else ""
+    fp8 = " FP8" if own.precision == "fp8" else ""
     line = f"TensorRT {version} ({summary['trt_version_from']}), {fmt}{fp8}, thresholds: {summary['method']}"
     return ({"build": build} if build else {}), notes, line + _measured_cores(summary)
 
@@ -349,11 +352,11 @@ def evaluation_options(options: ExportOptions, runtime: str | None = None) -> Ex
     to run). An FP8 model has no runtime to measure beside the simulation: onnxruntime has no FP8
     kernels on CPU (it computes FLOAT8 Q/DQ in float, as the simulation does; and 1.32's optimizer
     above ORT_ENABLE_BASIC removes a Relu in front of an FP8 QuantizeLinear, tests/test_fp8.py)."""
-    fmt = options.tensorrt.fmt or "qdq"
+    fmt = options.group(TensorRTOptions).fmt or "qdq"
     if fmt != "qdq":
         raise QtoolError("the tensorrt target is evaluated in its Q/DQ model ({qdq}); a {fmt} file holds ranges, no model to run",
                          qdq=Opt("fmt", "qdq"), fmt=fmt)
-    if options.tensorrt.precision == "fp8" and runtime is not None:
+    if options.group(TensorRTOptions).precision == "fp8" and runtime is not None:
         raise QtoolError("{runtime} measures int8 kernels; onnxruntime has none for FP8 on CPU and computes FP8 Q/DQ "
                          "in float, as the simulation already does: drop {drop}", runtime=Opt("runtime", runtime), drop=Opt("runtime"))
     return _resolved(options, fmt)
