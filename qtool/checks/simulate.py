@@ -11,7 +11,7 @@ runs, and OpenVINO's FakeQuantize nodes rewritten into float ONNX ops computing 
 
 with round half to even, in float32 (FP16 tensors are cast to float32 and back). A real runtime
 (OpenVINO on "CPU" in f32 precision, onnxruntime with its default optimizations) runs int8 kernels
-that on x86 CPUs without VNNI can saturate (qtool.quantizers.cpu).
+that on x86 CPUs without VNNI can saturate (qtool.quantizers.cpu_kinds).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from onnx import numpy_helper
 
 from ...model import graph as G
 from ...statistics import noise
-from .. import overflow, policy, quant
+from .. import grids, overflow, policy
 from ..policy import quantize
 from ..quantizer import Quantizer, Range
 from .moves import Moves
@@ -227,7 +227,7 @@ def _flipped_channels(inputs: Inputs, moves: Moves, n: onnx.NodeProto, slot: int
     if (n.op_type != "Conv" or slot != 1 or joint is None or not joint.pair_count() or site.is_weight or site.channel_amax is not None
             or not _from_graph_input(inputs, site.tensor) or act.grid.levels != 256 or act.axis is not None
             or not (symmetric or _unpadded(n)) or len(wsite.readers) != 1
-            or params.grid != quant.grid(8, signed=True, narrow=True) or np.any(params.zero_point) or params.axis is None):
+            or params.grid != grids.grid(8, signed=True, narrow=True) or np.any(params.zero_point) or params.axis is None):
         return None
     # a negated value keeps a symmetric grid; an asymmetric one maps onto itself by offset - x, exact for a layer
     # without padding (its padded zeros would stand for offset), the offset's share moved into the bias
