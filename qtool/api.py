@@ -40,6 +40,7 @@ from . import JSON_SCHEMA, calibration, model, options, provenance, targets
 from .calibration import Calibration
 from .checks import evaluation as _evaluate
 from .checks import report as _report
+from .commandinputs import DEFAULT_BATCH, check_model, held_out_runs
 from .commands import calibrate as _calibrate
 from .commands import evaluate as _evaluate_files
 from .commands import export as _export
@@ -51,7 +52,6 @@ from .commands import report as _report_file
 from .errors import Opt, QtoolError
 from .feeds import data as _data
 from .fileio import check_output_path, write_atomic
-from .inputs import DEFAULT_BATCH, check_model, held_out_runs
 from .results import CalibrateResult, EvaluateResult, ExportResult, InspectResult, MergeResult, RecomputeResult, ReportResult
 from .statistics import thresholds
 from .targets import TARGETS, tensorrt

@@ -14,8 +14,8 @@ import onnx
 from google.protobuf.message import Error as ProtobufError
 
 from . import calibration, model, targets
+from .commandinputs import check_model, load_checked_model, model_json
 from .errors import Opt, QtoolError
-from .inputs import check_model, load_checked_model, model_json
 from .options import ExportOptions
 from .results import InspectResult
 from .targets import qdq as qdq_target

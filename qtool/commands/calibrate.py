@@ -9,10 +9,10 @@ from pathlib import Path
 
 from .. import calibration, model
 from ..collection import pipeline
+from ..commandinputs import model_json, shown_path
 from ..errors import QtoolError
 from ..feeds import data as _data
 from ..fileio import Outputs, folder_input, model_input, option_file
-from ..inputs import model_json, shown_path
 from ..options import CalibrateOptions, declared_options
 from ..results import CalibrateResult
 from . import done, path, progress_bar

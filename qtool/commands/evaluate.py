@@ -15,9 +15,9 @@ from types import SimpleNamespace
 from .. import calibration, model, provenance
 from ..checks import evaluation as _evaluate
 from ..checks import simulate
+from ..commandinputs import check_model, find_calibration, held_out_runs, load_checked_model, model_json
 from ..errors import Opt, QtoolError, UsageError
 from ..feeds import data as _data
-from ..inputs import check_model, find_calibration, held_out_runs, load_checked_model, model_json
 from ..model.writer import ModelFile
 from ..options import EvaluateOptions, ExportOptions, exactly_one
 from ..results import EvaluateResult

@@ -11,9 +11,9 @@ from pathlib import Path
 from .. import calibration, provenance, targets
 from ..checks import budget
 from ..checks import evaluation as _evaluate
+from ..commandinputs import find_calibration, held_out_runs, load_checked_model, model_json, shown_path
 from ..errors import QtoolError, opts
 from ..fileio import check_output_path, file_input, folder_input, model_input, option_file, write_atomic
-from ..inputs import find_calibration, held_out_runs, load_checked_model, model_json, shown_path
 from ..options import ExportOptions, MixedPrecision
 from ..results import ExportResult
 from ..targets import exporter

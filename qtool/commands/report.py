@@ -8,9 +8,9 @@ from pathlib import Path
 
 from .. import calibration, model, provenance, targets
 from ..checks import report as rep
+from ..commandinputs import load_checked_model
 from ..errors import Opt, QtoolError
 from ..fileio import Outputs, file_input, model_input, option_file
-from ..inputs import load_checked_model
 from ..results import ReportResult
 from . import path
 
