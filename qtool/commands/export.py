@@ -56,7 +56,7 @@ def run(model_path, options: ExportOptions, mixed: MixedPrecision | None = None,
         warnings[:0] = kept.warnings
         if kept.budget is not None:
             measured = {**kept.budget, "latency_ms": _latency(target, written.data, kept.feeds, kept.all_int8_ms)}
-    after, notes, line = chosen.exported(loaded, cal, options, {**written.summary, **resolved}, str(out), shown_path(loaded.path))
+    added, notes, line = chosen.exported(loaded, cal, options, {**written.summary, **resolved}, str(out), shown_path(loaded.path))
     warnings.extend(notes)
     write_atomic(out, written.data)
     for w in warnings:
@@ -64,7 +64,7 @@ def run(model_path, options: ExportOptions, mixed: MixedPrecision | None = None,
     return ExportResult(
         target=target, model=model_json(loaded.path), calibration=str(calib_path), output=str(out), seconds=time.perf_counter() - started,
         warnings=tuple(warnings), written=written.summary, kept_fp32=None if kept is None else tuple(kept.tensors), budget=measured,
-        resolved={**resolved, **{k: v for k, v in after.items() if k != "build"}}, build=after.get("build"), target_lines=tuple(line.split("\n")) if line else ())
+        resolved={**resolved, **{k: v for k, v in added.items() if k != "build"}}, build=added.get("build"), target_lines=tuple(line.split("\n")) if line else ())
 
 
 @dataclass(frozen=True)
