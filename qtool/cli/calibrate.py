@@ -35,7 +35,7 @@ def target_files(command):
 @click.option("--layout", type=click.Choice(["nchw", "nhwc"]), help="Input layout [default: inferred from the model input].")
 @click.option("--batch-size", type=click.IntRange(min=1), help="Images per inference [default: the model's fixed batch, else as many as fit 64 MB of activations]; results do not depend on it.")
 @click.option("--bins", type=int, default=2048, show_default=True, help="Histogram bins per tensor (a power of two).")
-@click.option("--method", help=f"Threshold method: {', '.join(api.METHODS)} [default: entropy, with each export choosing its target's best method from the histograms; a method given here is kept by every export].")
+@click.option("--method", help="Threshold method kept by every export (as qtool export --method) [default: entropy; each export picks its own].")
 @click.option("--kl-variant", type=click.Choice(api.KL_VARIANTS), default="nvidia", show_default=True, help="Whose entropy search to reproduce.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Calibration file [default: <model stem>.calib.json here].")
 @target_files

@@ -68,7 +68,7 @@ class CalibrateCache:
 
     trt_table: Path | None = option(None, "--trt-table", "Also write a TensorRT INT8 calibration cache here.", path=True)
     trt_version: str = option(
-        CACHE_VERSION, "--trt-version", "The TensorRT the cache header names (must match the builder): 7.x to 10.x, as 8.6 or 10.3.0.")
+        CACHE_VERSION, "--trt-version", "The TensorRT the cache header names, 7.x to 10.x (the builder's).")
 
     @classmethod
     def build(cls, given: dict) -> CalibrateCache:
