@@ -524,8 +524,8 @@ def test_seven_bit_input_cost_comes_from_the_inputs_own_values():
     (times sum(q^2) of the integer weights): for values spread evenly, about (255/127)^2 - 1 times
     sum(q^2) / 12; for values sitting on the 7-bit grid's own levels (a two-tone image, text on a
     white page), next to nothing."""
-    from qtool.quantizers.gridsizer import Quantizer, Range
     from qtool.quantizers.placement import guard
+    from qtool.quantizers.quantizer import Quantizer, Range
 
     w = RNG.uniform(-1, 1, (4, 3, 3, 3)).astype(np.float32)
     wsite = Quantizer.weight("w", TensorProto.FLOAT, 0, 0, w, [("conv", 1)])

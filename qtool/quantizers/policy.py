@@ -1,7 +1,7 @@
 """Quantization policy: one small record per quantizer, and the rules that choose it.
 
 A `Policy` says how one tensor is quantized (PPQ's TensorQuantizationConfig, OpenPPL/ppq
-ppq/core/grids.py, reduced to what a runtime can run): bits, signed or unsigned grid, symmetric or
+ppq/core/quant.py, reduced to what a runtime can run): bits, signed or unsigned grid, symmetric or
 asymmetric, per tensor or per channel, a float or power-of-two scale, and the rounding. It is the
 single source of the integer grid (quant_min/quant_max), the scale and the zero point: placement
 attaches one to every quantizer and the exporters and evaluate read it.
