@@ -41,27 +41,42 @@ VARIANTS = {
 }
 
 
-def qtool(*args, cwd: Path) -> None:
+def qtool(*args, cwd: Path) -> str | None:
+    """Runs the command line; None when it succeeded, else `exit N: <its error line>` (a variant a model
+    cannot take is a line of the output, not the end of the run)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     r = subprocess.run([sys.executable, "-m", "qtool", "-q", *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True)
-    if r.returncode:
-        raise SystemExit(f"qtool {' '.join(map(str, args))} failed ({r.returncode}): {r.stderr.strip()}")
+    return f"exit {r.returncode}: {r.stderr.strip().splitlines()[-1:]}" if r.returncode else None
 
 
 def digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    """SHA-256 of the file; of an ONNX file without its provenance record (qtool.provenance names the
+    calibration file by its hash and the options as given, which a refactoring may word otherwise)."""
+    data = path.read_bytes()
+    try:
+        import onnx
+
+        model = onnx.load_from_string(data)
+    except Exception:  # not an ONNX file: a cache or a table
+        return hashlib.sha256(data).hexdigest()
+    kept = [p for p in model.metadata_props if p.key != "qtool.provenance"]
+    del model.metadata_props[:]
+    model.metadata_props.extend(kept)
+    return hashlib.sha256(model.SerializeToString(deterministic=True)).hexdigest()
 
 
 def hash_model(name: str, model: Path, source: list[str], work: Path) -> None:
     out = work / name
     out.mkdir()
     calib = out / "m.calib.json"
-    qtool("calibrate", model, *source, "-o", calib, "--trt-table", out / "m.cache", cwd=out)
-    print(f"{name} calibration-cache {digest(out / 'm.cache')}", flush=True)
+    failed = qtool("calibrate", model, *source, "-o", calib, "--trt-table", out / "m.cache", cwd=out)
+    print(f"{name} calibration-cache {failed or digest(out / 'm.cache')}", flush=True)
+    if failed:
+        return
     for variant, args in VARIANTS.items():
         path = out / f"{variant}.out"
-        qtool("export", "--calib", calib, "-o", path, *args, cwd=out)
-        print(f"{name} {variant} {digest(path)}", flush=True)
+        failed = qtool("export", "--calib", calib, "-o", path, *args, cwd=out)
+        print(f"{name} {variant} {failed or digest(path)}", flush=True)
 
 
 def dev_sources(dev: Path, n: int, work: Path, wanted) -> dict[str, tuple[Path, list[str]]]:

@@ -671,3 +671,65 @@ def test_openvino_flips_a_caffe_stem_behind_an_explicit_zero_pad(tmp_path):
     real, sim = simulate.runtime("openvino", data), simulate.simulation(data)
     r, e = (np.concatenate([s.run(None, {"x": x})[0] for x in xs[32:]]).astype(np.float64) for s in (real, sim))
     assert float(((r - e) ** 2).sum() / (e ** 2).sum()) < 1e-6
+
+
+def test_openvino_flips_a_padded_stem_on_an_asymmetric_grid(tmp_path):
+    """A torchvision ResNet's stem (anime-or-not's ResNet-18) pads an ImageNet-normalised image, whose range
+    (-2.1 .. 2.6) takes the asymmetric input grid. Negating a channel there is offset - x, and the Conv's own
+    padding (zeros) would stand for offset on that channel: the writer pads the input explicitly before the flip
+    (a padded 0 becomes offset like every other 0 of the channel) and takes the pads off the Conv. The stem keeps
+    its 8-bit weights and input grid instead of widening its weight steps (anime-or-not: 25.6 -> 31.0 dB,
+    --cpu vnni 30.7), computes exactly what the --cpu vnni file's stem does, its pair sums on held-out images
+    (the border too) are the exact ones on an AVX2 CPU, and OpenVINO on this CPU computes what the file says."""
+    from zoo import imagenet_images, imagenet_stem_like
+
+    from qtool.checks import simulate
+    from qtool.model import graph as G
+    from qtool.targets import exporter
+
+    m, xs = imagenet_stem_like(), imagenet_images(48)
+    cal = qtool.calibrate(m, data=({"input": x} for x in xs[:32]))
+    path = tmp_path / "m.onnx"
+    onnx.save(m, str(path))
+    result = exporter("openvino").export(qtool.api._checked(str(path), cal), cal)
+    assert result.summary["overflow_fix"]["layers"]["Conv_0"]["remedy"] == "flipped input channels"
+    data = qtool.export(m, cal, target="openvino")
+    p = onnx.load_model_from_string(data)
+    init = {t.name: numpy_helper.to_array(t) for t in p.graph.initializer}
+    pad = next(n for n in p.graph.node if n.op_type == "Pad" and n.input[0] == "input")
+    assert list(G.attr(pad, "pads")) == [0, 0, 3, 3, 0, 0, 3, 3] and float(G.attr(pad, "value", 0.0)) == 0.0  # opset 10
+    assert list(G.attr(next(n for n in p.graph.node if n.name == "Conv_0"), "pads")) == [0, 0, 0, 0]
+    flip = next(n for n in p.graph.node if n.op_type == "Mul" and n.input[0] == pad.output[0])
+    shifted = next(n for n in p.graph.node if n.op_type == "Add" and n.input[0] == flip.output[0])
+    fq = next(n for n in p.graph.node if n.op_type == "FakeQuantize" and n.input[0] == shifted.output[0])
+    lo, hi = float(init[fq.input[1]]), float(init[fq.input[2]])
+    assert lo < -2 and hi > 2.5 and init[shifted.input[1]].ravel().tolist() == pytest.approx([lo + hi, 0.0, 0.0])
+    vnni = onnx.load_model_from_string(qtool.export(m, cal, target="openvino", cpu="vnni"))
+    q, q_vnni = compressed_weights(p)["conv1.weight"][0].astype(np.int64), compressed_weights(vnni)["conv1.weight"][0].astype(np.int64)
+    np.testing.assert_array_equal(q, q_vnni * np.array([-1, 1, 1]).reshape(1, 3, 1, 1))  # 8-bit steps kept
+    stems = []  # the stem's output in each file's exact arithmetic
+    for proto in (p, vnni):
+        proto.graph.output.append(helper.make_tensor_value_info("c1", TensorProto.FLOAT, ["N", 8, 16, 16]))
+        stem = simulate.simulation(proto.SerializeToString())
+        stems.append(np.concatenate([stem.run(["c1"], {"input": x})[0] for x in xs[32:]]).astype(np.float64))
+    assert float(((stems[0] - stems[1]) ** 2).sum() / (stems[1] ** 2).sum()) < 1e-9  # what the unguarded file's stem computes
+    # the padded codes as the int8 kernel reads them, stride 1 (every position the stride-2 stem reads, and more)
+    step = (hi - lo) / 255
+    held = np.pad(xs[32:, 0].astype(np.float64), ((0, 0), (0, 0), (3, 3), (3, 3)))
+    rows = overflow.reduction_rows(_conv(8, 3), 1, q, {"w": list(q.shape)}, "openvino")[0].astype(np.int64)
+
+    def saturated(x, rows):  # the share of the stem's pair-sum power vpmaddubsw loses
+        codes = np.clip(np.rint((x - lo) / step), 0, 255).astype(np.int64)
+        size = codes.shape[-1] - 6
+        patches = np.stack([codes[:, :, i:i + 7, j:j + 7] for i in range(size) for j in range(size)], axis=1)
+        rx = np.pad(np.moveaxis(patches, 2, -1).reshape(-1, 49, 3), ((0, 0), (0, 0), (0, 1))).reshape(-1, 49 * 4)
+        exact = (rx @ rows.T).astype(np.float64)
+        return float(((_vpmaddubsw(rx, rows) - exact) ** 2).sum() / (exact ** 2).sum())
+
+    flipped = held.copy()
+    flipped[:, 0] = lo + hi - flipped[:, 0]  # the border too: a padded 0 becomes the offset
+    as_they_are = saturated(held, rows * np.tile([-1, 1, 1, 1], 49))
+    assert saturated(flipped, rows) < 1e-4 * as_they_are and as_they_are > 1e-3, (saturated(flipped, rows), as_they_are)
+    real, sim = simulate.runtime("openvino", data), simulate.simulation(data)
+    r, e = (np.concatenate([s.run(None, {"input": x})[0] for x in xs[32:]]).astype(np.float64) for s in (real, sim))
+    assert float(((r - e) ** 2).sum() / (e ** 2).sum()) < 1e-6

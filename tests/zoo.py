@@ -41,6 +41,8 @@ __all__ = [
     "external_data_model",
     "custom_op_model",
     "resnet_like",
+    "imagenet_stem_like",
+    "imagenet_images",
     "deconv_gemm_like",
     "bert_like",
     "vit_like",
@@ -756,6 +758,42 @@ def resnet_like(opset=13):
     graph = g.graph("resnet", [helper.make_tensor_value_info("input", FLOAT, [1, 3, 32, 32])],
                     [helper.make_tensor_value_info(y, FLOAT, [1, 10]), helper.make_tensor_value_info(t, FLOAT, [1, 6, 8, 8])])
     return _make_model(graph, opset, producer="pytorch")
+
+
+IMAGENET_MEAN = np.array([0.485, 0.456, 0.406])
+IMAGENET_STD = np.array([0.229, 0.224, 0.225])
+
+
+def imagenet_stem_like(opset=10):
+    """A torchvision ResNet's padded stem as torch exports it at opset 10 (anime-or-not's ResNet-18): a 7x7 stride-2
+    Conv with pads 3 and its BatchNormalization folded into the bias, on the NCHW graph input itself, -> Relu ->
+    MaxPool -> GlobalAveragePool -> Flatten -> Gemm. Its even output channels add all three colours (brightness),
+    its odd ones take green from red (colour), with weights near one magnitude, as trained stems' low-frequency
+    filters; fed ImageNet-normalised images (`imagenet_images`: an asymmetric range, about -2.1 .. 2.6)."""
+    g = _Graph(23)
+    w = np.abs(g.rng.normal(1.0, 0.05, (8, 3, 7, 7))) * 0.05
+    w[1::2, 1] *= -1
+    y = g.op("Conv", ["input", g.init("conv1.weight", w.astype(np.float32)), g.init("conv1.bias", g.rng.normal(0, 0.1, 8)
+             .astype(np.float32))], name="Conv_0", outputs=["c1"], kernel_shape=[7, 7], pads=[3, 3, 3, 3], strides=[2, 2])
+    y = g.op("Relu", [y], name="Relu_1")
+    y = g.op("MaxPool", [y], name="MaxPool_2", kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2])
+    y = g.op("Flatten", [g.op("GlobalAveragePool", [y], name="GlobalAveragePool_3")], name="Flatten_4")
+    fc = (g.rng.standard_normal((2, 8)) / np.sqrt(8)).astype(np.float32)
+    y = g.op("Gemm", [y, g.init("fc.weight", fc), g.init("fc.bias", np.zeros(2, np.float32))], name="Gemm_5", outputs=["output"],
+             transB=1)
+    graph = g.graph("stem", [helper.make_tensor_value_info("input", FLOAT, ["N", 3, 32, 32])],
+                    [helper.make_tensor_value_info(y, FLOAT, ["N", 2])])
+    return _make_model(graph, opset, producer="pytorch")
+
+
+def imagenet_images(n, seed=0):
+    """n images [n, 1, 3, 32, 32] on 8-bit levels, normalised as torchvision's ImageNet transforms do (red brighter
+    than green, the colours moving together), for `imagenet_stem_like`."""
+    rng = np.random.default_rng(seed)
+    base = rng.uniform(0.05, 0.95, (n, 1, 1, 1, 1)) + rng.normal(0, 0.15, (n, 1, 1, 32, 32))
+    tint = rng.uniform(-0.1, 0.1, (n, 1, 3, 1, 1)) + np.array([0.15, -0.15, 0.0]).reshape(1, 1, 3, 1, 1)
+    pixels = np.rint(np.clip(base + tint, 0, 1) * 255) / 255
+    return ((pixels - IMAGENET_MEAN.reshape(1, 1, 3, 1, 1)) / IMAGENET_STD.reshape(1, 1, 3, 1, 1)).astype(np.float32)
 
 
 def deconv_gemm_like(opset=13):

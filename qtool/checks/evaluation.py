@@ -44,6 +44,7 @@ from .. import targets
 from ..collection import collect
 from ..errors import Opt, QtoolError, Words, opts
 from ..model import graph as G
+from ..model.writer import ModelFile
 from ..options import ExportOptions, method
 from ..quantizers import cpu_kinds, placement
 from ..quantizers import patterns as P
@@ -263,6 +264,9 @@ class RuntimeResult:
     default_float: str | None = None  # the precision the runtime would choose itself on this CPU (OpenVINO: bf16 with AVX-512 BF16/AMX)
     # per output, the 95 % interval of (runtime SQNR - simulation SQNR) over the inputs (gap_interval), None where it has none
     intervals: list[tuple[float, float] | None] = field(default_factory=list)
+    fp32: list[OutputMetrics] = field(default_factory=list)  # the runtime running the FP32 model, against onnxruntime's FP32: its own floor
+    own: list[OutputMetrics] = field(default_factory=list)  # the int8 run against the runtime's own FP32 run
+    departures: list[Departure] = field(default_factory=list)  # where its run leaves the file most (asked when a gap is not its FP32's)
 
     @property
     def worst_sqnr_db(self) -> float:
@@ -270,11 +274,35 @@ class RuntimeResult:
 
     def to_json(self) -> dict:
         outputs = [o.to_json() for o in self.outputs]
-        for o, interval in zip(outputs, self.intervals):
+        for i, (o, interval) in enumerate(zip(outputs, self.intervals)):
             o["vs_simulation_db_95"] = None if interval is None else [json_number(v) for v in interval]
+            o["fp32_sqnr_db"] = json_number(self.fp32[i].sqnr_db) if self.fp32 else None
+            o["vs_own_fp32_sqnr_db"] = json_number(self.own[i].sqnr_db) if self.own else None
         return {"name": self.name, "sqnr_db": json_number(self.worst_sqnr_db), "outputs": outputs,
+                "fp32_sqnr_db": json_number(_worst(self.fp32)) if self.fp32 else None,
+                "vs_own_fp32_sqnr_db": json_number(_worst(self.own)) if self.own else None,
+                "departures": [d.to_json() for d in self.departures],
                 "cpu_vnni": self.vnni, "cpu_kind": self.cpu_kind, "float_precision": self.float_precision,
                 "default_float_precision": self.default_float}
+
+
+@dataclass
+class Departure:
+    """A quantized layer's output as the runtime computes it against the simulation's, with the same
+    at the quantized tensors feeding it: where the run's departure from the file grows."""
+
+    layer: str  # the node computing `tensor` (its producer, or the node above value-moving ops such as Cast)
+    tensor: str  # what a quantizer of the file reads (a FakeQuantize's or QuantizeLinear's input)
+    sqnr_db: float  # runtime vs simulation at `tensor`, over every input
+    upstream_db: float  # the worst of that at the nearest quantized tensors upstream (+inf: none, the inputs are exact)
+
+    @property
+    def drop_db(self) -> float:
+        return min(self.upstream_db, _CAP_DB) - min(self.sqnr_db, _CAP_DB)
+
+    def to_json(self) -> dict:
+        return {"layer": self.layer, "tensor": self.tensor, "sqnr_db": json_number(self.sqnr_db),
+                "upstream_sqnr_db": json_number(self.upstream_db), "drop_db": json_number(self.drop_db)}
 
 
 @dataclass
@@ -484,30 +512,69 @@ def export_options(options: ExportOptions, runtime: str | None = None) -> Export
 
 
 def runtime_warnings(name: str, simulated: list[OutputMetrics], measured: list[OutputMetrics],
-                     intervals: list[tuple[float, float] | None] | None = None) -> list[str]:
+                     intervals: list[tuple[float, float] | None] | None = None, fp32: list[OutputMetrics] | None = None,
+                     own: list[OutputMetrics] | None = None, departures: list[Departure] | None = None) -> list[str]:
     """A warning per output where the runtime and the simulation are more than RUNTIME_GAP_DB apart,
-    naming the likely cause; with the gap's 95 % interval over the samples (`gap_interval`), one
-    that holds 0 says the inputs cannot tell them apart instead. A deep int8 network's run leaves
+    naming the likely cause. With the runtime's FP32 run (`fp32`: against onnxruntime's FP32; `own`:
+    the int8 run against it), a gap the runtime's own FP32 accounts for is said to be the
+    runtime's (`runtime_floor`); otherwise, with the gap's 95 % interval over the samples
+    (`gap_interval`), one that holds 0 says the inputs cannot tell them apart, and `departures`
+    (the layers where the run leaves the file most) are named. A deep int8 network's run leaves
     its exact arithmetic where a float rounding flips a code, and the flip grows layer by layer:
     one input's SQNR can move by 10 dB either way (PP-OCRv5 rec: 3.4 dB worse on 8 inputs, 0.3
     better on 128; docs/benchmarks.md#guard-cost)."""
     warnings = []
+    where = _departures_text(name, departures or [])
     for i, (s, r) in enumerate(zip(simulated, measured)):
         gap = min(r.sqnr_db, _CAP_DB) - min(s.sqnr_db, _CAP_DB)
         if abs(gap) > RUNTIME_GAP_DB:  # False for NaN, and for -inf on both sides
             interval = intervals[i] if intervals else None
             said = (f"output {s.name!r}: {name} on this CPU gives {format_db(r.sqnr_db)} dB, the exact simulation of the "
                     f"file {format_db(s.sqnr_db)} dB")
+            floor = runtime_floor(s.sqnr_db, r.sqnr_db, fp32[i].sqnr_db, own[i].sqnr_db) if fp32 and own else None
+            if floor is not None:
+                said += (f"; {name} runs the FP32 model itself {format_db(fp32[i].sqnr_db)} dB from onnxruntime's FP32, and against "
+                         f"its own FP32 run the int8 run gives {format_db(own[i].sqnr_db)} dB")
+                if floor == "all":
+                    warnings.append(f"{said}: the gap is {name}'s float computation, not the file's")
+                    continue
+                said += ", still more than 1 dB from the file's"
             if interval is None:
-                warnings.append(f"{said}; {_likely_cause(name, worse=gap < 0)}")
+                warnings.append(f"{said}; {_likely_cause(name, worse=gap < 0)}{where}")
                 continue
             span = f"95 % interval of the difference {interval[0]:+.2f}..{interval[1]:+.2f} dB"
             if interval[0] <= 0 <= interval[1]:
                 warnings.append(f"{said}, within what these {s.samples} inputs can tell ({span}): an int8 run drifts from its "
-                                f"exact arithmetic input by input; evaluate on more inputs to tell")
+                                f"exact arithmetic input by input; evaluate on more inputs to tell{where}")
             else:
-                warnings.append(f"{said} ({span}); {_likely_cause(name, worse=gap < 0)}")
+                warnings.append(f"{said} ({span}); {_likely_cause(name, worse=gap < 0)}{where}")
     return warnings
+
+
+def runtime_floor(simulated: float, run: float, fp32: float, own: float) -> str | None:
+    """How much of a gap between a runtime's int8 run and the file's simulation (both against
+    onnxruntime's FP32) the runtime's own FP32 run accounts for. None when the int8 run is not
+    more than RUNTIME_GAP_DB closer to the runtime's FP32 (`own`) than to onnxruntime's (`run`):
+    the runtime's FP32 makes no such difference. Otherwise "all" when against it the int8 run is
+    within RUNTIME_GAP_DB of the simulation, or when the run is within RUNTIME_GAP_DB of what the
+    file's error and the runtime's FP32 error (`fp32`) give together, as independent noises
+    (their powers add); "part" else. SQNRs are capped at _CAP_DB (above it, float rounding alone)."""
+    values = [min(v, _CAP_DB) for v in (simulated, run, fp32, own)]
+    if any(math.isnan(v) for v in values) or any(v == -math.inf for v in (simulated, fp32)):
+        return None
+    simulated, run, fp32, own = values
+    if own - run <= RUNTIME_GAP_DB:
+        return None
+    together = -10.0 * math.log10(10.0 ** (-simulated / 10.0) + 10.0 ** (-fp32 / 10.0))
+    return "all" if abs(own - simulated) <= RUNTIME_GAP_DB or abs(run - together) <= RUNTIME_GAP_DB else "part"
+
+
+def _departures_text(name: str, departures: list[Departure]) -> str:
+    if not departures:
+        return ""
+    shown = ", ".join(f"{d.layer} ({format_db(d.upstream_db)} -> {format_db(d.sqnr_db)} dB)" for d in departures)
+    return (f"; where {name} leaves the file most ({name} against the simulation at the quantized layers' outputs, fetched "
+            f"beside the outputs, from the layers' quantized inputs to their output): {shown}")
 
 
 def _likely_cause(runtime: str, worse: bool) -> str:
@@ -539,7 +606,8 @@ def evaluate(loaded, cal, runs: Runs, options: ExportOptions, *, runtime: str | 
         progress.total = 1 + (runtime is not None) + sites
         progress.refresh()
     reference = _Reference(runs, _session(loaded, loaded.proto), names, cache_bytes)
-    outputs, samples, warnings, measured = _score(reference, names, not_compared, exported.data, runtime, progress)
+    outputs, samples, warnings, measured = _score(reference, names, not_compared, exported.data, runtime, progress,
+                                                  fp32_file(loaded) if runtime is not None else None)
     tensors = []
     if ranked is not None:
         tensors = sensitivities(*ranked, cal, reference, names, progress, options.bias_correction,
@@ -558,7 +626,8 @@ def evaluate_file(loaded, data, runs: Runs, *, target: str | None = None, runtim
         progress.total = 1 + (runtime is not None)
         progress.refresh()
     reference = _Reference(runs, _session(loaded, loaded.proto), names, cache_bytes)
-    outputs, samples, warnings, measured = _score(reference, names, not_compared, data, runtime, progress)
+    outputs, samples, warnings, measured = _score(reference, names, not_compared, data, runtime, progress,
+                                                  fp32_file(loaded) if runtime is not None else None)
     return Evaluation(outputs, [], samples, {}, not_compared, warnings, target, measured)
 
 
@@ -571,9 +640,10 @@ def compared_outputs(loaded) -> tuple[list[str], list[str]]:
 
 
 def _score(reference: _Reference, names: list[str], not_compared: list[str], data, runtime: str | None,
-           progress) -> tuple[list[OutputMetrics], int, list[str], RuntimeResult | None]:
+           progress, fp32=None) -> tuple[list[OutputMetrics], int, list[str], RuntimeResult | None]:
     """The file `data` against FP32 (`reference`): its exact simulation, with `runtime` also that
-    runtime on this CPU; (per-output metrics, samples, warnings, the runtime's result)."""
+    runtime on this CPU running the file and the FP32 model `fp32` (its bytes: fp32_file); (per-output
+    metrics, samples, warnings, the runtime's result)."""
     accs, samples = _compare(reference, simulate.simulation(data), names, per_sample=runtime is not None)
     if samples == 0:
         raise QtoolError("no inputs to evaluate on")
@@ -587,19 +657,177 @@ def _score(reference: _Reference, names: list[str], not_compared: list[str], dat
     measured = None
     if runtime is not None:
         session = simulate.runtime(runtime, data)
-        r_accs, _ = _compare(reference, session, names, per_sample=True)
+        base, failed = None, ""
+        if fp32 is not None:
+            try:
+                base = simulate.runtime(runtime, fp32, like=session)
+            except QtoolError as e:  # the file runs: its figures stand without the runtime's floor
+                failed = str(e)
+        r_accs, f_accs, o_accs, run_failed = _compare_runtime(reference, session, base, names)
+        failed = failed or run_failed
+        if failed:
+            base = None
+            warnings.append(f"{runtime} could not run the FP32 model, so its own floor is not reported: {failed}")
         kind = cpu_kinds.kind()
         default = (kind.openvino_float if kind else None) if runtime == "openvino" else "f32"
         measured = RuntimeResult(runtime, output_metrics(names, r_accs), cpu_kinds.vnni(), getattr(session, "float_precision", "f32"),
-                                 kind.name if kind else None, default, [gap_interval(a, b) for a, b in zip(accs, r_accs)])
+                                 kind.name if kind else None, default, [gap_interval(a, b) for a, b in zip(accs, r_accs)],
+                                 output_metrics(names, f_accs) if base is not None else [],
+                                 output_metrics(names, o_accs) if base is not None else [])
+        if progress is not None:
+            progress.update(1)
         if getattr(session, "static", ""):
             warnings.append(f"{runtime} compiles the file only at static shapes ({session.static}): it ran at the held-out "
                             "inputs' shapes, as benchmark_app -shape does")
-        warnings += [f"{runtime}: {w}" for w in _output_warnings(names, r_accs)] + runtime_warnings(
-            runtime, outputs, measured.outputs, measured.intervals)
-        if progress is not None:
-            progress.update(1)
+        warnings += [f"{runtime}: {w}" for w in _output_warnings(names, r_accs)]
+        if base is not None:
+            warnings += [f"{runtime} running the FP32 model: {w}" for w in _output_warnings(names, f_accs)]
+        if _unexplained_gap(outputs, measured):  # where the run's departure from the file grows
+            try:
+                measured.departures = departures(reference, data, runtime, session, progress)
+            except QtoolError as e:
+                warnings.append(f"{runtime} could not run the file with its quantized layers' outputs fetched to tell where it "
+                                f"leaves the file: {e}")
+        warnings += runtime_warnings(runtime, outputs, measured.outputs, measured.intervals, measured.fp32, measured.own,
+                                     measured.departures)
     return outputs, samples, warnings, measured
+
+
+def _unexplained_gap(simulated: list[OutputMetrics], measured: RuntimeResult) -> bool:
+    """Whether an output's run is more than RUNTIME_GAP_DB from the simulation and the runtime's own
+    FP32 run does not account for all of it (runtime_floor)."""
+    for i, (s, r) in enumerate(zip(simulated, measured.outputs)):
+        if abs(min(r.sqnr_db, _CAP_DB) - min(s.sqnr_db, _CAP_DB)) > RUNTIME_GAP_DB:
+            if not (measured.fp32 and measured.own) or runtime_floor(s.sqnr_db, r.sqnr_db, measured.fp32[i].sqnr_db,
+                                                                       measured.own[i].sqnr_db) != "all":
+                return True
+    return False
+
+
+def _compare_runtime(reference: _Reference, run, base, names: list[str]) -> tuple[list[_Acc], list[_Acc], list[_Acc], str]:
+    """One pass of the runtime's int8 run (`run`) and its FP32 run (`base`, or None): accumulators
+    of the int8 run against onnxruntime's FP32 (per sample), of `base` against it, of the int8
+    run against `base` (the last two empty without `base`), and why `base` failed on an input
+    ("" when it did not; it is not run after)."""
+    r_accs = [_Acc(True) for _ in names]
+    f_accs = [_Acc() for _ in names] if base is not None else []
+    o_accs = [_Acc() for _ in names] if base is not None else []
+    failed = ""
+    takes, base_takes = _inputs(run), _inputs(base) if base is not None else None
+    for feeds, count, ref in reference:
+        out = onnxruntime.run(run, names, {k: v for k, v in feeds.items() if takes is None or k in takes})
+        for acc, r, o in zip(r_accs, ref, out):
+            acc.update(np.asarray(r), np.asarray(o), count)
+        if base is not None and not failed:
+            try:
+                own = onnxruntime.run(base, names, {k: v for k, v in feeds.items() if base_takes is None or k in base_takes})
+            except QtoolError as e:
+                failed = str(e)
+                continue
+            for f, o_acc, r, b, o in zip(f_accs, o_accs, ref, own, out):
+                f.update(np.asarray(r), np.asarray(b), count)
+                o_acc.update(np.asarray(b), np.asarray(o), count)
+    return r_accs, f_accs, o_accs, failed
+
+
+DEPARTURES = 3  # layers a runtime's warning names
+
+
+def layer_taps(proto: onnx.ModelProto) -> dict[str, list[str]]:
+    """The tensors a quantizer of the file reads that the inputs compute (a FakeQuantize's or a
+    QuantizeLinear's data input, not a weight's), in graph order, each with the nearest such
+    tensors upstream of it."""
+    from ..model import data_dependent  # qtool.model's: the file's FakeQuantize nodes keep its types from being inferred
+
+    index = G.Index(proto)
+    live = data_dependent(proto)
+    taps = [n.input[0] for n in proto.graph.node
+            if (simulate.is_fake_quantize(n) or (n.op_type == "QuantizeLinear" and n.domain in ("", "ai.onnx")))
+            and n.input[0] in live and n.input[0] in index.producer]
+    taps = list(dict.fromkeys(taps))
+    tapped = set(taps)
+    found: dict[str, list[str]] = {}
+    for t in taps:
+        up, seen, stack = [], set(), list(index.producer[t].input)
+        while stack:
+            x = stack.pop()
+            if not x or x in seen:
+                continue
+            seen.add(x)
+            if x in tapped:
+                up.append(x)
+            elif x in index.producer:
+                stack.extend(index.producer[x].input)
+        found[t] = sorted(up)
+    return found
+
+
+def departures(reference: _Reference, data, runtime: str, like, progress=None) -> list[Departure]:
+    """Where the runtime's run of the file leaves its exact arithmetic: one more pass of both with
+    every quantized layer's output fetched (layer_taps), the runtime's against the simulation's
+    at each; the DEPARTURES layers whose output is furthest below their quantized inputs'
+    (Departure.drop_db), worst first. Fetching an intermediate tensor can change the runtime's
+    fusions, so these are where it departs, not by how much the unfetched run does."""
+    proto = onnx.ModelProto()
+    proto.CopyFrom(data.model if isinstance(data, ModelFile) else onnx.load_model_from_string(bytes(data)))
+    taps = layer_taps(proto)
+    if not taps:
+        return []
+    fetched = list(taps)
+    index = G.Index(proto)
+    layers = {t: _layer_of(index, t) for t in fetched}
+    sim_proto = onnx.ModelProto()
+    sim_proto.CopyFrom(proto)
+    sim = simulate.simulation(sim_proto, fetched)
+    if isinstance(data, ModelFile):
+        probed = ModelFile(simulate.with_outputs(proto, fetched))
+    else:
+        probed = simulate.with_outputs(proto, fetched).SerializeToString()
+    run = simulate.runtime(runtime, probed, like=like)
+    accs = {t: _Acc() for t in fetched}
+    takes = _inputs(run)
+    sim_takes = _inputs(sim)
+    for feeds, _count, _ref in reference:
+        a = onnxruntime.run(sim, fetched, {k: v for k, v in feeds.items() if sim_takes is None or k in sim_takes})
+        b = onnxruntime.run(run, fetched, {k: v for k, v in feeds.items() if takes is None or k in takes})
+        for t, x, y in zip(fetched, a, b):
+            accs[t].update(np.asarray(x), np.asarray(y))
+    if progress is not None:
+        progress.update(1)
+    sqnr = {t: accs[t].sqnr() for t in fetched}
+    found = [Departure(layers[t], t, sqnr[t], min((sqnr[u] for u in taps[t]), default=math.inf)) for t in fetched]
+    # a tap with no quantized tensor upstream is reached through float layers alone: not an int8 layer's departure
+    found = [d for d in found if taps[d.tensor] and not math.isnan(d.drop_db) and d.drop_db > 0]
+    found.sort(key=lambda d: -d.drop_db)
+    return found[:DEPARTURES]
+
+
+_REFORMS = {"Cast", "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"}  # move or retype values, compute none
+
+
+def _layer_of(index, tensor: str) -> str:
+    """The node computing `tensor`: its producer, or above ops that only move or retype values (a
+    PyTorch export's Cast after each Conv) the node they read from."""
+    node = index.producer[tensor]
+    seen = set()
+    while node.op_type in _REFORMS and node.input and node.input[0] in index.producer and node.name not in seen:
+        seen.add(node.name)
+        node = index.producer[node.input[0]]
+    return node.name or node.op_type
+
+
+def fp32_file(loaded) -> bytes | ModelFile:
+    """The FP32 model `loaded` as one file, for a runtime to compile (its weights in it)."""
+    if loaded.store is not None:  # a big model's lazy weights: written piece by piece
+        return ModelFile(loaded.proto)
+    if not loaded.external_files:
+        return loaded.proto.SerializeToString()
+    proto = onnx.ModelProto()
+    proto.CopyFrom(loaded.proto)
+    from onnx.external_data_helper import load_external_data_for_model
+
+    load_external_data_for_model(proto, str(loaded.path.parent))
+    return proto.SerializeToString()
 
 
 def check_finite_reference(names: list[str], accs: list[_Acc]) -> None:

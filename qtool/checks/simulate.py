@@ -97,25 +97,40 @@ def fake_quantize_as_float_ops(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def simulation(model: onnx.ModelProto | bytes):
+def with_outputs(model: onnx.ModelProto, tensors: list[str]) -> onnx.ModelProto:
+    """`model` (in place) with the tensors `tensors` also graph outputs, each typed as the model
+    records it (float32 where it does not), shapes left to the runtime."""
+    types = _elem_types(model)
+    have = {o.name for o in model.graph.output}
+    for t in tensors:
+        if t not in have:
+            model.graph.output.append(helper.make_tensor_value_info(t, types.get(t, TensorProto.FLOAT), None))
+            have.add(t)
+    return model
+
+
+def simulation(model: onnx.ModelProto | bytes, outputs: list[str] = ()):
     """An onnxruntime session computing the file's arithmetic exactly, on any CPU: FakeQuantize as
-    float ops, no graph optimization (Q/DQ stay float ops). A ModelProto given is rewritten in place."""
+    float ops, no graph optimization (Q/DQ stay float ops). A ModelProto given is rewritten in place.
+    `outputs`: tensors to fetch beside the graph's outputs (added once the FakeQuantize nodes are rewritten)."""
     if isinstance(model, ModelFile):  # a big model's export: its graph, the weights where they are
         proto = onnx.ModelProto()
         proto.CopyFrom(model.model)
     else:
         proto = onnx.load_model_from_string(model) if isinstance(model, bytes) else model
-    proto = fake_quantize_as_float_ops(proto)
+    proto = with_outputs(fake_quantize_as_float_ops(proto), list(outputs))
     return onnxruntime.session(proto, optimization="none")  # ORT_DISABLE_ALL: the graph run as it is
 
 
-def runtime(name: str, data: bytes):
+def runtime(name: str, data: bytes, like=None):
     """The real runtime on this CPU running the file `data`: OpenVINO ('openvino', f32 inference
     precision, int8 where the file quantizes) or onnxruntime ('onnxruntime', default optimizations:
-    its int8 kernels for Q/DQ; float layers in f32 too)."""
+    its int8 kernels for Q/DQ; float layers in f32 too). `like`: a session of this function's that
+    the new one is compared with, compiled the same way (OpenVINO: at the inputs' shapes where it
+    compiled that one so)."""
     data = bytes(data)  # a big model's export (ModelFile) as one file
     if name == "openvino":
-        return openvino.Session(data)
+        return openvino.Session(data, static=getattr(like, "static", ""))
     if name == "onnxruntime":
         return onnxruntime.session(onnx.load_model_from_string(data))
     raise QtoolError(f"runtime {name!r} is not one of {', '.join(RUNTIMES)}")

@@ -38,7 +38,7 @@ def _progress(total: int, enabled: bool):
 @click.option("--layout", type=click.Choice(["nchw", "nhwc"]), help="Input layout [default: the calibration file's].")
 @click.option("--batch-size", type=click.IntRange(min=1), help=f"Images per inference [default: the model's fixed batch, else {api.DEFAULT_BATCH}]; results do not depend on it.")
 @target_option(default="qdq", show_default=True, help="Whose export to evaluate: " + ", ".join(f"{t} ({d})" for t, d in api.TARGET_DESCRIPTIONS.items()) + ".")
-@click.option("--runtime", type=click.Choice(tuple(api.runtimes())), help="Also run the file in this runtime on this CPU (its int8 kernels): " + " or ".join(f"{r} (--target {' or '.join(ts)})" for r, ts in api.runtimes().items()) + ", and report both; a warning names the likely cause where they differ by more than 1 dB.")
+@click.option("--runtime", type=click.Choice(tuple(api.runtimes())), help="Also run the file in this runtime on this CPU (its int8 kernels): " + " or ".join(f"{r} (--target {' or '.join(ts)})" for r, ts in api.runtimes().items()) + ", and report both, with the runtime's own FP32 run beside them; a warning names the likely cause where they differ by more than 1 dB: the runtime's FP32, or the layers where its run leaves the file.")
 @option("method", "evaluate")
 @option("exclude", "evaluate")
 @option("include", "evaluate")
@@ -107,13 +107,20 @@ def text(evaluated: api.EvaluateResult) -> str:
     if rt is not None:
         lines[0] += f"; also run by {rt.name} on this CPU ({runtime_cpu(rt)})"
         head += f"  {rt.name + ' dB':>16}  {rt.name + ' top-1':>17}"
+        if rt.fp32:  # the runtime's FP32 run against onnxruntime's, and the int8 run against the runtime's FP32
+            head += f"  {rt.name + ' FP32 dB':>21}  {'vs ' + rt.name + ' FP32 dB':>24}"
     lines.append(head)
     for i, o in enumerate(result.outputs):
         cos = "nan" if math.isnan(o.cosine) else f"{o.cosine:.5f}"
         line = f"{o.name:<{width}}  {format_db(o.sqnr_db):>8}  {cos:>8}  {_top1(o):>11}"
         if rt is not None:
             line += f"  {format_db(rt.outputs[i].sqnr_db):>16}  {_top1(rt.outputs[i]):>17}"
+            if rt.fp32:
+                line += f"  {format_db(rt.fp32[i].sqnr_db):>21}  {format_db(rt.own[i].sqnr_db):>24}"
         lines.append(line)
+    if rt is not None and rt.fp32:
+        lines.append(f"{rt.name} FP32 dB: {rt.name} running the FP32 model against onnxruntime's FP32 (the runtime's own floor); "
+                     f"vs {rt.name} FP32 dB: its int8 run against that FP32 run")
     for o in result.outputs:
         if o.skipped:
             lines.append(f"{o.name}: {o.skipped_share * 100:.2f} % of the FP32 values ({o.skipped} of {o.elements}) were NaN/inf, not compared")

@@ -35,7 +35,11 @@ class Quantizer:
     quantized (0 on a symmetric grid; input_low + input_high on an asymmetric one, which maps the
     range onto itself), and a weight's stored integers along axis 1 (its input channels) are
     multiplied by it, its layer's bias taking flip_offset x the flipped channels' weights: the
-    layer computes the same, with other pairs of same-sign products."""
+    layer computes the same, with other pairs of same-sign products. `flip_pads` (an asymmetric flip
+    on a layer that pads its input with zeros, reading `tensor` directly): that layer's pads (ONNX
+    order over the spatial axes), which the writer turns into an explicit zero Pad of `tensor` before
+    the flip, so that a padded zero becomes flip_offset like every other 0 of a flipped channel, and
+    takes off the layer."""
 
     tensor: str
     kind: str  # ACTIVATION or WEIGHT
@@ -56,6 +60,7 @@ class Quantizer:
     seven_bit_codes: bool = False
     channel_signs: np.ndarray | None = None
     flip_offset: float = 0.0
+    flip_pads: tuple[int, ...] | None = None
 
     @classmethod
     def activation(cls, tensor: str, elem_type: int, rng: Range, readers: list[tuple[str, int]],

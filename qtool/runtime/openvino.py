@@ -55,15 +55,19 @@ class Session:
     with AVX-512 BF16 or AMX, qtool.quantizers.cpu_kinds), stated in the config either way; `float_precision`
     is the one it runs them in ("f32", "bf16", "f16"). Feeds the model does not take (an input no
     node reads, which OpenVINO drops) are left out. `static`: why OpenVINO refused the dynamic shapes
-    where it compiles at the inputs' shapes instead, "" otherwise."""
+    where it compiles at the inputs' shapes instead, "" otherwise; given, it compiles at the inputs'
+    shapes from the start (a model compared with another that OpenVINO compiles so: the same shapes)."""
 
-    def __init__(self, data: bytes, config: dict | None = None, precision: str = "f32"):
+    def __init__(self, data: bytes, config: dict | None = None, precision: str = "f32", static: str = ""):
         self.core = package().Core()
         chosen = self.core.get_property("CPU", "INFERENCE_PRECISION_HINT").get_type_name() if precision == "default" else precision
         self.data, self.config = data, {**(config or {}), "INFERENCE_PRECISION_HINT": chosen}
         self.float_precision = chosen
-        self.static = ""
+        self.static = static
         self._compiled: dict[tuple, tuple] = {}  # input shapes -> (compiled model, request, input names)
+        self._dynamic = None
+        if static:
+            return
         try:
             self._dynamic = self._compile(self.core.read_model(data, b""))
         except Exception as e:

@@ -108,7 +108,7 @@ def _compressed_weight(model: onnx.ModelProto, namer: G.Namer, site, params: gri
     return back
 
 
-def _flipped(model: onnx.ModelProto, namer: G.Namer, site) -> str:
+def _flipped(model: onnx.ModelProto, namer: G.Namer, site, source: str | None = None) -> str:
     """Append the guard's sign flip of an activation's channels (site.channel_signs, +-1 shaped for
     its tensor): a Mul by the signs, stored as int8 and Cast to the tensor's type; returns the
     flipped tensor. By a float constant, OpenVINO 2026.4 folds the Mul into the FakeQuantize after
@@ -116,13 +116,14 @@ def _flipped(model: onnx.ModelProto, namer: G.Namer, site) -> str:
     (PP-OCRv5 cls at 7 dB); from a Cast it runs the Mul and the FakeQuantize as one elementwise
     kernel, as the file says (PP-OCRv6 rec: the input stage 6 us, a 1x1 depthwise Conv of the
     signs 60 us). That holds with its low-precision transformations, as it runs an int8 file by
-    default; with LP_TRANSFORMS_MODE NO it folds the Cast as well and computes the flip wrong."""
+    default; with LP_TRANSFORMS_MODE NO it folds the Cast as well and computes the flip wrong. `source`: the
+    tensor flipped (default: the site's; its explicit padding, `_padded`)."""
     signs, cast = namer.fresh(f"{site.tensor}/signs"), namer.fresh(f"{site.tensor}/signs/float")
     out = namer.fresh(f"{site.tensor}/flipped")
     model.graph.initializer.append(numpy_helper.from_array(site.channel_signs.astype(np.int8), signs))
     model.graph.node.extend([
         helper.make_node("Cast", [signs], [cast], name=namer.fresh(f"{site.tensor}/signs/Convert"), to=site.elem_type),
-        helper.make_node("Mul", [site.tensor, cast], [out], name=namer.fresh(f"{site.tensor}/Flip")),
+        helper.make_node("Mul", [source or site.tensor, cast], [out], name=namer.fresh(f"{site.tensor}/Flip")),
     ])
     if not site.flip_offset:
         return out
@@ -132,6 +133,27 @@ def _flipped(model: onnx.ModelProto, namer: G.Namer, site) -> str:
     model.graph.initializer.append(numpy_helper.from_array(values, offsets))
     model.graph.node.append(helper.make_node("Add", [out, offsets], [shifted], name=namer.fresh(f"{site.tensor}/Flip/Shift")))
     return shifted
+
+
+def _padded(model: onnx.ModelProto, namer: G.Namer, site, layer: onnx.NodeProto) -> str:
+    """An asymmetric flip's explicit padding (Quantizer.flip_pads): a zero Pad of the site's tensor, which the flip
+    then turns into flip_offset on the flipped channels, as the layer's own padding (0 on the unflipped grid) stands
+    for; the layer's pads set to 0. Returns the padded tensor."""
+    spatial = len(site.flip_pads) // 2
+    pads = [0, 0, *site.flip_pads[:spatial], 0, 0, *site.flip_pads[spatial:]]
+    out = namer.fresh(f"{site.tensor}/padded")
+    name = namer.fresh(f"{site.tensor}/Pad")
+    if G.default_opset(model) >= 11:
+        pads_name = namer.fresh(f"{site.tensor}/pads")
+        model.graph.initializer.append(numpy_helper.from_array(np.array(pads, dtype=np.int64), pads_name))
+        model.graph.node.append(helper.make_node("Pad", [site.tensor, pads_name], [out], name=name, mode="constant"))
+    else:  # the attribute form before opset 11
+        model.graph.node.append(helper.make_node("Pad", [site.tensor], [out], name=name, mode="constant", pads=pads, value=0.0))
+    for a in layer.attribute:
+        if a.name == "pads":
+            del a.ints[:]
+            a.ints.extend([0] * len(site.flip_pads))
+    return out
 
 
 def _flip_bias(model: onnx.ModelProto, namer: G.Namer, node: onnx.NodeProto, site, q: np.ndarray, scale: np.ndarray) -> None:
@@ -187,7 +209,8 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
         if not site.is_weight:
             shape = () if site.channel_amax is None else grids.range_shape(params, site.rank)  # [1, C, 1, 1] per channel
             if site.channel_signs is not None:  # the guard's flipped input channels, negated before the FakeQuantize
-                source = _flipped(model, namer, site)
+                padded = _padded(model, namer, site, nodes[site.readers[0][0]]) if site.flip_pads else None
+                source = _flipped(model, namer, site, padded)
             reduction = index.producer.get(site.tensor)
             if not shape and source == site.tensor and reduction is not None and reduction.op_type in COMMUTING_REDUCTIONS \
                     and reduction.domain in ("", "ai.onnx"):

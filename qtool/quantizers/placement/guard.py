@@ -219,14 +219,19 @@ def _flipped_channels(inputs: Inputs, moves: Moves, n: onnx.NodeProto, slot: int
     histograms. Needs an 8-bit input grid, symmetric (the negated values quantize to the negated
     codes) or, for a layer without padding (a ViT's patch embedding), asymmetric (offset - x with
     offset = input_low + input_high maps the range onto itself: code 255 - q, the bias takes
-    offset x the flipped channels' weights), 8-bit symmetric weights read by this layer alone, and the quantizer on a graph input
+    offset x the flipped channels' weights; a layer reading the quantized tensor itself with explicit
+    zero pads has them made a Pad before the flip, `_explicit_pads`: a torchvision ResNet's stem on an
+    ImageNet-normalised image), 8-bit symmetric weights read by this layer alone, and the quantizer on a graph input
     (or a Cast of one: `_from_graph_input`) with only Transposes between it and the layer."""
     joint = getattr(getattr(record, "stats", None), "pairs", None)
     act, params = site.params(), wsite.params()
     symmetric = act.grid.signed and not np.any(act.zero_point)
+    # explicit pads for an asymmetric grid with a zero point (a normalised image's signed range), as measured on
+    # anime-or-not; a never-negative input's unsigned grid (zero point 0) keeps its padded stem's other remedies
+    pads = _explicit_pads(n, site) if not symmetric and np.any(act.zero_point) and not _unpadded(n) else None
     if (n.op_type != "Conv" or slot != 1 or joint is None or not joint.pair_count() or site.is_weight or site.channel_amax is not None
             or not _from_graph_input(inputs, site.tensor) or act.grid.levels != 256 or act.axis is not None
-            or not (symmetric or _unpadded(n)) or len(wsite.readers) != 1
+            or not (symmetric or _unpadded(n) or pads is not None) or len(wsite.readers) != 1
             or params.grid != grids.grid(8, signed=True, narrow=True) or np.any(params.zero_point) or params.axis is None):
         return None
     # a negated value keeps a symmetric grid; an asymmetric one maps onto itself by offset - x, exact for a layer
@@ -252,7 +257,7 @@ def _flipped_channels(inputs: Inputs, moves: Moves, n: onnx.NodeProto, slot: int
     total, cost, sat, ratio, signs = min(tried, key=lambda x: x[0])
     if total >= tried[0][0]:
         return None
-    site.channel_signs, site.flip_offset = signs.reshape(shape), offset
+    site.channel_signs, site.flip_offset, site.flip_pads = signs.reshape(shape), offset, pads
     wsite.channel_signs, wsite.flip_offset = signs, offset
     widened = int((ratio > 1 + 1e-9).sum())
     if widened:
@@ -288,6 +293,15 @@ def _zero_pad(inputs: Inputs, n: onnx.NodeProto) -> bool:
 def _unpadded(n: onnx.NodeProto) -> bool:
     """Whether a Conv pads nothing (no pads, or all zero, and no SAME auto_pad)."""
     return G.text_attr(n, "auto_pad", "NOTSET") in ("NOTSET", "VALID") and not any(G.attr(n, "pads", None) or ())
+
+
+def _explicit_pads(n: onnx.NodeProto, site: Quantizer) -> tuple[int, ...] | None:
+    """A Conv's explicit pads (auto_pad NOTSET) where it is the only reader of `site`'s tensor and reads it directly
+    (no Transpose between: the pads are over the tensor's own axes); else None."""
+    if G.text_attr(n, "auto_pad", "NOTSET") != "NOTSET" or n.input[0] != site.tensor or [r for r, _ in site.readers] != [n.name]:
+        return None
+    pads = tuple(int(p) for p in G.attr(n, "pads", None) or ())
+    return pads if pads and any(pads) and min(pads) >= 0 else None
 
 
 def _signs_shape(inputs: Inputs, moves: Moves, site: Quantizer, t: str, rank: int, channels: int) -> tuple[int, ...] | None:
