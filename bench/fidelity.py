@@ -730,12 +730,12 @@ def main() -> None:
             sys.exit(f"unknown model {name!r}: choose from {', '.join([*MODELS, *WHEEL_MODELS, *TEXT_MODELS])}")
     texts = [n for n in names if n in TEXT_MODELS]
     names = [n for n in names if n in MODELS or n in WHEEL_MODELS]
-    from qtool.quantizers import cpu
+    from qtool.quantizers import cpu_kinds
 
     core = ov.Core()
-    f32 = cpu.PINNED_F32
+    f32 = cpu_kinds.PINNED_F32
     run_config = None if args.precision == "default" else {"INFERENCE_PRECISION_HINT": args.precision}
-    print(f"this CPU: {cpu.describe()}", flush=True)
+    print(f"this CPU: {cpu_kinds.describe()}", flush=True)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     results = {}
     if names and args.tensorrt:

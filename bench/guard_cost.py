@@ -286,9 +286,9 @@ def main() -> None:
     args = ap.parse_args()
     import openvino as ov
 
-    from qtool.quantizers import cpu
+    from qtool.quantizers import cpu_kinds
 
-    vnni = bool(cpu.vnni())
+    vnni = bool(cpu_kinds.vnni())
     print(f"CPU VNNI: {'yes' if vnni else 'no'}; OpenVINO {ov.__version__} (f32); {args.calib} calibration / {args.eval} held-out "
           f"inputs, {args.avx2} under qemu -cpu {avx2.QEMU_CPU}; output SQNR dB against FP32", flush=True)
     print(f"{'model':12s} {'VNNI-run any/vnni':>13s}  {'exact any/vnni':>13s}  {'gap (95 %)':>20s}  {'metric':>16s} {'any':>6s} {'vnni':>6s}"

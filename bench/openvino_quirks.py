@@ -174,10 +174,10 @@ def lstm_scales(layout: str, dirs: int, seed: int = 1) -> tuple[float, str]:
 def main() -> None:
     import openvino as ov
 
-    from qtool.quantizers import cpu
+    from qtool.quantizers import cpu_kinds
 
     rng = np.random.default_rng(0)
-    print(f"OpenVINO {ov.__version__}, f32; this CPU: {'VNNI' if cpu.vnni() else 'no VNNI'}; run vs reference, dB ({SAME:.0f}+: the same)")
+    print(f"OpenVINO {ov.__version__}, f32; this CPU: {'VNNI' if cpu_kinds.vnni() else 'no VNNI'}; run vs reference, dB ({SAME:.0f}+: the same)")
     vs_file, vs_clamp = rounding_dropped(rng)
     still = vs_clamp >= SAME > vs_file
     print(f"1. Conv -> FakeQuantize -> residual Add: run vs file {vs_file:6.1f}, vs the FakeQuantize as a clamp {vs_clamp:6.1f}"

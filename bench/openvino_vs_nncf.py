@@ -11,7 +11,7 @@ photos), prints, measured in this run on this machine:
     convolutions (the logits, a stricter measure);
   - the time each tool took to quantize.
 The int8 models run at --precision (default f32: the layers left in FP32 run in f32 on every CPU;
-`default` leaves it to OpenVINO, bf16 on CPUs with AVX-512 BF16 or AMX: qtool.quantizers.cpu.KINDS).
+`default` leaves it to OpenVINO, bf16 on CPUs with AVX-512 BF16 or AMX: qtool.quantizers.cpu_kinds.KINDS).
 Both tools see the same calibration images, preprocessed by qtool.feeds.data (stretch to 320x320,
 RGB, /255, NCHW). nncf is a bench-only dependency: pip install nncf.
 
@@ -172,9 +172,9 @@ def main() -> None:
         nncf_runs[label] = (WORK / f"detector.nncf{'' if fbc else '.nobc'}.xml", time.perf_counter() - t)
         ov.save_model(nncf_model, str(nncf_runs[label][0]), compress_to_fp16=False)
 
-    from qtool.quantizers import cpu
+    from qtool.quantizers import cpu_kinds
 
-    f32 = cpu.PINNED_F32
+    f32 = cpu_kinds.PINNED_F32
     run = None if args.precision == "default" else {"INFERENCE_PRECISION_HINT": args.precision}
     heads = head_logits(onnx.load(str(model_path)))
     reference, ref_heads = outputs(core, str(model_path), eval_samples, heads, f32)
@@ -188,7 +188,7 @@ def main() -> None:
     latency = latencies_ms(core, {label: (path, config) for label, path, config, _ in rows}, eval_samples[0], args.runs)
     base = latency[rows[0][0]]
     print(f"detector {args.size}x{args.size}, {args.images} calibration images, SQNR on {args.eval} held-out images, "
-          f"OpenVINO {ov.__version__} (int8 models at {args.precision} precision), nncf {nncf.__version__}; this CPU: {cpu.describe()}")
+          f"OpenVINO {ov.__version__} (int8 models at {args.precision} precision), nncf {nncf.__version__}; this CPU: {cpu_kinds.describe()}")
     print(f"{'model':32s} {'latency ms':>10s} {'speedup':>8s} {'int8 layers':>12s} {'SQNR dB':>8s} {'heads dB':>8s}  quantization time")
     for label, path, config, note in rows:
         ms = latency[label]

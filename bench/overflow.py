@@ -115,7 +115,7 @@ def main() -> None:
     import openvino as ov
 
     from qtool.checks import simulate
-    from qtool.quantizers import cpu
+    from qtool.quantizers import cpu_kinds
 
     photos = sorted((args.dev / "photos").glob("*.jpg"))
     if not photos:
@@ -124,7 +124,7 @@ def main() -> None:
     unknown = [m for m in names if m not in MODELS]
     if unknown:
         sys.exit(f"unknown model {unknown[0]!r}: choose from {', '.join(MODELS)}")
-    vnni = cpu.vnni()
+    vnni = cpu_kinds.vnni()
     print(f"CPU VNNI: {'yes' if vnni else 'no' if vnni is False else 'unknown'} (runtime columns saturate only without it); "
           f"onnxruntime {ort.__version__}, OpenVINO {ov.__version__}; {args.calib} calibration / {args.eval} held-out inputs", flush=True)
     print(f"{'model':12s} {'target':8s} {'mode':5s} {'metric run/sim':>17s} {'worst dB run/sim':>17s} {'guard':>9s} {'latency/FP32':>12s}")

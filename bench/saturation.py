@@ -234,9 +234,9 @@ def main() -> None:
     ap.add_argument("--layers", type=int)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    from qtool.quantizers import cpu
+    from qtool.quantizers import cpu_kinds
 
-    print(f"{args.file.name}: OpenVINO on this CPU (VNNI: {cpu.vnni()}) vs the exact int8 arithmetic, per layer, {args.limit} inputs",
+    print(f"{args.file.name}: OpenVINO on this CPU (VNNI: {cpu_kinds.vnni()}) vs the exact int8 arithmetic, per layer, {args.limit} inputs",
           flush=True)
     rows = measure(args.file, args.data, args.limit, args.layers)
     for r in rows:

@@ -226,7 +226,7 @@ def main() -> None:
 
     import openvino as ov
 
-    from qtool.quantizers import cpu
+    from qtool.quantizers import cpu_kinds
 
     try:
         import nncf
@@ -239,7 +239,7 @@ def main() -> None:
     photos = sorted((args.dev / "photos").glob("*.jpg"))
     if not photos and any(n in MODELS for n in names):
         sys.exit(f"no photos in {args.dev / 'photos'}: run bash ../shared/tools/fetch_dev_models.sh")
-    vnni = cpu.vnni()
+    vnni = cpu_kinds.vnni()
     print(f"OpenVINO {ov.__version__}, nncf {nncf.__version__}; this CPU: {'VNNI' if vnni else 'no VNNI (AVX2 kernels: run = saturating, speed = AVX2 speed)' if vnni is False else 'VNNI unknown'}; "
           f"{args.calib} calibration / {args.eval} held-out inputs (sentence encoders {args.text_calib} / {args.text_eval})", flush=True)
     print(f"{'model':12s} {'speed-up over FP32: q, q vnni, NNCF':>36s} {'q/NNCF (rounds)':>17s} | {'metric':17s} "

@@ -5,6 +5,7 @@
 """
 
 __version__ = "0.1.0"
+JSON_SCHEMA = 1  # the version of every --json document (qtool.results); raised when a key changes meaning or goes away
 
 __all__ = ["Calibration", "Evaluation", "Policies", "Policy", "QtoolError", "calibrate", "evaluate", "export", "merge",
            "recompute", "__version__"]

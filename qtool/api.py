@@ -16,9 +16,11 @@ to the "qtool" logger and to the result objects (`Calibration.warnings`, `Evalua
 both give byte-identical files for the same inputs.
 
 Each command is also one function over files (qtool.commands), taking keywords named like its
-flags and returning an Outcome (what `--json` prints, the data its text says, a failed check):
-calibrate_files, export_file, evaluate_files, inspect_file, report_file, merge_files,
-recompute_file. The command line calls each. Every function here builds its command's options
+flags and returning its result, a frozen dataclass of qtool.results (CalibrateResult,
+ExportResult, EvaluateResult, InspectResult, ReportResult, MergeResult, RecomputeResult: what it
+wrote, what it measured, what it kept FP32 and why, its warnings, a failed check as `failure`;
+`to_json()` is the document `--json` prints): calibrate_files, export_file, evaluate_files,
+inspect_file, report_file, merge_files, recompute_file. The command line calls each. Every function here builds its command's options
 object (qtool.options: checked where it is built, an unknown keyword refused by name) and hands it
 down. A QtoolError names options by key (qtool.errors), worded as keywords here (str(error)) and as
 flags on the command line.
@@ -34,22 +36,23 @@ from pathlib import Path
 
 import onnx
 
-from . import calibration, model, options, provenance, targets
+from . import JSON_SCHEMA, calibration, model, options, provenance, targets
 from .calibration import Calibration
 from .checks import evaluation as _evaluate
 from .checks import report as _report
-from .commands import Outcome, progress_bar
+from .commandinputs import DEFAULT_BATCH, check_model, held_out_runs
 from .commands import calibrate as _calibrate
 from .commands import evaluate as _evaluate_files
 from .commands import export as _export
 from .commands import inspect as _inspect
 from .commands import merge as _merge
+from .commands import progress_bar
 from .commands import recompute as _recompute
 from .commands import report as _report_file
 from .errors import Opt, QtoolError
 from .feeds import data as _data
 from .fileio import check_output_path, write_atomic
-from .inputs import DEFAULT_BATCH, check_model, held_out_runs
+from .results import CalibrateResult, EvaluateResult, ExportResult, InspectResult, MergeResult, RecomputeResult, ReportResult
 from .statistics import thresholds
 from .targets import TARGETS, tensorrt
 from .targets.cpu import PolicyFlags
@@ -75,7 +78,8 @@ TRT_CACHE_VERSION, TRT_LATEST_VERSION = tensorrt.CACHE_VERSION, tensorrt.LATEST_
 REPORT_TARGETS, REPORT_DEFAULT_TARGET = _report.TARGETS, _report.DEFAULT_TARGET
 format_db = _evaluate.format_db
 from_json_number = _evaluate.from_json_number
-__all__ = ["DEFAULT_BATCH", "Outcome"]
+__all__ = ["DEFAULT_BATCH", "JSON_SCHEMA", "CalibrateResult", "EvaluateResult", "ExportResult", "InspectResult", "MergeResult",
+           "RecomputeResult", "ReportResult"]
 
 
 def _loaded(model_or_path, external_data: bool = True) -> model.LoadedModel:
@@ -190,7 +194,7 @@ def evaluate(model_or_path, cal: Calibration, *, runtime: str | None = None, per
 # The commands over files (qtool.commands), with the command's options as keywords.
 
 
-def calibrate_files(model_path, *, output=None, progress=None, **keywords) -> Outcome:
+def calibrate_files(model_path, *, output=None, progress=None, **keywords) -> CalibrateResult:
     """`qtool calibrate`: the model at `model_path` calibrated on a folder of `images` or `data` files
     (the keywords as qtool.api.calibrate takes them) into `output` [default: <model stem>.calib.json
     here], and with a target's file keywords (COMMAND_OPTIONS["calibrate"]: trt_table, a TensorRT
@@ -200,7 +204,7 @@ def calibrate_files(model_path, *, output=None, progress=None, **keywords) -> Ou
     return _calibrate.run(model_path, built, output=output, files=files, progress=progress)
 
 
-def export_file(model_path=None, *, target: str, calib=None, output=None, **keywords) -> Outcome:
+def export_file(model_path=None, *, target: str, calib=None, output=None, **keywords) -> ExportResult:
     """`qtool export`: the calibration file `calib` [default: the single *.calib.json here] of the
     model at `model_path` [default: the one it records] written for `target` to `output` [default: the
     model's stem + the target's suffix, here]. The keywords are export's flags (qtool.options: the
@@ -210,7 +214,7 @@ def export_file(model_path=None, *, target: str, calib=None, output=None, **keyw
     return _export.run(model_path, built, mixed, calib=calib, output=output, policy_file=keywords.get("policy"))
 
 
-def evaluate_files(model_path, *, calib=None, reference=None, progress=None, **keywords) -> Outcome:
+def evaluate_files(model_path, *, calib=None, reference=None, progress=None, **keywords) -> EvaluateResult:
     """`qtool evaluate`: `target`'s int8 model of the calibration file `calib` [default: the single
     *.calib.json here] against FP32 on held-out `images` (preprocessed as the file records, each
     image keyword overriding its part) or `data`; the keywords are evaluate's flags
@@ -218,18 +222,18 @@ def evaluate_files(model_path, *, calib=None, reference=None, progress=None, **k
     wrote (its FP32 model found by the name and SHA-256 it records, beside it or here, or given as
     `reference`), or another Q/DQ or FakeQuantize model with its FP32 model as `reference`; the file
     is scored as it is. With `fail_below` DB, an output below it (with
-    `runtime`, the worse of the simulation and the runtime's run) is the Outcome's failure.
+    `runtime`, the worse of the simulation and the runtime's run) is the result's failure (its numbers are there too).
     `progress`: a tqdm bar or a callback(n) per model pass over the inputs."""
     export = targets.take_export(keywords)
     return _evaluate_files.run(model_path, options.EvaluateOptions.build(export, **keywords), calib=calib, reference=reference,
                                progress=progress)
 
 
-def inspect_file(file, *, model=None, **keywords) -> Outcome:
+def inspect_file(file, *, model=None, **keywords) -> InspectResult:
     """`qtool inspect`: what `file` holds, with `model` what of that model it covers; with a target's
     check keyword (INSPECT_HELP; `trt_version`: the TensorRT rules the Q/DQ model `file` breaks) that
     check; with the policy keywords (as export's: weight_bits, ..., policy) the policy of each
-    quantizer. The Outcome's details["text"]: what the command prints."""
+    quantizer; a missing range, an unusable scale or a broken rule is the result's failure."""
     flags = PolicyFlags(**{k: keywords.pop(k) for k in list(keywords) if k in options.declared_options(PolicyFlags)})
     return _inspect.run(file, model=model, policies=flags, **keywords)
 

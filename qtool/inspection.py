@@ -1,8 +1,8 @@
 """What `qtool inspect` reads and says: a calibration file or a target's range file (told apart by
 content; the target's inspection module reads it, qtool.targets.inspections) and the activation
 tensors of a model it covers; the rules of a target an ONNX model breaks (`inspect_onnx`); the
-policy each quantizer resolves to. Each `inspect_*` returns (the --json summary, the text, a
-failed check or None)."""
+policy each quantizer resolves to. Each `inspect_*` returns a qtool.results.InspectResult (data,
+with a target's own lines on its files; the command line words the rest)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ import onnx
 from google.protobuf.message import Error as ProtobufError
 
 from . import calibration, model, targets
+from .commandinputs import check_model, load_checked_model, model_json
 from .errors import Opt, QtoolError
-from .inputs import check_model, load_checked_model, model_json
 from .options import ExportOptions
+from .results import InspectResult
 from .targets import qdq as qdq_target
 from .targets.cpu import CpuOptions
 
@@ -27,11 +28,6 @@ CALIBRATION = "qtool calibration file"
 
 # an ONNX model is one protobuf message, which cannot exceed 2 GB
 MAX_ONNX_BYTES = 2 << 30
-
-
-def _number(value: float | None):
-    """JSON-safe float: None for NaN/inf (JSON has neither)."""
-    return value if value is not None and math.isfinite(value) else None
 
 
 def read_file(path: Path) -> dict:
@@ -93,7 +89,7 @@ def _calibration(path: Path, data: bytes) -> dict:
     return {"kind": "calibration", "header": header, "tensors": tensors}
 
 
-def _shown(name: str) -> str:
+def _printable(name: str) -> str:
     """A tensor name for a one-line message: quoted when it holds line breaks or other control characters."""
     return name if name.isprintable() else repr(name)
 
@@ -134,60 +130,20 @@ def coverage(doc: dict, loaded: model.LoadedModel) -> dict:
     return result
 
 
-def _fmt(value) -> str:
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return str(value)
-
-
-def _table(rows: list[dict], columns: list[str]) -> str:
-    cells = [columns] + [[_fmt(r[c]) for c in columns] for r in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
-    return "\n".join(
-        "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
-        for row in cells
-    )
-
-
-def _text(path: Path, doc: dict, cov: dict | None) -> str:
-    kind, header, tensors = doc["kind"], doc["header"], doc["tensors"]
-    reader = None if kind == "calibration" else _reader(kind)
-    title = f"{path}: {reader.KINDS[kind] if reader else CALIBRATION}, {len(tensors)} tensors"
-    if reader is None:
-        title += f", method {tensors[0]['method'] if tensors else header['method']}, {header['samples']} samples, model {header['model']}"
-        columns = ["name", "min", "max", "amax", "unsigned", "method"]
-    else:
-        more = reader.header_text(doc)
-        title += f"\n{more}" if more else ""
-        columns = reader.COLUMNS.get(kind, ["name", "amax"])
-    lines = [title]
-    if tensors:
-        lines.append(_table(tensors, columns))
-    if cov is not None:
-        lines.append(
-            f"coverage of {cov['model']}: {cov['covered']}/{cov['activation_tensors']} activation tensors "
-            f"({cov['percent']:g} %); {len(cov['missing'])} missing, {len(cov['extra'])} extra, "
-            f"{len(cov['nonfinite'])} non-finite" + (f", {len(cov['nonpositive'])} zero or negative" if cov["nonpositive"] else "")
-        )
-        for key, label in (("missing", "missing"), ("nonfinite", "non-finite"), ("nonpositive", "zero or negative"), ("extra", "extra")):
-            if cov[key]:
-                lines.append(f"{label}: " + ", ".join(cov[key]))
-    return "\n".join(lines)
-
-
 def is_onnx_file(path: Path) -> bool:
     """Whether FILE is an ONNX model; missing or unreadable is a one-line error."""
     return _is_onnx(calibration.read_input(path, MAX_ONNX_BYTES, "ONNX model", "give an ONNX model"))
 
 
-def inspect_onnx(file: Path, target: str, value: str) -> tuple[dict, str, str | None]:
+def inspect_onnx(file: Path, target: str, value: str) -> InspectResult:
     """`inspect MODEL.onnx` with `target`'s check option set to `value`: the rules the model breaks (any: a failed check)."""
-    return targets.get(target).inspection().check(file, value)
+    document, lines, failure = targets.get(target).inspection().check(file, value)
+    checked = {k: v for k, v in document.items() if k not in ("command", "file", "kind")}
+    return InspectResult(str(file), document["kind"], check=checked, target_lines=tuple(lines.split("\n")),
+                         failure=QtoolError(failure) if failure else None)
 
 
-def inspect_policies(file: Path, policies) -> tuple[dict, str, None]:
+def inspect_policies(file: Path, policies) -> InspectResult:
     """Each quantizer of the calibration's model with the policy it resolves to."""
     cal = calibration.load(file)
     loaded = load_checked_model(None, file, cal)
@@ -197,14 +153,11 @@ def inspect_policies(file: Path, policies) -> tuple[dict, str, None]:
     rows = [{"kind": q.kind, "tensor": q.tensor, "read_by": sorted({ops[n] for n, _ in q.readers}), **q.policy.to_json()} for q in quantizers]
     for w in prepared.warnings:
         log.warning(w)
-    lines = [f"{len(rows)} quantizers of {loaded.path} (openvino/qdq placement):"]
-    lines += [f"  {r['kind']:<10} {r['tensor']}  [{', '.join(r['read_by'])}]  {site.policy.describe()}"
-              for r, site in zip(rows, quantizers)]
-    return ({"command": "inspect", "file": str(file), "kind": "policies", "quantizers": rows, "warnings": prepared.warnings},
-            "\n".join(lines), None)
+    return InspectResult(str(file), "policies", model=str(loaded.path), quantizers=tuple(rows),
+                         policies=tuple(q.policy.describe() for q in quantizers), warnings=tuple(prepared.warnings))
 
 
-def inspect_file(file: Path, model_path: Path | None) -> tuple[dict, str, str | None]:
+def inspect_file(file: Path, model_path: Path | None) -> InspectResult:
     """FILE's kind, header and tensors; with `model_path`, which of the model's activation tensors it
     covers (any without a usable range: a failed check); a range file's unusable scales (a failed check)."""
     doc = read_file(file)
@@ -214,24 +167,23 @@ def inspect_file(file: Path, model_path: Path | None) -> tuple[dict, str, str | 
         if doc["kind"] == "calibration":
             check_model(loaded, file, doc["header"]["model"], doc["header"]["sha256"])  # export's check: another model's names say nothing
         cov = coverage(doc, loaded)
-    summary = {
-        "command": "inspect", "file": str(file), "kind": doc["kind"], "header": doc["header"],
-        **({"model": model_json(model_path if model_path is not None else file.parent / doc["header"]["model"])}
-           if doc["kind"] == "calibration" or model_path is not None else {}),
-        "tensors": [{k: _number(v) if isinstance(v, float) else v for k, v in t.items()} for t in doc["tensors"]],
-    }
-    if cov is not None:
-        summary["coverage"] = cov
+    kind = doc["kind"]
+    reader = None if kind == "calibration" else _reader(kind)
+    shown_model = None
+    if kind == "calibration" or model_path is not None:
+        shown_model = model_json(model_path if model_path is not None else file.parent / doc["header"]["model"])
     bad_scales = unusable(doc)
-    if doc["kind"] != "calibration":
-        summary["unusable"] = bad_scales
-    text = _text(file, doc, cov)
-    if bad_scales:
-        text += "\nNaN, infinite, zero or negative scale: " + ", ".join(bad_scales)
     failure = None
     bad = len(cov["missing"]) + len(cov["nonfinite"]) + len(cov["nonpositive"]) if cov is not None else 0
     if bad:
         failure = f"{bad} of {cov['activation_tensors']} activation tensors of {model_path} have no usable range in {file}"
     elif bad_scales:
-        failure = _reader(doc["kind"]).unusable_failure(file, [_shown(n) for n in bad_scales])
-    return summary, text, failure
+        failure = reader.unusable_failure(file, [_printable(n) for n in bad_scales])
+    if reader is None:
+        named, columns, lines = CALIBRATION, ("name", "min", "max", "amax", "unsigned", "method"), ()
+    else:
+        header_line = reader.header_text(doc)
+        named, columns, lines = reader.KINDS[kind], tuple(reader.COLUMNS.get(kind, ["name", "amax"])), (header_line,) if header_line else ()
+    return InspectResult(str(file), kind, kind_name=named, header=doc["header"], tensors=tuple(doc["tensors"]), columns=columns,
+                         model=shown_model, coverage=cov, unusable=None if kind == "calibration" else tuple(bad_scales),
+                         target_lines=lines, failure=QtoolError(failure) if failure else None)

@@ -191,7 +191,7 @@ class ImageOptions:
 IMAGE_KEYS = ("size", "resize", "scale", "mean", "std", "bgr", "layout")
 
 
-def known(cls, given: dict) -> None:
+def refuse_unknown(cls, given: dict) -> None:
     """An unknown keyword refused by name (`cls`: the options dataclass that takes them)."""
     names = {f.name for f in fields(cls)}
     unknown = sorted(set(given) - names)
@@ -254,7 +254,7 @@ class CalibrateOptions:
         """From keywords as `qtool calibrate` takes its flags (or numbers, in Python; None: not given)."""
         given = {k: v for k, v in given.items() if v is not None}
         image = {"resize": "stretch", "scale": "1/255", "bgr": False, **{k: given.pop(k) for k in IMAGE_KEYS if k in given}}
-        known(cls, given)
+        refuse_unknown(cls, given)
         if "images" in given:
             given["images"] = Path(given["images"])
         if "shard" in given:

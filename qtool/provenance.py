@@ -96,7 +96,7 @@ def stamp(provenance: dict) -> bytes:
 
 def exported(loaded, cal, options: ExportOptions, output=None):
     """options.target's export of `cal` on `loaded` as qtool writes it (to `output`, when known): the
-    writer's result (qtool.targets.ExportResult), an ONNX model with its provenance appended (module doc)."""
+    writer's result (qtool.targets.WrittenFile), an ONNX model with its provenance appended (module doc)."""
     module = targets.exporter(options.target)
     result = module.export(loaded, cal, options)
     nothing = quantizes_nothing(loaded.proto, options.target, result.summary)

@@ -37,10 +37,10 @@ def is_x86() -> bool:
 
 def host_is_avx2_only() -> bool:
     """This CPU has AVX2 and no VNNI-class int8 instructions (avx512_vnni, avx_vnni, AMX)."""
-    from qtool.quantizers import cpu
+    from qtool.quantizers import cpu_kinds
 
-    found = cpu.flags()
-    return is_x86() and found is not None and "avx2" in found and cpu.vnni() is False
+    found = cpu_kinds.flags()
+    return is_x86() and found is not None and "avx2" in found and cpu_kinds.vnni() is False
 
 
 @dataclass

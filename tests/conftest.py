@@ -26,7 +26,7 @@ def sample_images(tmp_path):
 
 
 # Every OpenVINO compile in a test states the float precision it means (INFERENCE_PRECISION_HINT):
-# OpenVINO's own default depends on the CPU (bf16 with AVX-512 BF16 or AMX, qtool.quantizers.cpu.KINDS),
+# OpenVINO's own default depends on the CPU (bf16 with AVX-512 BF16 or AMX, qtool.quantizers.cpu_kinds.KINDS),
 # so a compile that leaves it out would make a test's precisions and numbers the CPU's luck. A test
 # where OpenVINO's default itself is the point says so with @pytest.mark.openvino_default_precision.
 _DEFAULT_ALLOWED = [False]
@@ -43,7 +43,7 @@ def pytest_configure(config):
     def stated(self, model, device_name=None, config=None, **kwargs):
         given = config if isinstance(config, dict) else device_name if isinstance(device_name, dict) else {}
         if not _DEFAULT_ALLOWED[0] and "INFERENCE_PRECISION_HINT" not in given:
-            raise AssertionError("an OpenVINO compile in a test must state INFERENCE_PRECISION_HINT (qtool.quantizers.cpu.PINNED_F32), "
+            raise AssertionError("an OpenVINO compile in a test must state INFERENCE_PRECISION_HINT (qtool.quantizers.cpu_kinds.PINNED_F32), "
                                  "or the test be marked openvino_default_precision")
         return compile_model(self, model, device_name, config, **kwargs)
 

@@ -14,7 +14,7 @@ from test_openvino import HELDOUT, IMAGES, ROOT, SAMPLE, ok
 import qtool
 from qtool import calibration
 from qtool.checks import evaluation
-from qtool.quantizers import cpu
+from qtool.quantizers import cpu_kinds
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +84,7 @@ def test_evaluate_takes_a_target_its_options_and_a_runtime(arrays, capsys):
     both = qtool.evaluate(SAMPLE, cal, data=held, runtime="onnxruntime", per_tensor=True)
     doc = evaluation.to_json(both)
     assert doc["target"] == "qdq" and doc["runtime"]["name"] == "onnxruntime" and len(doc["runtime"]["outputs"]) == 1
-    assert both.runtime.vnni == cpu.vnni() and len(both.tensors) == 16
+    assert both.runtime.vnni == cpu_kinds.vnni() and len(both.tensors) == 16
     assert capsys.readouterr() == ("", "")
     for kwargs, message in [
         (dict(target="tensorrt", weights_7bit="all"), "weights_7bit= applies to target='openvino' or qdq, not tensorrt"),

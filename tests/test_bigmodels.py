@@ -1,5 +1,5 @@
-"""Big models (qtool.model.lazyload, lazy, writer): weights kept where they lie, exports of any size written
-beside the output, on small models with the size limits lowered (lazyload.LAZY_BYTES, writer.MAX_PROTO_BYTES)."""
+"""Big models (qtool.model.bigmodel, lazy, writer): weights kept where they lie, exports of any size written
+beside the output, on small models with the size limits lowered (bigmodel.LAZY_BYTES, writer.MAX_PROTO_BYTES)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from runcli import invoke
 import qtool
 from qtool import calibration
 from qtool.errors import QtoolError
-from qtool.model import lazy, lazyload, load_model, shapes, writer
+from qtool.model import bigmodel, lazy, load_model, shapes, writer
 
 
 def _feeds(n=6, seq=16):
@@ -57,7 +57,7 @@ def test_a_model_loaded_lazily_calibrates_and_exports_the_same_bytes(tmp_path, m
     path, feeds = _bert(tmp_path, layout)
     cal = qtool.calibrate(path, data=feeds)
     whole = {t: qtool.export(path, cal, target=t) for t in ("openvino", "qdq", "tensorrt")}
-    monkeypatch.setattr(lazyload, "LAZY_BYTES", 0)
+    monkeypatch.setattr(bigmodel, "LAZY_BYTES", 0)
     loaded = load_model(path)
     assert lazy.lazy_tensors(loaded.proto) and loaded.proto.ByteSize() < 40_000  # the weights stayed in their files
     assert not loaded.external_files  # nothing left for onnxruntime to find beside the model: it reads them by path
@@ -69,7 +69,7 @@ def test_a_model_loaded_lazily_calibrates_and_exports_the_same_bytes(tmp_path, m
 
 def test_lazy_weights_are_read_where_they_lie_and_a_changed_file_is_refused(tmp_path, monkeypatch):
     path, _ = _bert(tmp_path, "one-file")
-    monkeypatch.setattr(lazyload, "LAZY_BYTES", 0)
+    monkeypatch.setattr(bigmodel, "LAZY_BYTES", 0)
     loaded = load_model(path)
     whole = onnx.load(str(path))
     t = next(t for t in loaded.proto.graph.initializer if lazy.is_lazy(t))
@@ -113,7 +113,7 @@ def test_an_export_past_2_gib_keeps_its_weights_beside_it(tmp_path, monkeypatch,
     cal.save(tmp_path / "bert.calib.json")
     one = _export_cli(path, tmp_path / "bert.calib.json", target, tmp_path / f"one.{target}.onnx")
     assert not writer.data_path(one).exists()
-    monkeypatch.setattr(lazyload, "LAZY_BYTES", 0)
+    monkeypatch.setattr(bigmodel, "LAZY_BYTES", 0)
     monkeypatch.setattr(writer, "MAX_PROTO_BYTES", 20_000)  # the bert look-alike's export is ~60 kB
     out = _export_cli(path, tmp_path / "bert.calib.json", target, tmp_path / f"big.{target}.onnx")
     data = writer.data_path(out)
@@ -148,7 +148,7 @@ def test_an_export_with_external_data_is_written_whole_or_not_at_all(tmp_path, m
     path, feeds = _bert(tmp_path, "single")
     cal = qtool.calibrate(path, data=feeds)
     cal.save(tmp_path / "bert.calib.json")
-    monkeypatch.setattr(lazyload, "LAZY_BYTES", 0)
+    monkeypatch.setattr(bigmodel, "LAZY_BYTES", 0)
     monkeypatch.setattr(writer, "MAX_PROTO_BYTES", 20_000)
     out = tmp_path / "out.onnx"
     out.write_bytes(b"old")
@@ -188,7 +188,7 @@ def test_an_output_whose_data_file_would_overwrite_an_input_is_refused_before_an
 def test_the_api_returns_the_onnx_file_of_an_export_with_external_data(tmp_path, monkeypatch):
     path, feeds = _bert(tmp_path, "single")
     cal = qtool.calibrate(path, data=feeds)
-    monkeypatch.setattr(lazyload, "LAZY_BYTES", 0)
+    monkeypatch.setattr(bigmodel, "LAZY_BYTES", 0)
     monkeypatch.setattr(writer, "MAX_PROTO_BYTES", 20_000)
     with pytest.raises(QtoolError, match="past the 2 GiB of one ONNX file"):
         qtool.export(path, cal, target="qdq")
@@ -201,6 +201,6 @@ def test_inspect_reads_a_big_qdq_model_as_a_small_one(tmp_path, monkeypatch):
     out = tmp_path / "t.onnx"
     qtool.export(path, qtool.calibrate(path, data=feeds), target="tensorrt", path=out)
     whole = invoke("inspect", out, "--trt-version", "10.3", "--json")
-    monkeypatch.setattr(lazyload, "LAZY_BYTES", 0)  # its constants of 1 KiB or more are then read from the file when checked
+    monkeypatch.setattr(bigmodel, "LAZY_BYTES", 0)  # its constants of 1 KiB or more are then read from the file when checked
     lazy = invoke("inspect", out, "--trt-version", "10.3", "--json")
     assert whole.exit_code == lazy.exit_code == 0 and lazy.output == whole.output and '"violations": []' in whole.output

@@ -1,4 +1,4 @@
-"""What a CPU does to a quantized model, from one table (qtool.quantizers.cpu.KINDS), checked against
+"""What a CPU does to a quantized model, from one table (qtool.quantizers.cpu_kinds.KINDS), checked against
 the runtimes themselves on the CPU that runs the suite: a CPU kind the table gets wrong fails here,
 and the fix is one row."""
 
@@ -11,7 +11,7 @@ from required import module, require
 from runcli import invoke
 from test_openvino import HELDOUT, IMAGES, SAMPLE, calibrate, export, linear_precisions, ok
 
-from qtool.quantizers import cpu
+from qtool.quantizers import cpu_kinds
 
 X86 = "fpu sse2 avx avx2 fma f16c"
 KEPT_FP32 = "/head/head.0/Conv"  # a Conv of the sample model in the middle of int8 layers
@@ -27,32 +27,32 @@ KEPT_FP32 = "/head/head.0/Conv"  # a Conv of the sample model in the middle of i
     ("arm", "fp asimd", "arm", False, "f32"),
 ])
 def test_kinds_of_cpu(arch, flags, name, saturates, float_):
-    k = cpu.kind_of(arch, frozenset(flags.split()))
+    k = cpu_kinds.kind_of(arch, frozenset(flags.split()))
     assert (k.name, k.int8_saturates, k.openvino_float) == (name, saturates, float_)
-    assert name in cpu.describe(k) and float_ in cpu.describe(k)
-    assert k.int8_saturates == (arch == "x86" and not cpu.has_vnni_flags(frozenset(flags.split())))
+    assert name in cpu_kinds.describe(k) and float_ in cpu_kinds.describe(k)
+    assert k.int8_saturates == (arch == "x86" and not cpu_kinds.has_vnni_flags(frozenset(flags.split())))
 
 
 def test_unknown_cpu_is_none():
-    assert cpu.kind_of(None, frozenset({"avx2"})) is None and cpu.kind_of("x86", None) is None
-    assert "unknown" in cpu.describe(None) or cpu.kind() is not None
+    assert cpu_kinds.kind_of(None, frozenset({"avx2"})) is None and cpu_kinds.kind_of("x86", None) is None
+    assert "unknown" in cpu_kinds.describe(None) or cpu_kinds.kind() is not None
 
 
 def test_the_table_says_what_openvino_chooses_on_this_cpu():
     """OpenVINO's own default float precision on this CPU is the one this CPU's row says."""
     ov = module("openvino")
-    k = cpu.kind()
+    k = cpu_kinds.kind()
     require(k is not None, "this CPU's flags cannot be read")
-    assert ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT").get_type_name() == k.openvino_float, cpu.describe(k)
+    assert ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT").get_type_name() == k.openvino_float, cpu_kinds.describe(k)
 
 
 def test_the_table_says_whether_onnxruntime_saturates_on_this_cpu():
     """onnxruntime's u8 x s8 kernel saturates pair sums on this CPU exactly where its row says so
     (the one-layer probe of tests/avx2.py: exact product or half of it)."""
-    k = cpu.kind()
+    k = cpu_kinds.kind()
     if k is None or k.arch != "x86":
-        pytest.skip(f"x86 int8 kernels only ({cpu.describe(k)})")
-    assert avx2.saturates_here() == k.int8_saturates, cpu.describe(k)
+        pytest.skip(f"x86 int8 kernels only ({cpu_kinds.describe(k)})")
+    assert avx2.saturates_here() == k.int8_saturates, cpu_kinds.describe(k)
 
 
 def test_every_openvino_compile_in_the_suite_states_its_precision():
@@ -63,7 +63,7 @@ def test_every_openvino_compile_in_the_suite_states_its_precision():
         core.compile_model(str(SAMPLE), "CPU")
     with pytest.raises(AssertionError, match="INFERENCE_PRECISION_HINT"):
         ov.compile_model(str(SAMPLE), "CPU", {"PERFORMANCE_HINT": "LATENCY"})
-    assert core.compile_model(str(SAMPLE), "CPU", cpu.PINNED_F32).get_property("INFERENCE_PRECISION_HINT").get_type_name() == "f32"
+    assert core.compile_model(str(SAMPLE), "CPU", cpu_kinds.PINNED_F32).get_property("INFERENCE_PRECISION_HINT").get_type_name() == "f32"
 
 
 @pytest.mark.openvino_default_precision
@@ -77,13 +77,13 @@ def test_openvino_default_runs_float_layers_in_bf16_where_the_cpu_has_it(tmp_pat
     summary = export("openvino", calib, out, "--exclude", KEPT_FP32)
     assert summary["fp32_layers"] >= 1, summary
     core = ov.Core()
-    pinned = linear_precisions(core.compile_model(str(out), "CPU", cpu.PINNED_F32))
+    pinned = linear_precisions(core.compile_model(str(out), "CPU", cpu_kinds.PINNED_F32))
     kept = [n for n in pinned if n.startswith(KEPT_FP32 + "/")]  # OpenVINO's names add a suffix to the node's
     int8 = {n for n, v in pinned.items() if v in ("u8", "i8")}
     assert len(kept) == 1 and pinned[kept[0]] == "f32" and int8, pinned
-    k = cpu.kind()
+    k = cpu_kinds.kind()
     if k is None or k.openvino_float != "bf16":
-        pytest.skip(f"the rest needs a CPU whose bf16 arithmetic OpenVINO uses by default ({cpu.describe(k)})")
+        pytest.skip(f"the rest needs a CPU whose bf16 arithmetic OpenVINO uses by default ({cpu_kinds.describe(k)})")
     default = linear_precisions(core.compile_model(str(out), "CPU"))
     assert default.get(kept[0]) == "bf16", (default, pinned)
     assert all(default.get(n) in ("u8", "i8") for n in int8), (default, pinned)
@@ -99,14 +99,14 @@ def test_evaluate_says_what_openvino_ran_the_unquantized_layers_in(tmp_path, mon
     for i, x in enumerate(np.load(HELDOUT)["x"][:16]):
         np.save(held / f"{i:02d}.npy", x[None])
     args = ("evaluate", SAMPLE, "--calib", calib, "--data", held, "--target", "openvino", "--runtime", "openvino")
-    bf16 = cpu.kind_of("x86", frozenset(f"avx2 avx512f avx512_vnni avx512_bf16 {X86}".split()))
-    monkeypatch.setattr(cpu, "kind", lambda: bf16)
+    bf16 = cpu_kinds.kind_of("x86", frozenset(f"avx2 avx512f avx512_vnni avx512_bf16 {X86}".split()))
+    monkeypatch.setattr(cpu_kinds, "kind", lambda: bf16)
     text = ok(invoke(*args)).stdout
     assert "avx512-bf16 kind" in text and "unquantized layers in f32 (pinned: openvino alone would run them in bf16 on this CPU)" in text
     import json
 
     r = json.loads(ok(invoke(*args, "--json")).stdout)["runtime"]
     assert (r["float_precision"], r["default_float_precision"], r["cpu_kind"]) == ("f32", "bf16", "avx512-bf16")
-    monkeypatch.setattr(cpu, "kind", lambda: cpu.kind_of("x86", frozenset(X86.split())))
+    monkeypatch.setattr(cpu_kinds, "kind", lambda: cpu_kinds.kind_of("x86", frozenset(X86.split())))
     text = ok(invoke(*args)).stdout
     assert "avx2 kind, " in text and "unquantized layers in f32)" in text and "pinned" not in text

@@ -4,7 +4,7 @@ its file) against FP32.
 The yardstick is independent of qtool's own code: the exported Q/DQ file run by a plain
 onnxruntime session with graph optimization off (Q/DQ as float operations: the file's arithmetic,
 the same on every CPU), images decoded with PIL here, SQNR computed here. Tests that run a real
-runtime's int8 kernels say so and check the CPU (qtool.quantizers.cpu.has_vnni()).
+runtime's int8 kernels say so and check the CPU (qtool.quantizers.cpu_kinds.has_vnni()).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from runcli import invoke
 
 from qtool.checks import evaluation as ev
 from qtool.checks import simulate
-from qtool.quantizers import cpu
+from qtool.quantizers import cpu_kinds
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_models" / "digits_cnn.onnx"
@@ -341,14 +341,14 @@ def test_runtime_onnxruntime_runs_the_file_with_its_int8_kernels(digits, tmp_pat
     e = strict_json(r.stdout)
     x = digits["x"]
     default = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]
-    assert e["runtime"]["name"] == "onnxruntime" and e["runtime"]["cpu_vnni"] == cpu.vnni()
+    assert e["runtime"]["name"] == "onnxruntime" and e["runtime"]["cpu_vnni"] == cpu_kinds.vnni()
     assert abs(e["runtime"]["sqnr_db"] - sqnr(run(SAMPLE, {"input": x})[0], default)) < 1e-3
     lo, hi = e["runtime"]["outputs"][0]["vs_simulation_db_95"]  # the gap's interval over the held-out inputs
     assert lo <= hi and lo - 0.01 <= e["runtime"]["sqnr_db"] - e["sqnr_db"] <= hi + 0.01, (lo, hi, e["runtime"]["sqnr_db"], e["sqnr_db"])
     assert e["sqnr_db"] == digits["eval"]["sqnr_db"]  # the simulation's number is unchanged by it
     # on every CPU: the default export's overflow guard keeps the int8 kernels exact (measured gap: +0.05 dB on an AVX2-only EPYC)
     assert abs(e["runtime"]["sqnr_db"] - e["sqnr_db"]) < 1.0 and not any("VNNI" in w for w in e["warnings"])
-    assert e["runtime"]["cpu_kind"] == (cpu.kind().name if cpu.kind() else None) and e["runtime"]["float_precision"] == "f32"
+    assert e["runtime"]["cpu_kind"] == (cpu_kinds.kind().name if cpu_kinds.kind() else None) and e["runtime"]["float_precision"] == "f32"
     text = ok(invoke("evaluate", SAMPLE, "--calib", digits["calib"], "--data", digits["held"], "--runtime", "onnxruntime")).stdout
     assert "onnxruntime dB" in text and "also run by onnxruntime on this CPU" in text
 
@@ -369,10 +369,10 @@ def test_runtime_openvino_compiles_the_openvino_file(digits, tmp_path):
                               "--runtime", "openvino", "--json")).stdout)
     core = ov.Core()
     x = digits["x"]
-    theirs = core.compile_model(core.read_model(str(out)), "CPU", cpu.PINNED_F32)(x)[0]
+    theirs = core.compile_model(core.read_model(str(out)), "CPU", cpu_kinds.PINNED_F32)(x)[0]
     assert e["runtime"]["name"] == "openvino" and abs(e["runtime"]["sqnr_db"] - sqnr(run(SAMPLE, {"input": x})[0], theirs)) < 1e-3
     low, high = OPENVINO_GAP_DB
-    assert low < e["runtime"]["sqnr_db"] - e["sqnr_db"] < high, (e["runtime"]["sqnr_db"], e["sqnr_db"], cpu.describe())
+    assert low < e["runtime"]["sqnr_db"] - e["sqnr_db"] < high, (e["runtime"]["sqnr_db"], e["sqnr_db"], cpu_kinds.describe())
     assert e["runtime"]["float_precision"] == "f32"
 
 
@@ -389,8 +389,8 @@ def test_openvino_missing_is_a_one_line_error(digits, monkeypatch):
     (False, False, "openvino's int8 kernels compute otherwise than the file"),
 ])
 def test_a_runtime_gap_over_1_db_names_the_likely_cause(monkeypatch, vnni, x86, cause):
-    monkeypatch.setattr(cpu, "vnni", lambda: vnni)
-    monkeypatch.setattr(cpu, "is_x86", lambda: x86)
+    monkeypatch.setattr(cpu_kinds, "vnni", lambda: vnni)
+    monkeypatch.setattr(cpu_kinds, "is_x86", lambda: x86)
 
     def outputs(*values):
         return [ev.OutputMetrics(f"o{i}", v, 1.0, None, 8) for i, v in enumerate(values)]
@@ -422,8 +422,8 @@ def test_a_runtime_gap_one_input_carries_is_told_from_a_systematic_one(monkeypat
     """A run that leaves the exact arithmetic on one input of 8 (an int8 network's drift at code
     boundaries) is further than 1 dB from it, but its interval holds 0: the warning says the
     inputs cannot tell, not saturation. A run worse on every input names the cause."""
-    monkeypatch.setattr(cpu, "vnni", lambda: False)
-    monkeypatch.setattr(cpu, "is_x86", lambda: True)
+    monkeypatch.setattr(cpu_kinds, "vnni", lambda: False)
+    monkeypatch.setattr(cpu_kinds, "is_x86", lambda: True)
     rng = np.random.default_rng(1)
     ref = rng.normal(size=(8, 64))
     noise = 0.03 * rng.normal(size=(8, 64))

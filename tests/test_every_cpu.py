@@ -53,11 +53,11 @@ def _agreement(logits, fp32) -> float:
 
 @pytest.mark.skipif(not avx2.is_x86(), reason="x86 int8 kernels only")
 def test_the_probe_saturates_exactly_where_the_cpu_has_no_vnni():
-    """This CPU's flags (qtool.quantizers.cpu) and its onnxruntime's u8 x s8 kernel tell the same story."""
-    from qtool.quantizers import cpu
+    """This CPU's flags (qtool.quantizers.cpu_kinds) and its onnxruntime's u8 x s8 kernel tell the same story."""
+    from qtool.quantizers import cpu_kinds
 
-    require(cpu.vnni() is not None, "this CPU's flags cannot be read")
-    assert avx2.saturates_here() == (not cpu.has_vnni())
+    require(cpu_kinds.vnni() is not None, "this CPU's flags cannot be read")
+    assert avx2.saturates_here() == (not cpu_kinds.has_vnni())
 
 
 def test_qemu_emulates_an_avx2_only_cpu(tmp_path):

@@ -42,7 +42,7 @@ def test_each_command_with_bad_input_prints_one_error_document(tmp_path, calibra
     for command, args in runs.items():
         r = invoke(*args, "--json")
         doc = _document(r, 1)
-        assert set(doc) == {"error", "exit"}, command
+        assert set(doc) == {"schema", "error", "exit"} and doc["schema"] == 1, command
         assert r.stderr.strip() == f"error: {doc['error']}", command  # the same line as without --json
         assert str(missing) in doc["error"] or "missing" in doc["error"], (command, doc)
 

@@ -13,7 +13,7 @@ import pytest
 from runcli import invoke
 
 from qtool import api
-from qtool.cli import calibrate as cli_calibrate  # the command line words the api's Outcome as text
+from qtool.cli import calibrate as cli_calibrate  # the command line words the api's result as text
 from qtool.errors import QtoolError, UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,7 +21,7 @@ CLI = ROOT / "qtool" / "cli"
 SAMPLE = ROOT / "sample_models" / "digits_cnn.onnx"
 IMAGES = ROOT / "calib_images"
 
-ALLOWED = {"qtool.api", "qtool.errors", "qtool.__version__"}
+ALLOWED = {"qtool.api", "qtool.errors", "qtool.__version__", "qtool.JSON_SCHEMA"}
 PLUMBING = {"qtool.scratch", "qtool.runtime.onnxruntime", "qtool.statistics"}  # the process set-up of qtool/cli/__init__.py
 
 
@@ -85,10 +85,11 @@ def test_calibrate_files_is_the_command(calibrated):
     d, outcome, summary = calibrated
     assert (d / "api.calib.json").read_bytes() == (d / "cli.calib.json").read_bytes()
     assert (d / "api.cache").read_bytes() == (d / "cli.cache").read_bytes()
-    assert outcome.summary["outputs"] == {"calibration": str(d / "api.calib.json"), "tensorrt_cache": str(d / "api.cache")}
-    _same(outcome.summary, summary, "outputs", "build")
-    assert cli_calibrate.text(outcome.summary, outcome.details).startswith(f"calibrated {summary['tensors']} tensors from 8 images in ")
-    assert outcome.failure is None
+    assert isinstance(outcome, api.CalibrateResult) and outcome.images == 8 and outcome.target_facts["tensorrt_header"].startswith("TRT-")
+    assert outcome.outputs == {"calibration": str(d / "api.calib.json"), "tensorrt_cache": str(d / "api.cache")}
+    _same(outcome.to_json(), summary, "outputs", "build")
+    assert summary["schema"] == 1 and summary["command"] == "calibrate"
+    assert cli_calibrate.text(outcome).startswith(f"calibrated {summary['tensors']} tensors from 8 images in ")
 
 
 def test_messages_name_keywords_in_the_api_and_flags_on_the_command_line(calibrated, tmp_path):
@@ -120,29 +121,29 @@ def test_inspect_file_gives_what_json_prints_and_a_failed_check(calibrated):
     d, _, _ = calibrated
     outcome = api.inspect_file(d / "api.calib.json", model=SAMPLE)
     r = invoke("inspect", d / "api.calib.json", "--model", SAMPLE, "--json")
-    assert r.exit_code == 0 and json.loads(r.stdout) == outcome.summary and outcome.failure is None
-    assert outcome.summary["coverage"]["percent"] == 100.0
+    assert r.exit_code == 0 and json.loads(r.stdout) == outcome.to_json() and outcome.failure is None
+    assert outcome.coverage["percent"] == 100.0
     cache = api.inspect_file(d / "api.cache")
-    assert cache.summary["kind"] == "tensorrt-cache" and cache.summary["unusable"] == [] and cache.failure is None
-    assert {t["name"] for t in cache.summary["tensors"]} <= {t["name"] for t in outcome.summary["tensors"]}
+    assert cache.kind == "tensorrt-cache" and cache.unusable == () and cache.failure is None
+    assert {t["name"] for t in cache.tensors} <= {t["name"] for t in outcome.tensors}
 
 
 def test_evaluate_files_reports_a_failed_gate_after_its_results(calibrated):
     d, _, _ = calibrated
     outcome = api.evaluate_files(SAMPLE, calib=d / "api.calib.json", images=IMAGES, limit=8, fail_below=500)
-    assert outcome.summary["passed"] is False and outcome.summary["inputs"] == 8
+    assert outcome.passed is False and outcome.inputs == 8 and outcome.input_kind == "images"
     assert str(outcome.failure).startswith("output ") and str(outcome.failure).endswith(" dB is below fail_below=500 dB")
     r = invoke("evaluate", SAMPLE, "--calib", d / "api.calib.json", "--images", IMAGES, "--limit", 8, "--fail-below", 500, "--json")
     flags = str(outcome.failure).replace("fail_below=", "--fail-below ")
     assert r.exit_code == 1 and r.stderr == f"error: {flags}\n"
     printed = json.loads(r.stdout)
     assert (printed.pop("error"), printed.pop("exit")) == (flags, 1)  # --json's one document says the failure too
-    _same(printed, outcome.summary)
+    _same(printed, outcome.to_json())
 
 
 # README, Layout: the packages in import order; each module imports only from its own layer and those before it
 ORDER = ["errors", "scratch", "model", "runtime", "fileio", "feeds", "statistics", "calibration", "quantizers", "options", "collection",
-         "targets", "provenance", "checks", "inputs", "inspection", "commands", "api", "cli", "launch", "__main__"]
+         "targets", "provenance", "checks", "results", "commandinputs", "inspection", "commands", "api", "cli", "launch", "__main__"]
 
 
 def _layer(module: str) -> str:
@@ -177,7 +178,7 @@ def test_each_layer_imports_only_the_layers_before_it():
         me, imported = _imports_of(path)
         for other in imported:
             mine, theirs = _layer(me), _layer(other)
-            if "qtool" in (mine, theirs) or mine == theirs or other == "qtool.__version__":
+            if "qtool" in (mine, theirs) or mine == theirs or other in ("qtool.__version__", "qtool.JSON_SCHEMA"):
                 continue
             assert mine in ORDER and theirs in ORDER, f"{me} imports {other}: a layer missing from ORDER (and README's Layout)"
             if ORDER.index(theirs) > ORDER.index(mine):

@@ -1,7 +1,7 @@
 """`qtool export --target openvino`: FakeQuantize ONNX that OpenVINO really runs in int8.
 
 OpenVINO itself is the judge: it reads the file, its runtime model says which layers ran in
-u8/i8, and its FakeQuantize is compared with qtool.quantizers.quant's numpy version.
+u8/i8, and its FakeQuantize is compared with qtool.quantizers.grids's numpy version.
 
 Fidelity is measured on the file's exact arithmetic, OpenVINO with its low-precision
 transformations off (`ov_exact`: every FakeQuantize a float op), the same on every CPU: OpenVINO's
@@ -9,7 +9,7 @@ real int8 kernels differ by CPU (on x86 without VNNI their u8 x s8 pair sums sat
 with --weights-7bit none the transformer block below measures 16.7 dB against FP32 on an AVX2
 EPYC, 42.8 dB exact). What the real kernels give is checked where it does not depend on the CPU
 (the default export, whose overflow guard makes them compute the exact arithmetic everywhere),
-or on a CPU with VNNI only, which such a test checks (qtool.quantizers.cpu.has_vnni) and says.
+or on a CPU with VNNI only, which such a test checks (qtool.quantizers.cpu_kinds.has_vnni) and says.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from runcli import invoke
 
 import qtool
 from qtool import calibration, model
-from qtool.quantizers import cpu, policy, quant
+from qtool.quantizers import cpu_kinds, grids, policy
 from qtool.targets.cpu import CPU
 
 ov = module("openvino")
@@ -88,13 +88,13 @@ def ort_run(path_or_bytes, feeds):
 
 def ov_compile(path, config=None):
     """OpenVINO's CPU plugin on the file, its real int8 kernels; float layers in f32 unless `config`
-    says otherwise (OpenVINO's own default is bf16 on CPUs with AVX-512 BF16 or AMX: qtool.quantizers.cpu)."""
-    return CORE.compile_model(CORE.read_model(str(path)), "CPU", {**cpu.PINNED_F32, **(config or {})})
+    says otherwise (OpenVINO's own default is bf16 on CPUs with AVX-512 BF16 or AMX: qtool.quantizers.cpu_kinds)."""
+    return CORE.compile_model(CORE.read_model(str(path)), "CPU", {**cpu_kinds.PINNED_F32, **(config or {})})
 
 
 # OpenVINO with the file's exact arithmetic: no low-precision transformations, f32 (no bf16), and no
 # activations quantized on the fly beside int8-stored weights (its dynamic quantization)
-EXACT = {"LP_TRANSFORMS_MODE": "NO", **cpu.PINNED_F32, "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
+EXACT = {"LP_TRANSFORMS_MODE": "NO", **cpu_kinds.PINNED_F32, "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
 
 
 def ov_exact(path):
@@ -318,7 +318,7 @@ def test_openvino_fakequantize_equals_numpy_fake_quant():
         ("matmul weights", policy.weight_params(w.reshape(6, -1).T, 1), (27, 6), None),
     ]
     for label, p, shape, spread in cases:
-        r_shape = quant.range_shape(p, len(shape))
+        r_shape = grids.range_shape(p, len(shape))
         lo = np.asarray(p.input_low, np.float32).reshape(r_shape)
         hi = np.asarray(p.input_high, np.float32).reshape(r_shape)
         x = (rng.standard_normal(shape) * spread).astype(np.float32) if spread else (w if shape == w.shape else w.reshape(6, -1).T.copy())
@@ -328,9 +328,9 @@ def test_openvino_fakequantize_equals_numpy_fake_quant():
         g = helper.make_graph([node], "fq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(shape))], initializer=inits)
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("org.openvinotoolkit", 1)])
-        compiled = CORE.compile_model(CORE.read_model(m.SerializeToString(), b""), "CPU", cpu.PINNED_F32)
+        compiled = CORE.compile_model(CORE.read_model(m.SerializeToString(), b""), "CPU", cpu_kinds.PINNED_F32)
         got = compiled(x)[0]
-        want = quant.fake_quantize(x, lo, hi, lo, hi, p.levels)
+        want = grids.fake_quantize(x, lo, hi, lo, hi, p.levels)
         step = (hi.astype(np.float64) - lo) / (p.levels - 1)
         # the same grid point everywhere (float32 arithmetic inside OpenVINO: a few ulps apart)
         np.testing.assert_array_equal(np.rint((got - lo) / step), np.rint((want - lo) / step), err_msg=label)
@@ -533,7 +533,7 @@ def _export_and_run(tmp_path, proto_or_path, size, min_int8, *extra, config=None
     quality = sqnr(ref, exact)
     if least is not None:
         assert quality > least, quality
-        if cpu.has_vnni():
+        if cpu_kinds.has_vnni():
             assert sqnr(ref, real) > least, ("real int8 kernels of a CPU with VNNI", sqnr(ref, real))
         guarded = tmp_path / "m.default.openvino.onnx"
         default = export("openvino", calib, guarded, *extra)
@@ -612,7 +612,7 @@ def test_control_flow_model_exports(tmp_path):
     assert summary["int8_layers"] == 2
     ref = ort_run(path, {"x": x})[0]
     assert sqnr(ref, ov_exact(out)(x)[0]) > 15  # the file's exact arithmetic
-    if cpu.has_vnni():  # only there do the real int8 kernels compute it (without VNNI, pair sums saturate)
+    if cpu_kinds.has_vnni():  # only there do the real int8 kernels compute it (without VNNI, pair sums saturate)
         assert sqnr(ref, ov_compile(out)(x)[0]) > 15
     export("openvino", tmp_path / "cf.calib.json", out)  # the default export (overflow guard) on any CPU
     real, exact = ov_compile(out)(x)[0], ov_exact(out)(x)[0]
@@ -662,7 +662,7 @@ def test_a_sequence_gathered_step_by_step_is_quantized_once(tmp_path):
     # OpenVINO runs this RNN as the file says on VNNI CPUs only: under QEMU's Haswell (AVX2) it gives 1.4 dB for the
     # file's 40.1, and as much with the quantizer after each Gather (a known gap, issue 49's note), so the run is
     # compared where it holds
-    if cpu.vnni():
+    if cpu_kinds.vnni():
         assert abs(result.runtime.worst_sqnr_db - result.worst_sqnr_db) < 1.0
 
 

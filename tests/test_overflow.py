@@ -15,7 +15,7 @@ from test_saturation_estimate import _vpmaddubsw
 import qtool
 from qtool.calibration import TensorRecord
 from qtool.provenance import unstamped
-from qtool.quantizers import overflow, policy, quant
+from qtool.quantizers import grids, overflow, policy
 from qtool.targets import options_for
 from qtool.targets.cpu import CPU
 
@@ -40,7 +40,7 @@ def test_pairs_of_opposite_signs_never_saturate():
 
 def test_saturation_estimate_follows_weights_and_activations():
     bright = np.full(10000, 1.0)  # every code at the top of the u8 grid
-    act = quant.QParams(np.asarray(1 / 255), np.asarray(0), quant.grid(8, signed=False))
+    act = grids.QParams(np.asarray(1 / 255), np.asarray(0), grids.grid(8, signed=False))
     q = np.full((8, 16, 3, 3), 127)
     dims = {"w": list(q.shape)}
     for correlated in (True, False):
@@ -56,7 +56,7 @@ def test_saturation_estimate_follows_weights_and_activations():
 
 def test_independent_activations_rarely_saturate_together():
     """A sparse tail (1 % of codes near the top): independent pairs both large 1 % of 1 % of the time."""
-    act = quant.QParams(np.asarray(1 / 255), np.asarray(0), quant.grid(8, signed=False))
+    act = grids.QParams(np.asarray(1 / 255), np.asarray(0), grids.grid(8, signed=False))
     q = np.full((8, 16, 3, 3), 127)
     sparse = np.where(RNG.random(100000) < 0.01, 0.9, 0.05)
     dims = {"w": list(q.shape)}
@@ -67,7 +67,7 @@ def test_independent_activations_rarely_saturate_together():
 
 def test_signed_activations_count_from_the_shifted_code():
     """A signed activation is multiplied as q + 128: small positive values already saturate a pair of 127s."""
-    act = quant.QParams(np.asarray(1 / 127), np.asarray(0), quant.grid(8, signed=True))
+    act = grids.QParams(np.asarray(1 / 127), np.asarray(0), grids.grid(8, signed=True))
     q = np.full((8, 16, 1, 1), 127)
     small = RNG.uniform(0.05, 0.1, 10000) * np.where(RNG.random(10000) < 0.5, 1, -1)  # q of about +-6..13
     assert overflow.assess(_conv(k=1), 1, q, {"w": list(q.shape)}, _record(small), act, False).saturation > 0
@@ -101,7 +101,7 @@ def test_pairs_run_along_the_reduction_axis():
 
 
 def test_depthwise_convolutions_are_never_at_risk():
-    act = quant.QParams(np.asarray(1 / 255), np.asarray(0), quant.grid(8, signed=False))
+    act = grids.QParams(np.asarray(1 / 255), np.asarray(0), grids.grid(8, signed=False))
     q = np.full((16, 1, 3, 3), 127)
     assert overflow.assess(_conv(group=16), 1, q, {"w": list(q.shape)}, _record(np.ones(100)), act, True) is None
 
@@ -464,8 +464,8 @@ def test_export_says_which_layers_the_guard_changed(calibrated, tmp_path):
 def test_matmul_of_two_activations_saturates_only_with_large_codes_on_both_sides():
     """A's u8 codes times B's s8 codes: B within [-64, 64] cannot pass int16 (255 x 64 x 2 < 32767);
     large codes on both sides do; small A codes never (127 x 127 x 2 < 32767)."""
-    unsigned = quant.QParams(np.asarray(1 / 255), np.asarray(0), quant.grid(8, signed=False))
-    signed = quant.QParams(np.asarray(1 / 127), np.asarray(0), quant.grid(8, signed=True))
+    unsigned = grids.QParams(np.asarray(1 / 255), np.asarray(0), grids.grid(8, signed=False))
+    signed = grids.QParams(np.asarray(1 / 127), np.asarray(0), grids.grid(8, signed=True))
     big_a, small_a = _record(RNG.uniform(0.9, 1.0, 10000)), _record(RNG.uniform(0, 0.45, 10000))
     big_b, small_b = _record(RNG.uniform(-1, 1, 10000)), _record(RNG.uniform(-0.5, 0.5, 10000))
     assert overflow.assess_activations(big_a, unsigned, big_b, signed).saturation > 0.1 * overflow.assess_activations(

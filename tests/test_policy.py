@@ -16,7 +16,7 @@ from test_openvino import IMAGES, SAMPLE, calibrate, heldout, ok, ort_run, ov_co
 from qtool import calibration, model
 from qtool.errors import QtoolError
 from qtool.provenance import unstamped
-from qtool.quantizers import cpu, policy, quant
+from qtool.quantizers import cpu_kinds, grids, policy
 from qtool.targets import options_for, qdq
 
 # ----------------------------------------------------------------------------- the maths
@@ -51,7 +51,7 @@ def test_pow2_scales_are_exact_powers_of_two_and_never_clip_more():
 def test_asymmetric_zero_point_is_exactly_on_the_grid():
     pol = policy.Policy(symmetric=False)
     p = policy.activation_params(10.0, False, pol, low=-0.3, high=10.0)
-    assert p.grid == quant.Grid(0, 255) and p.zero_point.dtype == np.int64  # u8 with a zero point
+    assert p.grid == grids.Grid(0, 255) and p.zero_point.dtype == np.int64  # u8 with a zero point
     lo, hi = p.input_low, p.input_high
     assert abs(lo + 0.3) <= p.scale / 2 and abs(hi - 10.0) <= p.scale / 2  # moved by under half a step to put zero on the grid
     assert policy.fake_quantize(np.array(0.0), p) == 0.0  # zero survives exactly
@@ -61,8 +61,8 @@ def test_asymmetric_zero_point_is_exactly_on_the_grid():
 
 
 def test_bit_widths_set_the_grid_and_bad_ones_are_refused():
-    assert policy.activation_params(1.0, True, policy.Policy(bits=16)).grid == quant.Grid(0, 65535)
-    assert policy.weight_params(np.ones((2, 2)), 0, policy.Policy(bits=4, signed=True)).grid == quant.Grid(-7, 7)
+    assert policy.activation_params(1.0, True, policy.Policy(bits=16)).grid == grids.Grid(0, 65535)
+    assert policy.weight_params(np.ones((2, 2)), 0, policy.Policy(bits=4, signed=True)).grid == grids.Grid(-7, 7)
     for bad in (1, 33, 17):
         with pytest.raises(QtoolError, match="bits must be an integer from 2 to 16"):
             policy.Policy(bits=bad)
@@ -134,7 +134,7 @@ def _simulated_weights(exported: onnx.ModelProto, loaded, cal, pols):
         ints = next(v for k, v in inits.items() if k.startswith(f"{site.tensor}/int") or k == f"{site.tensor}/uint8")
         zero = inits[f"{site.tensor}/zero_point"] if ints.dtype == np.uint8 else 0
         axis = p.axis if np.ndim(p.scale) else None
-        out.append((policy.fake_quantize(site.values, p, site.policy.rounding), quant.dequantize_linear(ints, p.scale, zero, axis), p))
+        out.append((policy.fake_quantize(site.values, p, site.policy.rounding), grids.dequantize_linear(ints, p.scale, zero, axis), p))
     return out
 
 
@@ -148,7 +148,7 @@ def test_int4_weights_and_16bit_activations_run_in_onnxruntime_and_match_numpy(d
     types = {t.data_type for t in m.graph.initializer}
     assert TensorProto.INT4 in types and ({TensorProto.UINT16, TensorProto.INT16} & types)
     for simulated, exported, p in _simulated_weights(m, loaded, cal, policy.from_options(4, 16)):
-        assert p.grid == quant.Grid(-7, 7)
+        assert p.grid == grids.Grid(-7, 7)
         np.testing.assert_array_equal(simulated, exported)
     x, _ = heldout()
     ref = ort_run(SAMPLE, {"input": x[:32]})[0]
@@ -235,7 +235,7 @@ def test_asymmetric_fakequantize_in_openvino_equals_numpy(tmp_path):
     from onnx import helper
 
     p = policy.activation_params(6.0, False, policy.Policy(symmetric=False), low=-0.4, high=6.0)
-    assert p.grid == quant.Grid(0, 255) and 0 < int(p.zero_point) < 255  # u8 with a zero point
+    assert p.grid == grids.Grid(0, 255) and 0 < int(p.zero_point) < 255  # u8 with a zero point
     lo, hi = np.float32(p.input_low), np.float32(p.input_high)
     inits = [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("lo", lo), ("hi", hi))]
     node = helper.make_node("FakeQuantize", ["x", "lo", "hi", "lo", "hi"], ["y"], domain="org.openvinotoolkit", levels=p.levels)
@@ -245,7 +245,7 @@ def test_asymmetric_fakequantize_in_openvino_equals_numpy(tmp_path):
     onnx.save(m, str(tmp_path / "fq.onnx"))
     x = np.random.default_rng(3).uniform(-1.0, 7.0, (1, 4096)).astype(np.float32)
     got = ov_compile(tmp_path / "fq.onnx")({"x": x})[0]
-    want = policy.fake_quantize(x, quant.QParams(np.float64(p.scale), p.zero_point, p.grid), "half-even")
+    want = policy.fake_quantize(x, grids.QParams(np.float64(p.scale), p.zero_point, p.grid), "half-even")
     assert np.abs(got - want).max() <= 1e-5 * 6  # float32 arithmetic in the runtime
     assert np.all(np.isin(np.round((want - lo) / p.scale), np.arange(256)))  # every value on the u8 grid
 
@@ -275,7 +275,7 @@ def test_asymmetric_activations_run_int8_in_openvino_and_agree_with_onnxruntime(
     ort_exact = ort.InferenceSession(str(tmp_path / "a.qdq.onnx"), options, providers=["CPUExecutionProvider"]).run(None, {"input": x[:32]})[0]
     ov_out = ov_exact(tmp_path / "a.openvino.onnx")({"input": x[:32]})[0]
     assert np.abs(ov_out - ort_exact).max() < 0.02 * np.abs(fp32).max()  # the two files hold the same quantizers
-    if cpu.has_vnni():
+    if cpu_kinds.has_vnni():
         ov_out = np.concatenate([compiled({"input": x[i:i + 1]})[0] for i in range(32)])
         ort_out = ort_run(tmp_path / "a.qdq.onnx", {"input": x[:32]})[0]
         assert np.abs(ov_out - ort_out).max() < 0.1 * np.abs(fp32).max()  # the two runtimes run the same quantizers

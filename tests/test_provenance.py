@@ -43,7 +43,7 @@ def w(tmp_path_factory):
 
 def _numbers(outcome) -> list[tuple]:
     """Per output: name, SQNR, cosine, top-1 agreement, samples (floats as computed, not rounded)."""
-    ev = outcome.details["evaluation"]
+    ev = outcome.evaluation
     rt = [] if ev.runtime is None else [(o.name, o.sqnr_db, o.cosine, o.top1_agreement) for o in ev.runtime.outputs]
     return [(o.name, o.sqnr_db, o.cosine, o.top1_agreement, o.samples) for o in ev.outputs], rt
 
@@ -56,11 +56,11 @@ def test_evaluating_the_exported_file_gives_the_numbers_of_model_and_calibration
     built = api.evaluate_files(w / "digits_cnn.onnx", calib=w / "cal.calib.json", data=w / "held", **keywords)
     shipped = api.evaluate_files(w / f"{name}.onnx", data=w / "held")
     assert _numbers(shipped) == _numbers(built)  # exactly: the same file simulated
-    ev = shipped.details["evaluation"]
+    ev = shipped.evaluation
     assert ev.samples == 60 and ev.target == name.split("-")[0]
     assert np.isfinite(ev.outputs[0].sqnr_db) and ev.outputs[0].top1_agreement is not None
-    assert shipped.summary["provenance"]["calibration"]["name"] == "cal.calib.json"
-    assert shipped.summary["model_sha256"] == built.summary["model_sha256"]
+    assert shipped.provenance["calibration"]["name"] == "cal.calib.json"
+    assert shipped.model_sha256 == built.model_sha256
     # the command line: the same numbers in its JSON
     a = json.loads(ok(invoke("evaluate", w / f"{name}.onnx", "--data", w / "held", "--json")).stdout)
     b = json.loads(ok(invoke("evaluate", w / "digits_cnn.onnx", "--calib", w / "cal.calib.json", "--data", w / "held", *flags,
@@ -102,7 +102,7 @@ def test_the_reference_is_found_where_the_model_was_and_here(w, tmp_path, monkey
     ok(invoke("-q", "export", "--calib", w / "cal.calib.json", "--target", "qdq", "-o", tmp_path / "ship" / "far.onnx"))
     (tmp_path / "digits_cnn.onnx").unlink()
     outcome = api.evaluate_files(tmp_path / "ship" / "far.onnx", data=w / "held")
-    assert outcome.summary["model"] == str(w / "digits_cnn.onnx")
+    assert outcome.model == str(w / "digits_cnn.onnx")
 
 
 def test_the_file_is_the_writers_with_its_provenance_appended(w):
@@ -131,8 +131,8 @@ def test_a_foreign_file_is_evaluated_with_its_reference(w, tmp_path):
     onnx.save(model, tmp_path / "foreign.onnx")
     shipped = api.evaluate_files(w / "qdq.onnx", data=w / "held")
     foreign = api.evaluate_files(tmp_path / "foreign.onnx", data=w / "held", reference=w / "digits_cnn.onnx")
-    assert _numbers(foreign) == _numbers(shipped) and foreign.summary["provenance"] is None
-    assert foreign.details["evaluation"].target is None
+    assert _numbers(foreign) == _numbers(shipped) and foreign.provenance is None
+    assert foreign.evaluation.target is None
 
 
 def _one_error_line(r, *needles):

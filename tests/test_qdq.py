@@ -26,7 +26,7 @@ from test_openvino import (
 )
 
 from qtool import calibration
-from qtool.quantizers import placement, policy, quant
+from qtool.quantizers import grids, placement, policy
 from qtool.targets import qdq
 from qtool.targets.cpu import CPU
 
@@ -96,7 +96,7 @@ def test_qdq_structure_and_same_placement_as_openvino(digits, tmp_path):
 
 
 def test_qdq_equals_the_grid_maths(digits):
-    """The int8 weights are quant.quantize_linear of the float weights, per output channel."""
+    """The int8 weights are grids.quantize_linear of the float weights, per output channel."""
     _, out, _ = digits
     inits = _inits(onnx.load(str(out)))
     original = _inits(onnx.load(str(SAMPLE)))
@@ -105,7 +105,7 @@ def test_qdq_equals_the_grid_maths(digits):
     stored = inits.get("onnx::Conv_69/int8")
     if stored is None:  # guarded against overflow: the same values as uint8 with zero point 128
         stored = inits["onnx::Conv_69/uint8"].astype(np.int16) - 128
-    np.testing.assert_array_equal(stored, quant.quantize_linear(w, p.scale.reshape(-1, 1, 1, 1), 0, p.grid))
+    np.testing.assert_array_equal(stored, grids.quantize_linear(w, p.scale.reshape(-1, 1, 1, 1), 0, p.grid))
     np.testing.assert_allclose(inits["onnx::Conv_69/scale"], p.scale.astype(np.float32))
 
 

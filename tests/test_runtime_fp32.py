@@ -3,7 +3,7 @@ and the file's simulation is charged to the runtime's own FP32 where that accoun
 quantized layers where the run leaves the file otherwise.
 
 The yardsticks are computed here: OpenVINO compiled directly (INFERENCE_PRECISION_HINT f32, as
-cpu.PINNED_F32 states), onnxruntime's FP32, SQNR in float64.
+cpu_kinds.PINNED_F32 states), onnxruntime's FP32, SQNR in float64.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from runcli import invoke
 
 from qtool.checks import evaluation as ev
 from qtool.checks import simulate
-from qtool.quantizers import cpu
+from qtool.quantizers import cpu_kinds
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_models" / "digits_cnn.onnx"
@@ -72,7 +72,7 @@ def _outputs(*values):
 
 
 def test_the_warning_charges_the_gap_to_the_runtime_or_names_the_layers(monkeypatch):
-    monkeypatch.setattr(cpu, "vnni", lambda: True)
+    monkeypatch.setattr(cpu_kinds, "vnni", lambda: True)
     departures = [ev.Departure("conv2", "c2", 41.0, 80.0), ev.Departure("conv5", "c5", 35.0, 60.0)]
     warnings = ev.runtime_warnings("openvino", _outputs(45.5, 40.0, 40.0), _outputs(6.0, 20.0, 40.5),
                                    None, _outputs(6.0, 60.0, 130.0), _outputs(44.1, 22.0, 40.5), departures)
@@ -124,8 +124,8 @@ def test_openvino_runs_the_fp32_model_beside_the_file(digits):
     core = ov.Core()
     x = digits["x"]
     ref = ort.InferenceSession(str(SAMPLE), providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]
-    fp32 = core.compile_model(core.read_model(str(SAMPLE)), "CPU", cpu.PINNED_F32)(x)[0]
-    int8 = core.compile_model(core.read_model(str(digits["file"])), "CPU", cpu.PINNED_F32)(x)[0]
+    fp32 = core.compile_model(core.read_model(str(SAMPLE)), "CPU", cpu_kinds.PINNED_F32)(x)[0]
+    int8 = core.compile_model(core.read_model(str(digits["file"])), "CPU", cpu_kinds.PINNED_F32)(x)[0]
     rt = e["runtime"]
     assert abs(rt["fp32_sqnr_db"] - sqnr(ref, fp32)) < 1e-3 and rt["fp32_sqnr_db"] > 80, rt  # OpenVINO's FP32 is onnxruntime's here
     assert abs(rt["vs_own_fp32_sqnr_db"] - sqnr(fp32, int8)) < 1e-3, rt

@@ -1,7 +1,7 @@
 """qtool.checks.simulate: the exact arithmetic of an exported file, the same on every CPU.
 
 FakeQuantize rewritten into float ONNX ops is checked against numpy versions of OpenVINO's
-formula (float32, the same operations: bit for bit; float64: qtool.quantizers.quant.fake_quantize) and
+formula (float32, the same operations: bit for bit; float64: qtool.quantizers.grids.fake_quantize) and
 against OpenVINO itself on a model whose int8 sums cannot saturate (7-bit weights: |w| <= 63,
 so a u8 x s8 pair sums to at most 2 * 255 * 63 < 32767 on any CPU).
 """
@@ -17,7 +17,7 @@ from required import module
 
 import qtool
 from qtool.checks import simulate
-from qtool.quantizers import cpu, quant
+from qtool.quantizers import cpu_kinds, grids
 
 DOMAIN = "org.openvinotoolkit"
 
@@ -74,8 +74,8 @@ def test_fake_quantize_as_float_ops_is_openvinos_formula_bit_for_bit(case):
     want = formula32(x, lo, hi, out.get("out_lo", lo), out.get("out_hi", hi), levels)
     np.testing.assert_array_equal(got, want)
     assert np.isnan(got[1, 0, 0, 0])
-    # the float64 reference (qtool.quantizers.quant): the same grid point wherever float32 is not within an ulp of a tie
-    ref = quant.fake_quantize(x, lo, hi, out.get("out_lo", lo), out.get("out_hi", hi), levels)
+    # the float64 reference (qtool.quantizers.grids): the same grid point wherever float32 is not within an ulp of a tie
+    ref = grids.fake_quantize(x, lo, hi, out.get("out_lo", lo), out.get("out_hi", hi), levels)
     t = (x.astype(np.float64) - lo) / (np.asarray(hi, np.float64) - lo) * (levels - 1)
     clear = np.isfinite(x) & (np.abs(t - np.floor(t) - 0.5) > 1e-4)
     np.testing.assert_allclose(got[clear], ref[clear], rtol=0, atol=1e-5 * float(np.max(np.abs(out.get("out_hi", hi)))) + 1e-6)
@@ -97,11 +97,11 @@ def test_fp16_and_old_opsets_are_simulated_too():
 
 def test_cpu_flags_say_whether_int8_pair_sums_can_saturate():
     avx2 = "processor\t: 0\nflags\t\t: fpu sse2 avx2 fma f16c\nbugs\t\t: sysret_ss_attrs\n"
-    assert cpu.from_cpuinfo(avx2) == {"fpu", "sse2", "avx2", "fma", "f16c"} and not cpu.has_vnni_flags(cpu.from_cpuinfo(avx2))
+    assert cpu_kinds.from_cpuinfo(avx2) == {"fpu", "sse2", "avx2", "fma", "f16c"} and not cpu_kinds.has_vnni_flags(cpu_kinds.from_cpuinfo(avx2))
     for flag in ("avx512_vnni", "avx_vnni", "amx_int8"):
-        assert cpu.has_vnni_flags(cpu.from_cpuinfo(avx2.replace("avx2", f"avx2 {flag}")))
-    assert cpu.from_cpuinfo("Features\t: fp asimd asimddp\n") == {"fp", "asimd", "asimddp"} and cpu.from_cpuinfo("nothing") is None
-    assert cpu.has_vnni() == (cpu.vnni() is True) and isinstance(cpu.has_vnni(), bool)
+        assert cpu_kinds.has_vnni_flags(cpu_kinds.from_cpuinfo(avx2.replace("avx2", f"avx2 {flag}")))
+    assert cpu_kinds.from_cpuinfo("Features\t: fp asimd asimddp\n") == {"fp", "asimd", "asimddp"} and cpu_kinds.from_cpuinfo("nothing") is None
+    assert cpu_kinds.has_vnni() == (cpu_kinds.vnni() is True) and isinstance(cpu_kinds.has_vnni(), bool)
 
 
 def test_the_simulation_runs_without_graph_optimization():
@@ -159,10 +159,10 @@ def test_simulation_equals_openvino_where_nothing_can_saturate(chain):
     m, cal, x = chain
     ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]
     core = ov.Core()
-    for weights_7bit in ("all",) + (("none",) if cpu.has_vnni() else ()):
+    for weights_7bit in ("all",) + (("none",) if cpu_kinds.has_vnni() else ()):
         data = qtool.export(m, cal, target="openvino", weights_7bit=weights_7bit)
         sim = simulate.simulation(data).run(["logits"], {"input": x})[0]
-        compiled = core.compile_model(core.read_model(data, b""), "CPU", cpu.PINNED_F32)
+        compiled = core.compile_model(core.read_model(data, b""), "CPU", cpu_kinds.PINNED_F32)
         real = compiled(x)[0]
         assert _sqnr(sim, real) > 60, (weights_7bit, _sqnr(sim, real))  # the two agree far below the int8 noise
         assert abs(_sqnr(ref, sim) - _sqnr(ref, real)) < 0.05
@@ -174,6 +174,6 @@ def test_evaluate_reports_the_simulation_and_the_runtime(chain):
     m, cal, x = chain
     held = [{"input": x[i:i + 16]} for i in range(0, len(x), 16)]
     result = qtool.evaluate(m, cal, data=held, target="openvino", runtime="openvino", weights_7bit="all")
-    assert result.target == "openvino" and result.runtime.name == "openvino" and result.runtime.vnni == cpu.vnni()
+    assert result.target == "openvino" and result.runtime.name == "openvino" and result.runtime.vnni == cpu_kinds.vnni()
     assert abs(result.worst_sqnr_db - result.runtime.worst_sqnr_db) < 0.05
     assert not any("dB, the exact simulation" in w for w in result.warnings)

@@ -19,7 +19,7 @@ from qtool import api, calibration, provenance
 from qtool.checks import simulate
 from qtool.errors import QtoolError
 from qtool.model import load_model
-from qtool.quantizers import cpu, smoothquant
+from qtool.quantizers import cpu_kinds, smoothquant
 from qtool.targets import openvino, options_for, qdq
 
 MODELS = {  # name -> (builder, kind of calibration data, held-out feeds)
@@ -190,7 +190,7 @@ def test_openvino_computes_the_smoothed_export_as_written(calibrated, name):
     feeds = MODELS[name][2]()
     exact = simulate.simulation(onnx.load_from_string(result.data)).run(None, feeds)[0]
     core = ov.Core()
-    compiled = core.compile_model(core.read_model(result.data, b""), "CPU", {"LP_TRANSFORMS_MODE": "NO", **cpu.PINNED_F32,
+    compiled = core.compile_model(core.read_model(result.data, b""), "CPU", {"LP_TRANSFORMS_MODE": "NO", **cpu_kinds.PINNED_F32,
                                                                               "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"})
     assert sqnr(exact, compiled(feeds)[0]) > 60
 
@@ -213,7 +213,7 @@ def test_exports_run_and_off_switch(calibrated, target):
         import openvino as ov
 
         core = ov.Core()
-        got = core.compile_model(core.read_model(on.data, b""), "CPU", cpu.PINNED_F32)(feeds)[0]
+        got = core.compile_model(core.read_model(on.data, b""), "CPU", cpu_kinds.PINNED_F32)(feeds)[0]
     cos = (ref * got).sum() / np.linalg.norm(ref) / np.linalg.norm(got)
     assert got.shape == ref.shape and cos > 0.99
 

@@ -46,7 +46,7 @@ from ..errors import Opt, QtoolError, Words, opts
 from ..model import graph as G
 from ..model.writer import ModelFile
 from ..options import ExportOptions, method
-from ..quantizers import cpu, placement
+from ..quantizers import cpu_kinds, placement
 from ..quantizers import patterns as P
 from ..runtime import onnxruntime
 from ..targets import TARGETS, exporter
@@ -258,9 +258,9 @@ class RuntimeResult:
 
     name: str  # "openvino" or "onnxruntime"
     outputs: list[OutputMetrics]
-    vnni: bool | None  # qtool.quantizers.cpu.vnni() of this CPU: None when unknown
+    vnni: bool | None  # qtool.quantizers.cpu_kinds.vnni() of this CPU: None when unknown
     float_precision: str = "f32"  # what the runtime ran the unquantized layers in
-    cpu_kind: str | None = None  # this CPU's row of qtool.quantizers.cpu.KINDS, None when unknown
+    cpu_kind: str | None = None  # this CPU's row of qtool.quantizers.cpu_kinds.KINDS, None when unknown
     default_float: str | None = None  # the precision the runtime would choose itself on this CPU (OpenVINO: bf16 with AVX-512 BF16/AMX)
     # per output, the 95 % interval of (runtime SQNR - simulation SQNR) over the inputs (gap_interval), None where it has none
     intervals: list[tuple[float, float] | None] = field(default_factory=list)
@@ -579,11 +579,11 @@ def _departures_text(name: str, departures: list[Departure]) -> str:
 
 def _likely_cause(runtime: str, worse: bool) -> str:
     """Saturation only makes a runtime worse; a runtime better than the file skips roundings."""
-    has = cpu.vnni()
-    if worse and cpu.is_x86() and has is False:
+    has = cpu_kinds.vnni()
+    if worse and cpu_kinds.is_x86() and has is False:
         return ("this CPU has no VNNI (avx512_vnni/avx_vnni): int8 pair sums can saturate (a --cpu vnni file is for CPUs with VNNI; "
                 "the default --cpu any guards every layer)")
-    if worse and cpu.is_x86() and has is None:
+    if worse and cpu_kinds.is_x86() and has is None:
         return "this CPU's flags could not be read: without VNNI (avx512_vnni/avx_vnni) int8 pair sums can saturate"
     if not worse:
         return (f"{runtime} rounds less often than the file: its fusions skip roundings (OpenVINO does not round a FakeQuantize "
@@ -668,9 +668,9 @@ def _score(reference: _Reference, names: list[str], not_compared: list[str], dat
         if failed:
             base = None
             warnings.append(f"{runtime} could not run the FP32 model, so its own floor is not reported: {failed}")
-        kind = cpu.kind()
+        kind = cpu_kinds.kind()
         default = (kind.openvino_float if kind else None) if runtime == "openvino" else "f32"
-        measured = RuntimeResult(runtime, output_metrics(names, r_accs), cpu.vnni(), getattr(session, "float_precision", "f32"),
+        measured = RuntimeResult(runtime, output_metrics(names, r_accs), cpu_kinds.vnni(), getattr(session, "float_precision", "f32"),
                                  kind.name if kind else None, default, [gap_interval(a, b) for a, b in zip(accs, r_accs)],
                                  output_metrics(names, f_accs) if base is not None else [],
                                  output_metrics(names, o_accs) if base is not None else [])

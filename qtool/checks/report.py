@@ -9,7 +9,7 @@ What the page holds (Page), from top to bottom:
             quantizer (estimated from its histogram, qtool.statistics.noise), and with an
             evaluation the output SQNR with only that tensor quantized.
   quantized the tensors the target's placement quantizes (the same code the export runs:
-            each target's `shown`, qtool.targets), in
+            each target's `report_view`, qtool.targets), in
             graph order: the threshold and scale the export writes, where that threshold comes
             from, the share of values it clips, and a histogram of |x| (log counts) with the
             target's threshold, the file's amax and every method's threshold drawn on it.
@@ -69,7 +69,7 @@ class TargetPlan:
     fp32_layers: dict[str, str]
     unrepresentable: dict[str, str]
     records: dict[str, TensorRecord]  # the calibration the export reads (SmoothQuant: the smoothed tensors')
-    shown: targets.Shown  # the target's view of its export (thresholds, scales as the file holds them, SmoothQuant)
+    view: targets.ReportView  # the target's view of its export (thresholds, scales as the file holds them, SmoothQuant)
     notes: list[str] = field(default_factory=list)
 
 
@@ -83,7 +83,7 @@ def amax(q: Quantizer) -> float:
 
 def _file_scale(plan: TargetPlan, q: Quantizer) -> float | None:
     """The per-tensor scale as the file holds it on the int8 symmetric grid, when the target shows one (a signed-only Q/DQ target)."""
-    return None if plan.shown.scales is None else plan.shown.scales[q.tensor]
+    return None if plan.view.scales is None else plan.view.scales[q.tensor]
 
 
 def scale(plan: TargetPlan, q: Quantizer) -> float | None:
@@ -131,7 +131,7 @@ def covered(plan: TargetPlan, q: Quantizer) -> tuple[float, float]:
 
 def source(plan: TargetPlan, q: Quantizer) -> str:
     """Where the exported threshold of `q` comes from, in a few words."""
-    view = plan.shown
+    view = plan.view
     if view.smoothing is not None and q.tensor in (view.smoothing.amax or {}):
         return "max |x| of the SmoothQuant-scaled tensor"
     return _source(plan.records[q.tensor], view.thresholds.get(q.tensor), view.method, view.cal, q.shared_with)
@@ -179,10 +179,10 @@ def target_plan(loaded, cal: Calibration, target: str, *, why: str, method: str 
             raise QtoolError("{method}: {why}", method=Opt("method"), why=str(e)) from None
     for key in options:
         if key not in targets.get(target).options:
-            readers = targets.taking(key)
+            readers = targets.reading(key)
             raise QtoolError("{option} applies to {first}{others}, not {target}", option=Opt(key), first=Opt("target", readers[0]),
                              others="".join(f" or {t}" for t in readers[1:]), target=target)
-    view = targets.get(target).module().shown(loaded, cal, method=method, **options)
+    view = targets.get(target).module().report_view(loaded, cal, method=method, **options)
     used, plan = view.cal, view.plan
     return TargetPlan(target, view.title, why, view.method or used.method, {s.tensor: s for s in plan.activations}, list(plan.weights),
                       len(plan.int8_layers), dict(plan.fp32_layers), dict(plan.unrepresentable), {t.name: t for t in used.tensors},

@@ -16,7 +16,7 @@ every step onto X's output grid, which no node of the file states: the simulatio
 over the time steps per direction, the hidden state rounded onto that grid after each (and before the
 first), as Y and Y_h carry it. A real runtime
 (OpenVINO on "CPU" in f32 precision, onnxruntime with its default optimizations) runs int8 kernels
-that on x86 CPUs without VNNI can saturate (qtool.quantizers.cpu).
+that on x86 CPUs without VNNI can saturate (qtool.quantizers.cpu_kinds).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import click
 
-from .. import __version__
+from .. import JSON_SCHEMA, __version__
 from ..errors import QtoolError, UsageError
 
 log = logging.getLogger("qtool")
@@ -64,7 +64,7 @@ def json_document(document: dict) -> None:
 def _json_error(message: str, code: int, **more) -> None:
     """With --json, the failure's document (unless the command printed its own already)."""
     if _json["wanted"] and not _json["printed"]:
-        json_document({"error": message, "exit": code, **more})
+        json_document({"schema": JSON_SCHEMA, "error": message, "exit": code, **more})
 
 
 class _Group(click.Group):
@@ -182,18 +182,19 @@ def call(function, /, *args, **kwargs):
         raise click.UsageError(e.worded(flags(click.get_current_context().command))) from None
 
 
-def finish(outcome, as_json: bool, text: Callable[[dict, dict], str]) -> None:
-    """Print what a command did (its summary as JSON, or `text(summary, details)`); then a failed
-    check it reports is an error (exit 1; in the JSON summary too, as its "error" and "exit")."""
+def finish(result, as_json: bool, text: Callable) -> None:
+    """Print what a command did (its result as JSON, or `text(result)`); then a failed check it
+    reports is an error (exit 1; in the JSON document too, as its "error" and "exit")."""
+    failure = getattr(result, "failure", None)
     if as_json:
-        summary = outcome.summary
-        if outcome.failure:
-            summary = {**summary, "error": outcome.failure.worded(flags(click.get_current_context().command)), "exit": 1}
-        json_document(summary)
+        document = result.to_json()
+        if failure:
+            document = {**document, "error": failure.worded(flags(click.get_current_context().command)), "exit": 1}
+        json_document(document)
     else:
-        click.echo(text(outcome.summary, outcome.details))
-    if outcome.failure:
-        raise outcome.failure
+        click.echo(text(result))
+    if failure:
+        raise failure
 
 
 def _save_traceback() -> str:

@@ -54,16 +54,14 @@ def calibrate(ctx, model_path, as_json, **options):
     finish(outcome, as_json, text)
 
 
-def text(summary: dict, details: dict) -> str:
+def text(result: api.CalibrateResult) -> str:
     """What calibrate prints: tensors, inputs, time and method, the files written."""
-    what = "images" if "images" in summary else "data files"
-    used, samples, skipped = summary["inputs"] - summary["skipped"], summary["samples"], summary["skipped"]
+    what = "images" if result.images is not None else "data files"
+    used, samples, skipped = result.inputs - result.skipped, result.samples, result.skipped
     counted = f"{used} {what}" + (f" ({samples} samples)" if what == "data files" and samples != used else "")
-    if "data_file" in summary:
-        counted = f"{samples} samples in {summary['data_file']!r}"
+    if result.data_file is not None:
+        counted = f"{samples} samples in {result.data_file!r}"
     if skipped:
         counted += f", {skipped} unreadable skipped"
-    outputs = summary["outputs"]
-    line = (f"calibrated {summary['tensors']} tensors from {counted} in {details['seconds']:.1f} s ({summary['method']}) "
-            f"-> {outputs['calibration']}")
-    return "\n".join([line, *details.get("lines", ())])
+    line = f"calibrated {result.tensors} tensors from {counted} in {result.seconds:.1f} s ({result.method}) -> {result.outputs['calibration']}"
+    return "\n".join([line, *result.target_lines])

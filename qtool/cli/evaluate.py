@@ -82,15 +82,18 @@ def evaluate(ctx, model_path, as_json, **options):
     finish(outcome, as_json, text)
 
 
-def text(summary: dict, details: dict) -> str:
+def text(evaluated: api.EvaluateResult) -> str:
     """What evaluate prints: the model compared, then per output SQNR, cosine and top-1 agreement (and
     the runtime's), then with --tensors the quantized tensors, most harmful first."""
-    result, inputs, what, seconds = details["evaluation"], details["inputs"], details["what"], details["seconds"]
+    result, inputs, seconds = evaluated.evaluation, evaluated.inputs, evaluated.seconds
+    what = evaluated.input_kind
+    if evaluated.data_file is not None:
+        what = f"{'samples in' if what == 'samples' else 'runs of'} {evaluated.data_file!r}"
     format_db = api.format_db
     q = result.plan_summary
-    if "file" in summary:  # an exported file, as it is
+    if evaluated.file is not None:  # an exported file, as it is
         whose = f"{result.target} export" if result.target else "not exported by qtool"
-        lines = [f"{summary['file']} ({whose}, exact simulation of its nodes) vs FP32 {summary['model']} on {result.samples} samples "
+        lines = [f"{evaluated.file} ({whose}, exact simulation of its nodes) vs FP32 {evaluated.model} on {result.samples} samples "
                  f"from {inputs} {what} in {seconds:.1f} s"]
     else:
         lines = [(
@@ -98,9 +101,9 @@ def text(summary: dict, details: dict) -> str:
             f"activation and {q.get('weight_quantizers', 0)} weight quantizers) vs FP32 on {result.samples} samples from {inputs} {what} "
             f"in {seconds:.1f} s"
         )]
-    ref = summary.get("reference")
+    ref = evaluated.reference
     if ref is not None:  # a model onnxruntime quantized dynamically, read as float
-        lines.append(f"FP32 here is {summary['model']} as given, quantized dynamically by onnxruntime (its ConvInteger/MatMulInteger/"
+        lines.append(f"FP32 here is {evaluated.model} as given, quantized dynamically by onnxruntime (its ConvInteger/MatMulInteger/"
                      f"DynamicQuantizeLSTM run by onnxruntime); the export is built from qtool's float reading of it "
                      f"({ref['read_as_float']}), which is {format_db(api.from_json_number(ref['float_reading_sqnr_db']))} dB from it")
     rt = result.runtime

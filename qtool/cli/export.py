@@ -49,13 +49,11 @@ def export(model_path, target, as_json, **options):
     finish(call(api.export_file, model_path, target=target, **options), as_json, text)
 
 
-def text(summary: dict, details: dict) -> str:
-    """What export prints: the file written, the target's own line, the overflow guard, the build command."""
-    target = summary["target"]
-    words = f"exported {target} from {summary['calibration']} in {details['seconds']:.1f} s -> {summary['outputs'][target]}"
-    words += f"\n{details['line']}" if details["line"] else ""
-    words += overflow_text(summary.get("overflow_fix"))
-    return words + (f"\nbuild it with: {summary['build']}" if "build" in summary else "")
+def text(result: api.ExportResult) -> str:
+    """What export prints: the file written, the target's own lines, the overflow guard, the build command."""
+    lines = [f"exported {result.target} from {result.calibration} in {result.seconds:.1f} s -> {result.output}", *result.target_lines]
+    words = "\n".join(lines) + overflow_text(result.overflow_fix)
+    return words + (f"\nbuild it with: {result.build}" if result.build is not None else "")
 
 
 def overflow_text(fix: dict | None) -> str:

@@ -23,6 +23,5 @@ def merge(files, output, as_json):
     finish(call(api.merge_files, files, output), as_json, text)
 
 
-def text(summary: dict, details: dict) -> str:
-    return (f"merged {len(summary['inputs'])} files ({summary['samples']} samples, {summary['tensors']} tensors) "
-            f"-> {summary['outputs']['calibration']}")
+def text(result: api.MergeResult) -> str:
+    return f"merged {len(result.inputs)} files ({result.samples} samples, {result.tensors} tensors) -> {result.output}"

@@ -27,8 +27,6 @@ def recompute(calib_path, method, kl_variant, output, as_json):
     finish(call(api.recompute_file, calib_path, method=method, kl_variant=kl_variant, output=output), as_json, text)
 
 
-def text(summary: dict, details: dict) -> str:
-    method = summary["method"]
-    label = f"entropy/{summary['kl_variant']}" if method == "entropy" else method
-    return (f"recomputed {summary['tensors']} thresholds ({label}; {summary['changed']} changed) in {details['seconds']:.2f} s "
-            f"-> {summary['outputs']['calibration']}")
+def text(result: api.RecomputeResult) -> str:
+    label = f"entropy/{result.kl_variant}" if result.method == "entropy" else result.method
+    return f"recomputed {result.tensors} thresholds ({label}; {result.changed} changed) in {result.seconds:.2f} s -> {result.output}"

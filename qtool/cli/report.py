@@ -36,6 +36,6 @@ def report(calib_path, output, target, trt_version, method, model, evaluation, a
                 model=model, evaluation=evaluation), as_json, text)
 
 
-def text(summary: dict, details: dict) -> str:
-    return (f"report of {summary['tensors']} tensors for {summary['target']} ({summary['quantized']} quantized) in "
-            f"{details['seconds']:.1f} s -> {summary['outputs']['report']}")
+def text(result: api.ReportResult) -> str:
+    return (f"report of {result.tensors} tensors for {result.target} ({result.quantized} quantized) in {result.seconds:.1f} s "
+            f"-> {result.output}")

@@ -1,28 +1,14 @@
 """What each command does, over files: one module per command (calibrate, export, evaluate,
 inspect, report, merge, recompute), each with a `run` taking the command's options as built by
-qtool.options and returning an Outcome: the data the command produced (what --json prints, and
-what the command line words as text, qtool.cli) and a failed check. Messages name options by key
+qtool.options and returning its result (qtool.results: data, with a failed check; the command
+line prints it as JSON or words it as text, qtool.cli). Messages name options by key
 (qtool.errors): Python words them as keywords, the command line as its flags. This module holds
 what they share."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-
-from ..errors import QtoolError
-
-
-@dataclass
-class Outcome:
-    """What a command over files did: `summary`, the dict its --json prints; `details`, what its text
-    says beyond it (qtool.cli words the text from both); `failure`, a check that failed (the command
-    line reports it after the output, exit 1)."""
-
-    summary: dict
-    failure: QtoolError | None = None
-    details: dict = field(default_factory=dict)
 
 
 class _Progress:

@@ -9,12 +9,13 @@ from pathlib import Path
 
 from .. import calibration, model
 from ..collection import pipeline
+from ..commandinputs import model_json, shown_path
 from ..errors import QtoolError
 from ..feeds import data as _data
 from ..fileio import Outputs, folder_input, model_input, option_file
-from ..inputs import model_json, shown_path
 from ..options import CalibrateOptions, declared_options
-from . import Outcome, done, path, progress_bar
+from ..results import CalibrateResult
+from . import done, path, progress_bar
 
 log = logging.getLogger("qtool")
 
@@ -38,7 +39,7 @@ def calibrated(loaded, options: CalibrateOptions, progress=None):
     return cal, report
 
 
-def run(model_path, options: CalibrateOptions, *, output=None, files=(), progress=None) -> Outcome:
+def run(model_path, options: CalibrateOptions, *, output=None, files=(), progress=None) -> CalibrateResult:
     """Calibrate the model at `model_path` as `options` say and write the calibration file to
     `output` [default: <model stem>.calib.json here], and a file of `files` (a target's calibrate
     file, qtool.targets.calibrate_files, with its path set) for each target: all files or none, each
@@ -57,8 +58,8 @@ def run(model_path, options: CalibrateOptions, *, output=None, files=(), progres
     cal = calibration.relocate(cal, output)
     warnings = list(report.warnings)
     made = [f.write(loaded, cal, shown_path(model_path)) for f in files]
-    for _, more, _, _ in made:
-        warnings.extend(more)
+    for _, file_warnings, _, _ in made:
+        warnings.extend(file_warnings)
     written = {"calibration": str(output)}
     with outs:  # every file, or none
         outs.write(output, calibration.to_json(cal).encode())  # relocated to `output` above
@@ -68,20 +69,19 @@ def run(model_path, options: CalibrateOptions, *, output=None, files=(), progres
         outs.commit()
     for w in warnings:
         log.warning(w)
-    seconds = time.perf_counter() - started
-    summary = {
-        "command": "calibrate", "model": model_json(model_path), "outputs": written, "tensors": len(cal.tensors),
-        "inputs": report.inputs, "samples": report.samples, "skipped": len(report.skipped), "batch_size": report.batch_size, "method": cal.method,
-        "seconds": round(seconds, 3), "warnings": warnings,
-    }
+    images = data_file = None
     if options.images is not None:
-        summary["images"] = report.inputs - len(report.skipped)  # the images the file's samples come from
+        images = report.inputs - len(report.skipped)  # the images the file's samples come from
     elif options.data_dir is not None and options.data_dir.is_file():
-        summary["data_file"] = str(options.data_dir)  # a file of samples: `inputs` counts its runs
-    for _, _, more, _ in made:
-        notes = more.pop("notes", [])
-        summary.update(more)
+        data_file = str(options.data_dir)  # a file of samples: `inputs` counts its runs
+    facts = {}
+    for _, _, adds, _ in made:
+        notes = adds.pop("notes", [])
+        facts.update(adds)
         for note in notes:
             log.warning(note)
-        summary["warnings"] = summary["warnings"] + notes
-    return Outcome(summary, details={"seconds": seconds, "lines": [line for *_, line in made]})
+        warnings += notes
+    return CalibrateResult(
+        model=model_json(model_path), outputs=written, tensors=len(cal.tensors), inputs=report.inputs, samples=report.samples,
+        skipped=len(report.skipped), batch_size=report.batch_size, method=cal.method, seconds=time.perf_counter() - started,
+        warnings=tuple(warnings), images=images, data_file=data_file, target_facts=facts, target_lines=tuple(line for *_, line in made))

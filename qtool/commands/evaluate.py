@@ -16,14 +16,15 @@ from types import SimpleNamespace
 from .. import calibration, model, provenance
 from ..checks import evaluation as _evaluate
 from ..checks import simulate
+from ..commandinputs import check_model, find_calibration, held_out_runs, load_checked_model, model_json
 from ..errors import Opt, QtoolError, UsageError
 from ..feeds import data as _data
-from ..inputs import check_model, find_calibration, held_out_runs, load_checked_model, model_json
 from ..model import dynamic
 from ..model.writer import ModelFile
 from ..options import EvaluateOptions, ExportOptions, exactly_one
+from ..results import EvaluateResult
 from ..targets import exporter
-from . import Outcome, done, path, progress_bar
+from . import done, path, progress_bar
 
 log = logging.getLogger("qtool")
 
@@ -38,11 +39,11 @@ def check_request(options: EvaluateOptions) -> None:
     exactly_one(options.images, options.data)
 
 
-def run(model_path, options: EvaluateOptions, *, calib=None, reference=None, progress=None) -> Outcome:
+def run(model_path, options: EvaluateOptions, *, calib=None, reference=None, progress=None) -> EvaluateResult:
     """options.target's int8 model of the calibration file `calib` [default: the single *.calib.json
     here] against FP32 on held-out images (preprocessed as the file records, options.image overriding
     its parts) or data. With options.fail_below DB, an output below it (the worse of the simulation and, with
-    options.runtime, the runtime's run: evaluation.judged) is the Outcome's failure. When `model_path` is an
+    options.runtime, the runtime's run: evaluation.judged) is the result's failure. When `model_path` is an
     exported file (it records qtool's provenance, or `reference` names its FP32 model), that file as it is
     (`evaluate_file`). `progress`: a tqdm bar or a callback(n) per model pass over the inputs."""
     started = time.perf_counter()
@@ -58,19 +59,17 @@ def run(model_path, options: EvaluateOptions, *, calib=None, reference=None, pro
     result, rewrite = evaluated(loaded, cal, runs, options.export, runtime=options.runtime, per_tensor=options.tensors,
                                 progress=progress_bar(progress))
     done(progress)
-    summary = {"command": "evaluate", "model": model_json(loaded.path), "model_sha256": loaded.sha256, "calibration": str(calib_path)}
-    if rewrite is not None:
-        summary["reference"] = rewrite
-    return _outcome(summary, result, inputs, options, started)
+    return _result(result, inputs, options, started, model=model_json(loaded.path), model_sha256=loaded.sha256,
+                   calibration=str(calib_path), reference=rewrite)
 
 
 def evaluated(loaded, cal, runs, options: ExportOptions, *, runtime: str | None = None, per_tensor: bool = False,
               progress=None) -> tuple[_evaluate.Evaluation, dict | None]:
-    """qtool.checks.evaluation.evaluate, and what the summary says of the reference: None for an FP32
+    """qtool.checks.evaluation.evaluate, and what the result says of the reference: None for an FP32
     model. For a model onnxruntime quantized dynamically, read as the float model it was made from
     (qtool.model.as_float), the reference is the model as given, run by onnxruntime: the export built
     from the float reading is scored against it (evaluate_file), and so is the float reading itself
-    (its own error, in the summary); per_tensor ranks the quantizers against the float reading."""
+    (its own error, in the result); per_tensor ranks the quantizers against the float reading."""
     if loaded.given is None:
         return _evaluate.evaluate(loaded, cal, runs, options, runtime=runtime, per_tensor=per_tensor, progress=progress), None
     _evaluate.check_request(options.target, runtime, per_tensor)
@@ -90,19 +89,13 @@ def evaluated(loaded, cal, runs, options: ExportOptions, *, runtime: str | None 
     return result, reference
 
 
-def _outcome(summary: dict, result: _evaluate.Evaluation, inputs: list, options: EvaluateOptions, started: float) -> Outcome:
-    """The Outcome of an evaluation: `summary` (what was compared) with its results, warnings logged,
-    and options.fail_below's verdict."""
+def _result(result: _evaluate.Evaluation, inputs: list, options: EvaluateOptions, started: float, **compared) -> EvaluateResult:
+    """The EvaluateResult of an evaluation (`compared`: what was compared with what), warnings
+    logged, and options.fail_below's verdict."""
     for w in result.warnings:
         log.warning(w)
-    seconds = time.perf_counter() - started
     fail_below = options.fail_below
     failing = [(o, who) for o, who in _evaluate.judged(result) if fail_below is not None and not o.sqnr_db >= fail_below]
-    summary = {
-        **summary, "inputs": len(inputs), **_evaluate.to_json(result),
-        "fail_below": fail_below, "passed": None if fail_below is None else not failing,
-        "seconds": round(seconds, 3), "warnings": result.warnings,
-    }
     failure = None
     if failing:
         worst, who = min(failing, key=lambda f: (f[0].sqnr_db if not math.isnan(f[0].sqnr_db) else -math.inf))
@@ -110,8 +103,11 @@ def _outcome(summary: dict, result: _evaluate.Evaluation, inputs: list, options:
                              db=_evaluate.format_db(worst.sqnr_db), by=f" ({who} on this CPU)" if who else "",
                              fail_below=Opt("fail_below", float(fail_below)),
                              count=f" ({len(failing)} outputs fail)" if len(failing) > 1 else "")
-    what = "images" if options.images is not None else _data.samples_words(inputs) or "data files"
-    return Outcome(summary, failure, {"evaluation": result, "inputs": len(inputs), "what": what, "seconds": seconds})
+    kind, data_file = "images" if options.images is not None else "data files", None
+    if options.images is None:
+        kind, data_file = _data.sample_runs(inputs) or (kind, None)
+    return EvaluateResult(evaluation=result, inputs=len(inputs), input_kind=kind, data_file=data_file,
+                          seconds=time.perf_counter() - started, fail_below=fail_below, failure=failure, **compared)
 
 
 # ---------------------------------------------------------------- an exported file
@@ -223,7 +219,7 @@ def _preprocess(file: Path, found, calib: Path | None, loaded) -> tuple[dict, Pa
 
 
 def evaluate_file(file: Path, shipped: tuple, options: EvaluateOptions, *, calib: Path | None = None, reference: Path | None = None,
-                  progress=None, started: float | None = None) -> Outcome:
+                  progress=None, started: float | None = None) -> EvaluateResult:
     """The exported `file` as it is (`shipped`: exported_file's) against its FP32 model
     (find_reference) on held-out inputs: the exact simulation of its nodes as written, and with
     options.runtime that runtime on this CPU; images preprocessed as the file (or `calib`) records."""
@@ -241,7 +237,6 @@ def evaluate_file(file: Path, shipped: tuple, options: EvaluateOptions, *, calib
     target = found.target if found is not None else None
     result = _evaluate.evaluate_file(loaded, data, runs, target=target, runtime=options.runtime, progress=progress_bar(progress))
     done(progress)
-    summary = {"command": "evaluate", "file": model_json(file), "file_sha256": exported.sha256, "model": model_json(loaded.path),
-               "model_sha256": loaded.sha256, "calibration": None if calib is None else str(calib),
-               "provenance": None if found is None else found.raw}
-    return _outcome(summary, result, inputs, options, started)
+    return _result(result, inputs, options, started, file=model_json(file), file_sha256=exported.sha256, model=model_json(loaded.path),
+                   model_sha256=loaded.sha256, calibration=None if calib is None else str(calib),
+                   provenance=None if found is None else found.raw)

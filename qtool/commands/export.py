@@ -5,24 +5,25 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .. import calibration, provenance, targets
 from ..checks import budget
 from ..checks import evaluation as _evaluate
+from ..commandinputs import find_calibration, held_out_runs, load_checked_model, model_json, shown_path
 from ..errors import QtoolError, opts
 from ..fileio import check_output_path, file_input, folder_input, model_input, option_file, write_atomic
-from ..inputs import find_calibration, held_out_runs, load_checked_model, model_json, shown_path
 from ..options import ExportOptions, MixedPrecision
+from ..results import ExportResult
 from ..targets import exporter
-from . import Outcome, path
+from . import path
 
 log = logging.getLogger("qtool")
 
 
 def run(model_path, options: ExportOptions, mixed: MixedPrecision | None = None, *, calib=None, output=None,
-        policy_file=None) -> Outcome:
+        policy_file=None) -> ExportResult:
     """The calibration file `calib` [default: the single *.calib.json here] of the model at
     `model_path` [default: the one it records] written for options.target to `output` [default: the
     model's stem + the target's suffix, here]; `mixed`: layers kept FP32 as measured on its held-out
@@ -36,7 +37,7 @@ def run(model_path, options: ExportOptions, mixed: MixedPrecision | None = None,
     calib_path = find_calibration(calib)
     cal = calibration.load(calib_path)
     source = model_path if model_path is not None else calib_path.parent / cal.model_path
-    options, said = chosen.export_options(options)
+    options, resolved = chosen.export_options(options)
     out = output or Path(Path(cal.model_path).stem + module.suffix(options))
     out = check_output_path(out, inputs=(model_input(source), file_input(calib_path, "the calibration file"),
                                          file_input(policy_file, option_file("policy", "the")),
@@ -47,36 +48,45 @@ def run(model_path, options: ExportOptions, mixed: MixedPrecision | None = None,
     kept = None
     if mixed.wanted:
         kept = _mixed_precision(loaded, cal, options, mixed, wanted)
-        options = replace(options, exclude=options.exclude + tuple(kept["exclude"]))
-    result = provenance.exported(loaded, cal, options, out)  # the writer's file, with its provenance
+        options = replace(options, exclude=options.exclude + kept.exclude)
+    written = provenance.exported(loaded, cal, options, out)  # the writer's file, with its provenance
+    warnings = list(written.warnings)
+    measured = None
     if kept is not None:
-        result.warnings[:0] = kept.pop("warnings")
-        kept.pop("exclude")
-        if "latency" in kept:
-            kept["budget"]["latency_ms"] = _latency(target, result.data, *kept.pop("latency"))
-        result.summary.update(kept)
-    result.summary.update(said)
-    more, notes, line = chosen.exported(loaded, cal, options, result.summary, str(out), shown_path(loaded.path))
-    result.summary.update(more)
-    result.warnings.extend(notes)
-    write_atomic(out, result.data)
-    for w in result.warnings:
+        warnings[:0] = kept.warnings
+        if kept.budget is not None:
+            measured = {**kept.budget, "latency_ms": _latency(target, written.data, kept.feeds, kept.all_int8_ms)}
+    added, notes, line = chosen.exported(loaded, cal, options, {**written.summary, **resolved}, str(out), shown_path(loaded.path))
+    warnings.extend(notes)
+    write_atomic(out, written.data)
+    for w in warnings:
         log.warning(w)
-    seconds = time.perf_counter() - started
-    summary = {
-        "command": "export", "target": target, "model": model_json(loaded.path), "calibration": str(calib_path),
-        "outputs": {target: str(out)}, "seconds": round(seconds, 3), "warnings": result.warnings, **result.summary,
-    }
-    return Outcome(summary, details={"seconds": seconds, "line": line})
+    return ExportResult(
+        target=target, model=model_json(loaded.path), calibration=str(calib_path), output=str(out), seconds=time.perf_counter() - started,
+        warnings=tuple(warnings), written=written.summary, kept_fp32=None if kept is None else tuple(kept.tensors), budget=measured,
+        resolved={**resolved, **{k: v for k, v in added.items() if k != "build"}}, build=added.get("build"), target_lines=tuple(line.split("\n")) if line else ())
 
 
-def _mixed_precision(loaded, cal, options: ExportOptions, mixed: MixedPrecision, wanted: budget.Budget | None) -> dict:
-    """keep_fp32 N or a max_drop budget: the layers to keep in FP32 and what the summary says. The
-    layers are ranked and measured on the target's model exported with `options` (its exact simulation)."""
+@dataclass(frozen=True)
+class _Kept:
+    """The layers --keep-fp32/--max-drop keep in FP32: the nodes excluded, the quantized tensors
+    they read, and for --max-drop the budget met and what its latency is measured on."""
+
+    exclude: tuple[str, ...]
+    tensors: list[str]
+    warnings: list[str] = field(default_factory=list)
+    budget: dict | None = None  # required, reached, trials
+    feeds: dict | None = None  # one sample, for the latency
+    all_int8_ms: float | None = None  # the all-int8 model's latency (None: no layer kept, the same model)
+
+
+def _mixed_precision(loaded, cal, options: ExportOptions, mixed: MixedPrecision, wanted: budget.Budget | None) -> _Kept:
+    """keep_fp32 N or a max_drop budget: the layers to keep in FP32. The layers are ranked and
+    measured on the target's model exported with `options` (its exact simulation)."""
     _, runs = held_out_runs(loaded, cal, mixed.images, mixed.data, mixed.limit)
     if mixed.keep_fp32:
         kept = _evaluate.keep_fp32(loaded, cal, mixed.keep_fp32, runs, options)
-        return {"exclude": kept.exclude, "warnings": kept.warnings, "kept_fp32": kept.tensors}
+        return _Kept(tuple(kept.exclude), kept.tensors, list(kept.warnings))
     found = budget.meet(loaded, cal, runs, wanted, mixed.max_fp32, options)
     if not found.met:
         raise QtoolError("no set of at most {most} layer group(s) kept in FP32 meets {budget} (best reached: {reached}); allow more "
@@ -85,8 +95,8 @@ def _mixed_precision(loaded, cal, options: ExportOptions, mixed: MixedPrecision,
     feeds = budget.one_sample(loaded.proto, next(iter(runs()))[0])
     target = options.target
     before = budget.latency_ms(target, exporter(target).export(loaded, cal, options).data, feeds) if found.exclude else None
-    return {"exclude": found.exclude, "warnings": [], "kept_fp32": found.tensors, "latency": (feeds, before), "budget": {
-        "required": wanted.describe(), "reached": wanted.describe(found.value), "trials": found.trials}}
+    return _Kept(tuple(found.exclude), found.tensors, budget={"required": wanted.describe(), "reached": wanted.describe(found.value),
+                                                              "trials": found.trials}, feeds=feeds, all_int8_ms=before)
 
 
 def _latency(target: str, data: bytes, feeds: dict, before: float | None) -> dict | None:

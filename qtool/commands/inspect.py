@@ -9,17 +9,17 @@ from pathlib import Path
 from .. import inspection, targets
 from ..errors import Opt, QtoolError, UsageError
 from ..options import declared_options
+from ..results import InspectResult
 from ..targets.cpu import PolicyFlags
-from . import Outcome, path
+from . import path
 
 
-def run(file, *, model=None, policies: PolicyFlags | None = None, **checks) -> Outcome:
+def run(file, *, model=None, policies: PolicyFlags | None = None, **checks) -> InspectResult:
     """What `file` holds (a calibration file or a target's range file, told apart by content), with
     `model` the activation tensors of that model it covers; with a target's check option (`checks`:
     its key, e.g. trt_version, and value), `file` is a Q/DQ ONNX model checked against that
     target's rules; with policy flags (as export's), each quantizer of the calibration's model and
-    its policy. A missing range, an unusable scale or a broken rule is the Outcome's failure; the
-    text is inspection's."""
+    its policy. A missing range, an unusable scale or a broken rule is the result's failure."""
     file, model_path = Path(file), path(model)
     owners = {key: name for name, cls in targets.inspect_checks().items() for key in declared_options(cls)}
     unknown = sorted(set(checks) - set(owners))
@@ -30,7 +30,7 @@ def run(file, *, model=None, policies: PolicyFlags | None = None, **checks) -> O
         if given or model_path is not None:
             raise UsageError("the policy options go with a calibration file alone (not with {check} or {model})",
                              check=Opt(next(iter(given), next(iter(owners)))), model=Opt("model"))
-        return _outcome(*inspection.inspect_policies(file, policies.policies()))
+        return inspection.inspect_policies(file, policies.policies())
     if given:
         key, value = next(iter(given.items()))
         if model_path is not None:
@@ -39,9 +39,6 @@ def run(file, *, model=None, policies: PolicyFlags | None = None, **checks) -> O
         if not inspection.is_onnx_file(file):  # missing or unreadable: bad input; another kind of file: a usage error
             raise UsageError("{check} checks an ONNX model's Q/DQ nodes, and {file!r} is not an ONNX model",
                              check=Opt(key), file=str(file))
-        return _outcome(*inspection.inspect_onnx(file, owners[key], value))
-    return _outcome(*inspection.inspect_file(file, model_path))
+        return inspection.inspect_onnx(file, owners[key], value)
+    return inspection.inspect_file(file, model_path)
 
-
-def _outcome(summary: dict, text: str, failure: str | None) -> Outcome:
-    return Outcome(summary, QtoolError(failure) if failure else None, {"text": text})

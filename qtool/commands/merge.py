@@ -8,10 +8,10 @@ from pathlib import Path
 from .. import calibration
 from ..errors import QtoolError
 from ..fileio import Outputs, file_input, model_input, same_file
-from . import Outcome
+from ..results import MergeResult
 
 
-def run(files, output) -> Outcome:
+def run(files, output) -> MergeResult:
     """The calibration `files` combined exactly into `output`, which records the model relative to itself."""
     started = time.perf_counter()
     files = [Path(f) for f in files]
@@ -32,7 +32,5 @@ def run(files, output) -> Outcome:
         # the model path, recorded relative to the first file, is written relative to the output
         outs.write(output, calibration.to_json(calibration.relocate(merged, output, source=files[0])).encode())
         outs.commit()
-    seconds = time.perf_counter() - started
-    summary = {"command": "merge", "inputs": [str(f) for f in files], "outputs": {"calibration": str(output)},
-               "samples": merged.samples, "tensors": len(merged.tensors), "seconds": round(seconds, 3), "warnings": []}
-    return Outcome(summary)
+    return MergeResult(inputs=tuple(str(f) for f in files), output=str(output), samples=merged.samples, tensors=len(merged.tensors),
+                       seconds=time.perf_counter() - started)

@@ -10,13 +10,14 @@ from .. import calibration
 from ..errors import Opt, QtoolError
 from ..fileio import Outputs, model_input
 from ..options import method as checked_method
+from ..results import RecomputeResult
 from ..statistics import thresholds
-from . import Outcome, path
+from . import path
 
 log = logging.getLogger("qtool")
 
 
-def run(file, *, method: str | None = None, kl_variant: str | None = None, output=None) -> Outcome:
+def run(file, *, method: str | None = None, kl_variant: str | None = None, output=None) -> RecomputeResult:
     """Every threshold of the calibration `file` searched again from the histograms it keeps, with
     `method` [default: the file's]; written to `output` [default: `file` itself, atomically], which
     records the model relative to itself."""
@@ -44,10 +45,5 @@ def run(file, *, method: str | None = None, kl_variant: str | None = None, outpu
     warnings = [f"{len(zero)} tensor(s) have amax 0 (everything quantizes to 0): {', '.join(zero[:5])}"] if zero else []
     for w in warnings:
         log.warning(w)
-    seconds = time.perf_counter() - started
-    summary = {
-        "command": "recompute", "calibration": str(calib_path), "outputs": {"calibration": str(out)},
-        "tensors": len(new.tensors), "changed": changed, "method": method, "kl_variant": variant,
-        "seconds": round(seconds, 3), "warnings": warnings,
-    }
-    return Outcome(summary, details={"seconds": seconds})
+    return RecomputeResult(calibration=str(calib_path), output=str(out), tensors=len(new.tensors), changed=changed, method=method,
+                           kl_variant=variant, seconds=time.perf_counter() - started, warnings=tuple(warnings))

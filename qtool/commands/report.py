@@ -8,14 +8,15 @@ from pathlib import Path
 
 from .. import calibration, model, provenance, targets
 from ..checks import report as rep
+from ..commandinputs import load_checked_model
 from ..errors import Opt, QtoolError
 from ..fileio import Outputs, file_input, model_input, option_file
-from ..inputs import load_checked_model
-from . import Outcome, path
+from ..results import ReportResult
+from . import path
 
 
 def run(file, *, output=None, target: str | None = None, trt_version: str | None = None, method: str | None = None,
-        model=None, evaluation=None) -> Outcome:
+        model=None, evaluation=None) -> ReportResult:
     """The page of the calibration `file` as `target`'s export uses it, written to `output` [default:
     FILE's name with .report.html, here]; `evaluation`: JSON from qtool evaluate --json. Needs matplotlib.
     `file` may be an ONNX file qtool export wrote: the page of the calibration file it records (found
@@ -47,13 +48,9 @@ def run(file, *, output=None, target: str | None = None, trt_version: str | None
     with outs:
         outs.write(out, page)
         outs.commit()
-    seconds = time.perf_counter() - started
-    summary = {
-        "command": "report", "calibration": str(calib_path), "evaluation": str(evaluation) if evaluation else None,
-        "target": chosen, "target_from": why, "outputs": {"report": str(out)}, "tensors": len(cal.tensors),
-        "quantized": len(plan.sites), "bytes": len(page), "seconds": round(seconds, 3),
-    }
-    return Outcome(summary, details={"seconds": seconds})
+    return ReportResult(calibration=str(calib_path), evaluation=str(evaluation) if evaluation else None, target=chosen,
+                        target_from=why, output=str(out), tensors=len(cal.tensors), quantized=len(plan.sites), bytes=len(page),
+                        seconds=time.perf_counter() - started)
 
 
 def exported_calibration(file: Path, target: str | None, trt_version: str | None, method: str | None) -> tuple:

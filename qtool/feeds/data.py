@@ -497,13 +497,13 @@ class SampleFile:
         return [Samples(self, i, i + self.batch) for i in range(0, count, self.batch)]
 
 
-def samples_words(inputs: list) -> str | None:
-    """What the runs of a file of samples are, as a command's text counts them ("samples in 'x.npz'",
-    or "runs of 'x.npz'" for a fixed batch over 1); None for files, one run each."""
+def sample_runs(inputs: list) -> tuple[str, str] | None:
+    """What the runs over a file of samples are: ("samples", its path) when each is one sample,
+    ("runs", its path) for a fixed batch over 1; None for files, one run each."""
     if not inputs or not isinstance(inputs[0], Samples):
         return None
     file = inputs[0].file
-    return f"{'samples in' if file.batch == 1 else 'runs of'} {str(file.path)!r}"
+    return ("samples" if file.batch == 1 else "runs"), str(file.path)
 
 
 @dataclass(frozen=True)

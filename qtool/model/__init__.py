@@ -16,7 +16,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from ..errors import Opt, QtoolError
-from . import dynamic, lazy, lazyload, shapes
+from . import bigmodel, dynamic, lazy, shapes
 from .graph import Constants, outer_refs, subgraphs
 
 FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE}
@@ -48,7 +48,7 @@ _NOT_FOLDABLE = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUni
 class LoadedModel:
     path: Path
     sha256: str
-    proto: onnx.ModelProto  # with external data loaded, unless load_model(external_data=False); big models: lazyload.py
+    proto: onnx.ModelProto  # with external data loaded, unless load_model(external_data=False); big models: bigmodel.py
     onnx_sha256: str | None = None  # of the .onnx file alone: what older qtool versions recorded, external data or not
     store: lazy.Store | None = None  # of a model loaded lazily: where its big weights lie, alive as long as this is
     # a model onnxruntime quantized dynamically, read as float (load_float_model): the model as given, and what was rewritten
@@ -87,7 +87,7 @@ def external_locations(proto: onnx.ModelProto) -> list[str]:
     """The external data files (relative to the model's folder) of a model loaded without its
     external data, sorted: the fixed order the model's SHA-256 reads them in."""
     return sorted({
-        e.value for t in lazyload.graph_tensors(proto.graph)
+        e.value for t in bigmodel.graph_tensors(proto.graph)
         if t.data_location == TensorProto.EXTERNAL for e in t.external_data if e.key == "location"
     })
 
@@ -148,12 +148,12 @@ def read_model_bytes(path: str | os.PathLike) -> bytes:
 
 def read_model_header(path: str | os.PathLike, weightless: bool = False) -> onnx.ModelProto:
     """The model without its external data (read_model_bytes's checks, then protobuf's);
-    `weightless`: without the data of its big float initializers either (lazyload.read_header:
+    `weightless`: without the data of its big float initializers either (bigmodel.read_header:
     the graph's pages of the file are all it reads)."""
     if weightless:
         p = Path(path)
         os.close(_open_model(p))
-        return lazyload.read_header(p)[0]
+        return bigmodel.read_header(p)[0]
     return onnx.load_model_from_string(read_model_bytes(path))
 
 
@@ -167,21 +167,21 @@ def load_model(path: str | os.PathLike, external_data: bool = True) -> LoadedMod
 
     external_data=False leaves external weights on disk (they are checked to exist);
     qtool.runtime.onnxruntime.session(proto, external_folder=path.parent) runs such a model without
-    copying them, whatever their size. A model of lazyload.LAZY_BYTES or more (with its external
-    data) is loaded lazily either way: its big weights stay where they lie (lazyload.py).
+    copying them, whatever their size. A model of bigmodel.LAZY_BYTES or more (with its external
+    data) is loaded lazily either way: its big weights stay where they lie (bigmodel.py).
     """
     p = Path(path)
     fd = _open_model(p)
     size = os.fstat(fd).st_size
     os.close(fd)
-    if size >= lazyload.LAZY_BYTES:
+    if size >= bigmodel.LAZY_BYTES:
         return _load_lazy(p)
     data = read_model_bytes(p)
     with _reading(p):
         proto = onnx.load_model_from_string(data)
         locations = external_locations(proto)
         _require_external(p, locations)
-        if size + sum((p.parent / loc).stat().st_size for loc in locations) >= lazyload.LAZY_BYTES:
+        if size + sum((p.parent / loc).stat().st_size for loc in locations) >= bigmodel.LAZY_BYTES:
             del proto, data
             return _load_lazy(p)
         h = hashlib.sha256(data)  # model_sha256 of the bytes parsed, not a second read
@@ -270,13 +270,13 @@ def _digests(h, p: Path, locations) -> tuple[str, str]:
 
 
 def _load_lazy(p: Path) -> LoadedModel:
-    """load_model for a big model: the graph without its big weights (lazyload.py), the SHA-256 of
+    """load_model for a big model: the graph without its big weights (bigmodel.py), the SHA-256 of
     the files read in chunks."""
     with _reading(p):
-        header, found, identity = lazyload.read_header(p)
+        header, found, identity = bigmodel.read_header(p)
         locations = external_locations(header)
         _require_external(p, locations)
-        store = lazyload.load_lazy(p, header, found, identity)
+        store = bigmodel.load_lazy(p, header, found, identity)
     h = hashlib.sha256()
     _update(h, p)
     onnx_sha256, sha256 = _digests(h, p, locations)

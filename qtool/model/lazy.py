@@ -1,6 +1,6 @@
 """Lazy weights: initializers that stand in the graph for bytes kept elsewhere.
 
-A big model (lazyload.py) is loaded without the data of its float initializers of INLINE_BYTES or
+A big model (bigmodel.py) is loaded without the data of its float initializers of INLINE_BYTES or
 more: each becomes a reference, an external-data location naming an entry of a Store
 (`qtool-lazy:` store id / entry number), not a file. An entry is either bytes in a file (`Source`,
 read with pread when asked for: nothing is memory-mapped, so nothing stays resident) or an array

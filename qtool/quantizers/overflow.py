@@ -45,7 +45,7 @@ import numpy as np
 import onnx
 
 from ..model import graph as G
-from . import quant
+from . import grids
 
 LIMIT = 32767
 CODES = np.arange(256, dtype=np.float64)
@@ -75,7 +75,7 @@ def db(x: float, ref: float) -> str:
     return f"{10 * np.log10(x / ref):+.1f}"
 
 
-def activation_codes(record, params: quant.QParams) -> tuple[np.ndarray, float]:
+def activation_codes(record, params: grids.QParams) -> tuple[np.ndarray, float]:
     """(P(code = a) for a in 0..255 from the positive values, E[q^2]) of the u8 code the kernel
     multiplies, from the record's histogram of |x|. A bin reachable by values of both signs is
     split evenly between them; negative values make small codes, which cannot saturate, and are
@@ -101,7 +101,7 @@ def activation_codes(record, params: quant.QParams) -> tuple[np.ndarray, float]:
     return pmf / total, float((counts * q_abs ** 2).sum() / total)
 
 
-def magnitude_codes(record, params: quant.QParams) -> tuple[np.ndarray, float]:
+def magnitude_codes(record, params: grids.QParams) -> tuple[np.ndarray, float]:
     """(P(|q| = k) for k in 0..127, E[q^2]) of a signed quantizer's codes, from the record's histogram of |x|."""
     counts = np.asarray(record.counts, dtype=np.float64)
     total = counts.sum()
@@ -139,7 +139,7 @@ def reduction_rows(node: onnx.NodeProto, slot: int, q: np.ndarray, dims: dict, r
     return []
 
 
-def channel_codes(record, act: quant.QParams, k: int) -> np.ndarray | None:
+def channel_codes(record, act: grids.QParams, k: int) -> np.ndarray | None:
     """The largest u8 code each of the `k` input channels of a linear layer reaches in calibration
     (the stored value: q + 128 on a signed grid), from the record's per-channel max |x| along the
     last axis; None when calibration did not record them for `k` channels."""
@@ -223,7 +223,7 @@ def _excess_sq_independent(pmf: np.ndarray) -> np.ndarray:
     return np.maximum(inner, 0.0) @ pmf
 
 
-def pair_codes(joint, p: int, act: quant.QParams, signs: tuple[int, int], offset: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def pair_codes(joint, p: int, act: grids.QParams, signs: tuple[int, int], offset: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(u8 code of channel 2p, of channel 2p + 1, probability) over the non-empty bins of pair p
     of `joint` (qtool.statistics.pairs.ChannelPairs): the stored value the kernel multiplies (q +
     128 on a signed grid) of each bin's centre x, or of offset - x for a channel whose sign in
@@ -241,7 +241,7 @@ def pair_codes(joint, p: int, act: quant.QParams, signs: tuple[int, int], offset
     return code(centre[i], signs[0]), code(centre[j], signs[1]), prob
 
 
-def joint_saturation(rows: np.ndarray, channels: int, joint, act: quant.QParams, signs: np.ndarray, offset: float = 0.0) -> np.ndarray:
+def joint_saturation(rows: np.ndarray, channels: int, joint, act: grids.QParams, signs: np.ndarray, offset: float = 0.0) -> np.ndarray:
     """Per row of integer weights [rows, reduction] in oneDNN's layout (channel inner, `channels`
     padded to even): the expected squared error its saturated pairs add to one output (units as
     `row_saturation`), the codes of each pair drawn together from calibration's joint histogram
@@ -265,7 +265,7 @@ def joint_saturation(rows: np.ndarray, channels: int, joint, act: quant.QParams,
     return root ** 2
 
 
-def assess_activations(record_a, act_a: quant.QParams, record_b, act_b: quant.QParams) -> Risk | None:
+def assess_activations(record_a, act_a: grids.QParams, record_b, act_b: grids.QParams) -> Risk | None:
     """The saturation estimate of a MatMul of two activations A @ B (Q.K^T, softmax.V): the
     runtimes multiply A's u8 codes by B's s8 codes (B in the weights' place), pairs along the
     reduction axis, all four codes of a pair independent draws from the histograms and the two
@@ -306,7 +306,7 @@ def row_saturation(q_rows: np.ndarray, pmf: np.ndarray, correlated: bool, tables
     return np.where(at_risk, per_pair, 0.0).sum(axis=1)
 
 
-def assess(node: onnx.NodeProto, slot: int, q: np.ndarray, dims: dict, record, act: quant.QParams,
+def assess(node: onnx.NodeProto, slot: int, q: np.ndarray, dims: dict, record, act: grids.QParams,
            correlated: bool, runtime: str = "any") -> Risk | None:
     """The saturation estimate of one layer with integer weights `q` (at input `slot`) and the
     activation quantizer `act` (on 8 bits; None for other grids or a layer without pairs).
@@ -375,7 +375,7 @@ def least_noise_ratios(rows: np.ndarray, step: np.ndarray, top: np.ndarray, stat
     return ratio
 
 
-def product_codes(record_a, act_a: quant.QParams, record_b, act_b: quant.QParams) -> tuple[np.ndarray, np.ndarray] | None:
+def product_codes(record_a, act_a: grids.QParams, record_b, act_b: grids.QParams) -> tuple[np.ndarray, np.ndarray] | None:
     """For a MatMul of two activations A @ B: (A's largest u8 code per reduction channel, the
     stored value as `channel_codes`; B's largest |s8 code| per reduction channel), from the
     calibrated per-channel max |x| along the axis each contracts (A's last, B's second to last);

@@ -36,7 +36,7 @@ import numpy as np
 
 from ..calibration import decide, nesting_depth, read_input
 from ..errors import Opt, QtoolError
-from . import quant
+from . import grids
 
 ROUNDINGS = ("half-even", "half-up", "half-down", "half-away", "toward-zero", "up", "down")
 SCALES = ("float", "pow2")
@@ -107,38 +107,38 @@ def _scaled(scale: np.ndarray, policy: Policy) -> np.ndarray:
     return pow2_scale(scale) if policy.scale == "pow2" else np.asarray(scale, dtype=np.float64)
 
 
-def activation_params(amax, unsigned: bool, policy: Policy = SYMMETRIC, low=None, high=None, axis: int | None = None) -> quant.QParams:
+def activation_params(amax, unsigned: bool, policy: Policy = SYMMETRIC, low=None, high=None, axis: int | None = None) -> grids.QParams:
     """The quantizer of an activation with threshold `amax` (> 0; per channel along `axis` when an array):
     symmetric on [0, amax] (unsigned) or [-amax * (qmax+1)/qmax, amax]; asymmetric on the
     calibrated [low, high] clipped to [-amax, amax], zero exactly on the grid."""
     asymmetric = policy.symmetric is False and low is not None and high is not None
     # asymmetric: an unsigned grid with a zero point (u8 in OpenVINO and onnxruntime), unless told otherwise
     signed = (not unsigned and not asymmetric) if policy.signed is None else policy.signed
-    g = quant.grid(policy.bits, signed=signed)
+    g = grids.grid(policy.bits, signed=signed)
     a = np.asarray(amax, dtype=np.float64)
     if not (np.all(np.isfinite(a)) and np.all(a > 0)):
         raise ValueError(f"amax must be finite and > 0, got {amax}")
     if not asymmetric:
         scale = _scaled(a / g.qmax, policy)
-        return quant.QParams(scale, np.zeros(a.shape, dtype=np.int64), g, axis if a.ndim else None)
+        return grids.QParams(scale, np.zeros(a.shape, dtype=np.int64), g, axis if a.ndim else None)
     lo = np.minimum(np.maximum(np.asarray(low, np.float64), -a), 0.0)  # the range holds zero
     hi = np.maximum(np.minimum(np.asarray(high, np.float64), a), 0.0)
     hi = np.where(hi - lo > 0, hi, a)
     scale = _scaled((hi - lo) / (g.qmax - g.qmin), policy)
     zp = np.clip(np.rint(g.qmin - lo / scale), g.qmin, g.qmax).astype(np.int64)
-    return quant.QParams(scale, zp, g, axis if a.ndim else None)
+    return grids.QParams(scale, zp, g, axis if a.ndim else None)
 
 
-def seven_bit_codes(params: quant.QParams) -> quant.QParams:
+def seven_bit_codes(params: grids.QParams) -> grids.QParams:
     """The per-tensor 8-bit activation quantizer `params` moved onto an unsigned grid whose stored
     codes of its range [input_low, input_high] are 0..127 (a zero point, twice the step): the
     overflow guard's input remedy (qtool.quantizers.placement.guard), with which no u8 x s8 pair
     can pass int16 (2 x 128 x 127 < 32767) whatever the weights."""
-    lo, hi = (float(v) for v in quant.range_from_scale(params.scale, params.zero_point, params.grid))
-    g = quant.grid(8, signed=False)
+    lo, hi = (float(v) for v in grids.range_from_scale(params.scale, params.zero_point, params.grid))
+    g = grids.grid(8, signed=False)
     scale = (hi - lo) / 127
     zp = int(np.clip(np.rint(-lo / scale), g.qmin, g.qmax))
-    return quant.QParams(np.asarray(scale, dtype=np.float64), np.asarray(zp, dtype=np.int64), g, None)
+    return grids.QParams(np.asarray(scale, dtype=np.float64), np.asarray(zp, dtype=np.int64), g, None)
 
 
 # Asymmetric activations take a zero point; `symmetric=None` chooses them only where the step
@@ -158,7 +158,7 @@ def choose_symmetry(amax: float, low: float, high: float, bits: int = 8) -> bool
     return not asym_step <= ASYMMETRIC_GAIN * sym_step
 
 
-def weight_params(w, axis: int | None, policy: Policy = WEIGHTS, headroom_bits: int = 0, floor=None) -> quant.QParams:
+def weight_params(w, axis: int | None, policy: Policy = WEIGHTS, headroom_bits: int = 0, floor=None) -> grids.QParams:
     """Symmetric narrow-range weight quantizer from the weights (per channel along `axis`).
     headroom_bits: scale amax / (qmax >> headroom) on the same exported grid (NNCF's 7-bit
     overflow fix is 8 bits with one bit of headroom). floor: a smallest amax (per channel), e.g.
@@ -171,25 +171,25 @@ def weight_params(w, axis: int | None, policy: Policy = WEIGHTS, headroom_bits: 
     else:
         axis = axis % wa.ndim
         amax = wa.max(axis=tuple(i for i in range(wa.ndim) if i != axis)) if wa.size else np.zeros(wa.shape[axis])
-    fallback = float(amax.max()) if amax.size and amax.max() > quant.MIN_WEIGHT_AMAX else 1.0
-    amax = np.where(amax > quant.MIN_WEIGHT_AMAX, amax, fallback)
+    fallback = float(amax.max()) if amax.size and amax.max() > grids.MIN_WEIGHT_AMAX else 1.0
+    amax = np.where(amax > grids.MIN_WEIGHT_AMAX, amax, fallback)
     if floor is not None:
         amax = np.maximum(amax, np.asarray(floor, dtype=np.float64) if axis is not None else np.max(floor))
-    g = quant.grid(policy.bits, signed=True, narrow=True)
+    g = grids.grid(policy.bits, signed=True, narrow=True)
     used = g.qmax >> headroom_bits
-    return quant.QParams(_scaled(amax / used, policy), np.zeros(amax.shape, dtype=np.int64), g, axis)
+    return grids.QParams(_scaled(amax / used, policy), np.zeros(amax.shape, dtype=np.int64), g, axis)
 
 
-def quantize(x, params: quant.QParams, rounding: str = "half-even") -> np.ndarray:
+def quantize(x, params: grids.QParams, rounding: str = "half-even") -> np.ndarray:
     """clip(round(x / scale) + zp, qmin, qmax) as int64, rounded by `rounding` (axis: per channel)."""
-    return quant.quantize_linear(x, params.scale, params.zero_point, params.grid, params.axis,
+    return grids.quantize_linear(x, params.scale, params.zero_point, params.grid, params.axis,
                                  round_fn=lambda t: round_values(t, rounding))
 
 
-def fake_quantize(x, params: quant.QParams, rounding: str = "half-even") -> np.ndarray:
+def fake_quantize(x, params: grids.QParams, rounding: str = "half-even") -> np.ndarray:
     """x through the quantizer and back (float64): the numpy simulation of any policy."""
     q = quantize(x, params, rounding)
-    return quant.dequantize_linear(q, params.scale, params.zero_point, params.axis if np.ndim(params.scale) else None)
+    return grids.dequantize_linear(q, params.scale, params.zero_point, params.axis if np.ndim(params.scale) else None)
 
 
 # ---------------------------------------------------------------- choosing policies

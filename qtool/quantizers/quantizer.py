@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from . import quant
+from . import grids
 from .policy import SYMMETRIC, WEIGHTS, Policy, activation_params, seven_bit_codes, weight_params
 
 ACTIVATION, WEIGHT = "activation", "weight"
@@ -76,7 +76,7 @@ class Quantizer:
     def is_weight(self) -> bool:
         return self.kind == WEIGHT
 
-    def params(self) -> quant.QParams:
+    def params(self) -> grids.QParams:
         if self.kind == WEIGHT:
             return weight_params(self.values, self.axis if self.policy.per_channel else None, self.policy, self.headroom_bits,
                                  self.floor)

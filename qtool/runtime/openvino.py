@@ -52,7 +52,7 @@ def reason(e: BaseException) -> str:
 class Session:
     """OpenVINO's CPU plugin on a model, behind onnxruntime's `run(names, feeds)`. `precision`: the
     float precision of the unquantized layers, "f32" or "default" (OpenVINO's choice on this CPU: bf16
-    with AVX-512 BF16 or AMX, qtool.quantizers.cpu), stated in the config either way; `float_precision`
+    with AVX-512 BF16 or AMX, qtool.quantizers.cpu_kinds), stated in the config either way; `float_precision`
     is the one it runs them in ("f32", "bf16", "f16"). Feeds the model does not take (an input no
     node reads, which OpenVINO drops) are left out. `static`: why OpenVINO refused the dynamic shapes
     where it compiles at the inputs' shapes instead, "" otherwise; given, it compiles at the inputs'

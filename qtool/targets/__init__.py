@@ -8,10 +8,10 @@ with qtool.options.option, with `build(given)`, `sections()` and `own_methods()`
 float types it quantizes, the runtime that runs its file, whether its writer builds a model of any
 subset of its quantizers (what evaluate --tensors, export --keep-fp32 and --max-drop need), the
 export options it takes (qtool.options declares which target reads which), its writer module and its
-default suffix. A writer module has `suffix(options)` and `export(loaded, cal, options) -> ExportResult`
+default suffix. A writer module has `suffix(options)` and `export(loaded, cal, options) -> WrittenFile`
 (`options`: a qtool.options.ExportOptions): it turns a calibration
 (and the model it was made for) into the bytes of one file, never writes files itself and never
-modifies the model it is given; and `shown(loaded, cal, method=None, **options) -> Shown`, what
+modifies the model it is given; and `report_view(loaded, cal, method=None, **options) -> ReportView`, what
 qtool report shows of that export. Optionally `evaluation_options(options, runtime)`: the options,
 checked, with which qtool.checks.evaluation builds the file it runs (default: as given), and whether
 `runtime` (None: the simulation only) can run it; `export_options(options) -> (options, summary)`:
@@ -43,15 +43,17 @@ FLOAT, FLOAT16 = 1, 10  # onnx.TensorProto element types (not imported here: the
 
 
 @dataclass
-class ExportResult:
+class WrittenFile:
+    """What a writer's `export` gives: the file's bytes, its warnings and what the export's --json says of it."""
+
     data: bytes
     warnings: list[str] = field(default_factory=list)
     summary: dict = field(default_factory=dict)  # target-specific facts for the JSON summary
 
 
 @dataclass
-class Shown:
-    """What qtool report shows of a target's export (a writer's `shown(loaded, cal, method=...)`):
+class ReportView:
+    """What qtool report shows of a target's export (a writer's `report_view(loaded, cal, method=...)`):
     its placement and the thresholds and scales the file holds."""
 
     title: str  # e.g. "QDQ model (onnxruntime)"
@@ -174,7 +176,7 @@ def ranked() -> tuple[str, ...]:
     return tuple(sorted(t.name for t in _REGISTRY if t.any_subset))
 
 
-def taking(keyword: str) -> tuple[str, ...]:
+def reading(keyword: str) -> tuple[str, ...]:
     """The targets that take the export option `keyword` (sorted)."""
     return tuple(sorted(t.name for t in _REGISTRY if keyword in t.options))
 

@@ -23,7 +23,7 @@ from ..options import ExportOptions, _check_choices, declared_options, option
 from ..quantizers import biascorrection, placement, policy
 from ..quantizers.rules import ELEMENTWISE, LINEAR, POOLING, SHAPE_OPS, Rules
 from ..quantizers.smoothquant import smooth
-from . import ExportResult, Shown
+from . import ReportView, WrittenFile
 
 # ---------------------------------------------------------------------------- their options (the rest of each help: docs/cli.md)
 
@@ -190,7 +190,7 @@ def export_prepared(loaded, cal, prepared: Prepared, apply: Callable, bias_corre
                "fp32_layer_names": sorted(plan.fp32_layers), "bias_corrected_layers": corrected}
     if prepared.smoothing is not None:
         summary["smooth_quant"] = prepared.smoothing.summary
-    return ExportResult(data, prepared.warnings + bc_warnings + list(rounding_warnings) + more, summary)
+    return WrittenFile(data, prepared.warnings + bc_warnings + list(rounding_warnings) + more, summary)
 
 
 def cpu_plan(model, cal, options: ExportOptions, *, float_types: tuple[int, ...], overflow_remedy: str | None, more_excluded=(),
@@ -249,9 +249,9 @@ def prepare(model, cal, warnings: list[str], options: ExportOptions, *, float_ty
                     cpu=cpu)
 
 
-def shown(prepare, title: str, loaded, cal, options: ExportOptions):
-    """qtool.targets.Shown of a CPU target's export with these options (`prepare`: its writer's)."""
+def report_view(prepare, title: str, loaded, cal, options: ExportOptions):
+    """qtool.targets.ReportView of a CPU target's export with these options (`prepare`: its writer's)."""
     method = options.method
     prepared = prepare(loaded, cal, options)
     used = prepared.cal if prepared.cal is not None else cal
-    return Shown(title, prepared.plan, used, used.method_for(CPU, method), used.for_target(CPU, method), prepared.smoothing)
+    return ReportView(title, prepared.plan, used, used.method_for(CPU, method), used.for_target(CPU, method), prepared.smoothing)

@@ -17,11 +17,11 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ..model import graph as G
 from ..options import ExportOptions
-from ..quantizers import placement, policy, quant
+from ..quantizers import grids, placement, policy
 from . import get
 from .cpu import Prepared, export_prepared, with_quantizers
 from .cpu import prepare as cpu_prepare
-from .cpu import shown as cpu_shown
+from .cpu import report_view as cpu_report_view
 
 DEFAULTS = ExportOptions("openvino")
 
@@ -37,7 +37,7 @@ def _np_type(elem_type: int):
     return np.float16 if elem_type == TensorProto.FLOAT16 else np.float32
 
 
-def _fake_quantize(model: onnx.ModelProto, namer: G.Namer, tensor: str, params: quant.QParams, shape: tuple, elem_type: int) -> str:
+def _fake_quantize(model: onnx.ModelProto, namer: G.Namer, tensor: str, params: grids.QParams, shape: tuple, elem_type: int) -> str:
     """Append a FakeQuantize reading `tensor`; returns the name of its output."""
     dtype = _np_type(elem_type)
     low = np.asarray(params.input_low, dtype=dtype).reshape(shape)
@@ -57,10 +57,10 @@ def _fake_quantize(model: onnx.ModelProto, namer: G.Namer, tensor: str, params: 
 # (openvinotoolkit/openvino src/common/offline_transformations compress_quantize_weights.hpp:
 # Constant (low precision) -> Convert -> Subtract zero point -> Multiply scale; NNCF's IR holds
 # the same): an int8 initializer -> Cast -> Mul by the per-channel scale, the zero point being 0.
-COMPRESSED_GRID = quant.grid(8, signed=True, narrow=True)
+COMPRESSED_GRID = grids.grid(8, signed=True, narrow=True)
 
 
-def _codes(w: np.ndarray, low: np.ndarray, high: np.ndarray, g: quant.Grid) -> np.ndarray:
+def _codes(w: np.ndarray, low: np.ndarray, high: np.ndarray, g: grids.Grid) -> np.ndarray:
     """The integers OpenVINO's FakeQuantize of the constant `w` (range [low, high], g.levels levels)
     stands for, as it computes them when it runs such a layer in int8: its reference formula in the
     weights' float type (openvinotoolkit/openvino src/core/reference/include/openvino/reference/
@@ -72,7 +72,7 @@ def _codes(w: np.ndarray, low: np.ndarray, high: np.ndarray, g: quant.Grid) -> n
     return (q.astype(np.int64) + g.qmin).astype(np.int8)
 
 
-def _compressed_weight(model: onnx.ModelProto, namer: G.Namer, site, params: quant.QParams, values: np.ndarray,
+def _compressed_weight(model: onnx.ModelProto, namer: G.Namer, site, params: grids.QParams, values: np.ndarray,
                        nodes: dict[str, onnx.NodeProto], transposed: bool) -> str:
     """Append the int8 weight, its Cast and Mul; returns the name of the dequantized weight. The
     integers and scales are those OpenVINO derives from the FakeQuantize of `values` the file held
@@ -82,7 +82,7 @@ def _compressed_weight(model: onnx.ModelProto, namer: G.Namer, site, params: qua
     every inference (it keeps compressed weights unfolded: MiniLM-L3, 24 runtime Transposes -> 6).
     `nodes`: the model's nodes by name (its readers', whose bias an asymmetric flip shifts)."""
     dtype = _np_type(site.elem_type)
-    shape = quant.range_shape(params, values.ndim)
+    shape = grids.range_shape(params, values.ndim)
     low = np.asarray(params.input_low, dtype=dtype).reshape(shape)
     high = np.asarray(params.input_high, dtype=dtype).reshape(shape)
     q = _codes(np.asarray(values, dtype=dtype), low, high, params.grid)
@@ -185,7 +185,7 @@ def _flip_bias(model: onnx.ModelProto, namer: G.Namer, node: onnx.NodeProto, sit
 COMMUTING_REDUCTIONS = ("ReduceMax", "ReduceMin")
 
 
-def _below_reduction(model: onnx.ModelProto, namer: G.Namer, reduction: onnx.NodeProto, params: quant.QParams, elem_type: int) -> str:
+def _below_reduction(model: onnx.ModelProto, namer: G.Namer, reduction: onnx.NodeProto, params: grids.QParams, elem_type: int) -> str:
     """A FakeQuantize of the reduction's input and a copy of the reduction reading it; returns the copy's output:
     the per-tensor FakeQuantize of the reduction's output, computed in the order OpenVINO runs right."""
     quantized = _fake_quantize(model, namer, reduction.input[0], params, (), elem_type)
@@ -262,7 +262,7 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
         params = site.params()
         source = site.tensor
         if not site.is_weight:
-            shape = () if site.channel_amax is None else quant.range_shape(params, site.rank)  # [1, C, 1, 1] per channel
+            shape = () if site.channel_amax is None else grids.range_shape(params, site.rank)  # [1, C, 1, 1] per channel
             if site.channel_signs is not None:  # the guard's flipped input channels, negated before the FakeQuantize
                 padded = _padded(model, namer, site, nodes[site.readers[0][0]]) if site.flip_pads else None
                 source = _flipped(model, namer, site, padded)
@@ -274,7 +274,7 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
                     nodes[node_name].input[slot] = out
                 continue
         else:
-            shape = quant.range_shape(params, site.values.ndim)
+            shape = grids.range_shape(params, site.values.ndim)
             values = site.values
             if site.policy.rounding != "half-even":  # FakeQuantize rounds half to even: give it weights already on the grid
                 values = policy.fake_quantize(site.values, params, site.policy.rounding).astype(_np_type(site.elem_type))
@@ -319,6 +319,6 @@ def export(loaded, cal, options: ExportOptions = DEFAULTS):
                            rounding_warnings=policy.runtime_rounding_warnings(prepared.plan, "OpenVINO"))
 
 
-def shown(loaded, cal, *, method: str | None = None):
+def report_view(loaded, cal, *, method: str | None = None):
     """What qtool report shows of this export (default options)."""
-    return cpu_shown(prepare, "OpenVINO, FakeQuantize model", loaded, cal, ExportOptions("openvino", method=method))
+    return cpu_report_view(prepare, "OpenVINO, FakeQuantize model", loaded, cal, ExportOptions("openvino", method=method))

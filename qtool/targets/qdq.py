@@ -21,13 +21,13 @@ from ..model import graph as G
 from ..model import lazy
 from ..model.checker import check
 from ..options import ExportOptions
-from ..quantizers import placement, quant
+from ..quantizers import grids, placement
 from ..quantizers import policy as policy_mod
 from ..quantizers.quantizer import Quantizer
 from . import get
 from .cpu import CpuOptions, Prepared, export_prepared, with_quantizers
 from .cpu import prepare as cpu_prepare
-from .cpu import shown as cpu_shown
+from .cpu import report_view as cpu_report_view
 
 DEFAULTS = ExportOptions("qdq")
 
@@ -76,11 +76,11 @@ _NUMPY = {TensorProto.INT8: np.int8, TensorProto.UINT8: np.uint8}
 WIDE_OPSET = 21
 
 
-def storage_type(grid: quant.Grid) -> int:
+def storage_type(grid: grids.Grid) -> int:
     """The smallest Q/DQ integer type holding `grid`."""
     for bits, signed_type, unsigned_type in ((4, TensorProto.INT4, TensorProto.UINT4), (8, TensorProto.INT8, TensorProto.UINT8),
                                              (16, TensorProto.INT16, TensorProto.UINT16)):
-        full = quant.grid(bits, signed=grid.signed)
+        full = grids.grid(bits, signed=grid.signed)
         if full.qmin <= grid.qmin and grid.qmax <= full.qmax:
             return signed_type if grid.signed else unsigned_type
     raise QtoolError(f"no ONNX integer type holds the grid [{grid.qmin}, {grid.qmax}]")
@@ -104,13 +104,13 @@ def _int_init(model: onnx.ModelProto, namer: G.Namer, base: str, values: np.ndar
     return name
 
 
-def _unsigned(p: quant.QParams) -> quant.QParams:
+def _unsigned(p: grids.QParams) -> grids.QParams:
     """The same quantizer on the unsigned grid: q + 2^(b-1) with the zero point moved alike (the
     values it represents and the rounding are unchanged)."""
     if not p.grid.signed:
         return p
     shift = -p.grid.qmin
-    return quant.QParams(p.scale, np.asarray(p.zero_point) + shift, quant.Grid(0, p.grid.qmax + shift), p.axis)
+    return grids.QParams(p.scale, np.asarray(p.zero_point) + shift, grids.Grid(0, p.grid.qmax + shift), p.axis)
 
 
 def _activation_nodes(model, namer, site: Quantizer) -> list[onnx.NodeProto]:
@@ -120,7 +120,7 @@ def _activation_nodes(model, namer, site: Quantizer) -> list[onnx.NodeProto]:
         # output_dtype INT8 beside a UINT8 zero point and the session fails to load): write them unsigned
         p = _unsigned(p)
     ztype = storage_type(p.grid)
-    full = quant.grid({TensorProto.INT4: 4, TensorProto.UINT4: 4, TensorProto.INT16: 16, TensorProto.UINT16: 16}.get(ztype, 8), p.grid.signed)
+    full = grids.grid({TensorProto.INT4: 4, TensorProto.UINT4: 4, TensorProto.INT16: 16, TensorProto.UINT16: 16}.get(ztype, 8), p.grid.signed)
     if (full.qmin, full.qmax) != (p.grid.qmin, p.grid.qmax):
         raise QtoolError("QuantizeLinear saturates to whole 4-, 8- or 16-bit types; the {bits}-bit activations of {tensor!r} need a "
                          "FakeQuantize target ({openvino})", bits=site.policy.bits, tensor=site.tensor, openvino=Opt("target", "openvino"))
@@ -139,7 +139,7 @@ def _weight_node(model, namer, site: Quantizer) -> onnx.NodeProto:
     q = policy_mod.quantize(site.values, p, site.policy.rounding)
     if site.unsigned_storage:  # the same values as uint8 with zero point 128: onnxruntime's u8 x u8 kernels never saturate
         shift = p.grid.qmax + 1
-        q, p = q + shift, quant.QParams(p.scale, np.asarray(p.zero_point) + shift, quant.Grid(p.grid.qmin + shift, p.grid.qmax + shift), p.axis)
+        q, p = q + shift, grids.QParams(p.scale, np.asarray(p.zero_point) + shift, grids.Grid(p.grid.qmin + shift, p.grid.qmax + shift), p.axis)
     ztype = storage_type(p.grid)
     kind = {TensorProto.INT8: "int8", TensorProto.UINT8: "uint8"}.get(ztype, "int")
     wq = _int_init(model, namer, f"{site.tensor}/{kind}", q, ztype)
@@ -189,6 +189,6 @@ def export(loaded, cal, options: ExportOptions = DEFAULTS):
     return export_prepared(loaded, cal, prepared, apply, options.bias_correction, opset=True)
 
 
-def shown(loaded, cal, *, method: str | None = None):
+def report_view(loaded, cal, *, method: str | None = None):
     """What qtool report shows of this export (default options)."""
-    return cpu_shown(prepare, "QDQ model (onnxruntime)", loaded, cal, ExportOptions("qdq", method=method))
+    return cpu_report_view(prepare, "QDQ model (onnxruntime)", loaded, cal, ExportOptions("qdq", method=method))

@@ -69,7 +69,7 @@ src/nncf/openvino/quantization/ignored_patterns.py):
 
 Ranges: activations from qtool.calibration.decide (the file's amax on the target's grid, with the
 clipping fallback); weights from the weights
-(qtool.quantizers.quant). The result is a `Plan`; exporters add FakeQuantize or Q/DQ nodes from it.
+(qtool.quantizers.grids). The result is a `Plan`; exporters add FakeQuantize or Q/DQ nodes from it.
 
 The steps, in `place()`'s order, each a function over the results of the ones before it (the
 read-only `state.Inputs`, the user's `state.Choices`, the `state.Report` of FP32 layers and

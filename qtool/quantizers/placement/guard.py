@@ -15,7 +15,7 @@ from onnx import numpy_helper
 
 from ...model import graph as G
 from ...statistics import noise
-from .. import overflow, policy, quant
+from .. import grids, overflow, policy
 from ..policy import quantize
 from ..quantizer import Quantizer, Range
 from .moves import Moves
@@ -278,7 +278,7 @@ def _flippable(inputs: Inputs, n: onnx.NodeProto, slot: int, wsite: Quantizer, s
     if (n.op_type != "Conv" or slot != 1 or joint is None or not joint.pair_count() or site.is_weight or site.channel_amax is not None
             or not _from_graph_input(inputs, site.tensor) or act.grid.levels != 256 or act.axis is not None
             or not (symmetric or _unpadded(n) or pads is not None) or len(wsite.readers) != 1
-            or params.grid != quant.grid(8, signed=True, narrow=True) or np.any(params.zero_point) or params.axis is None):
+            or params.grid != grids.grid(8, signed=True, narrow=True) or np.any(params.zero_point) or params.axis is None):
         return None
     return (0.0 if symmetric else float(act.input_low + act.input_high)), pads
 

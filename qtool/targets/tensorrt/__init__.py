@@ -39,7 +39,7 @@ from ...errors import Opt, QtoolError, opts
 from ...model import graph as G
 from ...options import ExportOptions, declared_options
 from ...quantizers import patterns as P
-from .. import ExportResult, Shown, get
+from .. import ReportView, WrittenFile, get
 from . import fp8, int8, passthrough
 from .attention import is_measured
 from .files import _listed, is_usable, write_cache, write_dynamic_range, write_ort_table
@@ -240,7 +240,7 @@ def export(loaded, cal, options: ExportOptions = DEFAULTS):
             high_precision=high_precision or ("fp16" if major >= 10 else "fp32"),
             weights=weights, exclude=exclude, include=include, bias_correction=options.bias_correction, smooth_quant=smooth_quant)
         summary = {"format": fmt, "trt_version": trt_version, "method": _method(cal, fmt, algorithm, method), **summary}
-        return ExportResult(data, warnings, summary)
+        return WrittenFile(data, warnings, summary)
     if high_precision is not None or weights != "fp32" or exclude or include or not options.bias_correction or smooth_quant not in ("auto", None):
         raise QtoolError("{high_precision}, {weights}, {exclude}, {include}, {bias_correction} and {smooth_quant} apply to {qdq} only",
                          **opts("high_precision", "weights", "exclude", "include", "bias_correction", "smooth_quant"),
@@ -249,7 +249,7 @@ def export(loaded, cal, options: ExportOptions = DEFAULTS):
     data, warnings, summary = _ranges_file(loaded, amax, trt_version, algorithm, fmt, unrepresentable(loaded.proto, cal, amax))
     if major == 10:
         warnings.insert(0, TRT10_DEPRECATED)
-    return ExportResult(data, warnings, {"format": fmt, "trt_version": trt_version, "method": _method(cal, fmt, algorithm, method), **summary})
+    return WrittenFile(data, warnings, {"format": fmt, "trt_version": trt_version, "method": _method(cal, fmt, algorithm, method), **summary})
 
 
 def _method(cal, fmt: str, algorithm: str, method: str | None) -> str:
@@ -362,7 +362,7 @@ def evaluation_options(options: ExportOptions, runtime: str | None = None) -> Ex
     return _resolved(options, fmt)
 
 
-def shown(loaded, cal, *, method: str | None = None, trt_version: str | None = None):
+def report_view(loaded, cal, *, method: str | None = None, trt_version: str | None = None):
     """What qtool report shows of the Q/DQ model export writes with default options (the same
     preparation, thresholds and placement: int8.plan), with the scales its `apply` writes (FP16
     when the unquantized part is)."""
@@ -380,5 +380,5 @@ def shown(loaded, cal, *, method: str | None = None, trt_version: str | None = N
     if default_format(version) != "qdq":
         notes.append(f"qtool export --target tensorrt writes a calibration cache for TensorRT {major}.x by default (every "
                      "activation tensor, NVIDIA's entropy thresholds); this page shows its Q/DQ model (--format qdq)")
-    return Shown(f"TensorRT {version}, Q/DQ model", placed.plan, used, used.method_for(TENSORRT, method),
+    return ReportView(f"TensorRT {version}, Q/DQ model", placed.plan, used, used.method_for(TENSORRT, method),
                  thresholds(used, fmt, "entropy2", method), placed.smoothing, scales, notes)

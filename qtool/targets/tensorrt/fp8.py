@@ -37,7 +37,7 @@ from ...errors import Opt, QtoolError
 from ...model import graph as G
 from ...quantizers import placement
 from ...quantizers.quantizer import Quantizer
-from .. import ExportResult, get
+from .. import WrittenFile, get
 from ..qdq import add_initializer, upgrade_opset
 from .int8 import FP16_SCALE_FLOOR, high_precision_fp16, insert, measured_rules, qdq_nodes
 from .rules import FP8, FP8_DEFAULT_METHOD, fp8_exclusions
@@ -200,7 +200,7 @@ def plan(model: onnx.ModelProto, cal, *, method: str | None = None, exclude=(), 
 
 def export(loaded, cal, *, trt_version: str | None = None, method: str | None = None, high_precision: str | None = None,
            weights: str = "fp8", exclude=(), include=(), **_options):
-    """The FP8 Q/DQ model for TensorRT `trt_version` (default: the newest qtool knows), as an ExportResult."""
+    """The FP8 Q/DQ model for TensorRT `trt_version` (default: the newest qtool knows), as a WrittenFile."""
     trt_version = trt_version or default_version()
     major = parse_version(trt_version)[0]
     high_precision = high_precision or "fp16"
@@ -225,4 +225,4 @@ def export(loaded, cal, *, trt_version: str | None = None, method: str | None = 
     if high_precision == "fp16":
         model = high_precision_fp16(model, cal, warnings, summary)
     data, more = G.finish(model, loaded.proto)
-    return ExportResult(data, warnings + more, summary)
+    return WrittenFile(data, warnings + more, summary)

@@ -33,7 +33,7 @@ from onnx import helper
 from ...calibration import Threshold
 from ...errors import Opt, QtoolError
 from ...model import graph as G
-from ...quantizers import biascorrection, placement, quant, smoothquant
+from ...quantizers import biascorrection, grids, placement, smoothquant
 from ...quantizers.quantizer import Quantizer
 from ...quantizers.rules import Rules
 from .. import get
@@ -136,7 +136,7 @@ def _weight_nodes(model: onnx.ModelProto, namer: G.Namer, site: Quantizer, weigh
     zp = _zero(model, namer, site.tensor, np.shape(p.scale))
     if weights == "int8":
         dq = namer.fresh(f"{site.tensor}/dequantized")
-        q = quant.quantize_linear(site.values, values, p.zero_point, p.grid, axis).astype(np.int8)
+        q = grids.quantize_linear(site.values, values, p.zero_point, p.grid, axis).astype(np.int8)
         source = add_initializer(model, namer, f"{site.tensor}/int8", q)
         return [helper.make_node("DequantizeLinear", [source, scale, zp], [dq], name=namer.fresh(f"{site.tensor}/DequantizeLinear"), **attrs)]
     return qdq_nodes(namer, site.tensor, scale, zp, **attrs)

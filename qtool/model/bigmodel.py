@@ -2,7 +2,7 @@
 
 A model of LAZY_BYTES or more (its .onnx file and external data together; qtool.model.load_model
 decides) is read without its weights: every float initializer of the main graph holding
-lazy.INLINE_BYTES or more becomes a lazy tensor (lazy.py) referring to where its bytes lie, in the
+lazy.INLINE_BYTES or more becomes a lazy tensor (lazy.py: the references and their stores) referring to where its bytes lie, in the
 .onnx file itself (a torch export's embedded weights: `read_header` leaves their raw data out,
 reading the file through a memory map so that only the graph's pages are touched) or in the model's
 external data files (any layout: one file, one per tensor: `load_lazy`). Graphs so loaded serialize
