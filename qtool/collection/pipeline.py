@@ -232,8 +232,15 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
     derived = collect.derivations(loaded.proto, names, types, source.static, stats)
     fetched = [n for n in names if n not in derived]
     batches = -(-len(source.inputs) // (source.batch_size or 1)) if source.inputs else os.cpu_count() or 1
-    kernel = not source.batch_bytes or source.batch_bytes * batches >= KERNEL_BYTES
-    if kernel:
+    per_run = source.batch_bytes or _run_bytes(loaded, fetched, source.dims)
+    if per_run:
+        kernel = per_run * batches >= KERNEL_BYTES
+    elif source.inputs:  # one run per data file: decided once the first run's bytes are known
+        def kernel(first: int, files: int = len(source.inputs)) -> bool:
+            return first * files >= KERNEL_BYTES
+    else:  # an in-memory loader: how many runs it gives is unknown
+        kernel = True
+    if kernel is True:
         histogram.start_loading()  # loads while the session is built and the first batch runs
     workers, threads = _parallelism(batches, source.batch_bytes)
     if progress is not None and source.inputs and hasattr(progress, "total"):  # a tqdm bar: now its length is known
@@ -241,7 +248,7 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
         progress.refresh()
     exposed = model.with_outputs(loaded.proto, fetched, types)
     folder = loaded.path.parent if loaded.external_files else None
-    helpers = _helpers(exposed, folder, fetched, names, source, bins, stats, derived, workers, progress) if kernel else []
+    helpers = _helpers(exposed, folder, fetched, names, source, bins, stats, derived, workers, progress) if kernel is not False else []
     # runs helper processes share (each with its own single session) are not split: threads side
     # by side queue for one interpreter lock (PP-OCRv5 det, 60 images at 640x640: 35-38 s with a
     # helper, 69-73 s in segments on two threads)
@@ -290,6 +297,15 @@ def _segment_cuts(loaded, exposed, fetched: list[str], types, source: _Source) -
     if sum(sizes.values()) <= RUN_BYTES:
         return []
     return segments.cuts(exposed, fetched, sizes, max(SEGMENT_BYTES, 2 * max(sizes.values())), types)
+
+
+def _run_bytes(loaded, fetched: list[str], dims: dict | None) -> int | None:
+    """Bytes one run fetches for the input shapes `dims`, when shape inference tells every
+    fetched tensor's size; None otherwise."""
+    if not dims:
+        return None
+    sizes = model.tensor_bytes(loaded.proto, fetched, dims)
+    return sum(sizes.values()) if len(sizes) == len(fetched) else None
 
 
 def _transformer(proto) -> bool:

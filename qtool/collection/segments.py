@@ -66,8 +66,8 @@ def cuts(proto: onnx.ModelProto, fetched: list[str], sizes: dict[str, int], budg
     """Node positions to cut the graph before, so that each segment's fetched tensors add up to
     about `budget` bytes (`sizes`: bytes per fetched tensor; unknown ones count 0); only where
     every crossing tensor is a graph output of `proto`, not a float tensor, or a sum that
-    onnxruntime fuses with none of its readers (see `_sums`), and none is read by one of
-    LAYOUT_READERS. [] when no cut is needed or allowed."""
+    onnxruntime fuses with none of its readers (see `_sums`), and none goes between a tensor and
+    a LAYOUT_READERS node that reads it. [] when no cut is needed or allowed."""
     nodes = proto.graph.node
     outputs = {o.name for o in proto.graph.output}
     made: dict[str, int] = {}
@@ -79,11 +79,17 @@ def cuts(proto: onnx.ModelProto, fetched: list[str], sizes: dict[str, int], budg
             if name:
                 made[name] = k
     outputs |= _sums(nodes)
-    layout_read = {name for node in nodes if node.op_type in LAYOUT_READERS for name in node_reads(node)}
-    for name in outputs:  # a graph output is read "after the last node"
-        last[name] = max(last.get(name, -1), len(nodes))
+    # a graph output crosses cuts freely, but not one between it and a LAYOUT_READERS node that
+    # reads it: up to that reader (the last one), it counts as crossing
+    layout_last: dict[str, int] = {}
+    for k, node in enumerate(nodes):
+        if node.op_type in LAYOUT_READERS:
+            for name in node_reads(node):
+                layout_last[name] = k
+    until = {name: k for name, k in last.items() if name not in outputs}
+    until.update({name: k for name, k in layout_last.items() if name in outputs})
     fetched_set = set(fetched)
-    constants = _constants(nodes)
+    constants = _constants(nodes, proto.graph)
     found: list[int] = []
     crossing: set[str] = set()  # made before position k, read at or after it, not safe to cut across
     bytes_since = 0
@@ -96,10 +102,9 @@ def cuts(proto: onnx.ModelProto, fetched: list[str], sizes: dict[str, int], budg
                 continue
             if name in fetched_set:
                 bytes_since += sizes.get(name, 0)
-            if last.get(name, -1) > k and name not in constants and types.get(name) in FLOATS \
-                    and (name not in outputs or name in layout_read):
+            if until.get(name, -1) > k and name not in constants and types.get(name) in FLOATS:
                 crossing.add(name)
-        crossing = {t for t in crossing if last[t] > k}
+        crossing = {t for t in crossing if until[t] > k}
     return found
 
 
@@ -123,7 +128,7 @@ def split(proto: onnx.ModelProto, fetched: list[str], positions: list[int]) -> l
         for name in node_reads(node):
             last[name] = k
     bounds = [0, *positions, len(nodes)]
-    constants = _constants(nodes)
+    constants = _constants(nodes, g)
     wanted = set(fetched)
     segments = []
     for start, stop in zip(bounds, bounds[1:]):
@@ -131,13 +136,14 @@ def split(proto: onnx.ModelProto, fetched: list[str], positions: list[int]) -> l
         made_set = {o for n in part for o in n.output if o}
         reads = list(dict.fromkeys(r for n in part for r in node_reads(n)))
         # constants made earlier: made again here (a constant, not a carried tensor)
-        part = [constants[r] for r in reads if r in constants and r not in made_set] + part
+        again = [constants[r] for r in reads if r in constants and r not in made_set]
+        part = again + part
         made = [o for n in part for o in n.output if o]
         made_set = set(made)
         inputs = [r for r in reads if r not in made_set and r not in inits]
         if start == 0:
             inputs = list(dict.fromkeys([*graph_inputs, *inputs]))
-        used_inits = [inits[r] for r in reads if r in inits]
+        used_inits = [inits[r] for r in dict.fromkeys([*reads, *(r for n in again for r in node_reads(n))]) if r in inits]
         own = [o for o in made if o in wanted]
         if start == 0:  # graph inputs that are fetched come back as outputs, as from the whole model
             own = [i for i in graph_inputs if i in wanted] + own
@@ -194,9 +200,13 @@ def _map_big_blocks() -> None:
         pass
 
 
-def _constants(nodes) -> dict[str, onnx.NodeProto]:
-    """{output: node} of the Constant nodes."""
-    return {n.output[0]: n for n in nodes if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and len(n.output) == 1}
+def _constants(nodes, graph: onnx.GraphProto) -> dict[str, onnx.NodeProto]:
+    """{output: node} of the Constant nodes, and of Identity nodes of an initializer (not one the
+    graph also lists as an input): onnxruntime folds both, in a segment as in the whole model
+    (CRAFT's refiner shares one bias this way between layers far apart)."""
+    inits = {t.name for t in graph.initializer} - {i.name for i in graph.input}
+    return {n.output[0]: n for n in nodes if n.domain in ("", "ai.onnx") and len(n.output) == 1
+            and (n.op_type == "Constant" or n.op_type == "Identity" and len(n.input) == 1 and n.input[0] in inits)}
 
 
 def _value_info(name: str, info: dict) -> onnx.ValueInfoProto:
