@@ -199,3 +199,29 @@ def test_a_segment_plan_bounds_the_fetched_bytes_and_runs_the_same_values():
     chain = segments.Segmented(parts, frozenset(fetched), 1, {})
     for name, a, b in zip(fetched, whole, chain.run(fetched, {"x": x})):
         np.testing.assert_array_equal(a, b, err_msg=name)
+
+
+def test_a_segment_that_returns_nothing_is_not_run():
+    """CRAFT's refiner ends in sums of branch outputs, which collect computes itself: a segment
+    of those sums alone would ask onnxruntime for no output (an error); it is left out."""
+    from qtool import model as qmodel
+    from qtool.collection import segments
+    from qtool.runtime import nchwc
+
+    rng = np.random.default_rng(5)
+    inits = [numpy_helper.from_array((rng.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32), f"w{k}") for k in range(2)]
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], pads=[1, 1, 1, 1]), helper.make_node("Conv", ["x", "w1"], ["b"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["a", "b"], ["y"])]
+    graph = helper.make_graph(nodes, "sum", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    types = qmodel.tensor_types(model)
+    fetched = ["x", "a", "b"]  # y: collect's sum of a and b
+    exposed = qmodel.with_outputs(model, fetched, types)
+    parts = segments.split(exposed, fetched, [1, 2])
+    assert [(p.start, p.stop) for p in parts] == [(0, 1), (1, 2)]  # not the Add's segment
+    x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    session, _ = nchwc.fetching_session(exposed, fetched, keep=frozenset(fetched), threads=1)
+    chain = segments.Segmented(parts, frozenset(fetched), 1, {})
+    for name, a, b in zip(fetched, onnxruntime.run(session, fetched, {"x": x}), chain.run(fetched, {"x": x})):
+        np.testing.assert_array_equal(a, b, err_msg=name)

@@ -109,7 +109,8 @@ def cuts(proto: onnx.ModelProto, fetched: list[str], sizes: dict[str, int], budg
 
 
 def split(proto: onnx.ModelProto, fetched: list[str], positions: list[int]) -> list[Segment]:
-    """The segments of `proto` cut before each of `positions` (see `cuts`)."""
+    """The segments of `proto` cut before each of `positions` (see `cuts`), but those that
+    return nothing (no fetched tensor, none a later segment reads)."""
     g = proto.graph
     nodes = list(g.node)
     inits = {t.name: t for t in g.initializer}
@@ -162,7 +163,8 @@ def split(proto: onnx.ModelProto, fetched: list[str], positions: list[int]) -> l
         sub.input.extend(overridable[t.name] for t in used_inits if t.name in overridable)
         for name in outs:
             sub.output.append(_value_info(name, info))
-        segments.append(Segment(model, tuple(inputs), tuple(own), tuple(carried), start, stop))
+        if outs:  # a part that makes only what collect computes itself (CRAFT's refiner ends in such sums) is not run
+            segments.append(Segment(model, tuple(inputs), tuple(own), tuple(carried), start, stop))
     return segments
 
 
