@@ -31,8 +31,10 @@ MAX_AUTO_BATCH = 32
 # Workers (each holds one batch's activations): as many as there are cores and this budget allows.
 IN_FLIGHT_BYTES = 512 << 20
 # Calibrations that bin this many activation bytes in all (or an unknown amount) use the compiled
-# binning kernel (histogram.start_loading: ~0.4 s of one core and ~60 MB to load, then 2-3x
-# numpy's speed, bench/binning.py; MTCNN O-Net over 400 images, 280 MB, is faster without it).
+# binning kernel (histogram.start_loading: ~0.4 s of one core and ~100 MB of RSS to load, numba's
+# compiler and llvmlite's code included, then 2-3x numpy's speed, bench/binning.py; MTCNN O-Net
+# over 400 images, 280 MB, is faster without it). With data files whose activations shape
+# inference cannot size, the first run's fetched bytes times the files decide.
 KERNEL_BYTES = 512 << 20
 # Calibrations that bin this many bytes, one image per run, run side by side in processes
 # instead of threads (procs: each process has its own GIL) when the cores allow more than one
