@@ -234,14 +234,7 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
     derived = collect.derivations(loaded.proto, names, types, source.static, stats)
     fetched = [n for n in names if n not in derived]
     batches = -(-len(source.inputs) // (source.batch_size or 1)) if source.inputs else os.cpu_count() or 1
-    per_run = source.batch_bytes or _run_bytes(loaded, fetched, source.dims)
-    if per_run:
-        kernel = per_run * batches >= KERNEL_BYTES
-    elif source.inputs:  # one run per data file: decided once the first run's bytes are known
-        def kernel(first: int, files: int = len(source.inputs)) -> bool:
-            return first * files >= KERNEL_BYTES
-    else:  # an in-memory loader: how many runs it gives is unknown
-        kernel = True
+    kernel = _kernel(loaded, fetched, source, batches)
     if kernel is True:
         histogram.start_loading()  # loads while the session is built and the first batch runs
     workers, threads = _parallelism(batches, source.batch_bytes)
@@ -299,6 +292,21 @@ def _segment_cuts(loaded, exposed, fetched: list[str], types, source: _Source) -
     if sum(sizes.values()) <= RUN_BYTES:
         return []
     return segments.cuts(exposed, fetched, sizes, max(SEGMENT_BYTES, 2 * max(sizes.values())), types)
+
+
+def _kernel(loaded, fetched: list[str], source: _Source, batches: int):
+    """collect.Schedule's `kernel`: whether the runs bin KERNEL_BYTES in all, or a function of
+    the first run's fetched bytes when only that run can tell (data files shape inference
+    cannot size); True for an in-memory loader (how many runs it gives is unknown)."""
+    per_run = source.batch_bytes or _run_bytes(loaded, fetched, source.dims)
+    if per_run:
+        return per_run * batches >= KERNEL_BYTES
+    if not source.inputs:
+        return True
+
+    def kernel(first: int, files: int = len(source.inputs)) -> bool:
+        return first * files >= KERNEL_BYTES
+    return kernel
 
 
 def _run_bytes(loaded, fetched: list[str], dims: dict | None) -> int | None:
