@@ -136,6 +136,38 @@ def test_dynamic_shapes_change_between_runs(tmp_path):
     assert load(tmp_path / "y.calib.json").samples == 3
 
 
+def test_the_kernel_loads_when_the_first_run_says_the_calibration_bins_enough(tmp_path, monkeypatch):
+    """Data files whose activations' sizes shape inference cannot tell: whether to load the
+    compiled kernel (~100 MB) is decided from the bytes the first run fetched, times the files."""
+    from qtool.collection import pipeline
+    from qtool.runtime import onnxruntime
+
+    m = tmp_path / "yolo.onnx"
+    onnx.save(zoo.yolo_like(), m)
+    (tmp_path / "d").mkdir()
+    for i in range(3):
+        np.save(tmp_path / "d" / f"{i}.npy", np.random.default_rng(i).random((1, 3, 64, 64), dtype=np.float32))
+    fetched, loads = [], []
+    real = onnxruntime.run
+
+    def run(session, names, feeds):
+        values = real(session, names, feeds)
+        fetched.append(sum(v.nbytes for v in values))
+        return values
+
+    monkeypatch.setattr(onnxruntime, "run", run)
+    monkeypatch.setattr(histogram, "start_loading", lambda: loads.append(len(fetched)))
+    out, first = [], None
+    for limit in ("none", "above", "at"):  # the threshold: beyond any, just above the estimate, at it
+        monkeypatch.setattr(pipeline, "KERNEL_BYTES", 1 << 40 if first is None else 3 * first + (limit == "above"))
+        fetched.clear()
+        ok("calibrate", m, "--data", tmp_path / "d", "-o", tmp_path / f"{limit}.calib.json")
+        first = fetched[0]
+        out.append((tmp_path / f"{limit}.calib.json").read_bytes())
+    assert loads == [1], loads  # only at the threshold, once the first run was fetched
+    assert out[0] == out[1] == out[2]
+
+
 def _unary_model(path, op, **attrs):
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])

@@ -260,3 +260,19 @@ def test_a_qtool_process_loads_the_kernel_without_scipy_and_leaves_it_importable
         out = subprocess.run([sys.executable, "-c", code.format(flag=flag)], capture_output=True, text=True, check=True,
                              env=env).stdout
         assert out.split() == ["True", str(imported), "5.0"], (flag, out)
+
+
+def test_numpy_bins_in_chunks_with_the_same_counts(monkeypatch):
+    """numpy's path bins NUMPY_CHUNK values at a time (its temporaries stay small): counts add
+    exactly, so a chunk of any size gives the counts of one pass."""
+    from qtool.statistics import histogram
+
+    a = np.abs(np.random.default_rng(4).standard_normal(10_007)).astype(np.float32)
+    whole = np.zeros(2048, np.int64)
+    monkeypatch.setattr(histogram, "NUMPY_CHUNK", 1 << 30)
+    histogram._numpy_add_bins(a, 256.0, whole)
+    for chunk in (1, 1000, 4096):
+        parts = np.zeros(2048, np.int64)
+        monkeypatch.setattr(histogram, "NUMPY_CHUNK", chunk)
+        histogram._numpy_add_bins(a, 256.0, parts)
+        assert np.array_equal(parts, whole) and parts.sum() == a.size

@@ -117,6 +117,8 @@ def test_cuts_cross_only_outputs_and_plain_sums():
     # that Mul) neither; every other position between nodes is a cut
     assert order.index("half") + 1 not in positions and order.index("res") + 1 not in positions
     assert order.index("a_r") + 1 in positions and order.index("pool") + 1 in positions
+    # no cut after a tensor the BatchNormalization or Resize reads (their layout follows their producer's)
+    assert order.index("e_r") + 1 not in positions and order.index("bn") + 1 not in positions
     parts = segments.split(exposed, fetched, positions)
     assert sum(len(p.fetched) for p in parts) == len(fetched) and [p.start for p in parts] == [0, *positions]
     # the BatchNormalization parameters stay overridable inputs in their segment
@@ -142,3 +144,77 @@ def test_a_model_whose_parts_will_not_load_runs_in_one_session(tmp_path, unet, m
     one = tmp_path / "one.calib.json"
     api.calibrate_files(path, data=data, output=one)
     assert one.read_bytes() == whole.read_bytes() and len(fetched) == 6
+
+
+def _chain(layers: int = 8, channels: int = 8) -> onnx.ModelProto:
+    """Conv+Relu blocks with one bias shared through an Identity of an initializer by the first
+    and the last Conv (as CRAFT's refiner shares its biases)."""
+    rng = np.random.default_rng(2)
+    inits = [numpy_helper.from_array(rng.standard_normal(channels).astype(np.float32) * 0.1, "bias")]
+    nodes = [helper.make_node("Identity", ["bias"], ["shared_bias"])]
+    x, cin = "x", 3
+    for k in range(layers):
+        w = numpy_helper.from_array((rng.standard_normal((channels, cin, 3, 3)) * 0.3).astype(np.float32), f"w{k}")
+        inits.append(w)
+        bias = ["shared_bias"] if k in (0, layers - 1) else []
+        nodes.append(helper.make_node("Conv", [x, w.name, *bias], [f"c{k}"], pads=[1, 1, 1, 1]))
+        nodes.append(helper.make_node("Relu", [f"c{k}"], [f"r{k}"]))
+        x, cin = f"r{k}", channels
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, channels, 32, 32])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def test_a_segment_plan_bounds_the_fetched_bytes_and_runs_the_same_values():
+    from qtool import model as qmodel
+    from qtool.collection import segments
+    from qtool.runtime import nchwc
+
+    model = _chain()
+    types = qmodel.tensor_types(model)
+    fetched = qmodel.activation_tensors(model, types)
+    dims = {"x": (1, 3, 32, 32)}
+    sizes = qmodel.tensor_bytes(model, fetched, dims)
+    assert len(sizes) == len(fetched)
+    exposed = qmodel.with_outputs(model, fetched, types)
+    budget = 2 * max(sizes.values())  # pipeline's rule: about twice the largest tensor
+    positions = segments.cuts(exposed, fetched, sizes, budget, types)
+    parts = segments.split(exposed, fetched, positions)
+    # the shared bias (an Identity of an initializer read by the first and the last Conv) leaves
+    # a cut after every block or two
+    assert len(parts) >= 4, positions
+    for part in parts:  # a segment fetches at most the budget and the tensors of one more node
+        assert sum(sizes[n] for n in part.fetched) <= budget + max(sizes.values()), part.fetched
+        assert "shared_bias" not in part.inputs  # made again where it is read, from the initializer
+    x = np.random.default_rng(3).standard_normal(dims["x"]).astype(np.float32)
+    session, _ = nchwc.fetching_session(exposed, fetched, keep=frozenset(fetched), threads=1)
+    whole = onnxruntime.run(session, fetched, {"x": x})
+    chain = segments.Segmented(parts, frozenset(fetched), 1, {})
+    for name, a, b in zip(fetched, whole, chain.run(fetched, {"x": x})):
+        np.testing.assert_array_equal(a, b, err_msg=name)
+
+
+def test_a_segment_that_returns_nothing_is_not_run():
+    """CRAFT's refiner ends in sums of branch outputs, which collect computes itself: a segment
+    of those sums alone would ask onnxruntime for no output (an error); it is left out."""
+    from qtool import model as qmodel
+    from qtool.collection import segments
+    from qtool.runtime import nchwc
+
+    rng = np.random.default_rng(5)
+    inits = [numpy_helper.from_array((rng.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32), f"w{k}") for k in range(2)]
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], pads=[1, 1, 1, 1]), helper.make_node("Conv", ["x", "w1"], ["b"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["a", "b"], ["y"])]
+    graph = helper.make_graph(nodes, "sum", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    types = qmodel.tensor_types(model)
+    fetched = ["x", "a", "b"]  # y: collect's sum of a and b
+    exposed = qmodel.with_outputs(model, fetched, types)
+    parts = segments.split(exposed, fetched, [1, 2])
+    assert [(p.start, p.stop) for p in parts] == [(0, 1), (1, 2)]  # not the Add's segment
+    x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    session, _ = nchwc.fetching_session(exposed, fetched, keep=frozenset(fetched), threads=1)
+    chain = segments.Segmented(parts, frozenset(fetched), 1, {})
+    for name, a, b in zip(fetched, onnxruntime.run(session, fetched, {"x": x}), chain.run(fetched, {"x": x})):
+        np.testing.assert_array_equal(a, b, err_msg=name)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import sys
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
@@ -431,11 +431,13 @@ class Schedule:
     `spread`: threads each worker histograms its outputs on (when fewer workers than cores fit
     in memory, the cores that ran onnxruntime's parallel sections share the histograms).
     `kernel`: bin with the compiled kernel (histogram.start_loading), which the first run's
-    histograms wait for; worth its load time when the runs bin hundreds of MB."""
+    histograms wait for; worth its load time when the runs bin hundreds of MB. Or a function of
+    the bytes the first run fetched: whether to load it then (the runs' sizes unknown before;
+    loading it costs ~100 MB of memory, numba's compiler included, a small model's whole run)."""
 
     workers: int = 1
     spread: int = 1
-    kernel: bool = True
+    kernel: bool | Callable[[int], bool] = True
 
 
 def collect(session: onnxruntime.Session | segments.Segmented, plan: Plan, runs: Iterable[tuple[Feeds, int]], progress=None,
@@ -482,27 +484,31 @@ def accumulate(session: onnxruntime.Session | segments.Segmented, plan: Plan, ru
 
     segmented = isinstance(session, segments.Segmented)
     wanted = set(varying)
+    fetched = [0]  # bytes the first run fetched (a deferred kernel decision)
+
+    def parts_of(feeds: Feeds):
+        for part in session.runs(feeds, wanted):
+            fetched[0] += sum(value.nbytes for _, value in part)
+            yield part[::-1]
 
     def take(acc: _Accumulator, feeds: Feeds, count: int) -> None:
         if segmented:  # each segment's outputs histogrammed and dropped before the next segment runs
             if ahead is not None:
                 ahead.start()
-            if schedule.kernel:
-                histogram.wait_for_kernel()
-            parts = (part[::-1] for part in session.runs(feeds, wanted))
-            acc.fill_parts(parts, count, teams[id(acc)], real_tokens(feeds))
+            histogram.wait_for_kernel()
+            acc.fill_parts(parts_of(feeds), count, teams[id(acc)], real_tokens(feeds))
             acc.seen += count
             if progress is not None:
                 with lock:
                     progress.update(count)
             return
         outputs = onnxruntime.run(session, sources, feeds) if varying else []
+        fetched[0] += sum(value.nbytes for value in outputs)
         if ahead is not None:
             ahead.start()
         # binning with numpy while the kernel loads slows both (YOLOv8n look-alike, 100 images:
-        # 2.75-3.23 s against 2.70-2.87 waiting)
-        if schedule.kernel:
-            histogram.wait_for_kernel()
+        # 2.75-3.23 s against 2.70-2.87 waiting); a no-op when nothing loads it
+        histogram.wait_for_kernel()
         # last computed first: those are still in the CPU caches (names are in graph order)
         acc.fill(reversed(list(zip(varying, outputs))), count, teams[id(acc)], real_tokens(feeds))
         acc.seen += count
@@ -510,7 +516,7 @@ def accumulate(session: onnxruntime.Session | segments.Segmented, plan: Plan, ru
             with lock:
                 progress.update(count)
 
-    if schedule.kernel:
+    if schedule.kernel is True:
         histogram.start_loading()
     try:
         first = next(source, None)
@@ -521,6 +527,11 @@ def accumulate(session: onnxruntime.Session | segments.Segmented, plan: Plan, ru
             # the first batch alone, while the binning kernel loads: it is then ready before the
             # workers start (their runs beside the load stall on the GIL it holds)
             take(accs[0], *first)
+            if callable(schedule.kernel) and schedule.kernel(fetched[0]):
+                # loaded before the workers start: its load (numba's compiler) does not come on
+                # top of their runs' activations
+                histogram.start_loading()
+                histogram.wait_for_kernel()
         _run_workers(accs, source, lock, take)
     finally:
         for team in teams.values():

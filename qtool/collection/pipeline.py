@@ -31,8 +31,10 @@ MAX_AUTO_BATCH = 32
 # Workers (each holds one batch's activations): as many as there are cores and this budget allows.
 IN_FLIGHT_BYTES = 512 << 20
 # Calibrations that bin this many activation bytes in all (or an unknown amount) use the compiled
-# binning kernel (histogram.start_loading: ~0.4 s of one core and ~60 MB to load, then 2-3x
-# numpy's speed, bench/binning.py; MTCNN O-Net over 400 images, 280 MB, is faster without it).
+# binning kernel (histogram.start_loading: ~0.4 s of one core and ~100 MB of RSS to load, numba's
+# compiler and llvmlite's code included, then 2-3x numpy's speed, bench/binning.py; MTCNN O-Net
+# over 400 images, 280 MB, is faster without it). With data files whose activations shape
+# inference cannot size, the first run's fetched bytes times the files decide.
 KERNEL_BYTES = 512 << 20
 # Calibrations that bin this many bytes, one image per run, run side by side in processes
 # instead of threads (procs: each process has its own GIL) when the cores allow more than one
@@ -232,8 +234,8 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
     derived = collect.derivations(loaded.proto, names, types, source.static, stats)
     fetched = [n for n in names if n not in derived]
     batches = -(-len(source.inputs) // (source.batch_size or 1)) if source.inputs else os.cpu_count() or 1
-    kernel = not source.batch_bytes or source.batch_bytes * batches >= KERNEL_BYTES
-    if kernel:
+    kernel = _kernel(loaded, fetched, source, batches)
+    if kernel is True:
         histogram.start_loading()  # loads while the session is built and the first batch runs
     workers, threads = _parallelism(batches, source.batch_bytes)
     if progress is not None and source.inputs and hasattr(progress, "total"):  # a tqdm bar: now its length is known
@@ -241,7 +243,7 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
         progress.refresh()
     exposed = model.with_outputs(loaded.proto, fetched, types)
     folder = loaded.path.parent if loaded.external_files else None
-    helpers = _helpers(exposed, folder, fetched, names, source, bins, stats, derived, workers, progress) if kernel else []
+    helpers = _helpers(exposed, folder, fetched, names, source, bins, stats, derived, workers, progress) if kernel is not False else []
     # runs helper processes share (each with its own single session) are not split: threads side
     # by side queue for one interpreter lock (PP-OCRv5 det, 60 images at 640x640: 35-38 s with a
     # helper, 69-73 s in segments on two threads)
@@ -290,6 +292,30 @@ def _segment_cuts(loaded, exposed, fetched: list[str], types, source: _Source) -
     if sum(sizes.values()) <= RUN_BYTES:
         return []
     return segments.cuts(exposed, fetched, sizes, max(SEGMENT_BYTES, 2 * max(sizes.values())), types)
+
+
+def _kernel(loaded, fetched: list[str], source: _Source, batches: int):
+    """collect.Schedule's `kernel`: whether the runs bin KERNEL_BYTES in all, or a function of
+    the first run's fetched bytes when only that run can tell (data files shape inference
+    cannot size); True for an in-memory loader (how many runs it gives is unknown)."""
+    per_run = source.batch_bytes or _run_bytes(loaded, fetched, source.dims)
+    if per_run:
+        return per_run * batches >= KERNEL_BYTES
+    if not source.inputs:
+        return True
+
+    def kernel(first: int, files: int = len(source.inputs)) -> bool:
+        return first * files >= KERNEL_BYTES
+    return kernel
+
+
+def _run_bytes(loaded, fetched: list[str], dims: dict | None) -> int | None:
+    """Bytes one run fetches for the input shapes `dims`, when shape inference tells every
+    fetched tensor's size; None otherwise."""
+    if not dims:
+        return None
+    sizes = model.tensor_bytes(loaded.proto, fetched, dims)
+    return sum(sizes.values()) if len(sizes) == len(fetched) else None
 
 
 def _transformer(proto) -> bool:

