@@ -666,6 +666,30 @@ def test_a_sequence_gathered_step_by_step_is_quantized_once(tmp_path):
         assert abs(result.runtime.worst_sqnr_db - result.worst_sqnr_db) < 1.0
 
 
+def test_a_reflection_pad_pads_the_quantized_codes(tmp_path):
+    """Audio padded by reflection (tests/zoo.py, Silero VAD's STFT padding): the Pad copies values, so its input
+    takes the quantizer and OpenVINO pads u8 codes, as in NNCF's file (Silero's sequence model: an f32 Pad and one
+    FakeQuantize kernel more than NNCF's); the file's arithmetic is the same (a reflected code is the code of the
+    reflected value) and OpenVINO runs it as the file says."""
+    model = zoo.reflect_padded_conv_like()
+    rng = np.random.default_rng(8)
+    feeds = [{"x": rng.normal(0, 1, (1, 64)).astype(np.float32)} for _ in range(24)]
+    cal = qtool.calibrate(model, data=feeds[:16])
+    data = qtool.export(model, cal, target="openvino")
+    m = onnx.load_from_string(data)
+    producers = {o: n for n in m.graph.node for o in n.output}
+    pad = next(n for n in m.graph.node if n.op_type == "Pad")
+    assert producers[pad.input[0]].op_type == "FakeQuantize" and producers[pad.input[0]].input[0] == "x"
+    assert not any(n.op_type == "FakeQuantize" and n.input[0] == pad.output[0] for n in m.graph.node)
+    (tmp_path / "pad.onnx").write_bytes(data)
+    compiled = ov_compile(tmp_path / "pad.onnx")
+    precisions = {str(op.get_rt_info()["runtimePrecision"].astype(str)) for op in compiled.get_runtime_model().get_ops()
+                  if str(op.get_rt_info()["layerType"].astype(str)) == "Pad"}
+    assert precisions and precisions <= {"u8", "i8"}, precisions
+    result = qtool.evaluate(model, cal, data=feeds[16:], target="openvino", runtime="openvino")
+    assert result.worst_sqnr_db > 25 and abs(result.runtime.worst_sqnr_db - result.worst_sqnr_db) < 1.0
+
+
 def test_a_recurrent_cells_elementwise_ops_stay_float():
     """The sum of an unrolled RNN cell's two Gemms feeds only its Tanh (tests/zoo.py): requantized at every step,
     its error compounds along the sequence (captcha-whisperer's CRNN: 32.0 dB with a recurrent cell's element-wise

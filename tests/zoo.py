@@ -1015,6 +1015,23 @@ def stft_lstm_vad_like(opset=16, samples=64, kernel=16, stride=8, bins=8, ch=16,
     return _make_model(graph, opset)
 
 
+def reflect_padded_conv_like(opset=13, samples=64, pad=8, ch=8, seed=6151):
+    """Audio padded by reflection before its first Conv, as Silero VAD's STFT pads its input (silero-vad 6.x,
+    /stft/padding/Pad, mode reflect, pads computed): x [1, samples] -> Pad reflect -> Unsqueeze -> Conv1D ->
+    Relu -> Conv1D -> [1, ch, frames]. The Pad copies values: NNCF quantizes its input and OpenVINO pads u8."""
+    g = _Graph(seed=seed)
+    pads = g.init("pads", np.array([0, pad, 0, pad], np.int64))
+    p = g.op("Pad", ["x", pads], "/stft/padding", mode="reflect")
+    u = g.op("Unsqueeze", [p, g.init("axis1", np.array([1], np.int64))], "/stft")
+    w0 = g.init("conv0.weight", (g.rng.normal(0, 1, (ch, 1, 16)) / 4).astype(np.float32))
+    c = g.op("Relu", [g.op("Conv", [u, w0], "/conv0", kernel_shape=[16], strides=[4])], "/relu")
+    w1 = g.init("conv1.weight", (g.rng.normal(0, 1, (ch, ch, 3)) / np.sqrt(3 * ch)).astype(np.float32))
+    g.op("Conv", [c, w1], "/conv1", kernel_shape=[3], pads=[1, 1], outputs=["y"])
+    graph = g.graph("reflect_padded_conv", [helper.make_tensor_value_info("x", FLOAT, [1, samples])],
+                    [helper.make_tensor_value_info("y", FLOAT, None)])
+    return _make_model(graph, opset)
+
+
 def unrolled_rnn_like(steps=8, feat=16, hidden=16, seed=6113):
     """A CRNN's recurrent head as torch exports an unrolled RNN cell (captcha-whisperer's BiLSTM): the sequence
     [steps, 1, feat] Gathered step by step (Gather axis 0, a scalar index), each step's Gemm with the shared input

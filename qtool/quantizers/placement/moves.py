@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...calibration import MAX_CLIPPED
+from ...model import graph as G
 from .. import patterns as P
 from ..quantizer import Range
 from .exclusions import Kept
@@ -59,6 +60,8 @@ def move_up(inputs: Inputs, kept: Kept, asked: Requests, moves: Moves) -> None:
             continue
         if op == "Gather" and len(m.readers.get(n.input[0], ())) < 2:
             continue  # one part selected (a class token) keeps its own range; a sequence Gathered step by step moves up
+        if op == "Pad" and G.text_attr(n, "mode", "constant") not in ("reflect", "edge"):
+            continue  # a constant pad writes a value of its own, which need not lie on the grid
         outs = [o for o in n.output if o]
         if not outs or any(
             o in m.outputs or o in kept.tensors or not wanted.get(o)
