@@ -13,19 +13,24 @@ from .. import api
 
 
 def option(key: str, command: str = "export", flag: str | None = None):
-    """The click option of the export option `key`, as qtool.options declares it (`command`
-    "evaluate" or "report": with that command's help; `flag`: another flag than the declared one)."""
+    """The click option of the option `key` as qtool.options declares it: `command`'s own
+    (api.COMMAND_OPTIONS: its help and default, shown) or an export option (api.OPTIONS: its default
+    applied by the library, worded in its help), with `command`'s help; `flag`: another flag than the declared one."""
     own = api.COMMAND_OPTIONS.get(command, {}).get(key)
     o = own or api.OPTIONS[key]
-    kwargs: dict = {"help": getattr(o, command, None) or o.help}
-    if own is not None and o.default not in (None, False, ()) and not o.negated:  # a command's own default, shown
+    kwargs: dict = {"help": o.help_for(command)}
+    if own is not None and o.default not in (None, ()) and not o.negated:  # a command's own default, shown
         kwargs.update(default=o.default, show_default=True)
+    if "/" in o.flag:  # --x/--no-x: True, False or (no default) not given
+        kwargs.setdefault("default", None)
     if o.negated:  # a --no-... switch: the key False
-        kwargs.update(flag_value=False, default=True)
+        kwargs.update(flag_value=False, default=o.default)
     if o.choices:
         kwargs["type"] = click.Choice(o.choices)
     if o.bounds:
         kwargs["type"] = click.IntRange(*o.bounds)
+    if o.kind:
+        kwargs["type"] = o.kind
     if o.path:
         kwargs["type"] = click.Path(path_type=Path)
     if o.multiple:
@@ -33,6 +38,16 @@ def option(key: str, command: str = "export", flag: str | None = None):
     if o.metavar:
         kwargs["metavar"] = o.metavar
     return click.option(flag or o.flag, key, **kwargs)
+
+
+def options(command: str, keys: tuple[str, ...] | None = None):
+    """The click options of `keys` (None: every option `command` declares, api.COMMAND_OPTIONS), in that order."""
+    def decorate(function):
+        for key in reversed(tuple(api.COMMAND_OPTIONS[command]) if keys is None else keys):
+            function = option(key, command)(function)
+        return function
+
+    return decorate
 
 
 def target_option(choices: tuple[str, ...] = api.TARGETS, **kwargs):

@@ -8,7 +8,7 @@ import click
 
 from .. import api
 from . import EPILOG, call, cli, finish
-from .declared import Grouped, option, policy_options, target_option
+from .declared import Grouped, option, options, policy_options, target_option
 
 MIXED = tuple(api.COMMAND_OPTIONS["export"])  # the layers kept FP32 by measurement
 
@@ -30,12 +30,7 @@ MIXED = tuple(api.COMMAND_OPTIONS["export"])  # the layers kept FP32 by measurem
 @option("cpu")
 @option("weights_7bit")
 @option("smooth_quant")
-@option("keep_fp32")
-@option("max_drop")
-@option("max_fp32")
-@option("images")
-@option("data")
-@option("limit")
+@options("export")  # MIXED
 @option("ignored_patterns")
 @option("bias_correction")
 @policy_options
