@@ -168,22 +168,25 @@ def evaluate(model_or_path, cal: Calibration, *, runtime: str | None = None, per
     with `runtime` (qtool.targets.runtimes(): openvino runs target openvino's file, onnxruntime
     qdq's and tensorrt's) also that runtime's int8 kernels on this CPU (Evaluation.runtime).
     per_tensor: also rank every quantizer (qtool.targets.ranked(): openvino and qdq; one model run
-    over the inputs each). Inputs (keywords): images (preprocessed as the calibration records), a
-    folder of .npy/.npz, or an in-memory loader as data; limit."""
-    images, data, limit = (keywords.pop(k, None) for k in ("images", "data", "limit"))
-    built = targets.options_for(**keywords)
+    over the inputs each). Inputs (keywords, as qtool evaluate's flags: qtool.options.EvaluateOptions):
+    images (preprocessed as the calibration records, size/resize/scale/mean/std/bgr/layout overriding
+    parts), a folder or file of .npy/.npz, or an in-memory loader as data; limit, batch_size."""
+    loader = keywords.pop("data") if not isinstance(keywords.get("data"), (str, os.PathLike, type(None))) else None
+    built = options.EvaluateOptions.build(targets.take_export(keywords), runtime=runtime, tensors=per_tensor, **keywords)
     _evaluate.check_request(built.target, runtime, per_tensor)
+    options.exactly_one(built.images, built.data if loader is None else loader)
     loaded = _checked(model_or_path, cal)
-    if data is not None and not isinstance(data, (str, os.PathLike)):
+    if loader is not None:
         specs = model.data_inputs(loaded.proto)
-        items = list(data)
+        items = list(loader)
 
         def runs():
-            return _data.memory_runs(items[:limit] if limit else items, specs)
+            return _data.memory_runs(items[:built.limit] if built.limit else items, specs)
     else:
-        _, runs = held_out_runs(loaded, cal, images, data, limit)
+        _, runs = held_out_runs(loaded, cal, built.images, built.data, built.limit, built.batch_size, built.image)
     # a model onnxruntime quantized dynamically: against the model as given (qtool.commands.evaluate.evaluated)
-    result, _ = _evaluate_files.evaluated(loaded, cal, runs, built, runtime=runtime, per_tensor=per_tensor, progress=progress_bar(progress))
+    result, _ = _evaluate_files.evaluated(loaded, cal, runs, built.export, runtime=runtime, per_tensor=per_tensor,
+                                          progress=progress_bar(progress))
     for w in result.warnings:
         log.warning(w)
     return result

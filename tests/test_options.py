@@ -238,3 +238,16 @@ def test_evaluate_and_report_take_the_target_a_file_records_and_refuse_another(c
     r = invoke("evaluate", tmp_path / "s.openvino.onnx", "--images", IMAGES, "--limit", "2", "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["target"] == "openvino", r.output
     assert DEFAULT_TARGET == "qdq" and f"else {DEFAULT_TARGET}]" in invoke("evaluate", "--help").stdout.replace("\n", " ")
+
+
+def test_the_api_s_evaluate_takes_evaluate_s_keywords(calib):
+    """qtool.evaluate builds qtool evaluate's options object (no keyword picked apart by hand): the
+    held-out and image keywords, checked where built."""
+    cal = qtool.Calibration.load(calib)
+    ours = qtool.evaluate(SAMPLE, cal, target="openvino", images=IMAGES, limit=4, batch_size=2, scale="1/255")
+    files = api.evaluate_files(SAMPLE, calib=calib, target="openvino", images=IMAGES, limit=4)
+    assert [o.sqnr_db for o in ours.outputs] == [o.sqnr_db for o in files.evaluation.outputs]
+    with pytest.raises(QtoolError, match=r"^limit=0 must be at least 1$"):
+        qtool.evaluate(SAMPLE, cal, images=IMAGES, limit=0)
+    with pytest.raises(QtoolError, match=r"^size= applies to images=; "):
+        qtool.evaluate(SAMPLE, cal, data=IMAGES, size=(28, 28))
