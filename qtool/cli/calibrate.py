@@ -9,7 +9,7 @@ import click
 
 from .. import api
 from . import EPILOG, call, cli, finish, progress
-from .declared import options
+from .declared import json_option, options
 
 CALIBRATE = tuple(k for k in api.COMMAND_OPTIONS["calibrate"] if k not in api.CALIBRATE_FILES)  # qtool.options.CalibrateOptions'
 
@@ -19,7 +19,7 @@ CALIBRATE = tuple(k for k in api.COMMAND_OPTIONS["calibrate"] if k not in api.CA
 @options("calibrate", CALIBRATE)
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Calibration file [default: <model stem>.calib.json here].")
 @options("calibrate", api.CALIBRATE_FILES)
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
+@json_option()
 @click.pass_context
 def calibrate(ctx, model_path, as_json, **keywords):
     """Run MODEL on calibration inputs and write per-tensor INT8 ranges.

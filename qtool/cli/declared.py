@@ -70,6 +70,17 @@ def target_option(choices: tuple[str, ...] = api.TARGETS, **kwargs):
     return click.option("--target", metavar=f"[{'|'.join(choices)}]", callback=parse, shell_complete=complete, **kwargs)
 
 
+def calib_option():
+    """--calib as export and evaluate take it: the calibration file, else the single one here."""
+    return click.option("--calib", type=click.Path(path_type=Path), help="Calibration file [default: the single *.calib.json here].")
+
+
+def json_option(what: str = "a JSON summary"):
+    """--json as every command takes it: `what` as one JSON document on stdout (on a failure, the
+    error's: qtool.cli)."""
+    return click.option("--json", "as_json", is_flag=True, help=f"Print {what} on stdout.")
+
+
 def policy_options(command):
     """The options that choose quantization policies (qtool.options.PolicyFlags), shared by export,
     evaluate and inspect (the scale kind is --scale-kind everywhere: --scale is calibrate's and

@@ -11,7 +11,7 @@ import click
 
 from .. import api
 from . import EPILOG, call, cli, finish
-from .declared import Grouped, option, options, policy_options, target_option
+from .declared import Grouped, calib_option, json_option, option, options, policy_options, target_option
 
 HELD_OUT = ("images", "data", "limit", *api.IMAGE_KEYS, "batch_size")  # qtool.options: the inputs calibrate reads too, and ImageOptions
 
@@ -24,7 +24,7 @@ def _progress(total: int, enabled: bool):
 
 @cli.command(cls=Grouped, epilog=EPILOG, sections={"Held-out inputs": HELD_OUT})
 @click.argument("model_path", metavar="MODEL|FILE", type=click.Path(path_type=Path))
-@click.option("--calib", type=click.Path(path_type=Path), help="Calibration file [default: the single *.calib.json here].")
+@calib_option()
 @click.option("--reference", type=click.Path(path_type=Path), metavar="MODEL", help="FILE's FP32 model [default: the one FILE records, "
               "checked by SHA-256]; needed for a file qtool did not write.")
 @options("evaluate", HELD_OUT)
@@ -45,7 +45,7 @@ def _progress(total: int, enabled: bool):
 @option("precision", "evaluate")
 @options("evaluate", ("tensors", "fail_below"))
 @policy_options
-@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout (infinite SQNR as the string \"inf\").")
+@json_option("the results as JSON (infinite SQNR as the string \"inf\")")
 @click.pass_context
 def evaluate(ctx, model_path, as_json, **keywords):
     """Compare a target's int8 model with FP32 on held-out inputs.
