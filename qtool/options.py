@@ -4,6 +4,13 @@ the object is built (`__post_init__`: choices, which target reads which option, 
 inputs). The command line and qtool.api build these objects from their keywords (`build`); the
 library below takes them (a target's writer: ExportOptions) instead of keywords.
 
+Each default is written once, in its field's declaration: the command line's click options
+(qtool.cli.declared) and qtool.api's keywords both come from it. What several commands take with
+one meaning is declared once too: the inputs (SHARED: --images, --data, --limit, --batch-size, in
+calibrate, evaluate and export's mixed precision), the image preprocessing (ImageOptions: calibrate's
+defaults CALIBRATE_IMAGE, evaluate's the calibration file's), DEFAULT_TARGET; `command_options`
+gives each command's own options with its defaults, in --help order.
+
 Export options come in groups, one dataclass each, which `qtool export --help` shows as sections:
 General (every target, ExportOptions, here) and each target's own group, declared in its package
 and named by the registry (qtool.targets); the command line adds export's Mixed precision (layers

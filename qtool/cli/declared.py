@@ -1,5 +1,7 @@
-"""The click options of the options qtool.options declares (export's, evaluate's and the policy
-flags), and the command class whose --help shows them in their sections."""
+"""The click options of the options qtool.options (and each target's package) declares, every
+command's, with the declaration's default and help (no command writes a default of its own:
+tests/test_options.py checks); --target, --calib and --json as every command takes them; and the
+command class whose --help shows the options in their sections."""
 
 from __future__ import annotations
 
