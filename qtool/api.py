@@ -39,8 +39,7 @@ import onnx
 from . import JSON_SCHEMA, calibration, model, options, provenance, targets
 from .calibration import Calibration
 from .checks import evaluation as _evaluate
-from .checks import report as _report
-from .commandinputs import DEFAULT_BATCH, check_model, held_out_runs
+from .commandinputs import check_model, held_out_runs
 from .commands import calibrate as _calibrate
 from .commands import evaluate as _evaluate_files
 from .commands import export as _export
@@ -62,20 +61,19 @@ log = logging.getLogger("qtool")
 # What the command line builds its options and help from (declared once, in the library).
 EXPORT_GROUPS = targets.sections()  # --help section -> key -> Option
 OPTIONS = targets.declared()  # export option key -> its flag, help and choices
-COMMAND_OPTIONS = {  # a command's own options: key -> Option
-    "export": options.declared_options(options.MixedPrecision),
-    "calibrate": {k: o for cls in targets.calibrate_files().values() for k, o in options.declared_options(cls).items()},
-    "inspect": {k: o for cls in targets.inspect_checks().values() for k, o in options.declared_options(cls).items()},
-}
+COMMAND_OPTIONS = {command: options.command_options(command) for command in options.COMMANDS}  # a command's own: key -> Option
+COMMAND_OPTIONS["calibrate"].update({k: o for cls in targets.calibrate_files().values() for k, o in options.declared_options(cls).items()})
+COMMAND_OPTIONS["inspect"].update({k: o for cls in targets.inspect_checks().values() for k, o in options.declared_options(cls).items()})
+CALIBRATE_FILES = tuple(k for cls in targets.calibrate_files().values() for k in options.declared_options(cls))  # calibrate's target files
 INSPECT_HELP = [t.inspection().HELP for t in map(targets.get, TARGETS) if t.inspected]  # each target's section of inspect --help
 runtimes = targets.runtimes
 ranked = targets.ranked
-METHODS = thresholds.METHODS + thresholds.SAMPLE_METHODS
+METHODS = options.METHODS
+DEFAULT_TARGET, DEFAULT_BATCH = options.DEFAULT_TARGET, options.DEFAULT_BATCH
 KL_VARIANTS = thresholds.KL_VARIANTS
 RESIZE_MODES = _data.RESIZE_MODES
-TARGET_DESCRIPTIONS = {t: targets.get(t).description for t in TARGETS}
+IMAGE_KEYS = options.IMAGE_KEYS
 TRT_CACHE_VERSION, TRT_LATEST_VERSION = tensorrt.CACHE_VERSION, tensorrt.LATEST_VERSION
-REPORT_TARGETS, REPORT_DEFAULT_TARGET = _report.TARGETS, _report.DEFAULT_TARGET
 format_db = _evaluate.format_db
 from_json_number = _evaluate.from_json_number
 __all__ = ["DEFAULT_BATCH", "JSON_SCHEMA", "CalibrateResult", "EvaluateResult", "ExportResult", "InspectResult", "MergeResult",
@@ -170,22 +168,25 @@ def evaluate(model_or_path, cal: Calibration, *, runtime: str | None = None, per
     with `runtime` (qtool.targets.runtimes(): openvino runs target openvino's file, onnxruntime
     qdq's and tensorrt's) also that runtime's int8 kernels on this CPU (Evaluation.runtime).
     per_tensor: also rank every quantizer (qtool.targets.ranked(): openvino and qdq; one model run
-    over the inputs each). Inputs (keywords): images (preprocessed as the calibration records), a
-    folder of .npy/.npz, or an in-memory loader as data; limit."""
-    images, data, limit = (keywords.pop(k, None) for k in ("images", "data", "limit"))
-    built = targets.options_for(**keywords)
+    over the inputs each). Inputs (keywords, as qtool evaluate's flags: qtool.options.EvaluateOptions):
+    images (preprocessed as the calibration records, size/resize/scale/mean/std/bgr/layout overriding
+    parts), a folder or file of .npy/.npz, or an in-memory loader as data; limit, batch_size."""
+    loader = keywords.pop("data") if not isinstance(keywords.get("data"), (str, os.PathLike, type(None))) else None
+    built = options.EvaluateOptions.build(targets.take_export(keywords), runtime=runtime, tensors=per_tensor, **keywords)
     _evaluate.check_request(built.target, runtime, per_tensor)
+    options.exactly_one(built.images, built.data if loader is None else loader)
     loaded = _checked(model_or_path, cal)
-    if data is not None and not isinstance(data, (str, os.PathLike)):
+    if loader is not None:
         specs = model.data_inputs(loaded.proto)
-        items = list(data)
+        items = list(loader)
 
         def runs():
-            return _data.memory_runs(items[:limit] if limit else items, specs)
+            return _data.memory_runs(items[:built.limit] if built.limit else items, specs)
     else:
-        _, runs = held_out_runs(loaded, cal, images, data, limit)
+        _, runs = held_out_runs(loaded, cal, built.images, built.data, built.limit, built.batch_size, built.image)
     # a model onnxruntime quantized dynamically: against the model as given (qtool.commands.evaluate.evaluated)
-    result, _ = _evaluate_files.evaluated(loaded, cal, runs, built, runtime=runtime, per_tensor=per_tensor, progress=progress_bar(progress))
+    result, _ = _evaluate_files.evaluated(loaded, cal, runs, built.export, runtime=runtime, per_tensor=per_tensor,
+                                          progress=progress_bar(progress))
     for w in result.warnings:
         log.warning(w)
     return result
@@ -215,7 +216,7 @@ def export_file(model_path=None, *, target: str, calib=None, output=None, **keyw
 
 
 def evaluate_files(model_path, *, calib=None, reference=None, progress=None, **keywords) -> EvaluateResult:
-    """`qtool evaluate`: `target`'s int8 model of the calibration file `calib` [default: the single
+    """`qtool evaluate`: `target`'s [default: DEFAULT_TARGET] int8 model of the calibration file `calib` [default: the single
     *.calib.json here] against FP32 on held-out `images` (preprocessed as the file records, each
     image keyword overriding its part) or `data`; the keywords are evaluate's flags
     (qtool.options.EvaluateOptions.build). `model_path` may instead be an exported file: one qtool
@@ -224,9 +225,10 @@ def evaluate_files(model_path, *, calib=None, reference=None, progress=None, **k
     is scored as it is. With `fail_below` DB, an output below it (with
     `runtime`, the worse of the simulation and the runtime's run) is the result's failure (its numbers are there too).
     `progress`: a tqdm bar or a callback(n) per model pass over the inputs."""
+    named = keywords.get("target")  # None: an exported file's own target, else DEFAULT_TARGET
     export = targets.take_export(keywords)
-    return _evaluate_files.run(model_path, options.EvaluateOptions.build(export, **keywords), calib=calib, reference=reference,
-                               progress=progress)
+    return _evaluate_files.run(model_path, options.EvaluateOptions.build(export, named_target=named, **keywords), calib=calib,
+                               reference=reference, progress=progress)
 
 
 def inspect_file(file, *, model=None, **keywords) -> InspectResult:

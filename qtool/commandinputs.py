@@ -11,9 +11,7 @@ import onnx
 from . import calibration, model
 from .errors import Opt, QtoolError, opts
 from .feeds import data
-from .options import ImageOptions
-
-DEFAULT_BATCH = 8  # held-out images per inference when the model's batch is not fixed
+from .options import DEFAULT_BATCH, ImageOptions
 
 
 def find_calibration(calib: Path | None) -> Path:

@@ -4,6 +4,13 @@ the object is built (`__post_init__`: choices, which target reads which option, 
 inputs). The command line and qtool.api build these objects from their keywords (`build`); the
 library below takes them (a target's writer: ExportOptions) instead of keywords.
 
+Each default is written once, in its field's declaration: the command line's click options
+(qtool.cli.declared) and qtool.api's keywords both come from it. What several commands take with
+one meaning is declared once too: the inputs (SHARED: --images, --data, --limit, --batch-size, in
+calibrate, evaluate and export's mixed precision), the image preprocessing (ImageOptions: calibrate's
+defaults CALIBRATE_IMAGE, evaluate's the calibration file's), DEFAULT_TARGET; `command_options`
+gives each command's own options with its defaults, in --help order.
+
 Export options come in groups, one dataclass each, which `qtool export --help` shows as sections:
 General (every target, ExportOptions, here) and each target's own group, declared in its package
 and named by the registry (qtool.targets); the command line adds export's Mixed precision (layers
@@ -16,7 +23,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import ClassVar
 
@@ -25,13 +32,17 @@ from .errors import Opt, QtoolError, UsageError
 from .feeds import data as _data
 from .statistics import thresholds
 
+COMMANDS = ("calibrate", "recompute", "merge", "export", "inspect", "evaluate", "report")
+
 
 @dataclass(frozen=True)
 class Option:
-    """One option as the command line shows it: its key (the field and API keyword), flag, help,
-    --help section and the targets that read it. `negated`: a --no-... switch setting the key False;
-    `evaluate`, `report`: those commands' shorter help (None: the command does not take it);
-    `bounds`: an integer's (least, most). `readers`: filled in by the registry (qtool.targets)."""
+    """One option as the command line shows it: its key (the field and API keyword), flag (a
+    "--x/--no-x" pair sets True/False), help, --help section and the targets that read it, and its
+    default (the field's: the one place it is written). `negated`: a --no-... switch setting the key
+    False; `helps`: (command, help) where a command words it otherwise than `help`; `bounds`: an
+    integer's (least, most); `kind`: int or float for a number without bounds. `readers`: filled in
+    by the registry (qtool.targets)."""
 
     key: str
     flag: str
@@ -39,19 +50,33 @@ class Option:
     section: str | None = None
     readers: tuple[str, ...] = ()
     choices: tuple[str, ...] | None = None
-    evaluate: str | None = None
-    report: str | None = None
+    helps: tuple[tuple[str, str], ...] = ()
     negated: bool = False
     multiple: bool = False
     metavar: str | None = None
     bounds: tuple[int, int | None] | None = None
+    kind: type | None = None
     path: bool = False
     default: object = None
 
+    def help_for(self, command: str) -> str:
+        """Its help in `command`'s --help."""
+        return dict(self.helps).get(command, self.help)
+
 
 def option(default, flag: str, help: str, **declared):
-    """A dataclass field declaring its option (the rest of Option is filled in by `declared_options`)."""
-    return field(default=default, metadata={"option": dict(flag=flag, help=help, **declared)})
+    """A dataclass field declaring its option (the rest of Option is filled in by `declared_options`);
+    a keyword named after a command (COMMANDS: evaluate=..., report=...) is that command's help."""
+    helps = tuple((c, declared.pop(c)) for c in COMMANDS if c in declared)
+    return field(default=default, metadata={"option": dict(flag=flag, help=help, helps=helps, **declared)})
+
+
+def declaration(key: str, **declared):
+    """A field declaring the shared option `key` of SHARED (the same flag, meaning and default in
+    every command that takes it; `declared`: what one command adds, e.g. its help)."""
+    default, flag, help, *more = SHARED[key]
+    merged = {**(more[0] if more else {}), **declared}
+    return option(default, flag, help, **merged)
 
 
 def declared_options(group, section: str | None = None) -> dict[str, Option]:
@@ -99,6 +124,8 @@ def exactly_one(images, data) -> None:
 
 # ---------------------------------------------------------------------------- export options
 
+DEFAULT_TARGET = "qdq"  # whose export evaluate and report show when neither --target nor a file names one (the API's default too)
+
 
 @dataclass(frozen=True)
 class ExportOptions:
@@ -108,11 +135,12 @@ class ExportOptions:
 
     SECTION: ClassVar = "General"
 
-    target: str = "qdq"
+    target: str = DEFAULT_TARGET
     method: str | None = option(
         None, "--method", "Thresholds by this method: entropy, max, mse, percentile:P, mean-minmax, auto [default: "
         "calibrate's, else the target's].",
-        evaluate="Thresholds of this method, as qtool export --method [default: the target's].")
+        evaluate="Thresholds of this method, as qtool export --method [default: the target's].",
+        report="The threshold method, as qtool export --method takes it [default: what export uses].")
     include: tuple[str, ...] = option(
         (), "--include", "Quantize this node although it stays FP32 by default (repeatable).",
         multiple=True, evaluate="Quantize this node anyway, as qtool export --include (repeatable).")
@@ -156,23 +184,50 @@ def unread(given: dict, keys: dict, readers: tuple[str, ...], target: str) -> No
 
 # ---------------------------------------------------------------------------- inputs
 
+DEFAULT_BATCH = 8  # held-out images per inference when the model's batch is not fixed (evaluate, export's mixed precision)
+
+# The inputs calibrate, evaluate and export's mixed precision read, declared once: key -> (default,
+# flag, help, the rest of the declaration: each command's own help). The preprocessing of images
+# is ImageOptions'.
+SHARED = {
+    "images": (None, "--images", "Folder of images (JPEG/PNG/BMP, sorted by name, searched recursively).", dict(
+        path=True, calibrate="Folder of calibration images (JPEG/PNG/BMP, sorted by name, searched recursively).",
+        evaluate="Folder of held-out images (single-input image models).", export="Held-out images to rank and measure on.")),
+    "data": (None, "--data", "Folder of .npy (single-input models) or .npz (keys = input names) files, or one such file "
+             "of samples along its first axis.", dict(
+                 path=True, evaluate="Held-out .npy/.npz files, as calibrate --data: a folder, or one file of samples.",
+                 export="Held-out .npy/.npz files (a folder, or one file of samples).")),
+    "limit": (None, "--limit", "Use only the first N images, data files or samples of a data file.", dict(
+        bounds=(1, None), export="Use only the first N inputs.")),
+    "batch_size": (None, "--batch-size", "Images per inference [default: the model's fixed batch, else as many as fit 64 MB of "
+                   "activations]; results do not depend on it.", dict(
+                       bounds=(1, None), evaluate=f"Images per inference [default: the model's fixed batch, else {DEFAULT_BATCH}]; "
+                       "results do not depend on it.")),
+}
+
 
 @dataclass(frozen=True)
 class ImageOptions:
     """How images are fed (qtool.feeds.data.resolve_preprocess): None for what the model or, when
-    evaluating, the calibration file decides."""
+    evaluating, the calibration file decides; calibrate's own defaults are CALIBRATE_IMAGE."""
 
-    size: tuple[int, int] | None = None
-    resize: str | None = None
-    scale: float | None = None
-    mean: str | None = None
-    std: str | None = None
-    bgr: bool | None = None
-    layout: str | None = None
+    size: tuple[int, int] | None = option(None, "--size", "HxW to resize to; needed only when the model's height/width are dynamic.",
+                                          evaluate="HxW [default: the calibration file's].")
+    resize: str | None = option(None, "--resize", "How images are fitted to HxW (letterbox pads with grey 114).",
+                                choices=_data.RESIZE_MODES, evaluate="Image fitting [default: the calibration file's].")
+    scale: float | None = option(None, "--scale", "Pixel multiplier, a number or fraction.",
+                                 evaluate="Pixel multiplier [default: the calibration file's].")
+    mean: str | None = option(None, "--mean", "Per-channel mean subtracted after scaling, e.g. 0.485,0.456,0.406.",
+                              evaluate="Per-channel mean [default: the calibration file's].")
+    std: str | None = option(None, "--std", "Per-channel std divided by after the mean, e.g. 0.229,0.224,0.225.",
+                             evaluate="Per-channel std [default: the calibration file's].")
+    bgr: bool | None = option(None, "--bgr/--rgb", "Feed channels in BGR order (OpenCV-trained models), or RGB.",
+                              evaluate="Channel order [default: the calibration file's].")
+    layout: str | None = option(None, "--layout", "Input layout [default: inferred from the model input].", choices=("nchw", "nhwc"),
+                                evaluate="Input layout [default: the calibration file's].")
 
     def __post_init__(self):
-        _choose("resize", self.resize, _data.RESIZE_MODES)
-        _choose("layout", self.layout, ("nchw", "nhwc"))
+        _check_choices(self)
 
     @classmethod
     def build(cls, size=None, resize=None, scale=None, mean=None, std=None, bgr=None, layout=None) -> ImageOptions:
@@ -188,7 +243,8 @@ class ImageOptions:
         return [f.name for f in fields(self) if getattr(self, f.name) is not None]
 
 
-IMAGE_KEYS = ("size", "resize", "scale", "mean", "std", "bgr", "layout")
+IMAGE_KEYS = tuple(declared_options(ImageOptions))
+CALIBRATE_IMAGE = {"resize": "stretch", "scale": "1/255", "bgr": False}  # calibrate's preprocessing when not given, as typed
 
 
 def refuse_unknown(cls, given: dict) -> None:
@@ -210,21 +266,30 @@ def shard(value) -> tuple[int, int] | None:
     return value if value is None or isinstance(value, tuple) else _data.parse_shard(str(value))
 
 
+METHODS = thresholds.METHODS + thresholds.SAMPLE_METHODS
+
+
 @dataclass(frozen=True)
 class CalibrateOptions:
     """What a calibration runs on and records (qtool.collection.pipeline.run). `data`: a folder,
-    or (Python) an in-memory loader; `image`: the preprocessing of `images`."""
+    or (Python) an in-memory loader; `image`: the preprocessing of `images` (ImageOptions'
+    options, with CALIBRATE_IMAGE's defaults: `command_options`)."""
 
-    images: Path | None = None
-    data: object = None
-    limit: int | None = None
-    shard: tuple[int, int] | None = None
-    on_bad_image: str = "fail"
-    image: ImageOptions = ImageOptions(resize="stretch", scale=1 / 255, bgr=False)
-    batch_size: int | None = None
-    bins: int = 2048
-    method: str | None = None
-    kl_variant: str = "nvidia"
+    images: Path | None = declaration("images")
+    data: object = declaration("data")
+    limit: int | None = declaration("limit")
+    on_bad_image: str = option("fail", "--on-bad-image", "An unreadable image stops the run, or is skipped with a warning.",
+                               choices=("fail", "skip"))
+    shard: tuple[int, int] | None = option(None, "--shard", "K/N: calibrate only every N-th input starting with the K-th; combine "
+                                           "shards with qtool merge.")
+    image: ImageOptions = ImageOptions.build(**CALIBRATE_IMAGE)
+    batch_size: int | None = declaration("batch_size")
+    bins: int = option(2048, "--bins", "Histogram bins per tensor (a power of two).", kind=int)
+    method: str | None = option(None, "--method", "Threshold method kept by every export (as qtool export --method) [default: "
+                                "entropy; each export picks its own].", recompute=f"Threshold method: {', '.join(METHODS)} [default: "
+                                "the file's].")
+    kl_variant: str = option("nvidia", "--kl-variant", "Whose entropy search to reproduce.", choices=thresholds.KL_VARIANTS,
+                             recompute="Whose entropy search to reproduce [default: the file's].")
 
     def __post_init__(self):
         if self.loader is not None and self.images is not None:
@@ -232,10 +297,9 @@ class CalibrateOptions:
                              images=Opt("images"), data=Opt("data"))
         exactly_one(self.images, self.data)
         if self.bins > calibration.MAX_BINS:
-            raise QtoolError("{bins} is too many: the maximum is {most} (default 2048)", bins=Opt("bins", self.bins),
-                             most=calibration.MAX_BINS)
-        _choose("on_bad_image", self.on_bad_image, ("fail", "skip"))
-        _choose("kl_variant", self.kl_variant, thresholds.KL_VARIANTS)
+            raise QtoolError("{bins} is too many: the maximum is {most} (default {default})", bins=Opt("bins", self.bins),
+                             most=calibration.MAX_BINS, default=defaults(CalibrateOptions)["bins"])
+        _check_choices(self)
         _positive("limit", self.limit)
         _positive("batch_size", self.batch_size)
         method(self.method)
@@ -253,7 +317,7 @@ class CalibrateOptions:
     def build(cls, **given) -> CalibrateOptions:
         """From keywords as `qtool calibrate` takes its flags (or numbers, in Python; None: not given)."""
         given = {k: v for k, v in given.items() if v is not None}
-        image = {"resize": "stretch", "scale": "1/255", "bgr": False, **{k: given.pop(k) for k in IMAGE_KEYS if k in given}}
+        image = {**CALIBRATE_IMAGE, **{k: given.pop(k) for k in IMAGE_KEYS if k in given}}
         refuse_unknown(cls, given)
         if "images" in given:
             given["images"] = Path(given["images"])
@@ -278,9 +342,9 @@ class MixedPrecision:
     max_drop: str | None = option(None, "--max-drop", "Keep FP32 the fewest layers that bring the int8 model within BUDGET "
                                   "(30dB, 1%) on --images/--data.", metavar="BUDGET")
     max_fp32: int = option(20, "--max-fp32", "With --max-drop: the most tensors whose layers may be kept FP32.", bounds=(1, None))
-    images: Path | None = option(None, "--images", "Held-out images to rank and measure on.", path=True)
-    data: Path | None = option(None, "--data", "Held-out .npy/.npz files (a folder, or one file of samples).", path=True)
-    limit: int | None = option(None, "--limit", "Use only the first N inputs.", bounds=(1, None))
+    images: Path | None = declaration("images")
+    data: Path | None = declaration("data")
+    limit: int | None = declaration("limit")
 
     def __post_init__(self):
         if self.keep_fp32 and self.max_drop:
@@ -300,22 +364,27 @@ class MixedPrecision:
         return bool(self.keep_fp32 or self.max_drop)
 
 
-MIXED_KEYS = ("keep_fp32", "max_drop", "max_fp32", "images", "data", "limit")
+MIXED_KEYS = tuple(declared_options(MixedPrecision))
+
 
 @dataclass(frozen=True)
 class EvaluateOptions:
     """qtool evaluate: `target`'s model with `export` options against FP32 on held-out inputs
-    (`image`: each given part overrides the calibration file's preprocessing)."""
+    (`image`: each given part overrides the calibration file's preprocessing). `named_target`: the
+    target as given (None: an exported FILE's own, else DEFAULT_TARGET, which `export` then holds)."""
 
     export: ExportOptions = ExportOptions()
     runtime: str | None = None
-    tensors: bool = False
-    images: Path | None = None
-    data: Path | None = None
-    limit: int | None = None
+    tensors: bool = option(False, "--tensors/--no-tensors", "openvino/qdq: also rank each quantized tensor by the output SQNR "
+                           "with it alone quantized (one run per tensor).")
+    images: Path | None = declaration("images")
+    data: Path | None = declaration("data")
+    limit: int | None = declaration("limit")
     image: ImageOptions = ImageOptions()
-    batch_size: int | None = None
-    fail_below: float | None = None
+    batch_size: int | None = declaration("batch_size")
+    fail_below: float | None = option(None, "--fail-below", "Exit 1 when an output's SQNR (with --runtime, the worse of both) is "
+                                      "below DB decibels, after printing the results.", metavar="DB", kind=float)
+    named_target: str | None = None
 
     @property
     def target(self) -> str:
@@ -327,7 +396,7 @@ class EvaluateOptions:
         given), with the `export` options (qtool.targets.options_for) built from the rest."""
         given = {k: v for k, v in given.items() if v is not None}
         image = ImageOptions.build(**{k: given.pop(k) for k in IMAGE_KEYS if k in given})
-        own = {k: given.pop(k) for k in ("images", "data", "limit", "batch_size", "runtime", "tensors", "fail_below") if k in given}
+        own = {k: given.pop(k) for k in [f.name for f in fields(cls)] if k in given and k not in ("export", "image")}
         if given:
             raise QtoolError("{option} is not an export option", option=Opt(sorted(given)[0]))
         for key in ("images", "data"):
@@ -343,3 +412,25 @@ class EvaluateOptions:
         given = self.image.given()
         if self.data is not None and given:
             raise QtoolError("{option} applies to {images}; .npy/.npz data is fed as it is", option=Opt(min(given)), images=Opt("images"))
+
+
+def command_options(command: str) -> dict[str, Option]:
+    """key -> Option of what `command` declares here, each with that command's default (the field's;
+    calibrate's image options CALIBRATE_IMAGE's; recompute's None: the file's), in --help order. The
+    export options every target reads and the targets' groups are the registry's (qtool.targets)."""
+    def own(cls, **changed) -> dict[str, Option]:
+        return {k: replace(o, **changed) for k, o in declared_options(cls).items()}
+
+    if command == "calibrate":
+        found = own(CalibrateOptions)
+        image = own(ImageOptions)
+        image.update({k: replace(image[k], default=CALIBRATE_IMAGE[k]) for k in CALIBRATE_IMAGE})
+        at = list(found).index("shard") + 1
+        return dict(list(found.items())[:at] + list(image.items()) + list(found.items())[at:])
+    if command == "recompute":
+        return {k: o for k, o in own(CalibrateOptions, default=None).items() if k in ("method", "kl_variant")}
+    if command == "evaluate":
+        return {**own(EvaluateOptions), **own(ImageOptions)}
+    if command == "export":
+        return own(MixedPrecision)
+    return {}

@@ -4,16 +4,22 @@ and as its keyword from Python (qtool.errors), the objects are checked where the
 
 from __future__ import annotations
 
+import ast
+import json
 import re
+from pathlib import Path
 
+import click
 import pytest
+from click.testing import CliRunner
 from runcli import invoke
 from test_layers import IMAGES, SAMPLE
 
 import qtool
 from qtool import api
+from qtool.cli import cli
 from qtool.errors import QtoolError, UsageError
-from qtool.options import CalibrateOptions, ExportOptions
+from qtool.options import COMMANDS, DEFAULT_TARGET, IMAGE_KEYS, CalibrateOptions, ExportOptions
 from qtool.targets import options_for
 from qtool.targets.cpu import CpuOptions
 from qtool.targets.tensorrt.options import TensorRTOptions
@@ -154,11 +160,94 @@ def _help_lines(text: str) -> dict[str, int]:
     return found
 
 
-@pytest.mark.parametrize("command", ["export", "calibrate", "inspect"])
+@pytest.mark.parametrize("command", COMMANDS)
 def test_each_option_s_help_is_at_most_three_lines_the_rest_is_in_the_docs(command):
-    r = invoke(command, "--help")
-    assert r.exit_code == 0
+    r = CliRunner().invoke(cli, [command, "--help"], terminal_width=80)
+    assert r.exit_code == 0 and max(map(len, r.stdout.splitlines())) <= 80
     lines = _help_lines(r.stdout)
     assert len(lines) >= 4 and {f: n for f, n in lines.items() if n > 3} == {}
     if command == "export":
         assert len(r.stdout.splitlines()) < 100
+
+
+def _literal_defaults(path: Path) -> list[str]:
+    """file:line of each call in `path` given a `default=` holding a literal (other than None)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for kw in node.keywords if isinstance(node, ast.Call) else ():
+            if kw.arg == "default" and not (isinstance(kw.value, ast.Constant) and kw.value.value is None):
+                if any(isinstance(n, ast.Constant) for n in ast.walk(kw.value)):
+                    found.append(f"{path.name}:{kw.value.lineno}")
+    return found
+
+
+def _commands():
+    with click.Context(cli) as ctx:
+        return {name: cli.get_command(ctx, name) for name in COMMANDS}
+
+
+def test_each_default_is_written_once_in_its_declaration(tmp_path):
+    """No click option of qtool/cli writes a default of its own (a literal `default=`); each default a
+    command shows is its declaration's (qtool.options, a target's package), and the API builds the
+    same options from no keyword as from the command line's defaults."""
+    hits = [hit for path in sorted((Path(qtool.__file__).parent / "cli").glob("*.py")) for hit in _literal_defaults(path)]
+    assert hits == []
+    bad = tmp_path / "bad.py"
+    bad.write_text('import click\n@click.option("--resize", default="stretch")\ndef f(resize): pass\n')
+    assert _literal_defaults(bad) == ["bad.py:2"]  # the scan sees one
+    shown = {}
+    for name, command in _commands().items():
+        declared = api.COMMAND_OPTIONS[name]
+        for p in command.params:
+            if not isinstance(p, click.Option):
+                continue
+            default = p.to_info_dict()["default"]  # click's "not given" as None
+            if p.name in declared:
+                assert default == declared[p.name].default, (name, p.name)
+                shown[(name, p.name)] = default
+            elif p.name in api.OPTIONS:  # an export option: the library applies its default
+                assert default in (None, ()) or api.OPTIONS[p.name].negated and default is True, (name, p.name)
+            else:  # a path, a target, --json, -q/-v: nothing, or a flag left off
+                assert default in (None, False), (name, p.name)
+    assert shown[("calibrate", "resize")] == "stretch" and shown[("calibrate", "scale")] == "1/255"
+    assert shown[("calibrate", "bins")] == 2048 and shown[("calibrate", "kl_variant")] == "nvidia"
+    assert shown[("calibrate", "trt_version")] == api.TRT_CACHE_VERSION and shown[("export", "max_fp32")] == 20
+    assert shown[("recompute", "kl_variant")] is None and shown[("evaluate", "resize")] is None  # the file's
+    cal = _commands()["calibrate"]
+    given = {p.name: p.to_info_dict()["default"] for p in cal.params if p.name in CalibrateOptions.__dataclass_fields__ or p.name in IMAGE_KEYS}
+    assert CalibrateOptions.build(**{**given, "images": "x"}) == CalibrateOptions.build(images="x") == CalibrateOptions(images=Path("x"))
+
+
+@pytest.mark.parametrize("command", ["export", "evaluate", "report"])
+def test_target_is_one_option_a_typo_names_the_nearest(calib, command):
+    first = {"export": [], "evaluate": [SAMPLE, "--images", IMAGES], "report": [calib]}[command]
+    r = invoke(command, *first, "--target", "OpenVin0", "--calib" if command != "report" else "--model", calib if command != "report"
+               else SAMPLE)
+    assert r.exit_code == 2 and "did you mean 'openvino'" in r.stderr, r.stderr
+
+
+def test_evaluate_and_report_take_the_target_a_file_records_and_refuse_another(calib, tmp_path, monkeypatch):
+    """The default --target is the one an exported FILE records, else DEFAULT_TARGET; naming another is an
+    error, qdq (the default) too."""
+    monkeypatch.chdir(tmp_path)
+    ok = invoke("export", "--target", "openvino", "--calib", calib, SAMPLE, "-o", tmp_path / "s.openvino.onnx")
+    assert ok.exit_code == 0, ok.output
+    for named in (["--target", "qdq"], ["--target", "tensorrt"]):
+        r = invoke("evaluate", tmp_path / "s.openvino.onnx", "--images", IMAGES, "--limit", "2", *named)
+        assert r.exit_code == 1 and _error(r).startswith(f"{' '.join(named)}: ") and "is a openvino export" in r.stderr, r.stderr
+    r = invoke("evaluate", tmp_path / "s.openvino.onnx", "--images", IMAGES, "--limit", "2", "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["target"] == "openvino", r.output
+    assert DEFAULT_TARGET == "qdq" and f"else {DEFAULT_TARGET}]" in invoke("evaluate", "--help").stdout.replace("\n", " ")
+
+
+def test_the_api_s_evaluate_takes_evaluate_s_keywords(calib):
+    """qtool.evaluate builds qtool evaluate's options object (no keyword picked apart by hand): the
+    held-out and image keywords, checked where built."""
+    cal = qtool.Calibration.load(calib)
+    ours = qtool.evaluate(SAMPLE, cal, target="openvino", images=IMAGES, limit=4, batch_size=2, scale="1/255")
+    files = api.evaluate_files(SAMPLE, calib=calib, target="openvino", images=IMAGES, limit=4)
+    assert [o.sqnr_db for o in ours.outputs] == [o.sqnr_db for o in files.evaluation.outputs]
+    with pytest.raises(QtoolError, match=r"^limit=0 must be at least 1$"):
+        qtool.evaluate(SAMPLE, cal, images=IMAGES, limit=0)
+    with pytest.raises(QtoolError, match=r"^size= applies to images=; "):
+        qtool.evaluate(SAMPLE, cal, data=IMAGES, size=(28, 28))

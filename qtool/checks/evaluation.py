@@ -45,7 +45,7 @@ from ..collection import collect
 from ..errors import Opt, QtoolError, Words, opts
 from ..model import graph as G
 from ..model.writer import ModelFile
-from ..options import ExportOptions, method
+from ..options import DEFAULT_TARGET, ExportOptions, method
 from ..quantizers import cpu_kinds, placement
 from ..quantizers import patterns as P
 from ..runtime import onnxruntime
@@ -313,7 +313,7 @@ class Evaluation:
     plan_summary: dict  # the export's summary
     not_compared: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    target: str = "qdq"
+    target: str | None = DEFAULT_TARGET  # None: a file qtool did not export
     runtime: RuntimeResult | None = None  # when a runtime was asked for
 
     @property

@@ -29,6 +29,7 @@ import numpy as np
 from .. import calibration, targets
 from ..calibration import Calibration, TensorRecord
 from ..errors import Opt, QtoolError
+from ..options import DEFAULT_TARGET
 from ..quantizers.quantizer import Quantizer
 from ..statistics import noise, thresholds
 from . import report_page
@@ -36,7 +37,6 @@ from .evaluation import from_json_number
 from .report_plots import HistogramPlot, require_matplotlib
 
 TARGETS = tuple(sorted(targets.names()))
-DEFAULT_TARGET = "qdq"
 MAX_EVALUATION_BYTES = 64 << 20  # qtool evaluate --json of a model with 10^4 tensors is a few MB
 MAX_EVALUATION_DEPTH = 16  # its JSON nests 5 levels
 PLOT_BINS = 256

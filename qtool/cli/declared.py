@@ -1,5 +1,7 @@
-"""The click options of the options qtool.options declares (export's, evaluate's and the policy
-flags), and the command class whose --help shows them in their sections."""
+"""The click options of the options qtool.options (and each target's package) declares, every
+command's, with the declaration's default and help (no command writes a default of its own:
+tests/test_options.py checks); --target, --calib and --json as every command takes them; and the
+command class whose --help shows the options in their sections."""
 
 from __future__ import annotations
 
@@ -13,19 +15,24 @@ from .. import api
 
 
 def option(key: str, command: str = "export", flag: str | None = None):
-    """The click option of the export option `key`, as qtool.options declares it (`command`
-    "evaluate" or "report": with that command's help; `flag`: another flag than the declared one)."""
+    """The click option of the option `key` as qtool.options declares it: `command`'s own
+    (api.COMMAND_OPTIONS: its help and default, shown) or an export option (api.OPTIONS: its default
+    applied by the library, worded in its help), with `command`'s help; `flag`: another flag than the declared one."""
     own = api.COMMAND_OPTIONS.get(command, {}).get(key)
     o = own or api.OPTIONS[key]
-    kwargs: dict = {"help": getattr(o, command, None) or o.help}
-    if own is not None and o.default not in (None, False, ()) and not o.negated:  # a command's own default, shown
+    kwargs: dict = {"help": o.help_for(command)}
+    if own is not None and o.default not in (None, ()) and not o.negated:  # a command's own default, shown
         kwargs.update(default=o.default, show_default=True)
+    if "/" in o.flag:  # --x/--no-x: True, False or (no default) not given
+        kwargs.setdefault("default", None)
     if o.negated:  # a --no-... switch: the key False
-        kwargs.update(flag_value=False, default=True)
+        kwargs.update(flag_value=False, default=o.default)
     if o.choices:
         kwargs["type"] = click.Choice(o.choices)
     if o.bounds:
         kwargs["type"] = click.IntRange(*o.bounds)
+    if o.kind:
+        kwargs["type"] = o.kind
     if o.path:
         kwargs["type"] = click.Path(path_type=Path)
     if o.multiple:
@@ -33,6 +40,16 @@ def option(key: str, command: str = "export", flag: str | None = None):
     if o.metavar:
         kwargs["metavar"] = o.metavar
     return click.option(flag or o.flag, key, **kwargs)
+
+
+def options(command: str, keys: tuple[str, ...] | None = None):
+    """The click options of `keys` (None: every option `command` declares, api.COMMAND_OPTIONS), in that order."""
+    def decorate(function):
+        for key in reversed(tuple(api.COMMAND_OPTIONS[command]) if keys is None else keys):
+            function = option(key, command)(function)
+        return function
+
+    return decorate
 
 
 def target_option(choices: tuple[str, ...] = api.TARGETS, **kwargs):
@@ -53,6 +70,17 @@ def target_option(choices: tuple[str, ...] = api.TARGETS, **kwargs):
         return [CompletionItem(t) for t in choices if t.startswith(incomplete.lower())]
 
     return click.option("--target", metavar=f"[{'|'.join(choices)}]", callback=parse, shell_complete=complete, **kwargs)
+
+
+def calib_option():
+    """--calib as export and evaluate take it: the calibration file, else the single one here."""
+    return click.option("--calib", type=click.Path(path_type=Path), help="Calibration file [default: the single *.calib.json here].")
+
+
+def json_option(what: str = "a JSON summary"):
+    """--json as every command takes it: `what` as one JSON document on stdout (on a failure, the
+    error's: qtool.cli)."""
+    return click.option("--json", "as_json", is_flag=True, help=f"Print {what} on stdout.")
 
 
 def policy_options(command):

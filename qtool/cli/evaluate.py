@@ -11,9 +11,9 @@ import click
 
 from .. import api
 from . import EPILOG, call, cli, finish
-from .declared import Grouped, option, policy_options, target_option
+from .declared import Grouped, calib_option, json_option, option, options, policy_options, target_option
 
-HELD_OUT = ("images", "data", "limit", "size", "resize", "scale", "mean", "std", "bgr", "layout", "batch_size")
+HELD_OUT = ("images", "data", "limit", *api.IMAGE_KEYS, "batch_size")  # qtool.options: the inputs calibrate reads too, and ImageOptions
 
 
 def _progress(total: int, enabled: bool):
@@ -24,21 +24,13 @@ def _progress(total: int, enabled: bool):
 
 @cli.command(cls=Grouped, epilog=EPILOG, sections={"Held-out inputs": HELD_OUT})
 @click.argument("model_path", metavar="MODEL|FILE", type=click.Path(path_type=Path))
-@click.option("--calib", type=click.Path(path_type=Path), help="Calibration file [default: the single *.calib.json here].")
-@click.option("--reference", type=click.Path(path_type=Path), metavar="MODEL", help="FILE's FP32 model [default: the one FILE records, beside it or here, checked by SHA-256]; needed for a Q/DQ or FakeQuantize file qtool did not write.")
-@click.option("--images", type=click.Path(path_type=Path), help="Folder of held-out images (single-input image models).")
-@click.option("--data", type=click.Path(path_type=Path), help="Folder of held-out .npy (single-input models) or .npz (keys = input names) files, or one such file of samples along the first axis.")
-@click.option("--limit", type=click.IntRange(min=1), help="Use only the first N images, data files or samples of a data file.")
-@click.option("--size", help="HxW [default: the calibration file's].")
-@click.option("--resize", type=click.Choice(api.RESIZE_MODES), help="Image fitting [default: the calibration file's].")
-@click.option("--scale", help="Pixel multiplier [default: the calibration file's].")
-@click.option("--mean", help="Per-channel mean [default: the calibration file's].")
-@click.option("--std", help="Per-channel std [default: the calibration file's].")
-@click.option("--bgr/--rgb", default=None, help="Channel order [default: the calibration file's].")
-@click.option("--layout", type=click.Choice(["nchw", "nhwc"]), help="Input layout [default: the calibration file's].")
-@click.option("--batch-size", type=click.IntRange(min=1), help=f"Images per inference [default: the model's fixed batch, else {api.DEFAULT_BATCH}]; results do not depend on it.")
-@target_option(default="qdq", show_default=True, help="Whose export to evaluate: " + ", ".join(f"{t} ({d})" for t, d in api.TARGET_DESCRIPTIONS.items()) + ".")
-@click.option("--runtime", type=click.Choice(tuple(api.runtimes())), help="Also run the file in this runtime on this CPU (its int8 kernels): " + " or ".join(f"{r} (--target {' or '.join(ts)})" for r, ts in api.runtimes().items()) + ", and report both, with the runtime's own FP32 run beside them; a warning names the likely cause where they differ by more than 1 dB: the runtime's FP32, or the layers where its run leaves the file.")
+@calib_option()
+@click.option("--reference", type=click.Path(path_type=Path), metavar="MODEL", help="FILE's FP32 model [default: the one FILE records, "
+              "checked by SHA-256]; needed for a file qtool did not write.")
+@options("evaluate", HELD_OUT)
+@target_option(help=f"Whose export to evaluate [default: FILE's, else {api.DEFAULT_TARGET}].")
+@click.option("--runtime", type=click.Choice(tuple(api.runtimes())), help="Also run the file and its FP32 model in this runtime on this CPU ("
+              + "; ".join(f"{r}: {', '.join(ts)}" for r, ts in api.runtimes().items()) + ").")
 @option("method", "evaluate")
 @option("exclude", "evaluate")
 @option("include", "evaluate")
@@ -51,12 +43,11 @@ def _progress(total: int, enabled: bool):
 @option("fmt", "evaluate")
 @option("high_precision", "evaluate")
 @option("precision", "evaluate")
-@click.option("--tensors/--no-tensors", "tensors", default=False, show_default=True, help="openvino/qdq: also rank every quantized tensor by the output SQNR of quantizing it alone (one model run over the inputs per tensor: slow on large models).")
-@click.option("--fail-below", type=float, metavar="DB", help="Exit 1 when an output's SQNR is below DB decibels (a quality gate): the simulation's, and with --runtime the worse of it and the runtime's; the results are printed first.")
+@options("evaluate", ("tensors", "fail_below"))
 @policy_options
-@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout (infinite SQNR as the string \"inf\").")
+@json_option("the results as JSON (infinite SQNR as the string \"inf\")")
 @click.pass_context
-def evaluate(ctx, model_path, as_json, **options):
+def evaluate(ctx, model_path, as_json, **keywords):
     """Compare a target's int8 model with FP32 on held-out inputs.
 
     MODEL: the FP32 model; the int8 model is the target's export (as qtool export --target writes it, built in memory),
@@ -78,7 +69,7 @@ def evaluate(ctx, model_path, as_json, **options):
     --exclude them yourself to use this ranking on your data).
     """
     with _progress(1, not (ctx.obj["quiet"] or as_json)) as bar:
-        outcome = call(api.evaluate_files, model_path, progress=bar, **options)
+        outcome = call(api.evaluate_files, model_path, progress=bar, **keywords)
     finish(outcome, as_json, text)
 
 

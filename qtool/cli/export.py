@@ -8,7 +8,7 @@ import click
 
 from .. import api
 from . import EPILOG, call, cli, finish
-from .declared import Grouped, option, policy_options, target_option
+from .declared import Grouped, calib_option, json_option, option, options, policy_options, target_option
 
 MIXED = tuple(api.COMMAND_OPTIONS["export"])  # the layers kept FP32 by measurement
 
@@ -16,7 +16,7 @@ MIXED = tuple(api.COMMAND_OPTIONS["export"])  # the layers kept FP32 by measurem
 @cli.command(cls=Grouped, epilog=EPILOG, sections={f"Mixed precision ({'/'.join(api.ranked())})": MIXED})
 @click.argument("model_path", metavar="[MODEL]", required=False, type=click.Path(path_type=Path))
 @target_option(required=True, help=f"Output format: {', '.join(api.TARGETS)}.")
-@click.option("--calib", type=click.Path(path_type=Path), help="Calibration file [default: the single *.calib.json here].")
+@calib_option()
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Output file [default: <model stem> + the target's suffix, here].")
 @option("trt_version")
 @option("fmt")
@@ -30,16 +30,11 @@ MIXED = tuple(api.COMMAND_OPTIONS["export"])  # the layers kept FP32 by measurem
 @option("cpu")
 @option("weights_7bit")
 @option("smooth_quant")
-@option("keep_fp32")
-@option("max_drop")
-@option("max_fp32")
-@option("images")
-@option("data")
-@option("limit")
+@options("export")  # MIXED
 @option("ignored_patterns")
 @option("bias_correction")
 @policy_options
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
+@json_option()
 def export(model_path, target, as_json, **options):
     """Write the calibrated ranges of MODEL in a target format.
 

@@ -8,12 +8,13 @@ import click
 
 from .. import api
 from . import EPILOG, call, cli, finish
+from .declared import json_option
 
 
 @cli.command(epilog=EPILOG)
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("-o", "--output", required=True, type=click.Path(path_type=Path), help="The merged calibration file.")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
+@json_option()
 def merge(files, output, as_json):
     """Combine calibration FILES of one model made on different inputs (e.g. --shard K/N runs).
 

@@ -9,14 +9,14 @@ import click
 
 from .. import api
 from . import EPILOG, call, cli, finish
+from .declared import json_option, options
 
 
 @cli.command(epilog=EPILOG)
 @click.argument("calib_path", metavar="FILE", type=click.Path(path_type=Path))
-@click.option("--method", help=f"Threshold method: {', '.join(api.METHODS)} [default: the file's].")
-@click.option("--kl-variant", type=click.Choice(api.KL_VARIANTS), help="Whose entropy search to reproduce [default: the file's].")
+@options("recompute")  # calibrate's --method and --kl-variant, defaulting to the file's
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write the result here [default: rewrite FILE in place].")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
+@json_option()
 def recompute(calib_path, method, kl_variant, output, as_json):
     """Recompute every threshold of FILE (a .calib.json) from the histograms it keeps.
 

@@ -9,19 +9,18 @@ import click
 
 from .. import api
 from . import EPILOG, call, cli, finish
-from .declared import option, target_option
+from .declared import json_option, option, target_option
 
 
 @cli.command(epilog=EPILOG)
 @click.argument("calib_path", metavar="FILE", type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="HTML file [default: FILE's name with .report.html, here].")
-@target_option(api.REPORT_TARGETS,
-               help=f"Whose export to show: its quantized tensors, thresholds and scales [default: the --evaluation file's target, else {api.REPORT_DEFAULT_TARGET}, qtool evaluate's default].")
+@target_option(help=f"Whose export to show [default: the one FILE or the --evaluation file records, else {api.DEFAULT_TARGET}].")
 @option("trt_version", "report")
-@click.option("--method", help="The threshold method, as qtool export --method takes it [default: what export uses].")
+@option("method", "report")
 @click.option("--model", "model", type=click.Path(path_type=Path), help="The calibrated model [default: the path FILE records].")
 @click.option("--evaluation", type=click.Path(path_type=Path), help="JSON from qtool evaluate --json (--tensors) for the same model and target: adds each tensor's output SQNR and the output metrics.")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
+@json_option()
 def report(calib_path, output, target, trt_version, method, model, evaluation, as_json):
     """Write one HTML page showing FILE (a .calib.json) as a target's export uses it: a plot of the
     error per quantized tensor in graph order, then the tensors the target quantizes with the

@@ -136,13 +136,12 @@ def exported_file(file: Path | None, reference: Path | None) -> tuple | None:
 
 def _no_export_options(file: Path, found, options: EvaluateOptions) -> None:
     """What builds an export (its options, --tensors' rebuilt models) does not apply to a file already exported."""
-    default = ExportOptions()
     if options.tensors:
         raise QtoolError("{tensors} ranks the quantizers of an export qtool builds: give the FP32 MODEL and its calibration, "
                          "not the exported file {file!r}", tensors=Opt("tensors"), file=str(file))
     target = found.target if found is not None else None
-    if options.target not in (default.target, target):
-        raise QtoolError("{given}: {file!r} is {what}", given=Opt("target", options.target), file=str(file),
+    if options.named_target not in (None, target):
+        raise QtoolError("{given}: {file!r} is {what}", given=Opt("target", options.named_target), file=str(file),
                          what=f"a {target} export" if target else "not a qtool export")
     built = provenance.options_record(options.export)
     plain = provenance.options_record(ExportOptions(target=options.target))

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import Opt, QtoolError
-from ..options import MIXED_KEYS, ExportOptions, MixedPrecision, Option, _choose, declared_options, defaults, method, misplaced, unread
+from ..options import DEFAULT_TARGET, MIXED_KEYS, ExportOptions, MixedPrecision, Option, _choose, declared_options, defaults, method, misplaced, unread
 
 FLOAT, FLOAT16 = 1, 10  # onnx.TensorProto element types (not imported here: the registry stays light)
 
@@ -75,7 +75,6 @@ class Target:
     runtime: str  # the runtime that runs its file on this CPU: "openvino" or "onnxruntime"
     any_subset: bool  # its writer builds a model of any subset of its quantizers (prepare/quantized)
     suffix: str  # default output suffix (the writer's suffix(**options) may pick another)
-    description: str  # what its file is, in a few words (qtool evaluate --help)
     group_class: str  # "module:Class" of its option group (ExportOptions.own)
     calibrate_file: str | None = None  # "module:Class" of a file calibrate writes for it (options declared; `write`)
     inspected: str | None = None  # its inspection module: range files it reads, the model check it runs (qtool inspect)
@@ -137,11 +136,11 @@ def _resolve(name: str):
 _TRT = "qtool.targets.tensorrt.options:"
 _REGISTRY = (
     Target("tensorrt", "qtool.targets.tensorrt", "qtool.targets.tensorrt.rules:TENSORRT", (FLOAT,), "onnxruntime", False,
-           ".trt.onnx", "its Q/DQ model, with the FP16 part", _TRT + "TensorRTOptions", _TRT + "CalibrateCache", "qtool.targets.tensorrt.inspection"),
+           ".trt.onnx", _TRT + "TensorRTOptions", _TRT + "CalibrateCache", "qtool.targets.tensorrt.inspection"),
     Target("openvino", "qtool.targets.openvino", "qtool.targets.cpu:CPU", (FLOAT, FLOAT16), "openvino", True,
-           ".openvino.onnx", "FakeQuantize", "qtool.targets.cpu:CpuOptions"),
+           ".openvino.onnx", "qtool.targets.cpu:CpuOptions"),
     Target("qdq", "qtool.targets.qdq", "qtool.targets.cpu:CPU", (FLOAT,), "onnxruntime", True,
-           ".qdq.onnx", "QuantizeLinear/DequantizeLinear", "qtool.targets.cpu:CpuOptions"),
+           ".qdq.onnx", "qtool.targets.cpu:CpuOptions"),
 )
 TARGETS = tuple(t.name for t in _REGISTRY)
 
@@ -209,9 +208,10 @@ def check_name(target: str) -> None:
     _choose("target", target, TARGETS)
 
 
-def options_for(target: str = "qdq", **given) -> ExportOptions:
+def options_for(target: str | None = DEFAULT_TARGET, **given) -> ExportOptions:
     """The export options of `target` from keywords as qtool.export takes them (None or an empty list:
-    not given): the general ones, its group's (an option only another target reads: an error)."""
+    not given; a target None: DEFAULT_TARGET): the general ones, its group's (an option only another target reads: an error)."""
+    target = DEFAULT_TARGET if target is None else target
     check_name(target)
     given = {k: v for k, v in given.items() if v is not None}
     own = None
@@ -232,9 +232,12 @@ def options_for(target: str = "qdq", **given) -> ExportOptions:
     return options
 
 
-def export_request(target: str = "qdq", **given) -> tuple[ExportOptions, MixedPrecision]:
+def export_request(target: str | None, **given) -> tuple[ExportOptions, MixedPrecision]:
     """qtool export's options from its keywords: the export's, and the layers kept FP32 by measurement
-    (for the targets that build any subset of their quantizers, `ranked()`)."""
+    (for the targets that build any subset of their quantizers, `ranked()`). The target is required: an
+    export is a file for one runtime."""
+    if target is None:
+        raise QtoolError("{target} is required: one of {targets}", target=Opt("target"), targets=", ".join(TARGETS))
     check_name(target)
     mixed = {k: given.pop(k) for k in MIXED_KEYS if given.get(k) is not None}
     for key in ("keep_fp32", "max_drop"):
