@@ -145,7 +145,7 @@ class InspectResult:
     against a target's rules (`check`), or each quantizer's policy (quantizers)."""
 
     file: str
-    kind: str  # "calibration", a target's range file kind (e.g. "tensorrt-cache"), a checked model's kind ("onnx") or "policies"
+    kind: str  # "calibration", a range file kind (as its target names it), a checked model's kind ("onnx") or "policies"
     kind_name: str = ""  # what that kind of file is called
     header: dict = field(default_factory=dict)  # a calibration or range file's header
     tensors: tuple[dict, ...] = ()  # its tensors, sorted by name: name, amax and the kind's own fields (NaN/inf as they are)
