@@ -48,3 +48,11 @@ def test_the_api_uses_no_regular_expression():
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert "re" not in imported
+
+
+def test_tensorrt_is_named_only_in_its_package_the_registry_and_the_api():
+    """A target is one subpackage (issue 50): outside qtool/targets/tensorrt/, only the registry and the
+    API's docs name TensorRT, in code or comments."""
+    naming = sorted(str(p.relative_to(ROOT)) for p in PACKAGE.rglob("*.py")
+                    if "tensorrt" in p.read_text().lower() and "tensorrt" not in p.relative_to(PACKAGE).parts[:2])
+    assert naming == ["qtool/api.py", "qtool/targets/__init__.py"], naming
