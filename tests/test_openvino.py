@@ -660,6 +660,34 @@ def test_a_conv_whose_shape_is_read_runs_with_its_own_bias():
     assert sorted(n.name for n in m.graph.node if n.op_type == "Add") == ["/basenet/slice1.2/Conv/bias/Add", "/basenet/slice2.2/Conv/bias/Add"]
 
 
+@pytest.mark.parametrize("computed", [False, True])
+def test_a_bias_written_after_its_conv_computes_the_same(computed):
+    """The bias moved out of a Conv (openvino._bias_after): an initializer reshaped to [C, 1, 1], or a computed bias
+    through a Reshape; the model computes what it did, to float rounding, and reads the bias only through the Add."""
+    from qtool.model import graph as G
+    from qtool.targets import openvino as writer
+
+    rng = np.random.default_rng(5)
+    inits = [numpy_helper.from_array(rng.normal(0, 0.3, (6, 4, 3, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.normal(0, 1, 6).astype(np.float32), "b"),
+             numpy_helper.from_array(rng.normal(0, 1, 6).astype(np.float32), "b2")]
+    nodes = [helper.make_node("Add", ["b", "b2"], ["bsum"], name="bias_sum")] if computed else []
+    nodes += [helper.make_node("Conv", ["x", "w", "bsum" if computed else "b"], ["y"], name="conv", pads=[1, 1, 1, 1]),  # no kernel_shape
+              helper.make_node("Relu", ["y"], ["out"], name="relu")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, "H", "W"])],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    x = {"x": rng.normal(0, 1, (2, 4, 9, 7)).astype(np.float32)}
+    before = ort_run(m.SerializeToString(), x)[0]
+    index = G.Index(m)
+    writer._bias_after(m, G.Namer(m), index, index.nodes["conv"])
+    G.toposort(m.graph)
+    conv = G.Index(m).nodes["conv"]
+    assert len(conv.input) == 2 and [n.op_type for n in m.graph.node].count("Reshape") == int(computed)
+    np.testing.assert_allclose(ort_run(m.SerializeToString(), x)[0], before, rtol=1e-6, atol=1e-6)
+
+
 def test_a_sequence_gathered_step_by_step_is_quantized_once(tmp_path):
     """An unrolled RNN Gathers each time step of one sequence (tests/zoo.py): as NNCF (Gather is one of its
     quantize-agnostic ops) the quantizer sits on the sequence, and OpenVINO gathers its u8 codes, instead of
