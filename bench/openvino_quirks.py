@@ -29,6 +29,14 @@ lines mean the same on AVX2-only CPUs (tests/avx2.py) as on VNNI ones.
    kernel does; an LSTM OpenVINO leaves f32 does not, so it too reads some 37 dB from the file).
    Printed: run vs exact and the RNNSeq precision for each layout, forward and bidirectional (2026.4:
    forward 18 / 151 / 150 dB, u8; bidirectional f32, f32, and 150 dB u8 per unit).
+6. a Conv's bias dropped to its first channel: x -> FakeQuantize -> Conv with a bias -> FakeQuantize, the Conv's
+   output shape read (Shape -> Gather -> Concat -> Resize of another input to its height, a U-Net's upsampling to its
+   skip's size) on a dynamic-shape input. OpenVINO 2026.4 moves that ShapeOf onto the Convolution before its bias
+   (its ONNX frontend reads a Conv's bias as Convolution -> Add), so the Convolution has two readers and the CPU
+   plugin does not fuse the bias into it; it folds the bias Add into the FakeQuantize after it instead
+   (FusePerformedAsScaleShiftAndFakeQuantize) and that FakeQuantize, per tensor, applies the first channel's bias to
+   every channel (CRAFT's text detector: 2.3 dB where its file's arithmetic gives 20.6). The bias as an explicit Add
+   after a Conv without one (qtool's file: the same numbers) runs right. Printed: run vs exact for both forms.
 
 Usage: PYTHONPATH=. python bench/openvino_quirks.py (this checkout's qtool, not an installed one)
 """
@@ -171,6 +179,30 @@ def lstm_scales(layout: str, dirs: int, seed: int = 1) -> tuple[float, str]:
     return _sqnr(_exact(m, x), run), "/".join(precisions)
 
 
+def bias_to_first_channel(rng) -> tuple[float, float]:
+    """(run vs exact with the bias in the Conv, with it an Add after a Conv without one), dB: a Conv whose output's
+    height sizes a Resize, on a dynamic shape (CRAFT's upsampling to its skip's size; OpenVINO 2026.4 moves the ShapeOf
+    where a Gather reads one dimension of it, not where one Gather reads both)."""
+    c = 16
+    bias = rng.normal(0, 0.5, c).astype(np.float32)
+    inits = {"w": (rng.integers(-63, 64, (c, c, 3, 3)) * 0.004).astype(np.float32), "b": bias, "b4": bias.reshape(1, c, 1, 1),
+             "lo": np.float32(0), "hi_x": np.float32(1), "hi": np.float32(1.5), "h": np.array([2], np.int64),
+             "nc": np.array([1, 4], np.int64), "w_": np.array([10], np.int64), "roi": np.array([], np.float32), "scales": np.array([], np.float32)}
+    feeds = {"x": rng.uniform(0, 1, (1, c, 24, 20)).astype(np.float32), "y": rng.uniform(0, 1, (1, 4, 12, 10)).astype(np.float32)}
+    out = []
+    for in_conv in (True, False):
+        conv = [helper.make_node("Conv", ["xq", "w", "b"], ["conv"], pads=[1, 1, 1, 1])] if in_conv else \
+            [helper.make_node("Conv", ["xq", "w"], ["raw"], pads=[1, 1, 1, 1]), helper.make_node("Add", ["raw", "b4"], ["conv"])]
+        nodes = [_fq("x", "lo", "hi_x", "xq"), *conv, _fq("conv", "lo", "hi", "out"),
+                 helper.make_node("Shape", ["conv"], ["shape"]), helper.make_node("Gather", ["shape", "h"], ["height"], axis=0),
+                 helper.make_node("Concat", ["nc", "height", "w_"], ["sizes"], axis=0),
+                 helper.make_node("Resize", ["y", "roi", "scales", "sizes"], ["up"], mode="nearest")]
+        m = _model(nodes, {"x": ["N", c, "H", "W"], "y": ["N", 4, "h", "w"]}, inits)
+        m.graph.output.append(helper.make_tensor_value_info("up", TensorProto.FLOAT, None))
+        out.append(_sqnr(_exact(m, feeds), _run(m, feeds)))
+    return out[0], out[1]
+
+
 def main() -> None:
     import openvino as ov
 
@@ -202,6 +234,11 @@ def main() -> None:
               + f", per unit {cells['unit'][0]:6.1f} ({cells['unit'][1]})"
               + f"  -> {'per-unit scales int8 and right' if ok else 'PER-UNIT SCALES DO NOT RUN AS THE FILE SAYS: qtool files are affected'}"
               + f"{'; per row now right' if cells['row'][0] >= LSTM_SAME and 'f32' not in cells['row'][1] else ''}")
+
+    in_conv, as_add = bias_to_first_channel(rng)
+    print(f"6. Conv with a bias -> FakeQuantize, its shape read: run vs file {in_conv:6.1f}; the bias an Add after it: {as_add:6.1f}"
+          f"  -> {'bias still applied per tensor' if in_conv < SAME else 'runs right now'}"
+          f"{'' if as_add >= SAME else '; THE ADD FORM IS WRONG TOO: qtool files are affected'}")
 
 
 if __name__ == "__main__":

@@ -51,6 +51,7 @@ __all__ = [
     "unrolled_rnn_like",
     "crnn_bilstm_like",
     "spelled_layernorm_like",
+    "unet_text_detector_like",
 ]
 
 FLOAT = TensorProto.FLOAT
@@ -1112,6 +1113,42 @@ def spelled_layernorm_like(d=32, seed=6127):
     graph = g.graph("spelled_layernorm", [helper.make_tensor_value_info("x", FLOAT, [1, 16])],
                     [helper.make_tensor_value_info("logits", FLOAT, [1, 8])])
     return _make_model(graph, 13)
+
+
+def unet_text_detector_like(opset=11, seed=4211):
+    """A U-Net text detector as torch exports CRAFT (VGG backbone, F.interpolate(size=skip.size()[2:])): image
+    [1, 3, H, W] (dynamic H, W) -> Conv+Relu x2 (the skip) -> MaxPool -> Conv+Relu x2 -> Resize (linear, half_pixel)
+    to the skip's size, read by Shape -> Gather -> Unsqueeze -> Concat -> Cast beside Shape -> Slice of the resized
+    tensor -> Concat with the skip -> 1x1 Conv+Relu -> Conv -> region/affinity maps [1, 2, H, W]. The skip's Conv has
+    a bias, a quantizer and its shape read: OpenVINO 2026.4 runs it with the first channel's bias
+    (bench/openvino_quirks.py, case 6)."""
+    g = _Graph(seed=seed)
+
+    def conv(x, cin, cout, k, scope, relu=True):
+        w = g.init(f"{scope}.weight", _conv_w(g.rng, cout, cin, k))
+        b = g.init(f"{scope}.bias", g.rng.normal(0, 0.3, cout).astype(np.float32))
+        y = g.op("Conv", [x, w, b], scope, kernel_shape=[k, k], pads=[k // 2] * 4, dilations=[1, 1], group=1, strides=[1, 1])
+        return g.op("Relu", [y], scope) if relu else y
+
+    skip = conv(conv("image", 3, 8, 3, "/basenet/slice1.0"), 8, 8, 3, "/basenet/slice1.2")
+    x = g.op("MaxPool", [skip], "/basenet/pool", kernel_shape=[2, 2], strides=[2, 2], pads=[0, 0, 0, 0])
+    x = conv(conv(x, 8, 16, 3, "/basenet/slice2.0"), 16, 16, 3, "/basenet/slice2.2")
+    dims = []
+    for axis in (2, 3):
+        shape = g.op("Shape", [skip], "")
+        dims.append(g.op("Unsqueeze", [g.op("Gather", [shape, g.init(f"/Constant_{axis}", np.array(axis, np.int64))], "", axis=0)], "", axes=[0]))
+    size = g.op("Cast", [g.op("Concat", dims, "", axis=0)], "", to=INT64)
+    lead = g.op("Slice", [g.op("Shape", [x], ""), g.init("/Constant_start", np.array([0], np.int64)),
+                          g.init("/Constant_end", np.array([2], np.int64)), g.init("/Constant_axes", np.array([0], np.int64))], "")
+    sizes = g.op("Concat", [lead, size], "", axis=0)
+    up = g.op("Resize", [x, g.init("/Constant_roi", np.array([], np.float32)), g.init("/Constant_scales", np.array([], np.float32)), sizes],
+              "", mode="linear", coordinate_transformation_mode="half_pixel")
+    x = conv(g.op("Concat", [up, skip], "", axis=1), 24, 8, 1, "/upconv1.0")
+    conv(x, 8, 2, 3, "/conv_cls", relu=False)
+    g.nodes[-1].output[0] = "y"
+    graph = g.graph("unet_text_detector", [helper.make_tensor_value_info("image", FLOAT, [1, 3, "height", "width"])],
+                    [helper.make_tensor_value_info("y", FLOAT, [1, 2, "height", "width"])])
+    return _make_model(graph, opset)
 
 
 def _random_feeds(model, dims, seed=0):

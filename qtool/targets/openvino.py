@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from ..model import data_inputs
 from ..model import graph as G
 from ..options import ExportOptions
 from ..quantizers import grids, placement, policy
@@ -199,6 +200,75 @@ def _below_reduction(model: onnx.ModelProto, namer: G.Namer, reduction: onnx.Nod
     return copy.output[0]
 
 
+# OpenVINO 2026.4 reads a Conv's bias as Convolution -> Add and, on a dynamic shape, moves a ShapeOf of the Conv's
+# output (or of an activation or a FakeQuantize after it) onto the Convolution before that Add. The Convolution then
+# has two readers, so its CPU plugin leaves the bias out of it and folds the Add into the FakeQuantize after it instead
+# (FusePerformedAsScaleShiftAndFakeQuantize, openvinotoolkit/openvino src/plugins/intel_cpu/src/graph_optimizer.cpp),
+# which, kept per tensor, applies the first channel's bias to every channel (bench/openvino_quirks.py, case 6; CRAFT's
+# text detector, whose upsampling reads its skips' sizes, ran at 2.3 dB for its file's 20.6). Such a Conv's bias is
+# written as an Add after a Conv without one: the same numbers, and OpenVINO fuses that Add into the Convolution.
+SHAPE_KEEPING = ("Relu", "Clip", "FakeQuantize")  # ops between the Conv and the Shape or FakeQuantize that OpenVINO sees through
+_RANK_KEEPING = ("Mul", "Cast", "Transpose", "FakeQuantize", "DequantizeLinear", "Identity")  # a weight's path from its initializer
+
+
+def _spatial_dims(index: G.Index, conv: onnx.NodeProto) -> int | None:
+    """The number of spatial axes of `conv`: its kernel_shape's, else its weight initializer's rank less 2 (through the
+    int8 weight's Cast and Mul), None where neither says."""
+    kernel = G.attr(conv, "kernel_shape")
+    if kernel:
+        return len(kernel)
+    t = conv.input[1]
+    while t not in index.constants:
+        node = index.producer.get(t)
+        if node is None or node.op_type not in _RANK_KEEPING:
+            return None
+        t = node.input[0]
+    return len(index.constants[t].dims) - 2
+
+
+def _shape_read_convs(model: onnx.ModelProto, index: G.Index) -> list[onnx.NodeProto]:
+    """The Convs with a bias whose output, directly or through SHAPE_KEEPING ops, a FakeQuantize quantizes and a Shape
+    reads, in a model with a dynamic input (static, OpenVINO folds every Shape): those OpenVINO 2026.4 runs with the
+    first channel's bias."""
+    if all(None not in spec.dims for spec in data_inputs(model)):
+        return []
+    found = []
+    for node in model.graph.node:
+        if node.op_type != "Conv" or node.domain not in ("", "ai.onnx") or len(node.input) < 3 or not node.input[2]:
+            continue
+        chain, readers = [node.output[0]], []
+        while chain:
+            for reader, slot in index.readers.get(chain.pop(), []):
+                readers.append(reader)
+                if slot == 0 and reader.op_type in SHAPE_KEEPING:
+                    chain.append(reader.output[0])
+        if any(r.op_type == "Shape" for r in readers) and any(r.op_type == "FakeQuantize" and r.domain == DOMAIN for r in readers):
+            found.append(node)
+    return found
+
+
+def _bias_after(model: onnx.ModelProto, namer: G.Namer, index: G.Index, conv: onnx.NodeProto) -> None:
+    """`conv`'s bias as an Add after it, shaped [C, 1, ...] to broadcast along the channel axis (in place); left in
+    the Conv where its number of spatial axes is unknown."""
+    spatial = _spatial_dims(index, conv)
+    if spatial is None:
+        return
+    bias = conv.input[2]
+    shaped = namer.fresh(f"{bias}/per_channel")
+    if bias in index.constants:
+        values = numpy_helper.to_array(index.constants[bias])
+        model.graph.initializer.append(numpy_helper.from_array(values.reshape(-1, *[1] * spatial), shaped))
+    else:
+        shape = namer.fresh(f"{bias}/per_channel/shape")
+        model.graph.initializer.append(numpy_helper.from_array(np.array([-1] + [1] * spatial, np.int64), shape))
+        model.graph.node.append(helper.make_node("Reshape", [bias, shape], [shaped], name=namer.fresh(f"{conv.name}/bias/Reshape")))
+    out = conv.output[0]
+    raw = namer.fresh(f"{out}/without_bias")
+    conv.output[0] = raw
+    del conv.input[2:]
+    model.graph.node.append(helper.make_node("Add", [raw, shaped], [out], name=namer.fresh(f"{conv.name}/bias/Add")))
+
+
 def _int8_lstm(model: onnx.ModelProto, namer: G.Namer, node: onnx.NodeProto, site) -> None:
     """Rewrite the LSTM `node` as its placement.recurrent.RecurrentSite says, in the form OpenVINO's CPU plugin runs in
     int8: X through a FakeQuantize from its range onto the hidden state's grid, W and R as compressed int8 weights
@@ -295,6 +365,9 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
             nodes[node_name].input[slot] = out
     for site in plan.recurrent:
         _int8_lstm(model, namer, nodes[site.node], site)
+    index = G.Index(model)  # with the FakeQuantize nodes
+    for conv in _shape_read_convs(model, index):
+        _bias_after(model, namer, index, conv)
     G.ensure_opset(model, DOMAIN, 1)
 
 
