@@ -1033,6 +1033,31 @@ def reflect_padded_conv_like(opset=13, samples=64, pad=8, ch=8, seed=6151):
     return _make_model(graph, opset)
 
 
+def caffe_nhwc_resnet_like(opset=13, hw=8, ch=8, blocks=3, seed=6163):
+    """A Caffe ResNet converted to ONNX through TensorFlow (open_nsfw): NHWC activations, each Conv (no bias)
+    between Transposes, its bias and batch norm as constant ops in NHWC, float->float Casts around them:
+    x [1, hw, hw, 3] -> (Transpose NCHW -> Conv -> Transpose NHWC -> Cast -> Add(bias) -> Cast -> Sub(mean) ->
+    Mul(scale) -> Add(beta) -> Cast -> Relu -> Cast) x blocks -> [1, hw, hw, ch]."""
+    g = _Graph(seed=seed)
+    x, cin = "x", 3
+    for i in range(blocks):
+        s = f"/block{i}"
+        t = g.op("Transpose", [x], s, perm=[0, 3, 1, 2])
+        w = g.init(f"conv{i}.weight", _conv_w(g.rng, ch, cin, 3))
+        c = g.op("Conv", [t, w], s, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+        y = g.op("Cast", [g.op("Transpose", [c], s, perm=[0, 2, 3, 1])], s, to=FLOAT)
+        y = g.op("Cast", [g.op("Add", [y, g.init(f"b{i}", g.rng.normal(0, 0.2, ch).astype(np.float32))], s)], s, to=FLOAT)
+        y = g.op("Sub", [y, g.init(f"mean{i}", g.rng.normal(0, 0.2, ch).astype(np.float32))], s)
+        y = g.op("Mul", [y, g.init(f"scale{i}", g.rng.uniform(0.5, 2, ch).astype(np.float32))], s)
+        y = g.op("Add", [y, g.init(f"beta{i}", g.rng.normal(0, 0.2, ch).astype(np.float32))], s)
+        x = g.op("Cast", [g.op("Relu", [g.op("Cast", [y], s, to=FLOAT)], s)], s, to=FLOAT)
+        cin = ch
+    g.op("Identity", [x], "/out", outputs=["y"])
+    graph = g.graph("caffe_nhwc_resnet", [helper.make_tensor_value_info("x", FLOAT, [1, hw, hw, 3])],
+                    [helper.make_tensor_value_info("y", FLOAT, [1, hw, hw, ch])])
+    return _make_model(graph, opset)
+
+
 def unrolled_rnn_like(steps=8, feat=16, hidden=16, seed=6113):
     """A CRNN's recurrent head as torch exports an unrolled RNN cell (captcha-whisperer's BiLSTM): the sequence
     [steps, 1, feat] Gathered step by step (Gather axis 0, a scalar index), each step's Gemm with the shared input

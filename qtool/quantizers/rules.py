@@ -37,6 +37,9 @@ class Rules:
     fused_attention_context: bool = False
     # LSTMs run in int8 on the runtime's terms (qtool.quantizers.placement.recurrent): OpenVINO's CPU plugin
     int8_lstm: bool = False
+    # a linear layer's output read by a Transpose whose (Cast's) reader is an Add/Sub/Mul of a constant gets its
+    # quantizer (placement.requests): OpenVINO's CPU plugin cannot fuse that scale-shift into the layer
+    transposed_scale_shift: bool = False
 
     def forwards(self, op: str) -> bool:
         """A quantizer moves up through `op` (a standard-domain op) when every reader wants it:

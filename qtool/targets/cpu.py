@@ -144,7 +144,7 @@ CPU = Rules(
 # OpenVINO's: its attention kernel takes the context's Transpose only without a FakeQuantize between them
 # (MiniLM-L3: 6 runtime Transposes -> 3, as NNCF's file; docs/benchmarks.md#guard-cost); its CPU plugin runs
 # an LSTM in int8 (qtool.quantizers.placement.recurrent)
-OPENVINO = replace(CPU, name="openvino", fused_attention_context=True, int8_lstm=True)
+OPENVINO = replace(CPU, name="openvino", fused_attention_context=True, int8_lstm=True, transposed_scale_shift=True)
 PLACEMENT_RULES = {"openvino": OPENVINO}  # by target; the others place with CPU
 
 
