@@ -35,7 +35,7 @@ lines mean the same on AVX2-only CPUs (tests/avx2.py) as on VNNI ones.
    (its ONNX frontend reads a Conv's bias as Convolution -> Add), so the Convolution has two readers and the CPU
    plugin does not fuse the bias into it; it folds the bias Add into the FakeQuantize after it instead
    (FusePerformedAsScaleShiftAndFakeQuantize) and that FakeQuantize, per tensor, applies the first channel's bias to
-   every channel (CRAFT's text detector: 2.3 dB where its file's arithmetic gives 20.6). The bias as an explicit Add
+   every channel (CRAFT's text detector: 2.35 dB where its file's arithmetic gives 20.55). The bias as an explicit Add
    after a Conv without one (qtool's file: the same numbers) runs right. Printed: run vs exact for both forms.
 
 Usage: PYTHONPATH=. python bench/openvino_quirks.py (this checkout's qtool, not an installed one)

@@ -205,7 +205,7 @@ def _below_reduction(model: onnx.ModelProto, namer: G.Namer, reduction: onnx.Nod
 # has two readers, so its CPU plugin leaves the bias out of it and folds the Add into the FakeQuantize after it instead
 # (FusePerformedAsScaleShiftAndFakeQuantize, openvinotoolkit/openvino src/plugins/intel_cpu/src/graph_optimizer.cpp),
 # which, kept per tensor, applies the first channel's bias to every channel (bench/openvino_quirks.py, case 6; CRAFT's
-# text detector, whose upsampling reads its skips' sizes, ran at 2.3 dB for its file's 20.6). Such a Conv's bias is
+# text detector, whose upsampling reads its skips' sizes, ran at 2.35 dB for its file's 20.55). Such a Conv's bias is
 # written as an Add after a Conv without one: the same numbers, and OpenVINO fuses that Add into the Convolution.
 SHAPE_KEEPING = ("Relu", "Clip", "FakeQuantize")  # ops between the Conv and the Shape or FakeQuantize that OpenVINO sees through
 _RANK_KEEPING = ("Mul", "Cast", "Transpose", "FakeQuantize", "DequantizeLinear", "Identity")  # a weight's path from its initializer
