@@ -34,10 +34,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
-from onnx import TensorProto
 
 from ..model import shapes
 from ..model.graph import node_reads
+from ..model.lazy import FLOATS
 from ..runtime import nchwc, onnxruntime
 
 Feeds = dict[str, np.ndarray]
@@ -47,7 +47,6 @@ Feeds = dict[str, np.ndarray]
 # activations stay in the process: CRAFT, one worker, 6 inputs: 1.9 GB peak, 1.1 GB at the threshold)
 MMAP_BYTES = 1 << 20
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
-FLOATS = frozenset({TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE})
 
 
 @dataclass(frozen=True)

@@ -102,7 +102,7 @@ def _skip(m: G.Index, t: str, nodes: list, bias: bool = True) -> str:
     return t
 
 
-def _linear_data_input(m: G.Index, n: onnx.NodeProto) -> str | None:
+def linear_data_input(m: G.Index, n: onnx.NodeProto) -> str | None:
     """The data input of a Conv/Gemm/MatMul with a constant weight, else None."""
     if n.op_type not in LINEAR or len(n.input) < 2:
         return None
@@ -159,7 +159,7 @@ def _se_block(m: G.Index, mul: onnx.NodeProto) -> list[onnx.NodeProto]:
             continue
         nodes += gate[0]
         second = producer(m, _skip(m, gate[1], nodes))
-        t = _linear_data_input(m, second) if second is not None else None
+        t = linear_data_input(m, second) if second is not None else None
         if t is None:
             continue
         nodes.append(second)
@@ -180,7 +180,7 @@ def _se_block(m: G.Index, mul: onnx.NodeProto) -> list[onnx.NodeProto]:
         else:
             continue
         first = producer(m, _skip(m, t, nodes))
-        t = _linear_data_input(m, first) if first is not None else None
+        t = linear_data_input(m, first) if first is not None else None
         if t is None:
             continue
         nodes.append(first)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import onnx
 
 from ...model import graph as G
+from ...model.lazy import FLOATS
 from .. import patterns as P
 from .exclusions import Kept
 from .state import Inputs, Report
@@ -112,9 +113,6 @@ def _node_requests(inputs: Inputs, asked: Requests, n: onnx.NodeProto, report: R
     return None, None
 
 
-_FLOAT_CASTS = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE}
-
-
 def _transposed_scale_shift(inputs: Inputs, n: onnx.NodeProto) -> str | None:
     """The output of a linear layer (constant weight) that `n`, a Transpose, alone reads, when the
     Transpose's output reaches (through float Casts and Identities, one reader each) an Add/Sub/Mul of
@@ -128,7 +126,7 @@ def _transposed_scale_shift(inputs: Inputs, n: onnx.NodeProto) -> str | None:
     if n.op_type != "Transpose" or not P.standard(n) or not n.input or not n.output:
         return None
     src = P.producer(m, n.input[0])
-    if src is None or P._linear_data_input(m, src) is None or len(m.readers.get(n.input[0], ())) != 1:
+    if src is None or P.linear_data_input(m, src) is None or len(m.readers.get(n.input[0], ())) != 1:
         return None
     t = n.output[0]
     for _ in range(8):
@@ -138,7 +136,7 @@ def _transposed_scale_shift(inputs: Inputs, n: onnx.NodeProto) -> str | None:
         r, _slot = readers[0]
         if not P.standard(r):
             return None
-        if r.op_type == "Identity" or (r.op_type == "Cast" and G.attr(r, "to", 0) in _FLOAT_CASTS):
+        if r.op_type == "Identity" or (r.op_type == "Cast" and G.attr(r, "to", 0) in FLOATS):
             t = r.output[0]
             continue
         if r.op_type in ("Add", "Sub", "Mul") and len(r.input) == 2 and sum(not m.is_data(i) for i in r.input) == 1:
