@@ -39,6 +39,7 @@ file's other rows.
 
 Usage (from the repository root; nncf is a bench-only dependency):
   python bench/zoo.py [--zoo DIR] [--models a,b] [--skip nncf,ort,latency] [--out FILE] [--work DIR]
+                      [--peers DIR] [--reuse-peers]
                       [--timeout 1800] [--rounds 5] [--round-seconds 0.5] [--materialize] [--table-only]
 """
 
@@ -63,6 +64,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 ZOO = Path.home() / ".cache" / "qtool-bench" / "zoo"
 WORK = Path(tempfile.gettempdir()) / "qtool-bench" / "zoo"
+PEERS = Path.home() / ".cache" / "qtool-bench" / "zoo-peers"
 TRT_VERSION = "11.4"
 COSTLY = ("nncf", "ort", "latency")
 NNCF_PRESETS = ("default", "transformer")
@@ -447,12 +449,13 @@ def bench_model(folder: Path, work: Path, args, skip: set[str], save) -> dict:
             log("evaluate_openvino_sim")
         steps["evaluate_qdq"] = qtool_step([*evaluate, "qdq"], timeout, work, parse_json=True)
         log("evaluate_qdq")
+    peers = args.peers / folder.name  # the peers' files outlive the work folder: latency reads NNCF's
     if "nncf" not in skip:
         for preset in NNCF_PRESETS:
-            steps[f"nncf_{preset}"] = python_step("nncf", folder, work, timeout, ["--preset", preset])
+            steps[f"nncf_{preset}"] = peer_step("nncf", folder, peers, args, ["--preset", preset])
             log(f"nncf_{preset}")
     if "ort" not in skip:
-        steps["ort"] = python_step("ort", folder, work, timeout)
+        steps["ort"] = peer_step("ort", folder, peers, args)
         log("ort")
     if "latency" not in skip:
         ab = latency_models(model, files["openvino"], steps)
@@ -462,6 +465,41 @@ def bench_model(folder: Path, work: Path, args, skip: set[str], save) -> dict:
                                             "--models-ab", *[f"{k}={v}" for k, v in ab.items()]])
             log("latency")
     return row
+
+
+def peer_key(folder: Path) -> dict:
+    """What a peer's (NNCF's, onnxruntime's) row depends on: the model, the feeds, the peers' versions."""
+    import hashlib
+    from importlib.metadata import PackageNotFoundError, version
+
+    digest = hashlib.sha256((folder / "model.onnx").read_bytes())
+    for sub in ("calib", "held"):
+        for f in feed_files(folder / sub):
+            digest.update(f"{sub}/{f.name}".encode())
+            digest.update(f.read_bytes())
+    versions = {}
+    for pkg in ("openvino", "onnxruntime", "nncf"):
+        try:
+            versions[pkg] = version(pkg)
+        except PackageNotFoundError:
+            versions[pkg] = None
+    return {"inputs_sha256": digest.hexdigest(), **versions}
+
+
+def peer_step(name: str, folder: Path, peers: Path, args, extra: list[str] = ()) -> dict:
+    """A peer's step run in its own folder under --peers; with --reuse-peers, its earlier step when the model, the
+    feeds and the peers' versions are those it ran on (qtool's code does not enter a peer's figures)."""
+    record = peers / f"{child_result_name(name, extra)}.step.json"
+    key = peer_key(folder)
+    if args.reuse_peers and record.exists():
+        saved = json.loads(record.read_text())
+        if saved.get("key") == key and saved["step"]["status"] == "ok":
+            return {**saved["step"], "reused": saved.get("date")}
+    peers.mkdir(parents=True, exist_ok=True)
+    step = python_step(name, folder, peers, args.timeout, extra)
+    record.write_text(json.dumps({"key": key, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                  "step": step}, indent=1))
+    return step
 
 
 def latency_models(model: Path, openvino_file: Path, steps: dict) -> dict[str, str]:
@@ -731,6 +769,10 @@ def parse_args(argv=None):
     ap.add_argument("--skip", default="", help=f"comma-separated costly steps to skip: {', '.join(COSTLY)}")
     ap.add_argument("--out", type=Path, help="results JSON, merged with its rows of other models [default: <zoo>/results.json]")
     ap.add_argument("--work", type=Path, default=WORK, help=f"scratch folder (one subfolder per model) [default: {WORK}]")
+    ap.add_argument("--peers", type=Path, default=PEERS,
+                    help=f"NNCF's and onnxruntime's files and rows, one subfolder per model [default: {PEERS}]")
+    ap.add_argument("--reuse-peers", action="store_true",
+                    help="take NNCF's and onnxruntime's rows from --peers where the model, feeds and versions match")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per step before its process tree is killed")
     ap.add_argument("--rounds", type=int, default=5, help="latency rounds")
     ap.add_argument("--round-seconds", type=float, default=0.5, help="latency: seconds each model runs per round")
