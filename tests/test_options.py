@@ -234,7 +234,7 @@ def test_evaluate_and_report_take_the_target_a_file_records_and_refuse_another(c
     assert ok.exit_code == 0, ok.output
     for named in (["--target", "qdq"], ["--target", "tensorrt"]):
         r = invoke("evaluate", tmp_path / "s.openvino.onnx", "--images", IMAGES, "--limit", "2", *named)
-        assert r.exit_code == 1 and _error(r).startswith(f"{' '.join(named)}: ") and "is a openvino export" in r.stderr, r.stderr
+        assert r.exit_code == 1 and _error(r).startswith(f"{' '.join(named)}: ") and "is an openvino export" in r.stderr, r.stderr
     r = invoke("evaluate", tmp_path / "s.openvino.onnx", "--images", IMAGES, "--limit", "2", "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["target"] == "openvino", r.output
     assert DEFAULT_TARGET == "qdq" and f"else {DEFAULT_TARGET}]" in invoke("evaluate", "--help").stdout.replace("\n", " ")

@@ -134,6 +134,10 @@ def exported_file(file: Path | None, reference: Path | None) -> tuple | None:
     return head, found
 
 
+def _article(word: str) -> str:
+    return "an" if word[:1].lower() in "aeio" else "a"
+
+
 def _no_export_options(file: Path, found, options: EvaluateOptions) -> None:
     """What builds an export (its options, --tensors' rebuilt models) does not apply to a file already exported."""
     if options.tensors:
@@ -142,7 +146,7 @@ def _no_export_options(file: Path, found, options: EvaluateOptions) -> None:
     target = found.target if found is not None else None
     if options.named_target not in (None, target):
         raise QtoolError("{given}: {file!r} is {what}", given=Opt("target", options.named_target), file=str(file),
-                         what=f"a {target} export" if target else "not a qtool export")
+                         what=f"{_article(target)} {target} export" if target else "not a qtool export")
     built = provenance.options_record(options.export)
     plain = provenance.options_record(ExportOptions(target=options.target))
     changed = [k for k in built if built[k] != plain.get(k)]

@@ -404,7 +404,7 @@ _MASK_CARRIERS = {"Reshape", "Unsqueeze", "Squeeze", "Expand", "Transpose", "Cas
 
 def _huge_constant(m: G.Index, t: str) -> bool:
     c = m.constants.get(t)
-    if c is None or c.data_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16):
+    if c is None or c.data_type not in lazy.FLOATS:
         return False
     try:
         v = lazy.value(c).astype(np.float64)

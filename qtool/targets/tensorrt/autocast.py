@@ -122,7 +122,6 @@ _MIN_POSITIVE, _MAX_FINITE = 5.96e-08, 65504.0
 # Float-only inputs the converter does not know about (ONNX spec: DynamicQuantizeLinear x is float).
 EXTRA_OP_BLOCK_LIST = ("DynamicQuantizeLinear",)
 _SHAPE_READERS = {"Shape", "Size"}  # read only a shape, never values
-_FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16}
 
 
 @dataclass
@@ -555,7 +554,7 @@ def _guard_shape_nodes(index: Index, kept: dict[str, str]) -> None:
     for n in reversed(shape_nodes):
         if n.op_type in _SHAPE_READERS or n.op_type == "Constant":  # Constants: _follow_constants
             continue
-        if any(types.get(t) in _FLOAT_TYPES for t in list(n.input) + list(n.output) if t):
+        if any(types.get(t) in lazy.FLOATS for t in list(n.input) + list(n.output) if t):
             kept.setdefault(n.name, "computes a shape/index/parameter (FP16 holds integers exactly only to 2048)")
 
 
