@@ -615,6 +615,16 @@ def evaluate(loaded, cal, runs: Runs, options: ExportOptions, *, runtime: str | 
     return Evaluation(outputs, tensors, samples, exported.summary, not_compared, list(exported.warnings) + warnings, target, measured)
 
 
+def ranked_tensors(loaded, cal, runs: Runs, options: ExportOptions, cache_bytes: int = CACHE_BYTES) -> list:
+    """evaluate(..., per_tensor=True)'s ranking of the quantizers alone (no export built, nothing scored)."""
+    check_request(options.target, None, True)
+    names, _ = compared_outputs(loaded)
+    options = export_options(options, None)
+    reference = _Reference(runs, _session(loaded, loaded.proto), names, cache_bytes)
+    return sensitivities(*prepare(loaded, cal, options), cal, reference, names, None, options.bias_correction,
+                         rules=targets.get(options.target).rules)
+
+
 def evaluate_file(loaded, data, runs: Runs, *, target: str | None = None, runtime: str | None = None, progress=None,
                   cache_bytes: int = CACHE_BYTES) -> Evaluation:
     """Compare an exported file (`data`: its ModelProto, as written) with its FP32 model `loaded` on

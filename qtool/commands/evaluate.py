@@ -77,7 +77,7 @@ def evaluated(loaded, cal, runs, options: ExportOptions, *, runtime: str | None 
     built = exporter(options.target).export(loaded, cal, options)
     given = replace(loaded, proto=loaded.given, given=None, rewritten=None)
     result = _evaluate.evaluate_file(given, built.data, runs, target=options.target, runtime=runtime, progress=progress)
-    tensors = _evaluate.evaluate(loaded, cal, runs, options, per_tensor=True).tensors if per_tensor else []
+    tensors = _evaluate.ranked_tensors(loaded, cal, runs, options) if per_tensor else []
     own = _evaluate.evaluate_file(given, loaded.proto.SerializeToString(), runs)
     result = replace(result, tensors=tensors, plan_summary=built.summary, warnings=list(built.warnings) + result.warnings)
     reference = {
