@@ -256,3 +256,53 @@ def test_python_api_and_tensors(tmp_path):
     signal = sum(float(np.sum(r ** 2)) for r in refs)
     noise = sum(float(np.sum((r - o) ** 2)) for r, o in zip(refs, outs))
     assert by_path.worst_sqnr_db == pytest.approx(10 * np.log10(signal / noise), abs=1e-3)
+
+
+def test_a_quantized_embedding_table_is_read_as_the_float_table(tmp_path, monkeypatch):
+    """text2tashkeel's rawi/bilstm models: quantize_dynamic also quantizes the embedding Gather (a uint8
+    table, its rows dequantized after the Gather and again after the Transpose to time-first). Before:
+    those DequantizeLinears (uint8, zero point 155) were copied into the TensorRT file, and `qtool
+    inspect` of qtool's own export failed (int8-only, zero-point: 4 violations)."""
+    import zoo
+    from onnxruntime.quantization import quantize_dynamic
+
+    monkeypatch.chdir(tmp_path)
+    src, path = tmp_path / "float.onnx", tmp_path / "tagger.onnx"
+    onnx.save(zoo.embedding_bilstm_tagger_like(), src)
+    quantize_dynamic(str(src), str(path))
+    given = onnx.load(path)
+    table = next(t for t in given.graph.initializer if t.name == "embedding.weight_quantized")
+    assert table.data_type == TensorProto.UINT8 and sum(n.op_type == "DequantizeLinear" for n in given.graph.node) == 2
+
+    loaded = load_float_model(path)
+    ops = [n.op_type for n in loaded.proto.graph.node]
+    assert "DequantizeLinear" not in ops and "Gather of the float table" in loaded.rewritten
+    onnx.checker.check_model(loaded.proto, full_check=True)
+    gather = next(n for n in loaded.proto.graph.node if n.op_type == "Gather" and n.input[1] == "ids")
+    floats = {t.name: numpy_helper.to_array(t) for t in loaded.proto.graph.initializer}
+    scale = numpy_helper.to_array(next(t for t in given.graph.initializer if t.name == "embedding.weight_scale"))
+    zp = numpy_helper.to_array(next(t for t in given.graph.initializer if t.name == "embedding.weight_zero_point"))
+    expect = (numpy_helper.to_array(table).astype(np.int32) - int(zp)).astype(np.float32) * scale
+    np.testing.assert_array_equal(floats[gather.input[0]], expect)  # DequantizeLinear's values, exactly
+    # the tensors keep the float model's names: the embedding rows and the time-first sequence
+    assert {"e", "et"} <= {o for n in loaded.proto.graph.node for o in n.output}
+    ids = np.random.default_rng(1).integers(0, 40, (2, 9)).astype(np.int64)
+    ref = ort.InferenceSession(str(path)).run(None, {"ids": ids})[0]
+    out = ort.InferenceSession(loaded.proto.SerializeToString()).run(None, {"ids": ids})[0]
+    assert sqnr(ref, out) > 30
+
+    for kind, count, seed in (("calib", 8, 0), ("held", 4, 100)):
+        (tmp_path / kind).mkdir()
+        for i in range(count):
+            rng = np.random.default_rng(seed + i)
+            np.savez(tmp_path / kind / f"{i}.npz", ids=rng.integers(0, 40, (1, 6 + i)).astype(np.int64))
+    r = invoke("calibrate", path, "--data", tmp_path / "calib")
+    assert r.exit_code == 0, r.output
+    r = invoke("export", path, "--target", "tensorrt", "--trt-version", "11.4")
+    assert r.exit_code == 0, r.output
+    trt = onnx.load(tmp_path / "tagger.trt.onnx")
+    assert all(numpy_helper.to_array(t).dtype != np.uint8 for t in trt.graph.initializer)
+    r = invoke("inspect", tmp_path / "tagger.trt.onnx", "--trt-version", "11.4")
+    assert r.exit_code == 0, r.output
+    r = invoke("evaluate", path, "--data", tmp_path / "held", "--target", "openvino", "--json")
+    assert r.exit_code == 0, r.output

