@@ -308,7 +308,9 @@ def from_json(doc: dict) -> SampleStats:
 
 
 def _constant_names(graph: onnx.GraphProto) -> set[str]:
-    names = {t.name for t in graph.initializer} - {i.name for i in graph.input}
+    """Initializers (those also listed as graph inputs too: torch's keep_initializers_as_inputs, IR 3/4
+    exports, are weights to the runtimes and to every export, qtool.model.graph.copy_model) and Constants."""
+    names = {t.name for t in graph.initializer}
     names |= {n.output[0] for n in graph.node if n.op_type == "Constant" and n.output}
     return names
 
