@@ -20,7 +20,8 @@ src/nncf/openvino/quantization/ignored_patterns.py):
   (qtool.quantizers.patterns.is_magnitude; the Sqrt output is quantized where a layer reads it).
 * Recurrent ops (LSTM, GRU, RNN) ask for nothing here: their inputs, weights and states stay float,
   except under rules with `int8_lstm` (OpenVINO's): an LSTM's X re-encoded onto its hidden state's
-  grid, its initial state on that grid, W and R int8 with per-unit scales, as OpenVINO's CPU plugin
+  grid, its initial state on that grid, W and R int8 with per-unit scales (with the guard, "pairs",
+  widened until no pair of a row's codes can pass AVX2's int16 pair sums), as OpenVINO's CPU plugin
   runs an LSTM in int8 (step 10, qtool.quantizers.placement.recurrent). NNCF quantizes an
   LSTMSequence's X, H, W and R at their own ranges; OpenVINO then requantizes every step's hidden
   state on X's grid.
