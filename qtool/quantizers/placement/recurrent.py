@@ -33,8 +33,8 @@ jit_brgemm_kernel.cpp, dot_product; src/cpu/x64/rnn/rnn_brgemm_utils.cpp pads th
 the guard (`pairs`: a file for any CPU) each hidden unit's scale widens until no pair of its rows' codes
 sums past 128 on either sign (255 x 128 < 2^15): then those kernels compute the file's numbers exactly
 (`pair_bound`). Measured with oneDNN capped at AVX2 on this VNNI CPU (ONEDNN_MAX_CPU_ISA=AVX2: the same
-JIT kernels a Haswell runs); QEMU 7.2's Haswell does not run that kernel right (1-3 dB whatever the
-weights, even those far from saturating), so it cannot tell.
+JIT kernels a Haswell runs); QEMU 7.2's Haswell cannot tell: it does not run OpenVINO's LSTM right, not
+even in FP32 (tests/avx2.py).
 
 An LSTM is left float (as before) when the user excluded it, its input or its initial state, when its
 input has no finite range or is not float32, when W or R is not a constant or not finite, when it has
