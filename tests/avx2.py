@@ -10,6 +10,12 @@ QEMU's CPU model decides the kernels onnxruntime picks (it reads CPUID): `satura
 one-layer probe whose exact answer is twice its saturated one, so a caller can check that the
 process really took the AVX2 path (under ``-cpu Nehalem`` the same probe is exact: SSE kernels
 widen to int16 before multiplying).
+
+OpenVINO's oneDNN can also be held to its AVX2 kernels on this very CPU (`run_onednn_avx2`:
+ONEDNN_MAX_CPU_ISA=AVX2, the JIT kernels a Haswell runs, at native speed). QEMU 7.2 (Debian 12's)
+does not run OpenVINO's LSTM right, not even in FP32: tests/test_recurrent.py's bidirectional
+look-alike came out 2.9 dB from this CPU's run (oneDNN held to AVX2 here: 318 dB), Silero VAD's
+states 1.8-3.7 dB; int8, 1-3 dB whatever the weights, even those whose pairs cannot saturate.
 """
 
 from __future__ import annotations
@@ -80,6 +86,22 @@ def run_python(script: Path | str, *args: str, force_qemu: bool | None = None, t
     if r.returncode != 0:
         raise subprocess.CalledProcessError(r.returncode, cmd, r.stdout, stderr)
     return Ran(" ".join(Path(p).name if i == 0 else p for i, p in enumerate(prefix)) or "host", r.stdout, stderr, time.perf_counter() - start)
+
+
+ONEDNN_AVX2 = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ONEDNN_VERBOSE": "1"}
+
+
+def run_onednn_avx2(script: Path | str, *args: str, timeout: float = 600, cwd=None) -> Ran:
+    """Run `python script args` with oneDNN (OpenVINO's CPU plugin) held to its AVX2 kernels, here, printing
+    oneDNN's verbose lines (which implementation ran each primitive) on stdout; CalledProcessError when it fails."""
+    import time
+
+    cmd = [sys.executable, str(script), *map(str, args)]
+    start = time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd, env={**os.environ, **ONEDNN_AVX2})
+    if r.returncode != 0:
+        raise subprocess.CalledProcessError(r.returncode, cmd, r.stdout, r.stderr)
+    return Ran("ONEDNN_MAX_CPU_ISA=AVX2", r.stdout, r.stderr, time.perf_counter() - start)
 
 
 # ----------------------------------------------------------------------------- the probe

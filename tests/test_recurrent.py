@@ -5,6 +5,10 @@ bidirectional LSTM with zero initial states."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
+import avx2
 import numpy as np
 import onnx
 import pytest
@@ -13,6 +17,7 @@ import zoo
 
 import qtool
 from qtool.quantizers import cpu_kinds
+from qtool.quantizers.placement import recurrent
 
 HIDDEN = 16
 
@@ -63,15 +68,16 @@ def test_no_quantizer_on_the_squares_of_a_magnitude_and_the_lstm_float_but_for_o
     """sqrt(re^2 + im^2): the squares span twice their roots' dynamic range, so no quantizer goes on them (the Add of
     the magnitude computes in float; the Sqrt output is quantized for the Conv that reads it). The LSTM keeps its
     inputs, weights and states float on onnxruntime and TensorRT; OpenVINO reads its input and initial hidden state
-    through FakeQuantize nodes onto one grid, and its weights as int8 (test_openvino_runs_the_lstm_in_int8)."""
+    through FakeQuantize nodes onto one grid, and its weights as int8 (test_openvino_runs_the_lstm_in_int8), in the
+    default file (any CPU) as in --cpu vnni's."""
     model, cal, _ = vad
-    data = qtool.export(model, cal, target=target, **({"cpu": "vnni"} if target == "openvino" else {}))
+    data = qtool.export(model, cal, target=target)
     quantized = _quantized(data)
     assert not {"/stft/Pow_output_0", "/stft/Pow_1_output_0"} & quantized
     lstm = next(n for n in onnx.load_from_string(data).graph.node if n.op_type == "LSTM")
-    if target == "openvino":  # on a VNNI CPU (--cpu vnni); the default (any CPU) keeps the LSTM float
-        default = next(n for n in onnx.load_from_string(qtool.export(model, cal, target=target)).graph.node if n.op_type == "LSTM")
-        assert list(default.input[1:4]) == ["lstm.W", "lstm.R", "lstm.B"]
+    if target == "openvino":
+        vnni = next(n for n in onnx.load_from_string(qtool.export(model, cal, target=target, cpu="vnni")).graph.node if n.op_type == "LSTM")
+        assert vnni.input[1:4] != ["lstm.W", "lstm.R", "lstm.B"] and vnni.input[6] == "c"
         assert {"/Transpose_output_0", "h"} <= quantized and "c" not in quantized
         assert lstm.input[1:4] != ["lstm.W", "lstm.R", "lstm.B"] and lstm.input[6] == "c"
     else:
@@ -85,9 +91,11 @@ def test_no_quantizer_on_the_squares_of_a_magnitude_and_the_lstm_float_but_for_o
 def test_openvino_lstm_file_layout(case, request):
     """The LSTM's input through one FakeQuantize from its own range onto the hidden state's grid (zero point 128),
     the initial state (a graph input) through that grid, W and R int8 times one scale of [1, 4H, 1], the same for
-    the four gates (OpenVINO's CPU plugin takes only W's scales, not reordered with its gates)."""
+    the four gates (OpenVINO's CPU plugin takes only W's scales, not reordered with its gates). In the default file
+    (any CPU) no pair of a row's codes (inputs 2p, 2p + 1) sums past 128 of one sign: 255 x 128 fits int16, where AVX2's
+    vpmaddubsw sums a pair of u8 x s8 products; the --cpu vnni file's pairs reach past it."""
     model, cal, _ = request.getfixturevalue(case)
-    m = onnx.load_from_string(qtool.export(model, cal, target="openvino", cpu="vnni"))
+    m = onnx.load_from_string(qtool.export(model, cal, target="openvino"))
     inits = {t.name: onnx.numpy_helper.to_array(t) for t in m.graph.initializer}
     made = {o: n for n in m.graph.node for o in n.output}
     lstm = next(n for n in m.graph.node if n.op_type == "LSTM")
@@ -110,28 +118,35 @@ def test_openvino_lstm_file_layout(case, request):
     assert inits[scale].shape == (1, 4 * hidden, 1)
     gates = inits[scale].reshape(4, hidden)
     assert np.all(gates == gates[0])
+    codes = [inits[made[made[lstm.input[slot]].input[0]].input[0]].astype(np.float64) for slot in (1, 2)]
+    assert max(recurrent.pair_bound(c).max() for c in codes) <= 128
+    vnni = onnx.load_from_string(qtool.export(model, cal, target="openvino", cpu="vnni"))
+    assert max(recurrent.pair_bound(onnx.numpy_helper.to_array(t).astype(np.float64)).max()
+               for t in vnni.graph.initializer if t.data_type == onnx.TensorProto.INT8) > 128
 
 
+@pytest.mark.parametrize("cpu", ["any", "vnni"])
 @pytest.mark.parametrize("case", ["vad", "crnn"])
-def test_openvino_runs_the_lstm_in_int8(case, request):
+def test_openvino_runs_the_lstm_in_int8(case, cpu, request):
     """OpenVINO runs the file's LSTM in int8 (a u8 RNNSeq; both directions of the bidirectional one), computing
     the file's numbers within 1 dB: per gate and direction scales, OpenVINO ran the look-alike VAD's LSTM apart
-    from the file and kept the bidirectional one f32. Before, both ran f32 (ddddocr_beta 1.5x NNCF's latency)."""
+    from the file and kept the bidirectional one f32. Before, both ran f32 (ddddocr_beta 1.5x NNCF's latency).
+    The default file (any CPU) on every CPU, --cpu vnni's on one with VNNI (test_avx2_kernels_compute_the_default_file)."""
     required.module("openvino")
     import openvino as ov
 
     model, cal, held = request.getfixturevalue(case)
-    data = qtool.export(model, cal, target="openvino", cpu="vnni")
+    data = qtool.export(model, cal, target="openvino", cpu=cpu)
     core = ov.Core()
-    compiled = core.compile_model(core.read_model(data, b""), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    compiled = core.compile_model(core.read_model(data, b""), "CPU", cpu_kinds.PINNED_F32)
     rnn = [str(op.get_rt_info()["runtimePrecision"].astype(str)) for op in compiled.get_runtime_model().get_ops()
            if str(op.get_rt_info()["layerType"].astype(str)) == "RNNSeq"]
     assert rnn == ["u8"] * (2 if case == "crnn" else 1), rnn
-    result = qtool.evaluate(model, cal, data=held, target="openvino", runtime="openvino", cpu="vnni")
+    result = qtool.evaluate(model, cal, data=held, target="openvino", runtime="openvino", cpu=cpu)
     exact = {o.name: o.sqnr_db for o in result.outputs}
     run = {o.name: o.sqnr_db for o in result.runtime.outputs}
     assert min(exact.values()) > 20, exact
-    if cpu_kinds.vnni():  # without VNNI OpenVINO's int8 LSTM computes otherwise: the default file keeps it float
+    if cpu == "any" or cpu_kinds.vnni():  # without VNNI, --cpu vnni's pairs of u8 x s8 products can saturate
         assert all(abs(run[k] - exact[k]) < 1.0 for k in exact), (exact, run)
 
 
@@ -181,17 +196,70 @@ def test_openvino_int8_lstm_of_a_dynamic_batch(states):
     rng = np.random.default_rng(7)
     feeds = [{"x": rng.normal(0, 1, (10 + i, 2, 16)).astype(np.float32)} for i in range(8)]
     cal = qtool.calibrate(model, data=feeds[:5])
-    data = qtool.export(model, cal, target="openvino", cpu="vnni")
+    data = qtool.export(model, cal, target="openvino")
     core = ov.Core()
-    compiled = core.compile_model(core.read_model(data, b""), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    compiled = core.compile_model(core.read_model(data, b""), "CPU", cpu_kinds.PINNED_F32)
     rnn = [str(op.get_rt_info()["runtimePrecision"].astype(str)) for op in compiled.get_runtime_model().get_ops()
            if str(op.get_rt_info()["layerType"].astype(str)) == "RNNSeq"]
     assert rnn == ["u8", "u8"], rnn
-    result = qtool.evaluate(model, cal, data=feeds[5:], target="openvino", runtime="openvino", cpu="vnni")
+    result = qtool.evaluate(model, cal, data=feeds[5:], target="openvino", runtime="openvino")
     exact, run = result.outputs[0].sqnr_db, result.runtime.outputs[0].sqnr_db
-    assert exact > 25, exact
-    if cpu_kinds.vnni():  # without VNNI OpenVINO's int8 LSTM computes otherwise: the default file keeps it float
-        assert abs(run - exact) < 0.1, (exact, run)
+    assert exact > 25 and abs(run - exact) < 0.1, (exact, run)
+
+
+# OpenVINO on the feeds of an .npz (key i/name), each model's outputs into another .npz (key model/i/output)
+_RUN = """
+import sys
+import numpy as np
+import openvino as ov
+feeds, out, *models = sys.argv[1:]
+z = np.load(feeds)
+n = max(int(k.split("/")[0]) for k in z.files) + 1
+core, got = ov.Core(), {}
+for m, path in enumerate(models):
+    compiled = core.compile_model(path, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    for i in range(n):
+        res = compiled({k.split("/", 1)[1]: z[k] for k in z.files if k.split("/")[0] == str(i)})
+        for j, o in enumerate(compiled.outputs):
+            got[f"{m}/{i}/{j}"] = np.asarray(res[o])
+np.savez(out, **got)
+"""
+
+
+@pytest.mark.parametrize("hidden, feat", [(8, 16), (7, 13)])  # odd counts: the last input pairs with the kernel's zero padding
+def test_avx2_kernels_compute_the_default_file(tmp_path, hidden, feat):
+    """oneDNN held to its AVX2 kernels (tests/avx2.py run_onednn_avx2: no VNNI, the u8 x s8 products summed in pairs in
+    int16 by vpmaddubsw) runs the default file's int8 LSTM (any CPU: its weights' pairs bounded) to the same numbers as
+    this CPU's own kernels (and the file's, test_openvino_runs_the_lstm_in_int8); --cpu vnni's file, whose weights' pairs
+    are not bounded, it runs otherwise (52 dB from the VNNI kernels' numbers). Under QEMU's Haswell neither would do."""
+    required.module("openvino")
+    if not avx2.is_x86():
+        pytest.skip("x86 int8 kernels only")
+    model = _bilstm("zeros", hidden, feat)
+    rng = np.random.default_rng(7)
+    feeds = [{"x": rng.normal(0, 1, (10 + i, 2, feat)).astype(np.float32)} for i in range(8)]
+    cal = qtool.calibrate(model, data=feeds[:5])
+    paths = []
+    for cpu in ("any", "vnni"):
+        paths.append(tmp_path / f"bilstm.{cpu}.onnx")
+        paths[-1].write_bytes(qtool.export(model, cal, target="openvino", cpu=cpu))
+    np.savez(tmp_path / "feeds.npz", **{f"{i}/{k}": v for i, f in enumerate(feeds[5:]) for k, v in f.items()})
+    (tmp_path / "run.py").write_text(_RUN)
+    subprocess.run([sys.executable, tmp_path / "run.py", tmp_path / "feeds.npz", tmp_path / "here.npz", *paths], check=True,
+                   capture_output=True)
+    ran = avx2.run_onednn_avx2(tmp_path / "run.py", tmp_path / "feeds.npz", tmp_path / "avx2.npz", *paths)
+    kernels = {line.split(",")[6] for line in ran.stdout.splitlines() if line.startswith("onednn_verbose") and ",exec,cpu,rnn," in line}
+    assert kernels == {"brgemm:avx2"}, kernels
+    here, held = np.load(tmp_path / "here.npz"), np.load(tmp_path / "avx2.npz")
+
+    def sqnr(m):
+        a = np.concatenate([here[k].ravel() for k in here.files if k.startswith(f"{m}/")]).astype(np.float64)
+        b = np.concatenate([held[k].ravel() for k in here.files if k.startswith(f"{m}/")]).astype(np.float64)
+        return 10 * np.log10(np.sum(a ** 2) / max(np.sum((a - b) ** 2), 1e-300))
+
+    assert sqnr(0) > 100, sqnr(0)
+    if cpu_kinds.vnni():  # here the VNNI kernels: the unbounded pairs saturate only in the AVX2 ones
+        assert sqnr(1) < 80, sqnr(1)
 
 
 def test_an_lstm_stating_its_activations_stays_float():

@@ -273,22 +273,23 @@ def test_an_export_that_quantizes_nothing_fails_without_a_file(birnn, target):
     assert not out.exists()
 
 
-def test_an_openvino_export_of_a_recurrent_net_runs_its_lstm_in_int8(birnn):
-    """OpenVINO runs an LSTM in int8 on a VNNI CPU (qtool.quantizers.placement.recurrent): the same model's export writes a file
-    whose summary names it; excluding the LSTM leaves nothing to quantize again."""
+@pytest.mark.parametrize("cpu", ["any", "vnni"])
+def test_an_openvino_export_of_a_recurrent_net_runs_its_lstm_in_int8(birnn, cpu):
+    """OpenVINO runs an LSTM in int8 (qtool.quantizers.placement.recurrent): the same model's export writes a file
+    whose summary names it, for any CPU (the default) with the overflow guard's pair-bounded weights; excluding the
+    LSTM leaves nothing to quantize again."""
     from runcli import invoke
 
-    out = birnn / "birnn.openvino.onnx"
-    r = invoke("export", "--calib", birnn / "birnn.calib.json", "--target", "openvino", "-o", out, "--json", "--cpu", "vnni")
+    out = birnn / f"birnn.{cpu}.openvino.onnx"
+    r = invoke("export", "--calib", birnn / "birnn.calib.json", "--target", "openvino", "-o", out, "--json", "--cpu", cpu)
     assert r.exit_code == 0, r.output
-    assert json.loads(r.output)["int8_lstm"] == ["bilstm"]
+    summary = json.loads(r.output)
+    assert summary["int8_lstm"] == ["bilstm"]
+    guarded = {k: v["remedy"] for k, v in (summary.get("overflow_fix") or {"layers": {}})["layers"].items()}
+    assert guarded == ({"bilstm": "pair-bounded weights"} if cpu == "any" else {}), summary
     assert sum(n.op_type == "FakeQuantize" for n in onnx.load(out).graph.node) == 2  # the input, the zero initial state
     r = invoke("export", "--calib", birnn / "birnn.calib.json", "--target", "openvino", "-o", birnn / "none.onnx", "--exclude", "bilstm",
-               "--cpu", "vnni")
-    assert r.exit_code == 1 and "would quantize nothing" in r.output, r.output
-    assert not (birnn / "none.onnx").exists()
-    # for any CPU (the default) the LSTM stays float: without VNNI OpenVINO's int8 LSTM computes otherwise
-    r = invoke("export", "--calib", birnn / "birnn.calib.json", "--target", "openvino", "-o", birnn / "none.onnx")
+               "--cpu", cpu)
     assert r.exit_code == 1 and "would quantize nothing" in r.output, r.output
     assert not (birnn / "none.onnx").exists()
 

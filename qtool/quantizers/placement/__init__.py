@@ -20,7 +20,8 @@ src/nncf/openvino/quantization/ignored_patterns.py):
   (qtool.quantizers.patterns.is_magnitude; the Sqrt output is quantized where a layer reads it).
 * Recurrent ops (LSTM, GRU, RNN) ask for nothing here: their inputs, weights and states stay float,
   except under rules with `int8_lstm` (OpenVINO's): an LSTM's X re-encoded onto its hidden state's
-  grid, its initial state on that grid, W and R int8 with per-unit scales, as OpenVINO's CPU plugin
+  grid, its initial state on that grid, W and R int8 with per-unit scales (with the guard, "pairs",
+  widened until no pair of a row's codes can pass AVX2's int16 pair sums), as OpenVINO's CPU plugin
   runs an LSTM in int8 (step 10, qtool.quantizers.placement.recurrent). NNCF quantizes an
   LSTMSequence's X, H, W and R at their own ranges; OpenVINO then requantizes every step's hidden
   state on X's grid.
@@ -190,9 +191,14 @@ def place(proto: onnx.ModelProto, records: dict, *, rules: Rules, choices: Choic
             plan.overflow["layers"] = dict(sorted({**plan.overflow["layers"], **{k: overflow_fix["layers"][k] for k in fp32}}.items()))
             plan.fp32_layers.update(dict.fromkeys(fp32, "kept FP32 by the overflow guard"))
             return plan
-    # 10. the LSTMs run in int8, where the CPU has VNNI (no guard): without it, OpenVINO's int8 LSTM computes far from
-    # the file (QEMU's Haswell: 1-3 dB for the file's 25-36 on tests/test_recurrent.py's look-alikes)
-    lstms = recurrent.lstm_sites(inputs, kept) if rules.int8_lstm and overflow_remedy is None else []
+    # 10. the LSTMs run in int8: with OpenVINO's guard (a file for any CPU) their weights' pairs bounded for AVX2's int16 pair sums
+    lstms = recurrent.lstm_sites(inputs, kept, pairs=overflow_remedy == "pairs") if rules.int8_lstm and overflow_remedy in (None, "pairs") else []
+    widened = {site.node: site.widened for site in lstms if site.widened > 1}
+    if widened:
+        overflow_fix.setdefault("mode", "auto")
+        overflow_fix["layers"] = dict(sorted({**overflow_fix.get("layers", {}), **{name: {"remedy": "pair-bounded weights", "why": (
+            f"an LSTM's u8 x s8 pairs (W and R rows, inputs 2p and 2p + 1) sum in int16 without VNNI: its hidden units' "
+            f"weight steps widened (up to x{ratio:.2f}) so that no pair's codes pass 128")} for name, ratio in widened.items()}}.items()))
     order = {name: i for i, name in enumerate(inputs.m.producer)}
     placed.activations.sort(key=lambda s: order.get(s.tensor, -1))
     _final_warnings(inputs, report)

@@ -26,6 +26,16 @@ the hidden state on that one grid and requantizes every step's hidden state onto
   into a constant (zeros of a dynamic batch, a graph input) and reads as float fails the plugin's
   pattern, and OpenVINO 2026.4 then refuses the int8 weights ("expects Constant for port 4").
 
+On a CPU without VNNI (AVX2), oneDNN's int8 RNN (brgemm:avx2, the weights in 4-input blocks) multiplies
+the u8 codes by the s8 weights with vpmaddubsw, whose sums of two products (inputs 2p and 2p + 1 of W's and
+R's rows) saturate at int16, as in Conv and MatMul (uxlfoundation/oneDNN src/cpu/x64/brgemm/
+jit_brgemm_kernel.cpp, dot_product; src/cpu/x64/rnn/rnn_brgemm_utils.cpp pads the reduction to 4). With
+the guard (`pairs`: a file for any CPU) each hidden unit's scale widens until no pair of its rows' codes
+sums past 128 on either sign (255 x 128 < 2^15): then those kernels compute the file's numbers exactly
+(`pair_bound`). Measured with oneDNN capped at AVX2 on this VNNI CPU (ONEDNN_MAX_CPU_ISA=AVX2: the same
+JIT kernels a Haswell runs); QEMU 7.2's Haswell cannot tell: it does not run OpenVINO's LSTM right, not
+even in FP32 (tests/avx2.py).
+
 An LSTM is left float (as before) when the user excluded it, its input or its initial state, when its
 input has no finite range or is not float32, when W or R is not a constant or not finite, when it has
 sequence_lens, peepholes, clip, input_forget or the batch-first layout, or when it states its activations, even ONNX's
@@ -47,6 +57,9 @@ from .state import Inputs
 GRID_ZERO_POINT = 128  # the hidden state's grid: u8 codes, 128 the code of 0
 LEVELS = 256
 WEIGHT_MAX = 127  # symmetric narrow int8 codes
+# without VNNI a pair of u8 x s8 products sums in int16: 255 x 128 = 32640 fits (either sign), so a pair's codes may sum to
+# 128 of one sign; codes rounded from values summing to at most 127 steps sum to at most 128
+PAIR_STEPS = 127
 
 
 @dataclass(frozen=True)
@@ -62,6 +75,7 @@ class RecurrentSite:
     r_codes: np.ndarray  # int8 [dirs, 4H, H]
     scale: np.ndarray  # float32 [1, 4H, 1]: one per hidden unit, repeated for the four gates
     bias: np.ndarray  # float32 [dirs, 8H]: B with b times the stored W / a taken out
+    widened: float = 1.0  # the largest ratio by which `pair_bound` widened a unit's scale (1: none)
 
 
 def _plain_lstm(node) -> bool:
@@ -86,8 +100,9 @@ def _constant(inputs: Inputs, t: str) -> np.ndarray | None:
     return values if np.all(np.isfinite(values)) else None
 
 
-def lstm_sites(inputs: Inputs, kept: Kept) -> list[RecurrentSite]:
-    """The LSTMs to run in int8, in graph order."""
+def lstm_sites(inputs: Inputs, kept: Kept, pairs: bool = False) -> list[RecurrentSite]:
+    """The LSTMs to run in int8, in graph order; `pairs`: their weights' pairs bounded for CPUs without VNNI
+    (`pair_bound`)."""
     m, out = inputs.m, []
     if G.default_opset(m.proto) < 9:  # the zero state is a ConstantOfShape
         return out
@@ -109,14 +124,22 @@ def lstm_sites(inputs: Inputs, kept: Kept) -> list[RecurrentSite]:
         state = node.input[5] if len(node.input) > 5 and node.input[5] else None
         if state is not None and (state in kept.tensors or m.types.get(state) != 1):
             continue
-        site = _site(node.name, inputs, node, threshold, state, w, r, bias)
+        site = _site(node.name, inputs, node, threshold, state, w, r, bias, pairs)
         if site is not None:
             out.append(site)
     return out
 
 
+def pair_bound(values: np.ndarray) -> np.ndarray:
+    """Per row of `values` [..., rows, K] (K the reduction, in the kernel's order): the largest sum of one sign's parts
+    of a pair of inputs 2p, 2p + 1 (an odd K's last input pairs with the kernel's zero padding)."""
+    padded = np.concatenate([values, np.zeros(values.shape[:-1] + (values.shape[-1] % 2,))], axis=-1)
+    pair = padded.reshape(values.shape[:-1] + (-1, 2))
+    return np.maximum(np.clip(pair, 0, None).sum(-1), np.clip(-pair, 0, None).sum(-1)).max(axis=-1)
+
+
 def _site(name: str, inputs: Inputs, node, threshold, state: str | None, w: np.ndarray, r: np.ndarray,
-          bias: np.ndarray) -> RecurrentSite | None:
+          bias: np.ndarray, pairs: bool) -> RecurrentSite | None:
     records = inputs.records
     peaks = [records[t].absmax for t in (node.output[0] if node.output else "", node.output[1] if len(node.output) > 1 else "",
                                          state or "") if t and t in records]
@@ -134,6 +157,12 @@ def _site(name: str, inputs: Inputs, node, threshold, state: str | None, w: np.n
     peak = np.maximum(np.abs(w_a).reshape(dirs, 4, hidden, -1).max(axis=(0, 1, 3)),
                       np.abs(r).reshape(dirs, 4, hidden, -1).max(axis=(0, 1, 3)))
     unit = np.where(peak > 0, peak / WEIGHT_MAX, 1.0)
+    widened = 1.0
+    if pairs:  # no pair of a unit's codes (its four gates' rows of W / a and R, both directions) past PAIR_STEPS of one sign
+        bound = np.maximum(pair_bound(w_a).reshape(dirs, 4, hidden).max(axis=(0, 1)),
+                           pair_bound(r).reshape(dirs, 4, hidden).max(axis=(0, 1))) / PAIR_STEPS
+        widened = float(max((bound / unit).max(initial=1.0), 1.0))  # a unit without weights: bound 0, unit 1
+        unit = np.maximum(unit, bound)
     scale = np.tile(unit, 4).reshape(1, gates, 1)
     w_codes = np.clip(np.rint(w_a / scale), -WEIGHT_MAX, WEIGHT_MAX)
     r_codes = np.clip(np.rint(r / scale), -WEIGHT_MAX, WEIGHT_MAX)
@@ -142,4 +171,4 @@ def _site(name: str, inputs: Inputs, node, threshold, state: str | None, w: np.n
     # x'= a x + b: (W / a) x' = W x + b (W / a) 1, with the W / a the file stores (its codes times the float32 scale)
     new_bias[:, :gates] -= b * (w_codes * scale32.astype(np.float64)).sum(axis=2)
     return RecurrentSite(name, (float(x_range[0]), float(x_range[1])), (float(grid[0]), float(grid[1])), state,
-                         w_codes.astype(np.int8), r_codes.astype(np.int8), scale32, new_bias.astype(np.float32))
+                         w_codes.astype(np.int8), r_codes.astype(np.int8), scale32, new_bias.astype(np.float32), widened)
