@@ -22,7 +22,8 @@ this checkout first on PYTHONPATH (the header prints which qtool the children im
   ort        onnxruntime.quantization.quantize_static(model, QDQ, its defaults: per-tensor int8 MinMax) over the
              calibration feeds, run by onnxruntime CPU against FP32 onnxruntime;
   latency    OpenVINO on the first held-out feed, every model compiled with f32 precision, LATENCY hint, 1 stream:
-             qtool's openvino file, NNCF's better preset (by SQNR) and FP32 take turns in --rounds rounds, each
+             qtool's openvino file, NNCF's better preset (by SQNR) and FP32 (all at the feed's shapes where one
+             compiles only at static shapes) take turns in --rounds rounds, each
              running ~--round-seconds per round in 10 slices taken in turn A,B,C, C,B,A, ... (so a change in the
              machine's load falls on all alike); per round the median latency of each, per pair the ratio in each
              round; the table shows the median ratio over rounds (the JSON also their min and max, and the load).
@@ -329,7 +330,16 @@ def child_latency(folder: Path, work: Path, args) -> dict:
     feed = load_feed(feed_files(folder / "held")[0])
     config = {**F32, "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1"}
     core = ov.Core()
-    requests = {label: core.compile_model(path, "CPU", config).create_infer_request() for label, path in models.items()}
+    try:
+        compiled = {label: core.compile_model(path, "CPU", config) for label, path in models.items()}
+        static = False
+    except RuntimeError:  # one compiles only at static shapes (madmom's Squeeze of dynamic rank): all at the feed's,
+        compiled, static = {}, True  # as benchmark_app -shape and `qtool evaluate --runtime openvino` do
+        for label, path in models.items():
+            model = core.read_model(path)
+            model.reshape({p.get_any_name(): list(feed[p.get_any_name()].shape) for p in model.inputs if p.get_any_name() in feed})
+            compiled[label] = core.compile_model(model, "CPU", config)
+    requests = {label: c.create_infer_request() for label, c in compiled.items()}
     runs = {label: _runs_per_round(request, feed, args.round_seconds) for label, request in requests.items()}
     per_round = {label: [] for label in requests}
     for r in range(args.rounds):
@@ -342,7 +352,7 @@ def child_latency(folder: Path, work: Path, args) -> dict:
             ratios[f"{a}/{b}"] = {"median": num(np.median(each)), "min": num(min(each)), "max": num(max(each))}
     return {"ms": {label: num(np.median(v)) for label, v in per_round.items()},
             "rounds_ms": {label: [num(x) for x in v] for label, v in per_round.items()},
-            "runs_per_round": runs, "ratios": ratios, "models": models, "loadavg": [round(x, 2) for x in os.getloadavg()]}
+            "runs_per_round": runs, "ratios": ratios, "models": models, "static_shapes": static, "loadavg": [round(x, 2) for x in os.getloadavg()]}
 
 
 def _round(requests: dict, feed: dict, runs: dict[str, int], reverse: bool, slices: int = 10) -> dict[str, list[float]]:
