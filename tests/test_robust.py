@@ -429,3 +429,15 @@ def test_a_calibration_holding_no_range_is_named_as_the_reason(tmp_path):
     r = invoke("export", "--calib", tmp_path / "m.calib.json", "--target", "openvino", "-o", tmp_path / "q.onnx")
     assert r.exit_code == 1 and "would quantize nothing: the calibration holds no tensor's range" in r.output, r.output
     assert len(r.output.strip().splitlines()) == 1 and not (tmp_path / "q.onnx").exists()
+
+
+@pytest.mark.parametrize("target", ["tensorrt", "qdq"])
+def test_evaluate_refuses_an_export_that_quantizes_nothing(birnn, target):
+    """What export refuses, evaluate refuses in the same words: there is no int8 file to score (it scored the FP32
+    model against itself, +inf dB, exit 0: surfaces' sklearn TreeEnsemble)."""
+    from runcli import invoke
+
+    _data(birnn / f"held_{target}", [(12, 1, 16)], seed=4)
+    r = invoke("evaluate", birnn / "birnn.onnx", "--calib", birnn / "birnn.calib.json", "--data", birnn / f"held_{target}",
+               "--target", target)
+    assert r.exit_code == 1 and r.output.strip().splitlines()[-1].startswith(f"error: the {target} export would quantize nothing"), r.output

@@ -88,7 +88,8 @@ def text(evaluated: api.EvaluateResult) -> str:
                  f"from {inputs} {what} in {seconds:.1f} s"]
     else:
         lines = [(
-            f"int8 ({result.target} export, exact simulation: {q.get('int8_layers', 0)} int8 layers, {q.get('activation_quantizers', 0)} "
+            f"int8 ({result.target} export, exact simulation: {q.get('int8_layers', 0)} int8 layers"
+            + (f" and {len(q['int8_lstm'])} int8 LSTM(s)" if q.get("int8_lstm") else "") + f", {q.get('activation_quantizers', 0)} "
             f"activation and {q.get('weight_quantizers', 0)} weight quantizers) vs FP32 on {result.samples} samples from {inputs} {what} "
             f"in {seconds:.1f} s"
         )]
