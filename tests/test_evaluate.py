@@ -227,18 +227,28 @@ def test_fail_below_gate(digits):
 
 
 def test_identical_outputs_give_inf_as_a_json_string(tmp_path):
-    """A model with nothing to quantize: the int8 model is the FP32 one, SQNR +inf."""
-    onnx.save(zoo.tiny_relu_model(), tmp_path / "relu.onnx")
+    """An int8 model that computes FP32's values exactly (a 1x1 Conv of weight 1 on integer inputs up to 127, on a
+    grid of step 1): SQNR +inf. (A model with nothing to quantize is refused, as export refuses it.)"""
+    from onnx import helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((1, 1, 1, 1), np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], name="conv")], "exact",
+                              [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 1, 4, 4])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 1, 4, 4])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "exact.onnx")
     (tmp_path / "d").mkdir()
     rng = np.random.default_rng(0)
     for i in range(3):
-        np.save(tmp_path / "d" / f"{i}.npy", rng.standard_normal((2, 1, 2, 2)).astype(np.float32))
-    ok(invoke("-q", "calibrate", tmp_path / "relu.onnx", "--data", tmp_path / "d", "-o", tmp_path / "r.calib.json"))
-    r = ok(invoke("evaluate", tmp_path / "relu.onnx", "--calib", tmp_path / "r.calib.json", "--data", tmp_path / "d", "--json", "--fail-below", "100"))
+        x = rng.integers(-127, 128, (1, 1, 4, 4)).astype(np.float32)
+        x.flat[0], x.flat[1] = 127, -127
+        np.save(tmp_path / "d" / f"{i}.npy", x)
+    ok(invoke("-q", "calibrate", tmp_path / "exact.onnx", "--data", tmp_path / "d", "-o", tmp_path / "r.calib.json", "--method", "max"))
+    args = ("evaluate", tmp_path / "exact.onnx", "--calib", tmp_path / "r.calib.json", "--data", tmp_path / "d", "--target", "qdq")
+    r = ok(invoke(*args, "--json", "--fail-below", "100"))
     e = strict_json(r.stdout)
     assert e["sqnr_db"] == "inf" and e["outputs"][0]["sqnr_db"] == "inf" and e["outputs"][0]["cosine"] == 1.0
     assert e["outputs"][0]["top1_agreement"] is None and e["passed"] is True and e["tensors"] == []
-    r = ok(invoke("evaluate", tmp_path / "relu.onnx", "--calib", tmp_path / "r.calib.json", "--data", tmp_path / "d"))
+    r = ok(invoke(*args))
     assert "+inf" in r.stdout
 
 
