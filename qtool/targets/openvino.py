@@ -215,12 +215,46 @@ def _below_reduction(model: onnx.ModelProto, namer: G.Namer, reduction: onnx.Nod
 # initial state; an ONNX LSTM, GRU or RNN, whose sequence lengths the frontend broadcasts to the batch read from its
 # input's shape) is re-read from a biased Convolution's output, far from where the file reads it (bench/
 # openvino_quirks.py, case 7: 7 dB; a seizure detector's spectrogram CNN -> two LSTMs at 7.85 dB for its file's
-# 48.65). A Reshape's target does not count: OpenVINO rewrites Shape -> Gather -> Concat -> Reshape into a Reshape
-# that copies the dimension, with no ShapeOf left, but other readers of a batch read as a value may stay, so in a
-# model with a dynamic batch and any op reading a shape, every Conv with a bias and a quantizer after it is written so.
+# 48.65; a GRU or an RNN reading the Conv's features, -8 dB). Which Convolution's ShapeOf comes first is OpenVINO's
+# order, so in a model with a dynamic batch that reads one so, every Conv with a bias and a quantizer after it is
+# written as above. A shape
+# that only sizes Reshapes does not count: OpenVINO rewrites Shape -> Gather -> Concat -> Reshape into a Reshape that
+# copies the dimension, with no ShapeOf left (a dynamic-batch CNN's flatten runs right: 139 dB; so do whole shapes
+# into Expand or ConstantOfShape and a Size, which are no single dimension's value).
 SHAPE_KEEPING = ("Relu", "Clip", "FakeQuantize")  # ops between the Conv and the Shape or FakeQuantize that OpenVINO sees through
-SHAPE_READERS = ("Shape", "Size", "LSTM", "GRU", "RNN")  # ops whose OpenVINO form reads a shape as a value
+RECURRENT = ("LSTM", "GRU", "RNN")  # their ONNX frontend reads the batch from the input's shape (the sequence lengths)
+# ops a shape's values pass through to where they are used
+SHAPE_ARITHMETIC = ("Gather", "Slice", "Unsqueeze", "Squeeze", "Concat", "Cast", "Add", "Sub", "Mul", "Div", "Identity")
 _RANK_KEEPING = ("Mul", "Cast", "Transpose", "FakeQuantize", "DequantizeLinear", "Identity")  # a weight's path from its initializer
+
+
+def _reads_batch_value(index: G.Index, model: onnx.ModelProto) -> bool:
+    """Whether the model has a recurrent op, or a Shape whose values reach anything but the shape input of a Reshape
+    (through SHAPE_ARITHMETIC), or is an output of the model: where OpenVINO may read a batch size as a value from a
+    biased Convolution's output."""
+    outputs = {o.name for o in model.graph.output}
+    for node in model.graph.node:
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        if node.op_type in RECURRENT:
+            return True
+        if node.op_type != "Shape":
+            continue
+        chain, seen = [node.output[0]], set()
+        while chain:
+            tensor = chain.pop()
+            if tensor in outputs:
+                return True
+            for reader, slot in index.readers.get(tensor, []):
+                if reader.op_type in SHAPE_ARITHMETIC and reader.domain in ("", "ai.onnx"):
+                    if reader.output[0] not in seen:
+                        seen.add(reader.output[0])
+                        chain.append(reader.output[0])
+                elif not (reader.op_type == "Reshape" and slot == 1):
+                    return True
+    return False
+
+
 
 
 def _spatial_dims(index: G.Index, conv: onnx.NodeProto) -> int | None:
@@ -241,13 +275,12 @@ def _spatial_dims(index: G.Index, conv: onnx.NodeProto) -> int | None:
 def _shape_read_convs(model: onnx.ModelProto, index: G.Index) -> list[onnx.NodeProto]:
     """The Convs with a bias whose output, directly or through SHAPE_KEEPING ops, a FakeQuantize quantizes and a Shape
     reads, in a model with a dynamic input (static, OpenVINO folds every Shape), and with a dynamic batch (a data input
-    whose first dimension is not fixed) every such Conv quantized after it where any SHAPE_READERS op reads a shape:
-    those OpenVINO 2026.4 may run with the first channel's bias."""
+    whose first dimension is not fixed) every such Conv quantized after it where the model reads a batch size as a
+    value (_reads_batch_value): those OpenVINO 2026.4 may run with the first channel's bias."""
     specs = data_inputs(model)
     if all(None not in spec.dims for spec in specs):
         return []
-    batch_read = any(spec.dims[:1] == (None,) for spec in specs) and \
-        any(n.op_type in SHAPE_READERS and n.domain in ("", "ai.onnx") for n in model.graph.node)
+    batch_read = any(spec.dims[:1] == (None,) for spec in specs) and _reads_batch_value(index, model)
     found = []
     for node in model.graph.node:
         if node.op_type != "Conv" or node.domain not in ("", "ai.onnx") or len(node.input) < 3 or not node.input[2]:
