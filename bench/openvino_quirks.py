@@ -37,6 +37,15 @@ lines mean the same on AVX2-only CPUs (tests/avx2.py) as on VNNI ones.
    (FusePerformedAsScaleShiftAndFakeQuantize) and that FakeQuantize, per tensor, applies the first channel's bias to
    every channel (CRAFT's text detector: 2.35 dB where its file's arithmetic gives 20.55). The bias as an explicit Add
    after a Conv without one (qtool's file: the same numbers) runs right. Printed: run vs exact for both forms.
+7. a Conv's bias dropped to its first channel, its batch read far from it: x (dynamic batch) -> FakeQuantize -> Conv
+   with a bias -> Relu -> FakeQuantize -> Conv, whose output's batch size a Shape -> Gather -> ConstantOfShape reads
+   (an LSTM's zero initial state; an ONNX LSTM reading the Conv's features does as much). The ONNX frontend reads every
+   biased Conv's output shape to reshape its bias, and OptimizeSymbolsUsedAsValues (openvinotoolkit/openvino src/common/
+   transformations/src/transformations/symbolic_transformations/symbol_optimization.cpp) re-reads every value of the
+   batch dimension from the first such ShapeOf that carries its symbol, as a Convolution copies its input's batch:
+   the first Convolution's pre-bias output gets a second reader, and case 6 follows (a seizure detector's spectrogram
+   CNN into two LSTMs: 7.85 dB for its file's 48.65). A Reshape's target is not affected (OpenVINO rewrites it to copy
+   the dimension). Printed: run vs exact with the bias in the Conv, with it an Add after it, and without the batch read.
 
 Usage: PYTHONPATH=. python bench/openvino_quirks.py (this checkout's qtool, not an installed one)
 """
@@ -203,6 +212,36 @@ def bias_to_first_channel(rng) -> tuple[float, float]:
     return out[0], out[1]
 
 
+def batch_read(seed: int = 1) -> tuple[float, float, float]:
+    """(run vs exact with the bias in the Conv, with it an Add after a Conv without one, without the batch read), dB:
+    an int8 Conv with a bias whose quantized output another Conv reads, whose output's batch size sizes a zero tensor
+    (Shape -> Gather -> ConstantOfShape, a second output), on a dynamic batch. Its own seed: where the int8 Conv's output
+    falls on a rounding tie of the FakeQuantize fused into it, OpenVINO may round it to the other code (76 dB in
+    every form, on the sequence of the other cases' generator)."""
+    rng = np.random.default_rng(seed)
+    c = 8
+    bias = rng.normal(0, 0.5, c).astype(np.float32)
+    inits = {"w8": rng.integers(-63, 64, (c, 1, 3, 3)).astype(np.int8), "ws": np.full((c, 1, 1, 1), 0.01, np.float32),
+             "b": bias, "b3": bias.reshape(c, 1, 1), "w2": (rng.integers(-63, 64, (c, c, 3, 3)) * 0.01).astype(np.float32),
+             "lo": np.float32(0), "hi_x": np.float32(1), "hi": np.float32(1.5), "batch_axis": np.array([0], np.int64)}
+    feeds = {"x": rng.uniform(0, 1, (2, 1, 20, 24)).astype(np.float32)}
+    out = []
+    for in_conv, read in ((True, True), (False, True), (True, False)):
+        conv = [helper.make_node("Conv", ["xq", "w", "b"], ["conv"], pads=[1, 1, 1, 1])] if in_conv else \
+            [helper.make_node("Conv", ["xq", "w"], ["raw"], pads=[1, 1, 1, 1]), helper.make_node("Add", ["raw", "b3"], ["conv"])]
+        nodes = [helper.make_node("Cast", ["w8"], ["wf"], to=TensorProto.FLOAT), helper.make_node("Mul", ["wf", "ws"], ["w"]),
+                 _fq("x", "lo", "hi_x", "xq"), *conv, helper.make_node("Relu", ["conv"], ["act"]), _fq("act", "lo", "hi", "actq"),
+                 helper.make_node("Conv", ["actq", "w2"], ["out"], pads=[1, 1, 1, 1])]
+        if read:
+            nodes += [helper.make_node("Shape", ["out"], ["shape"]), helper.make_node("Gather", ["shape", "batch_axis"], ["batch"], axis=0),
+                      helper.make_node("ConstantOfShape", ["batch"], ["zeros"])]
+        m = _model(nodes, {"x": ["N", 1, "H", "W"]}, inits)
+        if read:
+            m.graph.output.append(helper.make_tensor_value_info("zeros", TensorProto.FLOAT, None))
+        out.append(_sqnr(_exact(m, feeds), _run(m, feeds)))
+    return out[0], out[1], out[2]
+
+
 def main() -> None:
     import openvino as ov
 
@@ -238,6 +277,11 @@ def main() -> None:
     in_conv, as_add = bias_to_first_channel(rng)
     print(f"6. Conv with a bias -> FakeQuantize, its shape read: run vs file {in_conv:6.1f}; the bias an Add after it: {as_add:6.1f}"
           f"  -> {'bias still applied per tensor' if in_conv < SAME else 'runs right now'}"
+          f"{'' if as_add >= SAME else '; THE ADD FORM IS WRONG TOO: qtool files are affected'}")
+
+    in_conv, as_add, unread = batch_read()
+    print(f"7. Conv with a bias -> FakeQuantize, the batch read downstream: run vs file {in_conv:6.1f}; the bias an Add after it: "
+          f"{as_add:6.1f}; no batch read: {unread:6.1f}  -> {'bias still applied per tensor' if in_conv < SAME else 'runs right now'}"
           f"{'' if as_add >= SAME else '; THE ADD FORM IS WRONG TOO: qtool files are affected'}")
 
 

@@ -660,6 +660,55 @@ def test_a_conv_whose_shape_is_read_runs_with_its_own_bias():
     assert sorted(n.name for n in m.graph.node if n.op_type == "Add") == ["/basenet/slice1.2/Conv/bias/Add", "/basenet/slice2.2/Conv/bias/Add"]
 
 
+def test_a_conv_whose_batch_an_lstm_reads_runs_with_its_own_bias():
+    """A spectrogram CNN into a bidirectional LSTM whose zero initial states are sized by the batch read from its input
+    (brainmaze's seizure detector, tests/zoo.py), on a dynamic batch. OpenVINO 2026.4 re-reads that batch from the
+    frontend's ShapeOf of the first Conv's output before its bias, leaves the bias out of the Convolution and adds the
+    first channel's bias to every channel in the FakeQuantize after it (bench/openvino_quirks.py, case 7: the real
+    model at 7.85 dB for its file's 48.65; this one 32.5 for 52.0). The export writes the bias of a Conv quantized after it as
+    an Add after it: OpenVINO's run (f32 float layers) matches the exact simulation."""
+    model = zoo.spectrogram_bilstm_like()
+    rng = np.random.default_rng(5)
+    feeds = [{"x": rng.normal(0, 1, (2, 24, 20 + 3 * (i % 5))).astype(np.float32)} for i in range(24)]
+    cal = qtool.calibrate(model, data=feeds[:16])
+    result = qtool.evaluate(model, cal, data=feeds[16:], target="openvino", runtime="openvino")
+    assert result.runtime.float_precision == "f32"
+    exact, run = result.worst_sqnr_db, result.runtime.worst_sqnr_db
+    assert exact > 30 and abs(run - exact) < 1.0, (exact, run)
+    m = onnx.load_from_string(qtool.export(model, cal, target="openvino"))
+    biased = {n.name for n in m.graph.node if n.op_type == "Conv" and len(n.input) > 2 and n.input[2]}
+    assert biased == {"/conv2/Conv"}  # no quantizer after it (the LSTM stays float): no FakeQuantize to fold its bias into
+    assert [n.name for n in m.graph.node if n.op_type == "Add" and n.name.endswith("/bias/Add")] == ["/conv1/Conv/bias/Add"]
+
+
+@pytest.mark.parametrize(("tail", "reads"), [("reshape", False), ("zeros", True), ("output", True), ("gru", True), ("none", False)])
+def test_a_batch_read_as_a_value_is_told_from_a_flatten(tail, reads):
+    """openvino._reads_batch_value: a Shape whose values only size a Reshape (a dynamic-batch CNN's flatten, which
+    OpenVINO turns into a Reshape copying the batch) does not count; one into a ConstantOfShape, one that is an output
+    of the model, and a recurrent op (its frontend reads the batch from its input's shape) do."""
+    from qtool.model import graph as G
+    from qtool.targets import openvino as writer
+
+    inits = [numpy_helper.from_array(np.array([0], np.int64), "first"), numpy_helper.from_array(np.array([-1], np.int64), "rest"),
+             numpy_helper.from_array(np.ones((1, 12, 4), np.float32), "W"), numpy_helper.from_array(np.ones((1, 12, 4), np.float32), "R")]
+    nodes = [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Shape", ["y"], ["s"]), helper.make_node("Gather", ["s", "first"], ["n"], axis=0)]
+    outputs = ["out"]
+    if tail == "reshape":
+        nodes += [helper.make_node("Concat", ["n", "rest"], ["dims"], axis=0), helper.make_node("Reshape", ["y", "dims"], ["out"])]
+    elif tail == "zeros":
+        nodes += [helper.make_node("ConstantOfShape", ["n"], ["out"])]
+    elif tail == "output":
+        outputs = ["n"]
+    elif tail == "gru":
+        nodes = [helper.make_node("GRU", ["x", "W", "R"], ["out"], hidden_size=4)]
+    else:
+        nodes = [helper.make_node("Relu", ["x"], ["out"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 4])],
+                          [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    assert writer._reads_batch_value(G.Index(m), m) is reads
+
+
 @pytest.mark.parametrize("computed", [False, True])
 def test_a_bias_written_after_its_conv_computes_the_same(computed):
     """The bias moved out of a Conv (openvino._bias_after): an initializer reshaped to [C, 1, 1], or a computed bias

@@ -53,6 +53,7 @@ __all__ = [
     "spelled_layernorm_like",
     "unet_text_detector_like",
     "embedding_bilstm_tagger_like",
+    "spectrogram_bilstm_like",
     "unsorted_mlp_like",
 ]
 
@@ -1176,6 +1177,43 @@ def unet_text_detector_like(opset=11, seed=4211):
     graph = g.graph("unet_text_detector", [helper.make_tensor_value_info("image", FLOAT, [1, 3, "height", "width"])],
                     [helper.make_tensor_value_info("y", FLOAT, [1, 2, "height", "width"])])
     return _make_model(graph, opset)
+
+
+def spectrogram_bilstm_like(bins=24, ch=8, units=16, hidden=8, classes=4, seed=7211):
+    """A seizure detector as brainmaze-eeg-models ships it (modelA_paper.onnx, opset 18): a z-scored spectrogram
+    [batch, bins, time] (dynamic batch and time) -> Unsqueeze -> Conv 5x5 (no padding along the bins) + Relu -> Conv
+    (bins - 4) x 3 to height 1 + Relu -> Squeeze -> Transpose (time first) -> a bidirectional ONNX LSTM whose zero
+    initial states are ConstantOfShape of [2, batch, hidden] (batch read by Shape -> Gather of its input) -> Transpose,
+    Reshape [time, batch, 2 * hidden] -> MatMul + Add -> Softmax. On a dynamic batch OpenVINO 2026.4 re-reads that batch
+    from the first Conv's output before its bias and runs it with the first channel's bias (bench/openvino_quirks.py,
+    case 7)."""
+    g = _Graph(seed=seed)
+    rng = g.rng
+    h = g.op("Unsqueeze", ["x", g.init("/Constant_output_0", np.array([1], np.int64))], "")
+    w1 = g.init("conv1.weight", _conv_w(rng, ch, 1, 5))
+    b1 = g.init("conv1.bias", rng.normal(0, 0.3, ch).astype(np.float32))
+    h = g.op("Relu", [g.op("Conv", [h, w1, b1], "/conv1", kernel_shape=[5, 5], pads=[0, 2, 0, 2])], "")
+    w2 = g.init("conv2.weight", (rng.normal(0, 1, (units, ch, bins - 4, 3)) / np.sqrt(ch * (bins - 4) * 3)).astype(np.float32))
+    b2 = g.init("conv2.bias", rng.normal(0, 0.1, units).astype(np.float32))
+    h = g.op("Relu", [g.op("Conv", [h, w2, b2], "/conv2", kernel_shape=[bins - 4, 3], pads=[0, 1, 0, 1])], "")
+    h = g.op("Squeeze", [h, g.init("/Constant_1_output_0", np.array([2], np.int64))], "")
+    seq = g.op("Transpose", [h], "", perm=[2, 0, 1])  # [time, batch, units]
+    batch = g.op("Unsqueeze", [g.op("Gather", [g.op("Shape", [seq], "/lstm"), g.init("/lstm/one", np.array(1, np.int64))], "/lstm", axis=0),
+                               g.init("/lstm/axes", np.array([0], np.int64))], "/lstm")
+    dims = g.op("Concat", [g.init("dirs", np.array([2], np.int64)), batch, g.init("hidden", np.array([hidden], np.int64))], "/lstm", axis=0)
+    zeros = g.op("ConstantOfShape", [dims], "/lstm", value=numpy_helper.from_array(np.zeros(1, np.float32)))
+    w = g.init("lstm.W", (rng.normal(0, 1, (2, 4 * hidden, units)) / np.sqrt(units)).astype(np.float32))
+    r = g.init("lstm.R", (rng.normal(0, 1, (2, 4 * hidden, hidden)) / np.sqrt(hidden)).astype(np.float32))
+    bias = g.init("lstm.B", rng.normal(0, 0.1, (2, 8 * hidden)).astype(np.float32))
+    y = g.op("LSTM", [seq, w, r, bias, "", zeros, zeros], "/lstm", n_out=3, hidden_size=hidden, direction="bidirectional")[0]
+    y = g.op("Reshape", [g.op("Transpose", [y], "/lstm", perm=[0, 2, 1, 3]), g.init("seq_shape", np.array([0, 0, -1], np.int64))], "/lstm")
+    wo = g.init("fc1.weight", (rng.normal(0, 1, (2 * hidden, classes)) / np.sqrt(2 * hidden)).astype(np.float32))
+    logits = g.op("Add", [g.init("fc1.bias", rng.normal(0, 0.1, classes).astype(np.float32)), g.op("MatMul", [y, wo], "/fc1")], "/fc1",
+                  outputs=["logits"])
+    g.op("Softmax", [logits], "", outputs=["probs"], axis=2)
+    graph = g.graph("spectrogram_bilstm", [helper.make_tensor_value_info("x", FLOAT, ["batch", bins, "time"])],
+                    [helper.make_tensor_value_info("probs", FLOAT, ["time", "batch", classes])])
+    return _make_model(graph, 18)
 
 
 def embedding_bilstm_tagger_like(vocab=40, emb=12, hidden=8, tags=16, seed=6211):

@@ -207,8 +207,54 @@ def _below_reduction(model: onnx.ModelProto, namer: G.Namer, reduction: onnx.Nod
 # which, kept per tensor, applies the first channel's bias to every channel (bench/openvino_quirks.py, case 6; CRAFT's
 # text detector, whose upsampling reads its skips' sizes, ran at 2.35 dB for its file's 20.55). Such a Conv's bias is
 # written as an Add after a Conv without one: the same numbers, and OpenVINO fuses that Add into the Convolution.
+# The ShapeOf it moves there is the ONNX frontend's own: it reads a Conv's output shape to reshape the bias, and
+# OptimizeSymbolsUsedAsValues (openvinotoolkit/openvino src/common/transformations/src/transformations/
+# symbolic_transformations/symbol_optimization.cpp) takes the first ShapeOf input that carries a dimension's symbol
+# as the source of every value of that dimension. A Convolution copies its input's batch dimension, symbol and all:
+# with a dynamic batch, a batch size read anywhere as a value (Shape -> Gather -> ConstantOfShape, an LSTM's zero
+# initial state; an ONNX LSTM, GRU or RNN, whose sequence lengths the frontend broadcasts to the batch read from its
+# input's shape) is re-read from a biased Convolution's output, far from where the file reads it (bench/
+# openvino_quirks.py, case 7: 7 dB; a seizure detector's spectrogram CNN -> two LSTMs at 7.85 dB for its file's
+# 48.65; a GRU or an RNN reading the Conv's features, -8 dB). Which Convolution's ShapeOf comes first is OpenVINO's
+# order, so in a model with a dynamic batch that reads one so, every Conv with a bias and a quantizer after it is
+# written as above. A shape
+# that only sizes Reshapes does not count: OpenVINO rewrites Shape -> Gather -> Concat -> Reshape into a Reshape that
+# copies the dimension, with no ShapeOf left (a dynamic-batch CNN's flatten runs right: 139 dB; so do whole shapes
+# into Expand or ConstantOfShape and a Size, which are no single dimension's value).
 SHAPE_KEEPING = ("Relu", "Clip", "FakeQuantize")  # ops between the Conv and the Shape or FakeQuantize that OpenVINO sees through
+RECURRENT = ("LSTM", "GRU", "RNN")  # their ONNX frontend reads the batch from the input's shape (the sequence lengths)
+# ops a shape's values pass through to where they are used
+SHAPE_ARITHMETIC = ("Gather", "Slice", "Unsqueeze", "Squeeze", "Concat", "Cast", "Add", "Sub", "Mul", "Div", "Identity")
 _RANK_KEEPING = ("Mul", "Cast", "Transpose", "FakeQuantize", "DequantizeLinear", "Identity")  # a weight's path from its initializer
+
+
+def _reads_batch_value(index: G.Index, model: onnx.ModelProto) -> bool:
+    """Whether the model has a recurrent op, or a Shape whose values reach anything but the shape input of a Reshape
+    (through SHAPE_ARITHMETIC), or is an output of the model: where OpenVINO may read a batch size as a value from a
+    biased Convolution's output."""
+    outputs = {o.name for o in model.graph.output}
+    for node in model.graph.node:
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        if node.op_type in RECURRENT:
+            return True
+        if node.op_type != "Shape":
+            continue
+        chain, seen = [node.output[0]], set()
+        while chain:
+            tensor = chain.pop()
+            if tensor in outputs:
+                return True
+            for reader, slot in index.readers.get(tensor, []):
+                if reader.op_type in SHAPE_ARITHMETIC and reader.domain in ("", "ai.onnx"):
+                    if reader.output[0] not in seen:
+                        seen.add(reader.output[0])
+                        chain.append(reader.output[0])
+                elif not (reader.op_type == "Reshape" and slot == 1):
+                    return True
+    return False
+
+
 
 
 def _spatial_dims(index: G.Index, conv: onnx.NodeProto) -> int | None:
@@ -228,10 +274,13 @@ def _spatial_dims(index: G.Index, conv: onnx.NodeProto) -> int | None:
 
 def _shape_read_convs(model: onnx.ModelProto, index: G.Index) -> list[onnx.NodeProto]:
     """The Convs with a bias whose output, directly or through SHAPE_KEEPING ops, a FakeQuantize quantizes and a Shape
-    reads, in a model with a dynamic input (static, OpenVINO folds every Shape): those OpenVINO 2026.4 runs with the
-    first channel's bias."""
-    if all(None not in spec.dims for spec in data_inputs(model)):
+    reads, in a model with a dynamic input (static, OpenVINO folds every Shape), and with a dynamic batch (a data input
+    whose first dimension is not fixed) every such Conv quantized after it where the model reads a batch size as a
+    value (_reads_batch_value): those OpenVINO 2026.4 may run with the first channel's bias."""
+    specs = data_inputs(model)
+    if all(None not in spec.dims for spec in specs):
         return []
+    batch_read = any(spec.dims[:1] == (None,) for spec in specs) and _reads_batch_value(index, model)
     found = []
     for node in model.graph.node:
         if node.op_type != "Conv" or node.domain not in ("", "ai.onnx") or len(node.input) < 3 or not node.input[2]:
@@ -242,7 +291,8 @@ def _shape_read_convs(model: onnx.ModelProto, index: G.Index) -> list[onnx.NodeP
                 readers.append(reader)
                 if slot == 0 and reader.op_type in SHAPE_KEEPING:
                     chain.append(reader.output[0])
-        if any(r.op_type == "Shape" for r in readers) and any(r.op_type == "FakeQuantize" and r.domain == DOMAIN for r in readers):
+        if (batch_read or any(r.op_type == "Shape" for r in readers)) and \
+                any(r.op_type == "FakeQuantize" and r.domain == DOMAIN for r in readers):
             found.append(node)
     return found
 
