@@ -46,6 +46,13 @@ lines mean the same on AVX2-only CPUs (tests/avx2.py) as on VNNI ones.
    the first Convolution's pre-bias output gets a second reader, and case 6 follows (a seizure detector's spectrogram
    CNN into two LSTMs: 7.85 dB for its file's 48.65). A Reshape's target is not affected (OpenVINO rewrites it to copy
    the dimension). Printed: run vs exact with the bias in the Conv, with it an Add after it, and without the batch read.
+8. two int8 LSTMs of one shape: x -> FakeQuantize -> bidirectional LSTM (int8 W, R per hidden unit, as in case 5) ->
+   Transpose/Reshape to [T, 1, 2 x hidden] -> FakeQuantize onto its grid -> a second such LSTM whose input is
+   2 x hidden wide, as the first's is (W and R of the same shapes, other values). OpenVINO 2026.4 runs the second
+   with the first one's weights or quantization (brainmaze's seizure detector: 1.45 dB at the second LSTM's output,
+   65 at its input); with its runtime cache off (CPU_RUNTIME_CACHE_CAPACITY=0) it computes the file's numbers; forward
+   LSTMs alike. qtool runs only the first LSTM of each shape in int8. Printed: run vs exact, bidirectional with the
+   cache and without it, and forward.
 
 Usage: PYTHONPATH=. python bench/openvino_quirks.py (this checkout's qtool, not an installed one)
 """
@@ -188,6 +195,42 @@ def lstm_scales(layout: str, dirs: int, seed: int = 1) -> tuple[float, str]:
     return _sqnr(_exact(m, x), run), "/".join(precisions)
 
 
+def lstm_pair(dirs: int, cache: bool = True, seed: int = 1) -> float:
+    """Run vs exact, dB, of two stacked int8 LSTMs whose W and R have the same shapes (case 8)."""
+    rng = np.random.default_rng(seed)
+    hidden, steps = 16, 20
+    feat = dirs * hidden  # the second LSTM's input, the first one's too
+    inits, nodes = {"lo": np.float32(-2), "hi": np.float32(2), "glo": np.float32(-128 / 127), "ghi": np.float32(1),
+                    "shape": np.array([0, 0, -1], np.int64)}, []
+    x = "x"
+    for k in range(2):
+        w = rng.normal(0, 0.3, (dirs, 4 * hidden, feat))
+        r = rng.normal(0, 0.3, (dirs, 4 * hidden, hidden))
+        peak = np.maximum(np.abs(w).max(axis=2), np.abs(r).max(axis=2)).reshape(dirs, 4, hidden).max(axis=(0, 1))
+        scale = np.tile(peak / 127, 4).reshape(1, 4 * hidden, 1).astype(np.float32)
+        inits.update({f"w8{k}": np.clip(np.rint(w / scale), -127, 127).astype(np.int8), f"s{k}": scale,
+                      f"r8{k}": np.clip(np.rint(r / scale), -127, 127).astype(np.int8),
+                      f"b{k}": rng.normal(0, 0.1, (dirs, 8 * hidden)).astype(np.float32)})
+        lo = "lo" if k == 0 else "glo"
+        hi = "hi" if k == 0 else "ghi"
+        nodes += [helper.make_node("FakeQuantize", [x, lo, hi, "glo", "ghi"], [f"xq{k}"], domain=DOMAIN, levels=256),
+                  helper.make_node("Cast", [f"w8{k}"], [f"wf{k}"], to=TensorProto.FLOAT), helper.make_node("Mul", [f"wf{k}", f"s{k}"], [f"w{k}"]),
+                  helper.make_node("Cast", [f"r8{k}"], [f"rf{k}"], to=TensorProto.FLOAT), helper.make_node("Mul", [f"rf{k}", f"s{k}"], [f"r{k}"]),
+                  helper.make_node("LSTM", [f"xq{k}", f"w{k}", f"r{k}", f"b{k}"], [f"y{k}"], hidden_size=hidden,
+                                   direction="bidirectional" if dirs == 2 else "forward"),
+                  helper.make_node("Transpose", [f"y{k}"], [f"t{k}"], perm=[0, 2, 1, 3]),
+                  helper.make_node("Reshape", [f"t{k}", "shape"], ["out" if k else f"h{k}"])]
+        x = f"h{k}"
+    m = _model(nodes, {"x": ["T", 1, feat]}, inits)
+    feeds = {"x": rng.uniform(-2, 2, (steps, 1, feat)).astype(np.float32)}
+    import openvino as ov
+
+    config = {"INFERENCE_PRECISION_HINT": "f32", **({} if cache else {"CPU_RUNTIME_CACHE_CAPACITY": "0"})}
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(m.SerializeToString(), b""), "CPU", config)
+    return _sqnr(_exact(m, feeds), np.asarray(compiled(feeds)[compiled.outputs[0]]))
+
+
 def bias_to_first_channel(rng) -> tuple[float, float]:
     """(run vs exact with the bias in the Conv, with it an Add after a Conv without one), dB: a Conv whose output's
     height sizes a Resize, on a dynamic shape (CRAFT's upsampling to its skip's size; OpenVINO 2026.4 moves the ShapeOf
@@ -278,6 +321,10 @@ def main() -> None:
     print(f"6. Conv with a bias -> FakeQuantize, its shape read: run vs file {in_conv:6.1f}; the bias an Add after it: {as_add:6.1f}"
           f"  -> {'bias still applied per tensor' if in_conv < SAME else 'runs right now'}"
           f"{'' if as_add >= SAME else '; THE ADD FORM IS WRONG TOO: qtool files are affected'}")
+
+    cached, uncached, forward = lstm_pair(2), lstm_pair(2, cache=False), lstm_pair(1)
+    print(f"8. two int8 LSTMs of one shape: bidirectional run vs file {cached:6.1f}, runtime cache off {uncached:6.1f}; "
+          f"forward {forward:6.1f}  -> {'the second still runs with the first one' if max(cached, forward) < LSTM_SAME <= uncached else 'runs right now' if min(cached, forward) >= LSTM_SAME else 'look closer'}")
 
     in_conv, as_add, unread = batch_read()
     print(f"7. Conv with a bias -> FakeQuantize, the batch read downstream: run vs file {in_conv:6.1f}; the bias an Add after it: "

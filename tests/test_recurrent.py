@@ -272,3 +272,42 @@ def test_an_lstm_stating_its_activations_stays_float():
     cal = qtool.calibrate(model, data=[{"x": rng.normal(0, 1, (10, 2, 16)).astype(np.float32)} for _ in range(3)])
     with pytest.raises(qtool.QtoolError, match="would quantize nothing"):
         qtool.export(model, cal, target="openvino")
+
+
+@pytest.mark.parametrize("direction", ["bidirectional", "forward"])
+def test_of_two_lstms_of_one_shape_only_the_first_is_int8(direction):
+    """Stacked LSTMs whose W and R have the same shapes (a bidirectional one's input 2 x hidden, brainmaze's seizure
+    detector): OpenVINO 2026.4 ran the second int8 one with the first's weights or quantization (-0.4 dB where the
+    file computes 33.6; bench/openvino_quirks.py case 8), so only the first is int8 and the run is the file's."""
+    required.module("openvino")
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    hidden = 8
+    dirs = 2 if direction == "bidirectional" else 1
+    feat = dirs * hidden
+
+    def w(name, *shape, scale=0.3):
+        return numpy_helper.from_array(rng.normal(0, scale, shape).astype(np.float32), name)
+
+    inits = [w(f"{p}{k}", dirs, 4 * hidden, feat if p == "W" else hidden) for k in (1, 2) for p in ("W", "R")]
+    inits += [w(f"B{k}", dirs, 8 * hidden, scale=0.1) for k in (1, 2)] + [w("fc", feat, 4)]
+    inits.append(numpy_helper.from_array(np.array([0, 0, -1], np.int64), "shape"))
+    nodes = []
+    x = "x"
+    for k in (1, 2):
+        nodes += [helper.make_node("LSTM", [x, f"W{k}", f"R{k}", f"B{k}"], [f"Y{k}"], name=f"lstm{k}", hidden_size=hidden,
+                                   direction=direction),
+                  helper.make_node("Transpose", [f"Y{k}"], [f"T{k}"], perm=[0, 2, 1, 3]),
+                  helper.make_node("Reshape", [f"T{k}", "shape"], [f"X{k}"])]
+        x = f"X{k}"
+    nodes.append(helper.make_node("MatMul", [x, "fc"], ["out"], name="fc"))
+    graph = helper.make_graph(nodes, "stacked", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["time", 1, feat])],
+                              [helper.make_tensor_value_info("out", onnx.TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    cal = qtool.calibrate(model, data=[{"x": rng.normal(0, 1, (20, 1, feat)).astype(np.float32)} for _ in range(8)])
+    held = [{"x": rng.normal(0, 1, (20, 1, feat)).astype(np.float32)} for _ in range(4)]
+    result = qtool.evaluate(model, cal, data=held, target="openvino", runtime="openvino")
+    assert result.plan_summary.get("int8_lstm") == ["lstm1"], result.plan_summary.get("int8_lstm")
+    exact, run = result.outputs[0].sqnr_db, result.runtime.outputs[0].sqnr_db
+    assert exact > 25 and abs(run - exact) < 1.0, (exact, run)

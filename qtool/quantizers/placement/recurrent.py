@@ -40,7 +40,11 @@ An LSTM is left float (as before) when the user excluded it, its input or its in
 input has no finite range or is not float32, when W or R is not a constant or not finite, when it has
 sequence_lens, peepholes, clip, input_forget or the batch-first layout, or when it states its activations, even ONNX's
 defaults (as tf2onnx does): OpenVINO 2026.4 runs such an LSTM as a TensorIterator in f32 (thai_oskut_ws),
-so quantizing it would cost precision for nothing. Models below opset 9 (no ConstantOfShape) too.
+so quantizing it would cost precision for nothing. Models below opset 9 (no ConstantOfShape) too. Of two
+LSTMs with W and R of the same shapes (stacked bidirectional ones whose input is 2 x hidden: brainmaze's seizure
+detector, 200 = 2 x 100), only the first runs in int8: OpenVINO 2026.4 ran the second with the first's weights or
+quantization (its run -1.9..-0.4 dB where the file computes 28-34; with CPU_RUNTIME_CACHE_CAPACITY=0 it computes the
+file's numbers, 129 dB; bench/openvino_quirks.py case 8: 12-18 dB forward and bidirectional, 147-150 without the cache).
 """
 
 from __future__ import annotations
@@ -104,6 +108,7 @@ def lstm_sites(inputs: Inputs, kept: Kept, pairs: bool = False) -> list[Recurren
     """The LSTMs to run in int8, in graph order; `pairs`: their weights' pairs bounded for CPUs without VNNI
     (`pair_bound`)."""
     m, out = inputs.m, []
+    placed: set[tuple] = set()  # the W and R shapes of the LSTMs placed
     if G.default_opset(m.proto) < 9:  # the zero state is a ConstantOfShape
         return out
     for node in m.graph.node:
@@ -124,9 +129,12 @@ def lstm_sites(inputs: Inputs, kept: Kept, pairs: bool = False) -> list[Recurren
         state = node.input[5] if len(node.input) > 5 and node.input[5] else None
         if state is not None and (state in kept.tensors or m.types.get(state) != 1):
             continue
+        if (w.shape, r.shape) in placed:
+            continue  # OpenVINO would run it with the first one's weights or quantization (module doc)
         site = _site(node.name, inputs, node, threshold, state, w, r, bias, pairs)
         if site is not None:
             out.append(site)
+            placed.add((w.shape, r.shape))
     return out
 
 
