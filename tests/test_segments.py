@@ -280,3 +280,88 @@ def test_segments_lay_out_a_global_average_pool_as_the_whole_model_does(dims):
         x = rng.standard_normal(shape).astype(np.float32)
         for name, a, b in zip(fetched, onnxruntime.run(session, sources, {"x": x}), chain.run(fetched, {"x": x})):
             np.testing.assert_array_equal(a, b, err_msg=name)
+
+
+def _computed_pads(layers: int = 6) -> onnx.ModelProto:
+    """A Pad whose pads are computed from constants (Concat, Reshape, Transpose, Cast: as torch
+    exports F.pad, open_nsfw_pt's first layer) before a chain of Conv+Relu blocks: onnx's shape
+    inference sizes nothing after the Pad."""
+    rng = np.random.default_rng(9)
+    i64 = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)  # noqa: E731
+    inits = [i64("spatial", [1, 1, 1, 1]), i64("zeros_shape", [4]), i64("pairs", [-1, 2]), i64("flat", [-1])]
+    nodes = [helper.make_node("ConstantOfShape", ["zeros_shape"], ["zeros"], value=numpy_helper.from_array(np.zeros(1, np.int64))),
+             helper.make_node("Concat", ["zeros", "spatial"], ["both"], axis=0),  # (begin, end) per axis
+             helper.make_node("Reshape", ["both", "pairs"], ["paired"]),
+             helper.make_node("Transpose", ["paired"], ["swapped"], perm=[1, 0]),
+             helper.make_node("Reshape", ["swapped", "flat"], ["flat_pads"]),
+             helper.make_node("Cast", ["flat_pads"], ["pads"], to=TensorProto.INT64),
+             helper.make_node("Pad", ["x", "pads"], ["padded"])]
+    x, cin = "padded", 3
+    for k in range(layers):
+        w = numpy_helper.from_array((rng.standard_normal((16, cin, 3, 3)) * 0.3).astype(np.float32), f"w{k}")
+        inits.append(w)
+        nodes += [helper.make_node("Conv", [x, w.name], [f"c{k}"], pads=[1, 1, 1, 1]), helper.make_node("Relu", [f"c{k}"], [f"r{k}"])]
+        x, cin = f"r{k}", 16
+    graph = helper.make_graph(nodes, "pads", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, 32, 32])],
+                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def test_activations_after_computed_pads_are_sized_and_segmented():
+    """Shape inference cannot follow the pads' computation; segments.sizes gives it their value
+    (computed by onnxruntime), so the run gets a segment plan that bounds each segment's fetched
+    bytes (open_nsfw_pt: no plan before, 872 -> 501 MB), and the segments run the whole model's values."""
+    from qtool import model as qmodel
+    from qtool.collection import segments
+    from qtool.runtime import nchwc
+
+    model = _computed_pads()
+    types = qmodel.tensor_types(model)
+    fetched = qmodel.activation_tensors(model, types)
+    dims = {"x": (2, 3, 32, 32)}
+    assert set(qmodel.tensor_bytes(model, fetched, dims)) == {"x"}  # onnx's inference alone
+    sizes = segments.sizes(model, fetched, dims)
+    assert set(sizes) == set(fetched)
+    assert sizes["padded"] == 2 * 3 * 34 * 34 * 4 and sizes["r5"] == 2 * 16 * 34 * 34 * 4
+    exposed = qmodel.with_outputs(model, fetched, types)
+    budget = 2 * max(sizes.values())
+    parts = segments.split(exposed, fetched, segments.cuts(exposed, fetched, sizes, budget, types))
+    assert len(parts) >= 3
+    for part in parts:
+        assert sum(sizes[n] for n in part.fetched) <= budget + max(sizes.values()), part.fetched
+    x = np.random.default_rng(10).standard_normal(dims["x"]).astype(np.float32)
+    session, _ = nchwc.fetching_session(exposed, fetched, keep=frozenset(fetched), threads=1)
+    chain = segments.Segmented(parts, frozenset(fetched), 1, {})
+    for name, a, b in zip(fetched, onnxruntime.run(session, fetched, {"x": x}), chain.run(fetched, {"x": x})):
+        np.testing.assert_array_equal(a, b, err_msg=name)
+
+
+def test_calibrate_sizes_computed_pads_for_its_segments(tmp_path, monkeypatch):
+    """pipeline: the model above runs in segments (RUN_BYTES lowered) and writes the file of one session."""
+    from qtool.collection import segments
+
+    model = _computed_pads()
+    path = tmp_path / "pads.onnx"
+    onnx.save(model, path)
+    rng = np.random.default_rng(11)
+    folder = tmp_path / "data"
+    folder.mkdir()
+    for k in range(4):
+        np.save(folder / f"{k}.npy", rng.standard_normal((1, 3, 32, 32)).astype(np.float32))
+    files, seen = {}, []
+
+    class Counted(segments.Segmented):
+        def __init__(self, parts, *args):
+            seen.append(len(parts))
+            super().__init__(parts, *args)
+
+    monkeypatch.setattr(segments, "Segmented", Counted)
+    for label, run_bytes in (("one", 1 << 40), ("segments", 1 << 10)):
+        monkeypatch.setattr(pipeline, "RUN_BYTES", run_bytes)
+        monkeypatch.setattr(pipeline, "SEGMENT_BYTES", 1 << 10)
+        seen.clear()
+        out = tmp_path / f"{label}.calib.json"
+        api.calibrate_files(path, data=folder, output=out)
+        files[label] = out.read_bytes()
+        assert bool(seen) == (label == "segments") and (not seen or seen[0] >= 3), seen
+    assert files["one"] == files["segments"]

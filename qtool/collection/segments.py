@@ -35,8 +35,9 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from ..model import shapes
-from ..model.graph import node_reads
+from .. import model as _model
+from ..model import lazy, shapes
+from ..model.graph import node_reads, subgraphs
 from ..model.lazy import FLOATS
 from ..runtime import nchwc, onnxruntime
 
@@ -59,6 +60,86 @@ class Segment:
     carried: tuple[str, ...]  # tensors it makes that later segments read
     start: int
     stop: int
+
+
+# integer tensors computed from constants and input shapes alone, up to this size, are computed by
+# onnxruntime for shape inference where it cannot (see `sizes`)
+FOLD_BYTES = 1 << 16
+INTEGERS = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32})
+
+
+def sizes(proto: onnx.ModelProto, names: list[str], dims: dict[str, tuple[int, ...]]) -> dict[str, int]:
+    """Bytes of the tensors of `names` for one run with these input shapes (model.tensor_bytes);
+    where onnx's shape inference leaves some unsized because a shape comes from a computation it
+    does not follow (open_nsfw_pt: a Pad's pads made by Reshape, Slice and Transpose of constants,
+    4 of 744 tensors sized), again with those integer tensors computed by onnxruntime (on zeros of
+    `dims`: they read no input's values) and given to the inference as constants."""
+    found = _model.tensor_bytes(proto, names, dims)
+    if len(found) == len(names):
+        return found
+    try:
+        values = _shape_values(proto, dims)
+    except Exception:  # onnxruntime will not run that part alone (QtoolError), say: the sizes inference gave
+        values = {}
+    if not values:
+        return found
+    light = onnx.ModelProto.FromString(shapes.weightless(proto))
+    nodes = []
+    for node in light.graph.node:
+        outs = [o for o in node.output if o]
+        if outs and all(o in values for o in outs):  # its value, as a constant
+            nodes.extend(onnx.helper.make_node("Constant", [], [o], value=onnx.numpy_helper.from_array(values[o], o)) for o in outs)
+        else:
+            nodes.append(node)
+    del light.graph.node[:]
+    light.graph.node.extend(nodes)
+    more = _model.tensor_bytes(light, names, dims)
+    return more if len(more) > len(found) else found
+
+
+def _shape_values(proto: onnx.ModelProto, dims: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    """{name: value} of the integer tensors that do not depend on the inputs' values (only on
+    constants and input shapes: model.data_dependent) and that a tensor that does depend on
+    them reads (a Pad's pads, a Reshape's shape), computed by onnxruntime on zeros of `dims`;
+    {} where there are none, or they read weights left where they lie."""
+    g = proto.graph
+    dependent = _model.data_dependent(proto)
+    types = _model.tensor_types(proto)
+    producer = {o: n for n in g.node for o in n.output if o}
+    wanted = list(dict.fromkeys(
+        name for n in g.node if any(o in dependent for o in n.output) for name in n.input
+        if name in producer and name not in dependent and types.get(name) in INTEGERS
+        and producer[name].op_type != "Constant"))
+    if not wanted:
+        return {}
+    needed, todo = set(), list(wanted)
+    while todo:
+        name = todo.pop()
+        node = producer.get(name)
+        if node is None or id(node) in needed:
+            continue
+        if subgraphs(node):
+            return {}
+        needed.add(id(node))
+        todo.extend(i for i in node.input if i)
+    part = [n for n in g.node if id(n) in needed]
+    reads = {i for n in part for i in n.input if i}
+    inits = [t for t in g.initializer if t.name in reads]
+    if any(lazy.is_lazy(t) for t in inits):
+        return {}
+    feeds = {}
+    for vi in g.input:
+        if vi.name in reads and vi.name not in {t.name for t in inits}:
+            if vi.name not in dims:
+                return {}
+            feeds[vi.name] = np.zeros(dims[vi.name], onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))
+    graph = onnx.helper.make_graph(part, "shapes", [vi for vi in g.input if vi.name in feeds],
+                                   [onnx.helper.make_empty_tensor_value_info(n) for n in wanted], inits)
+    sub = onnx.helper.make_model(graph, opset_imports=list(proto.opset_import), ir_version=proto.ir_version)
+    sub.functions.extend(proto.functions)
+    session = onnxruntime.session(sub, threads=1)
+    values = onnxruntime.run(session, wanted, feeds)
+    return {n: v for n, v in zip(wanted, values) if v.nbytes <= FOLD_BYTES}
 
 
 def cuts(proto: onnx.ModelProto, fetched: list[str], sizes: dict[str, int], budget: int, types: dict[str, int]) -> list[int]:
