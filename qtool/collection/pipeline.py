@@ -31,11 +31,14 @@ MAX_AUTO_BATCH = 32
 # Workers (each holds one batch's activations): as many as there are cores and this budget allows.
 IN_FLIGHT_BYTES = 512 << 20
 # Calibrations that bin this many activation bytes in all (or an unknown amount) use the compiled
-# binning kernel (histogram.start_loading: ~0.4 s of one core and ~100 MB of RSS to load, numba's
-# compiler and llvmlite's code included, then 2-3x numpy's speed, bench/binning.py; MTCNN O-Net
-# over 400 images, 280 MB, is faster without it). With data files whose activations shape
-# inference cannot size, the first run's fetched bytes times the files decide.
-KERNEL_BYTES = 512 << 20
+# binning kernel (histogram.start_loading: ~0.4 s of one core and 100-125 MB of RSS to load,
+# numba's compiler and llvmlite's code included, then 3-4x numpy's speed, bench/binning.py). Below
+# it the kernel's RSS is most of what calibrate adds to a small model's plain inference, and numpy
+# costs little time: zoo models binning 0.6-3.3 GB over 64 inputs took 0.91-1.12x the kernel's
+# CPU time with numpy, at 100-125 MB less peak RSS; 8.2-8.5 GB took 1.5x (docs/benchmarks.md,
+# calibration speed). With data files whose activations cannot be sized before running, the first
+# run's fetched bytes times the files decide.
+KERNEL_BYTES = 4 << 30
 # Calibrations that bin this many bytes, one image per run, run side by side in processes
 # instead of threads (procs: each process has its own GIL) when the cores allow more than one
 # worker: a helper's start (~1 s of one core: imports, session, kernel) pays from there on.
@@ -245,7 +248,7 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
         progress.refresh()
     exposed = model.with_outputs(loaded.proto, fetched, types)
     folder = loaded.path.parent if loaded.external_files else None
-    helpers = _helpers(exposed, folder, fetched, names, source, bins, stats, derived, workers, progress) if kernel is not False else []
+    helpers = _helpers(exposed, folder, fetched, names, source, bins, stats, derived, workers, progress)
     # runs helper processes share (each with its own single session) are not split: threads side
     # by side queue for one interpreter lock (PP-OCRv5 det, 60 images at 640x640: 35-38 s with a
     # helper, 69-73 s in segments on two threads)
