@@ -85,7 +85,7 @@ def test_a_helper_process_gives_the_same_file(setup, tmp_path, monkeypatch, work
 
 def test_helpers_start_where_this_process_bins_with_numpy(setup, tmp_path, monkeypatch):
     """Helper processes are decided by the bytes the images bin (HELPER_BYTES), not by whether
-    this process loads the kernel (KERNEL_BYTES, 3 GB: a calibration between the two runs its
+    this process loads the kernel (KERNEL_BYTES, 2 GB: a calibration between the two runs its
     helpers, each with its kernel, beside this process's numpy binning)."""
     model, folder = setup
     files = {}

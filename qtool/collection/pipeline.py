@@ -34,11 +34,12 @@ IN_FLIGHT_BYTES = 512 << 20
 # binning kernel (histogram.start_loading: ~0.4 s of one core and 100-125 MB of RSS to load,
 # numba's compiler and llvmlite's code included, then 3-4x numpy's speed, bench/binning.py). Below
 # it the kernel's RSS is most of what calibrate adds to a small model's plain inference, and numpy
-# costs little time: zoo models binning 0.6-2.7 GB over 64 inputs took 0.87-1.15x the kernel's
-# CPU time with numpy, at ~100 MB less peak RSS; 3.3 GB 1.4x, 5.3-8.5 GB 1.5-1.9x
-# (docs/benchmarks.md, calibration speed). With data files whose activations cannot be sized
-# before running, the first run's fetched bytes times the files decide.
-KERNEL_BYTES = 3 << 30
+# costs little time: zoo models binning 0.6-1.8 GB over 64 inputs took 0.87-1.14x the kernel's
+# CPU time with numpy, at ~100 MB less peak RSS; 2.1-2.7 GB 1.06-1.66x (convolutions, whose
+# inference is cheap for the bytes it makes, the most), 3.3-8.5 GB 1.4-1.9x (docs/benchmarks.md,
+# calibration speed). With data files whose activations cannot be sized before running, the
+# first run's fetched bytes times the files decide.
+KERNEL_BYTES = 2 << 30
 # Calibrations that bin this many bytes, one image per run, run side by side in processes
 # instead of threads (procs: each process has its own GIL) when the cores allow more than one
 # worker: a helper's start (~1 s of one core: imports, session, kernel) pays from there on.
