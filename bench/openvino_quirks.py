@@ -53,6 +53,14 @@ lines mean the same on AVX2-only CPUs (tests/avx2.py) as on VNNI ones.
    65 at its input); with its runtime cache off (CPU_RUNTIME_CACHE_CAPACITY=0) it computes the file's numbers; forward
    LSTMs alike. qtool runs only the first LSTM of each shape in int8. Printed: run vs exact, bidirectional with the
    cache and without it, and forward.
+9. (watched, runs right) two branches' u8 tensors of unequal ranges meeting at a Sub -> Abs -> FakeQuantize -> int8
+   MatMul (a siamese network's |a - b| of two embeddings: CapSpot's similarity model, whose branches' last
+   FakeQuantizes are [0, 9.809] and [0, 9.832]). OpenVINO 2026.4's low-precision transformations fold one branch's
+   dequantization scale into the other and run Sub, Abs and the FakeQuantize as one u8 Eltwise (its original layers: a
+   Multiply, the Sub, a Multiply, the Abs, the FakeQuantize): run vs file 129 dB, the file's arithmetic. The difference cancels most of the branches' values, so a code one branch's run flips
+   upstream (float rounding, growing layer by layer) weighs ~24 dB more at the Abs: capspot_sim's run 2.1 dB from
+   its simulation on 8 inputs is that drift (0.8 dB on 196; qtool evaluate's swap test), not this Eltwise.
+   Printed: run vs exact, the runtime layer holding the Sub and its precision.
 
 Usage: PYTHONPATH=. python bench/openvino_quirks.py (this checkout's qtool, not an installed one)
 """
@@ -283,6 +291,25 @@ def batch_read(seed: int = 1) -> tuple[float, float, float]:
             m.graph.output.append(helper.make_tensor_value_info("zeros", TensorProto.FLOAT, None))
         out.append(_sqnr(_exact(m, feeds), _run(m, feeds)))
     return out[0], out[1], out[2]
+def branches_subtracted(rng) -> tuple[float, str]:
+    """(run vs exact, dB; the runtime layer holding the Sub: its type and precision) of two u8 tensors of unequal
+    ranges -> Sub -> Abs -> FakeQuantize -> int8 MatMul, on inputs that nearly cancel (two views of one photo)."""
+    n = 512
+    inits = {"lo": np.float32(0), "ha": np.float32(9.80859375), "hb": np.float32(9.83203125), "hs": np.float32(2.9072265625),
+             "w8": rng.integers(-63, 64, (64, n)).astype(np.int8), "ws": np.full((64, 1), 0.01, np.float32)}
+    nodes = [_fq("a", "lo", "ha", "aq"), _fq("b", "lo", "hb", "bq"), helper.make_node("Sub", ["aq", "bq"], ["d"], name="sub"),
+             helper.make_node("Abs", ["d"], ["ad"]), _fq("ad", "lo", "hs", "q"),
+             helper.make_node("Cast", ["w8"], ["wf"], to=TensorProto.FLOAT), helper.make_node("Mul", ["wf", "ws"], ["wd"]),
+             helper.make_node("Transpose", ["wd"], ["w"], perm=[1, 0]), helper.make_node("MatMul", ["q", "w"], ["out"])]
+    m = _model(nodes, {"a": ["N", n], "b": ["N", n]}, inits)
+    common = rng.uniform(0, 3, (8, n)).astype(np.float32)
+    feeds = {k: common + rng.normal(0, 0.05, common.shape).astype(np.float32) for k in ("a", "b")}
+    session = simulate.runtime("openvino", m.SerializeToString())
+    run = np.asarray(session.run(None, feeds)[0])
+    held = [f"{op.get_rt_info()['layerType'].astype(str)} {op.get_rt_info()['runtimePrecision'].astype(str)}"
+            for op in session.compiled.get_runtime_model().get_ops()
+            if "sub" in str(op.get_rt_info()["originalLayersNames"].astype(str)).split(",")]
+    return _sqnr(_exact(m, feeds), run), "/".join(held) or "none"
 
 
 def main() -> None:
@@ -330,6 +357,9 @@ def main() -> None:
     print(f"7. Conv with a bias -> FakeQuantize, the batch read downstream: run vs file {in_conv:6.1f}; the bias an Add after it: "
           f"{as_add:6.1f}; no batch read: {unread:6.1f}  -> {'bias still applied per tensor' if in_conv < SAME else 'runs right now'}"
           f"{'' if as_add >= SAME else '; THE ADD FORM IS WRONG TOO: qtool files are affected'}")
+    subtracted, layer = branches_subtracted(rng)
+    print(f"9. two u8 branches of unequal ranges -> Sub -> Abs -> FakeQuantize: run vs file {subtracted:6.1f} (the Sub in: {layer})"
+          f"  -> {'runs as the file says' if subtracted >= SAME else 'SUB OF TWO BRANCHES COMPUTED OTHERWISE: qtool files are affected'}")
 
 
 if __name__ == "__main__":

@@ -452,6 +452,48 @@ def test_a_runtime_gap_one_input_carries_is_told_from_a_systematic_one(monkeypat
     assert "int8 pair sums can saturate" in w and "95 % interval of the difference" in w, w
 
 
+def test_a_runtime_gap_two_inputs_carry_is_drift_though_every_resample_agrees(monkeypatch):
+    """A siamese model's similarity (capspot_sim: a scalar per input, most inputs saturated) whose error two inputs
+    of 8 carry: the run drifts from the file on those two, better than it on both, so every resample of the inputs
+    puts the gap above 0 (the interval excludes 0) while swapping the run's and the simulation's error on each input
+    gives a gap as large in a quarter of the swaps: drift, said so, not a cause. The same gap on every input is one."""
+    monkeypatch.setattr(cpu_kinds, "vnni", lambda: True)
+    monkeypatch.setattr(cpu_kinds, "is_x86", lambda: True)
+    ref = np.array([0.999, 0.001, 0.999, 0.006, 0.999, 0.279, 0.999, 0.309])[:, None]  # capspot_sim's held-out outputs
+    sim_err = np.array([0, 3e-4, 0, 6e-4, 0, 7.3e-3, 0, 3.87e-2])[:, None]  # its simulation's and OpenVINO's errors on them
+    run_err = np.array([0, 4e-4, 0, 3e-4, 0, 2.8e-3, 0, 3.07e-2])[:, None]
+    sim, run = _accs(ref, sim_err, run_err)
+    lo, hi = ev.gap_interval(sim, run)
+    swapped = ev.gap_exchange(sim, run)
+    assert run.sqnr() - sim.sqnr() > 2 and lo > 0 and swapped >= ev.EXCHANGE_P, (run.sqnr() - sim.sqnr(), lo, hi, swapped)
+    [w] = ev.runtime_warnings("openvino", _metrics(sim), _metrics(run), [(lo, hi)], exchanges=[swapped])
+    assert "within what these 8 inputs can tell" in w and f"{100 * swapped:.0f} % of the swaps" in w and "rounds less" not in w, w
+    [w] = ev.runtime_warnings("openvino", _metrics(sim), _metrics(run), [(lo, hi)])  # without the swaps: the interval decides
+    assert "rounds less often than the file" in w, w
+
+    sim, run = _accs(ref, sim_err + 0.01, 0.5 * (sim_err + 0.01))  # better by 6 dB on every input: as large in 2 of 256 swaps
+    swapped = ev.gap_exchange(sim, run)
+    assert swapped == 2 / 256
+    [w] = ev.runtime_warnings("openvino", _metrics(sim), _metrics(run), [ev.gap_interval(sim, run)], exchanges=[swapped])
+    assert "rounds less often than the file" in w and "can tell" not in w, w
+
+
+def test_the_swaps_depend_on_neither_batch_size_nor_input_order():
+    rng = np.random.default_rng(3)
+    for n in (12, 40):  # every swap enumerated; random ones
+        ref = rng.normal(size=(n, 16))
+        a, b = 0.02 * rng.normal(size=(n, 16)), 0.02 * rng.normal(size=(n, 16)) * rng.uniform(0.5, 2, (n, 1))
+        one = ev.gap_exchange(*_accs(ref, a, b, batch=1))
+        perm = rng.permutation(n)
+        assert ev.gap_exchange(*_accs(ref[perm], a[perm], b[perm], batch=4)) == one
+        assert ev.gap_exchange(*_accs(ref, a, b, batch=5)) == one
+        assert 0 < one <= 1
+    sim, run = ev._Acc(per_sample=True), ev._Acc(per_sample=True)
+    sim.update(ref, ref + a, 1)
+    run.update(ref, ref + b, 1)
+    assert ev.gap_exchange(sim, run) is None
+
+
 def test_the_gap_interval_depends_on_neither_batch_size_nor_input_order():
     rng = np.random.default_rng(2)
     ref = rng.normal(size=(12, 32))

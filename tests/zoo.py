@@ -55,6 +55,7 @@ __all__ = [
     "embedding_bilstm_tagger_like",
     "spectrogram_bilstm_like",
     "unsorted_mlp_like",
+    "siamese_vgg_like",
 ]
 
 FLOAT = TensorProto.FLOAT
@@ -1272,6 +1273,37 @@ def unsorted_mlp_like(opset=11, d=32, seed=6217):
     return _make_model(graph, opset)
 
 
+def siamese_vgg_like(opset=13, hw=16, ch=8, hidden=16, seed=6229):
+    """A siamese similarity model as tf2onnx exports Keras's (CapSpot's sim_model: a VGG on two NHWC crops):
+    input_1, input_2 [N, hw, hw, 3] -> each Transpose to NCHW -> the same Conv+Relu, Conv+Relu, MaxPool, Conv+Relu,
+    MaxPool (one set of weights, read by both branches) -> Reshape to [N, -1] -> Sub of the two embeddings -> Abs ->
+    MatMul + Add -> Relu -> MatMul + Add -> Sigmoid -> similarity [N, 1]. The Sub cancels most of the branches'
+    values: a code either branch flips weighs more after it (bench/openvino_quirks.py, case 9)."""
+    g = _Graph(seed=seed)
+    convs = [(3, ch), (ch, ch), (ch, 2 * ch)]
+    weights = [(g.init(f"block{i}/kernel", _conv_w(g.rng, cout, cin, 3)), g.init(f"block{i}/bias", g.rng.normal(0, 0.1, cout).astype(np.float32)))
+               for i, (cin, cout) in enumerate(convs)]
+    flat = g.init("flatten/shape", np.array([-1, 2 * ch * (hw // 4) ** 2], np.int64))
+
+    def branch(x):
+        x = g.op("Transpose", [x], "model", perm=[0, 3, 1, 2])
+        for i, (w, b) in enumerate(weights):
+            x = g.op("Relu", [g.op("Conv", [x, w, b], f"model/block{i}", kernel_shape=[3, 3], pads=[1, 1, 1, 1])], f"model/block{i}")
+            if i:
+                x = g.op("MaxPool", [x], f"model/pool{i}", kernel_shape=[2, 2], strides=[2, 2])
+        return g.op("Reshape", [x, flat], "model/flatten")
+
+    d = g.op("Abs", [g.op("Sub", [branch("input_1"), branch("input_2")], "model/lambda")], "model/lambda")
+    k = 2 * ch * (hw // 4) ** 2
+    h = g.op("Relu", [g.op("Add", [g.op("MatMul", [d, g.init("dense/kernel", (g.rng.standard_normal((k, hidden)) * 0.3 / np.sqrt(k)).astype(np.float32))],
+                                        "model/dense"), g.init("dense/bias", np.full(hidden, 0.2, np.float32))], "model/dense")], "model/dense")
+    y = g.op("Add", [g.op("MatMul", [h, g.init("dense_1/kernel", (g.rng.standard_normal((hidden, 1)) * 0.5).astype(np.float32))], "model/dense_1"),
+                     g.init("dense_1/bias", np.array([0.5], np.float32))], "model/dense_1")
+    g.op("Sigmoid", [y], "model/dense_1", outputs=["similarity"])
+    inputs = [helper.make_tensor_value_info(n, FLOAT, ["N", hw, hw, 3]) for n in ("input_1", "input_2")]
+    return _make_model(g.graph("siamese_vgg", inputs, [helper.make_tensor_value_info("similarity", FLOAT, ["N", 1])]), opset)
+
+
 def _random_feeds(model, dims, seed=0):
     rng = np.random.default_rng(seed)
     feeds = {}
@@ -1327,6 +1359,7 @@ if __name__ == "__main__":
     run("resnet_like", resnet_like(), {})
     run("deconv_gemm_like", deconv_gemm_like(), {})
     run("int_input_model", int_input_model(), {})
+    run("siamese_vgg_like", siamese_vgg_like(), {"N": 2})
     with tempfile.TemporaryDirectory() as d:
         p = external_data_model(d)
         assert os.path.exists(os.path.join(d, "weights.bin"))
