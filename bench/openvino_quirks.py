@@ -349,14 +349,14 @@ def main() -> None:
           f"  -> {'bias still applied per tensor' if in_conv < SAME else 'runs right now'}"
           f"{'' if as_add >= SAME else '; THE ADD FORM IS WRONG TOO: qtool files are affected'}")
 
-    cached, uncached, forward = lstm_pair(2), lstm_pair(2, cache=False), lstm_pair(1)
-    print(f"8. two int8 LSTMs of one shape: bidirectional run vs file {cached:6.1f}, runtime cache off {uncached:6.1f}; "
-          f"forward {forward:6.1f}  -> {'the second still runs with the first one' if max(cached, forward) < LSTM_SAME <= uncached else 'runs right now' if min(cached, forward) >= LSTM_SAME else 'look closer'}")
-
     in_conv, as_add, unread = batch_read()
     print(f"7. Conv with a bias -> FakeQuantize, the batch read downstream: run vs file {in_conv:6.1f}; the bias an Add after it: "
           f"{as_add:6.1f}; no batch read: {unread:6.1f}  -> {'bias still applied per tensor' if in_conv < SAME else 'runs right now'}"
           f"{'' if as_add >= SAME else '; THE ADD FORM IS WRONG TOO: qtool files are affected'}")
+    cached, uncached, forward = lstm_pair(2), lstm_pair(2, cache=False), lstm_pair(1)
+    print(f"8. two int8 LSTMs of one shape: bidirectional run vs file {cached:6.1f}, runtime cache off {uncached:6.1f}; "
+          f"forward {forward:6.1f}  -> {'the second still runs with the first one' if max(cached, forward) < LSTM_SAME <= uncached else 'runs right now' if min(cached, forward) >= LSTM_SAME else 'look closer'}")
+
     subtracted, layer = branches_subtracted(rng)
     print(f"9. two u8 branches of unequal ranges -> Sub -> Abs -> FakeQuantize: run vs file {subtracted:6.1f} (the Sub in: {layer})"
           f"  -> {'runs as the file says' if subtracted >= SAME else 'SUB OF TWO BRANCHES COMPUTED OTHERWISE: qtool files are affected'}")
