@@ -31,6 +31,7 @@ import onnx
 
 from ..model import graph as G
 from ..statistics.stats import data_input
+from .policy import fake_quantize as grid_values
 from .policy import quantize
 
 DAMP = 0.01  # GPTQ's default dampening: 1 % of H's mean diagonal
@@ -105,7 +106,7 @@ def apply(model: onnx.ModelProto, plan, records: dict) -> list[str]:
             continue
         if n.op_type == "Gemm" and int(G.attr(n, "transA", 0)):
             continue
-        if site.policy.rounding != "half-even" or not site.policy.symmetric or site.unsigned_storage:
+        if site.policy.rounding != "half-even" or not site.policy.symmetric:
             continue
         stats = getattr(records.get(n.input[0]), "stats", None)
         gram = getattr(stats, "gram", None)
@@ -130,16 +131,18 @@ def apply(model: onnx.ModelProto, plan, records: dict) -> list[str]:
         q = codes * scale
         if output_error(kn, q, h) >= output_error(kn, rtn * scale, h):
             continue  # no better than round-to-nearest on the calibration tokens
-        amax = np.abs(kn).max(axis=0)
-        q = np.clip(q, -amax, amax)  # the scale from the float weights' peak stays (a grid point past it by an ulp would move it)
+        # the range the scale came from (the float weights' peak, or the guard's wider floor) is pinned: the
+        # codes stay within it, and a grid point past it by an ulp is brought back (it would move the scale)
+        amax = np.abs(kn).max(axis=0) if params.axis is not None else np.asarray(float(np.abs(kn).max()))
+        pinned = amax if site.floor is None else np.maximum(amax, np.asarray(site.floor, dtype=np.float64))
+        q = np.clip(q, -pinned, pinned)
         values = (q.T if transposed else q).astype(site.values.dtype)
-        floor = amax if params.axis is not None else np.asarray(float(amax.max()))
         old_values, old_floor = site.values, site.floor
-        site.unrounded, site.values = old_values, values
-        site.floor = floor if old_floor is None else np.maximum(old_floor, floor)
+        site.unrounded, site.values, site.floor = old_values, values, pinned
         new = site.params()
         if not (np.array_equal(np.asarray(new.scale), np.asarray(params.scale)) and
-                np.array_equal(quantize(site.values, new), (codes.T if transposed else codes))):
+                np.array_equal(quantize(site.values, new), (codes.T if transposed else codes)) and
+                np.allclose(grid_values(site.values, new), site.values, rtol=1e-6, atol=0)):
             site.values, site.floor, site.unrounded = old_values, old_floor, None  # not representable exactly: left alone
             continue
         done.append(name)
