@@ -128,13 +128,16 @@ def _run(model, feeds):
     return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
 
 
-@pytest.mark.parametrize("target", [openvino, qdq])
-def test_bert_linear_layers_rounded_by_gptq(bert, target):
+@pytest.mark.parametrize("target,options", [(openvino, {}), (qdq, {}), (openvino, {"weights_7bit": "all"})])
+def test_bert_linear_layers_rounded_by_gptq(bert, target, options):
+    """Every int8 linear layer's codes lower its output error on the calibration tokens; with 7-bit weights
+    (NNCF's overflow fix: scale amax / 63, as the guard's widened steps put the range past the weights' peak)
+    too, the codes within +-63."""
     path, cal = bert
     grams = {t.name for t in cal.tensors if t.stats is not None and t.stats.gram is not None}
     assert len(grams) == 4  # the inputs of Q/K/V, of the attention output, of FFN1 and of FFN2
     loaded = load_model(str(path))
-    prepared = target.prepare(loaded, cal, options_for(target.__name__.rsplit(".", 1)[1]))
+    prepared = target.prepare(loaded, cal, options_for(target.__name__.rsplit(".", 1)[1], **options))
     plan = prepared.plan
     assert len(plan.gptq_layers) == 6 and plan.summary()["gptq_layers"] == 6
     records = {t.name: t for t in (prepared.cal or cal).tensors}
@@ -148,6 +151,7 @@ def test_bert_linear_layers_rounded_by_gptq(bert, target):
         params = site.params()
         nearest = policy.fake_quantize(site.unrounded, params)
         assert np.allclose(policy.fake_quantize(site.values, params), site.values, rtol=1e-6, atol=0)  # grid points
+        assert np.abs(policy.quantize(site.values, params)).max() <= (63 if options else 127)
         gains.append(10 * np.log10(gptq.output_error(site.unrounded, nearest, h) / gptq.output_error(site.unrounded, site.values, h)))
     assert len(gains) == 6 and min(gains) > 0.5, gains  # measured 2.3 to 16 dB (OpenVINO)
 
@@ -162,3 +166,24 @@ def test_gptq_file_closer_to_fp32_and_old_files_round_to_nearest(bert, tmp_path)
     real = feeds["attention_mask"].astype(bool)
     scores = {name: sqnr(ref[real], _run(api.export(str(path), c, target="qdq"), feeds)[real]) for name, c in (("gptq", cal), ("nearest", old))}
     assert scores["gptq"] > scores["nearest"] + 0.2, scores  # measured 41.95 against 41.65 dB
+
+
+def test_gptq_keeps_a_widened_range(bert, tmp_path):
+    """Weights whose range the overflow guard widened past their peak (a floor that is no float32 number): every
+    layer rounded, on the widened grid, its stored values grid points within the range (the top code's float32
+    value, one ulp past it half the time, would move the scale)."""
+    path, cal = bert
+    loaded = load_model(str(path))
+    nearest = openvino.prepare(loaded, _without_grams(cal, tmp_path), options_for("openvino"))
+    records = {t.name: t for t in openvino.prepare(loaded, cal, options_for("openvino")).cal.tensors}
+    scales = {}
+    for site in nearest.plan.weights:
+        site.floor = np.abs(site.values.astype(np.float64)).max(axis=0) * (1 + 1 / 1024)  # the top code 127 at the floor
+        scales[site.tensor] = site.params().scale
+    done = gptq.apply(nearest.model, nearest.plan, records)
+    assert len(done) == 6
+    for site in nearest.plan.weights:
+        params = site.params()
+        assert np.array_equal(params.scale, scales[site.tensor])
+        codes = policy.quantize(site.values, params)
+        assert np.allclose(codes * np.asarray(params.scale).reshape(1, -1), site.values, rtol=1e-6, atol=0)

@@ -135,8 +135,13 @@ def apply(model: onnx.ModelProto, plan, records: dict) -> list[str]:
         # codes stay within it, and a grid point past it by an ulp is brought back (it would move the scale)
         amax = np.abs(kn).max(axis=0) if params.axis is not None else np.asarray(float(np.abs(kn).max()))
         pinned = amax if site.floor is None else np.maximum(amax, np.asarray(site.floor, dtype=np.float64))
-        q = np.clip(q, -pinned, pinned)
-        values = (q.T if transposed else q).astype(site.values.dtype)
+        stored = np.clip(q, -pinned, pinned).astype(site.values.dtype)
+        for _ in range(4):  # the top code's grid point rounded up past the range by the stored type: one ulp back
+            over = np.abs(stored.astype(np.float64)) > pinned
+            if not over.any():
+                break
+            stored[over] = np.nextafter(stored[over], stored.dtype.type(0))
+        values = np.ascontiguousarray(stored.T if transposed else stored)
         old_values, old_floor = site.values, site.floor
         site.unrounded, site.values, site.floor = old_values, values, pinned
         new = site.params()
