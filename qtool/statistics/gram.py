@@ -2,8 +2,10 @@
 rounding (qtool.quantizers.gptq) minimises the layer's output error with (its Hessian is 2 X^T X).
 
 Gathered for the data inputs of MatMul/Gemm layers with a constant 2-D weight in transformers
-(qtool.statistics.stats.new_stats), over the real tokens where the inputs hold an attention mask,
-for inputs of at most MAX_CHANNELS channels while the model's total stays under BUDGET entries (an
+(qtool.statistics.stats.new_stats), over every position, padding included: the model computes the
+padded positions' outputs too, and on all-MiniLM-L6-v2 a Gram over the real tokens alone (as the
+bias correction's means are taken) gave the same real-token SQNR but took the figure over every
+output value from 17 to 5 dB (benchmarks#other-text); for inputs of at most MAX_CHANNELS channels while the model's total stays under BUDGET entries (an
 int64 K x K accumulator per tensor and worker; bigger layers are skipped and keep round-to-nearest).
 
 Exact, so the file does not depend on batch size, input order or sharding: each sample's values
@@ -55,10 +57,9 @@ class Gram:
     def overflowed(self) -> bool:
         return self.bound >= _ROOM
 
-    def update(self, value: np.ndarray, rows: int, tokens: np.ndarray | None = None) -> bool:
-        """Add the tokens of `value` ([..., channels]; `rows` samples along its first axis, or one
-        when that axis is not the batch's), only the real ones where `tokens` (stats.real_tokens,
-        [rows, positions]) covers its positions. False (nothing added) when its last axis is not
+    def update(self, value: np.ndarray, rows: int) -> bool:
+        """Add every position of `value` ([..., channels]; `rows` samples along its first axis, or
+        one when that axis is not the batch's). False (nothing added) when its last axis is not
         `channels` channels."""
         value = np.asarray(value)
         k = self.channels
@@ -67,9 +68,8 @@ class Gram:
         if value.ndim < 2 or value.shape[0] != rows:
             rows = 1
         v = value.reshape(rows, -1, k)
-        keep = tokens.reshape(rows, -1) if tokens is not None and tokens.size == v.shape[0] * v.shape[1] else None
         for r in range(rows):
-            x = v[r][keep[r]] if keep is not None and keep[r].any() else v[r]
+            x = v[r]
             for start in range(0, x.shape[0], CHUNK):
                 self._add(x[start:start + CHUNK])
         return True

@@ -140,7 +140,7 @@ class SampleStats:
     channel_absmax: list[float] | None = None  # max |x| per channel along `axis` (depthwise conv inputs)
     track_absmax: bool = False
     pairs: pairs.ChannelPairs | None = None  # joint histograms of channel pairs (inputs of Conv with few channels: images)
-    gram: gram_mod.Gram | None = None  # X^T X over the (real) tokens (transformers' linear-layer inputs: GPTQ's rounding)
+    gram: gram_mod.Gram | None = None  # X^T X over every position (transformers' linear-layer inputs: GPTQ's rounding)
     # channel sums not yet in channel_sums: exact int64 partial sums and a bound on their magnitude
     _pending: np.ndarray | None = field(default=None, repr=False, compare=False)
     _pending_bound: float = field(default=0.0, repr=False, compare=False)
@@ -166,7 +166,7 @@ class SampleStats:
                                known, tokens)
         if self.gram is not None:
             block = (blocks or [None])[0]
-            if len(parts) != 1 or block or not self.gram.update(parts[0], rows, tokens):
+            if len(parts) != 1 or block or not self.gram.update(parts[0], rows):  # every position, padding too (gram.py)
                 self.gram = None
         if self.pairs is not None:
             block = (blocks or [None])[0]
