@@ -8,7 +8,9 @@ bias correction's means are taken) gave the same real-token SQNR but took the fi
 output value from 17 to 5 dB (benchmarks#other-text); for inputs of at most MAX_CHANNELS channels while the model's total stays under BUDGET entries (an
 int64 K x K accumulator per tensor and worker; bigger layers are skipped and keep round-to-nearest).
 
-Exact, so the file does not depend on batch size, input order or sharding: each sample's values
+Exact, so the file does not depend on batch size, input order or sharding (a sample, as for the
+other per-sample statistics, is one entry along the batch axis, or the whole run where the tensor
+has none, e.g. tokens flattened to [batch x sequence, channels]: there the batching counts): each sample's values
 are rounded to MANTISSA bits relative to the sample's largest |x| (a power of two: 2^e > max |x|),
 which makes them integers below 2^MANTISSA after scaling by 2^(MANTISSA - e); their products are
 below 2^(2 MANTISSA) and every partial sum of up to CHUNK tokens stays below 2^53, so float64
