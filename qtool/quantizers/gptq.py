@@ -90,6 +90,25 @@ def output_error(w: np.ndarray, q: np.ndarray, h: np.ndarray) -> float:
     return float(np.sum(d * (np.asarray(h, dtype=np.float64) @ d)))
 
 
+def _eligible(site, nodes: dict, constants: set, int8: set, records: dict):
+    """(layer, H, whether the weight is stored transposed [N, K]) of a weight quantizer GPTQ rounds:
+    a constant 2-D weight read by one int8 MatMul/Gemm only, rounded half to even on a symmetric grid,
+    whose layer's input has a Gram matrix in `records`; else None."""
+    if site.values is None or np.ndim(site.values) != 2 or len(site.readers) != 1 or site.unrounded is not None:
+        return None
+    name, slot = site.readers[0]
+    n = nodes.get(name)
+    if n is None or name not in int8 or slot != 1 or n.op_type not in ("MatMul", "Gemm") or data_input(n, constants) is None:
+        return None
+    if (n.op_type == "Gemm" and int(G.attr(n, "transA", 0))) or site.policy.rounding != "half-even" or not site.policy.symmetric:
+        return None
+    gram = getattr(getattr(records.get(n.input[0]), "stats", None), "gram", None)
+    h = gram.matrix() if gram is not None else None
+    if h is None or not np.all(np.isfinite(h)):
+        return None
+    return name, h, bool(n.op_type == "Gemm" and int(G.attr(n, "transB", 0)))
+
+
 def apply(model: onnx.ModelProto, plan, records: dict) -> list[str]:
     """Round the plan's eligible weight quantizers by GPTQ (in place: their `values` become the
     chosen grid points, `unrounded` the float weights, `floor` pins their scales); returns the
@@ -99,23 +118,13 @@ def apply(model: onnx.ModelProto, plan, records: dict) -> list[str]:
     int8 = set(plan.int8_layers)
     done = []
     for site in plan.weights:
-        if site.values is None or np.ndim(site.values) != 2 or len(site.readers) != 1 or site.unrounded is not None:
+        found = _eligible(site, nodes, constants, int8, records)
+        if found is None:
             continue
-        name, slot = site.readers[0]
-        n = nodes.get(name)
-        if n is None or name not in int8 or slot != 1 or n.op_type not in ("MatMul", "Gemm") or data_input(n, constants) is None:
-            continue
-        if n.op_type == "Gemm" and int(G.attr(n, "transA", 0)):
-            continue
-        if site.policy.rounding != "half-even" or not site.policy.symmetric:
-            continue
-        stats = getattr(records.get(n.input[0]), "stats", None)
-        gram = getattr(stats, "gram", None)
-        h = gram.matrix() if gram is not None else None
-        transposed = n.op_type == "Gemm" and int(G.attr(n, "transB", 0))
+        name, h, transposed = found
         w = np.asarray(site.values, dtype=np.float64)
         kn = w.T if transposed else w
-        if h is None or h.shape[0] != kn.shape[0] or not np.all(np.isfinite(h)):
+        if h.shape[0] != kn.shape[0]:
             continue
         params = site.params()
         out_axis = 0 if transposed else 1
