@@ -39,7 +39,7 @@ import numpy as np
 
 TEXT_DIR = Path.home() / ".cache" / "qtool-bench" / "transformers"
 ZOO = Path.home() / ".cache" / "qtool-bench" / "zoo"
-WORK = Path("/tmp") / "qtool-bench" / "encoders"
+WORK = Path("/tmp") / "qtool-bench" / "encoders"  # --work
 # name: (model file, token-embedding output, sentence-embedding output or None)
 MODELS = {
     "minilm": (Path.home() / ".cache" / "qtool-dev" / "models" / "paraphrase-MiniLM-L3-v2.onnx", "onnx::Shape_422", "461"),
@@ -49,6 +49,7 @@ MODELS = {
     "khmersm": (ZOO / "khmersm" / "model.onnx", "emissions", None),
 }
 GENRES = ("stdlib", "docs", "man", "pyref", "ui", "card")
+WORK_DIR = [WORK]
 BATCH = [16]  # texts per batch: --batch (transformers_data.py --genres --batch wrote them)
 F32 = {"INFERENCE_PRECISION_HINT": "f32"}
 
@@ -130,7 +131,7 @@ def quantize(name: str, genre: str, tools: list[str], export_args: list[str], ta
 
     model = MODELS[name][0]
     calib_dir, _ = folders(name, genre)
-    out = WORK / name / (genre if BATCH[0] == 16 else f"{genre}-b{BATCH[0]}")
+    out = WORK_DIR[0] / name / (genre if BATCH[0] == 16 else f"{genre}-b{BATCH[0]}")
     out.mkdir(parents=True, exist_ok=True)
     files = {}
     if "qtool" in tools:
@@ -144,6 +145,10 @@ def quantize(name: str, genre: str, tools: list[str], export_args: list[str], ta
         if tool not in tools:
             continue
         xml = out / f"{tool}.xml"
+        shared = WORK / out.relative_to(WORK_DIR[0]) / xml.name
+        if not xml.exists() and not fresh and shared.exists() and shared != xml:  # NNCF's files from the default folder
+            for suffix in (".xml", ".bin"):
+                xml.with_suffix(suffix).symlink_to(shared.with_suffix(suffix))
         t = time.perf_counter()
         if fresh or not xml.exists():  # NNCF's files do not change with qtool's code: made once per genre
             calib = load_feeds(calib_dir)
@@ -164,9 +169,12 @@ def main() -> None:
     ap.add_argument("--tag", default="", help="suffix of qtool's file (keeps variants apart)")
     ap.add_argument("--fresh", action="store_true", help="calibrate and run NNCF again even where their files exist")
     ap.add_argument("--batch", type=int, default=16, help="texts per batch (transformers_data.py --genres --batch)")
+    ap.add_argument("--work", type=Path, default=WORK, help=f"where the files go (default {WORK}); NNCF's files are reused from "
+                    "the default folder when there (they do not change with qtool's code)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     BATCH[0] = args.batch
+    WORK_DIR[0] = args.work
     import nncf
     import openvino as ov
 

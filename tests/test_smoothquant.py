@@ -225,13 +225,20 @@ def test_bad_mode_is_an_error():
     assert smoothquant.parse_mode("Off") is False and smoothquant.parse_mode("0.8") == 0.8
 
 
+def _round_to_nearest(cal):
+    """`cal` without its Gram matrices: the exports round the weights to nearest (no GPTQ)."""
+    return replace(cal, tensors=[replace(t, stats=None if t.stats is None else replace(t.stats, gram=None)) for t in cal.tensors])
+
+
 def test_estimated_alpha_beats_nncfs_constant_and_none(calibrated):
     """In exact arithmetic (simulate) on the BERT and ViT look-alikes, the per-activation alpha is
     closer to FP32 than NNCF's 0.95 and than no SmoothQuant (measured: BERT 40.9 dB against 36.5
     and 39.7, decomposed 43.2 against 39.8 and 40.3, ViT 39.6 against 30.3 and 37.2, decomposed
-    33.7 against 22.8 and 25.7)."""
+    33.7 against 22.8 and 25.7), with the weights rounded to nearest: GPTQ's rounding
+    (qtool.quantizers.gptq) lifts BERT without SmoothQuant to 40.5 dB and leaves the estimate's 40.9."""
     for name in MODELS:
         path, cal, _, _ = calibrated[name]
+        cal = _round_to_nearest(cal)
         loaded = load_model(str(path))
         feeds = MODELS[name][2]()
         ref = _run(loaded.proto, feeds)[0]

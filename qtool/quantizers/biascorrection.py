@@ -109,6 +109,8 @@ def _mean_error(n: onnx.NodeProto, site, means: np.ndarray) -> np.ndarray | str:
     quantizer `site`) causes on inputs whose per-channel mean is `means`; or why it cannot be had."""
     w = np.asarray(site.values, dtype=np.float64)
     d = w - policy.fake_quantize(w, site.params(), site.policy.rounding)  # the weights as the export writes them
+    if site.unrounded is not None:  # GPTQ's grid points: the error is the float weights' less them
+        d = np.asarray(site.unrounded, dtype=np.float64) - w + d
     if n.op_type == "Conv":
         groups = int(G.attr(n, "group", 1))
         cout, cin_g = d.shape[0], d.shape[1]

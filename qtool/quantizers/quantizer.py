@@ -39,7 +39,8 @@ class Quantizer:
     on a layer that pads its input with zeros, reading `tensor` directly): that layer's pads (ONNX
     order over the spatial axes), which the writer turns into an explicit zero Pad of `tensor` before
     the flip, so that a padded zero becomes flip_offset like every other 0 of a flipped channel, and
-    takes off the layer."""
+    takes off the layer. `unrounded`: a weight's float values where `values` holds the grid points
+    GPTQ rounded them to (bias correction's mean error is the float weights' less these)."""
 
     tensor: str
     kind: str  # ACTIVATION or WEIGHT
@@ -61,6 +62,7 @@ class Quantizer:
     channel_signs: np.ndarray | None = None
     flip_offset: float = 0.0
     flip_pads: tuple[int, ...] | None = None
+    unrounded: np.ndarray | None = None  # a weight's float values when `values` are grid points GPTQ chose (qtool.quantizers.gptq)
 
     @classmethod
     def activation(cls, tensor: str, elem_type: int, rng: Range, readers: list[tuple[str, int]],

@@ -392,7 +392,7 @@ def _record(record, name: str, s: np.ndarray, peak: np.ndarray):
     st = record.stats
     stats = SampleStats(st.count, st.min_sum, round(st.absmax_sum * stretch), st.axis,
                         None if st.channel_sums is None else [round(v / sj) for v, sj in zip(st.channel_sums, s.tolist())],
-                        [float(p) for p in peak], True)
+                        [float(p) for p in peak], True, gram=None if st.gram is None else st.gram.scaled(1.0 / s))
     return TensorRecord(name=name, min=low, max=high, amax=amax, counts=list(record.counts),
                         hist_range=record.hist_range * stretch, nonfinite=record.nonfinite, stats=stats)
 

@@ -26,6 +26,7 @@ import onnx
 
 from ..model import graph as G
 from ..runtime import nchwc
+from . import gram as gram_mod
 from . import histogram, pairs
 
 UNIT_LOG2 = -40
@@ -139,6 +140,7 @@ class SampleStats:
     channel_absmax: list[float] | None = None  # max |x| per channel along `axis` (depthwise conv inputs)
     track_absmax: bool = False
     pairs: pairs.ChannelPairs | None = None  # joint histograms of channel pairs (inputs of Conv with few channels: images)
+    gram: gram_mod.Gram | None = None  # X^T X over every position (transformers' linear-layer inputs: GPTQ's rounding)
     # channel sums not yet in channel_sums: exact int64 partial sums and a bound on their magnitude
     _pending: np.ndarray | None = field(default=None, repr=False, compare=False)
     _pending_bound: float = field(default=0.0, repr=False, compare=False)
@@ -162,6 +164,10 @@ class SampleStats:
             known = extrema.parts if len(parts) == 1 else None
             self._add_channels([np.asarray(a) for a in parts], rows, any(extrema.nonfinite), blocks or [None] * len(parts),
                                known, tokens)
+        if self.gram is not None:
+            block = (blocks or [None])[0]
+            if len(parts) != 1 or block or not self.gram.update(parts[0], rows):  # every position, padding too (gram.py)
+                self.gram = None
         if self.pairs is not None:
             block = (blocks or [None])[0]
             value = nchwc.unblocked(np.asarray(parts[0]), block) if block else np.asarray(parts[0])
@@ -217,10 +223,13 @@ class SampleStats:
             self.channel_sums = [v * times for v in self.channel_sums]
         if self.pairs is not None:
             self.pairs.repeat(times)
+        if self.gram is not None:
+            self.gram.repeat(times)
 
     def fresh(self) -> SampleStats:
         """An empty accumulator gathering the same statistics."""
-        return SampleStats(axis=self.axis, track_absmax=self.track_absmax, pairs=None if self.pairs is None else self.pairs.fresh())
+        return SampleStats(axis=self.axis, track_absmax=self.track_absmax, pairs=None if self.pairs is None else self.pairs.fresh(),
+                           gram=None if self.gram is None else self.gram.fresh())
 
     def merge(self, other: SampleStats) -> SampleStats:
         self._flush()
@@ -237,8 +246,9 @@ class SampleStats:
         if sums is not None and self.channel_absmax is not None and other.channel_absmax is not None:
             peak = [max(a, b) for a, b in zip(self.channel_absmax, other.channel_absmax)]
         joint = None if self.pairs is None or other.pairs is None else self.pairs.merge(other.pairs)
+        both = (self.gram is not None and other.gram is not None and self.gram.channels == other.gram.channels)
         return SampleStats(self.count + other.count, self.min_sum + other.min_sum, self.absmax_sum + other.absmax_sum, axis, sums,
-                           peak, peak is not None, joint)
+                           peak, peak is not None, joint, self.gram.merge(other.gram) if both else None)
 
     def _mean(self, total: int) -> float:
         return float(total * 2 ** UNIT_LOG2 / self.count) if self.count else 0.0
@@ -267,6 +277,8 @@ class SampleStats:
                 out["channel_absmax"] = list(self.channel_absmax)
         if self.pairs is not None and self.pairs.pair_count():
             out["channel_pairs"] = self.pairs.to_json()
+        if self.gram is not None:
+            out["gram"] = self.gram.to_json()
         return out
 
     @classmethod
@@ -298,7 +310,8 @@ def from_json(doc: dict) -> SampleStats:
         peak = [float(v) for v in peak]
     stats = SampleStats(integer(doc["count"]), integer(doc["min_sum"]), integer(doc["absmax_sum"]),
                         None if axis is None else integer(axis), None if sums is None else [integer(v) for v in sums],
-                        peak, peak is not None, pairs.from_json(doc["channel_pairs"]) if "channel_pairs" in doc else None)
+                        peak, peak is not None, pairs.from_json(doc["channel_pairs"]) if "channel_pairs" in doc else None,
+                        gram_mod.from_json(doc["gram"]) if "gram" in doc else None)
     if stats.count < 0:
         raise ValueError("negative sample count")
     return stats
@@ -364,6 +377,33 @@ def linear_inputs(proto: onnx.ModelProto) -> set[str]:
             if n.op_type in ("MatMul", "Gemm") and data_input(n, constants) is not None}
 
 
+def linear_widths(proto: onnx.ModelProto) -> dict[str, int]:
+    """{data input of a MatMul/Gemm with a constant 2-D weight: its channels K (the weight's
+    contracted axis)}, in graph order; an input read with two different widths is left out."""
+    constants = _constant_names(proto.graph)
+    dims = _dims(proto.graph)
+    out: dict[str, int] = {}
+    for n in proto.graph.node:
+        if n.op_type not in ("MatMul", "Gemm") or data_input(n, constants) is None or len(dims.get(n.input[1], ())) != 2:
+            continue
+        if n.op_type == "Gemm" and int(G.attr(n, "transA", 0)):
+            continue
+        k = dims[n.input[1]][1 if n.op_type == "Gemm" and int(G.attr(n, "transB", 0)) else 0]
+        out[n.input[0]] = k if out.get(n.input[0], k) == k else -1
+    return {t: k for t, k in out.items() if k > 0}
+
+
+def gram_inputs(proto: onnx.ModelProto) -> dict[str, int]:
+    """The linear-layer inputs calibrate gathers X^T X of (qtool.statistics.gram): {tensor: K} for
+    K <= gram.MAX_CHANNELS, in graph order while their K * K entries stay within gram.BUDGET."""
+    out, used = {}, 0
+    for t, k in linear_widths(proto).items():
+        if k <= gram_mod.MAX_CHANNELS and used + k * k <= gram_mod.BUDGET:
+            out[t] = k
+            used += k * k
+    return out
+
+
 def product_inputs(proto: onnx.ModelProto) -> dict[str, int]:
     """{input of a MatMul of two activations (Q.K^T): the axis it contracts} (-1 for the first,
     -2 for the second), for the overflow guard's per-channel code bound (qtool.quantizers.overflow)."""
@@ -391,11 +431,13 @@ def new_stats(proto: onnx.ModelProto, names, smooth: bool = False) -> dict[str, 
     for those of Conv with few input channels, `pair_inputs`, the joint histograms of their channel pairs), and
     per-channel max |x| for those of depthwise Convs (NNCF quantizes them per channel) and, with
     `smooth` (transformers), for those of MatMul/Gemm with constant weights
-    (qtool.quantizers.smoothquant) and both inputs of MatMuls of two activations along the axis
-    they contract (qtool.quantizers.overflow)."""
+    (qtool.quantizers.smoothquant), with their X^T X where not too wide (`gram_inputs`, for
+    qtool.quantizers.gptq), and both inputs of MatMuls of two activations along the axis they
+    contract (qtool.quantizers.overflow)."""
     axes = channel_axes(proto, names)
     linear = linear_inputs(proto) if smooth else set()
     products = product_inputs(proto) if smooth else {}
+    grams = gram_inputs(proto) if smooth else {}
     joint = pair_inputs(proto)
     out = {}
     for n in names:
@@ -404,5 +446,6 @@ def new_stats(proto: onnx.ModelProto, names, smooth: bool = False) -> dict[str, 
             out[n] = SampleStats(axis=products[n], track_absmax=True)
             continue
         out[n] = SampleStats(axis=axis, track_absmax=depthwise or (axis is not None and n in linear),
-                             pairs=pairs.ChannelPairs(axis) if axis == 1 and n in joint else None)
+                             pairs=pairs.ChannelPairs(axis) if axis == 1 and n in joint else None,
+                             gram=gram_mod.Gram(grams[n]) if n in grams and axis is not None else None)
     return out

@@ -20,7 +20,7 @@ from ..calibration import Threshold
 from ..errors import Opt, QtoolError, UsageError
 from ..model import graph as G
 from ..options import ExportOptions, _check_choices, declared_options, option
-from ..quantizers import biascorrection, placement, policy
+from ..quantizers import biascorrection, gptq, placement, policy
 from ..quantizers.rules import ELEMENTWISE, LINEAR, POOLING, SHAPE_OPS, Rules
 from ..quantizers.smoothquant import smooth
 from . import ReportView, WrittenFile
@@ -195,14 +195,15 @@ def export_prepared(loaded, cal, prepared: Prepared, apply: Callable, bias_corre
 
 
 def cpu_plan(model, cal, options: ExportOptions, *, float_types: tuple[int, ...], overflow_remedy: str | None, more_excluded=(),
-             smoothing=None, rules: Rules | None = None):
+             smoothing=None, rules: Rules | None = None, round_weights: bool = False):
     """The placement of the OpenVINO and QDQ exports (`model` with unique node names) with the export
     `options` (and `more_excluded` nodes kept FP32): NNCF's CPU rules, the thresholds those targets use
     (calibration.Calibration.for_target), the quantizers' policies (default: qtool.quantizers.policy.Policies())
     and the target's remedy for layers whose int8 pair sums can saturate on CPUs without VNNI
     (placement.place, qtool.quantizers.overflow). `smoothing` (smoothquant.Smoothing, `cal` its
     calibration): the smoothed activations take their exact max |x| as threshold, on every grid.
-    `rules`: the placement's (default: the target's, PLACEMENT_RULES)."""
+    `rules`: the placement's (default: the target's, PLACEMENT_RULES). `round_weights`: the int8 linear
+    layers whose input's X^T X the calibration holds get GPTQ's weight codes (qtool.quantizers.gptq)."""
     method, own = options.method, options.group(CpuOptions)
     thresholds = cal.for_target(CPU, method)
     recompute = policy.searcher(cal, cal.method_for(CPU, method))
@@ -218,11 +219,15 @@ def cpu_plan(model, cal, options: ExportOptions, *, float_types: tuple[int, ...]
     choices = placement.Choices(exclude=list(options.exclude) + list(more_excluded), include=list(options.include),
                                 ignored_patterns=own.ignored_patterns, weights_7bit=own.weights_7bit)
     rules = rules or PLACEMENT_RULES.get(options.target, CPU)
-    return placement.place(model, {t.name: t for t in cal.tensors}, rules=rules, thresholds=thresholds, choices=choices,
+    records = {t.name: t for t in cal.tensors}
+    plan = placement.place(model, records, rules=rules, thresholds=thresholds, choices=choices,
                            overflow_remedy=overflow_remedy,
                            float_types=float_types,
                            policies=own.policies if own.policies is not None else policy.Policies(),
                            recompute=recompute)
+    if round_weights:
+        plan.gptq_layers = gptq.apply(model, plan, records)
+    return plan
 
 
 def prepare(model, cal, warnings: list[str], options: ExportOptions, *, float_types: tuple[int, ...], overflow_remedy: str) -> Prepared:
@@ -243,7 +248,7 @@ def prepare(model, cal, warnings: list[str], options: ExportOptions, *, float_ty
 
     def place(more_excluded=()):
         return cpu_plan(model, cal, options, float_types=float_types, overflow_remedy=overflow_remedy,
-                        more_excluded=more_excluded, smoothing=smoothing)
+                        more_excluded=more_excluded, smoothing=smoothing, round_weights=True)
 
     plan = place()
     return Prepared(model, plan, list(warnings) + sq_warnings + list(plan.warnings), place, cal if smoothing else None, smoothing,

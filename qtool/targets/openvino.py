@@ -407,7 +407,7 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
                 for node_name, slot in site.readers:
                     nodes[node_name].input[slot] = out
                 continue
-            if values is not site.values:
+            if values is not site.values or site.unrounded is not None:  # on the grid already (another rounding, GPTQ's)
                 source = namer.fresh(f"{site.tensor}/rounded")
                 model.graph.initializer.append(numpy_helper.from_array(values, source))
         out = _fake_quantize(model, namer, source, params, shape, site.elem_type)

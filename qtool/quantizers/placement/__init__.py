@@ -114,6 +114,7 @@ class Plan:
     transformer: dict = field(default_factory=dict)  # the transformer structure found (counts), when the CPU rules' transformer preset applies
     unrepresentable: dict = field(default_factory=dict)  # tensor -> why no 8-bit grid can represent its range (kept float)
     recurrent: list = field(default_factory=list)  # recurrent.RecurrentSite: the LSTMs run in int8 (Rules.int8_lstm)
+    gptq_layers: list = field(default_factory=list)  # the layers whose weight codes GPTQ chose (qtool.quantizers.gptq; the CPU targets)
 
     @property
     def quantizers(self) -> list[Quantizer]:
@@ -146,6 +147,8 @@ class Plan:
             out["unrepresentable"] = dict(sorted(self.unrepresentable.items()))
         if self.recurrent:
             out["int8_lstm"] = sorted(site.node for site in self.recurrent)
+        if self.gptq_layers:
+            out["gptq_layers"] = len(self.gptq_layers)
         return out
 
 

@@ -1,0 +1,196 @@
+"""The Gram matrix X^T X of a linear layer's input over the calibration tokens: what GPTQ's weight
+rounding (qtool.quantizers.gptq) minimises the layer's output error with (its Hessian is 2 X^T X).
+
+Gathered for the data inputs of MatMul/Gemm layers with a constant 2-D weight in transformers
+(qtool.statistics.stats.new_stats), over every position, padding included: the model computes the
+padded positions' outputs too, and on all-MiniLM-L6-v2 a Gram over the real tokens alone (as the
+bias correction's means are taken) gave the same real-token SQNR but took the figure over every
+output value from 17 to 5 dB (benchmarks#other-text); for inputs of at most MAX_CHANNELS channels while the model's total stays under BUDGET entries (an
+int64 K x K accumulator per tensor and worker; bigger layers are skipped and keep round-to-nearest).
+
+Exact, so the file does not depend on batch size, input order or sharding (a sample, as for the
+other per-sample statistics, is one entry along the batch axis, or the whole run where the tensor
+has none, e.g. tokens flattened to [batch x sequence, channels]: there the batching counts): each sample's values
+are rounded to MANTISSA bits relative to the sample's largest |x| (a power of two: 2^e > max |x|),
+which makes them integers below 2^MANTISSA after scaling by 2^(MANTISSA - e); their products are
+below 2^(2 MANTISSA) and every partial sum of up to CHUNK tokens stays below 2^53, so float64
+computes each chunk's X^T X exactly whatever order the BLAS adds in. Each chunk's sums are then
+rounded (half to even) to multiples of 2^UNIT_LOG2 and added as int64 integers; a tensor whose sums
+could pass 2^62 drops its Gram (its layers keep round-to-nearest).
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+MANTISSA = 21  # bits kept per value, relative to its sample's largest |x|
+CHUNK = 2 ** (53 - 2 * MANTISSA)  # tokens per exact float64 product (2048)
+UNIT_LOG2 = -24  # the stored sums count multiples of 2**UNIT_LOG2
+MAX_CHANNELS = 2048  # inputs wider than this get no Gram (a 2048 x 2048 int64 matrix is 32 MiB)
+BUDGET = 2**25  # entries (K * K) of every Gram of one model together: 256 MiB per accumulator
+_ROOM = 2.0**62
+_EXACT = 2.0**53  # float64 adds integers exactly below this
+_BLOCK = 512  # rows of X^T X computed at once (the blocks on and above the diagonal)
+
+
+def _upper(k: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.triu_indices(k)
+
+
+@dataclass
+class Gram:
+    """sum over tokens of x x^T (x: a token's `channels` values along the last axis), exact."""
+
+    channels: int
+    count: int = 0  # tokens summed
+    sums: np.ndarray | None = field(default=None, repr=False)  # int64 [channels, channels], in units
+    bound: float = 0.0  # a bound on |sums|: the sum of every chunk's largest diagonal entry
+    scale: np.ndarray | None = field(default=None, repr=False)  # per channel, for a smoothed tensor's (scaled), never stored
+    # sums not yet in `sums`: exact float64 integers, and a bound on their magnitude
+    _pending: np.ndarray | None = field(default=None, repr=False, compare=False)
+    _pending_bound: float = field(default=0.0, repr=False, compare=False)
+
+    @property
+    def overflowed(self) -> bool:
+        return self.bound >= _ROOM
+
+    def update(self, value: np.ndarray, rows: int) -> bool:
+        """Add every position of `value` ([..., channels]; `rows` samples along its first axis, or
+        one when that axis is not the batch's). False (nothing added) when its last axis is not
+        `channels` channels."""
+        value = np.asarray(value)
+        k = self.channels
+        if value.ndim < 1 or value.shape[-1] != k or value.size % k:
+            return False
+        if value.ndim < 2 or value.shape[0] != rows:
+            rows = 1
+        v = value.reshape(rows, -1, k)
+        for r in range(rows):
+            x = v[r]
+            for start in range(0, x.shape[0], CHUNK):
+                self._add(x[start:start + CHUNK])
+        return True
+
+    def _add(self, x: np.ndarray) -> None:
+        """One chunk of a sample's tokens [T <= CHUNK, channels]: NaN and inf count as 0. Only the
+        upper triangle's blocks are computed (the rest of `sums` stays 0; `matrix` mirrors it)."""
+        x = np.asarray(x, dtype=np.float64)
+        if not np.all(np.isfinite(x)):
+            x = np.where(np.isfinite(x), x, 0.0)
+        self.count += x.shape[0]
+        peak = float(np.abs(x).max(initial=0.0))
+        if peak == 0.0 or self.overflowed:
+            return
+        e = math.frexp(peak)[1]  # 2 ** e > peak
+        m = np.rint(np.ldexp(x, MANTISSA - e))  # integers, |m| <= 2 ** MANTISSA
+        top = float(np.ldexp(float(np.max(np.einsum("ij,ij->j", m, m))), 2 * (e - MANTISSA) - UNIT_LOG2)) + 1.0
+        self.bound += top
+        if self.overflowed:
+            self.sums = self._pending = None
+            return
+        if self._pending is None:
+            self._pending = np.zeros((self.channels, self.channels))
+        elif self._pending_bound + top >= _EXACT:
+            self._flush()
+        self._pending_bound += top
+        k, shift = self.channels, 2 * (e - MANTISSA) - UNIT_LOG2
+        for b0 in range(0, k, _BLOCK):
+            b1 = min(b0 + _BLOCK, k)
+            g = m[:, b0:b1].T @ m[:, b0:]  # exact: every partial sum < 2 ** 53
+            np.ldexp(g, shift, out=g)
+            np.rint(g, out=g)  # half to even, deterministic
+            self._pending[b0:b1, b0:] += g  # exact: integers below 2 ** 53
+
+    def _flush(self) -> None:
+        if self._pending is not None:
+            add = self._pending.astype(np.int64)
+            self.sums = add if self.sums is None else self.sums + add
+            self._pending, self._pending_bound = None, 0.0
+
+    def merge(self, other: Gram) -> Gram:
+        if self.channels != other.channels:
+            raise ValueError("Gram matrices of different channel counts")
+        self._flush()
+        other._flush()
+        bound = self.bound + other.bound  # sums None below the bound: nothing but zeros added yet
+        parts = [g.sums for g in (self, other) if g.sums is not None]
+        sums = None if bound >= _ROOM or not parts else parts[0] + parts[1] if len(parts) == 2 else parts[0].copy()
+        return Gram(self.channels, self.count + other.count, sums, bound)
+
+    def repeat(self, times: int) -> None:
+        self._flush()
+        self.count *= times
+        self.bound *= times
+        if self.overflowed:
+            self.sums = None
+        elif self.sums is not None:
+            self.sums = self.sums * times
+
+    def fresh(self) -> Gram:
+        return Gram(self.channels)
+
+    def scaled(self, s: np.ndarray) -> Gram:
+        """The Gram of x * s (per channel): a smoothed activation's, for the export (never stored)."""
+        self._flush()
+        old = np.ones(self.channels) if self.scale is None else self.scale
+        return Gram(self.channels, self.count, self.sums, self.bound, old * np.asarray(s, dtype=np.float64).reshape(-1))
+
+    def matrix(self) -> np.ndarray | None:
+        """The mean of x x^T over the tokens (float64 [channels, channels]), or None when unknown
+        (no token, or the sums dropped)."""
+        self._flush()
+        if self.sums is None or not self.count or self.overflowed:
+            return None
+        h = np.triu(np.ldexp(self.sums.astype(np.float64), UNIT_LOG2) / self.count)
+        h = h + np.triu(h, 1).T
+        if self.scale is not None:
+            h = h * self.scale[:, None] * self.scale[None, :]
+        return h
+
+    def to_json(self) -> dict:
+        """{"channels", "count", "unit_log2", "bound", "upper": base64 of the zlib-compressed int64
+        little-endian upper triangle (row by row, diagonal included), absent when dropped}."""
+        if self.scale is not None:
+            raise ValueError("a scaled Gram is not stored")
+        self._flush()
+        out: dict = {"channels": self.channels, "count": self.count, "unit_log2": UNIT_LOG2, "bound": self.bound}
+        if self.sums is not None and not self.overflowed:
+            upper = np.ascontiguousarray(self.sums[_upper(self.channels)], dtype="<i8")
+            out["upper"] = base64.b64encode(zlib.compress(upper.tobytes(), 6)).decode("ascii")
+        return out
+
+
+def from_json(doc: dict) -> Gram:
+    """A Gram from its to_json form, checked."""
+    if not isinstance(doc, dict):
+        raise TypeError("gram must be an object")
+    k, count, bound = doc.get("channels"), doc.get("count"), doc.get("bound", 0.0)
+    if not isinstance(k, int) or isinstance(k, bool) or not 0 < k <= MAX_CHANNELS:
+        raise ValueError(f"gram channels must be an integer in 1..{MAX_CHANNELS}")
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise ValueError("gram count must be a non-negative integer")
+    if doc.get("unit_log2") != UNIT_LOG2:
+        raise ValueError(f"gram unit_log2 must be {UNIT_LOG2}")
+    if isinstance(bound, bool) or not isinstance(bound, (int, float)) or not 0 <= bound < float("inf"):
+        raise ValueError("gram bound must be a finite number >= 0")
+    gram = Gram(k, count, None, float(bound))
+    if "upper" in doc:
+        try:
+            need = k * (k + 1) // 2 * 8
+            inflate = zlib.decompressobj()
+            raw = inflate.decompress(base64.b64decode(doc["upper"], validate=True), need + 1)  # bounded: a bomb stops here
+        except (ValueError, TypeError, zlib.error) as e:
+            raise ValueError(f"gram upper is not base64 zlib data ({e})") from None
+        upper = np.frombuffer(raw, dtype="<i8")
+        if upper.size != k * (k + 1) // 2:
+            raise ValueError(f"gram upper needs {k * (k + 1) // 2} entries, has {upper.size}")
+        sums = np.zeros((k, k), np.int64)
+        rows, cols = _upper(k)
+        sums[rows, cols] = upper  # the upper triangle, as gathered
+        gram.sums = sums
+    return gram
