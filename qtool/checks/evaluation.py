@@ -438,11 +438,9 @@ def _compare(reference: _Reference, session, names: list[str], per_sample: bool 
     return accs, samples
 
 
-def gap_interval(simulated: _Acc, measured: _Acc, draws: int = 1000) -> tuple[float, float] | None:
-    """The 2.5 and 97.5 percentiles of (runtime SQNR - simulation SQNR) over `draws` resamplings of
-    the samples with replacement (both SQNRs capped at _CAP_DB), or None without per-sample sums of
-    both over the same samples. The samples are put in one canonical order first, so the interval
-    depends neither on the input order nor on the batch size."""
+def _paired(simulated: _Acc, measured: _Acc) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Per sample (signal, simulation's noise, runtime's noise), in one canonical order (input order and batch size
+    do not enter), or None without per-sample sums of both over the same samples, or with a non-finite one."""
     if simulated.rows is None or measured.rows is None or not simulated.rows:
         return None
     sig = np.concatenate([r[0] for r in simulated.rows])
@@ -452,7 +450,18 @@ def gap_interval(simulated: _Acc, measured: _Acc, draws: int = 1000) -> tuple[fl
     if len(n_run) != len(sig) or not np.array_equal(sig, sig_run) or not all(np.isfinite(v).all() for v in (sig, n_sim, n_run)):
         return None
     order = np.lexsort((n_run, n_sim, sig))
-    sig, n_sim, n_run = sig[order], n_sim[order], n_run[order]
+    return sig[order], n_sim[order], n_run[order]
+
+
+def gap_interval(simulated: _Acc, measured: _Acc, draws: int = 1000) -> tuple[float, float] | None:
+    """The 2.5 and 97.5 percentiles of (runtime SQNR - simulation SQNR) over `draws` resamplings of
+    the samples with replacement (both SQNRs capped at _CAP_DB), or None without per-sample sums of
+    both over the same samples. The samples are put in one canonical order first, so the interval
+    depends neither on the input order nor on the batch size."""
+    paired = _paired(simulated, measured)
+    if paired is None:
+        return None
+    sig, n_sim, n_run = paired
     idx = np.random.default_rng(0).integers(0, len(sig), (draws, len(sig)))
     s, a, b = sig[idx].sum(axis=1), n_sim[idx].sum(axis=1), n_run[idx].sum(axis=1)
     gaps = [min(sqnr_db(x, z), _CAP_DB) - min(sqnr_db(x, y), _CAP_DB) for x, y, z in zip(s, a, b)]
@@ -473,16 +482,10 @@ def gap_exchange(simulated: _Acc, measured: _Acc, draws: int = EXCHANGE_DRAWS) -
     that carries most of the error makes every resample agree: capspot_sim's +2.1 dB on 8 inputs,
     interval +1.5..+8.2, is a gap as large in about half the swaps, and +0.8 dB on 196). None as for
     gap_interval."""
-    if simulated.rows is None or measured.rows is None or not simulated.rows:
+    paired = _paired(simulated, measured)
+    if paired is None:
         return None
-    sig = np.concatenate([r[0] for r in simulated.rows])
-    n_sim = np.concatenate([r[1] for r in simulated.rows])
-    n_run = np.concatenate([r[1] for r in measured.rows])
-    sig_run = np.concatenate([r[0] for r in measured.rows])
-    if len(n_run) != len(sig) or not np.array_equal(sig, sig_run) or not all(np.isfinite(v).all() for v in (sig, n_sim, n_run)):
-        return None
-    order = np.lexsort((n_run, n_sim, sig))
-    n_sim, n_run = n_sim[order], n_run[order]
+    sig, n_sim, n_run = paired
     n = len(sig)
     if n <= _EXACT_SWAPS:
         swaps = ((np.arange(2 ** n)[:, None] >> np.arange(n)) & 1).astype(bool)
