@@ -84,9 +84,9 @@ def test_a_helper_process_gives_the_same_file(setup, tmp_path, monkeypatch, work
 
 
 def test_helpers_start_where_this_process_bins_with_numpy(setup, tmp_path, monkeypatch):
-    """Helper processes are decided by the bytes the images bin (HELPER_BYTES), not by whether
-    this process loads the kernel (KERNEL_BYTES, 2 GB: a calibration between the two runs its
-    helpers, each with its kernel, beside this process's numpy binning)."""
+    """A calibration whose helper processes bin with their kernel while this process bins with numpy
+    (KERNEL_BYTES, 2 GB, above HELPER_BYTES' runs) writes the file it writes with the kernel in both,
+    and the helpers take images either way."""
     model, folder = setup
     files = {}
     for kernel in (True, False):
