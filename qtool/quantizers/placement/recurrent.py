@@ -24,7 +24,9 @@ the hidden state on that one grid and requantizes every step's hidden state onto
 * the initial hidden state always read through a FakeQuantize onto the grid (the plugin reads its u8
   codes on X's grid), zeros made from X's shape where the LSTM has none: a state OpenVINO cannot fold
   into a constant (zeros of a dynamic batch, a graph input) and reads as float fails the plugin's
-  pattern, and OpenVINO 2026.4 then refuses the int8 weights ("expects Constant for port 4").
+  pattern, and OpenVINO 2026.4 then refuses the int8 weights ("expects Constant for port 4"). Where X's batch
+  is declared fixed the writer adds no state (OpenVINO folds such zeros to a constant, and a forward LSTM so
+  fed ran 0.8-1.7 dB from the file; without one it computes the file's numbers).
 
 On a CPU without VNNI (AVX2), oneDNN's int8 RNN (brgemm:avx2, the weights in 4-input blocks) multiplies
 the u8 codes by the s8 weights with vpmaddubsw, whose sums of two products (inputs 2p and 2p + 1 of W's and
