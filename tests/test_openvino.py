@@ -278,6 +278,15 @@ def digits_default(digits, tmp_path_factory):
     return out, export("openvino", digits[0], out)
 
 
+
+def _runs_as_evaluated(model, cal, held: list, floor: float):
+    """`qtool evaluate --target openvino --runtime openvino` on `held`: the file's exact simulation above `floor` dB
+    and OpenVINO's run (its float layers pinned to f32) within 1 dB of it."""
+    result = qtool.evaluate(model, cal, data=held, target="openvino", runtime="openvino")
+    assert result.runtime.float_precision == "f32"
+    exact, run = result.worst_sqnr_db, result.runtime.worst_sqnr_db
+    assert exact > floor and abs(run - exact) < 1.0, (exact, run)
+
 def test_digits_runs_in_int8_in_openvino(digits, digits_default):
     _, out, summary = digits
     assert summary["int8_layers"] == 7 and summary["fp32_layers"] == 0 and summary["warnings"] == []
@@ -633,9 +642,7 @@ def test_reduction_before_an_int8_layer_runs_as_the_file_says():
     producers = {o: n for n in m.graph.node for o in n.output}
     fq_inputs = [producers[n.input[0]].op_type for n in m.graph.node if n.op_type == "FakeQuantize" and n.input[0] in producers]
     assert "ReduceMax" not in fq_inputs and fq_inputs.count("Concat") == 1
-    result = qtool.evaluate(model, cal, data=feeds[16:], target="openvino", runtime="openvino")
-    exact, run = result.worst_sqnr_db, result.runtime.worst_sqnr_db
-    assert exact > 25 and abs(run - exact) < 1.0, (exact, run)
+    _runs_as_evaluated(model, cal, feeds[16:], floor=25)
 
 
 def test_a_conv_whose_shape_is_read_runs_with_its_own_bias():
@@ -650,10 +657,7 @@ def test_a_conv_whose_shape_is_read_runs_with_its_own_bias():
     sizes = [(48, 64), (64, 48), (56, 56), (40, 72)]
     feeds = [{"image": rng.normal(0, 1, (1, 3, *sizes[i % 4])).astype(np.float32)} for i in range(24)]
     cal = qtool.calibrate(model, data=feeds[:16])
-    result = qtool.evaluate(model, cal, data=feeds[16:], target="openvino", runtime="openvino")
-    assert result.runtime.float_precision == "f32"
-    exact, run = result.worst_sqnr_db, result.runtime.worst_sqnr_db
-    assert exact > 30 and abs(run - exact) < 1.0, (exact, run)
+    _runs_as_evaluated(model, cal, feeds[16:], floor=30)
     m = onnx.load_from_string(qtool.export(model, cal, target="openvino"))
     biased = {n.name for n in m.graph.node if n.op_type == "Conv" and len(n.input) > 2 and n.input[2]}
     assert biased == {"/basenet/slice1.0/Conv", "/basenet/slice2.0/Conv", "/upconv1.0/Conv", "/conv_cls/Conv"}  # the skip's and the resized Conv's: Shape read
@@ -671,10 +675,7 @@ def test_a_conv_whose_batch_an_lstm_reads_runs_with_its_own_bias():
     rng = np.random.default_rng(5)
     feeds = [{"x": rng.normal(0, 1, (2, 24, 20 + 3 * (i % 5))).astype(np.float32)} for i in range(24)]
     cal = qtool.calibrate(model, data=feeds[:16])
-    result = qtool.evaluate(model, cal, data=feeds[16:], target="openvino", runtime="openvino")
-    assert result.runtime.float_precision == "f32"
-    exact, run = result.worst_sqnr_db, result.runtime.worst_sqnr_db
-    assert exact > 30 and abs(run - exact) < 1.0, (exact, run)
+    _runs_as_evaluated(model, cal, feeds[16:], floor=30)
     m = onnx.load_from_string(qtool.export(model, cal, target="openvino"))
     biased = {n.name for n in m.graph.node if n.op_type == "Conv" and len(n.input) > 2 and n.input[2]}
     assert biased == {"/conv2/Conv"}  # no quantizer after it (the LSTM stays float): no FakeQuantize to fold its bias into
@@ -785,8 +786,7 @@ def test_a_reflection_pad_pads_the_quantized_codes(tmp_path):
     precisions = {str(op.get_rt_info()["runtimePrecision"].astype(str)) for op in compiled.get_runtime_model().get_ops()
                   if str(op.get_rt_info()["layerType"].astype(str)) == "Pad"}
     assert precisions and precisions <= {"u8", "i8"}, precisions
-    result = qtool.evaluate(model, cal, data=feeds[16:], target="openvino", runtime="openvino")
-    assert result.worst_sqnr_db > 25 and abs(result.runtime.worst_sqnr_db - result.worst_sqnr_db) < 1.0
+    _runs_as_evaluated(model, cal, feeds[16:], floor=25)
 
 
 def test_a_transposed_convs_scale_shift_reads_int8(tmp_path):
@@ -811,8 +811,7 @@ def test_a_transposed_convs_scale_shift_reads_int8(tmp_path):
     precisions = [str(op.get_rt_info()["runtimePrecision"].astype(str)) for op in compiled.get_runtime_model().get_ops()
                   if str(op.get_rt_info()["layerType"].astype(str)) == "Transpose"]
     assert sorted(precisions).count("f32") == 1, precisions  # block0's output Transpose
-    result = qtool.evaluate(model, cal, data=feeds[16:], target="openvino", runtime="openvino")
-    assert result.worst_sqnr_db > 25 and abs(result.runtime.worst_sqnr_db - result.worst_sqnr_db) < 1.0
+    _runs_as_evaluated(model, cal, feeds[16:], floor=25)
 
 
 def test_a_recurrent_cells_elementwise_ops_stay_float():
@@ -904,7 +903,4 @@ def test_a_siamese_sub_of_two_branches_runs_as_the_file_says():
             for op in session.compiled.get_runtime_model().get_ops()]
     [(kind, precision, names)] = [h for h in held if "model/lambda/Sub" in h[2]]
     assert kind == "Eltwise" and precision == "u8" and "model/lambda/Abs_output_0/FakeQuantize" in names, (kind, precision, names)
-    result = qtool.evaluate(model, cal, data=feeds[24:], target="openvino", runtime="openvino")
-    assert result.runtime.float_precision == "f32"
-    exact, run = result.worst_sqnr_db, result.runtime.worst_sqnr_db
-    assert exact > 30 and abs(run - exact) < 1.0, (exact, run)
+    _runs_as_evaluated(model, cal, feeds[24:], floor=30)
