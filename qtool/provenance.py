@@ -94,14 +94,21 @@ def stamp(provenance: dict) -> bytes:
     return wire.field(MODEL_METADATA_PROPS, entry.SerializeToString())
 
 
+def built(loaded, cal, options: ExportOptions):
+    """options.target's writer's result for `cal` on `loaded`, refused (a one-line QtoolError, no file) when it would
+    quantize nothing: what `export` writes and `evaluate` scores (before the provenance record)."""
+    result = targets.exporter(options.target).export(loaded, cal, options)
+    nothing = quantizes_nothing(loaded.proto, options.target, result.summary, calibrated=len(cal.tensors))
+    if nothing is not None:
+        raise nothing
+    return result
+
+
 def exported(loaded, cal, options: ExportOptions, output=None):
     """options.target's export of `cal` on `loaded` as qtool writes it (to `output`, when known): the
     writer's result (qtool.targets.WrittenFile), an ONNX model with its provenance appended (module doc)."""
     module = targets.exporter(options.target)
-    result = module.export(loaded, cal, options)
-    nothing = quantizes_nothing(loaded.proto, options.target, result.summary, calibrated=len(cal.tensors))
-    if nothing is not None:
-        raise nothing
+    result = built(loaded, cal, options)
     if not module.suffix(options).endswith(".onnx"):
         return result
     trailer = stamp(record(loaded, cal, options, output))

@@ -654,7 +654,7 @@ def evaluate(loaded, cal, runs: Runs, options: ExportOptions, *, runtime: str | 
     check_request(target, runtime, per_tensor)
     names, not_compared = compared_outputs(loaded)
     options = export_options(options, runtime)
-    exported = built_export(loaded, cal, options)
+    exported = provenance.built(loaded, cal, options)
     ranked = prepare(loaded, cal, options) if per_tensor else None
     if progress is not None:  # a tqdm bar: one step per model pass over the inputs
         sites = len(ranked[1].plan.quantizers) if ranked else 0
@@ -668,16 +668,6 @@ def evaluate(loaded, cal, runs: Runs, options: ExportOptions, *, runtime: str | 
         tensors = sensitivities(*ranked, cal, reference, names, progress, options.bias_correction,
                                 rules=targets.get(target).rules)
     return Evaluation(outputs, tensors, samples, exported.summary, not_compared, list(exported.warnings) + warnings, target, measured)
-
-
-def built_export(loaded, cal, options: ExportOptions):
-    """options.target's export as `qtool export` builds it, refused as export refuses it when it would quantize
-    nothing (there is no int8 file to evaluate)."""
-    exported = exporter(options.target).export(loaded, cal, options)
-    nothing = provenance.quantizes_nothing(loaded.proto, options.target, exported.summary, calibrated=len(cal.tensors))
-    if nothing is not None:
-        raise nothing
-    return exported
 
 
 def ranked_tensors(loaded, cal, runs: Runs, options: ExportOptions, cache_bytes: int = CACHE_BYTES) -> list:

@@ -73,7 +73,7 @@ def evaluated(loaded, cal, runs, options: ExportOptions, *, runtime: str | None 
         return _evaluate.evaluate(loaded, cal, runs, options, runtime=runtime, per_tensor=per_tensor, progress=progress), None
     _evaluate.check_request(options.target, runtime, per_tensor)
     options = _evaluate.export_options(options, runtime)
-    built = _evaluate.built_export(loaded, cal, options)
+    built = provenance.built(loaded, cal, options)
     given = replace(loaded, proto=loaded.given, given=None, rewritten=None)
     result = _evaluate.evaluate_file(given, built.data, runs, target=options.target, runtime=runtime, progress=progress)
     tensors = _evaluate.ranked_tensors(loaded, cal, runs, options) if per_tensor else []

@@ -255,8 +255,6 @@ def _reads_batch_value(index: G.Index, model: onnx.ModelProto) -> bool:
     return False
 
 
-
-
 def _spatial_dims(index: G.Index, conv: onnx.NodeProto) -> int | None:
     """The number of spatial axes of `conv`: its kernel_shape's, else its weight initializer's rank less 2 (through the
     int8 weight's Cast and Mul), None where neither says."""
