@@ -21,7 +21,7 @@ import pytest
 import zoo
 from PIL import Image
 from required import module
-from runcli import invoke
+from runcli import invoke, ok
 
 from qtool.checks import evaluation as ev
 from qtool.checks import simulate
@@ -32,10 +32,6 @@ SAMPLE = ROOT / "sample_models" / "digits_cnn.onnx"
 IMAGES = ROOT / "calib_images"
 HELDOUT = ROOT / "sample_models" / "digits_heldout.npz"
 
-
-def ok(result):
-    assert result.exit_code == 0 and result.exception is None, (result.output, result.exception)
-    return result
 
 
 def strict_json(text: str):

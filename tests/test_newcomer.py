@@ -20,17 +20,13 @@ import pytest
 import zoo
 from click.testing import CliRunner
 from PIL import Image
-from runcli import invoke
+from runcli import invoke, ok
 
 from qtool.cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_models" / "digits_cnn.onnx"
 
-
-def ok(r):
-    assert r.exit_code == 0, (r.output, r.exception)
-    return r
 
 
 def images(folder: Path, n: int = 3, size=(40, 50)) -> Path:

@@ -27,7 +27,7 @@ import zoo
 from onnx import TensorProto, helper, numpy_helper
 from PIL import Image
 from required import module
-from runcli import invoke
+from runcli import invoke, ok
 
 import qtool
 from qtool import calibration, model
@@ -48,10 +48,6 @@ CORE = ov.Core()
 # helpers (test_qdq.py uses them too)
 # --------------------------------------------------------------------------
 
-
-def ok(result):
-    assert result.exit_code == 0 and result.exception is None, (result.output, result.exception)
-    return result
 
 
 def export(target, calib, out, *extra) -> dict:

@@ -31,12 +31,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "tests"))
 import screenshot_report  # noqa: E402 (scripts/ is not a package)
 import zoo  # noqa: E402
-from runcli import invoke  # noqa: E402
-
-
-def ok(result):
-    assert result.exit_code == 0 and result.exception is None, (result.output, result.exception)
-    return result
+from runcli import invoke, ok  # noqa: E402
 
 
 class Page(HTMLParser):

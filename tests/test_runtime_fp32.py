@@ -17,7 +17,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from required import module
-from runcli import invoke
+from runcli import invoke, ok
 
 from qtool.checks import evaluation as ev
 from qtool.checks import simulate
@@ -28,10 +28,6 @@ SAMPLE = ROOT / "sample_models" / "digits_cnn.onnx"
 IMAGES = ROOT / "calib_images"
 HELDOUT = ROOT / "sample_models" / "digits_heldout.npz"
 
-
-def ok(result):
-    assert result.exit_code == 0 and result.exception is None, (result.output, result.exception)
-    return result
 
 
 def sqnr(ref, out) -> float:

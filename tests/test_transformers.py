@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 import pytest
 import zoo
-from runcli import invoke
+from runcli import invoke, ok
 from test_openvino import noise_batch, noise_images, ort_run, sqnr
 from test_placement import Net, records
 
@@ -26,10 +26,6 @@ from qtool.targets.tensorrt.rules import TENSORRT
 MASKS = {"/mask/Mul_output_0", "/layer.0/attn/Add_output_0"}
 FLOAT_OPS = {"Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "ReduceMean", "LayerNormalization", "Softmax", "Erf", "Tanh"}
 
-
-def ok(result):
-    assert result.exit_code == 0 and result.exception is None, (result.output, result.exception)
-    return result
 
 
 def bert_feeds(rng, total=24, batch=1, vocab=200):
