@@ -183,3 +183,35 @@ def test_gptq_keeps_a_widened_range(bert, tmp_path):
         assert np.array_equal(params.scale, scales[site.tensor])
         codes = policy.quantize(site.values, params)
         assert np.allclose(codes * np.asarray(params.scale).reshape(1, -1), site.values, rtol=1e-6, atol=0)
+
+
+def test_grams_and_gptq_multiply_on_one_blas_thread(tmp_path, monkeypatch):
+    """numpy's BLAS spreads a product over every core and spins its threads: beside calibrate's workers and
+    onnxruntime's threads a small Gram product ran 400x slower on a loaded 2-core machine (qtool.blas). The
+    Gram updates and GPTQ's rounding see one BLAS thread; outside them numpy's own setting is back."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    def blas_threads():
+        return {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"}
+
+    seen = {"gram": set(), "gptq": set()}
+    update, round_codes = Gram.update, gptq.round_codes
+
+    def spy_update(self, value, rows):
+        seen["gram"] |= blas_threads()
+        return update(self, value, rows)
+
+    def spy_round(*args):
+        seen["gptq"] |= blas_threads()
+        return round_codes(*args)
+
+    monkeypatch.setattr(Gram, "update", spy_update)
+    monkeypatch.setattr(gptq, "round_codes", spy_round)
+    path = tmp_path / "bert.onnx"
+    onnx.save(zoo.bert_like(True), str(path))
+    with threadpool_limits(limits=2, user_api="blas"):  # as numpy starts on a 2-core machine, whatever this one has
+        cal = api.calibrate(str(path), data=str(bert_data(tmp_path / "data", n=4)))
+        api.export(str(path), cal, target="openvino")
+        after = blas_threads()
+    assert seen == {"gram": {1}, "gptq": {1}}
+    assert after == {2}

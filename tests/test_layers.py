@@ -142,7 +142,7 @@ def test_evaluate_files_reports_a_failed_gate_after_its_results(calibrated):
 
 
 # README, Layout: the packages in import order; each module imports only from its own layer and those before it
-ORDER = ["errors", "scratch", "model", "runtime", "fileio", "feeds", "statistics", "calibration", "quantizers", "options", "collection",
+ORDER = ["errors", "scratch", "blas", "model", "runtime", "fileio", "feeds", "statistics", "calibration", "quantizers", "options", "collection",
          "targets", "provenance", "checks", "results", "commandinputs", "inspection", "commands", "api", "cli", "launch", "__main__"]
 
 

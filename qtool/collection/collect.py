@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from .. import model
+from .. import blas, model
 from ..runtime import nchwc, onnxruntime
 from ..statistics import histogram
 from ..statistics.histogram import Extrema, TensorHistogram
@@ -519,20 +519,21 @@ def accumulate(session: onnxruntime.Session | segments.Segmented, plan: Plan, ru
     if schedule.kernel is True:
         histogram.start_loading()
     try:
-        first = next(source, None)
-        if first is not None:
-            if fixed:
-                probe = {k: v[:plan.probe_size] for k, v in first[0].items()}
-                accs[0].fill(zip(fixed, onnxruntime.run(session, fixed, probe)), plan.probe_size)
-            # the first batch alone, while the binning kernel loads: it is then ready before the
-            # workers start (their runs beside the load stall on the GIL it holds)
-            take(accs[0], *first)
-            if callable(schedule.kernel) and schedule.kernel(fetched[0]):
-                # loaded before the workers start: its load (numba's compiler) does not come on
-                # top of their runs' activations
-                histogram.start_loading()
-                histogram.wait_for_kernel()
-        _run_workers(accs, source, lock, take)
+        with blas.one_thread():  # numpy's products (the Grams) run beside the session's threads and the other workers'
+            first = next(source, None)
+            if first is not None:
+                if fixed:
+                    probe = {k: v[:plan.probe_size] for k, v in first[0].items()}
+                    accs[0].fill(zip(fixed, onnxruntime.run(session, fixed, probe)), plan.probe_size)
+                # the first batch alone, while the binning kernel loads: it is then ready before the
+                # workers start (their runs beside the load stall on the GIL it holds)
+                take(accs[0], *first)
+                if callable(schedule.kernel) and schedule.kernel(fetched[0]):
+                    # loaded before the workers start: its load (numba's compiler) does not come on
+                    # top of their runs' activations
+                    histogram.start_loading()
+                    histogram.wait_for_kernel()
+            _run_workers(accs, source, lock, take)
     finally:
         for team in teams.values():
             team.close()
