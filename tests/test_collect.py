@@ -349,3 +349,43 @@ def test_calibration_numbers_are_pinned(tmp_path, name):
         pytest.skip(f"onnxruntime computes other activations here ({here[:12]}): the pin does not apply")
     assert any("channel_sums" in t.get("per_sample", {}) for t in tensors.values())
     assert got == expected
+
+
+def _two_layer() -> onnx.ModelProto:
+    w = numpy_helper.from_array(np.full((64, 64), 0.01, np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])], [w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def test_a_session_does_not_keep_the_model_bytes():
+    """onnxruntime's Python session keeps the bytes it was made from for its life (to make itself
+    again when providers change): a copy of the model beside onnxruntime's own, dropped here."""
+    from qtool.runtime import onnxruntime
+
+    proto = _two_layer()
+    for model in (proto, proto.SerializeToString()):
+        session = onnxruntime.session(model, threads=1)
+        assert getattr(session, "_model_bytes", None) is None
+        y = session.run(None, {"x": np.ones((1, 64), np.float32)})[0]
+        np.testing.assert_allclose(y, np.full((1, 64), 0.64, np.float32), rtol=1e-6)
+
+
+def test_tensors_are_exposed_on_the_model_itself_and_put_back():
+    """Calibration exposes its tensors as outputs of the loaded model itself, not of a copy (which
+    held the weights twice while sessions were made), and leaves its outputs as they were, also
+    when what it does in between fails."""
+    from qtool import model
+
+    proto = _two_layer()
+    before = proto.SerializeToString()
+    with model.exposing(proto, ["h", "y"], {"h": TensorProto.FLOAT, "y": TensorProto.FLOAT}) as exposed:
+        assert exposed is proto
+        assert [o.name for o in proto.graph.output] == ["y", "h"]
+        assert exposed.SerializeToString() == model.with_outputs(onnx.ModelProto.FromString(before), ["h", "y"],
+                                                                  {"h": 1, "y": 1}).SerializeToString()
+    assert proto.SerializeToString() == before
+    with pytest.raises(RuntimeError), model.exposing(proto, ["h"], {"h": TensorProto.FLOAT}):
+        raise RuntimeError
+    assert proto.SerializeToString() == before
