@@ -21,6 +21,8 @@ import faulthandler
 import hashlib
 import os
 import signal
+import subprocess
+import sys
 import tempfile
 
 import onnx
@@ -48,7 +50,12 @@ def isolated(call, data: bytes) -> tuple[bytes | None, str]:
     """`call(data)` (bytes -> bytes) in a forked child, so that a native abort or crash in it ends
     the child, not qtool: (its result, "") or (None, why it failed: the exception's last line, or
     how the child ended and the last line it wrote to stderr, which is kept off qtool's). Where
-    fork is not available (or fails), called here."""
+    fork is not available (or fails), called here. `_infer` runs in a new minimal interpreter
+    instead (_spawned_infer) where it can: a fork counts this process's memory again."""
+    if call is _infer:
+        spawned = _spawned_infer(data)
+        if spawned is not None:
+            return spawned
     if not hasattr(os, "fork"):
         return _direct(call, data)
     read, write = os.pipe()
@@ -110,6 +117,54 @@ def _direct(call, data: bytes) -> tuple[bytes | None, str]:
 def _infer(data: bytes) -> bytes:
     """onnx's shape inference (strict_mode off) of the serialized model `data`, serialized."""
     return onnx.shape_inference.infer_shapes(onnx.ModelProto.FromString(data), strict_mode=False).SerializeToString()
+
+
+# The child that runs _infer where it can: a new interpreter that loads onnx's C++ extension alone
+# (no numpy, no onnx package, ~20 MB) and calls what onnx.shape_inference.infer_shapes calls
+# (onnx/onnx shape_inference.py: C.infer_shapes(bytes, check_type, strict_mode, data_prop)). A fork
+# of this process shared its pages, but a process's resident set counts them again: a fork of a
+# calibration holding a 54 MB float model doubled its process tree's memory while onnx ran (~0.2 s).
+_CHILD = """
+import sys, importlib.machinery, importlib.util
+path = sys.argv[1]
+loader = importlib.machinery.ExtensionFileLoader("onnx.onnx_cpp2py_export", path)
+module = importlib.util.module_from_spec(importlib.util.spec_from_file_location("onnx.onnx_cpp2py_export", path, loader=loader))
+loader.exec_module(module)
+data = sys.stdin.buffer.read()
+try:
+    out = b"+" + module.shape_inference.infer_shapes(data, False, False, False)
+except Exception as e:
+    text = str(e).strip()
+    out = b"-" + (text.splitlines()[-1] if text else type(e).__name__).encode("utf-8", "replace")
+sys.stdout.buffer.write(out)
+"""
+
+
+def _spawned_infer(data: bytes) -> tuple[bytes | None, str] | None:
+    """_infer(data) in a new minimal interpreter (_CHILD), as `isolated` reports it; None where that
+    child cannot start or load onnx's extension (the caller forks instead)."""
+    extension = getattr(getattr(onnx, "onnx_cpp2py_export", None), "__file__", None)
+    if not extension or not sys.executable:
+        return None
+    try:
+        child = subprocess.run([sys.executable, "-I", "-S", "-c", _CHILD, extension], input=data, capture_output=True)
+    except OSError:
+        return None
+    payload = child.stdout
+    if child.returncode == 0 and payload[:1] == b"+":
+        return payload[1:], ""
+    if child.returncode == 0 and payload[:1] == b"-":
+        return None, payload[1:].decode("utf-8", "replace")
+    said = [line.strip() for line in child.stderr.decode("utf-8", "replace").splitlines() if line.strip()]
+    if child.returncode < 0:
+        try:
+            how = signal.Signals(-child.returncode).name
+        except ValueError:
+            how = f"signal {-child.returncode}"
+        return None, f"it ended its process with {how}" + (f": {said[-1]}" if said else "")
+    if said and ("ImportError" in said[-1] or "ModuleNotFoundError" in said[-1]):
+        return None  # the extension does not load on its own: fork
+    return None, f"it ended its process with exit code {child.returncode}" + (f": {said[-1]}" if said else "")
 
 
 class Inferences:
