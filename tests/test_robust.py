@@ -158,6 +158,11 @@ def test_shape_inference_runs_in_a_new_small_process_not_a_fork(monkeypatch):
     assert shapes.inferred(broken) is None and not forks
     assert shapes.INFERENCES.failure(shapes.weightless(broken))  # a reason (onnx 1.23: "it ended its process with SIGABRT: ...")
     shapes.INFERENCES.clear()
+    assert shapes.inferred(model) is not None and not forks  # a new child after the one that aborted
+    child = shapes._child.proc
+    shapes.close_child()  # calibration ends it before its sessions and runs
+    assert child.poll() is not None and shapes._child is None
+    shapes.INFERENCES.clear()
 
 
 def test_isolated_reports_a_crash_and_passes_results():

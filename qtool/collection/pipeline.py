@@ -14,6 +14,7 @@ from pathlib import Path
 from .. import calibration, model
 from ..errors import Opt, QtoolError
 from ..feeds import data
+from ..model import shapes
 from ..model.graph import Index
 from ..model.spill import runnable
 from ..options import CalibrateOptions
@@ -247,6 +248,8 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
     if progress is not None and source.inputs and hasattr(progress, "total"):  # a tqdm bar: now its length is known
         progress.total = len(source.inputs)
         progress.refresh()
+    # shape inference's process ends before sessions are made (segments.split starts it again)
+    shapes.close_child()
     folder = loaded.path.parent if loaded.external_files else None
     helpers: list = []
     try:
@@ -279,6 +282,7 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
         log.debug("calibrating %d tensors (%d computed from others, %d fetched in blocked layout) with %d inputs "
                   "(batch %s, %d workers of %d threads, %d helper processes, %d segments)", len(names), len(derived), len(blocked),
                   len(source.inputs), source.batch_size or "per file", workers, threads, len(helpers), len(positions) + 1)
+        shapes.close_child()
         plan = collect.Plan(names, bins, source.static, source.probe, derived, blocked)
         hists, samples = collect.collect(session, plan, runs, progress, stats, collect.Schedule(workers, threads, kernel), helpers)
     finally:
