@@ -389,3 +389,24 @@ def test_tensors_are_exposed_on_the_model_itself_and_put_back():
     with pytest.raises(RuntimeError), model.exposing(proto, ["h"], {"h": TensorProto.FLOAT}):
         raise RuntimeError
     assert proto.SerializeToString() == before
+
+
+def test_a_calibration_on_data_files_imports_no_image_or_page_library(tmp_path):
+    """The command line's calibrate on .npy files loads neither Pillow (image decoding) nor jinja2
+    (the report's page): 5 MB of a small model's process that its runs never use."""
+    import subprocess
+    import sys
+
+    data = tmp_path / "data"
+    data.mkdir()
+    x = np.load(Path(__file__).parent.parent / "sample_models" / "digits_heldout.npz")["x"]
+    for k in range(4):
+        np.save(data / f"{k}.npy", x[k * 8:(k + 1) * 8])
+    model = Path(__file__).parent.parent / "sample_models" / "digits_cnn.onnx"
+    code = ("import sys\nfrom qtool.launch import main\n"
+            f"sys.argv = ['qtool', 'calibrate', {str(model)!r}, '--data', {str(data)!r}, '-o', {str(tmp_path / 'c.json')!r}, '-q']\n"
+            "try:\n    main()\nfinally:\n    print(sorted(m for m in ('PIL', 'jinja2') if m in sys.modules))\n")
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parent.parent)
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.strip().splitlines()[-1] == "[]"
+    assert load(tmp_path / "c.json").samples == 32
