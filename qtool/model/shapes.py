@@ -11,8 +11,9 @@ cached result is right for any proto it is found for.
 
 onnx's shape inference is C++ that can abort the process (an assertion: std::clamp in Slice's
 inference on a negative dimension, onnx 1.23) where a model's shapes are inconsistent, which a
-Python `except` cannot catch: it runs in a forked child (`isolated`), and a child that dies is an
-inference that failed.
+Python `except` cannot catch: it runs in a child process (`isolated`: a new interpreter holding
+onnx's extension alone, reused within a command, or a fork), and a child that dies is an inference
+that failed.
 """
 
 from __future__ import annotations
