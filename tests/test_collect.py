@@ -349,3 +349,64 @@ def test_calibration_numbers_are_pinned(tmp_path, name):
         pytest.skip(f"onnxruntime computes other activations here ({here[:12]}): the pin does not apply")
     assert any("channel_sums" in t.get("per_sample", {}) for t in tensors.values())
     assert got == expected
+
+
+def _two_layer() -> onnx.ModelProto:
+    w = numpy_helper.from_array(np.full((64, 64), 0.01, np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])], [w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def test_a_session_does_not_keep_the_model_bytes():
+    """onnxruntime's Python session keeps the bytes it was made from for its life (to make itself
+    again when providers change): a copy of the model beside onnxruntime's own, dropped here."""
+    from qtool.runtime import onnxruntime
+
+    proto = _two_layer()
+    for model in (proto, proto.SerializeToString()):
+        session = onnxruntime.session(model, threads=1)
+        assert getattr(session, "_model_bytes", None) is None
+        y = session.run(None, {"x": np.ones((1, 64), np.float32)})[0]
+        np.testing.assert_allclose(y, np.full((1, 64), 0.64, np.float32), rtol=1e-6)
+
+
+def test_tensors_are_exposed_on_the_model_itself_and_put_back():
+    """Calibration exposes its tensors as outputs of the loaded model itself, not of a copy (which
+    held the weights twice while sessions were made), and leaves its outputs as they were, also
+    when what it does in between fails."""
+    from qtool import model
+
+    proto = _two_layer()
+    before = proto.SerializeToString()
+    with model.exposing(proto, ["h", "y"], {"h": TensorProto.FLOAT, "y": TensorProto.FLOAT}) as exposed:
+        assert exposed is proto
+        assert [o.name for o in proto.graph.output] == ["y", "h"]
+        assert exposed.SerializeToString() == model.with_outputs(onnx.ModelProto.FromString(before), ["h", "y"],
+                                                                  {"h": 1, "y": 1}).SerializeToString()
+    assert proto.SerializeToString() == before
+    with pytest.raises(RuntimeError), model.exposing(proto, ["h"], {"h": TensorProto.FLOAT}):
+        raise RuntimeError
+    assert proto.SerializeToString() == before
+
+
+def test_a_calibration_on_data_files_imports_no_image_or_page_library(tmp_path):
+    """The command line's calibrate on .npy files loads neither Pillow (image decoding) nor jinja2
+    (the report's page): 5 MB of a small model's process that its runs never use."""
+    import subprocess
+    import sys
+
+    data = tmp_path / "data"
+    data.mkdir()
+    x = np.load(Path(__file__).parent.parent / "sample_models" / "digits_heldout.npz")["x"]
+    for k in range(4):
+        np.save(data / f"{k}.npy", x[k * 8:(k + 1) * 8])
+    model = Path(__file__).parent.parent / "sample_models" / "digits_cnn.onnx"
+    code = ("import sys\nfrom qtool.launch import main\n"
+            f"sys.argv = ['qtool', 'calibrate', {str(model)!r}, '--data', {str(data)!r}, '-o', {str(tmp_path / 'c.json')!r}, '-q']\n"
+            "try:\n    main()\nfinally:\n    print(sorted(m for m in ('PIL', 'jinja2') if m in sys.modules))\n")
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parent.parent)
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.strip().splitlines()[-1] == "[]"
+    assert load(tmp_path / "c.json").samples == 32

@@ -136,6 +136,35 @@ def test_a_native_abort_in_shape_inference_is_a_failed_inference():
     assert shapes.inferred(onset_like()) is not None
 
 
+def test_shape_inference_runs_in_a_new_small_process_not_a_fork(monkeypatch):
+    """onnx's shape inference runs in a new interpreter that loads onnx's extension alone (~20 MB),
+    not in a fork of qtool: a fork's resident set counts every page of qtool's again (a calibration
+    holding a 54 MB float model doubled its process tree's memory while onnx ran); its result is
+    the one onnx gives in this process, and an abort in it is still a failed inference."""
+    import onnx
+
+    from qtool.model import shapes
+
+    forks = []
+    monkeypatch.setattr(os, "fork", lambda: forks.append(1) or (_ for _ in ()).throw(OSError("no fork")))
+    shapes.INFERENCES.clear()
+    model = onset_like()
+    got = shapes.inferred(model)
+    assert got is not None and not forks
+    want = onnx.shape_inference.infer_shapes(onnx.ModelProto.FromString(shapes.weightless(model)), strict_mode=False)
+    assert got.SerializeToString() == want.SerializeToString()
+    broken = onset_like()
+    broken.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 1  # onnx 1.23's Slice inference aborts
+    assert shapes.inferred(broken) is None and not forks
+    assert shapes.INFERENCES.failure(shapes.weightless(broken))  # a reason (onnx 1.23: "it ended its process with SIGABRT: ...")
+    shapes.INFERENCES.clear()
+    assert shapes.inferred(model) is not None and not forks  # a new child after the one that aborted
+    child = shapes._child.proc
+    shapes.close_child()  # calibration ends it before its sessions and runs
+    assert child.poll() is not None and shapes._child is None
+    shapes.INFERENCES.clear()
+
+
 def test_isolated_reports_a_crash_and_passes_results():
     from qtool.model import shapes
 

@@ -32,7 +32,6 @@ from ..errors import Opt, QtoolError
 from ..options import DEFAULT_TARGET
 from ..quantizers.quantizer import Quantizer
 from ..statistics import noise, thresholds
-from . import report_page
 from .evaluation import from_json_number
 from .report_plots import HistogramPlot, require_matplotlib
 
@@ -434,4 +433,6 @@ def render(cal: Calibration, calib_name: str, plan: TargetPlan, evaluation: dict
     if evaluation is not None and evaluation["target"] != plan.target:
         raise QtoolError("the {evaluation} file measures {measured}, this report is for {shown}; give {measured} or evaluate {shown}",
                          evaluation=Opt("evaluation"), measured=Opt("target", evaluation["target"]), shown=Opt("target", plan.target))
+    from . import report_page  # jinja2: imported by the one command that lays out a page (3 MB of every other)
+
     return report_page.html(page(cal, calib_name, plan, evaluation)).encode("utf-8")

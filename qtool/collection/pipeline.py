@@ -14,6 +14,7 @@ from pathlib import Path
 from .. import calibration, model
 from ..errors import Opt, QtoolError
 from ..feeds import data
+from ..model import shapes
 from ..model.graph import Index
 from ..model.spill import runnable
 from ..options import CalibrateOptions
@@ -247,36 +248,41 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
     if progress is not None and source.inputs and hasattr(progress, "total"):  # a tqdm bar: now its length is known
         progress.total = len(source.inputs)
         progress.refresh()
-    exposed = model.with_outputs(loaded.proto, fetched, types)
+    # shape inference's process ends before sessions are made (segments.split starts it again)
+    shapes.close_child()
     folder = loaded.path.parent if loaded.external_files else None
-    helpers = _helpers(exposed, folder, fetched, names, source, bins, stats, derived, workers, progress)
-    # runs helper processes share (each with its own single session) are not split: threads side
-    # by side queue for one interpreter lock (PP-OCRv5 det, 60 images at 640x640: 35-38 s with a
-    # helper, 69-73 s in segments on two threads)
-    positions = _segment_cuts(exposed, fetched, types, sizes) if folder is None and not helpers else []
-    if helpers:
-        progress = helpers[0].progress
-        workers, threads = workers - len(helpers), 1
-        skipped = [] if source.skipped is not None else None
-        runs = procs.claimed_runs(source.images, helpers[0].claims.take, skipped)
-    else:
-        runs = source.runs
+    helpers: list = []
     try:
-        session = None
-        if positions:
-            try:
-                layout = nchwc.blocked_layout(exposed, fetched, source.static)
-                session = segments.Segmented(segments.split(exposed, fetched, positions), source.static, threads, layout)
-                blocked = session.blocked
-            except Exception as e:  # a part onnxruntime will not load alone: the whole model in one session
-                log.debug("no segments (%s): one session", e)
-                positions = []
-        if session is None:
-            session, blocked = nchwc.fetching_session(exposed, fetched, keep=source.static, external_folder=folder, threads=threads)
-        del exposed  # onnxruntime holds its own copy of the weights
+        # the model itself with the fetched tensors as outputs until the sessions are made (a copy
+        # would hold its weights twice while onnxruntime makes its own)
+        with model.exposing(loaded.proto, fetched, types) as exposed:
+            helpers = _helpers(exposed, folder, fetched, names, source, bins, stats, derived, workers, progress)
+            # runs helper processes share (each with its own single session) are not split: threads side
+            # by side queue for one interpreter lock (PP-OCRv5 det, 60 images at 640x640: 35-38 s with a
+            # helper, 69-73 s in segments on two threads)
+            positions = _segment_cuts(exposed, fetched, types, sizes) if folder is None and not helpers else []
+            if helpers:
+                progress = helpers[0].progress
+                workers, threads = workers - len(helpers), 1
+                skipped = [] if source.skipped is not None else None
+                runs = procs.claimed_runs(source.images, helpers[0].claims.take, skipped)
+            else:
+                runs = source.runs
+            session = None
+            if positions:
+                try:
+                    layout = nchwc.blocked_layout(exposed, fetched, source.static)
+                    session = segments.Segmented(segments.split(exposed, fetched, positions), source.static, threads, layout)
+                    blocked = session.blocked
+                except Exception as e:  # a part onnxruntime will not load alone: the whole model in one session
+                    log.debug("no segments (%s): one session", e)
+                    positions = []
+            if session is None:
+                session, blocked = nchwc.fetching_session(exposed, fetched, keep=source.static, external_folder=folder, threads=threads)
         log.debug("calibrating %d tensors (%d computed from others, %d fetched in blocked layout) with %d inputs "
                   "(batch %s, %d workers of %d threads, %d helper processes, %d segments)", len(names), len(derived), len(blocked),
                   len(source.inputs), source.batch_size or "per file", workers, threads, len(helpers), len(positions) + 1)
+        shapes.close_child()
         plan = collect.Plan(names, bins, source.static, source.probe, derived, blocked)
         hists, samples = collect.collect(session, plan, runs, progress, stats, collect.Schedule(workers, threads, kernel), helpers)
     finally:

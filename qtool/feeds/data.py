@@ -8,14 +8,17 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from onnx import helper
-from PIL import Image, ImageOps
 
 from ..errors import Opt, QtoolError, UsageError
 from ..model import InputSpec
 from ..model.graph import Constants
+
+if TYPE_CHECKING:
+    from PIL import Image
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp"}
 RESIZE_MODES = ("stretch", "letterbox", "center-crop")
@@ -245,6 +248,8 @@ def list_images(folder: str | Path, limit: int | None = None) -> list[Path]:
 
 def _to_8bit(img: Image.Image) -> Image.Image:
     """Grey 16/32-bit and float images to 8-bit grey; everything else untouched."""
+    from PIL import Image
+
     if img.mode in ("I", "I;16", "I;16B", "I;16L", "I;16N", "F"):
         arr = np.asarray(img, dtype=np.float64)
         if img.mode == "F":
@@ -258,6 +263,9 @@ def _to_8bit(img: Image.Image) -> Image.Image:
 
 def load_image(path: Path, pre: Preprocess) -> np.ndarray:
     """Decode and preprocess one image into a float32 sample (C,H,W) or (H,W,C)."""
+    # Pillow is imported by the runs that decode images (2 MB of a calibration on data files otherwise)
+    from PIL import Image, ImageOps
+
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # refused below, in one line
@@ -301,6 +309,8 @@ def load_image(path: Path, pre: Preprocess) -> np.ndarray:
 
 
 def _resize(img: Image.Image, pre: Preprocess) -> Image.Image:
+    from PIL import Image
+
     w, h = img.size
     W, H = pre.width, pre.height
     if pre.resize == "stretch" or (w, h) == (W, H):

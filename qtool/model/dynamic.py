@@ -111,6 +111,14 @@ def as_float(proto: onnx.ModelProto, folder=None, where: str = "the model") -> t
     if left:  # e.g. a DynamicQuantizeLinear whose output something else reads
         raise QtoolError(f"{where}: {', '.join(left)} nodes remain after reading its dynamically quantized layers as float "
                          "(a pattern onnxruntime's quantize_dynamic does not write); give the FP32 model it was made from")
+    # parsed again from its bytes (the same message): protobuf keeps what a message ever held in
+    # its memory arena until the whole message goes, so the rewritten model also held the copied
+    # int8 weights, every node list `replace` rebuilt and each float weight's copy (ddddocr's CRNN:
+    # 120 MB for a 54 MB model, for the whole run); past protobuf's 2 GiB it stays as it is
+    if model.ByteSize() < 1 << 31:
+        data = model.SerializeToString()
+        del model
+        model = onnx.ModelProto.FromString(data)
     return model, done
 
 

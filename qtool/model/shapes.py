@@ -11,17 +11,22 @@ cached result is right for any proto it is found for.
 
 onnx's shape inference is C++ that can abort the process (an assertion: std::clamp in Slice's
 inference on a negative dimension, onnx 1.23) where a model's shapes are inconsistent, which a
-Python `except` cannot catch: it runs in a forked child (`isolated`), and a child that dies is an
-inference that failed.
+Python `except` cannot catch: it runs in a child process (`isolated`: a new interpreter holding
+onnx's extension alone, reused within a command, or a fork), and a child that dies is an inference
+that failed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import hashlib
 import os
 import signal
+import subprocess
+import sys
 import tempfile
+import threading
 
 import onnx
 
@@ -48,7 +53,12 @@ def isolated(call, data: bytes) -> tuple[bytes | None, str]:
     """`call(data)` (bytes -> bytes) in a forked child, so that a native abort or crash in it ends
     the child, not qtool: (its result, "") or (None, why it failed: the exception's last line, or
     how the child ended and the last line it wrote to stderr, which is kept off qtool's). Where
-    fork is not available (or fails), called here."""
+    fork is not available (or fails), called here. `_infer` runs in a new minimal interpreter
+    instead (_spawned_infer) where it can: a fork counts this process's memory again."""
+    if call is _infer:
+        spawned = _spawned_infer(data)
+        if spawned is not None:
+            return spawned
     if not hasattr(os, "fork"):
         return _direct(call, data)
     read, write = os.pipe()
@@ -110,6 +120,122 @@ def _direct(call, data: bytes) -> tuple[bytes | None, str]:
 def _infer(data: bytes) -> bytes:
     """onnx's shape inference (strict_mode off) of the serialized model `data`, serialized."""
     return onnx.shape_inference.infer_shapes(onnx.ModelProto.FromString(data), strict_mode=False).SerializeToString()
+
+
+# The child that runs _infer where it can: a new interpreter that loads onnx's C++ extension alone
+# (no numpy, no onnx package, ~20 MB) and calls what onnx.shape_inference.infer_shapes calls
+# (onnx/onnx shape_inference.py: C.infer_shapes(bytes, check_type, strict_mode, data_prop)), for
+# each model it is sent (8-byte length, bytes) answering "+" or "-" (a reason), length, bytes. A fork
+# of this process shared its pages, but a process's resident set counts them again: a fork of a
+# calibration holding a 54 MB float model doubled its process tree's memory while onnx ran.
+_CHILD = """
+import sys, importlib.machinery, importlib.util
+path = sys.argv[1]
+loader = importlib.machinery.ExtensionFileLoader("onnx.onnx_cpp2py_export", path)
+module = importlib.util.module_from_spec(importlib.util.spec_from_file_location("onnx.onnx_cpp2py_export", path, loader=loader))
+loader.exec_module(module)
+read, write = sys.stdin.buffer, sys.stdout.buffer
+write.write(b"ready")
+write.flush()
+while len(head := read.read(8)) == 8:
+    data = read.read(int.from_bytes(head, "little"))
+    try:
+        out = b"+" + module.shape_inference.infer_shapes(data, False, False, False)
+    except Exception as e:
+        text = str(e).strip()
+        out = b"-" + (text.splitlines()[-1] if text else type(e).__name__).encode("utf-8", "replace")
+    write.write(len(out).to_bytes(8, "little") + out)
+    write.flush()
+"""
+
+
+class _Child:
+    """The _CHILD process, started on first use and kept for the next inferences until `close_child`
+    (its start, ~0.1 s, once per command instead of once per graph)."""
+
+    def __init__(self, extension: str):
+        self.err = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _CHILD, extension], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.err)
+        self.ready = self.proc.stdout.read(5) == b"ready"
+
+    def infer(self, data: bytes) -> tuple[bytes | None, str]:
+        try:
+            self.proc.stdin.write(len(data).to_bytes(8, "little") + data)
+            self.proc.stdin.flush()
+            head = self.proc.stdout.read(8)
+            payload = self.proc.stdout.read(int.from_bytes(head, "little")) if len(head) == 8 else b""
+        except OSError:
+            payload = b""
+        if payload[:1] == b"+":
+            return payload[1:], ""
+        if payload[:1] == b"-":
+            return None, payload[1:].decode("utf-8", "replace")
+        return None, self.ended()
+
+    def ended(self) -> str:
+        """How the child ended (it died mid-inference), with the last line it wrote to stderr."""
+        self.close()
+        code = self.proc.returncode
+        self.err.seek(max(0, os.fstat(self.err.fileno()).st_size - 4096))
+        said = [line.strip() for line in self.err.read().decode("utf-8", "replace").splitlines() if line.strip()]
+        if code is not None and code < 0:
+            try:
+                how = signal.Signals(-code).name
+            except ValueError:
+                how = f"signal {-code}"
+        else:
+            how = f"exit code {code}"
+        return f"it ended its process with {how}" + (f": {said[-1]}" if said else "")
+
+    def close(self) -> None:
+        for f in (self.proc.stdin, self.proc.stdout):
+            with contextlib.suppress(OSError):
+                f.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+_child: _Child | None = None
+_child_lock = threading.Lock()
+
+
+def close_child() -> None:
+    """End the inference child, if one runs (a command calls this before its memory-heavy part)."""
+    global _child
+    with _child_lock:
+        if _child is not None:
+            _child.close()
+            _child.err.close()
+            _child = None
+
+
+def _spawned_infer(data: bytes) -> tuple[bytes | None, str] | None:
+    """_infer(data) in the inference child (_CHILD), as `isolated` reports it; None where that child
+    cannot start or load onnx's extension (the caller forks instead)."""
+    global _child
+    extension = getattr(getattr(onnx, "onnx_cpp2py_export", None), "__file__", None)
+    if not extension or not sys.executable:
+        return None
+    with _child_lock:
+        if _child is None or _child.proc.poll() is not None:
+            try:
+                child = _Child(extension)
+            except OSError:
+                return None
+            if not child.ready:  # the extension does not load on its own
+                child.close()
+                child.err.close()
+                return None
+            _child = child
+        found, why = _child.infer(data)
+        if found is None and _child.proc.poll() is not None:
+            _child.err.close()
+            _child = None
+        return found, why
 
 
 class Inferences:

@@ -172,9 +172,11 @@ def fetching_session(model: onnx.ModelProto, fetched: list[str], keep: frozenset
         except Exception:  # onnxruntime.session below says what is wrong with the model
             graph = None
         if graph is not None:
-            stripped, blocked = strip_reorders(graph, fetched, keep, block, in_place=True)
-            del graph
+            _, blocked = strip_reorders(graph, fetched, keep, block, in_place=True)
             if blocked:
+                # serialized, and the proto dropped, before onnxruntime makes its copies
+                data = graph.SerializeToString()
+                del graph
                 with contextlib.suppress(QtoolError):
-                    return onnxruntime.session(stripped, threads=threads, optimization="none", arena=arena), blocked
+                    return onnxruntime.session(data, threads=threads, optimization="none", arena=arena), blocked
     return onnxruntime.session(model, external_folder=external_folder, threads=threads, arena=arena), {}

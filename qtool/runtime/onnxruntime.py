@@ -91,20 +91,28 @@ def _open(data: bytes, spill, opts: ort.SessionOptions, external_folder) -> ort.
             opts.add_session_config_entry("session.model_external_initializers_file_folder_path", str(external_folder))
         # onnxruntime prints an "EP Error ... falling back" banner on stdout before retrying
         with contextlib.redirect_stdout(io.StringIO()):
-            return ort.InferenceSession(data, sess_options=opts, providers=["CPUExecutionProvider"])
+            made = ort.InferenceSession(data, sess_options=opts, providers=["CPUExecutionProvider"])
+        # the Python session keeps the bytes it was made from for its whole life, only to make itself
+        # again when providers change (microsoft/onnxruntime onnxruntime/python/
+        # onnxruntime_inference_collection.py: "This is bad as we're holding the memory indefinitely"):
+        # a copy of the model, weights included, beside onnxruntime's own for every run; never needed here
+        if getattr(made, "_model_bytes", None) is data:
+            made._model_bytes = None
+        return made
     finally:
         if spill is not None:
             spill.close()
 
 
-def session(model: onnx.ModelProto, *, threads: int | None = None, optimization: str | None = None,
+def session(model: onnx.ModelProto | bytes, *, threads: int | None = None, optimization: str | None = None,
             external_folder: str | os.PathLike | None = None, arena: bool = True) -> ort.InferenceSession:
     """raw_session's session (threads spinning, see there), or a one-line QtoolError saying why
     onnxruntime cannot load the model. `arena`: False turns off onnxruntime's CPU memory arena
-    (which keeps the most a run ever allocated, for the session's life)."""
+    (which keeps the most a run ever allocated, for the session's life). `model` may come
+    serialized (a model without lazy weights: its caller need not hold the proto beside it)."""
     opts = _options(threads, optimization, True, None, arena)
     try:
-        data, spill = runnable(model)
+        data, spill = (model, None) if isinstance(model, bytes) else runnable(model)
     except ValueError as e:  # protobuf refuses messages over 2 GB: weights must stay external
         raise QtoolError(f"model is too large to run in memory ({first_line(e)})") from None
     try:
