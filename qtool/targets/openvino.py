@@ -321,7 +321,9 @@ def _int8_lstm(model: onnx.ModelProto, namer: G.Namer, node: onnx.NodeProto, sit
     """Rewrite the LSTM `node` as its placement.recurrent.RecurrentSite says, in the form OpenVINO's CPU plugin runs in
     int8: X through a FakeQuantize from its range onto the hidden state's grid, W and R as compressed int8 weights
     (int8 -> Cast -> Mul by one [1, 4H, 1] scale), the re-encoding's bias, the initial state through the grid (zeros
-    [directions, batch, hidden] made from X's shape where the LSTM has none and X's batch is not fixed: _static_batch)."""
+    [directions, batch, hidden] made from X's shape where the LSTM has none and X's batch is not fixed: _static_batch);
+    X padded with `site.pad` zero features before its FakeQuantize and W with as many zero columns (the same numbers, a
+    primitive of its own in OpenVINO: placement.recurrent)."""
     base = node.name
 
     def const(array: np.ndarray, name: str) -> str:
@@ -350,8 +352,18 @@ def _int8_lstm(model: onnx.ModelProto, namer: G.Namer, node: onnx.NodeProto, sit
     while len(node.input) < 4:
         node.input.append("")
     x_in = node.input[0]
-    node.input[0] = fake_quantize(node.input[0], *site.x_range, "X")
-    node.input[1] = weight(site.w_codes, "W")
+    x, w_codes = x_in, site.w_codes
+    if site.pad:
+        x = namer.fresh(f"{base}/X/padded")
+        pads = [0, 0, 0, 0, 0, site.pad]  # [seq, batch, input]: zeros after the last input feature
+        if G.default_opset(model) >= 11:
+            model.graph.node.append(helper.make_node("Pad", [x_in, const(np.array(pads, np.int64), "X/pads")], [x],
+                                                     name=namer.fresh(f"{base}/X/Pad")))
+        else:  # Pad-2: the pads an attribute
+            model.graph.node.append(helper.make_node("Pad", [x_in], [x], name=namer.fresh(f"{base}/X/Pad"), pads=pads))
+        w_codes = np.concatenate([w_codes, np.zeros(w_codes.shape[:2] + (site.pad,), w_codes.dtype)], axis=2)
+    node.input[0] = fake_quantize(x, *site.x_range, "X")
+    node.input[1] = weight(w_codes, "W")
     node.input[2] = weight(site.r_codes, "R")
     node.input[3] = const(site.bias, "B")
     state = site.state
