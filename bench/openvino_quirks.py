@@ -51,8 +51,10 @@ lines mean the same on AVX2-only CPUs (tests/avx2.py) as on VNNI ones.
    2 x hidden wide, as the first's is (W and R of the same shapes, other values). OpenVINO 2026.4 runs the second
    with the first one's weights or quantization (brainmaze's seizure detector: 1.45 dB at the second LSTM's output,
    65 at its input); with its runtime cache off (CPU_RUNTIME_CACHE_CAPACITY=0) it computes the file's numbers; forward
-   LSTMs alike. qtool runs only the first LSTM of each shape in int8. Printed: run vs exact, bidirectional with the
-   cache and without it, and forward.
+   LSTMs alike: the plugin's runtime cache keys an RNN by its descriptors, not its scales (openvinotoolkit/openvino
+   src/plugins/intel_cpu/src/nodes/rnn.cpp, RNNKey). qtool pads the second one's input with a zero feature (and W
+   with a zero column): the same numbers, a primitive of its own (149-150 dB). Printed: run vs exact, bidirectional
+   with the cache, without it and padded (qtool's file), and forward, forward padded.
 9. (watched, runs right) two branches' u8 tensors of unequal ranges meeting at a Sub -> Abs -> FakeQuantize -> int8
    MatMul (a siamese network's |a - b| of two embeddings: CapSpot's similarity model, whose branches' last
    FakeQuantizes are [0, 9.809] and [0, 9.832]). OpenVINO 2026.4's low-precision transformations fold one branch's
@@ -203,20 +205,26 @@ def lstm_scales(layout: str, dirs: int, seed: int = 1) -> tuple[float, str]:
     return _sqnr(_exact(m, x), run), "/".join(precisions)
 
 
-def lstm_pair(dirs: int, cache: bool = True, seed: int = 1) -> float:
-    """Run vs exact, dB, of two stacked int8 LSTMs whose W and R have the same shapes (case 8)."""
+def lstm_pair(dirs: int, cache: bool = True, seed: int = 1, pad: int = 0) -> float:
+    """Run vs exact, dB, of two stacked int8 LSTMs whose W and R have the same shapes (case 8); `pad`: the second's
+    input padded with that many zero features and its W with zero columns (qtool's file)."""
     rng = np.random.default_rng(seed)
     hidden, steps = 16, 20
     feat = dirs * hidden  # the second LSTM's input, the first one's too
     inits, nodes = {"lo": np.float32(-2), "hi": np.float32(2), "glo": np.float32(-128 / 127), "ghi": np.float32(1),
-                    "shape": np.array([0, 0, -1], np.int64)}, []
+                    "shape": np.array([0, 0, -1], np.int64), "pads": np.array([0, 0, 0, 0, 0, pad], np.int64)}, []
     x = "x"
     for k in range(2):
         w = rng.normal(0, 0.3, (dirs, 4 * hidden, feat))
         r = rng.normal(0, 0.3, (dirs, 4 * hidden, hidden))
         peak = np.maximum(np.abs(w).max(axis=2), np.abs(r).max(axis=2)).reshape(dirs, 4, hidden).max(axis=(0, 1))
         scale = np.tile(peak / 127, 4).reshape(1, 4 * hidden, 1).astype(np.float32)
-        inits.update({f"w8{k}": np.clip(np.rint(w / scale), -127, 127).astype(np.int8), f"s{k}": scale,
+        w8 = np.clip(np.rint(w / scale), -127, 127).astype(np.int8)
+        if k == 1 and pad:
+            w8 = np.concatenate([w8, np.zeros((dirs, 4 * hidden, pad), np.int8)], axis=2)
+            nodes.append(helper.make_node("Pad", [x, "pads"], ["xp"]))
+            x = "xp"
+        inits.update({f"w8{k}": w8, f"s{k}": scale,
                       f"r8{k}": np.clip(np.rint(r / scale), -127, 127).astype(np.int8),
                       f"b{k}": rng.normal(0, 0.1, (dirs, 8 * hidden)).astype(np.float32)})
         lo = "lo" if k == 0 else "glo"
@@ -354,8 +362,11 @@ def main() -> None:
           f"{as_add:6.1f}; no batch read: {unread:6.1f}  -> {'bias still applied per tensor' if in_conv < SAME else 'runs right now'}"
           f"{'' if as_add >= SAME else '; THE ADD FORM IS WRONG TOO: qtool files are affected'}")
     cached, uncached, forward = lstm_pair(2), lstm_pair(2, cache=False), lstm_pair(1)
-    print(f"8. two int8 LSTMs of one shape: bidirectional run vs file {cached:6.1f}, runtime cache off {uncached:6.1f}; "
-          f"forward {forward:6.1f}  -> {'the second still runs with the first one' if max(cached, forward) < LSTM_SAME <= uncached else 'runs right now' if min(cached, forward) >= LSTM_SAME else 'look closer'}")
+    padded, forward_padded = lstm_pair(2, pad=1), lstm_pair(1, pad=1)
+    print(f"8. two int8 LSTMs of one shape: bidirectional run vs file {cached:6.1f}, runtime cache off {uncached:6.1f}, "
+          f"padded {padded:6.1f}; forward {forward:6.1f}, padded {forward_padded:6.1f}"
+          f"  -> {'the second still runs with the first one' if max(cached, forward) < LSTM_SAME <= uncached else 'runs right now' if min(cached, forward) >= LSTM_SAME else 'look closer'}"
+          f"{'' if min(padded, forward_padded) >= LSTM_SAME else '; THE PADDED FORM IS WRONG TOO: qtool files are affected'}")
 
     subtracted, layer = branches_subtracted(rng)
     print(f"9. two u8 branches of unequal ranges -> Sub -> Abs -> FakeQuantize: run vs file {subtracted:6.1f} (the Sub in: {layer})"

@@ -56,6 +56,7 @@ __all__ = [
     "spectrogram_bilstm_like",
     "unsorted_mlp_like",
     "siamese_vgg_like",
+    "scatter_gnn_like",
 ]
 
 FLOAT = TensorProto.FLOAT
@@ -1326,6 +1327,36 @@ def _op_counts(model):
     return dict(sorted(Counter(n.op_type for n in model.graph.node).items()))
 
 
+def scatter_gnn_like(feat=16, hidden=32, layers=3, seed=4931):
+    """A message-passing graph net as torch.onnx exports PyG's scatter-add aggregation (minimol's graph transformer):
+    node features x [nodes, feat] and edges src, dst [edges] (int64, both dynamic) -> a linear embedding, then per
+    layer h = MatMul(x, W) + b, messages Gather(h, src), summed onto their targets by ScatterElements(zeros of h's
+    shape, dst expanded to the messages' shape, messages, reduction add) -> Add with h scaled by a learnt Mul -> Relu;
+    a linear read-out per node."""
+    g = _Graph(seed=seed)
+    rng = g.rng
+    x = g.op("Add", [g.op("MatMul", ["x", g.init("embed.weight", (rng.normal(0, 1, (feat, hidden)) / np.sqrt(feat)).astype(np.float32))],
+                          "/embed"), g.init("embed.bias", rng.normal(0, 0.1, hidden).astype(np.float32))], "/embed")
+    one = g.init("one", np.array([1], np.int64))
+    for i in range(layers):
+        scope = f"/layer.{i}"
+        w = g.init(f"layer.{i}.weight", (rng.normal(0, 1, (hidden, hidden)) / np.sqrt(hidden)).astype(np.float32))
+        h = g.op("Add", [g.op("MatMul", [x, w], scope), g.init(f"layer.{i}.bias", rng.normal(0, 0.1, hidden).astype(np.float32))], scope)
+        msg = g.op("Gather", [h, "src"], scope, axis=0)  # [edges, hidden]
+        index = g.op("Expand", [g.op("Unsqueeze", ["dst", one], scope), g.op("Shape", [msg], scope)], scope)
+        zeros = g.op("ConstantOfShape", [g.op("Shape", [h], scope)], scope, value=numpy_helper.from_array(np.zeros(1, np.float32)))
+        agg = g.op("ScatterElements", [zeros, index, msg], scope, axis=0, reduction="add")
+        gate = g.init(f"layer.{i}.self", rng.uniform(0.5, 1.5, hidden).astype(np.float32))
+        x = g.op("Relu", [g.op("Add", [agg, g.op("Mul", [h, gate], scope)], scope)], scope)
+    g.op("MatMul", [x, g.init("head.weight", (rng.normal(0, 1, (hidden, 4)) / np.sqrt(hidden)).astype(np.float32))], "/head",
+         outputs=["out"])
+    graph = g.graph("scatter_gnn", [helper.make_tensor_value_info("x", FLOAT, ["nodes", feat]),
+                                    helper.make_tensor_value_info("src", INT64, ["edges"]),
+                                    helper.make_tensor_value_info("dst", INT64, ["edges"])],
+                    [helper.make_tensor_value_info("out", FLOAT, ["nodes", 4])])
+    return _make_model(graph, 17)
+
+
 if __name__ == "__main__":
     import tempfile
 
@@ -1379,3 +1410,4 @@ if __name__ == "__main__":
     else:
         raise AssertionError("onnxruntime unexpectedly loaded custom_op_model")
     print("all zoo models OK")
+

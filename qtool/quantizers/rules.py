@@ -40,6 +40,10 @@ class Rules:
     # a linear layer's output read by a Transpose whose (Cast's) reader is an Add/Sub/Mul of a constant gets its
     # quantizer (placement.requests): OpenVINO's CPU plugin cannot fuse that scale-shift into the layer
     transposed_scale_shift: bool = False
+    # an element-wise op's input that one of these ops writes (through pass-through ops) stays float: the runtime fuses
+    # no quantizer into them, so it would run alone, in float, before an element-wise op that runs in float anyway
+    # (placement.requests; OpenVINO's CPU plugin and its scatters)
+    unfused_sources: frozenset[str] = frozenset()
 
     def forwards(self, op: str) -> bool:
         """A quantizer moves up through `op` (a standard-domain op) when every reader wants it:

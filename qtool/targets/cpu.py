@@ -143,8 +143,13 @@ CPU = Rules(
 )
 # OpenVINO's: its attention kernel takes the context's Transpose only without a FakeQuantize between them
 # (MiniLM-L3: 6 runtime Transposes -> 3, as NNCF's file; docs/benchmarks.md#guard-cost); its CPU plugin runs
-# an LSTM in int8 (qtool.quantizers.placement.recurrent)
-OPENVINO = replace(CPU, name="openvino", fused_attention_context=True, int8_lstm=True, transposed_scale_shift=True)
+# an LSTM in int8 (qtool.quantizers.placement.recurrent); it fuses no FakeQuantize into a scatter (its
+# ScatterUpdate/ScatterElementsUpdate/ScatterNDUpdate nodes take no fused post-ops), so a FakeQuantize on a
+# scatter's output before an Add ran alone in f32, and the Add in f32 anyway (a graph net's 31 scatter-adds:
+# 13% of its latency; NNCF's file has none there)
+SCATTERS = frozenset({"ScatterElements", "ScatterND", "Scatter"})
+OPENVINO = replace(CPU, name="openvino", fused_attention_context=True, int8_lstm=True, transposed_scale_shift=True,
+                   unfused_sources=SCATTERS)
 PLACEMENT_RULES = {"openvino": OPENVINO}  # by target; the others place with CPU
 
 

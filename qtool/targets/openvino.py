@@ -186,10 +186,21 @@ def _flip_bias(model: onnx.ModelProto, namer: G.Namer, node: onnx.NodeProto, sit
 COMMUTING_REDUCTIONS = ("ReduceMax", "ReduceMin")
 
 
-def _below_reduction(model: onnx.ModelProto, namer: G.Namer, reduction: onnx.NodeProto, params: grids.QParams, elem_type: int) -> str:
-    """A FakeQuantize of the reduction's input and a copy of the reduction reading it; returns the copy's output:
-    the per-tensor FakeQuantize of the reduction's output, computed in the order OpenVINO runs right."""
+# Data-movement ops a per-tensor FakeQuantize commutes with (each output value is one of the inputs' values): the
+# reduction's quantizer moves up through them to the layers that compute its input (placement moves a reader's
+# request through them; this one is placed by the writer). Below them OpenVINO ran it alone, in f32, after f32
+# Transposes; at a Conv's output it fuses into the Convolution, which writes u8 (AttaCut's character CNN: Conv ->
+# Transpose -> Unsqueeze -> stack -> ReduceMax, three FakeQuantize nodes and f32 reorders gone, as NNCF's file).
+HOISTED_THROUGH = ("Transpose", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity", "Concat")
+
+
+def _below_reduction(model: onnx.ModelProto, namer: G.Namer, reduction: onnx.NodeProto, params: grids.QParams,
+                     elem_type: int) -> tuple[str, str]:
+    """A FakeQuantize of the reduction's input and a copy of the reduction reading it; returns the copy's output
+    (the per-tensor FakeQuantize of the reduction's output, computed in the order OpenVINO runs right) and the
+    FakeQuantize's name (for `_hoist`)."""
     quantized = _fake_quantize(model, namer, reduction.input[0], params, (), elem_type)
+    fq_name = model.graph.node[-1].name
     copy = onnx.NodeProto()
     copy.CopyFrom(reduction)
     copy.name = namer.fresh(f"{reduction.name}/quantized")
@@ -197,7 +208,63 @@ def _below_reduction(model: onnx.ModelProto, namer: G.Namer, reduction: onnx.Nod
     del copy.output[:]
     copy.output.append(namer.fresh(f"{reduction.output[0]}/fq"))
     model.graph.node.append(copy)
-    return copy.output[0]
+    return copy.output[0], fq_name
+
+
+def _live_readers(model: onnx.ModelProto) -> dict[str, list[onnx.NodeProto]]:
+    """tensor -> the nodes reading it that the graph's outputs need (a node the export left unread does not count)."""
+    made_by = G.producers(model.graph)
+    needed = {o.name for o in model.graph.output}
+    live: set[int] = set()
+    stack = list(needed)
+    while stack:
+        n = made_by.get(stack.pop())
+        if n is None or id(n) in live:
+            continue
+        live.add(id(n))
+        for r in G.node_reads(n):
+            if r not in needed:
+                needed.add(r)
+                stack.append(r)
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for n in model.graph.node:
+        if id(n) in live:
+            for t in G.node_reads(n):
+                readers.setdefault(t, []).append(n)
+    return readers
+
+
+def _hoist(model: onnx.ModelProto, namer: G.Namer, fq_names: list[str]) -> None:
+    """Move each FakeQuantize of `fq_names` (per tensor) up through HOISTED_THROUGH ops, one copy per data input of a
+    Concat, while it alone reads what such an op writes and the op alone reads its data inputs (no graph input or
+    output, no constant among them): the same numbers, each FakeQuantize next to the layer computing its input."""
+    outputs = {o.name for o in model.graph.output}
+    consts = {t.name for t in model.graph.initializer} | {i.name for i in model.graph.input}
+    work = [n for n in model.graph.node if n.name in set(fq_names)]
+    while work:
+        fq = work.pop()
+        t = fq.input[0]
+        made_by = G.producers(model.graph)
+        readers = _live_readers(model)
+        op = made_by.get(t)
+        if op is None or op.domain not in ("", "ai.onnx") or op.op_type not in HOISTED_THROUGH or t in outputs:
+            continue
+        data = list(range(len(op.input))) if op.op_type == "Concat" else [0]
+        if [id(r) for r in readers.get(t, [])] != [id(fq)] or any(
+                op.input[k] in consts or op.input[k] in outputs or [id(r) for r in readers.get(op.input[k], [])] != [id(op)]
+                for k in data):
+            continue
+        for k in data:
+            copy = onnx.NodeProto()
+            copy.CopyFrom(fq)
+            copy.name = namer.fresh(f"{op.input[k]}/FakeQuantize")
+            copy.input[0] = op.input[k]
+            copy.output[0] = namer.fresh(f"{op.input[k]}/fq")
+            op.input[k] = copy.output[0]
+            model.graph.node.append(copy)
+            work.append(model.graph.node[-1])  # the graph's own message (append copies)
+        G.rename_reads(model.graph, fq.output[0], t)
+        model.graph.node.remove(fq)
 
 
 # OpenVINO 2026.4 reads a Conv's bias as Convolution -> Add and, on a dynamic shape, moves a ShapeOf of the Conv's
@@ -321,7 +388,9 @@ def _int8_lstm(model: onnx.ModelProto, namer: G.Namer, node: onnx.NodeProto, sit
     """Rewrite the LSTM `node` as its placement.recurrent.RecurrentSite says, in the form OpenVINO's CPU plugin runs in
     int8: X through a FakeQuantize from its range onto the hidden state's grid, W and R as compressed int8 weights
     (int8 -> Cast -> Mul by one [1, 4H, 1] scale), the re-encoding's bias, the initial state through the grid (zeros
-    [directions, batch, hidden] made from X's shape where the LSTM has none and X's batch is not fixed: _static_batch)."""
+    [directions, batch, hidden] made from X's shape where the LSTM has none and X's batch is not fixed: _static_batch);
+    X padded with `site.pad` zero features before its FakeQuantize and W with as many zero columns (the same numbers, a
+    primitive of its own in OpenVINO: placement.recurrent)."""
     base = node.name
 
     def const(array: np.ndarray, name: str) -> str:
@@ -350,8 +419,18 @@ def _int8_lstm(model: onnx.ModelProto, namer: G.Namer, node: onnx.NodeProto, sit
     while len(node.input) < 4:
         node.input.append("")
     x_in = node.input[0]
-    node.input[0] = fake_quantize(node.input[0], *site.x_range, "X")
-    node.input[1] = weight(site.w_codes, "W")
+    x, w_codes = x_in, site.w_codes
+    if site.pad:
+        x = namer.fresh(f"{base}/X/padded")
+        pads = [0, 0, 0, 0, 0, site.pad]  # [seq, batch, input]: zeros after the last input feature
+        if G.default_opset(model) >= 11:
+            model.graph.node.append(helper.make_node("Pad", [x_in, const(np.array(pads, np.int64), "X/pads")], [x],
+                                                     name=namer.fresh(f"{base}/X/Pad")))
+        else:  # Pad-2: the pads an attribute
+            model.graph.node.append(helper.make_node("Pad", [x_in], [x], name=namer.fresh(f"{base}/X/Pad"), pads=pads))
+        w_codes = np.concatenate([w_codes, np.zeros(w_codes.shape[:2] + (site.pad,), w_codes.dtype)], axis=2)
+    node.input[0] = fake_quantize(x, *site.x_range, "X")
+    node.input[1] = weight(w_codes, "W")
     node.input[2] = weight(site.r_codes, "R")
     node.input[3] = const(site.bias, "B")
     state = site.state
@@ -391,6 +470,7 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
     """Insert the plan's quantizers as FakeQuantize nodes, 8-bit weights stored compressed (in place)."""
     index = G.Index(model)
     nodes = index.nodes
+    below_reductions = []
     for site in plan.quantizers:
         params = site.params()
         source = site.tensor
@@ -402,7 +482,8 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
             reduction = index.producer.get(site.tensor)
             if not shape and source == site.tensor and reduction is not None and reduction.op_type in COMMUTING_REDUCTIONS \
                     and reduction.domain in ("", "ai.onnx"):
-                out = _below_reduction(model, namer, reduction, params, site.elem_type)
+                out, fq_name = _below_reduction(model, namer, reduction, params, site.elem_type)
+                below_reductions.append(fq_name)
                 for node_name, slot in site.readers:
                     nodes[node_name].input[slot] = out
                 continue
@@ -428,6 +509,7 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
             nodes[node_name].input[slot] = out
     for site in plan.recurrent:
         _int8_lstm(model, namer, nodes[site.node], site)
+    _hoist(model, namer, below_reductions)
     index = G.Index(model)  # with the FakeQuantize nodes
     for conv in _shape_read_convs(model, index):
         _bias_after(model, namer, index, conv)

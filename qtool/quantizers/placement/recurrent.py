@@ -42,16 +42,22 @@ An LSTM is left float (as before) when the user excluded it, its input or its in
 input has no finite range or is not float32, when W or R is not a constant or not finite, when it has
 sequence_lens, peepholes, clip, input_forget or the batch-first layout, or when it states its activations, even ONNX's
 defaults (as tf2onnx does): OpenVINO 2026.4 runs such an LSTM as a TensorIterator in f32 (thai_oskut_ws),
-so quantizing it would cost precision for nothing. Models below opset 9 (no ConstantOfShape) too. Of two
-LSTMs with W and R of the same shapes (stacked bidirectional ones whose input is 2 x hidden: brainmaze's seizure
-detector, 200 = 2 x 100), only the first runs in int8: OpenVINO 2026.4 ran the second with the first's weights or
-quantization (its run -1.9..-0.4 dB where the file computes 28-34; with CPU_RUNTIME_CACHE_CAPACITY=0 it computes the
-file's numbers, 129 dB; bench/openvino_quirks.py case 8: 12-18 dB forward and bidirectional, 147-150 without the cache).
+so quantizing it would cost precision for nothing. Models below opset 9 (no ConstantOfShape) too.
+
+Two int8 LSTMs of one direction, hidden size and input width (stacked bidirectional ones whose input is 2 x hidden:
+brainmaze's seizure detector, 200 = 2 x 100; an ensemble's twin networks) OpenVINO 2026.4 ran with one primitive, the
+first one's weights or quantization (its run -1.9..-0.4 dB where the file computes 28-34; bench/openvino_quirks.py
+case 8): the CPU plugin's runtime cache keys an RNN by its data and weight descriptors, cell, activation and direction,
+not by its scales (openvinotoolkit/openvino src/plugins/intel_cpu/src/nodes/rnn.cpp, RNNKey::hash and operator==
+leave out `attr`). So each such LSTM after the first gets `pad` zero input features (the writer pads X before its
+FakeQuantize and appends as many zero columns to W): the same numbers, a width no other int8 LSTM has, its own
+primitive (case 8 with one zero feature: 149-150 dB, as with the cache off). Before, only the first ran in int8, the
+others in f32 (tashkeel's ensemble 1.5x, the seizure detector 1.25x NNCF's latency).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -82,6 +88,7 @@ class RecurrentSite:
     scale: np.ndarray  # float32 [1, 4H, 1]: one per hidden unit, repeated for the four gates
     bias: np.ndarray  # float32 [dirs, 8H]: B with b times the stored W / a taken out
     widened: float = 1.0  # the largest ratio by which `pair_bound` widened a unit's scale (1: none)
+    pad: int = 0  # zero input features appended to X and zero columns to W: a primitive of its own in OpenVINO (module doc)
 
 
 def _plain_lstm(node) -> bool:
@@ -110,7 +117,6 @@ def lstm_sites(inputs: Inputs, kept: Kept, pairs: bool = False) -> list[Recurren
     """The LSTMs to run in int8, in graph order; `pairs`: their weights' pairs bounded for CPUs without VNNI
     (`pair_bound`)."""
     m, out = inputs.m, []
-    placed: set[tuple] = set()  # the W and R shapes of the LSTMs placed
     if G.default_opset(m.proto) < 9:  # the zero state is a ConstantOfShape
         return out
     for node in m.graph.node:
@@ -131,12 +137,31 @@ def lstm_sites(inputs: Inputs, kept: Kept, pairs: bool = False) -> list[Recurren
         state = node.input[5] if len(node.input) > 5 and node.input[5] else None
         if state is not None and (state in kept.tensors or m.types.get(state) != 1):
             continue
-        if (w.shape, r.shape) in placed:
-            continue  # OpenVINO would run it with the first one's weights or quantization (module doc)
         site = _site(node.name, inputs, node, threshold, state, w, r, bias, pairs)
         if site is not None:
             out.append(site)
-            placed.add((w.shape, r.shape))
+    return _padded(out)
+
+
+def _padded(sites: list[RecurrentSite]) -> list[RecurrentSite]:
+    """`sites`, each LSTM that shares its (directions, hidden size, input width) with an earlier one given the fewest
+    zero input features that make its width one no other site has (OpenVINO's runtime cache: module doc)."""
+    def key(site: RecurrentSite, pad: int = 0) -> tuple[int, int, int]:
+        dirs, gates, width = site.w_codes.shape
+        return dirs, gates, width + pad
+
+    natural = {key(site) for site in sites}
+    used: set[tuple[int, int, int]] = set()
+    out = []
+    for site in sites:
+        pad = 0
+        if key(site) in used:
+            pad = 1
+            while key(site, pad) in used or key(site, pad) in natural:
+                pad += 1
+            site = replace(site, pad=pad)
+        used.add(key(site, pad))
+        out.append(site)
     return out
 
 

@@ -100,7 +100,8 @@ def _node_requests(inputs: Inputs, asked: Requests, n: onnx.NodeProto, report: R
         if rules.nncf_patterns and (P.is_fused_elementwise(m, n) or P.is_magnitude(m, n) or P.is_recurrent_gate(m, n)
                                     or P.is_normalization(m, n)):
             return None, None
-        return [(0, n.input[0]), (1, n.input[1])], []
+        acts = [(slot, t) for slot, t in enumerate(n.input) if not _unfused_source(inputs, t)]
+        return (acts, []) if acts else (None, None)
     if op == "Add" and rules.residual_input is not None:
         skip = rules.residual_input(m, n)
         if skip is None or not inputs.quantizable_act(n.input[skip]):
@@ -111,6 +112,24 @@ def _node_requests(inputs: Inputs, asked: Requests, n: onnx.NodeProto, report: R
             return None, None
         return [(0, n.input[0])], []
     return None, None
+
+
+def _unfused_source(inputs: Inputs, t: str) -> bool:
+    """Whether `t` is written, directly or through pass-through ops, by an op of `Rules.unfused_sources` (a scatter
+    in OpenVINO): its quantizer would run alone, in float."""
+    m, rules = inputs.m, inputs.rules
+    if not rules.unfused_sources:
+        return False
+    for _ in range(16):
+        src = P.producer(m, t)
+        if src is None or not src.input:
+            return False
+        if src.op_type in rules.unfused_sources:
+            return True
+        if not rules.forwards(src.op_type) or src.op_type == "Concat":
+            return False
+        t = src.input[0]
+    return False
 
 
 def _transposed_scale_shift(inputs: Inputs, n: onnx.NodeProto) -> str | None:
