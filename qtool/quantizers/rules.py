@@ -40,6 +40,9 @@ class Rules:
     # a linear layer's output read by a Transpose whose (Cast's) reader is an Add/Sub/Mul of a constant gets its
     # quantizer (placement.requests): OpenVINO's CPU plugin cannot fuse that scale-shift into the layer
     transposed_scale_shift: bool = False
+    # a quantizer moves up through a part-selecting op (Slice, Split, Gather) only when every reader of its input
+    # reads the moved quantizer (qtool.quantizers.placement.moves.PARTS): NNCF's CPU propagation
+    parts_need_every_reader: bool = False
 
     def forwards(self, op: str) -> bool:
         """A quantizer moves up through `op` (a standard-domain op) when every reader wants it:
