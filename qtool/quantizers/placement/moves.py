@@ -57,7 +57,7 @@ class Moves:
 # step by step: one quantizer); where another reader reads the input float, the quantizer stays on the part
 # with its own range, as NNCF's propagation stops at a branch whose other arms take no quantizer
 # (openvinotoolkit/nncf src/nncf/common/quantization/quantizer_propagation/solver.py). Shape and Size read
-# no values.
+# no values; a pass-through reader whose output is quantized (a BiLSTM's reversed sequence) reads the same codes.
 PARTS = frozenset({"Slice", "Split", "Gather", "GatherElements", "GatherND"})
 _SHAPE_READERS = frozenset({"Shape", "Size"})
 
@@ -75,7 +75,7 @@ def move_up(inputs: Inputs, kept: Kept, asked: Requests, moves: Moves) -> None:
         wanted = copy.deepcopy(asked.wanted)
         trial = copy.deepcopy(moves)
         _move_up_once(inputs, kept, wanted, trial, blocked)
-        forked = {name for name, t in _part_moves(m, trial, moves) if not _all_read_quantized(m, wanted, t)}
+        forked = {name for name, t in _part_moves(m, trial, moves) if not _all_read_quantized(inputs, wanted, t)}
         if not forked or not inputs.rules.parts_need_every_reader:
             break
         blocked |= forked
@@ -96,11 +96,18 @@ def _part_moves(m, trial: Moves, before: Moves):
                 yield name, t
 
 
-def _all_read_quantized(m, wanted, t: str) -> bool:
-    """Every reader of `t` that reads values asks for it quantized (and it is no graph output)."""
-    readers = [r for r in m.readers.get(t, ()) if r[0].op_type not in _SHAPE_READERS]
+def _all_read_quantized(inputs: Inputs, wanted, t: str) -> bool:
+    """Every reader of `t` that reads values asks for it quantized, or passes it on to readers that
+    quantize it (a pass-through op whose output has a quantizer of its own: a reversed sequence); `t`
+    is no graph output."""
+    m = inputs.m
     asking = {(name, slot) for name, slot in wanted.get(t, ())}
-    return t not in m.outputs and all((r.name, slot) in asking for r, slot in readers)
+
+    def quantized(r, slot) -> bool:
+        return ((r.name, slot) in asking or r.op_type in _SHAPE_READERS
+                or inputs.rules.forwards(r.op_type) and any(wanted.get(o) for o in r.output if o))
+
+    return t not in m.outputs and all(quantized(r, slot) for r, slot in m.readers.get(t, ()))
 
 
 def _move_up_once(inputs: Inputs, kept: Kept, wanted, moves: Moves, blocked: set[str]) -> None:
