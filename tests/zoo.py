@@ -57,6 +57,7 @@ __all__ = [
     "unsorted_mlp_like",
     "siamese_vgg_like",
     "scatter_gnn_like",
+    "gru_cell_sliced_like",
 ]
 
 FLOAT = TensorProto.FLOAT
@@ -1303,6 +1304,38 @@ def siamese_vgg_like(opset=13, hw=16, ch=8, hidden=16, seed=6229):
     g.op("Sigmoid", [y], "model/dense_1", outputs=["similarity"])
     inputs = [helper.make_tensor_value_info(n, FLOAT, ["N", hw, hw, 3]) for n in ("input_1", "input_2")]
     return _make_model(g.graph("siamese_vgg", inputs, [helper.make_tensor_value_info("similarity", FLOAT, ["N", 1])]), opset)
+
+
+def gru_cell_sliced_like(feat=16, hidden=16, seed=6271):
+    """One decoding step of a GRU as torch exports nn.GRU's cell unrolled (arabic-name-romanizer's decoder): x and
+    h each through one Gemm holding the three gates, each Gemm's output Sliced into r, z, n; r and z are
+    Sigmoid(x part + h part), n = Tanh(x_n + r * h_n), h' = (1 - z) n + z h, then a Linear layer. The n gate's
+    x part is the only Slice an int8 op reads; its Gemm is scaled so that the r and z parts span a wider range."""
+    g = _Graph(seed=seed)
+    gain = np.repeat(np.array([4.0, 4.0, 1.0], np.float32), hidden)[:, None]  # r, z wide; n narrow
+    w_ih = g.init("gru.weight_ih", (gain * g.rng.normal(0, 1, (3 * hidden, feat)) / np.sqrt(feat)).astype(np.float32))
+    w_hh = g.init("gru.weight_hh", (g.rng.normal(0, 1, (3 * hidden, hidden)) / np.sqrt(hidden)).astype(np.float32))
+    b = g.init("gru.bias", np.zeros(3 * hidden, np.float32))
+    x_all = g.op("Gemm", ["x", w_ih, b], "/Gemm", transB=1)
+    h_all = g.op("Gemm", ["h", w_hh, b], "/Gemm_1", transB=1)
+    axis = g.init("axis1", np.array([1], np.int64))
+
+    def part(t, k):
+        return g.op("Slice", [t, g.init(f"start{k}", np.array([k * hidden], np.int64)),
+                              g.init(f"end{k}", np.array([(k + 1) * hidden], np.int64)), axis], "/Slice")
+
+    r = g.op("Sigmoid", [g.op("Add", [part(x_all, 0), part(h_all, 0)], "")], "")
+    z = g.op("Sigmoid", [g.op("Add", [part(x_all, 1), part(h_all, 1)], "")], "")
+    n = g.op("Tanh", [g.op("Add", [part(x_all, 2), g.op("Mul", [r, part(h_all, 2)], "")], "")], "")
+    one = g.init("one", np.array(1.0, np.float32))
+    h_new = g.op("Add", [g.op("Mul", [g.op("Sub", [one, z], ""), n], ""), g.op("Mul", [z, "h"], "")], "",
+                 outputs=["h_out"])
+    w_out = g.init("out.weight", (g.rng.normal(0, 1, (8, hidden)) / np.sqrt(hidden)).astype(np.float32))
+    g.op("Gemm", [h_new, w_out, g.init("out.bias", np.zeros(8, np.float32))], "/out", transB=1, outputs=["y"])
+    graph = g.graph("gru_cell", [helper.make_tensor_value_info("x", FLOAT, [2, feat]),
+                                 helper.make_tensor_value_info("h", FLOAT, [2, hidden])],
+                    [helper.make_tensor_value_info("h_out", FLOAT, [2, hidden]), helper.make_tensor_value_info("y", FLOAT, [2, 8])])
+    return _make_model(graph, 13)
 
 
 def _random_feeds(model, dims, seed=0):

@@ -44,6 +44,9 @@ class Rules:
     # no quantizer into them, so it would run alone, in float, before an element-wise op that runs in float anyway
     # (placement.requests; OpenVINO's CPU plugin and its scatters)
     unfused_sources: frozenset[str] = frozenset()
+    # a quantizer moves up through a part-selecting op (Slice, Split, Gather) only when every reader of its input
+    # reads the moved quantizer (qtool.quantizers.placement.moves.PARTS): NNCF's CPU propagation
+    parts_need_every_reader: bool = False
 
     def forwards(self, op: str) -> bool:
         """A quantizer moves up through `op` (a standard-domain op) when every reader wants it:

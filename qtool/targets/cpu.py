@@ -137,6 +137,7 @@ CPU = Rules(
     signed_only=False,
     clip_fallback=True,
     depthwise_per_channel=True,
+    parts_need_every_reader=True,
     # per tensor the lowest histogram quantization error of entropy, percentile and mse: on the
     # real PP-OCR/MTCNN/YOLO models it matches or beats NNCF's defaults (bench/fidelity.py)
     default_method="auto",

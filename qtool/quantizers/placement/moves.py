@@ -1,10 +1,14 @@
 """Where the quantizers go and which share a range: a request moves up through pass-through ops
 and Concat when every reader of their output wants it quantized (one quantizer, the op runs on
 integers), the tensors it passes share one range (NNCF's unified scales), and each such group
-gets its range: the Concat outputs' calibrated one, else the widest of its quantized tensors."""
+gets its range: the Concat outputs' calibrated one, else the widest of its quantized tensors.
+Under rules with `parts_need_every_reader` (the CPU targets'), through an op that selects a part of
+its input (Slice, Split, Gather) only when every reader of that input reads the moved quantizer too
+(`PARTS`)."""
 
 from __future__ import annotations
 
+import copy
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -47,13 +51,70 @@ class Moves:
     concat_outputs: set[str] = field(default_factory=set)  # Concat outputs in a group: their range is the group's
 
 
+# Ops that select a part of their data input: the part's range may be far narrower than the whole's
+# (the gates of a GRU cell sliced from one Gemm: the part one Add reads 5.6, the Gemm output 12.8). A request
+# moves up through them only when every reader of the input reads the moved quantizer (a sequence Gathered
+# step by step: one quantizer); where another reader reads the input float, the quantizer stays on the part
+# with its own range, as NNCF's propagation stops at a branch whose other arms take no quantizer
+# (openvinotoolkit/nncf src/nncf/common/quantization/quantizer_propagation/solver.py). Shape and Size read
+# no values; a pass-through reader whose output is quantized (a BiLSTM's reversed sequence) reads the same codes.
+PARTS = frozenset({"Slice", "Split", "Gather", "GatherElements", "GatherND"})
+_SHAPE_READERS = frozenset({"Shape", "Size"})
+
+
 def move_up(inputs: Inputs, kept: Kept, asked: Requests, moves: Moves) -> None:
     """Reads the requests and what stays float. Moves requests up through pass-through ops and
     Concat (reverse topological order, so every reader of a tensor has asked before its producer
-    is visited): adds to `moves` and to `asked.wanted` (the op's own request for its input)."""
-    m, wanted = inputs.m, asked.wanted
+    is visited): adds to `moves` and to `asked.wanted` (the op's own request for its input). Under
+    rules with `parts_need_every_reader`, a move through a PARTS op whose input another reader then
+    reads float is undone: the moves are made again without it until none is (each round only
+    blocks more, so it ends)."""
+    m = inputs.m
+    blocked: set[str] = set()
+    while True:
+        wanted = copy.deepcopy(asked.wanted)
+        trial = copy.deepcopy(moves)
+        _move_up_once(inputs, kept, wanted, trial, blocked)
+        forked = {name for name, t in _part_moves(m, trial, moves) if not _all_read_quantized(inputs, wanted, t)}
+        if not forked or not inputs.rules.parts_need_every_reader:
+            break
+        blocked |= forked
+    asked.wanted.clear()
+    asked.wanted.update(wanted)
+    moves.upstream, moves.groups, moves.concat_outputs = trial.upstream, trial.groups, trial.concat_outputs
+    if inputs.rules.concat_shares_quantized_inputs:
+        _share_concat_ranges(inputs, asked, moves)
+
+
+def _part_moves(m, trial: Moves, before: Moves):
+    """(node, upstream tensor) of the moves through PARTS ops made in `trial` beyond `before`."""
+    for o, ups in trial.upstream.items():
+        if o in before.upstream:
+            continue
+        for name, _, t in ups:
+            if m.nodes[name].op_type in PARTS:
+                yield name, t
+
+
+def _all_read_quantized(inputs: Inputs, wanted, t: str) -> bool:
+    """Every reader of `t` that reads values asks for it quantized, or passes it on to readers that
+    quantize it (a pass-through op whose output has a quantizer of its own: a reversed sequence); `t`
+    is no graph output."""
+    m = inputs.m
+    asking = {(name, slot) for name, slot in wanted.get(t, ())}
+
+    def quantized(r, slot) -> bool:
+        return ((r.name, slot) in asking or r.op_type in _SHAPE_READERS
+                or inputs.rules.forwards(r.op_type) and any(wanted.get(o) for o in r.output if o))
+
+    return t not in m.outputs and all(quantized(r, slot) for r, slot in m.readers.get(t, ()))
+
+
+def _move_up_once(inputs: Inputs, kept: Kept, wanted, moves: Moves, blocked: set[str]) -> None:
+    """One pass of move_up's moves into `wanted` and `moves`, none through the `blocked` nodes."""
+    m = inputs.m
     for n in reversed(m.graph.node):
-        if not P.standard(n) or n.name in kept.nodes or not n.output:
+        if not P.standard(n) or n.name in kept.nodes or not n.output or n.name in blocked:
             continue
         op = n.op_type
         if not inputs.rules.forwards(op) or (inputs.rules.fused_attention_context and _reshapes_attention_context(m, n)):
@@ -81,8 +142,6 @@ def move_up(inputs: Inputs, kept: Kept, asked: Requests, moves: Moves) -> None:
                 wanted[t].append((n.name, s))
         if op == "Concat":
             moves.concat_outputs.update(outs)
-    if inputs.rules.concat_shares_quantized_inputs:
-        _share_concat_ranges(inputs, asked, moves)
 
 
 def _reshapes_attention_context(m, n) -> bool:
