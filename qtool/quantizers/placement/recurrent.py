@@ -10,9 +10,9 @@ the hidden state on that one grid and requantizes every step's hidden state onto
 
 * the hidden state's grid: 8-bit, zero point 128, covering the calibrated max |h| (the LSTM's Y and
   Y_h, the state input's; 1 when none is recorded: o * tanh(c) stays in (-1, 1));
-* X read through one FakeQuantize from its own range (its threshold) onto that grid, an affine
-  re-encoding x' = a x + b that W / a and the bias (minus b times the rows of the stored W / a) undo
-  exactly. NNCF quantizes X at its own range instead, which then holds the hidden state too:
+* X read through one FakeQuantize from its own range (its threshold; signed, -128 and 127 steps so that
+  its 0 lands on the grid's: `x_levels`) onto that grid, an affine re-encoding x' = a x + b that W / a and
+  the bias (minus b times the rows of the stored W / a) undo exactly. NNCF quantizes X at its own range instead, which then holds the hidden state too:
   Silero VAD's ReLU input [0, 9] leaves no negative h (its hn at -6.6 dB), ddddocr's +-6.3 a step of
   0.05 for h (11.7 dB);
 * W and R symmetric int8 with one scale per hidden unit, shared by the four gates, both directions,
@@ -148,6 +148,17 @@ def pair_bound(values: np.ndarray) -> np.ndarray:
     return np.maximum(np.clip(pair, 0, None).sum(-1), np.clip(-pair, 0, None).sum(-1)).max(axis=-1)
 
 
+def x_levels(amax: float, unsigned: bool) -> tuple[float, float]:
+    """The range X's FakeQuantize maps onto the grid's 256 codes: [0, amax] unsigned; signed, -128 and 127 steps of
+    amax / 127, so that x = 0 lands on a code (128, the grid's 0: b = 0). A symmetric [-amax, amax] put 0 half way
+    between codes 127 and 128: every zero of X read back half a step off (an embedding whose inputs are mostly 0:
+    the text BiLSTM's first LSTM alone at 18 dB, 31 with 0 on a code; tests/zoo.py embedding_bilstm_like)."""
+    if unsigned:
+        return 0.0, float(amax)
+    step = amax / (LEVELS - 1 - GRID_ZERO_POINT)
+    return -GRID_ZERO_POINT * step, (LEVELS - 1 - GRID_ZERO_POINT) * step
+
+
 def _site(name: str, inputs: Inputs, node, threshold, state: str | None, w: np.ndarray, r: np.ndarray,
           bias: np.ndarray, pairs: bool) -> RecurrentSite | None:
     records = inputs.records
@@ -158,7 +169,7 @@ def _site(name: str, inputs: Inputs, node, threshold, state: str | None, w: np.n
         return None
     step = h_max / (LEVELS - 1 - GRID_ZERO_POINT)
     grid = (-GRID_ZERO_POINT * step, (LEVELS - 1 - GRID_ZERO_POINT) * step)
-    x_range = (0.0 if threshold.unsigned else -threshold.amax, threshold.amax)
+    x_range = x_levels(threshold.amax, threshold.unsigned)
     a = (grid[1] - grid[0]) / (x_range[1] - x_range[0])
     b = grid[0] - a * x_range[0]
     dirs, gates = w.shape[:2]
