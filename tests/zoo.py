@@ -1219,12 +1219,13 @@ def spectrogram_bilstm_like(bins=24, ch=8, units=16, hidden=8, classes=4, seed=7
     return _make_model(graph, 18)
 
 
-def embedding_bilstm_tagger_like(vocab=40, emb=12, hidden=8, tags=16, seed=6211):
+def embedding_bilstm_tagger_like(vocab=40, emb=12, hidden=8, tags=16, seed=6211, zeros=0.0):
     """A character tagger as text2tashkeel's rawi models are before onnxruntime's quantize_dynamic:
     int64 ids [batch, seq] -> Gather(embedding) -> Transpose to time-first -> bidirectional LSTM ->
     back to batch-first, directions joined -> MatMul + Add head. quantize_dynamic(this) writes the
     quantized Gather those models ship: a uint8 table, its rows dequantized after the Gather and again
-    after the Transpose (onnxruntime/python/tools/quantization/operators/gather.py, direct_q8.py)."""
+    after the Transpose (onnxruntime/python/tools/quantization/operators/gather.py, direct_q8.py). zeros: the share
+    of the table's entries set to exactly 0 (rawi_v3's embedded characters are 0 in 9 values of 10)."""
     rng = np.random.default_rng(seed)
 
     def w(name, *shape, s=0.3):
@@ -1235,6 +1236,10 @@ def embedding_bilstm_tagger_like(vocab=40, emb=12, hidden=8, tags=16, seed=6211)
              numpy_helper.from_array(np.array([0, 0, -1], np.int64), "join"),
              numpy_helper.from_array(np.array([0], np.int64), "first"),
              numpy_helper.from_array(np.array([2], np.int64), "dirs"), numpy_helper.from_array(np.array([hidden], np.int64), "units")]
+    if zeros:
+        table = numpy_helper.to_array(inits[0]).copy()
+        table[np.random.default_rng(seed + 1).random(table.shape) < zeros] = 0
+        inits[0] = numpy_helper.from_array(table, "embedding.weight")
     nodes = [
         helper.make_node("Gather", ["embedding.weight", "ids"], ["e"], "/embedding/Gather"),
         # the zero initial state sized from the embedded batch, as torch.onnx writes it (Shape of the embedding)

@@ -114,6 +114,7 @@ class Plan:
     transformer: dict = field(default_factory=dict)  # the transformer structure found (counts), when the CPU rules' transformer preset applies
     unrepresentable: dict = field(default_factory=dict)  # tensor -> why no 8-bit grid can represent its range (kept float)
     recurrent: list = field(default_factory=list)  # recurrent.RecurrentSite: the LSTMs run in int8 (Rules.int8_lstm)
+    float_lstm: dict = field(default_factory=dict)  # LSTM -> why it stays float (Rules.int8_lstm: its estimated int8 error)
     gptq_layers: list = field(default_factory=list)  # the layers whose weight codes GPTQ chose (qtool.quantizers.gptq; the CPU targets)
 
     @property
@@ -147,6 +148,8 @@ class Plan:
             out["unrepresentable"] = dict(sorted(self.unrepresentable.items()))
         if self.recurrent:
             out["int8_lstm"] = sorted(site.node for site in self.recurrent)
+        if self.float_lstm:
+            out["float_lstm"] = dict(sorted(self.float_lstm.items()))
         if self.gptq_layers:
             out["gptq_layers"] = len(self.gptq_layers)
         return out
@@ -195,7 +198,11 @@ def place(proto: onnx.ModelProto, records: dict, *, rules: Rules, choices: Choic
             plan.fp32_layers.update(dict.fromkeys(fp32, "kept FP32 by the overflow guard"))
             return plan
     # 10. the LSTMs run in int8: with OpenVINO's guard (a file for any CPU) their weights' pairs bounded for AVX2's int16 pair sums
-    lstms = recurrent.lstm_sites(inputs, kept, pairs=overflow_remedy == "pairs") if rules.int8_lstm and overflow_remedy in (None, "pairs") else []
+    lstms, float_lstms = recurrent.lstm_sites(inputs, kept, pairs=overflow_remedy == "pairs") \
+        if rules.int8_lstm and overflow_remedy in (None, "pairs") else ([], {})
+    if float_lstms:
+        report.warnings.append(f"{len(float_lstms)} LSTM(s) stay float: " + "; ".join(f"{k} ({v})" for k, v in list(float_lstms.items())[:3])
+                               + (" ..." if len(float_lstms) > 3 else ""))
     widened = {site.node: site.widened for site in lstms if site.widened > 1}
     if widened:
         overflow_fix.setdefault("mode", "auto")
@@ -206,7 +213,7 @@ def place(proto: onnx.ModelProto, records: dict, *, rules: Rules, choices: Choic
     placed.activations.sort(key=lambda s: order.get(s.tensor, -1))
     _final_warnings(inputs, report)
     return Plan(placed.activations, placed.weights, placed.int8_layers, report.fp32, report.warnings, kept.ignored,
-                overflow_fix, asked.transformer, kept.unrepresentable, lstms)
+                overflow_fix, asked.transformer, kept.unrepresentable, lstms, float_lstms)
 
 
 def _final_warnings(inputs: Inputs, report: Report) -> None:

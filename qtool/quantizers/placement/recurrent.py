@@ -10,9 +10,9 @@ the hidden state on that one grid and requantizes every step's hidden state onto
 
 * the hidden state's grid: 8-bit, zero point 128, covering the calibrated max |h| (the LSTM's Y and
   Y_h, the state input's; 1 when none is recorded: o * tanh(c) stays in (-1, 1));
-* X read through one FakeQuantize from its own range (its threshold) onto that grid, an affine
-  re-encoding x' = a x + b that W / a and the bias (minus b times the rows of the stored W / a) undo
-  exactly. NNCF quantizes X at its own range instead, which then holds the hidden state too:
+* X read through one FakeQuantize from its own range (its threshold; signed, -128 and 127 steps so that
+  its 0 lands on the grid's: `x_levels`) onto that grid, an affine re-encoding x' = a x + b that W / a and
+  the bias (minus b times the rows of the stored W / a) undo exactly. NNCF quantizes X at its own range instead, which then holds the hidden state too:
   Silero VAD's ReLU input [0, 9] leaves no negative h (its hn at -6.6 dB), ddddocr's +-6.3 a step of
   0.05 for h (11.7 dB);
 * W and R symmetric int8 with one scale per hidden unit, shared by the four gates, both directions,
@@ -63,6 +63,7 @@ import numpy as np
 
 from ...model import graph as G
 from ...model import lazy
+from ...statistics import noise
 from .exclusions import Kept
 from .state import Inputs
 
@@ -72,6 +73,13 @@ WEIGHT_MAX = 127  # symmetric narrow int8 codes
 # without VNNI a pair of u8 x s8 products sums in int16: 255 x 128 = 32640 fits (either sign), so a pair's codes may sum to
 # 128 of one sign; codes rounded from values summing to at most 127 steps sum to at most 128
 PAIR_STEPS = 127
+# the hidden state's grids tried, in multiples of its calibrated max |h|: a wider one coarsens h but lets W / a shrink
+# toward R where X's range is wide (a = the grid's width / X's), and W and R share one scale per unit
+WIDENINGS = (1.0, 1.5, 2.0, 3.0)
+# below it an LSTM stays float: its int8 would be the model's weakest step (an int8 activation quantizer leaves 20-40 dB,
+# median ~31.6, at a linear layer's output: qtool.targets.tensorrt.attention.MIN_SQNR_DB); the estimate is rough (on the
+# zoo's LSTMs it errs 2-3 dB either way of the SQNR the LSTM alone leaves, up to 6 dB high on an embedding's X)
+MIN_SQNR_DB = 28.0
 
 
 @dataclass(frozen=True)
@@ -113,12 +121,12 @@ def _constant(inputs: Inputs, t: str) -> np.ndarray | None:
     return values if np.all(np.isfinite(values)) else None
 
 
-def lstm_sites(inputs: Inputs, kept: Kept, pairs: bool = False) -> list[RecurrentSite]:
-    """The LSTMs to run in int8, in graph order; `pairs`: their weights' pairs bounded for CPUs without VNNI
-    (`pair_bound`)."""
-    m, out = inputs.m, []
+def lstm_sites(inputs: Inputs, kept: Kept, pairs: bool = False) -> tuple[list[RecurrentSite], dict[str, str]]:
+    """The LSTMs to run in int8, in graph order, and those left float by their estimated error (node -> why); `pairs`:
+    their weights' pairs bounded for CPUs without VNNI (`pair_bound`)."""
+    m, out, floats = inputs.m, [], {}
     if G.default_opset(m.proto) < 9:  # the zero state is a ConstantOfShape
-        return out
+        return out, floats
     for node in m.graph.node:
         if not _plain_lstm(node) or node.name in kept.nodes:
             continue
@@ -137,10 +145,13 @@ def lstm_sites(inputs: Inputs, kept: Kept, pairs: bool = False) -> list[Recurren
         state = node.input[5] if len(node.input) > 5 and node.input[5] else None
         if state is not None and (state in kept.tensors or m.types.get(state) != 1):
             continue
-        site = _site(node.name, inputs, node, threshold, state, w, r, bias, pairs)
-        if site is not None:
+        site, error = _best_site(inputs, node, threshold, state, w, r, bias, pairs)
+        if site is not None and error is not None and error["sqnr_db"] < MIN_SQNR_DB:
+            floats[node.name] = (f"int8 error: its gates at {error['sqnr_db']:.1f} dB SQNR < {MIN_SQNR_DB:g} dB (X {error['x_db']:.1f}, "
+                                 f"h {error['h_db']:.1f}, W {error['w_db']:.1f}, R {error['r_db']:.1f} dB; estimated from the calibration)")
+        elif site is not None:
             out.append(site)
-    return _padded(out)
+    return _padded(out), floats
 
 
 def _padded(sites: list[RecurrentSite]) -> list[RecurrentSite]:
@@ -165,6 +176,25 @@ def _padded(sites: list[RecurrentSite]) -> list[RecurrentSite]:
     return out
 
 
+def _best_site(inputs: Inputs, node, threshold, state: str | None, w: np.ndarray, r: np.ndarray, bias: np.ndarray,
+               pairs: bool) -> tuple[RecurrentSite | None, dict | None]:
+    """The LSTM's int8 site on the hidden state's grid (of WIDENINGS) whose gates' estimated error (`gate_error`) is
+    least, with that estimate; without the histograms to estimate it, the grid of the calibrated max |h| and None."""
+    records = inputs.records
+    x_record, h_record = records.get(node.input[0]), records.get(node.output[0]) if node.output else None
+    best, best_error = None, None
+    for widen in WIDENINGS:
+        site = _site(node.name, inputs, node, threshold, state, w, r, bias, pairs, widen)
+        if site is None:
+            return None, None
+        error = gate_error(site, w, r, x_record, h_record)
+        if error is None:
+            return site, None
+        if best_error is None or error["sqnr_db"] > best_error["sqnr_db"]:
+            best, best_error = site, error
+    return best, best_error
+
+
 def pair_bound(values: np.ndarray) -> np.ndarray:
     """Per row of `values` [..., rows, K] (K the reduction, in the kernel's order): the largest sum of one sign's parts
     of a pair of inputs 2p, 2p + 1 (an odd K's last input pairs with the kernel's zero padding)."""
@@ -173,17 +203,28 @@ def pair_bound(values: np.ndarray) -> np.ndarray:
     return np.maximum(np.clip(pair, 0, None).sum(-1), np.clip(-pair, 0, None).sum(-1)).max(axis=-1)
 
 
+def x_levels(amax: float, unsigned: bool) -> tuple[float, float]:
+    """The range X's FakeQuantize maps onto the grid's 256 codes: [0, amax] unsigned; signed, -128 and 127 steps of
+    amax / 127, so that x = 0 lands on a code (128, the grid's 0: b = 0). A symmetric [-amax, amax] put 0 half way
+    between codes 127 and 128: every zero of X read back half a step off (an embedding whose inputs are mostly 0:
+    the text BiLSTM's first LSTM alone at 18 dB, 31 with 0 on a code; tests/zoo.py embedding_bilstm_like)."""
+    if unsigned:
+        return 0.0, float(amax)
+    step = amax / (LEVELS - 1 - GRID_ZERO_POINT)
+    return -GRID_ZERO_POINT * step, (LEVELS - 1 - GRID_ZERO_POINT) * step
+
+
 def _site(name: str, inputs: Inputs, node, threshold, state: str | None, w: np.ndarray, r: np.ndarray,
-          bias: np.ndarray, pairs: bool) -> RecurrentSite | None:
+          bias: np.ndarray, pairs: bool, widen: float = 1.0) -> RecurrentSite | None:
     records = inputs.records
     peaks = [records[t].absmax for t in (node.output[0] if node.output else "", node.output[1] if len(node.output) > 1 else "",
                                          state or "") if t and t in records]
-    h_max = max(peaks) if peaks else 1.0
+    h_max = (max(peaks) if peaks else 1.0) * widen
     if not np.isfinite(h_max) or h_max <= 0:
         return None
     step = h_max / (LEVELS - 1 - GRID_ZERO_POINT)
     grid = (-GRID_ZERO_POINT * step, (LEVELS - 1 - GRID_ZERO_POINT) * step)
-    x_range = (0.0 if threshold.unsigned else -threshold.amax, threshold.amax)
+    x_range = x_levels(threshold.amax, threshold.unsigned)
     a = (grid[1] - grid[0]) / (x_range[1] - x_range[0])
     b = grid[0] - a * x_range[0]
     dirs, gates = w.shape[:2]
@@ -207,3 +248,37 @@ def _site(name: str, inputs: Inputs, node, threshold, state: str | None, w: np.n
     new_bias[:, :gates] -= b * (w_codes * scale32.astype(np.float64)).sum(axis=2)
     return RecurrentSite(name, (float(x_range[0]), float(x_range[1])), (float(grid[0]), float(grid[1])), state,
                          w_codes.astype(np.int8), r_codes.astype(np.int8), scale32, new_bias.astype(np.float32), widened)
+
+
+def _moments(record, step: float, top: float) -> noise.HistogramError | None:
+    """A record's |x| histogram on the lattice k * step, k <= top (None: no histogram)."""
+    if record is None or record.hist_range <= 0 or not len(record.counts):
+        return None
+    return noise.histogram_error(record.counts, record.edges(), noise.lattice(step, top=top))
+
+
+def gate_error(site: RecurrentSite, w: np.ndarray, r: np.ndarray, x_record, h_record) -> dict | None:
+    """The estimated SQNR (dB) of the gates' pre-activations W x + R h of the int8 LSTM `site` (W, R its float
+    weights), from the calibration's histograms of X (`x_record`) and of the hidden state (`h_record`, the LSTM's Y):
+    each input taken as independent of the others with its tensor's power E[x^2] (E[h^2]), the error of a row k
+    is |W_k|^2 E[ex^2] + |R_k|^2 E[eh^2] (X's and h's rounding on their grids) + |W_k - W^_k|^2 E[x^2] + |R_k - R^_k|^2
+    E[h^2] (the codes', W^ back in X's units), over the rows' |W_k|^2 E[x^2] + |R_k|^2 E[h^2]. "sqnr_db" all of them,
+    "x_db", "h_db", "w_db", "r_db" each part alone. None without both histograms."""
+    x_step = (site.x_range[1] - site.x_range[0]) / (LEVELS - 1)
+    h_step = (site.grid[1] - site.grid[0]) / (LEVELS - 1)
+    x = _moments(x_record, x_step, LEVELS - 1 if site.x_range[0] == 0 else LEVELS - 1 - GRID_ZERO_POINT)
+    h = _moments(h_record, h_step, LEVELS - 1 - GRID_ZERO_POINT)
+    if x is None or h is None:
+        return None
+    a = (site.grid[1] - site.grid[0]) / (site.x_range[1] - site.x_range[0])
+    scale = site.scale.astype(np.float64)
+    w2, r2 = float((w * w).sum()), float((r * r).sum())
+    dw = float(((w - site.w_codes * scale * a) ** 2).sum())
+    dr = float(((r - site.r_codes * scale) ** 2).sum())
+    signal = w2 * x.power + r2 * h.power
+    if not signal > 0:
+        return None
+    parts = {"x_db": w2 * x.noise, "h_db": r2 * h.noise, "w_db": dw * x.power, "r_db": dr * h.power}
+    out = {"sqnr_db": noise.sqnr_db(signal, sum(parts.values()))}
+    out.update({k: noise.sqnr_db(signal, v) for k, v in parts.items()})
+    return out
