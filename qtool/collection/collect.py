@@ -467,6 +467,7 @@ class Partial:
     seen: int
 
 
+@blas.one_thread()  # numpy's products (the Grams) run beside the session's threads and the other workers'
 def accumulate(session: onnxruntime.Session | segments.Segmented, plan: Plan, runs: Iterable[tuple[Feeds, int]], progress=None,
                stats: dict | None = None, schedule: Schedule = Schedule()) -> _Accumulator:
     """collect's histograms and statistics before they are put together: Concat outputs still
@@ -519,21 +520,20 @@ def accumulate(session: onnxruntime.Session | segments.Segmented, plan: Plan, ru
     if schedule.kernel is True:
         histogram.start_loading()
     try:
-        with blas.one_thread():  # numpy's products (the Grams) run beside the session's threads and the other workers'
-            first = next(source, None)
-            if first is not None:
-                if fixed:
-                    probe = {k: v[:plan.probe_size] for k, v in first[0].items()}
-                    accs[0].fill(zip(fixed, onnxruntime.run(session, fixed, probe)), plan.probe_size)
-                # the first batch alone, while the binning kernel loads: it is then ready before the
-                # workers start (their runs beside the load stall on the GIL it holds)
-                take(accs[0], *first)
-                if callable(schedule.kernel) and schedule.kernel(fetched[0]):
-                    # loaded before the workers start: its load (numba's compiler) does not come on
-                    # top of their runs' activations
-                    histogram.start_loading()
-                    histogram.wait_for_kernel()
-            _run_workers(accs, source, lock, take)
+        first = next(source, None)
+        if first is not None:
+            if fixed:
+                probe = {k: v[:plan.probe_size] for k, v in first[0].items()}
+                accs[0].fill(zip(fixed, onnxruntime.run(session, fixed, probe)), plan.probe_size)
+            # the first batch alone, while the binning kernel loads: it is then ready before the
+            # workers start (their runs beside the load stall on the GIL it holds)
+            take(accs[0], *first)
+            if callable(schedule.kernel) and schedule.kernel(fetched[0]):
+                # loaded before the workers start: its load (numba's compiler) does not come on
+                # top of their runs' activations
+                histogram.start_loading()
+                histogram.wait_for_kernel()
+        _run_workers(accs, source, lock, take)
     finally:
         for team in teams.values():
             team.close()

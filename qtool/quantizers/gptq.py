@@ -110,6 +110,7 @@ def _eligible(site, nodes: dict, constants: set, int8: set, records: dict):
     return name, h, bool(n.op_type == "Gemm" and int(G.attr(n, "transB", 0)))
 
 
+@blas.one_thread()  # serial small products: BLAS threads would only spin (qtool.blas)
 def apply(model: onnx.ModelProto, plan, records: dict) -> list[str]:
     """Round the plan's eligible weight quantizers by GPTQ (in place: their `values` become the
     chosen grid points, `unrounded` the float weights, `floor` pins their scales); returns the
@@ -118,49 +119,48 @@ def apply(model: onnx.ModelProto, plan, records: dict) -> list[str]:
     constants = {t.name for t in model.graph.initializer} | {n.output[0] for n in model.graph.node if n.op_type == "Constant" and n.output}
     int8 = set(plan.int8_layers)
     done = []
-    with blas.one_thread():  # serial small products: BLAS threads would only spin (qtool.blas)
-        for site in plan.weights:
-            found = _eligible(site, nodes, constants, int8, records)
-            if found is None:
-                continue
-            name, h, transposed = found
-            w = np.asarray(site.values, dtype=np.float64)
-            kn = w.T if transposed else w
-            if h.shape[0] != kn.shape[0]:
-                continue
-            params = site.params()
-            out_axis = 0 if transposed else 1
-            if params.axis is not None and params.axis % 2 != out_axis:
-                continue
-            if np.any(np.asarray(params.zero_point) != 0):
-                continue
-            scale = np.broadcast_to(np.asarray(params.scale, dtype=np.float64).reshape(-1), (kn.shape[1],))
-            rtn = np.clip(np.rint(kn / scale), params.grid.qmin, params.grid.qmax)
-            limit = np.abs(rtn).max(axis=0)
-            codes = round_codes(kn, h, scale, limit)
-            if codes is None:
-                continue
-            q = codes * scale
-            if output_error(kn, q, h) >= output_error(kn, rtn * scale, h):
-                continue  # no better than round-to-nearest on the calibration tokens
-            # the range the scale came from (the float weights' peak, or the guard's wider floor) is pinned: the
-            # codes stay within it, and a grid point past it by an ulp is brought back (it would move the scale)
-            amax = np.abs(kn).max(axis=0) if params.axis is not None else np.asarray(float(np.abs(kn).max()))
-            pinned = amax if site.floor is None else np.maximum(amax, np.asarray(site.floor, dtype=np.float64))
-            stored = np.clip(q, -pinned, pinned).astype(site.values.dtype)
-            for _ in range(4):  # the top code's grid point rounded up past the range by the stored type: one ulp back
-                over = np.abs(stored.astype(np.float64)) > pinned
-                if not over.any():
-                    break
-                stored[over] = np.nextafter(stored[over], stored.dtype.type(0))
-            values = np.ascontiguousarray(stored.T if transposed else stored)
-            old_values, old_floor = site.values, site.floor
-            site.unrounded, site.values, site.floor = old_values, values, pinned
-            new = site.params()
-            if not (np.array_equal(np.asarray(new.scale), np.asarray(params.scale)) and
-                    np.array_equal(quantize(site.values, new), (codes.T if transposed else codes)) and
-                    np.allclose(grid_values(site.values, new), site.values, rtol=1e-6, atol=0)):
-                site.values, site.floor, site.unrounded = old_values, old_floor, None  # not representable exactly: left alone
-                continue
-            done.append(name)
+    for site in plan.weights:
+        found = _eligible(site, nodes, constants, int8, records)
+        if found is None:
+            continue
+        name, h, transposed = found
+        w = np.asarray(site.values, dtype=np.float64)
+        kn = w.T if transposed else w
+        if h.shape[0] != kn.shape[0]:
+            continue
+        params = site.params()
+        out_axis = 0 if transposed else 1
+        if params.axis is not None and params.axis % 2 != out_axis:
+            continue
+        if np.any(np.asarray(params.zero_point) != 0):
+            continue
+        scale = np.broadcast_to(np.asarray(params.scale, dtype=np.float64).reshape(-1), (kn.shape[1],))
+        rtn = np.clip(np.rint(kn / scale), params.grid.qmin, params.grid.qmax)
+        limit = np.abs(rtn).max(axis=0)
+        codes = round_codes(kn, h, scale, limit)
+        if codes is None:
+            continue
+        q = codes * scale
+        if output_error(kn, q, h) >= output_error(kn, rtn * scale, h):
+            continue  # no better than round-to-nearest on the calibration tokens
+        # the range the scale came from (the float weights' peak, or the guard's wider floor) is pinned: the
+        # codes stay within it, and a grid point past it by an ulp is brought back (it would move the scale)
+        amax = np.abs(kn).max(axis=0) if params.axis is not None else np.asarray(float(np.abs(kn).max()))
+        pinned = amax if site.floor is None else np.maximum(amax, np.asarray(site.floor, dtype=np.float64))
+        stored = np.clip(q, -pinned, pinned).astype(site.values.dtype)
+        for _ in range(4):  # the top code's grid point rounded up past the range by the stored type: one ulp back
+            over = np.abs(stored.astype(np.float64)) > pinned
+            if not over.any():
+                break
+            stored[over] = np.nextafter(stored[over], stored.dtype.type(0))
+        values = np.ascontiguousarray(stored.T if transposed else stored)
+        old_values, old_floor = site.values, site.floor
+        site.unrounded, site.values, site.floor = old_values, values, pinned
+        new = site.params()
+        if not (np.array_equal(np.asarray(new.scale), np.asarray(params.scale)) and
+                np.array_equal(quantize(site.values, new), (codes.T if transposed else codes)) and
+                np.allclose(grid_values(site.values, new), site.values, rtol=1e-6, atol=0)):
+            site.values, site.floor, site.unrounded = old_values, old_floor, None  # not representable exactly: left alone
+            continue
+        done.append(name)
     return done
