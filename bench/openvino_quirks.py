@@ -407,5 +407,6 @@ def main() -> None:
           f"  -> {'runs as the file says' if subtracted >= SAME else 'SUB OF TWO BRANCHES COMPUTED OTHERWISE: qtool files are affected'}")
     print(f"10. GRU with int8 W, R per unit: linear_before_reset=0 run vs file {gru_int8(0)}; linear_before_reset=1 {gru_int8(1)}")
 
+
 if __name__ == "__main__":
     main()
