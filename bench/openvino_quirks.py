@@ -63,6 +63,11 @@ lines mean the same on AVX2-only CPUs (tests/avx2.py) as on VNNI ones.
    upstream (float rounding, growing layer by layer) weighs ~24 dB more at the Abs: capspot_sim's run 2.1 dB from
    its simulation on 8 inputs is that drift (0.8 dB on 196; qtool evaluate's swap test), not this Eltwise.
    Printed: run vs exact, the runtime layer holding the Sub and its precision.
+10. (watched: why qtool leaves GRUs float) x -> FakeQuantize -> GRU with int8 W and R times one scale per hidden unit,
+   as case 5's LSTM. OpenVINO 2026.4 runs it as a u8 RNNSeq only with linear_before_reset=0 (run vs the file's float
+   arithmetic ~40 dB: its hidden state requantized every step, as for LSTMs); with linear_before_reset=1, what torch
+   exports (a romanizer's bidirectional GRUs), the model does not compile ("could not create a primitive descriptor
+   for the LBR GRU forward propagation primitive"). Printed: run vs file and the RNNSeq precisions, or the failure.
 
 Usage: PYTHONPATH=. python bench/openvino_quirks.py (this checkout's qtool, not an installed one)
 """
@@ -247,6 +252,35 @@ def lstm_pair(dirs: int, cache: bool = True, seed: int = 1, pad: int = 0) -> flo
     return _sqnr(_exact(m, feeds), np.asarray(compiled(feeds)[compiled.outputs[0]]))
 
 
+def gru_int8(lbr: int, seed: int = 1) -> str:
+    """Case 10: run vs the file's float arithmetic and the RNNSeq precisions of a forward GRU read through a
+    FakeQuantize with int8 W and R per hidden unit, or why OpenVINO refused it."""
+    rng = np.random.default_rng(seed)
+    hidden, feat, steps = 16, 12, 20
+    w, r = rng.normal(0, 0.3, (1, 3 * hidden, feat)), rng.normal(0, 0.3, (1, 3 * hidden, hidden))
+    peak = np.maximum(np.abs(w).max(axis=2), np.abs(r).max(axis=2)).reshape(3, hidden).max(axis=0)
+    scale = np.tile(peak / 127, 3).reshape(1, 3 * hidden, 1).astype(np.float32)
+    inits = {"w8": np.clip(np.rint(w / scale), -127, 127).astype(np.int8), "r8": np.clip(np.rint(r / scale), -127, 127).astype(np.int8),
+             "s": scale, "b": rng.normal(0, 0.1, (1, 6 * hidden)).astype(np.float32),
+             "lo": np.float32(-2), "hi": np.float32(2), "glo": np.float32(-128 / 127), "ghi": np.float32(1)}
+    nodes = [_fq("x", "lo", "hi", "xq"), helper.make_node("Cast", ["w8"], ["wf"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["wf", "s"], ["w"]), helper.make_node("Cast", ["r8"], ["rf"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["rf", "s"], ["r"]),
+             helper.make_node("GRU", ["xq", "w", "r", "b"], ["out"], hidden_size=hidden, linear_before_reset=lbr)]
+    nodes[0].input[3:] = ["glo", "ghi"]
+    m = _model(nodes, {"x": ["T", 1, feat]}, inits)
+    x = {"x": rng.uniform(-2, 2, (steps, 1, feat)).astype(np.float32)}
+    try:
+        session = simulate.runtime("openvino", m.SerializeToString())
+        run = np.asarray(session.run(None, x)[0])
+    except Exception as e:  # OpenVINO refusing it is the finding
+        lines = [line for line in str(e).splitlines() if "primitive" in line or "could not" in line]
+        return f"does not compile ({(lines or [str(e).splitlines()[-1]])[0].strip()[:90]})"
+    precisions = sorted(str(op.get_rt_info()["runtimePrecision"].astype(str)) for op in session.compiled.get_runtime_model().get_ops()
+                        if str(op.get_rt_info()["layerType"].astype(str)) == "RNNSeq")
+    return f"{_sqnr(_exact(m, x), run):6.1f} ({'/'.join(precisions)})"
+
+
 def bias_to_first_channel(rng) -> tuple[float, float]:
     """(run vs exact with the bias in the Conv, with it an Add after a Conv without one), dB: a Conv whose output's
     height sizes a Resize, on a dynamic shape (CRAFT's upsampling to its skip's size; OpenVINO 2026.4 moves the ShapeOf
@@ -371,6 +405,7 @@ def main() -> None:
     subtracted, layer = branches_subtracted(rng)
     print(f"9. two u8 branches of unequal ranges -> Sub -> Abs -> FakeQuantize: run vs file {subtracted:6.1f} (the Sub in: {layer})"
           f"  -> {'runs as the file says' if subtracted >= SAME else 'SUB OF TWO BRANCHES COMPUTED OTHERWISE: qtool files are affected'}")
+    print(f"10. GRU with int8 W, R per unit: linear_before_reset=0 run vs file {gru_int8(0)}; linear_before_reset=1 {gru_int8(1)}")
 
 
 if __name__ == "__main__":

@@ -419,16 +419,7 @@ def _int8_lstm(model: onnx.ModelProto, namer: G.Namer, node: onnx.NodeProto, sit
     while len(node.input) < 4:
         node.input.append("")
     x_in = node.input[0]
-    x, w_codes = x_in, site.w_codes
-    if site.pad:
-        x = namer.fresh(f"{base}/X/padded")
-        pads = [0, 0, 0, 0, 0, site.pad]  # [seq, batch, input]: zeros after the last input feature
-        if G.default_opset(model) >= 11:
-            model.graph.node.append(helper.make_node("Pad", [x_in, const(np.array(pads, np.int64), "X/pads")], [x],
-                                                     name=namer.fresh(f"{base}/X/Pad")))
-        else:  # Pad-2: the pads an attribute
-            model.graph.node.append(helper.make_node("Pad", [x_in], [x], name=namer.fresh(f"{base}/X/Pad"), pads=pads))
-        w_codes = np.concatenate([w_codes, np.zeros(w_codes.shape[:2] + (site.pad,), w_codes.dtype)], axis=2)
+    x, w_codes = _padded_input(model, namer, base, x_in, site)
     node.input[0] = fake_quantize(x, *site.x_range, "X")
     node.input[1] = weight(w_codes, "W")
     node.input[2] = weight(site.r_codes, "R")
@@ -452,6 +443,22 @@ def _int8_lstm(model: onnx.ModelProto, namer: G.Namer, node: onnx.NodeProto, sit
     while len(node.input) < 6:
         node.input.append("")
     node.input[5] = fake_quantize(state, *site.grid, "initial_h")
+
+
+def _padded_input(model: onnx.ModelProto, namer: G.Namer, base: str, x: str, site) -> tuple[str, np.ndarray]:
+    """(the LSTM's input, its W codes), both with `site.pad` zero input features appended (a Pad; zero columns)."""
+    if not site.pad:
+        return x, site.w_codes
+    padded = namer.fresh(f"{base}/X/padded")
+    pads = [0, 0, 0, 0, 0, site.pad]  # [seq, batch, input]: zeros after the last input feature
+    if G.default_opset(model) >= 11:
+        name = namer.fresh(f"{base}/X/pads")
+        model.graph.initializer.append(numpy_helper.from_array(np.array(pads, np.int64), name))
+        model.graph.node.append(helper.make_node("Pad", [x, name], [padded], name=namer.fresh(f"{base}/X/Pad")))
+    else:  # Pad-2: the pads an attribute
+        model.graph.node.append(helper.make_node("Pad", [x], [padded], name=namer.fresh(f"{base}/X/Pad"), pads=pads))
+    codes = site.w_codes
+    return padded, np.concatenate([codes, np.zeros(codes.shape[:2] + (site.pad,), codes.dtype)], axis=2)
 
 
 def _static_batch(model: onnx.ModelProto, x: str) -> bool:
