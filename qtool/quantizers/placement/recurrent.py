@@ -169,8 +169,8 @@ def lstm_sites(inputs: Inputs, kept: Kept, pairs: bool = False) -> tuple[list[Re
 
 def _best_site(inputs: Inputs, node, threshold, state: str | None, w: np.ndarray, r: np.ndarray, bias: np.ndarray,
                pairs: bool) -> tuple[RecurrentSite | None, dict | None]:
-    """The LSTM's int8 site on the hidden state's grid (of WIDENINGS) whose gates' estimated error (`gate_error`) is
-    least, with that estimate; without the histograms to estimate it, the grid of the calibrated max |h| and None."""
+    """The LSTM's int8 site on the hidden state's grid (of WIDENINGS) whose estimated error (`gate_error`) is least,
+    with that estimate; without the histograms to estimate it, the grid of the calibrated max |h| and None."""
     records = inputs.records
     x_record, h_record = records.get(node.input[0]), records.get(node.output[0]) if node.output else None
     best, best_error = None, None
@@ -197,8 +197,9 @@ def pair_bound(values: np.ndarray) -> np.ndarray:
 def x_levels(amax: float, unsigned: bool) -> tuple[float, float]:
     """The range X's FakeQuantize maps onto the grid's 256 codes: [0, amax] unsigned; signed, -128 and 127 steps of
     amax / 127, so that x = 0 lands on a code (128, the grid's 0: b = 0). A symmetric [-amax, amax] put 0 half way
-    between codes 127 and 128: every zero of X read back half a step off (an embedding whose inputs are mostly 0:
-    the text BiLSTM's first LSTM alone at 18 dB, 31 with 0 on a code; tests/zoo.py embedding_bilstm_like)."""
+    between codes 127 and 128: every zero of X read back half a step off (an embedding whose values are mostly 0:
+    tashkeel_rawi_v3's first LSTM alone at 18 dB, 31 with 0 on a code; tests/test_recurrent.py
+    test_zero_of_the_lstm_input_lands_on_a_code)."""
     if unsigned:
         return 0.0, float(amax)
     step = amax / (LEVELS - 1 - GRID_ZERO_POINT)
