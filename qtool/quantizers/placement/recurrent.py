@@ -80,7 +80,7 @@ WIDENINGS = (1.0, 1.5, 2.0, 3.0)
 # leaves, 4-9 dB high on some (X's rounding where X is an embedding or much wider than 1). Set between the zoo's two
 # nearest: tashkeel_rawi_v3's first LSTM (25.3 dB; its int8 cost the model 11 dB) and ddddocr_beta's (28.7; 1.3 dB,
 # where NNCF's int8 LSTM is at 11.7 dB and a float one ran at 1.5x its latency); an int8 activation quantizer leaves
-# 20-40 dB at a linear layer's output (qtool.targets.tensorrt.attention.MIN_SQNR_DB)
+# 20-40 dB at a linear layer's output (the attention core's rule, MIN_SQNR_DB of its target)
 MIN_SQNR_DB = 27.0
 # the estimate reads the bulk of |x| and |h|, their smallest 99%: an LSTM's gates saturate at X's rare largest values (so
 # their errors matter little there) and its output follows the typical steps; by power alone, a few large values hid the
