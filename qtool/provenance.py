@@ -217,6 +217,10 @@ def quantizes_nothing(proto, target: str, summary: dict, calibrated: int | None 
     if calibrated == 0:
         why = ("the calibration holds no tensor's range (calibrate records the float activations whose values reach an "
                "output; here none does, or the calibration was made for another model)")
+    elif summary.get("float_lstm"):
+        lstms = summary["float_lstm"]
+        why = (f"its LSTM(s) stay float, their int8 estimated to cost too much ({'; '.join(f'{k}: {v}' for k, v in list(lstms.items())[:2])}), "
+               "and it has no other op the target quantizes")
     elif kept:
         shown = ", ".join(kept[:5]) + (f" and {len(kept) - 5} more" if len(kept) > 5 else "")
         why = f"every layer it could quantize stays FP32 ({len(kept)}: {shown}), by the exclusions asked for or the target's own"

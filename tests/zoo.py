@@ -1219,13 +1219,14 @@ def spectrogram_bilstm_like(bins=24, ch=8, units=16, hidden=8, classes=4, seed=7
     return _make_model(graph, 18)
 
 
-def embedding_bilstm_tagger_like(vocab=40, emb=12, hidden=8, tags=16, seed=6211, zeros=0.0):
+def embedding_bilstm_tagger_like(vocab=40, emb=12, hidden=8, tags=16, seed=6211, zeros=0.0, gain=1.0, rare=0.0, w_gain=1.0):
     """A character tagger as text2tashkeel's rawi models are before onnxruntime's quantize_dynamic:
     int64 ids [batch, seq] -> Gather(embedding) -> Transpose to time-first -> bidirectional LSTM ->
     back to batch-first, directions joined -> MatMul + Add head. quantize_dynamic(this) writes the
     quantized Gather those models ship: a uint8 table, its rows dequantized after the Gather and again
     after the Transpose (onnxruntime/python/tools/quantization/operators/gather.py, direct_q8.py). zeros: the share
-    of the table's entries set to exactly 0 (rawi_v3's embedded characters are 0 in 9 values of 10)."""
+    of the table's entries set to exactly 0 (rawi_v3's embedded characters are 0 in 9 values of 10); gain: the table's
+    scale; rare: the share of its entries set to 8 (rare large values, heavy tails); w_gain: the LSTM's W scale."""
     rng = np.random.default_rng(seed)
 
     def w(name, *shape, s=0.3):
@@ -1236,10 +1237,14 @@ def embedding_bilstm_tagger_like(vocab=40, emb=12, hidden=8, tags=16, seed=6211,
              numpy_helper.from_array(np.array([0, 0, -1], np.int64), "join"),
              numpy_helper.from_array(np.array([0], np.int64), "first"),
              numpy_helper.from_array(np.array([2], np.int64), "dirs"), numpy_helper.from_array(np.array([hidden], np.int64), "units")]
-    if zeros:
+    if zeros or gain != 1.0 or rare:
         table = numpy_helper.to_array(inits[0]).copy()
         table[np.random.default_rng(seed + 1).random(table.shape) < zeros] = 0
-        inits[0] = numpy_helper.from_array(table, "embedding.weight")
+        table *= gain
+        table[np.random.default_rng(seed + 2).random(table.shape) < rare] = 8.0
+        inits[0] = numpy_helper.from_array(table.astype(np.float32), "embedding.weight")
+    if w_gain != 1.0:
+        inits[1] = numpy_helper.from_array(numpy_helper.to_array(inits[1]) * np.float32(w_gain), "W")
     nodes = [
         helper.make_node("Gather", ["embedding.weight", "ids"], ["e"], "/embedding/Gather"),
         # the zero initial state sized from the embedded batch, as torch.onnx writes it (Shape of the embedding)
