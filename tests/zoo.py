@@ -48,6 +48,7 @@ __all__ = [
     "vit_like",
     "char_conv_segmenter_like",
     "stft_lstm_vad_like",
+    "logmel_frontend_like",
     "unrolled_rnn_like",
     "crnn_bilstm_like",
     "spelled_layernorm_like",
@@ -1017,6 +1018,49 @@ def stft_lstm_vad_like(opset=16, samples=64, kernel=16, stride=8, bins=8, ch=16,
                     [helper.make_tensor_value_info("speech_probs", FLOAT, [1, 1, "time"]),
                      helper.make_tensor_value_info("hn", FLOAT, [1, 1, hidden]),
                      helper.make_tensor_value_info("cn", FLOAT, [1, 1, hidden])])
+    return _make_model(graph, opset)
+
+
+def logmel_frontend_like(opset=13, samples=256, kernel=32, stride=16, bins=17, mels=8, hidden=16, seed=4931):
+    """A log-mel front end as openwakeword's melspectrogram.onnx is exported (openwakeword 0.4.0,
+    resources/models/melspectrogram.onnx, torchlibrosa's STFT): audio [batch, samples] of int16-valued floats ->
+    Unsqueeze -> two Convs with constant windowed DFT bases (real and imaginary) -> Transpose -> Pow 2, Pow 2 ->
+    Add (the power) -> MatMul by a constant non-negative mel filterbank -> Clip(1e-10) -> Log -> Mul (10 / ln 10:
+    dB); then a small head over the log-mel frames (Gemm, Relu, Gemm) as the embedding models reading it have.
+    Outputs the dB log-mel [batch, frames, mels] and the head's [batch, frames, 4]."""
+    g = _Graph(seed=seed)
+    rng = g.rng
+    n_fft = 2 * (bins - 1)
+    t = np.arange(kernel)
+    freq = np.arange(bins)[:, None]
+    window = np.hanning(kernel)
+    x = g.op("Unsqueeze", ["audio", g.init("/stft/axis1", np.array([1], np.int64))], "/stft")  # [B, 1, samples]
+    two = g.init("/stft/two", np.array(2.0, np.float32))
+    power = []
+    for name, basis in (("real", np.cos(2 * np.pi * freq * t / n_fft)), ("imag", -np.sin(2 * np.pi * freq * t / n_fft))):
+        w = g.init(f"stft.conv_{name}.weight", (basis * window)[:, None, :].astype(np.float32))
+        part = g.op("Conv", [x, w], "/stft", kernel_shape=[kernel], strides=[stride])  # [B, bins, frames]
+        power.append(g.op("Pow", [g.op("Transpose", [part], "/stft", perm=[0, 2, 1]), two], "/stft"))
+    spec = g.op("Add", power, "/stft")  # [B, frames, bins]
+    centre = np.linspace(1, bins - 2, mels)
+    mel = np.maximum(0, 1 - np.abs(np.arange(bins)[:, None] - centre[None]) / 2.5)  # triangles, [bins, mels]
+    melspec = g.op("MatMul", [spec, g.init("mel.weight", mel.astype(np.float32))], "/mel")
+    floor = g.op("Clip", [melspec, g.init("/mel/min", np.array(1e-10, np.float32)), ""], "/mel")
+    g.op("Mul", [g.op("Log", [floor], "/mel"), g.init("/mel/db", np.array(10 / np.log(10), np.float32))], "/mel",
+         outputs=["logmel"])
+    h = "logmel"
+    for i, (cin, cout) in enumerate(((mels, hidden), (hidden, 4))):
+        w = g.init(f"head.{i}.weight", (rng.normal(0, 1, (cin, cout)) / np.sqrt(cin) / (40 if i == 0 else 1)).astype(np.float32))
+        h = g.op("Add", [g.op("MatMul", [h, w], f"/head.{i}"), g.init(f"head.{i}.bias", rng.normal(0, 0.1, cout).astype(np.float32))],
+                 f"/head.{i}")
+        if i == 0:
+            h = g.op("Relu", [h], f"/head.{i}")
+    g.op("Identity", [h], "", outputs=["scores"])
+    frames = (samples - kernel) // stride + 1
+    graph = g.graph("logmel_frontend",
+                    [helper.make_tensor_value_info("audio", FLOAT, ["batch", samples])],
+                    [helper.make_tensor_value_info("logmel", FLOAT, ["batch", frames, mels]),
+                     helper.make_tensor_value_info("scores", FLOAT, ["batch", frames, 4])])
     return _make_model(graph, opset)
 
 
