@@ -49,6 +49,7 @@ __all__ = [
     "char_conv_segmenter_like",
     "stft_lstm_vad_like",
     "logmel_frontend_like",
+    "fp16_char_tagger_like",
     "unrolled_rnn_like",
     "crnn_bilstm_like",
     "spelled_layernorm_like",
@@ -967,6 +968,27 @@ def char_conv_segmenter_like(opset=18, vocab=60, emb=16, ch=24, seed=6101):
     g.op("MatMul", [h, w2], "/linear2", outputs=["logits"])
     graph = g.graph("char_conv_segmenter", [helper.make_tensor_value_info("input", INT64, [1, "seq"])],
                     [helper.make_tensor_value_info("logits", FLOAT, [1, "seq", 2])])
+    return _make_model(graph, opset)
+
+
+def fp16_char_tagger_like(opset=17, vocab=49, emb=16, ch=24, tags=27, seed=6301):
+    """A float16 character tagger as tf2onnx exports a Keras model trained in mixed precision (slovorez 0.1.0's
+    morpheme segmenter, slovorez-test.onnx): int32 char ids [batch, seq] -> Gather from a float16 embedding ->
+    Transpose -> two Conv1D + Relu and a 1x1 Conv, weights and activations float16 -> Transpose -> Softmax ->
+    float16 tag probabilities [batch, seq, tags]."""
+    g = _Graph(seed=seed)
+    half = np.float16
+    x = g.op("Transpose", [g.op("Gather", [g.init("embedding", g.rng.normal(0, 1, (vocab, emb)).astype(half)), "input_layer"],
+                                "/embedding", axis=0)], "/embedding", perm=[0, 2, 1])  # [batch, emb, seq]
+    for i, (cin, cout, k) in enumerate(((emb, ch, 5), (ch, ch, 3), (ch, tags, 1))):
+        w = g.init(f"conv{i}.weight", (g.rng.normal(0, 1, (cout, cin, k)) / np.sqrt(cin * k)).astype(half))
+        b = g.init(f"conv{i}.bias", g.rng.normal(0, 0.1, cout).astype(half))
+        x = g.op("Conv", [x, w, b], f"/conv{i}", kernel_shape=[k], pads=[(k - 1) // 2] * 2)
+        if i < 2:
+            x = g.op("Relu", [x], f"/conv{i}")
+    g.op("Softmax", [g.op("Transpose", [x], "/out", perm=[0, 2, 1])], "/out", outputs=["output_0"], axis=-1)
+    graph = g.graph("fp16_char_tagger", [helper.make_tensor_value_info("input_layer", TensorProto.INT32, ["batch", "seq"])],
+                    [helper.make_tensor_value_info("output_0", TensorProto.FLOAT16, ["batch", "seq", tags])])
     return _make_model(graph, opset)
 
 
