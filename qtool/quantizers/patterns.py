@@ -299,7 +299,7 @@ def _reaches_root_or_log(m: G.Index, t: str, filterbank: bool) -> bool:
     magnitude or a log-power (log-mel) spectrum."""
     for _ in range(_WALK_LIMIT):
         readers = m.readers.get(t, ())
-        if len(readers) != 1 or t in m.outputs or not standard(readers[0][0]):
+        if len(readers) != 1 or not standard(readers[0][0]):
             return False
         r, slot = readers[0]
         if r.op_type in ("Sqrt", "Log"):
