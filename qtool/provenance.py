@@ -209,6 +209,10 @@ _TYPE_NAMES = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.FLOAT16: "flo
                onnx.TensorProto.DOUBLE: "float64"}
 
 
+def _listed(names: list[str]) -> str:
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
 def _type_name(elem_type: int) -> str:
     return _TYPE_NAMES.get(elem_type, onnx.TensorProto.DataType.Name(elem_type).lower())
 
@@ -245,9 +249,14 @@ def quantizes_nothing(proto, target: str, summary: dict, calibrated: int | None 
                "output; here none does, or the calibration was made for another model)")
     elif kept and (foreign := _foreign_weights(proto, target)):
         why = foreign
+    elif kept and set(kept) <= set(own := summary.get("default_exclusions", {})):
+        by_reason: dict[str, list[str]] = {}
+        for layer in kept:
+            by_reason.setdefault(own[layer], []).append(layer)
+        shown = "; ".join(f"{_listed(layers)}: {reason}" for reason, layers in by_reason.items())
+        why = f"the {target} target's own rules keep every layer it could quantize FP32 ({len(kept)}: {shown})"
     elif kept:
-        shown = ", ".join(kept[:5]) + (f" and {len(kept) - 5} more" if len(kept) > 5 else "")
-        why = f"every layer it could quantize stays FP32 ({len(kept)}: {shown}), by the exclusions asked for or the target's own"
+        why = f"every layer it could quantize stays FP32 ({len(kept)}: {_listed(kept)}), by the exclusions asked for or the target's own"
     else:
         ops = sorted({n.op_type for n in proto.graph.node if n.op_type != "Constant"})
         shown = ", ".join(ops[:8]) + (f" and {len(ops) - 8} more" if len(ops) > 8 else "")

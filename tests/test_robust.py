@@ -328,6 +328,31 @@ def test_a_float16_model_for_a_float32_target_fails_saying_so(fp16_tagger, targe
     assert r.exit_code == 0, r.output
 
 
+def test_a_tensorrt_export_of_a_gemv_head_fails_naming_the_rule(tmp_path):
+    """A wake-word head (openwakeword's timer_v0.1.onnx): x [1, 16] -> Gemm, Relu, Gemm [1, 4]. Every Gemm is a GEMV
+    (a dimension of 1), which ModelOpt's rules keep FP32: the refusal names that rule, not "the exclusions asked
+    for" that nobody asked."""
+    from runcli import invoke
+
+    rng = np.random.default_rng(7)
+    x = helper.make_tensor_value_info("x", FLOAT, [1, 16])
+    y = helper.make_tensor_value_info("y", FLOAT, [1, 4])
+    inits = [_w(rng, "w1", 16, 32), _w(rng, "b1", 32), _w(rng, "w2", 32, 4), _w(rng, "b2", 4)]
+    nodes = [helper.make_node("Gemm", ["x", "w1", "b1"], ["h"], name="fc1"), helper.make_node("Relu", ["h"], ["r"], name="relu"),
+             helper.make_node("Gemm", ["r", "w2", "b2"], ["y"], name="fc2")]
+    onnx.save(helper.make_model(helper.make_graph(nodes, "gemv", [x], [y], inits), opset_imports=[helper.make_opsetid("", 17)]),
+              tmp_path / "head.onnx")
+    _data(tmp_path / "cal", [(1, 16)] * 4)
+    r = invoke("calibrate", tmp_path / "head.onnx", "--data", tmp_path / "cal", "-o", tmp_path / "head.calib.json")
+    assert r.exit_code == 0, r.output
+    r = invoke("export", "--calib", tmp_path / "head.calib.json", "--target", "tensorrt", "-o", tmp_path / "head.trt.onnx")
+    assert r.exit_code == 1, r.output
+    assert r.output.strip().splitlines() == [
+        "error: the tensorrt export would quantize nothing: the tensorrt target's own rules keep every layer it could "
+        "quantize FP32 (2: fc1, fc2: GEMV-shaped MatMul/Gemm (a dimension of 1)); no file written"]
+    assert not (tmp_path / "head.trt.onnx").exists()
+
+
 def test_an_export_with_every_layer_excluded_fails_naming_them(onset):
     r = qtool(onset, "export", "--target", "openvino", "-o", "none.onnx", *[a for n in ("conv1", "conv2", "fc", "out") for a in ("--exclude", n)])
     assert r.returncode == 1, r.stderr
