@@ -1043,13 +1043,14 @@ def stft_lstm_vad_like(opset=16, samples=64, kernel=16, stride=8, bins=8, ch=16,
     return _make_model(graph, opset)
 
 
-def logmel_frontend_like(opset=13, samples=256, kernel=32, stride=16, bins=17, mels=8, hidden=16, seed=4931):
+def logmel_frontend_like(opset=13, samples=256, kernel=32, stride=16, bins=17, mels=8, hidden=16, head=True, seed=4931):
     """A log-mel front end as openwakeword's melspectrogram.onnx is exported (openwakeword 0.4.0,
     resources/models/melspectrogram.onnx, torchlibrosa's STFT): audio [batch, samples] of int16-valued floats ->
     Unsqueeze -> two Convs with constant windowed DFT bases (real and imaginary) -> Transpose -> Pow 2, Pow 2 ->
     Add (the power) -> MatMul by a constant non-negative mel filterbank -> Clip(1e-10) -> Log -> Mul (10 / ln 10:
-    dB); then a small head over the log-mel frames (Gemm, Relu, Gemm) as the embedding models reading it have.
-    Outputs the dB log-mel [batch, frames, mels] and the head's [batch, frames, 4]."""
+    dB); with `head`, a small network over the log-mel frames (MatMul, Relu, MatMul) as the embedding models reading
+    it have (DNSMOS's sig_bak_ovr is such a model with its STFT in the graph). Outputs the dB log-mel [batch,
+    frames, mels] and the head's [batch, frames, 4]."""
     g = _Graph(seed=seed)
     rng = g.rng
     n_fft = 2 * (bins - 1)
@@ -1071,18 +1072,18 @@ def logmel_frontend_like(opset=13, samples=256, kernel=32, stride=16, bins=17, m
     g.op("Mul", [g.op("Log", [floor], "/mel"), g.init("/mel/db", np.array(10 / np.log(10), np.float32))], "/mel",
          outputs=["logmel"])
     h = "logmel"
-    for i, (cin, cout) in enumerate(((mels, hidden), (hidden, 4))):
+    for i, (cin, cout) in enumerate(((mels, hidden), (hidden, 4)) if head else ()):
         w = g.init(f"head.{i}.weight", (rng.normal(0, 1, (cin, cout)) / np.sqrt(cin) / (40 if i == 0 else 1)).astype(np.float32))
         h = g.op("Add", [g.op("MatMul", [h, w], f"/head.{i}"), g.init(f"head.{i}.bias", rng.normal(0, 0.1, cout).astype(np.float32))],
                  f"/head.{i}")
         if i == 0:
             h = g.op("Relu", [h], f"/head.{i}")
-    g.op("Identity", [h], "", outputs=["scores"])
     frames = (samples - kernel) // stride + 1
-    graph = g.graph("logmel_frontend",
-                    [helper.make_tensor_value_info("audio", FLOAT, ["batch", samples])],
-                    [helper.make_tensor_value_info("logmel", FLOAT, ["batch", frames, mels]),
-                     helper.make_tensor_value_info("scores", FLOAT, ["batch", frames, 4])])
+    outputs = [helper.make_tensor_value_info("logmel", FLOAT, ["batch", frames, mels])]
+    if head:
+        g.op("Identity", [h], "", outputs=["scores"])
+        outputs.append(helper.make_tensor_value_info("scores", FLOAT, ["batch", frames, 4]))
+    graph = g.graph("logmel_frontend", [helper.make_tensor_value_info("audio", FLOAT, ["batch", samples])], outputs)
     return _make_model(graph, opset)
 
 
