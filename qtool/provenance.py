@@ -204,6 +204,36 @@ def export_options(found: Provenance) -> ExportOptions:
         raise QtoolError(f"the export options the file records cannot be read by this qtool ({e}); export it again") from None
 
 
+_LINEAR = ("Conv", "ConvTranspose", "MatMul", "Gemm")
+_TYPE_NAMES = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.BFLOAT16: "bfloat16",
+               onnx.TensorProto.DOUBLE: "float64"}
+
+
+def _listed(names: list[str]) -> str:
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+def _type_name(elem_type: int) -> str:
+    return _TYPE_NAMES.get(elem_type, onnx.TensorProto.DataType.Name(elem_type).lower())
+
+
+def _foreign_weights(proto, target: str) -> str | None:
+    """Why no layer was quantized when the linear layers' constant weights are all of float types `target` does not
+    quantize (a float16 model for a target of float32 layers), naming the targets that do; else None."""
+    consts = {i.name: i.data_type for i in proto.graph.initializer}
+    consts.update({n.output[0]: a.t.data_type for n in proto.graph.node if n.op_type == "Constant" and n.output
+                   for a in n.attribute if a.name == "value" and a.type == onnx.AttributeProto.TENSOR})
+    types = {consts[t] for n in proto.graph.node if n.op_type in _LINEAR for t in n.input[:2] if t in consts}
+    own = set(targets.get(target).float_types)
+    if not types or types & own:
+        return None
+    others = [name for name in targets.names() if types & set(targets.get(name).float_types)]
+    return (f"its layers' weights are {'/'.join(sorted(_type_name(t) for t in types))} and the {target} target quantizes "
+            f"{'/'.join(sorted(_type_name(t) for t in own))} layers only: "
+            + (f"export it for {' or '.join(others)}, which quantizes them, or " if others else "")
+            + "convert the model to float32 first")
+
+
 def quantizes_nothing(proto, target: str, summary: dict, calibrated: int | None = None) -> QtoolError | None:
     """The error for a model export that places no quantizer (no Q/DQ or FakeQuantize node: the
     file would be the FP32 model, which a runtime builds without INT8 and `qtool inspect`
@@ -221,9 +251,16 @@ def quantizes_nothing(proto, target: str, summary: dict, calibrated: int | None 
         lstms = summary["float_lstm"]
         why = (f"its LSTM(s) stay float, their int8 estimated to cost too much ({'; '.join(f'{k}: {v}' for k, v in list(lstms.items())[:2])}), "
                "and it has no other op the target quantizes")
+    elif kept and (foreign := _foreign_weights(proto, target)):
+        why = foreign
+    elif kept and set(kept) <= set(own := summary.get("default_exclusions", {})):
+        by_reason: dict[str, list[str]] = {}
+        for layer in kept:
+            by_reason.setdefault(own[layer], []).append(layer)
+        shown = "; ".join(f"{_listed(layers)}: {reason}" for reason, layers in by_reason.items())
+        why = f"the {target} target's own rules keep every layer it could quantize FP32 ({len(kept)}: {shown})"
     elif kept:
-        shown = ", ".join(kept[:5]) + (f" and {len(kept) - 5} more" if len(kept) > 5 else "")
-        why = f"every layer it could quantize stays FP32 ({len(kept)}: {shown}), by the exclusions asked for or the target's own"
+        why = f"every layer it could quantize stays FP32 ({len(kept)}: {_listed(kept)}), by the exclusions asked for or the target's own"
     else:
         ops = sorted({n.op_type for n in proto.graph.node if n.op_type != "Constant"})
         shown = ", ".join(ops[:8]) + (f" and {len(ops) - 8} more" if len(ops) > 8 else "")

@@ -20,6 +20,7 @@ import numpy as np
 import onnx
 import pytest
 import required
+import zoo
 from onnx import TensorProto, helper, numpy_helper
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -321,6 +322,64 @@ def test_an_openvino_export_of_a_recurrent_net_runs_its_lstm_in_int8(birnn, cpu)
                "--cpu", cpu)
     assert r.exit_code == 1 and "would quantize nothing" in r.output, r.output
     assert not (birnn / "none.onnx").exists()
+
+
+@pytest.fixture(scope="module")
+def fp16_tagger(tmp_path_factory):
+    from runcli import invoke
+
+    d = tmp_path_factory.mktemp("fp16")
+    onnx.save(zoo.fp16_char_tagger_like(), d / "tagger.onnx")
+    (d / "cal").mkdir()
+    rng = np.random.default_rng(3)
+    for i in range(6):
+        np.savez(d / "cal" / f"{i:03d}.npz", input_layer=rng.integers(1, 49, (4, 12 + i)).astype(np.int32))
+    r = invoke("calibrate", d / "tagger.onnx", "--data", d / "cal", "-o", d / "tagger.calib.json")
+    assert r.exit_code == 0, r.output
+    return d
+
+
+@pytest.mark.parametrize("target", ["qdq", "tensorrt"])
+def test_a_float16_model_for_a_float32_target_fails_saying_so(fp16_tagger, target):
+    """A float16 model (slovorez's tagger): the float32-only targets refuse in one line naming the float types and
+    the target that quantizes it, not "the exclusions asked for" that nobody asked; openvino writes its file."""
+    from runcli import invoke
+
+    out = fp16_tagger / f"tagger.{target}.onnx"
+    r = invoke("export", "--calib", fp16_tagger / "tagger.calib.json", "--target", target, "-o", out)
+    assert r.exit_code == 1, r.output
+    assert r.output.strip().splitlines() == [
+        f"error: the {target} export would quantize nothing: its layers' weights are float16 and the {target} target "
+        "quantizes float32 layers only: export it for openvino, which quantizes them, or convert the model to float32 "
+        "first; no file written"]
+    assert not out.exists()
+    r = invoke("export", "--calib", fp16_tagger / "tagger.calib.json", "--target", "openvino", "-o", fp16_tagger / "t.onnx")
+    assert r.exit_code == 0, r.output
+
+
+def test_a_tensorrt_export_of_a_gemv_head_fails_naming_the_rule(tmp_path):
+    """A wake-word head (openwakeword's timer_v0.1.onnx): x [1, 16] -> Gemm, Relu, Gemm [1, 4]. Every Gemm is a GEMV
+    (a dimension of 1), which ModelOpt's rules keep FP32: the refusal names that rule, not "the exclusions asked
+    for" that nobody asked."""
+    from runcli import invoke
+
+    rng = np.random.default_rng(7)
+    x = helper.make_tensor_value_info("x", FLOAT, [1, 16])
+    y = helper.make_tensor_value_info("y", FLOAT, [1, 4])
+    inits = [_w(rng, "w1", 16, 32), _w(rng, "b1", 32), _w(rng, "w2", 32, 4), _w(rng, "b2", 4)]
+    nodes = [helper.make_node("Gemm", ["x", "w1", "b1"], ["h"], name="fc1"), helper.make_node("Relu", ["h"], ["r"], name="relu"),
+             helper.make_node("Gemm", ["r", "w2", "b2"], ["y"], name="fc2")]
+    onnx.save(helper.make_model(helper.make_graph(nodes, "gemv", [x], [y], inits), opset_imports=[helper.make_opsetid("", 17)]),
+              tmp_path / "head.onnx")
+    _data(tmp_path / "cal", [(1, 16)] * 4)
+    r = invoke("calibrate", tmp_path / "head.onnx", "--data", tmp_path / "cal", "-o", tmp_path / "head.calib.json")
+    assert r.exit_code == 0, r.output
+    r = invoke("export", "--calib", tmp_path / "head.calib.json", "--target", "tensorrt", "-o", tmp_path / "head.trt.onnx")
+    assert r.exit_code == 1, r.output
+    assert r.output.strip().splitlines() == [
+        "error: the tensorrt export would quantize nothing: the tensorrt target's own rules keep every layer it could "
+        "quantize FP32 (2: fc1, fc2: GEMV-shaped MatMul/Gemm (a dimension of 1)); no file written"]
+    assert not (tmp_path / "head.trt.onnx").exists()
 
 
 def test_an_export_with_every_layer_excluded_fails_naming_them(onset):

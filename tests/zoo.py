@@ -48,6 +48,8 @@ __all__ = [
     "vit_like",
     "char_conv_segmenter_like",
     "stft_lstm_vad_like",
+    "logmel_frontend_like",
+    "fp16_char_tagger_like",
     "unrolled_rnn_like",
     "crnn_bilstm_like",
     "spelled_layernorm_like",
@@ -971,6 +973,27 @@ def char_conv_segmenter_like(opset=18, vocab=60, emb=16, ch=24, seed=6101):
     return _make_model(graph, opset)
 
 
+def fp16_char_tagger_like(opset=17, vocab=49, emb=16, ch=24, tags=27, seed=6301):
+    """A float16 character tagger as tf2onnx exports a Keras model trained in mixed precision (slovorez 0.1.0's
+    morpheme segmenter, slovorez-test.onnx): int32 char ids [batch, seq] -> Gather from a float16 embedding ->
+    Transpose -> two Conv1D + Relu and a 1x1 Conv, weights and activations float16 -> Transpose -> Softmax ->
+    float16 tag probabilities [batch, seq, tags]."""
+    g = _Graph(seed=seed)
+    half = np.float16
+    x = g.op("Transpose", [g.op("Gather", [g.init("embedding", g.rng.normal(0, 1, (vocab, emb)).astype(half)), "input_layer"],
+                                "/embedding", axis=0)], "/embedding", perm=[0, 2, 1])  # [batch, emb, seq]
+    for i, (cin, cout, k) in enumerate(((emb, ch, 5), (ch, ch, 3), (ch, tags, 1))):
+        w = g.init(f"conv{i}.weight", (g.rng.normal(0, 1, (cout, cin, k)) / np.sqrt(cin * k)).astype(half))
+        b = g.init(f"conv{i}.bias", g.rng.normal(0, 0.1, cout).astype(half))
+        x = g.op("Conv", [x, w, b], f"/conv{i}", kernel_shape=[k], pads=[(k - 1) // 2] * 2)
+        if i < 2:
+            x = g.op("Relu", [x], f"/conv{i}")
+    g.op("Softmax", [g.op("Transpose", [x], "/out", perm=[0, 2, 1])], "/out", outputs=["output_0"], axis=-1)
+    graph = g.graph("fp16_char_tagger", [helper.make_tensor_value_info("input_layer", TensorProto.INT32, ["batch", "seq"])],
+                    [helper.make_tensor_value_info("output_0", TensorProto.FLOAT16, ["batch", "seq", tags])])
+    return _make_model(graph, opset)
+
+
 def stft_lstm_vad_like(opset=16, samples=64, kernel=16, stride=8, bins=8, ch=16, hidden=16, seed=4911):
     """A voice-activity detector as Silero VAD's sequence model is exported (silero-vad 6.x,
     silero_vad_16k_sequence.onnx): audio blocks [time, samples], time first -> Unsqueeze -> Conv with a
@@ -1019,6 +1042,50 @@ def stft_lstm_vad_like(opset=16, samples=64, kernel=16, stride=8, bins=8, ch=16,
                     [helper.make_tensor_value_info("speech_probs", FLOAT, [1, 1, "time"]),
                      helper.make_tensor_value_info("hn", FLOAT, [1, 1, hidden]),
                      helper.make_tensor_value_info("cn", FLOAT, [1, 1, hidden])])
+    return _make_model(graph, opset)
+
+
+def logmel_frontend_like(opset=13, samples=256, kernel=32, stride=16, bins=17, mels=8, hidden=16, head=True, seed=4931):
+    """A log-mel front end as openwakeword's melspectrogram.onnx is exported (openwakeword 0.4.0,
+    resources/models/melspectrogram.onnx, torchlibrosa's STFT): audio [batch, samples] of int16-valued floats ->
+    Unsqueeze -> two Convs with constant windowed DFT bases (real and imaginary) -> Transpose -> Pow 2, Pow 2 ->
+    Add (the power) -> MatMul by a constant non-negative mel filterbank -> Clip(1e-10) -> Log -> Mul (10 / ln 10:
+    dB); with `head`, a small network over the log-mel frames (MatMul, Relu, MatMul) as the embedding models reading
+    it have (DNSMOS's sig_bak_ovr is such a model with its STFT in the graph). Outputs the dB log-mel [batch,
+    frames, mels] and the head's [batch, frames, 4]."""
+    g = _Graph(seed=seed)
+    rng = g.rng
+    n_fft = 2 * (bins - 1)
+    t = np.arange(kernel)
+    freq = np.arange(bins)[:, None]
+    window = np.hanning(kernel)
+    x = g.op("Unsqueeze", ["audio", g.init("/stft/axis1", np.array([1], np.int64))], "/stft")  # [B, 1, samples]
+    two = g.init("/stft/two", np.array(2.0, np.float32))
+    power = []
+    for name, basis in (("real", np.cos(2 * np.pi * freq * t / n_fft)), ("imag", -np.sin(2 * np.pi * freq * t / n_fft))):
+        w = g.init(f"stft.conv_{name}.weight", (basis * window)[:, None, :].astype(np.float32))
+        part = g.op("Conv", [x, w], "/stft", kernel_shape=[kernel], strides=[stride])  # [B, bins, frames]
+        power.append(g.op("Pow", [g.op("Transpose", [part], "/stft", perm=[0, 2, 1]), two], "/stft"))
+    spec = g.op("Add", power, "/stft")  # [B, frames, bins]
+    centre = np.linspace(1, bins - 2, mels)
+    mel = np.maximum(0, 1 - np.abs(np.arange(bins)[:, None] - centre[None]) / 2.5)  # triangles, [bins, mels]
+    melspec = g.op("MatMul", [spec, g.init("mel.weight", mel.astype(np.float32))], "/mel")
+    floor = g.op("Clip", [melspec, g.init("/mel/min", np.array(1e-10, np.float32)), ""], "/mel")
+    g.op("Mul", [g.op("Log", [floor], "/mel"), g.init("/mel/db", np.array(10 / np.log(10), np.float32))], "/mel",
+         outputs=["logmel"])
+    h = "logmel"
+    for i, (cin, cout) in enumerate(((mels, hidden), (hidden, 4)) if head else ()):
+        w = g.init(f"head.{i}.weight", (rng.normal(0, 1, (cin, cout)) / np.sqrt(cin) / (40 if i == 0 else 1)).astype(np.float32))
+        h = g.op("Add", [g.op("MatMul", [h, w], f"/head.{i}"), g.init(f"head.{i}.bias", rng.normal(0, 0.1, cout).astype(np.float32))],
+                 f"/head.{i}")
+        if i == 0:
+            h = g.op("Relu", [h], f"/head.{i}")
+    frames = (samples - kernel) // stride + 1
+    outputs = [helper.make_tensor_value_info("logmel", FLOAT, ["batch", frames, mels])]
+    if head:
+        g.op("Identity", [h], "", outputs=["scores"])
+        outputs.append(helper.make_tensor_value_info("scores", FLOAT, ["batch", frames, 4]))
+    graph = g.graph("logmel_frontend", [helper.make_tensor_value_info("audio", FLOAT, ["batch", samples])], outputs)
     return _make_model(graph, opset)
 
 

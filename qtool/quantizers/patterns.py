@@ -275,28 +275,144 @@ def is_variance(m: G.Index, n: onnx.NodeProto) -> bool:
     return _is_square(m, n.input[0])
 
 
+def _power(m: G.Index, t: str) -> bool:
+    """`t` is a square or an Add of two squares (a power: |X|^2 of an STFT's real and imaginary parts)."""
+    if _is_square(m, t):
+        return True
+    p = producer(m, t)
+    return p is not None and p.op_type == "Add" and len(p.input) == 2 and all(_is_square(m, x) for x in p.input)
+
+
+def _filterbank(m: G.Index, n: onnx.NodeProto, t: str) -> bool:
+    """`n` is a MatMul/Gemm/Conv of data input `t` by a constant weight with no negative entry: a mel or band
+    filterbank summing a power spectrum's bins."""
+    if n.op_type not in LINEAR or linear_data_input(m, n) != t or len(n.input) < 2:
+        return False
+    w = n.input[1] if n.input[1] in m.constants else n.input[0]
+    value = lazy.value(m.constants[w])
+    return value.size > 0 and bool(np.all(value >= 0))
+
+
+def _reaches_root_or_log(m: G.Index, t: str, filterbank: bool) -> bool:
+    """`t`, one reader at each step, reaches a Sqrt or a Log through shape-only ops, an Add/Max of a constant
+    (an epsilon, a floor), a Clip and (with `filterbank`) one filterbank: the path of a power spectrum into a
+    magnitude or a log-power (log-mel) spectrum."""
+    for _ in range(_WALK_LIMIT):
+        readers = m.readers.get(t, ())
+        if len(readers) != 1 or not standard(readers[0][0]):
+            return False
+        r, slot = readers[0]
+        if r.op_type in ("Sqrt", "Log"):
+            return True
+        if r.op_type in _SHAPE_OPS or (r.op_type == "Clip" and slot == 0):
+            t = r.output[0]
+        elif r.op_type in ("Add", "Max") and len(r.input) == 2 and m.is_data(r.input[0]) != m.is_data(r.input[1]):
+            t = r.output[0]
+        elif filterbank and _filterbank(m, r, t):
+            t, filterbank = r.output[0], False
+        else:
+            return False
+    return False
+
+
+def _log_of(m: G.Index, t: str) -> str | None:
+    """The Log's output that `t` (a power), one reader at each step, reaches through shape-only ops, a Clip, an
+    Add/Max/Mul/Div/Pow of a constant (an epsilon, a floor, a scale, a compression exponent), a Sqrt and one
+    filterbank: a log-power, log-magnitude or log-mel spectrum; else None."""
+    filterbank = True
+    for _ in range(_WALK_LIMIT):
+        readers = m.readers.get(t, ())
+        if len(readers) != 1 or not standard(readers[0][0]):
+            return None
+        r, slot = readers[0]
+        if r.op_type == "Log":
+            return r.output[0]
+        if r.op_type in _SHAPE_OPS or r.op_type == "Sqrt" or (r.op_type == "Clip" and slot == 0):
+            t = r.output[0]
+        elif (r.op_type in ("Add", "Max", "Mul", "Div", "Pow") and len(r.input) == 2
+              and m.is_data(r.input[0]) != m.is_data(r.input[1]) and (r.op_type not in ("Div", "Pow") or slot == 0)):
+            t = r.output[0]
+        elif filterbank and _filterbank(m, r, t):
+            t, filterbank = r.output[0], False
+        else:
+            return None
+    return None
+
+
+def _reaches_layer(m: G.Index, t: str) -> bool:
+    """Some Conv/MatMul/Gemm reads what is computed from `t` (a breadth-first walk over at most _WALK_LIMIT tensors)."""
+    todo, seen = [t], set()
+    while todo and len(seen) < _WALK_LIMIT:
+        t = todo.pop(0)
+        seen.add(t)
+        for r, _ in m.readers.get(t, ()):
+            if r.op_type in LINEAR:
+                return True
+            todo.extend(o for o in r.output if o not in seen)
+    return False
+
+
+def is_log_spectrum_stft(m: G.Index, n: onnx.NodeProto) -> bool:
+    """A linear layer with a constant weight (an STFT's DFT basis) every path of whose output, through shape-only
+    ops and Slices, is squared, whose power (the square, or the Add of two) reaches a Log (_log_of), and whose log
+    spectrum a network reads (a Conv/MatMul/Gemm downstream): the STFT front end of a model of log spectra. An 8-bit
+    grid on its input (raw audio, set by the loudest sample) puts a noise floor 48 dB under the peak into every bin,
+    which the log brings up to the quiet bins' level: DNSMOS's sig_bak_ovr (bench/zoo_models/hunt8.py
+    dnsmos_sig_bak_ovr) went from 21.2 to 40.4 dB with its two STFT convolutions in float. A model that is its
+    front end alone (openwakeword's melspectrogram) keeps its STFT int8: else nothing of it would be."""
+    if linear_data_input(m, n) is None:
+        return False
+    ends: list[str] = []
+    todo, seen = [n.output[0]], 0
+    while todo:
+        t = todo.pop()
+        readers = {id(r): r for r, _ in m.readers.get(t, ())}
+        seen += 1
+        if not readers or t in m.outputs or seen > _WALK_LIMIT:
+            return False
+        for r in readers.values():
+            if not standard(r):
+                return False
+            if r.op_type in _SHAPE_OPS or (r.op_type in ("Slice", "Split") and r.input[0] == t):
+                todo.extend(r.output)
+            elif _is_square(m, r.output[0]):
+                ends.append(r.output[0])
+            else:
+                return False
+    logs = []
+    for square in ends:
+        power = square
+        readers = m.readers.get(square, ())
+        if len(readers) == 1 and readers[0][0].op_type == "Add" and _power(m, readers[0][0].output[0]):
+            power = readers[0][0].output[0]
+        logs.append(_log_of(m, power))
+    return bool(ends) and None not in logs and any(_reaches_layer(m, t) for t in set(logs))
+
+
 def is_magnitude(m: G.Index, n: onnx.NodeProto) -> bool:
-    """An Add of two squares whose sum reaches a Sqrt (through an Add of a constant epsilon):
-    a magnitude sqrt(a^2 + b^2), an STFT's or a 2-vector's norm. Its squares span twice their
-    roots' dynamic range in dB, so an 8-bit grid on them keeps the roots' small values at half
-    the resolution, and Sqrt then multiplies their relative error: Silero VAD's STFT magnitude
-    lost 5 dB at the speech output and 2.3 dB at the LSTM state to its two quantized squares
-    (bench/zoo.py silero_vad_sequence). The Add then computes in float, as OpenVINO runs an
-    element-wise op before a float Sqrt anyway; the Sqrt output is quantized where a layer reads it."""
+    """An Add of two squares whose sum reaches a Sqrt or a Log (through an epsilon, a floor, a Clip, a
+    filterbank: _reaches_root_or_log): a magnitude sqrt(a^2 + b^2), an STFT's or a 2-vector's norm, or a
+    log-power spectrum. Its squares span twice their roots' dynamic range in dB, so an 8-bit grid on them
+    keeps the roots' small values at half the resolution, and Sqrt then multiplies their relative error:
+    Silero VAD's STFT magnitude lost 5 dB at the speech output and 2.3 dB at the LSTM state to its two
+    quantized squares (bench/zoo.py silero_vad_sequence); before a Log the grid's step is an error of
+    unbounded dB on the quiet bins. The Add then computes in float, as OpenVINO runs an element-wise op
+    before a float Sqrt anyway; the Sqrt output is quantized where a layer reads it."""
     if n.op_type != "Add" or len(n.input) != 2 or not all(_is_square(m, t) for t in n.input):
         return False
-    t = n.output[0]
-    for _ in range(2):
-        readers = [r for r, _ in m.readers.get(t, ())]
-        if len(readers) != 1 or not standard(readers[0]):
-            return False
-        r = readers[0]
-        if r.op_type == "Sqrt":
-            return True
-        if r.op_type != "Add" or m.is_data(r.input[0]) == m.is_data(r.input[1]):
-            return False
-        t = r.output[0]
-    return False
+    return _reaches_root_or_log(m, n.output[0], filterbank=True)
+
+
+def is_power_filterbank(m: G.Index, n: onnx.NodeProto) -> bool:
+    """A filterbank (a constant non-negative weight) over a power (a square, or a sum of two) whose output
+    reaches a Log or Sqrt: a mel spectrogram before its log. Its input spans twice the dB of the STFT it
+    squares; an 8-bit grid set by the loudest bin rounds every bin 48 dB below it to zero, and the log then
+    turns that into the floor: openwakeword's melspectrogram (bench/zoo_models/hunt8.py oww_melspectrogram)
+    came out at 7.1 dB from its log-mel output with the filterbank and the power's Add quantized, 23.3 dB
+    with both in float (its STFT convolutions quantized either way)."""
+    t = linear_data_input(m, n)
+    return (t is not None and _power(m, t) and _filterbank(m, n, t)
+            and _reaches_root_or_log(m, n.output[0], filterbank=False))
 
 
 _GATES = {"Sigmoid", "Tanh"}

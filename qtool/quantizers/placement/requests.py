@@ -180,6 +180,10 @@ def _linear_requests(inputs: Inputs, asked: Requests, n: onnx.NodeProto, report:
             reason = f"input {t!r} is neither a calibrated activation nor a float constant weight"
     if not acts and not reason:
         reason = "no activation input (constant folding will compute it)"
+    if not reason and inputs.rules.nncf_patterns and P.is_power_filterbank(m, n):
+        reason = "a filterbank over a power spectrum before its log or root (8 bits on a square lose its quiet bins)"
+    if not reason and inputs.rules.nncf_patterns and P.is_log_spectrum_stft(m, n):
+        reason = "the STFT of a log spectrum (8 bits on its input put a noise floor into every bin that the log brings up)"
     if reason:
         report.fp32[n.name] = reason
         return None, None
