@@ -392,8 +392,9 @@ def test_tensors_are_exposed_on_the_model_itself_and_put_back():
 
 
 def test_a_calibration_on_data_files_imports_no_image_or_page_library(tmp_path):
-    """The command line's calibrate on .npy files loads neither Pillow (image decoding) nor jinja2
-    (the report's page): 5 MB of a small model's process that its runs never use."""
+    """The command line's calibrate on .npy files, off a terminal, loads neither Pillow (image
+    decoding), jinja2 (the report's page) nor tqdm (no bar to show): 6 MB of a small model's process
+    that its runs never use."""
     import subprocess
     import sys
 
@@ -405,7 +406,7 @@ def test_a_calibration_on_data_files_imports_no_image_or_page_library(tmp_path):
     model = Path(__file__).parent.parent / "sample_models" / "digits_cnn.onnx"
     code = ("import sys\nfrom qtool.launch import main\n"
             f"sys.argv = ['qtool', 'calibrate', {str(model)!r}, '--data', {str(data)!r}, '-o', {str(tmp_path / 'c.json')!r}, '-q']\n"
-            "try:\n    main()\nfinally:\n    print(sorted(m for m in ('PIL', 'jinja2') if m in sys.modules))\n")
+            "try:\n    main()\nfinally:\n    print(sorted(m for m in ('PIL', 'jinja2', 'tqdm') if m in sys.modules))\n")
     child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parent.parent)
     assert child.returncode == 0, child.stderr
     assert child.stdout.strip().splitlines()[-1] == "[]"

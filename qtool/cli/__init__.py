@@ -10,6 +10,7 @@ Exit codes: 0 success, 1 user error (bad input or request), 2 usage error (click
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import logging
@@ -160,9 +161,13 @@ def _quiet_onnxruntime() -> None:
 
 
 def progress(total: int, enabled: bool):
+    """A tqdm bar on a terminal; else no bar at all (tqdm and the multiprocessing lock it makes not
+    even imported: 1 MB of a small calibration's memory)."""
+    if not (enabled and sys.stderr.isatty()):
+        return contextlib.nullcontext()
     from tqdm import tqdm
 
-    return tqdm(total=total, unit="img", file=sys.stderr, disable=not (enabled and sys.stderr.isatty()), leave=False)
+    return tqdm(total=total, unit="img", file=sys.stderr, leave=False)
 
 
 def flags(command: click.Command | None) -> dict[str, str]:

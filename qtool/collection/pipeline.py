@@ -268,17 +268,7 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
                 runs = procs.claimed_runs(source.images, helpers[0].claims.take, skipped)
             else:
                 runs = source.runs
-            session = None
-            if positions:
-                try:
-                    layout = nchwc.blocked_layout(exposed, fetched, source.static)
-                    session = segments.Segmented(segments.split(exposed, fetched, positions), source.static, threads, layout)
-                    blocked = session.blocked
-                except Exception as e:  # a part onnxruntime will not load alone: the whole model in one session
-                    log.debug("no segments (%s): one session", e)
-                    positions = []
-            if session is None:
-                session, blocked = nchwc.fetching_session(exposed, fetched, keep=source.static, external_folder=folder, threads=threads)
+            session, blocked, positions = _session(exposed, fetched, positions, source.static, folder, threads)
         log.debug("calibrating %d tensors (%d computed from others, %d fetched in blocked layout) with %d inputs "
                   "(batch %s, %d workers of %d threads, %d helper processes, %d segments)", len(names), len(derived), len(blocked),
                   len(source.inputs), source.batch_size or "per file", workers, threads, len(helpers), len(positions) + 1)
@@ -292,6 +282,21 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
         order = {path: k for k, path in enumerate(source.images.paths)}
         source.skipped[:] = sorted(skipped + [s for h in helpers for s in h.skipped], key=lambda s: order[s[0]])
     return hists, stats, samples
+
+
+def _session(exposed, fetched: list[str], positions: list[int], static: frozenset, folder, threads: int):
+    """(the session the runs fetch from, its tensors in blocked layout, the cuts it has): the
+    segments `positions` cut, or where a part onnxruntime will not load alone or there are no
+    cuts, the whole model in one session."""
+    if positions:
+        try:
+            layout = nchwc.blocked_layout(exposed, fetched, static)
+            session = segments.Segmented(segments.split(exposed, fetched, positions), static, threads, layout)
+            return session, session.blocked, positions
+        except Exception as e:
+            log.debug("no segments (%s): one session", e)
+    session, blocked = nchwc.fetching_session(exposed, fetched, keep=static, external_folder=folder, threads=threads)
+    return session, blocked, []
 
 
 def _segment_cuts(exposed, fetched: list[str], types, sizes: dict[str, int]) -> list[int]:
