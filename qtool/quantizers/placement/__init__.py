@@ -176,6 +176,16 @@ def place(proto: onnx.ModelProto, records: dict, *, rules: Rules, choices: Choic
     if asked.pools:  # pooling asks only next to a quantized neighbour, known once the moves are
         requests.request_pools(inputs, kept, asked)
         moves.move_up(inputs, kept, asked, moved)
+    if rules.lone_sums_float:  # an Add whose two quantizers would serve it alone: placed again with it float
+        lone = moves.lone_sums(inputs, asked, moved)
+        if lone:
+            kept = replace(kept, nodes=kept.nodes | lone)
+            asked = requests.request(inputs, kept, Report())
+            moved = moves.Moves()
+            moves.move_up(inputs, kept, asked, moved)
+            if asked.pools:
+                requests.request_pools(inputs, kept, asked)
+                moves.move_up(inputs, kept, asked, moved)
     ranges = moves.group_ranges(inputs, asked, moved, report)  # 4. one range per shared-range group
     checked = sites.read_weights(inputs, kept, asked, report)  # 5. the weights, finite or not
     placed = sites.decide(inputs, kept, asked, moved, ranges, checked, weights_7bit, report)  # 6. int8 ops, quantizers
