@@ -832,30 +832,28 @@ def test_a_recurrent_cells_elementwise_ops_stay_float():
     assert len(gemms) == 15 and all(q.op_type == "FakeQuantize" for q in quantized)
 
 
-def test_a_sliced_gate_keeps_its_own_range():
-    """A GRU cell as torch unrolls it Slices its gates from one Gemm (tests/zoo.py, arabic-name-romanizer's
-    decoder); only the n gate's x part is read by an int8 op (its Add), the r and z parts feed float Adds. The
-    quantizer stays on that Slice with the part's own range, as NNCF's file has it, not on the Gemm output with
-    the whole output's range (the wide r and z parts): here 29.0 -> 31.2 dB, the romanizer decoder's hidden state
-    33.6 -> 35.4 dB (NNCF 35.1)."""
-    model = zoo.gru_cell_sliced_like()
+def test_a_sliced_part_keeps_its_own_range():
+    """Two heads Sliced from one Gemm (tests/zoo.py): only the first part is read by an int8 layer, the second
+    (4x wider) by a float Sigmoid. The quantizer stays on that Slice with the part's own range, as NNCF's
+    propagation stops at a branch whose other arm takes no quantizer, not on the Gemm output with the whole
+    output's range: here 28.5 -> 30.6 dB (arabic-name-romanizer's decoder, whose GRU n gate is so sliced:
+    33.6 -> 35.4, NNCF 35.1, before its Add went float)."""
+    model = zoo.sliced_heads_like()
     rng = np.random.default_rng(11)
-    feeds = [{"x": rng.normal(0, 1, (2, 16)).astype(np.float32), "h": np.tanh(rng.normal(0, 1, (2, 16))).astype(np.float32)}
-             for _ in range(24)]
+    feeds = [{"x": rng.normal(0, 1, (2, 16)).astype(np.float32)} for _ in range(24)]
     cal = qtool.calibrate(model, data=feeds[:16])
     m = onnx.load_from_string(qtool.export(model, cal, target="openvino"))
     producers = {o: n for n in m.graph.node for o in n.output}
     fqs = [n for n in m.graph.node if n.op_type == "FakeQuantize"]
-    moved = [n for n in fqs if n.input[0] in producers and producers[n.input[0]].op_type == "Gemm"]
-    assert not moved  # no quantizer on a Gemm output read by float Slices
+    assert not [n for n in fqs if n.input[0] in producers and producers[n.input[0]].op_type == "Gemm"]
     sliced = [n for n in fqs if n.input[0] in producers and producers[n.input[0]].op_type == "Slice"]
     assert len(sliced) == 1
     records = {t.name: t for t in cal.tensors}
     high = float(numpy_helper.to_array(next(i for i in m.graph.initializer if i.name == sliced[0].input[2])).max())
-    gemm = next(n.output[0] for n in model.graph.node if n.op_type == "Gemm" and n.input[1] == "gru.weight_ih")
+    gemm = next(n.output[0] for n in model.graph.node if n.op_type == "Gemm" and n.input[1] == "proj.weight")
     assert high <= records[sliced[0].input[0]].absmax * 1.01 < 0.5 * records[gemm].absmax
     result = qtool.evaluate(model, cal, data=feeds[16:], target="openvino", runtime="openvino")
-    assert result.worst_sqnr_db > 30.5  # 29.0 with the quantizer on the Gemm output
+    assert result.worst_sqnr_db > 30  # 28.5 with the quantizer on the Gemm output
     if cpu_kinds.vnni():
         assert abs(result.runtime.worst_sqnr_db - result.worst_sqnr_db) < 1.0
 

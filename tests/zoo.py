@@ -56,7 +56,7 @@ __all__ = [
     "spectrogram_bilstm_like",
     "unsorted_mlp_like",
     "siamese_vgg_like",
-    "gru_cell_sliced_like",
+    "sliced_heads_like",
     "gelu_residual_conv1d_like",
     "fsmn_memory_like",
 ]
@@ -1307,35 +1307,22 @@ def siamese_vgg_like(opset=13, hw=16, ch=8, hidden=16, seed=6229):
     return _make_model(g.graph("siamese_vgg", inputs, [helper.make_tensor_value_info("similarity", FLOAT, ["N", 1])]), opset)
 
 
-def gru_cell_sliced_like(feat=16, hidden=16, seed=6271):
-    """One decoding step of a GRU as torch exports nn.GRU's cell unrolled (arabic-name-romanizer's decoder): x and
-    h each through one Gemm holding the three gates, each Gemm's output Sliced into r, z, n; r and z are
-    Sigmoid(x part + h part), n = Tanh(x_n + r * h_n), h' = (1 - z) n + z h, then a Linear layer. The n gate's
-    x part is the only Slice an int8 op reads; its Gemm is scaled so that the r and z parts span a wider range."""
+def sliced_heads_like(feat=16, hidden=16, seed=6271):
+    """Two heads Sliced from one Gemm's output, as torch exports `y = x @ W; y[:, :h]` and `y[:, h:]` (a fused
+    projection, e.g. a decoder's features and its gate scores): the first part feeds a Linear layer, the second a
+    Sigmoid read as a graph output. The Sigmoid's half of the Gemm is 4x wider."""
     g = _Graph(seed=seed)
-    gain = np.repeat(np.array([4.0, 4.0, 1.0], np.float32), hidden)[:, None]  # r, z wide; n narrow
-    w_ih = g.init("gru.weight_ih", (gain * g.rng.normal(0, 1, (3 * hidden, feat)) / np.sqrt(feat)).astype(np.float32))
-    w_hh = g.init("gru.weight_hh", (g.rng.normal(0, 1, (3 * hidden, hidden)) / np.sqrt(hidden)).astype(np.float32))
-    b = g.init("gru.bias", np.zeros(3 * hidden, np.float32))
-    x_all = g.op("Gemm", ["x", w_ih, b], "/Gemm", transB=1)
-    h_all = g.op("Gemm", ["h", w_hh, b], "/Gemm_1", transB=1)
+    gain = np.repeat(np.array([1.0, 4.0], np.float32), hidden)[:, None]
+    w = g.init("proj.weight", (gain * g.rng.normal(0, 1, (2 * hidden, feat)) / np.sqrt(feat)).astype(np.float32))
+    both = g.op("Gemm", ["x", w, g.init("proj.bias", np.zeros(2 * hidden, np.float32))], "/proj", transB=1)
     axis = g.init("axis1", np.array([1], np.int64))
-
-    def part(t, k):
-        return g.op("Slice", [t, g.init(f"start{k}", np.array([k * hidden], np.int64)),
-                              g.init(f"end{k}", np.array([(k + 1) * hidden], np.int64)), axis], "/Slice")
-
-    r = g.op("Sigmoid", [g.op("Add", [part(x_all, 0), part(h_all, 0)], "")], "")
-    z = g.op("Sigmoid", [g.op("Add", [part(x_all, 1), part(h_all, 1)], "")], "")
-    n = g.op("Tanh", [g.op("Add", [part(x_all, 2), g.op("Mul", [r, part(h_all, 2)], "")], "")], "")
-    one = g.init("one", np.array(1.0, np.float32))
-    h_new = g.op("Add", [g.op("Mul", [g.op("Sub", [one, z], ""), n], ""), g.op("Mul", [z, "h"], "")], "",
-                 outputs=["h_out"])
+    value = g.op("Slice", [both, g.init("v0", np.array([0], np.int64)), g.init("v1", np.array([hidden], np.int64)), axis], "/proj")
+    gate = g.op("Slice", [both, g.init("g0", np.array([hidden], np.int64)), g.init("g1", np.array([2 * hidden], np.int64)), axis], "/proj")
+    g.op("Sigmoid", [gate], "/gate", outputs=["gate"])
     w_out = g.init("out.weight", (g.rng.normal(0, 1, (8, hidden)) / np.sqrt(hidden)).astype(np.float32))
-    g.op("Gemm", [h_new, w_out, g.init("out.bias", np.zeros(8, np.float32))], "/out", transB=1, outputs=["y"])
-    graph = g.graph("gru_cell", [helper.make_tensor_value_info("x", FLOAT, [2, feat]),
-                                 helper.make_tensor_value_info("h", FLOAT, [2, hidden])],
-                    [helper.make_tensor_value_info("h_out", FLOAT, [2, hidden]), helper.make_tensor_value_info("y", FLOAT, [2, 8])])
+    g.op("Gemm", [value, w_out, g.init("out.bias", np.zeros(8, np.float32))], "/out", transB=1, outputs=["y"])
+    graph = g.graph("sliced_heads", [helper.make_tensor_value_info("x", FLOAT, [2, feat])],
+                    [helper.make_tensor_value_info("y", FLOAT, [2, 8]), helper.make_tensor_value_info("gate", FLOAT, [2, hidden])])
     return _make_model(graph, 13)
 
 

@@ -52,7 +52,7 @@ class Moves:
 
 
 # Ops that select a part of their data input: the part's range may be far narrower than the whole's
-# (the gates of a GRU cell sliced from one Gemm: the part one Add reads 5.6, the Gemm output 12.8). A request
+# (the gates of a GRU cell sliced from one Gemm: the part one Add reads 8.1, the Gemm output 12.8). A request
 # moves up through them only when every reader of the input reads the moved quantizer (a sequence Gathered
 # step by step: one quantizer); where another reader reads the input float, the quantizer stays on the part
 # with its own range, as NNCF's propagation stops at a branch whose other arms take no quantizer
