@@ -10,7 +10,9 @@ src/nncf/openvino/quantization/ignored_patterns.py):
 * Conv, ConvTranspose, MatMul, Gemm: the data input(s) per tensor and the constant weight per
   output channel. Such a layer computes in int8 only if every input is quantized, so when one
   cannot be (not calibrated, excluded, shape-derived) the layer keeps all its inputs in FP32.
-* Element-wise Add/Sub/Mul/Div/Max/Min: both inputs, when both carry data. Not when the op is
+* Element-wise Add/Sub/Mul/Div/Max/Min: both inputs, when both carry data; not an Add both of whose
+  quantizers would serve it alone (no int8 layer reads either input's codes: an FSMN memory block
+  p + depthwise(cache ++ p)), which reads float (placement.moves.lone_sums). Not when the op is
   part of an activation or normalisation of a single tensor, which OpenVINO fuses into one op
   (x*sigmoid(x) -> Swish, x*HardSigmoid(x) / x*clip(x+3,0,6)/6 -> HSwish, GELU, a decomposed
   LayerNorm). The gating Mul of a squeeze-excitation block is quantized like any other
@@ -62,7 +64,9 @@ src/nncf/openvino/quantization/ignored_patterns.py):
   linear layer reading one stays FP32). A warning and the summary's `unrepresentable` list them.
 * Shape/index tensors and tensors that do not depend on the input (decode grids) never.
 * MaxPool, Reshape, Transpose, Flatten, Squeeze, Unsqueeze, Slice, Split pass ranges through: when everything that reads their output wants it quantized, the
-  quantizer moves up to their input (one quantizer, the op runs on integers). Concat does the
+  quantizer moves up to their input (one quantizer, the op runs on integers); through Slice,
+  Split and Gather only when every reader of their input reads it too (a part keeps its own,
+  narrower range where the rest of the input is read float). Concat does the
   same for all its inputs, which then share one range (NNCF's unified scales), the Concat
   output's calibrated range.
 * One quantizer per tensor, whatever the number of readers; only readers that asked for the
