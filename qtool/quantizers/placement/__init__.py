@@ -174,22 +174,11 @@ def place(proto: onnx.ModelProto, records: dict, *, rules: Rules, choices: Choic
                          given=weights_7bit)
     inputs, report = Inputs(proto, records, rules, float_types, thresholds), Report()
     kept = exclusions.kept_float(inputs, choices, report)  # 1. what stays float whatever the ops ask
-    asked = requests.request(inputs, kept, report)  # 2. what each op asks to have quantized
-    moved = moves.Moves()
-    moves.move_up(inputs, kept, asked, moved)  # 3. requests moved up through pass-through ops and Concat
-    if asked.pools:  # pooling asks only next to a quantized neighbour, known once the moves are
-        requests.request_pools(inputs, kept, asked)
-        moves.move_up(inputs, kept, asked, moved)
-    if rules.lone_sums_float:  # an Add whose two quantizers would serve it alone: placed again with it float
-        lone = moves.lone_sums(inputs, asked, moved)
-        if lone:
-            kept = replace(kept, nodes=kept.nodes | lone)
-            asked = requests.request(inputs, kept, Report())
-            moved = moves.Moves()
-            moves.move_up(inputs, kept, asked, moved)
-            if asked.pools:
-                requests.request_pools(inputs, kept, asked)
-                moves.move_up(inputs, kept, asked, moved)
+    asked, moved = _asked_and_moved(inputs, kept, report)  # 2-3. what each op asks, moved up through pass-through ops
+    lone = moves.lone_sums(inputs, asked, moved) if rules.lone_sums_float else set()
+    if lone:  # an Add whose two quantizers would serve it alone reads float: asked again without it
+        kept = replace(kept, nodes=kept.nodes | lone)
+        asked, moved = _asked_and_moved(inputs, kept, Report())
     ranges = moves.group_ranges(inputs, asked, moved, report)  # 4. one range per shared-range group
     checked = sites.read_weights(inputs, kept, asked, report)  # 5. the weights, finite or not
     placed = sites.decide(inputs, kept, asked, moved, ranges, checked, weights_7bit, report)  # 6. int8 ops, quantizers
@@ -221,6 +210,19 @@ def place(proto: onnx.ModelProto, records: dict, *, rules: Rules, choices: Choic
     _final_warnings(inputs, report)
     return Plan(placed.activations, placed.weights, placed.int8_layers, report.fp32, report.warnings, kept.ignored,
                 overflow_fix, asked.transformer, kept.unrepresentable, lstms)
+
+
+def _asked_and_moved(inputs: Inputs, kept, report: Report) -> tuple[requests.Requests, moves.Moves]:
+    """Steps 2 and 3: what each op asks to have quantized, and the requests moved up through
+    pass-through ops and Concat (pooling asks only next to a quantized neighbour, known once the
+    moves are: then moved again)."""
+    asked = requests.request(inputs, kept, report)
+    moved = moves.Moves()
+    moves.move_up(inputs, kept, asked, moved)
+    if asked.pools:
+        requests.request_pools(inputs, kept, asked)
+        moves.move_up(inputs, kept, asked, moved)
+    return asked, moved
 
 
 def _final_warnings(inputs: Inputs, report: Report) -> None:
