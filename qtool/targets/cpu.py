@@ -138,6 +138,7 @@ CPU = Rules(
     clip_fallback=True,
     depthwise_per_channel=True,
     parts_need_every_reader=True,
+    lone_sums_float=True,
     # per tensor the lowest histogram quantization error of entropy, percentile and mse: on the
     # real PP-OCR/MTCNN/YOLO models it matches or beats NNCF's defaults (bench/fidelity.py)
     default_method="auto",

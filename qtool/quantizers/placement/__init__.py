@@ -10,7 +10,9 @@ src/nncf/openvino/quantization/ignored_patterns.py):
 * Conv, ConvTranspose, MatMul, Gemm: the data input(s) per tensor and the constant weight per
   output channel. Such a layer computes in int8 only if every input is quantized, so when one
   cannot be (not calibrated, excluded, shape-derived) the layer keeps all its inputs in FP32.
-* Element-wise Add/Sub/Mul/Div/Max/Min: both inputs, when both carry data. Not when the op is
+* Element-wise Add/Sub/Mul/Div/Max/Min: both inputs, when both carry data; not an Add both of whose
+  quantizers would serve it alone (no int8 layer reads either input's codes: an FSMN memory block
+  p + depthwise(cache ++ p)), which reads float (placement.moves.lone_sums). Not when the op is
   part of an activation or normalisation of a single tensor, which OpenVINO fuses into one op
   (x*sigmoid(x) -> Swish, x*HardSigmoid(x) / x*clip(x+3,0,6)/6 -> HSwish, GELU, a decomposed
   LayerNorm). The gating Mul of a squeeze-excitation block is quantized like any other
@@ -62,7 +64,9 @@ src/nncf/openvino/quantization/ignored_patterns.py):
   linear layer reading one stays FP32). A warning and the summary's `unrepresentable` list them.
 * Shape/index tensors and tensors that do not depend on the input (decode grids) never.
 * MaxPool, Reshape, Transpose, Flatten, Squeeze, Unsqueeze, Slice, Split pass ranges through: when everything that reads their output wants it quantized, the
-  quantizer moves up to their input (one quantizer, the op runs on integers). Concat does the
+  quantizer moves up to their input (one quantizer, the op runs on integers); through Slice,
+  Split and Gather only when every reader of their input reads it too (a part keeps its own,
+  narrower range where the rest of the input is read float). Concat does the
   same for all its inputs, which then share one range (NNCF's unified scales), the Concat
   output's calibrated range.
 * One quantizer per tensor, whatever the number of readers; only readers that asked for the
@@ -173,12 +177,11 @@ def place(proto: onnx.ModelProto, records: dict, *, rules: Rules, choices: Choic
                          given=weights_7bit)
     inputs, report = Inputs(proto, records, rules, float_types, thresholds), Report()
     kept = exclusions.kept_float(inputs, choices, report)  # 1. what stays float whatever the ops ask
-    asked = requests.request(inputs, kept, report)  # 2. what each op asks to have quantized
-    moved = moves.Moves()
-    moves.move_up(inputs, kept, asked, moved)  # 3. requests moved up through pass-through ops and Concat
-    if asked.pools:  # pooling asks only next to a quantized neighbour, known once the moves are
-        requests.request_pools(inputs, kept, asked)
-        moves.move_up(inputs, kept, asked, moved)
+    asked, moved = _asked_and_moved(inputs, kept, report)  # 2-3. what each op asks, moved up through pass-through ops
+    lone = moves.lone_sums(inputs, asked, moved) if rules.lone_sums_float else set()
+    if lone:  # an Add whose two quantizers would serve it alone reads float: asked again without it
+        kept = replace(kept, nodes=kept.nodes | lone)
+        asked, moved = _asked_and_moved(inputs, kept, Report())
     ranges = moves.group_ranges(inputs, asked, moved, report)  # 4. one range per shared-range group
     checked = sites.read_weights(inputs, kept, asked, report)  # 5. the weights, finite or not
     placed = sites.decide(inputs, kept, asked, moved, ranges, checked, weights_7bit, report)  # 6. int8 ops, quantizers
@@ -214,6 +217,19 @@ def place(proto: onnx.ModelProto, records: dict, *, rules: Rules, choices: Choic
     _final_warnings(inputs, report)
     return Plan(placed.activations, placed.weights, placed.int8_layers, report.fp32, report.warnings, kept.ignored,
                 overflow_fix, asked.transformer, kept.unrepresentable, lstms, float_lstms)
+
+
+def _asked_and_moved(inputs: Inputs, kept, report: Report) -> tuple[requests.Requests, moves.Moves]:
+    """Steps 2 and 3: what each op asks to have quantized, and the requests moved up through
+    pass-through ops and Concat (pooling asks only next to a quantized neighbour, known once the
+    moves are: then moved again)."""
+    asked = requests.request(inputs, kept, report)
+    moved = moves.Moves()
+    moves.move_up(inputs, kept, asked, moved)
+    if asked.pools:
+        requests.request_pools(inputs, kept, asked)
+        moves.move_up(inputs, kept, asked, moved)
+    return asked, moved
 
 
 def _final_warnings(inputs: Inputs, report: Report) -> None:
