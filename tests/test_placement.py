@@ -142,13 +142,19 @@ def test_elementwise_ops_need_two_activations():
 
 
 def test_an_add_whose_quantizers_would_serve_it_alone_reads_float():
-    """Two Conv branches summed (a ResNet's downsampling Add, an FSMN memory block) with no other int8 reader of
-    either branch: the Add reads float (placement.moves.lone_sums); rules without lone_sums_float keep both."""
+    """A branch scaled by a constant summed with a Conv branch (an FSMN memory block's x + depthwise(x)), no other
+    int8 reader of either: the Add reads float (placement.moves.lone_sums); rules without lone_sums_float keep both.
+    Two Conv branches summed (a ResNet's downsampling Add) keep theirs: OpenVINO fuses each into its Convolution."""
+    n = Net()
+    scaled = n.op("Mul", [n.conv("x", "a", 4, 4), n.c("half", np.array(0.5, np.float32))], "scaled")
+    n.op("Add", [scaled, n.conv("x", "b", 4, 4)], "sum")
+    m = n.model(["sum"])
+    assert set(sites(placement.place(m, records(m), rules=CPU))) == {"x"}
+    assert set(sites(placement.place(m, records(m), rules=replace(CPU, lone_sums_float=False)))) == {"x", "scaled", "b"}
     n = Net()
     n.op("Add", [n.conv("x", "a", 4, 4), n.conv("x", "b", 4, 4)], "sum")
     m = n.model(["sum"])
-    assert set(sites(placement.place(m, records(m), rules=CPU))) == {"x"}
-    assert set(sites(placement.place(m, records(m), rules=replace(CPU, lone_sums_float=False)))) == {"x", "a", "b"}
+    assert set(sites(placement.place(m, records(m), rules=CPU))) == {"x", "a", "b"}
 
 
 def test_activation_patterns_are_not_split_by_quantizers():
