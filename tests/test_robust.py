@@ -166,6 +166,29 @@ def test_shape_inference_runs_in_a_new_small_process_not_a_fork(monkeypatch):
     shapes.INFERENCES.clear()
 
 
+def test_shape_inference_forks_where_the_small_process_cannot_call_onnx(monkeypatch):
+    """The small interpreter calls onnx's private extension as onnx 1.23 does (C.infer_shapes(bytes, check_type,
+    strict_mode, data_prop)); where another onnx spells that call otherwise, its probe fails before it says it is
+    ready, and the inference forks (the same result) instead of failing every model."""
+    import onnx
+
+    from qtool.model import shapes
+
+    shapes.close_child()
+    monkeypatch.setattr(shapes, "_CHILD", shapes._CHILD.replace("infer_shapes(b\"\", False, False, False)",
+                                                                "infer_shapes(b\"\", False, False, False, 'a fifth')"))
+    forks = []
+    fork = os.fork
+    monkeypatch.setattr(os, "fork", lambda: forks.append(1) or fork())
+    shapes.INFERENCES.clear()
+    model = onset_like()
+    got = shapes.inferred(model)
+    want = onnx.shape_inference.infer_shapes(onnx.ModelProto.FromString(shapes.weightless(model)), strict_mode=False)
+    assert got is not None and got.SerializeToString() == want.SerializeToString()
+    assert forks and shapes._child is None
+    shapes.INFERENCES.clear()
+
+
 def test_isolated_reports_a_crash_and_passes_results():
     from qtool.model import shapes
 

@@ -135,6 +135,7 @@ loader = importlib.machinery.ExtensionFileLoader("onnx.onnx_cpp2py_export", path
 module = importlib.util.module_from_spec(importlib.util.spec_from_file_location("onnx.onnx_cpp2py_export", path, loader=loader))
 loader.exec_module(module)
 read, write = sys.stdin.buffer, sys.stdout.buffer
+module.shape_inference.infer_shapes(b"", False, False, False)  # the call as this onnx spells it, else no "ready": a fork
 write.write(b"ready")
 write.flush()
 while len(head := read.read(8)) == 8:
