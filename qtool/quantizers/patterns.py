@@ -293,50 +293,40 @@ def _filterbank(m: G.Index, n: onnx.NodeProto, t: str) -> bool:
     return value.size > 0 and bool(np.all(value >= 0))
 
 
-def _reaches_root_or_log(m: G.Index, t: str, filterbank: bool) -> bool:
-    """`t`, one reader at each step, reaches a Sqrt or a Log through shape-only ops, an Add/Max of a constant
-    (an epsilon, a floor), a Clip and (with `filterbank`) one filterbank: the path of a power spectrum into a
-    magnitude or a log-power (log-mel) spectrum."""
-    for _ in range(_WALK_LIMIT):
-        readers = m.readers.get(t, ())
-        if len(readers) != 1 or not standard(readers[0][0]):
-            return False
-        r, slot = readers[0]
-        if r.op_type in ("Sqrt", "Log"):
-            return True
-        if r.op_type in _SHAPE_OPS or (r.op_type == "Clip" and slot == 0):
-            t = r.output[0]
-        elif r.op_type in ("Add", "Max") and len(r.input) == 2 and m.is_data(r.input[0]) != m.is_data(r.input[1]):
-            t = r.output[0]
-        elif filterbank and _filterbank(m, r, t):
-            t, filterbank = r.output[0], False
-        else:
-            return False
-    return False
-
-
-def _log_of(m: G.Index, t: str) -> str | None:
-    """The Log's output that `t` (a power), one reader at each step, reaches through shape-only ops, a Clip, an
-    Add/Max/Mul/Div/Pow of a constant (an epsilon, a floor, a scale, a compression exponent), a Sqrt and one
-    filterbank: a log-power, log-magnitude or log-mel spectrum; else None."""
-    filterbank = True
+def _spectrum_walk(m: G.Index, t: str, filterbank: bool, stops: set[str], scales: set[str]) -> onnx.NodeProto | None:
+    """The first op of `stops` that `t` reaches, one reader at each step, through shape-only ops, a Sqrt (when not a
+    stop), a Clip, an element-wise op of `scales` with a constant (an epsilon, a floor, a scale, a compression
+    exponent; a Div or Pow by it) and, with `filterbank`, one filterbank; else None."""
     for _ in range(_WALK_LIMIT):
         readers = m.readers.get(t, ())
         if len(readers) != 1 or not standard(readers[0][0]):
             return None
         r, slot = readers[0]
-        if r.op_type == "Log":
-            return r.output[0]
+        if r.op_type in stops:
+            return r
         if r.op_type in _SHAPE_OPS or r.op_type == "Sqrt" or (r.op_type == "Clip" and slot == 0):
             t = r.output[0]
-        elif (r.op_type in ("Add", "Max", "Mul", "Div", "Pow") and len(r.input) == 2
-              and m.is_data(r.input[0]) != m.is_data(r.input[1]) and (r.op_type not in ("Div", "Pow") or slot == 0)):
+        elif (r.op_type in scales and len(r.input) == 2 and m.is_data(r.input[0]) != m.is_data(r.input[1])
+              and (r.op_type not in ("Div", "Pow") or slot == 0)):
             t = r.output[0]
         elif filterbank and _filterbank(m, r, t):
             t, filterbank = r.output[0], False
         else:
             return None
     return None
+
+
+def _reaches_root_or_log(m: G.Index, t: str, filterbank: bool) -> bool:
+    """`t` reaches a Sqrt or a Log through shape-only ops, an Add/Max of a constant (an epsilon, a floor), a Clip and
+    (with `filterbank`) one filterbank: the path of a power spectrum into a magnitude or a log-power (log-mel) spectrum."""
+    return _spectrum_walk(m, t, filterbank, {"Sqrt", "Log"}, {"Add", "Max"}) is not None
+
+
+def _log_of(m: G.Index, t: str) -> str | None:
+    """The Log's output that `t` (a power) reaches through shape-only ops, a Clip, an Add/Max/Mul/Div/Pow of a
+    constant, a Sqrt and one filterbank: a log-power, log-magnitude or log-mel spectrum; else None."""
+    found = _spectrum_walk(m, t, True, {"Log"}, {"Add", "Max", "Mul", "Div", "Pow"})
+    return None if found is None else found.output[0]
 
 
 def _reaches_layer(m: G.Index, t: str) -> bool:
