@@ -75,8 +75,10 @@ def move_up(inputs: Inputs, kept: Kept, asked: Requests, moves: Moves) -> None:
         wanted = copy.deepcopy(asked.wanted)
         trial = copy.deepcopy(moves)
         _move_up_once(inputs, kept, wanted, trial, blocked)
+        if not inputs.rules.parts_need_every_reader:
+            break
         forked = {name for name, t in _part_moves(m, trial, moves) if not _all_read_quantized(inputs, wanted, t)}
-        if not forked or not inputs.rules.parts_need_every_reader:
+        if not forked:
             break
         blocked |= forked
     asked.wanted.clear()
