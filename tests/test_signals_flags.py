@@ -37,8 +37,9 @@ def _env(tmpdir: Path) -> dict:
 
 @pytest.fixture
 def work(tmp_path):
-    """A YOLO-like model, 120 noise pictures (about two seconds of calibration) and a private,
-    empty temporary folder."""
+    """A YOLO-like model, 120 noise pictures and a private, empty temporary folder. At --size 64x96
+    a whole calibration takes under a second; the tests that interrupt one ask LONG_SIZE (~3 s),
+    so that the signal lands before it is over."""
     onnx.save(zoo.yolo_like(), tmp_path / "y.onnx")
     folder = tmp_path / "imgs"
     folder.mkdir()
@@ -48,6 +49,9 @@ def work(tmp_path):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     return tmp_path, tmp
+
+
+LONG_SIZE = "480x640"
 
 
 def _left(tmp: Path) -> list[str]:
@@ -74,7 +78,7 @@ def _ended(proc: subprocess.Popen, seconds: float = 60) -> str:
 def _calibrating(work) -> subprocess.Popen:
     """`qtool -v calibrate`, returned once it is calibrating (its debug line says so)."""
     d, _ = work
-    proc = _start(work, "-v", "calibrate", "y.onnx", "--images", "imgs", "--size", "64x96", "-o", "out.calib.json")
+    proc = _start(work, "-v", "calibrate", "y.onnx", "--images", "imgs", "--size", LONG_SIZE, "-o", "out.calib.json")
     for line in proc.stderr:
         if line.startswith("debug: calibrating"):
             return proc
@@ -198,7 +202,7 @@ def test_ctrl_c_while_starting_is_quiet(work):
     `python -m qtool` both start in qtool.launch)."""
     d, tmp = work
     for delay in (0.15, 0.4, 0.8):
-        proc = _start(work, "calibrate", "y.onnx", "--images", "imgs", "--size", "64x96", "-o", "out.calib.json")
+        proc = _start(work, "calibrate", "y.onnx", "--images", "imgs", "--size", LONG_SIZE, "-o", "out.calib.json")
         time.sleep(delay)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
