@@ -62,6 +62,7 @@ __all__ = [
     "sliced_heads_like",
     "gelu_residual_conv1d_like",
     "fsmn_memory_like",
+    "lstm_wake_word_like",
 ]
 
 FLOAT = TensorProto.FLOAT
@@ -1566,3 +1567,23 @@ if __name__ == "__main__":
         raise AssertionError("onnxruntime unexpectedly loaded custom_op_model")
     print("all zoo models OK")
 
+
+
+def lstm_wake_word_like(feat=16, hidden=16, offset=-9.0, dense=1.0, seed=8311):
+    """A wake-word head as openwakeword's (hey_mycroft, tf2onnx): embedding frames [time, batch, feat] -> an LSTM
+    (its states tf2onnx's zeros, none here) -> each step's hidden state through a Dense of one unit -> Sigmoid: the
+    score per frame. `offset`: the Dense's bias; -9 leaves the score near 1e-4 on inputs without the word, far in the
+    sigmoid's tail, where the score's relative error is the logit's absolute one."""
+    g = _Graph(seed)
+    rng = g.rng
+    w = g.init("lstm.W", (rng.normal(0, 1, (1, 4 * hidden, feat)) / np.sqrt(feat)).astype(np.float32))
+    r = g.init("lstm.R", (rng.normal(0, 1, (1, 4 * hidden, hidden)) / np.sqrt(hidden)).astype(np.float32))
+    bias = g.init("lstm.B", rng.normal(0, 0.1, (1, 8 * hidden)).astype(np.float32))
+    y = g.op("LSTM", ["frames", w, r, bias], "/lstm", hidden_size=hidden)
+    seq = g.op("Squeeze", [y, g.init("/lstm/axes", np.array([1], np.int64))], "/lstm")  # [time, batch, hidden]
+    dense = g.op("MatMul", [seq, g.init("dense.weight", rng.normal(0, dense, (hidden, 1)).astype(np.float32))], "/dense")
+    logit = g.op("Add", [dense, g.init("dense.bias", np.array([offset], np.float32))], "/dense")
+    g.op("Sigmoid", [logit], "/dense", outputs=["score"])
+    graph = g.graph("lstm_wake_word", [helper.make_tensor_value_info("frames", FLOAT, ["time", "batch", feat])],
+                    [helper.make_tensor_value_info("score", FLOAT, ["time", "batch", 1])])
+    return _make_model(graph, 17)
