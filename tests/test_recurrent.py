@@ -454,3 +454,22 @@ def test_lstm_at_the_error_of_an_int8_layer_runs_int8():
     result = qtool.evaluate(model, cal, data=feeds[16:], target="openvino")
     assert result.plan_summary.get("int8_lstm") == ["/lstm/LSTM"], result.plan_summary
     assert result.outputs[0].sqnr_db > 25, result.outputs[0].sqnr_db
+
+
+def test_sigmoid_tail_gain_from_the_output_histogram():
+    """tail_gain_db reads only the sigmoid output's histogram (z = log(y / (1 - y))): scores all near 1e-4 lose
+    ~20 log10(|logit(1e-4)|) = 19.3 dB more than their logit; scores spread up to 1 lose less (below 0 dB); values
+    outside [0, 1] are no sigmoid's (None)."""
+    from qtool.calibration import TensorRecord
+
+    def record(values):
+        values = np.asarray(values, np.float64)
+        top = float(values.max())
+        counts, _ = np.histogram(values, bins=2048, range=(0, top))
+        return TensorRecord("y", float(values.min()), top, top, counts.tolist(), top)
+
+    rng = np.random.default_rng(0)
+    tail = recurrent.tail_gain_db(record(rng.uniform(0.9e-4, 1.1e-4, 10000)))
+    assert tail == pytest.approx(20 * np.log10(np.log(1e4)), abs=0.2), tail
+    assert recurrent.tail_gain_db(record(rng.uniform(0.0, 1.0, 10000))) < 0
+    assert recurrent.tail_gain_db(record(rng.uniform(-1.0, 1.0, 10000))) is None
