@@ -268,6 +268,43 @@ def _t5_decoder(ctx: Context, held: bool) -> list[dict]:
     return out
 
 
+# --- faster-whisper 1.1.0: Silero VAD v5 split in two (STFT-by-Conv encoder, LSTM-cell decoder) -----------------
+
+FW = "faster_whisper/assets/"
+
+
+def _fw_chunks(wav: np.ndarray) -> np.ndarray:
+    # faster_whisper/vad.py SileroVADModel.__call__: audio padded to a multiple of 512, cut into 512-sample chunks,
+    # each led by the 64 last samples of the chunk before (zeros before the first; the package zeroes the last of
+    # those and rolls them one chunk on) -> [chunks, 576]
+    audio = np.pad(wav, (0, 512 - len(wav) % 512)).reshape(1, -1, 512)
+    context = audio[..., -64:].copy()
+    context[:, -1] = 0
+    context = np.roll(context, 1, 1)
+    return np.concatenate([context, audio], 2).reshape(-1, 576).astype(np.float32)
+
+
+def _fw_encoder(ctx: Context, held: bool) -> list[dict]:
+    # the package runs every chunk of a recording as one batch; here its first 2 s (63 chunks)
+    return [{"input": _fw_chunks(w[: 2 * SR])} for w in _speech(ctx, held, N_HELD if held else N_CALIB)]
+
+
+def _fw_decoder(ctx: Context, held: bool) -> list[dict]:
+    # the decoder loop: each chunk's encoder output [1, 128] with the state [2, 1, 128] carried (zeros first);
+    # the feed of one step from the middle of each recording
+    enc, dec = _session(ctx.wheel / FW / "silero_encoder_v5.onnx"), _session(ctx.model)
+    out = []
+    for i, wav in enumerate(_speech(ctx, held, N_HELD if held else N_CALIB)):
+        feats = enc.run(None, {"input": _fw_chunks(wav)})[0][:, :, 0]
+        state = np.zeros((2, 1, 128), np.float32)
+        stop = len(feats) // 3 + i * len(feats) // (3 * N_CALIB)
+        for k in range(stop + 1):
+            feed = {"input": feats[k:k + 1], "state": state}
+            _, state = dec.run(None, feed)
+        out.append(feed)
+    return out
+
+
 G2P_REQ = "g2p-id-py==0.4.2"
 TF_REQ = "traceforge-title-model==0.2.0"
 
@@ -301,4 +338,10 @@ ENTRIES: list[Entry] = [
           "teacher-forced title prefixes [4, <=16] + the package encoder's states of 4 descriptions + mask",
           ("prequantized-dynamic", "matmulinteger", "t5", "cross-attention", "int64-input", "multi-input",
            "large-vocab-output", "dynamic", "approx-tokenizer")),
+    Entry("silero_v5_encoder", "faster-whisper==1.1.0", FW + "silero_encoder_v5.onnx", "speech", _split(_fw_encoder),
+          "the first 2 s of espeak speech as 63 chunks of 64 + 512 samples [63, 576]",
+          ("stft-by-conv", "pad", "sqrt", "dynamic-batch", "opset-17")),
+    Entry("silero_v5_decoder", "faster-whisper==1.1.0", FW + "silero_decoder_v5.onnx", "speech", _split(_fw_decoder),
+          "one step of the decoder loop over the package encoder's outputs: [1, 128] + carried state [2, 1, 128]",
+          ("lstm-cell-decomposed", "stateful", "multi-output", "gemm", "opset-17")),
 ]
