@@ -923,6 +923,61 @@ def bert_like(fused_layernorm=True, opset=17, d=32, heads=2, vocab=200, max_len=
     return _make_model(graph, opset, producer="pytorch")
 
 
+def _tf_dense(g, x, cin, cout, scope, seq, gain=1.0, act=None):
+    """tf2onnx's Dense on [b, s, cin]: Reshape to 2-D, Gemm(beta=0) without C, Reshape back, the bias in an Add."""
+    w = g.init(f"{scope}/kernel", (g.rng.standard_normal((cout, cin)) * gain / np.sqrt(cin)).astype(np.float32))
+    flat = g.op("Reshape", [x, g.init(f"tf_flat_{cin}", np.array([-1, cin], np.int64))], scope)
+    y = g.op("Gemm", [flat, w], scope, alpha=1.0, beta=0.0, transB=1)
+    y = g.op("Reshape", [y, g.init(f"tf_back_{cout}", np.array([-1, seq, cout], np.int64))], scope)
+    y = g.op("Add", [y, g.init(f"{scope}/bias", (g.rng.standard_normal(cout) * 0.05).astype(np.float32))], scope)
+    return g.op(act, [y], scope) if act else y
+
+
+def _tf_layer_norm(g, x, d, scope):
+    """Keras' LayerNormalization as tf2onnx writes it for [b, s, d]: moments by GlobalAveragePool over the last
+    axis (mean, SquaredDifference as (x - mean)^2 by a Mul), x * (gamma / sqrt(var + eps)) + (beta - mean * that)."""
+    mean = g.op("GlobalAveragePool", [x], f"{scope}/moments/mean")
+    dev = g.op("Sub", [x, mean], f"{scope}/moments")
+    var = g.op("GlobalAveragePool", [g.op("Mul", [dev, dev], f"{scope}/moments")], f"{scope}/moments/variance")
+    rs = g.op("Reciprocal", [g.op("Sqrt", [g.op("Add", [var, g.init("tf_eps", np.array(1e-6, np.float32))], scope)], scope)], scope)
+    mul = g.op("Mul", [rs, g.init(f"{scope}/gamma", g.rng.uniform(0.8, 1.2, d).astype(np.float32))], scope)
+    shift = g.op("Sub", [g.init(f"{scope}/beta", (g.rng.standard_normal(d) * 0.05).astype(np.float32)),
+                         g.op("Mul", [mean, mul], scope)], scope)
+    return g.op("Add", [g.op("Mul", [x, mul], scope), shift], scope)
+
+
+def tf2onnx_bert_like(opset=14, d=32, heads=2, vocab=40, seq=16, layers=2, seed=7301):
+    """A Keras masked-LM BERT as tf2onnx writes it (g2p-id's bert_mlm.onnx): token Gather + position Add, then per
+    layer tf2onnx's lowering of Keras' attention Einsums: the scores and context MatMuls reach their Softmax through
+    Unsqueeze/Transpose/Reshape/Squeeze, LayerNorm by GlobalAveragePool moments on [b, s, d] (_tf_layer_norm),
+    Dense as Gemm(beta=0) + Add (_tf_dense), a ReLU MLP; int64 [b, seq] ids."""
+    g = _Graph(seed)
+    hd = d // heads
+    tok = (g.rng.standard_normal((vocab, d)) * 0.5).astype(np.float32)
+    x = g.op("Gather", [g.init("word_embedding", tok), "input_1"], "/embed")
+    x = g.op("Add", [x, g.init("position_embedding", (g.rng.standard_normal((seq, d)) * 0.2).astype(np.float32))], "/embed")
+    split = g.init("tf_split", np.array([0, seq, heads, hd], np.int64))
+    ax1 = g.init("tf_axis1", np.array([1], np.int64))
+    for i in range(layers):
+        s = f"/encoder_{i}"
+        q = g.op("Mul", [_tf_dense(g, x, d, d, f"{s}/query", seq), g.init("tf_qscale", np.array(1 / np.sqrt(hd), np.float32))], s)
+        q = g.op("Transpose", [g.op("Reshape", [q, split], s)], s, perm=[0, 2, 1, 3])
+        k = g.op("Transpose", [g.op("Reshape", [_tf_dense(g, x, d, d, f"{s}/key", seq), split], s)], s, perm=[0, 2, 3, 1])
+        v = g.op("Transpose", [g.op("Reshape", [_tf_dense(g, x, d, d, f"{s}/value", seq), split], s)], s, perm=[0, 2, 1, 3])
+        scores = g.op("MatMul", [g.op("Unsqueeze", [q, ax1], s), g.op("Unsqueeze", [k, ax1], s)], s)
+        probs = g.op("Softmax", [g.op("Squeeze", [scores, ax1], s)], s, axis=-1)
+        ctx = g.op("Squeeze", [g.op("MatMul", [g.op("Unsqueeze", [probs, ax1], s), g.op("Unsqueeze", [v, ax1], s)], s), ax1], s)
+        ctx = g.op("Reshape", [g.op("Transpose", [ctx], s, perm=[0, 2, 1, 3]), g.init("tf_merge", np.array([0, seq, d], np.int64))], s)
+        x = _tf_layer_norm(g, g.op("Add", [x, _tf_dense(g, ctx, d, d, f"{s}/attention_output", seq)], s), d, f"{s}/att_ln")
+        h = _tf_dense(g, _tf_dense(g, x, d, 2 * d, f"{s}/ffn/dense", seq, act="Relu"), 2 * d, d, f"{s}/ffn/dense_1", seq)
+        x = _tf_layer_norm(g, g.op("Add", [x, h], s), d, f"{s}/ffn_ln")
+    y = _tf_dense(g, x, d, vocab, "/mlm_cls", seq)
+    g.op("Softmax", [y], "/mlm_cls", outputs=["mlm_cls"], axis=-1)
+    graph = g.graph("tf2onnx_bert_like", [helper.make_tensor_value_info("input_1", INT64, ["batch", seq])],
+                    [helper.make_tensor_value_info("mlm_cls", FLOAT, ["batch", seq, vocab])])
+    return _make_model(graph, opset, producer="tf2onnx")
+
+
 def vit_like(opset=17, d=32, heads=2, patch=8, classes=10):
     """A ViT as PyTorch exports it: patch Conv -> tokens -> [CLS] Concat -> position Add ->
     pre-norm encoder layer (LayerNormalization, attention with a scale, GELU MLP, residual Adds)
