@@ -978,6 +978,33 @@ def tf2onnx_bert_like(opset=14, d=32, heads=2, vocab=40, seq=16, layers=2, seed=
     return _make_model(graph, opset, producer="tf2onnx")
 
 
+def ort_qdq_conv_like(opset=13, ch=4, seed=7331):
+    """A small CNN as onnxruntime's quantize_static writes it in its QDQ format (smart-turn v3 ships so): every
+    activation through QuantizeLinear -> DequantizeLinear at uint8 with a zero point, the Conv weights int8 per
+    output channel through DequantizeLinear, the biases int32 (scale = input scale x weight scale) through
+    DequantizeLinear."""
+    g = _Graph(seed)
+    xs, xz = g.init("x_scale", np.array(0.02, np.float32)), g.init("x_zero_point", np.array(128, np.uint8))
+    x = g.op("DequantizeLinear", [g.op("QuantizeLinear", ["x", xs, xz], "/x"), xs, xz], "/x")
+    for i, cin in enumerate((3, ch)):
+        w = g.rng.normal(0, 0.5, (ch, cin, 3, 3)).astype(np.float32)
+        ws = (np.abs(w).reshape(ch, -1).max(axis=1) / 127).astype(np.float32)
+        wq = g.init(f"conv{i}.weight_quantized", np.clip(np.rint(w / ws.reshape(-1, 1, 1, 1)), -127, 127).astype(np.int8))
+        wdq = g.op("DequantizeLinear", [wq, g.init(f"conv{i}.weight_scale", ws), g.init(f"conv{i}.weight_zero_point", np.zeros(ch, np.int8))],
+                   f"/conv{i}/w", axis=0)
+        bs = (0.02 * ws).astype(np.float32)
+        bq = g.init(f"conv{i}.bias_quantized", np.rint(g.rng.normal(0, 0.1, ch) / bs).astype(np.int32))
+        bdq = g.op("DequantizeLinear", [bq, g.init(f"conv{i}.bias_scale", bs), g.init(f"conv{i}.bias_zero_point", np.zeros(ch, np.int32))],
+                   f"/conv{i}/b", axis=0)
+        y = g.op("Relu", [g.op("Conv", [x, wdq, bdq], f"/conv{i}", pads=[1, 1, 1, 1])], f"/conv{i}")
+        ys, yz = g.init(f"y{i}_scale", np.array(0.02, np.float32)), g.init(f"y{i}_zero_point", np.array(0, np.uint8))
+        x = g.op("DequantizeLinear", [g.op("QuantizeLinear", [y, ys, yz], f"/y{i}"), ys, yz], f"/y{i}")
+    g.op("GlobalAveragePool", [x], "/pool", outputs=["y"])
+    graph = g.graph("ort_qdq_conv_like", [helper.make_tensor_value_info("x", FLOAT, [1, 3, 8, 8])],
+                    [helper.make_tensor_value_info("y", FLOAT, [1, ch, 1, 1])])
+    return _make_model(graph, opset, producer="onnx.quantize")
+
+
 def vit_like(opset=17, d=32, heads=2, patch=8, classes=10):
     """A ViT as PyTorch exports it: patch Conv -> tokens -> [CLS] Concat -> position Add ->
     pre-norm encoder layer (LayerNormalization, attention with a scale, GELU MLP, residual Adds)
