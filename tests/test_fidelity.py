@@ -133,6 +133,37 @@ def test_bias_shift_is_the_weight_error_applied_to_the_input_means():
     assert nncf_rule.layers == [] and "zero bias" in nncf_rule.skipped["conv"]
 
 
+def test_bias_shift_of_a_gemm_without_c_goes_to_the_add_after_it(recwarn):
+    """tf2onnx's Dense: Gemm(alpha, beta=0) without C, its bias in the Add after it. The Add's bias takes alpha
+    times the shift (C, scaled by beta, is not there): the shift was divided by beta, inf, with a numpy warning
+    printed by qtool export."""
+    from qtool.model import graph as G
+    from qtool.quantizers import placement
+
+    rng = np.random.default_rng(3)
+    w = rng.normal(0, 1, (5, 4)).astype(np.float32)  # [cout, cin], transB
+    b = np.full(5, 0.5, np.float32)
+    nodes = [helper.make_node("Gemm", ["x", "w"], ["g"], name="dense", alpha=2.0, beta=0.0, transB=1),
+             helper.make_node("Add", ["g", "b"], ["y"], name="bias")]
+    g = helper.make_graph(nodes, "t", [helper.make_tensor_value_info("x", FLOAT, [3, 4])], [helper.make_tensor_value_info("y", FLOAT, None)],
+                          initializer=[numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    means = np.array([0.5, 1.0, -2.0, 0.25])
+    stats = SampleStats(axis=1)
+    x = np.broadcast_to(means.reshape(1, 4), (3, 4))
+    stats.update([x], 1, TensorHistogram().update(x))
+    records = {"x": calibration.TensorRecord("x", -3.0, 3.0, 3.0, [1, 1], 3.0, stats=stats),
+               "g": calibration.TensorRecord("g", -9.0, 9.0, 9.0, [1, 1], 9.0),
+               "y": calibration.TensorRecord("y", -9.0, 9.0, 9.0, [1, 1], 9.0)}
+    plan = placement.place(m, records, rules=CPU)
+    result = biascorrection.correct(m, G.Namer(m), plan, records, threshold=None)
+    assert result.layers == ["dense"] and not [r for r in recwarn if issubclass(r.category, RuntimeWarning)]
+    new = numpy_helper.to_array(next(t for t in m.graph.initializer if t.name == m.graph.node[1].input[1]))
+    wq = plan.weights[0].params()
+    d = w - np.clip(np.rint(w / np.asarray(wq.scale).reshape(5, 1)), -127, 127) * np.asarray(wq.scale).reshape(5, 1)
+    np.testing.assert_allclose(new, b + 2.0 * (d @ means), rtol=1e-5, atol=1e-6)
+
+
 # ---------------------------------------------------------------- ignored patterns
 
 

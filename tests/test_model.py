@@ -567,3 +567,29 @@ def test_a_domain_imported_at_two_versions_is_one_line_error(tmp_path):
     path = _save(_imports_twice(13), tmp_path / "m.onnx")
     with pytest.raises(QtoolError, match="imports the ai.onnx opset at versions 13, 17"):
         model.load_model(path)
+
+
+def test_weights_computed_from_constants_are_read_as_float_constants(tmp_path):
+    """int8 weights Cast and scaled, a transposed table, a tied table reshaped by shape arithmetic on constants
+    (zoo.computed_weights_mlp_like): load_float_model reads each as the float initializer it computes, the model
+    computing the same outputs; placement then quantizes all three layers (they stayed FP32: "neither a calibrated
+    activation nor a float constant weight", MiniLM's 36 linear layers of 42)."""
+    from test_placement import records
+
+    from qtool.quantizers import placement
+    from qtool.targets.cpu import CPU
+
+    m = zoo.computed_weights_mlp_like()
+    onnx.save(m, tmp_path / "m.onnx")
+    loaded = model.load_float_model(tmp_path / "m.onnx")
+    assert loaded.given is None and loaded.sha256 == model.load_model(tmp_path / "m.onnx").sha256
+    layers = [n for n in loaded.proto.graph.node if n.op_type in ("MatMul", "Gemm")]
+    inits = {t.name for t in loaded.proto.graph.initializer}
+    assert len(layers) == 3 and all(n.input[1] in inits for n in layers)
+    assert not {n.op_type for n in loaded.proto.graph.node} & {"Cast", "Shape", "Transpose", "Reshape"}
+    x = np.random.default_rng(0).normal(0, 1, (4, 16)).astype(np.float32)
+    run = lambda p: onnxruntime.session(p.SerializeToString()).run(None, {"x": x})[0]  # noqa: E731
+    np.testing.assert_array_equal(run(loaded.proto), run(m))
+    plan = placement.place(loaded.proto, records(loaded.proto), rules=CPU)
+    assert sorted(plan.int8_layers) == sorted(n.name for n in layers) and not plan.fp32_layers
+

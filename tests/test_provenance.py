@@ -144,6 +144,25 @@ def _one_error_line(r, *needles):
         assert needle in lines[0], r.output
 
 
+def test_a_qdq_model_calibrated_as_a_model_is_evaluated_as_one(w, tmp_path, monkeypatch):
+    """A Q/DQ model another tool made (smart-turn v3 ships one, QDQ-quantized by onnxruntime): calibrate takes it as a
+    MODEL, as it is (with a warning), export too, and so does evaluate when that calibration is given or is the one
+    found here (it refused the model: "holds DequantizeLinear/QuantizeLinear nodes but no qtool provenance")."""
+    monkeypatch.chdir(tmp_path)
+    model = onnx.load(w / "qdq.onnx")
+    del model.metadata_props[:]
+    onnx.save(model, tmp_path / "foreign.onnx")
+    ok(invoke("-q", "calibrate", "foreign.onnx", "--data", w / "held", "--limit", 16, "-o", "foreign.calib.json"))
+    for extra in ((), ("--calib", "foreign.calib.json")):
+        r = ok(invoke("evaluate", "foreign.onnx", "--data", w / "held", "--limit", 16, "--target", "openvino", "--json", *extra))
+        e = json.loads(r.stdout)
+        assert e["target"] == "openvino" and e["calibration"].endswith("foreign.calib.json") and e["sqnr_db"] > 20, e
+    # another model's calibration here: the Q/DQ file is no calibrated MODEL, the error stands
+    (tmp_path / "foreign.calib.json").unlink()
+    shutil.copy(w / "cal.calib.json", tmp_path / "other.calib.json")
+    _one_error_line(invoke("evaluate", "foreign.onnx", "--data", w / "held"), "no qtool provenance", "--reference MODEL")
+
+
 def test_bad_inputs_are_one_line(w, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     shutil.copy(w / "openvino.onnx", tmp_path / "shipped.onnx")

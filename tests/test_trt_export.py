@@ -388,3 +388,23 @@ def test_fp16_scales_of_dead_weight_channels_stay_fp16_and_fused(tmp_path):
     conv = next(x for x in out.graph.node if x.op_type == "Conv")
     producers = {o: x.op_type for x in out.graph.node for o in x.output}
     assert [producers[i] for i in conv.input[:2]] == ["DequantizeLinear", "DequantizeLinear"]
+
+
+def test_a_model_with_q_dq_tensorrt_cannot_import_is_refused_by_the_tensorrt_export(tmp_path):
+    """onnxruntime's QDQ format (uint8 activations with zero points, int32 biases: smart-turn v3) calibrates and
+    exports to OpenVINO as it is, with a warning; the TensorRT export keeps the model's own Q/DQ nodes, which
+    TensorRT does not import: one error line, exit 1, no file (it wrote a file breaking 309 rules)."""
+    from runcli import invoke, ok
+
+    onnx.save(zoo.ort_qdq_conv_like(), tmp_path / "m.onnx")
+    (tmp_path / "d").mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(4):
+        np.save(tmp_path / "d" / f"{i}.npy", rng.uniform(0, 2, (1, 3, 8, 8)).astype(np.float32))
+    ok(invoke("-q", "calibrate", tmp_path / "m.onnx", "--data", tmp_path / "d", "-o", tmp_path / "m.calib.json"))
+    ok(invoke("-q", "export", "--calib", tmp_path / "m.calib.json", "--target", "openvino", "-o", tmp_path / "ov.onnx"))
+    for extra in ((), ("--precision", "fp8"), ("--format", "cache", "--trt-version", "8.6")):
+        r = invoke("export", "--calib", tmp_path / "m.calib.json", "--target", "tensorrt", "-o", tmp_path / "trt.onnx", *extra)
+        assert r.exit_code == 1 and r.stderr.count("\n") == 1 and "already holds Q/DQ nodes that TensorRT" in r.stderr, r.output
+        assert "give the FP32 model" in r.stderr and not (tmp_path / "trt.onnx").exists()
+

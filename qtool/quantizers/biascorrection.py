@@ -126,8 +126,8 @@ def _mean_error(n: onnx.NodeProto, site, means: np.ndarray) -> np.ndarray | str:
     if means.size != d.shape[0]:
         return "channel count mismatch"
     shift = means @ d
-    if n.op_type == "Gemm":
-        shift = shift * float(G.attr(n, "alpha", 1.0)) / float(G.attr(n, "beta", 1.0))
+    if n.op_type == "Gemm":  # Y = alpha A B + beta C: the output's shift (C's is _apply's, over beta)
+        shift = shift * float(G.attr(n, "alpha", 1.0))
     return shift
 
 
@@ -136,8 +136,10 @@ def _apply(model, namer, n, shift: np.ndarray, out_rank: int, consts: G.Constant
     channels = shift.size
     axis = 1 if n.op_type == "Conv" else out_rank - 1  # the output channel axis
     scale = 1.0
-    if n.op_type in ("Conv", "Gemm") and len(n.input) > 2 and n.input[2]:
-        node, k = n, 2
+    beta = float(G.attr(n, "beta", 1.0)) if n.op_type == "Gemm" else 1.0
+    # a Gemm's C counts beta times (tf2onnx writes beta 0 and the bias in an Add after it: C then counts nothing)
+    if n.op_type in ("Conv", "Gemm") and len(n.input) > 2 and n.input[2] and beta != 0:
+        node, k, scale = n, 2, 1.0 / beta
         value = consts.value(n.input[2])
         if value is None:
             return "bias is not a constant"

@@ -565,8 +565,8 @@ def unrepresentable(m: G.Index, records: dict, amax: dict[str, float] | None = N
     return found
 
 
-_SCORE_PATH = {"Add", "Sub", "Mul", "Div", "Where", "Cast", "Reshape", "Identity", "Transpose"}
-_PROBS_PATH = {"Reshape", "Cast", "Identity", "Dropout", "Transpose", "Where", "Mul"}  # Where: fully masked rows, Mul: a head mask
+_SCORE_PATH = {"Add", "Sub", "Mul", "Div", "Where", "Cast", "Reshape", "Identity", "Transpose", "Squeeze", "Unsqueeze"}
+_PROBS_PATH = {"Reshape", "Cast", "Identity", "Dropout", "Transpose", "Where", "Mul", "Squeeze", "Unsqueeze"}  # Where: fully masked rows, Mul: a head mask
 
 
 @dataclass(frozen=True)
@@ -656,7 +656,7 @@ def transformer_structure(m: G.Index) -> dict[str, int]:
             continue
         elif op == "Softmax" and n.input and _attention(m, n):
             counts["attention"] += 1
-        elif op == "ReduceMean" and n.input and is_variance(m, n):
+        elif op in ("ReduceMean", "GlobalAveragePool") and n.input and is_variance(m, n):
             counts["layer_norm"] += 1
         elif op in ("Gelu", "Erf", "Tanh"):
             counts["gelu"] += 1

@@ -93,10 +93,10 @@ class Gram:
         if self.overflowed:
             self.sums = self._pending = None
             return
+        if self._pending is not None and self._pending_bound + top >= _EXACT:
+            self._flush()  # (it drops `_pending`: a new one below; T5's activations reached 2^53 within one run)
         if self._pending is None:
             self._pending = np.zeros((self.channels, self.channels))
-        elif self._pending_bound + top >= _EXACT:
-            self._flush()
         self._pending_bound += top
         k, shift = self.channels, 2 * (e - MANTISSA) - UNIT_LOG2
         for b0 in range(0, k, _BLOCK):

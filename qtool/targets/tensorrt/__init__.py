@@ -40,7 +40,7 @@ from ...model import graph as G
 from ...options import ExportOptions, declared_options
 from ...quantizers import patterns as P
 from .. import ReportView, WrittenFile, get
-from . import fp8, int8, passthrough
+from . import checker, fp8, int8, passthrough
 from .attention import is_measured
 from .files import _listed, is_usable, write_cache, write_dynamic_range, write_ort_table
 from .options import TensorRTOptions
@@ -229,10 +229,12 @@ def export(loaded, cal, options: ExportOptions = DEFAULTS):
         if smooth_quant not in ("auto", None) or algorithm != "entropy2":
             raise QtoolError("{smooth_quant} and {algorithm} apply to {int8} only", **opts("smooth_quant", "algorithm"),
                              int8=Opt("precision", "int8"))
+        _foreign_qdq(loaded, trt_version)
         return fp8.export(loaded, cal, trt_version=trt_version, method=method, high_precision=high_precision,
                           weights=weights or "fp8", exclude=exclude, include=include)
     weights = weights or "fp32"
     trt_version, fmt = resolve(trt_version, fmt)
+    _foreign_qdq(loaded, trt_version)
     major = major_of(trt_version)
     if fmt == "qdq":
         data, warnings, summary = int8.export(
@@ -250,6 +252,20 @@ def export(loaded, cal, options: ExportOptions = DEFAULTS):
     if major == 10:
         warnings.insert(0, TRT10_DEPRECATED)
     return WrittenFile(data, warnings, {"format": fmt, "trt_version": trt_version, "method": _method(cal, fmt, algorithm, method), **summary})
+
+
+def _foreign_qdq(loaded, trt_version: str) -> None:
+    """A one-line error when the model given already holds Q/DQ nodes that TensorRT does not import (onnxruntime's
+    quantize_static writes uint8 activations with zero points and int32 biases): the export keeps a model's own
+    nodes, so its file would break TensorRT's rules where the model does (smart-turn v3: 309 breaches, found only
+    by `qtool inspect`). Models without Q/DQ nodes are not checked."""
+    if not checker.qdq_nodes(loaded.proto):
+        return
+    broken = [v for v in checker.check(loaded.proto, trt_version) if v.node]
+    if broken:
+        raise QtoolError("{model} already holds Q/DQ nodes that TensorRT {version} does not import ({count}, e.g. {node}: {rule}); "
+                         "give the FP32 model it was made from", model=repr(str(loaded.path)), version=trt_version,
+                         count=f"{len(broken)} broken rule{'s' if len(broken) > 1 else ''}", node=broken[0].node, rule=broken[0].rule)
 
 
 def _method(cal, fmt: str, algorithm: str, method: str | None) -> str:

