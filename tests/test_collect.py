@@ -411,3 +411,36 @@ def test_a_calibration_on_data_files_imports_no_image_or_page_library(tmp_path):
     assert child.returncode == 0, child.stderr
     assert child.stdout.strip().splitlines()[-1] == "[]"
     assert load(tmp_path / "c.json").samples == 32
+
+
+def test_a_fetched_tensor_is_let_go_once_histogrammed(monkeypatch):
+    """A run's fetched tensors go one by one, each once it is histogrammed, not all at the end of
+    the run: with two workers the other's run then takes their place (madmom_beats_tcn, 64 inputs:
+    364 -> 323 MB of peak RSS)."""
+    import weakref
+
+    from qtool import model
+    from qtool.collection import collect
+    from qtool.runtime import onnxruntime
+
+    names = [f"t{i}" for i in range(5)]
+    nodes = [helper.make_node("Relu" if i % 2 else "Neg", ["x" if i == 0 else names[i - 1]], [names[i]]) for i in range(5)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 1000])],
+                              [helper.make_tensor_value_info(names[-1], TensorProto.FLOAT, [2, 1000])])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    types = dict.fromkeys(names, TensorProto.FLOAT)
+    session = onnxruntime.session(model.with_outputs(proto, names, types), threads=1)
+    seen: list = []  # weak references to the tensors histogrammed so far
+    alive: list[int] = []  # how many of them were still alive as each next one came
+    update = histogram.TensorHistogram.update
+
+    def watched(self, x, *args, **kwargs):
+        alive.append(sum(ref() is not None for ref in seen))
+        seen.append(weakref.ref(x))
+        return update(self, x, *args, **kwargs)
+
+    monkeypatch.setattr(histogram.TensorHistogram, "update", watched)
+    feeds = [({"x": np.linspace(-1, 1, 2000, dtype=np.float32).reshape(2, 1000)}, 2) for _ in range(3)]
+    hists, samples = collect.collect(session, collect.Plan(names, 2048), feeds, schedule=collect.Schedule(1, 1, False))
+    assert samples == 6 and all(hists[n].size == 6000 for n in names)
+    assert alive == [0] * 15
