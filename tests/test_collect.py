@@ -444,3 +444,37 @@ def test_a_fetched_tensor_is_let_go_once_histogrammed(monkeypatch):
     hists, samples = collect.collect(session, collect.Plan(names, 2048), feeds, schedule=collect.Schedule(1, 1, False))
     assert samples == 6 and all(hists[n].size == 6000 for n in names)
     assert alive == [0] * 15
+
+
+def test_no_run_holds_its_activations_while_the_kernel_loads(monkeypatch):
+    """The binning kernel loads (numba's import, LLVM's pages: histogram.drop_clean_pages lets them
+    go once it is loaded) before the first run makes its activations, not beside them
+    (thai_deepcut, madmom_key_cnn: their peak was the first run's activations while it loaded)."""
+    import threading
+    import time
+
+    from qtool import model
+    from qtool.collection import collect
+    from qtool.runtime import onnxruntime
+
+    loaded = threading.Event()
+
+    def slow_load():
+        time.sleep(0.2)
+        loaded.set()
+
+    monkeypatch.setattr(histogram, "_load_kernel", slow_load)
+    monkeypatch.setattr(histogram, "_loader", None)
+    names = ["h", "y"]
+    proto = _two_layer()
+    session = onnxruntime.session(model.with_outputs(proto, names, dict.fromkeys(names, TensorProto.FLOAT)), threads=1)
+    ran_before_load: list[bool] = []
+
+    class Watched:
+        def run(self, fetch, feeds):
+            ran_before_load.append(not loaded.is_set())
+            return session.run(fetch, feeds)
+
+    feeds = [({"x": np.ones((1, 64), np.float32)}, 1) for _ in range(3)]
+    collect.collect(Watched(), collect.Plan(names, 2048), feeds, schedule=collect.Schedule(1, 1, True))
+    assert ran_before_load == [False] * 3

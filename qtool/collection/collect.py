@@ -512,13 +512,15 @@ def accumulate(session: onnxruntime.Session | segments.Segmented, plan: Plan, ru
                 with lock:
                     progress.update(count)
             return
+        # binning with numpy while the kernel loads slows both (YOLOv8n look-alike, 100 images:
+        # 2.75-3.23 s against 2.70-2.87 waiting), and a run's activations beside the compiler's
+        # pages while it loads (before histogram lets them go) would add to the peak; a no-op
+        # when nothing loads it
+        histogram.wait_for_kernel()
         outputs = onnxruntime.run(session, sources, feeds) if varying else []
         fetched[0] += sum(value.nbytes for value in outputs)
         if ahead is not None:
             ahead.start()
-        # binning with numpy while the kernel loads slows both (YOLOv8n look-alike, 100 images:
-        # 2.75-3.23 s against 2.70-2.87 waiting); a no-op when nothing loads it
-        histogram.wait_for_kernel()
         pairs = list(zip(varying, outputs))
         del outputs  # fill lets each go once histogrammed
         pairs.reverse()  # last computed first: those are still in the CPU caches (names are in graph order)
