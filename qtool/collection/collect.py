@@ -441,7 +441,8 @@ class Schedule:
     `kernel`: bin with the compiled kernel (histogram.start_loading), which the first run's
     histograms wait for; worth its load time when the runs bin hundreds of MB. Or a function of
     the bytes the first run fetched: whether to load it then (the runs' sizes unknown before;
-    loading it costs ~100 MB of memory, numba's compiler included, a small model's whole run)."""
+    loading it costs ~100 MB of memory while it loads, numba's compiler included, ~40 MB after:
+    a small model's whole run)."""
 
     workers: int = 1
     spread: int = 1
