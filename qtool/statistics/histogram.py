@@ -87,7 +87,7 @@ def drop_clean_pages(library: str) -> int:
                     mappings.append(current)
                 elif current is not None and len(fields) >= 2 and fields[0].endswith(":") and fields[1].isdigit():
                     current[fields[0][:-1]] = int(fields[1]) << 10
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):  # no /proc, no C library to load this way (Windows)
         return 0
     dropped = 0
     for m in mappings:
