@@ -6,9 +6,10 @@ every 20 ms):
   - calibrate: `python -m qtool calibrate model.onnx --data calib` (this checkout first on PYTHONPATH),
   - plain:     a default onnxruntime InferenceSession running the same calibration inputs, one file at a time
                (bench/zoo.py's "plain" step),
-and prints wall seconds and peak RSS of each, the ratio calibrate / plain of both, and the calibration file's
-SHA-256 (to compare files across commits: the histograms must not change). --repeat alternates the two; the table
-shows the lowest time and RSS of each (a shared machine only adds to them).
+and prints wall seconds and peak RSS of each, calibrate's CPU seconds (its process tree's user + system time: steadier
+than wall time on a shared machine), the ratio calibrate / plain of time and RSS, and the calibration file's SHA-256
+(to compare files across commits: the histograms must not change). --repeat alternates the two; the table shows the
+lowest time, CPU time and RSS of each (a shared machine only adds to them).
 
 Usage: python bench/calibrate_memory.py [--zoo DIR] [--models craft,centerface] [--repeat 1] [--json OUT] [--keep DIR]
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import resource
 import shutil
 import sys
 import tempfile
@@ -33,8 +35,11 @@ def measure(folder: Path, work: Path, repeat: int, timeout: float) -> dict:
     calib_file = work / f"{folder.name}.calib.json"
     cal, plain = [], []
     for _ in range(repeat):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)  # the child and the helpers it waited for
         step = zoo.qtool_step(["calibrate", folder / "model.onnx", "--data", folder / "calib", "-o", calib_file, "-q"],
                               timeout, work)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        step["cpu_s"] = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
         if step["status"] != "ok":
             return {"status": step["status"], "error": step["error"]}
         cal.append(step)
@@ -44,6 +49,7 @@ def measure(folder: Path, work: Path, repeat: int, timeout: float) -> dict:
         plain.append(step)
     digest = hashlib.sha256(calib_file.read_bytes()).hexdigest()
     row = {"status": "ok", "calibrate_s": min(s["seconds"] for s in cal), "calibrate_mb": min(s["peak_rss_mb"] for s in cal),
+           "calibrate_cpu_s": min(s["cpu_s"] for s in cal),
            "plain_s": min(s["seconds"] for s in plain), "plain_mb": min(s["peak_rss_mb"] for s in plain), "sha256": digest}
     row["time_x"] = row["calibrate_s"] / row["plain_s"]
     row["rss_x"] = row["calibrate_mb"] / row["plain_mb"]
@@ -64,7 +70,7 @@ def main(argv=None) -> None:
     if missing:
         sys.exit(f"error: no model.onnx for {', '.join(missing)} in {args.zoo}")
     rows = {}
-    print(f"{'model':24s} {'calibrate s':>11s} {'MB':>7s} {'plain s':>8s} {'MB':>7s} {'time x':>7s} {'RSS x':>6s}  calibration sha256")
+    print(f"{'model':24s} {'calibrate s':>11s} {'CPU s':>6s} {'MB':>7s} {'plain s':>8s} {'MB':>7s} {'time x':>7s} {'RSS x':>6s}  calibration sha256")
     with tempfile.TemporaryDirectory(prefix="qtool-calmem-") as tmp:
         for name in names:
             row = rows[name] = measure(args.zoo / name, Path(tmp), args.repeat, args.timeout)
@@ -74,7 +80,7 @@ def main(argv=None) -> None:
             if row["status"] != "ok":
                 print(f"{name:24s} {row['status']}: {row['error']}", flush=True)
                 continue
-            print(f"{name:24s} {row['calibrate_s']:11.1f} {row['calibrate_mb']:7.0f} {row['plain_s']:8.1f} {row['plain_mb']:7.0f}"
+            print(f"{name:24s} {row['calibrate_s']:11.1f} {row['calibrate_cpu_s']:6.1f} {row['calibrate_mb']:7.0f} {row['plain_s']:8.1f} {row['plain_mb']:7.0f}"
                   f" {row['time_x']:7.2f} {row['rss_x']:6.2f}  {row['sha256'][:16]}", flush=True)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))

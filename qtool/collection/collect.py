@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import sys
 import threading
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -126,9 +127,9 @@ def derivations(proto: onnx.ModelProto, names: list[str], types: dict[str, int],
     return {n: Derived("concat", cat[n]) if n in cat else ops[n] for n in names if n in cat or n in ops}
 
 
-def _serial(items: list[tuple], fn) -> None:
-    for item in items:
-        fn(*item)
+def _serial(items: deque, fn) -> None:
+    while items:
+        fn(*items.popleft())
 
 
 class _Team:
@@ -139,22 +140,25 @@ class _Team:
         self.size = size
         self.pool = ThreadPoolExecutor(size - 1, thread_name_prefix="qtool-fill") if size > 1 else None
 
-    def share(self, items: list[tuple], fn) -> None:
-        """fn(*item) for every item, in `items` order; the first error is raised once all stopped."""
+    def share(self, items: deque, fn) -> None:
+        """fn(*item) for every item, in `items` order, each taken off `items` as it starts (the
+        item's values are let go as soon as it is done); the first error is raised once all stopped."""
         if self.pool is None or len(items) < 2:
             return _serial(items, fn)
-        queue = iter(items)  # next() on a list iterator is atomic: no item is taken twice
         failed = threading.Event()
 
         def drain() -> None:
-            for item in queue:
-                if failed.is_set():
+            while not failed.is_set():
+                try:
+                    item = items.popleft()  # atomic: no item is taken twice
+                except IndexError:
                     return
                 try:
                     fn(*item)
                 except BaseException:
                     failed.set()
                     raise
+                del item
 
         futures = [self.pool.submit(drain) for _ in range(self.size - 1)]
         try:
@@ -206,7 +210,7 @@ class _Accumulator:
     def fill(self, pairs, samples: int, team: _Team | None = None, tokens: np.ndarray | None = None) -> None:
         """Histogram (and gather the statistics of) one run's outputs, `pairs` of (name, value),
         on the threads of `team`; `tokens`: the run's real tokens (stats.real_tokens), which the
-        channel means are taken over."""
+        channel means are taken over. A list of pairs is emptied."""
         self.fill_parts([pairs], samples, team, tokens)
 
     def fill_parts(self, parts: Iterable, samples: int, team: _Team | None = None, tokens: np.ndarray | None = None) -> None:
@@ -216,12 +220,16 @@ class _Accumulator:
         filling = _Filling(self, samples, tokens)
         share = team.share if team is not None else _serial
         for pairs in parts:
-            todo = [(name, value, self._block(name, value)) for name, value in pairs]
+            todo = deque((name, value, self._block(name, value)) for name, value in pairs)
+            # each tensor is let go once histogrammed (and read by the derived tensors that need
+            # it), not when the whole run is: the other worker's run takes its place meanwhile
+            # (a list given is emptied: its caller keeps no reference to what it held)
+            if isinstance(pairs, list):
+                pairs.clear()
             del pairs
             share(todo, filling.add)
-            del todo
         # a concatenation with an empty part (which adds nothing) waits for it in vain
-        share([(n, self.parts[n]) for n in self.concats if 0 < filling.waiting[n] < len(self.inputs[n])], filling.gather)
+        share(deque((n, self.parts[n]) for n in self.concats if 0 < filling.waiting[n] < len(self.inputs[n])), filling.gather)
 
     def _block(self, name: str, value: np.ndarray) -> int | None:
         block = self.blocks.get(name)
@@ -433,7 +441,8 @@ class Schedule:
     `kernel`: bin with the compiled kernel (histogram.start_loading), which the first run's
     histograms wait for; worth its load time when the runs bin hundreds of MB. Or a function of
     the bytes the first run fetched: whether to load it then (the runs' sizes unknown before;
-    loading it costs ~100 MB of memory, numba's compiler included, a small model's whole run)."""
+    loading it costs ~100 MB of memory while it loads, numba's compiler included, ~40 MB after:
+    a small model's whole run)."""
 
     workers: int = 1
     spread: int = 1
@@ -490,7 +499,8 @@ def accumulate(session: onnxruntime.Session | segments.Segmented, plan: Plan, ru
     def parts_of(feeds: Feeds):
         for part in session.runs(feeds, wanted):
             fetched[0] += sum(value.nbytes for _, value in part)
-            yield part[::-1]
+            part.reverse()  # the list itself, which fill_parts empties (the segments hold no other reference)
+            yield part
 
     def take(acc: _Accumulator, feeds: Feeds, count: int) -> None:
         if segmented:  # each segment's outputs histogrammed and dropped before the next segment runs
@@ -503,15 +513,19 @@ def accumulate(session: onnxruntime.Session | segments.Segmented, plan: Plan, ru
                 with lock:
                     progress.update(count)
             return
+        # binning with numpy while the kernel loads slows both (YOLOv8n look-alike, 100 images:
+        # 2.75-3.23 s against 2.70-2.87 waiting), and a run's activations beside the compiler's
+        # pages while it loads (before histogram lets them go) would add to the peak; a no-op
+        # when nothing loads it
+        histogram.wait_for_kernel()
         outputs = onnxruntime.run(session, sources, feeds) if varying else []
         fetched[0] += sum(value.nbytes for value in outputs)
         if ahead is not None:
             ahead.start()
-        # binning with numpy while the kernel loads slows both (YOLOv8n look-alike, 100 images:
-        # 2.75-3.23 s against 2.70-2.87 waiting); a no-op when nothing loads it
-        histogram.wait_for_kernel()
-        # last computed first: those are still in the CPU caches (names are in graph order)
-        acc.fill(reversed(list(zip(varying, outputs))), count, teams[id(acc)], real_tokens(feeds))
+        pairs = list(zip(varying, outputs))
+        del outputs  # fill lets each go once histogrammed
+        pairs.reverse()  # last computed first: those are still in the CPU caches (names are in graph order)
+        acc.fill(pairs, count, teams[id(acc)], real_tokens(feeds))
         acc.seen += count
         if progress is not None:
             with lock:

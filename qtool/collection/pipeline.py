@@ -32,11 +32,12 @@ MAX_AUTO_BATCH = 32
 # Workers (each holds one batch's activations): as many as there are cores and this budget allows.
 IN_FLIGHT_BYTES = 512 << 20
 # Calibrations that bin this many activation bytes in all (or an unknown amount) use the compiled
-# binning kernel (histogram.start_loading: ~0.4 s of one core and 100-125 MB of RSS to load,
-# numba's compiler and llvmlite's code included, then 3-4x numpy's speed, bench/binning.py). Below
-# it the kernel's RSS is most of what calibrate adds to a small model's plain inference, and numpy
-# costs little time: zoo models binning 0.6-1.8 GB over 64 inputs took 0.87-1.14x the kernel's
-# CPU time with numpy, at ~100 MB less peak RSS; 2.1-2.7 GB 1.06-1.66x (convolutions, whose
+# binning kernel (histogram.start_loading: ~0.4 s of one core and 100-125 MB of RSS while it
+# loads, numba's compiler and llvmlite's code included, ~40 MB once loaded and LLVM's pages let go,
+# then 3-4x numpy's speed, bench/binning.py). Below it the kernel's RSS is much of what calibrate
+# adds to a small model's plain inference, and numpy costs little time: zoo models binning 0.6-1.8
+# GB over 64 inputs took 0.87-1.14x the kernel's CPU time with numpy, at ~100 MB less peak RSS
+# (measured before LLVM's pages were let go); 2.1-2.7 GB 1.06-1.66x (convolutions, whose
 # inference is cheap for the bytes it makes, the most), 3.3-8.5 GB 1.4-1.9x (docs/benchmarks.md,
 # calibration speed). With data files whose activations cannot be sized before running, the
 # first run's fetched bytes times the files decide.
