@@ -486,3 +486,37 @@ def test_quantizer_params_follow_kind_policy_and_channels():
     np.testing.assert_allclose(wp.scale, np.abs(w.values).reshape(w.values.shape[0], -1).max(axis=1) / 127, rtol=1e-6)
     act.channel_amax, act.axis = np.array([1.0, 2.0, 4.0, 8.0]), 1  # a depthwise input per channel
     np.testing.assert_allclose(act.params().scale, [1 / 127, 2 / 127, 4 / 127, 8 / 127])
+
+
+def _stream(blocks=2):
+    """A stream of small residual steps: s0 = Conv(x); per block a Conv of the stream, halved, added back."""
+    n = Net()
+    s = n.conv("x", "s0", 4, 4)
+    for b in range(1, blocks + 1):
+        step = n.op("Mul", [n.conv(s, f"c{b}", 4, 4), n.c(f"half{b}", np.array(0.5, np.float32))], f"f{b}")
+        s = n.op("Add", [step, s], f"s{b}")
+    n.conv(s, "head", 4, 4)
+    return n.model(["head"])
+
+
+def _flat(name, amax, counts=None):
+    """A record whose |x| is spread evenly over [0, amax] (or over `counts`' bins)."""
+    counts = counts or [1] * 64
+    return TensorRecord(name, -amax, amax, amax, counts, amax)
+
+
+def test_a_stream_of_small_steps_sums_in_float_where_it_sets_the_error():
+    """Residual Adds whose branch carries 1/16 of the stream's power (placement.moves.STREAM_SHARE) read float when
+    their requantizations, summed (two at ~48 dB: 45 dB), are noisier than every other quantizer (48 dB); with a
+    noisier quantizer elsewhere (the input's, most of its values in the first of 64 bins) they keep theirs."""
+    m = _stream()
+    recs = {t: _flat(t, 4.0 if t.startswith("s") else 1.0) for t in M.activation_tensors(m)}
+    recs["x"] = _flat("x", 4.0)
+    floated = sites(placement.place(m, recs, rules=CPU))
+    assert set(floated) == {"x", "s0", "s1", "s2"}  # the halved branches f1, f2 have no quantizer
+    assert sorted(floated["s1"].readers) == [("n_c2", 0)]
+    recs["x"] = _flat("x", 4.0, [10000] + [0] * 62 + [1])
+    kept = sites(placement.place(m, recs, rules=CPU))
+    assert {"f1", "f2"} <= set(kept) and ("n_s2", 1) in kept["s1"].readers
+    assert set(sites(placement.place(m, recs | {"x": _flat("x", 4.0)}, rules=replace(CPU, lone_sums_float=False)))) \
+        == {"x", "s0", "s1", "s2", "f1", "f2"}

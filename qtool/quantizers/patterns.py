@@ -405,6 +405,29 @@ def is_power_filterbank(m: G.Index, n: onnx.NodeProto) -> bool:
             and _reaches_root_or_log(m, n.output[0], filterbank=False))
 
 
+_BRANCH_LIMIT = 64  # nodes walked up a residual branch looking for its skip
+
+
+def residual_branch(m: G.Index, n: onnx.NodeProto) -> int | None:
+    """The slot of a residual Add's branch, x + f(x): the input computed from the other one (the skip, found
+    among the branch's producers within _BRANCH_LIMIT nodes), or None when neither input is computed from the
+    other (two separate paths, a constant, the same tensor twice)."""
+    if n.op_type != "Add" or not standard(n) or len(n.input) != 2 or n.input[0] == n.input[1] \
+            or not all(m.is_data(t) for t in n.input):
+        return None
+    for slot in (0, 1):
+        skip, queue, seen = n.input[1 - slot], [n.input[slot]], {n.input[slot]}
+        for t in queue:  # breadth first: the nearest producers first
+            if t == skip:
+                return slot
+            p = m.producer.get(t)
+            for i in p.input if p is not None and len(seen) < _BRANCH_LIMIT else ():
+                if i and m.is_data(i) and i not in seen:
+                    seen.add(i)
+                    queue.append(i)
+    return None
+
+
 _GATES = {"Sigmoid", "Tanh"}
 _GATE_PATH = {"Split", "Slice", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Gather"}
 _CELL_SUMS = {"Add", "Gemm", "MatMul"}  # what a cell's gates read: x.W + h.R, or the cell state

@@ -47,7 +47,8 @@ class Rules:
     # a quantizer moves up through a part-selecting op (Slice, Split, Gather) only when every reader of its input
     # reads the moved quantizer (qtool.quantizers.placement.moves.PARTS): NNCF's CPU propagation
     parts_need_every_reader: bool = False
-    # an element-wise Add whose two quantizers serve it alone stays float (placement.moves.lone_sums)
+    # an element-wise Add whose two quantizers serve it alone stays float, and a residual Add of a small step
+    # (placement.moves.lone_sums)
     lone_sums_float: bool = False
 
     def forwards(self, op: str) -> bool:

@@ -12,7 +12,12 @@ src/nncf/openvino/quantization/ignored_patterns.py):
   cannot be (not calibrated, excluded, shape-derived) the layer keeps all its inputs in FP32.
 * Element-wise Add/Sub/Mul/Div/Max/Min: both inputs, when both carry data; not an Add both of whose
   quantizers would serve it alone (no int8 layer reads either input's codes: an FSMN memory block
-  p + depthwise(cache ++ p)), which reads float (placement.moves.lone_sums). Not when the op is
+  p + depthwise(cache ++ p)), which reads float (placement.moves.lone_sums); nor the residual Adds x + f(x)
+  whose branch f(x) carries at most a quarter of the skip's power (a stream of small steps, as in a
+  transformer or a GELU Conv stack: quantized, each puts the stream's rounding noise back into the stream;
+  placement.moves.STREAM_SHARE), whose f(x) quantizer served it alone and which no layer writes (nor x * g(x), a
+  squeeze-excitation residual), where their requantizations, summed, are noisier than the model's noisiest
+  other quantizer (estimated from the histograms). Not when the op is
   part of an activation or normalisation of a single tensor, which OpenVINO fuses into one op
   (x*sigmoid(x) -> Swish, x*HardSigmoid(x) / x*clip(x+3,0,6)/6 -> HSwish, GELU, a decomposed
   LayerNorm). The gating Mul of a squeeze-excitation block is quantized like any other
