@@ -41,7 +41,7 @@ import onnx
 
 from .. import model as _model
 from ..model import lazy, shapes
-from ..model.graph import node_reads, subgraphs
+from ..model.graph import ancestors, node_reads, subgraphs
 from ..model.lazy import FLOATS
 from ..runtime import nchwc, onnxruntime
 
@@ -116,17 +116,9 @@ def _shape_values(proto: onnx.ModelProto, dims: dict[str, tuple[int, ...]]) -> d
         and producer[name].op_type != "Constant"))
     if not wanted:
         return {}
-    needed, todo = set(), list(wanted)
-    while todo:
-        name = todo.pop()
-        node = producer.get(name)
-        if node is None or id(node) in needed:
-            continue
-        if subgraphs(node):
-            return {}
-        needed.add(id(node))
-        todo.extend(i for i in node.input if i)
-    part = [n for n in g.node if id(n) in needed]
+    part = ancestors(g, wanted, producer)
+    if any(subgraphs(n) for n in part):
+        return {}
     reads = {i for n in part for i in n.input if i}
     inits = [t for t in g.initializer if t.name in reads]
     if any(lazy.is_lazy(t) for t in inits):

@@ -22,7 +22,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from . import lazy
-from .graph import cleanup, producers
+from .graph import ancestors, cleanup, producers
 
 LINEAR_SLOTS = {"Conv": (1, 2), "ConvTranspose": (1, 2), "MatMul": (0, 1), "Gemm": (0, 1, 2)}
 # ops whose output is not a function of their inputs' values alone
@@ -63,15 +63,7 @@ def fold_weights(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, int] | None:
                 targets.append(t)
     if not targets:
         return None
-    needed, stack = set(), list(targets)
-    while stack:
-        t = stack.pop()
-        p = made_by.get(t)
-        if p is None or id(p) in needed:
-            continue
-        needed.add(id(p))
-        stack.extend(i for i in p.input if i)
-    nodes = [n for n in graph.node if id(n) in needed]
+    nodes = ancestors(graph, targets, made_by)
     read = {i for n in nodes for i in n.input if i}
     inits = [t for t in graph.initializer if t.name in read]
     if any(not lazy.has_value(t) for t in inits) or sum(lazy.nbytes(t) for t in inits) > MAX_BYTES:

@@ -174,6 +174,22 @@ def producers(graph: onnx.GraphProto) -> dict[str, onnx.NodeProto]:
     return {o: n for n in graph.node for o in n.output if o}
 
 
+def ancestors(graph: onnx.GraphProto, names, made_by: dict[str, onnx.NodeProto] | None = None) -> list[onnx.NodeProto]:
+    """The nodes that compute the tensors `names` from the graph's inputs and initializers, in
+    graph order (walking back through the nodes' direct inputs; a subgraph's reads are not
+    followed)."""
+    made_by = producers(graph) if made_by is None else made_by
+    needed: set[int] = set()
+    stack = [n for n in names if n]
+    while stack:
+        p = made_by.get(stack.pop())
+        if p is None or id(p) in needed:
+            continue
+        needed.add(id(p))
+        stack.extend(i for i in p.input if i)
+    return [n for n in graph.node if id(n) in needed]
+
+
 def consumers(graph: onnx.GraphProto) -> dict[str, list[tuple[onnx.NodeProto, int]]]:
     """tensor -> [(node, input slot)]; slot -1 for a read inside a subgraph."""
     out: dict[str, list[tuple[onnx.NodeProto, int]]] = defaultdict(list)
