@@ -68,6 +68,15 @@ lines mean the same on AVX2-only CPUs (tests/avx2.py) as on VNNI ones.
    arithmetic ~40 dB: its hidden state requantized every step, as for LSTMs); with linear_before_reset=1, what torch
    exports (a romanizer's bidirectional GRUs), the model does not compile ("could not create a primitive descriptor
    for the LBR GRU forward propagation primitive"). Printed: run vs file and the RNNSeq precisions, or the failure.
+11. a boolean mask's Add lost: a > b (a causal triangle) -> Cast to float -> Mul by finfo(float32).min -> Add a padding
+   mask of ones (ConstantOfShape of a dynamic shape, Unsqueezed) -> Equal 0 -> Where(min, mask), the additive causal
+   mask Hugging Face decoders build; one FakeQuantize anywhere in the model (on another input here). OpenVINO 2026.4's
+   low-precision transformations read the Cast and Mul as a u8 tensor and its dequantization scale and move the
+   Multiply through the Add, computing (x + y / c) * c (openvinotoolkit/openvino src/common/low_precision_transformations/
+   src/add.cpp); 1 / c is subnormal for |c| > 1 / FLT_MIN (8.5e37) and the ones are lost: Equal is true wherever the
+   triangle is 0 and every position is masked (t5_title_decoder's self-attention: each softmax row uniform, its file at
+   7 dB where its arithmetic gives 25). With c = -8e37 it runs right; written Where(a > b, c, c * 0) (qtool's file: the
+   same numbers) too. Printed: run vs exact for min, -1e38, -8e37 and the Where form.
 
 Usage: PYTHONPATH=. python bench/openvino_quirks.py (this checkout's qtool, not an installed one)
 """
@@ -354,6 +363,27 @@ def branches_subtracted(rng) -> tuple[float, str]:
     return _sqnr(_exact(m, feeds), run), "/".join(held) or "none"
 
 
+def mask_scale(scale: float, where: bool = False) -> float:
+    """Case 11: run vs exact, dB, of a causal mask (a > b) times `scale`, as Cast and Mul or (where) Where(a > b,
+    scale, scale * 0), plus a padding mask of ones of a dynamic shape, Equal 0 -> Where(scale, mask); a lone
+    FakeQuantize on another input (OpenVINO runs its low-precision transformations on any model with one)."""
+    t = 8
+    inits = {"c": np.float32(scale), "cz": np.float32(scale) * np.float32(0), "zero": np.float32(0), "ax": np.array([1], np.int64),
+             "lo": np.float32(-1), "hi": np.float32(1)}
+    nodes = [helper.make_node("Greater", ["a", "b"], ["g"])]
+    nodes += [helper.make_node("Where", ["g", "c", "cz"], ["m"])] if where else \
+        [helper.make_node("Cast", ["g"], ["gf"], to=TensorProto.FLOAT), helper.make_node("Mul", ["gf", "c"], ["m"])]
+    nodes += [helper.make_node("Shape", ["y"], ["ys"]),
+              helper.make_node("ConstantOfShape", ["ys"], ["ones"], value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0])),
+              helper.make_node("Unsqueeze", ["ones", "ax"], ["padding"]), helper.make_node("Add", ["m", "padding"], ["s"]),
+              helper.make_node("Equal", ["s", "zero"], ["e"]), helper.make_node("Where", ["e", "c", "m"], ["out"]), _fq("x", "lo", "hi", "xq")]
+    m = _model(nodes, {"a": [t, 1], "b": [1, t], "y": ["N", t], "x": ["N", 4]}, inits)
+    m.graph.output.append(helper.make_tensor_value_info("xq", TensorProto.FLOAT, None))
+    feeds = {"a": np.arange(t, dtype=np.float32).reshape(t, 1), "b": np.arange(t, dtype=np.float32).reshape(1, t),
+             "y": np.zeros((4, t), np.float32), "x": np.linspace(-1, 1, 16, dtype=np.float32).reshape(4, 4)}
+    return _sqnr(_exact(m, feeds), _run(m, feeds))
+
+
 def main() -> None:
     import openvino as ov
 
@@ -406,6 +436,12 @@ def main() -> None:
     print(f"9. two u8 branches of unequal ranges -> Sub -> Abs -> FakeQuantize: run vs file {subtracted:6.1f} (the Sub in: {layer})"
           f"  -> {'runs as the file says' if subtracted >= SAME else 'SUB OF TWO BRANCHES COMPUTED OTHERWISE: qtool files are affected'}")
     print(f"10. GRU with int8 W, R per unit: linear_before_reset=0 run vs file {gru_int8(0)}; linear_before_reset=1 {gru_int8(1)}")
+    lowest, big, normal, where = (mask_scale(float(np.finfo(np.float32).min)), mask_scale(-1e38), mask_scale(-8e37),
+                                  mask_scale(float(np.finfo(np.float32).min), where=True))
+    print(f"11. bool mask -> Cast -> Mul by a huge c -> Add ones -> Equal 0: run vs file c = finfo.min {lowest:6.1f}, -1e38 {big:6.1f}, "
+          f"-8e37 {normal:6.1f}; Where form {where:6.1f}"
+          f"  -> {'the Add still loses its other input' if max(lowest, big) < SAME <= normal else 'runs right now' if min(lowest, big) >= SAME else 'look closer'}"
+          f"{'' if where >= SAME else '; THE WHERE FORM IS WRONG TOO: qtool files are affected'}")
 
 
 if __name__ == "__main__":

@@ -652,6 +652,40 @@ def test_reduction_before_an_int8_layer_runs_as_the_file_says(tmp_path):
     assert sorted(precisions.values()).count(("Convolution", "u8")) == 3, precisions
 
 
+def test_a_causal_mask_times_finfo_min_keeps_its_padding_mask():
+    """A decoder's causal self-attention as transformers builds its mask (traceforge's T5 title decoder, tests/zoo.py
+    causal_decoder_like): a boolean triangle -> Cast -> Mul by finfo(float32).min, plus a padding mask of ones, Equal 0
+    -> Where. OpenVINO 2026.4's low-precision transformations read the Cast and Mul as a u8 tensor and its scale and
+    lose the ones at the Add (bench/openvino_quirks.py, case 11: every position masked; this model 3.3 dB for its
+    file's 30.6, the real one 7.1 for 25.0). The export writes that product as Where(triangle, min, -0): the same
+    numbers, and OpenVINO's run (f32 float layers) matches the exact simulation. A scale whose reciprocal is a normal
+    float (-8e37 runs right) and a Cast of a tensor that is not boolean stay as they are."""
+    from qtool.model import graph as G
+    from qtool.targets import openvino as writer
+
+    model = zoo.causal_decoder_like()
+    rng = np.random.default_rng(3)
+    feeds = [{"input_ids": rng.integers(0, 64, (2, int(n))).astype(np.int64)} for n in rng.integers(4, 12, 24)]
+    cal = qtool.calibrate(model, data=feeds[:16])
+    _runs_as_evaluated(model, cal, feeds[16:], floor=25)
+    m = onnx.load_from_string(qtool.export(model, cal, target="openvino"))
+    made = {o: n for n in m.graph.node for o in n.output}
+    assert made["/mask/Mul_output_0"].op_type == "Where" and "/mask/Cast" not in {n.name for n in m.graph.node}
+    assert numpy_helper.to_array(next(t for t in m.graph.initializer if t.name == made["/mask/Mul_output_0"].input[2])).tobytes() \
+        == np.float32(-0.0).tobytes()  # finfo.min * 0: -0, as the Mul computes it
+
+    def product(scale: float, source: str) -> onnx.ModelProto:
+        nodes = [helper.make_node("Greater", ["a", "b"], ["g"]), helper.make_node("Relu", ["a"], ["r"]),
+                 helper.make_node("Cast", [source], ["f"], to=TensorProto.FLOAT), helper.make_node("Mul", ["f", "c"], ["y"], name="mul")]
+        g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(k, TensorProto.FLOAT, [4]) for k in "ab"],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], [numpy_helper.from_array(np.float32(scale), "c")])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+    for scale, source, rewritten in ((-1e38, "g", 1), (-8e37, "g", 0), (3e38, "g", 1), (-1e38, "r", 0)):
+        m = product(scale, source)
+        assert writer._huge_bool_scales(m, G.Namer(m)) == rewritten, (scale, source)
+
+
 def test_a_scatter_before_an_add_gets_no_quantizer():
     """A graph net's scatter-add aggregation (minimol's, tests/zoo.py scatter_gnn_like) -> Add with the node's own
     features: OpenVINO's CPU plugin fuses no FakeQuantize into a scatter, so one on its output ran alone in f32

@@ -63,6 +63,7 @@ __all__ = [
     "gelu_residual_conv1d_like",
     "fsmn_memory_like",
     "lstm_wake_word_like",
+    "causal_decoder_like",
 ]
 
 FLOAT = TensorProto.FLOAT
@@ -1694,3 +1695,35 @@ def lstm_wake_word_like(feat=16, hidden=16, offset=-9.0, dense=1.0, seed=8311):
     graph = g.graph("lstm_wake_word", [helper.make_tensor_value_info("frames", FLOAT, ["time", "batch", feat])],
                     [helper.make_tensor_value_info("score", FLOAT, ["time", "batch", 1])])
     return _make_model(graph, 17)
+
+
+def causal_decoder_like(d=32, heads=2, vocab=64, seed=8341):
+    """A decoder's causal self-attention as Hugging Face exports T5's (traceforge's title decoder): input_ids [batch,
+    seq] -> Gather embedding -> a pre-norm block whose scores add the mask transformers builds, the causal triangle
+    Range > Range -> Cast -> Mul by ConstantOfShape(finfo(float32).min) -> Unsqueeze, plus the decoder's padding mask
+    (ConstantOfShape of ones at the ids' shape, no mask input) -> Equal 0 -> Where(min, triangle) -> an LM head.
+    OpenVINO 2026.4 reads the Cast and Mul as a u8 dequantization and loses the ones at the Add
+    (bench/openvino_quirks.py, case 11): every position masked, each softmax row uniform."""
+    g = _Graph(seed)
+    lowest = np.finfo(np.float32).min
+    x = g.op("Gather", [g.init("embed.weight", (g.rng.standard_normal((vocab, d)) * 0.5).astype(np.float32)), "input_ids"], "/embed")
+    ids_shape = g.op("Shape", ["input_ids"], "/mask")
+    seq = g.op("Gather", [ids_shape, g.init("/mask/one_i", np.array(1, np.int64))], "/mask", axis=0)
+    r = g.op("Range", [g.init("/mask/zero_i", np.array(0, np.int64)), seq, g.init("/mask/one_i", np.array(1, np.int64))], "/mask")
+    future = g.op("Greater", [g.op("Unsqueeze", [r, g.init("/mask/axis0", np.array([0], np.int64))], "/mask"),
+                              g.op("Unsqueeze", [r, g.init("/mask/axis1", np.array([1], np.int64))], "/mask")], "/mask")
+    square = g.op("Concat", [g.op("Unsqueeze", [seq, g.init("/mask/axis0", np.array([0], np.int64))], "/mask")] * 2, "/mask", axis=0)
+    lowest_t = g.op("ConstantOfShape", [square], "/mask", value=helper.make_tensor("v", FLOAT, [1], [lowest]))
+    causal = g.op("Unsqueeze", [g.op("Mul", [lowest_t, g.op("Cast", [future], "/mask", to=FLOAT)], "/mask"),
+                                g.init("/mask/axes01", np.array([0, 1], np.int64))], "/mask")  # [1, 1, T, T]
+    ones = g.op("ConstantOfShape", [ids_shape], "/mask", value=helper.make_tensor("v", FLOAT, [1], [1.0]))
+    padding = g.op("Unsqueeze", [ones, g.init("/mask/axes12", np.array([1, 2], np.int64))], "/mask")  # [N, 1, 1, T]
+    masked = g.op("Equal", [g.op("Add", [causal, padding], "/mask"), g.init("/mask/zero_f", np.array(0.0, np.float32))], "/mask")
+    mask = g.op("Where", [masked, g.init("/mask/lowest", np.array(lowest, np.float32)), causal], "/mask")
+    x = _encoder_layer(g, x, d, heads, "/block.0", True, "tanh", mask=mask, pre_norm=True)
+    x = _layer_norm(g, x, d, "/final_ln", True)
+    g.op("MatMul", [x, g.init("lm_head.weight", (g.rng.standard_normal((d, vocab)) / np.sqrt(d)).astype(np.float32))], "/lm_head",
+         outputs=["logits"])
+    graph = g.graph("causal_decoder", [helper.make_tensor_value_info("input_ids", INT64, ["batch", "seq"])],
+                    [helper.make_tensor_value_info("logits", FLOAT, ["batch", "seq", vocab])])
+    return _make_model(graph, 17, producer="pytorch")

@@ -473,6 +473,72 @@ def _static_batch(model: onnx.ModelProto, x: str) -> bool:
     return False
 
 
+# OpenVINO 2026.4's low-precision transformations, which run on any model with a FakeQuantize, read a boolean Cast
+# to float and multiplied by a constant as a u8 tensor and its dequantization scale, move that Multiply down through
+# Unsqueeze, Expand and Slice, and at an Add with a tensor that no such scale reads compute (x + y * (1 / c)) * c
+# (openvinotoolkit/openvino src/common/low_precision_transformations/src/add.cpp). Where |c| > 1 / FLT_MIN, 1 / c
+# is subnormal and y is lost: the additive causal mask of a Hugging Face decoder (a boolean triangle times
+# finfo(float32).min, plus the padding mask, which is 1 or 0), where Equal(sum, 0) then masks every position
+# (bench/openvino_quirks.py, case 11; t5_title_decoder's causal self-attention: every softmax row uniform, the file at
+# 7 dB where its arithmetic gives 25). Such a product is written as Where(b, c, c * 0): the same numbers (1 * c = c,
+# 0 * c = c * 0, its sign and NaN kept), no Convert for the transformations to read. Scales whose reciprocal is a
+# normal float run right (-8e37 does; -1e38 does not), so only those products are rewritten.
+BOOL_OPS = ("Greater", "Less", "Equal", "GreaterOrEqual", "LessOrEqual", "Not", "And", "Or", "Xor", "IsNaN", "IsInf")
+SUBNORMAL_RECIPROCAL = 1.0 / float(np.finfo(np.float32).tiny)  # 8.5e37: |c| above it has a subnormal 1 / c
+
+
+def _is_bool(index: G.Index, t: str) -> bool:
+    """Whether `t` is a boolean tensor by what makes it: a comparison or logical op, a Cast to bool, a boolean graph
+    input or initializer."""
+    node = index.producer.get(t)
+    if node is not None:
+        return node.domain in ("", "ai.onnx") and (node.op_type in BOOL_OPS or (node.op_type == "Cast" and G.attr(node, "to") == TensorProto.BOOL))
+    if t in index.initializers:
+        return index.initializers[t].data_type == TensorProto.BOOL
+    return any(i.name == t and i.type.tensor_type.elem_type == TensorProto.BOOL for i in index.graph.input)
+
+
+def _constant_values(index: G.Index, t: str) -> np.ndarray | None:
+    """The values of `t` where the graph fixes them (folded constants; a ConstantOfShape's value, whatever its shape:
+    a scalar), None otherwise."""
+    node = index.producer.get(t)
+    if node is not None and node.op_type == "ConstantOfShape" and node.domain in ("", "ai.onnx"):
+        value = G.attr(node, "value")
+        return np.zeros((), np.float32) if value is None else numpy_helper.to_array(value).reshape(())
+    return index.values.value(t)
+
+
+def _huge_bool_scales(model: onnx.ModelProto, namer: G.Namer) -> int:
+    """Rewrite Mul(Cast(b, to=float), c), b boolean, c constant with some |c| > SUBNORMAL_RECIPROCAL, as
+    Where(b, c, c * 0) (in place); returns how many."""
+    index = G.Index(model)
+    done = 0
+    for node in list(model.graph.node):
+        if node.op_type != "Mul" or node.domain not in ("", "ai.onnx") or len(node.input) != 2:
+            continue
+        for k in (0, 1):
+            cast, other = index.producer.get(node.input[k]), node.input[1 - k]
+            if cast is None or cast.op_type != "Cast" or cast.domain not in ("", "ai.onnx") or G.attr(cast, "to") != TensorProto.FLOAT \
+                    or not _is_bool(index, cast.input[0]):
+                continue
+            values = _constant_values(index, other)
+            if values is None or values.dtype != np.float32 or not values.size:
+                continue
+            with np.errstate(invalid="ignore"):
+                if not np.any(np.abs(values.astype(np.float64)) > SUBNORMAL_RECIPROCAL):
+                    continue
+                zeros = values * np.float32(0)  # c * 0: -0 for negative c, NaN for infinite c, as the Mul computes
+            name = namer.fresh(f"{node.output[0]}/else")
+            model.graph.initializer.append(numpy_helper.from_array(zeros, name))
+            where = helper.make_node("Where", [cast.input[0], other, name], [node.output[0]], name=namer.fresh(f"{node.name}/Where"))
+            position = list(model.graph.node).index(node)
+            model.graph.node.remove(node)
+            model.graph.node.insert(position, where)
+            done += 1
+            break
+    return done
+
+
 def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
     """Insert the plan's quantizers as FakeQuantize nodes, 8-bit weights stored compressed (in place)."""
     index = G.Index(model)
@@ -520,6 +586,7 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
     index = G.Index(model)  # with the FakeQuantize nodes
     for conv in _shape_read_convs(model, index):
         _bias_after(model, namer, index, conv)
+    _huge_bool_scales(model, namer)
     G.ensure_opset(model, DOMAIN, 1)
 
 
