@@ -438,7 +438,9 @@ def simulated_db(site: RecurrentSite, w: np.ndarray, r: np.ndarray, bias: np.nda
     x = edges[k] + rng.random(n) * (edges[k + 1] - edges[k])
     if x_record.min < 0:  # a random sign, but where |x| passes the calibrated max (or -min) only the other side's
         sign = np.where(rng.random(n) < 0.5, -1.0, 1.0)
-        sign = np.where(x > max(x_record.max, 0.0), -1.0, np.where(x > -x_record.min, 1.0, sign))
+        top, bottom = max(x_record.max, 0.0), -x_record.min  # past both (a bin's last values): the wider side's
+        sign = np.where((x > top) & (x > bottom), 1.0 if top >= bottom else -1.0,
+                        np.where(x > top, -1.0, np.where(x > bottom, 1.0, sign)))
         x = sign * x
     x = x.reshape(SIM_STEPS, SIM_BATCH, w.shape[2])
     (x_lo, x_hi), (lo, hi) = site.x_range, site.grid
