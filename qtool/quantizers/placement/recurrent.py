@@ -12,8 +12,8 @@ the hidden state on that one grid and requantizes every step's hidden state onto
   Y_h, the state input's; 1 when none is recorded: o * tanh(c) stays in (-1, 1)) times one of WIDENINGS,
   the one of least estimated error (`gate_error`): a wider grid coarsens h (and Y, which the kernel
   outputs on it) but shrinks W / a toward R (below), which share one scale per unit;
-* X read through one FakeQuantize from its own range (its threshold; signed, -128 and 127 steps so that
-  its 0 lands on the grid's: `x_levels`) onto that grid, an affine re-encoding x' = a x + b that W / a and
+* X read through one FakeQuantize from its own range (its threshold, narrowed to the calibrated min or max on a
+  side X does not reach, 0 on a code: `x_levels`) onto that grid, an affine re-encoding x' = a x + b that W / a and
   the bias (minus b times the rows of the stored W / a) undo exactly. NNCF quantizes X at its own range instead, which then holds the hidden state too:
   Silero VAD's ReLU input [0, 9] leaves no negative h (its hn at -6.6 dB), ddddocr's +-6.3 a step of
   0.05 for h (11.7 dB);
