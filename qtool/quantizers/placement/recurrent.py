@@ -12,8 +12,8 @@ the hidden state on that one grid and requantizes every step's hidden state onto
   Y_h, the state input's; 1 when none is recorded: o * tanh(c) stays in (-1, 1)) times one of WIDENINGS,
   the one of least estimated error (`gate_error`): a wider grid coarsens h (and Y, which the kernel
   outputs on it) but shrinks W / a toward R (below), which share one scale per unit;
-* X read through one FakeQuantize from its own range (its threshold; signed, -128 and 127 steps so that
-  its 0 lands on the grid's: `x_levels`) onto that grid, an affine re-encoding x' = a x + b that W / a and
+* X read through one FakeQuantize from its own range (its threshold, narrowed to the calibrated min or max on a
+  side X does not reach, 0 on a code: `x_levels`) onto that grid, an affine re-encoding x' = a x + b that W / a and
   the bias (minus b times the rows of the stored W / a) undo exactly. NNCF quantizes X at its own range instead, which then holds the hidden state too:
   Silero VAD's ReLU input [0, 9] leaves no negative h (its hn at -6.6 dB), ddddocr's +-6.3 a step of
   0.05 for h (11.7 dB);
@@ -231,16 +231,29 @@ def pair_bound(values: np.ndarray) -> np.ndarray:
     return np.maximum(np.clip(pair, 0, None).sum(-1), np.clip(-pair, 0, None).sum(-1)).max(axis=-1)
 
 
-def x_levels(amax: float, unsigned: bool) -> tuple[float, float]:
-    """The range X's FakeQuantize maps onto the grid's 256 codes: [0, amax] unsigned; signed, -128 and 127 steps of
-    amax / 127, so that x = 0 lands on a code (128, the grid's 0: b = 0). A symmetric [-amax, amax] put 0 half way
-    between codes 127 and 128: every zero of X read back half a step off (an embedding whose values are mostly 0:
-    tashkeel_rawi_v3's first LSTM alone at 18 dB, 31 with 0 on a code; tests/test_recurrent.py
-    test_zero_of_the_lstm_input_lands_on_a_code)."""
+def x_levels(amax: float, unsigned: bool, seen: tuple[float, float] | None = None) -> tuple[float, float]:
+    """The range X's FakeQuantize maps onto the grid's 256 codes: [0, amax] unsigned; signed, [-amax, amax] narrowed to
+    the calibrated [min, max] (`seen`) on a side X does not reach, then widened to a step's multiple on each side of 0,
+    so that x = 0 lands on a code (b times the stored W / a goes into the bias, `_site`). A symmetric [-amax, amax] put 0
+    half way between codes 127 and 128: every zero of X read back half a step off (an embedding whose values are mostly
+    0: tashkeel_rawi_v3's first LSTM alone at 18 dB, 31 with 0 on a code; tests/test_recurrent.py
+    test_zero_of_the_lstm_input_lands_on_a_code). Signed X that stays mostly on one side (a log-mel input in [-9.9, 1.2]:
+    voicefilter_embedder's first LSTM) wasted half the codes on the other: X's step twice as coarse, and a = the grid's
+    width / X's range half as large, so W / a twice R, whose codes share W's scale per unit (its X alone 26.6 -> 31.5
+    dB over the real inputs, R's codes 20.1 -> 27.0, the LSTM 20.2 -> 23.7; test_one_sided_lstm_input_keeps_its_codes).
+    With X reaching both ends, -128 and 127 steps of amax / 127, as before."""
     if unsigned:
         return 0.0, float(amax)
-    step = amax / (LEVELS - 1 - GRID_ZERO_POINT)
-    return -GRID_ZERO_POINT * step, (LEVELS - 1 - GRID_ZERO_POINT) * step
+    lo, hi = -float(amax), float(amax)
+    if seen is not None and np.isfinite(seen[0]) and np.isfinite(seen[1]):
+        lo, hi = max(lo, min(float(seen[0]), 0.0)), min(hi, max(float(seen[1]), 0.0))
+    if not hi - lo > 0 or min(-lo, hi) >= amax * (LEVELS - 1 - GRID_ZERO_POINT) / GRID_ZERO_POINT:
+        lo, hi = -float(amax), float(amax)  # both ends reached (to a step): the symmetric codes
+        zero = GRID_ZERO_POINT
+    else:
+        zero = int(np.clip(np.rint(-lo / ((hi - lo) / (LEVELS - 1))), 0, LEVELS - 1))
+    step = max(-lo / zero if zero > 0 else 0.0, hi / (LEVELS - 1 - zero) if zero < LEVELS - 1 else 0.0)
+    return -zero * step, (LEVELS - 1 - zero) * step
 
 
 def _site(name: str, inputs: Inputs, node, threshold, state: str | None, w: np.ndarray, r: np.ndarray,
@@ -253,7 +266,8 @@ def _site(name: str, inputs: Inputs, node, threshold, state: str | None, w: np.n
         return None
     step = h_max / (LEVELS - 1 - GRID_ZERO_POINT)
     grid = (-GRID_ZERO_POINT * step, (LEVELS - 1 - GRID_ZERO_POINT) * step)
-    x_range = x_levels(threshold.amax, threshold.unsigned)
+    x_record = records.get(node.input[0])
+    x_range = x_levels(threshold.amax, threshold.unsigned, (x_record.min, x_record.max) if x_record is not None else None)
     a = (grid[1] - grid[0]) / (x_range[1] - x_range[0])
     b = grid[0] - a * x_range[0]
     dirs, gates = w.shape[:2]
@@ -301,7 +315,9 @@ def gate_error(site: RecurrentSite, w: np.ndarray, r: np.ndarray, x_record, h_re
     them, "x_db", "h_db", "w_db", "r_db", "y_db" each part alone. None without both histograms."""
     x_step = (site.x_range[1] - site.x_range[0]) / (LEVELS - 1)
     h_step = (site.grid[1] - site.grid[0]) / (LEVELS - 1)
-    x = _moments(x_record, x_step, LEVELS - 1 if site.x_range[0] == 0 else LEVELS - 1 - GRID_ZERO_POINT)
+    zero = int(np.rint(-site.x_range[0] / x_step))  # X's code of 0: 0 unsigned, 128 symmetric (`x_levels`)
+    top = LEVELS - 1 - GRID_ZERO_POINT if zero == GRID_ZERO_POINT else max(zero, LEVELS - 1 - zero)  # |x|'s last code
+    x = _moments(x_record, x_step, top)
     h = _moments(h_record, h_step, LEVELS - 1 - GRID_ZERO_POINT)
     if x is None or h is None:
         return None
@@ -404,7 +420,7 @@ def _run(x: np.ndarray, w: np.ndarray, r: np.ndarray, bias: np.ndarray, on_grid=
 def simulated_db(site: RecurrentSite, w: np.ndarray, r: np.ndarray, bias: np.ndarray, x_record) -> float | None:
     """The SQNR (dB) of the int8 LSTM `site`'s Y against the float LSTM's (W, R, `bias` its float weights) over
     SIM_BATCH sequences of SIM_STEPS steps whose X values are drawn from X's calibrated histogram (uniform in a bin; a
-    random sign where X has negative values), both LSTMs from zero states, in float64: X through its FakeQuantize onto
+    random sign where X has negative values, the one its calibrated min or max allows past the other), both LSTMs from zero states, in float64: X through its FakeQuantize onto
     the grid (its clipping too, which the bulk estimate leaves out), the W and R codes times their unit scales, the hidden
     state rounded onto the grid at every step, so the error carried through time. The estimate (`gate_error`) reads one
     step of the bulk: a Student's t X (3 degrees) estimated at 25 dB ran int8 at 16.5 (simulated: 16.9); the zoo's
@@ -420,8 +436,12 @@ def simulated_db(site: RecurrentSite, w: np.ndarray, r: np.ndarray, bias: np.nda
     edges = x_record.edges()
     k = rng.choice(len(counts), size=n, p=counts / counts.sum())
     x = edges[k] + rng.random(n) * (edges[k + 1] - edges[k])
-    if x_record.min < 0:
-        x = np.where(rng.random(n) < 0.5, -x, x)
+    if x_record.min < 0:  # a random sign, but where |x| passes the calibrated max (or -min) only the other side's
+        sign = np.where(rng.random(n) < 0.5, -1.0, 1.0)
+        top, bottom = max(x_record.max, 0.0), -x_record.min  # past both (a bin's last values): the wider side's
+        sign = np.where((x > top) & (x > bottom), 1.0 if top >= bottom else -1.0,
+                        np.where(x > top, -1.0, np.where(x > bottom, 1.0, sign)))
+        x = sign * x
     x = x.reshape(SIM_STEPS, SIM_BATCH, w.shape[2])
     (x_lo, x_hi), (lo, hi) = site.x_range, site.grid
     x_step, step = (x_hi - x_lo) / (LEVELS - 1), (hi - lo) / (LEVELS - 1)
