@@ -962,12 +962,20 @@ def test_a_residual_add_whose_skip_an_int8_layer_reads_keeps_its_quantizers():
     model = zoo.gelu_residual_conv1d_like()
     rng = np.random.default_rng(12)
     feeds = [{"x": rng.normal(0, 1, (1, 2, 256)).astype(np.float32)} for _ in range(8)]
-    cal = qtool.calibrate(model, data=feeds)
+    _, producers, adds = _block_adds(model, feeds)
+    residual = [n for n in adds if any(p in n.name for p in ("block1/", "block2/", "block3/"))]
+    assert residual and all(producers[t].op_type == "FakeQuantize" for n in residual for t in n.input)
+
+
+def _block_adds(model, calib: list):
+    """(calibration, the OpenVINO export's producer of each tensor, its Adds of the GELU stack's blocks but the
+    GELUs' own x * (1 + erf) Adds)."""
+    cal = qtool.calibrate(model, data=calib)
     m = onnx.load_from_string(qtool.export(model, cal, target="openvino"))
     producers = {o: n for n in m.graph.node for o in n.output}
-    residual = [n for n in m.graph.node if n.op_type == "Add" and any(p in n.name for p in ("block1/", "block2/", "block3/"))
-                and all(t in producers and producers[t].op_type != "Erf" for t in n.input)]
-    assert residual and all(producers[t].op_type == "FakeQuantize" for n in residual for t in n.input)
+    adds = [n for n in m.graph.node if n.op_type == "Add" and "block" in n.name
+            and not any(t in producers and producers[t].op_type == "Erf" for t in n.input)]
+    return cal, producers, adds
 
 
 def test_a_residual_stream_of_small_steps_sums_in_float(monkeypatch):
@@ -978,11 +986,8 @@ def test_a_residual_stream_of_small_steps_sums_in_float(monkeypatch):
     model = zoo.gelu_residual_conv1d_like(branch_gain=0.25)
     rng = np.random.default_rng(12)
     feeds = [{"x": rng.normal(0, 1, (1, 2, 256)).astype(np.float32)} for _ in range(24)]
-    cal = qtool.calibrate(model, data=feeds[:16])
-    m = onnx.load_from_string(qtool.export(model, cal, target="openvino"))
-    producers = {o: n for n in m.graph.node for o in n.output}
-    blocks = [n for n in m.graph.node if n.op_type == "Add" and n.name.startswith("/block")
-              and not any(t in producers and producers[t].op_type == "Erf" for t in n.input)]
+    cal, producers, adds = _block_adds(model, feeds[:16])
+    blocks = [n for n in adds if n.name.startswith("/block")]
     assert len(blocks) == 6 and not any(producers[t].op_type == "FakeQuantize" for n in blocks for t in n.input)
     result = qtool.evaluate(model, cal, data=feeds[16:], target="openvino", runtime="openvino")
     assert result.plan_summary["int8_layers"] == 8 and result.plan_summary["fp32_layers"] == 0

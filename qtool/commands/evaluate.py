@@ -13,6 +13,8 @@ from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
+import onnx
+
 from .. import calibration, model, provenance
 from ..checks import evaluation as _evaluate
 from ..checks import simulate
@@ -128,7 +130,7 @@ def exported_file(file: Path | None, reference: Path | None, calib: Path | None 
         if dynamic.is_dynamic(head):  # quantized by onnxruntime's quantize_dynamic: a MODEL, read as float (qtool.model.dynamic)
             return None
         quantized = sorted({n.op_type for n in head.graph.node if n.op_type in model.QUANTIZED_OPS})
-        if quantized and _calibrated_from(file, calib):
+        if quantized and _calibrated_from(file, head, calib):
             return None
         if quantized:
             raise QtoolError("{file!r} holds {ops} nodes but no qtool provenance ({key}); give the FP32 model it was made from "
@@ -138,13 +140,13 @@ def exported_file(file: Path | None, reference: Path | None, calib: Path | None 
     return head, found
 
 
-def _calibrated_from(file: Path, calib: Path | None) -> bool:
-    """Whether the calibration file `calib` (or the single one here) records `file` (its SHA-256)."""
+def _calibrated_from(file: Path, head: onnx.ModelProto, calib: Path | None) -> bool:
+    """Whether the calibration file `calib` (or the single one here) records `file` (its SHA-256; `head`: its graph
+    without weights)."""
     try:
         cal = calibration.load(find_calibration(calib))
     except QtoolError:  # none, several, or unreadable: the file is not a calibrated MODEL
         return False
-    head = provenance.header(file)
     return model.model_sha256(file, model.external_locations(head)) == cal.model_sha256
 
 
