@@ -289,13 +289,13 @@ def lone_sums(inputs: Inputs, asked: Requests, moves: Moves) -> set[str]:
         elif n.op_type == "Add" and asked.asks.get(n.name):
             step = _stream_step(inputs, n, alone)
             if step is not None:
-                steps.append((n.name, step))
+                steps.append((n.name, *step))
     if steps:  # their requantizations, summed, against the noisiest other quantizer (not those serving them alone)
-        own = {n.input[P.residual_branch(inputs.m, n)] for n in inputs.m.graph.node if n.name in dict(steps)}
+        own = {branch for _, branch, _ in steps}
         floor = min((db for t in {site(t) for t in wanted if wanted[t]} - own if (db := _sqnr_db(inputs, t)) is not None), default=None)
-        total = sum(10.0 ** (-db / 10.0) for _, db in steps)  # their noise over the stream's power, summed
+        total = sum(10.0 ** (-db / 10.0) for _, _, db in steps)  # their noise over the stream's power, summed
         if floor is not None and total > 0 and -10.0 * math.log10(total) <= floor:
-            found.update(name for name, _ in steps)
+            found.update(name for name, _, _ in steps)
     return found
 
 
@@ -310,9 +310,9 @@ _LAYER_OUTPUTS = {"Conv", "ConvTranspose", "MatMul", "Gemm", "BatchNormalization
 _MOVES_VALUES = {"Identity", "Reshape", "Transpose", "Cast", "Squeeze", "Unsqueeze", "Flatten"}
 
 
-def _stream_step(inputs: Inputs, n, alone) -> float | None:
-    """The SQNR (dB, estimated from the calibration histograms) of the sum a residual Add x + f(x)
-    (patterns.residual_branch) computes from its inputs' codes, when it adds a small step to a stream: f(x)'s
+def _stream_step(inputs: Inputs, n, alone) -> tuple[str, float] | None:
+    """(f(x), the SQNR (dB, estimated from the calibration histograms) of the sum it computes from its inputs'
+    codes) of a residual Add x + f(x) (patterns.residual_branch), when it adds a small step to a stream: f(x)'s
     quantizer serves the Add alone, x's is read by other layers too (the next block's), and f(x) carries at most
     STREAM_SHARE of x's power. Else None.
 
@@ -345,7 +345,7 @@ def _stream_step(inputs: Inputs, n, alone) -> float | None:
     if any(e is None for e in noises):
         return None
     total = sum(e.noise for e in noises)
-    return noise.sqnr_db(branch + skip, total)
+    return n.input[slot], noise.sqnr_db(branch + skip, total)
 
 
 def _noise(inputs: Inputs, t: str):
