@@ -64,6 +64,8 @@ __all__ = [
     "fsmn_memory_like",
     "lstm_wake_word_like",
     "causal_decoder_like",
+    "whisper_encoder_like",
+    "ort_static_qdq",
 ]
 
 FLOAT = TensorProto.FLOAT
@@ -1727,3 +1729,45 @@ def causal_decoder_like(d=32, heads=2, vocab=64, seed=8341):
     graph = g.graph("causal_decoder", [helper.make_tensor_value_info("input_ids", INT64, ["batch", "seq"])],
                     [helper.make_tensor_value_info("logits", FLOAT, ["batch", "seq", vocab])])
     return _make_model(graph, 17, producer="pytorch")
+
+
+def whisper_encoder_like(mels=8, frames=32, d=32, heads=2, layers=2, seed=8401):
+    """A Whisper-style audio encoder (smart-turn v3's, before onnxruntime quantized it): log-mel [batch, mels, frames]
+    -> two Conv1d with Erf GELUs (the second strided) -> Transpose -> pre-norm encoder layers (fused LayerNormalization,
+    Erf GELU MLP) -> LayerNorm -> mean over time -> Gemm to one logit -> Sigmoid."""
+    g = _Graph(seed)
+    x = "input_features"
+    for i, (cin, stride) in enumerate(((mels, 1), (d, 2))):
+        w = g.init(f"conv{i + 1}.weight", (g.rng.standard_normal((d, cin, 3)) / np.sqrt(3 * cin)).astype(np.float32))
+        b = g.init(f"conv{i + 1}.bias", (g.rng.standard_normal(d) * 0.05).astype(np.float32))
+        x = _gelu(g, g.op("Conv", [x, w, b], f"/conv{i + 1}", pads=[1, 1], strides=[stride]), f"/conv{i + 1}", "erf")
+    x = g.op("Transpose", [x], "/permute", perm=[0, 2, 1])
+    for i in range(layers):
+        x = _encoder_layer(g, x, d, heads, f"/layers.{i}", True, "erf", pre_norm=True)
+    x = g.op("ReduceMean", [_layer_norm(g, x, d, "/ln_post", True)], "/pool", axes=[1], keepdims=0)
+    w = g.init("head.weight", (g.rng.standard_normal((1, d)) / np.sqrt(d)).astype(np.float32))
+    y = g.op("Gemm", [x, w, g.init("head.bias", np.zeros(1, np.float32))], "/head", transB=1)
+    g.op("Sigmoid", [y], "/head", outputs=["logits"])
+    graph = g.graph("whisper_encoder_like", [helper.make_tensor_value_info("input_features", FLOAT, ["batch", mels, frames])],
+                    [helper.make_tensor_value_info("logits", FLOAT, ["batch", 1])])
+    return _make_model(graph, 17, producer="pytorch")
+
+
+def ort_static_qdq(model, feeds, folder):
+    """`model` as onnxruntime's quantize_static writes it in its QDQ format with its defaults (smart-turn v3 ships
+    so): uint8 activations with zero points, int8 weights per output channel, int32 biases, calibrated (min-max) on
+    `feeds` (a list of input dicts). `folder`: where the float and quantized files are written."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class _Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(feeds)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    src, out = os.path.join(folder, "float.onnx"), os.path.join(folder, "qdq.onnx")
+    onnx.save(model, src)
+    quantize_static(src, out, _Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    return onnx.load(out)

@@ -100,6 +100,7 @@ from onnx import TensorProto
 from ... import model as M
 from ...calibration import Threshold
 from ...errors import Opt, QtoolError
+from ...model import prequantized
 from ..policy import Policies
 from ..quantizer import Quantizer
 from ..rules import Rules
@@ -247,5 +248,7 @@ def _final_warnings(inputs: Inputs, report: Report) -> None:
             + "; ".join(f"{k} ({v})" for k, v in list(unexpected.items())[:3]) + (" ..." if len(unexpected) > 3 else "")
         )
     already = M.already_quantized(inputs.m.proto)
-    if already:
+    if inputs.own.pairs:  # a Q/DQ model: its own quantizers kept, not quantized again
+        report.warnings.append(prequantized.describe(inputs.own))
+    elif already:
         report.warnings.append(already)

@@ -44,7 +44,8 @@ def kept_float(inputs: Inputs, choices: Choices, report: Report) -> Kept:
             report.fp32[name] = why if why.startswith("default exclusion") else f"ignored pattern {why}"
     nodes |= set(ignored)
     unrepresentable = _unrepresentable(inputs, tensors, report)
-    return Kept(nodes, tensors | set(unrepresentable), ignored, unrepresentable)
+    # what the model's own Q/DQ pairs quantize gets no second quantizer (qtool.model.prequantized)
+    return Kept(nodes, tensors | set(unrepresentable) | inputs.own.tensors, ignored, unrepresentable)
 
 
 def _unrepresentable(inputs: Inputs, excluded: set[str], report: Report) -> dict[str, str]:

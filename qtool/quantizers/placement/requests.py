@@ -170,15 +170,18 @@ def _linear_requests(inputs: Inputs, asked: Requests, n: onnx.NodeProto, report:
     wts: list[tuple[int, str]] = []
     slots = (0, 1) if len(n.input) >= 2 else ()
     reason = "" if slots else "fewer than two inputs"
+    own = [slot for slot in slots if inputs.own.reads_own(n.input[slot])]  # quantized by the model itself: nothing to ask
     for slot in slots:
         t = n.input[slot]
+        if slot in own:
+            continue
         if t in m.constants and m.constants[t].data_type in inputs.float_types and (op in ("MatMul", "Gemm") or slot == 1):
             wts.append((slot, t))
         elif inputs.quantizable_act(t) and not (op in ("Conv", "ConvTranspose") and slot == 1):
             acts.append((slot, t))
         else:
             reason = f"input {t!r} is neither a calibrated activation nor a float constant weight"
-    if not acts and not reason:
+    if not acts and not reason and not own:
         reason = "no activation input (constant folding will compute it)"
     if not reason and inputs.rules.nncf_patterns and P.is_power_filterbank(m, n):
         reason = "a filterbank over a power spectrum before its log or root (8 bits on a square lose its quiet bins)"

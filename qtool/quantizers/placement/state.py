@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from ...calibration import Threshold, decide
 from ...model import graph as G
+from ...model import prequantized
 from ..rules import Rules
 
 
@@ -39,6 +40,11 @@ class Inputs:
             name: decide(rec, signed=rules.signed_only, fallback=rules.clip_fallback) for name, rec in records.items()}
         self.rules = rules
         self.float_types = float_types
+
+    @functools.cached_property
+    def own(self) -> prequantized.OwnQuantizers:
+        """What the model's own QuantizeLinear/DequantizeLinear pairs quantize already (a Q/DQ model shipped quantized)."""
+        return prequantized.own_quantizers(self.m)
 
     @functools.cached_property
     def constant_dims(self) -> dict[str, list[int]]:
