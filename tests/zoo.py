@@ -1753,10 +1753,11 @@ def whisper_encoder_like(mels=8, frames=32, d=32, heads=2, layers=2, seed=8401):
     return _make_model(graph, 17, producer="pytorch")
 
 
-def ort_static_qdq(model, feeds, folder):
+def ort_static_qdq(model, feeds, folder, exclude=()):
     """`model` as onnxruntime's quantize_static writes it in its QDQ format with its defaults (smart-turn v3 ships
     so): uint8 activations with zero points, int8 weights per output channel, int32 biases, calibrated (min-max) on
-    `feeds` (a list of input dicts). `folder`: where the float and quantized files are written."""
+    `feeds` (a list of input dicts); the nodes named in `exclude` left float. `folder`: where the float and
+    quantized files are written."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
     class _Reader(CalibrationDataReader):
@@ -1769,5 +1770,5 @@ def ort_static_qdq(model, feeds, folder):
     src, out = os.path.join(folder, "float.onnx"), os.path.join(folder, "qdq.onnx")
     onnx.save(model, src)
     quantize_static(src, out, _Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, nodes_to_exclude=list(exclude))
     return onnx.load(out)
