@@ -94,3 +94,19 @@ def test_what_the_model_left_float_is_quantized_by_qtool(tmp_path):
     quantized = {n.input[0] for n in added if n.op_type == "FakeQuantize"}
     assert gemm.input[0] in quantized and not quantized & own.tensors, quantized
     assert not math.isnan(qtool.evaluate(model, cal, data=feeds[:4], target="openvino").worst_sqnr_db)
+
+
+def test_its_int8_weights_stay_its_own(tmp_path):
+    """At opset 21 (where onnx's reference evaluator computes DequantizeLinear) the model's dequantized int8 weights
+    are not folded into float ones to quantize again (before: 15 weight quantizers of qtool's own replaced them):
+    every export keeps them, and the model as it is."""
+    feeds = _feeds(20, seed=2)
+    model = zoo.ort_static_qdq(zoo.whisper_encoder_like(opset=21), feeds[:16], str(tmp_path))
+    cal = qtool.calibrate(model, data=feeds[:16])
+    own = prequantized.own_quantizers(G.Index(model))
+    for target in ("openvino", "qdq"):
+        out = onnx.load_from_string(qtool.export(model, cal, target=target))
+        made = {o for n in out.graph.node for o in n.output}
+        assert own.weights <= made and not _added(model, out.SerializeToString()), target
+    result = qtool.evaluate(model, cal, data=feeds[16:], target="openvino")
+    assert result.plan_summary["weight_quantizers"] == 0 and result.worst_sqnr_db > 100, result.plan_summary

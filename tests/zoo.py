@@ -1731,7 +1731,7 @@ def causal_decoder_like(d=32, heads=2, vocab=64, seed=8341):
     return _make_model(graph, 17, producer="pytorch")
 
 
-def whisper_encoder_like(mels=8, frames=32, d=32, heads=2, layers=2, seed=8401):
+def whisper_encoder_like(mels=8, frames=32, d=32, heads=2, layers=2, opset=17, seed=8401):
     """A Whisper-style audio encoder (smart-turn v3's, before onnxruntime quantized it): log-mel [batch, mels, frames]
     -> two Conv1d with Erf GELUs (the second strided) -> Transpose -> pre-norm encoder layers (fused LayerNormalization,
     Erf GELU MLP) -> LayerNorm -> mean over time -> Gemm to one logit -> Sigmoid."""
@@ -1744,13 +1744,17 @@ def whisper_encoder_like(mels=8, frames=32, d=32, heads=2, layers=2, seed=8401):
     x = g.op("Transpose", [x], "/permute", perm=[0, 2, 1])
     for i in range(layers):
         x = _encoder_layer(g, x, d, heads, f"/layers.{i}", True, "erf", pre_norm=True)
-    x = g.op("ReduceMean", [_layer_norm(g, x, d, "/ln_post", True)], "/pool", axes=[1], keepdims=0)
+    x = _layer_norm(g, x, d, "/ln_post", True)
+    if opset >= 18:  # axes an input from opset 18
+        x = g.op("ReduceMean", [x, g.init("time_axis", np.array([1], np.int64))], "/pool", keepdims=0)
+    else:
+        x = g.op("ReduceMean", [x], "/pool", axes=[1], keepdims=0)
     w = g.init("head.weight", (g.rng.standard_normal((1, d)) / np.sqrt(d)).astype(np.float32))
     y = g.op("Gemm", [x, w, g.init("head.bias", np.zeros(1, np.float32))], "/head", transB=1)
     g.op("Sigmoid", [y], "/head", outputs=["logits"])
     graph = g.graph("whisper_encoder_like", [helper.make_tensor_value_info("input_features", FLOAT, ["batch", mels, frames])],
                     [helper.make_tensor_value_info("logits", FLOAT, ["batch", 1])])
-    return _make_model(graph, 17, producer="pytorch")
+    return _make_model(graph, opset, producer="pytorch")
 
 
 def ort_static_qdq(model, feeds, folder, exclude=()):

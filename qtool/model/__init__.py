@@ -16,8 +16,8 @@ import onnx
 from onnx import TensorProto, helper
 
 from ..errors import Opt, QtoolError
-from . import bigmodel, dynamic, folding, lazy, shapes
-from .graph import Constants, outer_refs, subgraphs, toposort_all
+from . import bigmodel, dynamic, folding, lazy, prequantized, shapes
+from .graph import Constants, Index, outer_refs, subgraphs, toposort_all
 
 FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE}
 QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear", "FakeQuantize", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger"}
@@ -209,7 +209,8 @@ def as_float(loaded: LoadedModel, where: str | None = None) -> LoadedModel:
         log.info(f"{loaded.path.name}: quantized dynamically by onnxruntime; read as the float model it was made from ({done.describe()}, "
                  "weights dequantized)")
         loaded = dataclasses.replace(loaded, proto=proto, given=loaded.proto, rewritten=done.describe())
-    folded = folding.fold_weights(loaded.proto)
+    # a Q/DQ model's own int8 weights stay as it dequantizes them: its quantizers, not float weights to quantize again
+    folded = folding.fold_weights(loaded.proto, prequantized.own_quantizers(Index(loaded.proto)).weights)
     if folded is not None:  # the same function of the inputs: no other reference (`given`) than the model
         proto, count = folded
         log.info(f"{loaded.path.name}: {count} weight(s) computed from constants (e.g. int8 Cast and scaled) read as float constants")

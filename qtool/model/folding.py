@@ -47,9 +47,10 @@ def _constant_tensors(graph: onnx.GraphProto) -> set[str]:
     return const
 
 
-def fold_weights(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, int] | None:
+def fold_weights(proto: onnx.ModelProto, keep: frozenset[str] = frozenset()) -> tuple[onnx.ModelProto, int] | None:
     """(a copy of `proto` whose computed constant linear-layer inputs are initializers, how many), or None when
-    it has none (or their values cannot be computed here: they stay as they are)."""
+    it has none (or their values cannot be computed here: they stay as they are). `keep`: weights left as the graph
+    makes them (a Q/DQ model's own dequantized int8 weights, qtool.model.prequantized)."""
     graph = proto.graph
     made_by = producers(graph)
     const = _constant_tensors(graph)
@@ -58,7 +59,7 @@ def fold_weights(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, int] | None:
         for slot in LINEAR_SLOTS.get(n.op_type, ()) if n.domain in ("", "ai.onnx") else ():
             t = n.input[slot] if slot < len(n.input) else ""
             p = made_by.get(t)
-            if (t and t in const and p is not None and p.op_type != "Constant" and t not in targets
+            if (t and t in const and p is not None and p.op_type != "Constant" and t not in targets and t not in keep
                     and [o for o in p.output if o] == [t]):
                 targets.append(t)
     if not targets:
