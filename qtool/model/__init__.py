@@ -389,7 +389,11 @@ def tensor_bytes(proto: onnx.ModelProto, names: list[str], input_dims: dict[str,
 
 
 def already_quantized(proto: onnx.ModelProto) -> str | None:
-    """A warning when the model already holds quantization nodes (quantizing again may lose accuracy)."""
+    """A warning when the model already holds quantization nodes (quantizing again may lose accuracy; a Q/DQ
+    model's own quantizers are kept: qtool.model.prequantized)."""
+    own = prequantized.own_quantizers(Index(proto))
+    if own.pairs:
+        return prequantized.describe(own)
     found = sorted({n.op_type for n in proto.graph.node if n.op_type in QUANTIZED_OPS})
     return f"the model already contains {', '.join(found)} nodes; quantizing it again may lose accuracy" if found else None
 

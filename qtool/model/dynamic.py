@@ -83,7 +83,8 @@ class _Unrecognised(Exception):
 def as_float(proto: onnx.ModelProto, folder=None, where: str = "the model") -> tuple[onnx.ModelProto, Rewrite] | None:
     """(the float model `proto` was made from, what was rewritten) when it holds dynamically
     quantized layers (a new ModelProto: `proto` is not changed); None when it holds no quantized
-    operator, or only QuantizeLinear/DequantizeLinear (a Q/DQ model: quantized again as it is).
+    operator, or only QuantizeLinear/DequantizeLinear (a Q/DQ model: read as it is, its own quantizers kept,
+    qtool.model.prequantized).
     A one-line QtoolError for any other quantized operator or a layer outside the patterns.
     `folder`: where external data lies when the weights were not loaded; `where`: how to name the model."""
     found = sorted({n.op_type for n in _all_nodes(proto.graph) if _quantized_op(n)})

@@ -68,6 +68,10 @@ src/nncf/openvino/quantization/ignored_patterns.py):
   calibration saw no padding. They get no quantizer; their readers read the float tensor (a
   linear layer reading one stays FP32). A warning and the summary's `unrepresentable` list them.
 * Shape/index tensors and tensors that do not depend on the input (decode grids) never.
+* A model shipped quantized with its own QuantizeLinear -> DequantizeLinear pairs (onnxruntime's QDQ format):
+  nothing they quantize (a pair's input, its output and pass-throughs of it) gets a second quantizer, and a
+  linear layer whose inputs are all such tensors or dequantized integer weights is an int8 layer as it is
+  (qtool.model.prequantized; kept tensors of `exclusions`). Only what the model left float is quantized.
 * MaxPool, Reshape, Transpose, Flatten, Squeeze, Unsqueeze, Slice, Split pass ranges through: when everything that reads their output wants it quantized, the
   quantizer moves up to their input (one quantizer, the op runs on integers); through Slice,
   Split and Gather only when every reader of their input reads it too (a part keeps its own,
@@ -100,7 +104,6 @@ from onnx import TensorProto
 from ... import model as M
 from ...calibration import Threshold
 from ...errors import Opt, QtoolError
-from ...model import prequantized
 from ..policy import Policies
 from ..quantizer import Quantizer
 from ..rules import Rules
@@ -248,7 +251,5 @@ def _final_warnings(inputs: Inputs, report: Report) -> None:
             + "; ".join(f"{k} ({v})" for k, v in list(unexpected.items())[:3]) + (" ..." if len(unexpected) > 3 else "")
         )
     already = M.already_quantized(inputs.m.proto)
-    if inputs.own.pairs:  # a Q/DQ model: its own quantizers kept, not quantized again
-        report.warnings.append(prequantized.describe(inputs.own))
-    elif already:
+    if already:
         report.warnings.append(already)
