@@ -315,9 +315,10 @@ def test_an_already_quantized_model_is_flagged():
     n.conv(n.op("DequantizeLinear", [q, "s", "z"], "dq"), "y", 4, 4)
     m = n.model(["y"])
     plan = placement.place(m, records(m), rules=CPU)
-    assert any("with its own QuantizeLinear/DequantizeLinear pairs: kept as they are" in w for w in plan.warnings)
-    # the conv's input is the model's own pair's: no second quantizer there, its float weight quantized
-    assert [q.tensor for q in plan.activations] == [] and [q.tensor for q in plan.weights] == ["y.w"], plan.quantizers
+    assert any("with its own QuantizeLinear/DequantizeLinear pairs: kept as they are," in w for w in plan.warnings)
+    # the conv's input is the model's own pair's: no second quantizer there; its weight the model left float stays float
+    assert plan.quantizers == [] and plan.fp32_layers == {"n_y": "left float by the model, shipped quantized with its own "
+                                                                 "QuantizeLinear/DequantizeLinear"}, plan.fp32_layers
 
 
 def test_float16_activations_only_where_the_target_allows():

@@ -1,11 +1,9 @@
 """A model shipped quantized in onnxruntime's QDQ format (quantize_static: smart-turn v3, tests/zoo.py
 whisper_encoder_like through ort_static_qdq) is quantized once: its own QuantizeLinear -> DequantizeLinear pairs
-are its activations' quantizers (qtool.model.prequantized), kept in every export and in the reference; qtool's own
-quantizers go only where the model left a tensor float."""
+are its activations' quantizers (qtool.model.prequantized), kept in every export and in the reference; what the model
+left float stays float."""
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import onnx
@@ -81,19 +79,20 @@ def test_openvino_runs_the_export_as_it_runs_the_model(shipped):
     assert own > 100 and abs(run.worst_sqnr_db - floor) < 1.0 and floor > 30, (own, run.worst_sqnr_db, floor)
 
 
-def test_what_the_model_left_float_is_quantized_by_qtool(tmp_path):
-    """The head Gemm left float by quantize_static (nodes_to_exclude): qtool quantizes it (its input and weight),
-    and nothing the model quantizes itself."""
-    feeds = _feeds(16, seed=1)
-    model = zoo.ort_static_qdq(zoo.whisper_encoder_like(), feeds, str(tmp_path), exclude=["/head/Gemm"])
-    cal = qtool.calibrate(model, data=feeds)
+def test_what_the_model_left_float_stays_float(tmp_path):
+    """The head Gemm left float by quantize_static (nodes_to_exclude) stays float, named in the summary: the model's
+    author chose it, and a quantizer of qtool's there took the look-alike from its own arithmetic to 46 dB (before:
+    its input and weight quantized)."""
+    feeds = _feeds(20, seed=1)
+    model = zoo.ort_static_qdq(zoo.whisper_encoder_like(), feeds[:16], str(tmp_path), exclude=["/head/Gemm"])
+    cal = qtool.calibrate(model, data=feeds[:16])
     own = prequantized.own_quantizers(G.Index(model))
     gemm = next(n for n in model.graph.node if n.op_type == "Gemm")
     assert not own.reads_own(gemm.input[0]) and not own.reads_own(gemm.input[1])
-    added = _added(model, qtool.export(model, cal, target="openvino"))
-    quantized = {n.input[0] for n in added if n.op_type == "FakeQuantize"}
-    assert gemm.input[0] in quantized and not quantized & own.tensors, quantized
-    assert not math.isnan(qtool.evaluate(model, cal, data=feeds[:4], target="openvino").worst_sqnr_db)
+    for target in ("openvino", "qdq"):
+        assert not _added(model, qtool.export(model, cal, target=target)), target
+    result = qtool.evaluate(model, cal, data=feeds[16:], target="openvino")
+    assert result.plan_summary["fp32_layer_names"] == [gemm.name] and result.worst_sqnr_db > 100, result.plan_summary
 
 
 def test_its_int8_weights_stay_its_own(tmp_path):

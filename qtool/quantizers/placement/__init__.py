@@ -71,7 +71,8 @@ src/nncf/openvino/quantization/ignored_patterns.py):
 * A model shipped quantized with its own QuantizeLinear -> DequantizeLinear pairs (onnxruntime's QDQ format):
   nothing they quantize (a pair's input, its output and pass-throughs of it) gets a second quantizer, and a
   linear layer whose inputs are all such tensors or dequantized integer weights is an int8 layer as it is
-  (qtool.model.prequantized; kept tensors of `exclusions`). Only what the model left float is quantized.
+  (qtool.model.prequantized; kept tensors of `exclusions`). Nothing else asks either: what the model left float
+  stays float (requests._shipped_requests, measured there).
 * MaxPool, Reshape, Transpose, Flatten, Squeeze, Unsqueeze, Slice, Split pass ranges through: when everything that reads their output wants it quantized, the
   quantizer moves up to their input (one quantizer, the op runs on integers); through Slice,
   Split and Gather only when every reader of their input reads it too (a part keeps its own,
@@ -211,7 +212,7 @@ def place(proto: onnx.ModelProto, records: dict, *, rules: Rules, choices: Choic
             return plan
     # 10. the LSTMs run in int8: with OpenVINO's guard (a file for any CPU) their weights' pairs bounded for AVX2's int16 pair sums
     lstms, float_lstms = recurrent.lstm_sites(inputs, kept, pairs=overflow_remedy == "pairs") \
-        if rules.int8_lstm and overflow_remedy in (None, "pairs") else ([], {})
+        if rules.int8_lstm and overflow_remedy in (None, "pairs") and not inputs.own.pairs else ([], {})
     if float_lstms:
         report.warnings.append(f"{len(float_lstms)} LSTM(s) stay float: " + "; ".join(f"{k} ({v})" for k, v in list(float_lstms.items())[:3])
                                + (" ..." if len(float_lstms) > 3 else ""))
