@@ -7,9 +7,10 @@ a bias as DequantizeLinear of an int32 one. It is the reference (what the user r
 qtool puts no second quantizer on a tensor the model quantizes already (its pair's input, the pair's output and
 what pass-through ops make of that output, still on the pair's grid) and reads a linear layer whose inputs are all
 the model's own quantized tensors and weights as an int8 layer as it is. What the model left float stays float:
-the export is the model as its author quantized it (qtool.quantizers.placement.requests._shipped_requests: qtool's own
-quantizers there cost more than they gain, as measured). Quantized again (the pair's output through a second, calibrated grid), an activation is
-rounded twice: smart-turn v3's OpenVINO file was 2.5 dB from its own simulation, 1.36x NNCF's latency.
+the export is the model as its author quantized it (qtool.quantizers.placement.requests._shipped_requests: qtool's
+own quantizers there cost more than they gain, as measured). Quantized again (the pair's output through a second,
+calibrated grid), an activation is rounded twice: smart-turn v3's OpenVINO file ran 15.0 dB from the model's
+arithmetic, 18.0 now (OpenVINO's run of the model itself; docs/benchmarks.md#prequantized-qdq).
 
 The patterns are those onnxruntime writes (microsoft/onnxruntime, onnxruntime/python/tools/quantization/
 qdq_quantizer.py: a QuantizeLinear -> DequantizeLinear pair per activation tensor, weights and biases as
@@ -62,7 +63,6 @@ NONE = OwnQuantizers(0, frozenset(), frozenset(), frozenset())
 def own_quantizers(m: Index) -> OwnQuantizers:
     """The model's own quantizers (NONE when it has no activation QuantizeLinear read by a DequantizeLinear)."""
     constant = set(m.constants)
-    # a constant's QuantizeLinear (a weight quantized in the graph) is a weight's, like a DequantizeLinear of an integer constant
     pairs = [n for n in m.graph.node if n.op_type == "QuantizeLinear" and _standard(n) and n.input[0] not in constant
              and any(r.op_type == "DequantizeLinear" and slot == 0 for r, slot in m.readers.get(n.output[0], ()))]
     if not pairs:
@@ -80,7 +80,7 @@ def own_quantizers(m: Index) -> OwnQuantizers:
             elif n.input[0] in constant and m.constants[n.input[0]].data_type in _INTEGERS:
                 weights.add(n.output[0])
             elif n.input[0] in m.producer and m.producer[n.input[0]].op_type == "QuantizeLinear" and n.input[0] not in codes:
-                weights.add(n.output[0])  # a constant quantized in the graph, dequantized
+                weights.add(n.output[0])  # a constant quantized in the graph (a weight's QuantizeLinear), dequantized
         elif n.op_type in PASSES and n.input[0] in on_grid:
             on_grid.update(o for o in n.output if o)
     return OwnQuantizers(len(pairs), frozenset(quantized), frozenset(on_grid), frozenset(weights))
