@@ -1623,6 +1623,53 @@ def scatter_gnn_like(feat=16, hidden=32, layers=3, seed=4931):
     return _make_model(graph, 17)
 
 
+def whisper_encoder_like(mels=8, frames=32, d=32, heads=2, layers=2, opset=17, seed=8401):
+    """A Whisper-style audio encoder (smart-turn v3's, before onnxruntime quantized it): log-mel [batch, mels, frames]
+    -> two Conv1d with Erf GELUs (the second strided) -> Transpose -> pre-norm encoder layers (fused LayerNormalization,
+    Erf GELU MLP) -> LayerNorm -> mean over time -> Gemm to one logit -> Sigmoid."""
+    g = _Graph(seed)
+    x = "input_features"
+    for i, (cin, stride) in enumerate(((mels, 1), (d, 2))):
+        w = g.init(f"conv{i + 1}.weight", (g.rng.standard_normal((d, cin, 3)) / np.sqrt(3 * cin)).astype(np.float32))
+        b = g.init(f"conv{i + 1}.bias", (g.rng.standard_normal(d) * 0.05).astype(np.float32))
+        x = _gelu(g, g.op("Conv", [x, w, b], f"/conv{i + 1}", pads=[1, 1], strides=[stride]), f"/conv{i + 1}", "erf")
+    x = g.op("Transpose", [x], "/permute", perm=[0, 2, 1])
+    for i in range(layers):
+        x = _encoder_layer(g, x, d, heads, f"/layers.{i}", True, "erf", pre_norm=True)
+    x = _layer_norm(g, x, d, "/ln_post", True)
+    if opset >= 18:  # axes an input from opset 18
+        x = g.op("ReduceMean", [x, g.init("time_axis", np.array([1], np.int64))], "/pool", keepdims=0)
+    else:
+        x = g.op("ReduceMean", [x], "/pool", axes=[1], keepdims=0)
+    w = g.init("head.weight", (g.rng.standard_normal((1, d)) / np.sqrt(d)).astype(np.float32))
+    y = g.op("Gemm", [x, w, g.init("head.bias", np.zeros(1, np.float32))], "/head", transB=1)
+    g.op("Sigmoid", [y], "/head", outputs=["logits"])
+    graph = g.graph("whisper_encoder_like", [helper.make_tensor_value_info("input_features", FLOAT, ["batch", mels, frames])],
+                    [helper.make_tensor_value_info("logits", FLOAT, ["batch", 1])])
+    return _make_model(graph, opset, producer="pytorch")
+
+
+def ort_static_qdq(model, feeds, folder, exclude=()):
+    """`model` as onnxruntime's quantize_static writes it in its QDQ format with its defaults (smart-turn v3 ships
+    so): uint8 activations with zero points, int8 weights per output channel, int32 biases, calibrated (min-max) on
+    `feeds` (a list of input dicts); the nodes named in `exclude` left float. `folder`: where the float and
+    quantized files are written."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class _Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(feeds)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    src, out = os.path.join(folder, "float.onnx"), os.path.join(folder, "qdq.onnx")
+    onnx.save(model, src)
+    quantize_static(src, out, _Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, nodes_to_exclude=list(exclude))
+    return onnx.load(out)
+
+
 if __name__ == "__main__":
     import tempfile
 
@@ -1730,49 +1777,3 @@ def causal_decoder_like(d=32, heads=2, vocab=64, seed=8341):
                     [helper.make_tensor_value_info("logits", FLOAT, ["batch", "seq", vocab])])
     return _make_model(graph, 17, producer="pytorch")
 
-
-def whisper_encoder_like(mels=8, frames=32, d=32, heads=2, layers=2, opset=17, seed=8401):
-    """A Whisper-style audio encoder (smart-turn v3's, before onnxruntime quantized it): log-mel [batch, mels, frames]
-    -> two Conv1d with Erf GELUs (the second strided) -> Transpose -> pre-norm encoder layers (fused LayerNormalization,
-    Erf GELU MLP) -> LayerNorm -> mean over time -> Gemm to one logit -> Sigmoid."""
-    g = _Graph(seed)
-    x = "input_features"
-    for i, (cin, stride) in enumerate(((mels, 1), (d, 2))):
-        w = g.init(f"conv{i + 1}.weight", (g.rng.standard_normal((d, cin, 3)) / np.sqrt(3 * cin)).astype(np.float32))
-        b = g.init(f"conv{i + 1}.bias", (g.rng.standard_normal(d) * 0.05).astype(np.float32))
-        x = _gelu(g, g.op("Conv", [x, w, b], f"/conv{i + 1}", pads=[1, 1], strides=[stride]), f"/conv{i + 1}", "erf")
-    x = g.op("Transpose", [x], "/permute", perm=[0, 2, 1])
-    for i in range(layers):
-        x = _encoder_layer(g, x, d, heads, f"/layers.{i}", True, "erf", pre_norm=True)
-    x = _layer_norm(g, x, d, "/ln_post", True)
-    if opset >= 18:  # axes an input from opset 18
-        x = g.op("ReduceMean", [x, g.init("time_axis", np.array([1], np.int64))], "/pool", keepdims=0)
-    else:
-        x = g.op("ReduceMean", [x], "/pool", axes=[1], keepdims=0)
-    w = g.init("head.weight", (g.rng.standard_normal((1, d)) / np.sqrt(d)).astype(np.float32))
-    y = g.op("Gemm", [x, w, g.init("head.bias", np.zeros(1, np.float32))], "/head", transB=1)
-    g.op("Sigmoid", [y], "/head", outputs=["logits"])
-    graph = g.graph("whisper_encoder_like", [helper.make_tensor_value_info("input_features", FLOAT, ["batch", mels, frames])],
-                    [helper.make_tensor_value_info("logits", FLOAT, ["batch", 1])])
-    return _make_model(graph, opset, producer="pytorch")
-
-
-def ort_static_qdq(model, feeds, folder, exclude=()):
-    """`model` as onnxruntime's quantize_static writes it in its QDQ format with its defaults (smart-turn v3 ships
-    so): uint8 activations with zero points, int8 weights per output channel, int32 biases, calibrated (min-max) on
-    `feeds` (a list of input dicts); the nodes named in `exclude` left float. `folder`: where the float and
-    quantized files are written."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
-
-    class _Reader(CalibrationDataReader):
-        def __init__(self):
-            self.it = iter(feeds)
-
-        def get_next(self):
-            return next(self.it, None)
-
-    src, out = os.path.join(folder, "float.onnx"), os.path.join(folder, "qdq.onnx")
-    onnx.save(model, src)
-    quantize_static(src, out, _Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, nodes_to_exclude=list(exclude))
-    return onnx.load(out)
