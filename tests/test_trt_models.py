@@ -228,7 +228,9 @@ def test_exported_model_exported_again(tmp_path):
     through calibrate and export again."""
     first = _export(tmp_path / "a", passthrough(), "first")
     assert any(n.name.startswith("graph_input_cast") for n in first.graph.node)
-    _export(tmp_path / "b", first, "second", int8_layers=False)  # its Convs are FP16 or already behind Q/DQ
+    # its Convs already behind its own Q/DQ count int8 as they are (qtool.model.prequantized), with no second quantizer
+    second = _export(tmp_path / "b", first, "second")
+    assert sum(n.op_type == "QuantizeLinear" for n in second.graph.node) == sum(n.op_type == "QuantizeLinear" for n in first.graph.node)
 
 
 def test_fp16_failure_falls_back_to_fp32(tmp_path, monkeypatch):
