@@ -53,9 +53,9 @@ from madmom.features.onsets import CNNOnsetProcessor, RNNOnsetProcessor  # noqa:
 OUT = Path(sys.argv[1])
 # (RNNBarProcessor's BGRU is left out: its CLP chroma resamples to 22050 Hz through ffmpeg)
 if HUNT10:
-    from madmom.audio.chroma import DeepChromaProcessor  # noqa: E402
-    from madmom.features.chords import CNNChordFeatureProcessor  # noqa: E402
-    from madmom.features.downbeats import RNNDownBeatProcessor  # noqa: E402
+    from madmom.audio.chroma import DeepChromaProcessor
+    from madmom.features.chords import CNNChordFeatureProcessor
+    from madmom.features.downbeats import RNNDownBeatProcessor
 
     processors = [RNNDownBeatProcessor(), DeepChromaProcessor(), CNNChordFeatureProcessor(),
                   RNNBeatProcessor(online=True), RNNOnsetProcessor(online=True)]

@@ -23,6 +23,7 @@ from . import get
 from .cpu import Prepared, export_prepared, with_quantizers
 from .cpu import prepare as cpu_prepare
 from .cpu import report_view as cpu_report_view
+from .peepholes import peephole_lstms_as_scans
 
 DEFAULTS = ExportOptions("openvino")
 
@@ -587,6 +588,7 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
     for conv in _shape_read_convs(model, index):
         _bias_after(model, namer, index, conv)
     _huge_bool_scales(model, namer)
+    peephole_lstms_as_scans(model, namer)  # OpenVINO drops an LSTM's peepholes (qtool.targets.peepholes)
     G.ensure_opset(model, DOMAIN, 1)
 
 
