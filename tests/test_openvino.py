@@ -719,6 +719,24 @@ def test_peephole_lstms_run_in_openvino_as_the_file_says():
             lstm.attribute.append(helper.make_attribute("clip", 5.0))
         assert peepholes.peephole_lstms_as_scans(m, G.Namer(m)) == written + 1, change  # lstm_1 always
 
+    # each direction, opsets of Split's attribute (11) and input (18): the Scans compute the LSTM (onnxruntime)
+    x = rng.normal(0, 1, (30, 2, 5)).astype(np.float32)
+    for opset, direction in ((11, "reverse"), (11, "bidirectional"), (18, "forward"), (18, "bidirectional")):
+        dirs = 2 if direction == "bidirectional" else 1
+        weights = [numpy_helper.from_array(rng.normal(0, s, shape).astype(np.float32), n) for n, s, shape in
+                   (("W", 0.5, (dirs, 16, 5)), ("R", 0.5, (dirs, 16, 4)), ("B", 0.2, (dirs, 32)), ("P", 0.8, (dirs, 12)))]
+        lstm = helper.make_node("LSTM", ["x", "W", "R", "B", "", "", "", "P"], ["y", "y_h", "y_c"], name="lstm", hidden_size=4,
+                                direction=direction)
+        g = helper.make_graph([lstm], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["time", "batch", 5])],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "y_h", "y_c")], weights)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+        m.ir_version = 7
+        want = ort_run(m.SerializeToString(), {"x": x})
+        assert peepholes.peephole_lstms_as_scans(m, G.Namer(m)) == 1
+        assert [n.op_type for n in m.graph.node].count("Scan") == dirs and "P" not in {t.name for t in m.graph.initializer}
+        for a, b in zip(want, ort_run(m.SerializeToString(), {"x": x})):
+            assert sqnr(a, b) > 100, (opset, direction)
+
 
 def test_a_scatter_before_an_add_gets_no_quantizer():
     """A graph net's scatter-add aggregation (minimol's, tests/zoo.py scatter_gnn_like) -> Add with the node's own

@@ -3,15 +3,16 @@
 OpenVINO 2026.4's ONNX frontend drops an LSTM's peephole weights P (input 7): its run of the FP32 model equals
 onnxruntime's with P set to zero, every step's gates missing their P * c terms (bench/zoo.py: madmom's beat and
 downbeat networks, -3.7..6 dB from onnxruntime's FP32 in OpenVINO's FP32 and int8 runs alike, NNCF unable to compile
-them). The OpenVINO export writes each such LSTM as ONNX's equations over plain ops, one Scan per direction: the step
-body computes x_t W^T + h R^T + Wb + Rb per gate (ONNX's order i, o, f, c), the peepholes on c_{t-1} (i, f) and c_t
-(o), and carries h and c; the outputs Y, Y_h and Y_c are the Scans' outputs stacked as the LSTM lays them out.
-The same numbers in float (the MatMuls sum in another order: 110+ dB from the LSTM in onnxruntime, 115-145 in
-OpenVINO on madmom's networks).
+them). The OpenVINO export writes each such LSTM as ONNX's equations over plain ops, one Scan per direction: the input
+products x W^T + Wb + Rb of every step as one MatMul before it ([time, batch, 4H]), its one scan input; the step body
+adds h R^T, splits the gates (ONNX's order i, o, f, c), adds the peepholes on c_{t-1} (i, f) and c_t (o) and carries
+h and c; the outputs Y, Y_h and Y_c are the Scans' outputs stacked as the LSTM lays them out. The same numbers in
+float (the MatMuls sum in another order: 110+ dB from the LSTM in onnxruntime, 115-145 in OpenVINO on madmom's
+networks).
 
-One scan input per Scan, the raw x_t: OpenVINO 2026.4 ran a Scan whose four scan inputs were the gates' input
-products, computed outside, right at the first step and wrong from the second (its back edges); with x_t as the one
-scan input and the input products inside the body, it runs right.
+One scan input per Scan: OpenVINO 2026.4 ran a Scan with four scan inputs (the gates' products apart) right at the
+first step and wrong from the second. The cost is time: OpenVINO runs a Scan step by step, its nodes one by one
+(madmom's networks 6-10x the time of the LSTM primitive that drops the peepholes; bench/zoo.py #zoo-hunt10).
 
 Only LSTMs whose other attributes ONNX's defaults give are written (no sequence_lens, clip, input_forget, batch-first
 layout; activations absent or stated as the defaults Sigmoid, Tanh, Tanh), with constant finite W, R, B and P, at
@@ -95,20 +96,26 @@ class _Writer:
             return self.op("Unsqueeze", [x, self.const(np.array([axis], np.int64), "axis")])
         return self.op("Unsqueeze", [x], axes=[axis])
 
-    def body(self, w: np.ndarray, r: np.ndarray, b: np.ndarray, p: np.ndarray, hidden: int) -> onnx.GraphProto:
-        """One step of one direction (w [4H, I], r [4H, H], b [8H], p [3H]): states h, c, scan input x_t;
+    def split(self, x: str, hidden: int, into: list) -> list[str]:
+        """x [batch, 4H] split into its four gates' [batch, H]."""
+        outs = [self.namer.fresh(f"{self.base}/scan_gate{g}") for g in range(4)]
+        name = self.namer.fresh(f"{self.base}/ScanSplit")
+        if self.opset >= 13:
+            sizes = self.const(np.array([hidden] * 4, np.int64), "split", self.body_inits)
+            into.append(helper.make_node("Split", [x, sizes], outs, name=name, axis=1))
+        else:
+            into.append(helper.make_node("Split", [x], outs, name=name, axis=1, split=[hidden] * 4))
+        return outs
+
+    def body(self, r: np.ndarray, p: np.ndarray, hidden: int) -> onnx.GraphProto:
+        """One step of one direction (r [4H, H], p [3H]): states h, c, scan input x_t = x W^T + Wb + Rb [batch, 4H];
         outputs h', c' and y_t = h'."""
         nodes: list[onnx.NodeProto] = []
-        inits: list[onnx.TensorProto] = []
+        self.body_inits: list[onnx.TensorProto] = []
+        inits = self.body_inits
         h_in, c_in, x_t = (self.namer.fresh(f"{self.base}/scan_{k}") for k in ("h_in", "c_in", "x_t"))
-        pre = []
-        for g in range(4):  # i, o, f, c
-            rows = slice(g * hidden, (g + 1) * hidden)
-            wg = self.const(np.ascontiguousarray(w[rows].T), f"w{g}", inits)
-            rg = self.const(np.ascontiguousarray(r[rows].T), f"r{g}", inits)
-            bg = self.const(b[rows] + b[4 * hidden + g * hidden:4 * hidden + (g + 1) * hidden], f"b{g}", inits)
-            pre.append(self.op("Add", [self.op("Add", [self.op("MatMul", [x_t, wg], nodes), self.op("MatMul", [h_in, rg], nodes)], nodes),
-                                       bg], nodes))
+        gates = self.op("Add", [x_t, self.op("MatMul", [h_in, self.const(np.ascontiguousarray(r.T), "r", inits)], nodes)], nodes)
+        pre = self.split(gates, hidden, nodes)  # ONNX's order i, o, f, c
         p_i, p_o, p_f = (self.const(p[k * hidden:(k + 1) * hidden].copy(), f"p{k}", inits) for k in range(3))
         i = self.op("Sigmoid", [self.op("Add", [pre[0], self.op("Mul", [c_in, p_i], nodes)], nodes)], nodes)
         f = self.op("Sigmoid", [self.op("Add", [pre[2], self.op("Mul", [c_in, p_f], nodes)], nodes)], nodes)
@@ -121,7 +128,7 @@ class _Writer:
                   helper.make_node("Identity", [h_out], [outs[2]], name=self.namer.fresh(f"{self.base}/ScanIdentity"))]
         state = ["batch", hidden]  # stated: onnxruntime's Scan needs its body's outputs shaped
         inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in
-                  ((h_in, state), (c_in, state), (x_t, ["batch", w.shape[1]]))]
+                  ((h_in, state), (c_in, state), (x_t, ["batch", 4 * hidden]))]
         return helper.make_graph(nodes, self.namer.fresh(f"{self.base}/scan_body"), inputs,
                                  [helper.make_tensor_value_info(n, TensorProto.FLOAT, state) for n in outs], inits)
 
@@ -142,10 +149,13 @@ def _as_scans(model: onnx.ModelProto, namer: G.Namer, node: onnx.NodeProto, weig
             if len(node.input) > slot and node.input[slot]:
                 return e.op("Reshape", [e.op("Gather", [node.input[slot], e.const(np.array(d, np.int64), f"dir{d}")], axis=0), row])
             return zeros
-        body = e.body(weights["w"][d], weights["r"][d], weights["b"][d], weights["p"][d], hidden)
+        b = weights["b"][d]
+        products = e.op("Add", [e.op("MatMul", [x, e.const(np.ascontiguousarray(weights["w"][d].T), f"w{d}")]),
+                                e.const(b[:4 * hidden] + b[4 * hidden:], f"b{d}")])  # [time, batch, 4H], one GEMM
+        body = e.body(weights["r"][d], weights["p"][d], hidden)
         reverse = int(direction == "reverse" or d == 1)
         outs = [namer.fresh(f"{e.base}/scan_{k}{d}") for k in ("h", "c", "y")]
-        e.nodes.append(helper.make_node("Scan", [initial(5), initial(6), x], outs, name=namer.fresh(f"{e.base}/Scan"), body=body,
+        e.nodes.append(helper.make_node("Scan", [initial(5), initial(6), products], outs, name=namer.fresh(f"{e.base}/Scan"), body=body,
                                         num_scan_inputs=1, scan_input_directions=[reverse], scan_output_directions=[reverse]))
         ys.append(e.unsqueeze(outs[2], 1))
         hs.append(e.unsqueeze(outs[0], 0))
