@@ -12,7 +12,7 @@ networks).
 
 One scan input per Scan: OpenVINO 2026.4 ran a Scan with four scan inputs (the gates' products apart) right at the
 first step and wrong from the second. The cost is time: OpenVINO runs a Scan step by step, its nodes one by one
-(madmom's networks 6-10x the time of the LSTM primitive that drops the peepholes; bench/zoo.py #zoo-hunt10).
+(madmom's networks 8-9x the time of the LSTM primitive that drops the peepholes; docs/benchmarks.md #zoo-hunt10).
 
 Only LSTMs whose other attributes ONNX's defaults give are written (no sequence_lens, clip, input_forget, batch-first
 layout; activations absent or stated as the defaults Sigmoid, Tanh, Tanh), with constant finite W, R, B and P, at
