@@ -717,7 +717,9 @@ def test_peephole_lstms_run_in_openvino_as_the_file_says():
             del lstm.input[7:]
         elif change == "clip":
             lstm.attribute.append(helper.make_attribute("clip", 5.0))
+        assert peepholes.warning(m)[0].startswith(f"{written + 1} LSTM(s) with peepholes written as Scans"), change
         assert peepholes.peephole_lstms_as_scans(m, G.Namer(m)) == written + 1, change  # lstm_1 always
+        assert peepholes.warning(m) == [], change
 
     # each direction, opsets of Split's attribute (11) and input (18): the Scans compute the LSTM (onnxruntime)
     x = rng.normal(0, 1, (30, 2, 5)).astype(np.float32)

@@ -167,6 +167,16 @@ def _as_scans(model: onnx.ModelProto, namer: G.Namer, node: onnx.NodeProto, weig
     return e.nodes
 
 
+def warning(model: onnx.ModelProto) -> list[str]:
+    """The export's warning when the model has LSTMs this module writes (none otherwise)."""
+    index = G.Index(model)
+    n = sum(_writable(index, node) is not None for node in model.graph.node) if G.default_opset(model) >= 9 else 0
+    if not n:
+        return []
+    return [f"{n} LSTM(s) with peepholes written as Scans of their equations: OpenVINO drops an LSTM's peepholes "
+            "(its own run of the model is wrong there); the Scans compute them, step by step, slower than its LSTM"]
+
+
 def peephole_lstms_as_scans(model: onnx.ModelProto, namer: G.Namer) -> int:
     """Rewrite every writable peephole LSTM of the main graph as Scans (in place; see the module doc); the
     initializers only they read are dropped. Returns how many."""
