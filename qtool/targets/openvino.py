@@ -19,7 +19,7 @@ from ..model import data_inputs
 from ..model import graph as G
 from ..options import ExportOptions
 from ..quantizers import grids, placement, policy
-from . import get
+from . import get, peepholes
 from .cpu import Prepared, export_prepared, with_quantizers
 from .cpu import prepare as cpu_prepare
 from .cpu import report_view as cpu_report_view
@@ -587,6 +587,7 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
     for conv in _shape_read_convs(model, index):
         _bias_after(model, namer, index, conv)
     _huge_bool_scales(model, namer)
+    peepholes.peephole_lstms_as_scans(model, namer)  # OpenVINO drops an LSTM's peepholes (qtool.targets.peepholes)
     G.ensure_opset(model, DOMAIN, 1)
 
 
@@ -608,7 +609,8 @@ def export(loaded, cal, options: ExportOptions = DEFAULTS):
     """FakeQuantize ONNX for OpenVINO from the calibration `cal` of `loaded`."""
     prepared = prepare(loaded, cal, options)
     return export_prepared(loaded, cal, prepared, apply, options.bias_correction,
-                           rounding_warnings=policy.runtime_rounding_warnings(prepared.plan, "OpenVINO"))
+                           rounding_warnings=[*policy.runtime_rounding_warnings(prepared.plan, "OpenVINO"),
+                                              *peepholes.warning(prepared.model)])
 
 
 def report_view(loaded, cal, *, method: str | None = None):
