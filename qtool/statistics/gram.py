@@ -54,10 +54,17 @@ class Gram:
     # sums not yet in `sums`: exact float64 integers, and a bound on their magnitude
     _pending: np.ndarray | None = field(default=None, repr=False, compare=False)
     _pending_bound: float = field(default=0.0, repr=False, compare=False)
+    # the sums as a file holds them (from_json: the zlib-compressed upper triangle), unpacked only when
+    # added to or read: an export holds a loaded model's Grams (BERT-large's 256 MB of int64) at ~40 %
+    _packed: bytes | None = field(default=None, repr=False, compare=False)
 
     @property
     def overflowed(self) -> bool:
         return self.bound >= _ROOM
+
+    def _full(self) -> np.ndarray | None:
+        """`sums`, or the packed sums unpacked (not kept: matrix() reads each Gram once or twice)."""
+        return self.sums if self._packed is None else _unpack(self._packed, self.channels)
 
     def update(self, value: np.ndarray, rows: int) -> bool:
         """Add every position of `value` ([..., channels]; `rows` samples along its first axis, or
@@ -107,6 +114,8 @@ class Gram:
             self._pending[b0:b1, b0:] += g  # exact: integers below 2 ** 53
 
     def _flush(self) -> None:
+        if self._packed is not None:
+            self.sums, self._packed = _unpack(self._packed, self.channels), None
         if self._pending is not None:
             add = self._pending.astype(np.int64)
             self.sums = add if self.sums is None else self.sums + add
@@ -136,17 +145,21 @@ class Gram:
 
     def scaled(self, s: np.ndarray) -> Gram:
         """The Gram of x * s (per channel): a smoothed activation's, for the export (never stored)."""
-        self._flush()
+        if self._pending is not None:
+            self._flush()
         old = np.ones(self.channels) if self.scale is None else self.scale
-        return Gram(self.channels, self.count, self.sums, self.bound, old * np.asarray(s, dtype=np.float64).reshape(-1))
+        return Gram(self.channels, self.count, self.sums, self.bound, old * np.asarray(s, dtype=np.float64).reshape(-1),
+                    _packed=self._packed)
 
     def matrix(self) -> np.ndarray | None:
         """The mean of x x^T over the tokens (float64 [channels, channels]), or None when unknown
         (no token, or the sums dropped)."""
-        self._flush()
-        if self.sums is None or not self.count or self.overflowed:
+        if self._pending is not None:
+            self._flush()
+        sums = self._full()
+        if sums is None or not self.count or self.overflowed:
             return None
-        h = np.triu(np.ldexp(self.sums.astype(np.float64), UNIT_LOG2) / self.count)
+        h = np.triu(np.ldexp(sums.astype(np.float64), UNIT_LOG2) / self.count)
         h = h + np.triu(h, 1).T
         if self.scale is not None:
             h = h * self.scale[:, None] * self.scale[None, :]
@@ -182,15 +195,21 @@ def from_json(doc: dict) -> Gram:
     if "upper" in doc:
         try:
             need = k * (k + 1) // 2 * 8
+            packed = base64.b64decode(doc["upper"], validate=True)
             inflate = zlib.decompressobj()
-            raw = inflate.decompress(base64.b64decode(doc["upper"], validate=True), need + 1)  # bounded: a bomb stops here
+            raw = inflate.decompress(packed, need + 1)  # bounded: a bomb stops here
         except (ValueError, TypeError, zlib.error) as e:
             raise ValueError(f"gram upper is not base64 zlib data ({e})") from None
-        upper = np.frombuffer(raw, dtype="<i8")
-        if upper.size != k * (k + 1) // 2:
-            raise ValueError(f"gram upper needs {k * (k + 1) // 2} entries, has {upper.size}")
-        sums = np.zeros((k, k), np.int64)
-        rows, cols = _upper(k)
-        sums[rows, cols] = upper  # the upper triangle, as gathered
-        gram.sums = sums
+        if len(raw) != need:
+            raise ValueError(f"gram upper needs {need // 8} entries, has {len(raw) // 8}")
+        if not inflate.eof or inflate.unused_data:  # read again at use (_unpack): whole and alone, or an error now
+            raise ValueError("gram upper is not one whole zlib stream")
+        gram._packed = packed
     return gram
+
+
+def _unpack(packed: bytes, k: int) -> np.ndarray:
+    """The int64 [k, k] sums of from_json's checked payload (the upper triangle; 0 below)."""
+    sums = np.zeros((k, k), np.int64)
+    sums[_upper(k)] = np.frombuffer(zlib.decompress(packed), dtype="<i8")  # the upper triangle, as gathered
+    return sums

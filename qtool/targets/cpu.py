@@ -192,8 +192,10 @@ def export_prepared(loaded, cal, prepared: Prepared, apply: Callable, bias_corre
     `rounding_warnings` after bias correction's)."""
 
     model, corrected, bc_warnings = with_quantizers(prepared, cal, None, bias_correction, apply)
-    data, more = G.finish(model, loaded.proto)
     plan = prepared.plan
+    for site in plan.weights:  # in the file now: GPTQ's grid points and float weights (BERT-large's 0.4 GB) go before it is checked and written
+        site.values = site.unrounded = None
+    data, more = G.finish(model, loaded.proto)
     summary = {**plan.summary(), **({"opset": G.default_opset(model)} if opset else {}), **({"cpu": prepared.cpu} if prepared.cpu else {}),
                "fp32_layer_names": sorted(plan.fp32_layers), "bias_corrected_layers": corrected}
     if prepared.smoothing is not None:
