@@ -362,7 +362,7 @@ def test_alpha_is_chosen_for_inputs_calibration_did_not_see():
 def test_tf2onnx_dense_layers_are_smoothed(tmp_path):
     """tf2onnx's Dense reads its input through Reshape to [-1, K] (the placement moves the quantizer above
     it, so the quantizer's readers name the Reshape, not the layer): every Dense of the Keras BERT look-alike
-    is smoothed (was none: g2p-id's BERT 29.5 dB in OpenVINO, 32.1 with it, NNCF 30.8), the head's 1/s folded
+    but attention's output projection is smoothed (was none: g2p-id's BERT 29.5 dB in OpenVINO, 32.1 with it, NNCF 30.8), the head's 1/s folded
     through the Reshape into the last LayerNorm by moments (gamma and beta), the others by an inserted Mul
     (also before a Gemm that reads a Reshape); the float model computes the same, OpenVINO the file's arithmetic."""
     import openvino as ov
@@ -377,7 +377,8 @@ def test_tf2onnx_dense_layers_are_smoothed(tmp_path):
     loaded = load_model(str(path))
     result = openvino.export(loaded, cal, options_for("openvino", weights_7bit="none", smooth_quant=0.5))
     dense = sum(n.op_type == "Gemm" for n in loaded.proto.graph.node)  # each through its own Reshape
-    assert result.summary["smooth_quant"]["layers"] == result.summary["smooth_quant"]["activations"] == dense
+    # all but attention's output projections (reading the context through shape ops: left as before)
+    assert result.summary["smooth_quant"]["layers"] == result.summary["smooth_quant"]["activations"] == dense - 2
     assert result.summary["smooth_quant"]["folded"] == 1
     feeds = {"input_1": rng.integers(0, 40, (4, 16)).astype(np.int64)}
     exported = onnx.load_from_string(result.data)

@@ -541,6 +541,24 @@ def apply(model: onnx.ModelProto, cal, alpha: float | None = None, only: set[str
     return done
 
 
+_VIEWS = RESHAPES | {"Transpose"}
+
+
+def _reads_attention_context(index: G.Index, node: onnx.NodeProto) -> bool:
+    """`node`'s data input is, through shape ops, the output of a MatMul of two activations (attention's context)."""
+    t = node.input[0] if node.input else ""
+    for _ in range(16):
+        p = index.producer.get(t)
+        if p is None or not p.input:
+            return False
+        if p.op_type == "MatMul":
+            return all(i not in index.constants for i in p.input[:2])
+        if p.op_type not in _VIEWS:
+            return False
+        t = p.input[0]
+    return False
+
+
 def smooth(model, cal, mode, place: Callable):
     """SmoothQuant for an export (`model` with unique node names, edited in place): with mode
     "auto" when the graph has transformer structure (qtool.quantizers.patterns.transformer_structure),
@@ -552,8 +570,11 @@ def smooth(model, cal, mode, place: Callable):
         return cal, None, []  # decided before placing: a CNN's export places once
     plan = place(model, cal)
     # every input of an int8 layer is quantized, also where the placement moved its quantizer up through a
-    # Reshape/Unsqueeze (tf2onnx's Dense: Reshape -> MatMul/Gemm; the site's readers then name the Reshape)
-    layers = set(plan.int8_layers)
+    # Reshape/Unsqueeze (tf2onnx's Dense: Reshape -> MatMul/Gemm; the site's readers then name the Reshape);
+    # but not attention's output projection, which reads the context (softmax . V) through shape ops: smoothing it
+    # cost ViT-S 1.2 dB (bench/guard_cost.py), g2p-id's BERT 0.1
+    index = G.Index(model)
+    layers = {n for n in plan.int8_layers if not _reads_attention_context(index, index.nodes[n])}
     del plan  # the weights it read are not held while the smoothed ones are made (a big model's: its size again)
     gc.collect()  # the placement's objects refer to each other: freed only by a collection, which may not come before the peak
     alpha = mode if isinstance(mode, float) else None  # None: per activation, the alpha `estimate` picks
