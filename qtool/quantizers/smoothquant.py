@@ -431,14 +431,24 @@ class _Editor:
         self.rank(tensor)
         return self._last.get(tensor)
 
-    def reshape_of(self, tensor: str, k: int) -> onnx.NodeProto | None:
-        """The Reshape-like producer of `tensor` (tf2onnx's Dense input: Reshape to [-1, K]) that keeps the K
-        channels of the last axis, or None."""
-        node = self.producer.get(tensor)
-        if (node is None or node.op_type not in RESHAPES or node.domain not in ("", "ai.onnx") or not node.input
-                or list(node.output[:1]) != [tensor] or self.last_dim(node.input[0]) != k or self.last_dim(tensor) != k):
-            return None
-        return node
+    def reshapes_above(self, tensor: str, k: int) -> list[onnx.NodeProto]:
+        """The Reshape-like ops (and Transposes keeping the last axis) that write `tensor` from an activation, nearest
+        first, each keeping the K channels of the last axis and each output but `tensor`'s read by the next alone
+        (tf2onnx's Dense input: Reshape to [-1, K]; PyTorch's sequence-first attention: Transpose, Reshape)."""
+        chain, t = [], tensor
+        while True:
+            node = self.producer.get(t)
+            if (node is None or node.domain not in ("", "ai.onnx") or not node.input or list(node.output[:1]) != [t]
+                    or (chain and not self._sole(t, chain[-1])) or self.last_dim(node.input[0]) != k or self.last_dim(t) != k):
+                return chain
+            if node.op_type == "Transpose":
+                perm, rank = G.attr(node, "perm", None), self.rank(t)
+                if perm is None or rank is None or list(perm)[-1] != rank - 1:
+                    return chain
+            elif node.op_type not in RESHAPES:
+                return chain
+            chain.append(node)
+            t = node.input[0]
 
     def insert_mul(self, tensor: str, layers: list[str], inverse: np.ndarray, rank: int | None) -> str:
         """X * (1/s) before the layers (which then read it); returns the new tensor. The constant
@@ -515,15 +525,17 @@ def apply(model: onnx.ModelProto, cal, alpha: float | None = None, only: set[str
             shape = (k, 1) if x.axis == 0 else (1, k)
             lazy.replace(editor.inits[x.weight], (w.astype(np.float64) * s.reshape(shape)).astype(w.dtype))
         inverse = (1.0 / s).astype(ws[0].dtype)
-        reshape = editor.reshape_of(group.tensor, k) if found is None and editor.only_read_by(group.tensor, names) else None
+        chain = editor.reshapes_above(group.tensor, k) if found is None and editor.only_read_by(group.tensor, names) else []
         if found is not None:
             target, above = group.tensor, [(t, records[t]) for t in found[1] if t in records]
             folded += 1
-        elif reshape is not None:
-            # the Mul above the Reshape: OpenVINO 2026.4 computed Reshape -> Mul -> FakeQuantize -> Gemm wrongly
-            # (24 dB against the exact arithmetic on the tf2onnx BERT look-alike's value Dense; above it 134 dB)
-            source = reshape.input[0]
-            target, above = group.tensor, [(editor.insert_mul(source, [reshape.name], inverse, editor.rank(source)), records[group.tensor])]
+        elif chain:
+            # the Mul above the Reshapes: OpenVINO 2026.4 computed Reshape -> Mul -> FakeQuantize -> Gemm wrongly
+            # (24 dB against the exact arithmetic on the tf2onnx BERT look-alike's value Dense; above it 134 dB), and
+            # above a Transpose the FakeQuantize it becomes fuses into the Mul and the Transpose runs in int8
+            source = chain[-1].input[0]
+            mul = editor.insert_mul(source, [chain[-1].name], inverse, editor.rank(source))
+            target, above = group.tensor, [(t, records[group.tensor]) for t in [mul, *(n.output[0] for n in chain[1:])]]
             inserted += 1
         else:
             target, above = editor.insert_mul(group.tensor, [x.node for x in group.layers], inverse, editor.rank(group.tensor)), []
