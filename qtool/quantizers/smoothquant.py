@@ -5,11 +5,16 @@ For an activation X read by MatMul/Gemm layers with constant weights W (Q, K and
 X), per input channel j: s_j = max|X_j|^alpha / max|W_j|^(1 - alpha), with max|W_j| the largest
 over all those layers' weights. The layers get W_j * s_j, X gets X_j / s_j: the float model
 computes the same (up to float32 rounding). 1/s is folded into the producer when it is a
-LayerNormalization (gamma, beta) or a decomposed LayerNorm's last Mul/Add by constants, also
-through a Gather of tokens (a ViT's [CLS]), and nothing else reads X; otherwise a Mul by a
-constant is inserted before the layers (as NNCF does), except before a Gemm (OpenVINO computed
-that wrongly). The statistics are the per-channel max |x| calibrate stores for linear-layer inputs of
-transformers (qtool.statistics.stats.new_stats(smooth=True)).
+LayerNormalization (gamma, beta), a decomposed LayerNorm's last Mul/Add by constants or a Keras
+LayerNorm by moments (tf2onnx: x * m + (beta - mean * m), m = r * gamma), also through a Gather of
+tokens (a ViT's [CLS]) and through Reshape-like ops keeping the K channels last (tf2onnx's Dense:
+Reshape to [-1, K]), and nothing else reads X's values (a Shape reads none); otherwise a Mul by a
+constant is inserted (as NNCF does): above those Reshapes and last-axis-keeping Transposes where X
+comes through them, else right before the layers, except before a Gemm (OpenVINO computed both
+Reshape -> Mul -> FakeQuantize -> Gemm and a Mul right before a Gemm's FakeQuantize wrongly). The
+layers are the placement's int8 MatMul/Gemm but attention's output projection. The statistics are
+the per-channel max |x| calibrate stores for linear-layer inputs of transformers
+(qtool.statistics.stats.new_stats(smooth=True)).
 
 alpha: per activation, the one of ALPHAS (or no smoothing) with the least estimated output noise
 (`noise`: activation and weight rounding noise through the layers, from the stored maxima, the
@@ -488,12 +493,6 @@ def _record(record, name: str, s: np.ndarray, peak: np.ndarray, stats: bool = Tr
                         hist_range=record.hist_range * stretch, nonfinite=record.nonfinite, stats=stats)
 
 
-def _picked(editor: _Editor, tensor: str) -> bool:
-    """`tensor` is a Gather's output (tokens picked)."""
-    node = editor.producer.get(tensor)
-    return node is not None and node.op_type == "Gather"
-
-
 def apply(model: onnx.ModelProto, cal, alpha: float | None = None, only: set[str] | None = None) -> Smoothing:
     """Migrate every group's activation scales into its layers' weights (`model` edited in place,
     node names unique). alpha None: per group, the one `estimate` picks (or none). Returns the
@@ -515,17 +514,18 @@ def apply(model: onnx.ModelProto, cal, alpha: float | None = None, only: set[str
         k = s.size
         names = {x.node for x in group.layers}
         found = editor.fold(group.tensor, k, s) if editor.only_read_by(group.tensor, names) else None
-        if found is None and editor.nodes[group.layers[0].node].op_type == "Gemm" and _picked(editor, group.tensor):
-            # OpenVINO 2026.4 computed Gather -> Mul -> FakeQuantize -> Gemm wrongly (11 dB against the exact
-            # arithmetic on the ViT look-alike's head, also with its low-precision transformations off); a Mul
-            # before a Gemm reading a Reshape (tf2onnx's Dense) it computes as written
+        chain = editor.reshapes_above(group.tensor, k) if found is None and editor.only_read_by(group.tensor, names) else []
+        if found is None and not chain and editor.nodes[group.layers[0].node].op_type == "Gemm":
+            # OpenVINO 2026.4 computed Mul -> FakeQuantize -> Gemm wrongly (after a Gather: 11 dB against the exact
+            # arithmetic on the ViT look-alike's head, also with its low-precision transformations off; after a
+            # ReduceMean: 12 dB, test_openvino's transformer block): a Gemm input is smoothed only when folded or
+            # with the Mul above a Reshape (tf2onnx's Dense), which it computes as written
             chosen.pop()
             continue
         for w, x in zip(ws, group.layers):
             shape = (k, 1) if x.axis == 0 else (1, k)
             lazy.replace(editor.inits[x.weight], (w.astype(np.float64) * s.reshape(shape)).astype(w.dtype))
         inverse = (1.0 / s).astype(ws[0].dtype)
-        chain = editor.reshapes_above(group.tensor, k) if found is None and editor.only_read_by(group.tensor, names) else []
         if found is not None:
             target, above = group.tensor, [(t, records[t]) for t in found[1] if t in records]
             folded += 1
