@@ -5,11 +5,16 @@ For an activation X read by MatMul/Gemm layers with constant weights W (Q, K and
 X), per input channel j: s_j = max|X_j|^alpha / max|W_j|^(1 - alpha), with max|W_j| the largest
 over all those layers' weights. The layers get W_j * s_j, X gets X_j / s_j: the float model
 computes the same (up to float32 rounding). 1/s is folded into the producer when it is a
-LayerNormalization (gamma, beta) or a decomposed LayerNorm's last Mul/Add by constants, also
-through a Gather of tokens (a ViT's [CLS]), and nothing else reads X; otherwise a Mul by a
-constant is inserted before the layers (as NNCF does), except before a Gemm (OpenVINO computed
-that wrongly). The statistics are the per-channel max |x| calibrate stores for linear-layer inputs of
-transformers (qtool.statistics.stats.new_stats(smooth=True)).
+LayerNormalization (gamma, beta), a decomposed LayerNorm's last Mul/Add by constants or a Keras
+LayerNorm by moments (tf2onnx: x * m + (beta - mean * m), m = r * gamma), also through a Gather of
+tokens (a ViT's [CLS]) and through Reshape-like ops keeping the K channels last (tf2onnx's Dense:
+Reshape to [-1, K]), and nothing else reads X's values (a Shape reads none); otherwise a Mul by a
+constant is inserted (as NNCF does): above those Reshapes and last-axis-keeping Transposes where X
+comes through them, else right before the layers, except before a Gemm (OpenVINO computed both
+Reshape -> Mul -> FakeQuantize -> Gemm and a Mul right before a Gemm's FakeQuantize wrongly). The
+layers are the placement's int8 MatMul/Gemm but attention's output projection. The statistics are
+the per-channel max |x| calibrate stores for linear-layer inputs of transformers
+(qtool.statistics.stats.new_stats(smooth=True)).
 
 alpha: per activation, the one of ALPHAS (or no smoothing) with the least estimated output noise
 (`noise`: activation and weight rounding noise through the layers, from the stored maxima, the
@@ -118,6 +123,8 @@ def scales(act: np.ndarray, weight: np.ndarray, alpha: float) -> np.ndarray:
     s = np.where(np.isfinite(s) & (s > 0), s, 1.0)
     return np.clip(s, np.quantile(s, SCALE_QUANTILE), SCALE_MAX)
 
+
+RESHAPES = frozenset({"Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity"})  # values kept, in row-major order
 
 ALPHAS = (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)  # what `estimate` chooses among (or no smoothing)
 
@@ -289,12 +296,33 @@ class _Editor:
         node.input[slot] = new
         self.readers.setdefault(new, []).append((node, slot))
 
+    def value_readers(self, tensor: str) -> list[tuple[onnx.NodeProto, int]]:
+        """The readers of `tensor` that read its values (a Shape reads only its shape: tf2onnx's Dense reads
+        its input's shape beside the Reshape)."""
+        return [(n, slot) for n, slot in self.readers.get(tensor, []) if not (n.op_type == "Shape" and n.domain in ("", "ai.onnx"))]
+
     def only_read_by(self, tensor: str, nodes: set[str]) -> bool:
-        got = self.readers.get(tensor, [])
+        got = self.value_readers(tensor)
         return tensor not in self.outputs and bool(got) and all(n.name in nodes and slot == 0 for n, slot in got)
 
-    def fold(self, tensor: str, k: int, s: np.ndarray) -> str | None:
-        """Divide `tensor` by s through its producer's constants; how, or None when it cannot."""
+    def _sole(self, tensor: str, node: onnx.NodeProto) -> bool:
+        """`node` is the only reader of `tensor`'s values, and `tensor` no graph output."""
+        got = self.value_readers(tensor)
+        return tensor not in self.outputs and len(got) == 1 and got[0][0] is node
+
+    def fold(self, tensor: str, k: int, s: np.ndarray) -> tuple[str, list[str]] | None:
+        """Divide `tensor` by s through its producer's constants: (how, the tensors above it that are divided
+        too), or None when it cannot (then nothing is changed)."""
+        found = self._fold(tensor, k, s)
+        if found is None:
+            return None
+        how, edits, chain = found
+        for node, slot, value in edits:
+            self.set_constant(node, slot, value)
+        return how, chain
+
+    def _fold(self, tensor: str, k: int, s: np.ndarray):
+        """What `fold` edits: (how, [(node, slot, new constant)], [tensors divided above `tensor`]), or None."""
         node = self.producer.get(tensor)
         if node is None or node.domain not in ("", "ai.onnx") or list(node.output[:1]) != [tensor]:
             return None
@@ -302,11 +330,15 @@ class _Editor:
             source = node.input[0]
             rank = self.rank(source)
             axis = int(G.attr(node, "axis", 0))
-            if (rank is None or axis % rank == rank - 1 or source in self.outputs or len(self.readers.get(source, [])) != 1
-                    or node.input[1] not in self.inits):
+            if rank is None or axis % rank == rank - 1 or not self._sole(source, node) or node.input[1] not in self.inits:
                 return None
-            how = self.fold(source, k, s)
-            return None if how is None else f"{how} through Gather"
+            return self._through(source, k, s, "Gather")
+        if node.op_type in RESHAPES:  # tf2onnx's Dense reads its input through Unsqueeze and Reshape to [-1, K]
+            source = node.input[0] if node.input else ""
+            # row-major: with K the last dim of both, the flat index mod K (the channel) is kept
+            if not source or self.last_dim(source) != k or self.last_dim(tensor) != k or not self._sole(source, node):
+                return None
+            return self._through(source, k, s, node.op_type)
         if node.op_type == "LayerNormalization":
             if int(G.attr(node, "axis", -1)) != -1:
                 return None
@@ -314,28 +346,65 @@ class _Editor:
             values = [_channel_constant(self.inits.get(node.input[i]), k) for i in slots]
             if 1 not in slots or any(v is None for v in values):
                 return None
-            for i, v in zip(slots, values):
-                self.set_constant(node, i, _per_channel(v, k, s))
-            return "LayerNormalization"
+            return "LayerNormalization", [(node, i, _per_channel(v, k, s)) for i, v in zip(slots, values)], []
         if node.op_type == "Mul":
             slot = self._constant_slot(node, k)
             if slot is None:
                 return None
-            self.set_constant(node, slot, _per_channel(lazy.value(self.inits[node.input[slot]]), k, s))
-            return "Mul"
-        if node.op_type == "Add":  # beta after a Mul by gamma read by nothing else
-            slot = self._constant_slot(node, k)
+            return "Mul", [(node, slot, self._divided(node, slot, k, s))], []
+        if node.op_type == "Add":
+            moments = self._moments_norm(node, k)
+            if moments is not None:
+                return "LayerNorm by moments", [(n, i, self._divided(n, i, k, s)) for n, i in moments], []
+            slot = self._constant_slot(node, k)  # beta after a Mul by gamma read by nothing else
             if slot is None:
                 return None
             mul = self.producer.get(node.input[1 - slot])
-            if mul is None or mul.op_type != "Mul" or mul.domain not in ("", "ai.onnx") or len(self.readers.get(mul.output[0], [])) != 1:
+            if mul is None or mul.op_type != "Mul" or mul.domain not in ("", "ai.onnx") or not self._sole(mul.output[0], node):
                 return None
             gamma = self._constant_slot(mul, k)
-            if gamma is None or mul.output[0] in self.outputs:
+            if gamma is None:
                 return None
-            self.set_constant(node, slot, _per_channel(lazy.value(self.inits[node.input[slot]]), k, s))
-            self.set_constant(mul, gamma, _per_channel(lazy.value(self.inits[mul.input[gamma]]), k, s))
-            return "Mul+Add"
+            return "Mul+Add", [(node, slot, self._divided(node, slot, k, s)), (mul, gamma, self._divided(mul, gamma, k, s))], []
+        return None
+
+    def _through(self, source: str, k: int, s: np.ndarray, op: str):
+        found = self._fold(source, k, s)
+        if found is None:
+            return None
+        how, edits, chain = found
+        # above a Reshape the same values (their records replaced too); above a Gather more tokens than it picks
+        return f"{how} through {op}", edits, [source, *chain] if op in RESHAPES else []
+
+    def _divided(self, node: onnx.NodeProto, slot: int, k: int, s: np.ndarray) -> np.ndarray:
+        return _per_channel(lazy.value(self.inits[node.input[slot]]), k, s)
+
+    def _moments_norm(self, add: onnx.NodeProto, k: int) -> list[tuple[onnx.NodeProto, int]] | None:
+        """A LayerNorm by moments as tf2onnx writes Keras' (x * m + (beta - mean * m), m = r * gamma: `add` is
+        its last node), as [(node, slot)] of gamma and beta, or None. Dividing both by s divides its output by s."""
+        if len(add.input) != 2:
+            return None
+        for i in (0, 1):
+            mul1, sub = self.producer.get(add.input[i]), self.producer.get(add.input[1 - i])
+            if (mul1 is None or sub is None or mul1.op_type != "Mul" or sub.op_type != "Sub" or len(sub.input) != 2
+                    or not self._sole(mul1.output[0], add) or not self._sole(sub.output[0], add)):
+                continue
+            beta = sub.input[0]
+            if _channel_constant(self.inits.get(beta), k) is None or self.inits[beta].dims[-1:] != [k]:
+                continue
+            mul2 = self.producer.get(sub.input[1])
+            if mul2 is None or mul2.op_type != "Mul" or not self._sole(mul2.output[0], sub):
+                continue
+            shared = set(mul1.input) & set(mul2.input)
+            m = self.producer.get(next(iter(shared))) if len(shared) == 1 else None
+            if m is None or m.op_type != "Mul" or sorted(n.name for n, _ in self.value_readers(m.output[0])) != sorted([mul1.name, mul2.name]):
+                continue
+            if m.output[0] in self.outputs or any(n.domain not in ("", "ai.onnx") for n in (mul1, sub, mul2, m)):
+                continue
+            gamma = self._constant_slot(m, k)
+            if gamma is None:
+                continue
+            return [(m, gamma), (sub, 0)]
         return None
 
     def _constant_slot(self, node: onnx.NodeProto, k: int) -> int | None:
@@ -356,9 +425,35 @@ class _Editor:
         if not hasattr(self, "_ranks"):
             found = shapes.inferred(self.model)  # None: a model onnx cannot infer, ranks unknown
             inferred = found.graph if found is not None else self.model.graph
-            self._ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in [*inferred.value_info, *inferred.input, *inferred.output]
-                           if v.type.tensor_type.HasField("shape")}
+            shaped = [v for v in [*inferred.value_info, *inferred.input, *inferred.output] if v.type.tensor_type.HasField("shape")]
+            self._ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in shaped}
+            self._last = {v.name: v.type.tensor_type.shape.dim[-1].dim_value for v in shaped
+                          if v.type.tensor_type.shape.dim and v.type.tensor_type.shape.dim[-1].HasField("dim_value")}
         return self._ranks.get(tensor)
+
+    def last_dim(self, tensor: str) -> int | None:
+        """The static size of `tensor`'s last axis by onnx's shape inference, or None."""
+        self.rank(tensor)
+        return self._last.get(tensor)
+
+    def reshapes_above(self, tensor: str, k: int) -> list[onnx.NodeProto]:
+        """The Reshape-like ops (and Transposes keeping the last axis) that write `tensor` from an activation, nearest
+        first, each keeping the K channels of the last axis and each output but `tensor`'s read by the next alone
+        (tf2onnx's Dense input: Reshape to [-1, K]; PyTorch's sequence-first attention: Transpose, Reshape)."""
+        chain, t = [], tensor
+        while True:
+            node = self.producer.get(t)
+            if (node is None or node.domain not in ("", "ai.onnx") or not node.input or list(node.output[:1]) != [t]
+                    or (chain and not self._sole(t, chain[-1])) or self.last_dim(node.input[0]) != k or self.last_dim(t) != k):
+                return chain
+            if node.op_type == "Transpose":
+                perm, rank = G.attr(node, "perm", None), self.rank(t)
+                if perm is None or rank is None or list(perm)[-1] != rank - 1:
+                    return chain
+            elif node.op_type not in RESHAPES:
+                return chain
+            chain.append(node)
+            t = node.input[0]
 
     def insert_mul(self, tensor: str, layers: list[str], inverse: np.ndarray, rank: int | None) -> str:
         """X * (1/s) before the layers (which then read it); returns the new tensor. The constant
@@ -379,18 +474,19 @@ class _Editor:
         return out
 
 
-def _record(record, name: str, s: np.ndarray, peak: np.ndarray):
+def _record(record, name: str, s: np.ndarray, peak: np.ndarray, stats: bool = True):
     """The calibration record of X / s: its exact max |x| from the per-channel maxima, min and
     max bounded from the original's; the original histogram stretched to the new maximum
-    (its shape is what the overflow estimate reads; no threshold is searched on it)."""
+    (its shape is what the overflow estimate reads; no threshold is searched on it). `stats` False
+    (the same values above a Reshape, whose per-channel statistics may lie along another axis): none."""
     amax = float(peak.max()) if peak.size else 0.0
     lo_s, hi_s = float(s.min()), float(s.max())
     low = record.min / (lo_s if record.min < 0 else hi_s)
     high = record.max / (lo_s if record.max > 0 else hi_s)
     low, high = max(low, -amax), min(high, amax)
     stretch = amax / record.absmax if record.absmax > 0 else 1.0
-    st = record.stats
-    stats = SampleStats(st.count, st.min_sum, round(st.absmax_sum * stretch), st.axis,
+    st = record.stats if stats else None
+    stats = None if st is None else SampleStats(st.count, st.min_sum, round(st.absmax_sum * stretch), st.axis,
                         None if st.channel_sums is None else [round(v / sj) for v, sj in zip(st.channel_sums, s.tolist())],
                         [float(p) for p in peak], True, gram=None if st.gram is None else st.gram.scaled(1.0 / s))
     return TensorRecord(name=name, min=low, max=high, amax=amax, counts=list(record.counts),
@@ -417,32 +513,62 @@ def apply(model: onnx.ModelProto, cal, alpha: float | None = None, only: set[str
         s = scales(group.absmax, wmax, a)
         k = s.size
         names = {x.node for x in group.layers}
-        how = editor.fold(group.tensor, k, s) if editor.only_read_by(group.tensor, names) else None
-        if how is None and editor.nodes[group.layers[0].node].op_type == "Gemm":
-            # OpenVINO 2026.4 computed Gather -> Mul -> FakeQuantize -> Gemm wrongly (11 dB against
-            # the exact arithmetic on the ViT look-alike's head): Gemm inputs are smoothed only when folded
+        found = editor.fold(group.tensor, k, s) if editor.only_read_by(group.tensor, names) else None
+        chain = editor.reshapes_above(group.tensor, k) if found is None and editor.only_read_by(group.tensor, names) else []
+        if found is None and not chain and editor.nodes[group.layers[0].node].op_type == "Gemm":
+            # OpenVINO 2026.4 computed Mul -> FakeQuantize -> Gemm wrongly (after a Gather: 11 dB against the exact
+            # arithmetic on the ViT look-alike's head, also with its low-precision transformations off; after a
+            # ReduceMean: 12 dB, test_openvino's transformer block): a Gemm input is smoothed only when folded or
+            # with the Mul above a Reshape (tf2onnx's Dense), which it computes as written
             chosen.pop()
             continue
         for w, x in zip(ws, group.layers):
             shape = (k, 1) if x.axis == 0 else (1, k)
             lazy.replace(editor.inits[x.weight], (w.astype(np.float64) * s.reshape(shape)).astype(w.dtype))
-        if how is not None:
-            target = group.tensor
+        inverse = (1.0 / s).astype(ws[0].dtype)
+        if found is not None:
+            target, above = group.tensor, [(t, records[t]) for t in found[1] if t in records]
             folded += 1
+        elif chain:
+            # the Mul above the Reshapes: OpenVINO 2026.4 computed Reshape -> Mul -> FakeQuantize -> Gemm wrongly
+            # (24 dB against the exact arithmetic on the tf2onnx BERT look-alike's value Dense; above it 134 dB), and
+            # above a Transpose the FakeQuantize it becomes fuses into the Mul and the Transpose runs in int8
+            source = chain[-1].input[0]
+            mul = editor.insert_mul(source, [chain[-1].name], inverse, editor.rank(source))
+            target, above = group.tensor, [(t, records[group.tensor]) for t in [mul, *(n.output[0] for n in chain[1:])]]
+            inserted += 1
         else:
-            target = editor.insert_mul(group.tensor, [x.node for x in group.layers], (1.0 / s).astype(ws[0].dtype),
-                                       editor.rank(group.tensor))
+            target, above = editor.insert_mul(group.tensor, [x.node for x in group.layers], inverse, editor.rank(group.tensor)), []
             inserted += 1
         layers += len(group.layers)
-        rec = _record(records[group.tensor], target, s, group.absmax / s)
-        done.records[target] = rec
-        done.amax[target] = rec.amax
+        for name, record in [(target, records[group.tensor]), *above]:
+            rec = _record(record, name, s, group.absmax / s, stats=name == target)
+            done.records[name] = rec
+            done.amax[name] = rec.amax
     if folded or inserted:
         done.summary = {"alpha": alpha if alpha is not None else "estimated", "activations": folded + inserted, "folded": folded,
                         "layers": layers}
         if alpha is None:
             done.summary["alphas"] = {str(v): chosen.count(v) for v in sorted(set(chosen))}
     return done
+
+
+_VIEWS = RESHAPES | {"Transpose"}
+
+
+def _reads_attention_context(index: G.Index, node: onnx.NodeProto) -> bool:
+    """`node`'s data input is, through shape ops, the output of a MatMul of two activations (attention's context)."""
+    t = node.input[0] if node.input else ""
+    for _ in range(16):
+        p = index.producer.get(t)
+        if p is None or not p.input:
+            return False
+        if p.op_type == "MatMul":
+            return all(i not in index.constants for i in p.input[:2])
+        if p.op_type not in _VIEWS:
+            return False
+        t = p.input[0]
+    return False
 
 
 def smooth(model, cal, mode, place: Callable):
@@ -455,8 +581,12 @@ def smooth(model, cal, mode, place: Callable):
     if mode is False or (mode == "auto" and not patterns.transformer_structure(G.Index(model))):
         return cal, None, []  # decided before placing: a CNN's export places once
     plan = place(model, cal)
-    int8 = set(plan.int8_layers)
-    layers = {name for site in plan.activations for name, slot in site.readers if slot == 0 and name in int8}
+    # every input of an int8 layer is quantized, also where the placement moved its quantizer up through a
+    # Reshape/Unsqueeze (tf2onnx's Dense: Reshape -> MatMul/Gemm; the site's readers then name the Reshape);
+    # but not attention's output projection, which reads the context (softmax . V) through shape ops: smoothing it
+    # cost ViT-S 1.2 dB (bench/guard_cost.py), g2p-id's BERT 0.1
+    index = G.Index(model)
+    layers = {n for n in plan.int8_layers if not _reads_attention_context(index, index.nodes[n])}
     del plan  # the weights it read are not held while the smoothed ones are made (a big model's: its size again)
     gc.collect()  # the placement's objects refer to each other: freed only by a collection, which may not come before the peak
     alpha = mode if isinstance(mode, float) else None  # None: per activation, the alpha `estimate` picks

@@ -130,7 +130,7 @@ def _move_up_once(inputs: Inputs, kept: Kept, wanted, moves: Moves, blocked: set
         outs = [o for o in n.output if o]
         if not outs or any(
             o in m.outputs or o in kept.tensors or not wanted.get(o)
-            or len(wanted[o]) != len(m.readers.get(o, ())) for o in outs
+            or len(wanted[o]) != sum(r.op_type not in _SHAPE_READERS for r, _ in m.readers.get(o, ())) for o in outs
         ):
             continue  # someone reads an output unquantized: keep the quantizer below this op
         slots = range(len(n.input)) if op == "Concat" else [0]
