@@ -41,8 +41,9 @@ JIT kernels a Haswell runs); QEMU 7.2's Haswell cannot tell: it does not run Ope
 even in FP32 (tests/avx2.py).
 
 An LSTM is left float, and the export's warnings and summary (`float_lstm`) say why, when its int8 arithmetic,
-simulated in numpy over sequences drawn from X's calibrated histogram against the float LSTM (`simulated_db`: X's
-FakeQuantize, the codes, the hidden state rounded at every step), leaves less than MIN_SQNR_DB at its output (where
+simulated in numpy over sequences drawn from X's calibrated histogram against the float LSTM (`simulate`: X's
+FakeQuantize, the codes, the hidden state rounded at every step; an LSTM whose X is another's Y, `fed_by`, over that
+one's simulated Y: drawn values are white noise where an LSTM's output is smooth), leaves less than MIN_SQNR_DB at its output (where
 it cannot run, the one-step estimate `gate_error`, which also chooses the grid). The floor rises
 by what a model output the LSTM reaches through a Sigmoid loses more than its logit (`sigmoid_tail`): a score far in
 the sigmoid's tail has the logit's absolute error as its relative one (oww_hey_mycroft's wake-word score near 1e-5:
