@@ -87,7 +87,7 @@ PAIR_STEPS = 127
 # the hidden state's grids tried, in multiples of its calibrated max |h|: a wider one coarsens h but lets W / a shrink
 # toward R where X's range is wide (a = the grid's width / X's), and W and R share one scale per unit
 WIDENINGS = (1.0, 1.5, 2.0, 3.0)
-# below it an LSTM stays float, by its simulated error (`simulated_db`; the estimate where it cannot run). An int8
+# below it an LSTM stays float, by its simulated error (`simulate`; the estimate where it cannot run). An int8
 # activation quantizer leaves 20-40 dB at a linear layer's output (the attention core's rule, MIN_SQNR_DB of its
 # target): an LSTM in that range runs int8 as they do. tashkeel_rawi_v3's first LSTM (simulated 21.4 dB, 24.1 over its
 # real calibration inputs) has no better int8 under the kernel's constraints (grids of 1-6 x max |h|, X's range clipped
@@ -468,11 +468,6 @@ def _drawn(x_record, width: int) -> np.ndarray | None:
     return x.reshape(SIM_STEPS, SIM_BATCH, width)
 
 
-def simulated_db(site: RecurrentSite, w: np.ndarray, r: np.ndarray, bias: np.ndarray, x_record) -> float | None:
-    """`simulate`'s SQNR over sequences drawn from X's calibrated histogram."""
-    return simulate(site, w, r, bias, x_record)[0]
-
-
 @blas.one_thread()  # 32 small products a step: BLAS's threads cost 15x beside other work (2.1 s -> 0.13 s)
 def simulate(site: RecurrentSite, w: np.ndarray, r: np.ndarray, bias: np.ndarray, x_record,
              fed: np.ndarray | None = None) -> tuple[float | None, np.ndarray | None]:
@@ -487,7 +482,8 @@ def simulate(site: RecurrentSite, w: np.ndarray, r: np.ndarray, bias: np.ndarray
     units where an LSTM's output, the hidden state, is smooth and correlated: over the zoo's 11 LSTMs fed by LSTMs the
     drawn simulation read 0.4-10.5 dB below the same LSTM over its real calibration inputs (voicefilter_embedder's
     second: 19.7 drawn, 30.2 real, so it stayed float), fed the simulated Y before it 3.6 below to 0.4 above (29.7;
-    docs/benchmarks.md#lstm-fed-by-lstm; tests/zoo.py stacked_lstm_like: drawn 16.9, fed 29.0, real 24.1). (None, None) without a histogram of X and no `fed`."""
+    docs/benchmarks.md#lstm-fed-by-lstm; tests/zoo.py stacked_lstm_like: drawn 16.9, fed 29.0, real 24.1). (None, None)
+    without a histogram of X and no `fed`."""
     x = fed if fed is not None else _drawn(x_record, w.shape[2])
     if x is None:
         return None, None
