@@ -552,8 +552,8 @@ def test_stacked_lstm_simulated_on_the_output_before_it():
 
 def test_an_lstm_fed_by_another_through_moves_only():
     """recurrent.fed_by: an LSTM's X is another's Y when only moved (Transpose and Reshape as torch exports them; Slice,
-    Squeeze and Concat of both directions as tf2onnx does); not through an op that changes values, nor a Concat with
-    another tensor."""
+    Squeeze and Concat of both directions as tf2onnx does); not through an op that changes values, a Concat with another
+    tensor, nor a Transpose that moves the hidden units off the last axis (their order would not be the simulation's)."""
     from onnx import helper
 
     from qtool.model import graph as G
@@ -565,8 +565,9 @@ def test_an_lstm_fed_by_another_through_moves_only():
              helper.make_node("Squeeze", ["f", "ax"], ["fs"]), helper.make_node("Squeeze", ["b", "ax"], ["bs"]),
              helper.make_node("Concat", ["fs", "bs"], ["tf"], axis=2),
              helper.make_node("Concat", ["fs", "x"], ["mixed"], axis=2),
-             helper.make_node("Tanh", ["torch"], ["changed"])]
+             helper.make_node("Tanh", ["torch"], ["changed"]),
+             helper.make_node("Transpose", ["Y"], ["units_first"], perm=[3, 0, 2, 1])]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, None)], [])
     m = G.Index(helper.make_model(graph))
     assert recurrent.fed_by(m, "torch").name == recurrent.fed_by(m, "tf").name == "a"
-    assert recurrent.fed_by(m, "mixed") is None and recurrent.fed_by(m, "changed") is None and recurrent.fed_by(m, "x") is None
+    assert [recurrent.fed_by(m, t) for t in ("mixed", "changed", "x", "units_first")] == [None] * 4

@@ -431,14 +431,18 @@ _MOVES = frozenset({"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Identity", 
 
 
 def fed_by(m, t: str, depth: int = 16):
-    """The LSTM whose Y tensor `t` is, its values only moved (through _MOVES; every input of a Concat from that one
-    LSTM); None otherwise."""
+    """The LSTM whose Y tensor `t` is, its values only moved (through _MOVES, the hidden units the last axis: a
+    Transpose keeping it last, a Concat on it, every input of which from that one LSTM); None otherwise."""
     source = m.producer.get(t)
     if source is None or depth <= 0:
         return None
     if source.op_type == "LSTM":
         return source if source.output and t == source.output[0] else None
     if source.op_type not in _MOVES or not source.input:
+        return None
+    # the units stay the last axis, so the directions' units come in turn (the order `simulate` gives its Y)
+    perm = G.attr(source, "perm") if source.op_type == "Transpose" else None
+    if perm is not None and list(perm)[-1] != len(perm) - 1 or source.op_type == "Concat" and G.attr(source, "axis") not in (-1, 2):
         return None
     data = [i for i in source.input if i] if source.op_type == "Concat" else [source.input[0]]
     found = [fed_by(m, i, depth - 1) for i in data]
