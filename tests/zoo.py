@@ -1818,3 +1818,47 @@ def causal_decoder_like(d=32, heads=2, vocab=64, seed=8341):
                     [helper.make_tensor_value_info("logits", FLOAT, ["batch", "seq", vocab])])
     return _make_model(graph, 17, producer="pytorch")
 
+
+def stacked_lstm_like(feat=16, hidden=32, copies=8, gain=3.0, seed=8351):
+    """Two stacked LSTMs as VoiceFilter-Lite's speaker embedder (torch: each Y [time, 1, batch, hidden] -> Transpose
+    -> Reshape [time, batch, hidden] -> the next LSTM) and a linear head. The first's hidden units come in groups of
+    `copies` identical ones (rows of W, R and B repeated), which the second reads each group with weights of one sign:
+    its input correlated across units and smooth in time, as a trained LSTM's hidden state, where values drawn
+    independently per unit and step are white noise. `gain`: both LSTMs' weights' scale."""
+    rng = np.random.default_rng(seed)
+    inits, nodes, x = [], [], "frames"
+    for k, fan_in in ((1, feat), (2, hidden)):
+        w = rng.normal(0, gain / np.sqrt(fan_in), (1, 4 * hidden, fan_in))
+        r = rng.normal(0, gain / np.sqrt(hidden), (1, 4 * hidden, hidden))
+        b = rng.normal(0, 0.1, (1, 8 * hidden))
+        if k == 1:  # groups of identical units
+            rows = np.concatenate([g * hidden + np.arange(hidden) // copies for g in range(4)])
+            w, r, b = w[:, rows], r[:, rows], np.concatenate([b[:, :4 * hidden][:, rows], b[:, 4 * hidden:][:, rows]], axis=1)
+        else:  # each group read with weights of one sign
+            base = np.repeat(rng.normal(0, 1, (1, 4 * hidden, hidden // copies)), copies, axis=2)
+            w = base * np.abs(rng.normal(0, 1, w.shape)) * gain / hidden
+        inits += [numpy_helper.from_array(v.astype(np.float32), f"lstm{k}.{n}") for n, v in (("W", w), ("R", r), ("B", b))]
+        nodes += [helper.make_node("LSTM", [x, f"lstm{k}.W", f"lstm{k}.R", f"lstm{k}.B"], [f"/lstm{k}/Y"], name=f"/lstm{k}/LSTM",
+                                   hidden_size=hidden),
+                  helper.make_node("Transpose", [f"/lstm{k}/Y"], [f"/lstm{k}/T"], name=f"/lstm{k}/Transpose", perm=[0, 2, 1, 3]),
+                  helper.make_node("Reshape", [f"/lstm{k}/T", "shape"], [f"/lstm{k}/out"], name=f"/lstm{k}/Reshape")]
+        x = f"/lstm{k}/out"
+    inits.append(numpy_helper.from_array(np.array([0, 0, -1], np.int64), "shape"))
+    inits.append(numpy_helper.from_array(rng.normal(0, 1 / np.sqrt(hidden), (hidden, 4)).astype(np.float32), "fc.weight"))
+    nodes.append(helper.make_node("MatMul", [x, "fc.weight"], ["out"], name="/fc/MatMul"))
+    graph = helper.make_graph(nodes, "stacked_lstm", [helper.make_tensor_value_info("frames", TensorProto.FLOAT, ["time", "batch", feat])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["time", "batch", 4])], inits)
+    return _make_model(graph, 17)
+
+
+def smooth_frames(n, feat=16, rho=0.9, seed=3):
+    """`n` feeds {"frames": [24 + i, 1, feat]} of AR(1) noise (coefficient `rho`, unit variance): features smooth in time,
+    as log-mel frames."""
+    rng = np.random.default_rng(seed)
+    feeds = []
+    for i in range(n):
+        e = rng.normal(0, 1, (24 + i, 1, feat))
+        for t in range(1, len(e)):
+            e[t] = rho * e[t - 1] + np.sqrt(1 - rho * rho) * e[t]
+        feeds.append({"frames": e.astype(np.float32)})
+    return feeds
