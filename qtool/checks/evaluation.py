@@ -802,6 +802,7 @@ def _compare_runtime(reference: _Reference, run, base, names: list[str]) -> tupl
 
 
 DEPARTURES = 3  # layers a runtime's warning names
+CONFIRMED = DEPARTURES + 2  # candidates measured again, it and its quantized inputs each fetched alone (departures)
 
 
 def layer_taps(proto: onnx.ModelProto) -> dict[str, list[str]]:
@@ -838,7 +839,11 @@ def departures(reference: _Reference, data, runtime: str, like, progress=None) -
     every quantized layer's output fetched (layer_taps), the runtime's against the simulation's
     at each; the DEPARTURES layers whose output is furthest below their quantized inputs'
     (Departure.drop_db), worst first. Fetching an intermediate tensor can change the runtime's
-    fusions, so these are where it departs, not by how much the unfetched run does."""
+    fusions, so these are where it departs, not by how much the unfetched run does; and fetching
+    many can give a tensor's buffer as something else wrote it (OpenVINO 2026.4 returned zeros for
+    ppocrv6_tiny_det's two GlobalAveragePool outputs fetched beside 130 others, their values fetched
+    alone; the same fetched beside the Conv output it pools): each layer named is measured again, it and each of
+    its quantized inputs fetched alone (the CONFIRMED worst)."""
     proto = onnx.ModelProto()
     proto.CopyFrom(data.model if isinstance(data, ModelFile) else onnx.load_model_from_string(bytes(data)))
     taps = layer_taps(proto)
@@ -850,27 +855,41 @@ def departures(reference: _Reference, data, runtime: str, like, progress=None) -
     sim_proto = onnx.ModelProto()
     sim_proto.CopyFrom(proto)
     sim = simulate.simulation(sim_proto, fetched)
-    if isinstance(data, ModelFile):
-        probed = ModelFile(simulate.with_outputs(proto, fetched))
-    else:
-        probed = simulate.with_outputs(proto, fetched).SerializeToString()
-    run = simulate.runtime(runtime, probed, like=like)
-    accs = {t: _Acc() for t in fetched}
-    takes = _inputs(run)
-    sim_takes = _inputs(sim)
-    for feeds, _count, _ref in reference:
-        a = onnxruntime.run(sim, fetched, {k: v for k, v in feeds.items() if sim_takes is None or k in sim_takes})
-        b = onnxruntime.run(run, fetched, {k: v for k, v in feeds.items() if takes is None or k in takes})
-        for t, x, y in zip(fetched, a, b):
-            accs[t].update(np.asarray(x), np.asarray(y))
+
+    def measured(names: list[str]) -> dict[str, float]:
+        """runtime vs simulation at `names`, the runtime's model fetching those alone."""
+        probed = onnx.ModelProto()
+        probed.CopyFrom(proto)
+        simulate.with_outputs(probed, names)
+        run = simulate.runtime(runtime, ModelFile(probed) if isinstance(data, ModelFile) else probed.SerializeToString(), like=like)
+        accs = {t: _Acc() for t in names}
+        takes, sim_takes = _inputs(run), _inputs(sim)
+        for feeds, _count, _ref in reference:
+            a = onnxruntime.run(sim, names, {k: v for k, v in feeds.items() if sim_takes is None or k in sim_takes})
+            b = onnxruntime.run(run, names, {k: v for k, v in feeds.items() if takes is None or k in takes})
+            for t, x, y in zip(names, a, b):
+                accs[t].update(np.asarray(x), np.asarray(y))
+        return {t: accs[t].sqnr() for t in names}
+
+    def found_at(sqnr: dict[str, float], tensors) -> list[Departure]:
+        out = [Departure(layers[t], t, sqnr[t], min((sqnr[u] for u in taps[t]), default=math.inf)) for t in tensors]
+        # a tap with no quantized tensor upstream is reached through float layers alone: not an int8 layer's departure
+        return [d for d in out if taps[d.tensor] and not math.isnan(d.drop_db) and d.drop_db > 0]
+
+    found = sorted(found_at(measured(fetched), fetched), key=lambda d: -d.drop_db)
     if progress is not None:
         progress.update(1)
-    sqnr = {t: accs[t].sqnr() for t in fetched}
-    found = [Departure(layers[t], t, sqnr[t], min((sqnr[u] for u in taps[t]), default=math.inf)) for t in fetched]
-    # a tap with no quantized tensor upstream is reached through float layers alone: not an int8 layer's departure
-    found = [d for d in found if taps[d.tensor] and not math.isnan(d.drop_db) and d.drop_db > 0]
-    found.sort(key=lambda d: -d.drop_db)
-    return found[:DEPARTURES]
+    alone: dict[str, float] = {}  # each tensor fetched alone (fetched beside its producer's input it was zeros too)
+    confirmed: list[Departure] = []
+    for d in found[:CONFIRMED]:
+        for t in (d.tensor, *taps[d.tensor]):
+            if t not in alone:
+                alone.update(measured([t]))
+        confirmed += found_at(alone, [d.tensor])
+        if len(confirmed) == DEPARTURES:
+            break
+    confirmed.sort(key=lambda d: -d.drop_db)
+    return confirmed
 
 
 _REFORMS = {"Cast", "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"}  # move or retype values, compute none
