@@ -79,6 +79,11 @@ lines mean the same on AVX2-only CPUs (tests/avx2.py) as on VNNI ones.
    same numbers) too. Printed: run vs exact for min, -1e38, -8e37 and the Where form.
 
 Usage: PYTHONPATH=. python bench/openvino_quirks.py (this checkout's qtool, not an installed one)
+12. a fetched tensor handed back as zeros: x -> FakeQuantize -> Conv -> c, read by a FakeQuantize and by a
+   GlobalAveragePool -> FakeQuantize -> 1x1 Conv -> Sigmoid -> Mul (a squeeze-excitation). Fetched as an extra output
+   beside c, OpenVINO 2026.4 returns the GlobalAveragePool's output as zeros; alone it is right (PP-OCRv6 tiny det:
+   qtool evaluate named those pools as where the run leaves the file, at 0 dB). Not a file's arithmetic: evaluate's
+   departures measure each layer they name, and its quantized inputs, fetched alone. Printed: run vs exact, both ways.
 """
 
 from __future__ import annotations
@@ -384,6 +389,33 @@ def mask_scale(scale: float, where: bool = False) -> float:
     return _sqnr(_exact(m, feeds), _run(m, feeds))
 
 
+def pooled_fetched(rng) -> tuple[float, float]:
+    """Case 12: (the GlobalAveragePool output fetched alone, fetched beside the Conv output it pools), run vs exact, dB:
+    x -> FakeQuantize -> Conv (int8 weights Cast and scaled, qtool's compressed form) -> c -> FakeQuantize -> cq; cq ->
+    GlobalAveragePool -> g -> FakeQuantize -> 1x1 Conv -> Relu -> 1x1 Conv -> HardSigmoid -> Mul cq -> FakeQuantize ->
+    Add cq (PP-OCRv6's squeeze-excitation and residual)."""
+    c = 16
+    inits = {"w8": rng.integers(-63, 64, (c, c, 3, 3)).astype(np.int8), "w28": rng.integers(-63, 64, (c, c, 1, 1)).astype(np.int8),
+             "w38": rng.integers(-63, 64, (c, c, 1, 1)).astype(np.int8), "ws": np.full((c, 1, 1, 1), 0.004, np.float32),
+             "lo": np.float32(-2), "hi": np.float32(2), "lo_x": np.float32(0), "hi_x": np.float32(1)}
+    weight = lambda q, out: [helper.make_node("Cast", [q], [out + "_f"], to=TensorProto.FLOAT),  # noqa: E731
+                             helper.make_node("Mul", [out + "_f", "ws"], [out])]
+    nodes = [_fq("x", "lo_x", "hi_x", "xq"), *weight("w8", "w"), helper.make_node("Conv", ["xq", "w"], ["c"], pads=[1, 1, 1, 1]),
+             _fq("c", "lo", "hi", "cq"), helper.make_node("GlobalAveragePool", ["cq"], ["g"]), _fq("g", "lo", "hi", "gq"),
+             *weight("w28", "w2"), helper.make_node("Conv", ["gq", "w2"], ["e"]), helper.make_node("Relu", ["e"], ["er"]),
+             _fq("er", "lo_x", "hi", "erq"), *weight("w38", "w3"), helper.make_node("Conv", ["erq", "w3"], ["e3"]),
+             helper.make_node("HardSigmoid", ["e3"], ["s"]), _fq("s", "lo_x", "hi_x", "sq"),
+             helper.make_node("Mul", ["cq", "sq"], ["m"]), _fq("m", "lo", "hi", "mq"), helper.make_node("Add", ["mq", "cq"], ["out"])]
+    feeds = {"x": rng.uniform(0, 1, (1, c, 32, 32)).astype(np.float32)}
+    out = []
+    for fetched in (["g"], ["g", "c"]):
+        m = _model(nodes, {"x": ["N", c, "H", "W"]}, inits)
+        simulate.with_outputs(m, fetched)
+        exact = simulate.simulation(m.SerializeToString()).run(["g"], feeds)[0]
+        run = simulate.runtime("openvino", m.SerializeToString()).run(["g"], feeds)[0]
+        out.append(_sqnr(exact, run))
+    return out[0], out[1]
+
 def main() -> None:
     import openvino as ov
 
@@ -442,6 +474,9 @@ def main() -> None:
           f"-8e37 {normal:6.1f}; Where form {where:6.1f}"
           f"  -> {'the Add still loses its other input' if max(lowest, big) < SAME <= normal else 'runs right now' if min(lowest, big) >= SAME else 'look closer'}"
           f"{'' if where >= SAME else '; THE WHERE FORM IS WRONG TOO: qtool files are affected'}")
+    alone, beside = pooled_fetched(rng)
+    print(f"12. (evaluate's departures) a GlobalAveragePool output fetched: alone, run vs file {alone:6.1f}; beside the Conv output it "
+          f"pools {beside:6.1f}  -> {'still handed back wrong beside its input' if beside < 20 <= alone else 'fetched right now' if beside >= 20 else 'look closer'}")
 
 
 if __name__ == "__main__":
