@@ -721,23 +721,38 @@ def test_peephole_lstms_run_in_openvino_as_the_file_says():
         assert peepholes.peephole_lstms_as_scans(m, G.Namer(m)) == written + 1, change  # lstm_1 always
         assert peepholes.warning(m) == [], change
 
-    # each direction, opsets of Split's attribute (11) and input (18): the Scans compute the LSTM (onnxruntime)
-    x = rng.normal(0, 1, (30, 2, 5)).astype(np.float32)
-    for opset, direction in ((11, "reverse"), (11, "bidirectional"), (18, "forward"), (18, "bidirectional")):
+    # each direction, opsets of Split's attribute (11) and input (18), initial states or none: the Scans compute the
+    # LSTM (onnxruntime), in onnxruntime and in OpenVINO, at lengths a multiple of peepholes.STEPS or not (the time
+    # axis padded, Y sliced back, Y_h and Y_c those of the last real step); before opset 11 one step per iteration
+    k = peepholes.STEPS
+    assert k > 1
+    for opset, direction, states in ((9, "bidirectional", True), (11, "reverse", False), (11, "bidirectional", True),
+                                     (18, "forward", True), (18, "reverse", True), (18, "bidirectional", False)):
         dirs = 2 if direction == "bidirectional" else 1
         weights = [numpy_helper.from_array(rng.normal(0, s, shape).astype(np.float32), n) for n, s, shape in
                    (("W", 0.5, (dirs, 16, 5)), ("R", 0.5, (dirs, 16, 4)), ("B", 0.2, (dirs, 32)), ("P", 0.8, (dirs, 12)))]
-        lstm = helper.make_node("LSTM", ["x", "W", "R", "B", "", "", "", "P"], ["y", "y_h", "y_c"], name="lstm", hidden_size=4,
+        initial = ["h0", "c0"] if states else ["", ""]
+        lstm = helper.make_node("LSTM", ["x", "W", "R", "B", "", *initial, "P"], ["y", "y_h", "y_c"], name="lstm", hidden_size=4,
                                 direction=direction)
-        g = helper.make_graph([lstm], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["time", "batch", 5])],
-                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "y_h", "y_c")], weights)
+        inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["time", "batch", 5])] + \
+            [helper.make_tensor_value_info(n, TensorProto.FLOAT, [dirs, "batch", 4]) for n in initial if n]
+        g = helper.make_graph([lstm], "g", inputs, [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "y_h", "y_c")],
+                              weights)
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
         m.ir_version = 7
-        want = ort_run(m.SerializeToString(), {"x": x})
+        lstm_model = m.SerializeToString()
         assert peepholes.peephole_lstms_as_scans(m, G.Namer(m)) == 1
         assert [n.op_type for n in m.graph.node].count("Scan") == dirs and "P" not in {t.name for t in m.graph.initializer}
-        for a, b in zip(want, ort_run(m.SerializeToString(), {"x": x})):
-            assert sqnr(a, b) > 100, (opset, direction)
+        scan = next(n for n in m.graph.node if n.op_type == "Scan")
+        assert G.attr(scan, "body").input[2].type.tensor_type.shape.dim[0].dim_value == (k if opset >= 11 else 1)
+        compiled = CORE.compile_model(CORE.read_model(m.SerializeToString(), b""), "CPU", cpu_kinds.PINNED_F32)
+        for time in (1, k - 1, k, k + 1, 3 * k, 30):
+            feed = {"x": rng.normal(0, 1, (time, 2, 5)).astype(np.float32)}
+            feed.update({n: rng.normal(0, 0.5, (dirs, 2, 4)).astype(np.float32) for n in initial if n})
+            want = ort_run(lstm_model, feed)
+            got = compiled(feed)
+            for j, (a, b, c) in enumerate(zip(want, ort_run(m.SerializeToString(), feed), (got[o] for o in compiled.outputs))):
+                assert a.shape == b.shape == c.shape and sqnr(a, b) > 100 and sqnr(a, c) > 100, (opset, direction, time, j)
 
 
 def test_a_scatter_before_an_add_gets_no_quantizer():
