@@ -571,3 +571,33 @@ def test_an_lstm_fed_by_another_through_moves_only():
     m = G.Index(helper.make_model(graph))
     assert recurrent.fed_by(m, "torch").name == recurrent.fed_by(m, "tf").name == "a"
     assert [recurrent.fed_by(m, t) for t in ("mixed", "changed", "x", "units_first")] == [None] * 4
+
+
+def test_a_reverse_lstm_simulated_over_the_steps_reversed():
+    """recurrent.simulate of a one-direction `reverse` LSTM (two LSTMs, one each way, where an exporter does not write a
+    bidirectional one) runs its steps last to first, as onnxruntime runs it: on a fed sequence (smooth in time, unlike
+    white draws, whose order does not matter) it ran them forward."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(5)
+    steps, batch, feat, hidden = 12, 2, 6, 5
+    w = rng.normal(0, 0.5, (1, 4 * hidden, feat))
+    r = rng.normal(0, 0.5, (1, 4 * hidden, hidden))
+    b = rng.normal(0, 0.2, (1, 8 * hidden))
+    x = np.cumsum(rng.normal(0, 0.3, (steps, batch, feat)), axis=0)  # a random walk: smooth in time
+    unit = np.abs(np.concatenate([w, r], axis=2)).max(axis=(0, 2)).reshape(4, hidden).max(axis=0) / 127
+    scale = np.tile(unit, 4).reshape(1, -1, 1)
+    site = recurrent.RecurrentSite("lstm", (float(x.min()), float(x.max())), (-1.0, 1.0), None,
+                                   np.rint(w / scale).astype(np.int8), np.rint(r / scale).astype(np.int8),
+                                   scale.astype(np.float32), b.astype(np.float32))
+    db, y = recurrent.simulate(site, w, r, b, None, x, reverse=True)
+    node = helper.make_node("LSTM", ["x", "w", "r", "b"], ["y"], hidden_size=hidden, direction="reverse")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [steps, batch, feat])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [onnx.numpy_helper.from_array(a.astype(np.float32), n) for a, n in ((w, "w"), (r, "r"), (b, "b"))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x.astype(np.float32)})[0]
+    assert np.allclose(y, ref[:, 0], atol=1e-4), np.abs(y - ref[:, 0]).max()  # Y [steps, batch, hidden], in time order
+    forward_db, _ = recurrent.simulate(site, w, r, b, None, x[::-1].copy())
+    assert db is not None and db == pytest.approx(forward_db)  # the same as a forward LSTM over the steps reversed

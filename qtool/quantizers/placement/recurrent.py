@@ -176,7 +176,8 @@ def lstm_sites(inputs: Inputs, kept: Kept, pairs: bool = False) -> tuple[list[Re
         if fed is not None and fed.shape[2] != w.shape[2]:
             fed = None  # X is not the whole Y of that LSTM (one direction of it, or beside other features): drawn
         if site is not None and error is not None:
-            simulated, sequences[node.name] = simulate(site, w, r, bias, inputs.records.get(x), fed)
+            simulated, sequences[node.name] = simulate(site, w, r, bias, inputs.records.get(x), fed,
+                                                       reverse=G.text_attr(node, "direction", "forward") == "reverse")
         measured = simulated if simulated is not None else error["sqnr_db"] if error is not None else None
         if site is not None and measured is not None and measured < floor:
             raised = f" ({MIN_SQNR_DB:g} + {tail[1]:.1f}: output {tail[0]!r} in a sigmoid's tail)" if tail else ""
@@ -474,14 +475,14 @@ def _drawn(x_record, width: int) -> np.ndarray | None:
 
 @blas.one_thread()  # 32 small products a step: BLAS's threads cost 15x beside other work (2.1 s -> 0.13 s)
 def simulate(site: RecurrentSite, w: np.ndarray, r: np.ndarray, bias: np.ndarray, x_record,
-             fed: np.ndarray | None = None) -> tuple[float | None, np.ndarray | None]:
+             fed: np.ndarray | None = None, reverse: bool = False) -> tuple[float | None, np.ndarray | None]:
     """The SQNR (dB) of the int8 LSTM `site`'s Y against the float LSTM's (W, R, `bias` its float weights), and the
     float LSTM's Y [steps, batch, dirs x hidden] (its directions' units in turn, as the next LSTM reads them), over
     SIM_BATCH sequences of SIM_STEPS steps: `fed` (the simulated Y of the LSTM whose output X is: `fed_by`) or, without
     it, X's values drawn from its calibrated histogram (`_drawn`), both LSTMs from zero states, in float64: X through
     its FakeQuantize onto the grid (its clipping too, which the bulk estimate leaves out), the W and R codes times their
     unit scales, the hidden state rounded onto the grid at every step, so the error carried through time; a reverse
-    direction over the steps reversed. The estimate (`gate_error`) reads one step of the bulk: a Student's t X (3
+    direction (the second of a bidirectional LSTM, the one of a `reverse` LSTM) over the steps reversed. The estimate (`gate_error`) reads one step of the bulk: a Student's t X (3
     degrees) estimated at 25 dB ran int8 at 16.5 (simulated: 18.3; 16.9 while a reverse direction ran over the
     draws in forward order). Drawn values are white noise in time and across
     units where an LSTM's output, the hidden state, is smooth and correlated: over the zoo's 11 LSTMs fed by LSTMs the
@@ -504,8 +505,8 @@ def simulate(site: RecurrentSite, w: np.ndarray, r: np.ndarray, bias: np.ndarray
     w8, r8 = site.w_codes * scale, site.r_codes * scale
     b8 = site.bias.astype(np.float64)
     ref, err, ys = 0.0, 0.0, []
-    for d in range(w.shape[0]):  # a reverse direction (the second) over the steps reversed, its Y back in time order
-        order = slice(None, None, -1 if d else 1)
+    for d in range(w.shape[0]):  # a reverse direction over the steps reversed, its Y back in time order
+        order = slice(None, None, -1 if d or reverse else 1)
         y = _run(x[order], w[d], r[d], bias[d])
         y8 = _run(x_grid[order], w8[d], r8[d], b8[d], on_grid)
         ref, err = ref + float((y * y).sum()), err + float(((y - y8) ** 2).sum())
