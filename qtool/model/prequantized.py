@@ -88,4 +88,5 @@ def own_quantizers(m: Index) -> OwnQuantizers:
 
 def describe(own: OwnQuantizers) -> str:
     return (f"the model quantizes {own.pairs} activation(s) with its own QuantizeLinear/DequantizeLinear pairs: kept as "
-            "they are, its export is the model as quantized (no second quantizer; what it left float stays float)")
+            "they are, its export is the model as quantized (no second quantizer; what it left float stays float); evaluate's "
+            "FP32 reference is the model with those pairs computed as float ops, not onnxruntime's int8 kernels")
