@@ -892,7 +892,6 @@ def departures(reference: _Reference, data, runtime: str, like, progress=None) -
     return confirmed
 
 
-_REFORMS = {"Cast", "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"}  # move or retype values, compute none
 
 
 def _layer_of(index, tensor: str) -> str:
@@ -900,7 +899,7 @@ def _layer_of(index, tensor: str) -> str:
     PyTorch export's Cast after each Conv) the node they read from."""
     node = index.producer[tensor]
     seen = set()
-    while node.op_type in _REFORMS and node.input and node.input[0] in index.producer and node.name not in seen:
+    while node.op_type in G.REFORMS and node.input and node.input[0] in index.producer and node.name not in seen:
         seen.add(node.name)
         node = index.producer[node.input[0]]
     return node.name or node.op_type

@@ -34,12 +34,12 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import QtoolError
-from . import lazy
+from . import graph, lazy
 from .graph import Namer, attr, cleanup, consumers, producers, rename_reads, subgraphs
 
 DYNAMIC_OPS = {"ConvInteger", "MatMulInteger", "DynamicQuantizeLSTM"}
 # ops that move integer values without arithmetic: a per-tensor DequantizeLinear after them equals one before (slot 0 is the data)
-_MOVES = {"Gather", "Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Slice", "Expand", "Tile"}
+MOVES = graph.MOVES | {"Gather", "Slice", "Expand", "Tile"}
 # every quantized operator qtool does not read as float: onnxruntime's QOperator format and its contrib ops
 _STATIC_OPS = {"QLinearConv", "QLinearMatMul", "QGemm", "QAttention", "DynamicQuantizeMatMul", "MatMulIntegerToFloat",
                "QEmbedLayerNormalization", "QOrderedMatMul", "QOrderedLayerNormalization", "QOrderedGelu", "QOrderedAttention",
@@ -373,7 +373,7 @@ class _Rewriter:
         self.done.layers["DynamicQuantizeLSTM"] += 1
 
     def tables(self) -> None:
-        """Each int8/uint8 initializer whose every use moves its values (_MOVES, slot 0) into per-tensor
+        """Each int8/uint8 initializer whose every use moves its values (MOVES, slot 0) into per-tensor
         DequantizeLinears of one scale and zero point (onnxruntime's quantized Gather: operators/gather.py)
         becomes its float table (q - zp) * scale, and the DequantizeLinears go: the op before each makes
         its output. A use of any other kind leaves the table as it is (cleanup then keeps the nodes)."""
@@ -386,7 +386,7 @@ class _Rewriter:
                 for r, slot in self.readers.get(t, []):
                     if r.domain not in ("", "ai.onnx") or slot != 0 or (t in self.outputs):
                         ok = False
-                    elif r.op_type in _MOVES:
+                    elif r.op_type in MOVES:
                         moved.append(r.output[0])
                     elif r.op_type == "DequantizeLinear" and len(r.input) == 3 and not attr(r, "axis"):
                         dqs.append(r)

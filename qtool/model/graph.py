@@ -170,6 +170,12 @@ def rename_reads(graph: onnx.GraphProto, old: str, new: str) -> None:
                         o.name = new
 
 
+# ops whose output holds their (first) input's values, only moved: what the passes that look through a tensor's
+# shape changes walk up or down (a Sigmoid to a model output, a quantized tensor to its layer, a residual branch)
+MOVES = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose"})
+REFORMS = MOVES | {"Cast"}  # the same, or retyped: values moved or converted, none computed
+
+
 def producers(graph: onnx.GraphProto) -> dict[str, onnx.NodeProto]:
     return {o: n for n in graph.node for o in n.output if o}
 

@@ -24,12 +24,12 @@ from dataclasses import dataclass
 import onnx
 from onnx import TensorProto
 
+from . import dynamic
 from .graph import Index
 
 # ops whose output holds values of their (first) input only: on a quantized input's grid, as the input is
 # (onnxruntime's QDQ propagation, qdq_quantizer.py, passes a grid through these)
-PASSES = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Slice", "Gather", "Split", "MaxPool",
-          "Expand", "Tile", "DepthToSpace", "SpaceToDepth"}
+PASSES = dynamic.MOVES | {"Split", "MaxPool", "DepthToSpace", "SpaceToDepth"}
 _INTEGERS = {TensorProto.INT8, TensorProto.UINT8, TensorProto.INT16, TensorProto.UINT16, TensorProto.INT32,
              TensorProto.INT4, TensorProto.UINT4}
 

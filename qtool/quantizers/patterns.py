@@ -72,7 +72,6 @@ def is_fused_elementwise(m: G.Index, node: onnx.NodeProto) -> bool:
 # ---------------------------------------------------------------- ignored patterns
 
 IGNORED_PATTERNS = ("se_block", "attention_output", "rope", "sam_pe")
-_SHAPE_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose"}
 # NNCF: RELU, PRELU, SWISH (OpenVINO); the ONNX pattern takes any atomic activation
 _SE_ACTIVATIONS = {"Relu", "PRelu", "LeakyRelu", "Clip", "HardSwish", "HardSigmoid", "Sigmoid", "Tanh", "Elu", "Selu",
                    "Softplus", "Gelu", "Mish"}
@@ -91,7 +90,7 @@ def _skip(m: G.Index, t: str, nodes: list, bias: bool = True) -> str:
         n = producer(m, t)
         if n is None or not n.input:
             return t
-        if n.op_type in _SHAPE_OPS or (bias and n.op_type in ("Add", "Sub", "Mul") and len(n.input) == 2 and not m.is_data(n.input[1])):
+        if n.op_type in G.MOVES or (bias and n.op_type in ("Add", "Sub", "Mul") and len(n.input) == 2 and not m.is_data(n.input[1])):
             nodes.append(n)
             t = n.input[0]
         elif bias and n.op_type in ("Add", "Mul") and len(n.input) == 2 and not m.is_data(n.input[0]):
@@ -304,7 +303,7 @@ def _spectrum_walk(m: G.Index, t: str, filterbank: bool, stops: set[str], scales
         r, slot = readers[0]
         if r.op_type in stops:
             return r
-        if r.op_type in _SHAPE_OPS or r.op_type == "Sqrt" or (r.op_type == "Clip" and slot == 0):
+        if r.op_type in G.MOVES or r.op_type == "Sqrt" or (r.op_type == "Clip" and slot == 0):
             t = r.output[0]
         elif (r.op_type in scales and len(r.input) == 2 and m.is_data(r.input[0]) != m.is_data(r.input[1])
               and (r.op_type not in ("Div", "Pow") or slot == 0)):
@@ -363,7 +362,7 @@ def is_log_spectrum_stft(m: G.Index, n: onnx.NodeProto) -> bool:
         for r in readers.values():
             if not standard(r):
                 return False
-            if r.op_type in _SHAPE_OPS or (r.op_type in ("Slice", "Split") and r.input[0] == t):
+            if r.op_type in G.MOVES or (r.op_type in ("Slice", "Split") and r.input[0] == t):
                 todo.extend(r.output)
             elif _is_square(m, r.output[0]):
                 ends.append(r.output[0])
@@ -503,7 +502,7 @@ def _statistic(m: G.Index, t: str) -> bool:
         if n.op_type in _REDUCTIONS:
             reduced = True
         elif n.op_type in _STATISTIC_OPS:
-            inputs = n.input[:1] if n.op_type in _SHAPE_OPS | {"Expand", "Cast"} else n.input
+            inputs = n.input[:1] if n.op_type in G.MOVES | {"Expand", "Cast"} else n.input
             todo.extend(i for i in inputs if i and m.is_data(i))
         else:
             return False

@@ -256,7 +256,7 @@ def peephole_lstms_as_scans(model: onnx.ModelProto, namer: G.Namer) -> int:
         return 0
     del model.graph.node[:]
     model.graph.node.extend(nodes)
-    still_read = {t for n in model.graph.node for t in n.input} | set(G.consumers(model.graph)) | {o.name for o in model.graph.output}
+    still_read = set(G.consumers(model.graph)) | {o.name for o in model.graph.output}  # node inputs and subgraph reads
     kept = [t for t in model.graph.initializer if t.name not in consumed or t.name in still_read]
     del model.graph.initializer[:]
     model.graph.initializer.extend(kept)

@@ -307,7 +307,6 @@ STREAM_SHARE = 0.25
 # PP-OCRv6 det's x + x * hardsigmoid(SE(x)), which rescales x rather than adding a step to it, keeps its quantizers too
 # (floated: 18.1 -> 17.8 dB exact and 18.7 -> 7.6 in OpenVINO's run).
 _LAYER_OUTPUTS = {"Conv", "ConvTranspose", "MatMul", "Gemm", "BatchNormalization"}
-_MOVES_VALUES = {"Identity", "Reshape", "Transpose", "Cast", "Squeeze", "Unsqueeze", "Flatten"}
 
 
 def _stream_step(inputs: Inputs, n, alone) -> tuple[str, float] | None:
@@ -330,8 +329,8 @@ def _stream_step(inputs: Inputs, n, alone) -> tuple[str, float] | None:
     if slot is None or not alone(n.input[slot], (n.name, slot)) or alone(n.input[1 - slot], (n.name, 1 - slot)):
         return None
     source = P.producer(inputs.m, n.input[slot])
-    for _ in range(16):  # up through ops that only move values
-        if source is None or source.op_type not in _MOVES_VALUES or not source.input:
+    for _ in range(16):  # up through ops that only move (or retype) values
+        if source is None or source.op_type not in G.REFORMS or not source.input:
             break
         source = P.producer(inputs.m, source.input[0])
     if source is None or source.op_type in _LAYER_OUTPUTS:

@@ -348,13 +348,9 @@ def gate_error(site: RecurrentSite, w: np.ndarray, r: np.ndarray, x_record, h_re
     return out
 
 
-# ops between a Sigmoid and a model output that move values without changing them
-_SHAPE_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Transpose", "Identity"})
-
-
 def sigmoid_tail(inputs: Inputs, node) -> tuple[str, float] | None:
     """The model output the LSTM `node` reaches whose SQNR its error costs most through a Sigmoid (through ops of
-    _SHAPE_OPS), and that cost in dB (`tail_gain_db`), when above 0; None otherwise."""
+    G.MOVES), and that cost in dB (`tail_gain_db`), when above 0; None otherwise."""
     m = inputs.m
     seen, todo, worst = set(), [t for t in node.output if t], None
     while todo:
@@ -364,7 +360,7 @@ def sigmoid_tail(inputs: Inputs, node) -> tuple[str, float] | None:
         seen.add(t)
         if t in m.outputs:
             source = m.producer.get(t)
-            while source is not None and source.op_type in _SHAPE_OPS and source.input:
+            while source is not None and source.op_type in G.MOVES and source.input:
                 source = m.producer.get(source.input[0])
             if source is not None and source.op_type == "Sigmoid":
                 gain = tail_gain_db(inputs.records.get(source.output[0]) or inputs.records.get(t))
