@@ -114,7 +114,7 @@ class EvaluateResult:
     provenance: dict | None = None  # what that file records of how it was made (qtool.provenance)
     fail_below: float | None = None
     failure: QtoolError | None = None  # an output below fail_below (the command line exits 1 after the results)
-    reference: dict | None = None  # a model onnxruntime quantized dynamically: the reference is it as given (commands.evaluate.evaluated)
+    reference: dict | None = None  # a model onnxruntime quantized dynamically or shipped with Q/DQ pairs: the reference is it as given (commands.evaluate.evaluated)
 
     @property
     def passed(self) -> bool | None:

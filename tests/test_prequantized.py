@@ -109,3 +109,32 @@ def test_its_int8_weights_stay_its_own(tmp_path):
         assert own.weights <= made and not _added(model, out.SerializeToString()), target
     result = qtool.evaluate(model, cal, data=feeds[16:], target="openvino")
     assert result.plan_summary["weight_quantizers"] == 0 and result.worst_sqnr_db > 100, result.plan_summary
+
+
+def test_evaluate_says_what_its_reference_is(shipped, tmp_path, monkeypatch):
+    """evaluate's heading names the reference of a model shipped with its own Q/DQ pairs (the model as given, its
+    pairs as float ops), not "FP32", and --json carries it; a float model's heading still says FP32 (before: "vs
+    FP32" for both, and no reference in the JSON)."""
+    import json
+
+    from runcli import invoke
+
+    model, feeds, cal = shipped
+    monkeypatch.chdir(tmp_path)
+    for name, proto in (("shipped", model), ("float", zoo.whisper_encoder_like())):
+        onnx.save(proto, f"{name}.onnx")
+        (tmp_path / name).mkdir()
+        for i, f in enumerate(feeds):
+            np.savez(tmp_path / name / f"{i}.npz", **f)
+        r = invoke("calibrate", f"{name}.onnx", "--data", name, "--output", f"{name}.calib.json")
+        assert r.exit_code == 0, r.output
+        r = invoke("evaluate", f"{name}.onnx", "--data", name, "--calib", f"{name}.calib.json", "--target", "openvino")
+        assert r.exit_code == 0, r.output
+        heading = r.stdout.splitlines()[0]
+        r = invoke("evaluate", f"{name}.onnx", "--data", name, "--calib", f"{name}.calib.json", "--target", "openvino", "--json")
+        reference = json.loads(r.stdout).get("reference")
+        if name == "shipped":
+            assert " vs the model as given " in heading and "FP32" not in heading, heading
+            assert "QuantizeLinear/DequantizeLinear pair(s) computed as float ops" in reference["model"], reference
+        else:
+            assert " vs FP32 " in heading and reference is None, (heading, reference)

@@ -94,7 +94,10 @@ def text(evaluated: api.EvaluateResult) -> str:
             f"in {seconds:.1f} s"
         )]
     ref = evaluated.reference
-    if ref is not None:  # a model onnxruntime quantized dynamically, read as float
+    if ref is not None and "read_as_float" not in ref:  # a model shipped with its own Q/DQ pairs
+        lines[0] = lines[0].replace(" vs FP32 ", " vs the model as given ", 1)
+        lines.append(f"the model as given here is {evaluated.model}, {ref['model'].removeprefix('as given: ')}")
+    elif ref is not None:  # a model onnxruntime quantized dynamically, read as float
         lines.append(f"FP32 here is {evaluated.model} as given, quantized dynamically by onnxruntime (its ConvInteger/MatMulInteger/"
                      f"DynamicQuantizeLSTM run by onnxruntime); the export is built from qtool's float reading of it "
                      f"({ref['read_as_float']}), which is {format_db(api.from_json_number(ref['float_reading_sqnr_db']))} dB from it")

@@ -21,7 +21,8 @@ from ..checks import simulate
 from ..commandinputs import check_model, find_calibration, held_out_runs, load_checked_model, model_json
 from ..errors import Opt, QtoolError, UsageError
 from ..feeds import data as _data
-from ..model import dynamic
+from ..model import dynamic, prequantized
+from ..model.graph import Index
 from ..model.writer import ModelFile
 from ..options import EvaluateOptions, ExportOptions, exactly_one
 from ..results import EvaluateResult
@@ -72,7 +73,8 @@ def evaluated(loaded, cal, runs, options: ExportOptions, *, runtime: str | None 
     from the float reading is scored against it (evaluate_file), and so is the float reading itself
     (its own error, in the result); per_tensor ranks the quantizers against the float reading."""
     if loaded.given is None:
-        return _evaluate.evaluate(loaded, cal, runs, options, runtime=runtime, per_tensor=per_tensor, progress=progress), None
+        result = _evaluate.evaluate(loaded, cal, runs, options, runtime=runtime, per_tensor=per_tensor, progress=progress)
+        return result, _own_pairs_reference(loaded.proto)
     _evaluate.check_request(options.target, runtime, per_tensor)
     options = _evaluate.export_options(options, runtime)
     built = provenance.built(loaded, cal, options)
@@ -88,6 +90,16 @@ def evaluated(loaded, cal, runs, options: ExportOptions, *, runtime: str | None 
         "float_reading_outputs": [o.to_json() for o in own.outputs],
     }
     return result, reference
+
+
+def _own_pairs_reference(proto: onnx.ModelProto) -> dict | None:
+    """What the reference is for a model shipped with its own Q/DQ pairs (qtool.model.prequantized): not an FP32
+    model, but those pairs computed as the float arithmetic they state (evaluation._session); None otherwise."""
+    pairs = prequantized.own_quantizers(Index(proto)).pairs
+    if not pairs:
+        return None
+    return {"model": f"as given: its own {pairs} QuantizeLinear/DequantizeLinear pair(s) computed as float ops "
+                     "(onnxruntime, graph optimisation off), not onnxruntime's int8 kernels"}
 
 
 def _result(result: _evaluate.Evaluation, inputs: list, options: EvaluateOptions, started: float, **compared) -> EvaluateResult:
