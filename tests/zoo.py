@@ -67,6 +67,7 @@ __all__ = [
     "causal_decoder_like",
     "whisper_encoder_like",
     "ort_static_qdq",
+    "ort_optimized_bert_like",
 ]
 
 FLOAT = TensorProto.FLOAT
@@ -1807,6 +1808,58 @@ def smooth_frames(n, feat=16, rho=0.9, seed=3):
             e[t] = rho * e[t - 1] + np.sqrt(1 - rho * rho) * e[t]
         feeds.append({"frames": e.astype(np.float32)})
     return feeds
+
+
+def ort_optimized_bert_like(d=32, heads=4, vocab=60, max_len=64, layers=2, seed=4401):
+    """A BERT encoder as onnxruntime's transformer optimizer writes it (optimizer.optimize_model(model_type="bert"),
+    an optimized sentence encoder): int64 ids and mask Cast to int32 -> com.microsoft EmbedLayerNormalization (word,
+    position and token-type tables, LayerNorm; its mask index: the mask's count of 1s per row) -> per layer
+    com.microsoft Attention (packed Q/K/V weight [d, 3d] and bias, the mask index) -> MatMul -> SkipLayerNormalization
+    (residual, bias) -> MatMul -> BiasGelu -> MatMul -> SkipLayerNormalization; a few embedding channels carry
+    outliers, as real BERTs' residual streams do."""
+    rng = np.random.default_rng(seed)
+    inits, nodes = [], []
+
+    def init(name, value):
+        inits.append(numpy_helper.from_array(np.asarray(value, np.float32), name))
+        return name
+
+    def ms(op, inputs, outputs, **attrs):
+        nodes.append(helper.make_node(op, inputs, outputs, name=f"{op}_{len(nodes)}", domain="com.microsoft", **attrs))
+        return outputs[0]
+
+    def matmul(x, cin, cout, name, gain=1.0):
+        w = init(f"{name}.weight", rng.standard_normal((cin, cout)) * gain / np.sqrt(cin))
+        nodes.append(helper.make_node("MatMul", [x, w], [f"{name}_out"], name=name))
+        return f"{name}_out"
+
+    word = rng.standard_normal((vocab, d)) * 0.5
+    word[:, 3] *= 8.0
+    word[:, 11] += 4.0
+    nodes += [helper.make_node("Cast", ["input_ids"], ["ids32"], name="cast_ids", to=TensorProto.INT32),
+              helper.make_node("Cast", ["attention_mask"], ["mask32"], name="cast_mask", to=TensorProto.INT32),
+              helper.make_node("Mul", ["ids32", "zero32"], ["segments"], name="segments")]
+    inits.append(numpy_helper.from_array(np.array(0, np.int32), "zero32"))
+    x = ms("EmbedLayerNormalization", ["ids32", "segments", init("word", word), init("position", rng.standard_normal((max_len, d)) * 0.2),
+                                       init("segment", rng.standard_normal((2, d)) * 0.1), init("emb_ln.gamma", rng.uniform(0.8, 1.2, d)),
+                                       init("emb_ln.beta", rng.standard_normal(d) * 0.05), "mask32"],
+           ["embedded", "mask_index"], epsilon=1e-12)
+    for i in range(layers):
+        p = f"layer.{i}"
+        a = ms("Attention", [x, init(f"{p}.qkv.weight", rng.standard_normal((d, 3 * d)) / np.sqrt(d)),
+                             init(f"{p}.qkv.bias", rng.standard_normal(3 * d) * 0.05), "mask_index"], [f"{p}.context"], num_heads=heads)
+        h = ms("SkipLayerNormalization", [matmul(a, d, d, f"{p}.attention.output"), x, init(f"{p}.ln1.gamma", rng.uniform(0.8, 1.2, d)),
+                                          init(f"{p}.ln1.beta", rng.standard_normal(d) * 0.05), init(f"{p}.attention.output.bias", rng.standard_normal(d) * 0.05)],
+               [f"{p}.ln1"], epsilon=1e-12)
+        f = ms("BiasGelu", [matmul(h, d, 4 * d, f"{p}.intermediate"), init(f"{p}.intermediate.bias", rng.standard_normal(4 * d) * 0.05)], [f"{p}.gelu"])
+        x = ms("SkipLayerNormalization", [matmul(f, 4 * d, d, f"{p}.output"), h, init(f"{p}.ln2.gamma", rng.uniform(0.8, 1.2, d)),
+                                          init(f"{p}.ln2.beta", rng.standard_normal(d) * 0.05), init(f"{p}.output.bias", rng.standard_normal(d) * 0.05)],
+               ["last_hidden_state" if i == layers - 1 else f"{p}.ln2"], epsilon=1e-12)
+    graph = helper.make_graph(nodes, "ort_optimized_bert_like",
+                              [helper.make_tensor_value_info("input_ids", INT64, ["batch", "sequence"]),
+                               helper.make_tensor_value_info("attention_mask", INT64, ["batch", "sequence"])],
+                              [helper.make_tensor_value_info("last_hidden_state", FLOAT, ["batch", "sequence", d])], inits)
+    return _make_model(graph, 17, extra_opsets=[("com.microsoft", 1)], producer="onnxruntime.transformers")
 
 
 if __name__ == "__main__":

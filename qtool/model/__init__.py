@@ -16,7 +16,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from ..errors import Opt, QtoolError
-from . import bigmodel, dynamic, folding, lazy, prequantized, shapes
+from . import bigmodel, contrib, dynamic, folding, lazy, prequantized, shapes
 from .graph import Constants, Index, outer_refs, subgraphs, toposort_all
 
 FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE}
@@ -209,6 +209,12 @@ def as_float(loaded: LoadedModel, where: str | None = None) -> LoadedModel:
         log.info(f"{loaded.path.name}: quantized dynamically by onnxruntime; read as the float model it was made from ({done.describe()}, "
                  "weights dequantized)")
         loaded = dataclasses.replace(loaded, proto=proto, given=loaded.proto, rewritten=done.describe())
+    read = contrib.as_standard(loaded.proto, loaded.path.parent)
+    if read is not None:  # the same function of the inputs: no other reference (`given`) than the model
+        proto, done = read
+        log.info(f"{loaded.path.name}: onnxruntime's fused ops read as the standard ONNX ops they fuse "
+                 f"({', '.join(f'{k} {op}' for op, k in sorted(done.items()))})")
+        loaded = dataclasses.replace(loaded, proto=proto)
     # a Q/DQ model's own int8 weights stay as it dequantizes them: its quantizers, not float weights to quantize again
     folded = folding.fold_weights(loaded.proto, prequantized.own_quantizers(Index(loaded.proto)).weights)
     if folded is not None:  # the same function of the inputs: no other reference (`given`) than the model
