@@ -65,18 +65,20 @@ def test_attention(mask, sizes):
     inputs = [_vi("x", F, ["b", "s", d])]
     feeds = {"x": _f(b, s, d)}
     names = ["x", "w", "bias"]
+    nodes = []
     if mask != "none":
         names.append("m")
-        if mask == "lengths":
-            inputs.append(_vi("m", TensorProto.INT32, ["b"]))
-            feeds["m"] = np.array([s, 3], np.int32)
+        if mask == "lengths":  # the key length per row, as onnxruntime's optimizer makes it: ReduceSum of the raw mask
+            inputs.append(_vi("raw", TensorProto.INT32, ["b", "s"]))
+            feeds["raw"] = np.array([[1] * s, [1] * 3 + [0] * (s - 3)], np.int32)
+            nodes.append(helper.make_node("ReduceSum", ["raw", "one_axis"], ["m"], keepdims=0))
         else:
             shape = [b, s] if mask == "raw2d" else [b, s, s]
             inputs.append(_vi("m", TensorProto.INT32, shape))
             feeds["m"] = (RNG.random(shape) > 0.3).astype(np.int32)
             feeds["m"][..., 0] = 1
-    node = helper.make_node("Attention", names, ["y"], domain="com.microsoft", **attrs)
-    model = _model([node], inputs, [_vi("y", F, None)], [("w", _f(d, out)), ("bias", _f(out))])
+    nodes.append(helper.make_node("Attention", names, ["y"], domain="com.microsoft", **attrs))
+    model = _model(nodes, inputs, [_vi("y", F, None)], [("w", _f(d, out)), ("bias", _f(out)), ("one_axis", np.array([1], np.int64))])
     _same(model, feeds)
 
 
@@ -197,3 +199,36 @@ def test_an_unreadable_fused_op_is_left_as_it_is():
     read = contrib.as_standard(model)
     assert read is not None
     assert [n.op_type for n in read[0].graph.node if n.domain == "com.microsoft"] == ["Attention"]
+
+
+@pytest.mark.parametrize("mask", ["none", "raw2d"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_multi_head_attention(mask, bias):
+    """Separate query/key/value (cross-attention: other key length), the bias per projection, a key padding mask."""
+    d, heads, b, s, t = 16, 4, 2, 5, 7
+    names = ["q", "k", "v", "bias" if bias else "", "m" if mask != "none" else ""]
+    inputs = [_vi("q", F, ["b", "s", d]), _vi("k", F, ["b", "t", d]), _vi("v", F, ["b", "t", d])]
+    feeds = {"q": _f(b, s, d), "k": _f(b, t, d), "v": _f(b, t, d)}
+    if mask != "none":
+        inputs.append(_vi("m", TensorProto.INT32, ["b", "t"]))
+        feeds["m"] = np.array([[1] * t, [1] * 4 + [0] * (t - 4)], np.int32)
+    node = helper.make_node("MultiHeadAttention", names, ["y"], domain="com.microsoft", num_heads=heads)
+    model = _model([node], inputs, [_vi("y", F, ["b", "s", d])], [("bias", _f(3 * d))])
+    _same(model, feeds)
+
+
+def test_a_float16_model_stays_float16():
+    """The constants a reading adds take the node's float type (a float16 model's BiasGelu and SkipLayerNormalization
+    would not load otherwise)."""
+    d = 8
+    nodes = [helper.make_node("BiasGelu", ["x", "b"], ["h"], domain="com.microsoft"),
+             helper.make_node("SkipLayerNormalization", ["h", "x", "g", "be"], ["y"], domain="com.microsoft", epsilon=1e-5)]
+    model = _model(nodes, [_vi("x", TensorProto.FLOAT16, [2, 3, d])], [_vi("y", TensorProto.FLOAT16, [2, 3, d])],
+                   [("b", _f(d).astype(np.float16)), ("g", _f(d).astype(np.float16)), ("be", _f(d).astype(np.float16))])
+    read = contrib.as_standard(model)
+    assert read is not None
+    consts = [t for t in read[0].graph.initializer if t.data_type == TensorProto.FLOAT]
+    assert not consts, [t.name for t in consts]
+    x = _f(2, 3, d).astype(np.float16)
+    b = ort.InferenceSession(read[0].SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert b.dtype == np.float16 and np.isfinite(b).all()

@@ -37,6 +37,7 @@ from .graph import Namer, attr, consumers, default_opset, producers, text_attr
 MS = "com.microsoft"
 # onnxruntime's LayerNormalization / SimplifiedLayerNormalization kernels registered in the default domain (opset 1)
 _ORT_DEFAULT_DOMAIN = {"LayerNormalization", "SimplifiedLayerNormalization"}
+_FLOATS = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16)
 
 
 def as_standard(proto: onnx.ModelProto, folder=None) -> tuple[onnx.ModelProto, Counter] | None:
@@ -84,7 +85,8 @@ class _Reader:
         self.made_by = producers(self.g)
         self.outputs = {o.name for o in self.g.output}
         self.namer = Namer(model)
-        self.ranks = _ranks(model)
+        self.shapes, self.types = _shapes(model)
+        self.dtype = np.dtype(np.float32)  # the float type of the node being read (its first input's)
         self.new_nodes: list[onnx.NodeProto] = []
         self.new_inits: list[TensorProto] = []
         self.base = ""
@@ -95,6 +97,8 @@ class _Reader:
         for n in self.g.node:
             read = _READERS.get(n.op_type) if _candidate(n, self.opset) else None
             self.new_nodes, self.new_inits, self.base = [], [], n.name or n.output[0]
+            elem = self.types.get(n.input[0]) if n.input else None
+            self.dtype = np.dtype(helper.tensor_dtype_to_np_dtype(elem) if elem in _FLOATS else np.float32)
             if read is not None and read(self, n):
                 nodes.extend(self.new_nodes)
                 self.g.initializer.extend(self.new_inits)
@@ -134,9 +138,14 @@ class _Reader:
         self.new_nodes.append(helper.make_node(op_type, inputs, [out], name=self.namer.fresh(f"{self.base}/{op_type}"), **attrs))
         return out
 
-    def const(self, value, dtype=np.float32, what: str = "const") -> str:
+    def rank(self, name: str) -> int | None:
+        shape = self.shapes.get(name)
+        return None if shape is None else len(shape)
+
+    def const(self, value, dtype=None, what: str = "const") -> str:
+        """An initializer of `value`, of the node's float type unless `dtype` says otherwise."""
         name = self.namer.fresh(f"{self.base}/{what}")
-        self.new_inits.append(numpy_helper.from_array(np.asarray(value, dtype=dtype), name))
+        self.new_inits.append(numpy_helper.from_array(np.asarray(value, dtype=dtype or self.dtype), name))
         return name
 
     def axes_op(self, op_type: str, x: str, axes: list[int], out: str | None = None, **attrs) -> str:
@@ -180,19 +189,24 @@ class _Reader:
         return None
 
 
-def _ranks(model: onnx.ModelProto) -> dict[str, int]:
+def _shapes(model: onnx.ModelProto) -> tuple[dict[str, list[int | None]], dict[str, int]]:
+    """Each tensor's shape (None for a symbolic dimension) and element type, where onnx's shape inference or the model
+    gives them."""
     from . import shapes
 
     inferred = shapes.inferred(model) or model
     g = inferred.graph
-    ranks = {}
+    dims, types = {}, {}
     for vi in list(g.input) + list(g.value_info) + list(g.output):
         tt = vi.type.tensor_type
-        if vi.type.HasField("tensor_type") and tt.HasField("shape"):
-            ranks[vi.name] = len(tt.shape.dim)
+        if not vi.type.HasField("tensor_type"):
+            continue
+        types[vi.name] = tt.elem_type
+        if tt.HasField("shape"):
+            dims[vi.name] = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
     for t in model.graph.initializer:
-        ranks[t.name] = len(t.dims)
-    return ranks
+        dims[t.name], types[t.name] = list(t.dims), t.data_type
+    return dims, types
 
 
 # ---------------------------------------------------------------- one reader per op: True when written
@@ -224,7 +238,7 @@ def _quick_gelu(r: _Reader, n: onnx.NodeProto) -> bool:
 
 def _layer_norm(r: _Reader, n: onnx.NodeProto) -> bool:
     """onnxruntime's own LayerNormalization / SimplifiedLayerNormalization: the last axis only, Y only."""
-    rank = r.ranks.get(n.input[0])
+    rank = r.rank(n.input[0])
     axis = int(attr(n, "axis", -1))
     if rank is None and axis != -1 or rank is not None and axis not in (-1, rank - 1):
         return False
@@ -279,12 +293,50 @@ def _embed_layer_norm(r: _Reader, n: onnx.NodeProto) -> bool:
     return True
 
 
+def _mask_rank(r: _Reader, mask: str) -> int | None:
+    """A key mask's rank when the reading knows its form: a key length per row (1-D, as EmbedLayerNormalization or a
+    ReduceSum of the mask makes it; other 1-D forms carry start positions too), or a raw (B, T) / (B, S, T) mask."""
+    made = r.made_by.get(mask)
+    if made is not None and made.op_type in ("EmbedLayerNormalization", "ReduceSum"):
+        return 1
+    rank = r.rank(mask)
+    return rank if rank in (2, 3) else None
+
+
+def _attend(r: _Reader, n: onnx.NodeProto, q: str, k: str, v: str, heads: int, sizes: list[int], mask: str, extra: str) -> None:
+    """softmax(Q K^T * scale + mask (+ extra)) V over `heads` heads of the (B, S, D) tensors q, k, v; the merged heads
+    (B, S, Dv) written as n's output."""
+    head_q, head_v = sizes[0] // heads, sizes[2] // heads
+    scale = float(attr(n, "scale", 0.0) or 1.0 / math.sqrt(head_q))
+    split = []
+    for t, head, perm in ((q, head_q, [0, 2, 1, 3]), (k, head_q, [0, 2, 3, 1]), (v, head_v, [0, 2, 1, 3])):
+        t = r.op("Reshape", [t, r.const([0, 0, heads, head], np.int64, "heads")])
+        split.append(r.op("Transpose", [t], perm=perm))
+    scores = r.op("Mul", [r.op("MatMul", [split[0], split[1]]), r.const(scale, what="scale")])
+    if mask:
+        rank = _mask_rank(r, mask)
+        if rank == 1:  # key lengths (B): keys at that position or later masked
+            keys = r.op("Gather", [r.op("Shape", [k]), r.const(1, np.int64, "axis1")], axis=0)
+            positions = r.op("Range", [r.const(0, np.int64, "zero"), keys, r.const(1, np.int64, "one")])
+            lengths = r.axes_op("Unsqueeze", r.op("Cast", [mask], to=TensorProto.INT64), [1])
+            keep = r.axes_op("Unsqueeze", r.op("Less", [positions, lengths]), [1, 2])
+        else:  # a raw mask, (B, T) or (B, S, T): 0 masked
+            keep = r.axes_op("Unsqueeze", r.op("Cast", [mask], to=TensorProto.BOOL), [1, 2] if rank == 2 else [1])
+        fill = float(attr(n, "mask_filter_value", -10000.0))
+        scores = r.op("Add", [scores, r.op("Where", [keep, r.const(0.0, what="zero"), r.const(fill, what="mask_filter_value")])])
+    if extra:
+        scores = r.op("Add", [scores, extra])
+    probs = r.op("Softmax", [scores], axis=-1)
+    context = r.op("Transpose", [r.op("MatMul", [probs, split[2]])], perm=[0, 2, 1, 3])
+    r.op("Reshape", [context, r.const([0, 0, sizes[2]], np.int64, "merged")], n.output[0])
+
+
 def _attention(r: _Reader, n: onnx.NodeProto) -> bool:
+    """Attention(input, packed weight, bias, mask index): one MatMul (+ Add) per projection, then _attend."""
     x, packed, bias, mask = n.input[0], r.given(n, 1), r.given(n, 2), r.given(n, 3)
-    extra = [r.given(n, i) for i in range(4, len(n.input))]
     heads = int(attr(n, "num_heads", 0))
-    if (any(extra) or any(r.used(o) for o in n.output[1:]) or attr(n, "unidirectional", 0) or attr(n, "do_rotary", 0)
-            or heads <= 0):
+    if (any(r.given(n, i) for i in range(4, len(n.input))) or any(r.used(o) for o in n.output[1:]) or attr(n, "unidirectional", 0)
+            or attr(n, "do_rotary", 0) or heads <= 0 or (mask and _mask_rank(r, mask) is None)):
         return False
     w = r.value(packed)
     b = r.value(bias) if bias else None
@@ -293,41 +345,38 @@ def _attention(r: _Reader, n: onnx.NodeProto) -> bool:
     sizes = list(attr(n, "qkv_hidden_sizes", None) or [w.shape[1] // 3] * 3)
     if len(sizes) != 3 or sum(sizes) != w.shape[1] or any(s % heads for s in sizes) or sizes[0] != sizes[1]:
         return False
-    mask_rank = r.ranks.get(mask) if mask else None
-    if mask and (r.made_by.get(mask) is not None and r.made_by[mask].op_type == "EmbedLayerNormalization"):
-        mask_rank = 1
-    if mask and mask_rank not in (1, 2, 3):
-        return False
-    head_q, head_v = sizes[0] // heads, sizes[2] // heads
-    scale = float(attr(n, "scale", 0.0) or 1.0 / math.sqrt(head_q))
-    fill = float(attr(n, "mask_filter_value", -10000.0))
-
     starts = np.cumsum([0] + sizes)
     projected = []
     for k, what in enumerate("qkv"):
         y = r.op("MatMul", [x, r.const(w[:, starts[k]:starts[k + 1]], w.dtype, f"W{what}")])
         if b is not None:
             y = r.op("Add", [y, r.const(b[starts[k]:starts[k + 1]], b.dtype, f"b{what}")])
-        head = head_v if what == "v" else head_q
-        y = r.op("Reshape", [y, r.const([0, 0, heads, head], np.int64, "heads")])
-        projected.append(r.op("Transpose", [y], perm=[0, 2, 3, 1] if what == "k" else [0, 2, 1, 3]))
-    q, k, v = projected
-    scores = r.op("Mul", [r.op("MatMul", [q, k]), r.const(scale, w.dtype, "scale")])
-    if mask:
-        if mask_rank == 1:  # key lengths (B): keys at that position or later masked
-            keys = r.op("Gather", [r.op("Shape", [x]), r.const(1, np.int64, "axis1")], axis=0)
-            positions = r.op("Range", [r.const(0, np.int64, "zero"), keys, r.const(1, np.int64, "one")])
-            lengths = r.axes_op("Unsqueeze", r.op("Cast", [mask], to=TensorProto.INT64), [1])
-            keep = r.op("Less", [positions, lengths])  # (B, T)
-            keep = r.axes_op("Unsqueeze", keep, [1, 2])
-        else:  # a raw mask, (B, T) or (B, S, T): 0 masked
-            keep = r.op("Cast", [mask], to=TensorProto.BOOL)
-            keep = r.axes_op("Unsqueeze", keep, [1, 2] if mask_rank == 2 else [1])
-        added = r.op("Where", [keep, r.const(0.0, w.dtype, "zero"), r.const(fill, w.dtype, "mask_filter_value")])
-        scores = r.op("Add", [scores, added])
-    probs = r.op("Softmax", [scores], axis=-1)
-    context = r.op("Transpose", [r.op("MatMul", [probs, v])], perm=[0, 2, 1, 3])
-    r.op("Reshape", [context, r.const([0, 0, sizes[2]], np.int64, "merged")], n.output[0])
+        projected.append(y)
+    _attend(r, n, *projected, heads, sizes, mask, "")
+    return True
+
+
+def _multi_head_attention(r: _Reader, n: onnx.NodeProto) -> bool:
+    """MultiHeadAttention(query, key, value, bias, key padding mask, attention bias), each of query/key/value (B, *, D):
+    the bias added per projection, then _attend. Packed Q/K/V, past state and unidirectional: kept."""
+    q, k, v, bias, mask, extra = (r.given(n, i) for i in range(6))
+    heads = int(attr(n, "num_heads", 0))
+    if (any(r.given(n, i) for i in range(6, len(n.input))) or any(r.used(o) for o in n.output[1:]) or attr(n, "unidirectional", 0)
+            or heads <= 0 or not (k and v) or (mask and _mask_rank(r, mask) is None)):
+        return False
+    shapes = [r.shapes.get(t) for t in (q, k, v)]
+    if any(s is None or len(s) != 3 or s[-1] is None for s in shapes):
+        return False
+    sizes = [s[-1] for s in shapes]
+    if sizes[0] != sizes[1] or any(s % heads for s in sizes):
+        return False
+    if bias:
+        b = r.value(bias)
+        if b is None or b.shape != (sum(sizes),):
+            return False
+        starts = np.cumsum([0] + sizes)
+        q, k, v = (r.op("Add", [t, r.const(b[starts[i]:starts[i + 1]], b.dtype, f"b{'qkv'[i]}")]) for i, t in enumerate((q, k, v)))
+    _attend(r, n, q, k, v, heads, sizes, mask, extra)
     return True
 
 
@@ -367,7 +416,7 @@ def _fused_matmul(r: _Reader, n: onnx.NodeProto) -> bool:
     for i, flag in ((0, "transA"), (1, "transB")):
         t = n.input[i]
         if attr(n, flag, 0):
-            rank = r.ranks.get(t)
+            rank = r.rank(t)
             if rank is None or rank < 2:
                 return False
             perm = list(range(rank - 2)) + [rank - 1, rank - 2]
@@ -382,6 +431,7 @@ def _fused_matmul(r: _Reader, n: onnx.NodeProto) -> bool:
 
 _READERS = {
     "Attention": _attention,
+    "MultiHeadAttention": _multi_head_attention,
     "EmbedLayerNormalization": _embed_layer_norm,
     "SkipLayerNormalization": _skip_layer_norm,
     "SkipSimplifiedLayerNormalization": _skip_layer_norm,
