@@ -8,9 +8,12 @@ Read (the semantics of onnxruntime's CPU kernels, microsoft/onnxruntime onnxrunt
 docs/ContribOperators.md):
 - Attention: X (B, S, D) times the packed [Wq | Wk | Wv] plus bias, split per qkv_hidden_sizes (equal thirds by
   default) -> num_heads heads, softmax(Q K^T * scale + mask) V, heads merged; scale 1/sqrt(head size) by default.
-  The mask: none; a 1-D (B) key length (EmbedLayerNormalization's mask index: keys from that length on masked), or a
-  2-D (B, T) raw mask (0 masked) or 3-D (B, S, T), masked keys getting mask_filter_value added (-10000 by default).
-  Kept as it is: past/present state, unidirectional, rotary, relative position bias, packed weights not constant.
+  The mask: none; a 1-D (B) key length (as EmbedLayerNormalization's mask index or a ReduceSum of the mask makes it:
+  keys from that length on masked), or a 2-D (B, T) raw mask (0 masked) or 3-D (B, S, T), masked keys getting
+  mask_filter_value added (-10000 by default). Kept as it is: past/present state, unidirectional, rotary, relative
+  position bias, packed weights not constant, a 1-D mask of another origin (it may carry start positions).
+- MultiHeadAttention: query (B, S, D), key (B, L, D), value (B, L, Dv), the bias (D + D + Dv) added to each, then as
+  Attention (its key padding mask and attention bias too). Packed Q/K/V and past state: kept.
 - EmbedLayerNormalization: word + position (0..S-1, or position_ids) + segment embeddings, then LayerNorm; its
   mask index output is the count of 1s in the mask per row (embed_layer_norm.cc); the embedding sum output too.
 - SkipLayerNormalization / SkipSimplifiedLayerNormalization: LayerNorm / RMSNorm of input + skip (+ bias), the
