@@ -593,3 +593,39 @@ def test_weights_computed_from_constants_are_read_as_float_constants(tmp_path):
     plan = placement.place(loaded.proto, records(loaded.proto), rules=CPU)
     assert sorted(plan.int8_layers) == sorted(n.name for n in layers) and not plan.fp32_layers
 
+
+
+@pytest.mark.parametrize("opset", [7, 8, 9])
+def test_an_ir3_model_with_its_weights_listed_as_inputs_exports_to_every_target(tmp_path, monkeypatch, opset):
+    """An IR-3 model lists every initializer as a graph input, as ONNX then required (the ONNX model zoo's opset-7/8
+    files). Before: the openvino export was an internal error (onnx's checker: "b1/bias_corrected in initializer but
+    not in graph input", the bias correction's constant), and the qdq/tensorrt exports refused ("onnx's version
+    converter failed (Input conv1.w is undefined!)"). Now its initializers are constants, every target exports, and
+    OpenVINO runs the file as the simulation says."""
+    from runcli import invoke
+
+    import qtool
+    from qtool import calibration
+
+    monkeypatch.chdir(tmp_path)
+    proto = zoo.ir3_classifier_like(opset)
+    path = _save(proto, tmp_path / "m.onnx")
+    loaded = model.load_float_model(path)
+    assert loaded.proto.ir_version == 4 and [i.name for i in loaded.proto.graph.input] == ["x"]
+    assert loaded.sha256 == model.model_sha256(path)
+    (tmp_path / "calib").mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(8):
+        np.save(tmp_path / "calib" / f"{i}.npy", rng.standard_normal((1, 3, 32, 32)).astype(np.float32))
+    r = invoke("calibrate", path, "--data", tmp_path / "calib")
+    assert r.exit_code == 0, r.output
+    for target, extra in (("openvino", ()), ("qdq", ()), ("tensorrt", ("--trt-version", "11.4"))):
+        r = invoke("export", path, "--target", target, *extra)
+        assert r.exit_code == 0 and r.exception is None, (target, r.output)
+    r = invoke("inspect", "m.trt.onnx", "--trt-version", "11.4")
+    assert r.exit_code == 0, r.output
+    result = qtool.evaluate(str(path), calibration.load("m.calib.json"), data=str(tmp_path / "calib"), target="openvino",
+                            runtime="openvino")
+    assert result.plan_summary["int8_layers"] == 3, result.plan_summary
+    assert result.runtime.float_precision == "f32"
+    assert abs(result.runtime.worst_sqnr_db - result.worst_sqnr_db) < 1.0, (result.runtime.worst_sqnr_db, result.worst_sqnr_db)

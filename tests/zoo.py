@@ -67,6 +67,7 @@ __all__ = [
     "causal_decoder_like",
     "whisper_encoder_like",
     "ort_static_qdq",
+    "ir3_classifier_like",
     "ort_optimized_bert_like",
 ]
 
@@ -1860,6 +1861,45 @@ def ort_optimized_bert_like(d=32, heads=4, vocab=60, max_len=64, layers=2, seed=
                                helper.make_tensor_value_info("attention_mask", INT64, ["batch", "sequence"])],
                               [helper.make_tensor_value_info("last_hidden_state", FLOAT, ["batch", "sequence", d])], inits)
     return _make_model(graph, 17, extra_opsets=[("com.microsoft", 1)], producer="onnxruntime.transformers")
+
+
+def ir3_classifier_like(opset=7, seed=4501):
+    """An image classifier as the exporters of ONNX's first years wrote it (the ONNX model zoo's opset-7/8 files:
+    Caffe2, CNTK, keras2onnx): IR version 3, every initializer also listed as a graph input (ONNX required it then);
+    Conv -> BatchNormalization (opset-7 attributes) -> Relu -> MaxPool -> Upsample (scales attribute) -> Conv -> Sum
+    with the pooled branch -> GlobalAveragePool -> Flatten -> Gemm -> Softmax; x [1, 3, 32, 32]."""
+    rng = np.random.default_rng(seed)
+    inits = {
+        "conv1.w": (rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32), "conv1.b": (rng.standard_normal(8) * 0.1).astype(np.float32),
+        "bn.scale": rng.uniform(0.5, 1.5, 8).astype(np.float32), "bn.bias": (rng.standard_normal(8) * 0.1).astype(np.float32),
+        "bn.mean": (rng.standard_normal(8) * 0.1).astype(np.float32), "bn.var": rng.uniform(0.5, 2.0, 8).astype(np.float32),
+        "conv2.w": (rng.standard_normal((8, 8, 3, 3)) * 0.15).astype(np.float32), "conv2.b": (rng.standard_normal(8) * 0.1).astype(np.float32),
+        "fc.w": (rng.standard_normal((10, 8)) * 0.5).astype(np.float32), "fc.b": (rng.standard_normal(10) * 0.1).astype(np.float32),
+    }
+    bn = {"epsilon": 1e-5, "momentum": 0.9} | ({"spatial": 1} if opset < 9 else {})
+    up = {"scales": [1.0, 1.0, 2.0, 2.0]} if opset < 9 else {}
+    nodes = [
+        helper.make_node("Conv", ["x", "conv1.w", "conv1.b"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c1", "bn.scale", "bn.bias", "bn.mean", "bn.var"], ["b1"], name="bn", **bn),
+        helper.make_node("Relu", ["b1"], ["r1"], name="relu1"),
+        helper.make_node("MaxPool", ["r1"], ["p1"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Upsample", ["p1"] + (["up.scales"] if opset >= 9 else []), ["u1"], name="up", mode="nearest", **up),
+        helper.make_node("Conv", ["u1", "conv2.w", "conv2.b"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+        helper.make_node("Sum", ["c2", "r1"], ["s1"], name="sum"),
+        helper.make_node("GlobalAveragePool", ["s1"], ["g1"], name="gap"),
+        helper.make_node("Flatten", ["g1"], ["f1"], name="flatten", axis=1),
+        helper.make_node("Gemm", ["f1", "fc.w", "fc.b"], ["logits"], name="fc", transB=1),
+        helper.make_node("Softmax", ["logits"], ["prob"], name="softmax", axis=1),
+    ]
+    if opset >= 9:
+        inits["up.scales"] = np.array([1.0, 1.0, 2.0, 2.0], np.float32)
+    tensors = [numpy_helper.from_array(v, k) for k, v in inits.items()]
+    inputs = [helper.make_tensor_value_info("x", FLOAT, [1, 3, 32, 32])]
+    inputs += [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in tensors]
+    graph = helper.make_graph(nodes, "ir3_classifier_like", inputs, [helper.make_tensor_value_info("prob", FLOAT, [1, 10])], tensors)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="CNTK")
+    model.ir_version = 3
+    return model
 
 
 if __name__ == "__main__":

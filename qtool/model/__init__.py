@@ -203,6 +203,12 @@ def as_float(loaded: LoadedModel, where: str | None = None) -> LoadedModel:
     DynamicQuantizeLSTM) the float model it was made from (dynamic.as_float), the model as given
     kept as `given`; a one-line QtoolError for a model quantized otherwise than qtool reads back
     (QLinearConv, ...). Its SHA-256 stays the file's: calibrations record the model as given."""
+    constants = _initializer_inputs(loaded.proto)
+    if constants is not None:  # the same function of the inputs: no other reference (`given`) than the model
+        proto, count = constants
+        log.info(f"{loaded.path.name}: {count} initializer(s) listed as graph inputs (IR version 3, where ONNX required it) read as "
+                 "constants (IR version 4)")
+        loaded = dataclasses.replace(loaded, proto=proto)
     found = dynamic.as_float(loaded.proto, loaded.path.parent, where or repr(str(loaded.path)))
     if found is not None:
         proto, done = found
@@ -222,6 +228,27 @@ def as_float(loaded: LoadedModel, where: str | None = None) -> LoadedModel:
         log.info(f"{loaded.path.name}: {count} weight(s) computed from constants (e.g. int8 Cast and scaled) read as float constants")
         loaded = dataclasses.replace(loaded, proto=proto)
     return loaded
+
+
+def _initializer_inputs(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, int] | None:
+    """(a copy of `proto` whose initializers are no longer graph inputs, at IR version 4; how many) for a model of IR
+    version 3, where ONNX required every initializer to be listed as a graph input (old exporters: Caffe2, CNTK,
+    keras2onnx; opset 7-8 models); None otherwise. Listed so, they are inputs a caller may feed: the version converter
+    and every pass that tells weights from activations would see a graph input, and onnx's checker refuses an
+    initializer added without one (a bias correction's)."""
+    if proto.ir_version >= 4:
+        return None
+    inits = {t.name for t in proto.graph.initializer}
+    listed = [i for i in proto.graph.input if i.name in inits]
+    if not listed:
+        return None
+    model = onnx.ModelProto()
+    model.CopyFrom(proto)
+    kept = [i for i in model.graph.input if i.name not in inits]
+    del model.graph.input[:]
+    model.graph.input.extend(kept)
+    model.ir_version = 4
+    return model, len(listed)
 
 
 def _checked(loaded: LoadedModel) -> LoadedModel:
