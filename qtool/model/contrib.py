@@ -117,11 +117,7 @@ class _Reader:
 
     def value(self, name: str) -> np.ndarray | None:
         t = self.inits.get(name)
-        if t is None:
-            return None
-        if lazy.has_value(t):
-            return lazy.value(t)
-        return None if self.folder is None else numpy_helper.to_array(t, base_dir=str(self.folder))
+        return None if t is None else lazy.read_value(t, self.folder)
 
     def used(self, name: str) -> bool:
         return bool(name) and (name in self.outputs or bool(self.readers.get(name)))

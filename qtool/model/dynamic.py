@@ -139,13 +139,7 @@ class _Rewriter:
     def value(self, name: str) -> np.ndarray | None:
         """An initializer's value (read from external data when not loaded), None for anything else."""
         t = self.inits.get(name)
-        if t is None:
-            return None
-        if lazy.has_value(t):
-            return lazy.value(t)
-        if self.folder is None:
-            return None
-        return numpy_helper.to_array(t, base_dir=str(self.folder))
+        return None if t is None else lazy.read_value(t, self.folder)
 
     def only_reader(self, tensor: str, op_type: str) -> onnx.NodeProto | None:
         readers = self.readers.get(tensor, [])

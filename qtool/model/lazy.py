@@ -181,6 +181,13 @@ def value(t: TensorProto) -> np.ndarray:
     return numpy_helper.to_array(t)
 
 
+def read_value(t: TensorProto, folder=None) -> np.ndarray | None:
+    """`value(t)`, or for an external tensor not loaded its data read from `folder` (None without one)."""
+    if has_value(t):
+        return value(t)
+    return None if folder is None else numpy_helper.to_array(t, base_dir=str(folder))
+
+
 def has_value(t: TensorProto) -> bool:
     """Whether `value(t)` can give the value: in the graph, or lazy (not an external file of its own)."""
     return t.data_location != TensorProto.EXTERNAL or is_lazy(t)
