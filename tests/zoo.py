@@ -67,6 +67,7 @@ __all__ = [
     "causal_decoder_like",
     "whisper_encoder_like",
     "ort_static_qdq",
+    "lightgbm_classifier_like",
 ]
 
 FLOAT = TensorProto.FLOAT
@@ -1688,6 +1689,42 @@ def whisper_encoder_like(mels=8, frames=32, d=32, heads=2, layers=2, opset=17, s
     graph = g.graph("whisper_encoder_like", [helper.make_tensor_value_info("input_features", FLOAT, ["batch", mels, frames])],
                     [helper.make_tensor_value_info("logits", FLOAT, ["batch", 1])])
     return _make_model(graph, opset, producer="pytorch")
+
+
+def lightgbm_classifier_like(features=6, trees=3, classes=3, seed=9101):
+    """onnxmltools' export of a LightGBM classifier (luscinia's Ukrainian stress model, 194 MB of trees): float_input
+    [N, features] -> TreeEnsembleClassifier (ai.onnx.ml) -> label (Identity of int64 [N]) and probabilities
+    through Cast and ZipMap (a sequence of maps, no float tensor output): no op any target quantizes."""
+    rng = np.random.default_rng(seed)
+    attrs = {k: [] for k in ("nodes_treeids", "nodes_nodeids", "nodes_featureids", "nodes_values", "nodes_modes",
+                             "nodes_truenodeids", "nodes_falsenodeids", "class_treeids", "class_nodeids",
+                             "class_ids", "class_weights")}
+    for t in range(trees):  # a split then two leaves per tree, each leaf voting for every class
+        for node, mode, feature, value, true, false in ((0, "BRANCH_LEQ", int(rng.integers(features)),
+                                                         float(rng.standard_normal()), 1, 2),
+                                                        (1, "LEAF", 0, 0.0, 0, 0), (2, "LEAF", 0, 0.0, 0, 0)):
+            for k, v in zip(("nodes_treeids", "nodes_nodeids", "nodes_featureids", "nodes_values", "nodes_modes",
+                             "nodes_truenodeids", "nodes_falsenodeids"), (t, node, feature, value, mode, true, false)):
+                attrs[k].append(v)
+        for leaf in (1, 2):
+            for c in range(classes):
+                for k, v in zip(("class_treeids", "class_nodeids", "class_ids", "class_weights"),
+                                (t, leaf, c, float(rng.standard_normal()))):
+                    attrs[k].append(v)
+    x = helper.make_tensor_value_info("float_input", FLOAT, [None, features])
+    label = helper.make_tensor_value_info("output_label", INT64, [None])
+    probs = helper.make_value_info("output_probability", helper.make_sequence_type_proto(
+        helper.make_map_type_proto(INT64, helper.make_tensor_type_proto(FLOAT, []))))
+    nodes = [
+        helper.make_node("TreeEnsembleClassifier", ["float_input"], ["label", "probabilities"], name="LightGbmLGBMClassifier",
+                         domain="ai.onnx.ml", classlabels_int64s=list(range(classes)), post_transform="SOFTMAX", **attrs),
+        helper.make_node("Identity", ["label"], ["output_label"], name="Identity"),
+        helper.make_node("Cast", ["probabilities"], ["probabilities_f"], name="Cast", to=FLOAT),
+        helper.make_node("ZipMap", ["probabilities_f"], ["output_probability"], name="ZipMap", domain="ai.onnx.ml",
+                         classlabels_int64s=list(range(classes))),
+    ]
+    graph = helper.make_graph(nodes, "lightgbm", [x], [label, probs])
+    return _make_model(graph, 9, extra_opsets=(("ai.onnx.ml", 1),), producer="OnnxMLTools")
 
 
 def ort_static_qdq(model, feeds, folder, exclude=()):
