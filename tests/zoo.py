@@ -68,6 +68,7 @@ __all__ = [
     "whisper_encoder_like",
     "ort_static_qdq",
     "lightgbm_classifier_like",
+    "char_tagger_argmax_like",
 ]
 
 FLOAT = TensorProto.FLOAT
@@ -1725,6 +1726,26 @@ def lightgbm_classifier_like(features=6, trees=3, classes=3, seed=9101):
     ]
     graph = helper.make_graph(nodes, "lightgbm", [x], [label, probs])
     return _make_model(graph, 9, extra_opsets=(("ai.onnx.ml", 1),), producer="OnnxMLTools")
+
+
+def char_tagger_argmax_like(vocab=48, emb=16, hidden=32, tags=12, seed=9131):
+    """A character tagger exported with its ArgMax (sudachi-b-imitator's char-BERT word tagger): ids int64 [1, seq]
+    -> Gather of an embedding table -> MatMul + Add -> Relu -> MatMul + Add (the logits, [1, seq, tags]) -> ArgMax
+    over the tags -> labels int64 [1, seq], the only output: no float output to compare."""
+    g = _Graph(seed)
+    rng = g.rng
+    table = g.init("emb.weight", rng.standard_normal((vocab, emb)).astype(np.float32))
+    h = g.op("Gather", [table, "ids"], "/emb", axis=0)
+    w1 = g.init("fc1.weight", (rng.standard_normal((emb, hidden)) / np.sqrt(emb)).astype(np.float32))
+    b1 = g.init("fc1.bias", (rng.standard_normal(hidden) * 0.1).astype(np.float32))
+    h = g.op("Relu", [g.op("Add", [g.op("MatMul", [h, w1], "/fc1"), b1], "/fc1")], "/fc1")
+    w2 = g.init("head.weight", (rng.standard_normal((hidden, tags)) / np.sqrt(hidden)).astype(np.float32))
+    b2 = g.init("head.bias", (rng.standard_normal(tags) * 0.1).astype(np.float32))
+    logits = g.op("Add", [g.op("MatMul", [h, w2], "/head"), b2], "/head")
+    g.op("ArgMax", [logits], "/head", outputs=["labels"], axis=-1, keepdims=0)
+    graph = g.graph("char_tagger", [helper.make_tensor_value_info("ids", INT64, [1, "seq"])],
+                    [helper.make_tensor_value_info("labels", INT64, [1, "seq"])])
+    return _make_model(graph, 17)
 
 
 def ort_static_qdq(model, feeds, folder, exclude=()):
