@@ -709,22 +709,30 @@ def with_label_scores(loaded):
     """(loaded, {}) when the model has a float output or no label output; else (a copy of loaded whose graph also
     outputs the float tensors its integer label outputs are computed from, {label output: that tensor}): the
     export built from it carries them as outputs too, so simulation and runtime are scored on them."""
-    if _float_outputs(loaded.proto)[0]:
-        return loaded, {}
-    scored = label_sources(loaded.proto)
+    proto, scored = label_scored(loaded.proto)
+    return (replace(loaded, proto=proto), scored) if scored else (loaded, {})
+
+
+def label_scored(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, str]]:
+    """(proto, {}) when it has a float output or no label output; else (a copy also outputting the float tensors
+    label_sources finds, with their inferred types and shapes, {label output: that tensor}). The zoo bench scores
+    NNCF's and onnxruntime's files on the same tensors."""
+    if _float_outputs(proto)[0]:
+        return proto, {}
+    scored = label_sources(proto)
     if not scored:
-        return loaded, {}
-    inferred = shapes.inferred(loaded.proto) or loaded.proto  # the tensors' declared types and shapes, as inferred
+        return proto, {}
+    inferred = shapes.inferred(proto) or proto  # the tensors' types and shapes, as inferred
     known = {vi.name: vi for vi in inferred.graph.value_info if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")}
-    types = tensor_types(loaded.proto)
-    proto = onnx.ModelProto()
-    proto.CopyFrom(loaded.proto)
+    types = tensor_types(proto)
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
     for name in dict.fromkeys(scored.values()):
         if name in known:
-            proto.graph.output.append(known[name])
-        else:  # rank unknown: the checker wants a shape, so the types' own, of unknown dims, cannot be written
-            proto.graph.output.append(onnx.helper.make_tensor_value_info(name, types[name], None))
-    return replace(loaded, proto=proto), scored
+            copy.graph.output.append(known[name])
+        else:  # rank unknown
+            copy.graph.output.append(onnx.helper.make_tensor_value_info(name, types[name], None))
+    return copy, scored
 
 
 def ranked_tensors(loaded, cal, runs: Runs, options: ExportOptions, cache_bytes: int = CACHE_BYTES) -> list:
