@@ -598,3 +598,7 @@ def test_a_model_whose_only_output_is_argmax_labels_is_scored_on_their_logits(tm
         q = run(str(tmp_path / "tagger.qdq.logits.onnx"), feeds)[1].astype(np.float64)
         signal, noise = signal + (ref ** 2).sum(), noise + ((ref - q) ** 2).sum()
     assert noise > 0 and abs(scored["sqnr_db"] - 10 * np.log10(signal / noise)) < 1e-3, (scored["sqnr_db"], 10 * np.log10(signal / noise))
+    # the exported file evaluated as it is: the same tensor of the file, the same figure
+    f = strict_json(ok(invoke("evaluate", out, "--data", tmp_path / "held", "--json")).stdout)
+    assert [o["name"] for o in f["outputs"]] == ["/head/Add_output_0"] and abs(f["sqnr_db"] - scored["sqnr_db"]) < 1e-6
+    assert any("as graph outputs of the file evaluated" in w for w in f["warnings"])

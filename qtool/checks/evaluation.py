@@ -679,9 +679,7 @@ def evaluate(loaded, cal, runs: Runs, options: ExportOptions, *, runtime: str | 
         tensors = sensitivities(*ranked, cal, reference, names, progress, options.bias_correction,
                                 rules=targets.get(target).rules)
     if scored:
-        warnings.insert(0, "the model's outputs are integer labels: scored instead the float tensor(s) they are the "
-                        + "ArgMax of (" + "; ".join(f"{o}: {t}" for o, t in scored.items()) + "), as graph outputs of the "
-                        + "export evaluated")
+        warnings.insert(0, _scored_warning(scored, "the export"))
     return Evaluation(outputs, tensors, samples, exported.summary, not_compared, list(exported.warnings) + warnings, target, measured)
 
 
@@ -750,7 +748,11 @@ def evaluate_file(loaded, data, runs: Runs, *, target: str | None = None, runtim
     """Compare an exported file (`data`: its ModelProto, as written) with its FP32 model `loaded` on
     the inputs `runs` gives: the exact simulation of the file's nodes as they are, and with
     `runtime` that runtime on this CPU (`target`: whose export it is, None for a file qtool did not
-    write). The numbers evaluate gives for the export it builds, when the file is that export."""
+    write). The numbers evaluate gives for the export it builds, when the file is that export. A model whose
+    outputs are all integer labels is scored on the float tensors they are the ArgMax of, in the file as in it."""
+    loaded, scored = with_label_scores(loaded)
+    if scored:
+        data = _exposing(data, list(dict.fromkeys(scored.values())), loaded.proto)
     names, not_compared = compared_outputs(loaded)
     if progress is not None:
         progress.total = 1 + (runtime is not None)
@@ -758,7 +760,32 @@ def evaluate_file(loaded, data, runs: Runs, *, target: str | None = None, runtim
     reference = _Reference(runs, _session(loaded, loaded.proto), names, cache_bytes)
     outputs, samples, warnings, measured = _score(reference, names, not_compared, data, runtime, progress,
                                                   fp32_file(loaded) if runtime is not None else None)
+    if scored:
+        warnings.insert(0, _scored_warning(scored, "the file"))
     return Evaluation(outputs, [], samples, {}, not_compared, warnings, target, measured)
+
+
+def _scored_warning(scored: dict[str, str], where: str) -> str:
+    return ("the model's outputs are integer labels: scored instead the float tensor(s) they are the ArgMax of ("
+            + "; ".join(f"{o}: {t}" for o, t in scored.items()) + f"), as graph outputs of {where} evaluated")
+
+
+def _exposing(data, names: list[str], like: onnx.ModelProto):
+    """The exported file `data` (bytes or a ModelFile) with the tensors `names` added to its graph outputs (their
+    value infos as `like` declares them); a one-line error when the file computes none of that name."""
+    if isinstance(data, ModelFile):
+        proto = onnx.ModelProto()
+        proto.CopyFrom(data.model)
+    else:
+        proto = onnx.load_model_from_string(bytes(data))
+    made = {o for n in proto.graph.node for o in n.output}
+    missing = [n for n in names if n not in made]
+    if missing:
+        raise QtoolError(f"the model's outputs are integer labels, and the file computes none of the float tensor(s) they are "
+                         f"the ArgMax of in the model ({', '.join(missing)}): nothing to compare")
+    declared = {o.name: o for o in like.graph.output}
+    proto.graph.output.extend(declared[n] for n in names)
+    return ModelFile(proto) if isinstance(data, ModelFile) else proto.SerializeToString()
 
 
 def compared_outputs(loaded) -> tuple[list[str], list[str]]:
