@@ -28,6 +28,10 @@ this checkout first on PYTHONPATH (the header prints which qtool the children im
              machine's load falls on all alike); per round the median latency of each, per pair the ratio in each
              round; the table shows the median ratio over rounds (the JSON also their min and max, and the load).
 
+A model whose outputs are all integer labels an ArgMax computes (a tagger exported with its ArgMax) is scored by
+every tool on the float tensors the labels are computed from, as `qtool evaluate` does: NNCF and onnxruntime
+quantize and run a copy that also outputs them (scored_model).
+
 SQNR everywhere is qtool's (qtool.checks.evaluation, the accumulator `qtool evaluate` uses): 10 log10(sum ref^2 /
 sum (ref - q)^2) over all values of an output across the held-out feeds, in float64, values where FP32 is NaN/inf
 skipped, an int8 NaN/inf where FP32 is finite = -inf; the worst (lowest) over the float outputs. "lead" below is
@@ -272,6 +276,23 @@ def child_plain(folder: Path, work: Path, args) -> dict:
     return {"runs": len(files)}
 
 
+def scored_model(folder: Path, work: Path) -> Path:
+    """The model the peers quantize and score: model.onnx, or where its outputs are all integer labels an ArgMax
+    computes, a copy in `work` also outputting their float sources, the tensors `qtool evaluate` scores instead
+    (qtool.checks.evaluation.label_scored)."""
+    import onnx
+
+    from qtool.checks.evaluation import label_scored
+
+    path = folder / "model.onnx"
+    proto, scored = label_scored(onnx.load(str(path)))
+    if not scored:
+        return path
+    out = work / "scored.onnx"
+    onnx.save(proto, str(out))
+    return out
+
+
 def child_nncf(folder: Path, work: Path, args) -> dict:
     """nncf.quantize with one preset, saved as IR; scored in OpenVINO (f32) against FP32 OpenVINO (f32)."""
     import nncf
@@ -279,8 +300,9 @@ def child_nncf(folder: Path, work: Path, args) -> dict:
 
     preset = args.preset
     calib = [load_feed(f) for f in feed_files(folder / "calib")]
+    source = scored_model(folder, work)
     start = time.perf_counter()
-    model = ov.convert_model(str(folder / "model.onnx"))
+    model = ov.convert_model(str(source))
     options = {"model_type": nncf.ModelType.TRANSFORMER} if preset == "transformer" else {}
     quantized = nncf.quantize(model, nncf.Dataset(calib), subset_size=len(calib), **options)
     seconds = time.perf_counter() - start
@@ -288,7 +310,7 @@ def child_nncf(folder: Path, work: Path, args) -> dict:
     xml = work / f"nncf_{preset}.xml"
     ov.save_model(quantized, str(xml), compress_to_fp16=False)
     core = ov.Core()
-    fp32 = core.compile_model(str(folder / "model.onnx"), "CPU", F32)
+    fp32 = core.compile_model(str(source), "CPU", F32)
     int8 = core.compile_model(str(xml), "CPU", F32)
     held = feed_files(folder / "held")
     pairs = ((ov_outputs(fp32, feed), ov_outputs(int8, feed)) for feed in map(load_feed, held))
@@ -310,11 +332,12 @@ def child_ort(folder: Path, work: Path, args) -> dict:
             return None if path is None else load_feed(path)
 
     out = work / "ort.qdq.onnx"
+    source = scored_model(folder, work)
     start = time.perf_counter()
-    quantize_static(str(folder / "model.onnx"), str(out), Reader(feed_files(folder / "calib")))
+    quantize_static(str(source), str(out), Reader(feed_files(folder / "calib")))
     seconds = time.perf_counter() - start
     providers = ["CPUExecutionProvider"]
-    fp32 = ort.InferenceSession(str(folder / "model.onnx"), providers=providers)
+    fp32 = ort.InferenceSession(str(source), providers=providers)
     int8 = ort.InferenceSession(str(out), providers=providers)
     held = feed_files(folder / "held")
     pairs = ((fp32.run(None, feed), int8.run(None, feed)) for feed in map(load_feed, held))

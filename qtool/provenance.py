@@ -32,6 +32,7 @@ import onnx
 
 from . import __version__, model, targets
 from .errors import QtoolError
+from .model import graph as G
 from .model import wire
 from .model.writer import ModelFile
 from .options import ExportOptions
@@ -97,6 +98,9 @@ def stamp(provenance: dict) -> bytes:
 def built(loaded, cal, options: ExportOptions):
     """options.target's writer's result for `cal` on `loaded`, refused (a one-line QtoolError, no file) when it would
     quantize nothing: what `export` writes and `evaluate` scores (before the provenance record)."""
+    why = unquantizable(loaded.proto)  # before the writer's work: minutes and gigabytes on a big tree ensemble
+    if why is not None:
+        raise QtoolError(f"the {options.target} export would quantize nothing: {why}; no file written")
     result = targets.exporter(options.target).export(loaded, cal, options)
     nothing = quantizes_nothing(loaded.proto, options.target, result.summary, calibrated=len(cal.tensors))
     if nothing is not None:
@@ -232,6 +236,36 @@ def _foreign_weights(proto, target: str) -> str | None:
             f"{'/'.join(sorted(_type_name(t) for t in own))} layers only: "
             + (f"export it for {' or '.join(others)}, which quantizes them, or " if others else "")
             + "convert the model to float32 first")
+
+
+def unquantizable(proto) -> str | None:
+    """Why no export of `proto` can quantize anything, known from its ops alone (checked before any work, by
+    calibrate and by every export): it computes only with ai.onnx.ml ops (onnxmltools' LightGBM, scikit-learn
+    exports: TreeEnsembleClassifier, ZipMap, ...), which no target quantizes, and its standard ops, in the graph or a
+    subgraph, only move or retype values (qtool.model.graph.REFORMS, Constant); None otherwise: an op that computes
+    may be quantized (or recorded in a range file), and the export's own check (quantizes_nothing) says when not."""
+    ml: set[str] = set()
+    moved: set[str] = set()
+
+    def plain(graph) -> bool:
+        for n in graph.node:
+            if n.domain == "ai.onnx.ml":
+                ml.add(n.op_type)
+            elif n.domain in ("", "ai.onnx") and n.op_type in G.REFORMS | {"Constant"}:
+                moved.add(n.op_type)
+            else:
+                return False
+            subgraphs = [a.g for a in n.attribute if a.type == onnx.AttributeProto.GRAPH]
+            subgraphs += [g for a in n.attribute if a.type == onnx.AttributeProto.GRAPHS for g in a.graphs]
+            if not all(plain(g) for g in subgraphs):
+                return False
+        return True
+
+    if not plain(proto.graph) or not ml:
+        return None
+    kept = sorted(moved - {"Constant"})
+    return (f"no op of the model is one any target quantizes: it computes with ai.onnx.ml ops only ({', '.join(sorted(ml))})"
+            + (f", its other ops only move or retype values ({', '.join(kept)})" if kept else ""))
 
 
 def quantizes_nothing(proto, target: str, summary: dict, calibrated: int | None = None) -> QtoolError | None:

@@ -564,3 +564,41 @@ def test_accumulator_is_batch_independent_and_handles_nonfinite():
     acc = ev._Acc()
     acc.update(nan_ref, out)
     assert acc.skipped == 1 and math.isfinite(acc.sqnr()) and acc.top1() is None
+
+
+def test_a_model_whose_only_output_is_argmax_labels_is_scored_on_their_logits(tmp_path):
+    """A tagger exported with its ArgMax (zoo.char_tagger_argmax_like, like sudachi-b-imitator's char-BERT): its only
+    output is int64 labels, so evaluate had nothing to compare (exit 1, no figure on a model every runtime runs).
+    It scores the float tensor the labels are the ArgMax of, exposed as an output of the export it builds; the figure
+    is that of the exported Q/DQ file with the same tensor exposed, run here as float arithmetic."""
+    model = tmp_path / "tagger.onnx"
+    onnx.save(zoo.char_tagger_argmax_like(), model)
+    rng = np.random.default_rng(3)
+    for split, n in (("cal", 12), ("held", 6)):
+        (tmp_path / split).mkdir()
+        for i in range(n):
+            np.savez(tmp_path / split / f"{i:03d}.npz", ids=rng.integers(0, 48, (1, int(rng.integers(8, 30)))).astype(np.int64))
+    calib = tmp_path / "tagger.calib.json"
+    ok(invoke("-q", "calibrate", model, "--data", tmp_path / "cal", "-o", calib))
+    e = strict_json(ok(invoke("evaluate", model, "--calib", calib, "--data", tmp_path / "held", "--target", "qdq", "--json")).stdout)
+    (scored,) = e["outputs"]
+    assert scored["name"] == "/head/Add_output_0" and e["not_compared"] == ["labels"]
+    assert any("integer labels: scored instead the float tensor(s) they are the ArgMax of (labels: /head/Add_output_0)" in w
+               for w in e["warnings"])
+    out = tmp_path / "tagger.qdq.onnx"
+    ok(invoke("-q", "export", "--target", "qdq", "--calib", calib, "-o", out))
+    for path in (model, out):  # both with the logits as an output, as evaluate scores them
+        m = onnx.load(path)
+        m.graph.output.append(onnx.helper.make_tensor_value_info("/head/Add_output_0", onnx.TensorProto.FLOAT, None))
+        onnx.save(m, tmp_path / f"{path.stem}.logits.onnx")
+    signal = noise = 0.0
+    for f in sorted((tmp_path / "held").glob("*.npz")):
+        feeds = dict(np.load(f))
+        ref = run(str(tmp_path / "tagger.logits.onnx"), feeds)[1].astype(np.float64)
+        q = run(str(tmp_path / "tagger.qdq.logits.onnx"), feeds)[1].astype(np.float64)
+        signal, noise = signal + (ref ** 2).sum(), noise + ((ref - q) ** 2).sum()
+    assert noise > 0 and abs(scored["sqnr_db"] - 10 * np.log10(signal / noise)) < 1e-3, (scored["sqnr_db"], 10 * np.log10(signal / noise))
+    # the exported file evaluated as it is: the same tensor of the file, the same figure
+    f = strict_json(ok(invoke("evaluate", out, "--data", tmp_path / "held", "--json")).stdout)
+    assert [o["name"] for o in f["outputs"]] == ["/head/Add_output_0"] and abs(f["sqnr_db"] - scored["sqnr_db"]) < 1e-6
+    assert any("as graph outputs of the file evaluated" in w for w in f["warnings"])

@@ -326,6 +326,62 @@ def test_an_export_that_quantizes_nothing_fails_without_a_file(birnn, target):
     assert not out.exists()
 
 
+# A LightGBM classifier exported by onnxmltools (zoo.lightgbm_classifier_like): its TreeEnsembleClassifier and ZipMap are
+# ai.onnx.ml ops no target quantizes. On the real one (194 MB of trees) calibrate took 51 s and 5.9 GB (2.6x plain
+# onnxruntime) to write a calibration no export could use, and each export 24-89 s and 4.7-10 GB before refusing.
+LIGHTGBM_WHY = ("no op of the model is one any target quantizes: it computes with ai.onnx.ml ops only (TreeEnsembleClassifier, "
+                "ZipMap), its other ops only move or retype values (Cast, Identity)")
+
+
+@pytest.fixture(scope="module")
+def lightgbm(tmp_path_factory):
+    d = tmp_path_factory.mktemp("lightgbm")
+    onnx.save(zoo.lightgbm_classifier_like(), d / "trees.onnx")
+    _data(d / "cal", [(5, 6), (3, 6)], name="float_input")
+    return d
+
+
+def test_calibrating_a_model_of_only_ai_onnx_ml_ops_fails_at_once_without_a_file(lightgbm):
+    from runcli import invoke
+
+    out = lightgbm / "trees.calib.json"
+    r = invoke("calibrate", lightgbm / "trees.onnx", "--data", lightgbm / "cal", "-o", out)
+    assert r.exit_code == 1, r.output
+    assert r.output.strip().splitlines() == [
+        f"error: nothing to calibrate in {lightgbm / 'trees.onnx'}: {LIGHTGBM_WHY}; no file written"]
+    assert not out.exists()
+    import qtool as api
+
+    with pytest.raises(api.QtoolError, match="nothing to calibrate"):
+        api.calibrate(str(lightgbm / "trees.onnx"), data=str(lightgbm / "cal"))
+
+
+@pytest.mark.parametrize("target", ["openvino", "qdq", "tensorrt"])
+def test_exporting_a_model_of_only_ai_onnx_ml_ops_fails_before_the_writer_runs(lightgbm, target, monkeypatch):
+    """A calibration made otherwise (the check bypassed, as by an older qtool): every export refuses before its
+    writer runs (no placement, no shape inference), with the reason, and writes nothing."""
+    from runcli import invoke
+
+    from qtool import provenance
+    from qtool.targets import exporter
+
+    cal = lightgbm / f"trees.{target}.calib.json"
+    with monkeypatch.context() as m:
+        m.setattr(provenance, "unquantizable", lambda proto: None)
+        assert invoke("calibrate", lightgbm / "trees.onnx", "--data", lightgbm / "cal", "-o", cal).exit_code == 0
+    writer = exporter(target)
+
+    def never(*a, **k):
+        raise AssertionError("the writer ran")
+
+    monkeypatch.setattr(writer, "export", never)
+    out = lightgbm / f"trees.{target}.onnx"
+    r = invoke("export", "--calib", cal, "--target", target, "-o", out)
+    assert r.exit_code == 1, r.output
+    assert r.output.strip().splitlines() == [f"error: the {target} export would quantize nothing: {LIGHTGBM_WHY}; no file written"]
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("cpu", ["any", "vnni"])
 def test_an_openvino_export_of_a_recurrent_net_runs_its_lstm_in_int8(birnn, cpu):
     """OpenVINO runs an LSTM in int8 (qtool.quantizers.placement.recurrent): the same model's export writes a file

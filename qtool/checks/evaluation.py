@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import onnx
@@ -44,7 +44,7 @@ from .. import provenance, targets
 from ..collection import collect
 from ..errors import Opt, QtoolError, Words, opts
 from ..model import graph as G
-from ..model import prequantized
+from ..model import prequantized, shapes, tensor_types
 from ..model.writer import ModelFile
 from ..options import DEFAULT_TARGET, ExportOptions, method
 from ..quantizers import cpu_kinds, placement
@@ -506,11 +506,15 @@ def gap_exchange(simulated: _Acc, measured: _Acc, draws: int = EXCHANGE_DRAWS) -
     return float(np.mean(np.abs(gaps) >= measured_gap - 1e-9))
 
 
+_FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE)
+_LABEL_OPS = frozenset({"ArgMax", "ArgMin"})
+
+
 def _float_outputs(proto: onnx.ModelProto) -> tuple[list[str], list[str]]:
     compared, skipped = [], []
     for o in proto.graph.output:
         t = o.type.tensor_type.elem_type if o.type.HasField("tensor_type") else 0
-        (compared if t in (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE) else skipped).append(o.name)
+        (compared if t in _FLOAT_TYPES else skipped).append(o.name)
     return compared, skipped
 
 
@@ -654,9 +658,11 @@ def _likely_cause(runtime: str, worse: bool) -> str:
 def evaluate(loaded, cal, runs: Runs, options: ExportOptions, *, runtime: str | None = None, per_tensor: bool = False,
              progress=None, cache_bytes: int = CACHE_BYTES) -> Evaluation:
     """Compare options.target's export of `cal` on `loaded` with the export `options` (its exact
-    simulation; with `runtime`, also that runtime on this CPU) with FP32 on the inputs `runs` gives."""
+    simulation; with `runtime`, also that runtime on this CPU) with FP32 on the inputs `runs` gives. A model whose
+    outputs are all integer labels is scored on the float tensors they are the ArgMax of (with_label_scores)."""
     target = options.target
     check_request(target, runtime, per_tensor)
+    loaded, scored = with_label_scores(loaded)
     names, not_compared = compared_outputs(loaded)
     options = export_options(options, runtime)
     exported = provenance.built(loaded, cal, options)
@@ -672,7 +678,59 @@ def evaluate(loaded, cal, runs: Runs, options: ExportOptions, *, runtime: str | 
     if ranked is not None:
         tensors = sensitivities(*ranked, cal, reference, names, progress, options.bias_correction,
                                 rules=targets.get(target).rules)
+    if scored:
+        warnings.insert(0, _scored_warning(scored, "the export"))
     return Evaluation(outputs, tensors, samples, exported.summary, not_compared, list(exported.warnings) + warnings, target, measured)
+
+
+def label_sources(proto: onnx.ModelProto) -> dict[str, str]:
+    """{integer output: the float tensor it is computed from} for the graph outputs an ArgMax or ArgMin computes
+    (through ops that only move or retype values, graph.REFORMS) from a float tensor: a tagger's or classifier's
+    labels, whose logits are what int8 changes (a char-BERT word tagger exported with its ArgMax: sudachi-b-imitator)."""
+    made_by = G.producers(proto.graph)
+    found: dict[str, str] = {}
+    types = None
+    for o in proto.graph.output:
+        node = made_by.get(o.name)
+        while node is not None and node.op_type in G.REFORMS and node.input:
+            node = made_by.get(node.input[0])
+        if node is None or node.op_type not in _LABEL_OPS or not node.input:
+            continue
+        if types is None:
+            types = tensor_types(proto)
+        if types.get(node.input[0]) in _FLOAT_TYPES:
+            found[o.name] = node.input[0]
+    return found
+
+
+def with_label_scores(loaded):
+    """(loaded, {}) when the model has a float output or no label output; else (a copy of loaded whose graph also
+    outputs the float tensors its integer label outputs are computed from, {label output: that tensor}): the
+    export built from it carries them as outputs too, so simulation and runtime are scored on them."""
+    proto, scored = label_scored(loaded.proto)
+    return (replace(loaded, proto=proto), scored) if scored else (loaded, {})
+
+
+def label_scored(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, str]]:
+    """(proto, {}) when it has a float output or no label output; else (a copy also outputting the float tensors
+    label_sources finds, with their inferred types and shapes, {label output: that tensor}). The zoo bench scores
+    NNCF's and onnxruntime's files on the same tensors."""
+    if _float_outputs(proto)[0]:
+        return proto, {}
+    scored = label_sources(proto)
+    if not scored:
+        return proto, {}
+    inferred = shapes.inferred(proto) or proto  # the tensors' types and shapes, as inferred
+    known = {vi.name: vi for vi in inferred.graph.value_info if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")}
+    types = tensor_types(proto)
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    for name in dict.fromkeys(scored.values()):
+        if name in known:
+            copy.graph.output.append(known[name])
+        else:  # rank unknown
+            copy.graph.output.append(onnx.helper.make_tensor_value_info(name, types[name], None))
+    return copy, scored
 
 
 def ranked_tensors(loaded, cal, runs: Runs, options: ExportOptions, cache_bytes: int = CACHE_BYTES) -> list:
@@ -690,7 +748,11 @@ def evaluate_file(loaded, data, runs: Runs, *, target: str | None = None, runtim
     """Compare an exported file (`data`: its ModelProto, as written) with its FP32 model `loaded` on
     the inputs `runs` gives: the exact simulation of the file's nodes as they are, and with
     `runtime` that runtime on this CPU (`target`: whose export it is, None for a file qtool did not
-    write). The numbers evaluate gives for the export it builds, when the file is that export."""
+    write). The numbers evaluate gives for the export it builds, when the file is that export. A model whose
+    outputs are all integer labels is scored on the float tensors they are the ArgMax of, in the file as in it."""
+    loaded, scored = with_label_scores(loaded)
+    if scored:
+        data = _exposing(data, list(dict.fromkeys(scored.values())), loaded.proto)
     names, not_compared = compared_outputs(loaded)
     if progress is not None:
         progress.total = 1 + (runtime is not None)
@@ -698,7 +760,32 @@ def evaluate_file(loaded, data, runs: Runs, *, target: str | None = None, runtim
     reference = _Reference(runs, _session(loaded, loaded.proto), names, cache_bytes)
     outputs, samples, warnings, measured = _score(reference, names, not_compared, data, runtime, progress,
                                                   fp32_file(loaded) if runtime is not None else None)
+    if scored:
+        warnings.insert(0, _scored_warning(scored, "the file"))
     return Evaluation(outputs, [], samples, {}, not_compared, warnings, target, measured)
+
+
+def _scored_warning(scored: dict[str, str], where: str) -> str:
+    return ("the model's outputs are integer labels: scored instead the float tensor(s) they are the ArgMax of ("
+            + "; ".join(f"{o}: {t}" for o, t in scored.items()) + f"), as graph outputs of {where} evaluated")
+
+
+def _exposing(data, names: list[str], like: onnx.ModelProto):
+    """The exported file `data` (bytes or a ModelFile) with the tensors `names` added to its graph outputs (their
+    value infos as `like` declares them); a one-line error when the file computes none of that name."""
+    if isinstance(data, ModelFile):
+        proto = onnx.ModelProto()
+        proto.CopyFrom(data.model)
+    else:
+        proto = onnx.load_model_from_string(bytes(data))
+    made = {o for n in proto.graph.node for o in n.output}
+    missing = [n for n in names if n not in made]
+    if missing:
+        raise QtoolError(f"the model's outputs are integer labels, and the file computes none of the float tensor(s) they are "
+                         f"the ArgMax of in the model ({', '.join(missing)}): nothing to compare")
+    declared = {o.name: o for o in like.graph.output}
+    proto.graph.output.extend(declared[n] for n in names)
+    return ModelFile(proto) if isinstance(data, ModelFile) else proto.SerializeToString()
 
 
 def compared_outputs(loaded) -> tuple[list[str], list[str]]:

@@ -7,7 +7,7 @@ import logging
 import time
 from pathlib import Path
 
-from .. import calibration, model
+from .. import calibration, model, provenance
 from ..collection import pipeline
 from ..commandinputs import model_json, shown_path
 from ..errors import QtoolError
@@ -23,6 +23,9 @@ log = logging.getLogger("qtool")
 def calibrated(loaded, options: CalibrateOptions, progress=None):
     """The pipeline's run (qtool.collection.pipeline.run) after the size check (a usage error), with what
     to do when onnxruntime meets feature maps of a size the strides do not divide."""
+    why = provenance.unquantizable(loaded.proto)  # before any input runs: no export could use the calibration
+    if why is not None:
+        raise QtoolError(f"nothing to calibrate in {shown_path(loaded.path)}: {why}; no file written")
     size = options.image.size if options.images is not None else None
     if size:
         problem = _data.size_problem(loaded.proto, model.image_input(loaded.proto).name, size)
