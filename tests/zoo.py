@@ -69,6 +69,7 @@ __all__ = [
     "ort_static_qdq",
     "ir3_classifier_like",
     "ort_optimized_bert_like",
+    "local_functions_like",
     "lightgbm_classifier_like",
     "char_tagger_argmax_like",
 ]
@@ -1957,6 +1958,32 @@ def ir3_classifier_like(opset=7, seed=4501):
     graph = helper.make_graph(nodes, "ir3_classifier_like", inputs, [helper.make_tensor_value_info("prob", FLOAT, [1, 10])], tensors)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="CNTK")
     model.ir_version = 3
+    return model
+
+
+def local_functions_like(d=32, blocks=2, seed=4601):
+    """A model whose layers sit in its own functions (FunctionProto, as spox, onnxscript and torch's
+    export_modules_as_functions write them): two calls of pkg.custom Block(x, w) = Relu(x W) + x (the function
+    itself calls pkg.custom Scale, a nested function), then a MatMul head; x [n, d]."""
+    rng = np.random.default_rng(seed)
+    scale = helper.make_function("pkg.custom", "Scale", ["x"], ["y"], [
+        helper.make_node("Constant", [], ["half"], value=numpy_helper.from_array(np.array(0.5, np.float32))),
+        helper.make_node("Mul", ["x", "half"], ["y"])], [helper.make_opsetid("", 17)])
+    block = helper.make_function("pkg.custom", "Block", ["x", "w"], ["y"], [
+        helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["r"]),
+        helper.make_node("Scale", ["r"], ["s"], domain="pkg.custom"), helper.make_node("Add", ["s", "x"], ["y"])],
+        [helper.make_opsetid("", 17), helper.make_opsetid("pkg.custom", 1)])
+    inits = [numpy_helper.from_array((rng.standard_normal((d, d)) / np.sqrt(d)).astype(np.float32), f"w{i}") for i in range(blocks + 1)]
+    nodes, x = [], "x"
+    for i in range(blocks):
+        nodes.append(helper.make_node("Block", [x, f"w{i}"], [f"h{i}"], domain="pkg.custom", name=f"block{i}"))
+        x = f"h{i}"
+    nodes.append(helper.make_node("MatMul", [x, f"w{blocks}"], ["y"], name="head"))
+    graph = helper.make_graph(nodes, "local_functions_like", [helper.make_tensor_value_info("x", FLOAT, ["n", d])],
+                              [helper.make_tensor_value_info("y", FLOAT, ["n", d])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("pkg.custom", 1)],
+                              functions=[scale, block], producer_name="spox")
+    model.ir_version = 8
     return model
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx.inliner
 from onnx import TensorProto, helper
 
 from ..errors import Opt, QtoolError
@@ -203,6 +204,12 @@ def as_float(loaded: LoadedModel, where: str | None = None) -> LoadedModel:
     DynamicQuantizeLSTM) the float model it was made from (dynamic.as_float), the model as given
     kept as `given`; a one-line QtoolError for a model quantized otherwise than qtool reads back
     (QLinearConv, ...). Its SHA-256 stays the file's: calibrations record the model as given."""
+    inlined = _inlined(loaded.proto)
+    if inlined is not None:  # the same function of the inputs: no other reference (`given`) than the model
+        proto, count = inlined
+        log.info(f"{loaded.path.name}: {count} call(s) of the model's own functions written out (onnx's inliner), so that the "
+                 "layers inside them can be quantized and every runtime reads the file")
+        loaded = dataclasses.replace(loaded, proto=proto)
     constants = _initializer_inputs(loaded.proto)
     if constants is not None:  # the same function of the inputs: no other reference (`given`) than the model
         proto, count = constants
@@ -228,6 +235,53 @@ def as_float(loaded: LoadedModel, where: str | None = None) -> LoadedModel:
         log.info(f"{loaded.path.name}: {count} weight(s) computed from constants (e.g. int8 Cast and scaled) read as float constants")
         loaded = dataclasses.replace(loaded, proto=proto)
     return loaded
+
+
+def _inlined(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, int] | None:
+    """(the model with every call of its own functions (FunctionProto: spox, onnxscript, torch's
+    export_modules_as_functions) written out by onnx's inliner, how many calls) or None when it has none. Inside a
+    function its layers are out of every pass's reach, and OpenVINO reads no local function ("No conversion rule
+    found"). The written-out nodes are named after their call ("<call>/<op>_<k>"); the domains only the functions
+    used are no longer imported."""
+    local = {(f.domain, f.name) for f in proto.functions}
+    calls = sum(1 for n in _all_nodes(proto.graph) if (n.domain, n.op_type) in local)
+    if not calls:
+        return None
+    model = onnx.inliner.inline_local_functions(proto)
+    _name_inlined(proto.graph, model.graph, local)
+    used = {n.domain for n in _all_nodes(model.graph)}
+    kept = [o for o in model.opset_import if o.domain in used or o.domain not in {d for d, _ in local}]
+    del model.opset_import[:]
+    model.opset_import.extend(kept)
+    return model, calls
+
+
+def _all_nodes(g: onnx.GraphProto):
+    for n in g.node:
+        yield n
+        for sub in subgraphs(n):
+            yield from _all_nodes(sub)
+
+
+def _name_inlined(before: onnx.GraphProto, after: onnx.GraphProto, local: set) -> None:
+    """Name the main-graph nodes a call became "<call>/<op>_<k>": the inliner writes each call's nodes in its place,
+    the last of them producing the last of the call's outputs. Left as they are where the walk does not match."""
+    nodes, j = list(after.node), 0
+    for n in before.node:
+        if (n.domain, n.op_type) not in local:
+            if j >= len(nodes) or list(nodes[j].output) != list(n.output):
+                return
+            j += 1
+            continue
+        wanted, k, call = {o for o in n.output if o}, 0, n.name or (n.output[0] if n.output else n.op_type)
+        while wanted and j < len(nodes):
+            m = nodes[j]
+            if not m.name:
+                m.name = f"{call}/{m.op_type}_{k}"
+            wanted -= set(m.output)
+            j, k = j + 1, k + 1
+        if wanted:
+            return
 
 
 def _initializer_inputs(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, int] | None:
