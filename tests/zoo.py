@@ -1809,6 +1809,35 @@ def smooth_frames(n, feat=16, rho=0.9, seed=3):
     return feeds
 
 
+def mask_logsumexp_head_like(reduction="ReduceLogSumExp", opset=17, ch=8, classes=5, seed=8411):
+    """A reCAPTCHA tile classifier's mask head as torch exports it (azcrawlerpy's TesseraNet, opset 17): image
+    [batch, 3, 16, 16] -> Conv 3x3 stride 2 -> Relu -> Conv 1x1 to `classes` mask logits -> Sigmoid (the output
+    "masks") -> Reshape [batch, classes, 64] -> a ReduceMax and a `reduction` (ReduceLogSumExp, its `axes` an
+    attribute at opsets 13-17) over the last axis, keepdims 0 -> each Unsqueezed to [batch, classes, 1] -> Concat ->
+    MatMul + Add to one logit per class -> Sigmoid ("probs"). OpenVINO 2026.4's ONNX frontend drops that reduction's
+    axes, so the Concat meets a scalar and the model does not convert (qtool.targets.reductions)."""
+    g = _Graph(seed=seed)
+    rng = g.rng
+    x = g.op("Conv", ["image", g.init("stem_w", _conv_w(rng, ch, 3, 3)), g.init("stem_b", rng.normal(0, 0.1, ch).astype(np.float32))],
+             "/stem", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    x = g.op("Relu", [x], "/stem")
+    logits = g.op("Conv", [x, g.init("mask_w", _conv_w(rng, classes, ch, 1)), g.init("mask_b", rng.normal(0, 0.3, classes).astype(np.float32))],
+                  "/mask", kernel_shape=[1, 1])
+    masks = g.op("Sigmoid", [logits], "/mask", outputs=["masks"])
+    flat = g.op("Reshape", [masks, g.init("flat_shape", np.array([0, classes, -1], np.int64))], "/pool")
+    peak = g.op("ReduceMax", [flat], "/pool", axes=[-1], keepdims=0)
+    soft = g.op(reduction, [flat], "/pool", axes=[-1], keepdims=0)
+    last = g.init("last", np.array([-1], np.int64))
+    pooled = g.op("Concat", [g.op("Unsqueeze", [peak, last], "/pool"), g.op("Unsqueeze", [soft, last], "/pool")], "/pool", axis=-1)
+    out = g.op("Add", [g.op("MatMul", [pooled, g.init("head_w", rng.normal(0, 1, (2, 1)).astype(np.float32))], "/head"),
+                       g.init("head_b", np.array([-0.5], np.float32))], "/head")
+    g.op("Sigmoid", [out], "/head", outputs=["probs"])
+    graph = g.graph("mask_logsumexp_head", [helper.make_tensor_value_info("image", FLOAT, ["batch", 3, 16, 16])],
+                    [helper.make_tensor_value_info("probs", FLOAT, ["batch", classes, 1]),
+                     helper.make_tensor_value_info("masks", FLOAT, ["batch", classes, 8, 8])])
+    return _make_model(graph, opset)
+
+
 if __name__ == "__main__":
     import tempfile
 
