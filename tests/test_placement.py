@@ -541,3 +541,28 @@ def test_a_stream_of_small_steps_sums_in_float_where_it_sets_the_error():
     assert {"f1", "f2"} <= set(kept) and ("n_s2", 1) in kept["s1"].readers
     assert set(sites(placement.place(m, recs | {"x": _flat("x", 4.0)}, rules=replace(CPU, lone_sums_float=False)))) \
         == {"x", "s0", "s1", "s2", "f1", "f2"}
+
+
+def test_a_max_subtracted_softmax_reads_one_grid():
+    """trueocr's line reader (tests/zoo.py max_subtracted_confidence_like): its confidence is 1 / sum(exp(logits -
+    max(logits))). Quantized on two grids, the logits' (whose range clips the rare top logit) and the max's own, the
+    difference at the max was -13 instead of 0 and the confidence 4e5 where the model says 1 (-88 dB; NNCF 24, its
+    ReduceMax quantize-agnostic). The ReduceMax reads the Sub's quantized logits: one quantizer, read by both; the
+    confidence within 30 dB of FP32 on both CPU targets. A ReduceMax kept float leaves the Sub float too."""
+    import qtool
+
+    model = zoo.max_subtracted_confidence_like()
+    rng = np.random.default_rng(3)
+    feeds = [{"features": (np.cumsum(rng.normal(0, 0.4, (2, 8, int(t))), axis=2)
+                           + rng.normal(0, 1, (2, 8, int(t)))).astype(np.float32)} for t in rng.integers(20, 60, 24)]
+    cal = qtool.calibrate(model, data=feeds[:16])
+    for target in ("openvino", "qdq"):
+        assert qtool.evaluate(model, cal, data=feeds[16:], target=target).worst_sqnr_db > 30, target
+    m = G.copy_model(model)
+    records = {t.name: t for t in cal.tensors}
+    plan = placement.place(m, records, rules=CPU)
+    logits = [q for q in plan.quantizers if q.tensor == "/rec/Transpose_output_0"]
+    assert len(logits) == 1 and sorted(logits[0].readers) == [("/ReduceMax", 0), ("/Sub", 0)], plan.quantizers
+    assert not [q for q in plan.quantizers if "ReduceMax" in q.tensor or "Unsqueeze" in q.tensor]
+    plan = placement.place(m, records, rules=CPU, choices=placement.Choices(exclude=["/ReduceMax"]))
+    assert not [q for q in plan.quantizers if any(node == "/Sub" for node, _ in q.readers)]

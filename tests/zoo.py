@@ -1838,6 +1838,35 @@ def mask_logsumexp_head_like(reduction="ReduceLogSumExp", opset=17, ch=8, classe
     return _make_model(graph, opset)
 
 
+def max_subtracted_confidence_like(feat=8, ch=16, classes=96, blank=25.0, seed=8421):
+    """A CTC line reader's confidence head as torch exports it (trueocr's rec.onnx, opset 17): features
+    [batch, feat, time] (dynamic) -> Conv1d k3 -> Relu -> Conv1d k1 to `classes` logits, the blank class far ahead of
+    the rest (a CTC head's frames are mostly blank) -> Transpose to [batch, time, classes] -> ReduceMax over classes
+    (keepdims 0) -> Unsqueeze -> Sub(logits, max) -> Exp -> ReduceSum -> Reciprocal: "conf", the best class's
+    probability, written out; and ArgMax: "ids" (int64). Quantized on two grids, logits - max is no longer 0 at the
+    max and the reciprocal explodes (qtool.quantizers.placement.requests._max_subtracted)."""
+    g = _Graph(seed=seed)
+    rng = g.rng
+    w1 = (rng.standard_normal((ch, feat, 3)) * np.sqrt(2.0 / (3 * feat))).astype(np.float32)
+    x = g.op("Conv", ["features", g.init("c1_w", w1), g.init("c1_b", rng.normal(0, 0.1, ch).astype(np.float32))], "/rec",
+             kernel_shape=[3], pads=[1, 1])
+    x = g.op("Relu", [x], "/rec")
+    bias = np.zeros(classes, np.float32)
+    bias[0] = blank  # a CTC head: its frames are mostly blank, the blank logit far above the others
+    w2 = (rng.standard_normal((classes, ch, 1)) * 1.5 / np.sqrt(ch)).astype(np.float32)
+    logits = g.op("Conv", [x, g.init("head_w", w2), g.init("head_b", bias)], "/rec/head", kernel_shape=[1])
+    logits = g.op("Transpose", [logits], "/rec", perm=[0, 2, 1])
+    peak = g.op("ReduceMax", [logits], "", axes=[-1], keepdims=0)
+    centred = g.op("Sub", [logits, g.op("Unsqueeze", [peak, g.init("last", np.array([-1], np.int64))], "")], "")
+    total = g.op("ReduceSum", [g.op("Exp", [centred], ""), g.init("last", np.array([-1], np.int64))], "", keepdims=0)
+    g.op("Reciprocal", [total], "", outputs=["conf"])
+    g.op("ArgMax", [logits], "", outputs=["ids"], axis=-1, keepdims=0)
+    graph = g.graph("max_subtracted_confidence", [helper.make_tensor_value_info("features", FLOAT, ["batch", feat, "time"])],
+                    [helper.make_tensor_value_info("conf", FLOAT, ["batch", "time"]),
+                     helper.make_tensor_value_info("ids", INT64, ["batch", "time"])])
+    return _make_model(graph, 17)
+
+
 if __name__ == "__main__":
     import tempfile
 

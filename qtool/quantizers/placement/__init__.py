@@ -50,6 +50,9 @@ src/nncf/openvino/quantization/ignored_patterns.py):
 * AveragePool, GlobalAveragePool, ReduceMean, Resize: the data input; not the ReduceMean of squares
   in a decomposed LayerNorm (OpenVINO fuses the normalisation into MVN, whose input NNCF
   quantizes), and the centring Sub(x, ReduceMean(x)) reads the same quantized x as the mean.
+* The max-subtraction Sub(x, ReduceMax(x)) of a softmax or log-sum-exp written out (ReduceMin alike, through ops
+  that only move values): the Sub's x only, and the reduction reads that same quantized x (NNCF's ReduceMax is
+  quantize-agnostic), so that the difference is 0 at the max; with the reduction kept float, the Sub stays float.
 * Transformers (NNCF's ModelType.TRANSFORMER preset, which qtool applies when the graph has
   attention, MatMul [-> scale, mask] -> Softmax -> MatMul of activations, and a LayerNorm, fused
   LayerNormalization or decomposed ReduceMean/Sub/Pow/Sqrt/Div; qtool.quantizers.patterns.transformer_structure;

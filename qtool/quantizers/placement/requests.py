@@ -74,8 +74,39 @@ def request_pools(inputs: Inputs, kept: Kept, asked: Requests) -> None:
             _ask(inputs, kept, asked, n, [(0, n.input[0])], [])
 
 
+def _max_subtracted(m: G.Index, sub: onnx.NodeProto) -> onnx.NodeProto | None:
+    """The ReduceMax (or ReduceMin) whose result, through ops that only move values, is `sub`'s second input, when it
+    reduces `sub`'s first input: x - max(x), a softmax or log-sum-exp written out (Exp and ReduceSum after it)."""
+    if sub.op_type != "Sub" or len(sub.input) != 2:
+        return None
+    t = sub.input[1]
+    for _ in range(8):
+        n = P.producer(m, t)
+        if n is None or not n.input:
+            return None
+        if n.op_type in ("ReduceMax", "ReduceMin"):
+            return n if n.input[0] == sub.input[0] else None
+        if n.op_type not in G.MOVES:
+            return None
+        t = n.input[0]
+    return None
+
+
 def _ask(inputs: Inputs, kept: Kept, asked: Requests, n: onnx.NodeProto, acts: list[tuple[int, str]],
          wts: list[tuple[int, str]]) -> None:
+    reduction = _max_subtracted(inputs.m, n) if inputs.rules.nncf_patterns else None
+    if reduction is not None:
+        # x - max(x) on two grids (x's, and the max's own range) is no longer 0 at the max: where x's range clips the
+        # top or the max's is wider, every term of the sum that follows is small and its reciprocal huge (trueocr's
+        # line reader, whose confidence is 1 / sum(exp(logit - max)): 4e5 where the model says 1, -88 dB). The
+        # reduction reads the Sub's quantized x instead (NNCF's quantize-agnostic ReduceMax, openvinotoolkit/nncf
+        # src/nncf/openvino/graph/metatypes/groups.py QUANTIZE_AGNOSTIC_OPERATIONS): its max is on x's grid, the
+        # difference 0 at the max. Where it cannot (kept float), the Sub stays float.
+        if reduction.name in kept.nodes or not P.standard(reduction) or not any(slot == 0 for slot, _ in acts):
+            return
+        acts = [(0, n.input[0])]
+        asked.asks[reduction.name] = [n.input[0]]
+        asked.wanted[n.input[0]].append((reduction.name, 0))
     asked.asks[n.name] = [t for _, t in acts]
     asked.weights_of[n.name] = wts
     for slot, t in acts:
