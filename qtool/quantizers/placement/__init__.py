@@ -51,8 +51,8 @@ src/nncf/openvino/quantization/ignored_patterns.py):
   in a decomposed LayerNorm (OpenVINO fuses the normalisation into MVN, whose input NNCF
   quantizes), and the centring Sub(x, ReduceMean(x)) reads the same quantized x as the mean.
 * The max-subtraction Sub(x, ReduceMax(x)) of a softmax or log-sum-exp written out (ReduceMin alike, through ops
-  that only move values): the Sub's x only, and the reduction reads that same quantized x (NNCF's ReduceMax is
-  quantize-agnostic), so that the difference is 0 at the max; with the reduction kept float, the Sub stays float.
+  that only move values) asks for nothing: it reads float logits, as a Softmax op does (NNCF's default preset
+  quantizes both inputs, each on its own grid, and x - max(x) is then no longer 0 at the max).
 * Transformers (NNCF's ModelType.TRANSFORMER preset, which qtool applies when the graph has
   attention, MatMul [-> scale, mask] -> Softmax -> MatMul of activations, and a LayerNorm, fused
   LayerNormalization or decomposed ReduceMean/Sub/Pow/Sqrt/Div; qtool.quantizers.patterns.transformer_structure;
