@@ -1268,11 +1268,13 @@ def unrolled_rnn_like(steps=8, feat=16, hidden=16, seed=6113):
     return _make_model(graph, 13)
 
 
-def crnn_bilstm_like(height=8, ch=8, hidden=16, classes=12, seed=6131):
+def crnn_bilstm_like(height=8, ch=8, hidden=16, classes=12, seed=6131, computed_weights=False):
     """A captcha reader as ddddocr's beta model is exported (ddddocr 1.5.6, common.onnx, opset 12): a grey image
     [1, 1, height, width] -> Conv, Relu, MaxPool, Conv, Relu -> Transpose (width first) -> Reshape [T, 1, ch * height / 2]
     -> a bidirectional ONNX LSTM whose zero initial states are ConstantOfShape of [2, batch, hidden] (batch from Shape)
-    -> Transpose, Reshape [T, 1, 2 * hidden] -> MatMul + Add: per-column logits [T, 1, classes]."""
+    -> Transpose, Reshape [T, 1, 2 * hidden] -> MatMul + Add: per-column logits [T, 1, classes]. computed_weights: W and
+    R stored in Paddle's gate order (i, f, c, o) and reordered to ONNX's (i, o, f, c) by a Split and a Concat, as
+    paddle2onnx writes PP-OCRv2's recogniser (the same values)."""
     g = _Graph(seed=seed)
     rng = g.rng
     h = "input1"
@@ -1292,6 +1294,16 @@ def crnn_bilstm_like(height=8, ch=8, hidden=16, classes=12, seed=6131):
     w = g.init("lstm.W", (rng.normal(0, 1, (2, 4 * hidden, feat)) / np.sqrt(feat)).astype(np.float32))
     r = g.init("lstm.R", (rng.normal(0, 1, (2, 4 * hidden, hidden)) / np.sqrt(hidden)).astype(np.float32))
     bias = g.init("lstm.B", rng.normal(0, 0.1, (2, 8 * hidden)).astype(np.float32))
+    if computed_weights:
+        def reordered(name):
+            i, o, f, c = np.split(numpy_helper.to_array(next(t for t in g.inits if t.name == name)), 4, axis=1)
+            g.inits = [t for t in g.inits if t.name != name]
+            g._init_names.discard(name)
+            stored = g.init(f"{name}.paddle", np.concatenate([i, f, c, o], axis=1))
+            gi, gf, gc, go = g.op("Split", [stored], "", n_out=4, axis=1, split=[hidden] * 4)
+            return g.op("Concat", [gi, go, gf, gc], "", axis=1)
+
+        w, r = reordered("lstm.W"), reordered("lstm.R")
     y = g.op("LSTM", [seq, w, r, bias, "", *zeros], "", n_out=3, hidden_size=hidden, direction="bidirectional")[0]
     y = g.op("Reshape", [g.op("Transpose", [y], "", perm=[0, 2, 1, 3]), g.init("seq_shape", None)], "")  # [T, 1, 2 * hidden]
     wo = g.init("head.weight", (rng.normal(0, 1, (2 * hidden, classes)) / np.sqrt(2 * hidden)).astype(np.float32))
