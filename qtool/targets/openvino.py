@@ -19,7 +19,7 @@ from ..model import data_inputs
 from ..model import graph as G
 from ..options import ExportOptions
 from ..quantizers import grids, placement, policy
-from . import get, peepholes
+from . import get, peepholes, reductions
 from .cpu import Prepared, export_prepared, with_quantizers
 from .cpu import prepare as cpu_prepare
 from .cpu import report_view as cpu_report_view
@@ -588,6 +588,7 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
         _bias_after(model, namer, index, conv)
     _huge_bool_scales(model, namer)
     peepholes.peephole_lstms_as_scans(model, namer)  # OpenVINO drops an LSTM's peepholes (qtool.targets.peepholes)
+    reductions.spell_misread(model, namer)  # OpenVINO drops three reductions' axes (qtool.targets.reductions)
     G.ensure_opset(model, DOMAIN, 1)
 
 

@@ -50,6 +50,9 @@ src/nncf/openvino/quantization/ignored_patterns.py):
 * AveragePool, GlobalAveragePool, ReduceMean, Resize: the data input; not the ReduceMean of squares
   in a decomposed LayerNorm (OpenVINO fuses the normalisation into MVN, whose input NNCF
   quantizes), and the centring Sub(x, ReduceMean(x)) reads the same quantized x as the mean.
+* The max-subtraction Sub(x, ReduceMax(x)) of a softmax or log-sum-exp written out (ReduceMin alike, through ops
+  that only move values) asks for nothing: it reads float logits, as a Softmax op does (NNCF's default preset
+  quantizes both inputs, each on its own grid, and x - max(x) is then no longer 0 at the max).
 * Transformers (NNCF's ModelType.TRANSFORMER preset, which qtool applies when the graph has
   attention, MatMul [-> scale, mask] -> Softmax -> MatMul of activations, and a LayerNorm, fused
   LayerNormalization or decomposed ReduceMean/Sub/Pow/Sqrt/Div; qtool.quantizers.patterns.transformer_structure;
