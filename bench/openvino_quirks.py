@@ -84,6 +84,14 @@ Usage: PYTHONPATH=. python bench/openvino_quirks.py (this checkout's qtool, not 
    beside c, OpenVINO 2026.4 returns the GlobalAveragePool's output as zeros; alone it is right (PP-OCRv6 tiny det:
    qtool evaluate named those pools as where the run leaves the file, at 0 dB). Not a file's arithmetic: evaluate's
    departures measure each layer they name, and its quantized inputs, fetched alone. Printed: run vs exact, both ways.
+13. a float squeeze-excitation Mul at dynamic shapes: x -> FakeQuantize -> Conv -> c; c -> FakeQuantize -> cq ->
+   GlobalAveragePool -> FakeQuantize -> 1x1 Conv -> Relu -> FakeQuantize -> 1x1 Conv -> HardSigmoid -> s; Mul(c, s),
+   the float c (the Mul not quantized) -> FakeQuantize -> Add cq (PP-OCR's residual SE block). On an input of dynamic
+   shape OpenVINO 2026.4 computes something else (~4 dB against the file's arithmetic; ~50 with the shapes static,
+   float rounding through the FakeQuantizes); the Mul reading cq (qtool's file: every reader of c reads one quantized
+   tensor) runs right. Why qtool quantizes the SE gating Mul: with it float, ppocrv6_tiny_det's run is 0 dB where its
+   file's arithmetic gives 19.7 (docs/benchmarks.md #behind11). Printed: run vs exact, dynamic and static, and with
+   the Mul reading cq.
 """
 
 from __future__ import annotations
@@ -416,6 +424,26 @@ def pooled_fetched(rng) -> tuple[float, float]:
         out.append(_sqnr(exact, run))
     return out[0], out[1]
 
+def se_mul_float(rng, quantized: bool = False, static: bool = False) -> float:
+    """Case 13: run vs exact, dB, of a squeeze-excitation block whose gating Mul reads the Conv output c float
+    (`quantized`: its quantized cq, qtool's file), on a dynamic-shape input (`static`: fixed [1, c, 32, 32])."""
+    c = 16
+    inits = {"w8": rng.integers(-63, 64, (c, c, 1, 1)).astype(np.int8), "w28": rng.integers(-63, 64, (c, c, 1, 1)).astype(np.int8),
+             "w38": rng.integers(-63, 64, (c, c, 1, 1)).astype(np.int8), "ws": np.full((c, 1, 1, 1), 0.004, np.float32),
+             "lo": np.float32(-2), "hi": np.float32(2), "lo_x": np.float32(0), "hi_x": np.float32(1)}
+    weight = lambda q, out: [helper.make_node("Cast", [q], [out + "_f"], to=TensorProto.FLOAT),  # noqa: E731
+                             helper.make_node("Mul", [out + "_f", "ws"], [out])]
+    nodes = [_fq("x", "lo_x", "hi_x", "xq"), *weight("w8", "w"), helper.make_node("Conv", ["xq", "w"], ["c"]),
+             _fq("c", "lo", "hi", "cq"), helper.make_node("GlobalAveragePool", ["cq"], ["g"]), _fq("g", "lo", "hi", "gq"),
+             *weight("w28", "w2"), helper.make_node("Conv", ["gq", "w2"], ["e"]), helper.make_node("Relu", ["e"], ["er"]),
+             _fq("er", "lo_x", "hi", "erq"), *weight("w38", "w3"), helper.make_node("Conv", ["erq", "w3"], ["e3"]),
+             helper.make_node("HardSigmoid", ["e3"], ["s"]), helper.make_node("Mul", ["cq" if quantized else "c", "s"], ["m"]),
+             _fq("m", "lo", "hi", "mq"), helper.make_node("Add", ["mq", "cq"], ["out"])]
+    feeds = {"x": rng.uniform(0, 1, (1, c, 32, 32)).astype(np.float32)}
+    m = _model(nodes, {"x": [1, c, 32, 32] if static else ["N", c, "H", "W"]}, inits)
+    return _sqnr(_exact(m, feeds), _run(m, feeds))
+
+
 def main() -> None:
     import openvino as ov
 
@@ -477,6 +505,10 @@ def main() -> None:
     alone, beside = pooled_fetched(rng)
     print(f"12. (evaluate's departures) a GlobalAveragePool output fetched: alone, run vs file {alone:6.1f}; beside the Conv output it "
           f"pools {beside:6.1f}  -> {'still handed back wrong beside its input' if beside < 20 <= alone else 'fetched right now' if beside >= 20 else 'look closer'}")
+    dynamic, static, quantized = se_mul_float(rng), se_mul_float(rng, static=True), se_mul_float(rng, quantized=True)
+    print(f"13. float squeeze-excitation Mul, dynamic shape: run vs file {dynamic:6.1f}; static {static:6.1f}; the Mul reading the "
+          f"quantized tensor {quantized:6.1f}  -> {'still computed otherwise' if dynamic < 20 <= static else 'runs right now' if dynamic >= 20 else 'look closer'}"
+          f"{'' if quantized >= 20 else '; THE QUANTIZED FORM IS WRONG TOO: qtool files are affected'}")
 
 
 if __name__ == "__main__":
