@@ -233,7 +233,7 @@ def run(loaded: model.LoadedModel, options: CalibrateOptions, progress=None) -> 
 
 def _collect(loaded, names, types, source: _Source, bins: int, progress):
     # per-sample min, max |x| and per-channel means of layer inputs: for mean-minmax and bias correction
-    # and per-channel max |x| of linear-layer inputs in transformers, for SmoothQuant at export
+    # and per-channel max |x| of linear-layer inputs, for SmoothQuant at export (their Grams in transformers)
     stats = new_stats(loaded.proto, names, smooth=_transformer(loaded.proto))
     # a Concat's output (a Split's input) holds exactly its parts' values, an Add/Sub/Mul output is
     # one exact float32 operation on its inputs: such tensors are computed from fetched ones
