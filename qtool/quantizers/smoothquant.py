@@ -13,8 +13,14 @@ constant is inserted (as NNCF does): above those Reshapes and last-axis-keeping 
 comes through them, else right before the layers, except before a Gemm (OpenVINO computed both
 Reshape -> Mul -> FakeQuantize -> Gemm and a Mul right before a Gemm's FakeQuantize wrongly). The
 layers are the placement's int8 MatMul/Gemm but attention's output projection. The statistics are
-the per-channel max |x| calibrate stores for linear-layer inputs of transformers
-(qtool.statistics.stats.new_stats(smooth=True)).
+the per-channel max |x| calibrate stores for the inputs of every MatMul/Gemm with a constant weight
+(qtool.statistics.stats.new_stats).
+
+Which models: "auto" smooths every transformer (qtool.quantizers.patterns.transformer_structure) and, on
+the CPU targets (OpenVINO, Q/DQ), any other model's activations whose estimated gain (`estimate`) is at
+least CLEAR_GAIN_DB (NNCF's TRANSFORMER preset smooths every MatMul, its default preset none): a GRU
+decoder's output MatMul reading outlier channels gains as a transformer's layers do. TensorRT's export
+smooths transformers only.
 
 alpha: per activation, the one of ALPHAS (or no smoothing) with the least estimated output noise
 (`noise`: activation and weight rounding noise through the layers, from the stored maxima, the
