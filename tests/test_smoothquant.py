@@ -199,19 +199,23 @@ def test_auto_smooths_beyond_transformers_where_the_estimate_gains_clearly(tmp_p
     rng = np.random.default_rng(1)
     (tmp_path / "data").mkdir()
     for i in range(16):
-        np.savez(tmp_path / "data" / f"{i}.npz", emb=rng.standard_normal((1, 32, 16)).astype(np.float32))
+        np.savez(tmp_path / "data" / f"{i}.npz", emb=rng.standard_normal((1, 64, 16)).astype(np.float32))
     cal = api.calibrate(str(path), data=str(tmp_path / "data"))
     loaded = load_model(str(path))
-    feeds = [{"emb": rng.standard_normal((1, 32, 16)).astype(np.float32)} for _ in range(8)]
+    feeds = [{"emb": rng.standard_normal((1, 64, 16)).astype(np.float32)} for _ in range(8)]
     for module in (openvino, qdq):
         auto = module.export(loaded, cal, options_for(module.DEFAULTS.target))
         off = module.export(loaded, cal, options_for(module.DEFAULTS.target, smooth_quant=False))
         assert auto.summary["smooth_quant"]["activations"] == auto.summary["smooth_quant"]["layers"] == 1
         smoothed = [n for n in onnx.load_from_string(auto.data).graph.node if n.op_type == "Mul" and "smooth_quant" in n.name]
         assert [n.input[0] for n in smoothed] == ["/add/Add_output_0"]
-        assert _feeds_sqnr(loaded.proto, auto.data, feeds) > _feeds_sqnr(loaded.proto, off.data, feeds) + 5  # 39.9 against 31.8
+        assert _feeds_sqnr(loaded.proto, auto.data, feeds) > _feeds_sqnr(loaded.proto, off.data, feeds) + 5  # 42.7 against 31.2
     trt_auto, trt_off = (tensorrt.export(loaded, cal, options_for("tensorrt", trt_version="11.4", smooth_quant=m)) for m in ("auto", "off"))
     assert trt_auto.data == trt_off.data and "smooth_quant" not in trt_auto.summary
+    # peaks over fewer than MIN_ROWS values per channel (8 inputs of 64 frames): not trusted beyond transformers
+    few = api.calibrate(str(path), data=str(tmp_path / "data"), shard=(1, 2))
+    auto, off = (openvino.export(loaded, few, options_for("openvino", smooth_quant=m)) for m in ("auto", "off"))
+    assert auto.data == off.data and "smooth_quant" not in auto.summary
 
 
 @pytest.mark.parametrize("name", list(MODELS))

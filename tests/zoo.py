@@ -2016,7 +2016,7 @@ if __name__ == "__main__":
     print("all zoo models OK")
 
 
-def gru_skip_head_like(frames=32, feat=16, hidden=32, outliers=(3, 17), gain=6.0, seed=9211):
+def gru_skip_head_like(frames=64, feat=16, hidden=32, outliers=(3, 17), gain=6.0, seed=9211):
     """DeepFilterNet3's deep-filter decoder (zoo dfn3_df_dec): an embedding [1, frames, feat] through a linear
     layer, ReLU and a GRU (seq-first: Transpose, Squeeze), plus a linear skip of the embedding; their sum feeds
     a hidden -> 1 output MatMul + bias + Sigmoid. The skip's columns `outliers` are `gain` times larger (channels

@@ -18,9 +18,9 @@ the per-channel max |x| calibrate stores for the inputs of every MatMul/Gemm wit
 
 Which models: "auto" smooths every transformer (qtool.quantizers.patterns.transformer_structure) and, on
 the CPU targets (OpenVINO, Q/DQ), any other model's activations whose estimated gain (`estimate`) is at
-least CLEAR_GAIN_DB (NNCF's TRANSFORMER preset smooths every MatMul, its default preset none): a GRU
-decoder's output MatMul reading outlier channels gains as a transformer's layers do. TensorRT's export
-smooths transformers only.
+least CLEAR_GAIN_DB, from peaks over at least MIN_ROWS values per channel (NNCF's TRANSFORMER preset
+smooths every MatMul, its default preset none): a GRU decoder's output MatMul reading outlier channels
+gains as a transformer's layers do. TensorRT's export smooths transformers only.
 
 alpha: per activation, the one of ALPHAS (or no smoothing) with the least estimated output noise
 (`noise`: activation and weight rounding noise through the layers, from the stored maxima, the
@@ -207,11 +207,21 @@ def noise(absmax: np.ndarray, weights: list[np.ndarray], s: np.ndarray, mean_squ
 
 
 # Beyond transformers (`smooth`'s `beyond`), "auto" smooths an activation only when the estimate
-# lowers its layers' output noise by at least this much: the estimate's error is a few dB (see
-# PEAK_SPREAD) and a model that is not a transformer has not been measured to gain on average.
-# DeepFilterNet3's deep-filter decoder (its 256 -> 1 output MatMul reads a GRU's output + a skip,
-# peak 4.5x the median channel): 5.9 dB estimated, 53.3 -> 62.5 dB measured in OpenVINO.
-CLEAR_GAIN_DB = 3.0
+# lowers its layers' output noise by at least CLEAR_GAIN_DB and each channel's calibrated peak is the
+# maximum of at least MIN_ROWS values (tokens, frames, positions over all inputs). Measured on 16 zoo
+# models (OpenVINO, worst output on held-out inputs; docs/benchmarks.md #smoothquant-beyond-transformers):
+# estimated gains of 3.0-3.5 dB measured -1.9 .. +2.7 dB (magika's Dense after a LayerNorm -1.9, an FSMN's
+# ReLUs -0.4), 5-13 dB gained (DeepFilterNet3's deep-filter decoder, its 256 -> 1 output MatMul reading a
+# GRU's output + a skip: 5.9 dB estimated, 53.3 -> 61.6 dB). A classifier head reading pooled features
+# has one row per input: its peaks over 16-64 inputs moved by up to 3x on held-out ones (magika), which
+# the estimate's PEAK_SPREAD (from transformers' thousands of tokens) does not cover.
+CLEAR_GAIN_DB = 4.0
+MIN_ROWS = 1000
+
+
+def _rows(record, k: int) -> float:
+    """The values per channel a K-channel tensor's calibration saw (its histogram's count / K)."""
+    return float(np.sum(np.asarray(record.counts, dtype=np.float64))) / max(k, 1)
 
 
 def estimate(absmax: np.ndarray, weights: list[np.ndarray], mean_square: float, gain_db: float = 0.0) -> float | None:
@@ -523,6 +533,8 @@ def apply(model: onnx.ModelProto, cal, alpha: float | None = None, only: set[str
         ws = [lazy.value(editor.inits[x.weight]) for x in group.layers]
         kn = [(w.astype(np.float64) if x.axis == 0 else w.astype(np.float64).T) for w, x in zip(ws, group.layers)]  # [K, N]
         wmax = np.max([np.abs(w).max(axis=1) for w in kn], axis=0)
+        if gain_db > 0 and _rows(records[group.tensor], len(group.absmax)) < MIN_ROWS:
+            continue
         a = alpha if alpha is not None else estimate(group.absmax, kn, _mean_square(records[group.tensor]), gain_db)
         if a is None:
             continue
@@ -589,11 +601,13 @@ def _reads_attention_context(index: G.Index, node: onnx.NodeProto) -> bool:
 
 
 def _clear_gain(model, cal) -> bool:
-    """Some activation `estimate` smooths with a gain of CLEAR_GAIN_DB or more, whatever the placement (weights
-    read before placing: a model without one places once)."""
+    """Some activation `estimate` smooths with a gain of CLEAR_GAIN_DB or more from peaks over MIN_ROWS values or
+    more, whatever the placement (weights read before placing: a model without one places once)."""
     records = {t.name: t for t in cal.tensors}
     inits = G.Index(model).initializers
     for group in groups(model, records):
+        if _rows(records[group.tensor], len(group.absmax)) < MIN_ROWS:
+            continue
         kn = [lazy.value(inits[x.weight]).astype(np.float64) for x in group.layers]
         kn = [w if x.axis == 0 else w.T for w, x in zip(kn, group.layers)]
         if estimate(group.absmax, kn, _mean_square(records[group.tensor]), CLEAR_GAIN_DB) is not None:
@@ -605,7 +619,7 @@ def smooth(model, cal, mode, place: Callable, beyond: bool = False):
     """SmoothQuant for an export (`model` with unique node names, edited in place): with mode
     "auto" when the graph has transformer structure (qtool.quantizers.patterns.transformer_structure)
     and, with `beyond` (the CPU targets), in other models on the activations whose estimated gain is
-    CLEAR_GAIN_DB or more, with True (or an alpha, `parse_mode`) always, on the linear layers the placement
+    CLEAR_GAIN_DB or more (from peaks over MIN_ROWS values or more), with True (or an alpha, `parse_mode`) always, on the linear layers the placement
     `place(model, cal)` (a qtool.quantizers.placement.Plan) runs in int8 with their input quantized.
     Returns (the calibration of the edited model, Smoothing or None, warnings)."""
     mode = parse_mode(mode)
