@@ -20,7 +20,7 @@ Which models: "auto" smooths every transformer (qtool.quantizers.patterns.transf
 the CPU targets (OpenVINO, Q/DQ), any other model's activations whose estimated gain (`estimate`) is at
 least CLEAR_GAIN_DB, from peaks over at least MIN_ROWS values per channel (NNCF's TRANSFORMER preset
 smooths every MatMul, its default preset none): a GRU decoder's output MatMul reading outlier channels
-gains as a transformer's layers do. TensorRT's export smooths transformers only.
+gains as a transformer's layers do. Other targets (`beyond` False) smooth transformers only.
 
 alpha: per activation, the one of ALPHAS (or no smoothing) with the least estimated output noise
 (`noise`: activation and weight rounding noise through the layers, from the stored maxima, the

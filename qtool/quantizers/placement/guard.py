@@ -6,6 +6,7 @@ or, with --weights-7bit first/all, the layers given 7-bit weights."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 
@@ -85,7 +86,9 @@ def guard(inputs: Inputs, asked: Requests, moves: Moves, placed: Sites, remedy: 
             wsite = weights.get(wt)
             if site is None or record is None or wsite is None or wsite.headroom_bits:
                 continue
-            fix = _weighted(inputs, moves, n, slot, wsite, site, record, t in raw, remedy, _sole_reader(inputs, moves, site, name), peaks)
+            if not peaks and n.op_type in ("MatMul", "Gemm") and getattr(record.stats, "channel_absmax", None) is not None:
+                record = dataclasses.replace(record, stats=dataclasses.replace(record.stats, channel_absmax=None))
+            fix = _weighted(inputs, moves, n, slot, wsite, site, record, t in raw, remedy, _sole_reader(inputs, moves, site, name))
         if fix is not None:
             fixed[name] = fix
     return fixed
@@ -130,10 +133,9 @@ def _two_activations(first, second) -> dict | None:
 
 
 def _weighted(inputs: Inputs, moves: Moves, n: onnx.NodeProto, slot: int, wsite: Quantizer, site: Quantizer, record,
-              correlated: bool, remedy: str, sole: bool, peaks: bool = True) -> dict | None:
+              correlated: bool, remedy: str, sole: bool) -> dict | None:
     """A layer with one activation (quantizer `site`, `record`; `correlated`: a raw image; `sole`:
-    the layer is the only one to read it; `peaks`: its input's per-channel maxima, where recorded, bound
-    its codes) and one weight (`wsite`): the remedy for its saturation
+    the layer is the only one to read it) and one weight (`wsite`): the remedy for its saturation
     risk, if any (editing `wsite`, or `site`). OpenVINO: an image's first layer read by it alone
     weighs `_flipped_channels` first."""
     dims = inputs.constant_dims
@@ -148,11 +150,11 @@ def _weighted(inputs: Inputs, moves: Moves, n: onnx.NodeProto, slot: int, wsite:
     if remedy != "pairs":
         return None
     flipped = _flipped_channels(inputs, moves, n, slot, wsite, site, record, risk) if correlated and sole else None
-    return flipped or _bound_pairs(n, slot, wsite, dims, record, site, risk, correlated, sole, peaks)
+    return flipped or _bound_pairs(n, slot, wsite, dims, record, site, risk, correlated, sole)
 
 
 def _bound_pairs(n: onnx.NodeProto, slot: int, wsite: Quantizer, dims: dict, record, site: Quantizer, risk,
-                 correlated: bool, sole: bool, peaks: bool = True) -> dict | None:
+                 correlated: bool, sole: bool) -> dict | None:
     """OpenVINO's remedy for one layer (its int8 kernels take s8 weights only): the weight step
     of each output channel widened by the ratio `_channel_ratios` finds, at most up to the pair
     bound (overflow.pair_step), where no pair can saturate; or, where the layer alone reads its
@@ -167,7 +169,7 @@ def _bound_pairs(n: onnx.NodeProto, slot: int, wsite: Quantizer, dims: dict, rec
     if not layouts:
         return None
     outputs, length = layouts[0].shape[0], values.size // layouts[0].shape[0]  # the reduction length, padding left out
-    codes = overflow.channel_codes(record, act, length) if peaks and n.op_type in ("MatMul", "Gemm") else None
+    codes = overflow.channel_codes(record, act, length) if n.op_type in ("MatMul", "Gemm") else None
     bound = _pair_bound(n, slot, values, dims, params, codes)
     if bound is None:
         return None
