@@ -160,15 +160,13 @@ def test_old_files_without_peaks_export_without_smoothquant(calibrated):
 
 
 def test_cnn_without_clear_gain_is_left_alone(calibrated, tmp_path):
-    """A CNN with Gemm/MatMul layers: calibrate stores the per-channel maxima of their inputs (as for every
-    model), no activation's estimated gain reaches CLEAR_GAIN_DB, so its exports are byte-identical with
-    SmoothQuant auto and off; on (forced) migrates them on the CPU targets."""
+    """A CNN with Gemm/MatMul layers whose inputs hold one row per image: calibrate keeps no per-channel maxima
+    (fewer than MIN_ROWS values per channel), and its exports are byte-identical with SmoothQuant auto and off."""
     cnn = tmp_path / "cnn.onnx"
     onnx.save(zoo.deconv_gemm_like(), str(cnn))
     cal = api.calibrate(str(cnn), images=str(calibrated["vit"][3] / "images"), size=(16, 16))
-    graph = onnx.load(str(cnn)).graph
-    inits = {t.name for t in graph.initializer}
-    assert set(_peaks(cal)) == {n.input[0] for n in graph.node if n.op_type in ("MatMul", "Gemm") and n.input[1] in inits}
+    # its Gemm inputs have one row per image: fewer than MIN_ROWS values per channel, their maxima not kept
+    assert not _peaks(cal)
     loaded = load_model(str(cnn))
     from qtool.targets import tensorrt
 
