@@ -7,7 +7,7 @@ Optional per tensor (files from older versions lack them and still load): `per_s
 statistics qtool.statistics.stats.SampleStats gathers: `count` samples, `min_sum` and
 `absmax_sum` (per-sample min and max |x|), for the data inputs of Conv/MatMul/Gemm
 `channel_axis` and `channel_sums` (per-sample per-channel means), for depthwise-conv inputs
-and, in transformers, the inputs of MatMul/Gemm with constant weights `channel_absmax` (max |x|
+and the inputs of MatMul/Gemm with constant weights `channel_absmax` (max |x|
 per channel: for per-channel quantizers and SmoothQuant, qtool.quantizers.smoothquant; merged by max),
 and for the inputs of Conv with 2-4 input channels (an image's first layer) `channel_pairs`, the
 joint histograms of channels (0, 1) and (2, 3) (qtool.statistics.pairs: exact counts, merged by

@@ -68,6 +68,7 @@ __all__ = [
     "whisper_encoder_like",
     "ort_static_qdq",
     "ir3_classifier_like",
+    "gru_skip_head_like",
     "ort_optimized_bert_like",
     "local_functions_like",
     "lightgbm_classifier_like",
@@ -2108,3 +2109,31 @@ if __name__ == "__main__":
     else:
         raise AssertionError("onnxruntime unexpectedly loaded custom_op_model")
     print("all zoo models OK")
+
+
+def gru_skip_head_like(frames=64, feat=16, hidden=32, outliers=(3, 17), gain=6.0, seed=9211):
+    """DeepFilterNet3's deep-filter decoder (zoo dfn3_df_dec): an embedding [1, frames, feat] through a linear
+    layer, ReLU and a GRU (seq-first: Transpose, Squeeze), plus a linear skip of the embedding; their sum feeds
+    a hidden -> 1 output MatMul + bias + Sigmoid. The skip's columns `outliers` are `gain` times larger (channels
+    whose peaks stand out, as the decoder's 256 channels peak at 4.5x their median) and the head reads those
+    channels with small weights: per-tensor int8 of the sum spends its range on them."""
+    g = _Graph(seed=seed)
+    w_in = g.init("linear_in.weight", (g.rng.standard_normal((feat, hidden)) / np.sqrt(feat)).astype(np.float32))
+    x = g.op("Relu", [g.op("MatMul", ["emb", w_in], "/linear_in")], "/linear_in")
+    seq = g.op("Transpose", [x], "/gru", perm=[1, 0, 2])  # [frames, 1, hidden]
+    w = (g.rng.standard_normal((1, 3 * hidden, hidden)) / np.sqrt(hidden)).astype(np.float32)
+    r = (g.rng.standard_normal((1, 3 * hidden, hidden)) / np.sqrt(hidden)).astype(np.float32)
+    y = g.op("GRU", [seq, g.init("gru.W", w), g.init("gru.R", r)], "/gru", hidden_size=hidden, linear_before_reset=1)
+    y = g.op("Squeeze", [y, g.init("axis1", np.array([1], np.int64))], "/gru")  # [frames, 1, hidden]
+    y = g.op("Transpose", [y], "/gru", perm=[1, 0, 2])  # [1, frames, hidden]
+    skip = (g.rng.standard_normal((feat, hidden)) / np.sqrt(feat)).astype(np.float32)
+    skip[:, list(outliers)] *= gain
+    s = g.op("MatMul", ["emb", g.init("skip.weight", skip)], "/skip")
+    h = g.op("Add", [y, s], "/add")
+    head = (g.rng.standard_normal((hidden, 1)) / np.sqrt(hidden)).astype(np.float32)
+    head[list(outliers)] /= gain
+    a = g.op("Add", [g.init("fc.bias", np.full(1, 0.1, np.float32)), g.op("MatMul", [h, g.init("fc.weight", head)], "/fc")], "/fc")
+    g.op("Sigmoid", [a], "/fc", outputs=["alpha"])
+    graph = g.graph("gru_skip_head", [helper.make_tensor_value_info("emb", FLOAT, [1, frames, feat])],
+                    [helper.make_tensor_value_info("alpha", FLOAT, [1, frames, 1])])
+    return _make_model(graph, 14)

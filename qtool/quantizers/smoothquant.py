@@ -13,8 +13,14 @@ constant is inserted (as NNCF does): above those Reshapes and last-axis-keeping 
 comes through them, else right before the layers, except before a Gemm (OpenVINO computed both
 Reshape -> Mul -> FakeQuantize -> Gemm and a Mul right before a Gemm's FakeQuantize wrongly). The
 layers are the placement's int8 MatMul/Gemm but attention's output projection. The statistics are
-the per-channel max |x| calibrate stores for linear-layer inputs of transformers
-(qtool.statistics.stats.new_stats(smooth=True)).
+the per-channel max |x| calibrate stores for the inputs of every MatMul/Gemm with a constant weight
+(qtool.statistics.stats.new_stats).
+
+Which models: "auto" smooths every transformer (qtool.quantizers.patterns.transformer_structure) and, on
+the CPU targets (OpenVINO, Q/DQ), any other model's activations whose estimated gain (`estimate`) is at
+least CLEAR_GAIN_DB, from peaks over at least MIN_ROWS values per channel (NNCF's TRANSFORMER preset
+smooths every MatMul, its default preset none): a GRU decoder's output MatMul reading outlier channels
+gains as a transformer's layers do. Other targets (`beyond` False) smooth transformers only.
 
 alpha: per activation, the one of ALPHAS (or no smoothing) with the least estimated output noise
 (`noise`: activation and weight rounding noise through the layers, from the stored maxima, the
@@ -200,15 +206,36 @@ def noise(absmax: np.ndarray, weights: list[np.ndarray], s: np.ndarray, mean_squ
     return total
 
 
-def estimate(absmax: np.ndarray, weights: list[np.ndarray], mean_square: float) -> float | None:
+# Beyond transformers (`smooth`'s `beyond`), "auto" smooths an activation only when the estimate
+# lowers its layers' output noise by at least CLEAR_GAIN_DB and each channel's calibrated peak is the
+# maximum of at least MIN_ROWS values (tokens, frames, positions over all inputs). Measured on 16 zoo
+# models (OpenVINO, worst output on held-out inputs; docs/benchmarks.md #smoothquant-beyond-transformers):
+# estimated gains of 3.0-3.5 dB measured -1.9 .. +2.7 dB (magika's Dense after a LayerNorm -1.9, an FSMN's
+# ReLUs -0.4), 5-13 dB gained (DeepFilterNet3's deep-filter decoder, its 256 -> 1 output MatMul reading a
+# GRU's output + a skip: 5.9 dB estimated, 53.3 -> 61.6 dB). A classifier head reading pooled features
+# has one row per input: its peaks over 16-64 inputs moved by up to 3x on held-out ones (magika), which
+# the estimate's PEAK_SPREAD (from transformers' thousands of tokens) does not cover.
+CLEAR_GAIN_DB = 4.0
+MIN_ROWS = 1000
+
+
+def _rows(record, k: int) -> float:
+    """The values per channel a K-channel tensor's calibration saw (its histogram's count / K)."""
+    return float(np.sum(np.asarray(record.counts, dtype=np.float64))) / max(k, 1)
+
+
+def estimate(absmax: np.ndarray, weights: list[np.ndarray], mean_square: float, gain_db: float = 0.0) -> float | None:
     """The alpha of ALPHAS with the least estimated noise (`noise`), or None when no smoothing
-    is estimated best."""
+    is estimated best or, with `gain_db`, when the best lowers the noise by less than that."""
     wmax = np.max([np.abs(w).max(axis=1) for w in weights], axis=0)
-    best, best_noise = None, noise(absmax, weights, np.ones_like(wmax), mean_square)
+    plain = noise(absmax, weights, np.ones_like(wmax), mean_square)
+    best, best_noise = None, plain
     for alpha in ALPHAS:
         n = noise(absmax, weights, scales(absmax, wmax, alpha), mean_square)
         if n < best_noise * (1 - 1e-6):  # a real gain, not rounding
             best, best_noise = alpha, n
+    if best is not None and gain_db > 0 and not (np.isfinite(plain) and best_noise <= plain * 10.0 ** (-gain_db / 10)):
+        return None
     return best
 
 
@@ -493,10 +520,10 @@ def _record(record, name: str, s: np.ndarray, peak: np.ndarray, stats: bool = Tr
                         hist_range=record.hist_range * stretch, nonfinite=record.nonfinite, stats=stats)
 
 
-def apply(model: onnx.ModelProto, cal, alpha: float | None = None, only: set[str] | None = None) -> Smoothing:
+def apply(model: onnx.ModelProto, cal, alpha: float | None = None, only: set[str] | None = None, gain_db: float = 0.0) -> Smoothing:
     """Migrate every group's activation scales into its layers' weights (`model` edited in place,
-    node names unique). alpha None: per group, the one `estimate` picks (or none). Returns the
-    smoothed activations' records and ranges."""
+    node names unique). alpha None: per group, the one `estimate` picks (or none; `gain_db`: its
+    least estimated gain). Returns the smoothed activations' records and ranges."""
     records = {t.name: t for t in cal.tensors}
     editor = _Editor(model)
     done = Smoothing()
@@ -506,7 +533,9 @@ def apply(model: onnx.ModelProto, cal, alpha: float | None = None, only: set[str
         ws = [lazy.value(editor.inits[x.weight]) for x in group.layers]
         kn = [(w.astype(np.float64) if x.axis == 0 else w.astype(np.float64).T) for w, x in zip(ws, group.layers)]  # [K, N]
         wmax = np.max([np.abs(w).max(axis=1) for w in kn], axis=0)
-        a = alpha if alpha is not None else estimate(group.absmax, kn, _mean_square(records[group.tensor]))
+        if gain_db > 0 and _rows(records[group.tensor], len(group.absmax)) < MIN_ROWS:
+            continue
+        a = alpha if alpha is not None else estimate(group.absmax, kn, _mean_square(records[group.tensor]), gain_db)
         if a is None:
             continue
         chosen.append(a)
@@ -571,15 +600,36 @@ def _reads_attention_context(index: G.Index, node: onnx.NodeProto) -> bool:
     return False
 
 
-def smooth(model, cal, mode, place: Callable):
+def _clear_gain(model, cal) -> bool:
+    """Some activation `estimate` smooths with a gain of CLEAR_GAIN_DB or more from peaks over MIN_ROWS values or
+    more, whatever the placement (weights read before placing: a model without one places once)."""
+    records = {t.name: t for t in cal.tensors}
+    inits = G.Index(model).initializers
+    for group in groups(model, records):
+        if _rows(records[group.tensor], len(group.absmax)) < MIN_ROWS:
+            continue
+        kn = [lazy.value(inits[x.weight]).astype(np.float64) for x in group.layers]
+        kn = [w if x.axis == 0 else w.T for w, x in zip(kn, group.layers)]
+        if estimate(group.absmax, kn, _mean_square(records[group.tensor]), CLEAR_GAIN_DB) is not None:
+            return True
+    return False
+
+
+def smooth(model, cal, mode, place: Callable, beyond: bool = False):
     """SmoothQuant for an export (`model` with unique node names, edited in place): with mode
-    "auto" when the graph has transformer structure (qtool.quantizers.patterns.transformer_structure),
-    with True (or an alpha, `parse_mode`) always, on the linear layers the placement
+    "auto" when the graph has transformer structure (qtool.quantizers.patterns.transformer_structure)
+    and, with `beyond` (the CPU targets), in other models on the activations whose estimated gain is
+    CLEAR_GAIN_DB or more (from peaks over MIN_ROWS values or more), with True (or an alpha, `parse_mode`) always, on the linear layers the placement
     `place(model, cal)` (a qtool.quantizers.placement.Plan) runs in int8 with their input quantized.
     Returns (the calibration of the edited model, Smoothing or None, warnings)."""
     mode = parse_mode(mode)
-    if mode is False or (mode == "auto" and not patterns.transformer_structure(G.Index(model))):
-        return cal, None, []  # decided before placing: a CNN's export places once
+    gain_db = 0.0
+    if mode == "auto" and not patterns.transformer_structure(G.Index(model)):
+        if not beyond or not _clear_gain(model, cal):
+            return cal, None, []  # decided before placing: a CNN's export places once
+        gain_db = CLEAR_GAIN_DB
+    if mode is False:
+        return cal, None, []
     plan = place(model, cal)
     # every input of an int8 layer is quantized, also where the placement moved its quantizer up through a
     # Reshape/Unsqueeze (tf2onnx's Dense: Reshape -> MatMul/Gemm; the site's readers then name the Reshape);
@@ -590,7 +640,7 @@ def smooth(model, cal, mode, place: Callable):
     del plan  # the weights it read are not held while the smoothed ones are made (a big model's: its size again)
     gc.collect()  # the placement's objects refer to each other: freed only by a collection, which may not come before the peak
     alpha = mode if isinstance(mode, float) else None  # None: per activation, the alpha `estimate` picks
-    done = apply(model, cal, alpha, only=layers)
+    done = apply(model, cal, alpha, only=layers, gain_db=gain_db)
     if not done.records:
         records = {t.name: t for t in cal.tensors}
         nodes = G.Index(model).nodes

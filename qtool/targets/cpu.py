@@ -253,7 +253,7 @@ def prepare(model, cal, warnings: list[str], options: ExportOptions, *, float_ty
     # SmoothQuant's layers: those reading an activation quantizer in NNCF's CPU placement, without the guard (OpenVINO's
     # would add attention's output projection, below the context's Reshape: smoothing it cost ViT-S 1.2 dB, bench/guard_cost.py)
     cal, smoothing, sq_warnings = smooth(model, cal, options.smooth_quant, lambda m, c: cpu_plan(
-        m, c, options, float_types=float_types, overflow_remedy=None, rules=CPU))
+        m, c, options, float_types=float_types, overflow_remedy=None, rules=CPU), beyond=True)
 
     def place(more_excluded=()):
         return cpu_plan(model, cal, options, float_types=float_types, overflow_remedy=overflow_remedy,
