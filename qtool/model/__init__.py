@@ -204,37 +204,33 @@ def as_float(loaded: LoadedModel, where: str | None = None) -> LoadedModel:
     DynamicQuantizeLSTM) the float model it was made from (dynamic.as_float), the model as given
     kept as `given`; a one-line QtoolError for a model quantized otherwise than qtool reads back
     (QLinearConv, ...). Its SHA-256 stays the file's: calibrations record the model as given."""
-    inlined = _inlined(loaded.proto)
-    if inlined is not None:  # the same function of the inputs: no other reference (`given`) than the model
-        proto, count = inlined
-        log.info(f"{loaded.path.name}: {count} call(s) of the model's own functions written out (onnx's inliner), so that the "
-                 "layers inside them can be quantized and every runtime reads the file")
-        loaded = dataclasses.replace(loaded, proto=proto)
-    constants = _initializer_inputs(loaded.proto)
-    if constants is not None:  # the same function of the inputs: no other reference (`given`) than the model
-        proto, count = constants
-        log.info(f"{loaded.path.name}: {count} initializer(s) listed as graph inputs (IR version 3, where ONNX required it) read as "
-                 "constants (IR version 4)")
-        loaded = dataclasses.replace(loaded, proto=proto)
+    # readings that keep the function of the inputs: no other reference (`given`) than the model
+    loaded = _read_as(loaded, _inlined(loaded.proto), lambda n: f"{n} call(s) of the model's own functions written out (onnx's "
+                      "inliner), so that the layers inside them can be quantized and every runtime reads the file")
+    loaded = _read_as(loaded, _initializer_inputs(loaded.proto), lambda n: f"{n} initializer(s) listed as graph inputs (IR version "
+                      "3, where ONNX required it) read as constants (IR version 4)")
     found = dynamic.as_float(loaded.proto, loaded.path.parent, where or repr(str(loaded.path)))
     if found is not None:
         proto, done = found
         log.info(f"{loaded.path.name}: quantized dynamically by onnxruntime; read as the float model it was made from ({done.describe()}, "
                  "weights dequantized)")
         loaded = dataclasses.replace(loaded, proto=proto, given=loaded.proto, rewritten=done.describe())
-    read = contrib.as_standard(loaded.proto, loaded.path.parent)
-    if read is not None:  # the same function of the inputs: no other reference (`given`) than the model
-        proto, done = read
-        log.info(f"{loaded.path.name}: onnxruntime's fused ops read as the standard ONNX ops they fuse "
-                 f"({', '.join(f'{k} {op}' for op, k in sorted(done.items()))})")
-        loaded = dataclasses.replace(loaded, proto=proto)
+    loaded = _read_as(loaded, contrib.as_standard(loaded.proto, loaded.path.parent), lambda done: "onnxruntime's fused ops read as "
+                      f"the standard ONNX ops they fuse ({', '.join(f'{k} {op}' for op, k in sorted(done.items()))})")
     # a Q/DQ model's own int8 weights stay as it dequantizes them: its quantizers, not float weights to quantize again
     folded = folding.fold_weights(loaded.proto, prequantized.own_quantizers(Index(loaded.proto)).weights)
-    if folded is not None:  # the same function of the inputs: no other reference (`given`) than the model
-        proto, count = folded
-        log.info(f"{loaded.path.name}: {count} weight(s) computed from constants (e.g. int8 Cast and scaled) read as float constants")
-        loaded = dataclasses.replace(loaded, proto=proto)
-    return loaded
+    return _read_as(loaded, folded, lambda n: f"{n} weight(s) computed from constants (e.g. int8 Cast and scaled) read as float "
+                    "constants")
+
+
+def _read_as(loaded: LoadedModel, found: tuple | None, says) -> LoadedModel:
+    """`loaded` with the model of `found` ((model, what was read) from a reading of the same function, None when it
+    read nothing), an `info:` line saying says(what was read)."""
+    if found is None:
+        return loaded
+    proto, what = found
+    log.info(f"{loaded.path.name}: {says(what)}")
+    return dataclasses.replace(loaded, proto=proto)
 
 
 def _inlined(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, int] | None:
