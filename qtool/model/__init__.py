@@ -18,7 +18,7 @@ from onnx import TensorProto, helper
 
 from ..errors import Opt, QtoolError
 from . import bigmodel, contrib, dynamic, folding, lazy, prequantized, shapes
-from .graph import Constants, Index, outer_refs, subgraphs, toposort_all
+from .graph import Constants, Index, all_nodes, outer_refs, subgraphs, toposort_all
 
 FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE}
 QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear", "FakeQuantize", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger"}
@@ -240,23 +240,16 @@ def _inlined(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, int] | None:
     found"). The written-out nodes are named after their call ("<call>/<op>_<k>"); the domains only the functions
     used are no longer imported."""
     local = {(f.domain, f.name) for f in proto.functions}
-    calls = sum(1 for n in _all_nodes(proto.graph) if (n.domain, n.op_type) in local)
+    calls = sum(1 for n in all_nodes(proto.graph) if (n.domain, n.op_type) in local)
     if not calls:
         return None
     model = onnx.inliner.inline_local_functions(proto)
     _name_inlined(proto.graph, model.graph, local)
-    used = {n.domain for n in _all_nodes(model.graph)}
+    used = {n.domain for n in all_nodes(model.graph)}
     kept = [o for o in model.opset_import if o.domain in used or o.domain not in {d for d, _ in local}]
     del model.opset_import[:]
     model.opset_import.extend(kept)
     return model, calls
-
-
-def _all_nodes(g: onnx.GraphProto):
-    for n in g.node:
-        yield n
-        for sub in subgraphs(n):
-            yield from _all_nodes(sub)
 
 
 def _name_inlined(before: onnx.GraphProto, after: onnx.GraphProto, local: set) -> None:

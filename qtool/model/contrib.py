@@ -34,8 +34,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from . import graph, lazy
-from .graph import Namer, attr, consumers, default_opset, producers, text_attr
+from . import graph, lazy, shapes
+from .graph import Namer, all_nodes, attr, consumers, default_opset, producers, text_attr
 
 MS = "com.microsoft"
 # onnxruntime's LayerNormalization / SimplifiedLayerNormalization kernels registered in the default domain (opset 1)
@@ -59,19 +59,12 @@ def as_standard(proto: onnx.ModelProto, folder=None) -> tuple[onnx.ModelProto, C
             break
     if not done:
         return None
-    if not any(n.domain == MS for n in _nodes(model.graph)):
+    if not any(n.domain == MS for n in all_nodes(model.graph)):
         kept = [o for o in model.opset_import if o.domain != MS]
         del model.opset_import[:]
         model.opset_import.extend(kept)
     graph.cleanup(model.graph)
     return model, done
-
-
-def _nodes(g: onnx.GraphProto):
-    for n in g.node:
-        yield n
-        for sub in graph.subgraphs(n):
-            yield from _nodes(sub)
 
 
 def _candidate(n: onnx.NodeProto, opset: int) -> bool:
@@ -191,8 +184,6 @@ class _Reader:
 def _shapes(model: onnx.ModelProto) -> tuple[dict[str, list[int | None]], dict[str, int]]:
     """Each tensor's shape (None for a symbolic dimension) and element type, where onnx's shape inference or the model
     gives them."""
-    from . import shapes
-
     inferred = shapes.inferred(model) or model
     g = inferred.graph
     dims, types = {}, {}

@@ -35,7 +35,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import QtoolError
 from . import graph, lazy
-from .graph import Namer, attr, cleanup, consumers, producers, rename_reads, subgraphs
+from .graph import Namer, all_nodes, attr, cleanup, consumers, producers, rename_reads, subgraphs
 
 DYNAMIC_OPS = {"ConvInteger", "MatMulInteger", "DynamicQuantizeLSTM"}
 # ops that move integer values without arithmetic: a per-tensor DequantizeLinear after them equals one before (slot 0 is the data)
@@ -50,17 +50,10 @@ def _quantized_op(n: onnx.NodeProto) -> bool:
     return n.op_type in _STATIC_OPS or (n.domain == "com.microsoft" and n.op_type.startswith("QLinear"))
 
 
-def _all_nodes(graph: onnx.GraphProto):
-    for n in graph.node:
-        yield n
-        for sub in subgraphs(n):
-            yield from _all_nodes(sub)
-
-
 def is_dynamic(proto: onnx.ModelProto) -> bool:
     """Whether the model looks quantized by quantize_dynamic: it holds ConvInteger, MatMulInteger or
     DynamicQuantizeLSTM nodes and no other quantized operator (its graph alone: no weights read)."""
-    ops = {n.op_type for n in _all_nodes(proto.graph) if _quantized_op(n)}
+    ops = {n.op_type for n in all_nodes(proto.graph) if _quantized_op(n)}
     return bool(ops & DYNAMIC_OPS) and ops <= DYNAMIC_OPS | {"DynamicQuantizeLinear"}
 
 
@@ -87,14 +80,14 @@ def as_float(proto: onnx.ModelProto, folder=None, where: str = "the model") -> t
     qtool.model.prequantized).
     A one-line QtoolError for any other quantized operator or a layer outside the patterns.
     `folder`: where external data lies when the weights were not loaded; `where`: how to name the model."""
-    found = sorted({n.op_type for n in _all_nodes(proto.graph) if _quantized_op(n)})
+    found = sorted({n.op_type for n in all_nodes(proto.graph) if _quantized_op(n)})
     if not found:
         return None
     if not is_dynamic(proto):
         static = [op for op in found if op not in DYNAMIC_OPS | {"DynamicQuantizeLinear"}] or found
         raise QtoolError(f"{where} holds {', '.join(static)} nodes: it is already quantized (onnxruntime's QOperator format or "
                          "its contrib ops), which qtool does not read back as float; give the FP32 model it was made from")
-    inner = (k for n in proto.graph.node for sub in subgraphs(n) for k in _all_nodes(sub))
+    inner = (k for n in proto.graph.node for sub in subgraphs(n) for k in all_nodes(sub))
     if any(_quantized_op(k) for k in inner):
         raise QtoolError(f"{where} holds dynamically quantized layers inside a subgraph (If/Loop/Scan), which qtool does not "
                          "read back as float; give the FP32 model it was made from")
@@ -108,7 +101,7 @@ def as_float(proto: onnx.ModelProto, folder=None, where: str = "the model") -> t
                          f"quantize_dynamic writes ({expected}), so qtool cannot read it back as float; give the FP32 model it "
                          "was made from") from None
     cleanup(model.graph)
-    left = sorted({n.op_type for n in _all_nodes(model.graph) if _quantized_op(n)})
+    left = sorted({n.op_type for n in all_nodes(model.graph) if _quantized_op(n)})
     if left:  # e.g. a DynamicQuantizeLinear whose output something else reads
         raise QtoolError(f"{where}: {', '.join(left)} nodes remain after reading its dynamically quantized layers as float "
                          "(a pattern onnxruntime's quantize_dynamic does not write); give the FP32 model it was made from")

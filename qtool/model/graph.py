@@ -12,6 +12,7 @@ import functools
 import heapq
 import math
 from collections import defaultdict
+from collections.abc import Iterator
 
 import numpy as np
 import onnx
@@ -32,6 +33,14 @@ def subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
         elif a.type == onnx.AttributeProto.GRAPHS:
             out.extend(a.graphs)
     return out
+
+
+def all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    """Nodes in graph order, each followed by the nodes of its subgraphs (If/Loop/Scan bodies), at every depth."""
+    for node in graph.node:
+        yield node
+        for sub in subgraphs(node):
+            yield from all_nodes(sub)
 
 
 def attr(node: onnx.NodeProto, name: str, default=None):

@@ -32,8 +32,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ...errors import QtoolError
 from ...model import lazy
+from ...model.graph import all_nodes, subgraphs
 from ...model.graph import attr as _attr
-from ...model.graph import subgraphs
 from .rules import weight_axis
 from .versions import OPSETS, parse_version
 
@@ -98,7 +98,7 @@ def check(model: onnx.ModelProto, trt_version: str, precision: str | None = None
     major = parse_version(trt_version)[0]
     index = _index(model, major)
     index.precision = precision
-    nodes = list(_nodes(model.graph))
+    nodes = list(all_nodes(model.graph))
     found = _check_opset(index) + _check_fp8_model([n for n in nodes if _is_qdq(n)], index)
     if not any(_is_qdq(n) for n in nodes):
         found.append(Violation("", "no-qdq", _no_qdq_message(major)))
@@ -112,18 +112,10 @@ def check(model: onnx.ModelProto, trt_version: str, precision: str | None = None
 
 def qdq_nodes(model: onnx.ModelProto) -> int:
     """How many default-domain QuantizeLinear/DequantizeLinear nodes the model has (subgraphs too)."""
-    return sum(1 for n in _nodes(model.graph) if _is_qdq(n))
+    return sum(1 for n in all_nodes(model.graph) if _is_qdq(n))
 
 
 # ----------------------------------------------------------------------------- the model
-
-def _nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
-    """Nodes in graph order, each followed by the nodes of its subgraphs (If/Loop/Scan bodies)."""
-    for node in graph.node:
-        yield node
-        for sub in subgraphs(node):
-            yield from _nodes(sub)
-
 
 def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
     yield graph
@@ -146,7 +138,7 @@ def _index(model: onnx.ModelProto, major: int) -> _Index:
         for vi in [*graph.input, *graph.value_info, *graph.output]:
             if vi.type.HasField("tensor_type"):
                 index.types[vi.name] = vi.type.tensor_type.elem_type
-    for node in _nodes(model.graph):
+    for node in all_nodes(model.graph):
         for i, name in enumerate(node.input):
             if name:
                 index.consumers.setdefault(name, []).append((node, i))
