@@ -403,23 +403,34 @@ def mask_scale(scale: float, where: bool = False) -> float:
     return _sqnr(_exact(m, feeds), _run(m, feeds))
 
 
+def _se_gate(rng, c: int, kernel: int) -> tuple[dict, list]:
+    """(initializers, nodes) of PP-OCR's squeeze-excitation gate as qtool's file writes it, for cases 12 and 14:
+    x -> FakeQuantize -> Conv (kernel x kernel, int8 weights Cast and scaled: qtool's compressed form) -> c ->
+    FakeQuantize -> cq -> GlobalAveragePool -> FakeQuantize -> 1x1 Conv -> Relu -> FakeQuantize -> 1x1 Conv ->
+    HardSigmoid -> s (the gate; the caller multiplies and adds)."""
+    inits = {"w8": rng.integers(-63, 64, (c, c, kernel, kernel)).astype(np.int8), "w28": rng.integers(-63, 64, (c, c, 1, 1)).astype(np.int8),
+             "w38": rng.integers(-63, 64, (c, c, 1, 1)).astype(np.int8), "ws": np.full((c, 1, 1, 1), 0.004, np.float32),
+             "lo": np.float32(-2), "hi": np.float32(2), "lo_x": np.float32(0), "hi_x": np.float32(1)}
+    weight = lambda q, out: [helper.make_node("Cast", [q], [out + "_f"], to=TensorProto.FLOAT),  # noqa: E731
+                             helper.make_node("Mul", [out + "_f", "ws"], [out])]
+    pads = {"pads": [kernel // 2] * 4} if kernel > 1 else {}
+    nodes = [_fq("x", "lo_x", "hi_x", "xq"), *weight("w8", "w"), helper.make_node("Conv", ["xq", "w"], ["c"], **pads),
+             _fq("c", "lo", "hi", "cq"), helper.make_node("GlobalAveragePool", ["cq"], ["g"]), _fq("g", "lo", "hi", "gq"),
+             *weight("w28", "w2"), helper.make_node("Conv", ["gq", "w2"], ["e"]), helper.make_node("Relu", ["e"], ["er"]),
+             _fq("er", "lo_x", "hi", "erq"), *weight("w38", "w3"), helper.make_node("Conv", ["erq", "w3"], ["e3"]),
+             helper.make_node("HardSigmoid", ["e3"], ["s"])]
+    return inits, nodes
+
+
 def pooled_fetched(rng) -> tuple[float, float]:
     """Case 12: (the GlobalAveragePool output fetched alone, fetched beside the Conv output it pools), run vs exact, dB:
     x -> FakeQuantize -> Conv (int8 weights Cast and scaled, qtool's compressed form) -> c -> FakeQuantize -> cq; cq ->
     GlobalAveragePool -> g -> FakeQuantize -> 1x1 Conv -> Relu -> 1x1 Conv -> HardSigmoid -> Mul cq -> FakeQuantize ->
     Add cq (PP-OCRv6's squeeze-excitation and residual)."""
     c = 16
-    inits = {"w8": rng.integers(-63, 64, (c, c, 3, 3)).astype(np.int8), "w28": rng.integers(-63, 64, (c, c, 1, 1)).astype(np.int8),
-             "w38": rng.integers(-63, 64, (c, c, 1, 1)).astype(np.int8), "ws": np.full((c, 1, 1, 1), 0.004, np.float32),
-             "lo": np.float32(-2), "hi": np.float32(2), "lo_x": np.float32(0), "hi_x": np.float32(1)}
-    weight = lambda q, out: [helper.make_node("Cast", [q], [out + "_f"], to=TensorProto.FLOAT),  # noqa: E731
-                             helper.make_node("Mul", [out + "_f", "ws"], [out])]
-    nodes = [_fq("x", "lo_x", "hi_x", "xq"), *weight("w8", "w"), helper.make_node("Conv", ["xq", "w"], ["c"], pads=[1, 1, 1, 1]),
-             _fq("c", "lo", "hi", "cq"), helper.make_node("GlobalAveragePool", ["cq"], ["g"]), _fq("g", "lo", "hi", "gq"),
-             *weight("w28", "w2"), helper.make_node("Conv", ["gq", "w2"], ["e"]), helper.make_node("Relu", ["e"], ["er"]),
-             _fq("er", "lo_x", "hi", "erq"), *weight("w38", "w3"), helper.make_node("Conv", ["erq", "w3"], ["e3"]),
-             helper.make_node("HardSigmoid", ["e3"], ["s"]), _fq("s", "lo_x", "hi_x", "sq"),
-             helper.make_node("Mul", ["cq", "sq"], ["m"]), _fq("m", "lo", "hi", "mq"), helper.make_node("Add", ["mq", "cq"], ["out"])]
+    inits, nodes = _se_gate(rng, c, 3)
+    nodes += [_fq("s", "lo_x", "hi_x", "sq"), helper.make_node("Mul", ["cq", "sq"], ["m"]), _fq("m", "lo", "hi", "mq"),
+              helper.make_node("Add", ["mq", "cq"], ["out"])]
     feeds = {"x": rng.uniform(0, 1, (1, c, 32, 32)).astype(np.float32)}
     out = []
     for fetched in (["g"], ["g", "c"]):
@@ -462,17 +473,9 @@ def se_mul_float(rng, quantized: bool = False, static: bool = False) -> float:
     """Case 14: run vs exact, dB, of a squeeze-excitation block whose gating Mul reads the Conv output c float
     (`quantized`: its quantized cq, qtool's file), on a dynamic-shape input (`static`: fixed [1, c, 32, 32])."""
     c = 16
-    inits = {"w8": rng.integers(-63, 64, (c, c, 1, 1)).astype(np.int8), "w28": rng.integers(-63, 64, (c, c, 1, 1)).astype(np.int8),
-             "w38": rng.integers(-63, 64, (c, c, 1, 1)).astype(np.int8), "ws": np.full((c, 1, 1, 1), 0.004, np.float32),
-             "lo": np.float32(-2), "hi": np.float32(2), "lo_x": np.float32(0), "hi_x": np.float32(1)}
-    weight = lambda q, out: [helper.make_node("Cast", [q], [out + "_f"], to=TensorProto.FLOAT),  # noqa: E731
-                             helper.make_node("Mul", [out + "_f", "ws"], [out])]
-    nodes = [_fq("x", "lo_x", "hi_x", "xq"), *weight("w8", "w"), helper.make_node("Conv", ["xq", "w"], ["c"]),
-             _fq("c", "lo", "hi", "cq"), helper.make_node("GlobalAveragePool", ["cq"], ["g"]), _fq("g", "lo", "hi", "gq"),
-             *weight("w28", "w2"), helper.make_node("Conv", ["gq", "w2"], ["e"]), helper.make_node("Relu", ["e"], ["er"]),
-             _fq("er", "lo_x", "hi", "erq"), *weight("w38", "w3"), helper.make_node("Conv", ["erq", "w3"], ["e3"]),
-             helper.make_node("HardSigmoid", ["e3"], ["s"]), helper.make_node("Mul", ["cq" if quantized else "c", "s"], ["m"]),
-             _fq("m", "lo", "hi", "mq"), helper.make_node("Add", ["mq", "cq"], ["out"])]
+    inits, nodes = _se_gate(rng, c, 1)
+    nodes += [helper.make_node("Mul", ["cq" if quantized else "c", "s"], ["m"]), _fq("m", "lo", "hi", "mq"),
+              helper.make_node("Add", ["mq", "cq"], ["out"])]
     feeds = {"x": rng.uniform(0, 1, (1, c, 32, 32)).astype(np.float32)}
     m = _model(nodes, {"x": [1, c, 32, 32] if static else ["N", c, "H", "W"]}, inits)
     return _sqnr(_exact(m, feeds), _run(m, feeds))
