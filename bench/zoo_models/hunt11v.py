@@ -31,7 +31,7 @@ from PIL import Image
 from . import Context, Entry
 from . import _vision_data as V
 from .hunt8 import N_CALIB, N_HELD, _session, _split
-from .sequence import VENVS, _package
+from .sequence import VENVS, _copied, _package, _wrapped_runs
 
 IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], np.float32)
 IMAGENET_STD = np.array([0.229, 0.224, 0.225], np.float32)
@@ -236,22 +236,11 @@ def _cv2() -> None:
 
 @contextlib.contextmanager
 def _recorded_by_model() -> Iterator[dict[str, list[dict]]]:
-    """Every feed given to any InferenceSession.run meanwhile, by the session's model file name (copies)."""
-    import onnxruntime as ort
-
+    """Every feed given to any InferenceSession.run meanwhile, by the session's model file name (sequence._wrapped_runs)."""
     feeds: dict[str, list[dict]] = {}
-    original = ort.InferenceSession.run
-
-    def run(self, output_names, input_feed, run_options=None):
-        feeds.setdefault(Path(str(self._model_path)).name, []).append(
-            {k: np.array(v, copy=True) for k, v in input_feed.items()})
-        return original(self, output_names, input_feed, run_options)
-
-    ort.InferenceSession.run = run
-    try:
+    with _wrapped_runs(lambda session, feed: feeds.setdefault(Path(str(session._model_path)).name, []).append(
+            _copied(session, feed))):
         yield feeds
-    finally:
-        ort.InferenceSession.run = original
 
 
 _TRUEOCR: dict = {}

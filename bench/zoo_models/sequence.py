@@ -24,29 +24,42 @@ from . import _seq_data as data
 N_CALIB, N_HELD = 64, 32
 
 
+_DTYPES = {"tensor(float)": np.float32, "tensor(int32)": np.int32, "tensor(int64)": np.int64, "tensor(bool)": np.bool_,
+           "tensor(double)": np.float64}
+
+
+def _copied(session, feed: dict) -> dict:
+    """A copy of a feed given to `session`; a value passed as a Python list, as magika does, gets the dtype onnxruntime
+    converts it to: the input's."""
+    kinds = {i.name: i.type for i in session.get_inputs()}
+    return {k: np.array(v, copy=True) if isinstance(v, np.ndarray) else np.asarray(v, _DTYPES[kinds[k]]) for k, v in feed.items()}
+
+
 @contextlib.contextmanager
-def _recorded(names: set[str]) -> Iterator[list[dict]]:
-    """Every feed whose input names are exactly `names` given to any InferenceSession.run meanwhile (copies; a
-    value passed as a Python list, as magika does, gets the dtype onnxruntime converts it to: the input's)."""
+def _wrapped_runs(record) -> Iterator[None]:
+    """InferenceSession.run wrapped meanwhile: record(session, feed) before each call (the feed as given: _copied
+    copies it)."""
     import onnxruntime as ort
 
-    feeds: list[dict] = []
     original = ort.InferenceSession.run
-    dtypes = {"tensor(float)": np.float32, "tensor(int32)": np.int32, "tensor(int64)": np.int64,
-              "tensor(bool)": np.bool_, "tensor(double)": np.float64}
 
     def run(self, output_names, input_feed, run_options=None):
-        if set(input_feed) == names:
-            kinds = {i.name: i.type for i in self.get_inputs()}
-            feeds.append({k: np.array(v, copy=True) if isinstance(v, np.ndarray) else np.asarray(v, dtypes[kinds[k]])
-                          for k, v in input_feed.items()})
+        record(self, input_feed)
         return original(self, output_names, input_feed, run_options)
 
     ort.InferenceSession.run = run
     try:
-        yield feeds
+        yield
     finally:
         ort.InferenceSession.run = original
+
+
+@contextlib.contextmanager
+def _recorded(names: set[str]) -> Iterator[list[dict]]:
+    """Every feed whose input names are exactly `names` given to any InferenceSession.run meanwhile (_wrapped_runs)."""
+    feeds: list[dict] = []
+    with _wrapped_runs(lambda session, feed: feeds.append(_copied(session, feed)) if set(feed) == names else None):
+        yield feeds
 
 
 def _package(ctx: Context, module: str):
