@@ -28,7 +28,8 @@ this checkout first on PYTHONPATH (the header prints which qtool the children im
              machine's load falls on all alike); per round the median latency of each, per pair the ratio in each
              round; the table shows the median ratio over rounds (the JSON also their min and max, and the load).
 
-A model whose outputs are all integer labels an ArgMax computes (a tagger exported with its ArgMax) is scored by
+A model whose outputs are all integers computed from float tensors (a tagger exported with its ArgMax, an ensemble's
+Where of two taggers' labels, values cast to uint8) is scored by
 every tool on the float tensors the labels are computed from, as `qtool evaluate` does: NNCF and onnxruntime
 quantize and run a copy that also outputs them (scored_model).
 
@@ -277,8 +278,8 @@ def child_plain(folder: Path, work: Path, args) -> dict:
 
 
 def scored_model(folder: Path, work: Path) -> Path:
-    """The model the peers quantize and score: model.onnx, or where its outputs are all integer labels an ArgMax
-    computes, a copy in `work` also outputting their float sources, the tensors `qtool evaluate` scores instead
+    """The model the peers quantize and score: model.onnx, or where its outputs are all integers computed from float
+    tensors, a copy in `work` also outputting their float sources, the tensors `qtool evaluate` scores instead
     (qtool.checks.evaluation.label_scored)."""
     import onnx
 

