@@ -679,7 +679,7 @@ def evaluate(loaded, cal, runs: Runs, options: ExportOptions, *, runtime: str | 
         tensors = sensitivities(*ranked, cal, reference, names, progress, options.bias_correction,
                                 rules=targets.get(target).rules)
     if scored:
-        warnings.insert(0, _scored_warning(scored, "the export"))
+        warnings.insert(0, scored_warning(scored, "the export"))
     return Evaluation(outputs, tensors, samples, exported.summary, not_compared, list(exported.warnings) + warnings, target, measured)
 
 
@@ -777,7 +777,7 @@ def evaluate_file(loaded, data, runs: Runs, *, target: str | None = None, runtim
     outputs, samples, warnings, measured = _score(reference, names, not_compared, data, runtime, progress,
                                                   fp32_file(loaded) if runtime is not None else None)
     if scored:
-        warnings.insert(0, _scored_warning(scored, "the file"))
+        warnings.insert(0, scored_warning(scored, "the file"))
     return Evaluation(outputs, [], samples, {}, not_compared, warnings, target, measured)
 
 
@@ -785,7 +785,7 @@ def _sources(scored: dict[str, list[str]]) -> list[str]:
     return list(dict.fromkeys(t for ts in scored.values() for t in ts))
 
 
-def _scored_warning(scored: dict[str, list[str]], where: str) -> str:
+def scored_warning(scored: dict[str, list[str]], where: str) -> str:
     return ("the model's outputs are integers: scored instead the float tensor(s) they are computed from ("
             + "; ".join(f"{o}: {', '.join(ts)}" for o, ts in scored.items()) + f"), as graph outputs of {where} evaluated")
 

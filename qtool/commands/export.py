@@ -84,10 +84,12 @@ def _mixed_precision(loaded, cal, options: ExportOptions, mixed: MixedPrecision,
     """keep_fp32 N or a max_drop budget: the layers to keep in FP32. The layers are ranked and
     measured on the target's model exported with `options` (its exact simulation)."""
     _, runs = held_out_runs(loaded, cal, mixed.images, mixed.data, mixed.limit)
+    measured, scored = _evaluate.with_label_scores(loaded)  # integer outputs: ranked and measured on the float tensors they come from
+    notes = [_evaluate.scored_warning(scored, "the exports measured")] if scored else []
     if mixed.keep_fp32:
-        kept = _evaluate.keep_fp32(loaded, cal, mixed.keep_fp32, runs, options)
-        return _Kept(tuple(kept.exclude), kept.tensors, list(kept.warnings))
-    found = budget.meet(loaded, cal, runs, wanted, mixed.max_fp32, options)
+        kept = _evaluate.keep_fp32(measured, cal, mixed.keep_fp32, runs, options)
+        return _Kept(tuple(kept.exclude), kept.tensors, notes + list(kept.warnings))
+    found = budget.meet(measured, cal, runs, wanted, mixed.max_fp32, options)
     if not found.met:
         raise QtoolError("no set of at most {most} layer group(s) kept in FP32 meets {budget} (best reached: {reached}); allow more "
                          "with {max_fp32}, relax {max_drop}, or calibrate on more inputs", most=mixed.max_fp32, budget=wanted.describe(),
@@ -95,7 +97,7 @@ def _mixed_precision(loaded, cal, options: ExportOptions, mixed: MixedPrecision,
     feeds = budget.one_sample(loaded.proto, next(iter(runs()))[0])
     target = options.target
     before = budget.latency_ms(target, exporter(target).export(loaded, cal, options).data, feeds) if found.exclude else None
-    return _Kept(tuple(found.exclude), found.tensors, budget={"required": wanted.describe(), "reached": wanted.describe(found.value),
+    return _Kept(tuple(found.exclude), found.tensors, notes, budget={"required": wanted.describe(), "reached": wanted.describe(found.value),
                                                               "trials": found.trials}, feeds=feeds, all_int8_ms=before)
 
 
