@@ -21,6 +21,7 @@ from __future__ import annotations
 import onnx
 from onnx import helper
 
+from . import shapes
 from .graph import defined, outer_refs
 
 ALIAS = "::qtool_branch"
@@ -69,12 +70,21 @@ def _constants(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
     return found
 
 
+def _typed(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+    """The type (shape included) onnx's shape inference gives each main-graph tensor of `proto`."""
+    inferred = shapes.inferred(proto) or proto
+    g = inferred.graph
+    return {vi.name: vi.type for vi in list(g.input) + list(g.value_info) + list(g.output) if vi.type.HasField("tensor_type")
+            and vi.type.tensor_type.HasField("shape")}
+
+
 def standalone(proto: onnx.ModelProto, graph: onnx.GraphProto, types: dict[str, int]) -> onnx.ModelProto:
     """The branch `graph` of an If in `proto`'s main graph as a model of its own (same opsets and IR
     version): the constants it reads from `proto`'s main graph copied in as initializers, its other
-    outer-scope reads graph inputs of their type in `types` (`proto`'s tensor types), in the order
-    it first reads them."""
+    outer-scope reads graph inputs of their type in `types` (`proto`'s tensor types; their shapes as
+    onnx's shape inference gives them), in the order it first reads them."""
     fixed = _constants(proto.graph)
+    typed = _typed(proto)
     model = onnx.ModelProto()
     model.ir_version, model.producer_name = proto.ir_version, proto.producer_name
     model.opset_import.extend(proto.opset_import)
@@ -89,6 +99,8 @@ def standalone(proto: onnx.ModelProto, graph: onnx.GraphProto, types: dict[str, 
             copy.CopyFrom(fixed[name])
             copy.name = name
             model.graph.initializer.append(copy)
+        elif name in typed and typed[name].tensor_type.elem_type == types.get(name, typed[name].tensor_type.elem_type):
+            model.graph.input.add(name=name).type.CopyFrom(typed[name])
         else:
             model.graph.input.append(helper.make_tensor_value_info(name, types.get(name, onnx.TensorProto.FLOAT), None))
     return model
