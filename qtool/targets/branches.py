@@ -10,13 +10,14 @@ also uses are renamed. A branch whose writer fails, or that nothing recorded rea
 calibration input took), stays float; the summary adds each branch's counts to the file's.
 Passes that need the whole model see one branch at a time: bias correction and SmoothQuant read
 the calibration's statistics of the branch's own tensors (calibrate records none per channel
-inside branches: they do nothing there). Loop and Scan bodies are not opened.
+inside branches: they do nothing there). evaluate --tensors, --keep-fp32 and --max-drop build their models
+from the main graph's placement alone (the branches stay float there). Loop and Scan bodies are not
+opened: every target's export warns of the layers in them, which stay float.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
 
 import onnx
 
@@ -25,8 +26,7 @@ from ..model import branches, tensor_types
 from ..model import graph as G
 from . import WrittenFile, get
 
-log = logging.getLogger("qtool")
-
+LAYERS = ("Conv", "ConvTranspose", "MatMul", "Gemm", "LSTM", "GRU", "RNN")  # the layers a loop body keeps float (said once)
 CHECKER = "the exported model fails onnx.checker"  # graph.finish's warning where the input model fails it too
 
 # the summary's counts, added up over the file and its branches (its other numbers are the file's)
@@ -47,6 +47,9 @@ def refused(target: str, proto: onnx.ModelProto) -> QtoolError | None:
 def finished(loaded, cal, options, export, result: WrittenFile) -> WrittenFile:
     """The writer's `result` for `loaded` with quantizers placed inside its If branches too (module doc);
     `result` itself when the target does not place them there or the model has no If."""
+    bodies = _float_bodies(loaded.proto)
+    if bodies is not None:
+        result = dataclasses.replace(result, warnings=result.warnings + [bodies])
     if not get(options.target).branches or not branches.has_branches(loaded.proto) or not isinstance(result.data, bytes):
         return result
     model = onnx.load_model_from_string(result.data)
@@ -55,6 +58,16 @@ def finished(loaded, cal, options, export, result: WrittenFile) -> WrittenFile:
         return result
     data, more = G.finish(model, loaded.proto)
     return WrittenFile(data, warnings + more, _merged(summaries))
+
+
+def _float_bodies(proto: onnx.ModelProto) -> str | None:
+    """The warning for layers inside Loop and Scan bodies (at any depth), which stay float, or None."""
+    layers = [m.name or m.output[0] for n in G.all_nodes(proto.graph) if n.op_type in ("Loop", "Scan")
+              for sub in G.subgraphs(n) for m in G.all_nodes(sub) if m.op_type in LAYERS]
+    if not layers:
+        return None
+    return (f"{len(layers)} layer(s) inside Loop/Scan bodies stay float ({', '.join(layers[:3])}{', ...' if len(layers) > 3 else ''}): "
+            "qtool quantizes inside If branches, not loop bodies")
 
 
 def _place(model: onnx.ModelProto, loaded, cal, options, export, summaries: list[dict], warnings: list[str]) -> bool:
