@@ -28,10 +28,15 @@ ALIAS = "::qtool_branch"
 BRANCHES = ("then_branch", "else_branch")
 
 
+def is_if(node: onnx.NodeProto) -> bool:
+    """Whether `node` is an If with both branches."""
+    return node.op_type == "If" and node.domain in ("", "ai.onnx") \
+        and {a.name for a in node.attribute if a.type == onnx.AttributeProto.GRAPH} >= set(BRANCHES)
+
+
 def if_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
     """The If nodes of a graph (not those of its subgraphs) with both branches."""
-    return [n for n in graph.node if n.op_type == "If" and n.domain in ("", "ai.onnx")
-            and {a.name for a in n.attribute if a.type == onnx.AttributeProto.GRAPH} >= set(BRANCHES)]
+    return [n for n in graph.node if is_if(n)]
 
 
 def has_branches(proto: onnx.ModelProto) -> bool:
@@ -48,6 +53,28 @@ def original(name: str) -> str:
     while name.endswith(ALIAS):
         name = name[: -len(ALIAS)]
     return name
+
+
+def flattened(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """For the analyses of which layer reads which tensor only (never run, never written): a model whose main
+    graph holds, in place of each If node, the nodes and initializers of both its branches, at every depth."""
+    model = onnx.ModelProto()
+    model.ir_version = proto.ir_version
+    model.opset_import.extend(proto.opset_import)
+    g = model.graph
+    g.input.extend(proto.graph.input)
+    g.output.extend(proto.graph.output)
+
+    def add(graph: onnx.GraphProto) -> None:
+        g.initializer.extend(graph.initializer)
+        for n in graph.node:
+            if is_if(n):
+                for which in BRANCHES:
+                    add(branch(n, which))
+            else:
+                g.node.append(n)
+    add(proto.graph)
+    return model
 
 
 def unseen_warning(unseen: list[str]) -> str | None:
