@@ -151,3 +151,11 @@ def test_tensorrt_refuses_naming_if(calibrated):
     model, cal = calibrated
     with pytest.raises(QtoolError, match="inside If branches"):
         qtool.export(model, cal, target="tensorrt")
+
+
+def test_the_rankings_refuse_a_model_whose_layers_are_inside_branches(calibrated):
+    """--tensors, --keep-fp32 and --max-drop build models of the main graph's quantizers: a one-line refusal, not a
+    ranking of none."""
+    model, cal = calibrated
+    with pytest.raises(QtoolError, match="inside If branches"):
+        qtool.evaluate(model, cal, data=_feeds(n=1), target="qdq", per_tensor=True)

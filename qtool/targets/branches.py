@@ -60,6 +60,12 @@ def finished(loaded, cal, options, export, result: WrittenFile) -> WrittenFile:
     return WrittenFile(data, warnings + more, _merged(summaries))
 
 
+def layers_inside(proto: onnx.ModelProto) -> list[str]:
+    """The layers (LAYERS) inside the If branches of `proto`'s main graph, at any depth."""
+    return [m.name or m.output[0] for n in branches.if_nodes(proto.graph) for which in branches.BRANCHES
+            for m in G.all_nodes(branches.branch(n, which)) if m.op_type in LAYERS]
+
+
 def _float_bodies(proto: onnx.ModelProto) -> str | None:
     """The warning for layers inside Loop and Scan bodies (at any depth), which stay float, or None."""
     layers = [m.name or m.output[0] for n in G.all_nodes(proto.graph) if n.op_type in ("Loop", "Scan")
