@@ -33,7 +33,7 @@ MODELS = ("silero_vad", "silero_vad_v5_spox", "oww_silero_vad_v4")
 
 def qtool(*args: str) -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    subprocess.run([sys.executable, "-m", "qtool", "-q", *args], check=True, env=env)
+    subprocess.run([sys.executable, "-m", "qtool", "-q", *args], check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def feeds(folder: Path) -> list[dict]:
