@@ -90,6 +90,7 @@ def test_a_branch_no_input_took_stays_float():
     cal = qtool.calibrate(model, data=_feeds(srs=(16000,)))
     names = {t.name for t in cal.tensors}
     assert "If_0_then/conv1/out" in names and not any(n.startswith("If_0_else/") for n in names)
+    assert any("inside If branches that no calibration input took" in w for w in cal.warnings), cal.warnings
     q = onnx.load_from_string(bytes(qtool.export(model, cal, target="qdq")))
     assert any(n.op_type == "QuantizeLinear" for n in _branch(q, PATHS[0]).node)
     assert not any(n.op_type == "QuantizeLinear" for n in all_nodes(_branch(q, PATHS[1])))
@@ -159,3 +160,30 @@ def test_the_rankings_refuse_a_model_whose_layers_are_inside_branches(calibrated
     model, cal = calibrated
     with pytest.raises(QtoolError, match="inside If branches"):
         qtool.evaluate(model, cal, data=_feeds(n=1), target="qdq", per_tensor=True)
+
+
+def _loop_matmul_model() -> onnx.ModelProto:
+    """x -> MatMul -> Loop (3 trips; its body: acc -> MatMul with a main-graph weight -> Relu) -> y."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(5)
+    w = numpy_helper.from_array((rng.normal(0, 1, (8, 8)) / np.sqrt(8)).astype(np.float32), "w")
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("MatMul", ["acc_in", "w"], ["mm"], name="/body/MatMul"),
+         helper.make_node("Relu", ["mm"], ["acc_out"], name="/body/Relu")], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [1, 8])])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"], name="/MatMul"), helper.make_node("Loop", ["trips", "keep", "h"], ["y"], name="/Loop", body=body)],
+        "loop_matmul", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
+        [w, numpy_helper.from_array(np.array(3, np.int64), "trips"), numpy_helper.from_array(np.array(True), "keep")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_export_warns_of_layers_inside_loop_bodies(caplog):
+    model = _loop_matmul_model()
+    rng = np.random.default_rng(6)
+    cal = qtool.calibrate(model, data=[{"x": rng.normal(0, 1, (1, 8)).astype(np.float32)} for _ in range(8)])
+    with caplog.at_level("WARNING", logger="qtool"):
+        qtool.export(model, cal, target="qdq")
+    assert any("inside Loop/Scan bodies stay float (/body/MatMul)" in r.getMessage() for r in caplog.records), caplog.text
