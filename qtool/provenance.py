@@ -36,6 +36,7 @@ from .model import graph as G
 from .model import wire
 from .model.writer import ModelFile
 from .options import ExportOptions
+from .targets import branches
 
 KEY = "qtool.provenance"
 FORMAT = 1
@@ -101,10 +102,11 @@ def built(loaded, cal, options: ExportOptions):
     why = unquantizable(loaded.proto)  # before the writer's work: minutes and gigabytes on a big tree ensemble
     if why is not None:
         raise QtoolError(f"the {options.target} export would quantize nothing: {why}; no file written")
-    result = targets.exporter(options.target).export(loaded, cal, options)
+    writer = targets.exporter(options.target)
+    result = branches.finished(loaded, cal, options, writer.export, writer.export(loaded, cal, options))
     nothing = quantizes_nothing(loaded.proto, options.target, result.summary, calibrated=len(cal.tensors))
     if nothing is not None:
-        raise nothing
+        raise branches.refused(options.target, loaded.proto) or nothing
     return result
 
 

@@ -73,6 +73,7 @@ __all__ = [
     "local_functions_like",
     "lightgbm_classifier_like",
     "char_tagger_argmax_like",
+    "if_branches_vad_like",
 ]
 
 FLOAT = TensorProto.FLOAT
@@ -2159,3 +2160,59 @@ def gru_skip_head_like(frames=64, feat=16, hidden=32, outliers=(3, 17), gain=6.0
     graph = g.graph("gru_skip_head", [helper.make_tensor_value_info("emb", FLOAT, [1, frames, feat])],
                     [helper.make_tensor_value_info("alpha", FLOAT, [1, frames, 1])])
     return _make_model(graph, 14)
+
+
+def if_branches_vad_like(samples=64, ch=8, hidden=16, seed=4951):
+    """Silero VAD v4-v6 as shipped (silero_vad.onnx, opset 16): the main graph only picks a network, Equal(sr,
+    16000) -> If, each branch a whole network of its own weights (Constant nodes inside the branch): an STFT-like
+    Conv, Relu, Conv, Relu, then a nested If (on a second int input `mode`, as the decoder's Ifs on the state's
+    shape) whose branches each end in their own MatMul (one reads a main-graph initializer from outside) and
+    activation. Outputs: the branch's [1, frames, hidden] features and [1, ch, frames] encoder output."""
+    rng = np.random.default_rng(seed)
+    frames = samples // 4
+
+    def const(nodes, name, value):
+        nodes.append(helper.make_node("Constant", [], [name], name=f"{name}/Constant",
+                                      value=numpy_helper.from_array(np.asarray(value, np.float32), name)))
+        return name
+
+    def head(prefix, h, kind, w):  # the nested If's branch: MatMul -> kind
+        nodes = []
+        w = w if isinstance(w, str) else const(nodes, f"{prefix}/weight", w)
+        nodes.append(helper.make_node("MatMul", [h, w], [f"{prefix}/MatMul_output_0"], name=f"{prefix}/MatMul"))
+        nodes.append(helper.make_node(kind, [f"{prefix}/MatMul_output_0"], [f"{prefix}/out"], name=f"{prefix}/{kind}"))
+        return helper.make_graph(nodes, prefix.replace("/", "_"), [], [helper.make_tensor_value_info(f"{prefix}/out", FLOAT, None)])
+
+    def network(prefix, stride, kernel):
+        nodes = []
+        w1 = const(nodes, f"{prefix}/conv1/weight", rng.normal(0, 1, (ch, 1, kernel)) / np.sqrt(kernel))
+        b1 = const(nodes, f"{prefix}/conv1/bias", rng.normal(0, 0.1, ch))
+        w2 = const(nodes, f"{prefix}/conv2/weight", rng.normal(0, 1, (ch, ch, 3)) / np.sqrt(3 * ch))
+        nodes.append(helper.make_node("Unsqueeze", ["input", "axes1"], [f"{prefix}/x"], name=f"{prefix}/Unsqueeze"))
+        nodes.append(helper.make_node("Conv", [f"{prefix}/x", w1, b1], [f"{prefix}/conv1/out"], name=f"{prefix}/conv1/Conv",
+                                      kernel_shape=[kernel], strides=[stride], pads=[0, kernel - stride]))
+        nodes.append(helper.make_node("Relu", [f"{prefix}/conv1/out"], [f"{prefix}/relu1"], name=f"{prefix}/conv1/Relu"))
+        nodes.append(helper.make_node("Conv", [f"{prefix}/relu1", w2], [f"{prefix}/conv2/out"], name=f"{prefix}/conv2/Conv",
+                                      kernel_shape=[3], pads=[1, 1]))
+        nodes.append(helper.make_node("Relu", [f"{prefix}/conv2/out"], [f"{prefix}/enc"], name=f"{prefix}/conv2/Relu"))
+        nodes.append(helper.make_node("Transpose", [f"{prefix}/enc"], [f"{prefix}/seq"], name=f"{prefix}/Transpose", perm=[0, 2, 1]))
+        inner = helper.make_node("If", ["use_a"], [f"{prefix}/features"], name=f"{prefix}/decoder/If",
+                                 then_branch=head(f"{prefix}/decoder/a", f"{prefix}/seq", "Relu", rng.normal(0, 1, (ch, hidden)) / np.sqrt(ch)),
+                                 else_branch=head(f"{prefix}/decoder/b", f"{prefix}/seq", "Sigmoid", "shared.weight"))
+        nodes.append(inner)
+        return helper.make_graph(nodes, prefix, [], [helper.make_tensor_value_info(f"{prefix}/features", FLOAT, None),
+                                                     helper.make_tensor_value_info(f"{prefix}/enc", FLOAT, None)])
+
+    nodes = [helper.make_node("Equal", ["sr", "sr16k"], ["is16k"], name="/Equal"),
+             helper.make_node("Equal", ["mode", "one"], ["use_a"], name="/Equal_1"),
+             helper.make_node("If", ["is16k"], ["features", "enc"], name="If_0", then_branch=network("If_0_then", 4, 8),
+                              else_branch=network("If_0_else", 4, 4))]
+    inits = [numpy_helper.from_array(np.array(16000, np.int64), "sr16k"), numpy_helper.from_array(np.array(1, np.int64), "one"),
+             numpy_helper.from_array(np.array([1], np.int64), "axes1"),
+             numpy_helper.from_array((rng.normal(0, 1, (ch, hidden)) / np.sqrt(ch)).astype(np.float32), "shared.weight")]
+    graph = helper.make_graph(nodes, "if_branches_vad",
+                              [helper.make_tensor_value_info("input", FLOAT, [1, samples]), helper.make_tensor_value_info("sr", INT64, []),
+                               helper.make_tensor_value_info("mode", INT64, [])],
+                              [helper.make_tensor_value_info("features", FLOAT, [1, frames, hidden]),
+                               helper.make_tensor_value_info("enc", FLOAT, [1, ch, frames])], inits)
+    return _make_model(graph, 16)

@@ -50,7 +50,7 @@ from ..options import DEFAULT_TARGET, ExportOptions, method
 from ..quantizers import cpu_kinds, placement
 from ..quantizers import patterns as P
 from ..runtime import onnxruntime
-from ..targets import TARGETS, exporter
+from ..targets import TARGETS, branches, exporter
 from . import simulate
 
 Feeds = dict[str, np.ndarray]
@@ -347,6 +347,11 @@ def ranked_exporter(target: str, what: str | Words = "the per-tensor ranking"):
 def prepare(loaded, cal, options: ExportOptions, what: str | Words = "the per-tensor ranking"):
     """(options.target's exporter module, its preparation of `loaded` with the export `options`)."""
     module = ranked_exporter(options.target, what)
+    inside = branches.layers_inside(loaded.proto)
+    if inside:  # its models are built from the main graph's placement (qtool.targets.branches)
+        raise QtoolError("{what} reads the quantizers of the main graph only: this model's layers are inside If branches "
+                         "({names}); export and evaluate it without", what=what,
+                         names=", ".join(inside[:2]) + (f" and {len(inside) - 2} more" if len(inside) > 2 else ""))
     return module, module.prepare(loaded, cal, options)
 
 

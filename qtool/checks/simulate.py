@@ -201,18 +201,33 @@ def _lstm_as_scans(model: onnx.ModelProto, namer: G.Namer, node: onnx.NodeProto,
 
 
 def fake_quantize_as_float_ops(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The model with every main-graph FakeQuantize replaced, in place, by float ONNX ops computing
-    OpenVINO's formula (a model below opset 11 is converted first, into a new model: Round needs 11)."""
-    if not any(is_fake_quantize(n) for n in model.graph.node):
+    """The model with every FakeQuantize replaced, in place, by float ONNX ops computing OpenVINO's
+    formula, those inside If branches too (their constants added to the main graph, which every branch
+    reads); a model below opset 11 is converted first, into a new model: Round needs 11."""
+    if not any(is_fake_quantize(n) for n in G.all_nodes(model.graph)):
         return model
     if G.default_opset(model) < ROUND_OPSET:
         model, _ = upgrade_opset(model, ROUND_OPSET, why="FakeQuantize as float ops (Round)")
-    namer = G.Namer(model)
-    types = _elem_types(model)
-    made = G.producers(model.graph)
-    inits = {t.name: t for t in model.graph.initializer}
+    _as_float_ops(model, model.graph, G.Namer(model), _elem_types(model), {}, {})
+    if not any(n.domain == DOMAIN for n in G.all_nodes(model.graph)):
+        kept = [o for o in model.opset_import if o.domain != DOMAIN]
+        del model.opset_import[:]
+        model.opset_import.extend(kept)
+    return model
+
+
+def _as_float_ops(model: onnx.ModelProto, graph: onnx.GraphProto, namer: G.Namer, types: dict[str, int], made: dict, inits: dict) -> None:
+    """fake_quantize_as_float_ops on `graph` (the main graph or a subgraph of it; `made`, `inits`: the producers
+    and initializers of the scopes around it) and its subgraphs."""
+    made = {**made, **G.producers(graph)}
+    inits = {**inits, **{t.name: t for t in graph.initializer}}
+    if graph is not model.graph:
+        types = {**types, **_elem_types(onnx.helper.make_model(graph))}
     nodes: list[onnx.NodeProto] = []
-    for n in model.graph.node:
+    for n in graph.node:
+        for sub in G.subgraphs(n):
+            if any(is_fake_quantize(m) for m in G.all_nodes(sub)):
+                _as_float_ops(model, sub, namer, types, made, inits)
         grid = _int8_lstm_grid(n, made, inits)
         if is_fake_quantize(n):
             elem_type = next((types[r] for r in n.input[1:] if r in types), types.get(n.input[0], TensorProto.FLOAT))
@@ -221,13 +236,8 @@ def fake_quantize_as_float_ops(model: onnx.ModelProto) -> onnx.ModelProto:
             nodes += _lstm_as_scans(model, namer, n, grid, made, inits)
         else:
             nodes.append(n)
-    del model.graph.node[:]
-    model.graph.node.extend(nodes)
-    if not any(n.domain == DOMAIN for n in model.graph.node):
-        kept = [o for o in model.opset_import if o.domain != DOMAIN]
-        del model.opset_import[:]
-        model.opset_import.extend(kept)
-    return model
+    del graph.node[:]
+    graph.node.extend(nodes)
 
 
 def with_outputs(model: onnx.ModelProto, tensors: list[str]) -> onnx.ModelProto:

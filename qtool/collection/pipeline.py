@@ -4,6 +4,7 @@ qtool.calibrate() both run `run`, so they give byte-identical files for the same
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import os
@@ -14,7 +15,7 @@ from pathlib import Path
 from .. import calibration, model
 from ..errors import Opt, QtoolError
 from ..feeds import data
-from ..model import shapes
+from ..model import branches, shapes
 from ..model.graph import Index
 from ..model.spill import runnable
 from ..options import CalibrateOptions
@@ -212,30 +213,52 @@ def run(loaded: model.LoadedModel, options: CalibrateOptions, progress=None) -> 
     bins, kl_variant, shard = options.bins, options.kl_variant, options.shard
     if bins < 256 or not histogram.is_power_of_two(bins):
         raise QtoolError("{bins} must be a power of two >= 256 (e.g. 2048), so histograms merge exactly", bins=Opt("bins", bins))
-    types = model.tensor_types(loaded.proto)
-    names = model.activation_tensors(loaded.proto, types)
+    # the tensors inside If branches: fetched as outputs of their If nodes (model.branches), recorded by their own names
+    run_on, inside = branches.exposed(loaded.proto, _catalogue)
+    types = model.tensor_types(run_on)
+    names = model.activation_tensors(run_on, types)
+    if inside:
+        types.update(inside)
+        names += [n for n in inside if n not in names]
+        run_on = dataclasses.replace(loaded, proto=run_on)
+    else:
+        run_on = loaded
     source = _source(loaded, names, options)
-    hists, stats, samples = _collect(loaded, names, types, source, bins, progress)
+    hists, stats, samples = _collect(run_on, names, types, source, bins, progress)
     if samples == 0:
         what = "images could be read" if options.images is not None else "inputs were given"
         raise QtoolError(f"none of the {len(source.inputs)} {what}; nothing was calibrated" if source.inputs
                          else "the loader gave no inputs; nothing was calibrated")
     _drop_unused_peaks(loaded.proto, hists, stats)
-    records = [calibration.record_from_histogram(n, hists[n], method, kl_variant, stats=stats[n]) for n in names]
+    # a branch no input took has no values: no range (its layers stay float), said once
+    unseen = [n for n in inside if hists[n].size == 0]
+    records = [calibration.record_from_histogram(branches.original(n), hists[n], method, kl_variant, stats=stats[n]) for n in names
+               if n not in unseen]
     cal = calibration.Calibration(
         model_path=loaded.path.resolve().as_posix(), model_sha256=loaded.sha256, method=method, num_bits=8,
         bins=bins, samples=samples, preprocess=source.preprocess, tensors=records, kl_variant=kl_variant, shard=shard,
     )
     count = source.runs.count if isinstance(source.runs, _Counted) else len(source.inputs)
-    warnings = [w for w in [model.already_quantized(loaded.proto)] if w] + _warnings(records, source.skipped,
+    warnings = [w for w in [model.already_quantized(loaded.proto), branches.unseen_warning(unseen)] if w] + _warnings(records, source.skipped,
                                                                                       model.data_dependent(loaded.proto))
     return cal, Report(count, samples, source.batch_size, warnings, list(source.skipped or []))
+
+
+def _catalogue(proto) -> tuple[list[str], dict[str, int]]:
+    """The float activations of a model to record and its tensor types (branches.exposed's catalogue)."""
+    types = model.tensor_types(proto)
+    return model.activation_tensors(proto, types), types
 
 
 def _collect(loaded, names, types, source: _Source, bins: int, progress):
     # per-sample min, max |x| and per-channel means of layer inputs: for mean-minmax and bias correction
     # and per-channel max |x| of linear-layer inputs, for SmoothQuant at export (their Grams in transformers)
     stats = new_stats(loaded.proto, names, smooth=_transformer(loaded.proto))
+    inside = [n for n in names if branches.original(n) != n]
+    if inside:  # a branch tensor's statistics are those its readers inside the branches ask for
+        flat = branches.flattened(loaded.proto)
+        found = new_stats(flat, [branches.original(n) for n in inside], smooth=_transformer(flat))
+        stats.update({n: found[branches.original(n)] for n in inside})
     # a Concat's output (a Split's input) holds exactly its parts' values, an Add/Sub/Mul output is
     # one exact float32 operation on its inputs: such tensors are computed from fetched ones
     derived = collect.derivations(loaded.proto, names, types, source.static, stats)

@@ -78,6 +78,7 @@ class Target:
     group_class: str  # "module:Class" of its option group (ExportOptions.own)
     calibrate_file: str | None = None  # "module:Class" of a file calibrate writes for it (options declared; `write`)
     inspected: str | None = None  # its inspection module: range files it reads, the model check it runs (qtool inspect)
+    branches: bool = False  # its writer's placement runs inside If branches too (qtool.targets.branches)
 
     def module(self):
         """The writer module."""
@@ -138,9 +139,9 @@ _REGISTRY = (
     Target("tensorrt", "qtool.targets.tensorrt", "qtool.targets.tensorrt.rules:TENSORRT", (FLOAT,), "onnxruntime", False,
            ".trt.onnx", _TRT + "TensorRTOptions", _TRT + "CalibrateCache", "qtool.targets.tensorrt.inspection"),
     Target("openvino", "qtool.targets.openvino", "qtool.targets.cpu:CPU", (FLOAT, FLOAT16), "openvino", True,
-           ".openvino.onnx", "qtool.targets.cpu:CpuOptions"),
+           ".openvino.onnx", "qtool.targets.cpu:CpuOptions", branches=True),
     Target("qdq", "qtool.targets.qdq", "qtool.targets.cpu:CPU", (FLOAT,), "onnxruntime", True,
-           ".qdq.onnx", "qtool.targets.cpu:CpuOptions"),
+           ".qdq.onnx", "qtool.targets.cpu:CpuOptions", branches=True),
 )
 TARGETS = tuple(t.name for t in _REGISTRY)
 
