@@ -130,3 +130,37 @@ def test_a_fixed_batch_takes_that_many_samples_a_run(tmp_path):
     assert (tmp_path / "f.calib.json").read_bytes() == (tmp_path / "d.calib.json").read_bytes()
     assert load(tmp_path / "f.calib.json").samples == 6
     fail("calibrate", m, "--data", tmp_path / "ab.npz", "--limit", "5", "-o", tmp_path / "x.calib.json", needle="--limit 4")
+
+
+def test_a_scalar_input_is_fed_as_a_scalar(tmp_path):
+    """A model with a rank-0 input (Silero VAD's sample rate `sr`): each file's 0-d array feeds it as it is. qtool fed
+    it as [1] (np.ascontiguousarray makes a 0-d array 1-d); onnxruntime takes that, OpenVINO refuses it ("got [1]
+    expecting []"), so `evaluate --runtime openvino` exited 1 on a model OpenVINO runs."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from qtool.feeds.data import feeds_from
+    from qtool.model import data_inputs
+
+    rng = np.random.default_rng(4)
+    w = numpy_helper.from_array((rng.standard_normal((8, 6)) / 3).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["gain"], ["g"], to=TensorProto.FLOAT), helper.make_node("Mul", ["x", "g"], ["xg"]),
+         helper.make_node("MatMul", ["xg", "w"], ["y"])],
+        "scalar_input", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8]),
+                         helper.make_tensor_value_info("gain", TensorProto.INT64, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 6])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    m = tmp_path / "scalar.onnx"
+    onnx.save(model, m)
+    for split in ("cal", "held"):
+        (tmp_path / split).mkdir()
+        for i in range(6):
+            np.savez(tmp_path / split / f"{i}.npz", x=rng.standard_normal((2, 8)).astype(np.float32), gain=np.int64(1 + i % 3))
+    feeds, _ = feeds_from(dict(np.load(tmp_path / "held" / "0.npz")), data_inputs(model), "0.npz")
+    assert feeds["gain"].shape == () and feeds["x"].shape == (2, 8)
+    pytest.importorskip("openvino")
+    ok("calibrate", m, "--data", tmp_path / "cal", "-o", tmp_path / "s.calib.json")
+    e = json.loads(ok("evaluate", m, "--calib", tmp_path / "s.calib.json", "--data", tmp_path / "held", "--target", "openvino",
+                      "--runtime", "openvino", "--json").stdout)
+    assert e["runtime"]["float_precision"] == "f32" and abs(e["runtime"]["sqnr_db"] - e["sqnr_db"]) < 1

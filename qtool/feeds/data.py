@@ -400,7 +400,7 @@ def _fit(path, arr: np.ndarray, spec: InputSpec) -> np.ndarray:
         if not np.can_cast(arr.dtype, target, casting="same_kind"):
             raise QtoolError(f"{str(path)!r}: input {spec.name!r} takes {target}, the array is {arr.dtype}")
         arr = arr.astype(target)
-    return np.ascontiguousarray(arr)
+    return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)  # ascontiguousarray makes a scalar [1]
 
 
 def _check_array_file(path: Path) -> None:
