@@ -159,7 +159,7 @@ def test_the_kernel_loads_when_the_first_run_says_the_calibration_bins_enough(tm
     monkeypatch.setattr(histogram, "start_loading", lambda: loads.append(len(fetched)))
     # sizes shape inference cannot tell (segments.sizes computes the yolo look-alike's from its
     # grid's shapes; a model whose shapes depend on its inputs' values has none)
-    monkeypatch.setattr(pipeline.segments, "sizes", lambda proto, names, dims: {})
+    monkeypatch.setattr(pipeline.segments, "sizes", lambda proto, names, dims, *rest: {})
     out, first = [], None
     for limit in ("none", "above", "at"):  # the threshold: beyond any, just above the estimate, at it
         monkeypatch.setattr(pipeline, "KERNEL_BYTES", 1 << 40 if first is None else 3 * first + (limit == "above"))
