@@ -150,8 +150,10 @@ def probed(proto: onnx.ModelProto, names: list[str], feeds: Feeds | None, folder
     count, outputs = len(g.node), len(g.output)
     g.node.extend(onnx.helper.make_node("Shape", [n], [out]) for n, out in outs.items())
     g.output.extend(onnx.helper.make_tensor_value_info(out, onnx.TensorProto.INT64, None) for out in outs.values())
+    shapes.close_child()  # shape inference's process (~20 MB) ends before the session is made
     try:
-        session = onnxruntime.session(proto, external_folder=folder, shapes_first=True)
+        # no arena: what the run frees goes back to the heap, given back to the system after it
+        session = onnxruntime.session(proto, external_folder=folder, shapes_first=True, arena=False)
     except Exception:  # QtoolError: the model will not load (its error comes where calibrate makes its own sessions)
         return found
     finally:
@@ -160,11 +162,25 @@ def probed(proto: onnx.ModelProto, names: list[str], feeds: Feeds | None, folder
     try:
         values = onnxruntime.run(session, list(outs.values()), {i.name: feeds[i.name] for i in g.input if i.name in feeds})
     except Exception:  # it will not run on these inputs: the sizes told so far (calibrate reports the run's error)
-        return found
+        values = None
     del session
+    _trim()
+    if values is None:
+        return found
     for n, shape in zip(outs, values):
         found[n] = int(np.prod(shape, dtype=np.int64)) * itemsize[n]
     return found
+
+
+def _trim() -> None:
+    """Give the heap's free pages back to the system (glibc's malloc_trim), so that what the probe
+    session held does not stay in the process beside the sessions made after it (lac_bigru, 17
+    tensors: 209 MB of calibrate's peak RSS before the probe, 234 MB with it untrimmed); nothing
+    where the C library is not glibc."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _zeros(proto: onnx.ModelProto, dims: dict[str, tuple[int, ...]]) -> Feeds | None:
