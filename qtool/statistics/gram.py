@@ -34,6 +34,7 @@ UNIT_LOG2 = -24  # the stored sums count multiples of 2**UNIT_LOG2
 MAX_CHANNELS = 2048  # inputs wider than this get no Gram (a 2048 x 2048 int64 matrix is 32 MiB)
 BUDGET = 2**25  # entries (K * K) of every Gram of one model together: 256 MiB per accumulator
 _ROOM = 2.0**62
+_EXACT = 2.0**53  # float64 adds integers exactly below this
 _BLOCK = 512  # rows of X^T X computed at once (the blocks on and above the diagonal)
 
 
@@ -50,6 +51,9 @@ class Gram:
     sums: np.ndarray | None = field(default=None, repr=False)  # int64 [channels, channels], in units
     bound: float = 0.0  # a bound on |sums|: the sum of every chunk's largest diagonal entry
     scale: np.ndarray | None = field(default=None, repr=False)  # per channel, for a smoothed tensor's (scaled), never stored
+    # sums not yet in `sums`: exact float64 integers, and a bound on their magnitude
+    _pending: np.ndarray | None = field(default=None, repr=False, compare=False)
+    _pending_bound: float = field(default=0.0, repr=False, compare=False)
     # the sums as a file holds them (from_json: the zlib-compressed upper triangle), unpacked only when
     # added to or read: an export holds a loaded model's Grams (BERT-large's 256 MB of int64) at ~40 %
     _packed: bytes | None = field(default=None, repr=False, compare=False)
@@ -94,26 +98,28 @@ class Gram:
         top = float(np.ldexp(float(np.max(np.einsum("ij,ij->j", m, m))), 2 * (e - MANTISSA) - UNIT_LOG2)) + 1.0
         self.bound += top
         if self.overflowed:
-            self.sums = None
+            self.sums = self._pending = None
             return
-        self._flush()
-        if self.sums is None:
-            self.sums = np.zeros((self.channels, self.channels), np.int64)
+        if self._pending is not None and self._pending_bound + top >= _EXACT:
+            self._flush()  # (it drops `_pending`: a new one below; T5's activations reached 2^53 within one run)
+        if self._pending is None:
+            self._pending = np.zeros((self.channels, self.channels))
+        self._pending_bound += top
         k, shift = self.channels, 2 * (e - MANTISSA) - UNIT_LOG2
         for b0 in range(0, k, _BLOCK):
             b1 = min(b0 + _BLOCK, k)
             g = m[:, b0:b1].T @ m[:, b0:]  # exact: every partial sum < 2 ** 53
             np.ldexp(g, shift, out=g)
             np.rint(g, out=g)  # half to even, deterministic
-            # into the int64 sums at once: exact (integers below 2 ** 53, the sums below `bound`),
-            # and no float64 matrix of pending sums beside them (it doubled what every Gram holds:
-            # svtrv2_captcha's 62 Grams, 220 MiB of int64 per worker, 440 MiB with it)
-            self.sums[b0:b1, b0:] += g.astype(np.int64)
+            self._pending[b0:b1, b0:] += g  # exact: integers below 2 ** 53
 
     def _flush(self) -> None:
-        """The packed sums (from_json) unpacked into `sums`, before they are added to."""
         if self._packed is not None:
             self.sums, self._packed = _unpack(self._packed, self.channels), None
+        if self._pending is not None:
+            add = self._pending.astype(np.int64)
+            self.sums = add if self.sums is None else self.sums + add
+            self._pending, self._pending_bound = None, 0.0
 
     def merge(self, other: Gram) -> Gram:
         if self.channels != other.channels:
@@ -139,6 +145,8 @@ class Gram:
 
     def scaled(self, s: np.ndarray) -> Gram:
         """The Gram of x * s (per channel): a smoothed activation's, for the export (never stored)."""
+        if self._pending is not None:
+            self._flush()
         old = np.ones(self.channels) if self.scale is None else self.scale
         return Gram(self.channels, self.count, self.sums, self.bound, old * np.asarray(s, dtype=np.float64).reshape(-1),
                     _packed=self._packed)
@@ -146,6 +154,8 @@ class Gram:
     def matrix(self) -> np.ndarray | None:
         """The mean of x x^T over the tokens (float64 [channels, channels]), or None when unknown
         (no token, or the sums dropped)."""
+        if self._pending is not None:
+            self._flush()
         sums = self._full()
         if sums is None or not self.count or self.overflowed:
             return None
