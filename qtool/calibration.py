@@ -349,9 +349,9 @@ CHUNK_BYTES = 1 << 20
 
 def json_chunks(cal: Calibration) -> Iterator[bytes]:
     """The calibration file's text, encoded, in pieces of about CHUNK_BYTES, as json's encoder
-    makes it: never the whole text at once (a transformer's file holds its Grams: svtrv2_captcha
-    100 MB, which json.dumps, the inlined lists' substitution, the final newline and the encoding
-    copied four times, 400 MB of calibrate's 950 MB peak RSS)."""
+    makes it: never the whole text at once (a transformer's file holds its Grams: svtrv2_captcha's
+    is 100 MB, which json.dumps, the substitution of the inlined lists, the final newline and the
+    encoding each copied; its calibrate peaked there, at 962 MB)."""
 
     def tensor(t: TensorRecord) -> dict:
         out = {

@@ -41,8 +41,8 @@ def test_in_memory_loader_equals_the_cli_over_the_same_arrays_as_npy(tmp_path, a
 
 def test_the_calibration_file_is_written_in_pieces(tmp_path, arrays, monkeypatch):
     """calibration.json_chunks: the file's text in pieces of about CHUNK_BYTES, never whole in memory (a
-    transformer's Grams: svtrv2_captcha's 100 MB file was copied four times on its way out, 400 MB of
-    calibrate's peak); the same bytes as the text, saved and hashed as they go."""
+    transformer's Grams: svtrv2_captcha's 100 MB file was copied four times on its way out, where its
+    calibrate peaked); the same bytes as the text, saved and hashed as they go."""
     cal = qtool.calibrate(SAMPLE, data=[arrays[:40]])
     monkeypatch.setattr(calibration, "CHUNK_BYTES", 4096)
     chunks = list(calibration.json_chunks(cal))
