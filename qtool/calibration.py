@@ -395,6 +395,12 @@ def json_chunks(cal: Calibration) -> Iterator[bytes]:
         **({"per_sample_unit_log2": UNIT_LOG2} if any(t.stats is not None for t in cal.tensors) else {}),
         "tensors": {t.name: tensor(t) for t in cal.tensors},
     }
+    yield from _encoded(doc, marker, lists)
+
+
+def _encoded(doc: dict, marker: str, lists: list[str]) -> Iterator[bytes]:
+    """`doc` as json's encoder writes it (indent 1), each marker+k string replaced by lists[k], in
+    pieces of about CHUNK_BYTES, with a final newline."""
     pattern = re.compile(f'"{marker}(\\d+)"')
     pieces: list[str] = []
     size = 0
