@@ -27,6 +27,7 @@ import os
 import re
 import stat
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import NamedTuple
@@ -338,6 +339,20 @@ def merge(cals: list[Calibration]) -> Calibration:
 
 
 def to_json(cal: Calibration) -> str:
+    """The calibration file's text (json_chunks, joined)."""
+    return b"".join(json_chunks(cal)).decode()
+
+
+# bytes json_chunks gathers before it hands them on
+CHUNK_BYTES = 1 << 20
+
+
+def json_chunks(cal: Calibration) -> Iterator[bytes]:
+    """The calibration file's text, encoded, in pieces of about CHUNK_BYTES, as json's encoder
+    makes it: never the whole text at once (a transformer's file holds its Grams: svtrv2_captcha's
+    is 100 MB, which json.dumps, the substitution of the inlined lists, the final newline and the
+    encoding each copied; its calibrate peaked there, at 962 MB)."""
+
     def tensor(t: TensorRecord) -> dict:
         out = {
             "min": t.min,
@@ -380,8 +395,26 @@ def to_json(cal: Calibration) -> str:
         **({"per_sample_unit_log2": UNIT_LOG2} if any(t.stats is not None for t in cal.tensors) else {}),
         "tensors": {t.name: tensor(t) for t in cal.tensors},
     }
-    text = json.dumps(doc, indent=1, allow_nan=False)
-    return re.sub(f'"{marker}(\\d+)"', lambda m: lists[int(m.group(1))], text) + "\n"
+    yield from _encoded(doc, marker, lists)
+
+
+def _encoded(doc: dict, marker: str, lists: list[str]) -> Iterator[bytes]:
+    """`doc` as json's encoder writes it (indent 1), each marker+k string replaced by lists[k], in
+    pieces of about CHUNK_BYTES, with a final newline."""
+    pattern = re.compile(f'"{marker}(\\d+)"')
+    pieces: list[str] = []
+    size = 0
+    # the encoder yields each string whole, within one piece: the markers are replaced piece by piece
+    for piece in json.JSONEncoder(indent=1, allow_nan=False).iterencode(doc):
+        if marker in piece:
+            piece = pattern.sub(lambda m: lists[int(m.group(1))], piece)
+        pieces.append(piece)
+        size += len(piece)
+        if size >= CHUNK_BYTES:
+            yield "".join(pieces).encode()
+            pieces, size = [], 0
+    pieces.append("\n")
+    yield "".join(pieces).encode()
 
 
 def relocate(cal: Calibration, path: str | os.PathLike, source: str | os.PathLike | None = None) -> Calibration:
@@ -402,9 +435,15 @@ def relocate(cal: Calibration, path: str | os.PathLike, source: str | os.PathLik
 
 
 def save(cal: Calibration, path: str | os.PathLike) -> None:
-    data = to_json(relocate(cal, path)).encode()
-    write_atomic(path, data)
-    cal.file = (Path(path).name, hashlib.sha256(data).hexdigest())
+    h = hashlib.sha256()
+
+    def hashed():
+        for chunk in json_chunks(relocate(cal, path)):
+            h.update(chunk)
+            yield chunk
+
+    write_atomic(path, hashed())
+    cal.file = (Path(path).name, h.hexdigest())
 
 
 def _flag(value) -> bool:

@@ -223,12 +223,14 @@ class Outputs:
 
     def write(self, path: str | os.PathLike, data) -> None:
         """Stage `data` for `path`: a temporary file beside the file `path` names (symlinks followed).
-        `data`: bytes, or a model to write (qtool.model.writer.ModelFile: piece by piece, and
+        `data`: bytes, an iterable of bytes (calibration.json_chunks), or a model to write (qtool.model.writer.ModelFile: piece by piece, and
         when it needs external data, that file beside `path` too, staged and committed with it)."""
         from .model.writer import ModelFile, data_path
 
-        if not isinstance(data, ModelFile):
+        if isinstance(data, (bytes, bytearray, memoryview)):
             self._stage(path, [data])
+        elif not isinstance(data, ModelFile):  # pieces of bytes, written as they come
+            self._stage(path, data)
         elif not data.external():
             self._stage(path, data.chunks())
         else:

@@ -3,6 +3,7 @@ line, in-memory loaders, no printing, one exception type for user errors, the RE
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 import numpy as np
@@ -36,6 +37,22 @@ def test_in_memory_loader_equals_the_cli_over_the_same_arrays_as_npy(tmp_path, a
     # a list of bare arrays is the same loader for a single-input model; shard and limit as on the command line
     same = qtool.calibrate(SAMPLE, data=[arrays[i:i + 40] for i in range(0, len(arrays), 40)])
     assert calibration.to_json(same) == calibration.to_json(cal)
+
+
+def test_the_calibration_file_is_written_in_pieces(tmp_path, arrays, monkeypatch):
+    """calibration.json_chunks: the file's text in pieces of about CHUNK_BYTES, never whole in memory (a
+    transformer's Grams: svtrv2_captcha's 100 MB file was copied four times on its way out, where its
+    calibrate peaked); the same bytes as the text, saved and hashed as they go."""
+    cal = qtool.calibrate(SAMPLE, data=[arrays[:40]])
+    monkeypatch.setattr(calibration, "CHUNK_BYTES", 4096)
+    chunks = list(calibration.json_chunks(cal))
+    whole = calibration.to_json(cal).encode()
+    assert b"".join(chunks) == whole and len(whole) > 3 * 4096
+    assert len(chunks) > 3 and max(len(c) for c in chunks) < 2 * 4096 + max(len(line) for line in whole.splitlines())
+    cal.save(tmp_path / "a.calib.json")
+    saved = (tmp_path / "a.calib.json").read_bytes()
+    assert saved == calibration.to_json(calibration.relocate(cal, tmp_path / "a.calib.json")).encode()
+    assert cal.file[1] == hashlib.sha256(saved).hexdigest()
 
 
 def test_images_and_every_export_equal_the_cli_byte_for_byte(tmp_path):

@@ -159,7 +159,7 @@ def test_the_kernel_loads_when_the_first_run_says_the_calibration_bins_enough(tm
     monkeypatch.setattr(histogram, "start_loading", lambda: loads.append(len(fetched)))
     # sizes shape inference cannot tell (segments.sizes computes the yolo look-alike's from its
     # grid's shapes; a model whose shapes depend on its inputs' values has none)
-    monkeypatch.setattr(pipeline.segments, "sizes", lambda proto, names, dims: {})
+    monkeypatch.setattr(pipeline.segments, "sizes", lambda proto, names, dims, *rest: {})
     out, first = [], None
     for limit in ("none", "above", "at"):  # the threshold: beyond any, just above the estimate, at it
         monkeypatch.setattr(pipeline, "KERNEL_BYTES", 1 << 40 if first is None else 3 * first + (limit == "above"))
@@ -478,3 +478,45 @@ def test_no_run_holds_its_activations_while_the_kernel_loads(monkeypatch):
     feeds = [({"x": np.ones((1, 64), np.float32)}, 1) for _ in range(3)]
     collect.collect(Watched(), collect.Plan(names, 2048), feeds, schedule=collect.Schedule(1, 1, True))
     assert ran_before_load == [False] * 3
+
+
+def test_worker_threads_add_to_one_gram_per_tensor(monkeypatch):
+    """A transformer's Grams (X^T X of its linear layers' inputs) are most of what calibrate holds
+    (svtrv2_captcha: 220 MiB a worker): the worker threads add to one Gram per tensor, each under
+    that tensor's lock, and the exact sums are those of one worker."""
+    import time
+
+    from qtool import model
+    from qtool.collection import collect
+    from qtool.runtime import onnxruntime
+    from qtool.statistics import gram as gram_mod
+    from qtool.statistics.stats import new_stats
+
+    rng = np.random.default_rng(16)
+    w = numpy_helper.from_array(rng.standard_normal((32, 32)).astype(np.float32), "w")
+    nodes = [helper.make_node("Relu", ["x"], ["h"]), helper.make_node("MatMul", ["h", "w"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "t", 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "t", 32])], [w])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    names = ["x", "h", "y"]
+    types = dict.fromkeys(names, TensorProto.FLOAT)
+    session = onnxruntime.session(model.with_outputs(proto, names, types), threads=1)
+    grams: dict[int, set] = {}
+    update = gram_mod.Gram.update
+
+    def watched(self, value, rows):
+        grams.setdefault(self.channels, set()).add(id(self))
+        time.sleep(0.02)  # the other worker takes the next run meanwhile
+        return update(self, value, rows)
+
+    monkeypatch.setattr(gram_mod.Gram, "update", watched)
+    feeds = [({"x": rng.standard_normal((1, 50 + k, 32)).astype(np.float32)}, 1) for k in range(8)]
+    docs = []
+    for workers in (1, 2):
+        stats = new_stats(proto, names, smooth=True)
+        assert stats["h"].gram is not None
+        grams.clear()
+        collect.collect(session, collect.Plan(names, 2048), feeds, stats=stats, schedule=collect.Schedule(workers, 1, False))
+        assert len(grams[32]) == 1  # one Gram for h, whichever worker ran
+        docs.append(stats["h"].gram.to_json())
+    assert docs[0]["upper"] == docs[1]["upper"] and docs[0]["count"] == docs[1]["count"] == 8 * 50 + 28

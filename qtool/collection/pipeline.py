@@ -99,6 +99,7 @@ class _Source:
     images: data.ImageRuns | None = None  # the runs by index, when each is one image (helpers can take them)
     least_bytes: int = 0  # exposed activations of one batch that shape inference can tell
     dims: dict | None = None  # the first run's input shapes, when known before running
+    first: dict | None = None  # the first run's feeds, when read before running (segments.sizes), until sized
 
 
 def _image_source(loaded, names, options: CalibrateOptions, preprocess: dict) -> _Source:
@@ -145,8 +146,9 @@ def _data_source(loaded, data_dir, limit, shard) -> _Source:
         first = inputs[0].feeds() if isinstance(inputs[0], data.Samples) else data.load_arrays(inputs[0], specs)
         dims = {name: value.shape for name, value in first[0].items()}
     except QtoolError:
-        dims = None
-    return _Source(inputs, data.array_runs(inputs, specs), {"source": "data", "inputs": [s.name for s in specs]}, dims=dims)
+        first, dims = None, None
+    return _Source(inputs, data.array_runs(inputs, specs), {"source": "data", "inputs": [s.name for s in specs]}, dims=dims,
+                   first=first[0] if first else None)
 
 
 
@@ -264,8 +266,11 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
     derived = collect.derivations(loaded.proto, names, types, source.static, stats)
     fetched = [n for n in names if n not in derived]
     batches = -(-len(source.inputs) // (source.batch_size or 1)) if source.inputs else os.cpu_count() or 1
-    # bytes of each fetched tensor for the first run's input shapes, those that can be told
-    sizes = segments.sizes(loaded.proto, fetched, source.dims) if source.dims else {}
+    folder = loaded.path.parent if loaded.external_files else None
+    # bytes of each fetched tensor for the first run's input shapes (from its feeds where shape
+    # inference cannot tell)
+    sizes = segments.sizes(loaded.proto, fetched, source.dims, source.first, folder) if source.dims else {}
+    source.first = None
     kernel = _kernel(fetched, sizes, source, batches)
     if kernel is True:
         histogram.start_loading()  # loads while the session is built and the first batch runs
@@ -275,7 +280,6 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
         progress.refresh()
     # shape inference's process ends before sessions are made (segments.split starts it again)
     shapes.close_child()
-    folder = loaded.path.parent if loaded.external_files else None
     helpers: list = []
     try:
         # the model itself with the fetched tensors as outputs until the sessions are made (a copy

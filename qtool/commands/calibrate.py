@@ -65,7 +65,7 @@ def run(model_path, options: CalibrateOptions, *, output=None, files=(), progres
         warnings.extend(file_warnings)
     written = {"calibration": str(output)}
     with outs:  # every file, or none
-        outs.write(output, calibration.to_json(cal).encode())  # relocated to `output` above
+        outs.write(output, calibration.json_chunks(cal))  # relocated to `output` above
         for f, where, (data, _, _, _) in zip(files, paths, made):
             outs.write(where, data)
             written[f.OUTPUT] = str(where)

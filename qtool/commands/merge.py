@@ -30,7 +30,7 @@ def run(files, output) -> MergeResult:
     merged = calibration.merge(cals)
     with outs:
         # the model path, recorded relative to the first file, is written relative to the output
-        outs.write(output, calibration.to_json(calibration.relocate(merged, output, source=files[0])).encode())
+        outs.write(output, calibration.json_chunks(calibration.relocate(merged, output, source=files[0])))
         outs.commit()
     return MergeResult(inputs=tuple(str(f) for f in files), output=str(output), samples=merged.samples, tensors=len(merged.tensors),
                        seconds=time.perf_counter() - started)

@@ -38,7 +38,7 @@ def run(file, *, method: str | None = None, kl_variant: str | None = None, outpu
     new = calibration.recompute(cal, method, variant)
     with outs:
         # the model path, recorded relative to FILE, is written relative to the output
-        outs.write(out, calibration.to_json(calibration.relocate(new, out, source=calib_path)).encode())
+        outs.write(out, calibration.json_chunks(calibration.relocate(new, out, source=calib_path)))
         outs.commit()
     changed = sum(a.amax != b.amax for a, b in zip(cal.tensors, new.tensors))
     zero = [t.name for t in new.tensors if t.amax == 0]

@@ -45,9 +45,11 @@ def first_line(e: BaseException) -> str:
 
 
 def _options(threads: int | None, optimization: str | None, spin: bool, optimized_path: str | None,
-             arena: bool = True) -> ort.SessionOptions:
+             arena: bool = True, shapes_first: bool = False) -> ort.SessionOptions:
     opts = ort.SessionOptions()
     opts.log_severity_level = FATAL
+    if shapes_first:  # Shape and Size nodes run as soon as what they read is made (see `session`)
+        opts.execution_order = ort.ExecutionOrder.PRIORITY_BASED
     if not arena:  # every tensor allocated and freed as it goes
         opts.enable_cpu_mem_arena = False
     if threads is not None:
@@ -105,12 +107,16 @@ def _open(data: bytes, spill, opts: ort.SessionOptions, external_folder) -> ort.
 
 
 def session(model: onnx.ModelProto | bytes, *, threads: int | None = None, optimization: str | None = None,
-            external_folder: str | os.PathLike | None = None, arena: bool = True) -> ort.InferenceSession:
+            external_folder: str | os.PathLike | None = None, arena: bool = True, shapes_first: bool = False
+            ) -> ort.InferenceSession:
     """raw_session's session (threads spinning, see there), or a one-line QtoolError saying why
     onnxruntime cannot load the model. `arena`: False turns off onnxruntime's CPU memory arena
-    (which keeps the most a run ever allocated, for the session's life). `model` may come
-    serialized (a model without lazy weights: its caller need not hold the proto beside it)."""
-    opts = _options(threads, optimization, True, None, arena)
+    (which keeps the most a run ever allocated, for the session's life). `shapes_first`: nodes
+    in onnxruntime's priority-based order, which runs a Shape or Size node as soon as its input
+    is made, not where its place in the graph falls (microsoft/onnxruntime
+    onnxruntime/core/graph/graph_viewer.cc, PriorityNodeCompare). `model` may come serialized (a
+    model without lazy weights: its caller need not hold the proto beside it)."""
+    opts = _options(threads, optimization, True, None, arena, shapes_first)
     try:
         data, spill = (model, None) if isinstance(model, bytes) else runnable(model)
     except ValueError as e:  # protobuf refuses messages over 2 GB: weights must stay external
