@@ -49,11 +49,12 @@ class Gram:
     channels: int
     count: int = 0  # tokens summed
     sums: np.ndarray | None = field(default=None, repr=False)  # int64 [channels, channels], in units
-    bound: float = 0.0  # a bound on |sums|: the sum of every chunk's largest diagonal entry
+    bound: int | float = 0  # a bound on |sums|: the sum of every chunk's largest diagonal entry, rounded up to an
+    # integer so that the sum is exact in any order (two workers add the same chunks in any order: the same file)
     scale: np.ndarray | None = field(default=None, repr=False)  # per channel, for a smoothed tensor's (scaled), never stored
     # sums not yet in `sums`: exact float64 integers, and a bound on their magnitude
     _pending: np.ndarray | None = field(default=None, repr=False, compare=False)
-    _pending_bound: float = field(default=0.0, repr=False, compare=False)
+    _pending_bound: int = field(default=0, repr=False, compare=False)
     # the sums as a file holds them (from_json: the zlib-compressed upper triangle), unpacked only when
     # added to or read: an export holds a loaded model's Grams (BERT-large's 256 MB of int64) at ~40 %
     _packed: bytes | None = field(default=None, repr=False, compare=False)
@@ -95,7 +96,7 @@ class Gram:
             return
         e = math.frexp(peak)[1]  # 2 ** e > peak
         m = np.rint(np.ldexp(x, MANTISSA - e))  # integers, |m| <= 2 ** MANTISSA
-        top = float(np.ldexp(float(np.max(np.einsum("ij,ij->j", m, m))), 2 * (e - MANTISSA) - UNIT_LOG2)) + 1.0
+        top = math.ceil(math.ldexp(float(np.max(np.einsum("ij,ij->j", m, m))), 2 * (e - MANTISSA) - UNIT_LOG2)) + 1
         self.bound += top
         if self.overflowed:
             self.sums = self._pending = None
@@ -119,7 +120,7 @@ class Gram:
         if self._pending is not None:
             add = self._pending.astype(np.int64)
             self.sums = add if self.sums is None else self.sums + add
-            self._pending, self._pending_bound = None, 0.0
+            self._pending, self._pending_bound = None, 0
 
     def merge(self, other: Gram) -> Gram:
         if self.channels != other.channels:
@@ -182,7 +183,7 @@ def from_json(doc: dict) -> Gram:
     """A Gram from its to_json form, checked."""
     if not isinstance(doc, dict):
         raise TypeError("gram must be an object")
-    k, count, bound = doc.get("channels"), doc.get("count"), doc.get("bound", 0.0)
+    k, count, bound = doc.get("channels"), doc.get("count"), doc.get("bound", 0)
     if not isinstance(k, int) or isinstance(k, bool) or not 0 < k <= MAX_CHANNELS:
         raise ValueError(f"gram channels must be an integer in 1..{MAX_CHANNELS}")
     if not isinstance(count, int) or isinstance(count, bool) or count < 0:
@@ -191,7 +192,7 @@ def from_json(doc: dict) -> Gram:
         raise ValueError(f"gram unit_log2 must be {UNIT_LOG2}")
     if isinstance(bound, bool) or not isinstance(bound, (int, float)) or not 0 <= bound < float("inf"):
         raise ValueError("gram bound must be a finite number >= 0")
-    gram = Gram(k, count, None, float(bound))
+    gram = Gram(k, count, None, bound)
     if "upper" in doc:
         try:
             need = k * (k + 1) // 2 * 8
