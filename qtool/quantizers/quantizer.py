@@ -85,4 +85,6 @@ class Quantizer:
         if self.channel_amax is None:
             params = activation_params(self.range.amax, self.range.unsigned, self.policy, self.low, self.high)
             return seven_bit_codes(params) if self.seven_bit_codes else params
+        if self.policy.symmetric is False and self.low is not None and self.high is not None:  # per channel on [max(low, -amax_c), min(high, amax_c)]
+            return activation_params(self.channel_amax, self.range.unsigned, self.policy, self.low, self.high, axis=1)
         return activation_params(self.channel_amax, self.range.unsigned, replace(self.policy, symmetric=True), axis=1)

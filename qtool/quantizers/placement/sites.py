@@ -14,7 +14,7 @@ from onnx import TensorProto
 from ...errors import QtoolError
 from ...model import graph as G
 from ...model import lazy
-from ..policy import Policies, choose_symmetry
+from ..policy import Policies, choose_channel_symmetry, choose_symmetry
 from ..quantizer import Quantizer, Range
 from .exclusions import Kept
 from .moves import Moves, Ranges, satisfied
@@ -184,7 +184,8 @@ def attach_policies(inputs: Inputs, placed: Sites, policies: Policies, recompute
             site.low = min(float(records[t].min) for t in group)
             site.high = max(float(records[t].max) for t in group)
             if site.policy.symmetric is None:  # auto: the finer grid, per tensor
-                symmetric = site.channel_amax is not None or choose_symmetry(site.range.amax, site.low, site.high, site.policy.bits)
+                symmetric = choose_symmetry(site.range.amax, site.low, site.high, site.policy.bits) if site.channel_amax is None \
+                    else choose_channel_symmetry(site.channel_amax, site.low, site.high, site.policy.bits)
                 site.policy = replace(site.policy, symmetric=symmetric)
     for site in placed.weights:
         nodes = [name for name, _ in site.readers]
