@@ -191,6 +191,7 @@ def attach_policies(inputs: Inputs, placed: Sites, policies: Policies, recompute
                 else:
                     symmetric = not transformer or choose_channel_symmetry(site.channel_amax, site.low, site.high, site.policy.bits)
                 site.policy = replace(site.policy, symmetric=symmetric)
+            site.channel_asymmetric = transformer and site.channel_amax is not None  # a CNN's stays symmetric whatever the policy
     for site in placed.weights:
         nodes = [name for name, _ in site.readers]
         site.policy = policies.for_quantizer("weights", site.tensor, nodes, [ops[n] for n in nodes])
