@@ -31,7 +31,6 @@ from onnx import TensorProto, helper, numpy_helper
 __all__ = [
     "YOLO_SHAPE_ONLY_FLOATS",
     "yolo_like",
-    "lcnet_like",
     "paddle_ocr_like",
     "control_flow_model",
     "tiny_relu_model",
@@ -1596,42 +1595,6 @@ def gelu_residual_conv1d_like(ch=16, steps=256, blocks=6, seed=6277, branch_gain
     graph = g.graph("gelu_residual_conv1d", [helper.make_tensor_value_info("x", FLOAT, [1, 2, steps])],
                     [helper.make_tensor_value_info("y", FLOAT, [1, 4, steps])])
     return _make_model(graph, 13)
-
-
-def lcnet_like(opset=11, ch=16, blocks=3, hw=16, classes=8, seed=6311, neck=True):
-    """PP-LCNet as paddle2onnx exports PP-OCR's recognisers and classifiers: a stride-2 stem, then depthwise-separable
-    blocks, each a depthwise 3x3 Conv and a pointwise Conv, both followed by HardSwish; with `neck` a recogniser's
-    SVTR neck (one attention block with decomposed LayerNorms over the feature map's positions), then a pooled Gemm
-    head. Every depthwise Conv reads a HardSwish output, never below -0.375, whose channels spread over a wide range
-    of peaks (the pointwise weights' rows scaled by 0.25..16 here; PP-OCRv3's reach 50): a symmetric grid per channel
-    spends half its codes on values no channel has."""
-    g = _Graph(seed=seed)
-    three, six, zero = (g.init(f"c{v}", np.array(v, np.float32)) for v in (3, 6, 0))
-
-    def hardswish(t, scope):  # paddle2onnx at opset 11: x * clip(x + 3, 0, 6) / 6
-        return g.op("Mul", [t, g.op("Div", [g.op("Clip", [g.op("Add", [t, three], scope), zero, six], scope), six], scope)], scope)
-
-    w = g.init("stem.weight", _conv_w(g.rng, ch, 3, 3))
-    x = hardswish(g.op("Conv", ["x", w], "/stem", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), "/stem")
-    for b in range(blocks):
-        scope = f"/block{b}"
-        dw = g.init(f"block{b}.dw.weight", _conv_w(g.rng, ch, 1, 3))
-        dwb = g.init(f"block{b}.dw.bias", g.rng.normal(0, 0.1, ch).astype(np.float32))
-        x = hardswish(g.op("Conv", [x, dw, dwb], scope + "/dw", kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=ch), scope + "/dw")
-        gain = np.exp(g.rng.uniform(np.log(0.25), np.log(16.0), ch)).astype(np.float32)
-        pw = g.init(f"block{b}.pw.weight", _conv_w(g.rng, ch, ch, 1) * gain[:, None, None, None] / 4)
-        pwb = g.init(f"block{b}.pw.bias", g.rng.normal(0, 0.1, ch).astype(np.float32))
-        x = hardswish(g.op("Conv", [x, pw, pwb], scope + "/pw", kernel_shape=[1, 1]), scope + "/pw")
-    if neck:  # [n, C, h, w] -> [n, h * w, C] -> attention block -> mean over positions
-        x = g.op("Transpose", [g.op("Reshape", [x, g.init("tokens", np.array([0, ch, -1], np.int64))], "/neck")], "/neck", perm=[0, 2, 1])
-        x = g.op("ReduceMean", [_encoder_layer(g, x, ch, 2, "/neck/block0", False, "erf")], "/pool", axes=[1], keepdims=0)
-    else:
-        x = g.op("Flatten", [g.op("GlobalAveragePool", [x], "/pool")], "/pool", axis=1)
-    head = g.init("head.weight", (g.rng.normal(0, 1, (ch, classes)) / np.sqrt(ch)).astype(np.float32))
-    g.op("Gemm", [x, head, g.init("head.bias", np.zeros(classes, np.float32))], "/head", outputs=["y"])
-    graph = g.graph("lcnet_like", [helper.make_tensor_value_info("x", FLOAT, ["n", 3, hw, hw])],
-                    [helper.make_tensor_value_info("y", FLOAT, ["n", classes])])
-    return _make_model(graph, opset)
 
 
 def fsmn_memory_like(feat=24, units=32, steps=32, lorder=4, blocks=3, seed=6287):

@@ -158,22 +158,6 @@ def choose_symmetry(amax: float, low: float, high: float, bits: int = 8) -> bool
     return not asym_step <= ASYMMETRIC_GAIN * sym_step
 
 
-def choose_channel_symmetry(amax, low: float, high: float, bits: int = 8) -> bool:
-    """choose_symmetry for an activation quantized per channel (a depthwise Conv's input), from each channel's
-    threshold `amax` (an array) and the tensor's calibrated [low, high]: channel c's asymmetric grid is
-    [max(low, -amax_c), min(high, amax_c)] (the same values clipped as on its symmetric one), and the grids are
-    compared by their rounding noise over the channels (the sum of their steps squared, in float64). A
-    hardswish output read by a depthwise Conv (low -0.375, channels' amax up to 50: PP-LCNet's) gets about half
-    the step on every wide channel; NNCF's transformer preset (asymmetric activations) quantizes these per channel
-    on [min_c, max_c] too (openvinotoolkit/nncf src/nncf/common/hardware/setups/cpu.py, q8_a_ch)."""
-    a = np.asarray(amax, dtype=np.float64)
-    if low >= 0 or not (a.size and np.all(np.isfinite(a)) and np.all(a > 0)):
-        return True
-    sym_step = a / (2 ** (bits - 1) - 1)
-    asym_step = (np.minimum(high, a) - np.maximum(low, -a)) / (2 ** bits - 1)
-    return not float(np.sum(asym_step ** 2)) <= ASYMMETRIC_GAIN ** 2 * float(np.sum(sym_step ** 2))
-
-
 def weight_params(w, axis: int | None, policy: Policy = WEIGHTS, headroom_bits: int = 0, floor=None) -> grids.QParams:
     """Symmetric narrow-range weight quantizer from the weights (per channel along `axis`).
     headroom_bits: scale amax / (qmax >> headroom) on the same exported grid (NNCF's 7-bit

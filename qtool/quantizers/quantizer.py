@@ -52,7 +52,6 @@ class Quantizer:
     low: float | None = None
     high: float | None = None
     channel_amax: np.ndarray | None = None
-    channel_asymmetric: bool = False  # per channel on an asymmetric grid where the policy is (a transformer's depthwise input)
     rank: int | None = None
     values: np.ndarray | None = None
     axis: int | None = None
@@ -86,7 +85,4 @@ class Quantizer:
         if self.channel_amax is None:
             params = activation_params(self.range.amax, self.range.unsigned, self.policy, self.low, self.high)
             return seven_bit_codes(params) if self.seven_bit_codes else params
-        if self.channel_asymmetric and self.policy.symmetric is False and self.low is not None and self.high is not None:
-            # per channel on [max(low, -amax_c), min(high, amax_c)]
-            return activation_params(self.channel_amax, self.range.unsigned, self.policy, self.low, self.high, axis=1)
         return activation_params(self.channel_amax, self.range.unsigned, replace(self.policy, symmetric=True), axis=1)

@@ -201,7 +201,7 @@ def place(proto: onnx.ModelProto, records: dict, *, rules: Rules, choices: Choic
     if rules.depthwise_per_channel:  # 7. depthwise Conv inputs per channel
         sites.per_channel_depthwise(inputs, kept, placed.activations)
     if policies is not None:  # 8. each quantizer's policy
-        sites.attach_policies(inputs, placed, policies, recompute, report, transformer=bool(asked.transformer))
+        sites.attach_policies(inputs, placed, policies, recompute, report)
     overflow_fix: dict = {}
     if overflow_remedy is not None:  # 9. the overflow guard
         overflow_fix = guard.remedies(inputs, asked, moved, placed, overflow_remedy, weights_7bit)

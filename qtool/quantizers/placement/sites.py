@@ -14,7 +14,7 @@ from onnx import TensorProto
 from ...errors import QtoolError
 from ...model import graph as G
 from ...model import lazy
-from ..policy import Policies, choose_channel_symmetry, choose_symmetry
+from ..policy import Policies, choose_symmetry
 from ..quantizer import Quantizer, Range
 from .exclusions import Kept
 from .moves import Moves, Ranges, satisfied
@@ -167,13 +167,11 @@ def per_channel_depthwise(inputs: Inputs, kept: Kept, activation_sites: list[Qua
         site.rank = len(dims[convs[0].input[1]])
 
 
-def attach_policies(inputs: Inputs, placed: Sites, policies: Policies, recompute, report: Report, transformer: bool = False) -> None:
+def attach_policies(inputs: Inputs, placed: Sites, policies: Policies, recompute, report: Report) -> None:
     """Each quantizer's policy (later rules win); an activation whose policy has other bits than
     8 gets its threshold searched again for that grid (`recompute(tensor, policy)`), and an
     asymmetric one its calibrated [min, max] (over its shared-range group). Warns of the
-    policies' unused rules. `transformer` (NNCF's transformer preset applies, whose activations are asymmetric):
-    `auto` also chooses the grid of a depthwise input quantized per channel (choose_channel_symmetry); in a CNN
-    it stays symmetric (PP-LCNet classifiers lost 0.4-0.7 dB with it, docs/benchmarks.md #ocr12)."""
+    policies' unused rules."""
     records = inputs.records
     ops = {name: n.op_type for name, n in inputs.m.nodes.items()}
     for site in placed.activations:
@@ -186,12 +184,8 @@ def attach_policies(inputs: Inputs, placed: Sites, policies: Policies, recompute
             site.low = min(float(records[t].min) for t in group)
             site.high = max(float(records[t].max) for t in group)
             if site.policy.symmetric is None:  # auto: the finer grid, per tensor
-                if site.channel_amax is None:
-                    symmetric = choose_symmetry(site.range.amax, site.low, site.high, site.policy.bits)
-                else:
-                    symmetric = not transformer or choose_channel_symmetry(site.channel_amax, site.low, site.high, site.policy.bits)
+                symmetric = site.channel_amax is not None or choose_symmetry(site.range.amax, site.low, site.high, site.policy.bits)
                 site.policy = replace(site.policy, symmetric=symmetric)
-            site.channel_asymmetric = transformer and site.channel_amax is not None  # a CNN's stays symmetric whatever the policy
     for site in placed.weights:
         nodes = [name for name, _ in site.readers]
         site.policy = policies.for_quantizer("weights", site.tensor, nodes, [ops[n] for n in nodes])
