@@ -74,6 +74,7 @@ __all__ = [
     "lightgbm_classifier_like",
     "char_tagger_argmax_like",
     "if_branches_vad_like",
+    "lcnet_se_classifier_like",
 ]
 
 FLOAT = TensorProto.FLOAT
@@ -2216,3 +2217,37 @@ def if_branches_vad_like(samples=64, ch=8, hidden=16, seed=4951):
                               [helper.make_tensor_value_info("features", FLOAT, [1, frames, hidden]),
                                helper.make_tensor_value_info("enc", FLOAT, [1, ch, frames])], inits)
     return _make_model(graph, 16)
+
+
+def lcnet_se_classifier_like(ch=16, hw=16, classes=4, outlier=5, gain=12.0, seed=9311):
+    """rapid-table-det's PP-LCNet orientation classifier (zoo tabledet_cls, paddle2onnx): Conv -> HardSwish,
+    depthwise Conv -> HardSwish, a squeeze-excitation block (GlobalAveragePool -> Conv -> Relu -> Conv ->
+    HardSigmoid, times the feature map), a 1x1 Conv, GlobalAveragePool and a Gemm head. Channel `outlier` of the
+    feature map is `gain` times larger and its gate nearly shut (a bias of -6 before the HardSigmoid): the block
+    rescales it away, but the product's per-tensor int8 input spends its range on it."""
+    g = _Graph(seed=seed)
+    rng = g.rng
+
+    def conv(x, cin, cout, scope, k=1, group=1, bias=None, scale=1.0):
+        w = (_conv_w(rng, cout, cin // group, k) * np.float32(scale)).astype(np.float32)
+        ins = [x, g.init(f"{scope}.w_0", w)] + ([g.init(f"{scope}.b_0", bias.astype(np.float32))] if bias is not None else [])
+        return g.op("Conv", ins, scope, kernel_shape=[k, k], pads=[k // 2] * 4, group=group)
+
+    x = g.op("HardSwish", [conv("x", 3, ch, "/conv0", k=3)], "/act0")
+    gain_w = np.ones(ch, np.float32)
+    gain_w[outlier] = gain
+    x = g.op("Mul", [x, g.init("/dw.gain", gain_w.reshape(1, ch, 1, 1))], "/dw")  # the outlier channel
+    x = g.op("HardSwish", [conv(x, ch, ch, "/dw", k=3, group=ch)], "/act1")
+    p = g.op("GlobalAveragePool", [x], "/se")
+    t = g.op("Relu", [conv(p, ch, ch // 4, "/se/conv1", bias=np.zeros(ch // 4))], "/se")
+    b2 = np.zeros(ch, np.float32)
+    b2[outlier] = -6.0
+    t = g.op("HardSigmoid", [conv(t, ch // 4, ch, "/se/conv2", bias=b2, scale=0.3)], "/se", alpha=1.0 / 6.0, beta=0.5)
+    x = g.op("Mul", [x, t], "/se")
+    x = g.op("HardSwish", [conv(x, ch, 2 * ch, "/pw")], "/act2")
+    x = g.op("Flatten", [g.op("GlobalAveragePool", [x], "/pool")], "/pool", axis=1)
+    w = (rng.standard_normal((classes, 2 * ch)) / np.sqrt(2 * ch)).astype(np.float32)
+    g.op("Gemm", [x, g.init("fc.w", w), g.init("fc.b", np.zeros(classes, np.float32))], "/fc", outputs=["logits"], transB=1)
+    graph = g.graph("lcnet_se", [helper.make_tensor_value_info("x", FLOAT, ["n", 3, hw, hw])],
+                    [helper.make_tensor_value_info("logits", FLOAT, ["n", classes])])
+    return _make_model(graph, 14)

@@ -122,15 +122,16 @@ def _scalar(m: G.Index, t: str) -> float | None:
     return float(v.ravel()[0])
 
 
-def _se_gate(m: G.Index, t: str) -> tuple[list[onnx.NodeProto], str] | None:
+def _se_gate(m: G.Index, t: str, hard: bool = False) -> tuple[list[onnx.NodeProto], str] | None:
     """The gate producing `t` as NNCF matches it on the OpenVINO graph (SIGMOID || HSIGMOID):
     Sigmoid, or relu6(x + 3) / 6 (Clip(x + 3, 0, 6) then / 6 or * 1/6), which OpenVINO fuses into
     HSigmoid; returns (its nodes, its input). An ONNX HardSigmoid stays OpenVINO's HardSigmoid,
-    which NNCF's pattern does not match (PP-OCR's SE blocks): NNCF quantizes those blocks."""
+    which NNCF's pattern does not match (PP-OCR's SE blocks): NNCF quantizes those blocks. With `hard`,
+    a HardSigmoid is a gate too (se_product)."""
     n = producer(m, t)
     if n is None:
         return None
-    if n.op_type == "Sigmoid":
+    if n.op_type == "Sigmoid" or (hard and n.op_type == "HardSigmoid"):
         return [n], n.input[0]
     if n.op_type in ("Div", "Mul") and len(n.input) == 2:
         k = _scalar(m, n.input[1])
@@ -148,12 +149,12 @@ def _se_gate(m: G.Index, t: str) -> tuple[list[onnx.NodeProto], str] | None:
     return None
 
 
-def _se_block(m: G.Index, mul: onnx.NodeProto) -> list[onnx.NodeProto]:
-    """The gating path of a squeeze-excitation block ending at `mul`, or []."""
+def _se_block(m: G.Index, mul: onnx.NodeProto, hard: bool = False) -> list[onnx.NodeProto]:
+    """The gating path of a squeeze-excitation block ending at `mul`, or [] (`hard`: _se_gate's)."""
     for slot in (0, 1):
         nodes: list[onnx.NodeProto] = []
         t = _skip(m, mul.input[slot], nodes, bias=False)
-        gate = _se_gate(m, t)
+        gate = _se_gate(m, t, hard)
         if gate is None:
             continue
         nodes += gate[0]
@@ -190,6 +191,16 @@ def _se_block(m: G.Index, mul: onnx.NodeProto) -> list[onnx.NodeProto]:
         if pool.input[0] == other or _skip(m, pool.input[0], [], bias=False) == _skip(m, other, [], bias=False):
             return nodes
     return []
+
+
+GLOBAL_POOLS = {"GlobalAveragePool", "ReduceMean"}  # an SE block's squeeze
+
+
+def se_product(m: G.Index, mul: onnx.NodeProto) -> bool:
+    """`mul` multiplies a feature map by its squeeze-excitation gate (pool -> linear -> activation -> linear ->
+    Sigmoid, HardSigmoid or relu6(x + 3) / 6): the channel rescaling whose quantizers placement.moves.lone_sums
+    weighs."""
+    return mul.op_type == "Mul" and len(mul.input) == 2 and bool(_se_block(m, mul, hard=True))
 
 
 def _attention_output(m: G.Index, mm: onnx.NodeProto) -> list[onnx.NodeProto]:
