@@ -194,9 +194,12 @@ def test_export_warns_of_layers_inside_loop_bodies():
     rng = np.random.default_rng(6)
     cal = qtool.calibrate(model, data=[{"x": rng.normal(0, 1, (1, 8)).astype(np.float32)} for _ in range(8)])
     kept, logger = Kept(), logging.getLogger("qtool")  # the logger's own handler: other tests' set-ups may stop propagation
+    level = logger.level  # and a quiet (-q) command before this one leaves the logger at ERROR
     logger.addHandler(kept)
+    logger.setLevel(logging.WARNING)
     try:
         qtool.export(model, cal, target="qdq")
     finally:
         logger.removeHandler(kept)
+        logger.setLevel(level)
     assert any("inside Loop/Scan bodies stay float (/body/MatMul)" in m for m in kept.messages), kept.messages

@@ -2080,61 +2080,6 @@ def max_subtracted_confidence_like(feat=8, ch=16, classes=96, blank=25.0, seed=8
     return _make_model(graph, 17)
 
 
-if __name__ == "__main__":
-    import tempfile
-
-    import onnxruntime as ort
-
-    def run(name, model_or_path, dims, full=True):
-        model = onnx.load(model_or_path) if isinstance(model_or_path, str) else model_or_path
-        onnx.checker.check_model(model_or_path, full_check=full)
-        src = model_or_path if isinstance(model_or_path, str) else model.SerializeToString()
-        sess = ort.InferenceSession(src, providers=["CPUExecutionProvider"])
-        outs = sess.run(None, _random_feeds(model, dims))
-        size = len(model.SerializeToString())
-        print(f"{name}: {size} bytes, ops={_op_counts(model)}")
-        for o, v in zip(sess.get_outputs(), outs):
-            assert np.isfinite(v).all(), (name, o.name)
-            print(f"    output {o.name}: {v.shape} {v.dtype}")
-        return model, outs
-
-    m, _ = run("yolo_like", yolo_like(), {"batch": 2, "height": 64, "width": 96})
-    produced = {o for n in m.graph.node for o in n.output}
-    assert set(YOLO_SHAPE_ONLY_FLOATS) <= produced
-    run("yolo_like(opset=13)", yolo_like(13), {"batch": 1, "height": 32, "width": 32})
-    run("yolo_like(opset=11)", yolo_like(11), {"batch": 1, "height": 32, "width": 32})
-    run("paddle_ocr_like", paddle_ocr_like(),
-        {"p2o.DynamicDimension.0": 2, "p2o.DynamicDimension.1": 32, "p2o.DynamicDimension.2": 64})
-    run("control_flow_model", control_flow_model(), {})
-    run("tiny_relu_model", tiny_relu_model(), {"n": 3})
-    _, (y,) = run("tiny_affine_model", tiny_affine_model(3.0, -1.0), {"n": 3})
-    run("nhwc_model", nhwc_model(), {"n": 2})
-    run("two_input_model", two_input_model(), {})
-    run("resnet_like", resnet_like(), {})
-    run("deconv_gemm_like", deconv_gemm_like(), {})
-    run("int_input_model", int_input_model(), {})
-    run("siamese_vgg_like", siamese_vgg_like(), {"N": 2})
-    with tempfile.TemporaryDirectory() as d:
-        p = external_data_model(d)
-        assert os.path.exists(os.path.join(d, "weights.bin"))
-        run("external_data_model", p, {"n": 2})
-        assert not any(t.HasField("raw_data") for t in onnx.load(p, load_external_data=False).graph.initializer)
-
-    # determinism: building twice gives byte-identical models
-    assert yolo_like().SerializeToString() == yolo_like().SerializeToString()
-    assert paddle_ocr_like().SerializeToString() == paddle_ocr_like().SerializeToString()
-
-    cm = custom_op_model()
-    onnx.checker.check_model(cm)
-    try:
-        ort.InferenceSession(cm.SerializeToString(), providers=["CPUExecutionProvider"])
-    except Exception as e:  # expected
-        print(f"custom_op_model: onnx checker OK, onnxruntime refuses as expected: {type(e).__name__}")
-    else:
-        raise AssertionError("onnxruntime unexpectedly loaded custom_op_model")
-    print("all zoo models OK")
-
-
 def gru_skip_head_like(frames=64, feat=16, hidden=32, outliers=(3, 17), gain=6.0, seed=9211):
     """DeepFilterNet3's deep-filter decoder (zoo dfn3_df_dec): an embedding [1, frames, feat] through a linear
     layer, ReLU and a GRU (seq-first: Transpose, Squeeze), plus a linear skip of the embedding; their sum feeds
@@ -2251,3 +2196,58 @@ def lcnet_se_classifier_like(ch=16, hw=16, classes=4, outlier=5, gain=12.0, seed
     graph = g.graph("lcnet_se", [helper.make_tensor_value_info("x", FLOAT, ["n", 3, hw, hw])],
                     [helper.make_tensor_value_info("logits", FLOAT, ["n", classes])])
     return _make_model(graph, 14)
+
+
+if __name__ == "__main__":
+    import tempfile
+
+    import onnxruntime as ort
+
+    def run(name, model_or_path, dims, full=True):
+        model = onnx.load(model_or_path) if isinstance(model_or_path, str) else model_or_path
+        onnx.checker.check_model(model_or_path, full_check=full)
+        src = model_or_path if isinstance(model_or_path, str) else model.SerializeToString()
+        sess = ort.InferenceSession(src, providers=["CPUExecutionProvider"])
+        outs = sess.run(None, _random_feeds(model, dims))
+        size = len(model.SerializeToString())
+        print(f"{name}: {size} bytes, ops={_op_counts(model)}")
+        for o, v in zip(sess.get_outputs(), outs):
+            assert np.isfinite(v).all(), (name, o.name)
+            print(f"    output {o.name}: {v.shape} {v.dtype}")
+        return model, outs
+
+    m, _ = run("yolo_like", yolo_like(), {"batch": 2, "height": 64, "width": 96})
+    produced = {o for n in m.graph.node for o in n.output}
+    assert set(YOLO_SHAPE_ONLY_FLOATS) <= produced
+    run("yolo_like(opset=13)", yolo_like(13), {"batch": 1, "height": 32, "width": 32})
+    run("yolo_like(opset=11)", yolo_like(11), {"batch": 1, "height": 32, "width": 32})
+    run("paddle_ocr_like", paddle_ocr_like(),
+        {"p2o.DynamicDimension.0": 2, "p2o.DynamicDimension.1": 32, "p2o.DynamicDimension.2": 64})
+    run("control_flow_model", control_flow_model(), {})
+    run("tiny_relu_model", tiny_relu_model(), {"n": 3})
+    _, (y,) = run("tiny_affine_model", tiny_affine_model(3.0, -1.0), {"n": 3})
+    run("nhwc_model", nhwc_model(), {"n": 2})
+    run("two_input_model", two_input_model(), {})
+    run("resnet_like", resnet_like(), {})
+    run("deconv_gemm_like", deconv_gemm_like(), {})
+    run("int_input_model", int_input_model(), {})
+    run("siamese_vgg_like", siamese_vgg_like(), {"N": 2})
+    with tempfile.TemporaryDirectory() as d:
+        p = external_data_model(d)
+        assert os.path.exists(os.path.join(d, "weights.bin"))
+        run("external_data_model", p, {"n": 2})
+        assert not any(t.HasField("raw_data") for t in onnx.load(p, load_external_data=False).graph.initializer)
+
+    # determinism: building twice gives byte-identical models
+    assert yolo_like().SerializeToString() == yolo_like().SerializeToString()
+    assert paddle_ocr_like().SerializeToString() == paddle_ocr_like().SerializeToString()
+
+    cm = custom_op_model()
+    onnx.checker.check_model(cm)
+    try:
+        ort.InferenceSession(cm.SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception as e:  # expected
+        print(f"custom_op_model: onnx checker OK, onnxruntime refuses as expected: {type(e).__name__}")
+    else:
+        raise AssertionError("onnxruntime unexpectedly loaded custom_op_model")
+    print("all zoo models OK")
