@@ -97,19 +97,9 @@ def test_integer_output_models_rank_and_measure_on_the_float_tensors_they_come_f
     """A tagger whose only output is its ArgMax labels (zoo.char_tagger_argmax_like): evaluate scores its logits, but
     --keep-fp32 and --max-drop refused it ("no float outputs"). They now rank and measure the same logits: a budget
     above the all-int8 figure keeps a layer FP32, and the written file meets it on those logits."""
-    import onnx
-    import zoo
-    from test_evaluate import run
+    from test_evaluate import calibrated_tagger, exposed_sqnr
 
-    model = tmp_path / "tagger.onnx"
-    onnx.save(zoo.char_tagger_argmax_like(), model)
-    rng = np.random.default_rng(11)
-    for split, n in (("cal", 12), ("held", 6)):
-        (tmp_path / split).mkdir()
-        for i in range(n):
-            np.savez(tmp_path / split / f"{i:03d}.npz", ids=rng.integers(0, 48, (1, int(rng.integers(8, 30)))).astype(np.int64))
-    calib = tmp_path / "tagger.calib.json"
-    ok(invoke("-q", "calibrate", model, "--data", tmp_path / "cal", "-o", calib))
+    model, calib = calibrated_tagger(tmp_path, 11)
     base = json.loads(ok(invoke("evaluate", model, "--calib", calib, "--data", tmp_path / "held", "--target", "qdq", "--json",
                                 "--no-tensors")).stdout)["sqnr_db"]
     out = tmp_path / "tagger.qdq.onnx"
@@ -119,15 +109,4 @@ def test_integer_output_models_rank_and_measure_on_the_float_tensors_they_come_f
     kept = json.loads(ok(invoke("export", "--target", "qdq", "--calib", calib, "-o", tmp_path / "k.onnx", "--json",
                                 "--keep-fp32", "1", "--data", tmp_path / "held")).stdout)
     assert len(kept["kept_fp32"]) == 1
-    exposed = {}
-    for path in (model, out):
-        m = onnx.load(path)
-        m.graph.output.append(onnx.helper.make_tensor_value_info("/head/Add_output_0", onnx.TensorProto.FLOAT, None))
-        exposed[path] = tmp_path / f"{path.stem}.logits.onnx"
-        onnx.save(m, exposed[path])
-    signal = noise = 0.0
-    for f in sorted((tmp_path / "held").glob("*.npz")):
-        feeds = dict(np.load(f))
-        ref, q = (run(str(exposed[p]), feeds)[1].astype(np.float64) for p in (model, out))
-        signal, noise = signal + (ref ** 2).sum(), noise + ((ref - q) ** 2).sum()
-    assert 10 * np.log10(signal / max(noise, 1e-300)) >= base + 3 - 1e-3
+    assert exposed_sqnr(model, out, ["/head/Add_output_0"], tmp_path / "held")[0] >= base + 3 - 1e-3

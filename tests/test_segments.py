@@ -336,18 +336,11 @@ def test_activations_after_computed_pads_are_sized_and_segmented():
         np.testing.assert_array_equal(a, b, err_msg=name)
 
 
-def test_calibrate_sizes_computed_pads_for_its_segments(tmp_path, monkeypatch):
-    """pipeline: the model above runs in segments (RUN_BYTES lowered) and writes the file of one session."""
+def _one_session_and_segments_write_one_file(path, folder, tmp_path, monkeypatch):
+    """Calibrate `path` on `folder` as one session and in segments (RUN_BYTES and SEGMENT_BYTES lowered, at least 3
+    parts): the same file."""
     from qtool.collection import segments
 
-    model = _computed_pads()
-    path = tmp_path / "pads.onnx"
-    onnx.save(model, path)
-    rng = np.random.default_rng(11)
-    folder = tmp_path / "data"
-    folder.mkdir()
-    for k in range(4):
-        np.save(folder / f"{k}.npy", rng.standard_normal((1, 3, 32, 32)).astype(np.float32))
     files, seen = {}, []
 
     class Counted(segments.Segmented):
@@ -365,6 +358,19 @@ def test_calibrate_sizes_computed_pads_for_its_segments(tmp_path, monkeypatch):
         files[label] = out.read_bytes()
         assert bool(seen) == (label == "segments") and (not seen or seen[0] >= 3), seen
     assert files["one"] == files["segments"]
+
+
+def test_calibrate_sizes_computed_pads_for_its_segments(tmp_path, monkeypatch):
+    """pipeline: the model above runs in segments (RUN_BYTES lowered) and writes the file of one session."""
+    model = _computed_pads()
+    path = tmp_path / "pads.onnx"
+    onnx.save(model, path)
+    rng = np.random.default_rng(11)
+    folder = tmp_path / "data"
+    folder.mkdir()
+    for k in range(4):
+        np.save(folder / f"{k}.npy", rng.standard_normal((1, 3, 32, 32)).astype(np.float32))
+    _one_session_and_segments_write_one_file(path, folder, tmp_path, monkeypatch)
 
 
 def _if_shaped_encoder(blocks: int = 4, width: int = 32) -> onnx.ModelProto:
@@ -465,8 +471,6 @@ def test_a_probe_run_puts_shapes_first_and_leaves_the_model_as_it_was(monkeypatc
 def test_calibrate_sizes_the_if_shaped_encoder_from_its_first_feeds_and_segments_it(tmp_path, monkeypatch):
     """pipeline: data files of several lengths; the encoder above runs in segments (RUN_BYTES
     lowered) sized from the first file's run, and writes the file of one session."""
-    from qtool.collection import segments
-
     path = tmp_path / "encoder.onnx"
     onnx.save(_if_shaped_encoder(), path)
     rng = np.random.default_rng(15)
@@ -474,20 +478,4 @@ def test_calibrate_sizes_the_if_shaped_encoder_from_its_first_feeds_and_segments
     folder.mkdir()
     for k, length in enumerate([64, 32, 48, 16]):
         np.save(folder / f"{k}.npy", rng.standard_normal((1, length, 32)).astype(np.float32))
-    files, seen = {}, []
-
-    class Counted(segments.Segmented):
-        def __init__(self, parts, *args):
-            seen.append(len(parts))
-            super().__init__(parts, *args)
-
-    monkeypatch.setattr(segments, "Segmented", Counted)
-    for label, run_bytes in (("one", 1 << 40), ("segments", 1 << 10)):
-        monkeypatch.setattr(pipeline, "RUN_BYTES", run_bytes)
-        monkeypatch.setattr(pipeline, "SEGMENT_BYTES", 1 << 10)
-        seen.clear()
-        out = tmp_path / f"{label}.calib.json"
-        api.calibrate_files(path, data=folder, output=out)
-        files[label] = out.read_bytes()
-        assert bool(seen) == (label == "segments") and (not seen or seen[0] >= 3), seen
-    assert files["one"] == files["segments"]
+    _one_session_and_segments_write_one_file(path, folder, tmp_path, monkeypatch)
