@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from types import SimpleNamespace
 
 import numpy as np
 import onnx
@@ -859,15 +860,18 @@ def _score(reference: _Reference, names: list[str], not_compared: list[str], dat
                                  exchanges=[gap_exchange(a, b) for a, b in zip(accs, r_accs)])
         if progress is not None:
             progress.update(1)
-        if getattr(session, "static", ""):
-            warnings.append(f"{runtime} compiles the file only at static shapes ({session.static}): it ran at the held-out "
+        static = getattr(session, "static", "")
+        if static:
+            warnings.append(f"{runtime} compiles the file only at static shapes ({static}): it ran at the held-out "
                             "inputs' shapes, as benchmark_app -shape does")
         warnings += [f"{runtime}: {w}" for w in _output_warnings(names, r_accs)]
         if base is not None:
             warnings += [f"{runtime} running the FP32 model: {w}" for w in _output_warnings(names, f_accs)]
+        # the compiled file and FP32 model go before departures compiles its own (a detector's, held beside it: GBs)
+        del session, base
         if _unexplained_gap(outputs, measured):  # where the run's departure from the file grows
             try:
-                measured.departures = departures(reference, data, runtime, session, progress)
+                measured.departures = departures(reference, data, runtime, SimpleNamespace(static=static), progress)
             except QtoolError as e:
                 warnings.append(f"{runtime} could not run the file with its quantized layers' outputs fetched to tell where it "
                                 f"leaves the file: {e}")
