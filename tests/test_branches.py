@@ -203,3 +203,20 @@ def test_export_warns_of_layers_inside_loop_bodies():
         logger.removeHandler(kept)
         logger.setLevel(level)
     assert any("inside Loop/Scan bodies stay float (/body/MatMul)" in m for m in kept.messages), kept.messages
+
+
+def test_report_says_its_page_leaves_out_the_layers_inside_branches(calibrated, tmp_path):
+    """qtool report plots the main graph's quantizers: for a model whose layers are inside If branches it said
+    "0 quantized" and nothing else. It now warns that the branches' layers, which the export quantizes, are not on it."""
+    from runcli import invoke
+
+    model, _ = calibrated
+    onnx.save(model, tmp_path / "vad.onnx")
+    (tmp_path / "data").mkdir()
+    for i, feeds in enumerate(_feeds(n=2)):
+        np.savez(tmp_path / "data" / f"{i:02d}.npz", **feeds)
+    r = invoke("-q", "calibrate", tmp_path / "vad.onnx", "--data", tmp_path / "data", "-o", tmp_path / "vad.calib.json")
+    assert r.exit_code == 0, r.output
+    r = invoke("report", tmp_path / "vad.calib.json", "--target", "qdq", "-o", tmp_path / "vad.html")
+    assert r.exit_code == 0 and (tmp_path / "vad.html").exists(), r.output
+    assert "the page shows the main graph's quantizers only: the layers inside If branches (" in r.stderr, r.stderr

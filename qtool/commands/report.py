@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from pathlib import Path
@@ -12,7 +13,10 @@ from ..commandinputs import load_checked_model
 from ..errors import Opt, QtoolError
 from ..fileio import Outputs, file_input, model_input, option_file
 from ..results import ReportResult
+from ..targets import branches
 from . import path
+
+log = logging.getLogger("qtool")
 
 
 def run(file, *, output=None, target: str | None = None, trt_version: str | None = None, method: str | None = None,
@@ -44,6 +48,10 @@ def run(file, *, output=None, target: str | None = None, trt_version: str | None
     loaded = load_checked_model(model_path, calib_path, cal)
     options = {"trt_version": trt_version} if trt_version is not None else {}
     plan = rep.target_plan(loaded, cal, chosen, why=why, method=method, **options)
+    inside = branches.layers_inside(loaded.proto)
+    if inside:  # the plan is the main graph's (qtool.targets.branches places each branch at export)
+        log.warning(f"the page shows the main graph's quantizers only: the layers inside If branches ({', '.join(inside[:2])}"
+                    f"{f' and {len(inside) - 2} more' if len(inside) > 2 else ''}), which the export quantizes, are not on it")
     page = rep.render(cal, calib_path.name, plan, evaluated)
     with outs:
         outs.write(out, page)
