@@ -313,7 +313,6 @@ def test_activations_after_computed_pads_are_sized_and_segmented():
     bytes (open_nsfw_pt: no plan before, 872 -> 501 MB), and the segments run the whole model's values."""
     from qtool import model as qmodel
     from qtool.collection import segments
-    from qtool.runtime import nchwc
 
     model = _computed_pads()
     types = qmodel.tensor_types(model)
@@ -323,13 +322,23 @@ def test_activations_after_computed_pads_are_sized_and_segmented():
     sizes = segments.sizes(model, fetched, dims)
     assert set(sizes) == set(fetched)
     assert sizes["padded"] == 2 * 3 * 34 * 34 * 4 and sizes["r5"] == 2 * 16 * 34 * 34 * 4
+    x = np.random.default_rng(10).standard_normal(dims["x"]).astype(np.float32)
+    _segments_run_as_the_whole(model, fetched, sizes, types, x)
+
+
+def _segments_run_as_the_whole(model, fetched, sizes, types, x):
+    """Cut `model` (its input "x") into segments of about twice its largest tensor (`sizes`): at least 3, each
+    fetching at most that and one more node's tensors, and their run on `x` gives every fetched tensor exactly."""
+    from qtool import model as qmodel
+    from qtool.collection import segments
+    from qtool.runtime import nchwc
+
     exposed = qmodel.with_outputs(model, fetched, types)
     budget = 2 * max(sizes.values())
     parts = segments.split(exposed, fetched, segments.cuts(exposed, fetched, sizes, budget, types))
     assert len(parts) >= 3
     for part in parts:
         assert sum(sizes[n] for n in part.fetched) <= budget + max(sizes.values()), part.fetched
-    x = np.random.default_rng(10).standard_normal(dims["x"]).astype(np.float32)
     session, _ = nchwc.fetching_session(exposed, fetched, keep=frozenset(fetched), threads=1)
     chain = segments.Segmented(parts, frozenset(fetched), 1, {})
     for name, a, b in zip(fetched, onnxruntime.run(session, fetched, {"x": x}), chain.run(fetched, {"x": x})):
@@ -417,7 +426,6 @@ def test_activations_whose_shapes_come_out_of_an_if_are_sized_by_a_run_and_segme
     whole model (with them, a segment fused a residual Add into its LayerNormalization)."""
     from qtool import model as qmodel
     from qtool.collection import collect, segments
-    from qtool.runtime import nchwc
 
     model = _if_shaped_encoder()
     types = qmodel.tensor_types(model)
@@ -429,16 +437,7 @@ def test_activations_whose_shapes_come_out_of_an_if_are_sized_by_a_run_and_segme
     assert set(known) == {"x"}  # onnx's inference alone
     sizes = segments.sizes(model, fetched, {"x": x.shape}, {"x": x})
     assert sizes == dict.fromkeys(fetched, x.nbytes)  # every activation has the input's shape here
-    exposed = qmodel.with_outputs(model, fetched, types)
-    budget = 2 * max(sizes.values())
-    parts = segments.split(exposed, fetched, segments.cuts(exposed, fetched, sizes, budget, types))
-    assert len(parts) >= 3
-    for part in parts:
-        assert sum(sizes[n] for n in part.fetched) <= budget + max(sizes.values()), part.fetched
-    session, _ = nchwc.fetching_session(exposed, fetched, keep=frozenset(fetched), threads=1)
-    chain = segments.Segmented(parts, frozenset(fetched), 1, {})
-    for name, a, b in zip(fetched, onnxruntime.run(session, fetched, {"x": x}), chain.run(fetched, {"x": x})):
-        np.testing.assert_array_equal(a, b, err_msg=name)
+    _segments_run_as_the_whole(model, fetched, sizes, types, x)
 
 
 def test_a_probe_run_puts_shapes_first_and_leaves_the_model_as_it_was(monkeypatch):
