@@ -183,13 +183,13 @@ def _trim() -> None:
         pass
 
 
-def _zeros(proto: onnx.ModelProto, dims: dict[str, tuple[int, ...]]) -> Feeds | None:
-    """Zeros of `dims` for every graph input that is not an initializer, of its declared type;
-    None where one has no dims."""
+def _zeros(proto: onnx.ModelProto, dims: dict[str, tuple[int, ...]], only: set[str] | None = None) -> Feeds | None:
+    """Zeros of `dims` for every graph input that is not an initializer (of those, the ones in `only`
+    where given), of its declared type; None where one has no dims."""
     inits = {t.name for t in proto.graph.initializer}
     feeds = {}
     for vi in proto.graph.input:
-        if vi.name in inits:
+        if vi.name in inits or (only is not None and vi.name not in only):
             continue
         if vi.name not in dims:
             return None
@@ -219,12 +219,9 @@ def _shape_values(proto: onnx.ModelProto, dims: dict[str, tuple[int, ...]]) -> d
     inits = [t for t in g.initializer if t.name in reads]
     if any(lazy.is_lazy(t) for t in inits):
         return {}
-    feeds = {}
-    for vi in g.input:
-        if vi.name in reads and vi.name not in {t.name for t in inits}:
-            if vi.name not in dims:
-                return {}
-            feeds[vi.name] = np.zeros(dims[vi.name], onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))
+    feeds = _zeros(proto, dims, reads)
+    if feeds is None:
+        return {}
     graph = onnx.helper.make_graph(part, "shapes", [vi for vi in g.input if vi.name in feeds],
                                    [onnx.helper.make_empty_tensor_value_info(n) for n in wanted], inits)
     sub = onnx.helper.make_model(graph, opset_imports=list(proto.opset_import), ir_version=proto.ir_version)

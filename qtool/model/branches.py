@@ -22,7 +22,7 @@ import onnx
 from onnx import helper
 
 from . import shapes
-from .graph import defined, outer_refs
+from .graph import all_nodes, defined, outer_refs
 
 ALIAS = "::qtool_branch"
 BRANCHES = ("then_branch", "else_branch")
@@ -117,7 +117,7 @@ def standalone(proto: onnx.ModelProto, graph: onnx.GraphProto, types: dict[str, 
     model.opset_import.extend(proto.opset_import)
     model.graph.CopyFrom(graph)
     refs, order = outer_refs(graph), []
-    for n in _walk(graph):
+    for n in all_nodes(graph):
         order.extend(i for i in n.input if i in refs and i not in order)
     order.extend(sorted(refs - set(order)))
     for name in order:
@@ -131,14 +131,6 @@ def standalone(proto: onnx.ModelProto, graph: onnx.GraphProto, types: dict[str, 
         else:
             model.graph.input.append(helper.make_tensor_value_info(name, types.get(name, onnx.TensorProto.FLOAT), None))
     return model
-
-
-def _walk(graph: onnx.GraphProto):
-    for n in graph.node:
-        yield n
-        for a in n.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                yield from _walk(a.g)
 
 
 def put_back(model: onnx.ModelProto, graph: onnx.GraphProto, outer: set[str]) -> None:

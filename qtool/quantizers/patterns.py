@@ -149,6 +149,9 @@ def _se_gate(m: G.Index, t: str, hard: bool = False) -> tuple[list[onnx.NodeProt
     return None
 
 
+GLOBAL_POOLS = frozenset({"GlobalAveragePool", "ReduceMean"})  # an SE block's squeeze
+
+
 def _se_block(m: G.Index, mul: onnx.NodeProto, hard: bool = False) -> list[onnx.NodeProto]:
     """The gating path of a squeeze-excitation block ending at `mul`, or [] (`hard`: _se_gate's)."""
     for slot in (0, 1):
@@ -185,15 +188,12 @@ def _se_block(m: G.Index, mul: onnx.NodeProto, hard: bool = False) -> list[onnx.
             continue
         nodes.append(first)
         pool = producer(m, _skip(m, t, nodes, bias=False))
-        if pool is None or pool.op_type not in ("ReduceMean", "GlobalAveragePool"):
+        if pool is None or pool.op_type not in GLOBAL_POOLS:
             continue
         other = mul.input[1 - slot]
         if pool.input[0] == other or _skip(m, pool.input[0], [], bias=False) == _skip(m, other, [], bias=False):
             return nodes
     return []
-
-
-GLOBAL_POOLS = {"GlobalAveragePool", "ReduceMean"}  # an SE block's squeeze
 
 
 def se_product(m: G.Index, mul: onnx.NodeProto) -> bool:
