@@ -35,6 +35,33 @@ def _added(model: onnx.ModelProto, data: bytes) -> list[onnx.NodeProto]:
     return [n for n in onnx.load_from_string(data).graph.node if (n.name, n.op_type, tuple(n.input)) not in given]
 
 
+def _pairs_as_written(model: onnx.ModelProto, data: bytes, target: str) -> list[onnx.NodeProto]:
+    """The nodes an export added beyond the model's own pairs: none for qdq (the model as it is); for openvino, the
+    file less one FakeQuantize per DequantizeLinear of a pair, reading the pair's input, named as that reader's
+    output, on the pair's grid (lo = s (qmin - zp), hi = s (qmax - zp)) (asserted here)."""
+    added = _added(model, data)
+    if target != "openvino":
+        return added
+    index = G.Index(model)
+    pairs = {d.output[0]: q for q in model.graph.node if q.op_type == "QuantizeLinear" and q.input[0] in index.activations
+             for d, _ in index.readers[q.output[0]]}
+    values = {t.name: onnx.numpy_helper.to_array(t) for t in onnx.load_from_string(data).graph.initializer}
+    left = []
+    for n in added:
+        q = pairs.get(n.output[0])
+        if n.op_type != "FakeQuantize" or q is None or n.input[0] != q.input[0]:
+            left.append(n)
+            continue
+        scale, zp = (onnx.numpy_helper.to_array(index.constants[t]) for t in q.input[1:3])
+        qmin, qmax = (0, 255) if zp.dtype == np.uint8 else (-128, 127)
+        expected = scale.astype(np.float64) * (np.array([qmin, qmax]) - int(zp))
+        assert np.allclose([values[n.input[1]], values[n.input[2]]], expected, rtol=1e-6), n.name
+        assert n.input[3:5] == n.input[1:3] and G.attr(n, "levels") == 256, n.name
+    out = onnx.load_from_string(data)
+    assert not [n.name for n in out.graph.node if n.op_type == "QuantizeLinear"], "a pair left as QuantizeLinear"
+    return left
+
+
 def test_the_model_s_own_quantizers_are_found(shipped):
     model = shipped[0]
     own = prequantized.own_quantizers(G.Index(model))
@@ -55,7 +82,7 @@ def test_no_second_quantizer_on_what_the_model_quantizes(shipped):
     model, feeds, cal = shipped
     own = prequantized.own_quantizers(G.Index(model))
     for target in ("openvino", "qdq"):
-        added = _added(model, qtool.export(model, cal, target=target))
+        added = _pairs_as_written(model, qtool.export(model, cal, target=target), target)
         assert not [n.name for n in added if set(n.input) & own.tensors], target
     result = qtool.evaluate(model, cal, data=feeds[16:], target="openvino")
     linear = sum(n.op_type in LINEAR for n in model.graph.node)
@@ -63,20 +90,28 @@ def test_no_second_quantizer_on_what_the_model_quantizes(shipped):
     assert result.plan_summary["activation_quantizers"] == 0
 
 
-def test_openvino_runs_the_export_as_it_runs_the_model(shipped):
-    """The reference is the model's own arithmetic (its Q/DQ as float operations, not onnxruntime's int8 kernels):
-    the export's simulation is exact, and OpenVINO (f32 float layers) runs the file exactly as it runs the model as
-    shipped; the run's distance from the arithmetic is OpenVINO's own on that model (its floor: the model's
-    dequantization scales reassociated in float, a code flipped here and there), within 1 dB (before: the file 4 dB
-    below that floor, its simulation 44 dB)."""
+def test_openvino_file_holds_the_model_s_grids_in_its_own_form(shipped):
+    """The OpenVINO file writes each of the model's activation pairs as the FakeQuantize of the same grid, the form
+    NNCF's files have and OpenVINO's int8 layers take whole; the model's pairs as OpenVINO's frontend reads them keep a
+    Convert to u8 and back and the zero point's Subtract in f32 (smart-turn v3 1.51x NNCF's latency, written so 1.18x).
+    The codes are the model's: the file's exact simulation is its reference up to the rounding of (x - lo) / step
+    against x / s (before: the pairs as they are, +inf); OpenVINO runs the file as int8 layers with no Convert between."""
+    import openvino as ov
+
+    from qtool.quantizers.cpu_kinds import PINNED_F32
+
     model, feeds, cal = shipped
     result = qtool.evaluate(model, cal, data=feeds[16:], target="openvino", runtime="openvino")
-    run = result.runtime
-    assert run.float_precision == "f32"
-    assert result.worst_sqnr_db > 100, result.worst_sqnr_db
-    own = min(o.sqnr_db for o in run.own)
-    floor = min(o.sqnr_db for o in run.fp32)
-    assert own > 100 and abs(run.worst_sqnr_db - floor) < 1.0 and floor > 30, (own, run.worst_sqnr_db, floor)
+    assert 45 < result.worst_sqnr_db < 100 and result.runtime.float_precision == "f32", result.worst_sqnr_db
+    assert result.runtime.worst_sqnr_db > 40, result.runtime.worst_sqnr_db
+    core = ov.Core()
+
+    def layer_types(data: bytes) -> set[str]:
+        compiled = core.compile_model(core.read_model(data, b""), "CPU", PINNED_F32)
+        return {op.get_rt_info()["layerType"].astype(str) for op in compiled.get_runtime_model().get_ordered_ops()}
+
+    assert "Convert" in layer_types(model.SerializeToString())
+    assert "Convert" not in layer_types(qtool.export(model, cal, target="openvino"))
 
 
 def test_what_the_model_left_float_stays_float(tmp_path):
@@ -90,8 +125,8 @@ def test_what_the_model_left_float_stays_float(tmp_path):
     gemm = next(n for n in model.graph.node if n.op_type == "Gemm")
     assert not own.reads_own(gemm.input[0]) and not own.reads_own(gemm.input[1])
     for target in ("openvino", "qdq"):
-        assert not _added(model, qtool.export(model, cal, target=target)), target
-    result = qtool.evaluate(model, cal, data=feeds[16:], target="openvino")
+        assert not _pairs_as_written(model, qtool.export(model, cal, target=target), target), target
+    result = qtool.evaluate(model, cal, data=feeds[16:], target="qdq")
     assert result.plan_summary["fp32_layer_names"] == [gemm.name] and result.worst_sqnr_db > 100, result.plan_summary
 
 
@@ -106,8 +141,8 @@ def test_its_int8_weights_stay_its_own(tmp_path):
     for target in ("openvino", "qdq"):
         out = onnx.load_from_string(qtool.export(model, cal, target=target))
         made = {o for n in out.graph.node for o in n.output}
-        assert own.weights <= made and not _added(model, out.SerializeToString()), target
-    result = qtool.evaluate(model, cal, data=feeds[16:], target="openvino")
+        assert own.weights <= made and not _pairs_as_written(model, out.SerializeToString(), target), target
+    result = qtool.evaluate(model, cal, data=feeds[16:], target="qdq")
     assert result.plan_summary["weight_quantizers"] == 0 and result.worst_sqnr_db > 100, result.plan_summary
 
 

@@ -10,7 +10,9 @@ the model's own quantized tensors and weights as an int8 layer as it is. What th
 the export is the model as its author quantized it (qtool.quantizers.placement.requests._shipped_requests: qtool's
 own quantizers there cost more than they gain, as measured). Quantized again (the pair's output through a second,
 calibrated grid), an activation is rounded twice: smart-turn v3's OpenVINO file ran 15.0 dB from the model's
-arithmetic, 18.0 now (OpenVINO's run of the model itself; docs/benchmarks.md#prequantized-qdq).
+arithmetic, 18.0 then (OpenVINO's run of the model itself; docs/benchmarks.md#prequantized-qdq). The OpenVINO file
+writes each pair as the FakeQuantize of its grid (qtool.targets.openvino: the same codes, in the form OpenVINO's int8
+layers take whole); the qdq file keeps the pairs as they are.
 
 The patterns are those onnxruntime writes (microsoft/onnxruntime, onnxruntime/python/tools/quantization/
 qdq_quantizer.py: a QuantizeLinear -> DequantizeLinear pair per activation tensor, weights and biases as
@@ -87,6 +89,7 @@ def own_quantizers(m: Index) -> OwnQuantizers:
 
 
 def describe(own: OwnQuantizers) -> str:
-    return (f"the model quantizes {own.pairs} activation(s) with its own QuantizeLinear/DequantizeLinear pairs: kept as "
-            "they are, its export is the model as quantized (no second quantizer; what it left float stays float); evaluate's "
+    return (f"the model quantizes {own.pairs} activation(s) with its own QuantizeLinear/DequantizeLinear pairs: kept (the "
+            "OpenVINO file writes each as the FakeQuantize of its grid), its export is the model as quantized (no second "
+            "quantizer; what it left float stays float); evaluate's "
             "FP32 reference is the model with those pairs computed as float ops, not onnxruntime's int8 kernels")

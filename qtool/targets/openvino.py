@@ -539,6 +539,75 @@ def _huge_bool_scales(model: onnx.ModelProto, namer: G.Namer) -> int:
     return done
 
 
+# A model's own activation QuantizeLinear -> DequantizeLinear pair (onnxruntime's quantize_static in its QDQ format,
+# qtool.model.prequantized) is written as the FakeQuantize of the same grid. OpenVINO's ONNX frontend reads the pair as a
+# FakeQuantize, a Convert to u8 and back, and a Subtract of the zero point that its int8 layers did not absorb (smart-turn
+# v3: MatMuls run f32, 11 ms of 65 in Subtracts, Converts and FakeQuantizes; 1.51x NNCF's latency, as FakeQuantize 1.18x).
+# The codes are the same: QuantizeLinear's saturate(round(x / s) + zp) on [qmin, qmax] (onnx docs/Operators.md) is
+# FakeQuantize's round((x - lo) / (hi - lo) * 255) with lo = s (qmin - zp), hi = s (qmax - zp), up to float rounding
+# (OpenVINO's frontend makes the same FakeQuantize of the pair: src/frontends/onnx/frontend/src/op/quantize_linear.cpp).
+_EIGHT_BIT = {TensorProto.UINT8: (0, 255), TensorProto.INT8: (-128, 127)}
+
+
+def _pair_grid(node: onnx.NodeProto, constants: dict[str, onnx.TensorProto], code_type: int | None = None):
+    """(scale, zero point, element type of the codes) of a per-tensor 8-bit QuantizeLinear or DequantizeLinear
+    (`code_type`: the codes' type a DequantizeLinear reads), or None."""
+    if node.domain not in ("", "ai.onnx") or len(node.input) < 2 or node.input[1] not in constants:
+        return None
+    scale = numpy_helper.to_array(constants[node.input[1]])
+    if scale.size != 1:
+        return None
+    if len(node.input) > 2 and node.input[2]:
+        if node.input[2] not in constants:
+            return None
+        zp_proto = constants[node.input[2]]
+        zp, kind = numpy_helper.to_array(zp_proto), zp_proto.data_type
+    else:
+        zp = np.zeros(1, np.int64)
+        kind = code_type or G.attr(node, "output_dtype") or TensorProto.UINT8
+    if kind not in _EIGHT_BIT or zp.size != 1:
+        return None
+    return float(scale.reshape(())), int(zp.reshape(())), kind
+
+
+def _own_pairs_as_fake_quantize(model: onnx.ModelProto, namer: G.Namer) -> int:
+    """Each activation QuantizeLinear read only by DequantizeLinears of its own grid, and those readers, replaced
+    by one FakeQuantize per reader, named as the reader's output (in place); returns the pairs written so."""
+    index = G.Index(model)
+    constants, types = index.constants, index.types
+    written: dict[int, list[onnx.NodeProto]] = {}  # a QuantizeLinear (its id) -> its FakeQuantizes, in its place
+    gone: set[int] = set()
+    for q in model.graph.node:
+        if q.op_type != "QuantizeLinear" or q.input[0] in constants:
+            continue
+        grid = _pair_grid(q, constants)
+        readers = index.readers.get(q.output[0], [])
+        if grid is None or q.output[0] in index.outputs or not readers or any(
+                r.op_type != "DequantizeLinear" or slot != 0 or _pair_grid(r, constants, grid[2]) != grid for r, slot in readers):
+            continue
+        scale, zp, kind = grid
+        qmin, qmax = _EIGHT_BIT[kind]
+        dtype = _np_type(types.get(q.input[0], TensorProto.FLOAT))
+        lo, hi = namer.fresh(f"{q.input[0]}/fq/input_low"), namer.fresh(f"{q.input[0]}/fq/input_high")
+        model.graph.initializer.extend([numpy_helper.from_array(np.asarray(scale * (qmin - zp), dtype), lo),
+                                        numpy_helper.from_array(np.asarray(scale * (qmax - zp), dtype), hi)])
+        written[id(q)] = [helper.make_node("FakeQuantize", [q.input[0], lo, hi, lo, hi], [r.output[0]], domain=DOMAIN,
+                                            levels=256, name=namer.fresh(f"{r.name or q.input[0]}/FakeQuantize"))
+                           for r, _ in readers]
+        gone.update(id(r) for r, _ in readers)
+    if not written:
+        return 0
+    nodes = []
+    for n in model.graph.node:
+        if id(n) in written:
+            nodes.extend(written[id(n)])
+        elif id(n) not in gone:
+            nodes.append(n)
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return len(written)
+
+
 def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
     """Insert the plan's quantizers as FakeQuantize nodes, 8-bit weights stored compressed (in place)."""
     index = G.Index(model)
@@ -589,6 +658,7 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
     _huge_bool_scales(model, namer)
     peepholes.peephole_lstms_as_scans(model, namer)  # OpenVINO drops an LSTM's peepholes (qtool.targets.peepholes)
     reductions.spell_misread(model, namer)  # OpenVINO drops three reductions' axes (qtool.targets.reductions)
+    _own_pairs_as_fake_quantize(model, namer)  # a model shipped Q/DQ-quantized: its pairs in OpenVINO's form
     G.ensure_opset(model, DOMAIN, 1)
 
 
