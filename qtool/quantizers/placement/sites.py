@@ -12,8 +12,8 @@ import onnx
 from onnx import TensorProto
 
 from ...errors import QtoolError
+from ...model import dynamic, lazy
 from ...model import graph as G
-from ...model import lazy
 from ..policy import Policies, choose_symmetry
 from ..quantizer import Quantizer, Range
 from .exclusions import Kept
@@ -190,3 +190,45 @@ def attach_policies(inputs: Inputs, placed: Sites, policies: Policies, recompute
         nodes = [name for name, _ in site.readers]
         site.policy = policies.for_quantizer("weights", site.tensor, nodes, [ops[n] for n in nodes])
     report.warnings += policies.unused()
+
+
+def model_grids(inputs: Inputs, placed: Sites, report: Report) -> int:
+    """A model onnxruntime quantized dynamically (read as float, qtool.model.dynamic.ModelGrids): each activation its
+    DynamicQuantizeLinear quantized gets the grid that node computes, asymmetric uint8 per tensor over the activation's
+    min and max with zero on the grid, here from the calibration's min and max (`_model_range`), and each of its int8
+    weights whose integers qtool's signed grid holds exactly (per tensor or per channel) that grid: the file computes
+    what the model states, not a second quantization of its float reading (t5_title_encoder, which the model's own
+    grids take 2.4 dB from that reading: docs/benchmarks.md#dynamic-grids). How many quantizers took the model's grid."""
+    grids = dynamic.model_grids(inputs.m.proto)
+    if grids is None:
+        return 0
+    taken = 0
+    for site in placed.activations:
+        own = [t for t in [site.tensor, *site.shared_with] if t in grids.activations and t in inputs.records]
+        if not own:
+            continue
+        low, high = _model_range([inputs.records[t] for t in own])
+        if not high - low > 0:
+            continue
+        site.policy = replace(site.policy, bits=8, signed=False, symmetric=False, per_channel=False)
+        site.low, site.high, site.channel_amax, site.axis = low, high, None, None
+        site.range = Range(max(-low, high), site.range.unsigned)
+        site.stated = True
+        taken += 1
+    for site in placed.weights:
+        how = grids.weights.get(site.tensor, "")
+        if how:
+            site.policy = replace(site.policy, bits=8, signed=True, symmetric=True, per_channel=how == "per_channel")
+            site.stated = True
+            taken += 1
+    if taken:
+        report.warnings.append(f"{taken} quantizer(s) take the grids the model quantized with at run time (its "
+                               "DynamicQuantizeLinear's uint8 [min, max] over the calibration, its int8 weights as they are)")
+    return taken
+
+
+def _model_range(records) -> tuple[float, float]:
+    """The [low, high] of a DynamicQuantizeLinear grid over these tensors' calibration: min(x, 0) and max(x, 0)."""
+    low = min(0.0, min(float(r.min) for r in records))
+    high = max(0.0, max(float(r.max) for r in records))
+    return low, high
