@@ -40,9 +40,9 @@ class Quantizer:
     order over the spatial axes), which the writer turns into an explicit zero Pad of `tensor` before
     the flip, so that a padded zero becomes flip_offset like every other 0 of a flipped channel, and
     takes off the layer. `unrounded`: a weight's float values where `values` holds the grid points
-    GPTQ rounded them to (bias correction's mean error is the float weights' less these). `stated`: the grid the
-    model itself quantizes this tensor with (a dynamically quantized model's, placement.sites.model_grids), which no
-    later pass moves: no SmoothQuant, GPTQ or overflow guard on its layers."""
+    GPTQ rounded them to (bias correction's mean error is the float weights' less these). `stated`: quantized by the model itself (a dynamically quantized
+    model's DynamicQuantizeLinear input or int8 weight, placement.sites.model_grids): no SmoothQuant on its layer, and a
+    weight's integers are the model's (no GPTQ)."""
 
     tensor: str
     kind: str  # ACTIVATION or WEIGHT

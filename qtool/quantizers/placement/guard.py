@@ -77,18 +77,15 @@ def guard(inputs: Inputs, asked: Requests, moves: Moves, placed: Sites, remedy: 
         wts = asked.weights_of.get(name, [])
         acts = asked.asks.get(name, [])
         if not wts and len(acts) == 2 and n.op_type == "MatMul":
-            both = site_of(acts[0]), site_of(acts[1])
-            if any(s is not None and s.stated for s, _ in both):
-                continue
-            fix = _two_activations(*both)
+            fix = _two_activations(site_of(acts[0]), site_of(acts[1]))
         elif len(wts) != 1 or len(acts) != 1:
             continue
         else:
             (slot, wt), t = wts[0], acts[0]
             site, record = site_of(t)
             wsite = weights.get(wt)
-            if site is None or record is None or wsite is None or wsite.headroom_bits or site.stated:
-                continue  # `stated`: the model's own grid, which it runs so (a dynamically quantized model's, sites.model_grids)
+            if site is None or record is None or wsite is None or wsite.headroom_bits:
+                continue
             if not peaks and n.op_type in ("MatMul", "Gemm") and getattr(record.stats, "channel_absmax", None) is not None:
                 record = dataclasses.replace(record, stats=dataclasses.replace(record.stats, channel_absmax=None))
             fix = _weighted(inputs, moves, n, slot, wsite, site, record, t in raw, remedy, _sole_reader(inputs, moves, site, name))
