@@ -2251,3 +2251,28 @@ if __name__ == "__main__":
     else:
         raise AssertionError("onnxruntime unexpectedly loaded custom_op_model")
     print("all zoo models OK")
+
+
+def dynamic_outlier_encoder_like(d=32, heads=2, vocab=200, outliers=(5, 40, 77), gain=40.0, seed=33):
+    """A T5-style encoder as onnxruntime's quantize_dynamic ships it (t5_title_encoder, traceforge-title-model): bert_like
+    with a few MLP channels whose activations peak far above the rest (fc1's columns for them scaled by `gain`, as T5's
+    FFN products reach 1e3-1e4 where most values stay below 1), then every MatMul with a weight made DynamicQuantizeLinear
+    -> MatMulInteger (int8 weights per tensor, the uint8 input grid over each run's own min and max). The model's own
+    grid for fc2's input is then coarse (its step set by the outliers): the model as given sits far from its float
+    reading, and a file that rounds fc2's input otherwise (SmoothQuant's per-channel scaling) sits far from the model."""
+    import tempfile
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    model = bert_like(d=d, heads=heads, vocab=vocab)
+    rng = np.random.default_rng(seed)
+    for t in model.graph.initializer:
+        if t.name.endswith("mlp/fc1.weight"):
+            w = numpy_helper.to_array(t).copy()
+            w[:, list(outliers)] *= gain * (1.0 + 0.1 * rng.random(len(outliers))).astype(np.float32)
+            t.CopyFrom(numpy_helper.from_array(w, t.name))
+    with tempfile.TemporaryDirectory() as tmp:
+        src, out = os.path.join(tmp, "float.onnx"), os.path.join(tmp, "dynamic.onnx")
+        onnx.save(model, src)
+        quantize_dynamic(src, out, weight_type=QuantType.QInt8)
+        return onnx.load(out)

@@ -41,8 +41,8 @@ class Quantizer:
     the flip, so that a padded zero becomes flip_offset like every other 0 of a flipped channel, and
     takes off the layer. `unrounded`: a weight's float values where `values` holds the grid points
     GPTQ rounded them to (bias correction's mean error is the float weights' less these). `stated`: quantized by the model itself (a dynamically quantized
-    model's DynamicQuantizeLinear input or int8 weight, placement.sites.model_grids): no SmoothQuant on its layer, and a
-    weight's integers are the model's (no GPTQ)."""
+    model's, placement.sites.model_grids): an int8 weight whose integers are the model's (no GPTQ), or an input the
+    model's DynamicQuantizeLinear rounds to a few codes per channel (no SmoothQuant on its layers)."""
 
     tensor: str
     kind: str  # ACTIVATION or WEIGHT

@@ -193,30 +193,79 @@ def attach_policies(inputs: Inputs, placed: Sites, policies: Policies, recompute
 
 
 
+
+# a DynamicQuantizeLinear input whose typical channel (median peak |x| over its channels) spans fewer than this many
+# steps of the model's own grid: the model keeps a few codes of most channels (t5_title_encoder's FFN products: peaks
+# of 4-7 under steps of 10-42, the step set by outlier channels of 1e3-1e4), and its arithmetic, what it is scored
+# against, carries that (2.4 dB from its float reading); elsewhere (steps of 6-80 per median peak) its grid resolves
+# them and the model stays near its float reading
+CRUSHED_STEPS = 2.0
+
+
 def model_grids(inputs: Inputs, placed: Sites, report: Report) -> int:
-    """A model onnxruntime quantized dynamically (read as float: qtool.model.dynamic.ModelGrids): the activations its
-    DynamicQuantizeLinear nodes quantize and its int8 weights are `stated`, quantized by the model itself, so that
-    SmoothQuant leaves their layers alone (the model rounds the activation as it is, per tensor: smoothed, the file
-    rounds other values, closer to the float reading and away from the model, t5_title_encoder's 10.6 -> 2.5 dB in
-    OpenVINO's run against the model as given; docs/benchmarks.md#dynamic-grids), and each weight whose integers
-    qtool's signed grid holds exactly (per tensor or per channel) takes that grid, without GPTQ: the model's integers.
-    The activations keep qtool's calibrated grids: the model's own, over the calibration's min and max (the model takes
-    each run's), ran further from the model (9.1 dB). How many quantizers are the model's."""
+    """A model onnxruntime quantized dynamically (read as float: qtool.model.dynamic.ModelGrids). Its int8 weights
+    whose integers qtool's signed grid holds exactly (per tensor or per channel) take that grid and are `stated`: the
+    model's integers, no GPTQ. Where its DynamicQuantizeLinear grids crush some input (`crushed`: most of its channels
+    rounded to a few codes), every input those nodes quantize is `stated`: SmoothQuant leaves their layers alone. Such
+    a model's outputs carry its own rounding far from its float reading (t5_title_encoder: 2.4 dB) through every later
+    layer, and rounding any of its inputs otherwise than it does (smoothed: nearer the float reading) moves the file
+    away from the model: t5_title_encoder 2.5 dB in OpenVINO's run against the model as given, 6.1 with its four
+    crushed inputs' layers alone unsmoothed, 10.3 with all 32 (docs/benchmarks.md#dynamic-grids). Where none is crushed
+    the model stays near its float reading and SmoothQuant is as for any model (tests/zoo.py
+    dynamic_outlier_encoder_like at gain 40: 27.6 dB smoothed, 24.0 not). The activations keep qtool's calibrated grids: the model's own over the
+    calibration's min and max (the model takes each run's) ran further from it (9.1 dB). How many quantizers are the
+    model's."""
     grids = dynamic.model_grids(inputs.m.proto)
     if grids is None:
         return 0
     taken = 0
-    for site in placed.activations:
-        if any(t in grids.activations for t in [site.tensor, *site.shared_with]):
+    own = [site for site in placed.activations if any(t in grids.activations for t in [site.tensor, *site.shared_with])]
+    if any(crushed(inputs.records[t]) for site in own for t in [site.tensor, *site.shared_with] if t in inputs.records
+           and t in grids.activations):
+        for site in own:
             site.stated = True
             taken += 1
     for site in placed.weights:
         how = grids.weights.get(site.tensor, "")
-        if how:
+        if how and _on_grid(site.values, site.axis if how == "per_channel" else None):  # not smoothed since
             site.policy = replace(site.policy, bits=8, signed=True, symmetric=True, per_channel=how == "per_channel")
             site.stated = True
             taken += 1
     if taken:
-        report.warnings.append(f"{taken} quantizer(s) are the model's own (its DynamicQuantizeLinear inputs and int8 weights): "
-                               "no SmoothQuant on their layers, the weights' integers as the model has them")
+        report.warnings.append(f"{taken} quantizer(s) are the model's own (its int8 weights, and inputs its DynamicQuantizeLinear "
+                               "rounds to a few codes per channel): the weights' integers as the model has them, no SmoothQuant "
+                               "on those inputs' layers")
     return taken
+
+
+def _on_grid(values, axis: int | None) -> bool:
+    """Whether `values` are integers times peak |values| / 127 (per tensor, or per channel along `axis`): the model's
+    int8 weights as the float reading has them, not rescaled since (SmoothQuant folds its scales into a layer's weight)."""
+    if values is None:
+        return False
+    v = np.asarray(values, dtype=np.float64)
+    if v.size == 0 or not np.all(np.isfinite(v)):
+        return False
+    if axis is None:
+        peak = np.abs(v).max()
+    else:
+        peak = np.abs(v).max(axis=tuple(i for i in range(v.ndim) if i != axis % v.ndim), keepdims=True)
+    if not np.all(peak > 0):
+        return False
+    codes = v * (127.0 / peak)
+    return bool(np.abs(codes - np.rint(codes)).max() < 1e-3)
+
+
+def crushed(record) -> bool:
+    """Whether a DynamicQuantizeLinear's grid over this tensor's calibrated range (zero included: the model's own,
+    uint8 with a zero point) leaves its typical channel fewer than CRUSHED_STEPS steps: the median of the per-channel
+    peaks |x| (calibrate's SmoothQuant statistics; none recorded: False) under CRUSHED_STEPS times that step."""
+    peaks = getattr(getattr(record, "stats", None), "channel_absmax", None)
+    if not peaks:
+        return False
+    step = (max(float(record.max), 0.0) - min(float(record.min), 0.0)) / 255.0
+    peak = np.asarray(peaks, dtype=np.float64)
+    peak = peak[np.isfinite(peak)]
+    if not (peak.size and step > 0 and np.isfinite(step)):
+        return False
+    return bool(np.median(peak) < CRUSHED_STEPS * step)
