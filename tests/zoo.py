@@ -2253,13 +2253,14 @@ if __name__ == "__main__":
     print("all zoo models OK")
 
 
-def dynamic_outlier_encoder_like(d=32, heads=2, vocab=200, outliers=(5, 40, 77), gain=40.0, seed=33):
+def dynamic_outlier_encoder_like(d=32, heads=2, vocab=200, outliers=(5, 40, 77), gain=400.0, seed=33):
     """A T5-style encoder as onnxruntime's quantize_dynamic ships it (t5_title_encoder, traceforge-title-model): bert_like
-    with a few MLP channels whose activations peak far above the rest (fc1's columns for them scaled by `gain`, as T5's
-    FFN products reach 1e3-1e4 where most values stay below 1), then every MatMul with a weight made DynamicQuantizeLinear
-    -> MatMulInteger (int8 weights per tensor, the uint8 input grid over each run's own min and max). The model's own
-    grid for fc2's input is then coarse (its step set by the outliers): the model as given sits far from its float
-    reading, and a file that rounds fc2's input otherwise (SmoothQuant's per-channel scaling) sits far from the model."""
+    with a few MLP channels `gain` times the rest (fc1's columns for them scaled, as T5's FFN products peak at 1e3-1e4
+    where most values stay below 10), then every MatMul with a weight made DynamicQuantizeLinear -> MatMulInteger (int8
+    weights per tensor; each input on a uint8 grid over the run's own min and max). At gain 400 the model's own grids
+    round most MLP channels to a few codes (fc1's per-tensor weights and fc2's input): the model as given sits far from
+    its float reading (24 dB), and a file that rounds fc2's input otherwise (SmoothQuant's per-channel scales) sits far
+    from the model. At gain 40 its grids resolve them (28 dB from its float reading)."""
     import tempfile
 
     from onnxruntime.quantization import QuantType, quantize_dynamic
