@@ -203,28 +203,29 @@ CRUSHED_STEPS = 1.0
 
 
 def model_grids(inputs: Inputs, placed: Sites, report: Report) -> int:
-    """A model onnxruntime quantized dynamically (read as float: qtool.model.dynamic.ModelGrids). Its int8 weights
-    whose integers qtool's signed grid holds exactly (per tensor or per channel) take that grid and are `stated`: the
-    model's integers, no GPTQ. Where its DynamicQuantizeLinear grids crush some input (`crushed`: most of its channels
-    rounded to a few codes), every input those nodes quantize is `stated`: SmoothQuant leaves their layers alone. Such
-    a model's outputs carry its own rounding far from its float reading (t5_title_encoder: 2.4 dB) through every later
-    layer, and rounding any of its inputs otherwise than it does (smoothed: nearer the float reading) moves the file
-    away from the model: t5_title_encoder 2.5 dB in OpenVINO's run against the model as given, 6.1 with its four
-    crushed inputs' layers alone unsmoothed, 10.3 with all 32 (docs/benchmarks.md#dynamic-grids). Where none is crushed
-    the model stays near its float reading and SmoothQuant is as for any model (tests/zoo.py
-    dynamic_outlier_encoder_like at gain 40: 27.6 dB smoothed, 24.0 not). The activations keep qtool's calibrated grids: the model's own over the
-    calibration's min and max (the model takes each run's) ran further from it (9.1 dB). How many quantizers are the
-    model's."""
+    """A model onnxruntime quantized dynamically (read as float: qtool.model.dynamic.ModelGrids) whose own
+    DynamicQuantizeLinear grids crush some input (`crushed`: most of its channels rounded to -1, 0 or 1 step): its
+    outputs carry its own rounding far from its float reading (t5_title_encoder: 2.4 dB) through every later layer,
+    and it is scored against that arithmetic (the model as given), so the file rounds as it does. Every input those
+    nodes quantize is `stated`: SmoothQuant leaves their layers alone (smoothed, the file rounds other values, nearer
+    the float reading and away from the model); and each int8 weight whose integers qtool's signed grid holds exactly
+    (per tensor or per channel) takes that grid, `stated`: the model's integers, no GPTQ. t5_title_encoder in
+    OpenVINO's run against the model as given: 2.5 dB before, 6.1 with its four crushed inputs' layers alone
+    unsmoothed, 10.3 with all 32 (docs/benchmarks.md#dynamic-grids). Where none is crushed the model stays near its
+    float reading and nothing changes (tashkeel, voicefilter: their weights' own grids cost 0.1-0.7 dB against
+    qtool's per channel; tests/zoo.py dynamic_outlier_encoder_like at gain 40: 27.6 dB smoothed, 24.0 not). The
+    activations keep qtool's calibrated grids: the model's own over the calibration's min and max (it takes each
+    run's) ran further from it (9.1 dB). How many quantizers are the model's."""
     grids = dynamic.model_grids(inputs.m.proto)
     if grids is None:
         return 0
-    taken = 0
     own = [site for site in placed.activations if any(t in grids.activations for t in [site.tensor, *site.shared_with])]
-    if any(crushed(inputs.records[t]) for site in own for t in [site.tensor, *site.shared_with] if t in inputs.records
-           and t in grids.activations):
-        for site in own:
-            site.stated = True
-            taken += 1
+    if not any(crushed(inputs.records[t]) for site in own for t in [site.tensor, *site.shared_with] if t in inputs.records
+               and t in grids.activations):
+        return 0
+    for site in own:
+        site.stated = True
+    taken = len(own)
     for site in placed.weights:
         how = grids.weights.get(site.tensor, "")
         if how and _on_grid(site.values, site.axis if how == "per_channel" else None):  # not smoothed since
@@ -232,9 +233,9 @@ def model_grids(inputs: Inputs, placed: Sites, report: Report) -> int:
             site.stated = True
             taken += 1
     if taken:
-        report.warnings.append(f"{taken} quantizer(s) are the model's own (its int8 weights, and inputs its DynamicQuantizeLinear "
-                               "rounds to a few codes per channel): the weights' integers as the model has them, no SmoothQuant "
-                               "on those inputs' layers")
+        report.warnings.append(f"{taken} quantizer(s) are the model's own: its DynamicQuantizeLinear grids round most channels "
+                               "of some inputs to a few codes, so the file rounds as the model does (no SmoothQuant on the inputs "
+                               "it quantizes, its int8 weights' integers as they are)")
     return taken
 
 
