@@ -383,3 +383,10 @@ def test_a_model_whose_own_grids_crush_its_channels_is_not_smoothed(tmp_path, mo
         assert float(doc["sqnr_db"]) > own  # nearer the model than its own float reading is (before: 21.2 against 23.9)
     else:
         assert own > 27 and smoothed is not None and float(doc["sqnr_db"]) > 27
+    # the text names how far the model as given is from its own float reading when that is far (t5_title_encoder: 2.4 dB)
+    import qtool.cli.evaluate as cli_evaluate
+
+    monkeypatch.setattr(cli_evaluate, "FAR_FROM_FLOAT_DB", 25.0)  # between this model's two readings (23.9, 28.4 dB)
+    r = invoke("evaluate", "model.onnx", "--data", "held", "--target", "openvino")
+    assert r.exit_code == 0, r.output
+    assert ("from its own float reading: its dynamic int8 loses that much" in r.output) == (own < 25), r.output

@@ -13,6 +13,8 @@ from .. import api
 from . import EPILOG, call, cli, finish
 from .declared import Grouped, calib_option, json_option, option, options, policy_options, target_option
 
+# a model shipped dynamic-int8 this far (or farther) from its float reading gets a note that its own int8 loses that much
+FAR_FROM_FLOAT_DB = 20.0
 HELD_OUT = ("images", "data", "limit", *api.IMAGE_KEYS, "batch_size")  # qtool.options: the inputs calibrate reads too, and ImageOptions
 
 
@@ -101,6 +103,11 @@ def text(evaluated: api.EvaluateResult) -> str:
         lines.append(f"FP32 here is {evaluated.model} as given, quantized dynamically by onnxruntime (its ConvInteger/MatMulInteger/"
                      f"DynamicQuantizeLSTM run by onnxruntime); the export is built from qtool's float reading of it "
                      f"({ref['read_as_float']}), which is {format_db(api.from_json_number(ref['float_reading_sqnr_db']))} dB from it")
+        own = api.from_json_number(ref["float_reading_sqnr_db"])
+        if own is not None and own < FAR_FROM_FLOAT_DB:  # t5_title_encoder: 2.4 dB (docs/benchmarks.md#dynamic-grids)
+            lines.append(f"note: the model as given is {format_db(own)} dB from its own float reading: its dynamic int8 loses that "
+                         "much, and a file scored against it is scored against that loss; if you have the FP32 model it was "
+                         "made from, quantize that instead")
     rt = result.runtime
     width = max([len("output")] + [len(o.name) for o in result.outputs])
     head = f"{'output':<{width}}  {'SQNR dB':>8}  {'cosine':>8}  {'top-1 agree':>11}"
