@@ -192,8 +192,6 @@ def attach_policies(inputs: Inputs, placed: Sites, policies: Policies, recompute
     report.warnings += policies.unused()
 
 
-
-
 # a DynamicQuantizeLinear input whose typical channel (median peak |x| over its channels) stays under this many steps
 # of the model's own grid: the model rounds most channels' every value to -1, 0 or 1 step (t5_title_encoder's FFN
 # products in 4 blocks of 8: median peaks 0.17-0.47 steps, the step set by outlier channels of 1e3-1e4), and its
