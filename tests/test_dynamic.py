@@ -350,3 +350,43 @@ def test_the_float_model_holds_its_weights_once(tmp_path):
     grown, size = map(int, child.stdout.split())
     assert size > 28e6
     assert grown < 1.3 * size, (grown, size)  # 1.02x; was 2.4x (69 MB for a 28 MB model)
+
+
+@pytest.mark.parametrize("gain", [400.0, 40.0])
+def test_a_model_whose_own_grids_crush_its_channels_is_not_smoothed(tmp_path, monkeypatch, gain):
+    """A model shipped dynamic-int8 whose own grids round most MLP channels to a few codes (t5_title_encoder's class:
+    2.4 dB from its float reading) is scored against its own arithmetic: SmoothQuant rounds the MLP's input otherwise,
+    nearer the float reading and away from the model. Before: smoothed, 21.2 dB from the model as given (its float
+    reading 23.9); now unsmoothed and its per-tensor int8 weights as they are, 24.3. At gain 40 (nothing crushed, the
+    model 28 dB from its float reading) SmoothQuant stays, as for any transformer (27.6 dB both)."""
+    import zoo
+
+    monkeypatch.chdir(tmp_path)
+    onnx.save(zoo.dynamic_outlier_encoder_like(gain=gain), tmp_path / "model.onnx")
+    for kind, count, seed in (("calib", 16, 0), ("held", 8, 100)):
+        (tmp_path / kind).mkdir()
+        for i in range(count):
+            r = np.random.default_rng(seed + i)
+            np.savez(tmp_path / kind / f"{i}.npz", input_ids=r.integers(0, 200, (2, 24)).astype(np.int64),
+                     attention_mask=np.ones((2, 24), np.int64))
+    assert invoke("calibrate", "model.onnx", "--data", "calib").exit_code == 0
+    r = invoke("export", "model.onnx", "--target", "openvino", "--json")
+    assert r.exit_code == 0, r.output
+    smoothed = json.loads(r.stdout).get("smooth_quant")
+    assert all(p.key != dynamic.GRIDS_KEY for p in onnx.load(tmp_path / "model.openvino.onnx").metadata_props)  # the reading's note
+    r = invoke("evaluate", "model.onnx", "--data", "held", "--target", "openvino", "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    own = float(doc["reference"]["float_reading_sqnr_db"])
+    if gain == 400.0:
+        assert own < 25 and smoothed is None
+        assert float(doc["sqnr_db"]) > own  # nearer the model than its own float reading is (before: 21.2 against 23.9)
+    else:
+        assert own > 27 and smoothed is not None and float(doc["sqnr_db"]) > 27
+    # the text names how far the model as given is from its own float reading when that is far (t5_title_encoder: 2.4 dB)
+    import qtool.cli.evaluate as cli_evaluate
+
+    monkeypatch.setattr(cli_evaluate, "FAR_FROM_FLOAT_DB", 25.0)  # between this model's two readings (23.9, 28.4 dB)
+    r = invoke("evaluate", "model.onnx", "--data", "held", "--target", "openvino")
+    assert r.exit_code == 0, r.output
+    assert ("from its own float reading: its dynamic int8 loses that much" in r.output) == (own < 25), r.output

@@ -2251,3 +2251,29 @@ if __name__ == "__main__":
     else:
         raise AssertionError("onnxruntime unexpectedly loaded custom_op_model")
     print("all zoo models OK")
+
+
+def dynamic_outlier_encoder_like(d=32, heads=2, vocab=200, outliers=(5, 40, 77), gain=400.0, seed=33):
+    """A T5-style encoder as onnxruntime's quantize_dynamic ships it (t5_title_encoder, traceforge-title-model): bert_like
+    with a few MLP channels `gain` times the rest (fc1's columns for them scaled, as T5's FFN products peak at 1e3-1e4
+    where most values stay below 10), then every MatMul with a weight made DynamicQuantizeLinear -> MatMulInteger (int8
+    weights per tensor; each input on a uint8 grid over the run's own min and max). At gain 400 the model's own grids
+    round most MLP channels to a few codes (fc1's per-tensor weights and fc2's input): the model as given sits far from
+    its float reading (24 dB), and a file that rounds fc2's input otherwise (SmoothQuant's per-channel scales) sits far
+    from the model. At gain 40 its grids resolve them (28 dB from its float reading)."""
+    import tempfile
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    model = bert_like(d=d, heads=heads, vocab=vocab)
+    rng = np.random.default_rng(seed)
+    for t in model.graph.initializer:
+        if t.name.endswith("mlp/fc1.weight"):
+            w = numpy_helper.to_array(t).copy()
+            w[:, list(outliers)] *= gain * (1.0 + 0.1 * rng.random(len(outliers))).astype(np.float32)
+            t.CopyFrom(numpy_helper.from_array(w, t.name))
+    with tempfile.TemporaryDirectory() as tmp:
+        src, out = os.path.join(tmp, "float.onnx"), os.path.join(tmp, "dynamic.onnx")
+        onnx.save(model, src)
+        quantize_dynamic(src, out, weight_type=QuantType.QInt8)
+        return onnx.load(out)

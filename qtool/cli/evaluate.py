@@ -13,6 +13,8 @@ from .. import api
 from . import EPILOG, call, cli, finish
 from .declared import Grouped, calib_option, json_option, option, options, policy_options, target_option
 
+# a model shipped dynamic-int8 this far (or farther) from its float reading gets a note that its own int8 loses that much
+FAR_FROM_FLOAT_DB = 20.0
 HELD_OUT = ("images", "data", "limit", *api.IMAGE_KEYS, "batch_size")  # qtool.options: the inputs calibrate reads too, and ImageOptions
 
 
@@ -73,6 +75,20 @@ def evaluate(ctx, model_path, as_json, **keywords):
     finish(outcome, as_json, text)
 
 
+def _dynamic_reference(model: str, ref: dict) -> list[str]:
+    """What FP32 is for a model onnxruntime quantized dynamically (the model as given), how far qtool's float reading of
+    it is, and a note where that is FAR_FROM_FLOAT_DB or more: the model's own int8 is then the larger error."""
+    own = api.from_json_number(ref["float_reading_sqnr_db"])
+    lines = [f"FP32 here is {model} as given, quantized dynamically by onnxruntime (its ConvInteger/MatMulInteger/"
+             f"DynamicQuantizeLSTM run by onnxruntime); the export is built from qtool's float reading of it "
+             f"({ref['read_as_float']}), which is {api.format_db(own)} dB from it"]
+    if own is not None and own < FAR_FROM_FLOAT_DB:  # t5_title_encoder: 2.4 dB (docs/benchmarks.md#dynamic-grids)
+        lines.append(f"note: the model as given is {api.format_db(own)} dB from its own float reading: its dynamic int8 loses that "
+                     "much, and a file scored against it is scored against that loss; if you have the FP32 model it was "
+                     "made from, quantize that instead")
+    return lines
+
+
 def text(evaluated: api.EvaluateResult) -> str:
     """What evaluate prints: the model compared, then per output SQNR, cosine and top-1 agreement (and
     the runtime's), then with --tensors the quantized tensors, most harmful first."""
@@ -98,9 +114,7 @@ def text(evaluated: api.EvaluateResult) -> str:
         lines[0] = lines[0].replace(" vs FP32 ", " vs the model as given ", 1)
         lines.append(f"the model as given here is {evaluated.model}, {ref['model'].removeprefix('as given: ')}")
     elif ref is not None:  # a model onnxruntime quantized dynamically, read as float
-        lines.append(f"FP32 here is {evaluated.model} as given, quantized dynamically by onnxruntime (its ConvInteger/MatMulInteger/"
-                     f"DynamicQuantizeLSTM run by onnxruntime); the export is built from qtool's float reading of it "
-                     f"({ref['read_as_float']}), which is {format_db(api.from_json_number(ref['float_reading_sqnr_db']))} dB from it")
+        lines.extend(_dynamic_reference(evaluated.model, ref))
     rt = result.runtime
     width = max([len("output")] + [len(o.name) for o in result.outputs])
     head = f"{'output':<{width}}  {'SQNR dB':>8}  {'cosine':>8}  {'top-1 agree':>11}"

@@ -26,6 +26,7 @@ A weight is (Wq - zero point) * scale in float32: one rounding, as DequantizeLin
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -59,14 +60,58 @@ def is_dynamic(proto: onnx.ModelProto) -> bool:
 
 @dataclass
 class Rewrite:
-    """What as_float changed: {"ConvInteger": count, ...}."""
+    """What as_float changed: {"ConvInteger": count, ...}; the grids the model's layers used (`grids`)."""
 
     layers: Counter = field(default_factory=Counter)
+    grids: ModelGrids = field(default_factory=lambda: ModelGrids())
 
     def describe(self) -> str:
         float_op = {"ConvInteger": "Conv", "MatMulInteger": "MatMul", "DynamicQuantizeLSTM": "LSTM",
                     "Gather": "Gather of the float table"}
         return ", ".join(f"{k} {op} -> {float_op[op]}" for op, k in sorted(self.layers.items()))
+
+
+# the float reading's metadata entry naming what the model quantized at run time (read by model_grids; written by no export)
+GRIDS_KEY = "qtool.dynamic_grids"  # one of graph.READING_KEYS: graph.finish leaves it out of every file
+
+
+@dataclass
+class ModelGrids:
+    """What a model quantized dynamically computes on its own grids, named in its float reading: the activations its
+    DynamicQuantizeLinear nodes quantize (each input's own asymmetric uint8 grid over its min and max, zero included:
+    ONNX DynamicQuantizeLinear) and its ConvInteger/MatMulInteger weights, each with how qtool's signed weight grid
+    gives back its integers exactly: "per_tensor" (int8, zero point 0, one scale, a code at +-127), "per_channel" (one
+    scale per output channel, each channel's peak code at +-127), "" (no signed narrow grid does: uint8 with zero points,
+    or codes short of 127)."""
+
+    activations: set[str] = field(default_factory=set)
+    weights: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps({"activations": sorted(self.activations), "weights": dict(sorted(self.weights.items()))})
+
+
+def model_grids(proto: onnx.ModelProto) -> ModelGrids | None:
+    """The ModelGrids a float reading (as_float) records, None for any other model."""
+    for p in proto.metadata_props:
+        if p.key == GRIDS_KEY:
+            doc = json.loads(p.value)
+            return ModelGrids(set(doc["activations"]), dict(doc["weights"]))
+    return None
+
+
+def exact_grid(q: np.ndarray, zp: np.ndarray, scale: np.ndarray, axis: int | None) -> str:
+    """How qtool's signed narrow weight grid (scale = peak / 127, per tensor or per output channel along `axis`) holds the
+    integers `q` (zero points `zp`, scales `scale`) exactly: "per_tensor", "per_channel" or "" (ModelGrids.weights)."""
+    if q.dtype != np.int8 or np.any(zp != 0) or q.size == 0:
+        return ""
+    peak = np.abs(q.astype(np.int32))
+    if scale.size == 1:
+        return "per_tensor" if int(peak.max()) == 127 else ""
+    if axis is None:
+        return ""
+    other = tuple(i for i in range(q.ndim) if i != axis % q.ndim)
+    return "per_channel" if np.all(peak.max(axis=other) == 127) else ""
 
 
 class _Unrecognised(Exception):
@@ -101,6 +146,8 @@ def as_float(proto: onnx.ModelProto, folder=None, where: str = "the model") -> t
                          f"quantize_dynamic writes ({expected}), so qtool cannot read it back as float; give the FP32 model it "
                          "was made from") from None
     cleanup(model.graph)
+    if done.grids.activations or done.grids.weights:
+        model.metadata_props.add(key=GRIDS_KEY, value=done.grids.to_json())
     left = sorted({n.op_type for n in all_nodes(model.graph) if _quantized_op(n)})
     if left:  # e.g. a DynamicQuantizeLinear whose output something else reads
         raise QtoolError(f"{where}: {', '.join(left)} nodes remain after reading its dynamically quantized layers as float "
@@ -264,6 +311,8 @@ class _Rewriter:
         def shaped(a):
             return a.reshape((-1,) + (1,) * (wq.ndim - 1)) if a.size > 1 else a.reshape(())
         w = self.float_weight(n.input[1], ws, wz, wq, shaped)
+        self.done.grids.activations.add(x)
+        self.done.grids.weights[w] = exact_grid(wq, wz, ws, 0)
         conv = helper.make_node("Conv", [x, w] + ([bias] if bias else []), [y], self.node_name(n, "Conv", y))
         conv.attribute.extend(a for a in n.attribute)
         self.replace(n, conv)
@@ -319,6 +368,7 @@ class _Rewriter:
         if n.input[1] in self.made_by and self.made_by[n.input[1]].op_type == "DynamicQuantizeLinear":  # both inputs activations
             b, bs = self.quantizer(n, n.input[1], bzp)
             self.weight_scale(n, scales, xs, bs)
+            self.done.grids.activations.add(b)
         else:
             ws = self.weight_scale(n, scales, xs)
             bq, bz = self.int_weight(n, n.input[1], bzp or None)
@@ -329,6 +379,8 @@ class _Rewriter:
             def shaped(v):
                 return v.reshape(-1) if v.size > 1 else v.reshape(())
             b = self.float_weight(n.input[1], ws, bz, bq, shaped)
+            self.done.grids.weights[b] = exact_grid(bq, bz, ws, 1)
+        self.done.grids.activations.add(a)
         y = self.scaled(n, cast, scales)
         self.replace(n, helper.make_node("MatMul", [a, b], [y], self.node_name(n, "MatMul", y)))
         self.done.layers["MatMulInteger"] += 1

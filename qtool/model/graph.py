@@ -462,6 +462,10 @@ def copy_model(proto: onnx.ModelProto, base_dir: str | None = None) -> onnx.Mode
     return copy
 
 
+# metadata entries a reading of the model writes for qtool's own passes (qtool.model.dynamic.GRIDS_KEY): no file carries them
+READING_KEYS = frozenset({"qtool.dynamic_grids"})
+
+
 def finish(model: onnx.ModelProto, original: onnx.ModelProto | None = None) -> tuple[bytes | ModelFile, list[str]]:
     """Toposort, remove what nothing uses, check, serialise. Returns (bytes, warnings); for a model
     with lazy weights (lazy.py) a writer.ModelFile to write instead of the bytes.
@@ -471,6 +475,10 @@ def finish(model: onnx.ModelProto, original: onnx.ModelProto | None = None) -> t
     warnings: list[str] = []
     toposort(model.graph)
     cleanup(model.graph)
+    kept = [p for p in model.metadata_props if p.key not in READING_KEYS]  # what a reading noted for qtool's passes, not the file's
+    if len(kept) != len(model.metadata_props):
+        del model.metadata_props[:]
+        model.metadata_props.extend(kept)
     if lazy.lazy_tensors(model):
         data, checked = ModelFile(model), model
     else:

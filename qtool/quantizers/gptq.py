@@ -94,8 +94,8 @@ def output_error(w: np.ndarray, q: np.ndarray, h: np.ndarray) -> float:
 def _eligible(site, nodes: dict, constants: set, int8: set, records: dict):
     """(layer, H, whether the weight is stored transposed [N, K]) of a weight quantizer GPTQ rounds:
     a constant 2-D weight read by one int8 MatMul/Gemm only, rounded half to even on a symmetric grid,
-    whose layer's input has a Gram matrix in `records`; else None."""
-    if site.values is None or np.ndim(site.values) != 2 or len(site.readers) != 1 or site.unrounded is not None:
+    not the model's own integers (`stated`), whose layer's input has a Gram matrix in `records`; else None."""
+    if site.values is None or np.ndim(site.values) != 2 or len(site.readers) != 1 or site.unrounded is not None or site.stated:
         return None
     name, slot = site.readers[0]
     n = nodes.get(name)

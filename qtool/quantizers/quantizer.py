@@ -40,7 +40,10 @@ class Quantizer:
     order over the spatial axes), which the writer turns into an explicit zero Pad of `tensor` before
     the flip, so that a padded zero becomes flip_offset like every other 0 of a flipped channel, and
     takes off the layer. `unrounded`: a weight's float values where `values` holds the grid points
-    GPTQ rounded them to (bias correction's mean error is the float weights' less these)."""
+    GPTQ rounded them to (bias correction's mean error is the float weights' less these). `stated`:
+    quantized by the model itself (a dynamically quantized model's whose own grids crush some input,
+    placement.sites.model_grids): an int8 weight whose integers are the model's (no GPTQ), or an input
+    its DynamicQuantizeLinear quantizes (no SmoothQuant on its layers)."""
 
     tensor: str
     kind: str  # ACTIVATION or WEIGHT
@@ -63,6 +66,7 @@ class Quantizer:
     flip_offset: float = 0.0
     flip_pads: tuple[int, ...] | None = None
     unrounded: np.ndarray | None = None  # a weight's float values when `values` are grid points GPTQ chose (qtool.quantizers.gptq)
+    stated: bool = False
 
     @classmethod
     def activation(cls, tensor: str, elem_type: int, rng: Range, readers: list[tuple[str, int]],

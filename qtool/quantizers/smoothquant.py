@@ -636,7 +636,9 @@ def smooth(model, cal, mode, place: Callable, beyond: bool = False):
     # but not attention's output projection, which reads the context (softmax . V) through shape ops: smoothing it
     # cost ViT-S 1.2 dB (bench/guard_cost.py), g2p-id's BERT 0.1
     index = G.Index(model)
-    layers = {n for n in plan.int8_layers if not _reads_attention_context(index, index.nodes[n])}
+    # nor a layer whose input the model quantizes on its own grid (a dynamically quantized model's: placement.sites.model_grids)
+    stated = {name for site in plan.activations if site.stated for name, _ in site.readers}
+    layers = {n for n in plan.int8_layers if not _reads_attention_context(index, index.nodes[n]) and n not in stated}
     del plan  # the weights it read are not held while the smoothed ones are made (a big model's: its size again)
     gc.collect()  # the placement's objects refer to each other: freed only by a collection, which may not come before the peak
     alpha = mode if isinstance(mode, float) else None  # None: per activation, the alpha `estimate` picks

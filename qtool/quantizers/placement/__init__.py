@@ -202,6 +202,7 @@ def place(proto: onnx.ModelProto, records: dict, *, rules: Rules, choices: Choic
         sites.per_channel_depthwise(inputs, kept, placed.activations)
     if policies is not None:  # 8. each quantizer's policy
         sites.attach_policies(inputs, placed, policies, recompute, report)
+        sites.model_grids(inputs, placed, report)  # 8b. a dynamically quantized model's own grids
     overflow_fix: dict = {}
     if overflow_remedy is not None:  # 9. the overflow guard
         overflow_fix = guard.remedies(inputs, asked, moved, placed, overflow_remedy, weights_7bit)

@@ -12,8 +12,8 @@ import onnx
 from onnx import TensorProto
 
 from ...errors import QtoolError
+from ...model import dynamic, lazy
 from ...model import graph as G
-from ...model import lazy
 from ..policy import Policies, choose_symmetry
 from ..quantizer import Quantizer, Range
 from .exclusions import Kept
@@ -190,3 +190,81 @@ def attach_policies(inputs: Inputs, placed: Sites, policies: Policies, recompute
         nodes = [name for name, _ in site.readers]
         site.policy = policies.for_quantizer("weights", site.tensor, nodes, [ops[n] for n in nodes])
     report.warnings += policies.unused()
+
+
+# a DynamicQuantizeLinear input whose typical channel (median peak |x| over its channels) stays under this many steps
+# of the model's own grid: the model rounds most channels' every value to -1, 0 or 1 step (t5_title_encoder's FFN
+# products in 4 blocks of 8: median peaks 0.17-0.47 steps, the step set by outlier channels of 1e3-1e4), and its
+# outputs carry that (2.4 dB from its float reading). Its other inputs: 2.3-80 steps. tests/zoo.py
+# dynamic_outlier_encoder_like at 1.65 steps (gain 150) was nearer the model smoothed (20.0 dB against 17.8)
+CRUSHED_STEPS = 1.0
+
+
+def model_grids(inputs: Inputs, placed: Sites, report: Report) -> int:
+    """A model onnxruntime quantized dynamically (read as float: qtool.model.dynamic.ModelGrids) whose own
+    DynamicQuantizeLinear grids crush some input (`crushed`: most of its channels rounded to -1, 0 or 1 step): its
+    outputs carry its own rounding far from its float reading (t5_title_encoder: 2.4 dB) through every later layer,
+    and it is scored against that arithmetic (the model as given), so the file rounds as it does. Every input those
+    nodes quantize is `stated`: SmoothQuant leaves their layers alone (smoothed, the file rounds other values, nearer
+    the float reading and away from the model); and each int8 weight whose integers qtool's signed grid holds exactly
+    (per tensor or per channel) takes that grid, `stated`: the model's integers, no GPTQ. t5_title_encoder in
+    OpenVINO's run against the model as given: 2.5 dB before, 6.1 with its four crushed inputs' layers alone
+    unsmoothed, 10.3 with all 32 (docs/benchmarks.md#dynamic-grids). Where none is crushed the model stays near its
+    float reading and nothing changes (tashkeel, voicefilter: their weights' own grids cost 0.1-0.7 dB against
+    qtool's per channel; tests/zoo.py dynamic_outlier_encoder_like at gain 40: 27.6 dB smoothed, 24.0 not). The
+    activations keep qtool's calibrated grids: the model's own over the calibration's min and max (it takes each
+    run's) ran further from it (9.1 dB). How many quantizers are the model's."""
+    grids = dynamic.model_grids(inputs.m.proto)
+    if grids is None:
+        return 0
+    own = [site for site in placed.activations if any(t in grids.activations for t in [site.tensor, *site.shared_with])]
+    if not any(crushed(inputs.records[t]) for site in own for t in [site.tensor, *site.shared_with] if t in inputs.records
+               and t in grids.activations):
+        return 0
+    for site in own:
+        site.stated = True
+    taken = len(own)
+    for site in placed.weights:
+        how = grids.weights.get(site.tensor, "")
+        if how and _on_grid(site.values, site.axis if how == "per_channel" else None):  # not smoothed since
+            site.policy = replace(site.policy, bits=8, signed=True, symmetric=True, per_channel=how == "per_channel")
+            site.stated = True
+            taken += 1
+    if taken:
+        report.warnings.append(f"{taken} quantizer(s) are the model's own: its DynamicQuantizeLinear grids round most channels "
+                               "of some inputs to a few codes, so the file rounds as the model does (no SmoothQuant on the inputs "
+                               "it quantizes, its int8 weights' integers as they are)")
+    return taken
+
+
+def _on_grid(values, axis: int | None) -> bool:
+    """Whether `values` are integers times peak |values| / 127 (per tensor, or per channel along `axis`): the model's
+    int8 weights as the float reading has them, not rescaled since (SmoothQuant folds its scales into a layer's weight)."""
+    if values is None:
+        return False
+    v = np.asarray(values, dtype=np.float64)
+    if v.size == 0 or not np.all(np.isfinite(v)):
+        return False
+    if axis is None:
+        peak = np.abs(v).max()
+    else:
+        peak = np.abs(v).max(axis=tuple(i for i in range(v.ndim) if i != axis % v.ndim), keepdims=True)
+    if not np.all(peak > 0):
+        return False
+    codes = v * (127.0 / peak)
+    return bool(np.abs(codes - np.rint(codes)).max() < 1e-3)
+
+
+def crushed(record) -> bool:
+    """Whether a DynamicQuantizeLinear's grid over this tensor's calibrated range (zero included: the model's own,
+    uint8 with a zero point) leaves its typical channel fewer than CRUSHED_STEPS steps: the median of the per-channel
+    peaks |x| (calibrate's SmoothQuant statistics; none recorded: False) under CRUSHED_STEPS times that step."""
+    peaks = getattr(getattr(record, "stats", None), "channel_absmax", None)
+    if not peaks:
+        return False
+    step = (max(float(record.max), 0.0) - min(float(record.min), 0.0)) / 255.0
+    peak = np.asarray(peaks, dtype=np.float64)
+    peak = peak[np.isfinite(peak)]
+    if not (peak.size and step > 0 and np.isfinite(step)):
+        return False
+    return bool(np.median(peak) < CRUSHED_STEPS * step)
