@@ -1234,7 +1234,10 @@ def test_an_fpn_sum_and_its_upsampling_run_int8():
         low, high = (float(inits[fq[n.input[0]].input[i]]) for i in (1, 2))
         assert low == 0 or np.isclose(low, -high * 128 / 127), (n.name, low, high)  # no zero point
     asymmetric = onnx.load_from_string(qtool.export(model, cal, target="openvino", activations="asymmetric"))
-    assert any(n.op_type == "FakeQuantize" and n.input[0] == "fpn2/Add_output_0" for n in asymmetric.graph.node)
+    chosen = {i.name: numpy_helper.to_array(i) for i in asymmetric.graph.initializer}
+    [(low, high)] = [(float(chosen[n.input[1]]), float(chosen[n.input[2]])) for n in asymmetric.graph.node
+                     if n.op_type == "FakeQuantize" and n.input[0] == "fpn2/Add_output_0"]
+    assert low < 0 and not np.isclose(low, -high * 128 / 127), (low, high)  # asked for: kept
     compiled = CORE.compile_model(CORE.read_model(data, b""), "CPU", dict(cpu_kinds.PINNED_F32))
     layers = [(str(op.get_rt_info()["layerType"].astype(str)), str(op.get_rt_info()["runtimePrecision"].astype(str)),
                str(op.get_rt_info()["originalLayersNames"].astype(str)).split(","))
