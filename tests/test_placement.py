@@ -142,11 +142,14 @@ def test_elementwise_ops_need_two_activations():
 
 
 def test_an_add_whose_quantizers_would_serve_it_alone_reads_float():
-    """A branch scaled by a constant summed with a Conv branch (an FSMN memory block's x + depthwise(x)), no other
-    int8 reader of either: the Add reads float (placement.moves.lone_sums); rules without lone_sums_float keep both.
-    Two Conv branches summed (a ResNet's downsampling Add) keep theirs: OpenVINO fuses each into its Convolution."""
+    """A linear branch scaled by a constant summed with a Conv branch (an FSMN memory block's x + depthwise(x), x a
+    Linear's output), no other int8 reader of either: the Add reads float (placement.moves.lone_sums); rules without
+    lone_sums_float keep both. Two Conv branches summed (a ResNet's downsampling Add) keep theirs: OpenVINO fuses each
+    into its Convolution, also through the post-ops it fuses into one (a constant scale, a ReLU: an FPN's
+    relu(bn(up(x))) + conv1x1(skip), LORE's table detector)."""
     n = Net()
-    scaled = n.op("Mul", [n.conv("x", "a", 4, 4), n.c("half", np.array(0.5, np.float32))], "scaled")
+    linear = n.op("MatMul", ["x", n.w("lin.w", (8, 8))], "lin")
+    scaled = n.op("Mul", [linear, n.c("half", np.array(0.5, np.float32))], "scaled")
     n.op("Add", [scaled, n.conv("x", "b", 4, 4)], "sum")
     m = n.model(["sum"])
     assert set(sites(placement.place(m, records(m), rules=CPU))) == {"x"}
@@ -155,6 +158,11 @@ def test_an_add_whose_quantizers_would_serve_it_alone_reads_float():
     n.op("Add", [n.conv("x", "a", 4, 4), n.conv("x", "b", 4, 4)], "sum")
     m = n.model(["sum"])
     assert set(sites(placement.place(m, records(m), rules=CPU))) == {"x", "a", "b"}
+    n = Net()
+    scaled = n.op("Mul", [n.conv("x", "a", 4, 4), n.c("half", np.array(0.5, np.float32))], "scaled")
+    n.op("Add", [scaled, n.op("Relu", [n.conv("x", "b", 4, 4)], "rb")], "sum")
+    m = n.model(["sum"])
+    assert set(sites(placement.place(m, records(m), rules=CPU))) == {"x", "scaled", "rb"}
 
 
 def test_activation_patterns_are_not_split_by_quantizers():

@@ -2198,6 +2198,81 @@ def lcnet_se_classifier_like(ch=16, hw=16, classes=4, outlier=5, gain=12.0, seed
     return _make_model(graph, 14)
 
 
+
+def centernet_fpn_like(ch=16, hw=32, lateral=0.5, seed=9411):
+    """LORE's CenterNet table-cell detector (lineless-table-rec, zoo lore_detect, torch.onnx opset 9): a ResNet
+    backbone (basic blocks, x + conv(relu(conv(x))), a strided block's skip through a 1x1 Conv) and an upsampling
+    decoder whose steps add relu(bn(ConvTranspose(x))) to a 1x1 Conv (no bias) of the backbone's map at that scale,
+    then two heads (a heatmap `hm` and box sizes `wh`). The lateral Conv's weights are `lateral` times He's: the sum
+    is mostly the ReLU's, its negative side short, and the next ConvTranspose reads it."""
+    g = _Graph(seed=seed)
+    rng = g.rng
+
+    def conv(x, cin, cout, scope, k=3, stride=1, bias=True, scale=1.0):
+        w = (_conv_w(rng, cout, cin, k) * np.float32(scale)).astype(np.float32)
+        ins = [x, g.init(f"{scope}.weight", w)]
+        if bias:
+            ins.append(g.init(f"{scope}.bias", (rng.standard_normal(cout) * 0.1).astype(np.float32)))
+        return g.op("Conv", ins, scope, kernel_shape=[k, k], pads=[k // 2] * 4, strides=[stride, stride])
+
+    def block(x, cin, cout, scope, stride=1):
+        y = g.op("Relu", [conv(x, cin, cout, f"{scope}.conv1", stride=stride)], scope)
+        y = conv(y, cout, cout, f"{scope}.conv2", scale=0.5)
+        skip = x if stride == 1 and cin == cout else conv(x, cin, cout, f"{scope}.downsample", k=1, stride=stride)
+        return g.op("Relu", [g.op("Add", [y, skip], scope)], scope)
+
+    def up(x, cin, cout, scope):
+        w = (rng.standard_normal((cin, cout, 4, 4)) * np.sqrt(2.0 / (cin * 4))).astype(np.float32)
+        y = g.op("ConvTranspose", [x, g.init(f"{scope}.weight", w)], scope, kernel_shape=[4, 4], pads=[1, 1, 1, 1],
+                 strides=[2, 2])
+        bn = [g.init(f"{scope}.bn.{k}", v) for k, v in (("weight", np.ones(cout, np.float32)),
+                                                        ("bias", (rng.standard_normal(cout) * 0.1).astype(np.float32)),
+                                                        ("running_mean", np.zeros(cout, np.float32)),
+                                                        ("running_var", np.ones(cout, np.float32)))]
+        return g.op("Relu", [g.op("BatchNormalization", [y, *bn], scope)], scope)
+
+    x0 = g.op("Relu", [conv("input", 3, ch, "base", stride=2)], "base")  # hw / 2
+    x1 = block(x0, ch, ch, "layer1")
+    x2 = block(x1, ch, 2 * ch, "layer2", stride=2)  # hw / 4
+    x3 = block(x2, 2 * ch, 4 * ch, "layer3", stride=2)  # hw / 8
+    y = g.op("Add", [up(x3, 4 * ch, 2 * ch, "deconv1"), conv(x2, 2 * ch, 2 * ch, "adaption2", k=1, bias=False, scale=lateral)],
+             "fpn2")
+    y = g.op("Add", [up(y, 2 * ch, ch, "deconv2"), conv(x1, ch, ch, "adaption1", k=1, bias=False, scale=lateral)], "fpn1")
+    outs = []
+    for head, n in (("hm", 2), ("wh", 2)):
+        h = g.op("Relu", [conv(y, ch, ch, f"{head}.0")], head)
+        outs.append(g.op("Conv", [h, g.init(f"{head}.2.weight", _conv_w(rng, n, ch, 1)),
+                                  g.init(f"{head}.2.bias", np.zeros(n, np.float32))], head, outputs=[head]))
+    graph = g.graph("centernet_fpn", [helper.make_tensor_value_info("input", FLOAT, ["n", 3, hw, hw])],
+                    [helper.make_tensor_value_info(o, FLOAT, ["n", 2, hw // 2, hw // 2]) for o in outs])
+    return _make_model(graph, 9)
+
+
+def dynamic_outlier_encoder_like(d=32, heads=2, vocab=200, outliers=(5, 40, 77), gain=400.0, seed=33):
+    """A T5-style encoder as onnxruntime's quantize_dynamic ships it (t5_title_encoder, traceforge-title-model): bert_like
+    with a few MLP channels `gain` times the rest (fc1's columns for them scaled, as T5's FFN products peak at 1e3-1e4
+    where most values stay below 10), then every MatMul with a weight made DynamicQuantizeLinear -> MatMulInteger (int8
+    weights per tensor; each input on a uint8 grid over the run's own min and max). At gain 400 the model's own grids
+    round most MLP channels to a few codes (fc1's per-tensor weights and fc2's input): the model as given sits far from
+    its float reading (24 dB), and a file that rounds fc2's input otherwise (SmoothQuant's per-channel scales) sits far
+    from the model. At gain 40 its grids resolve them (28 dB from its float reading)."""
+    import tempfile
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    model = bert_like(d=d, heads=heads, vocab=vocab)
+    rng = np.random.default_rng(seed)
+    for t in model.graph.initializer:
+        if t.name.endswith("mlp/fc1.weight"):
+            w = numpy_helper.to_array(t).copy()
+            w[:, list(outliers)] *= gain * (1.0 + 0.1 * rng.random(len(outliers))).astype(np.float32)
+            t.CopyFrom(numpy_helper.from_array(w, t.name))
+    with tempfile.TemporaryDirectory() as tmp:
+        src, out = os.path.join(tmp, "float.onnx"), os.path.join(tmp, "dynamic.onnx")
+        onnx.save(model, src)
+        quantize_dynamic(src, out, weight_type=QuantType.QInt8)
+        return onnx.load(out)
+
 if __name__ == "__main__":
     import tempfile
 
@@ -2251,29 +2326,3 @@ if __name__ == "__main__":
     else:
         raise AssertionError("onnxruntime unexpectedly loaded custom_op_model")
     print("all zoo models OK")
-
-
-def dynamic_outlier_encoder_like(d=32, heads=2, vocab=200, outliers=(5, 40, 77), gain=400.0, seed=33):
-    """A T5-style encoder as onnxruntime's quantize_dynamic ships it (t5_title_encoder, traceforge-title-model): bert_like
-    with a few MLP channels `gain` times the rest (fc1's columns for them scaled, as T5's FFN products peak at 1e3-1e4
-    where most values stay below 10), then every MatMul with a weight made DynamicQuantizeLinear -> MatMulInteger (int8
-    weights per tensor; each input on a uint8 grid over the run's own min and max). At gain 400 the model's own grids
-    round most MLP channels to a few codes (fc1's per-tensor weights and fc2's input): the model as given sits far from
-    its float reading (24 dB), and a file that rounds fc2's input otherwise (SmoothQuant's per-channel scales) sits far
-    from the model. At gain 40 its grids resolve them (28 dB from its float reading)."""
-    import tempfile
-
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    model = bert_like(d=d, heads=heads, vocab=vocab)
-    rng = np.random.default_rng(seed)
-    for t in model.graph.initializer:
-        if t.name.endswith("mlp/fc1.weight"):
-            w = numpy_helper.to_array(t).copy()
-            w[:, list(outliers)] *= gain * (1.0 + 0.1 * rng.random(len(outliers))).astype(np.float32)
-            t.CopyFrom(numpy_helper.from_array(w, t.name))
-    with tempfile.TemporaryDirectory() as tmp:
-        src, out = os.path.join(tmp, "float.onnx"), os.path.join(tmp, "dynamic.onnx")
-        onnx.save(model, src)
-        quantize_dynamic(src, out, weight_type=QuantType.QInt8)
-        return onnx.load(out)

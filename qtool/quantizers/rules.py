@@ -50,6 +50,9 @@ class Rules:
     # an element-wise Add whose two quantizers serve it alone stays float, and a residual Add of a small step
     # (placement.moves.lone_sums)
     lone_sums_float: bool = False
+    # (graph.Index, node) -> the runtime runs this op in int8, and only on an input grid without a zero point: under
+    # `--activations auto` a tensor it reads (through pass-through ops) keeps a symmetric grid (placement.sites)
+    zero_point_free: Callable | None = None
 
     def forwards(self, op: str) -> bool:
         """A quantizer moves up through `op` (a standard-domain op) when every reader wants it:

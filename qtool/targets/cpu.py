@@ -143,15 +143,41 @@ CPU = Rules(
     # real PP-OCR/MTCNN/YOLO models it matches or beats NNCF's defaults (bench/fidelity.py)
     default_method="auto",
 )
+
+
+def _int8_deconvolution(m, n) -> bool:
+    """A ConvTranspose that OpenVINO's CPU plugin runs in int8, which it does only on u8/s8 input without a zero
+    point (its Convolution node alone takes one): openvinotoolkit/openvino src/plugins/intel_cpu/src/nodes/deconv.cpp
+    canBeExecutedInInt8 (constant weights, 3-5D, kernel >= stride, a stride above 3 only grouped, a grouped one's
+    channels in blocks of 16 (AVX-512; 8 on AVX2), a depthwise one on u8 alone; on CPUs without AVX-512 not when
+    IC^2 x the output's spatial size passes 2^26, which this does not check) and src/plugins/intel_cpu/src/graph_optimizer.cpp
+    FuseConvolutionAndZeroPoints. With an asymmetric input LORE's table detector ran its last 384x384 upsampling in
+    f32 and fused no FakeQuantize after it (317 of 1031 ms); one the plugin cannot run in int8 goes slower with a
+    symmetric input than with an asymmetric one (spindle_eeg's stride-5 ConvTransposes: 15 -> 137 ms)."""
+    if n.op_type != "ConvTranspose" or len(n.input) < 2 or n.input[1] not in m.constants:
+        return False
+    dims = list(m.constants[n.input[1]].dims)  # [C_in, C_out / group, k...]
+    kernel = [int(k) for k in G.attr(n, "kernel_shape", dims[2:])]
+    strides = [int(s) for s in G.attr(n, "strides", [1] * len(kernel))]
+    group = int(G.attr(n, "group", 1))
+    if not 3 <= len(dims) <= 5 or len(strides) != len(kernel) or any(k < s for k, s in zip(kernel, strides)):
+        return False
+    if group == 1:
+        return max(strides, default=1) <= 3
+    depthwise = dims[1] == 1 and dims[0] == group
+    return not depthwise and dims[0] % 16 == 0 and dims[1] * group % 16 == 0
+
+
 # OpenVINO's: its attention kernel takes the context's Transpose only without a FakeQuantize between them
 # (MiniLM-L3: 6 runtime Transposes -> 3, as NNCF's file; docs/benchmarks.md#guard-cost); its CPU plugin runs
 # an LSTM in int8 (qtool.quantizers.placement.recurrent); it fuses no FakeQuantize into a scatter (its
 # ScatterUpdate/ScatterElementsUpdate/ScatterNDUpdate nodes take no fused post-ops), so a FakeQuantize on a
 # scatter's output before an Add ran alone in f32, and the Add in f32 anyway (a graph net's 31 scatter-adds:
-# 13% of its latency; NNCF's file has none there)
+# 13% of its latency; NNCF's file has none there); it runs a ConvTranspose in int8 only on a grid without a zero
+# point (_int8_deconvolution: such an input keeps a symmetric grid under --activations auto)
 SCATTERS = frozenset({"ScatterElements", "ScatterND", "Scatter"})
 OPENVINO = replace(CPU, name="openvino", fused_attention_context=True, int8_lstm=True, transposed_scale_shift=True,
-                   unfused_sources=SCATTERS)
+                   unfused_sources=SCATTERS, zero_point_free=_int8_deconvolution)
 PLACEMENT_RULES = {"openvino": OPENVINO}  # by target; the others place with CPU
 
 

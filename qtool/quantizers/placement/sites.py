@@ -167,6 +167,25 @@ def per_channel_depthwise(inputs: Inputs, kept: Kept, activation_sites: list[Qua
         site.rank = len(dims[convs[0].input[1]])
 
 
+def _feeds_zero_point_free(inputs: Inputs, tensors: list[str]) -> bool:
+    """Whether an op `Rules.zero_point_free` names reads one of `tensors` as its data input, directly or through ops a
+    quantizer moves up through (Rules.forwards): its runtime runs it in int8 only on a grid without a zero point."""
+    rules, readers = inputs.rules, inputs.m.readers
+    if not rules.zero_point_free:
+        return False
+    todo, seen = list(tensors), set(tensors)
+    while todo and len(seen) < 256:
+        for r, slot in readers.get(todo.pop(), ()):
+            if slot == 0 and rules.zero_point_free(inputs.m, r):
+                return True
+            if rules.forwards(r.op_type):
+                for o in r.output:
+                    if o and o not in seen:
+                        seen.add(o)
+                        todo.append(o)
+    return False
+
+
 def attach_policies(inputs: Inputs, placed: Sites, policies: Policies, recompute, report: Report) -> None:
     """Each quantizer's policy (later rules win); an activation whose policy has other bits than
     8 gets its threshold searched again for that grid (`recompute(tensor, policy)`), and an
@@ -184,7 +203,8 @@ def attach_policies(inputs: Inputs, placed: Sites, policies: Policies, recompute
             site.low = min(float(records[t].min) for t in group)
             site.high = max(float(records[t].max) for t in group)
             if site.policy.symmetric is None:  # auto: the finer grid, per tensor
-                symmetric = site.channel_amax is not None or choose_symmetry(site.range.amax, site.low, site.high, site.policy.bits)
+                symmetric = (site.channel_amax is not None or _feeds_zero_point_free(inputs, [site.tensor, *site.shared_with])
+                             or choose_symmetry(site.range.amax, site.low, site.high, site.policy.bits))
                 site.policy = replace(site.policy, symmetric=symmetric)
     for site in placed.weights:
         nodes = [name for name, _ in site.readers]
