@@ -84,6 +84,11 @@ class Gram:
     # the sums as a file holds them (from_json: the zlib-compressed upper triangle), unpacked only when
     # added to or read: an export holds a loaded model's Grams (BERT-large's 256 MB of int64) at ~40 %
     _packed: bytes | None = field(default=None, repr=False, compare=False)
+    # the chunks' values as integers (int32), shifts and bounds, kept instead of sums while they take less room
+    # (4 T K bytes against the sums' ~4 K^2: a model of few tokens, lore_process's 176 tokens against 2048
+    # channels), added by _replay when they would take more or the sums are read
+    _deferred: list | None = field(default_factory=list, repr=False, compare=False)
+    _deferred_rows: int = field(default=0, repr=False, compare=False)
 
     @property
     def overflowed(self) -> bool:
@@ -125,14 +130,34 @@ class Gram:
         top = math.ceil(math.ldexp(float(np.max(np.einsum("ij,ij->j", m, m))), 2 * (e - MANTISSA) - UNIT_LOG2)) + 1
         self.bound += top
         if self.overflowed:
-            self.sums = self._pending = None
+            self.sums = self._pending = self._deferred = None
             return
+        shift = 2 * (e - MANTISSA) - UNIT_LOG2
+        if self._deferred is not None:  # |m| <= 2 ** 21: exact in int32
+            self._deferred.append((m.astype(np.int32), shift, top))
+            self._deferred_rows += m.shape[0]
+            if self._deferred_rows * self.channels * 4 >= _size(self.channels) * 8:
+                self._replay()  # the tokens now take more than the sums would: the sums from here on
+            return
+        self._accumulate(m, shift, top)
+
+    def _replay(self) -> None:
+        """The chunks kept (`_deferred`) added to the sums, as _add would have added them (the same integers: each
+        chunk's products rounded alone, then exact sums); from now on chunks are added when they come."""
+        chunks, self._deferred, self._deferred_rows = self._deferred, None, 0
+        while chunks:
+            m, shift, top = chunks.pop(0)
+            self._accumulate(m.astype(np.float64), shift, top)
+
+    def _accumulate(self, m: np.ndarray, shift: int, top: int) -> None:
+        """Add one chunk's X^T X (`m`: its values as integers, float64; `shift`: their products' scale to units,
+        `top`: a bound on the sums it adds) to the pending float64 sums."""
         if self._pending is not None and self._pending_bound + top >= _EXACT:
             self._flush()  # (it drops `_pending`: a new one below; T5's activations reached 2^53 within one run)
         if self._pending is None:
             self._pending = np.zeros(_size(self.channels))
         self._pending_bound += top
-        k, shift = self.channels, 2 * (e - MANTISSA) - UNIT_LOG2
+        k = self.channels
         for b0, b1, offset in _blocks(k):
             g = m[:, b0:b1].T @ m[:, b0:]  # exact: every partial sum < 2 ** 53
             np.ldexp(g, shift, out=g)
@@ -140,6 +165,8 @@ class Gram:
             _block(self._pending, k, b0, b1, offset)[:] += g  # exact: integers below 2 ** 53
 
     def _flush(self) -> None:
+        if self._deferred:
+            self._replay()
         if self._packed is not None:
             self.sums, self._packed = _unpack(self._packed, self.channels), None
         if self._pending is not None:
@@ -171,7 +198,7 @@ class Gram:
 
     def scaled(self, s: np.ndarray) -> Gram:
         """The Gram of x * s (per channel): a smoothed activation's, for the export (never stored)."""
-        if self._pending is not None:
+        if self._pending is not None or self._deferred:
             self._flush()
         old = np.ones(self.channels) if self.scale is None else self.scale
         return Gram(self.channels, self.count, self.sums, self.bound, old * np.asarray(s, dtype=np.float64).reshape(-1),
@@ -180,7 +207,7 @@ class Gram:
     def matrix(self) -> np.ndarray | None:
         """The mean of x x^T over the tokens (float64 [channels, channels]), or None when unknown
         (no token, or the sums dropped)."""
-        if self._pending is not None:
+        if self._pending is not None or self._deferred:
             self._flush()
         sums = self._full()
         if sums is None or not self.count or self.overflowed:
@@ -200,10 +227,18 @@ class Gram:
         little-endian upper triangle (row by row, diagonal included), absent when dropped}."""
         if self.scale is not None:
             raise ValueError("a scaled Gram is not stored")
-        self._flush()
+        if self._deferred:  # summed aside: the Gram keeps its tokens, and a calibration file is written one Gram's sums at a time
+            aside = Gram(self.channels, self.count, self.sums, self.bound, _packed=self._packed)
+            aside._pending = None if self._pending is None else self._pending.copy()
+            aside._pending_bound, aside._deferred = self._pending_bound, list(self._deferred)
+            aside._flush()
+            sums = aside.sums
+        else:
+            self._flush()
+            sums = self.sums
         out: dict = {"channels": self.channels, "count": self.count, "unit_log2": UNIT_LOG2, "bound": self.bound}
-        if self.sums is not None and not self.overflowed:
-            upper = np.ascontiguousarray(_upper(self.sums, self.channels), dtype="<i8")
+        if sums is not None and not self.overflowed:
+            upper = np.ascontiguousarray(_upper(sums, self.channels), dtype="<i8")
             out["upper"] = base64.b64encode(zlib.compress(upper.tobytes(), 6)).decode("ascii")
         return out
 
