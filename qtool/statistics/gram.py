@@ -36,7 +36,10 @@ MAX_CHANNELS = 2048  # inputs wider than this get no Gram (a 2048 x 2048 int64 m
 BUDGET = 2**25  # entries (K * K) of every Gram of one model together: 256 MiB per accumulator
 _ROOM = 2.0**62
 _EXACT = 2.0**53  # float64 adds integers exactly below this
-_BLOCK = 128  # rows of X^T X computed and held at once: each block of rows from its diagonal on
+_BLOCK = 128  # rows of X^T X held at once: each block of rows from its diagonal on
+# rows of X^T X computed at once (a multiple of _BLOCK): one product per 128 rows took lore_process's calibrate from
+# 5 to 22 s of CPU on a loaded 2-core machine (4x the BLAS calls, each a parallel section)
+_PRODUCT = 512
 
 
 @functools.lru_cache(maxsize=64)
@@ -158,11 +161,13 @@ class Gram:
             self._pending = np.zeros(_size(self.channels))
         self._pending_bound += top
         k = self.channels
-        for b0, b1, offset in _blocks(k):
-            g = m[:, b0:b1].T @ m[:, b0:]  # exact: every partial sum < 2 ** 53
+        blocks = _blocks(k)
+        for c0 in range(0, k, _PRODUCT):
+            g = m[:, c0:c0 + _PRODUCT].T @ m[:, c0:]  # exact: every partial sum < 2 ** 53
             np.ldexp(g, shift, out=g)
             np.rint(g, out=g)  # half to even, deterministic
-            _block(self._pending, k, b0, b1, offset)[:] += g  # exact: integers below 2 ** 53
+            for b0, b1, offset in blocks[c0 // _BLOCK:(c0 + _PRODUCT) // _BLOCK]:
+                _block(self._pending, k, b0, b1, offset)[:] += g[b0 - c0:b1 - c0, b0 - c0:]  # exact: integers below 2 ** 53
 
     def _flush(self) -> None:
         if self._deferred:
