@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import blas
+
 MANTISSA = 21  # bits kept per value, relative to its sample's largest |x|
 CHUNK = 2 ** (53 - 2 * MANTISSA)  # tokens per exact float64 product (2048)
 UNIT_LOG2 = -24  # the stored sums count multiples of 2**UNIT_LOG2
@@ -144,6 +146,8 @@ class Gram:
             return
         self._accumulate(m, shift, top)
 
+    @blas.one_thread()  # as calibrate's runs add chunks (qtool.blas): at the file's writing BLAS's spinning threads took
+    # lore_process's replays from 1 to 6 s of CPU
     def _replay(self) -> None:
         """The chunks kept (`_deferred`) added to the sums, as _add would have added them (the same integers: each
         chunk's products rounded alone, then exact sums); from now on chunks are added when they come."""
