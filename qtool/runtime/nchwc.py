@@ -30,7 +30,7 @@ from onnx import TensorProto, helper
 
 from .. import scratch
 from ..errors import QtoolError
-from ..model import lazy
+from ..model import bigmodel, lazy
 from ..model.graph import node_reads
 from . import onnxruntime
 
@@ -161,11 +161,14 @@ def fetching_session(model: onnx.ModelProto, fetched: list[str], keep: frozenset
                      ) -> tuple[onnxruntime.Session, dict[str, Blocked]]:
     """A session for `model`, whose outputs include `fetched`, and the fetched tensors it returns
     in onnxruntime's blocked layout (the `blocked` argument of qtool.collection.collect). Tensors
-    in `keep` come in NCHW. Models without convolutions or with external or lazy weights (whose
-    optimized copy would hold them all), and machines or onnxruntime builds without the blocked
+    in `keep` come in NCHW. Models without convolutions, with external weights or lazy weights of
+    bigmodel.LAZY_BYTES or more (whose optimized copy would hold them all), and machines or onnxruntime builds without the blocked
     layout, get onnxruntime.session's session and every tensor in NCHW. `arena`: onnxruntime.session's."""
     convolutions = any(n.op_type == "Conv" for n in model.graph.node)
-    block = block_size() if external_folder is None and convolutions and not lazy.lazy_tensors(model) else None
+    # a model loaded lazily but small (calibrate loads every model so) keeps the layout: its optimized copy holds
+    # what the model read whole held
+    small = sum(lazy.nbytes(t) for t in lazy.lazy_tensors(model)) < bigmodel.LAZY_BYTES
+    block = block_size() if external_folder is None and convolutions and small else None
     if block is not None:
         try:
             graph = optimized(model)
