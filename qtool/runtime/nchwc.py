@@ -134,12 +134,18 @@ def block_size() -> int | None:
     return None
 
 
+def _held_whole(model: onnx.ModelProto) -> bool:
+    """Whether an optimized copy of `model` may hold its weights: it has no lazy weights, or they come to less than
+    bigmodel.LAZY_BYTES (calibrate loads every model lazily; such a copy holds what the model read whole held)."""
+    return sum(lazy.nbytes(t) for t in lazy.lazy_tensors(model)) < bigmodel.LAZY_BYTES
+
+
 def blocked_layout(model: onnx.ModelProto, fetched: list[str], keep: frozenset[str] = frozenset()) -> dict[str, int]:
     """{tensor: channel block} of the fetched tensors that fetching_session(model, fetched, keep)
     returns in blocked layout, without making that session (collection.segments: the layout each
     tensor has when the whole model runs, which its statistics are summed in)."""
     convolutions = any(n.op_type == "Conv" for n in model.graph.node)
-    block = block_size() if convolutions and not lazy.lazy_tensors(model) else None
+    block = block_size() if convolutions and _held_whole(model) else None
     if block is None:
         return {}
     try:
@@ -165,10 +171,7 @@ def fetching_session(model: onnx.ModelProto, fetched: list[str], keep: frozenset
     bigmodel.LAZY_BYTES or more (whose optimized copy would hold them all), and machines or onnxruntime builds without the blocked
     layout, get onnxruntime.session's session and every tensor in NCHW. `arena`: onnxruntime.session's."""
     convolutions = any(n.op_type == "Conv" for n in model.graph.node)
-    # a model loaded lazily but small (calibrate loads every model so) keeps the layout: its optimized copy holds
-    # what the model read whole held
-    small = sum(lazy.nbytes(t) for t in lazy.lazy_tensors(model)) < bigmodel.LAZY_BYTES
-    block = block_size() if external_folder is None and convolutions and small else None
+    block = block_size() if external_folder is None and convolutions and _held_whole(model) else None
     if block is not None:
         try:
             graph = optimized(model)
