@@ -136,7 +136,8 @@ def block_size() -> int | None:
 
 def _held_whole(model: onnx.ModelProto) -> bool:
     """Whether an optimized copy of `model` may hold its weights: it has no lazy weights, or they come to less than
-    bigmodel.LAZY_BYTES (calibrate loads every model lazily; such a copy holds what the model read whole held)."""
+    bigmodel.LAZY_BYTES (calibrate loads every model lazily: onnxruntime's copy refers to the weights it read by
+    path, but writes those it makes, folded or fused, into the graph)."""
     return sum(lazy.nbytes(t) for t in lazy.lazy_tensors(model)) < bigmodel.LAZY_BYTES
 
 
@@ -183,6 +184,9 @@ def fetching_session(model: onnx.ModelProto, fetched: list[str], keep: frozenset
                 # serialized, and the proto dropped, before onnxruntime makes its copies
                 data = graph.SerializeToString()
                 del graph
+                # onnxruntime's optimized copy of lazy weights refers to them by their paths from the root, as
+                # qtool.model.spill gave them to it
+                folder = "/" if lazy.lazy_tensors(model) else None
                 with contextlib.suppress(QtoolError):
-                    return onnxruntime.session(data, threads=threads, optimization="none", arena=arena), blocked
+                    return onnxruntime.session(data, threads=threads, optimization="none", arena=arena, external_folder=folder), blocked
     return onnxruntime.session(model, external_folder=external_folder, threads=threads, arena=arena), {}
