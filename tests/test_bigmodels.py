@@ -91,6 +91,23 @@ def test_a_lazy_weight_passed_on_by_identity_nodes_is_read_as_the_same_bytes_not
         assert qtool.export(path, lazy_cal, target=target) == data, target
 
 
+def test_a_non_finite_weight_passed_on_by_identity_nodes_stays_as_the_graph_makes_it_loaded_either_way(tmp_path, monkeypatch):
+    """fold_weights leaves a weight whose value is not finite as the graph makes it; read lazily by reference, the
+    same (the source is read once to tell)."""
+    m = zoo.shared_layer_like(width=64, uses=2)
+    w = onnx.numpy_helper.to_array(m.graph.initializer[0]).copy()
+    w[3, 5] = np.inf
+    m.graph.initializer[0].CopyFrom(onnx.numpy_helper.from_array(w, "layer.weight"))
+    path = tmp_path / "inf.onnx"
+    onnx.save_model(m, path)
+    whole = as_float(load_model(path)).proto
+    monkeypatch.setattr(bigmodel, "LAZY_BYTES", 0)
+    read = as_float(load_model(path)).proto
+    for proto in (whole, read):
+        assert [n.op_type for n in proto.graph.node].count("Identity") == 2
+        assert not any(t.name.startswith("onnx::MatMul_") for t in proto.graph.initializer)
+
+
 def test_calibrate_gives_onnxruntime_no_weights_of_its_own_to_copy_whatever_the_model_s_size(tmp_path, monkeypatch):
     """calibrate loads any model lazily: each session it makes reads the weights from the file (a model read whole
     was held as its proto, and again as the bytes serialized for every session beside onnxruntime's copy:

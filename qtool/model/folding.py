@@ -75,7 +75,8 @@ def fold_weights(proto: onnx.ModelProto, keep: frozenset[str] = frozenset()) -> 
     # a weight that is an initializer of a lazily loaded model passed on by Identity nodes (torch's export of a layer
     # used more than once: each use reads its own Identity of the one parameter) refers to the same bytes: 53 copies of
     # chython_rxnmap's 8 weights, 642 MB of float32 against an 81 MB file, were made in memory before
-    shared = {t: s for t in targets if (s := _identity_source(t, made_by, graph)) is not None}
+    finite: dict[str, bool] = {}  # of each source read once
+    shared = {t: s for t in targets if (s := _identity_source(t, made_by, graph, finite)) is not None}
     rest = [t for t in targets if t not in shared]
     made = _computed(proto, graph, rest, made_by) if rest else {}
     if not made and not shared:
@@ -97,8 +98,9 @@ def fold_weights(proto: onnx.ModelProto, keep: frozenset[str] = frozenset()) -> 
     return out, len(gone)
 
 
-def _identity_source(name: str, made_by: dict, graph: onnx.GraphProto) -> onnx.TensorProto | None:
-    """The lazy initializer (lazy.py) that a chain of Identity nodes passes on as `name`, or None."""
+def _identity_source(name: str, made_by: dict, graph: onnx.GraphProto, finite: dict[str, bool]) -> onnx.TensorProto | None:
+    """The lazy initializer (lazy.py) that a chain of Identity nodes passes on as `name`, or None; None too for one
+    fold_weights would not fold when computed (not a float, or a value not finite: read here, one tensor at a time)."""
     seen = set()
     while (p := made_by.get(name)) is not None and p.op_type == "Identity" and p.domain in ("", "ai.onnx") and name not in seen:
         seen.add(name)
@@ -106,7 +108,11 @@ def _identity_source(name: str, made_by: dict, graph: onnx.GraphProto) -> onnx.T
     if not seen or made_by.get(name) is not None:
         return None
     source = next((t for t in graph.initializer if t.name == name), None)
-    return source if source is not None and lazy.is_lazy(source) else None
+    if source is None or not lazy.is_lazy(source) or source.data_type not in _FLOATS:
+        return None
+    if source.name not in finite:
+        finite[source.name] = bool(np.all(np.isfinite(lazy.value(source))))
+    return source if finite[source.name] else None
 
 
 def _computed(proto: onnx.ModelProto, graph: onnx.GraphProto, targets: list[str], made_by: dict) -> dict[str, np.ndarray]:
