@@ -80,8 +80,9 @@ __all__ = ["DEFAULT_BATCH", "JSON_SCHEMA", "CalibrateResult", "EvaluateResult", 
            "RecomputeResult", "ReportResult"]
 
 
-def _loaded(model_or_path, external_data: bool = True) -> model.LoadedModel:
-    """A LoadedModel from a path or an in-memory ModelProto (its SHA-256: of its serialized bytes)."""
+def _loaded(model_or_path, external_data: bool = True, lazy: bool = False) -> model.LoadedModel:
+    """A LoadedModel from a path (`lazy`: its weights left where they lie, model.load_model) or an in-memory
+    ModelProto (its SHA-256: of its serialized bytes)."""
     if isinstance(model_or_path, onnx.ModelProto):
         if not model_or_path.HasField("graph") or not model_or_path.graph.node:
             raise QtoolError("the ModelProto has no graph nodes; give a complete ONNX model")
@@ -92,7 +93,7 @@ def _loaded(model_or_path, external_data: bool = True) -> model.LoadedModel:
         return model.as_float(model.LoadedModel(path=Path.cwd() / "in-memory.onnx", sha256=digest, proto=model_or_path),
                               "the ModelProto")
     if isinstance(model_or_path, (str, os.PathLike)):
-        return model.load_float_model(model_or_path, external_data=external_data)
+        return model.load_float_model(model_or_path, external_data=external_data, lazy=lazy)
     raise QtoolError(f"model must be a path or an onnx.ModelProto, not {type(model_or_path).__name__}")
 
 
@@ -115,7 +116,7 @@ def calibrate(model_or_path, *, progress: Callable[[int], None] | None = None, *
     loader items) that batch finished: increments, to add up (4, 4, 4, ... for batches of 4), as
     tqdm's update(n) takes them."""
     built = options.CalibrateOptions.build(**keywords)
-    loaded = _loaded(model_or_path, external_data=False)
+    loaded = _loaded(model_or_path, external_data=False, lazy=True)  # as `qtool calibrate` reads it
     cal, report = _calibrate.calibrated(loaded, built, progress)
     cal.warnings = list(report.warnings)
     for w in cal.warnings:

@@ -201,3 +201,38 @@ def test_calibration_file_is_the_same_in_either_layout(tmp_path, monkeypatch):
         assert (count > 0) == (layout == "blocked")
         files.append(out.read_bytes())
     assert files[0] == files[1]
+
+
+@needs_blocks
+def test_a_model_loaded_lazily_is_fetched_in_blocked_layout_as_one_read_whole(tmp_path, monkeypatch):
+    """calibrate loads every model lazily: onnxruntime's optimized copy then refers to the weights by their paths
+    from the root, and its session reads them from there (before: it would not load, and every tensor came in NCHW,
+    DeepFilterNet3's encoder 16 of 48); the same calibration file as fetched in NCHW."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from runcli import invoke
+
+    rng = np.random.default_rng(2)
+    inits = [numpy_helper.from_array((rng.standard_normal((16, 16, 3, 3)) * 0.2).astype(np.float32), f"w{k}") for k in range(2)]
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1], name="conv0"), helper.make_node("Relu", ["c0"], ["r0"], name="relu0"),
+             helper.make_node("Conv", ["r0", "w1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"), helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Add", ["r1", "bias"], ["y"], name="add")]  # a weight onnxruntime keeps as it reads it
+    inits.append(numpy_helper.from_array(rng.standard_normal((16, 20, 20)).astype(np.float32), "bias"))
+    graph = helper.make_graph(nodes, "convs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 20, 20])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 20, 20])], initializer=inits)
+    path = tmp_path / "convs.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    (tmp_path / "data").mkdir()
+    for i in range(4):
+        np.savez(tmp_path / "data" / f"{i}.npz", x=rng.standard_normal((1, 16, 20, 20)).astype(np.float32))
+    files = []
+    for layout in ("blocked", "nchw"):
+        if layout == "nchw":
+            monkeypatch.setattr(nchwc, "block_size", lambda: None)
+        out = tmp_path / f"{layout}.calib.json"
+        result = invoke("-v", "calibrate", path, "--data", tmp_path / "data", "-o", out)
+        assert result.exit_code == 0, result.output
+        count = int(re.search(r"(\d+) fetched in blocked layout", result.output).group(1))
+        assert (count > 0) == (layout == "blocked"), result.output
+        files.append(out.read_bytes())
+    assert files[0] == files[1]

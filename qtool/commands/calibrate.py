@@ -55,7 +55,7 @@ def run(model_path, options: CalibrateOptions, *, output=None, files=(), progres
                            folder_input(options.data_dir, option_file("data"))))
     output = outs.add(output)
     paths = [outs.add(f.path, next(iter(declared_options(type(f))))) for f in files]
-    loaded = model.load_float_model(model_path, external_data=False)
+    loaded = model.load_float_model(model_path, external_data=False, lazy=True)  # the weights read where they lie
     cal, report = calibrated(loaded, options, progress)
     done(progress)
     cal = calibration.relocate(cal, output)

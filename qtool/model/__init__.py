@@ -163,19 +163,22 @@ def _unreadable(p: Path, e: Exception) -> QtoolError:
     return QtoolError(f"{str(p)!r} is not a readable ONNX model ({reason}); check the file is complete")
 
 
-def load_model(path: str | os.PathLike, external_data: bool = True) -> LoadedModel:
+def load_model(path: str | os.PathLike, external_data: bool = True, lazy: bool = False) -> LoadedModel:
     """Read an ONNX file or fail with a one-line reason.
 
     external_data=False leaves external weights on disk (they are checked to exist);
     qtool.runtime.onnxruntime.session(proto, external_folder=path.parent) runs such a model without
     copying them, whatever their size. A model of bigmodel.LAZY_BYTES or more (with its external
-    data) is loaded lazily either way: its big weights stay where they lie (bigmodel.py).
+    data) is loaded lazily either way: its big weights stay where they lie (bigmodel.py); with `lazy`,
+    any model is (calibrate: onnxruntime reads the weights from the file for each session it makes,
+    where a model read whole was held as its proto, the bytes serialized for each session and
+    onnxruntime's copy: lore_process, 44 MB, 356 -> 256 MB of calibrate's peak RSS).
     """
     p = Path(path)
     fd = _open_model(p)
     size = os.fstat(fd).st_size
     os.close(fd)
-    if size >= bigmodel.LAZY_BYTES:
+    if lazy or size >= bigmodel.LAZY_BYTES:
         return _load_lazy(p)
     data = read_model_bytes(p)
     with _reading(p):
@@ -193,10 +196,10 @@ def load_model(path: str | os.PathLike, external_data: bool = True) -> LoadedMod
     return _checked(LoadedModel(path=p, sha256=sha256, proto=proto, onnx_sha256=onnx_sha256))
 
 
-def load_float_model(path: str | os.PathLike, external_data: bool = True) -> LoadedModel:
+def load_float_model(path: str | os.PathLike, external_data: bool = True, lazy: bool = False) -> LoadedModel:
     """load_model for a model to calibrate, export or compare with: one onnxruntime quantized
     dynamically read as the float model it was made from (as_float)."""
-    return as_float(load_model(path, external_data=external_data))
+    return as_float(load_model(path, external_data=external_data, lazy=lazy))
 
 
 def as_float(loaded: LoadedModel, where: str | None = None) -> LoadedModel:

@@ -15,7 +15,9 @@ ran u8 (qtool's file 1.08x NNCF's time).
 
 The values are computed by onnx's reference evaluator (numpy: the float32 arithmetic onnxruntime does for these
 element-wise and shape ops), only from the standard domain's deterministic ops without subgraphs, and only for
-subgraphs of at most MAX_BYTES of values. Nothing else of the graph changes: the ops that made a weight go when
+subgraphs of at most MAX_BYTES of values. A weight that Identity nodes pass on from an initializer of a model loaded
+lazily (torch's export of a layer used more than once) is not computed: it refers to that initializer's bytes where
+they lie (lazy.py), as many uses as there are, no copy made. Nothing else of the graph changes: the ops that made a weight go when
 nothing else reads their outputs (graph.cleanup).
 """
 
@@ -70,11 +72,56 @@ def fold_weights(proto: onnx.ModelProto, keep: frozenset[str] = frozenset()) -> 
                 targets.append(t)
     if not targets:
         return None
+    # a weight that is an initializer of a lazily loaded model passed on by Identity nodes (torch's export of a layer
+    # used more than once: each use reads its own Identity of the one parameter) refers to the same bytes: 53 copies of
+    # chython_rxnmap's 8 weights, 642 MB of float32 against an 81 MB file, were made in memory before
+    finite: dict[str, bool] = {}  # of each source read once
+    shared = {t: s for t in targets if (s := _identity_source(t, made_by, graph, finite)) is not None}
+    rest = [t for t in targets if t not in shared]
+    made = _computed(proto, graph, rest, made_by) if rest else {}
+    if not made and not shared:
+        return None
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    for t in targets:
+        if t in made:
+            out.graph.initializer.append(numpy_helper.from_array(made[t], t))
+        elif t in shared:
+            ref = lazy.placeholder(shared[t], lazy.location(shared[t]))
+            ref.name = t
+            out.graph.initializer.append(ref)
+    gone = set(made) | set(shared)
+    kept = [n for n in out.graph.node if not (set(n.output) & gone)]
+    del out.graph.node[:]
+    out.graph.node.extend(kept)
+    cleanup(out.graph)
+    return out, len(gone)
+
+
+def _identity_source(name: str, made_by: dict, graph: onnx.GraphProto, finite: dict[str, bool]) -> onnx.TensorProto | None:
+    """The lazy initializer (lazy.py) that a chain of Identity nodes passes on as `name`, or None; None too for one
+    fold_weights would not fold when computed (not a float, or a value not finite: read here, one tensor at a time)."""
+    seen = set()
+    while (p := made_by.get(name)) is not None and p.op_type == "Identity" and p.domain in ("", "ai.onnx") and name not in seen:
+        seen.add(name)
+        name = p.input[0]
+    if not seen or made_by.get(name) is not None:
+        return None
+    source = next((t for t in graph.initializer if t.name == name), None)
+    if source is None or not lazy.is_lazy(source) or source.data_type not in _FLOATS:
+        return None
+    if source.name not in finite:
+        finite[source.name] = bool(np.all(np.isfinite(lazy.value(source))))
+    return source if finite[source.name] else None
+
+
+def _computed(proto: onnx.ModelProto, graph: onnx.GraphProto, targets: list[str], made_by: dict) -> dict[str, np.ndarray]:
+    """The values of the weights `targets` (onnx's reference evaluator), those it computes as finite floats."""
     nodes = ancestors(graph, targets, made_by)
     read = {i for n in nodes for i in n.input if i}
     inits = [t for t in graph.initializer if t.name in read]
     if any(not lazy.has_value(t) for t in inits) or sum(lazy.nbytes(t) for t in inits) > MAX_BYTES:
-        return None
+        return {}
     sub = helper.make_graph(nodes, "weights", [], [helper.make_empty_tensor_value_info(t) for t in targets],
                             initializer=[numpy_helper.from_array(lazy.value(t), t.name) for t in inits])
     model = helper.make_model(sub, opset_imports=list(proto.opset_import), ir_version=proto.ir_version)
@@ -83,16 +130,6 @@ def fold_weights(proto: onnx.ModelProto, keep: frozenset[str] = frozenset()) -> 
 
         values = ReferenceEvaluator(model).run(None, {})
     except Exception:  # an op or a case the reference evaluator does not compute: the weights stay as they are
-        return None
-    made = {t: np.asarray(v) for t, v in zip(targets, values)
+        return {}
+    return {t: np.asarray(v) for t, v in zip(targets, values)
             if np.asarray(v).dtype.kind == "f" and np.all(np.isfinite(v))}  # a non-finite weight stays as the graph makes it
-    if not made:
-        return None
-    out = onnx.ModelProto()
-    out.CopyFrom(proto)
-    out.graph.initializer.extend(numpy_helper.from_array(v, t) for t, v in made.items())
-    kept = [n for n in out.graph.node if not (set(n.output) & set(made))]
-    del out.graph.node[:]
-    out.graph.node.extend(kept)
-    cleanup(out.graph)
-    return out, len(made)

@@ -30,7 +30,7 @@ from onnx import TensorProto, helper
 
 from .. import scratch
 from ..errors import QtoolError
-from ..model import lazy
+from ..model import bigmodel, lazy
 from ..model.graph import node_reads
 from . import onnxruntime
 
@@ -134,12 +134,19 @@ def block_size() -> int | None:
     return None
 
 
+def _held_whole(model: onnx.ModelProto) -> bool:
+    """Whether an optimized copy of `model` may hold its weights: it has no lazy weights, or they come to less than
+    bigmodel.LAZY_BYTES (calibrate loads every model lazily: onnxruntime's copy refers to the weights it read by
+    path, but writes those it makes, folded or fused, into the graph)."""
+    return sum(lazy.nbytes(t) for t in lazy.lazy_tensors(model)) < bigmodel.LAZY_BYTES
+
+
 def blocked_layout(model: onnx.ModelProto, fetched: list[str], keep: frozenset[str] = frozenset()) -> dict[str, int]:
     """{tensor: channel block} of the fetched tensors that fetching_session(model, fetched, keep)
     returns in blocked layout, without making that session (collection.segments: the layout each
     tensor has when the whole model runs, which its statistics are summed in)."""
     convolutions = any(n.op_type == "Conv" for n in model.graph.node)
-    block = block_size() if convolutions and not lazy.lazy_tensors(model) else None
+    block = block_size() if convolutions and _held_whole(model) else None
     if block is None:
         return {}
     try:
@@ -161,11 +168,11 @@ def fetching_session(model: onnx.ModelProto, fetched: list[str], keep: frozenset
                      ) -> tuple[onnxruntime.Session, dict[str, Blocked]]:
     """A session for `model`, whose outputs include `fetched`, and the fetched tensors it returns
     in onnxruntime's blocked layout (the `blocked` argument of qtool.collection.collect). Tensors
-    in `keep` come in NCHW. Models without convolutions or with external or lazy weights (whose
-    optimized copy would hold them all), and machines or onnxruntime builds without the blocked
+    in `keep` come in NCHW. Models without convolutions, with external weights or lazy weights of
+    bigmodel.LAZY_BYTES or more (whose optimized copy would hold them all), and machines or onnxruntime builds without the blocked
     layout, get onnxruntime.session's session and every tensor in NCHW. `arena`: onnxruntime.session's."""
     convolutions = any(n.op_type == "Conv" for n in model.graph.node)
-    block = block_size() if external_folder is None and convolutions and not lazy.lazy_tensors(model) else None
+    block = block_size() if external_folder is None and convolutions and _held_whole(model) else None
     if block is not None:
         try:
             graph = optimized(model)
@@ -177,6 +184,9 @@ def fetching_session(model: onnx.ModelProto, fetched: list[str], keep: frozenset
                 # serialized, and the proto dropped, before onnxruntime makes its copies
                 data = graph.SerializeToString()
                 del graph
+                # onnxruntime's optimized copy of lazy weights refers to them by their paths from the root, as
+                # qtool.model.spill gave them to it
+                folder = "/" if lazy.lazy_tensors(model) else None
                 with contextlib.suppress(QtoolError):
-                    return onnxruntime.session(data, threads=threads, optimization="none", arena=arena), blocked
+                    return onnxruntime.session(data, threads=threads, optimization="none", arena=arena, external_folder=folder), blocked
     return onnxruntime.session(model, external_folder=external_folder, threads=threads, arena=arena), {}

@@ -6,7 +6,7 @@ Gathered for the data inputs of MatMul/Gemm layers with a constant 2-D weight in
 padded positions' outputs too, and on all-MiniLM-L6-v2 a Gram over the real tokens alone (as the
 bias correction's means are taken) gave the same real-token SQNR but took the figure over every
 output value from 17 to 5 dB (benchmarks#other-text); for inputs of at most MAX_CHANNELS channels while the model's total stays under BUDGET entries (an
-int64 K x K accumulator per tensor and worker; bigger layers are skipped and keep round-to-nearest).
+int64 accumulator of about K^2 / 2 entries per tensor, its rows from the diagonal on; bigger layers are skipped and keep round-to-nearest).
 
 Exact, so the file does not depend on batch size, input order or sharding (a sample, as for the
 other per-sample statistics, is one entry along the batch axis, or the whole run where the tensor
@@ -22,11 +22,14 @@ could pass 2^62 drops its Gram (its layers keep round-to-nearest).
 from __future__ import annotations
 
 import base64
+import functools
 import math
 import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from .. import blas
 
 MANTISSA = 21  # bits kept per value, relative to its sample's largest |x|
 CHUNK = 2 ** (53 - 2 * MANTISSA)  # tokens per exact float64 product (2048)
@@ -35,11 +38,39 @@ MAX_CHANNELS = 2048  # inputs wider than this get no Gram (a 2048 x 2048 int64 m
 BUDGET = 2**25  # entries (K * K) of every Gram of one model together: 256 MiB per accumulator
 _ROOM = 2.0**62
 _EXACT = 2.0**53  # float64 adds integers exactly below this
-_BLOCK = 512  # rows of X^T X computed at once (the blocks on and above the diagonal)
+_BLOCK = 128  # rows of X^T X held at once: each block of rows from its diagonal on
+# rows of X^T X computed at once (a multiple of _BLOCK): one product per 128 rows took lore_process's calibrate from
+# 5 to 22 s of CPU on a loaded 2-core machine (4x the BLAS calls, each a parallel section)
+_PRODUCT = 512
 
 
-def _upper(k: int) -> tuple[np.ndarray, np.ndarray]:
-    return np.triu_indices(k)
+@functools.lru_cache(maxsize=64)
+def _blocks(k: int) -> tuple[tuple[int, int, int], ...]:
+    """(first row, end row, offset) of each block of rows of a K x K Gram as `sums` and `_pending` hold it: the
+    rows' entries from the block's diagonal on, one block after another in one flat array of _size(k) entries.
+    (K x K held whole was twice the upper triangle: chython_rxnmap's 32 Grams 1024 wide 256 MiB of float64 while
+    calibrating, 144 MiB so.)"""
+    out, offset = [], 0
+    for b0 in range(0, k, _BLOCK):
+        b1 = min(b0 + _BLOCK, k)
+        out.append((b0, b1, offset))
+        offset += (b1 - b0) * (k - b0)
+    return tuple(out)
+
+
+def _size(k: int) -> int:
+    b0, b1, offset = _blocks(k)[-1]
+    return offset + (b1 - b0) * (k - b0)
+
+
+def _block(flat: np.ndarray, k: int, b0: int, b1: int, offset: int) -> np.ndarray:
+    """The view of rows b0..b1, columns b0.. of a flat Gram (_blocks)."""
+    return flat[offset:offset + (b1 - b0) * (k - b0)].reshape(b1 - b0, k - b0)
+
+
+def _upper(flat: np.ndarray, k: int) -> np.ndarray:
+    """The upper triangle of a flat Gram, row by row, diagonal included (the file's order)."""
+    return np.concatenate([_block(flat, k, *b)[np.triu_indices(b[1] - b[0], 0, k - b[0])] for b in _blocks(k)])
 
 
 @dataclass
@@ -48,7 +79,7 @@ class Gram:
 
     channels: int
     count: int = 0  # tokens summed
-    sums: np.ndarray | None = field(default=None, repr=False)  # int64 [channels, channels], in units
+    sums: np.ndarray | None = field(default=None, repr=False)  # int64, in units: the rows from the diagonal on (_blocks)
     bound: int | float = 0  # a bound on |sums|: the sum of every chunk's largest diagonal entry, rounded up to an
     # integer so that the sum is exact in any order (two workers add the same chunks in any order: the same file)
     scale: np.ndarray | None = field(default=None, repr=False)  # per channel, for a smoothed tensor's (scaled), never stored
@@ -58,6 +89,11 @@ class Gram:
     # the sums as a file holds them (from_json: the zlib-compressed upper triangle), unpacked only when
     # added to or read: an export holds a loaded model's Grams (BERT-large's 256 MB of int64) at ~40 %
     _packed: bytes | None = field(default=None, repr=False, compare=False)
+    # the chunks' values as integers (int32), shifts and bounds, kept instead of sums while they take less room
+    # (4 T K bytes against the sums' ~4 K^2: a model of few tokens, lore_process's 176 tokens against 2048
+    # channels), added by _replay when they would take more or the sums are read
+    _deferred: list | None = field(default_factory=list, repr=False, compare=False)
+    _deferred_rows: int = field(default=0, repr=False, compare=False)
 
     @property
     def overflowed(self) -> bool:
@@ -99,22 +135,47 @@ class Gram:
         top = math.ceil(math.ldexp(float(np.max(np.einsum("ij,ij->j", m, m))), 2 * (e - MANTISSA) - UNIT_LOG2)) + 1
         self.bound += top
         if self.overflowed:
-            self.sums = self._pending = None
+            self.sums = self._pending = self._deferred = None
             return
+        shift = 2 * (e - MANTISSA) - UNIT_LOG2
+        if self._deferred is not None:  # |m| <= 2 ** 21: exact in int32
+            self._deferred.append((m.astype(np.int32), shift, top))
+            self._deferred_rows += m.shape[0]
+            if self._deferred_rows * self.channels * 4 >= _size(self.channels) * 8:
+                self._replay()  # the tokens now take more than the sums would: the sums from here on
+            return
+        self._accumulate(m, shift, top)
+
+    @blas.one_thread()  # as calibrate's runs add chunks (qtool.blas): at the file's writing BLAS's spinning threads took
+    # lore_process's replays from 1 to 6 s of CPU
+    def _replay(self) -> None:
+        """The chunks kept (`_deferred`) added to the sums, as _add would have added them (the same integers: each
+        chunk's products rounded alone, then exact sums); from now on chunks are added when they come."""
+        chunks, self._deferred, self._deferred_rows = self._deferred, None, 0
+        while chunks:
+            m, shift, top = chunks.pop(0)
+            self._accumulate(m.astype(np.float64), shift, top)
+
+    def _accumulate(self, m: np.ndarray, shift: int, top: int) -> None:
+        """Add one chunk's X^T X (`m`: its values as integers, float64; `shift`: their products' scale to units,
+        `top`: a bound on the sums it adds) to the pending float64 sums."""
         if self._pending is not None and self._pending_bound + top >= _EXACT:
             self._flush()  # (it drops `_pending`: a new one below; T5's activations reached 2^53 within one run)
         if self._pending is None:
-            self._pending = np.zeros((self.channels, self.channels))
+            self._pending = np.zeros(_size(self.channels))
         self._pending_bound += top
-        k, shift = self.channels, 2 * (e - MANTISSA) - UNIT_LOG2
-        for b0 in range(0, k, _BLOCK):
-            b1 = min(b0 + _BLOCK, k)
-            g = m[:, b0:b1].T @ m[:, b0:]  # exact: every partial sum < 2 ** 53
+        k = self.channels
+        blocks = _blocks(k)
+        for c0 in range(0, k, _PRODUCT):
+            g = m[:, c0:c0 + _PRODUCT].T @ m[:, c0:]  # exact: every partial sum < 2 ** 53
             np.ldexp(g, shift, out=g)
             np.rint(g, out=g)  # half to even, deterministic
-            self._pending[b0:b1, b0:] += g  # exact: integers below 2 ** 53
+            for b0, b1, offset in blocks[c0 // _BLOCK:(c0 + _PRODUCT) // _BLOCK]:
+                _block(self._pending, k, b0, b1, offset)[:] += g[b0 - c0:b1 - c0, b0 - c0:]  # exact: integers below 2 ** 53
 
     def _flush(self) -> None:
+        if self._deferred:
+            self._replay()
         if self._packed is not None:
             self.sums, self._packed = _unpack(self._packed, self.channels), None
         if self._pending is not None:
@@ -146,7 +207,7 @@ class Gram:
 
     def scaled(self, s: np.ndarray) -> Gram:
         """The Gram of x * s (per channel): a smoothed activation's, for the export (never stored)."""
-        if self._pending is not None:
+        if self._pending is not None or self._deferred:
             self._flush()
         old = np.ones(self.channels) if self.scale is None else self.scale
         return Gram(self.channels, self.count, self.sums, self.bound, old * np.asarray(s, dtype=np.float64).reshape(-1),
@@ -155,12 +216,16 @@ class Gram:
     def matrix(self) -> np.ndarray | None:
         """The mean of x x^T over the tokens (float64 [channels, channels]), or None when unknown
         (no token, or the sums dropped)."""
-        if self._pending is not None:
+        if self._pending is not None or self._deferred:
             self._flush()
         sums = self._full()
         if sums is None or not self.count or self.overflowed:
             return None
-        h = np.triu(np.ldexp(sums.astype(np.float64), UNIT_LOG2) / self.count)
+        k = self.channels
+        h = np.zeros((k, k))
+        for b0, b1, offset in _blocks(k):
+            h[b0:b1, b0:] = np.ldexp(_block(sums, k, b0, b1, offset).astype(np.float64), UNIT_LOG2) / self.count
+        h = np.triu(h)
         h = h + np.triu(h, 1).T
         if self.scale is not None:
             h = h * self.scale[:, None] * self.scale[None, :]
@@ -171,10 +236,18 @@ class Gram:
         little-endian upper triangle (row by row, diagonal included), absent when dropped}."""
         if self.scale is not None:
             raise ValueError("a scaled Gram is not stored")
-        self._flush()
+        if self._deferred:  # summed aside: the Gram keeps its tokens, and a calibration file is written one Gram's sums at a time
+            aside = Gram(self.channels, self.count, self.sums, self.bound, _packed=self._packed)
+            aside._pending = None if self._pending is None else self._pending.copy()
+            aside._pending_bound, aside._deferred = self._pending_bound, list(self._deferred)
+            aside._flush()
+            sums = aside.sums
+        else:
+            self._flush()
+            sums = self.sums
         out: dict = {"channels": self.channels, "count": self.count, "unit_log2": UNIT_LOG2, "bound": self.bound}
-        if self.sums is not None and not self.overflowed:
-            upper = np.ascontiguousarray(self.sums[_upper(self.channels)], dtype="<i8")
+        if sums is not None and not self.overflowed:
+            upper = np.ascontiguousarray(_upper(sums, self.channels), dtype="<i8")
             out["upper"] = base64.b64encode(zlib.compress(upper.tobytes(), 6)).decode("ascii")
         return out
 
@@ -210,7 +283,11 @@ def from_json(doc: dict) -> Gram:
 
 
 def _unpack(packed: bytes, k: int) -> np.ndarray:
-    """The int64 [k, k] sums of from_json's checked payload (the upper triangle; 0 below)."""
-    sums = np.zeros((k, k), np.int64)
-    sums[_upper(k)] = np.frombuffer(zlib.decompress(packed), dtype="<i8")  # the upper triangle, as gathered
+    """The int64 sums (_blocks) of from_json's checked payload (the upper triangle; 0 below it in the blocks)."""
+    sums = np.zeros(_size(k), np.int64)
+    upper, start = np.frombuffer(zlib.decompress(packed), dtype="<i8"), 0  # the upper triangle, as gathered
+    for b0, b1, offset in _blocks(k):
+        where = np.triu_indices(b1 - b0, 0, k - b0)
+        _block(sums, k, b0, b1, offset)[where] = upper[start:start + len(where[0])]
+        start += len(where[0])
     return sums
