@@ -2273,6 +2273,27 @@ def dynamic_outlier_encoder_like(d=32, heads=2, vocab=200, outliers=(5, 40, 77),
         quantize_dynamic(src, out, weight_type=QuantType.QInt8)
         return onnx.load(out)
 
+
+def shared_layer_like(width: int = 64, uses: int = 3, seed: int = 0) -> onnx.ModelProto:
+    """One linear layer applied `uses` times (torch's export of a module called more than once, chython_rxnmap's
+    transformer layer): each use reads its own Identity of the one weight initializer, as torch.onnx writes it.
+    x [1, 8, width] -> (MatMul(., Identity(W)) + b -> Relu) x uses -> y."""
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32)
+    b = (rng.standard_normal(width) * 0.1).astype(np.float32)
+    nodes, x = [], "x"
+    for k in range(uses):
+        nodes += [helper.make_node("Identity", ["layer.weight"], [f"onnx::MatMul_{k}"], name=f"/Identity_{k}"),
+                  helper.make_node("MatMul", [x, f"onnx::MatMul_{k}"], [f"/mm{k}"], name=f"/layer_{k}/MatMul"),
+                  helper.make_node("Add", [f"/mm{k}", "layer.bias"], [f"/add{k}"], name=f"/layer_{k}/Add"),
+                  helper.make_node("Relu", [f"/add{k}"], ["y" if k == uses - 1 else f"/relu{k}"], name=f"/layer_{k}/Relu")]
+        x = f"/relu{k}"
+    graph = helper.make_graph(nodes, "shared_layer", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, width])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, width])],
+                              initializer=[numpy_helper.from_array(w, "layer.weight"), numpy_helper.from_array(b, "layer.bias")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
 if __name__ == "__main__":
     import tempfile
 
@@ -2326,23 +2347,3 @@ if __name__ == "__main__":
     else:
         raise AssertionError("onnxruntime unexpectedly loaded custom_op_model")
     print("all zoo models OK")
-
-
-def shared_layer_like(width: int = 64, uses: int = 3, seed: int = 0) -> onnx.ModelProto:
-    """One linear layer applied `uses` times (torch's export of a module called more than once, chython_rxnmap's
-    transformer layer): each use reads its own Identity of the one weight initializer, as torch.onnx writes it.
-    x [1, 8, width] -> (MatMul(., Identity(W)) + b -> Relu) x uses -> y."""
-    rng = np.random.default_rng(seed)
-    w = (rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32)
-    b = (rng.standard_normal(width) * 0.1).astype(np.float32)
-    nodes, x = [], "x"
-    for k in range(uses):
-        nodes += [helper.make_node("Identity", ["layer.weight"], [f"onnx::MatMul_{k}"], name=f"/Identity_{k}"),
-                  helper.make_node("MatMul", [x, f"onnx::MatMul_{k}"], [f"/mm{k}"], name=f"/layer_{k}/MatMul"),
-                  helper.make_node("Add", [f"/mm{k}", "layer.bias"], [f"/add{k}"], name=f"/layer_{k}/Add"),
-                  helper.make_node("Relu", [f"/add{k}"], ["y" if k == uses - 1 else f"/relu{k}"], name=f"/layer_{k}/Relu")]
-        x = f"/relu{k}"
-    graph = helper.make_graph(nodes, "shared_layer", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, width])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, width])],
-                              initializer=[numpy_helper.from_array(w, "layer.weight"), numpy_helper.from_array(b, "layer.bias")])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
