@@ -187,3 +187,49 @@ def test_upgrade_opset_leaves_new_models_alone():
     same, warnings = qdq.upgrade_opset(m)
     assert same is m and warnings == []
     assert qdq.suffix() == ".qdq.onnx"
+
+
+def _relu_depthwise(ch=8, seed=5):
+    """x -> Conv -> Relu -> depthwise Conv -> Relu -> Conv: the depthwise input non-negative (a uint8 grid)."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(seed)
+    w = lambda name, shape: numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name)  # noqa: E731
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], name="c0", pads=[1] * 4, kernel_shape=[3, 3]),
+             helper.make_node("Relu", ["c0"], ["r0"], name="r0"),
+             helper.make_node("Conv", ["r0", "wd"], ["dw"], name="dw", group=ch, pads=[1] * 4, kernel_shape=[3, 3]),
+             helper.make_node("Relu", ["dw"], ["r1"], name="r1"),
+             helper.make_node("Conv", ["r1", "w1"], ["y"], name="c1", kernel_shape=[1, 1])]
+    g = helper.make_graph(nodes, "relu_depthwise", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [w("w0", (ch, 3, 3, 3)), w("wd", (ch, 1, 3, 3)), w("w1", (4, ch, 1, 1))])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_a_depthwise_input_is_per_tensor_in_the_qdq_file(tmp_path):
+    """onnxruntime's QLinearConv takes one input scale and zero point: a depthwise Conv's input quantized per channel
+    (OpenVINO's file does so, as NNCF) on a uint8 grid was fused by onnxruntime and failed at run time ("input zero
+    point must be a scalar", DeepFilterNet3's ERB decoder), on an int8 grid left a float Conv. The qdq file quantizes
+    it per tensor: onnxruntime runs it, the depthwise layer as a QLinearConv."""
+    import onnxruntime as ort
+
+    path = tmp_path / "m.onnx"
+    onnx.save(_relu_depthwise(), str(path))
+    calib = calibrate(path, noise_images(tmp_path / "images"), tmp_path / "m.calib.json")
+    fq = tmp_path / "m.openvino.onnx"
+    export("openvino", calib, fq)
+    ranges = {n.input[0]: _inits(onnx.load(str(fq)))[n.input[1]].shape for n in onnx.load(str(fq)).graph.node if n.op_type == "FakeQuantize"}
+    assert ranges["r0"] == (1, 8, 1, 1)  # per channel in OpenVINO's file
+    out = tmp_path / "m.qdq.onnx"
+    export("qdq", calib, out)
+    m = onnx.load(str(out))
+    inits = _inits(m)
+    acts = [n for n in m.graph.node if n.op_type == "QuantizeLinear"]
+    assert acts and all(inits[n.input[1]].ndim == 0 for n in acts)
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    session = ort.InferenceSession(str(out), options, providers=["CPUExecutionProvider"])
+    x = noise_batch(32, 32)[:1]
+    assert sqnr(ort_run(path, {"x": x})[0], session.run(None, {"x": x})[0]) > 20
+    fused = [n for n in onnx.load(str(tmp_path / "optimized.onnx")).graph.node if n.op_type == "QLinearConv"]
+    assert len(fused) >= 2, [n.op_type for n in onnx.load(str(tmp_path / "optimized.onnx")).graph.node]

@@ -178,7 +178,12 @@ def _int8_deconvolution(m, n) -> bool:
 SCATTERS = frozenset({"ScatterElements", "ScatterND", "Scatter"})
 OPENVINO = replace(CPU, name="openvino", fused_attention_context=True, int8_lstm=True, transposed_scale_shift=True,
                    unfused_sources=SCATTERS, zero_point_free=_int8_deconvolution)
-PLACEMENT_RULES = {"openvino": OPENVINO}  # by target; the others place with CPU
+# onnxruntime's: its QLinearConv takes one input scale and zero point (onnx docs/Operators.md QLinearConv: x_scale and
+# x_zero_point are scalars), so a depthwise Conv's input quantized per channel either stays a float Conv (int8 grid:
+# its QDQ fusion leaves it) or, on a uint8 grid, is fused and fails at run time ("QLinearConv : input zero point must
+# be a scalar": DeepFilterNet3's ERB decoder): the qdq file quantizes it per tensor, as onnxruntime's quantize_static does
+QDQ = replace(CPU, name="qdq", depthwise_per_channel=False)
+PLACEMENT_RULES = {"openvino": OPENVINO, "qdq": QDQ}  # by target; the others place with CPU
 
 
 @dataclass
