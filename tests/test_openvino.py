@@ -1188,6 +1188,13 @@ def test_reductions_openvino_drops_the_axes_of_run_as_the_file_says():
     assert reductions.spell_misread(m18, G.Namer(m18)) == 0
 
 
+def _quantized_outputs(model, cal, target: str) -> tuple[onnx.ModelProto, set[str]]:
+    """`target`'s export of `model` and the tensors its quantizers write (FakeQuantize, or DequantizeLinear for qdq)."""
+    quantizer = "FakeQuantize" if target == "openvino" else "DequantizeLinear"
+    m = onnx.load_from_string(qtool.export(model, cal, target=target))
+    return m, {o for n in m.graph.node if n.op_type == quantizer for o in n.output}
+
+
 def test_a_squeeze_excitation_product_reads_float():
     """PP-LCNet's squeeze-excitation block (rapid-table-det's orientation classifier, zoo tabledet_cls; tests/zoo.py
     lcnet_se_classifier_like): a HardSigmoid gate times the feature map, whose outlier channel the gate shuts. Both
@@ -1198,9 +1205,8 @@ def test_a_squeeze_excitation_product_reads_float():
     rng = np.random.default_rng(5)
     feeds = [{"x": rng.normal(0, 1, (2, 3, 16, 16)).astype(np.float32)} for _ in range(24)]
     cal = qtool.calibrate(model, data=feeds[:16])
-    for target, quantizer in (("openvino", "FakeQuantize"), ("qdq", "DequantizeLinear")):
-        m = onnx.load_from_string(qtool.export(model, cal, target=target))
-        quantized = {o for n in m.graph.node if n.op_type == quantizer for o in n.output}
+    for target in ("openvino", "qdq"):
+        m, quantized = _quantized_outputs(model, cal, target)
         product = next(n for n in m.graph.node if n.name == "/se/Mul")
         assert not quantized & set(product.input), (target, list(product.input))
     result = qtool.evaluate(model, cal, data=feeds[16:], target="openvino", runtime="openvino")
@@ -1220,9 +1226,8 @@ def test_an_fpn_sum_and_its_upsampling_run_int8():
     rng = np.random.default_rng(3)
     feeds = [{"input": rng.normal(0, 1, (2, 3, 32, 32)).astype(np.float32)} for _ in range(24)]
     cal = qtool.calibrate(model, data=feeds[:16])
-    for target, quantizer in (("openvino", "FakeQuantize"), ("qdq", "DequantizeLinear")):
-        m = onnx.load_from_string(qtool.export(model, cal, target=target))
-        quantized = {o for n in m.graph.node if n.op_type == quantizer for o in n.output}
+    for target in ("openvino", "qdq"):
+        m, quantized = _quantized_outputs(model, cal, target)
         for name in ("fpn2/Add", "fpn1/Add"):
             add = next(n for n in m.graph.node if n.name == name)
             assert set(add.input) <= quantized, (target, name, list(add.input))
