@@ -1249,7 +1249,9 @@ def test_an_fpn_sum_and_its_upsampling_run_int8():
               for op in compiled.get_runtime_model().get_ops()]
     deconvs = [(p, names) for kind, p, names in layers if kind == "Deconvolution"]
     assert len(deconvs) == 2 and all(p in ("u8", "i8") for p, _ in deconvs), deconvs
-    assert all(any(x.endswith("/FakeQuantize") for x in names) for _, names in deconvs), deconvs  # the quantizer after it fused
-    assert not [names for kind, p, names in layers if kind == "Eltwise" and any("Relu" in x or "Add" in x for x in names)], layers
+    # its AVX-512 int8 Deconvolution takes them as post-ops (AVX2: apart); numpy's cpuid, which an emulated CPU answers
+    if np._core._multiarray_umath.__cpu_features__.get("AVX512F", False):
+        assert all(any(x.endswith("/FakeQuantize") for x in names) for _, names in deconvs), deconvs  # the quantizer after it fused
+        assert not [names for kind, p, names in layers if kind == "Eltwise" and any("Relu" in x or "Add" in x for x in names)], layers
     result = qtool.evaluate(model, cal, data=feeds[16:], target="openvino", runtime="openvino")
     assert min(o.sqnr_db for o in result.outputs) > 29 and min(o.sqnr_db for o in result.runtime.outputs) > 29, result
