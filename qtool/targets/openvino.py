@@ -38,15 +38,16 @@ def _np_type(elem_type: int):
     return np.float16 if elem_type == TensorProto.FLOAT16 else np.float32
 
 
-def _fake_quantize(model: onnx.ModelProto, namer: G.Namer, tensor: str, params: grids.QParams, shape: tuple, elem_type: int) -> str:
-    """Append a FakeQuantize reading `tensor`; returns the name of its output."""
+def _fake_quantize(model: onnx.ModelProto, namer: G.Namer, tensor: str, params: grids.QParams, shape: tuple, elem_type: int,
+                   out: str | None = None) -> str:
+    """Append a FakeQuantize reading `tensor` (writing `out`, default a fresh name); returns the name of its output."""
     dtype = _np_type(elem_type)
     low = np.asarray(params.input_low, dtype=dtype).reshape(shape)
     high = np.asarray(params.input_high, dtype=dtype).reshape(shape)
     lo_name = namer.fresh(f"{tensor}/fq/input_low")
     hi_name = namer.fresh(f"{tensor}/fq/input_high")
     model.graph.initializer.extend([numpy_helper.from_array(low, lo_name), numpy_helper.from_array(high, hi_name)])
-    out = namer.fresh(f"{tensor}/fq")
+    out = out or namer.fresh(f"{tensor}/fq")
     model.graph.node.append(helper.make_node(
         "FakeQuantize", [tensor, lo_name, hi_name, lo_name, hi_name], [out],
         name=namer.fresh(f"{tensor}/FakeQuantize"), domain=DOMAIN, levels=params.levels,
@@ -546,7 +547,7 @@ def _huge_bool_scales(model: onnx.ModelProto, namer: G.Namer) -> int:
 # The codes are the same: QuantizeLinear's saturate(round(x / s) + zp) on [qmin, qmax] (onnx docs/Operators.md) is
 # FakeQuantize's round((x - lo) / (hi - lo) * 255) with lo = s (qmin - zp), hi = s (qmax - zp), up to float rounding
 # (OpenVINO's frontend makes the same FakeQuantize of the pair: src/frontends/onnx/frontend/src/op/quantize_linear.cpp).
-_EIGHT_BIT = {TensorProto.UINT8: (0, 255), TensorProto.INT8: (-128, 127)}
+_EIGHT_BIT = frozenset({TensorProto.UINT8, TensorProto.INT8})
 
 
 def _pair_grid(node: onnx.NodeProto, constants: dict[str, onnx.TensorProto], code_type: int | None = None):
@@ -555,7 +556,7 @@ def _pair_grid(node: onnx.NodeProto, constants: dict[str, onnx.TensorProto], cod
     if node.domain not in ("", "ai.onnx") or len(node.input) < 2 or node.input[1] not in constants:
         return None
     scale = numpy_helper.to_array(constants[node.input[1]])
-    if scale.size != 1:
+    if scale.size != 1 or not (np.isfinite(scale).all() and scale.item() > 0):
         return None
     if len(node.input) > 2 and node.input[2]:
         if node.input[2] not in constants:
@@ -575,9 +576,9 @@ def _own_pairs_as_fake_quantize(model: onnx.ModelProto, namer: G.Namer) -> int:
     by one FakeQuantize per reader, named as the reader's output (in place); returns the pairs written so."""
     index = G.Index(model)
     constants, types = index.constants, index.types
-    written: dict[int, list[onnx.NodeProto]] = {}  # a QuantizeLinear (its id) -> its FakeQuantizes, in its place
-    gone: set[int] = set()
-    for q in model.graph.node:
+    gone: set[int] = set()  # the pairs' nodes (their ids)
+    pairs = 0
+    for q in list(model.graph.node):  # _fake_quantize appends
         if q.op_type != "QuantizeLinear" or q.input[0] in constants:
             continue
         grid = _pair_grid(q, constants)
@@ -586,26 +587,16 @@ def _own_pairs_as_fake_quantize(model: onnx.ModelProto, namer: G.Namer) -> int:
                 r.op_type != "DequantizeLinear" or slot != 0 or _pair_grid(r, constants, grid[2]) != grid for r, slot in readers):
             continue
         scale, zp, kind = grid
-        qmin, qmax = _EIGHT_BIT[kind]
-        dtype = _np_type(types.get(q.input[0], TensorProto.FLOAT))
-        lo, hi = namer.fresh(f"{q.input[0]}/fq/input_low"), namer.fresh(f"{q.input[0]}/fq/input_high")
-        model.graph.initializer.extend([numpy_helper.from_array(np.asarray(scale * (qmin - zp), dtype), lo),
-                                        numpy_helper.from_array(np.asarray(scale * (qmax - zp), dtype), hi)])
-        written[id(q)] = [helper.make_node("FakeQuantize", [q.input[0], lo, hi, lo, hi], [r.output[0]], domain=DOMAIN,
-                                            levels=256, name=namer.fresh(f"{r.name or q.input[0]}/FakeQuantize"))
-                           for r, _ in readers]
-        gone.update(id(r) for r, _ in readers)
-    if not written:
-        return 0
-    nodes = []
-    for n in model.graph.node:
-        if id(n) in written:
-            nodes.extend(written[id(n)])
-        elif id(n) not in gone:
-            nodes.append(n)
-    del model.graph.node[:]
-    model.graph.node.extend(nodes)
-    return len(written)
+        params = grids.QParams(np.float64(scale), np.int64(zp), grids.grid(8, signed=kind == TensorProto.INT8))
+        for r, _ in readers:
+            _fake_quantize(model, namer, q.input[0], params, (), types.get(q.input[0], TensorProto.FLOAT), out=r.output[0])
+        gone.update([id(q), *(id(r) for r, _ in readers)])
+        pairs += 1
+    if gone:
+        kept = [n for n in model.graph.node if id(n) not in gone]
+        del model.graph.node[:]
+        model.graph.node.extend(kept)
+    return pairs
 
 
 def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
