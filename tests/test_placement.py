@@ -596,3 +596,20 @@ def test_an_asymmetric_grid_spends_its_finer_step_on_its_tail():
     assert lo == pytest.approx(-3.0, abs=0.05) and 12.0 < hi <= 15.9, (lo, hi)
     assert sites(plan)["x"].range.amax == 9.0
     assert placement.sites.asymmetric_top(rec["c1"], -3.0, 10.6, 15.9) == pytest.approx(hi, rel=1e-3)
+
+
+def test_a_layer_left_fp32_says_why_its_input_cannot_be_quantized():
+    """A decoder's cross-attention reads learned queries broadcast to the batch (Expand(queries, Shape(x))): no model
+    input reaches them, so the MatMul stays FP32, and the reason says so; an integer input says its type."""
+    n = Net()
+    shape = n.op("Shape", ["x"], "shape")
+    queries = n.op("Expand", [n.w("queries", (4, 16)), shape], "broadcast")
+    n.op("MatMul", [queries, n.w("wq", (16, 8))], "cross")
+    n.op("MatMul", ["x", n.w("wx", (16, 8))], "direct")
+    ids = n.op("Cast", ["x"], "ids", to=onnx.TensorProto.INT32)
+    n.op("MatMul", [ids, n.c("wi", np.ones((16, 8), np.int32))], "integer")
+    m = n.model(["cross", "direct", "integer"], x_shape=(1, 4, 16))
+    plan = placement.place(m, records(m), rules=CPU)
+    assert "n_direct" in plan.int8_layers
+    assert "no model input reaches it" in plan.fp32_layers["n_cross"], plan.fp32_layers
+    assert "of type INT32" in plan.fp32_layers["n_integer"], plan.fp32_layers

@@ -276,11 +276,18 @@ class Index:
         return tensor_types(self.proto)
 
     @functools.cached_property
+    def dependent(self) -> set[str]:
+        """The tensors whose values depend on the values fed to the graph inputs (qtool.model.data_dependent)."""
+        from . import data_dependent  # as in types
+
+        return data_dependent(self.proto)
+
+    @functools.cached_property
     def activations(self) -> set[str]:
         """The tensors that carry data (qtool.model.activation_tensors) and depend on the graph inputs."""
-        from . import activation_tensors, data_dependent  # as in types
+        from . import activation_tensors  # as in types
 
-        return set(activation_tensors(self.proto, self.types)) & data_dependent(self.proto)
+        return set(activation_tensors(self.proto, self.types)) & self.dependent
 
     def is_data(self, t: str) -> bool:
         return t in self.activations

@@ -206,6 +206,30 @@ def _transposed_scale_shift(inputs: Inputs, n: onnx.NodeProto) -> str | None:
     return None
 
 
+def _type(code: int | None) -> str:
+    return onnx.TensorProto.DataType.Name(code) if code in onnx.TensorProto.DataType.values() else "unknown"
+
+
+def _unquantizable(inputs: Inputs, n: onnx.NodeProto, slot: int) -> str:
+    """Why input `slot` of linear layer `n` is neither a calibrated activation nor a float constant weight."""
+    m, t = inputs.m, n.input[slot]
+    kind = "weight" if n.op_type in ("Conv", "ConvTranspose") and slot == 1 else "input"
+    if t in m.constants:
+        if m.constants[t].data_type in inputs.float_types:
+            return f"{kind} {t!r} is a constant where the layer's data goes"
+        return f"{kind} {t!r} is a constant of type {_type(m.constants[t].data_type)}, not a float the target quantizes"
+    if not t or (t not in m.inputs and t not in m.producer):
+        return f"{kind} {t!r} is not computed in this graph"
+    if t not in m.dependent:
+        return (f"{kind} {t!r} is computed from constants and shapes alone (no model input reaches it, e.g. learned "
+                "queries broadcast by Expand): the same for every input, so no activation to calibrate")
+    if m.types.get(t) not in inputs.float_types:
+        return f"{kind} {t!r} is of type {_type(m.types.get(t))}, not a float the target quantizes"
+    if kind == "weight":
+        return f"weight {t!r} is computed at run time, not a constant"
+    return f"input {t!r} is not a calibrated activation (it only feeds shape or index arithmetic)"
+
+
 def _linear_requests(inputs: Inputs, asked: Requests, n: onnx.NodeProto, report: Report):
     m, op = inputs.m, n.op_type
     acts: list[tuple[int, str]] = []
@@ -219,7 +243,7 @@ def _linear_requests(inputs: Inputs, asked: Requests, n: onnx.NodeProto, report:
         elif inputs.quantizable_act(t) and not (op in ("Conv", "ConvTranspose") and slot == 1):
             acts.append((slot, t))
         else:
-            reason = f"input {t!r} is neither a calibrated activation nor a float constant weight"
+            reason = _unquantizable(inputs, n, slot)
     if not acts and not reason:
         reason = "no activation input (constant folding will compute it)"
     if not reason and inputs.rules.nncf_patterns and P.is_power_filterbank(m, n):
