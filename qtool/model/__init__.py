@@ -212,7 +212,7 @@ def as_float(loaded: LoadedModel, where: str | None = None) -> LoadedModel:
                       "inliner), so that the layers inside them can be quantized and every runtime reads the file")
     loaded = _read_as(loaded, _initializer_inputs(loaded.proto), lambda n: f"{n} initializer(s) listed as graph inputs (IR version "
                       "3, where ONNX required it) read as constants (IR version 4)")
-    found = dynamic.as_float(loaded.proto, loaded.path.parent, where or repr(str(loaded.path)))
+    found = dynamic.as_float(loaded.proto, loaded.path.parent, where or repr(str(loaded.path)), loaded.store)
     if found is not None:
         proto, done = found
         log.info(f"{loaded.path.name}: quantized dynamically by onnxruntime; read as the float model it was made from ({done.describe()}, "
