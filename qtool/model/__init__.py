@@ -202,6 +202,19 @@ def load_float_model(path: str | os.PathLike, external_data: bool = True, lazy: 
     return as_float(load_model(path, external_data=external_data, lazy=lazy))
 
 
+def _dequantized_store(loaded: LoadedModel) -> lazy.Store | None:
+    """Where dynamic.as_float keeps the weights it dequantizes as lazy ones, computed when read (a model
+    loaded lazily), while the model's lazy weights stay under bigmodel.LAZY_BYTES with them (its integer
+    initializers as float32, at most): nchwc gives a model of more lazy weights no blocked layout (its
+    optimized copy would hold them all), and its calibration would change with the layout."""
+    if loaded.store is None:
+        return None
+    held = sum(lazy.nbytes(t) for t in lazy.lazy_tensors(loaded.proto))
+    integers = sum(4 * int(np.prod(t.dims, dtype=np.int64)) for t in loaded.proto.graph.initializer
+                   if t.data_type in (TensorProto.INT8, TensorProto.UINT8))
+    return loaded.store if held + integers < bigmodel.LAZY_BYTES else None
+
+
 def as_float(loaded: LoadedModel, where: str | None = None) -> LoadedModel:
     """`loaded`, or when onnxruntime quantized it dynamically (ConvInteger, MatMulInteger,
     DynamicQuantizeLSTM) the float model it was made from (dynamic.as_float), the model as given
@@ -212,7 +225,7 @@ def as_float(loaded: LoadedModel, where: str | None = None) -> LoadedModel:
                       "inliner), so that the layers inside them can be quantized and every runtime reads the file")
     loaded = _read_as(loaded, _initializer_inputs(loaded.proto), lambda n: f"{n} initializer(s) listed as graph inputs (IR version "
                       "3, where ONNX required it) read as constants (IR version 4)")
-    found = dynamic.as_float(loaded.proto, loaded.path.parent, where or repr(str(loaded.path)), loaded.store)
+    found = dynamic.as_float(loaded.proto, loaded.path.parent, where or repr(str(loaded.path)), _dequantized_store(loaded))
     if found is not None:
         proto, done = found
         log.info(f"{loaded.path.name}: quantized dynamically by onnxruntime; read as the float model it was made from ({done.describe()}, "
