@@ -204,15 +204,10 @@ def load_float_model(path: str | os.PathLike, external_data: bool = True, lazy: 
 
 def _dequantized_store(loaded: LoadedModel) -> lazy.Store | None:
     """Where dynamic.as_float keeps the weights it dequantizes as lazy ones, computed when read (a model
-    loaded lazily), while the model's lazy weights stay under bigmodel.LAZY_BYTES with them (its integer
-    initializers as float32, at most): nchwc gives a model of more lazy weights no blocked layout (its
-    optimized copy would hold them all), and its calibration would change with the layout."""
-    if loaded.store is None:
-        return None
-    held = sum(lazy.nbytes(t) for t in lazy.lazy_tensors(loaded.proto))
+    loaded lazily), while bigmodel.room_for_lazy allows them (its integer initializers as float32, at most)."""
     integers = sum(4 * int(np.prod(t.dims, dtype=np.int64)) for t in loaded.proto.graph.initializer
                    if t.data_type in (TensorProto.INT8, TensorProto.UINT8))
-    return loaded.store if held + integers < bigmodel.LAZY_BYTES else None
+    return loaded.store if loaded.store is not None and bigmodel.room_for_lazy(loaded.proto, integers) else None
 
 
 def as_float(loaded: LoadedModel, where: str | None = None) -> LoadedModel:
@@ -234,7 +229,7 @@ def as_float(loaded: LoadedModel, where: str | None = None) -> LoadedModel:
     loaded = _read_as(loaded, contrib.as_standard(loaded.proto, loaded.path.parent), lambda done: "onnxruntime's fused ops read as "
                       f"the standard ONNX ops they fuse ({', '.join(f'{k} {op}' for op, k in sorted(done.items()))})")
     # a Q/DQ model's own int8 weights stay as it dequantizes them: its quantizers, not float weights to quantize again
-    folded = folding.fold_weights(loaded.proto, prequantized.own_quantizers(Index(loaded.proto)).weights)
+    folded = folding.fold_weights(loaded.proto, prequantized.own_quantizers(Index(loaded.proto)).weights, loaded.store)
     return _read_as(loaded, folded, lambda n: f"{n} weight(s) computed from constants (e.g. int8 Cast and scaled) read as float "
                     "constants")
 
