@@ -308,9 +308,7 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
     kernel = _kernel(fetched, sizes, source, batches)
     if kernel is True:
         histogram.start_loading()  # loads while the session is built and the first batch runs
-    workers, threads = _parallelism(batches, source.batch_bytes)
-    workers, threads = _beside(workers, threads, source.batch_bytes or (sum(sizes.values()) if len(sizes) == len(fetched) else None),
-                               _file_bytes(loaded))
+    workers, threads = _beside(*_parallelism(batches, source.batch_bytes), _run_bytes(fetched, sizes, source), _file_bytes(loaded))
     if progress is not None and source.inputs and hasattr(progress, "total"):  # a tqdm bar: now its length is known
         progress.total = len(source.inputs)
         progress.refresh()
@@ -374,12 +372,17 @@ def _segment_cuts(exposed, fetched: list[str], types, sizes: dict[str, int]) -> 
     return segments.cuts(exposed, fetched, sizes, max(SEGMENT_BYTES, 2 * max(sizes.values())), types)
 
 
+def _run_bytes(fetched: list[str], sizes: dict[str, int], source: _Source) -> int | None:
+    """The bytes one run fetches, when known before running (`sizes`: segments.sizes)."""
+    return source.batch_bytes or (sum(sizes.values()) if len(sizes) == len(fetched) else None)
+
+
 def _kernel(fetched: list[str], sizes: dict[str, int], source: _Source, batches: int):
     """collect.Schedule's `kernel`: whether the runs bin KERNEL_BYTES in all, or a function of
     the first run's fetched bytes when only that run can tell (data files whose activations
     `sizes`, segments.sizes', leaves unsized); True for an in-memory loader (how many runs it
     gives is unknown)."""
-    per_run = source.batch_bytes or (sum(sizes.values()) if len(sizes) == len(fetched) else None)
+    per_run = _run_bytes(fetched, sizes, source)
     if per_run:
         return per_run * batches >= KERNEL_BYTES
     if not source.inputs:
