@@ -49,6 +49,15 @@ def test_the_calibration_file_is_written_in_pieces(tmp_path, arrays, monkeypatch
     whole = calibration.to_json(cal).encode()
     assert b"".join(chunks) == whole and len(whole) > 3 * 4096
     assert len(chunks) > 3 and max(len(c) for c in chunks) < 2 * 4096 + max(len(line) for line in whole.splitlines())
+    # each tensor's document made as the encoder comes to it (before: every one, and all their number lists, first)
+    from qtool.statistics.stats import SampleStats
+
+    made, to_json = [], SampleStats.to_json
+    monkeypatch.setattr(SampleStats, "to_json", lambda self: made.append(self) or to_json(self))
+    next(calibration.json_chunks(cal))
+    documented = sum(t.stats is not None for t in cal.tensors)
+    assert documented > 3 and 0 < len(made) < documented / 2, (len(made), documented)
+    monkeypatch.undo()
     cal.save(tmp_path / "a.calib.json")
     saved = (tmp_path / "a.calib.json").read_bytes()
     assert saved == calibration.to_json(calibration.relocate(cal, tmp_path / "a.calib.json")).encode()

@@ -520,3 +520,54 @@ def test_worker_threads_add_to_one_gram_per_tensor(monkeypatch):
         assert len(grams[32]) == 1  # one Gram for h, whichever worker ran
         docs.append(stats["h"].gram.to_json())
     assert docs[0]["upper"] == docs[1]["upper"] and docs[0]["count"] == docs[1]["count"] == 8 * 50 + 28
+
+
+def _chain(path: Path, layers: int, channels: int, side: int, matmul_width: int = 0) -> None:
+    """Conv 3x3 + Relu `layers` times on [1, channels, side, side] (runs that fetch far more than the model's
+    weights), or with `matmul_width`, MatMuls of that square width on [1, 4, width] (weights far over the runs)."""
+    rng = np.random.default_rng(0)
+    nodes, inits, x = [], [], "x"
+    for k in range(layers):
+        if matmul_width:
+            inits.append(numpy_helper.from_array((rng.standard_normal((matmul_width,) * 2) * 0.05).astype(np.float32), f"w{k}"))
+            nodes.append(helper.make_node("MatMul", [x, f"w{k}"], [f"m{k}"]))
+        else:
+            inits.append(numpy_helper.from_array((rng.standard_normal((channels, channels, 3, 3)) * 0.1).astype(np.float32), f"w{k}"))
+            nodes.append(helper.make_node("Conv", [x, f"w{k}"], [f"m{k}"], pads=[1, 1, 1, 1]))
+        nodes.append(helper.make_node("Relu", [f"m{k}"], [f"r{k}"]))
+        x = f"r{k}"
+    shape = [1, 4, matmul_width] if matmul_width else [1, channels, side, side]
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, shape)], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    (path.parent / "data").mkdir()
+    for i in range(4):
+        np.save(path.parent / "data" / f"{i}.npy", np.random.default_rng(i).random(shape).astype(np.float32))
+
+
+@pytest.mark.parametrize("kind", ["activations", "weights"])
+def test_runs_side_by_side_only_while_each_fetches_what_the_model_s_own_bytes_leave_room_for(tmp_path, monkeypatch, kind):
+    """Each run in flight holds the activations it fetched: a small model whose every activation a run fetches
+    (dfn3_enc: 63 MB a run for 2 MB of weights) ran two at a time, 3.2x plain inference's peak RSS; it now runs one
+    at a time on all the cores (2.1x), while a model whose weights dwarf its runs' activations keeps its workers."""
+    import qtool
+    from qtool.collection import collect, pipeline
+
+    schedules = []
+    real = collect.collect
+
+    def spy(session, plan, runs, progress, stats, schedule, helpers):  # as pipeline calls it
+        schedules.append(schedule)
+        return real(session, plan, runs, progress, stats, schedule, helpers)
+
+    monkeypatch.setattr(collect, "collect", spy)
+    monkeypatch.setattr(pipeline, "_cores", lambda: 4, raising=False)
+    monkeypatch.setattr(pipeline, "RUN_ROOM", 1 << 20, raising=False)
+    path = tmp_path / "model.onnx"
+    if kind == "activations":
+        _chain(path, layers=6, channels=16, side=96)  # 0.6 MB a tensor, 7 MB a run; 55 KB of weights
+    else:
+        _chain(path, layers=4, channels=0, side=0, matmul_width=512)  # 4 MB of weights, 64 KB a run
+    qtool.calibrate(path, data=str(tmp_path / "data"))
+    (schedule,) = schedules
+    assert (schedule.workers, schedule.spread) == ((1, 4) if kind == "activations" else (4, 1))

@@ -313,3 +313,29 @@ def test_the_loaded_kernel_leaves_the_compilers_code_pages_to_the_page_cache():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split(maxsplit=1)
     assert int(out[0]) < 8 and out[1].strip() == "[True, True]", out
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 4, 62500, 16), (2, 3, 2, 50, 8), (1, 1000, 4, 1, 8), (3, 7, 5, 300, 16), (1, 1, 1, 1, 1)])
+def test_ordered_sums_with_numpy_add_in_order_a_part_at_a_time(shape, monkeypatch):
+    """histogram.ordered_sums without the kernel (calibrations under KERNEL_BYTES): the sums of one accumulate
+    over the whole axis, bit for bit, from parts of about NUMPY_CHUNK values; that accumulate held the tensor
+    transposed and twice its bytes of float64 running sums (4x the tensor: dfn3_enc's calibrate peaked there)."""
+    import tracemalloc
+
+    from qtool.statistics import histogram
+
+    monkeypatch.setattr(histogram, "_ready", None)
+    rng = np.random.default_rng(0)
+    v = (rng.standard_normal(shape) * np.exp(rng.standard_normal(shape) * 3)).astype(np.float32)
+    rows, outer, groups, inner, lanes = shape
+    whole = np.add.accumulate(v.transpose(0, 2, 1, 3, 4).reshape(rows, groups, outer * inner, lanes), axis=2, dtype=np.float64)[:, :, -1]
+    tracemalloc.start()
+    try:
+        sums, peaks = histogram.ordered_sums(v, peaks=True)
+        held = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert sums.dtype == np.float64 and np.array_equal(sums, whole)
+    assert np.array_equal(peaks, np.abs(v).max(axis=(0, 1, 3)).reshape(-1).astype(np.float64))
+    if v.nbytes > 8 * histogram.NUMPY_CHUNK * 4:
+        assert held < v.nbytes / 2, (held, v.nbytes)  # before: 4x v.nbytes

@@ -54,6 +54,16 @@ HELPER_BYTES = 512 << 20
 # inference's working set holds (CRAFT at 640x640 fetches 1.16 GB per run, 100 MB at most in one tensor).
 RUN_BYTES = 64 << 20
 SEGMENT_BYTES = 16 << 20
+# Runs side by side each hold the activations they fetch (onnxruntime's arena keeps them until they
+# are histogrammed): every run in flight beyond the first adds one run's fetched bytes. Plain
+# inference's process holds the interpreter, numpy and onnxruntime (~47 MB), the model's weights
+# and its working activations; calibrate's imports hold ~25 MB more (onnx, qtool). Runs go side by
+# side only while each further run's fetched bytes fit in the model file's bytes plus RUN_ROOM,
+# what twice that floor leaves beside calibrate's larger imports: a small model whose every
+# activation a run fetches (tens of MB for a few MB of weights) runs one run at a time, on all
+# the cores (dfn3_enc: 63 MB a run, 2 MB of weights; two workers took calibrate to 3.2x plain
+# inference's peak RSS, one 2.1x; docs/benchmarks.md, calibration speed, session 14).
+RUN_ROOM = 16 << 20
 # Each helper holds its own interpreter, onnxruntime and kernel (~300 MB): beyond this many, the
 # workers for the other cores are threads of this process, as before.
 MAX_HELPERS = 3
@@ -65,13 +75,37 @@ def image_bytes(proto, names, spec: model.InputSpec, pre: data.Preprocess) -> di
     return model.tensor_bytes(proto, names, {spec.name: (1, *hwc)})
 
 
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def _parallelism(batches: int, batch_bytes: int | None) -> tuple[int, int]:
     """(workers, onnxruntime threads per run): batches side by side first, cores left over
     go to each run."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = _cores()
     room = IN_FLIGHT_BYTES // batch_bytes if batch_bytes else 4
     workers = max(1, min(cores, batches, room))
     return workers, max(1, cores // workers)
+
+
+def _beside(workers: int, threads: int, per_run: int | None, model_bytes: int) -> tuple[int, int]:
+    """(workers, threads) with no more runs side by side than RUN_ROOM allows for runs fetching
+    `per_run` bytes each (None: not known before running) of a model of `model_bytes` on disk;
+    the cores a worker less leaves go to each run. A run in segments (over RUN_BYTES) holds one
+    segment at a time: unchanged."""
+    if not per_run or per_run > RUN_BYTES:
+        return workers, threads
+    most = 1 + (model_bytes + RUN_ROOM) // per_run
+    if workers <= most:
+        return workers, threads
+    return most, max(1, _cores() // most)
+
+
+def _file_bytes(loaded: model.LoadedModel) -> int:
+    """The bytes of the model's file and of the external data files it refers to: what plain
+    inference reads of it."""
+    folder = loaded.path.parent
+    return sum((folder / f).stat().st_size for f in [loaded.path.name, *loaded.external_files] if (folder / f).is_file())
 
 
 def _full_batches(runs, size: int, skipped: list):
@@ -274,7 +308,7 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
     kernel = _kernel(fetched, sizes, source, batches)
     if kernel is True:
         histogram.start_loading()  # loads while the session is built and the first batch runs
-    workers, threads = _parallelism(batches, source.batch_bytes)
+    workers, threads = _beside(*_parallelism(batches, source.batch_bytes), _run_bytes(fetched, sizes, source), _file_bytes(loaded))
     if progress is not None and source.inputs and hasattr(progress, "total"):  # a tqdm bar: now its length is known
         progress.total = len(source.inputs)
         progress.refresh()
@@ -338,12 +372,17 @@ def _segment_cuts(exposed, fetched: list[str], types, sizes: dict[str, int]) -> 
     return segments.cuts(exposed, fetched, sizes, max(SEGMENT_BYTES, 2 * max(sizes.values())), types)
 
 
+def _run_bytes(fetched: list[str], sizes: dict[str, int], source: _Source) -> int | None:
+    """The bytes one run fetches, when known before running (`sizes`: segments.sizes)."""
+    return source.batch_bytes or (sum(sizes.values()) if len(sizes) == len(fetched) else None)
+
+
 def _kernel(fetched: list[str], sizes: dict[str, int], source: _Source, batches: int):
     """collect.Schedule's `kernel`: whether the runs bin KERNEL_BYTES in all, or a function of
     the first run's fetched bytes when only that run can tell (data files whose activations
     `sizes`, segments.sizes', leaves unsized); True for an in-memory loader (how many runs it
     gives is unknown)."""
-    per_run = source.batch_bytes or (sum(sizes.values()) if len(sizes) == len(fetched) else None)
+    per_run = _run_bytes(fetched, sizes, source)
     if per_run:
         return per_run * batches >= KERNEL_BYTES
     if not source.inputs:

@@ -202,6 +202,14 @@ def load_float_model(path: str | os.PathLike, external_data: bool = True, lazy: 
     return as_float(load_model(path, external_data=external_data, lazy=lazy))
 
 
+def _dequantized_store(loaded: LoadedModel) -> lazy.Store | None:
+    """Where dynamic.as_float keeps the weights it dequantizes as lazy ones, computed when read (a model
+    loaded lazily), while bigmodel.room_for_lazy allows them (its integer initializers as float32, at most)."""
+    integers = sum(4 * int(np.prod(t.dims, dtype=np.int64)) for t in loaded.proto.graph.initializer
+                   if t.data_type in (TensorProto.INT8, TensorProto.UINT8))
+    return loaded.store if loaded.store is not None and bigmodel.room_for_lazy(loaded.proto, integers) else None
+
+
 def as_float(loaded: LoadedModel, where: str | None = None) -> LoadedModel:
     """`loaded`, or when onnxruntime quantized it dynamically (ConvInteger, MatMulInteger,
     DynamicQuantizeLSTM) the float model it was made from (dynamic.as_float), the model as given
@@ -212,7 +220,7 @@ def as_float(loaded: LoadedModel, where: str | None = None) -> LoadedModel:
                       "inliner), so that the layers inside them can be quantized and every runtime reads the file")
     loaded = _read_as(loaded, _initializer_inputs(loaded.proto), lambda n: f"{n} initializer(s) listed as graph inputs (IR version "
                       "3, where ONNX required it) read as constants (IR version 4)")
-    found = dynamic.as_float(loaded.proto, loaded.path.parent, where or repr(str(loaded.path)))
+    found = dynamic.as_float(loaded.proto, loaded.path.parent, where or repr(str(loaded.path)), _dequantized_store(loaded))
     if found is not None:
         proto, done = found
         log.info(f"{loaded.path.name}: quantized dynamically by onnxruntime; read as the float model it was made from ({done.describe()}, "
@@ -221,7 +229,7 @@ def as_float(loaded: LoadedModel, where: str | None = None) -> LoadedModel:
     loaded = _read_as(loaded, contrib.as_standard(loaded.proto, loaded.path.parent), lambda done: "onnxruntime's fused ops read as "
                       f"the standard ONNX ops they fuse ({', '.join(f'{k} {op}' for op, k in sorted(done.items()))})")
     # a Q/DQ model's own int8 weights stay as it dequantizes them: its quantizers, not float weights to quantize again
-    folded = folding.fold_weights(loaded.proto, prequantized.own_quantizers(Index(loaded.proto)).weights)
+    folded = folding.fold_weights(loaded.proto, prequantized.own_quantizers(Index(loaded.proto)).weights, loaded.store)
     return _read_as(loaded, folded, lambda n: f"{n} weight(s) computed from constants (e.g. int8 Cast and scaled) read as float "
                     "constants")
 

@@ -30,6 +30,16 @@ except ImportError:  # an onnx without it: ours (_open_external)
 LAZY_BYTES = 64 << 20  # models this large or larger are loaded lazily
 
 
+def room_for_lazy(proto: onnx.ModelProto, more: int) -> bool:
+    """Whether `more` bytes of lazy weights computed when read (lazy.Computed: weights a model computes from its
+    constants, dequantized ones) keep the model's blocked layout: onnxruntime's NCHWc reorders serve models with
+    convolutions, and qtool.runtime.nchwc gives up the layout for those whose lazy weights come to LAZY_BYTES or
+    more (its optimized copy would hold them all), which would change their calibration."""
+    if not any(n.op_type in ("Conv", "ConvInteger") for n in proto.graph.node):  # ConvInteger: a Conv read as float (dynamic.py)
+        return True
+    return sum(lazy.nbytes(t) for t in lazy.lazy_tensors(proto)) + more < LAZY_BYTES
+
+
 def _stat(fd: int) -> tuple:
     st = os.fstat(fd)
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)

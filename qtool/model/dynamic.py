@@ -118,13 +118,16 @@ class _Unrecognised(Exception):
     """A dynamically quantized layer outside the patterns above: (node, what was expected)."""
 
 
-def as_float(proto: onnx.ModelProto, folder=None, where: str = "the model") -> tuple[onnx.ModelProto, Rewrite] | None:
+def as_float(proto: onnx.ModelProto, folder=None, where: str = "the model", store: lazy.Store | None = None
+             ) -> tuple[onnx.ModelProto, Rewrite] | None:
     """(the float model `proto` was made from, what was rewritten) when it holds dynamically
     quantized layers (a new ModelProto: `proto` is not changed); None when it holds no quantized
     operator, or only QuantizeLinear/DequantizeLinear (a Q/DQ model: read as it is, its own quantizers kept,
     qtool.model.prequantized).
     A one-line QtoolError for any other quantized operator or a layer outside the patterns.
-    `folder`: where external data lies when the weights were not loaded; `where`: how to name the model."""
+    `folder`: where external data lies when the weights were not loaded; `where`: how to name the model;
+    `store`: the lazy store of a model loaded lazily, whose dequantized weights are then lazy too,
+    computed from `proto`'s integer weights each time they are read (float_weight)."""
     found = sorted({n.op_type for n in all_nodes(proto.graph) if _quantized_op(n)})
     if not found:
         return None
@@ -139,7 +142,7 @@ def as_float(proto: onnx.ModelProto, folder=None, where: str = "the model") -> t
     model = onnx.ModelProto()
     model.CopyFrom(proto)
     try:
-        done = _Rewriter(model, folder).run()
+        done = _Rewriter(model, folder, proto if store is not None else None, store).run()
     except _Unrecognised as e:
         node, expected = e.args
         raise QtoolError(f"{where}: {node.op_type} node {node.name or node.output[0]!r} is not in the pattern onnxruntime's "
@@ -163,10 +166,21 @@ def as_float(proto: onnx.ModelProto, folder=None, where: str = "the model") -> t
     return model, done
 
 
+def _dequantized(w: np.ndarray, zp: np.ndarray, scale: np.ndarray, transpose=None) -> np.ndarray:
+    """(w - zp) * scale: the float32 product of the exact integer difference and the float32 scale
+    (DequantizeLinear's one rounding), transposed by `transpose`."""
+    data = (w.astype(np.int32) - zp.astype(np.int32)).astype(np.float32) * scale.astype(np.float32)
+    return data if transpose is None else np.ascontiguousarray(data.transpose(transpose))
+
+
 class _Rewriter:
-    def __init__(self, model: onnx.ModelProto, folder):
+    def __init__(self, model: onnx.ModelProto, folder, given: onnx.ModelProto | None = None, store: lazy.Store | None = None):
         self.model, self.graph, self.folder = model, model.graph, folder
         self.inits = {t.name: t for t in self.graph.initializer}
+        # the model as given (kept beside the float one: LoadedModel.given), whose integer weights the lazy
+        # float weights are computed from, and the store those refer to
+        self.given = {t.name: t for t in given.graph.initializer} if given is not None else {}
+        self.store = store
         self.made_by = producers(self.graph)
         self.readers = consumers(self.graph)
         self.outputs = {o.name for o in self.graph.output}
@@ -240,15 +254,26 @@ class _Rewriter:
         key = (q, scale.tobytes(), zp.tobytes(), transpose)
         if key in self.weights:
             return self.weights[key]
-        # the float32 product of the exact integer difference and the float32 scale: DequantizeLinear's one rounding
-        data = (w.astype(np.int32) - shaped(zp).astype(np.int32)).astype(np.float32) * shaped(scale).astype(np.float32)
-        if transpose is not None:
-            data = np.ascontiguousarray(data.transpose(transpose))
+        data = _dequantized(w, shaped(zp), shaped(scale), transpose)
         if not np.all(np.isfinite(data)):
             raise QtoolError(f"the dequantized weight {q!r} is not finite (its scale is); the model is damaged")
         base = q[: -len("_quantized")] if q.endswith("_quantized") else q + "_dequantized"
         name = self.namer.fresh(base)
-        self.graph.initializer.append(numpy_helper.from_array(data, name))
+        source = self.given.get(q)
+        if source is not None and data.nbytes >= lazy.INLINE_BYTES:
+            # lazy: the float weights (4x the integer ones) are not held as well, in the proto and in each
+            # serialization of it for onnxruntime (tashkeel_bilstm: 17 MB of them from its 4 MB of int8, its
+            # calibrate 190 -> 140 MB of peak RSS); each session reads them from a file written when it is made
+            # (spill.runnable)
+            zp_, scale_, folder = shaped(zp).copy(), shaped(scale).copy(), self.folder
+
+            def fn(source=source, zp_=zp_, scale_=scale_, folder=folder, transpose=transpose):
+                return _dequantized(lazy.read_value(source, folder), zp_, scale_, transpose)
+            t = onnx.TensorProto(name=name, data_type=TensorProto.FLOAT, dims=data.shape)
+            lazy.refer(t, self.store.add(lazy.Computed(fn, np.dtype(np.float32))))
+            self.graph.initializer.append(t)
+        else:
+            self.graph.initializer.append(numpy_helper.from_array(data, name))
         self.weights[key] = name
         return name
 

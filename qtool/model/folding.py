@@ -27,7 +27,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from . import lazy
+from . import bigmodel, lazy
 from .graph import ancestors, cleanup, producers
 
 LINEAR_SLOTS = {"Conv": (1, 2), "ConvTranspose": (1, 2), "MatMul": (0, 1), "Gemm": (0, 1, 2)}
@@ -55,10 +55,13 @@ def _constant_tensors(graph: onnx.GraphProto) -> set[str]:
     return const
 
 
-def fold_weights(proto: onnx.ModelProto, keep: frozenset[str] = frozenset()) -> tuple[onnx.ModelProto, int] | None:
+def fold_weights(proto: onnx.ModelProto, keep: frozenset[str] = frozenset(), store: lazy.Store | None = None
+                 ) -> tuple[onnx.ModelProto, int] | None:
     """(a copy of `proto` whose computed constant weights (WEIGHT_SLOTS) are initializers, how many), or None when
     it has none (or their values cannot be computed here: they stay as they are). `keep`: weights left as the graph
-    makes them (a Q/DQ model's own dequantized int8 weights, qtool.model.prequantized)."""
+    makes them (a Q/DQ model's own dequantized int8 weights, qtool.model.prequantized). `store`: a model loaded
+    lazily's, where the computed weights are kept as lazy ones computed again each time they are read, while
+    bigmodel.room_for_lazy allows them."""
     graph = proto.graph
     made_by = producers(graph)
     const = _constant_tensors(graph)
@@ -81,11 +84,15 @@ def fold_weights(proto: onnx.ModelProto, keep: frozenset[str] = frozenset()) -> 
     made = _computed(proto, graph, rest, made_by) if rest else {}
     if not made and not shared:
         return None
+    if store is not None and made and bigmodel.room_for_lazy(proto, sum(v.nbytes for v in made.values())):
+        # lazy: float32 weights made from int8 ones are not held beside the model (minilm_int8_weights: 86 MB from
+        # 21 MB, in the proto and in each serialization of it for onnxruntime); each read computes its weight alone
+        made = {t: _later(proto, graph, t, v, made_by, store) if v.nbytes >= lazy.INLINE_BYTES else v for t, v in made.items()}
     out = onnx.ModelProto()
     out.CopyFrom(proto)
     for t in targets:
         if t in made:
-            out.graph.initializer.append(numpy_helper.from_array(made[t], t))
+            out.graph.initializer.append(made[t] if isinstance(made[t], onnx.TensorProto) else numpy_helper.from_array(made[t], t))
         elif t in shared:
             ref = lazy.placeholder(shared[t], lazy.location(shared[t]))
             ref.name = t
@@ -122,14 +129,44 @@ def _computed(proto: onnx.ModelProto, graph: onnx.GraphProto, targets: list[str]
     inits = [t for t in graph.initializer if t.name in read]
     if any(not lazy.has_value(t) for t in inits) or sum(lazy.nbytes(t) for t in inits) > MAX_BYTES:
         return {}
-    sub = helper.make_graph(nodes, "weights", [], [helper.make_empty_tensor_value_info(t) for t in targets],
-                            initializer=[numpy_helper.from_array(lazy.value(t), t.name) for t in inits])
-    model = helper.make_model(sub, opset_imports=list(proto.opset_import), ir_version=proto.ir_version)
     try:
-        from onnx.reference import ReferenceEvaluator
-
-        values = ReferenceEvaluator(model).run(None, {})
+        values = _evaluate(proto, nodes, inits, targets)
     except Exception:  # an op or a case the reference evaluator does not compute: the weights stay as they are
         return {}
     return {t: np.asarray(v) for t, v in zip(targets, values)
             if np.asarray(v).dtype.kind == "f" and np.all(np.isfinite(v))}  # a non-finite weight stays as the graph makes it
+
+
+def _evaluate(proto: onnx.ModelProto, nodes: list, inits: list, targets: list[str]) -> list:
+    from onnx.reference import ReferenceEvaluator
+
+    sub = helper.make_graph(nodes, "weights", [], [helper.make_empty_tensor_value_info(t) for t in targets],
+                            initializer=[numpy_helper.from_array(lazy.value(t), t.name) for t in inits])
+    model = helper.make_model(sub, opset_imports=list(proto.opset_import), ir_version=proto.ir_version)
+    return ReferenceEvaluator(model).run(None, {})
+
+
+def _later(proto: onnx.ModelProto, graph: onnx.GraphProto, target: str, value: np.ndarray, made_by: dict,
+           store: lazy.Store) -> onnx.TensorProto:
+    """The lazy initializer `target` whose value (`value`, computed) is computed again when read: by the nodes that
+    make it alone, from copies of what they read (the integer weights and scales; lazy ones stay references)."""
+    nodes = []
+    for n in ancestors(graph, [target], made_by):
+        copy = onnx.NodeProto()
+        copy.CopyFrom(n)
+        nodes.append(copy)
+    read = {i for n in nodes for i in n.input if i}
+    inits = []
+    for t in graph.initializer:
+        if t.name in read:
+            copy = onnx.TensorProto()
+            copy.CopyFrom(t)
+            inits.append(copy)
+    opsets, ir = [onnx.OperatorSetIdProto(domain=o.domain, version=o.version) for o in proto.opset_import], proto.ir_version
+    header = onnx.ModelProto(ir_version=ir, opset_import=opsets)
+
+    def fn() -> np.ndarray:
+        return np.ascontiguousarray(_evaluate(header, nodes, inits, [target])[0])
+    ref = onnx.TensorProto(name=target, data_type=helper.np_dtype_to_tensor_dtype(value.dtype), dims=value.shape)
+    lazy.refer(ref, store.add(lazy.Computed(fn, value.dtype)))
+    return ref
