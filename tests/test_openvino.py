@@ -808,8 +808,8 @@ def test_a_conv_whose_batch_an_lstm_reads_runs_with_its_own_bias():
     (brainmaze's seizure detector, tests/zoo.py), on a dynamic batch. OpenVINO 2026.4 re-reads that batch from the
     frontend's ShapeOf of the first Conv's output before its bias, leaves the bias out of the Convolution and adds the
     first channel's bias to every channel in the FakeQuantize after it (bench/openvino_quirks.py, case 7: the real
-    model at 7.85 dB for its file's 48.65; this one 32.5 for 52.0). The export writes the bias of a Conv quantized after it as
-    an Add after it: OpenVINO's run (f32 float layers) matches the exact simulation."""
+    model at 7.85 dB for its file's 48.65; this one 32.5 for 52.0). The export writes the bias of every Conv as an Add
+    after it: OpenVINO's run (f32 float layers) matches the exact simulation."""
     model = zoo.spectrogram_bilstm_like()
     rng = np.random.default_rng(5)
     feeds = [{"x": rng.normal(0, 1, (2, 24, 20 + 3 * (i % 5))).astype(np.float32)} for i in range(24)]
