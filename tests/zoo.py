@@ -75,6 +75,7 @@ __all__ = [
     "char_tagger_argmax_like",
     "if_branches_vad_like",
     "lcnet_se_classifier_like",
+    "swish_stem_batch_read_like",
 ]
 
 FLOAT = TensorProto.FLOAT
@@ -2197,6 +2198,40 @@ def lcnet_se_classifier_like(ch=16, hw=16, classes=4, outlier=5, gain=12.0, seed
                     [helper.make_tensor_value_info("logits", FLOAT, ["n", classes])])
     return _make_model(graph, 14)
 
+
+
+def swish_stem_batch_read_like(ch=16, hw=32, tokens=8, seed=9511):
+    """tesseranet's ConvNeXt-ViT hybrid (zoo tesseranet_4x4, torch.onnx opset 18), its stem and its batch read: an image
+    [batch, 3, H, W] (dynamic batch) normalized by Sub/Div -> two Conv (bias) -> Swish written x * sigmoid(x) -> Mul by
+    a constant (1.7881, a scaled SiLU) -> a depthwise Conv (bias) -> Swish -> a 1x1 Conv to `tokens` channels ->
+    GlobalAveragePool -> Flatten, plus a positional code sin(Range(batch)) of the batch read from the features' Shape
+    (tesseranet's sine code reads a batch so): the batch is read as a value."""
+    g = _Graph(seed=seed)
+    rng = g.rng
+
+    def conv(x, cin, cout, scope, k=3, group=1, stride=1):
+        w = g.init(f"{scope}.weight", _conv_w(rng, cout, cin // group, k))
+        b = g.init(f"{scope}.bias", (rng.standard_normal(cout) * 0.2).astype(np.float32))
+        return g.op("Conv", [x, w, b], scope, kernel_shape=[k, k], pads=[k // 2] * 4, group=group, strides=[stride, stride])
+
+    def swish(x, scope, gain=None):
+        y = g.op("Mul", [x, g.op("Sigmoid", [x], scope)], scope)
+        return y if gain is None else g.op("Mul", [y, g.init(f"{scope}/Constant_output_0", np.array(gain, np.float32))], scope)
+
+    x = g.op("Sub", ["image", g.init("model.mean", np.array([0.485, 0.456, 0.406], np.float32).reshape(1, 3, 1, 1))], "/model")
+    x = g.op("Div", [x, g.init("model.std", np.array([0.229, 0.224, 0.225], np.float32).reshape(1, 3, 1, 1))], "/model")
+    x = swish(conv(x, 3, ch, "/stem.0", stride=2), "/stem.0.1", gain=1.7881)
+    x = swish(conv(x, ch, ch, "/stem.1"), "/stem.1.1", gain=1.7881)
+    x = swish(conv(x, ch, ch, "/stem.2", group=ch), "/stem.2.1")
+    x = conv(x, ch, tokens, "/head", k=1)
+    x = g.op("Flatten", [g.op("GlobalAveragePool", [x], "/pool")], "/pool", axis=1)
+    n = g.op("Gather", [g.op("Shape", [x], "/pos"), g.init("/pos/zero", np.array(0, np.int64))], "/pos", axis=0)
+    steps = g.op("Range", [g.init("/pos/start", np.array(0, np.int64)), n, g.init("/pos/delta", np.array(1, np.int64))], "/pos")
+    pos = g.op("Sin", [g.op("Cast", [steps], "/pos", to=FLOAT)], "/pos")
+    g.op("Add", [x, g.op("Unsqueeze", [pos, g.init("/pos/axes", np.array([1], np.int64))], "/pos")], "/out", outputs=["features"])
+    graph = g.graph("swish_stem_batch_read", [helper.make_tensor_value_info("image", FLOAT, ["batch", 3, hw, hw])],
+                    [helper.make_tensor_value_info("features", FLOAT, ["batch", tokens])])
+    return _make_model(graph, 18)
 
 
 def centernet_fpn_like(ch=16, hw=32, lateral=0.5, seed=9411):

@@ -284,8 +284,12 @@ def _hoist(model: onnx.ModelProto, namer: G.Namer, fq_names: list[str]) -> None:
 # input's shape) is re-read from a biased Convolution's output, far from where the file reads it (bench/
 # openvino_quirks.py, case 7: 7 dB; a seizure detector's spectrogram CNN -> two LSTMs at 7.85 dB for its file's
 # 48.65; a GRU or an RNN reading the Conv's features, -8 dB). Which Convolution's ShapeOf comes first is OpenVINO's
-# order, so in a model with a dynamic batch that reads one so, every Conv with a bias and a quantizer after it is
-# written as above. A shape
+# order, so in a model with a dynamic batch that reads one so, every Conv with a bias is written as above: the
+# Convolution hosting that ShapeOf leaves its bias, and with it every post-op after it, out even where its
+# FakeQuantize is not right after it. tesseranet's stem, Conv -> x * sigmoid(x) -> Mul by a constant -> FakeQuantize,
+# ran as an int8 Convolution and then one f32 eltwise pass of bias, Swish and FakeQuantize over its output (6 of 41 ms
+# in a one-thread profile, where NNCF's IR, its bias a folded constant, runs them in the Convolution); with only the
+# Convs quantized right after them written so, the ShapeOf moved on to the next Conv with a bias. A shape
 # that only sizes Reshapes does not count: OpenVINO rewrites Shape -> Gather -> Concat -> Reshape into a Reshape that
 # copies the dimension, with no ShapeOf left (a dynamic-batch CNN's flatten runs right: 139 dB; so do whole shapes
 # into Expand or ConstantOfShape and a Size, which are no single dimension's value).
@@ -341,8 +345,9 @@ def _spatial_dims(index: G.Index, conv: onnx.NodeProto) -> int | None:
 def _shape_read_convs(model: onnx.ModelProto, index: G.Index) -> list[onnx.NodeProto]:
     """The Convs with a bias whose output, directly or through SHAPE_KEEPING ops, a FakeQuantize quantizes and a Shape
     reads, in a model with a dynamic input (static, OpenVINO folds every Shape), and with a dynamic batch (a data input
-    whose first dimension is not fixed) every such Conv quantized after it where the model reads a batch size as a
-    value (_reads_batch_value): those OpenVINO 2026.4 may run with the first channel's bias."""
+    whose first dimension is not fixed) every Conv with a bias where the model reads a batch size as a value
+    (_reads_batch_value): those OpenVINO 2026.4 may run with the first channel's bias, or with their bias and the
+    post-ops after it outside the Convolution."""
     specs = data_inputs(model)
     if all(None not in spec.dims for spec in specs):
         return []
@@ -357,7 +362,7 @@ def _shape_read_convs(model: onnx.ModelProto, index: G.Index) -> list[onnx.NodeP
                 readers.append(reader)
                 if slot == 0 and reader.op_type in SHAPE_KEEPING:
                     chain.append(reader.output[0])
-        if (batch_read or any(r.op_type == "Shape" for r in readers)) and \
+        if batch_read or any(r.op_type == "Shape" for r in readers) and \
                 any(r.op_type == "FakeQuantize" and r.domain == DOMAIN for r in readers):
             found.append(node)
     return found
