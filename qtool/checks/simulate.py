@@ -88,7 +88,7 @@ def _float_ops(model: onnx.ModelProto, namer: G.Namer, node: onnx.NodeProto, ele
 CONV_POST_OPS = frozenset({"Relu", "Clip", "LeakyRelu", "Elu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Abs", "Exp"})
 SCALE_SHIFT = frozenset({"Add", "Sub", "Mul", "Div"})
 SUM_ACTIVATIONS = frozenset({"Relu", "Clip", "LeakyRelu", "Elu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish"})
-U8_KEEPING = G.MOVES | {"MaxPool", "Pad", "DepthToSpace", "SpaceToDepth"}  # a FakeQuantize's u8 codes passed on as they are
+U8_KEEPING = G.MOVES | {"MaxPool", "Pad", "DepthToSpace", "SpaceToDepth", "Split", "Slice"}  # u8 codes passed on as they are
 
 
 def sum_fused_clamps(model: onnx.ModelProto) -> set[str]:
@@ -136,10 +136,18 @@ def sum_fused_clamps(model: onnx.ModelProto) -> set[str]:
             node = producer.get(node.input[0])
         if node is None or node.op_type != "Conv" or node.domain not in ("", "ai.onnx"):
             return fq, False, lone
-        x = producer.get(node.input[0])
-        while x is not None and x.op_type in U8_KEEPING and x.input:
-            x = producer.get(x.input[0])
-        return fq, x is not None and is_fake_quantize(x), lone
+        return fq, quantized(node.input[0]), lone
+
+    def quantized(t: str, depth: int = 0) -> bool:
+        """Whether `t` holds a FakeQuantize's codes, passed on by ops that move them (a Concat of such tensors too)."""
+        x = producer.get(t)
+        if x is None or depth > 32:
+            return False
+        if is_fake_quantize(x):
+            return True
+        if x.op_type == "Concat":
+            return all(quantized(i, depth + 1) for i in x.input)
+        return x.op_type in U8_KEEPING and bool(x.input) and quantized(x.input[0], depth + 1)
 
     def before(add: onnx.NodeProto) -> set[str]:
         """The names of the nodes the Add depends on."""
