@@ -1034,11 +1034,12 @@ def departures(reference: _Reference, data, runtime: str, like, progress=None, b
         probed.CopyFrom(proto)
         return simulate.with_outputs(probed, names)
 
-    def measured(names: list[str]) -> dict[str, float]:
-        """runtime vs simulation at `names`, each model fetching those alone."""
+    def measured(names: list[str], sim=None) -> dict[str, float]:
+        """runtime vs simulation at `names`, the runtime's model fetching those alone (the simulation: `sim`, else
+        one fetching those alone; it computes the same values whatever it fetches)."""
         probed = with_fetched(names)
         run = simulate.runtime(runtime, ModelFile(probed) if isinstance(data, ModelFile) else probed.SerializeToString(), like=like)
-        sim = simulate.simulation(with_fetched(names))
+        sim = sim or simulate.simulation(with_fetched(names))
         accs = {t: _Noise() for t in names}
         takes, sim_takes = _inputs(run), _inputs(sim)
         for feeds in reference.feeds():  # not the FP32 outputs: each pass ran the FP32 model again where uncached
@@ -1065,10 +1066,12 @@ def departures(reference: _Reference, data, runtime: str, like, progress=None, b
         progress.update(1)
     alone: dict[str, float] = {}  # each tensor fetched alone (fetched beside its producer's input it was zeros too)
     confirmed: list[Departure] = []
+    wanted = list(dict.fromkeys(t for d in found[:CONFIRMED] for t in (d.tensor, *taps[d.tensor])))
+    sim = simulate.simulation(with_fetched(wanted)) if wanted else None  # one for all of them: its values are exact
     for d in found[:CONFIRMED]:
         for t in (d.tensor, *taps[d.tensor]):
             if t not in alone:
-                alone.update(measured([t]))
+                alone.update(measured([t], sim))
         confirmed += found_at(alone, [d.tensor])
         if len(confirmed) == DEPARTURES:
             break
