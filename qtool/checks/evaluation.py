@@ -1008,6 +1008,31 @@ def layer_taps(proto: onnx.ModelProto) -> dict[str, list[str]]:
     return found
 
 
+def _fetching(proto: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
+    """A copy of `proto` with the tensors `names` also graph outputs."""
+    probed = onnx.ModelProto()
+    probed.CopyFrom(proto)
+    return simulate.with_outputs(probed, names)
+
+
+def _departed(reference, proto: onnx.ModelProto, data, runtime: str, like, names: list[str], sim=None) -> dict[str, float]:
+    """The runtime's run of the file `proto` (`data` as given: bytes or a ModelFile) against its simulation at the
+    tensors `names`, the runtime's model fetching those alone (the simulation: `sim`, else one fetching those
+    alone; it computes the same values whatever it fetches), each pair compared as it comes (departures)."""
+    probed = _fetching(proto, names)
+    run = simulate.runtime(runtime, ModelFile(probed) if isinstance(data, ModelFile) else probed.SerializeToString(), like=like)
+    sim = sim or simulate.simulation(_fetching(proto, names))
+    accs = {t: _Noise() for t in names}
+    takes, sim_takes = _inputs(run), _inputs(sim)
+    for feeds in reference.feeds():  # not the FP32 outputs: each pass ran the FP32 model again where uncached
+        a = onnxruntime.run(sim, names, {k: v for k, v in feeds.items() if sim_takes is None or k in sim_takes})
+        b = onnxruntime.run(run, names, {k: v for k, v in feeds.items() if takes is None or k in takes})
+        for i, t in enumerate(names):
+            accs[t].update(np.asarray(a[i]), np.asarray(b[i]))
+            a[i] = b[i] = None  # each pair let go once compared
+    return {t: accs[t].sqnr() for t in names}
+
+
 def departures(reference: _Reference, data, runtime: str, like, progress=None, budget: int = DEPARTURE_BYTES) -> list[Departure]:
     """Where the runtime's run of the file leaves its exact arithmetic: both run again with every quantized
     layer's output fetched (layer_taps), the runtime's against the simulation's at each; the DEPARTURES layers whose
@@ -1029,26 +1054,8 @@ def departures(reference: _Reference, data, runtime: str, like, progress=None, b
     index = G.Index(proto)
     layers = {t: _layer_of(index, t) for t in fetched}
 
-    def with_fetched(names: list[str]) -> onnx.ModelProto:
-        probed = onnx.ModelProto()
-        probed.CopyFrom(proto)
-        return simulate.with_outputs(probed, names)
-
     def measured(names: list[str], sim=None) -> dict[str, float]:
-        """runtime vs simulation at `names`, the runtime's model fetching those alone (the simulation: `sim`, else
-        one fetching those alone; it computes the same values whatever it fetches)."""
-        probed = with_fetched(names)
-        run = simulate.runtime(runtime, ModelFile(probed) if isinstance(data, ModelFile) else probed.SerializeToString(), like=like)
-        sim = sim or simulate.simulation(with_fetched(names))
-        accs = {t: _Noise() for t in names}
-        takes, sim_takes = _inputs(run), _inputs(sim)
-        for feeds in reference.feeds():  # not the FP32 outputs: each pass ran the FP32 model again where uncached
-            a = onnxruntime.run(sim, names, {k: v for k, v in feeds.items() if sim_takes is None or k in sim_takes})
-            b = onnxruntime.run(run, names, {k: v for k, v in feeds.items() if takes is None or k in takes})
-            for i, t in enumerate(names):
-                accs[t].update(np.asarray(a[i]), np.asarray(b[i]))
-                a[i] = b[i] = None  # each pair let go once compared
-        return {t: accs[t].sqnr() for t in names}
+        return _departed(reference, proto, data, runtime, like, names, sim)
 
     def found_at(sqnr: dict[str, float], tensors) -> list[Departure]:
         out = [Departure(layers[t], t, sqnr[t], min((sqnr[u] for u in taps[t]), default=math.inf)) for t in tensors]
@@ -1056,7 +1063,7 @@ def departures(reference: _Reference, data, runtime: str, like, progress=None, b
         return [d for d in out if taps[d.tensor] and not math.isnan(d.drop_db) and d.drop_db > 0]
 
     first = next(iter(reference.feeds()), {})
-    sizes = openvino.output_bytes(with_fetched(fetched).SerializeToString(), first) if runtime == "openvino" else {}
+    sizes = openvino.output_bytes(_fetching(proto, fetched).SerializeToString(), first) if runtime == "openvino" else {}
     del first
     sqnr: dict[str, float] = {}
     for group in _groups(fetched, sizes, budget):
@@ -1067,7 +1074,7 @@ def departures(reference: _Reference, data, runtime: str, like, progress=None, b
     alone: dict[str, float] = {}  # each tensor fetched alone (fetched beside its producer's input it was zeros too)
     confirmed: list[Departure] = []
     wanted = list(dict.fromkeys(t for d in found[:CONFIRMED] for t in (d.tensor, *taps[d.tensor])))
-    sim = simulate.simulation(with_fetched(wanted)) if wanted else None  # one for all of them: its values are exact
+    sim = simulate.simulation(_fetching(proto, wanted)) if wanted else None  # one for all of them: its values are exact
     for d in found[:CONFIRMED]:
         for t in (d.tensor, *taps[d.tensor]):
             if t not in alone:

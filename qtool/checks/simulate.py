@@ -101,76 +101,84 @@ def sum_fused_clamps(model: onnx.ModelProto) -> set[str]:
     first input's, when it has one reader and the second input is quantized; else the second's; and only where every
     other reader of the other input comes before the Add (the sum is written in place over it). OpenVINO 2026.4
     (bench/openvino_quirks.py, case 1)."""
-    index = G.Index(model)
-    readers, producer, constants = index.readers, index.producer, index.constants
+    fusion = _SumFusion(model)
+    return {t for add in model.graph.node if (t := fusion.clamped(add)) is not None}
 
-    def single(t: str) -> bool:
-        return len(readers.get(t, [])) == 1 and t not in index.outputs
 
-    def swish_input(node: onnx.NodeProto) -> str | None:
+class _SumFusion:
+    """sum_fused_clamps' reading of one model's graph."""
+
+    def __init__(self, model: onnx.ModelProto):
+        index = G.Index(model)
+        self.readers, self.producer, self.constants, self.outputs = index.readers, index.producer, index.constants, index.outputs
+
+    def single(self, t: str) -> bool:
+        return len(self.readers.get(t, [])) == 1 and t not in self.outputs
+
+    def swish_input(self, node: onnx.NodeProto) -> str | None:
         """x where `node` is Mul(x, Sigmoid(x)) (a SiLU, one Swish post-op) and the Sigmoid has no other reader."""
         if node.op_type != "Mul" or len(node.input) != 2:
             return None
         for a, b in (node.input, node.input[::-1]):
-            sig = producer.get(b)
-            if sig is not None and sig.op_type == "Sigmoid" and sig.input[0] == a and single(b) and len(readers.get(a, [])) == 2:
+            sig = self.producer.get(b)
+            if sig is not None and sig.op_type == "Sigmoid" and sig.input[0] == a and self.single(b) and len(self.readers.get(a, [])) == 2:
                 return a
         return None
 
-    def branch(t: str) -> tuple[onnx.NodeProto | None, bool, bool]:
+    def branch(self, t: str) -> tuple[onnx.NodeProto | None, bool, bool]:
         """(the FakeQuantize ending the chain, whether an int8 Conv's chain writes `t`, whether all of it has one reader)."""
-        node, lone = producer.get(t), single(t)
+        node, lone = self.producer.get(t), self.single(t)
         while node is not None and node.op_type == "Identity" and lone:  # dropped by the ONNX frontend
-            lone, node = single(node.input[0]), producer.get(node.input[0])
+            lone, node = self.single(node.input[0]), self.producer.get(node.input[0])
         fq = None
         if node is not None and is_fake_quantize(node):
-            fq, lone, node = node, lone and single(node.input[0]), producer.get(node.input[0])
+            fq, lone, node = node, lone and self.single(node.input[0]), self.producer.get(node.input[0])
         while node is not None:
-            x = swish_input(node)
+            x = self.swish_input(node)
             if x is not None:
-                node = producer.get(x)
+                node = self.producer.get(x)
                 continue
-            if not (node.op_type in CONV_POST_OPS or (node.op_type in SCALE_SHIFT and len(node.input) == 2 and node.input[1] in constants)):
+            if not (node.op_type in CONV_POST_OPS or (node.op_type in SCALE_SHIFT and len(node.input) == 2 and node.input[1] in self.constants)):
                 break
-            lone = lone and single(node.input[0])
-            node = producer.get(node.input[0])
+            lone = lone and self.single(node.input[0])
+            node = self.producer.get(node.input[0])
         if node is None or node.op_type != "Conv" or node.domain not in ("", "ai.onnx"):
             return fq, False, lone
-        return fq, quantized(node.input[0]), lone
+        return fq, self.quantized(node.input[0]), lone
 
-    def quantized(t: str, depth: int = 0) -> bool:
+    def quantized(self, t: str, depth: int = 0) -> bool:
         """Whether `t` holds a FakeQuantize's codes, passed on by ops that move them (a Concat of such tensors too)."""
-        x = producer.get(t)
+        x = self.producer.get(t)
         if x is None or depth > 32:
             return False
         if is_fake_quantize(x):
             return True
         if x.op_type == "Concat":
-            return all(quantized(i, depth + 1) for i in x.input)
-        return x.op_type in U8_KEEPING and bool(x.input) and quantized(x.input[0], depth + 1)
+            return all(self.quantized(i, depth + 1) for i in x.input)
+        return x.op_type in U8_KEEPING and bool(x.input) and self.quantized(x.input[0], depth + 1)
 
-    def before(add: onnx.NodeProto) -> set[str]:
+    def before(self, add: onnx.NodeProto) -> set[str]:
         """The names of the nodes the Add depends on."""
         seen, stack = set(), list(add.input)
         while stack:
-            n = producer.get(stack.pop())
+            n = self.producer.get(stack.pop())
             if n is not None and n.name not in seen:
                 seen.add(n.name)
                 stack.extend(n.input)
         return seen
 
-    found: set[str] = set()
-    for add in model.graph.node:
+    def clamped(self, add: onnx.NodeProto) -> str | None:
+        """The output of the FakeQuantize the plugin clamps where `add` is fused as a sum, None where none is."""
         if add.op_type != "Add" or add.domain not in ("", "ai.onnx") or len(add.input) != 2 or \
-                any(t in constants or t not in producer for t in add.input):
-            continue
+                any(t in self.constants or t not in self.producer for t in add.input):
+            return None
         out = add.output[0]
-        if single(out) and readers[out][0][0].op_type in SUM_ACTIVATIONS:
-            out = readers[out][0][0].output[0]
-        if not (single(out) and is_fake_quantize(readers[out][0][0])):
-            continue  # the FakeQuantize after the sum not fused into the Convolution: the one before it rounds
-        (fq1, conv1, lone1), (fq2, conv2, lone2) = (branch(t) for t in add.input)
-        quantized1, quantized2 = (is_fake_quantize(producer[t]) for t in add.input)
+        if self.single(out) and self.readers[out][0][0].op_type in SUM_ACTIVATIONS:
+            out = self.readers[out][0][0].output[0]
+        if not (self.single(out) and is_fake_quantize(self.readers[out][0][0])):
+            return None  # the FakeQuantize after the sum not fused into the Convolution: the one before it rounds
+        (fq1, conv1, lone1), (fq2, conv2, lone2) = (self.branch(t) for t in add.input)
+        quantized1, quantized2 = (is_fake_quantize(self.producer[t]) for t in add.input)
         if conv1 and conv2:
             first = (quantized2 and lone1) if (quantized1 or quantized2) else True
             if not (lone1 if first else lone2):
@@ -178,16 +186,15 @@ def sum_fused_clamps(model: onnx.ModelProto) -> set[str]:
         elif conv1 or conv2:
             first = conv1
         else:
-            continue
+            return None
         fq, lone = (fq1, lone1) if first else (fq2, lone2)
         if fq is None or not lone:
-            continue
-        peer = producer[add.input[1 if first else 0]]
-        others = [r for o in peer.output for r, _ in readers.get(o, []) if r is not add]
-        if others and not {r.name for r in others} <= before(add):
-            continue
-        found.add(fq.output[0])
-    return found
+            return None
+        peer = self.producer[add.input[1 if first else 0]]
+        others = [r for o in peer.output for r, _ in self.readers.get(o, []) if r is not add]
+        if others and not {r.name for r in others} <= self.before(add):
+            return None
+        return fq.output[0]
 
 
 def _int8_lstm_grid(node: onnx.NodeProto, made: dict, inits: dict) -> tuple[float, float] | None:
