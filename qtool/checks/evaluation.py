@@ -1010,9 +1010,19 @@ def layer_taps(proto: onnx.ModelProto) -> dict[str, list[str]]:
 
 def _fetching(proto: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
     """A copy of `proto` with the tensors `names` also graph outputs."""
-    probed = onnx.ModelProto()
-    probed.CopyFrom(proto)
-    return simulate.with_outputs(probed, names)
+    return simulate.with_outputs(_copy(proto), names)
+
+
+def _copy(proto: onnx.ModelProto) -> onnx.ModelProto:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    return copy
+
+
+def _simulating(proto: onnx.ModelProto, names: list[str]):
+    """The simulation of `proto` fetching `names`, added once its FakeQuantize nodes are rewritten (an opset-9 file is
+    converted to opset 11 first, which a graph output of no shape would fail)."""
+    return simulate.simulation(_copy(proto), names)
 
 
 def _departed(reference, proto: onnx.ModelProto, data, runtime: str, like, names: list[str], sim=None) -> dict[str, float]:
@@ -1021,7 +1031,7 @@ def _departed(reference, proto: onnx.ModelProto, data, runtime: str, like, names
     alone; it computes the same values whatever it fetches), each pair compared as it comes (departures)."""
     probed = _fetching(proto, names)
     run = simulate.runtime(runtime, ModelFile(probed) if isinstance(data, ModelFile) else probed.SerializeToString(), like=like)
-    sim = sim or simulate.simulation(_fetching(proto, names))
+    sim = sim or _simulating(proto, names)
     accs = {t: _Noise() for t in names}
     takes, sim_takes = _inputs(run), _inputs(sim)
     for feeds in reference.feeds():  # not the FP32 outputs: each pass ran the FP32 model again where uncached
@@ -1074,7 +1084,7 @@ def departures(reference: _Reference, data, runtime: str, like, progress=None, b
     alone: dict[str, float] = {}  # each tensor fetched alone (fetched beside its producer's input it was zeros too)
     confirmed: list[Departure] = []
     wanted = list(dict.fromkeys(t for d in found[:CONFIRMED] for t in (d.tensor, *taps[d.tensor])))
-    sim = simulate.simulation(_fetching(proto, wanted)) if wanted else None  # one for all of them: its values are exact
+    sim = _simulating(proto, wanted) if wanted else None  # one for all of them: its values are exact
     for d in found[:CONFIRMED]:
         for t in (d.tensor, *taps[d.tensor]):
             if t not in alone:
