@@ -22,6 +22,7 @@ from runcli import invoke, ok
 from qtool.checks import evaluation as ev
 from qtool.checks import simulate
 from qtool.quantizers import cpu_kinds
+from qtool.runtime import openvino as openvino_runtime
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_models" / "digits_cnn.onnx"
@@ -238,3 +239,60 @@ def test_a_runtime_that_cannot_run_the_fp32_model_still_scores_the_file(digits, 
     assert rt["fp32_sqnr_db"] is None and rt["vs_own_fp32_sqnr_db"] is None and math.isfinite(rt["sqnr_db"]), rt
     [w] = [w for w in e["warnings"] if "could not run the FP32 model" in w]
     assert "its own floor is not reported" in w and "refused here" in w
+
+
+def test_departures_fetch_in_passes_of_bounded_bytes_and_name_the_same_layers(digits, monkeypatch):
+    """The quantized layers' outputs are fetched in passes of at most `budget` bytes per run (their sizes by OpenVINO's
+    shape inference), not all at once (a 1024x1024 detector's held 8.5 GB): the layers named and their figures are
+    those of one pass."""
+    module("openvino")
+    data = digits["file"].read_bytes()
+    one = ev.departures(_reference(digits["x"], ["logits"]), data, "openvino", None, budget=1 << 40)
+    taps = list(ev.layer_taps(onnx.load_model_from_string(data)))
+    probed = simulate.with_outputs(onnx.load_model_from_string(data), taps)
+    sizes = openvino_runtime.output_bytes(probed.SerializeToString(), {"input": digits["x"][:32]})
+    assert set(taps) <= set(sizes) and all(v > 0 for v in sizes.values())
+    budget = max(sizes[t] for t in taps)  # the largest alone: several passes
+    seen = []
+    real = ev._groups
+    monkeypatch.setattr(ev, "_groups", lambda *a: seen.append(real(*a)) or seen[-1])
+    many = ev.departures(_reference(digits["x"], ["logits"]), data, "openvino", None, budget=budget)
+    [groups] = seen
+    assert len(groups) > 1 and sum(groups, []) == taps
+    assert all(sum(sizes[t] for t in g) <= budget for g in groups)
+    assert [(d.layer, round(d.sqnr_db, 6), round(d.upstream_db, 6)) for d in many] == \
+        [(d.layer, round(d.sqnr_db, 6), round(d.upstream_db, 6)) for d in one]
+
+
+def test_departures_sums_are_evaluates():
+    """departures' streamed float64 sums (_Noise) give evaluate's SQNR (_Acc), non-finite values as it treats them."""
+    rng = np.random.default_rng(0)
+    ref = rng.normal(size=(3, 700_000)).astype(np.float32)  # more than one block
+    out = ref + rng.normal(scale=0.01, size=ref.shape).astype(np.float32)
+    ref[0, :5] = np.nan
+    for o in (out, np.where(np.arange(out.size).reshape(out.shape) == 7, np.inf, out).astype(np.float32)):
+        acc, noise = ev._Acc(), ev._Noise()
+        acc.update(ref, o)
+        noise.update(ref, o)
+        assert noise.sqnr() == pytest.approx(acc.sqnr(), abs=1e-9) or noise.sqnr() == acc.sqnr() == -math.inf
+
+
+def test_departures_run_on_an_opset_9_file():
+    """The simulation converts an opset-9 file to opset 11 (Round) before the tensors departures fetches are added as
+    outputs (a graph output of no shape fails the conversion: lore_detect's file, "Field 'shape' of 'type' is
+    required")."""
+    module("openvino")
+    from test_simulate import sum_block
+
+    m = sum_block()
+    m.graph.output[0].CopyFrom(onnx.helper.make_tensor_value_info("out", onnx.TensorProto.FLOAT, [1, 16, 24, 24]))
+    del m.opset_import[:]
+    m.opset_import.extend([onnx.helper.make_opsetid("", 9), onnx.helper.make_opsetid("org.openvinotoolkit", 1)])
+    rng = np.random.default_rng(5)
+
+    class Feeds:
+        def feeds(self):
+            yield {"x": rng.uniform(0, 1, (1, 16, 24, 24)).astype(np.float32), "y": rng.normal(0, 0.4, (1, 16, 24, 24)).astype(np.float32)}
+
+    found = ev.departures(Feeds(), m.SerializeToString(), "openvino", None)  # before: a QtoolError on the conversion
+    assert all(d.tensor in ("sum", "biased") and math.isfinite(d.sqnr_db) for d in found), found

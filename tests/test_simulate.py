@@ -177,3 +177,61 @@ def test_evaluate_reports_the_simulation_and_the_runtime(chain):
     assert result.target == "openvino" and result.runtime.name == "openvino" and result.runtime.vnni == cpu_kinds.vnni()
     assert abs(result.worst_sqnr_db - result.runtime.worst_sqnr_db) < 0.05
     assert not any("dB, the exact simulation" in w for w in result.warnings)
+
+
+# ---------------------------------------------------------------- a FakeQuantize OpenVINO applies as a clamp
+
+
+def sum_block(after_sum: bool = True, two_convs: bool = False) -> onnx.ModelProto:
+    """x -> FakeQuantize -> int8 Conv -> bias Add -> FakeQuantize m -> Add with y's FakeQuantize (or, `two_convs`, with
+    a second int8 Conv's FakeQuantize m2) [-> FakeQuantize]: the residual block of a ResNet, DLA or PP-LCNet
+    (bench/openvino_quirks.py, case 1). The grids clip the Conv's tails, so a clamp and a rounding differ."""
+    rng = np.random.default_rng(3)
+    c = 16
+    arrays = {"w8": rng.integers(-63, 64, (c, c, 3, 3)).astype(np.int8), "v8": rng.integers(-63, 64, (c, c, 3, 3)).astype(np.int8),
+              "ws": np.full((c, 1, 1, 1), 0.004, np.float32), "b": rng.normal(0, 0.1, (1, c, 1, 1)).astype(np.float32),
+              "lo_x": np.float32(0), "hi_x": np.float32(1), "lo": np.float32(-1.5 * 128 / 127), "hi": np.float32(1.5),
+              "lo_y": np.float32(-1 * 128 / 127), "hi_y": np.float32(1), "lo_o": np.float32(-2.5 * 128 / 127), "hi_o": np.float32(2.5)}
+
+    def fq(x, lo, hi, out):
+        return helper.make_node("FakeQuantize", [x, lo, hi, lo, hi], [out], name=f"{out}/fq", domain=DOMAIN, levels=256)
+
+    nodes = [helper.make_node("Cast", ["w8"], ["wf"], to=TensorProto.FLOAT), helper.make_node("Mul", ["wf", "ws"], ["w"]),
+             fq("x", "lo_x", "hi_x", "xq"), helper.make_node("Conv", ["xq", "w"], ["conv"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["conv", "b"], ["biased"]), fq("biased", "lo", "hi", "m")]
+    if two_convs:  # the second Conv reads y
+        nodes += [helper.make_node("Cast", ["v8"], ["vf"], to=TensorProto.FLOAT), helper.make_node("Mul", ["vf", "ws"], ["v"]),
+                  fq("y", "lo_x", "hi_x", "yq"), helper.make_node("Conv", ["yq", "v"], ["conv2"], pads=[1, 1, 1, 1]),
+                  fq("conv2", "lo", "hi", "m2"), helper.make_node("Add", ["m", "m2"], ["sum" if after_sum else "out"])]
+    else:
+        nodes += [fq("y", "lo_y", "hi_y", "yq"), helper.make_node("Add", ["yq", "m"], ["sum" if after_sum else "out"])]
+    if after_sum:
+        nodes.append(fq("sum", "lo_o", "hi_o", "out"))
+    g = helper.make_graph(nodes, "block", [helper.make_tensor_value_info(k, TensorProto.FLOAT, [1, c, 24, 24]) for k in ("x", "y")],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(v, k) for k, v in arrays.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid(DOMAIN, 1)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("after_sum, two_convs, clamped", [(True, False, {"m"}), (False, False, set()), (True, True, {"m"})])
+def test_a_fakequantize_openvino_fuses_before_a_sum_is_simulated_as_its_clamp(after_sum, two_convs, clamped):
+    """OpenVINO 2026.4's CPU plugin fuses the residual Add into the int8 Conv as a sum post-op and, with the
+    FakeQuantize after the Add fused too, applies the FakeQuantize between them as a clamp without rounding: the
+    simulation computes that one so and matches the run (the file as written: 43 dB from it); without the
+    FakeQuantize after the Add it rounds, and so does the simulation. Of two Convs meeting at the Add, the first
+    input's is fused (its FakeQuantize clamped), the second's rounds."""
+    ov = module("openvino")
+    m = sum_block(after_sum, two_convs)
+    assert simulate.sum_fused_clamps(m) == clamped
+    rng = np.random.default_rng(4)
+    feeds = {"x": rng.uniform(0, 1, (1, 16, 24, 24)).astype(np.float32),
+             "y": (rng.uniform(0, 1, (1, 16, 24, 24)) if two_convs else rng.normal(0, 0.4, (1, 16, 24, 24))).astype(np.float32)}
+    core = ov.Core()
+    real = core.compile_model(core.read_model(m.SerializeToString(), b""), "CPU", cpu_kinds.PINNED_F32)(feeds)[0]
+    sim = simulate.simulation(m.SerializeToString()).run(["out"], feeds)[0]
+    written = simulate.simulation(m.SerializeToString(), as_openvino=False).run(["out"], feeds)[0]
+    assert _sqnr(sim, real) > 100, _sqnr(sim, real)
+    if clamped:
+        assert _sqnr(written, real) < 60  # the rounding is really dropped: the file as written is another number

@@ -50,7 +50,7 @@ from ..model.writer import ModelFile
 from ..options import DEFAULT_TARGET, ExportOptions, method
 from ..quantizers import cpu_kinds, placement
 from ..quantizers import patterns as P
-from ..runtime import onnxruntime
+from ..runtime import onnxruntime, openvino
 from ..targets import TARGETS, branches, exporter
 from . import simulate
 
@@ -927,6 +927,56 @@ def _compare_runtime(reference: _Reference, run, base, names: list[str]) -> tupl
 
 DEPARTURES = 3  # layers a runtime's warning names
 CONFIRMED = DEPARTURES + 2  # candidates measured again, it and its quantized inputs each fetched alone (departures)
+DEPARTURE_BYTES = 256 << 20  # quantized layers' outputs fetched per run in one pass of departures (more: more passes)
+
+
+class _Noise:
+    """Float64 sums of ref^2 and (ref - out)^2 of one tensor over the runs, streamed a block at a time (no
+    full-size float64 copy): departures' measure. Values where ref is not finite are skipped; a non-finite out
+    where ref is finite makes it -inf; a run of another shape is not compared (as _Acc)."""
+
+    BLOCK = 1 << 20
+
+    def __init__(self):
+        self.signal = self.noise = 0.0
+        self.broken = 0
+
+    def update(self, ref: np.ndarray, out: np.ndarray) -> None:
+        if ref.shape != out.shape:
+            return
+        r, o = ref.reshape(-1), out.reshape(-1)
+        for i in range(0, r.size, self.BLOCK):
+            a, b = r[i:i + self.BLOCK].astype(np.float64), o[i:i + self.BLOCK].astype(np.float64)
+            finite = np.isfinite(a)
+            if not finite.all():
+                a, b = a[finite], b[finite]
+            ok = np.isfinite(b)
+            if not ok.all():
+                self.broken += int((~ok).sum())
+                a, b = a[ok], b[ok]
+            d = a - b
+            with np.errstate(over="ignore", invalid="ignore"):
+                self.signal += float(np.dot(a, a))
+                self.noise += float(np.dot(d, d))
+
+    def sqnr(self) -> float:
+        return -math.inf if self.broken else sqnr_db(self.signal, self.noise)
+
+
+def _groups(tensors: list[str], sizes: dict[str, int], budget: int) -> list[list[str]]:
+    """`tensors` in graph order, cut into runs of consecutive ones whose sizes (bytes per run) sum to at most
+    `budget` (one alone where it is larger); all in one where a size is unknown."""
+    if any(t not in sizes for t in tensors):
+        return [tensors]
+    groups: list[list[str]] = [[]]
+    held = 0
+    for t in tensors:
+        if groups[-1] and held + sizes[t] > budget:
+            groups.append([])
+            held = 0
+        groups[-1].append(t)
+        held += sizes[t]
+    return groups
 
 
 def layer_taps(proto: onnx.ModelProto) -> dict[str, list[str]]:
@@ -958,11 +1008,48 @@ def layer_taps(proto: onnx.ModelProto) -> dict[str, list[str]]:
     return found
 
 
-def departures(reference: _Reference, data, runtime: str, like, progress=None) -> list[Departure]:
-    """Where the runtime's run of the file leaves its exact arithmetic: one more pass of both with
-    every quantized layer's output fetched (layer_taps), the runtime's against the simulation's
-    at each; the DEPARTURES layers whose output is furthest below their quantized inputs'
-    (Departure.drop_db), worst first. Fetching an intermediate tensor can change the runtime's
+def _fetching(proto: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
+    """A copy of `proto` with the tensors `names` also graph outputs."""
+    return simulate.with_outputs(_copy(proto), names)
+
+
+def _copy(proto: onnx.ModelProto) -> onnx.ModelProto:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    return copy
+
+
+def _simulating(proto: onnx.ModelProto, names: list[str]):
+    """The simulation of `proto` fetching `names`, added once its FakeQuantize nodes are rewritten (an opset-9 file is
+    converted to opset 11 first, which a graph output of no shape would fail)."""
+    return simulate.simulation(_copy(proto), names)
+
+
+def _departed(reference, proto: onnx.ModelProto, data, runtime: str, like, names: list[str], sim=None) -> dict[str, float]:
+    """The runtime's run of the file `proto` (`data` as given: bytes or a ModelFile) against its simulation at the
+    tensors `names`, the runtime's model fetching those alone (the simulation: `sim`, else one fetching those
+    alone; it computes the same values whatever it fetches), each pair compared as it comes (departures)."""
+    probed = _fetching(proto, names)
+    run = simulate.runtime(runtime, ModelFile(probed) if isinstance(data, ModelFile) else probed.SerializeToString(), like=like)
+    sim = sim or _simulating(proto, names)
+    accs = {t: _Noise() for t in names}
+    takes, sim_takes = _inputs(run), _inputs(sim)
+    for feeds in reference.feeds():  # not the FP32 outputs: each pass ran the FP32 model again where uncached
+        a = onnxruntime.run(sim, names, {k: v for k, v in feeds.items() if sim_takes is None or k in sim_takes})
+        b = onnxruntime.run(run, names, {k: v for k, v in feeds.items() if takes is None or k in takes})
+        for i, t in enumerate(names):
+            accs[t].update(np.asarray(a[i]), np.asarray(b[i]))
+            a[i] = b[i] = None  # each pair let go once compared
+    return {t: accs[t].sqnr() for t in names}
+
+
+def departures(reference: _Reference, data, runtime: str, like, progress=None, budget: int = DEPARTURE_BYTES) -> list[Departure]:
+    """Where the runtime's run of the file leaves its exact arithmetic: both run again with every quantized
+    layer's output fetched (layer_taps), the runtime's against the simulation's at each; the DEPARTURES layers whose
+    output is furthest below their quantized inputs' (Departure.drop_db), worst first. Those outputs are fetched
+    in passes of at most `budget` bytes per run (their sizes by OpenVINO's shape inference at the first run's
+    shapes; one pass where it cannot tell), each compared as it comes (float64 sums, streamed): the memory a pass
+    holds is bounded, not the sum of every layer's output. Fetching an intermediate tensor can change the runtime's
     fusions, so these are where it departs, not by how much the unfetched run does; and fetching
     many can give a tensor's buffer as something else wrote it (OpenVINO 2026.4 returned zeros for
     ppocrv6_tiny_det's two GlobalAveragePool outputs fetched beside 130 others, their values fetched
@@ -976,46 +1063,37 @@ def departures(reference: _Reference, data, runtime: str, like, progress=None) -
     fetched = list(taps)
     index = G.Index(proto)
     layers = {t: _layer_of(index, t) for t in fetched}
-    sim_proto = onnx.ModelProto()
-    sim_proto.CopyFrom(proto)
-    sim = simulate.simulation(sim_proto, fetched)
 
-    def measured(names: list[str]) -> dict[str, float]:
-        """runtime vs simulation at `names`, the runtime's model fetching those alone."""
-        probed = onnx.ModelProto()
-        probed.CopyFrom(proto)
-        simulate.with_outputs(probed, names)
-        run = simulate.runtime(runtime, ModelFile(probed) if isinstance(data, ModelFile) else probed.SerializeToString(), like=like)
-        accs = {t: _Acc() for t in names}
-        takes, sim_takes = _inputs(run), _inputs(sim)
-        for feeds in reference.feeds():  # not the FP32 outputs: each pass ran the FP32 model again where uncached
-            a = onnxruntime.run(sim, names, {k: v for k, v in feeds.items() if sim_takes is None or k in sim_takes})
-            b = onnxruntime.run(run, names, {k: v for k, v in feeds.items() if takes is None or k in takes})
-            for t, x, y in zip(names, a, b):
-                accs[t].update(np.asarray(x), np.asarray(y))
-        return {t: accs[t].sqnr() for t in names}
+    def measured(names: list[str], sim=None) -> dict[str, float]:
+        return _departed(reference, proto, data, runtime, like, names, sim)
 
     def found_at(sqnr: dict[str, float], tensors) -> list[Departure]:
         out = [Departure(layers[t], t, sqnr[t], min((sqnr[u] for u in taps[t]), default=math.inf)) for t in tensors]
         # a tap with no quantized tensor upstream is reached through float layers alone: not an int8 layer's departure
         return [d for d in out if taps[d.tensor] and not math.isnan(d.drop_db) and d.drop_db > 0]
 
-    found = sorted(found_at(measured(fetched), fetched), key=lambda d: -d.drop_db)
+    first = next(iter(reference.feeds()), {})
+    sizes = openvino.output_bytes(_fetching(proto, fetched).SerializeToString(), first) if runtime == "openvino" else {}
+    del first
+    sqnr: dict[str, float] = {}
+    for group in _groups(fetched, sizes, budget):
+        sqnr.update(measured(group))
+    found = sorted(found_at(sqnr, fetched), key=lambda d: -d.drop_db)
     if progress is not None:
         progress.update(1)
     alone: dict[str, float] = {}  # each tensor fetched alone (fetched beside its producer's input it was zeros too)
     confirmed: list[Departure] = []
+    wanted = list(dict.fromkeys(t for d in found[:CONFIRMED] for t in (d.tensor, *taps[d.tensor])))
+    sim = _simulating(proto, wanted) if wanted else None  # one for all of them: its values are exact
     for d in found[:CONFIRMED]:
         for t in (d.tensor, *taps[d.tensor]):
             if t not in alone:
-                alone.update(measured([t]))
+                alone.update(measured([t], sim))
         confirmed += found_at(alone, [d.tensor])
         if len(confirmed) == DEPARTURES:
             break
     confirmed.sort(key=lambda d: -d.drop_db)
     return confirmed
-
-
 
 
 def _layer_of(index, tensor: str) -> str:

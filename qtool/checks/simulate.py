@@ -14,7 +14,10 @@ runs in int8 (its X from a FakeQuantize, W and R int8 constants times a scale: t
 plugin's ConvertFqRnnToQuantizedRnn, qtool.quantizers.placement.recurrent) requantizes its hidden state at
 every step onto X's output grid, which no node of the file states: the simulation computes it as a Scan
 over the time steps per direction, the hidden state rounded onto that grid after each (and before the
-first), as Y and Y_h carry it. A real runtime
+first), as Y and Y_h carry it. Where OpenVINO's CPU plugin fuses a residual Add into the int8 Convolution that
+writes one of its inputs (a "sum" post-op) and the FakeQuantize after the Add too, the FakeQuantize between that
+Convolution and the Add applies as a clamp without rounding (bench/openvino_quirks.py, case 1): the simulation
+computes that one so (sum_fused_clamps). A real runtime
 (OpenVINO on "CPU" in f32 precision, onnxruntime with its default optimizations) runs int8 kernels
 that on x86 CPUs without VNNI can saturate (qtool.quantizers.cpu_kinds).
 """
@@ -48,8 +51,10 @@ def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
     return types
 
 
-def _float_ops(model: onnx.ModelProto, namer: G.Namer, node: onnx.NodeProto, elem_type: int) -> list[onnx.NodeProto]:
-    """The nodes computing `node` (a FakeQuantize) with OpenVINO's formula; the last one writes its output."""
+def _float_ops(model: onnx.ModelProto, namer: G.Namer, node: onnx.NodeProto, elem_type: int,
+               rounded: bool = True) -> list[onnx.NodeProto]:
+    """The nodes computing `node` (a FakeQuantize) with OpenVINO's formula; the last one writes its output.
+    Not `rounded`: the same without the rounding onto the levels (a clamp where the ranges are equal)."""
     levels = G.attr(node, "levels")
     if levels is None or levels < 2:
         raise QtoolError(f"FakeQuantize {node.name!r} has no levels >= 2")
@@ -67,7 +72,7 @@ def _float_ops(model: onnx.ModelProto, namer: G.Namer, node: onnx.NodeProto, ele
     steps = namer.fresh(f"{base}/sim_levels")
     model.graph.initializer.append(numpy_helper.from_array(np.asarray(levels - 1, dtype=np.float32), steps))
     t = op("Mul", op("Div", op("Sub", x, il), op("Sub", ih, il)), steps)
-    q = op("Add", op("Mul", op("Div", op("Round", t), steps), op("Sub", oh, ol)), ol)
+    q = op("Add", op("Mul", op("Div", op("Round", t) if rounded else t, steps), op("Sub", oh, ol)), ol)
     lo = op("Min", il, ih)
     below = op("Or", op("Less", x, lo), op("Equal", x, lo))
     y = op("Where", below, ol, op("Where", op("Greater", x, op("Max", il, ih)), oh, q))
@@ -75,6 +80,121 @@ def _float_ops(model: onnx.ModelProto, namer: G.Namer, node: onnx.NodeProto, ele
         y = op("Cast", y, to=elem_type)
     nodes[-1].output[0] = base
     return nodes
+
+
+# ops OpenVINO's CPU plugin fuses into the Convolution before them as post-ops (FuseConvolutionAndSimpleOperation), as
+# ONNX spells them: activations, and a per-channel scale or shift (a bias, a folded BatchNorm) when the other input is
+# a constant
+CONV_POST_OPS = frozenset({"Relu", "Clip", "LeakyRelu", "Elu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Abs", "Exp"})
+SCALE_SHIFT = frozenset({"Add", "Sub", "Mul", "Div"})
+SUM_ACTIVATIONS = frozenset({"Relu", "Clip", "LeakyRelu", "Elu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish"})
+U8_KEEPING = G.MOVES | {"MaxPool", "Pad", "DepthToSpace", "SpaceToDepth", "Split", "Slice"}  # u8 codes passed on as they are
+
+
+def sum_fused_clamps(model: onnx.ModelProto) -> set[str]:
+    """The FakeQuantize nodes (their outputs) OpenVINO's CPU plugin applies as a clamp, without rounding: each between an
+    int8 Conv (its input from a FakeQuantize) and a residual Add, the Conv's chain (it, its post-ops, the
+    FakeQuantize) read by that Add alone, where the plugin fuses the Add into that Conv as a sum post-op and the
+    FakeQuantize after the Add (or after one activation after it) into it too: a post-op FakeQuantize before a sum
+    with a quantized output. The Conv, of two that write an Add's inputs, as openvinotoolkit/openvino
+    src/plugins/intel_cpu/src/graph_optimizer.cpp, FuseConvolutionSumAndConvolutionSumActivation, picks it: the
+    first input's, when it has one reader and the second input is quantized; else the second's; and only where every
+    other reader of the other input comes before the Add (the sum is written in place over it). OpenVINO 2026.4
+    (bench/openvino_quirks.py, case 1)."""
+    fusion = _SumFusion(model)
+    return {t for add in model.graph.node if (t := fusion.clamped(add)) is not None}
+
+
+class _SumFusion:
+    """sum_fused_clamps' reading of one model's graph."""
+
+    def __init__(self, model: onnx.ModelProto):
+        index = G.Index(model)
+        self.readers, self.producer, self.constants, self.outputs = index.readers, index.producer, index.constants, index.outputs
+
+    def single(self, t: str) -> bool:
+        return len(self.readers.get(t, [])) == 1 and t not in self.outputs
+
+    def swish_input(self, node: onnx.NodeProto) -> str | None:
+        """x where `node` is Mul(x, Sigmoid(x)) (a SiLU, one Swish post-op) and the Sigmoid has no other reader."""
+        if node.op_type != "Mul" or len(node.input) != 2:
+            return None
+        for a, b in (node.input, node.input[::-1]):
+            sig = self.producer.get(b)
+            if sig is not None and sig.op_type == "Sigmoid" and sig.input[0] == a and self.single(b) and len(self.readers.get(a, [])) == 2:
+                return a
+        return None
+
+    def branch(self, t: str) -> tuple[onnx.NodeProto | None, bool, bool]:
+        """(the FakeQuantize ending the chain, whether an int8 Conv's chain writes `t`, whether all of it has one reader)."""
+        node, lone = self.producer.get(t), self.single(t)
+        while node is not None and node.op_type == "Identity" and lone:  # dropped by the ONNX frontend
+            lone, node = self.single(node.input[0]), self.producer.get(node.input[0])
+        fq = None
+        if node is not None and is_fake_quantize(node):
+            fq, lone, node = node, lone and self.single(node.input[0]), self.producer.get(node.input[0])
+        while node is not None:
+            x = self.swish_input(node)
+            if x is not None:
+                node = self.producer.get(x)
+                continue
+            if not (node.op_type in CONV_POST_OPS or (node.op_type in SCALE_SHIFT and len(node.input) == 2 and node.input[1] in self.constants)):
+                break
+            lone = lone and self.single(node.input[0])
+            node = self.producer.get(node.input[0])
+        if node is None or node.op_type != "Conv" or node.domain not in ("", "ai.onnx"):
+            return fq, False, lone
+        return fq, self.quantized(node.input[0]), lone
+
+    def quantized(self, t: str, depth: int = 0) -> bool:
+        """Whether `t` holds a FakeQuantize's codes, passed on by ops that move them (a Concat of such tensors too)."""
+        x = self.producer.get(t)
+        if x is None or depth > 32:
+            return False
+        if is_fake_quantize(x):
+            return True
+        if x.op_type == "Concat":
+            return all(self.quantized(i, depth + 1) for i in x.input)
+        return x.op_type in U8_KEEPING and bool(x.input) and self.quantized(x.input[0], depth + 1)
+
+    def before(self, add: onnx.NodeProto) -> set[str]:
+        """The names of the nodes the Add depends on."""
+        seen, stack = set(), list(add.input)
+        while stack:
+            n = self.producer.get(stack.pop())
+            if n is not None and n.name not in seen:
+                seen.add(n.name)
+                stack.extend(n.input)
+        return seen
+
+    def clamped(self, add: onnx.NodeProto) -> str | None:
+        """The output of the FakeQuantize the plugin clamps where `add` is fused as a sum, None where none is."""
+        if add.op_type != "Add" or add.domain not in ("", "ai.onnx") or len(add.input) != 2 or \
+                any(t in self.constants or t not in self.producer for t in add.input):
+            return None
+        out = add.output[0]
+        if self.single(out) and self.readers[out][0][0].op_type in SUM_ACTIVATIONS:
+            out = self.readers[out][0][0].output[0]
+        if not (self.single(out) and is_fake_quantize(self.readers[out][0][0])):
+            return None  # the FakeQuantize after the sum not fused into the Convolution: the one before it rounds
+        (fq1, conv1, lone1), (fq2, conv2, lone2) = (self.branch(t) for t in add.input)
+        quantized1, quantized2 = (is_fake_quantize(self.producer[t]) for t in add.input)
+        if conv1 and conv2:
+            first = (quantized2 and lone1) if (quantized1 or quantized2) else True
+            if not (lone1 if first else lone2):
+                first = not first
+        elif conv1 or conv2:
+            first = conv1
+        else:
+            return None
+        fq, lone = (fq1, lone1) if first else (fq2, lone2)
+        if fq is None or not lone:
+            return None
+        peer = self.producer[add.input[1 if first else 0]]
+        others = [r for o in peer.output for r, _ in self.readers.get(o, []) if r is not add]
+        if others and not {r.name for r in others} <= self.before(add):
+            return None
+        return fq.output[0]
 
 
 def _int8_lstm_grid(node: onnx.NodeProto, made: dict, inits: dict) -> tuple[float, float] | None:
@@ -200,15 +320,16 @@ def _lstm_as_scans(model: onnx.ModelProto, namer: G.Namer, node: onnx.NodeProto,
     return e.nodes
 
 
-def fake_quantize_as_float_ops(model: onnx.ModelProto) -> onnx.ModelProto:
+def fake_quantize_as_float_ops(model: onnx.ModelProto, as_openvino: bool = True) -> onnx.ModelProto:
     """The model with every FakeQuantize replaced, in place, by float ONNX ops computing OpenVINO's
     formula, those inside If branches too (their constants added to the main graph, which every branch
-    reads); a model below opset 11 is converted first, into a new model: Round needs 11."""
+    reads); a model below opset 11 is converted first, into a new model: Round needs 11. `as_openvino`: those
+    OpenVINO's CPU plugin applies as a clamp (sum_fused_clamps) without rounding; else each as the file writes it."""
     if not any(is_fake_quantize(n) for n in G.all_nodes(model.graph)):
         return model
     if G.default_opset(model) < ROUND_OPSET:
         model, _ = upgrade_opset(model, ROUND_OPSET, why="FakeQuantize as float ops (Round)")
-    _as_float_ops(model, model.graph, G.Namer(model), _elem_types(model), {}, {})
+    _as_float_ops(model, model.graph, G.Namer(model), _elem_types(model), {}, {}, sum_fused_clamps(model) if as_openvino else set())
     if not any(n.domain == DOMAIN for n in G.all_nodes(model.graph)):
         kept = [o for o in model.opset_import if o.domain != DOMAIN]
         del model.opset_import[:]
@@ -216,9 +337,11 @@ def fake_quantize_as_float_ops(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def _as_float_ops(model: onnx.ModelProto, graph: onnx.GraphProto, namer: G.Namer, types: dict[str, int], made: dict, inits: dict) -> None:
+def _as_float_ops(model: onnx.ModelProto, graph: onnx.GraphProto, namer: G.Namer, types: dict[str, int], made: dict, inits: dict,
+                  clamps: set[str] = frozenset()) -> None:
     """fake_quantize_as_float_ops on `graph` (the main graph or a subgraph of it; `made`, `inits`: the producers
-    and initializers of the scopes around it) and its subgraphs."""
+    and initializers of the scopes around it) and its subgraphs; the FakeQuantize nodes writing `clamps` (of the
+    main graph: sum_fused_clamps) without rounding."""
     made = {**made, **G.producers(graph)}
     inits = {**inits, **{t.name: t for t in graph.initializer}}
     if graph is not model.graph:
@@ -231,7 +354,7 @@ def _as_float_ops(model: onnx.ModelProto, graph: onnx.GraphProto, namer: G.Namer
         grid = _int8_lstm_grid(n, made, inits)
         if is_fake_quantize(n):
             elem_type = next((types[r] for r in n.input[1:] if r in types), types.get(n.input[0], TensorProto.FLOAT))
-            nodes += _float_ops(model, namer, n, elem_type)
+            nodes += _float_ops(model, namer, n, elem_type, rounded=n.output[0] not in clamps)
         elif grid is not None:
             nodes += _lstm_as_scans(model, namer, n, grid, made, inits)
         else:
@@ -252,16 +375,17 @@ def with_outputs(model: onnx.ModelProto, tensors: list[str]) -> onnx.ModelProto:
     return model
 
 
-def simulation(model: onnx.ModelProto | bytes, outputs: list[str] = ()):
+def simulation(model: onnx.ModelProto | bytes, outputs: list[str] = (), as_openvino: bool = True):
     """An onnxruntime session computing the file's arithmetic exactly, on any CPU: FakeQuantize as
     float ops, no graph optimization (Q/DQ stay float ops). A ModelProto given is rewritten in place.
-    `outputs`: tensors to fetch beside the graph's outputs (added once the FakeQuantize nodes are rewritten)."""
+    `outputs`: tensors to fetch beside the graph's outputs (added once the FakeQuantize nodes are rewritten);
+    `as_openvino`: as fake_quantize_as_float_ops."""
     if isinstance(model, ModelFile):  # a big model's export: its graph, the weights where they are
         proto = onnx.ModelProto()
         proto.CopyFrom(model.model)
     else:
         proto = onnx.load_model_from_string(model) if isinstance(model, bytes) else model
-    proto = with_outputs(fake_quantize_as_float_ops(proto), list(outputs))
+    proto = with_outputs(fake_quantize_as_float_ops(proto, as_openvino), list(outputs))
     return onnxruntime.session(proto, optimization="none")  # ORT_DISABLE_ALL: the graph run as it is
 
 

@@ -121,3 +121,25 @@ class Session:
             raise QtoolError(f"OpenVINO failed on inputs of shape {shapes}: {reason(e)}") from None
         ports = compiled.outputs if names is None else [compiled.output(n) for n in names]
         return [np.array(result[p]) for p in ports]
+
+
+def output_bytes(data: bytes, feeds: dict) -> dict[str, int]:
+    """The size in bytes of each output of the model `data` at the inputs' shapes of `feeds`, by OpenVINO's shape
+    inference (the model read and reshaped, not compiled); {} where it cannot tell (an output left of dynamic shape
+    is not in it)."""
+    ov = package()
+    try:
+        model = ov.Core().read_model(data, b"")
+        shapes = {port.get_any_name(): list(np.shape(feeds[n])) for port in model.inputs
+                  for n in port.get_names() if n in feeds}
+        if shapes:
+            model.reshape(shapes)
+        out = {}
+        for port in model.outputs:
+            shape = port.get_partial_shape()
+            if shape.is_static:
+                size = int(np.prod([d.get_length() for d in shape], dtype=np.int64)) * port.get_element_type().size
+                out.update(dict.fromkeys(port.get_names(), size))
+        return out
+    except Exception:
+        return {}
