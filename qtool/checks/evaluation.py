@@ -135,6 +135,20 @@ def format_db(value: float) -> str:
     return f"{value:.2f}"
 
 
+def _finite_pairs(r: np.ndarray, o: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """(r, o, skipped, broken): the pairs compared, where the reference `r` is finite (the others skipped) and the
+    output `o` too (the others broken: the quantized model lost a finite value)."""
+    finite = np.isfinite(r)
+    skipped = int((~finite).sum())
+    if skipped:
+        r, o = r[finite], o[finite]
+    ok = np.isfinite(o)
+    broken = int((~ok).sum())
+    if broken:
+        r, o = r[ok], o[ok]
+    return r, o, skipped, broken
+
+
 class _Acc:
     """Float64 running sums comparing one output of the quantized model with FP32; with
     per_sample, also each sample's sum of ref^2 and of (ref - q)^2 for `gap_interval` (`rows`: None
@@ -164,15 +178,10 @@ class _Acc:
         self.samples += ref.shape[0] if ref.ndim else 1
         self.elements += r.size
         self.classes = self.classes and looks_like_class_scores(ref.shape)
-        finite = np.isfinite(r)
-        all_finite = bool(finite.all())
-        if not all_finite:
-            self.skipped += int((~finite).sum())
-            r, o = r[finite], o[finite]
-        ok = np.isfinite(o)
-        if not ok.all():
-            self.broken += int((~ok).sum())
-            r, o = r[ok], o[ok]
+        r, o, skipped, broken = _finite_pairs(r, o)
+        all_finite = not skipped
+        self.skipped += skipped
+        self.broken += broken
         diff = r - o
         with np.errstate(over="ignore", invalid="ignore"):
             self.signal += float(np.dot(r, r))
@@ -946,14 +955,8 @@ class _Noise:
             return
         r, o = ref.reshape(-1), out.reshape(-1)
         for i in range(0, r.size, self.BLOCK):
-            a, b = r[i:i + self.BLOCK].astype(np.float64), o[i:i + self.BLOCK].astype(np.float64)
-            finite = np.isfinite(a)
-            if not finite.all():
-                a, b = a[finite], b[finite]
-            ok = np.isfinite(b)
-            if not ok.all():
-                self.broken += int((~ok).sum())
-                a, b = a[ok], b[ok]
+            a, b, _, broken = _finite_pairs(r[i:i + self.BLOCK].astype(np.float64), o[i:i + self.BLOCK].astype(np.float64))
+            self.broken += broken
             d = a - b
             with np.errstate(over="ignore", invalid="ignore"):
                 self.signal += float(np.dot(a, a))
