@@ -362,8 +362,8 @@ def _shape_read_convs(model: onnx.ModelProto, index: G.Index) -> list[onnx.NodeP
                 readers.append(reader)
                 if slot == 0 and reader.op_type in SHAPE_KEEPING:
                     chain.append(reader.output[0])
-        if batch_read or any(r.op_type == "Shape" for r in readers) and \
-                any(r.op_type == "FakeQuantize" and r.domain == DOMAIN for r in readers):
+        if batch_read or (any(r.op_type == "Shape" for r in readers) and
+                          any(r.op_type == "FakeQuantize" and r.domain == DOMAIN for r in readers)):
             found.append(node)
     return found
 
