@@ -124,9 +124,7 @@ def _identity_source(name: str, made_by: dict, graph: onnx.GraphProto, finite: d
 
 def _computed(proto: onnx.ModelProto, graph: onnx.GraphProto, targets: list[str], made_by: dict) -> dict[str, np.ndarray]:
     """The values of the weights `targets` (onnx's reference evaluator), those it computes as finite floats."""
-    nodes = ancestors(graph, targets, made_by)
-    read = {i for n in nodes for i in n.input if i}
-    inits = [t for t in graph.initializer if t.name in read]
+    nodes, inits = _sources(graph, targets, made_by)
     if any(not lazy.has_value(t) for t in inits) or sum(lazy.nbytes(t) for t in inits) > MAX_BYTES:
         return {}
     try:
@@ -135,6 +133,19 @@ def _computed(proto: onnx.ModelProto, graph: onnx.GraphProto, targets: list[str]
         return {}
     return {t: np.asarray(v) for t, v in zip(targets, values)
             if np.asarray(v).dtype.kind == "f" and np.all(np.isfinite(v))}  # a non-finite weight stays as the graph makes it
+
+
+def _sources(graph: onnx.GraphProto, targets: list[str], made_by: dict) -> tuple[list, list]:
+    """(the nodes that make `targets`, the initializers they read)."""
+    nodes = ancestors(graph, targets, made_by)
+    read = {i for n in nodes for i in n.input if i}
+    return nodes, [t for t in graph.initializer if t.name in read]
+
+
+def _copy(message):
+    out = type(message)()
+    out.CopyFrom(message)
+    return out
 
 
 def _evaluate(proto: onnx.ModelProto, nodes: list, inits: list, targets: list[str]) -> list:
@@ -150,18 +161,8 @@ def _later(proto: onnx.ModelProto, graph: onnx.GraphProto, target: str, value: n
            store: lazy.Store) -> onnx.TensorProto:
     """The lazy initializer `target` whose value (`value`, computed) is computed again when read: by the nodes that
     make it alone, from copies of what they read (the integer weights and scales; lazy ones stay references)."""
-    nodes = []
-    for n in ancestors(graph, [target], made_by):
-        copy = onnx.NodeProto()
-        copy.CopyFrom(n)
-        nodes.append(copy)
-    read = {i for n in nodes for i in n.input if i}
-    inits = []
-    for t in graph.initializer:
-        if t.name in read:
-            copy = onnx.TensorProto()
-            copy.CopyFrom(t)
-            inits.append(copy)
+    nodes, inits = _sources(graph, [target], made_by)
+    nodes, inits = [_copy(n) for n in nodes], [_copy(t) for t in inits]
     opsets, ir = [onnx.OperatorSetIdProto(domain=o.domain, version=o.version) for o in proto.opset_import], proto.ir_version
     header = onnx.ModelProto(ir_version=ir, opset_import=opsets)
 
