@@ -491,11 +491,34 @@ def test_a_matmul_of_two_activations_that_can_saturate_stays_fp32_for_any_cpu():
         assert placement.place(m, records, rules=CPU).int8_layers == ["qk"]  # no guard (--cpu vnni)
 
 
+def _cut(model: onnx.ModelProto, tensor: str) -> bytes:
+    """The part of `model` that computes `tensor`, with it as the only output."""
+    want, nodes = {tensor}, []
+    for n in reversed(list(model.graph.node)):
+        if any(o in want for o in n.output):
+            nodes.insert(0, n)
+            want |= set(n.input)
+    g = helper.make_graph(nodes, "cut", list(model.graph.input), [helper.make_tensor_value_info(tensor, TensorProto.FLOAT, None)],
+                          [i for i in model.graph.initializer if i.name in want])
+    return helper.make_model(g, opset_imports=model.opset_import, ir_version=model.ir_version).SerializeToString()
+
+
 @pytest.mark.parametrize("target,runtime", [("openvino", "openvino"), ("qdq", "onnxruntime")])
-def test_a_vit_block_runs_as_its_exact_arithmetic_on_this_cpu(target, runtime):
+def test_a_vit_block_runs_as_its_exact_arithmetic_on_this_cpu(target, runtime, tmp_path):
     """The ViT-like block (patch Conv, attention, MLP, head): every pair the default file leaves int8,
     Q.K^T included, stays within int16, so the runtime on this CPU gives the simulation's output;
-    the --cpu vnni file, on a CPU without VNNI, does not (15-25 dB against FP32 instead of 42)."""
+    the --cpu vnni file, on a CPU without VNNI, does not (15-25 dB against FP32 instead of 42).
+    But one layer by design: OpenVINO's patch embedding, its channels flipped and its weight steps
+    widened only as far as the saturation noise left (counted twice) pays for the widening's rounding
+    noise. On a CPU without VNNI that layer's saturation must be what the guard weighed, in dB of its
+    int8 noise (measured at its output against the --cpu vnni file's noise there, on the calibration
+    inputs the estimate read): with its noise taken as E[q^2] where bias correction leaves only the
+    codes' variance, the guard weighed -17.0 dB and the run left -12.5. Downstream any difference
+    there flips codes: the output's SQNR on these 8 inputs then moves by up to +-0.8 dB whatever
+    the difference's size (tens of dB smaller ones too), so the rest of the file is checked exact
+    with that layer kept FP32."""
+    import re
+
     import avx2
     from test_openvino import transformer_block
 
@@ -511,12 +534,36 @@ def test_a_vit_block_runs_as_its_exact_arithmetic_on_this_cpu(target, runtime):
         out = np.concatenate([session(data).run(None, {"x": x})[0] for x in xs[32:]]).astype(np.float64)
         return float(10 * np.log10((ref ** 2).sum() / ((ref - out) ** 2).sum()))
 
-    default, vnni = qtool.export(m, cal, target=target), qtool.export(m, cal, target=target, cpu="vnni")
-    run, exact = sqnr(default, lambda d: simulate.runtime(runtime, d)), sqnr(default, simulate.simulation)
-    assert abs(run - exact) < 0.1 and exact > 35, (run, exact)
-    assert sqnr(vnni, simulate.simulation) > exact - 1  # the guard costs the exact arithmetic under 1 dB here
-    if avx2.host_is_avx2_only():
-        assert sqnr(vnni, lambda d: simulate.runtime(runtime, d)) < exact - 10
+    def run(d):
+        return simulate.runtime(runtime, d)
+
+    cal.save(tmp_path / "m.calib.json")
+    onnx.save(m, tmp_path / "m.onnx")
+    written = qtool.api.export_file(tmp_path / "m.onnx", target=target, calib=tmp_path / "m.calib.json", output=tmp_path / "d.onnx")
+    default, vnni = (tmp_path / "d.onnx").read_bytes(), qtool.export(m, cal, target=target, cpu="vnni")
+    exact = sqnr(default, simulate.simulation)
+    assert exact > 35 and sqnr(vnni, simulate.simulation) > exact - 1  # the guard costs the exact arithmetic under 1 dB here
+    left = {name: float(found[-1]) for name, fix in written.overflow_fix["layers"].items()
+            if (found := re.findall(r"(-?\d+\.\d) dB of saturation left", fix["why"]))}
+    assert set(left) == ({"/patch/Conv"} if target == "openvino" else set()), written.overflow_fix
+    if not avx2.host_is_avx2_only() or not left:
+        assert abs(sqnr(default, run) - exact) < 0.1, (sqnr(default, run), exact)
+    if not avx2.host_is_avx2_only():
+        return
+    assert sqnr(vnni, run) < exact - 10
+    if not left:
+        return
+    conv = "/patch/Conv_output_0"
+    cut, plain, float_cut = _cut(onnx.load_from_string(default), conv), _cut(onnx.load_from_string(vnni), conv), _cut(m, conv)
+    sessions = (run(cut), simulate.simulation(cut), simulate.simulation(plain), simulate.simulation(float_cut))
+    sums = np.zeros(2)
+    for x in xs[:32]:
+        a, e, p, f = (np.asarray(s.run(None, {"x": x})[0], np.float64) for s in sessions)
+        sums += [((a - e) ** 2).sum(), ((p - f) ** 2).sum()]
+    measured = 10 * np.log10(sums[0] / sums[1])
+    assert abs(measured - left["/patch/Conv"]) < 2, (measured, left)
+    rest = qtool.export(m, cal, target=target, exclude=["/patch/Conv"])
+    assert abs(sqnr(rest, run) - sqnr(rest, simulate.simulation)) < 0.1  # no other layer saturates
 
 
 def test_seven_bit_input_cost_comes_from_the_inputs_own_values():
