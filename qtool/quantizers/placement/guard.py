@@ -233,7 +233,11 @@ def _flipped_channels(inputs: Inputs, moves: Moves, n: onnx.NodeProto, slot: int
     calibration's joint histograms of those pairs (overflow.joint_saturation) instead of one
     code for both: an image's channels move together, so where both products of a pair have one
     sign, negating one channel (and its weights) makes them opposite, and only strongly coloured
-    pixels can still saturate. Taken where some signs leave less noise than the channels as they
+    pixels can still saturate. Every sign pattern is tried, both channels of a pair negated too:
+    that keeps which products share a sign, but on an asymmetric grid it mirrors the codes (255 -
+    q: a dark image's small codes become large ones, or the reverse), so it is a remedy of its own;
+    on values spread evenly over the range (tests/test_overflow.py's ViT block on uniform noise) it
+    changes next to nothing and is taken or not on the estimate's last decimal. Taken where some signs leave less noise than the channels as they
     are (by the same estimate); else None, and the other remedies decide as without those
     histograms. Needs an 8-bit input grid, symmetric (the negated values quantize to the negated
     codes) or, for a layer without padding (a ViT's patch embedding), asymmetric (offset - x with
