@@ -69,8 +69,9 @@ def test_every_openvino_compile_in_the_suite_states_its_precision():
 @pytest.mark.openvino_default_precision
 def test_openvino_default_runs_float_layers_in_bf16_where_the_cpu_has_it(tmp_path):
     """A layer kept FP32 (here by --exclude) runs in f32 when OpenVINO is pinned to it, beside the
-    int8 ones, on every CPU; on a CPU with AVX-512 BF16 or AMX, OpenVINO left to itself runs that
-    layer in bf16 and still runs the quantized ones in int8."""
+    int8 ones, on every CPU; OpenVINO left to itself runs that layer in the precision the table
+    gives this kind of CPU (bf16 with AVX-512 BF16 or AMX, f32 on an AVX2-only CPU) and still runs
+    the quantized ones in int8."""
     ov = module("openvino")
     calib = calibrate(SAMPLE, IMAGES, tmp_path / "d.calib.json")
     out = tmp_path / "d.openvino.onnx"
@@ -82,10 +83,10 @@ def test_openvino_default_runs_float_layers_in_bf16_where_the_cpu_has_it(tmp_pat
     int8 = {n for n, v in pinned.items() if v in ("u8", "i8")}
     assert len(kept) == 1 and pinned[kept[0]] == "f32" and int8, pinned
     k = cpu_kinds.kind()
-    if k is None or k.openvino_float != "bf16":
-        pytest.skip(f"the rest needs a CPU whose bf16 arithmetic OpenVINO uses by default ({cpu_kinds.describe(k)})")
+    if k is None:
+        pytest.skip(f"the rest needs a CPU the table knows ({cpu_kinds.describe(k)})")
     default = linear_precisions(core.compile_model(str(out), "CPU"))
-    assert default.get(kept[0]) == "bf16", (default, pinned)
+    assert default.get(kept[0]) == k.openvino_float, (default, pinned, k)
     assert all(default.get(n) in ("u8", "i8") for n in int8), (default, pinned)
 
 
