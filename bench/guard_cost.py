@@ -7,8 +7,8 @@ default (`--cpu any`) and with `--cpu vnni`, and measure against FP32 on held-ou
             header says), and in the file's exact arithmetic (qtool.checks.simulate: what a VNNI
             CPU computes): the output SQNR (dB, mean over the outputs; sentence encoders: the
             token embeddings of the real tokens) and the task metric;
-  avx2      the default file in OpenVINO under `qemu-x86_64 -cpu Haswell-v4` (AVX2, no VNNI:
-            pair sums saturate at int16; tests/avx2.py) on the first --avx2 held-out inputs,
+  avx2      the default file in OpenVINO on an AVX2 CPU without VNNI (pair sums saturate at int16):
+            this one where it is one, else under `qemu-x86_64 -cpu Haswell-v4` (tests/avx2.py), on the first --avx2 held-out inputs,
             against the same file's exact arithmetic on the same inputs, their gap with its 95 %
             interval as below, and the SQNR of the AVX2 run against the exact output itself (the
             `--cpu vnni` file too with --avx2-vnni, to show what the guard saves). A deep int8
@@ -160,10 +160,11 @@ def scores(task: str, ref, out, feeds) -> tuple[float, str, float]:
 
 
 def qemu_outputs(path: Path, feeds: list[dict], folder: Path) -> list[list[np.ndarray]]:
-    """The file in OpenVINO under qemu's Haswell (AVX2, no VNNI) on `feeds`."""
+    """The file in OpenVINO on an AVX2 CPU without VNNI on `feeds`: this one where it is one (natively), else
+    under qemu's Haswell (tests/avx2.py)."""
     np.savez(folder / "feeds.npz", **{f"{i}/{k}": v for i, f in enumerate(feeds) for k, v in f.items()})
     (folder / "worker.py").write_text(WORKER)
-    avx2.run_python(folder / "worker.py", path, folder / "feeds.npz", folder / "out.npz", force_qemu=True, timeout=3600)
+    avx2.run_python(folder / "worker.py", path, folder / "feeds.npz", folder / "out.npz", timeout=3600)
     z = np.load(folder / "out.npz")
     n_out = max(int(k.split("/")[1]) for k in z.files) + 1
     return [[np.asarray(z[f"{i}/{j}"], dtype=np.float64) for j in range(n_out)] for i in range(len(feeds))]
@@ -289,8 +290,12 @@ def main() -> None:
     from qtool.quantizers import cpu_kinds
 
     vnni = bool(cpu_kinds.vnni())
+    try:
+        where = "this CPU" if not avx2.how() else f"qemu -cpu {avx2.QEMU_CPU}"
+    except avx2.Unavailable as e:
+        where = f"none: {e}"
     print(f"CPU VNNI: {'yes' if vnni else 'no'}; OpenVINO {ov.__version__} (f32); {args.calib} calibration / {args.eval} held-out "
-          f"inputs, {args.avx2} under qemu -cpu {avx2.QEMU_CPU}; output SQNR dB against FP32", flush=True)
+          f"inputs, {args.avx2} on AVX2 ({where}); output SQNR dB against FP32", flush=True)
     print(f"{'model':12s} {'VNNI-run any/vnni':>13s}  {'exact any/vnni':>13s}  {'gap (95 %)':>20s}  {'metric':>16s} {'any':>6s} {'vnni':>6s}"
           f"  {'AVX2 any run/exact gap (95 %) vs-exact':>37s}  {'AVX2 vnni run/exact':>13s}  guard")
     for name in args.models.split(","):
