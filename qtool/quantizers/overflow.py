@@ -19,13 +19,14 @@ The estimate, in units of (activation scale x weight scale), per output channel:
                the pairs' errors;
   7-bit cost   the weight rounding noise 7-bit weights add: K * E[q^2] * (step7^2 - 1) / 12;
   int8 noise   the layer's own rounding noise: K * E[q^2] / 12 + sum(w^2) / 12.
-Where bias correction shifts the layer's bias (qtool.quantizers.biascorrection: the weight error's
-mean output, from each input channel's calibrated mean), E[q^2] in both noises is the codes' power
-about their channel means (`centred_power`): the error the weights' rounding leaves is then
-(x - mean) times it. On an image the means dominate: a ViT patch embedding on uniform noise measured
-3.71e6 against 1.22e7 with E[q^2] (5.1 dB; 9.99e6 without bias correction), and with it the
-saturation left came out -13.9 dB of the layer's noise in OpenVINO on an AVX2 CPU where the guard
-had weighed -17.0 (tests/test_overflow.py).
+The noises take E[q^2], the codes' power about zero: the rounding noise of the layer without bias
+correction. Bias correction (the default) takes the weight error's mean out, which on an image is
+most of it (a ViT patch embedding on uniform noise: 3.7e6 measured with it against 1.2e7 by this
+formula, 1.0e7 measured without; tests/test_overflow.py): so the dB this module reports are of
+that larger noise. Weighing against the centred codes' power instead (E[q^2] less the channel means
+squared) had the guard widen more and came out worse at the output of MTCNN's P-Net and R-Net, on
+VNNI and AVX2 alike (docs/benchmarks.md#guard-avx2-native): SATURATION_WEIGHT and the guard's other
+weights were measured with this yardstick.
 Pairs are taken in the layouts runtimes use (MLAS: kernel position outer, channel inner, the
 flattened axis paired; oneDNN, OpenVINO's CPU kernels: channels paired within a kernel position,
 an odd channel count padded with a zero, so a 3-channel stem's third channel never saturates.
@@ -106,18 +107,6 @@ def activation_codes(record, params: grids.QParams) -> tuple[np.ndarray, float]:
     codes = np.clip(q_pos - g.qmin, 0, 255).astype(np.int64)  # the stored u8 value: q + 128 on the signed grid
     np.add.at(pmf, codes, counts * weight)
     return pmf / total, float((counts * q_abs ** 2).sum() / total)
-
-
-def centred_power(record, params: grids.QParams, mean_sq: float) -> float:
-    """E[q^2] (`mean_sq`, activation_codes') less the mean over input channels of each channel's
-    mean code squared (the record's per-channel means, in units of the quantizer's step): the power
-    bias correction leaves to the weights' rounding error. `mean_sq` unchanged without the means."""
-    stats = getattr(record, "stats", None)
-    means = None if stats is None or params.axis is not None else stats.channel_means()
-    if means is None or not len(means) or not np.all(np.isfinite(means)):
-        return mean_sq
-    scale = max(float(params.scale), np.finfo(np.float64).tiny)
-    return max(mean_sq - float(np.mean((np.asarray(means, dtype=np.float64) / scale) ** 2)), 0.0)
 
 
 def magnitude_codes(record, params: grids.QParams) -> tuple[np.ndarray, float]:
@@ -326,21 +315,18 @@ def row_saturation(q_rows: np.ndarray, pmf: np.ndarray, correlated: bool, tables
 
 
 def assess(node: onnx.NodeProto, slot: int, q: np.ndarray, dims: dict, record, act: grids.QParams,
-           correlated: bool, runtime: str = "any", centred: bool = False) -> Risk | None:
+           correlated: bool, runtime: str = "any") -> Risk | None:
     """The saturation estimate of one layer with integer weights `q` (at input `slot`) and the
     activation quantizer `act` (on 8 bits; None for other grids or a layer without pairs).
     correlated: the two activations of a pair are equal and the pairs of one output saturate
     together (an image: neighbouring channels and positions move together); otherwise they are
-    independent and so are the pairs' errors. runtime: whose pair layouts (reduction_rows).
-    centred: the layer's bias is corrected (`centred_power` in the noises)."""
+    independent and so are the pairs' errors. runtime: whose pair layouts (reduction_rows)."""
     if act.grid.qmax - act.grid.qmin != 255 or np.abs(q).max(initial=0) > 127:
         return None
     layouts = reduction_rows(node, slot, q, dims, runtime)
     if not layouts:
         return None
     pmf, mean_sq = activation_codes(record, act)
-    if centred:
-        mean_sq = centred_power(record, act, mean_sq)
     worst = share = 0.0
     tables: dict = {}
     for rows in layouts:

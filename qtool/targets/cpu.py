@@ -257,8 +257,7 @@ def cpu_plan(model, cal, options: ExportOptions, *, float_types: tuple[int, ...]
             return fixed[tensor] if tensor in fixed else searched(tensor, pol)
 
     choices = placement.Choices(exclude=list(options.exclude) + list(more_excluded), include=list(options.include),
-                                ignored_patterns=own.ignored_patterns, weights_7bit=own.weights_7bit,
-                                bias_correction=options.bias_correction)
+                                ignored_patterns=own.ignored_patterns, weights_7bit=own.weights_7bit)
     rules = rules or PLACEMENT_RULES.get(options.target, CPU)
     records = {t.name: t for t in cal.tensors}
     plan = placement.place(model, records, rules=rules, thresholds=thresholds, choices=choices,

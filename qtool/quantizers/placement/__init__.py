@@ -207,8 +207,7 @@ def place(proto: onnx.ModelProto, records: dict, *, rules: Rules, choices: Choic
         sites.model_grids(inputs, placed, report)  # 8b. a dynamically quantized model's own grids
     overflow_fix: dict = {}
     if overflow_remedy is not None:  # 9. the overflow guard
-        overflow_fix = guard.remedies(inputs, asked, moved, placed, overflow_remedy, weights_7bit,
-                                     choices.bias_correction)
+        overflow_fix = guard.remedies(inputs, asked, moved, placed, overflow_remedy, weights_7bit)
         fp32 = sorted(name for name, fix in overflow_fix["layers"].items() if fix["remedy"] == "fp32")
         if fp32:  # place again with those layers in FP32 (the guard may then find no more)
             plan = place(proto, records, rules=rules, choices=replace(choices, exclude=[*choices.exclude, *fp32]),

@@ -42,32 +42,28 @@ WIDEN_COST = 1.0
 INPUT_NOISE_WEIGHT = 0.75
 
 
-def remedies(inputs: Inputs, asked: Requests, moves: Moves, placed: Sites, remedy: str, weights_7bit: str | None,
-             bias_correction: bool = False) -> dict:
+def remedies(inputs: Inputs, asked: Requests, moves: Moves, placed: Sites, remedy: str, weights_7bit: str | None) -> dict:
     """Reads the placed quantizers (with their policies) and the calibration records. Decides
     {"mode": weights_7bit or "auto", "layers": {layer: {"remedy": "uint8 weights" |
     "pair-bounded weights" | "7-bit input" | "flipped input channels" | "widened second input" | "fp32" | "7-bit weights",
     "why": ...}}}. Mode "auto" (`guard`) edits the quantizers it remedies; its FP32 layers are only
-    listed (place() places again without them). bias_correction: the export shifts the biases
-    (the noises weighed are then centred: overflow.centred_power)."""
+    listed (place() places again without them)."""
     mode = weights_7bit or "auto"
     if mode == "auto":
-        layers = guard(inputs, asked, moves, placed, remedy, bias_correction)
+        layers = guard(inputs, asked, moves, placed, remedy)
     else:
         layers = {name: {"remedy": "7-bit weights", "why": f"--weights-7bit {mode}"}
                   for w in placed.weights if w.headroom_bits for name, _ in w.readers}
     return {"mode": mode, "layers": dict(sorted(layers.items()))}
 
 
-def guard(inputs: Inputs, asked: Requests, moves: Moves, placed: Sites, remedy: str, bias_correction: bool = False) -> dict[str, dict]:
+def guard(inputs: Inputs, asked: Requests, moves: Moves, placed: Sites, remedy: str) -> dict[str, dict]:
     """Give the layers whose u8 x s8 pair sums can saturate (qtool.quantizers.overflow) the target's
     remedy. "uint8" (onnxruntime): weights stored as uint8 with zero point 128, the same values,
     which onnxruntime multiplies with its u8 x u8 kernels, exactly, on every CPU; wherever the
     saturation noise reaches 1 % of the layer's own rounding noise. "pairs" (OpenVINO, whose int8
     kernels take s8 weights only): `_bound_pairs`. A MatMul of two activations (both targets):
-    FP32 where overflow.assess_activations passes ACTIVATIONS_RISK. {layer: {"remedy", "why"}}.
-    bias_correction: a layer with weights weighs its noises about its input channels' means
-    (overflow.centred_power), as bias correction leaves them."""
+    FP32 where overflow.assess_activations passes ACTIVATIONS_RISK. {layer: {"remedy", "why"}}."""
     weights = {s.tensor: s for s in placed.weights}
     site_of = functools.partial(_site_of, inputs, moves, {s.tensor: s for s in placed.activations})
     raw = _raw_inputs(inputs)
@@ -92,8 +88,7 @@ def guard(inputs: Inputs, asked: Requests, moves: Moves, placed: Sites, remedy: 
                 continue
             if not peaks and n.op_type in ("MatMul", "Gemm") and getattr(record.stats, "channel_absmax", None) is not None:
                 record = dataclasses.replace(record, stats=dataclasses.replace(record.stats, channel_absmax=None))
-            fix = _weighted(inputs, moves, n, slot, wsite, site, record, t in raw, remedy, _sole_reader(inputs, moves, site, name),
-                            bias_correction)
+            fix = _weighted(inputs, moves, n, slot, wsite, site, record, t in raw, remedy, _sole_reader(inputs, moves, site, name))
         if fix is not None:
             fixed[name] = fix
     return fixed
@@ -138,15 +133,15 @@ def _two_activations(first, second) -> dict | None:
 
 
 def _weighted(inputs: Inputs, moves: Moves, n: onnx.NodeProto, slot: int, wsite: Quantizer, site: Quantizer, record,
-              correlated: bool, remedy: str, sole: bool, centred: bool = False) -> dict | None:
+              correlated: bool, remedy: str, sole: bool) -> dict | None:
     """A layer with one activation (quantizer `site`, `record`; `correlated`: a raw image; `sole`:
     the layer is the only one to read it) and one weight (`wsite`): the remedy for its saturation
     risk, if any (editing `wsite`, or `site`). OpenVINO: an image's first layer read by it alone
-    weighs `_flipped_channels` first. centred: its bias is corrected (overflow.centred_power)."""
+    weighs `_flipped_channels` first."""
     dims = inputs.constant_dims
     q = quantize(wsite.values, wsite.params(), wsite.policy.rounding)
     risk = overflow.assess(n, slot, q, dims, record, site.params(), correlated=correlated,
-                           runtime="openvino" if remedy == "pairs" else "any", centred=centred)
+                           runtime="openvino" if remedy == "pairs" else "any")
     if risk is None:
         return None
     if remedy == "uint8" and risk.saturation > 0.01 * risk.noise:
@@ -154,20 +149,19 @@ def _weighted(inputs: Inputs, moves: Moves, n: onnx.NodeProto, slot: int, wsite:
         return {"remedy": "uint8 weights", "why": risk.describe()}
     if remedy != "pairs":
         return None
-    flipped = _flipped_channels(inputs, moves, n, slot, wsite, site, record, risk, centred) if correlated and sole else None
-    return flipped or _bound_pairs(n, slot, wsite, dims, record, site, risk, correlated, sole, centred)
+    flipped = _flipped_channels(inputs, moves, n, slot, wsite, site, record, risk) if correlated and sole else None
+    return flipped or _bound_pairs(n, slot, wsite, dims, record, site, risk, correlated, sole)
 
 
 def _bound_pairs(n: onnx.NodeProto, slot: int, wsite: Quantizer, dims: dict, record, site: Quantizer, risk,
-                 correlated: bool, sole: bool, centred: bool = False) -> dict | None:
+                 correlated: bool, sole: bool) -> dict | None:
     """OpenVINO's remedy for one layer (its int8 kernels take s8 weights only): the weight step
     of each output channel widened by the ratio `_channel_ratios` finds, at most up to the pair
     bound (overflow.pair_step), where no pair can saturate; or, where the layer alone reads its
     input (`sole`) and that costs less (counted at INPUT_NOISE_WEIGHT), the input's codes held to
     0..127 (`_seven_bit_input`), unless the widened weights would add more than WIDEN_COST of its
     rounding noise and saturation would cost more (typically an image's first layer, all of whose
-    weights pair with their own sign, where no flip applies): those widen. The layer stays int8.
-    centred: the rounding noise weighed about the input channels' means (overflow.centred_power)."""
+    weights pair with their own sign, where no flip applies): those widen. The layer stays int8."""
     act = site.params()
     params = wsite.params()
     values = np.asarray(wsite.values, dtype=np.float64)
@@ -182,7 +176,7 @@ def _bound_pairs(n: onnx.NodeProto, slot: int, wsite: Quantizer, dims: dict, rec
     amax, top = bound
     if not (top > 1 + 1e-9).any():
         return None
-    pmf, mean_sq = _codes(record, act, centred)
+    pmf, mean_sq = overflow.activation_codes(record, act)
     if codes is not None or amax.ndim == 0:  # the per-channel maxima bound it (transformers), or one step for all rows
         ratio = top
         cost, sat = overflow.widening_noise(mean_sq, length, np.tile(np.broadcast_to(ratio, amax.shape), outputs // max(ratio.size, 1))), 0.0
@@ -207,12 +201,6 @@ def _bound_pairs(n: onnx.NodeProto, slot: int, wsite: Quantizer, dims: dict, rec
     return {"remedy": "pair-bounded weights", "why": why}
 
 
-def _codes(record, act, centred: bool) -> tuple[np.ndarray, float]:
-    """overflow.activation_codes, E[q^2] centred (overflow.centred_power) where the bias is corrected."""
-    pmf, mean_sq = overflow.activation_codes(record, act)
-    return pmf, (overflow.centred_power(record, act, mean_sq) if centred else mean_sq)
-
-
 def _pair_bound(n: onnx.NodeProto, slot: int, values: np.ndarray, dims: dict, params, codes) -> tuple[np.ndarray, np.ndarray] | None:
     """(amax of the weight quantizer `params` per channel, the ratio by which each channel's step
     must widen for no pair to pass int16 with input codes `codes`, at least 1: overflow.channel_step
@@ -225,7 +213,7 @@ def _pair_bound(n: onnx.NodeProto, slot: int, values: np.ndarray, dims: dict, pa
 
 
 def _flipped_channels(inputs: Inputs, moves: Moves, n: onnx.NodeProto, slot: int, wsite: Quantizer, site: Quantizer,
-                      record, risk: overflow.Risk, centred: bool = False) -> dict | None:
+                      record, risk: overflow.Risk) -> dict | None:
     """An image's first Conv (its input raw, read by it alone: checked by the caller; `risk` its
     estimate as the input is): the signs
     of its paired input channels (oneDNN adds channels 2p and 2p + 1 in one int16) with the
@@ -257,7 +245,7 @@ def _flipped_channels(inputs: Inputs, moves: Moves, n: onnx.NodeProto, slot: int
     shape = _signs_shape(inputs, moves, site, n.input[0], values.ndim, channels)
     if shape is None or 2 * joint.pair_count() > channels:
         return None
-    pmf, mean_sq = _codes(record, act, centred)
+    pmf, mean_sq = overflow.activation_codes(record, act)
     tried = []
     for pattern in itertools.product((1, -1), repeat=2 * joint.pair_count()):  # as they are first: kept on a tie
         signs = np.ones(channels)

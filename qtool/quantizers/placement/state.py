@@ -24,7 +24,6 @@ class Choices:
     include: Sequence[str] = ()  # nodes the rules' default exclusions or ignored patterns would keep FP32, quantized anyway
     ignored_patterns: bool = True  # False turns NNCF's ignored patterns off
     weights_7bit: str | None = None  # one of placement.WEIGHTS_7BIT: which weights get 7-bit codes (None: auto, the overflow guard)
-    bias_correction: bool = True  # the export corrects the biases: the guard's noises leave the weight error's mean out
 
 
 class Inputs:
