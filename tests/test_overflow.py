@@ -513,7 +513,7 @@ def test_a_vit_block_runs_as_its_exact_arithmetic_on_this_cpu(target, runtime, t
     noise. On a CPU without VNNI that layer's saturation must be what the guard weighed, in dB of the
     noise it weighs against (overflow.assess: K E[q^2] / 12 + sum(w^2) / 12, the layer's rounding noise
     without bias correction: measured at its output in the --cpu vnni --no-bias-correction file),
-    on the calibration inputs the estimate read: weighed -17.0 dB, measured -16.8 (the lead's -6.4 was
+    on the calibration inputs the estimate read: weighed -17.0 dB, measured -16.6 (the lead's -6.4 was
     against the input's rounding noise alone; the noise the file has, bias-corrected, is 5 dB below
     this yardstick). Downstream any difference there flips codes: the output's SQNR on these 8 inputs
     then moves by up to +-0.8 dB whatever the difference's size (a Gaussian one 40 dB weaker moved it
