@@ -274,6 +274,31 @@ def cuts(proto: onnx.ModelProto, fetched: list[str], sizes: dict[str, int], budg
     return found
 
 
+def held(proto: onnx.ModelProto, fetched: list[str], sizes: dict[str, int], positions: list[int]) -> int:
+    """The most bytes one segment of a run holds at once, for the segments `positions` cut
+    (`sizes`: bytes per fetched tensor, unknown ones count 0): the fetched tensors it makes (and,
+    in the first, the fetched graph inputs) and those made before it that it or a later segment
+    reads (carried through it)."""
+    nodes = proto.graph.node
+    wanted = set(fetched)
+    made: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for k, node in enumerate(nodes):
+        for name in node_reads(node):
+            last[name] = k
+        for name in node.output:
+            if name:
+                made[name] = k
+    inputs = sum(sizes.get(i.name, 0) for i in proto.graph.input if i.name in wanted)
+    bounds = [0, *positions, len(nodes)]
+    most = 0
+    for start, stop in zip(bounds, bounds[1:]):
+        own = sum(sizes.get(n, 0) for n, k in made.items() if start <= k < stop and n in wanted)
+        carried = sum(sizes.get(n, 0) for n, k in made.items() if k < start and last.get(n, -1) >= start)
+        most = max(most, own + carried + (inputs if start == 0 else 0))
+    return most
+
+
 def split(proto: onnx.ModelProto, fetched: list[str], positions: list[int]) -> list[Segment]:
     """The segments of `proto` cut before each of `positions` (see `cuts`), but those that
     return nothing (no fetched tensor, none a later segment reads)."""
