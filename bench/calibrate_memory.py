@@ -9,7 +9,8 @@ every 20 ms):
 and prints wall seconds and peak RSS of each, calibrate's CPU seconds (its process tree's user + system time: steadier
 than wall time on a shared machine), the ratio calibrate / plain of time and RSS, and the calibration file's SHA-256
 (to compare files across commits: the histograms must not change). --repeat alternates the two; the table shows the
-lowest time, CPU time and RSS of each (a shared machine only adds to them).
+lowest time, CPU time and RSS of each (a shared machine only adds to them), and each run's MB beside them
+(calibrate's peak moves by up to ~10 % from run to run with its threads' timing).
 
 Usage: python bench/calibrate_memory.py [--zoo DIR] [--models craft,centerface] [--repeat 1] [--json OUT] [--keep DIR]
 """
