@@ -9,7 +9,8 @@ every 20 ms):
 and prints wall seconds and peak RSS of each, calibrate's CPU seconds (its process tree's user + system time: steadier
 than wall time on a shared machine), the ratio calibrate / plain of time and RSS, and the calibration file's SHA-256
 (to compare files across commits: the histograms must not change). --repeat alternates the two; the table shows the
-lowest time, CPU time and RSS of each (a shared machine only adds to them).
+lowest time, CPU time and RSS of each (a shared machine only adds to them), and each run's MB beside them
+(calibrate's peak moves by up to ~10 % from run to run with its threads' timing).
 
 Usage: python bench/calibrate_memory.py [--zoo DIR] [--models craft,centerface] [--repeat 1] [--json OUT] [--keep DIR]
 """
@@ -50,10 +51,17 @@ def measure(folder: Path, work: Path, repeat: int, timeout: float) -> dict:
     digest = hashlib.sha256(calib_file.read_bytes()).hexdigest()
     row = {"status": "ok", "calibrate_s": min(s["seconds"] for s in cal), "calibrate_mb": min(s["peak_rss_mb"] for s in cal),
            "calibrate_cpu_s": min(s["cpu_s"] for s in cal),
-           "plain_s": min(s["seconds"] for s in plain), "plain_mb": min(s["peak_rss_mb"] for s in plain), "sha256": digest}
+           "plain_s": min(s["seconds"] for s in plain), "plain_mb": min(s["peak_rss_mb"] for s in plain), "sha256": digest,
+           "calibrate_mb_runs": [s["peak_rss_mb"] for s in cal], "plain_mb_runs": [s["peak_rss_mb"] for s in plain]}
     row["time_x"] = row["calibrate_s"] / row["plain_s"]
     row["rss_x"] = row["calibrate_mb"] / row["plain_mb"]
     return row
+
+
+def _spread(values: list[float]) -> str:
+    """The lowest and highest of the runs' values ("412" when they are one)."""
+    lo, hi = min(values), max(values)
+    return f"{lo:.0f}" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f}"
 
 
 def main(argv=None) -> None:
@@ -81,7 +89,8 @@ def main(argv=None) -> None:
                 print(f"{name:24s} {row['status']}: {row['error']}", flush=True)
                 continue
             print(f"{name:24s} {row['calibrate_s']:11.1f} {row['calibrate_cpu_s']:6.1f} {row['calibrate_mb']:7.0f} {row['plain_s']:8.1f} {row['plain_mb']:7.0f}"
-                  f" {row['time_x']:7.2f} {row['rss_x']:6.2f}  {row['sha256'][:16]}", flush=True)
+                  f" {row['time_x']:7.2f} {row['rss_x']:6.2f}  {row['sha256'][:16]}  runs' MB: {_spread(row['calibrate_mb_runs'])}"
+                  f" / {_spread(row['plain_mb_runs'])}", flush=True)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
 

@@ -1576,12 +1576,14 @@ def sliced_heads_like(feat=16, hidden=16, seed=6271):
     return _make_model(graph, 13)
 
 
-def gelu_residual_conv1d_like(ch=16, steps=256, blocks=6, seed=6277, branch_gain=1.0):
+def gelu_residual_conv1d_like(ch=16, steps=256, blocks=6, seed=6277, branch_gain=1.0, norm=False):
     """A 1-D signal net as brainmaze's EEG spindle detector is exported: the signal padded by Concat(Slice, x, Slice)
     (the edges repeated), a Conv1d, an erf GELU and the block input added back, block after block; a Conv1d
     head. Its GELU outputs and residual stream are short below zero (GELU's minimum is -0.17): the finer
     asymmetric grid is theirs, and its threshold is searched on it. branch_gain scales each block's Conv
-    weights: the spindle detector's branches add steps 9-10 dB below the stream (1.0 here: 2-4 dB, 0.25: 15-18 dB)."""
+    weights: the spindle detector's branches add steps 9-10 dB below the stream (1.0 here: 2-4 dB, 0.25: 15-18 dB).
+    norm: a BatchNormalization of each block's sum, as the detector's conv_net blocks end (a layout reader after
+    Adds and Muls of 1-D convolutions, which onnxruntime's blocked layout never takes)."""
     g = _Graph(seed=seed)
     x = g.op("Conv", ["x", g.init("stem.weight", (g.rng.normal(0, 1, (ch, 2, 1)) / np.sqrt(2)).astype(np.float32))], "/stem")
     axis = g.init("axis2", np.array([2], np.int64))
@@ -1593,6 +1595,11 @@ def gelu_residual_conv1d_like(ch=16, steps=256, blocks=6, seed=6277, branch_gain
         w = g.init(f"block{b}.weight", (g.rng.normal(0, 1, (ch, ch, 3)) / np.sqrt(3 * ch) * branch_gain).astype(np.float32))
         bias = g.init(f"block{b}.bias", g.rng.normal(0, 0.2, ch).astype(np.float32))
         x = g.op("Add", [_gelu(g, g.op("Conv", [padded, w, bias], scope), scope, "erf"), x], scope)
+        if norm:
+            bn = [g.init(f"block{b}.bn.{k}", v.astype(np.float32)) for k, v in
+                  (("scale", g.rng.uniform(0.5, 1.5, ch)), ("bias", g.rng.normal(0, 0.1, ch)), ("mean", g.rng.normal(0, 0.1, ch)),
+                   ("var", g.rng.uniform(0.5, 1.5, ch)))]
+            x = g.op("BatchNormalization", [x, *bn], scope)
     head = g.init("head.weight", (g.rng.normal(0, 1, (4, ch, 1)) / np.sqrt(ch)).astype(np.float32))
     g.op("Conv", [x, head], "/head", outputs=["y"])
     graph = g.graph("gelu_residual_conv1d", [helper.make_tensor_value_info("x", FLOAT, [1, 2, steps])],

@@ -88,12 +88,13 @@ def _parallelism(batches: int, batch_bytes: int | None) -> tuple[int, int]:
     return workers, max(1, cores // workers)
 
 
-def _beside(workers: int, threads: int, per_run: int | None, model_bytes: int) -> tuple[int, int]:
+def _beside(workers: int, threads: int, per_run: int | None, model_bytes: int, segmented: bool = False) -> tuple[int, int]:
     """(workers, threads) with no more runs side by side than RUN_ROOM allows for runs fetching
     `per_run` bytes each (None: not known before running) of a model of `model_bytes` on disk;
-    the cores a worker less leaves go to each run. A run in segments (over RUN_BYTES) holds one
-    segment at a time: unchanged."""
-    if not per_run or per_run > RUN_BYTES:
+    the cores a worker less leaves go to each run. A run over RUN_BYTES goes in segments and
+    holds one segment at a time: unchanged until its segments are known, then `segmented`, with
+    `per_run` the most one segment holds (segments.held)."""
+    if not per_run or (per_run > RUN_BYTES and not segmented):
         return workers, threads
     most = 1 + (model_bytes + RUN_ROOM) // per_run
     if workers <= most:
@@ -324,9 +325,16 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
             # by side queue for one interpreter lock (PP-OCRv5 det, 60 images at 640x640: 35-38 s with a
             # helper, 69-73 s in segments on two threads)
             positions = _segment_cuts(exposed, fetched, types, sizes) if folder is None and not helpers else []
+            spread = threads
+            if positions:  # each worker holds a segment's activations: as many as the model's bytes allow; the
+                # sessions keep their threads (onnxruntime's convolutions give other floats on other thread counts:
+                # centerface's file changed with one worker of two threads), the cores left go to the histograms
+                workers, spread = _beside(workers, threads, segments.held(exposed, fetched, sizes, positions), _file_bytes(loaded),
+                                          segmented=True)
             if helpers:
                 progress = helpers[0].progress
                 workers, threads = workers - len(helpers), 1
+                spread = threads
                 skipped = [] if source.skipped is not None else None
                 runs = procs.claimed_runs(source.images, helpers[0].claims.take, skipped)
             else:
@@ -337,7 +345,7 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
                   len(source.inputs), source.batch_size or "per file", workers, threads, len(helpers), len(positions) + 1)
         shapes.close_child()
         plan = collect.Plan(names, bins, source.static, source.probe, derived, blocked)
-        hists, samples = collect.collect(session, plan, runs, progress, stats, collect.Schedule(workers, threads, kernel), helpers)
+        hists, samples = collect.collect(session, plan, runs, progress, stats, collect.Schedule(workers, spread, kernel), helpers)
     finally:
         for helper in helpers:
             helper.close()

@@ -248,11 +248,11 @@ def cuts(proto: onnx.ModelProto, fetched: list[str], sizes: dict[str, int], budg
         for name in node.output:
             if name:
                 made[name] = k
-    outputs |= _sums(nodes)
+    outputs |= _sums(nodes) | _computed(nodes, proto.graph, outputs)
     # no cut between a LAYOUT_READERS node and what its input's layout follows: up to that reader,
     # the tensors it reads through LAYOUT_FOLLOWERS (back to a Conv, say) count as crossing
     until = {name: k for name, k in last.items() if name not in outputs}
-    for name, k in _layout_reads(nodes).items():
+    for name, k in _layout_reads(nodes, proto.graph).items():
         until[name] = max(k, until.get(name, -1))
     fetched_set = set(fetched)
     constants = _constants(nodes, proto.graph)
@@ -272,6 +272,31 @@ def cuts(proto: onnx.ModelProto, fetched: list[str], sizes: dict[str, int], budg
                 crossing.add(name)
         crossing = {t for t in crossing if until[t] > k}
     return found
+
+
+def held(proto: onnx.ModelProto, fetched: list[str], sizes: dict[str, int], positions: list[int]) -> int:
+    """The most bytes one segment of a run holds at once, for the segments `positions` cut
+    (`sizes`: bytes per fetched tensor, unknown ones count 0): the fetched tensors it makes (and,
+    in the first, the fetched graph inputs) and those made before it that it or a later segment
+    reads (carried through it)."""
+    nodes = proto.graph.node
+    wanted = set(fetched)
+    made: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for k, node in enumerate(nodes):
+        for name in node_reads(node):
+            last[name] = k
+        for name in node.output:
+            if name:
+                made[name] = k
+    inputs = sum(sizes.get(i.name, 0) for i in proto.graph.input if i.name in wanted)
+    bounds = [0, *positions, len(nodes)]
+    most = 0
+    for start, stop in zip(bounds, bounds[1:]):
+        own = sum(sizes.get(n, 0) for n, k in made.items() if start <= k < stop and n in wanted)
+        carried = sum(sizes.get(n, 0) for n, k in made.items() if k < start and last.get(n, -1) >= start)
+        most = max(most, own + carried + (inputs if start == 0 else 0))
+    return most
 
 
 def split(proto: onnx.ModelProto, fetched: list[str], positions: list[int]) -> list[Segment]:
@@ -346,26 +371,58 @@ LAYOUT_READERS = frozenset({"AveragePool", "GlobalAveragePool", "BatchNormalizat
 LAYOUT_FOLLOWERS = LAYOUT_READERS | {"Relu", "Sigmoid", "Tanh", "Add", "Sum", "Mul", "Concat", "MaxPool", "GlobalMaxPool"}
 
 
-def _layout_reads(nodes) -> dict[str, int]:
+def _layout_reads(nodes, graph: onnx.GraphProto | None = None) -> dict[str, int]:
     """{tensor: position of the last LAYOUT_READERS node whose input's layout it decides}: what
     such a node reads, and through LAYOUT_FOLLOWERS what those read (a GlobalAveragePool of a Relu
     of a Conv runs blocked after the Conv, and unblocked after a segment input between the Conv
-    and the Relu)."""
+    and the Relu); but none for a node whose input's layout comes from nothing onnxruntime blocks
+    (`_blocks`: 1-D convolutions, say: spindle_eeg's BatchNormalizations after GELUs of Conv1d
+    outputs, whose walks through Add and Mul went back to the graph input, left no cut in 204 MB)."""
     producer = {o: n for n in nodes for o in n.output if o}
+    weights = {t.name: t for t in graph.initializer} if graph is not None else None
     found: dict[str, int] = {}
     for k, node in enumerate(nodes):
         if node.op_type not in LAYOUT_READERS or node.domain not in ("", "ai.onnx"):
             continue
         todo = list(node.input[:1])  # the data input (the others: parameters, scales, sizes)
+        seen: set[str] = set()
+        blocked = weights is None
         while todo:
             name = todo.pop()
-            if not name or found.get(name) == k:
+            if not name or name in seen:
                 continue
-            found[name] = k
+            seen.add(name)
             made = producer.get(name)
+            if made is not None and not blocked:
+                blocked = _blocks(made, weights)
             if made is not None and made.op_type in LAYOUT_FOLLOWERS and made.domain in ("", "ai.onnx"):
                 todo.extend(made.input if made.op_type in ("Add", "Sum", "Mul", "Concat") else made.input[:1])
+        if blocked:
+            for name in seen:
+                found[name] = k
     return found
+
+
+# Pools onnxruntime's blocked transformer runs blocked on a 4-D input whatever made it
+# (NchwcTransformerImpl::TransformPool): blocked layout starts at them as at a 2-D Conv.
+BLOCKED_POOLS = frozenset({"MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool"})
+
+
+def _blocks(node: onnx.NodeProto, weights: dict[str, onnx.TensorProto]) -> bool:
+    """Whether onnxruntime's blocked (NCHWc) transformer may give `node`'s output the blocked
+    layout: only 4-D tensors are (NchwcTransformerImpl's kNchwcDims, microsoft/onnxruntime
+    onnxruntime/core/optimizer/nchwc_transformer.cc), made by a 2-D Conv (4-D weights) or a pool
+    over 2 axes. A Conv whose weights are not an initializer (computed: a DequantizeLinear's,
+    which onnxruntime folds) or a global pool (any rank) counts as one that may."""
+    if node.domain not in ("", "ai.onnx", "com.microsoft"):
+        return False
+    if node.op_type in ("Conv", "FusedConv"):
+        w = weights.get(node.input[1]) if len(node.input) > 1 else None
+        return w is None or len(w.dims) == 4
+    if node.op_type in BLOCKED_POOLS:
+        kernel = next((list(a.ints) for a in node.attribute if a.name == "kernel_shape"), None)
+        return kernel is None or len(kernel) == 2
+    return False
 
 
 def _sums(nodes) -> set[str]:
@@ -378,6 +435,38 @@ def _sums(nodes) -> set[str]:
             readers.setdefault(name, set()).add(node.op_type if node.domain in ("", "ai.onnx") else "?")
     return {node.output[0] for node in nodes if node.op_type in ("Add", "Sub") and node.domain in ("", "ai.onnx")
             and readers.get(node.output[0], {"?"}) <= PLAIN_READERS}
+
+
+# Readers of a tensor collect computes (an Add, Sub, Mul or Concat of fetched tensors and
+# constants) that onnxruntime fuses with nothing before them: PLAIN_READERS, a Slice, a
+# BatchNormalization (its layout: LAYOUT_READERS), a Shape (its input's shape alone). Not a MatMul
+# or Gemm (a Mul by a constant goes into them: MatMulScaleFusion), a ReduceMean, Sub of a layer
+# normalization or LayerNormalization (an Add goes into SkipLayerNormalization), an activation (Add
+# and Gelu: BiasGelu), a Transpose (the transpose optimizer moves it through elementwise nodes).
+COMPUTED_READERS = PLAIN_READERS | {"Slice", "BatchNormalization", "Shape"}
+COMPUTED_OPS = frozenset({"Add", "Sub", "Mul", "Concat"})
+
+
+def _computed(nodes, graph: onnx.GraphProto, outputs: set[str]) -> set[str]:
+    """Outputs of Add/Sub/Mul/Concat nodes whose inputs are all graph outputs (fetched), constants
+    or such outputs themselves (what collect computes from fetched tensors instead of fetching
+    them), read only by COMPUTED_READERS: every fusion that could hold such a node is one with its
+    readers (its inputs are outputs, which onnxruntime fuses with nothing), and those readers fuse
+    with nothing before them, so a cut across one changes no fusion (spindle_eeg, a 1-D conv net:
+    its GELUs and residual sums, each computed from fetched tensors, crossed every position but
+    one in its first 185 MB of activations)."""
+    constant = {t.name for t in graph.initializer} | {o for n in nodes if n.op_type == "Constant" for o in n.output}
+    readers: dict[str, set[str]] = {}
+    for node in nodes:
+        for name in node_reads(node):
+            readers.setdefault(name, set()).add(node.op_type if node.domain in ("", "ai.onnx") else "?")
+    found: set[str] = set()
+    for node in nodes:  # graph order: a node's inputs are judged before it
+        if node.op_type not in COMPUTED_OPS or node.domain not in ("", "ai.onnx") or len(node.output) != 1:
+            continue
+        if all(not i or i in outputs or i in constant or i in found for i in node.input):
+            found.add(node.output[0])
+    return {t for t in found if readers.get(t, {"?"}) <= COMPUTED_READERS}
 
 
 def _map_big_blocks() -> None:
