@@ -240,14 +240,7 @@ def cuts(proto: onnx.ModelProto, fetched: list[str], sizes: dict[str, int], budg
     or allowed."""
     nodes = proto.graph.node
     outputs = {o.name for o in proto.graph.output}
-    made: dict[str, int] = {}
-    last: dict[str, int] = {}
-    for k, node in enumerate(nodes):
-        for name in node_reads(node):
-            last[name] = k
-        for name in node.output:
-            if name:
-                made[name] = k
+    last = _positions(nodes)[1]
     outputs |= _sums(nodes) | _computed(nodes, proto.graph, outputs)
     # no cut between a LAYOUT_READERS node and what its input's layout follows: up to that reader,
     # the tensors it reads through LAYOUT_FOLLOWERS (back to a Conv, say) count as crossing
@@ -274,13 +267,8 @@ def cuts(proto: onnx.ModelProto, fetched: list[str], sizes: dict[str, int], budg
     return found
 
 
-def held(proto: onnx.ModelProto, fetched: list[str], sizes: dict[str, int], positions: list[int]) -> int:
-    """The most bytes one segment of a run holds at once, for the segments `positions` cut
-    (`sizes`: bytes per fetched tensor, unknown ones count 0): the fetched tensors it makes (and,
-    in the first, the fetched graph inputs) and those made before it that it or a later segment
-    reads (carried through it)."""
-    nodes = proto.graph.node
-    wanted = set(fetched)
+def _positions(nodes) -> tuple[dict[str, int], dict[str, int]]:
+    """(the position of the node making each tensor, the position of each tensor's last reader)."""
     made: dict[str, int] = {}
     last: dict[str, int] = {}
     for k, node in enumerate(nodes):
@@ -289,6 +277,17 @@ def held(proto: onnx.ModelProto, fetched: list[str], sizes: dict[str, int], posi
         for name in node.output:
             if name:
                 made[name] = k
+    return made, last
+
+
+def held(proto: onnx.ModelProto, fetched: list[str], sizes: dict[str, int], positions: list[int]) -> int:
+    """The most bytes one segment of a run holds at once, for the segments `positions` cut
+    (`sizes`: bytes per fetched tensor, unknown ones count 0): the fetched tensors it makes (and,
+    in the first, the fetched graph inputs) and those made before it that it or a later segment
+    reads (carried through it)."""
+    nodes = proto.graph.node
+    wanted = set(fetched)
+    made, last = _positions(nodes)
     inputs = sum(sizes.get(i.name, 0) for i in proto.graph.input if i.name in wanted)
     bounds = [0, *positions, len(nodes)]
     most = 0
