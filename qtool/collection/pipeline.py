@@ -287,15 +287,21 @@ def _catalogue(proto) -> tuple[list[str], dict[str, int]]:
     return model.activation_tensors(proto, types), types
 
 
-def _collect(loaded, names, types, source: _Source, bins: int, progress):
-    # per-sample min, max |x| and per-channel means of layer inputs: for mean-minmax and bias correction
-    # and per-channel max |x| of linear-layer inputs, for SmoothQuant at export (their Grams in transformers)
-    stats = new_stats(loaded.proto, names, smooth=_transformer(loaded.proto))
+def _statistics(proto, names) -> dict:
+    """The statistics recorded beside the histograms: per-sample min, max |x| and per-channel means of layer
+    inputs (for mean-minmax and bias correction) and per-channel max |x| of linear-layer inputs (for SmoothQuant at
+    export; their Grams in transformers)."""
+    stats = new_stats(proto, names, smooth=_transformer(proto))
     inside = [n for n in names if branches.original(n) != n]
     if inside:  # a branch tensor's statistics are those its readers inside the branches ask for
-        flat = branches.flattened(loaded.proto)
+        flat = branches.flattened(proto)
         found = new_stats(flat, [branches.original(n) for n in inside], smooth=_transformer(flat))
         stats.update({n: found[branches.original(n)] for n in inside})
+    return stats
+
+
+def _collect(loaded, names, types, source: _Source, bins: int, progress):
+    stats = _statistics(loaded.proto, names)
     # a Concat's output (a Split's input) holds exactly its parts' values, an Add/Sub/Mul output is
     # one exact float32 operation on its inputs: such tensors are computed from fetched ones
     derived = collect.derivations(loaded.proto, names, types, source.static, stats)
