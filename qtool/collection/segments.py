@@ -424,14 +424,20 @@ def _blocks(node: onnx.NodeProto, weights: dict[str, onnx.TensorProto]) -> bool:
     return False
 
 
-def _sums(nodes) -> set[str]:
-    """Outputs of Add/Sub nodes read only by PLAIN_READERS: a cut across them changes no
-    fusion (MobileNetV2's residual sums, which collect computes instead of fetching, cross
-    every cut between its blocks)."""
+def _reader_ops(nodes) -> dict[str, set[str]]:
+    """{tensor: the op types of the nodes reading it ("?" for one of another domain)}."""
     readers: dict[str, set[str]] = {}
     for node in nodes:
         for name in node_reads(node):
             readers.setdefault(name, set()).add(node.op_type if node.domain in ("", "ai.onnx") else "?")
+    return readers
+
+
+def _sums(nodes) -> set[str]:
+    """Outputs of Add/Sub nodes read only by PLAIN_READERS: a cut across them changes no
+    fusion (MobileNetV2's residual sums, which collect computes instead of fetching, cross
+    every cut between its blocks)."""
+    readers = _reader_ops(nodes)
     return {node.output[0] for node in nodes if node.op_type in ("Add", "Sub") and node.domain in ("", "ai.onnx")
             and readers.get(node.output[0], {"?"}) <= PLAIN_READERS}
 
@@ -455,10 +461,7 @@ def _computed(nodes, graph: onnx.GraphProto, outputs: set[str]) -> set[str]:
     its GELUs and residual sums, each computed from fetched tensors, crossed every position but
     one in its first 185 MB of activations)."""
     constant = {t.name for t in graph.initializer} | {o for n in nodes if n.op_type == "Constant" for o in n.output}
-    readers: dict[str, set[str]] = {}
-    for node in nodes:
-        for name in node_reads(node):
-            readers.setdefault(name, set()).add(node.op_type if node.domain in ("", "ai.onnx") else "?")
+    readers = _reader_ops(nodes)
     found: set[str] = set()
     for node in nodes:  # graph order: a node's inputs are judged before it
         if node.op_type not in COMPUTED_OPS or node.domain not in ("", "ai.onnx") or len(node.output) != 1:
