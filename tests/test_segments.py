@@ -345,6 +345,16 @@ def _segments_run_as_the_whole(model, fetched, sizes, types, x):
         np.testing.assert_array_equal(a, b, err_msg=name)
 
 
+def _random_files(tmp_path, seed: int, shapes) -> object:
+    """tmp_path/data with one .npy of standard normal float32 values per shape, in order."""
+    rng = np.random.default_rng(seed)
+    folder = tmp_path / "data"
+    folder.mkdir()
+    for k, shape in enumerate(shapes):
+        np.save(folder / f"{k}.npy", rng.standard_normal(shape).astype(np.float32))
+    return folder
+
+
 def _one_session_and_segments_write_one_file(path, folder, tmp_path, monkeypatch):
     """Calibrate `path` on `folder` as one session and in segments (RUN_BYTES and SEGMENT_BYTES lowered, at least 3
     parts): the same file."""
@@ -374,11 +384,7 @@ def test_calibrate_sizes_computed_pads_for_its_segments(tmp_path, monkeypatch):
     model = _computed_pads()
     path = tmp_path / "pads.onnx"
     onnx.save(model, path)
-    rng = np.random.default_rng(11)
-    folder = tmp_path / "data"
-    folder.mkdir()
-    for k in range(4):
-        np.save(folder / f"{k}.npy", rng.standard_normal((1, 3, 32, 32)).astype(np.float32))
+    folder = _random_files(tmp_path, 11, [(1, 3, 32, 32)] * 4)
     _one_session_and_segments_write_one_file(path, folder, tmp_path, monkeypatch)
 
 
@@ -472,11 +478,7 @@ def test_calibrate_sizes_the_if_shaped_encoder_from_its_first_feeds_and_segments
     lowered) sized from the first file's run, and writes the file of one session."""
     path = tmp_path / "encoder.onnx"
     onnx.save(_if_shaped_encoder(), path)
-    rng = np.random.default_rng(15)
-    folder = tmp_path / "data"
-    folder.mkdir()
-    for k, length in enumerate([64, 32, 48, 16]):
-        np.save(folder / f"{k}.npy", rng.standard_normal((1, length, 32)).astype(np.float32))
+    folder = _random_files(tmp_path, 15, [(1, length, 32) for length in (64, 32, 48, 16)])
     _one_session_and_segments_write_one_file(path, folder, tmp_path, monkeypatch)
 
 
@@ -502,9 +504,5 @@ def test_a_1d_conv_net_s_gelus_sums_and_batch_norms_do_not_block_its_cuts(tmp_pa
     assert len(segments.cuts(exposed, fetched, dict.fromkeys(fetched, 1), 4, types)) >= 6  # 1-2 before
     path = tmp_path / "eeg.onnx"
     onnx.save(model, path)
-    rng = np.random.default_rng(13)
-    folder = tmp_path / "data"
-    folder.mkdir()
-    for k in range(3):
-        np.save(folder / f"{k}.npy", rng.standard_normal((1, 2, 512)).astype(np.float32))
+    folder = _random_files(tmp_path, 13, [(1, 2, 512)] * 3)
     _one_session_and_segments_write_one_file(path, folder, tmp_path, monkeypatch)

@@ -1013,19 +1013,13 @@ def layer_taps(proto: onnx.ModelProto) -> dict[str, list[str]]:
 
 def _fetching(proto: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
     """A copy of `proto` with the tensors `names` also graph outputs."""
-    return simulate.with_outputs(_copy(proto), names)
-
-
-def _copy(proto: onnx.ModelProto) -> onnx.ModelProto:
-    copy = onnx.ModelProto()
-    copy.CopyFrom(proto)
-    return copy
+    return simulate.with_outputs(G.copied(proto), names)
 
 
 def _simulating(proto: onnx.ModelProto, names: list[str]):
     """The simulation of `proto` fetching `names`, added once its FakeQuantize nodes are rewritten (an opset-9 file is
     converted to opset 11 first, which a graph output of no shape would fail)."""
-    return simulate.simulation(_copy(proto), names)
+    return simulate.simulation(G.copied(proto), names)
 
 
 def _departed(reference, proto: onnx.ModelProto, data, runtime: str, like, names: list[str], sim=None) -> dict[str, float]:

@@ -28,7 +28,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from . import bigmodel, lazy
-from .graph import ancestors, cleanup, producers
+from .graph import ancestors, cleanup, copied, producers
 
 LINEAR_SLOTS = {"Conv": (1, 2), "ConvTranspose": (1, 2), "MatMul": (0, 1), "Gemm": (0, 1, 2)}
 RECURRENT_SLOTS = {"LSTM": (1, 2, 3, 7), "GRU": (1, 2, 3), "RNN": (1, 2, 3)}  # W, R, B (and an LSTM's P)
@@ -142,12 +142,6 @@ def _sources(graph: onnx.GraphProto, targets: list[str], made_by: dict) -> tuple
     return nodes, [t for t in graph.initializer if t.name in read]
 
 
-def _copy(message):
-    out = type(message)()
-    out.CopyFrom(message)
-    return out
-
-
 def _evaluate(proto: onnx.ModelProto, nodes: list, inits: list, targets: list[str]) -> list:
     from onnx.reference import ReferenceEvaluator
 
@@ -162,7 +156,7 @@ def _later(proto: onnx.ModelProto, graph: onnx.GraphProto, target: str, value: n
     """The lazy initializer `target` whose value (`value`, computed) is computed again when read: by the nodes that
     make it alone, from copies of what they read (the integer weights and scales; lazy ones stay references)."""
     nodes, inits = _sources(graph, [target], made_by)
-    nodes, inits = [_copy(n) for n in nodes], [_copy(t) for t in inits]
+    nodes, inits = [copied(n) for n in nodes], [copied(t) for t in inits]
     opsets, ir = [onnx.OperatorSetIdProto(domain=o.domain, version=o.version) for o in proto.opset_import], proto.ir_version
     header = onnx.ModelProto(ir_version=ir, opset_import=opsets)
 

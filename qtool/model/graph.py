@@ -446,6 +446,13 @@ def default_opset(model: onnx.ModelProto) -> int:
     raise QtoolError("the model declares no default-domain opset (opset_import); it is not a valid ONNX model")
 
 
+def copied(message):
+    """A deep copy of a protobuf message (a model, node or tensor), to edit without touching the original."""
+    out = type(message)()
+    out.CopyFrom(message)
+    return out
+
+
 def copy_model(proto: onnx.ModelProto, base_dir: str | None = None) -> onnx.ModelProto:
     """A deep copy to edit (the loaded model is never modified), with any external data the
     proto still refers to read into it from `base_dir`, so the result is one self-contained file.
