@@ -165,7 +165,7 @@ def probed(proto: onnx.ModelProto, names: list[str], feeds: Feeds | None, folder
     except Exception:  # it will not run on these inputs: the sizes told so far (calibrate reports the run's error)
         values = None
     del session
-    _trim()
+    trim()
     if values is None:
         return found
     for n, shape in zip(outs, values):
@@ -173,11 +173,12 @@ def probed(proto: onnx.ModelProto, names: list[str], feeds: Feeds | None, folder
     return found
 
 
-def _trim() -> None:
-    """Give the heap's free pages back to the system (glibc's malloc_trim), so that what the probe
-    session held does not stay in the process beside the sessions made after it (lac_bigru, 17
-    tensors: 209 MB of calibrate's peak RSS before the probe, 234 MB with it untrimmed); nothing
-    where the C library is not glibc."""
+def trim() -> None:
+    """Give the heap's free pages back to the system (glibc's malloc_trim, which also lets go of
+    the free pages inside every thread's heap), so that what the probe session held does not stay in
+    the process beside the sessions made after it (lac_bigru, 17 tensors: 209 MB of calibrate's
+    peak RSS before the probe, 234 MB with it untrimmed), nor what a run freed beside the next run
+    (collect); nothing where the C library is not glibc."""
     try:
         ctypes.CDLL(None).malloc_trim(0)
     except (OSError, AttributeError):
@@ -235,7 +236,7 @@ def _shape_values(proto: onnx.ModelProto, dims: dict[str, tuple[int, ...]]) -> d
     session = onnxruntime.session(sub, threads=1)
     values = onnxruntime.run(session, wanted, feeds)
     del session, sub, graph
-    _trim()
+    trim()
     return {n: v for n, v in zip(wanted, values) if v.nbytes <= FOLD_BYTES}
 
 
