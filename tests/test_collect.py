@@ -1,6 +1,7 @@
 """Collection: --data inputs, shards and merge, auto batch size, non-finite and zero tensors."""
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -607,3 +608,32 @@ def test_runs_in_segments_go_side_by_side_only_while_a_segment_s_bytes_fit_besid
     (schedule,) = schedules
     assert parts and parts[0] >= 3, parts
     assert (schedule.workers, schedule.spread) == ((1, 4) if room == "little" else (4, 1))
+
+
+def test_what_sizing_and_the_sessions_freed_goes_back_before_the_runs(tmp_path, monkeypatch):
+    """A Paddle classifier (zoo.paddle_constant_weights_like: ppocrv5_textline_ori's Reshape of a computed shape) runs
+    in one session; what sizing its runs and making its sessions freed is given back to the system (malloc_trim) once
+    before the runs (ppocrv5_textline_ori held 77 MB of heap through them: 203 -> 153 MB of peak RSS with both fixes
+    of docs/benchmarks.md#mem16), and the file is the same as without it."""
+    from qtool import api
+    from qtool.collection import collect, segments
+
+    path = tmp_path / "paddle.onnx"
+    onnx.save(zoo.paddle_constant_weights_like(), path)
+    folder = tmp_path / "data"
+    folder.mkdir()
+    rng = np.random.default_rng(31)
+    for k in range(3):
+        np.save(folder / f"{k}.npy", rng.standard_normal((2, 3, 16, 32)).astype(np.float32))
+    files, trims, order = {}, [], []
+    fill = collect._Accumulator.fill
+    monkeypatch.setattr(collect._Accumulator, "fill", lambda self, *a, **k: (order.append(len(trims)), fill(self, *a, **k))[1])
+    for label, trim in (("trimmed", segments.trim), ("not", lambda: None)):
+        trims.clear()
+        order.clear()
+        monkeypatch.setattr(segments, "trim", lambda trim=trim: (trims.append(sys._getframe(1).f_code.co_name), trim()))
+        out = tmp_path / f"{label}.calib.json"
+        api.calibrate_files(path, data=folder, output=out)
+        files[label] = out.read_bytes()
+        assert trims.count("accumulate") == 1 and order == [len(trims)] * 3  # the runs' one, before the first of three
+    assert files["trimmed"] == files["not"]

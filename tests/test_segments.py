@@ -506,3 +506,62 @@ def test_a_1d_conv_net_s_gelus_sums_and_batch_norms_do_not_block_its_cuts(tmp_pa
     onnx.save(model, path)
     folder = _random_files(tmp_path, 13, [(1, 2, 512)] * 3)
     _one_session_and_segments_write_one_file(path, folder, tmp_path, monkeypatch)
+
+
+def test_shape_values_take_a_known_shape_as_a_constant_and_inference_reads_no_constant_weights(monkeypatch):
+    """A Paddle export (weights in Constant nodes, a Reshape whose shape comes from the last Conv's Shape:
+    ppocrv5_textline_ori) sized by segments.sizes: the Reshape's shape is computed from the Shape's value that
+    inference knows, not by running every layer before it on zeros (its session held 48 MB of heap for the rest of
+    calibrate); and shape inference is sent the graph without the Constants' weights (its child 60 -> 21 MB), with
+    the same results."""
+    import zoo
+
+    from qtool import model as qmodel
+    from qtool.collection import segments
+    from qtool.model import shapes
+
+    model = zoo.paddle_constant_weights_like()
+    types = qmodel.tensor_types(model)
+    fetched = qmodel.activation_tensors(model, types)
+    dims = {"x": (2, 3, 16, 32)}
+    assert len(qmodel.tensor_bytes(model, fetched, dims)) < len(fetched)  # onnx's inference alone
+    ops = []
+    real = onnxruntime.session
+
+    def session(proto, **kw):
+        ops.extend(n.op_type for n in proto.graph.node)
+        return real(proto, **kw)
+
+    monkeypatch.setattr(onnxruntime, "session", session)
+    sizes = segments.sizes(model, fetched, dims)
+    assert ops and "Conv" not in ops and "Gather" in ops
+    x = np.random.default_rng(15).standard_normal(dims["x"]).astype(np.float32)
+    exposed = qmodel.with_outputs(model, fetched, types)
+    values = real(exposed).run(fetched, {"x": x})
+    assert sizes == {n: v.nbytes for n, v in zip(fetched, values)}
+
+    assert len(shapes.weightless(model)) < len(model.SerializeToString()) // 10
+    whole = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    again = shapes.with_inferred_shapes(model)
+    assert list(again.graph.node) == list(model.graph.node) and list(again.graph.value_info) == list(whole.graph.value_info)
+
+
+def test_a_run_in_segments_gives_back_what_it_freed_before_the_next(tmp_path, monkeypatch):
+    """Each run in segments frees its blocks under MMAP_BYTES in the heaps of the threads that ran them, where they
+    stayed in pieces the next run could not use (trueocr_det: 344 -> 272 MB of peak RSS once they are given back
+    after every run); calibrate gives them back (malloc_trim) once per run, and the file is the same."""
+    from qtool.collection import collect, segments
+
+    path = tmp_path / "unet.onnx"
+    onnx.save(_unet(), path)
+    folder = _random_files(tmp_path, 16, [(1, 3, 32, 32)] * 5)
+    monkeypatch.setattr(pipeline, "RUN_BYTES", 1 << 10)
+    monkeypatch.setattr(pipeline, "SEGMENT_BYTES", 1 << 10)
+    trims = []
+    real = segments.trim
+    monkeypatch.setattr(segments, "trim", lambda: (trims.append(1), real()))
+    runs = []
+    accumulate = collect.accumulate
+    monkeypatch.setattr(collect, "accumulate", lambda session, *a, **k: (runs.append(type(session).__name__), accumulate(session, *a, **k))[1])
+    api.calibrate_files(path, data=folder, output=tmp_path / "unet.calib.json")
+    assert runs == ["Segmented"] and len(trims) >= 5

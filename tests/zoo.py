@@ -2336,6 +2336,36 @@ def shared_layer_like(width: int = 64, uses: int = 3, seed: int = 0) -> onnx.Mod
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
+def paddle_constant_weights_like(opset=11, ch=16, layers=4, hw=(16, 32), seed=6271):
+    """A Paddle classifier as paddle2onnx writes it (ppocrv5_textline_ori, ppocrv2_rec_crnn, slanet_table): its weights
+    are Constant nodes (float_data, not initializers), Conv+Relu blocks, then a Reshape whose shape is computed from
+    the last Conv's Shape (Shape -> Gather -> Unsqueeze -> Concat with -1: onnx's shape inference, without data
+    propagation, sizes nothing after it), a MatMul and a Softmax: x [n, 3, H, W] -> [n, 2]."""
+    g = _Graph(seed=seed)
+
+    def constant(name, array):  # a Paddle weight: a Constant node holding float_data
+        array = np.asarray(array)
+        t = helper.make_tensor(name, FLOAT if array.dtype == np.float32 else TensorProto.INT64, array.shape,
+                               array.reshape(-1).tolist())
+        return g.op("Constant", [], name, outputs=[name], value=t)
+
+    x, cin = "x", 3
+    for k in range(layers):
+        w = constant(f"conv{k}.w_0", _conv_w(g.rng, ch, cin, 3))
+        x = g.op("Relu", [g.op("Conv", [x, w], f"/conv{k}", kernel_shape=[3, 3], pads=[1, 1, 1, 1])], f"/conv{k}")
+        cin = ch
+    shape = g.op("Shape", [x], "/flatten")
+    batch = g.op("Gather", [shape, constant("gather.idx", np.array(0, np.int64))], "/flatten", axis=0)
+    target = g.op("Concat", [g.op("Unsqueeze", [batch], "/flatten", axes=[0]), constant("flatten.rest", np.array([-1], np.int64))],
+                  "/flatten", axis=0)
+    flat = g.op("Reshape", [x, target], "/flatten")
+    fc = constant("fc.w_0", (g.rng.standard_normal((ch * hw[0] * hw[1], 2)) * 0.01).astype(np.float32))
+    g.op("Softmax", [g.op("MatMul", [flat, fc], "/fc")], "/softmax", axis=-1, outputs=["y"])
+    graph = g.graph("paddle_constant_weights", [helper.make_tensor_value_info("x", FLOAT, ["n", 3, *hw])],
+                    [helper.make_tensor_value_info("y", FLOAT, ["n", 2])])
+    return _make_model(graph, opset)
+
+
 if __name__ == "__main__":
     import tempfile
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Iterator
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 import onnx
@@ -164,7 +165,7 @@ def probed(proto: onnx.ModelProto, names: list[str], feeds: Feeds | None, folder
     except Exception:  # it will not run on these inputs: the sizes told so far (calibrate reports the run's error)
         values = None
     del session
-    _trim()
+    trim()
     if values is None:
         return found
     for n, shape in zip(outs, values):
@@ -172,11 +173,12 @@ def probed(proto: onnx.ModelProto, names: list[str], feeds: Feeds | None, folder
     return found
 
 
-def _trim() -> None:
-    """Give the heap's free pages back to the system (glibc's malloc_trim), so that what the probe
-    session held does not stay in the process beside the sessions made after it (lac_bigru, 17
-    tensors: 209 MB of calibrate's peak RSS before the probe, 234 MB with it untrimmed); nothing
-    where the C library is not glibc."""
+def trim() -> None:
+    """Give the heap's free pages back to the system (glibc's malloc_trim, which also lets go of
+    the free pages inside every thread's heap), so that what the probe session held does not stay in
+    the process beside the sessions made after it (lac_bigru, 17 tensors: 209 MB of calibrate's
+    peak RSS before the probe, 234 MB with it untrimmed), nor what a run freed beside the next run
+    (collect); nothing where the C library is not glibc."""
     try:
         ctypes.CDLL(None).malloc_trim(0)
     except (OSError, AttributeError):
@@ -201,7 +203,10 @@ def _shape_values(proto: onnx.ModelProto, dims: dict[str, tuple[int, ...]]) -> d
     """{name: value} of the integer tensors that do not depend on the inputs' values (only on
     constants and input shapes: model.data_dependent) and that a tensor that does depend on
     them reads (a Pad's pads, a Reshape's shape), computed by onnxruntime on zeros of `dims`;
-    {} where there are none, or they read weights left where they lie."""
+    {} where there are none, or they read weights left where they lie. A Shape of a tensor whose
+    shape the inference knows for `dims` is given as that constant (`_known_shapes`), so the
+    session does not compute the layers before it (ppocrv5_textline_ori's Reshape after its last
+    Conv: the whole network ran on zeros, 48 MB of heap kept for the rest of calibrate)."""
     g = proto.graph
     dependent = _model.data_dependent(proto)
     types = _model.tensor_types(proto)
@@ -212,7 +217,9 @@ def _shape_values(proto: onnx.ModelProto, dims: dict[str, tuple[int, ...]]) -> d
         and producer[name].op_type != "Constant"))
     if not wanted:
         return {}
-    part = ancestors(g, wanted, producer)
+    known = _known_shapes(proto, dims)
+    nodes = [_shape_constant(n, known) or n for n in g.node]
+    part = ancestors(SimpleNamespace(node=nodes), wanted, {o: n for n in nodes for o in n.output if o})
     if any(subgraphs(n) for n in part):
         return {}
     reads = {i for n in part for i in n.input if i}
@@ -228,7 +235,38 @@ def _shape_values(proto: onnx.ModelProto, dims: dict[str, tuple[int, ...]]) -> d
     sub.functions.extend(proto.functions)
     session = onnxruntime.session(sub, threads=1)
     values = onnxruntime.run(session, wanted, feeds)
+    del session, sub, graph
+    trim()
     return {n: v for n, v in zip(wanted, values) if v.nbytes <= FOLD_BYTES}
+
+
+def _known_shapes(proto: onnx.ModelProto, dims: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """{tensor: shape} of the tensors whose every dimension onnx's shape inference tells for inputs of `dims`."""
+    inferred = _model.infer_with_inputs(proto, dims)
+    if inferred is None:
+        return {}
+    ig = inferred.graph
+    known = {}
+    for vi in [*ig.input, *ig.value_info, *ig.output]:
+        tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+        if tt is not None and tt.HasField("shape") and all(d.HasField("dim_value") and d.dim_value >= 0 for d in tt.shape.dim):
+            known[vi.name] = tuple(d.dim_value for d in tt.shape.dim)
+    return known
+
+
+def _shape_constant(node: onnx.NodeProto, known: dict[str, tuple[int, ...]]) -> onnx.NodeProto | None:
+    """A Constant node of the value a Shape node gives, when its input's shape is `known`; else None.
+    Its start and end (opset 15) are read as onnx's Shape reads them: negative ones count from the
+    end, both clamped to the rank."""
+    if node.op_type != "Shape" or node.domain not in ("", "ai.onnx") or len(node.output) != 1 or node.input[0] not in known:
+        return None
+    shape = known[node.input[0]]
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    rank = len(shape)
+    start, end = attrs.get("start", 0), attrs.get("end", rank)
+    start, end = (min(max(k + rank if k < 0 else k, 0), rank) for k in (start, end))
+    value = np.array(shape[start:end], np.int64)
+    return onnx.helper.make_node("Constant", [], [node.output[0]], value=onnx.numpy_helper.from_array(value))
 
 
 def cuts(proto: onnx.ModelProto, fetched: list[str], sizes: dict[str, int], budget: int, types: dict[str, int]) -> list[int]:
