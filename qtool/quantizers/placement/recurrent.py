@@ -11,7 +11,9 @@ the hidden state on that one grid and requantizes every step's hidden state onto
 * the hidden state's grid: 8-bit, zero point 128, covering the calibrated max |h| (the LSTM's Y and
   Y_h, the state input's; 1 when none is recorded: o * tanh(c) stays in (-1, 1)) times one of WIDENINGS,
   the one of least estimated error (`gate_error`): a wider grid coarsens h (and Y, which the kernel
-  outputs on it) but shrinks W / a toward R (below), which share one scale per unit;
+  outputs on it) but shrinks W / a toward R (below), which share one scale per unit; for an LSTM that grid leaves
+  under its floor (below), also the NARROWER ones and its own h's (where a state input was calibrated wider), by the
+  simulation (`_narrower`);
 * X read through one FakeQuantize from its own range (its threshold, narrowed to the calibrated min or max on a
   side X does not reach, 0 on a code: `x_levels`) onto that grid, an affine re-encoding x' = a x + b that W / a and
   the bias (minus b times the rows of the stored W / a) undo exactly. NNCF quantizes X at its own range instead, which then holds the hidden state too:
