@@ -187,7 +187,7 @@ def lstm_sites(inputs: Inputs, kept: Kept, pairs: bool = False) -> tuple[list[Re
             simulated, sequences[node.name] = simulate(site, w, r, bias, inputs.records.get(x), fed,
                                                        reverse=G.text_attr(node, "direction", "forward") == "reverse")
         if simulated is not None and simulated < floor:  # under its floor on the estimate's grid: the narrower ones
-            site, simulated = _narrower(site, simulated, inputs, node, threshold, state, w, r, bias, pairs, fed)
+            site, simulated = _narrower(site, simulated, inputs, node, threshold, w, r, bias, pairs, fed)
         measured = simulated if simulated is not None else error["sqnr_db"] if error is not None else None
         if site is not None and measured is not None and measured < floor:
             raised = f" ({MIN_SQNR_DB:g} + {tail[1]:.1f}: output {tail[0]!r} in a sigmoid's tail)" if tail else ""
@@ -242,13 +242,14 @@ def _best_site(inputs: Inputs, node, threshold, state: str | None, w: np.ndarray
     return best, best_error
 
 
-def _narrower(site: RecurrentSite, simulated: float, inputs: Inputs, node, threshold, state: str | None, w: np.ndarray,
-              r: np.ndarray, bias: np.ndarray, pairs: bool, fed: np.ndarray | None) -> tuple[RecurrentSite, float]:
+def _narrower(site: RecurrentSite, simulated: float, inputs: Inputs, node, threshold, w: np.ndarray, r: np.ndarray,
+              bias: np.ndarray, pairs: bool, fed: np.ndarray | None) -> tuple[RecurrentSite, float]:
     """Of `site` (simulated at `simulated` dB) and the sites on NARROWER grids, the one of the highest simulated SQNR,
     with it. The estimate reads one step of the bulk, where a grid clipping h's rare peaks loses more through time than it
     says (tashkeel_bilstm's second LSTM: 0.75 x max |h| estimated best, simulated 27.2 dB against 32.3 on max |h|): a
     narrower grid is taken by the simulation only, and only for an LSTM that would otherwise stay float."""
     reverse = G.text_attr(node, "direction", "forward") == "reverse"
+    state = node.input[5] if len(node.input) > 5 and node.input[5] else None  # as `lstm_sites` reads it
     records = inputs.records
     own = [records[t].absmax for t in node.output[:2] if t and t in records]
     state_peak = records[state].absmax if state is not None and state in records else 0.0
