@@ -2366,6 +2366,30 @@ def paddle_constant_weights_like(opset=11, ch=16, layers=4, hw=(16, 32), seed=62
     return _make_model(graph, opset)
 
 
+def streaming_lstm_like(feat=16, hidden=32, o_bias=-4.0, seed=8371) -> onnx.ModelProto:
+    """A streaming LSTM as VoiceFilter-Lite's third layer is exported (torch, h0/c0 as inputs, Y and Y_h as outputs): frames
+    [time, batch, feat] and the state from the chunk before -> LSTM -> MatMul head. Its output gate is biased shut
+    (`o_bias`), so its own h stays far inside (-1, 1), the range a state input drawn over it is calibrated at."""
+    rng = np.random.default_rng(seed)
+    w = rng.normal(0, 1 / np.sqrt(feat), (1, 4 * hidden, feat))
+    r = rng.normal(0, 1 / np.sqrt(hidden), (1, 4 * hidden, hidden))
+    b = np.zeros((1, 8 * hidden))
+    b[0, hidden:2 * hidden] = o_bias  # ONNX's gate order i, o, f, c
+    inits = [numpy_helper.from_array(v.astype(np.float32), n) for n, v in (("W", w), ("R", r), ("B", b))]
+    inits += [numpy_helper.from_array(rng.normal(0, 1 / np.sqrt(hidden), (hidden, 4)).astype(np.float32), "fc.weight"),
+              numpy_helper.from_array(np.array([0, 0, -1], np.int64), "shape")]
+    nodes = [helper.make_node("LSTM", ["frames", "W", "R", "B", "", "h0", "c0"], ["Y", "Y_h", "Y_c"], name="/lstm/LSTM",
+                              hidden_size=hidden),
+             helper.make_node("Reshape", ["Y", "shape"], ["/y"], name="/Reshape"),
+             helper.make_node("MatMul", ["/y", "fc.weight"], ["out"], name="/fc/MatMul")]
+    state = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, "batch", hidden]) for n in ("h0", "c0")]
+    graph = helper.make_graph(nodes, "streaming_lstm", [helper.make_tensor_value_info("frames", TensorProto.FLOAT, ["time", "batch", feat]),
+                                                        *state],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["time", "batch", 4]),
+                               helper.make_tensor_value_info("Y_h", TensorProto.FLOAT, [1, "batch", hidden])], inits)
+    return _make_model(graph, 17)
+
+
 if __name__ == "__main__":
     import tempfile
 

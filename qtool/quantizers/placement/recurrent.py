@@ -11,7 +11,9 @@ the hidden state on that one grid and requantizes every step's hidden state onto
 * the hidden state's grid: 8-bit, zero point 128, covering the calibrated max |h| (the LSTM's Y and
   Y_h, the state input's; 1 when none is recorded: o * tanh(c) stays in (-1, 1)) times one of WIDENINGS,
   the one of least estimated error (`gate_error`): a wider grid coarsens h (and Y, which the kernel
-  outputs on it) but shrinks W / a toward R (below), which share one scale per unit;
+  outputs on it) but shrinks W / a toward R (below), which share one scale per unit; for an LSTM that grid leaves
+  under its floor (below), also the NARROWER ones and its own h's (where a state input was calibrated wider), by the
+  simulation (`_narrower`);
 * X read through one FakeQuantize from its own range (its threshold, narrowed to the calibrated min or max on a
   side X does not reach, 0 on a code: `x_levels`) onto that grid, an affine re-encoding x' = a x + b that W / a and
   the bias (minus b times the rows of the stored W / a) undo exactly. NNCF quantizes X at its own range instead, which then holds the hidden state too:
@@ -87,6 +89,12 @@ PAIR_STEPS = 127
 # the hidden state's grids tried, in multiples of its calibrated max |h|: a wider one coarsens h but lets W / a shrink
 # toward R where X's range is wide (a = the grid's width / X's), and W and R share one scale per unit
 WIDENINGS = (1.0, 1.5, 2.0, 3.0)
+# grids narrower than the calibrated max |h| (of Y, Y_h and the state input), tried by the simulation (`_narrower`) with
+# the grid of the LSTM's own h where a state input was calibrated wider, for an LSTM under its floor on the estimate's
+# grid. voicefilter_lite's third LSTM (the zoo's h0 feeds drawn over +-1.07, its own h within +-0.32): simulated 18.8 dB
+# on the state's range (float: 1.4x NNCF's latency on AVX2), 24.8 on 0.5 x, 29.2 on its own h's peak (0.30 x), so int8
+# there: OpenVINO's run of the model's worst output 28.59 -> 28.50 dB (docs/benchmarks.md#lat16)
+NARROWER = (0.5, 0.75)
 # below it an LSTM stays float, by its simulated error (`simulate`; the estimate where it cannot run). An int8
 # activation quantizer leaves 20-40 dB at a linear layer's output (the attention core's rule, MIN_SQNR_DB of its
 # target): an LSTM in that range runs int8 as they do. tashkeel_rawi_v3's first LSTM (simulated 21.4 dB, 24.1 over its
@@ -178,6 +186,8 @@ def lstm_sites(inputs: Inputs, kept: Kept, pairs: bool = False) -> tuple[list[Re
         if site is not None and error is not None:
             simulated, sequences[node.name] = simulate(site, w, r, bias, inputs.records.get(x), fed,
                                                        reverse=G.text_attr(node, "direction", "forward") == "reverse")
+        if simulated is not None and simulated < floor:  # under its floor on the estimate's grid: the narrower ones
+            site, simulated = _narrower(site, simulated, inputs, node, threshold, w, r, bias, pairs, fed)
         measured = simulated if simulated is not None else error["sqnr_db"] if error is not None else None
         if site is not None and measured is not None and measured < floor:
             raised = f" ({MIN_SQNR_DB:g} + {tail[1]:.1f}: output {tail[0]!r} in a sigmoid's tail)" if tail else ""
@@ -230,6 +240,28 @@ def _best_site(inputs: Inputs, node, threshold, state: str | None, w: np.ndarray
         if best_error is None or error["sqnr_db"] > best_error["sqnr_db"]:
             best, best_error = site, error
     return best, best_error
+
+
+def _narrower(site: RecurrentSite, simulated: float, inputs: Inputs, node, threshold, w: np.ndarray, r: np.ndarray,
+              bias: np.ndarray, pairs: bool, fed: np.ndarray | None) -> tuple[RecurrentSite, float]:
+    """Of `site` (simulated at `simulated` dB) and the sites on NARROWER grids, the one of the highest simulated SQNR,
+    with it. The estimate reads one step of the bulk, where a grid clipping h's rare peaks loses more through time than it
+    says (tashkeel_bilstm's second LSTM: 0.75 x max |h| estimated best, simulated 27.2 dB against 32.3 on max |h|): a
+    narrower grid is taken by the simulation only, and only for an LSTM that would otherwise stay float."""
+    reverse = G.text_attr(node, "direction", "forward") == "reverse"
+    state = node.input[5] if len(node.input) > 5 and node.input[5] else None  # as `lstm_sites` reads it
+    records = inputs.records
+    own = [records[t].absmax for t in node.output[:2] if t and t in records]
+    state_peak = records[state].absmax if state is not None and state in records else 0.0
+    widenings = set(NARROWER)
+    if own and state_peak > max(own) > 0:  # a state input calibrated wider than the LSTM's own h: the grid of its own too
+        widenings.add(max(own) / state_peak)
+    for widen in sorted(widenings):
+        other = _site(node.name, inputs, node, threshold, state, w, r, bias, pairs, widen)
+        figure = simulate(other, w, r, bias, inputs.records.get(node.input[0]), fed, reverse=reverse)[0] if other else None
+        if figure is not None and figure > simulated:
+            site, simulated = other, figure
+    return site, simulated
 
 
 def pair_bound(values: np.ndarray) -> np.ndarray:
