@@ -173,7 +173,7 @@ def lstm_sites(inputs: Inputs, kept: Kept, pairs: bool = False) -> tuple[list[Re
         bias = _constant(inputs, node.input[3]) if len(node.input) > 3 and node.input[3] else np.zeros((dirs, 2 * gates))
         if bias is None or bias.shape != (dirs, 2 * gates) or r.shape != (dirs, gates, hidden):
             continue
-        state = node.input[5] if len(node.input) > 5 and node.input[5] else None
+        state = _state_input(node)
         if state is not None and (state in kept.tensors or m.types.get(state) != 1):
             continue
         site, error = _best_site(inputs, node, threshold, state, w, r, bias, pairs)
@@ -184,8 +184,7 @@ def lstm_sites(inputs: Inputs, kept: Kept, pairs: bool = False) -> tuple[list[Re
         if fed is not None and fed.shape[2] != w.shape[2]:
             fed = None  # X is not the whole Y of that LSTM (one direction of it, or beside other features): drawn
         if site is not None and error is not None:
-            simulated, sequences[node.name] = simulate(site, w, r, bias, inputs.records.get(x), fed,
-                                                       reverse=G.text_attr(node, "direction", "forward") == "reverse")
+            simulated, sequences[node.name] = simulate(site, w, r, bias, inputs.records.get(x), fed, reverse=_reverse(node))
         if simulated is not None and simulated < floor:  # under its floor on the estimate's grid: the narrower ones
             site, simulated = _narrower(site, simulated, inputs, node, threshold, w, r, bias, pairs, fed)
         measured = simulated if simulated is not None else error["sqnr_db"] if error is not None else None
@@ -248,9 +247,7 @@ def _narrower(site: RecurrentSite, simulated: float, inputs: Inputs, node, thres
     with it. The estimate reads one step of the bulk, where a grid clipping h's rare peaks loses more through time than it
     says (tashkeel_bilstm's second LSTM: 0.75 x max |h| estimated best, simulated 27.2 dB against 32.3 on max |h|): a
     narrower grid is taken by the simulation only, and only for an LSTM that would otherwise stay float."""
-    reverse = G.text_attr(node, "direction", "forward") == "reverse"
-    state = node.input[5] if len(node.input) > 5 and node.input[5] else None  # as `lstm_sites` reads it
-    records = inputs.records
+    state, records = _state_input(node), inputs.records
     own = [records[t].absmax for t in node.output[:2] if t and t in records]
     state_peak = records[state].absmax if state is not None and state in records else 0.0
     widenings = set(NARROWER)
@@ -258,10 +255,19 @@ def _narrower(site: RecurrentSite, simulated: float, inputs: Inputs, node, thres
         widenings.add(max(own) / state_peak)
     for widen in sorted(widenings):
         other = _site(node.name, inputs, node, threshold, state, w, r, bias, pairs, widen)
-        figure = simulate(other, w, r, bias, inputs.records.get(node.input[0]), fed, reverse=reverse)[0] if other else None
+        figure = simulate(other, w, r, bias, records.get(node.input[0]), fed, reverse=_reverse(node))[0] if other else None
         if figure is not None and figure > simulated:
             site, simulated = other, figure
     return site, simulated
+
+
+def _state_input(node) -> str | None:
+    """An LSTM's initial hidden state input (initial_h), or None where it starts from zeros."""
+    return node.input[5] if len(node.input) > 5 and node.input[5] else None
+
+
+def _reverse(node) -> bool:
+    return G.text_attr(node, "direction", "forward") == "reverse"
 
 
 def pair_bound(values: np.ndarray) -> np.ndarray:
