@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .errors import Opt, QtoolError, Words
 from .model import external_locations, read_model_header
+from .scratch import discard as _unlink  # remove a file, whatever became of it
 from .scratch import running
 
 
@@ -356,13 +357,6 @@ def _backup(real: Path) -> str | None:
         except OSError:  # no hard links here: no rollback for this file
             return None
     return None
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
 
 
 def _sync_dir(folder: Path) -> None:

@@ -125,6 +125,14 @@ def open_file(name: str) -> tuple[int, str]:
     return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600), str(path)
 
 
+def discard(path: str) -> None:
+    """Remove the file `path`, whatever became of it (gone already, or not removable: left)."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 def close_file(fd: int, path: str) -> None:
     os.close(fd)
     Path(path).unlink(missing_ok=True)

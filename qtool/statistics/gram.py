@@ -359,7 +359,7 @@ class _Spill:
         self.chunks: list[tuple[int, int]] = []  # (rows, shift) of each chunk after them
         self.rows = 0
         self.held: np.ndarray | None = None  # the sums, where writing them over the chunks failed: the file is void
-        self._gone = weakref.finalize(self, _remove, path)
+        self._gone = weakref.finalize(self, scratch.discard, path)
 
     @classmethod
     def made(cls, channels: int) -> _Spill | None:
@@ -430,10 +430,3 @@ def _write(path: str, data: np.ndarray, append: bool) -> bool:
     finally:
         os.close(fd)
     return True
-
-
-def _remove(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
