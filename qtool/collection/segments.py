@@ -242,16 +242,7 @@ def _shape_values(proto: onnx.ModelProto, dims: dict[str, tuple[int, ...]]) -> d
 
 def _known_shapes(proto: onnx.ModelProto, dims: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
     """{tensor: shape} of the tensors whose every dimension onnx's shape inference tells for inputs of `dims`."""
-    inferred = _model.infer_with_inputs(proto, dims)
-    if inferred is None:
-        return {}
-    ig = inferred.graph
-    known = {}
-    for vi in [*ig.input, *ig.value_info, *ig.output]:
-        tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
-        if tt is not None and tt.HasField("shape") and all(d.HasField("dim_value") and d.dim_value >= 0 for d in tt.shape.dim):
-            known[vi.name] = tuple(d.dim_value for d in tt.shape.dim)
-    return known
+    return {name: shape for name, (shape, _) in _model.inferred_shapes(proto, dims).items() if all(d >= 0 for d in shape)}
 
 
 def _shape_constant(node: onnx.NodeProto, known: dict[str, tuple[int, ...]]) -> onnx.NodeProto | None:

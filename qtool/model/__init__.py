@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import hashlib
 import logging
+import math
 import os
 import stat
 from dataclasses import dataclass
@@ -456,23 +457,29 @@ def inferred_batch_one(proto: onnx.ModelProto) -> onnx.ModelProto | None:
     return infer_with_inputs(proto, ones) if ones else shapes.inferred(proto)
 
 
-def tensor_bytes(proto: onnx.ModelProto, names: list[str], input_dims: dict[str, tuple[int, ...]]) -> dict[str, int]:
-    """Bytes of the tensors of `names` for one run with these concrete input shapes, as far as
-    ONNX shape inference can tell: tensors whose shape it cannot infer are left out."""
+def inferred_shapes(proto: onnx.ModelProto, input_dims: dict[str, tuple]) -> dict[str, tuple[tuple[int, ...], int]]:
+    """{tensor: (shape, element type)} of the main graph's tensors whose every dimension ONNX shape
+    inference tells for these input shapes (infer_with_inputs); {} when it fails."""
     inferred = infer_with_inputs(proto, input_dims)
     if inferred is None:
         return {}
-    info = {vi.name: vi.type.tensor_type for vi in list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output)}
-    sizes = {}
-    for name in names:
-        tt = info.get(name)
-        if tt is None or not tt.HasField("shape") or not all(d.HasField("dim_value") for d in tt.shape.dim):
-            continue
-        size = 1
-        for d in tt.shape.dim:
-            size *= d.dim_value
-        sizes[name] = size * np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type)).itemsize
-    return sizes
+    g = inferred.graph
+    found = {}
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        tt = vi.type.tensor_type
+        if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
+            found[vi.name] = tuple(d.dim_value for d in tt.shape.dim), tt.elem_type
+        else:
+            found.pop(vi.name, None)  # a later entry of the same name that does not tell: as tensor_bytes read them
+    return found
+
+
+def tensor_bytes(proto: onnx.ModelProto, names: list[str], input_dims: dict[str, tuple[int, ...]]) -> dict[str, int]:
+    """Bytes of the tensors of `names` for one run with these concrete input shapes, as far as
+    ONNX shape inference can tell: tensors whose shape it cannot infer are left out."""
+    known = inferred_shapes(proto, input_dims)
+    return {name: math.prod(known[name][0]) * np.dtype(helper.tensor_dtype_to_np_dtype(known[name][1])).itemsize
+            for name in names if name in known}
 
 
 def already_quantized(proto: onnx.ModelProto) -> str | None:
