@@ -2,7 +2,7 @@
 MatMulInteger, com.microsoft DynamicQuantizeLSTM), as popular packages ship them (ddddocr's OCR
 model), read as the float model it was made from (qtool.model.dynamic): calibrate, every export,
 inspect and evaluate work on it as on an FP32 model, evaluate's reference being the model as given;
-other quantized models (QLinearConv) get a one-line error."""
+other quantized models (NhwcQLinearConv, ...) get a one-line error."""
 
 from __future__ import annotations
 
@@ -160,7 +160,7 @@ def test_older_onnxruntime_bias_requantised_at_run_time():
 
 
 def test_other_quantized_models_are_refused(tmp_path):
-    """A statically quantized QOperator model (QLinearConv) and a ConvInteger outside the pattern:
+    """A statically quantized QOperator model with an op qtool does not read (NhwcQLinearConv) and a ConvInteger outside the pattern:
     one line naming the op and what to do, no file written."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
 
@@ -176,11 +176,16 @@ def test_other_quantized_models_are_refused(tmp_path):
 
     static = tmp_path / "static.onnx"
     quantize_static(str(src), str(static), Reader(), quant_format=QuantFormat.QOperator, op_types_to_quantize=["Conv"])
+    model = onnx.load(static)  # QLinearConv is read (tests/test_qoperator.py); onnxruntime's NHWC kernel of it is not
+    for n in model.graph.node:
+        if n.op_type == "QLinearConv":
+            n.op_type, n.domain = "NhwcQLinearConv", "com.microsoft"
+    onnx.save(model, static)
     folder = tmp_path / "calib"
     folder.mkdir()
     np.savez(folder / "0.npz", x=np.random.default_rng(0).random((1, C, H, 12)).astype(np.float32))
     r = invoke("calibrate", static, "--data", folder, "-o", tmp_path / "s.calib.json")
-    assert r.exit_code == 1 and "QLinearConv" in r.output and "give the FP32 model it was made from" in r.output, r.output
+    assert r.exit_code == 1 and "NhwcQLinearConv" in r.output and "give the FP32 model it was made from" in r.output, r.output
     assert r.output.count("\n") == 1 and "Traceback" not in r.output and not (tmp_path / "s.calib.json").exists()
 
     model = old_style()

@@ -2390,6 +2390,63 @@ def streaming_lstm_like(feat=16, hidden=32, o_bias=-4.0, seed=8371) -> onnx.Mode
     return _make_model(graph, 17)
 
 
+def qoperator_float_like(seed=0):
+    """The float model of a QOperator look-alike (qoperator_quantized): a small vision net with every layer onnxruntime's
+    QOperator format writes a QLinear kernel or a direct 8-bit op for: Conv + bias (+ Relu fused away), LeakyRelu,
+    MaxPool, Pad, Resize (nearest and linear), Add, Mul by a Sigmoid gate, Concat, AveragePool, GlobalAveragePool,
+    Flatten, Gemm, an activation-by-activation MatMul and a Softmax. Input [batch, 3, 16, 16]."""
+    g = _Graph(seed)
+    rng = g.rng
+
+    def conv(x, cin, cout, k, name):
+        return g.op("Conv", [x, g.init(f"{name}.weight", _conv_w(rng, cout, cin, k)),
+                             g.init(f"{name}.bias", rng.normal(0, 0.1, cout).astype(np.float32))], f"/{name}", pads=[k // 2] * 4)
+
+    x = g.op("Relu", [conv("x", 3, 8, 3, "stem")], "/stem")
+    x = g.op("MaxPool", [x], "/pool", kernel_shape=[2, 2], strides=[2, 2])  # 8x8
+    a = g.op("LeakyRelu", [conv(x, 8, 8, 3, "a")], "/a", alpha=0.1)
+    b = conv(x, 8, 8, 1, "b")
+    s = g.op("Add", [a, b], "/res")
+    gate = g.op("Sigmoid", [conv(s, 8, 8, 1, "gate")], "/gate")
+    m = g.op("Mul", [s, gate], "/gated")
+    p = g.op("Pad", [m, g.init("pads", np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64))], "/pad", mode="constant")
+    p = g.op("AveragePool", [p], "/avg", kernel_shape=[3, 3], strides=[1, 1])  # 8x8
+    up = g.op("Resize", [g.op("MaxPool", [p], "/down", kernel_shape=[2, 2], strides=[2, 2]), "", g.init("scales", np.array([1, 1, 2, 2], np.float32))],
+              "/up", mode="nearest")
+    lin = g.op("Resize", [p, "", g.init("same", np.array([1, 1, 1, 1], np.float32))], "/lin", mode="linear")
+    c = g.op("Concat", [up, lin], "/cat", axis=1)
+    pooled = g.op("Flatten", [g.op("GlobalAveragePool", [conv(c, 16, 16, 3, "head")], "/gap")], "/flat")
+    h = g.op("Gemm", [pooled, g.init("fc.weight", rng.normal(0, 0.25, (12, 16)).astype(np.float32)),
+                      g.init("fc.bias", rng.normal(0, 0.1, 12).astype(np.float32))], "/fc", transB=1)
+    q = g.op("Reshape", [h, g.init("shape", np.array([-1, 3, 4], np.int64))], "/split")
+    att = g.op("MatMul", [q, g.op("Transpose", [q], "/t", perm=[0, 2, 1])], "/att")
+    out = g.op("Softmax", [att], "/softmax", outputs=["probs"], axis=-1)
+    graph = g.graph("qoperator_like", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 16, 16])],
+                    [helper.make_tensor_value_info(out, TensorProto.FLOAT, ["batch", 3, 3])])
+    return _make_model(graph, 13)
+
+
+def qoperator_quantized(src, dst, per_channel=False, activation="uint8", seed=0):
+    """onnxruntime's quantize_static of the float model at `src` in its QOperator format (QLinearConv, QGemm, QLinearAdd
+    ...), as a package ships such a file, calibrated on 8 random images; written to `dst`."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    model = onnx.load(src)
+    name = model.graph.input[0].name
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            rng = np.random.default_rng(seed)
+            self.items = iter([{name: rng.random((1, 3, 16, 16)).astype(np.float32)} for _ in range(8)])
+
+        def get_next(self):
+            return next(self.items, None)
+
+    kind = QuantType.QUInt8 if activation == "uint8" else QuantType.QInt8
+    quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QOperator, per_channel=per_channel,
+                    activation_type=kind, weight_type=QuantType.QInt8)
+
+
 if __name__ == "__main__":
     import tempfile
 

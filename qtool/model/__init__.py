@@ -18,7 +18,7 @@ import onnx.inliner
 from onnx import TensorProto, helper
 
 from ..errors import Opt, QtoolError
-from . import bigmodel, contrib, dynamic, folding, lazy, prequantized, shapes
+from . import bigmodel, contrib, dynamic, folding, lazy, prequantized, qoperator, shapes
 from .graph import Constants, Index, all_nodes, outer_refs, subgraphs, toposort_all
 
 FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE}
@@ -214,13 +214,18 @@ def _dequantized_store(loaded: LoadedModel) -> lazy.Store | None:
 def as_float(loaded: LoadedModel, where: str | None = None) -> LoadedModel:
     """`loaded`, or when onnxruntime quantized it dynamically (ConvInteger, MatMulInteger,
     DynamicQuantizeLSTM) the float model it was made from (dynamic.as_float), the model as given
-    kept as `given`; a one-line QtoolError for a model quantized otherwise than qtool reads back
-    (QLinearConv, ...). Its SHA-256 stays the file's: calibrations record the model as given."""
+    kept as `given`; one quantized statically in onnxruntime's QOperator format read in the Q/DQ form of
+    the same arithmetic (qoperator.as_qdq: its own quantizers, qtool.model.prequantized); a one-line
+    QtoolError for a model quantized otherwise than qtool reads back (QAttention, NhwcQLinearConv, ...).
+    Its SHA-256 stays the file's: calibrations record the model as given."""
     # readings that keep the function of the inputs: no other reference (`given`) than the model
     loaded = _read_as(loaded, _inlined(loaded.proto), lambda n: f"{n} call(s) of the model's own functions written out (onnx's "
                       "inliner), so that the layers inside them can be quantized and every runtime reads the file")
     loaded = _read_as(loaded, _initializer_inputs(loaded.proto), lambda n: f"{n} initializer(s) listed as graph inputs (IR version "
                       "3, where ONNX required it) read as constants (IR version 4)")
+    loaded = _read_as(loaded, qoperator.as_qdq(loaded.proto, loaded.path.parent), lambda done: "quantized statically in "
+                      f"onnxruntime's QOperator format; its layers read in the Q/DQ form of the same arithmetic "
+                      f"({', '.join(f'{k} {op}' for op, k in sorted(done.items()))}): its own quantizers")
     found = dynamic.as_float(loaded.proto, loaded.path.parent, where or repr(str(loaded.path)), _dequantized_store(loaded))
     if found is not None:
         proto, done = found

@@ -2,8 +2,9 @@
 from: each ConvInteger / MatMulInteger layer (its input quantized at run time by
 DynamicQuantizeLinear, its int32 result scaled back to float) becomes the Conv / MatMul it replaced,
 with the dequantized weight and the float bias; com.microsoft DynamicQuantizeLSTM becomes LSTM with
-its dequantized W and R. Quantized nodes of any other pattern (a statically quantized QOperator
-model: QLinearConv, ...) are refused with a one-line error: qtool quantizes float models.
+its dequantized W and R. Quantized nodes of any other pattern (what qtool.model.qoperator, which reads a
+statically quantized QOperator model first, does not read: QAttention, onnxruntime's NHWC kernels, ...) are
+refused with a one-line error: qtool quantizes float models.
 
 The patterns are those onnxruntime writes (microsoft/onnxruntime,
 onnxruntime/python/tools/quantization/operators/conv.py, matmul.py and lstm.py):
@@ -47,14 +48,14 @@ _STATIC_OPS = {"QLinearConv", "QLinearMatMul", "QGemm", "QAttention", "DynamicQu
                "NhwcQLinearConv", "DynamicQuantizeLinear", "ConvInteger", "MatMulInteger", "DynamicQuantizeLSTM"}
 
 
-def _quantized_op(n: onnx.NodeProto) -> bool:
+def quantized_op(n: onnx.NodeProto) -> bool:
     return n.op_type in _STATIC_OPS or (n.domain == "com.microsoft" and n.op_type.startswith("QLinear"))
 
 
 def is_dynamic(proto: onnx.ModelProto) -> bool:
     """Whether the model looks quantized by quantize_dynamic: it holds ConvInteger, MatMulInteger or
     DynamicQuantizeLSTM nodes and no other quantized operator (its graph alone: no weights read)."""
-    ops = {n.op_type for n in all_nodes(proto.graph) if _quantized_op(n)}
+    ops = {n.op_type for n in all_nodes(proto.graph) if quantized_op(n)}
     return bool(ops & DYNAMIC_OPS) and ops <= DYNAMIC_OPS | {"DynamicQuantizeLinear"}
 
 
@@ -128,7 +129,7 @@ def as_float(proto: onnx.ModelProto, folder=None, where: str = "the model", stor
     `folder`: where external data lies when the weights were not loaded; `where`: how to name the model;
     `store`: the lazy store of a model loaded lazily, whose dequantized weights are then lazy too,
     computed from `proto`'s integer weights each time they are read (float_weight)."""
-    found = sorted({n.op_type for n in all_nodes(proto.graph) if _quantized_op(n)})
+    found = sorted({n.op_type for n in all_nodes(proto.graph) if quantized_op(n)})
     if not found:
         return None
     if not is_dynamic(proto):
@@ -136,7 +137,7 @@ def as_float(proto: onnx.ModelProto, folder=None, where: str = "the model", stor
         raise QtoolError(f"{where} holds {', '.join(static)} nodes: it is already quantized (onnxruntime's QOperator format or "
                          "its contrib ops), which qtool does not read back as float; give the FP32 model it was made from")
     inner = (k for n in proto.graph.node for sub in subgraphs(n) for k in all_nodes(sub))
-    if any(_quantized_op(k) for k in inner):
+    if any(quantized_op(k) for k in inner):
         raise QtoolError(f"{where} holds dynamically quantized layers inside a subgraph (If/Loop/Scan), which qtool does not "
                          "read back as float; give the FP32 model it was made from")
     model = onnx.ModelProto()
@@ -151,7 +152,7 @@ def as_float(proto: onnx.ModelProto, folder=None, where: str = "the model", stor
     cleanup(model.graph)
     if done.grids.activations or done.grids.weights:
         model.metadata_props.add(key=GRIDS_KEY, value=done.grids.to_json())
-    left = sorted({n.op_type for n in all_nodes(model.graph) if _quantized_op(n)})
+    left = sorted({n.op_type for n in all_nodes(model.graph) if quantized_op(n)})
     if left:  # e.g. a DynamicQuantizeLinear whose output something else reads
         raise QtoolError(f"{where}: {', '.join(left)} nodes remain after reading its dynamically quantized layers as float "
                          "(a pattern onnxruntime's quantize_dynamic does not write); give the FP32 model it was made from")
