@@ -27,7 +27,7 @@ def run(model, x, optimized=True):
     opts = ort.SessionOptions()
     if not optimized:  # Q/DQ as the float arithmetic they state
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    src = model if isinstance(model, str) else model.SerializeToString()
+    src = model if isinstance(model, (str, bytes)) else model.SerializeToString()
     return ort.InferenceSession(src, opts, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
 
 
@@ -134,3 +134,26 @@ def test_what_is_not_read_is_refused(models, tmp_path):
     model.graph.node.insert(0, helper.make_node("Identity", [conv.input[1]], ["computed_scale"]))
     conv.input[1] = "computed_scale"
     assert qoperator.as_qdq(model) is None
+
+
+def test_before_opset_13(models):
+    """Per-channel weights in a model before opset 13 (a per-axis DequantizeLinear needs 13): read at opset 13 (onnx's
+    version converter); a QLinearSoftmax of opset 11's semantics (over the input flattened at `axis`) read as that."""
+    _, paths = models
+    model = onnx.load(paths[(True, "int8")])
+    for o in model.opset_import:
+        if o.domain in ("", "ai.onnx"):
+            o.version = 12
+    softmax = next(n for n in model.graph.node if n.op_type == "QLinearSoftmax")
+    del softmax.attribute[:]
+    softmax.attribute.extend([helper.make_attribute("axis", 1), helper.make_attribute("opset", 11)])
+    found = qoperator.as_qdq(model)
+    assert found is not None
+    reading, done = found
+    assert done["QLinearSoftmax"] == 1 and next(o.version for o in reading.opset_import if o.domain == "") == 13
+    assert "Flatten" in {n.op_type for n in reading.graph.node if "softmax" in n.name.lower()}
+    x = np.random.default_rng(3).random((4, 3, 16, 16)).astype(np.float32)
+    ours, theirs = run(reading, x, optimized=False), run(model.SerializeToString(), x)
+    assert sqnr(theirs, ours) > 30
+    probs = ours.reshape(4, -1).sum(axis=1)  # opset 11's softmax: each sample's 9 values sum to 1, not each row of 3
+    np.testing.assert_allclose(probs, 1.0, atol=0.03)

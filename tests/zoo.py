@@ -2411,9 +2411,10 @@ def qoperator_float_like(seed=0):
     m = g.op("Mul", [s, gate], "/gated")
     p = g.op("Pad", [m, g.init("pads", np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64))], "/pad", mode="constant")
     p = g.op("AveragePool", [p], "/avg", kernel_shape=[3, 3], strides=[1, 1])  # 8x8
-    up = g.op("Resize", [g.op("MaxPool", [p], "/down", kernel_shape=[2, 2], strides=[2, 2]), "", g.init("scales", np.array([1, 1, 2, 2], np.float32))],
-              "/up", mode="nearest")
-    lin = g.op("Resize", [p, "", g.init("same", np.array([1, 1, 1, 1], np.float32))], "/lin", mode="linear")
+    roi = g.init("roi", np.zeros(0, np.float32))  # an input before opset 13
+    up = g.op("Resize", [g.op("MaxPool", [p], "/down", kernel_shape=[2, 2], strides=[2, 2]), roi,
+                         g.init("scales", np.array([1, 1, 2, 2], np.float32))], "/up", mode="nearest")
+    lin = g.op("Resize", [p, roi, g.init("same", np.array([1, 1, 1, 1], np.float32))], "/lin", mode="linear")
     c = g.op("Concat", [up, lin], "/cat", axis=1)
     pooled = g.op("Flatten", [g.op("GlobalAveragePool", [conv(c, 16, 16, 3, "head")], "/gap")], "/flat")
     h = g.op("Gemm", [pooled, g.init("fc.weight", rng.normal(0, 0.25, (12, 16)).astype(np.float32)),

@@ -26,7 +26,7 @@ from collections import Counter
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper, numpy_helper, version_converter
 
 from . import dynamic, graph, lazy, prequantized
 from .graph import Namer, attr, consumers, default_opset
@@ -52,6 +52,12 @@ def as_qdq(proto: onnx.ModelProto, folder=None) -> tuple[onnx.ModelProto, Counte
     model.CopyFrom(proto)
     try:
         done = _Reader(model, folder).run()
+    except _NeedsOpset13:  # per-channel weights before opset 13: read at 13 (onnx's version converter), or not at all
+        try:
+            model = version_converter.convert_version(proto, 13)
+            done = _Reader(model, folder).run()
+        except Exception:
+            return None
     except _NotRead:
         return None
     if not any(n.domain == MS for n in graph.all_nodes(model.graph)):
@@ -70,6 +76,10 @@ def _is_qlinear(n: onnx.NodeProto) -> bool:
 
 class _NotRead(Exception):
     """Something outside the patterns above: the model is left as it is."""
+
+
+class _NeedsOpset13(_NotRead):
+    """A per-axis DequantizeLinear (per-channel weights) in a model before opset 13."""
 
 
 class _Reader:
@@ -137,7 +147,7 @@ class _Reader:
 
     def dq(self, x: str, scale: str, zp: str, axis: int | None = None) -> str:
         if axis is not None and self.opset < 13:
-            raise _NotRead  # per-axis DequantizeLinear needs opset 13
+            raise _NeedsOpset13
         inputs = [x, scale] + ([zp] if zp else [])
         return self.op("DequantizeLinear", inputs, **({"axis": axis} if axis is not None else {}))
 
@@ -300,9 +310,13 @@ def _unary(r: _Reader, n: onnx.NodeProto) -> None:
     elif kind == "LeakyRelu":
         keep = {"alpha": float(attr(n, "alpha", 0.01))}
     elif kind == "Softmax":
-        axis = int(attr(n, "axis", -1))
-        # before opset 13 Softmax flattens from `axis` on: the same only where the model's opset reads it alike
-        if (int(attr(n, "opset", r.opset)) >= 13) != (r.opset >= 13) and axis != -1:
+        axis = int(attr(n, "axis", -1 if int(attr(n, "opset", r.opset)) >= 13 else 1))
+        if int(attr(n, "opset", r.opset)) < 13 <= r.opset and axis != -1:
+            # Softmax before opset 13: over the input flattened to 2-D at `axis`, shaped back
+            flat = r.op("Softmax", [r.op("Flatten", [x], axis=axis)], axis=-1)
+            r.output(n.output[0], r.op("Reshape", [flat, r.op("Shape", [x])]), n, 3)
+            return
+        if int(attr(n, "opset", r.opset)) >= 13 > r.opset and axis != -1:
             raise _NotRead
         keep = {"axis": axis}
     r.output(n.output[0], r.op(kind, [x], **keep), n, 3)
