@@ -161,6 +161,7 @@ def test_the_kernel_loads_when_the_first_run_says_the_calibration_bins_enough(tm
     # sizes shape inference cannot tell (segments.sizes computes the yolo look-alike's from its
     # grid's shapes; a model whose shapes depend on its inputs' values has none)
     monkeypatch.setattr(pipeline.segments, "sizes", lambda proto, names, dims, *rest: {})
+    monkeypatch.setattr(pipeline, "_kernel_fits", lambda plain: True)  # the bytes rule alone (its memory: test_kernel_memory)
     out, first = [], None
     for limit in ("none", "above", "at"):  # the threshold: beyond any, just above the estimate, at it
         monkeypatch.setattr(pipeline, "KERNEL_BYTES", 1 << 40 if first is None else 3 * first + (limit == "above"))

@@ -446,9 +446,10 @@ class Schedule:
     in memory, the cores that ran onnxruntime's parallel sections share the histograms).
     `kernel`: bin with the compiled kernel (histogram.start_loading), which the first run's
     histograms wait for; worth its load time when the runs bin hundreds of MB. Or a function of
-    the bytes the first run fetched: whether to load it then (the runs' sizes unknown before;
-    loading it costs ~100 MB of memory while it loads, numba's compiler included, ~40 MB after:
-    a small model's whole run)."""
+    the bytes of each tensor the first run fetched ({name: bytes}): whether to load it then (the
+    runs' sizes, and what the process holds with them, known from then on; loading it costs ~90
+    MB of memory while it loads, numba's compiler included, ~40 MB after: a small model's whole
+    plain inference)."""
 
     workers: int = 1
     spread: int = 1
@@ -500,12 +501,14 @@ def accumulate(session: onnxruntime.Session | segments.Segmented, plan: Plan, ru
     lock = threading.Lock()  # guards `source` (decoding happens in next()) and `progress`
 
     segmented = isinstance(session, segments.Segmented)
+    first_run = [True]  # the first run is taken alone, before the workers start
     wanted = set(varying)
-    fetched = [0]  # bytes the first run fetched (a deferred kernel decision)
+    fetched: dict[str, int] = {}  # bytes of each tensor the first run fetched (a deferred kernel decision)
 
     def parts_of(feeds: Feeds):
         for part in session.runs(feeds, wanted):
-            fetched[0] += sum(value.nbytes for _, value in part)
+            if first_run[0]:
+                fetched.update((name, value.nbytes) for name, value in part)
             part.reverse()  # the list itself, which fill_parts empties (the segments hold no other reference)
             yield part
 
@@ -530,7 +533,8 @@ def accumulate(session: onnxruntime.Session | segments.Segmented, plan: Plan, ru
         # when nothing loads it
         histogram.wait_for_kernel()
         outputs = onnxruntime.run(session, sources, feeds) if varying else []
-        fetched[0] += sum(value.nbytes for value in outputs)
+        if first_run[0]:
+            fetched.update((name, value.nbytes) for name, value in zip(varying, outputs))
         if ahead is not None:
             ahead.start()
         pairs = list(zip(varying, outputs))
@@ -557,7 +561,8 @@ def accumulate(session: onnxruntime.Session | segments.Segmented, plan: Plan, ru
             # the first batch alone, while the binning kernel loads: it is then ready before the
             # workers start (their runs beside the load stall on the GIL it holds)
             take(accs[0], *first)
-            if callable(schedule.kernel) and schedule.kernel(fetched[0]):
+            first_run[0] = False
+            if callable(schedule.kernel) and schedule.kernel(fetched):
                 # loaded before the workers start: its load (numba's compiler) does not come on
                 # top of their runs' activations
                 histogram.start_loading()

@@ -43,6 +43,21 @@ IN_FLIGHT_BYTES = 512 << 20
 # calibration speed). With data files whose activations cannot be sized before running, the
 # first run's fetched bytes times the files decide.
 KERNEL_BYTES = 2 << 30
+# ... and only where its memory keeps calibrate within twice plain inference's peak RSS (issue 49).
+# Loading it (numba's import and its load of the cached kernel) adds ~90 MB to the process's RSS
+# while it loads (LLVM's code pages, let go once loaded) and holds ~40 MB after (numba's objects,
+# LLVM's heap), measured on this machine; the zoo's small models (ppocr_cls, madmom_key_cnn,
+# madmom_beats_tcn, nudenet_320n: 72-100 MB plain) binned 2-9 GB and loaded it, to 2.1-2.9x
+# their plain run's peak (docs/benchmarks.md #mem17). The decision waits for the first run: then
+# the process's RSS with one run's activations is known, and plain inference's peak is estimated
+# from below (PLAIN_FLOOR, the model's file and the most the first run's fetched tensors hold at
+# once in graph order: onnxruntime's arena holds at least that); where the kernel would not fit
+# under twice that, numpy bins (the same counts: histogram.add_bins).
+KERNEL_LOAD_RSS = 96 << 20
+KERNEL_HELD_RSS = 44 << 20
+# Plain inference's process before its model: the interpreter, numpy and onnxruntime with a session
+# (62-72 MB measured on this machine for zoo models of a few MB: oww_embedding 68, ppocr_cls 72).
+PLAIN_FLOOR = 60 << 20
 # Calibrations that bin this many bytes, one image per run, run side by side in processes
 # instead of threads (procs: each process has its own GIL) when the cores allow more than one
 # worker: a helper's start (~1 s of one core: imports, session, kernel) pays from there on.
@@ -312,9 +327,7 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
     # inference cannot tell)
     sizes = segments.sizes(loaded.proto, fetched, source.dims, source.first, folder) if source.dims else {}
     source.first = None
-    kernel = _kernel(fetched, sizes, source, batches)
-    if kernel is True:
-        histogram.start_loading()  # loads while the session is built and the first batch runs
+    kernel = _kernel(fetched, sizes, source, batches, _plain_bytes(loaded.proto, _file_bytes(loaded)))
     workers, threads = _beside(*_parallelism(batches, source.batch_bytes), _run_bytes(fetched, sizes, source), _file_bytes(loaded))
     if progress is not None and source.inputs and hasattr(progress, "total"):  # a tqdm bar: now its length is known
         progress.total = len(source.inputs)
@@ -391,20 +404,80 @@ def _run_bytes(fetched: list[str], sizes: dict[str, int], source: _Source) -> in
     return source.batch_bytes or (sum(sizes.values()) if len(sizes) == len(fetched) else None)
 
 
-def _kernel(fetched: list[str], sizes: dict[str, int], source: _Source, batches: int):
-    """collect.Schedule's `kernel`: whether the runs bin KERNEL_BYTES in all, or a function of
-    the first run's fetched bytes when only that run can tell (data files whose activations
-    `sizes`, segments.sizes', leaves unsized); True for an in-memory loader (how many runs it
-    gives is unknown)."""
+def _kernel(fetched: list[str], sizes: dict[str, int], source: _Source, batches: int, plain=None):
+    """collect.Schedule's `kernel`: False where the runs bin less than KERNEL_BYTES in all, else
+    a function of the bytes of each tensor the first run fetched: whether the calibration bins
+    KERNEL_BYTES (the first run's bytes times the files, where `sizes`, segments.sizes', left them
+    unsized; an in-memory loader's count is unknown: as if it did) and the kernel's memory fits
+    beside what the process holds then (_kernel_fits; `plain`: _plain_bytes)."""
     per_run = _run_bytes(fetched, sizes, source)
-    if per_run:
-        return per_run * batches >= KERNEL_BYTES
-    if not source.inputs:
-        return True
+    if per_run and per_run * batches < KERNEL_BYTES:
+        return False
+    files = len(source.inputs)
 
-    def kernel(first: int, files: int = len(source.inputs)) -> bool:
-        return first * files >= KERNEL_BYTES
+    def kernel(first: dict[str, int]) -> bool:
+        if not per_run and files and sum(first.values()) * files < KERNEL_BYTES:
+            return False
+        return plain is None or _kernel_fits(plain(first))
     return kernel
+
+
+def _plain_bytes(proto, file_bytes: int):
+    """A function of {tensor: bytes} of one run (the fetched ones) giving a lower bound of plain
+    inference's peak RSS on that run: PLAIN_FLOOR, the model's file and the most those tensors
+    hold at once, each from the node that makes it to its last reader in graph order (onnxruntime
+    holds at least that; its arena, its convolutions' buffers and fused copies more)."""
+    last: dict[str, int] = {}
+    made: dict[str, int] = {}
+    for k, node in enumerate(proto.graph.node):
+        for t in node.input:
+            last[t] = k
+        for t in node.output:
+            made.setdefault(t, k)
+    ends = len(proto.graph.node)
+    for o in proto.graph.output:
+        last[o.name] = ends
+    for i in proto.graph.input:
+        made.setdefault(i.name, 0)
+
+    def plain(sizes: dict[str, int]) -> int:
+        change = [0] * (ends + 2)
+        for t, n in sizes.items():
+            if t in made:
+                change[made[t]] += n
+                change[max(made[t], last.get(t, made[t])) + 1] -= n
+        most = held = 0
+        for c in change:
+            held += c
+            most = max(most, held)
+        return PLAIN_FLOOR + file_bytes + most
+    return plain
+
+
+def _kernel_fits(plain: int) -> bool:
+    """Whether loading the kernel now keeps calibrate's peak RSS within twice `plain` (plain
+    inference's, estimated from below): the RSS now plus its load's, and the peak so far (a run's
+    activations, which the next runs make again) plus what it holds once loaded."""
+    now, peak = _rss()
+    if now is None:
+        return True  # nothing to tell by (not Linux): as before
+    return max(now + KERNEL_LOAD_RSS, peak + KERNEL_HELD_RSS) <= 2 * plain
+
+
+def _rss() -> tuple[int | None, int | None]:
+    """(this process's resident bytes, its peak): /proc/self/status's VmRSS and VmHWM; (None, None)
+    where it is not there."""
+    found = {}
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(("VmRSS:", "VmHWM:")):
+                    found[line[:5]] = int(line.split()[1]) << 10
+    except (OSError, ValueError):
+        return None, None
+    if len(found) < 2:
+        return None, None
+    return found["VmRSS"], found["VmHWM"]
 
 
 def _transformer(proto) -> bool:
