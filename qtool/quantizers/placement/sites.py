@@ -303,7 +303,8 @@ def stretched(site: Quantizer, records: list) -> Range:
     (`records`), stretched to cover the group's calibrated [min, max] when thresholds.stretches says (each record with
     per-sample statistics: the typical peak is the largest of the members' means over samples of their max |x|): max |x|
     for a symmetric grid, [min, max] for an asymmetric one; its grid choices stay. Held out in OpenVINO's run: table_cls
-    9.5 -> 11.9 dB (NNCF 11.0), spindle_ieeg 41.7 -> 43.3, none of silero_v5_encoder's (docs/benchmarks.md#fid16-stretch)."""
+    9.5 -> 11.8 dB (NNCF 11.0), spindle_ieeg 41.7 -> 43.3, trueocr_rec 27.5 -> 29.0, none of silero_v5_encoder's; ppocrv5_det's
+    mask IoU 0.9037 -> 0.9033 (docs/benchmarks.md#fid16-stretch, #fid17-extreme)."""
     stats = [getattr(r, "stats", None) for r in records]
     if not records or any(s is None or not s.count for s in stats):
         return site.range
