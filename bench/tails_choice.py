@@ -15,6 +15,15 @@ Sums in float64 per input, added with math.fsum in the order of the inputs' file
 depend on the order inputs arrive in.
 
   python bench/tails_choice.py --zoo DIR --models a,b [--work DIR] [--out FILE.json] [--margin 0.05] [--stretch 1.02]
+
+--rule P1,P2,... (session 16, helper fid16): no switching; the OpenVINO export built once per value of
+qtool.statistics.thresholds.TYPICAL_PEAK (the input-free stretch at export; "off" for none, 0 for every clipping
+group), each file simulated on the calibration and held-out inputs and run by OpenVINO on the held-out ones.
+
+  python bench/tails_choice.py --zoo DIR --models a,b --rule off,0.5,0 [--work DIR] [--out FILE.json]
+
+A value P:E (session 17, helper fid17) also sets qtool.statistics.thresholds.EXTREME to E (a group whose calibrated max
+|x| is beyond E x its typical peak keeps its clipped range; "inf" for none kept, the default without ":E" too).
 """
 
 from __future__ import annotations
@@ -166,6 +175,58 @@ def decide(switched: Switched, refs, inputs, margin: float) -> tuple[list[dict],
     return chosen, base_db, gains
 
 
+def rule_rows(args) -> None:
+    """--rule: every value of TYPICAL_PEAK built and scored (see the module docstring)."""
+    from qtool.statistics import thresholds
+    from qtool.targets.cpu import OPENVINO
+
+    rows = json.loads(args.out.read_text()) if args.out.exists() else {}
+    counted = {"asked": 0, "stretched": 0}
+    plain = thresholds.stretches
+
+    def counting(*a):
+        found = plain(*a)
+        counted["asked"] += 1
+        counted["stretched"] += int(found)
+        return found
+
+    thresholds.stretches = counting
+    for name in args.models.split(","):
+        folder = args.zoo / name
+        work = args.work / name
+        work.mkdir(parents=True, exist_ok=True)
+        calib_file = work / "auto.calib.json"
+        if not calib_file.exists():
+            api.calibrate_files(folder / "model.onnx", data=str(folder / "calib"), output=calib_file)
+        cal = calibration.load(calib_file)
+        loaded = model.load_float_model(folder / "model.onnx")
+        names = float_outputs(loaded.proto)
+        ref_session = onnxruntime.session(loaded.proto)
+        calib, held = feeds(folder / "calib"), feeds(folder / "held")
+        ref_c = [onnxruntime.run(ref_session, names, f) for f in calib]
+        ref_h = [onnxruntime.run(ref_session, names, f) for f in held]
+        row = rows.setdefault(name, {})
+        for value in args.rule.split(","):
+            counted.update(asked=0, stretched=0)
+            peak, _, extreme = value.partition(":")  # TYPICAL_PEAK[:EXTREME]
+            thresholds.TYPICAL_PEAK = math.inf if peak == "off" else float(peak)
+            thresholds.EXTREME = float(extreme) if extreme else math.inf
+            t0 = time.perf_counter()
+            data = api.export(folder / "model.onnx", cal, target="openvino")
+            t_export = time.perf_counter() - t0
+            assert OPENVINO.stretched_tails
+            sim = simulate.simulation(onnx.load_model_from_string(data))
+            calib_db = worst_db([sums(r, onnxruntime.run(sim, names, f)) for f, r in zip(calib, ref_c)])
+            held_db = worst_db([sums(r, onnxruntime.run(sim, names, f)) for f, r in zip(held, ref_h)])
+            ov = simulate.runtime("openvino", data)
+            ov_db = worst_db([sums(r, ov.run(names, f)) for f, r in zip(held, ref_h)])
+            row[value] = {"stretched": counted["stretched"], "asked": counted["asked"], "calib_sim": calib_db,
+                          "held_sim": held_db, "held_ov": ov_db, "export_s": t_export}
+            args.out.write_text(json.dumps(rows, indent=1))
+            print(f"{name} TYPICAL_PEAK {value}: {counted['stretched']}/{counted['asked']} sites stretched; calib sim "
+                  f"{calib_db:.2f} held sim {held_db:.2f} held OV {ov_db:.2f} (export {t_export:.1f}s)", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--zoo", type=Path, required=True)
@@ -177,7 +238,11 @@ def main():
     ap.add_argument("--openvino", action="store_true", help="also OpenVINO's run of both files on the held-out inputs")
     ap.add_argument("--per-model", action="store_true",
                     help="no group switched alone: only every candidate group at max |x| against none (2 passes per subset)")
+    ap.add_argument("--rule", help="values of TYPICAL_PEAK[:EXTREME] to build and score (off: none), comma-separated")
     args = ap.parse_args()
+    if args.rule:
+        rule_rows(args)
+        return
     rows = json.loads(args.out.read_text()) if args.out.exists() else {}
     for name in args.models.split(","):
         folder = args.zoo / name

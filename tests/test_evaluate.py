@@ -302,7 +302,7 @@ def test_openvino_target_is_the_openvino_files_simulation(digits, tmp_path):
     x = digits["x"]
     ours = simulate.simulation(out.read_bytes()).run(["logits"], {"input": x})[0]
     assert abs(e["sqnr_db"] - sqnr(run(SAMPLE, {"input": x})[0], ours)) < 1e-3
-    assert abs(e["sqnr_db"] - digits["eval"]["sqnr_db"]) > 0.01  # another file than the QDQ one
+    assert abs(e["sqnr_db"] - digits["eval"]["sqnr_db"]) > 2e-3  # another file than the QDQ one (twice the tolerance above)
 
 
 def test_tensorrt_target_evaluates_its_fp16_qdq_model(digits, tmp_path):

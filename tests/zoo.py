@@ -76,6 +76,8 @@ __all__ = [
     "if_branches_vad_like",
     "lcnet_se_classifier_like",
     "swish_stem_batch_read_like",
+    "peak_pooled_classifier_like",
+    "peaks",
 ]
 
 FLOAT = TensorProto.FLOAT
@@ -2447,6 +2449,54 @@ def qoperator_quantized(src, dst, per_channel=False, activation="uint8", seed=0)
     quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QOperator, per_channel=per_channel,
                     activation_type=kind, weight_type=QuantType.QInt8)
 
+
+def peak_pooled_classifier_like(ch=16, hw=64, out=8, classes=4, seed=9611):
+    """The peaks that carry the class (zoo table_cls, a PP-LCNet table classifier: a few values of each image far above
+    the rest of a tensor read by a Conv): the input [n, ch, hw, hw] -> Conv 3x3 -> Relu -> GlobalMaxPool -> Gemm, so the
+    logits follow each image's peak. `peaks` makes inputs of it: N(0, 1) with one value per image at `height`, a share
+    of the tensor (1 / (ch hw hw), 1.5e-5) that `auto`'s least histogram error clips."""
+    g = _Graph(seed=seed)
+    rng = g.rng
+    w = g.init("conv.w", _conv_w(rng, out, ch, 3))
+    b = g.init("conv.b", np.zeros(out, np.float32))
+    x = g.op("Relu", [g.op("Conv", ["x", w, b], "/conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1])], "/act")
+    x = g.op("Flatten", [g.op("GlobalMaxPool", [x], "/pool")], "/pool", axis=1)
+    fc = (rng.standard_normal((classes, out)) / np.sqrt(out)).astype(np.float32)
+    g.op("Gemm", [x, g.init("fc.w", fc), g.init("fc.b", np.zeros(classes, np.float32))], "/fc", outputs=["logits"], transB=1)
+    graph = g.graph("peak_pooled", [helper.make_tensor_value_info("x", FLOAT, ["n", ch, hw, hw])],
+                    [helper.make_tensor_value_info("logits", FLOAT, ["n", classes])])
+    return _make_model(graph, 13)
+
+
+def peaks(count, ch=16, hw=64, height=(6.0, 9.0), scales=None, seed=0):
+    """`count` inputs of peak_pooled_classifier_like, one image each: N(0, 1) times the image's scale (`scales`, one
+    per image; default 1) with one value at a height drawn from `height` (times the scale too) at a random place."""
+    rng = np.random.default_rng(seed)
+    found = []
+    for i in range(count):
+        x = rng.standard_normal((1, ch, hw, hw)).astype(np.float32)
+        c, r, q = rng.integers(ch), rng.integers(hw), rng.integers(hw)
+        x[0, c, r, q] = rng.uniform(*height) * rng.choice((-1.0, 1.0))
+        found.append({"x": x * np.float32(1.0 if scales is None else scales[i])})
+    return found
+
+
+
+def peak_dense_map_like(ch=8, hw=64, mid=8, seed=9613):
+    """A text detector's probability map (ppocrv5_det's DB head: every pixel is read, not a pooled peak): the input
+    [n, ch, hw, hw] -> Conv 3x3 -> Relu -> Conv 1x1 -> Sigmoid, a map [n, 1, hw, hw]. Fed `peaks` with one calibration
+    image's peak far above the others' (ppocrv5_det's Add.5: its samples' mean peak 0.92 of its range, its max 2.6x
+    that), the input's range stretched to max |x| coarsens every pixel's grid for the sake of that one image."""
+    g = _Graph(seed=seed)
+    rng = g.rng
+    x = g.op("Relu", [g.op("Conv", ["x", g.init("conv.w", _conv_w(rng, mid, ch, 3)), g.init("conv.b", np.zeros(mid, np.float32))],
+                          "/conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1])], "/act")
+    head = (rng.standard_normal((1, mid, 1, 1)) / np.sqrt(mid)).astype(np.float32)
+    x = g.op("Conv", [x, g.init("head.w", head), g.init("head.b", np.zeros(1, np.float32))], "/head", kernel_shape=[1, 1])
+    g.op("Sigmoid", [x], "/map", outputs=["map"])
+    graph = g.graph("peak_dense_map", [helper.make_tensor_value_info("x", FLOAT, ["n", ch, hw, hw])],
+                    [helper.make_tensor_value_info("map", FLOAT, ["n", 1, hw, hw])])
+    return _make_model(graph, 13)
 
 if __name__ == "__main__":
     import tempfile

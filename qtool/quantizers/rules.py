@@ -53,6 +53,9 @@ class Rules:
     # (graph.Index, node) -> the runtime runs this op in int8, and only on an input grid without a zero point: under
     # `--activations auto` a tensor it reads (through pass-through ops) keeps a symmetric grid (placement.sites)
     zero_point_free: Callable | None = None
+    # a range group's exported range stretched to its calibrated [min, max] where its calibration samples' typical peak
+    # reaches the range, except on transformers (qtool.statistics.thresholds.stretches; placement.sites.attach_policies)
+    stretched_tails: bool = False
 
     def forwards(self, op: str) -> bool:
         """A quantizer moves up through `op` (a standard-domain op) when every reader wants it:

@@ -748,3 +748,32 @@ def auto_choice(hist: np.ndarray, bin_edges: np.ndarray, *, absmax: float, unsig
     if best is None:
         return AUTO_CANDIDATES[0], 0.0
     return best[1], best[2]
+
+
+# ---------------------------------------------------------------- stretched tails
+
+# A range whose calibration samples typically peak at TYPICAL_PEAK of its reach or beyond clips some values of most
+# inputs, not one input's outlier. Held out in OpenVINO's run (docs/benchmarks.md#fid16-stretch), 0.5 / 0.7 / 0.9:
+# table_cls 14.7 / 14.6 / 11.9 dB (none stretched: 9.5), anime_or_not 30.4 / 30.5 / 30.9 (30.7), trueocr_rec 27.5 /
+# 27.7 / 28.2 (27.5): 0.9 loses nowhere
+TYPICAL_PEAK = 0.9
+# ... and only while the calibrated extreme stays within EXTREME x that typical peak: beyond it the stretch coarsens
+# the grid of every input for a few inputs' values. ppocrv5_det's mask IoU@0.3 (held out in OpenVINO's run; none
+# stretched 0.9037): every clipped range stretched 0.8583, up to 2.65x 0.8590, 2.4x 0.9000, 2x 0.9031, 1.5x 0.9033
+# (its Add.5 at 2.57x: its grid 2.4x coarser, its own SQNR 27 -> 20 dB); table_cls's 39 are within 1.93x, 33 within
+# 1.5x (9.46 none stretched, 11.94 at 2x, 11.77 at 1.5x; NNCF 11.0); docs/benchmarks.md#fid17-extreme
+EXTREME = 1.5
+
+
+def stretches(typical_peak: float, reach: float, peak: float) -> bool:
+    """Whether an activation range whose largest magnitude is `reach` is stretched to cover the calibrated extreme
+    `peak` (max |x|): when it clips (peak > reach), the mean over the calibration samples of each one's max |x|,
+    `typical_peak`, is at least TYPICAL_PEAK x reach, so that the clipped values are the peaks of most inputs, and
+    `peak` is at most EXTREME x `typical_peak`, so that the stretched grid still fits those inputs. The histogram's
+    error cannot tell those from one input's outlier; where the samples' peaks stay far below the range
+    (silero_v5_encoder's ReLUs: 0.13-0.37 of it) or the extreme far above them (ppocrv5_det's Add.205) the tail is a
+    few inputs', and the finer grid is worth more."""
+    values = (typical_peak, reach, peak)
+    if not all(math.isfinite(float(v)) for v in values) or not reach > 0:
+        return False
+    return peak > reach and TYPICAL_PEAK * reach <= typical_peak and peak <= EXTREME * typical_peak

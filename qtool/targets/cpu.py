@@ -177,7 +177,7 @@ def _int8_deconvolution(m, n) -> bool:
 # point (_int8_deconvolution: such an input keeps a symmetric grid under --activations auto)
 SCATTERS = frozenset({"ScatterElements", "ScatterND", "Scatter"})
 OPENVINO = replace(CPU, name="openvino", fused_attention_context=True, int8_lstm=True, transposed_scale_shift=True,
-                   unfused_sources=SCATTERS, zero_point_free=_int8_deconvolution)
+                   unfused_sources=SCATTERS, zero_point_free=_int8_deconvolution, stretched_tails=True)
 # onnxruntime's: its QLinearConv takes one input scale and zero point (onnx docs/Operators.md QLinearConv: x_scale and
 # x_zero_point are scalars), so a depthwise Conv's input quantized per channel either stays a float Conv (int8 grid:
 # its QDQ fusion leaves it) or, on a uint8 grid, is fused and fails at run time ("QLinearConv : input zero point must
@@ -259,6 +259,8 @@ def cpu_plan(model, cal, options: ExportOptions, *, float_types: tuple[int, ...]
     choices = placement.Choices(exclude=list(options.exclude) + list(more_excluded), include=list(options.include),
                                 ignored_patterns=own.ignored_patterns, weights_7bit=own.weights_7bit)
     rules = rules or PLACEMENT_RULES.get(options.target, CPU)
+    if rules.stretched_tails and cal.method_for(CPU, method) != "auto":  # a method the user chose: its thresholds as searched
+        rules = replace(rules, stretched_tails=False)
     records = {t.name: t for t in cal.tensors}
     plan = placement.place(model, records, rules=rules, thresholds=thresholds, choices=choices,
                            overflow_remedy=overflow_remedy,

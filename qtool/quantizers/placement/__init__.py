@@ -203,7 +203,7 @@ def place(proto: onnx.ModelProto, records: dict, *, rules: Rules, choices: Choic
     if rules.depthwise_per_channel:  # 7. depthwise Conv inputs per channel
         sites.per_channel_depthwise(inputs, kept, placed.activations)
     if policies is not None:  # 8. each quantizer's policy
-        sites.attach_policies(inputs, placed, policies, recompute, report)
+        sites.attach_policies(inputs, placed, policies, recompute, report, stretch=rules.stretched_tails and not asked.transformer)
         sites.model_grids(inputs, placed, report)  # 8b. a dynamically quantized model's own grids
     overflow_fix: dict = {}
     if overflow_remedy is not None:  # 9. the overflow guard
