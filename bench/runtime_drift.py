@@ -22,6 +22,9 @@ of each model is compared, or with --outputs all each float output in turn.
 
 Usage: python bench/runtime_drift.py [--models open_nsfw_pt,open_nsfw_tf] [--sets held,calib] [--work DIR]
        [--zoo DIR (a folder of zoo-shaped entries; a set is any subfolder of an entry)] [--outputs first|all]
+       [--flips N [--flip-inputs K]]: instead, at the input of each of the file's first N FakeQuantize nodes (file
+       order), OpenVINO's run against the simulation on the first set's first K inputs: the codes that differ on the
+       FakeQuantize's own grid, and the run against the simulation (dB); each tensor fetched from OpenVINO alone
 """
 
 from __future__ import annotations
@@ -120,6 +123,36 @@ def swaps_as_large(sig: np.ndarray, a: np.ndarray, b: np.ndarray, draws: int = 4
     return float(np.mean(np.abs(gaps) >= measured - 1e-12))
 
 
+def flips(data: bytes, files: list[str], count: int) -> None:
+    """Per FakeQuantize input (the first `count`), the codes OpenVINO's run and the simulation put on its grid
+    that differ, and the run against the simulation (dB), over `files`."""
+    model = onnx.load_model_from_string(data)
+    consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    consts.update({n.output[0]: numpy_helper.to_array(n.attribute[0].t) for n in model.graph.node if n.op_type == "Constant"})
+    fqs = [n for n in model.graph.node if simulate.is_fake_quantize(n)][:count]
+    sim = simulate.simulation(data, outputs=[n.input[0] for n in fqs])
+    for fq in fqs:
+        t = fq.input[0]
+        alone = onnx.ModelProto()
+        alone.CopyFrom(model)
+        run = openvino.Session(simulate.with_outputs(alone, [t]).SerializeToString())
+        lo, hi = float(consts[fq.input[1]]), float(consts[fq.input[2]])
+        steps = next(a.i for a in fq.attribute if a.name == "levels") - 1
+        differ = size = 0
+        sig = noise = 0.0
+        for f in files:
+            feeds = dict(np.load(f))
+            a = onnxruntime.run(sim, [t], feeds)[0].astype(np.float64)
+            b = run.run([t], feeds)[0].astype(np.float64)
+            codes = [np.round((np.clip(v, lo, hi) - lo) / (hi - lo) * steps) for v in (a, b)]
+            differ += int((codes[0] != codes[1]).sum())
+            size += a.size
+            sig += float((a * a).sum())
+            noise += float(((a - b) ** 2).sum())
+        print(f"{t} ({fq.name}, {size // len(files)} values): codes differing {differ} of {size} "
+              f"({1e6 * differ / size:.1f} ppm), run vs sim {db(sig, noise):.1f} dB", flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default="open_nsfw_pt,open_nsfw_tf")
@@ -128,6 +161,8 @@ def main() -> None:
     p.add_argument("--zoo", type=Path, default=ZOO)
     p.add_argument("--outputs", choices=("first", "all"), default="first")
     p.add_argument("--save", type=Path, help="an .npz of every input's sums per model, set and output")
+    p.add_argument("--flips", type=int, default=0)
+    p.add_argument("--flip-inputs", type=int, default=4)
     args = p.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     import onnxruntime as ort
@@ -136,6 +171,10 @@ def main() -> None:
     print(f"openvino {ov.__version__}, onnxruntime {ort.__version__}")
     for name in args.models.split(","):
         model_path, data = exported(name, args.work, args.zoo)
+        if args.flips:
+            first = args.sets.split(",")[0]
+            flips(data, sorted(glob.glob(str(args.zoo / name / first / "*.npz")))[:args.flip_inputs], args.flips)
+            continue
         fp32 = model_path.read_bytes()
         proto = onnx.load_model_from_string(fp32)
         floats = [o.name for o in proto.graph.output if o.type.tensor_type.elem_type == onnx.TensorProto.FLOAT]
