@@ -29,7 +29,7 @@ import onnx
 from onnx import helper, numpy_helper, version_converter
 
 from . import dynamic, graph, lazy, prequantized
-from .graph import Namer, attr, consumers, default_opset
+from .graph import Namer, attr, default_opset
 
 MS = "com.microsoft"
 # ops computing on the codes' values alone (a code moved, picked or compared): the same on the dequantized values
@@ -84,10 +84,9 @@ class _NeedsOpset13(_NotRead):
 
 class _Reader:
     def __init__(self, model: onnx.ModelProto, folder):
-        self.model, self.g, self.folder = model, model.graph, folder
+        self.g, self.folder = model.graph, folder
         self.opset = default_opset(model)
         self.inits = {t.name: t for t in self.g.initializer}
-        self.readers = consumers(self.g)
         self.outputs = {o.name for o in self.g.output}
         self.namer = Namer(model)
         self.floats: dict[str, str] = {}  # an integer tensor -> the tensor holding its dequantized values
