@@ -427,13 +427,7 @@ def _plain_bytes(proto, file_bytes: int):
     inference's peak RSS on that run: PLAIN_FLOOR, the model's file and the most those tensors
     hold at once, each from the node that makes it to its last reader in graph order (onnxruntime
     holds at least that; its arena, its convolutions' buffers and fused copies more)."""
-    last: dict[str, int] = {}
-    made: dict[str, int] = {}
-    for k, node in enumerate(proto.graph.node):
-        for t in node.input:
-            last[t] = k
-        for t in node.output:
-            made.setdefault(t, k)
+    made, last = segments.lifetimes(proto.graph.node)
     ends = len(proto.graph.node)
     for o in proto.graph.output:
         last[o.name] = ends

@@ -269,7 +269,7 @@ def cuts(proto: onnx.ModelProto, fetched: list[str], sizes: dict[str, int], budg
     or allowed."""
     nodes = proto.graph.node
     outputs = {o.name for o in proto.graph.output}
-    last = _positions(nodes)[1]
+    last = lifetimes(nodes)[1]
     outputs |= _sums(nodes) | _computed(nodes, proto.graph, outputs)
     # no cut between a LAYOUT_READERS node and what its input's layout follows: up to that reader,
     # the tensors it reads through LAYOUT_FOLLOWERS (back to a Conv, say) count as crossing
@@ -296,7 +296,7 @@ def cuts(proto: onnx.ModelProto, fetched: list[str], sizes: dict[str, int], budg
     return found
 
 
-def _positions(nodes) -> tuple[dict[str, int], dict[str, int]]:
+def lifetimes(nodes) -> tuple[dict[str, int], dict[str, int]]:
     """(the position of the node making each tensor, the position of each tensor's last reader)."""
     made: dict[str, int] = {}
     last: dict[str, int] = {}
@@ -316,7 +316,7 @@ def held(proto: onnx.ModelProto, fetched: list[str], sizes: dict[str, int], posi
     reads (carried through it)."""
     nodes = proto.graph.node
     wanted = set(fetched)
-    made, last = _positions(nodes)
+    made, last = lifetimes(nodes)
     inputs = sum(sizes.get(i.name, 0) for i in proto.graph.input if i.name in wanted)
     bounds = [0, *positions, len(nodes)]
     most = 0
