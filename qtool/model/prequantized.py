@@ -23,11 +23,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import onnx
-from onnx import TensorProto
+from onnx import TensorProto, numpy_helper
 
 from . import dynamic
-from .graph import Index
+from .graph import Index, attr
 
 # ops whose output holds values of their (first) input only: on a quantized input's grid, as the input is
 # (onnxruntime's QDQ propagation, qdq_quantizer.py, passes a grid through these)
@@ -93,3 +94,41 @@ def describe(own: OwnQuantizers) -> str:
             "OpenVINO file writes each as the FakeQuantize of its grid), its export is the model as quantized (no second "
             "quantizer; what it left float stays float); evaluate's "
             "FP32 reference is the model with those pairs computed as float ops, not onnxruntime's int8 kernels")
+
+
+def weight_codes(m: Index, t: str):
+    """(int8 codes, scale per channel or one (as stored), axis) of a weight `t` the model dequantizes from int8 constants with no
+    zero point (onnxruntime's symmetric weights), as its DequantizeLinear reads them; None for anything else."""
+    dq = m.producer.get(t)
+    if dq is None or dq.op_type != "DequantizeLinear" or not _standard(dq) or any(i not in m.constants for i in dq.input if i):
+        return None
+    codes = numpy_helper.to_array(m.constants[dq.input[0]])
+    if m.constants[dq.input[0]].data_type != TensorProto.INT8 or codes.ndim == 0:
+        return None
+    if len(dq.input) > 2 and dq.input[2] and np.any(numpy_helper.to_array(m.constants[dq.input[2]])):
+        return None
+    scale = numpy_helper.to_array(m.constants[dq.input[1]])
+    axis = int(attr(dq, "axis", 1)) % codes.ndim if scale.size > 1 else None
+    return codes, scale.reshape(-1), axis
+
+
+def activation_grid(m: Index, t: str) -> tuple[float, int, bool] | None:
+    """(scale, zero point, signed) of the 8-bit pair an activation `t` is on (its DequantizeLinear, or one up through
+    pass-through ops: `PASSES`), per tensor; None elsewhere."""
+    for _ in range(64):
+        n = m.producer.get(t)
+        if n is None or not _standard(n):
+            return None
+        if n.op_type == "DequantizeLinear":
+            if len(n.input) < 2 or n.input[1] not in m.constants or (len(n.input) > 2 and n.input[2] and n.input[2] not in m.constants):
+                return None
+            scale = numpy_helper.to_array(m.constants[n.input[1]])
+            zp = m.constants[n.input[2]] if len(n.input) > 2 and n.input[2] else None
+            kind = zp.data_type if zp is not None else TensorProto.UINT8
+            if scale.size != 1 or kind not in (TensorProto.UINT8, TensorProto.INT8) or not float(scale.reshape(())) > 0:
+                return None
+            return float(scale.reshape(())), int(numpy_helper.to_array(zp).reshape(-1)[0]) if zp is not None else 0, kind == TensorProto.INT8
+        if n.op_type not in PASSES or not n.input:
+            return None
+        t = n.input[0]
+    return None

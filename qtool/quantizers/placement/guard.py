@@ -15,6 +15,7 @@ import onnx
 from onnx import numpy_helper
 
 from ...model import graph as G
+from ...model import prequantized
 from ...statistics import noise
 from .. import grids, overflow, patterns, policy
 from ..policy import quantize
@@ -78,6 +79,8 @@ def guard(inputs: Inputs, asked: Requests, moves: Moves, placed: Sites, remedy: 
         acts = asked.asks.get(name, [])
         if not wts and len(acts) == 2 and n.op_type == "MatMul":
             fix = _two_activations(site_of(acts[0]), site_of(acts[1]))
+        elif not wts and not acts and inputs.own.pairs:
+            fix = _shipped(inputs, n, raw, placed) if remedy == "pairs" else None
         elif len(wts) != 1 or len(acts) != 1:
             continue
         else:
@@ -92,6 +95,53 @@ def guard(inputs: Inputs, asked: Requests, moves: Moves, placed: Sites, remedy: 
         if fix is not None:
             fixed[name] = fix
     return fixed
+
+
+def _shipped(inputs: Inputs, n: onnx.NodeProto, raw: set[str], placed: Sites) -> dict | None:
+    """A layer of a model shipped quantized (qtool.model.prequantized: no quantizer of qtool's, its own int8 weights
+    and input pair) whose u8 x s8 pair sums can saturate with the model's own codes and input grid: its weights become
+    a weight quantizer of qtool's (appended to `placed`) on the model's own per-channel steps, with `_bound_pairs`'
+    widening (the model's codes where a channel keeps its step; the file writes them in OpenVINO's compressed form). The
+    layer stays int8; within int8 the alternative, 7-bit input codes, would change the model's own activation grid for
+    every reader. The model's Q/DQ pairs in OpenVINO's AVX2 kernels as they are: madmom's onset CNN quantized per
+    channel by onnxruntime, its first Conv 84 -> 21 dB from the arithmetic (docs/benchmarks.md#qoperator)."""
+    if n.op_type not in ("Conv", "MatMul", "Gemm") or len(n.input) < 2 or not n.input[1]:
+        return None
+    weight = prequantized.weight_codes(inputs.m, n.input[1])
+    grid = prequantized.activation_grid(inputs.m, n.input[0])
+    record = inputs.records.get(n.input[0])
+    if weight is None or grid is None or record is None or len(inputs.m.readers.get(n.input[1], ())) != 1:
+        return None
+    codes, scale, axis = weight
+    if np.abs(codes.astype(np.int64)).max(initial=0) > 127:  # -128: not on the symmetric grid the file writes
+        return None
+    act = grids.QParams(np.float64(grid[0]), np.int64(grid[1]), grids.grid(8, signed=grid[2]))
+    dims = {**inputs.constant_dims, n.input[1]: list(codes.shape)}
+    risk = overflow.assess(n, 1, codes.astype(np.int64), dims, record, act, correlated=n.input[0] in raw, runtime="openvino")
+    if risk is None:
+        return None
+    shape = [1] * codes.ndim
+    if axis is not None:
+        shape[axis] = scale.size
+    values = codes.astype(scale.dtype) * scale.reshape(shape)
+    wsite = Quantizer.weight(n.input[1], inputs.m.types.get(n.input[1], onnx.TensorProto.FLOAT), axis, 0, values, [(n.name, 1)])
+    wsite.stated = True
+    wsite.floor = scale.astype(np.float64) * 127 if axis is not None else np.asarray(float(scale.reshape(-1)[0]) * 127)
+    fix = _bound_pairs(n, 1, wsite, dims, record, _Pair(act), risk, n.input[0] in raw, False)
+    if fix is not None:
+        placed.weights.append(wsite)
+        fix["why"] += " (the model's own int8 weights)"
+    return fix
+
+
+@dataclasses.dataclass(frozen=True)
+class _Pair:
+    """A model's own activation pair, as `_bound_pairs` reads a quantizer: its grid."""
+
+    grid: grids.QParams
+
+    def params(self) -> grids.QParams:
+        return self.grid
 
 
 def _site_of(inputs: Inputs, moves: Moves, by_tensor: dict[str, Quantizer], t: str):
