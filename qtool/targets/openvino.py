@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..model import data_inputs
+from ..model import data_inputs, prequantized
 from ..model import graph as G
 from ..options import ExportOptions
 from ..quantizers import grids, placement, policy
@@ -604,6 +604,33 @@ def _own_pairs_as_fake_quantize(model: onnx.ModelProto, namer: G.Namer) -> int:
     return pairs
 
 
+def _float_own_weights(model: onnx.ModelProto, fp32: dict[str, str]) -> int:
+    """Each of the `fp32` layers that reads the model's own int8 weights on its own quantized input (a model shipped
+    Q/DQ-quantized, qtool.model.prequantized: kept FP32 by the overflow guard or the user) has its weights' Dequantize-
+    Linear made a float constant of the values it computes (q x scale, zero point 0, in the scale's type: onnx
+    docs/Operators.md): OpenVINO runs a layer whose weights are dequantized int8 and whose input is quantized as an int8
+    layer whatever the plan says. In place; returns the weights so written."""
+    index = G.Index(model)
+    own = prequantized.own_quantizers(index)
+    folded: set[str] = set()
+    for name in sorted(fp32):
+        n = index.nodes.get(name)
+        if n is None or len(n.input) < 2 or n.input[1] in folded or not all(own.reads_own(t) for t in n.input[:2]):
+            continue
+        weight = prequantized.weight_codes(index, n.input[1])
+        if weight is None or any(r.name not in fp32 for r, _ in index.readers.get(n.input[1], ())):
+            continue
+        codes, scale, axis = weight
+        shape = [1] * codes.ndim
+        if axis is not None:
+            shape[axis] = scale.size
+        dq = index.producer[n.input[1]]
+        model.graph.initializer.append(numpy_helper.from_array(codes.astype(scale.dtype) * scale.reshape(shape), n.input[1]))
+        model.graph.node.remove(dq)
+        folded.add(n.input[1])
+    return len(folded)
+
+
 def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
     """Insert the plan's quantizers as FakeQuantize nodes, 8-bit weights stored compressed (in place)."""
     index = G.Index(model)
@@ -654,6 +681,7 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
     _huge_bool_scales(model, namer)
     peepholes.peephole_lstms_as_scans(model, namer)  # OpenVINO drops an LSTM's peepholes (qtool.targets.peepholes)
     reductions.spell_misread(model, namer)  # OpenVINO drops three reductions' axes (qtool.targets.reductions)
+    _float_own_weights(model, plan.fp32_layers)  # a model shipped Q/DQ-quantized: its layers kept FP32 read float weights
     _own_pairs_as_fake_quantize(model, namer)  # a model shipped Q/DQ-quantized: its pairs in OpenVINO's form
     G.ensure_opset(model, DOMAIN, 1)
 

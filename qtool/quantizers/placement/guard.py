@@ -41,6 +41,9 @@ WIDEN_COST = 1.0
 # (PP-OCRv6 rec's stem) the 7-bit input came out 2.6 dB ahead at the output; where 1.9 dB or more (MTCNN, PP-OCR det
 # and cls stems) the widened weights did, by 0.2 to 2.5 dB
 INPUT_NOISE_WEIGHT = 0.75
+# a layer of a model shipped quantized goes FP32 where its estimated saturation noise passes this share of its rounding
+# noise (_shipped; ACTIVATIONS_RISK's share: about 0.4 dB of the layer's noise)
+SHIPPED_RISK = 0.1
 
 
 def remedies(inputs: Inputs, asked: Requests, moves: Moves, placed: Sites, remedy: str, weights_7bit: str | None) -> dict:
@@ -80,7 +83,7 @@ def guard(inputs: Inputs, asked: Requests, moves: Moves, placed: Sites, remedy: 
         if not wts and len(acts) == 2 and n.op_type == "MatMul":
             fix = _two_activations(site_of(acts[0]), site_of(acts[1]))
         elif not wts and not acts and inputs.own.pairs:
-            fix = _shipped(inputs, n, raw, placed) if remedy == "pairs" else None
+            fix = _shipped(inputs, n, raw) if remedy == "pairs" else None
         elif len(wts) != 1 or len(acts) != 1:
             continue
         else:
@@ -97,51 +100,27 @@ def guard(inputs: Inputs, asked: Requests, moves: Moves, placed: Sites, remedy: 
     return fixed
 
 
-def _shipped(inputs: Inputs, n: onnx.NodeProto, raw: set[str], placed: Sites) -> dict | None:
-    """A layer of a model shipped quantized (qtool.model.prequantized: no quantizer of qtool's, its own int8 weights
-    and input pair) whose u8 x s8 pair sums can saturate with the model's own codes and input grid: its weights become
-    a weight quantizer of qtool's (appended to `placed`) on the model's own per-channel steps, with `_bound_pairs`'
-    widening (the model's codes where a channel keeps its step; the file writes them in OpenVINO's compressed form). The
-    layer stays int8; within int8 the alternative, 7-bit input codes, would change the model's own activation grid for
-    every reader. The model's Q/DQ pairs in OpenVINO's AVX2 kernels as they are: madmom's onset CNN quantized per
-    channel by onnxruntime, its first Conv 84 -> 21 dB from the arithmetic (docs/benchmarks.md#qoperator)."""
+def _shipped(inputs: Inputs, n: onnx.NodeProto, raw: set[str]) -> dict | None:
+    """A layer of a model shipped quantized (qtool.model.prequantized: no quantizer of qtool's, its own int8 weights and
+    input pair): FP32 where its u8 x s8 pair sums saturate by the estimate (overflow.assess with the model's own codes and
+    input grid) past SHIPPED_RISK of its rounding noise. In FP32 on its quantized input it computes the model's own
+    arithmetic exactly (the file writes its weights dequantized: qtool.targets.openvino); the remedies within int8 would
+    round it again: the model's weights requantized on pair-bounded steps took madmom's onset CNN (onnxruntime's
+    per-channel QDQ) from 55.8 to 37.5 dB in the simulation, u8 per tensor its run from 44.2 to 38.0 (docs/benchmarks.md#shipped-guard)."""
     if n.op_type not in ("Conv", "MatMul", "Gemm") or len(n.input) < 2 or not n.input[1]:
         return None
     weight = prequantized.weight_codes(inputs.m, n.input[1])
     grid = prequantized.activation_grid(inputs.m, n.input[0])
     record = inputs.records.get(n.input[0])
-    if weight is None or grid is None or record is None or len(inputs.m.readers.get(n.input[1], ())) != 1:
+    if weight is None or grid is None or record is None:
         return None
-    codes, scale, axis = weight
-    if np.abs(codes.astype(np.int64)).max(initial=0) > 127:  # -128: not on the symmetric grid the file writes
-        return None
+    codes = weight[0].astype(np.int64)
     act = grids.QParams(np.float64(grid[0]), np.int64(grid[1]), grids.grid(8, signed=grid[2]))
     dims = {**inputs.constant_dims, n.input[1]: list(codes.shape)}
-    risk = overflow.assess(n, 1, codes.astype(np.int64), dims, record, act, correlated=n.input[0] in raw, runtime="openvino")
-    if risk is None:
+    risk = overflow.assess(n, 1, codes, dims, record, act, correlated=n.input[0] in raw, runtime="openvino")
+    if risk is None or risk.saturation <= SHIPPED_RISK * risk.noise:
         return None
-    shape = [1] * codes.ndim
-    if axis is not None:
-        shape[axis] = scale.size
-    values = codes.astype(scale.dtype) * scale.reshape(shape)
-    wsite = Quantizer.weight(n.input[1], inputs.m.types.get(n.input[1], onnx.TensorProto.FLOAT), axis, 0, values, [(n.name, 1)])
-    wsite.stated = True
-    wsite.floor = scale.astype(np.float64) * 127 if axis is not None else np.asarray(float(scale.reshape(-1)[0]) * 127)
-    fix = _bound_pairs(n, 1, wsite, dims, record, _Pair(act), risk, n.input[0] in raw, False)
-    if fix is not None:
-        placed.weights.append(wsite)
-        fix["why"] += " (the model's own int8 weights)"
-    return fix
-
-
-@dataclasses.dataclass(frozen=True)
-class _Pair:
-    """A model's own activation pair, as `_bound_pairs` reads a quantizer: its grid."""
-
-    grid: grids.QParams
-
-    def params(self) -> grids.QParams:
-        return self.grid
+    return {"remedy": "fp32", "why": f"{risk.describe()}; the model's own int8 weights and input grid: FP32 computes them exactly"}
 
 
 def _site_of(inputs: Inputs, moves: Moves, by_tensor: dict[str, Quantizer], t: str):
