@@ -15,7 +15,7 @@ from qtool.model import graph as G
 from qtool.model import prequantized
 
 LINEAR = {"Conv", "MatMul", "Gemm"}
-VNNI = {"openvino": {"cpu": "vnni"}}  # the model as it is: its own weights' pairs cannot saturate on VNNI's kernels
+VNNI = {"openvino": {"cpu": "vnni"}, "qdq": {"cpu": "vnni"}}  # the model as it is: no overflow guard (VNNI's kernels)
 
 
 def _feeds(n, seed=0):
@@ -82,7 +82,7 @@ def test_no_second_quantizer_on_what_the_model_quantizes(shipped):
     layer counted int8 as the model runs it."""
     model, feeds, cal = shipped
     own = prequantized.own_quantizers(G.Index(model))
-    for target in ("openvino", "qdq"):  # OpenVINO's file for a CPU with VNNI: no overflow guard (see below for --cpu any)
+    for target in ("openvino", "qdq"):  # files for a CPU with VNNI: no overflow guard (see below for --cpu any)
         added = _pairs_as_written(model, qtool.export(model, cal, target=target, **VNNI.get(target, {})), target)
         assert not [n.name for n in added if set(n.input) & own.tensors], target
     result = qtool.evaluate(model, cal, data=feeds[16:], target="openvino", cpu="vnni")
@@ -144,7 +144,7 @@ def test_its_int8_weights_stay_its_own(tmp_path):
         out = onnx.load_from_string(qtool.export(model, cal, target=target, **VNNI.get(target, {})))
         made = {o for n in out.graph.node for o in n.output}
         assert own.weights <= made and not _pairs_as_written(model, out.SerializeToString(), target), target
-    result = qtool.evaluate(model, cal, data=feeds[16:], target="qdq")
+    result = qtool.evaluate(model, cal, data=feeds[16:], target="qdq", cpu="vnni")
     assert result.plan_summary["weight_quantizers"] == 0 and result.worst_sqnr_db > 100, result.plan_summary
 
 
@@ -226,3 +226,26 @@ def test_its_layers_whose_own_pairs_can_saturate_run_fp32(shipped):
     assert weighted and {ran(name) for name in weighted} <= {"u8", "i8"}, precision
     vnni = qtool.evaluate(model, cal, data=feeds[16:], target="openvino", cpu="vnni")
     assert vnni.plan_summary["int8_layers"] == len(linear) and not vnni.plan_summary.get("overflow_fix", {}).get("layers")
+
+
+def test_its_own_weights_stored_uint8_for_onnxruntime_where_pairs_can_saturate(shipped):
+    """The qdq file (--cpu any): where the model's own int8 weights and input grid let a u8 x s8 pair sum pass int16,
+    the guard stores those weights as uint8 with zero point 128, the same values (onnxruntime's u8 x u8 kernels, exact
+    on every CPU), as it does qtool's own; the other layers keep the model's DequantizeLinear. onnxruntime then runs the
+    file as evaluate computes it, up to its float fusions (before: the model's s8 weights in its AVX2 kernels)."""
+    model, feeds, cal = shipped
+    index = G.Index(model)
+    result = qtool.evaluate(model, cal, data=feeds[16:], target="qdq", runtime="onnxruntime")
+    fixed = result.plan_summary["overflow_fix"]["layers"]
+    assert fixed and all(f["remedy"] == "uint8 weights" and "model's own int8 weights" in f["why"] for f in fixed.values()), fixed
+    assert result.plan_summary["fp32_layers"] == 0 and result.plan_summary["weight_quantizers"] == len(fixed)
+    out = G.Index(onnx.load_from_string(qtool.export(model, cal, target="qdq")))
+    for name in fixed:
+        given, written = index.producer[index.nodes[name].input[1]], out.producer[out.nodes[name].input[1]]
+        codes, scale = (onnx.numpy_helper.to_array(index.constants[t]) for t in given.input[:2])
+        stored, step, zero = (onnx.numpy_helper.to_array(out.constants[t]) for t in written.input)
+        assert stored.dtype == np.uint8 and np.all(zero == 128) and np.array_equal(step, scale), name
+        assert np.array_equal(stored.astype(np.int64) - 128, codes.astype(np.int64)), name
+    # the simulation is the reference itself (+inf); onnxruntime's run differs by its float fusions (LayerNorm, GELU,
+    # attention) and the code flips they cause: 46.0 dB on AVX2 (the model's s8 weights as they were: 30.3)
+    assert result.runtime.worst_sqnr_db > 40.0, (result.runtime.worst_sqnr_db, result.worst_sqnr_db)

@@ -83,7 +83,7 @@ def guard(inputs: Inputs, asked: Requests, moves: Moves, placed: Sites, remedy: 
         if not wts and len(acts) == 2 and n.op_type == "MatMul":
             fix = _two_activations(site_of(acts[0]), site_of(acts[1]))
         elif not wts and not acts and inputs.own.pairs:
-            fix = _shipped(inputs, n, raw) if remedy == "pairs" else None
+            fix = _shipped(inputs, n, raw, remedy, placed)
         elif len(wts) != 1 or len(acts) != 1:
             continue
         else:
@@ -100,13 +100,16 @@ def guard(inputs: Inputs, asked: Requests, moves: Moves, placed: Sites, remedy: 
     return fixed
 
 
-def _shipped(inputs: Inputs, n: onnx.NodeProto, raw: set[str]) -> dict | None:
+def _shipped(inputs: Inputs, n: onnx.NodeProto, raw: set[str], remedy: str, placed: Sites) -> dict | None:
     """A layer of a model shipped quantized (qtool.model.prequantized: no quantizer of qtool's, its own int8 weights and
-    input pair): FP32 where its u8 x s8 pair sums saturate by the estimate (overflow.assess with the model's own codes and
-    input grid) past SHIPPED_RISK of its rounding noise. In FP32 on its quantized input it computes the model's own
-    arithmetic exactly (the file writes its weights dequantized: qtool.targets.openvino); the remedies within int8 would
-    round it again: the model's weights requantized on pair-bounded steps took madmom's onset CNN (onnxruntime's
-    per-channel QDQ) from 55.8 to 37.5 dB in the simulation, u8 per tensor its run from 44.2 to 38.0 (docs/benchmarks.md#shipped-guard)."""
+    input pair) whose u8 x s8 pair sums can saturate by the estimate (overflow.assess with the model's own codes and
+    input grid): "uint8" (onnxruntime) past 1 % of its rounding noise, as `guard` for qtool's own weights: the model's
+    weights become a weight quantizer of qtool's (appended to `placed`) holding the same integers and steps, stored as
+    uint8 with zero point 128 (the same values; onnxruntime's u8 x u8 kernels). "pairs" (OpenVINO) past SHIPPED_RISK:
+    FP32, where the layer computes the model's arithmetic exactly on its quantized input (the file writes its weights
+    dequantized: qtool.targets.openvino); OpenVINO's remedies within int8 round again: the model's weights requantized on
+    pair-bounded steps took madmom's onset CNN (onnxruntime's per-channel QDQ) from 55.8 to 37.5 dB in the simulation,
+    u8 per tensor its run from 44.2 to 38.0 (docs/benchmarks.md#shipped-guard)."""
     if n.op_type not in ("Conv", "MatMul", "Gemm") or len(n.input) < 2 or not n.input[1]:
         return None
     weight = prequantized.weight_codes(inputs.m, n.input[1])
@@ -114,13 +117,27 @@ def _shipped(inputs: Inputs, n: onnx.NodeProto, raw: set[str]) -> dict | None:
     record = inputs.records.get(n.input[0])
     if weight is None or grid is None or record is None:
         return None
-    codes = weight[0].astype(np.int64)
+    codes, scale, axis = weight
     act = grids.QParams(np.float64(grid[0]), np.int64(grid[1]), grids.grid(8, signed=grid[2]))
     dims = {**inputs.constant_dims, n.input[1]: list(codes.shape)}
-    risk = overflow.assess(n, 1, codes, dims, record, act, correlated=n.input[0] in raw, runtime="openvino")
-    if risk is None or risk.saturation <= SHIPPED_RISK * risk.noise:
+    risk = overflow.assess(n, 1, codes.astype(np.int64), dims, record, act, correlated=n.input[0] in raw,
+                           runtime="openvino" if remedy == "pairs" else "any")
+    if risk is None:
         return None
-    return {"remedy": "fp32", "why": f"{risk.describe()}; the model's own int8 weights and input grid: FP32 computes them exactly"}
+    if remedy == "pairs" and risk.saturation > SHIPPED_RISK * risk.noise:
+        return {"remedy": "fp32", "why": f"{risk.describe()}; the model's own int8 weights and input grid: FP32 computes them exactly"}
+    if remedy != "uint8" or risk.saturation <= 0.01 * risk.noise or len(inputs.m.readers.get(n.input[1], ())) != 1 \
+            or np.abs(codes.astype(np.int64)).max(initial=0) > 127:
+        return None
+    shape = [1] * codes.ndim
+    if axis is not None:
+        shape[axis] = scale.size
+    wsite = Quantizer.weight(n.input[1], inputs.m.types.get(n.input[1], onnx.TensorProto.FLOAT), axis, 0,
+                             codes.astype(scale.dtype) * scale.reshape(shape), [(n.name, 1)])
+    # its step the model's (the largest |value| is 127 steps or fewer: the floor decides), so its integers the model's
+    wsite.floor, wsite.stated, wsite.unsigned_storage = scale.astype(np.float64) * 127, True, True
+    placed.weights.append(wsite)
+    return {"remedy": "uint8 weights", "why": f"{risk.describe()}; the model's own int8 weights, as uint8"}
 
 
 def _site_of(inputs: Inputs, moves: Moves, by_tensor: dict[str, Quantizer], t: str):
