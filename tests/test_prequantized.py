@@ -102,10 +102,12 @@ def test_openvino_file_holds_the_model_s_grids_in_its_own_form(shipped):
     from qtool.quantizers.cpu_kinds import PINNED_F32
 
     model, feeds, cal = shipped
-    result = qtool.evaluate(model, cal, data=feeds[16:], target="openvino", runtime="openvino", cpu="vnni")
+    result = qtool.evaluate(model, cal, data=feeds[16:], target="openvino", runtime="openvino")
     assert 45 < result.worst_sqnr_db < 100 and result.runtime.float_precision == "f32", result.worst_sqnr_db
-    floor = min(o.sqnr_db for o in result.runtime.fp32)  # OpenVINO's run of the model as shipped (AVX2: 30.6 dB, its f32 GELU)
-    assert result.runtime.worst_sqnr_db > min(40.0, floor - 1.0), (result.runtime.worst_sqnr_db, floor)
+    # OpenVINO's "FP32" run is of the reference: the model's pairs as the float ops of their arithmetic, exact (before:
+    # the pairs themselves, which OpenVINO ran as int8 layers, 30.6 dB on AVX2)
+    assert min(o.sqnr_db for o in result.runtime.fp32) > 100, result.runtime.fp32
+    assert result.runtime.worst_sqnr_db > 35.0, result.runtime.worst_sqnr_db
     core = ov.Core()
 
     def layer_types(data: bytes) -> set[str]:

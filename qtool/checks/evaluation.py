@@ -1105,13 +1105,16 @@ def _layer_of(index, tensor: str) -> str:
 
 
 def fp32_file(loaded) -> bytes | ModelFile:
-    """The FP32 model `loaded` as one file, for a runtime to compile (its weights in it)."""
+    """The FP32 model `loaded` as one file, for a runtime to compile (its weights in it); a model shipped with its own
+    Q/DQ pairs with them as the float ops of their arithmetic, the reference's (prequantized.pairs_as_float_ops)."""
     if loaded.store is not None:  # a big model's lazy weights: written piece by piece
         return ModelFile(loaded.proto)
+    own = prequantized.own_quantizers(G.Index(loaded.proto)).pairs
     if not loaded.external_files:
-        return loaded.proto.SerializeToString()
-    proto = onnx.ModelProto()
-    proto.CopyFrom(loaded.proto)
+        return (prequantized.pairs_as_float_ops(loaded.proto) if own else loaded.proto).SerializeToString()
+    proto = prequantized.pairs_as_float_ops(loaded.proto) if own else onnx.ModelProto()
+    if not own:
+        proto.CopyFrom(loaded.proto)
     from onnx.external_data_helper import load_external_data_for_model
 
     load_external_data_for_model(proto, str(loaded.path.parent))
