@@ -80,6 +80,7 @@ def move_up(inputs: Inputs, kept: Kept, asked: Requests, moves: Moves) -> None:
         if not inputs.rules.parts_need_every_reader:
             break
         forked = {name for name, t in _part_moves(m, trial, moves) if not _all_read_quantized(inputs, wanted, t)}
+        forked |= set(_wide_concats(inputs, wanted, trial, moves))
         if not forked:
             break
         blocked |= forked
@@ -98,6 +99,31 @@ def _part_moves(m, trial: Moves, before: Moves):
         for name, _, t in ups:
             if m.nodes[name].op_type in PARTS:
                 yield name, t
+
+
+# A Concat's request moved up into an input that other readers also read quantized gives them the Concat's range,
+# the widest of its inputs'; where that is more than this many times the input's own threshold, the move is not made
+CONCAT_SPREAD = 2.0
+
+
+def _wide_concats(inputs: Inputs, wanted, trial: Moves, before: Moves):
+    """The Concats moved through in `trial` beyond `before` one of whose inputs another op also reads quantized (one
+    quantizer for both) while the Concat's range is more than CONCAT_SPREAD x that input's own threshold."""
+    thresholds = inputs.thresholds
+    for o, ups in trial.upstream.items():
+        if o in before.upstream or o not in trial.concat_outputs:
+            continue
+        root = trial.groups.find(o)
+        wide = [thresholds[c].amax for c in trial.concat_outputs if c in thresholds and trial.groups.find(c) == root]
+        if not wide or not math.isfinite(max(wide)):
+            continue
+        for name, _, t in ups:
+            own = thresholds.get(t)
+            if own is None or not own.amax > 0 or max(wide) <= CONCAT_SPREAD * own.amax:
+                continue
+            if any(r != name for r, _ in wanted.get(t, ())):
+                yield name
+                break
 
 
 def _all_read_quantized(inputs: Inputs, wanted, t: str) -> bool:
