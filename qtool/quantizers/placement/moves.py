@@ -4,7 +4,8 @@ integers), the tensors it passes share one range (NNCF's unified scales), and ea
 gets its range: the Concat outputs' calibrated one, else the widest of its quantized tensors.
 Under rules with `parts_need_every_reader` (the CPU targets'), through an op that selects a part of
 its input (Slice, Split, Gather) only when every reader of that input reads the moved quantizer too
-(`PARTS`)."""
+(`PARTS`), and through a Concat not when an input another op also reads quantized would take a range over
+CONCAT_SPREAD x its own (`_wide_concats`: the Concat quantizes its output, that input keeps its own range)."""
 
 from __future__ import annotations
 
@@ -101,8 +102,13 @@ def _part_moves(m, trial: Moves, before: Moves):
                 yield name, t
 
 
-# A Concat's request moved up into an input that other readers also read quantized gives them the Concat's range,
-# the widest of its inputs'; where that is more than this many times the input's own threshold, the move is not made
+# A Concat's request moved up into an input that another op also reads quantized gives that op the Concat's range, the
+# widest of its inputs'; where that range is more than this many times the input's own threshold the move is not
+# made: the Concat reads its inputs float and quantizes its output on the range it had (its readers' values are
+# the same), and the other op reads the input on its own grid. captcha_slider (YOLO11-seg; OpenVINO's run, held out,
+# output0 / mask prototypes): none 32.39 / 16.39 dB, 2: 35.08 / 20.11 (4 Concats: its SPPF output, 5.9x narrower
+# than the P5 Concat it joins, feeds the P4/P3 path and the prototypes; three C3k2 Concats' bottleneck inputs,
+# 2.5x), 1.5: 34.22 / 19.72 (6 Concats); NNCF's better preset 31.80 / 16.95 (docs/benchmarks.md#fid18-concat)
 CONCAT_SPREAD = 2.0
 
 
