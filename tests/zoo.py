@@ -2498,6 +2498,37 @@ def peak_dense_map_like(ch=8, hw=64, mid=8, seed=9613):
                     [helper.make_tensor_value_info("map", FLOAT, ["n", 1, hw, hw])])
     return _make_model(graph, 13)
 
+
+def csp_concat_branch_like(ch=8, hw=32, gain=8.0, seed=9711):
+    """A YOLO neck / segmentation head's shared feature (zoo captcha_slider, ultralytics YOLO11-seg: the SPPF/C2PSA
+    output `/model.10/cv2` is concatenated with the 8x-louder `/model.20` for the P5 head and also upsampled for the
+    P4/P3 path and its mask prototypes): the input [n, 3, hw, hw] -> Conv -> SiLU `small`, and -> Conv (weights x
+    `gain`) -> SiLU `loud`; Concat(small, loud) -> Conv 1x1 -> `head`; `small` -> Conv 3x3 -> SiLU -> Conv 1x1 ->
+    `proto`, read by no Concat. One quantizer on `small` for both readers takes the Concat's range, `gain` x its own."""
+    g = _Graph(seed=seed)
+    rng = g.rng
+
+    def conv(x, cin, cout, scope, k=3, scale=1.0):
+        w = (_conv_w(rng, cout, cin, k) * np.float32(scale)).astype(np.float32)
+        b = (rng.standard_normal(cout) * 0.1).astype(np.float32)
+        return g.op("Conv", [x, g.init(f"{scope}.weight", w), g.init(f"{scope}.bias", b)], scope, kernel_shape=[k, k],
+                    pads=[k // 2] * 4)
+
+    def silu(x, scope):
+        return g.op("Mul", [x, g.op("Sigmoid", [x], scope)], scope)
+
+    small = silu(conv("images", 3, ch, "/small/conv"), "/small/act")
+    loud = silu(conv("images", 3, ch, "/loud/conv", scale=gain), "/loud/act")
+    cat = g.op("Concat", [small, loud], "/concat", axis=1)
+    g.op("Conv", [cat, g.init("head.weight", _conv_w(rng, 4, 2 * ch, 1)), g.init("head.bias", np.zeros(4, np.float32))],
+         "/head", outputs=["head"], kernel_shape=[1, 1])
+    p = silu(conv(small, ch, ch, "/proto/cv1"), "/proto/act")
+    g.op("Conv", [p, g.init("proto.weight", _conv_w(rng, 4, ch, 1)), g.init("proto.bias", np.zeros(4, np.float32))],
+         "/proto", outputs=["proto"], kernel_shape=[1, 1])
+    graph = g.graph("csp_concat_branch", [helper.make_tensor_value_info("images", FLOAT, ["n", 3, hw, hw])],
+                    [helper.make_tensor_value_info(o, FLOAT, ["n", 4, hw, hw]) for o in ("head", "proto")])
+    return _make_model(graph, 13)
+
 if __name__ == "__main__":
     import tempfile
 

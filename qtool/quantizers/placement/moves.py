@@ -4,7 +4,8 @@ integers), the tensors it passes share one range (NNCF's unified scales), and ea
 gets its range: the Concat outputs' calibrated one, else the widest of its quantized tensors.
 Under rules with `parts_need_every_reader` (the CPU targets'), through an op that selects a part of
 its input (Slice, Split, Gather) only when every reader of that input reads the moved quantizer too
-(`PARTS`)."""
+(`PARTS`), and through a Concat not when an input another op also reads quantized would take a range over
+CONCAT_SPREAD x its own (`_wide_concats`: the Concat quantizes its output, that input keeps its own range)."""
 
 from __future__ import annotations
 
@@ -80,6 +81,7 @@ def move_up(inputs: Inputs, kept: Kept, asked: Requests, moves: Moves) -> None:
         if not inputs.rules.parts_need_every_reader:
             break
         forked = {name for name, t in _part_moves(m, trial, moves) if not _all_read_quantized(inputs, wanted, t)}
+        forked |= set(_wide_concats(inputs, wanted, trial, moves))
         if not forked:
             break
         blocked |= forked
@@ -98,6 +100,36 @@ def _part_moves(m, trial: Moves, before: Moves):
         for name, _, t in ups:
             if m.nodes[name].op_type in PARTS:
                 yield name, t
+
+
+# A Concat's request moved up into an input that another op also reads quantized gives that op the Concat's range, the
+# widest of its inputs'; where that range is more than this many times the input's own threshold the move is not
+# made: the Concat reads its inputs float and quantizes its output on the range it had (its readers' values are
+# the same), and the other op reads the input on its own grid. captcha_slider (YOLO11-seg; OpenVINO's run, held out,
+# output0 / mask prototypes): none 32.39 / 16.39 dB, 2: 35.08 / 20.11 (4 Concats: its SPPF output, 5.9x narrower
+# than the P5 Concat it joins, feeds the P4/P3 path and the prototypes; three C3k2 Concats' bottleneck inputs,
+# 2.5x), 1.5: 34.22 / 19.72 (6 Concats); NNCF's better preset 31.80 / 16.95 (docs/benchmarks.md#fid18-concat)
+CONCAT_SPREAD = 2.0
+
+
+def _wide_concats(inputs: Inputs, wanted, trial: Moves, before: Moves):
+    """The Concats moved through in `trial` beyond `before` one of whose inputs another op also reads quantized (one
+    quantizer for both) while the Concat's range is more than CONCAT_SPREAD x that input's own threshold."""
+    thresholds = inputs.thresholds
+    for o, ups in trial.upstream.items():
+        if o in before.upstream or o not in trial.concat_outputs:
+            continue
+        root = trial.groups.find(o)
+        wide = [thresholds[c].amax for c in trial.concat_outputs if c in thresholds and trial.groups.find(c) == root]
+        if not wide or not math.isfinite(max(wide)):
+            continue
+        for name, _, t in ups:
+            own = thresholds.get(t)
+            if own is None or not own.amax > 0 or max(wide) <= CONCAT_SPREAD * own.amax:
+                continue
+            if any(r != name for r, _ in wanted.get(t, ())):
+                yield name
+                break
 
 
 def _all_read_quantized(inputs: Inputs, wanted, t: str) -> bool:
