@@ -276,7 +276,8 @@ def run(loaded: model.LoadedModel, options: CalibrateOptions, progress=None) -> 
     else:
         run_on = loaded
     source = _source(loaded, names, options)
-    hists, stats, samples = _collect(run_on, names, types, source, bins, progress)
+    with segments.one_heap():  # onnxruntime's threads and the workers' allocate in one heap
+        hists, stats, samples = _collect(run_on, names, types, source, bins, progress)
     if samples == 0:
         what = "images could be read" if options.images is not None else "inputs were given"
         raise QtoolError(f"none of the {len(source.inputs)} {what}; nothing was calibrated" if source.inputs
