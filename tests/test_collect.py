@@ -708,3 +708,91 @@ def test_a_calibration_s_threads_allocate_in_one_heap(tmp_path):
         files[how] = json.loads(out.read_text())["tensors"]
     assert heaps["one"] == 1 and heaps["own"] > 1
     assert files["one"] == files["own"]
+
+
+def test_a_run_under_run_bytes_goes_in_segments_where_twice_plain_inference_leaves_no_room_for_it(tmp_path, monkeypatch):
+    """A run of fewer than RUN_BYTES that would take calibrate past twice plain inference's peak (estimated
+    from below, pipeline._plain_bytes) beside what calibrate holds before its runs (CALIBRATE_FLOOR) and the
+    model's file runs in segments (ppocr_cls: 51 MB a run, 72 MB plain: 166 -> 139 MB of peak RSS), with
+    the workers and threads it has unsplit (other thread counts give other floats), and the same file."""
+    import qtool
+    from qtool.collection import collect, pipeline, segments
+
+    schedules, parts = [], []
+    real, made = collect.collect, segments.Segmented
+
+    def spy(session, plan, runs, progress, stats, schedule, helpers):  # as pipeline calls it
+        schedules.append((schedule.workers, schedule.spread))
+        return real(session, plan, runs, progress, stats, schedule, helpers)
+
+    class Counted(segments.Segmented):
+        def __init__(self, segs, *args):
+            parts.append(len(segs))
+            made.__init__(self, segs, *args)
+
+    monkeypatch.setattr(collect, "collect", spy)
+    monkeypatch.setattr(segments, "Segmented", Counted)
+    monkeypatch.setattr(pipeline, "_cores", lambda: 2, raising=False)
+    monkeypatch.setattr(pipeline, "SEGMENT_BYTES", 1 << 20, raising=False)
+    # 12 tensors of 0.6 MB a run (7 MB, far under RUN_BYTES), at most 2 alive at once in plain inference:
+    # twice its 1.2 MB (and no floor on either side) leaves no room for the run beside the 55 KB model
+    monkeypatch.setattr(pipeline, "PLAIN_FLOOR", 0, raising=False)
+    monkeypatch.setattr(pipeline, "CALIBRATE_FLOOR", 0, raising=False)
+    monkeypatch.setattr(pipeline, "RUN_ROOM", 1 << 20, raising=False)  # unsplit: one run at a time, on both cores
+    path = tmp_path / "model.onnx"
+    _chain(path, layers=6, channels=16, side=96)
+    files = {}
+    for how in ("split", "whole"):
+        if how == "whole":
+            monkeypatch.setattr(pipeline, "_run_limit", lambda plain, file_bytes: pipeline.RUN_BYTES)
+        schedules.clear()
+        parts.clear()
+        cal = qtool.calibrate(path, data=str(tmp_path / "data"))
+        files[how] = [r.to_json() if hasattr(r, "to_json") else r for r in cal.tensors]
+        (schedule,) = schedules
+        assert schedule == (1, 2)  # one worker of both cores, as unsplit
+        assert (parts and parts[0] >= 3) if how == "split" else not parts, parts
+    assert files["split"] == files["whole"]
+
+
+def test_runs_go_side_by_side_only_while_twice_plain_inference_leaves_room_for_each(tmp_path, monkeypatch):
+    """Each worker holds a run's fetched activations: runs go side by side only while twice plain
+    inference's peak (estimated from below) leaves room for each beside CALIBRATE_FLOOR, the model's
+    file and the histograms (thai_oskut_ws: 2 workers of 19 MB runs, 166 -> 153 MB of peak RSS against
+    82 MB plain). The session keeps its one thread (other thread counts give other floats), the other
+    core goes to the histograms, and the file is the one of two workers."""
+    import qtool
+    from qtool.collection import collect, pipeline
+
+    schedules, threads = [], []
+    real, session = collect.collect, pipeline._session
+
+    def spy(session, plan, runs, progress, stats, schedule, helpers):  # as pipeline calls it
+        schedules.append((schedule.workers, schedule.spread))
+        return real(session, plan, runs, progress, stats, schedule, helpers)
+
+    def made(exposed, fetched, positions, static, folder, count):
+        threads.append(count)
+        return session(exposed, fetched, positions, static, folder, count)
+
+    monkeypatch.setattr(collect, "collect", spy)
+    monkeypatch.setattr(pipeline, "_session", made)
+    monkeypatch.setattr(pipeline, "_cores", lambda: 2, raising=False)
+    monkeypatch.setattr(pipeline, "RUN_ROOM", 1 << 30, raising=False)  # the model's bytes would let two runs go side by side
+    monkeypatch.setattr(pipeline, "_run_limit", lambda plain, file_bytes: pipeline.RUN_BYTES)  # not in segments
+    # 7 MB a run, at most 1.2 MB alive at once in plain inference: twice that (and no floor on either side)
+    # leaves room for no run beside the 55 KB model: one at a time
+    monkeypatch.setattr(pipeline, "PLAIN_FLOOR", 0, raising=False)
+    monkeypatch.setattr(pipeline, "CALIBRATE_FLOOR", 0, raising=False)
+    path = tmp_path / "model.onnx"
+    _chain(path, layers=6, channels=16, side=96)
+    files = {}
+    for how in ("bound", "free"):
+        if how == "free":
+            monkeypatch.setattr(pipeline, "_within_bound", lambda workers, per_run, room: workers)
+        schedules.clear()
+        threads.clear()
+        cal = qtool.calibrate(path, data=str(tmp_path / "data"))
+        files[how] = [r.to_json() if hasattr(r, "to_json") else r for r in cal.tensors]
+        assert threads == [1] and schedules == ([(1, 2)] if how == "bound" else [(2, 1)])
+    assert files["bound"] == files["free"]
