@@ -563,6 +563,28 @@ def test_worker_threads_add_to_one_histogram_per_tensor(monkeypatch):
     assert found[0] == found[1]
 
 
+def test_the_channel_sums_a_calibration_holds_are_complete_without_a_serialization():
+    """Per-channel sums gather in pending int64 sums (stats.SampleStats._pending); collect moves them into
+    channel_sums once the runs are done, whatever the workers: SmoothQuant's scaling at export reads
+    channel_sums directly (one worker's calibration exported straight away gave other bias corrections than
+    the same calibration after its JSON was written, which moves them)."""
+    from qtool import model
+    from qtool.collection import collect
+    from qtool.runtime import onnxruntime
+    from qtool.statistics.stats import new_stats
+
+    proto = _two_layer()
+    names = ["x", "h", "y"]
+    session = onnxruntime.session(model.with_outputs(proto, names, dict.fromkeys(names, TensorProto.FLOAT)), threads=1)
+    rng = np.random.default_rng(18)
+    feeds = [({"x": rng.standard_normal((1, 64)).astype(np.float32)}, 1) for _ in range(5)]
+    for workers in (1, 2):
+        stats = new_stats(proto, names)
+        collect.collect(session, collect.Plan(names, 2048), feeds, stats=stats, schedule=collect.Schedule(workers, 1, False))
+        held = list(stats["x"].channel_sums)
+        assert any(held) and held == stats["x"].to_json()["channel_sums"]
+
+
 def _chain(path: Path, layers: int, channels: int, side: int, matmul_width: int = 0) -> None:
     """Conv 3x3 + Relu `layers` times on [1, channels, side, side] (runs that fetch far more than the model's
     weights), or with `matmul_width`, MatMuls of that square width on [1, 4, width] (weights far over the runs)."""

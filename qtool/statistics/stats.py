@@ -210,6 +210,11 @@ class SampleStats:
             old = peak if self.channel_absmax is None else np.maximum(np.asarray(self.channel_absmax, np.float64), peak)
             self.channel_absmax = np.asarray(old, np.float64).tolist()  # Python floats, at C speed (every run of every linear input)
 
+    def flush(self) -> None:
+        """Move the pending channel sums into channel_sums (collect does, once the runs are done:
+        what reads channel_sums directly, SmoothQuant's scaling of them at export, sees them all)."""
+        self._flush()
+
     def _flush(self) -> None:
         if self._pending is not None:
             self.channel_sums = [s + int(v) for s, v in zip(self.channel_sums, self._pending)]
