@@ -336,16 +336,7 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
     # inference cannot tell)
     sizes = segments.sizes(loaded.proto, fetched, source.dims, source.first, folder) if source.dims else {}
     source.first = None
-    plain = _plain_bytes(loaded.proto, _file_bytes(loaded))
-    kernel = _kernel(fetched, sizes, source, batches, plain)
-    # a run under RUN_BYTES split for the 2x bound (_run_limit) keeps the workers and threads it has unsplit
-    # (onnxruntime's convolutions give other floats on other thread counts: madmom_key_cnn's file changed
-    # on 2 workers of 1 thread in segments, against 1 of 2 unsplit)
-    limit = _run_limit(plain(sizes) if sizes else None, _file_bytes(loaded))
-    workers, threads = _beside(*_parallelism(batches, source.batch_bytes), _run_bytes(fetched, sizes, source), _file_bytes(loaded))
-    # runs side by side only while the 2x bound leaves room for each (_within_bound); the sessions keep
-    # their threads (other floats on other thread counts), the cores a worker less leaves go to the histograms
-    room = _bound_room(plain(sizes) if sizes else None, _file_bytes(loaded), len(names) * bins * 8)
+    kernel, limit, room, (workers, threads) = _bounds(loaded, len(names) * bins * 8, fetched, sizes, source, batches)
     fewer = _within_bound(workers, _run_bytes(fetched, sizes, source), room)
     if progress is not None and source.inputs and hasattr(progress, "total"):  # a tqdm bar: now its length is known
         progress.total = len(source.inputs)
@@ -369,7 +360,7 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
                 held = segments.held(exposed, fetched, sizes, positions)
                 workers, spread = _beside(workers, threads, held, _file_bytes(loaded), segmented=True)
                 fewer = _within_bound(workers, held, room)
-            if fewer < workers and not helpers:
+            if fewer < workers and not helpers:  # the cores a worker less leaves go to the histograms
                 workers, spread = fewer, max(spread, _cores() // fewer)
             if helpers:
                 progress = helpers[0].progress
@@ -393,6 +384,20 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
         order = {path: k for k, path in enumerate(source.images.paths)}
         source.skipped[:] = sorted(skipped + [s for h in helpers for s in h.skipped], key=lambda s: order[s[0]])
     return hists, stats, samples
+
+
+def _bounds(loaded, accumulator: int, fetched: list[str], sizes: dict[str, int], source: _Source, batches: int):
+    """(collect.Schedule's kernel, the most bytes a run may fetch unsplit, the room twice plain inference
+    leaves for the runs in flight (_bound_room), (workers, threads) by the cores and the model's bytes).
+    A run under RUN_BYTES split for the 2x bound (_run_limit) keeps the workers and threads it has unsplit,
+    and runs side by side only while the 2x bound leaves room for each (_within_bound) keep their sessions'
+    threads: onnxruntime's convolutions give other floats on other thread counts (madmom_key_cnn's file
+    changed on 2 workers of 1 thread in segments, against 1 of 2 unsplit)."""
+    plain = _plain_bytes(loaded.proto, _file_bytes(loaded))
+    estimate = plain(sizes) if sizes else None
+    return (_kernel(fetched, sizes, source, batches, plain), _run_limit(estimate, _file_bytes(loaded)),
+            _bound_room(estimate, _file_bytes(loaded), accumulator),
+            _beside(*_parallelism(batches, source.batch_bytes), _run_bytes(fetched, sizes, source), _file_bytes(loaded)))
 
 
 def _session(exposed, fetched: list[str], positions: list[int], static: frozenset, folder, threads: int):
