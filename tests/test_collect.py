@@ -525,6 +525,66 @@ def test_worker_threads_add_to_one_gram_per_tensor(monkeypatch):
     assert docs[0]["upper"] == docs[1]["upper"] and docs[0]["count"] == docs[1]["count"] == 8 * 50 + 28
 
 
+def test_worker_threads_add_to_one_histogram_per_tensor(monkeypatch):
+    """The workers share one accumulator: one histogram and one statistics record per tensor,
+    each updated under that tensor's lock (one accumulator per worker held them once more each:
+    OSKut's 1071 tensors, 17 MB a worker), and the counts, extrema and sums are those of one worker."""
+    import time
+
+    from qtool import model
+    from qtool.collection import collect
+    from qtool.runtime import onnxruntime
+    from qtool.statistics.stats import new_stats
+
+    proto = _two_layer()
+    names = ["x", "h", "y"]
+    session = onnxruntime.session(model.with_outputs(proto, names, dict.fromkeys(names, TensorProto.FLOAT)), threads=1)
+    updated: set[int] = set()  # the histograms updated
+    update = histogram.TensorHistogram.update
+
+    def watched(self, x, *args, **kwargs):
+        updated.add(id(self))
+        time.sleep(0.01)  # the other worker takes the next run meanwhile
+        return update(self, x, *args, **kwargs)
+
+    monkeypatch.setattr(histogram.TensorHistogram, "update", watched)
+    rng = np.random.default_rng(18)
+    feeds = [({"x": (rng.standard_normal((1, 64)) * 2 ** (k % 5)).astype(np.float32)}, 1) for k in range(12)]
+    found = []
+    for workers in (1, 2):
+        stats = new_stats(proto, names)
+        updated.clear()
+        hists, samples = collect.collect(session, collect.Plan(names, 2048), feeds, stats=stats,
+                                         schedule=collect.Schedule(workers, 1, False))
+        assert samples == 12 and len(updated) == len(names)  # one histogram each, whichever worker ran
+        found.append({n: (hists[n].counts.tolist(), hists[n].top, hists[n].min, hists[n].max,
+                          (stats[n].count, stats[n].min_sum, stats[n].absmax_sum, stats[n].channel_sums) if n in stats else None)
+                      for n in names})
+    assert found[0] == found[1]
+
+
+def test_the_channel_sums_a_calibration_holds_are_complete_without_a_serialization():
+    """Per-channel sums gather in pending int64 sums (stats.SampleStats._pending); collect moves them into
+    channel_sums once the runs are done, whatever the workers: SmoothQuant's scaling at export reads
+    channel_sums directly (one worker's calibration exported straight away gave other bias corrections than
+    the same calibration after its JSON was written, which moves them)."""
+    from qtool import model
+    from qtool.collection import collect
+    from qtool.runtime import onnxruntime
+    from qtool.statistics.stats import new_stats
+
+    proto = _two_layer()
+    names = ["x", "h", "y"]
+    session = onnxruntime.session(model.with_outputs(proto, names, dict.fromkeys(names, TensorProto.FLOAT)), threads=1)
+    rng = np.random.default_rng(18)
+    feeds = [({"x": rng.standard_normal((1, 64)).astype(np.float32)}, 1) for _ in range(5)]
+    for workers in (1, 2):
+        stats = new_stats(proto, names)
+        collect.collect(session, collect.Plan(names, 2048), feeds, stats=stats, schedule=collect.Schedule(workers, 1, False))
+        held = list(stats["x"].channel_sums)
+        assert any(held) and held == stats["x"].to_json()["channel_sums"]
+
+
 def _chain(path: Path, layers: int, channels: int, side: int, matmul_width: int = 0) -> None:
     """Conv 3x3 + Relu `layers` times on [1, channels, side, side] (runs that fetch far more than the model's
     weights), or with `matmul_width`, MatMuls of that square width on [1, 4, width] (weights far over the runs)."""
@@ -638,3 +698,123 @@ def test_what_sizing_and_the_sessions_freed_goes_back_before_the_runs(tmp_path, 
         files[label] = out.read_bytes()
         assert trims.count("accumulate") == 1 and order == [len(trims)] * 3  # the runs' one, before the first of three
     assert files["trimmed"] == files["not"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's heaps (malloc_info)")
+def test_a_calibration_s_threads_allocate_in_one_heap(tmp_path):
+    """onnxruntime's threads and the workers' allocate in the main heap, not each in a heap of its
+    own whose leftovers stay beside the others' (thai_oskut_ws: 178 -> 167 MB of peak RSS), and
+    the file is the one they write each in its own heap."""
+    import subprocess
+
+    data = tmp_path / "data"
+    data.mkdir()
+    x = np.load(ROOT / "sample_models" / "digits_heldout.npz")["x"]
+    for k in range(8):
+        np.save(data / f"{k}.npy", x[k * 4:(k + 1) * 4])
+    code = (
+        "import ctypes, sys\nimport qtool\nfrom qtool.collection import pipeline, segments\n"
+        "pipeline._cores = lambda: 2  # two workers, whatever the machine\n"
+        "if sys.argv[2] == 'own':\n    segments.M_ARENA_MAX = -99  # not a parameter: mallopt changes nothing\n"
+        f"qtool.calibrate({str(SAMPLE)!r}, data={str(data)!r}).save(sys.argv[1])\n"
+        "libc = ctypes.CDLL(None)\nlibc.fopen.restype = ctypes.c_void_p\nlibc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]\n"
+        "libc.fclose.argtypes = [ctypes.c_void_p]\n"
+        "f = libc.fopen((sys.argv[1] + '.heaps').encode(), b'w')\nlibc.malloc_info(0, f)\nlibc.fclose(f)\n"
+        "print(open(sys.argv[1] + '.heaps').read().count('<heap nr='))\n")
+    heaps, files = {}, {}
+    for how in ("one", "own"):
+        out = tmp_path / f"{how}.json"
+        child = subprocess.run([sys.executable, "-c", code, str(out), how], capture_output=True, text=True, cwd=ROOT)
+        assert child.returncode == 0, child.stderr
+        heaps[how] = int(child.stdout.strip().splitlines()[-1])
+        files[how] = json.loads(out.read_text())["tensors"]
+    assert heaps["one"] == 1 and heaps["own"] > 1
+    assert files["one"] == files["own"]
+
+
+def test_a_run_under_run_bytes_goes_in_segments_where_twice_plain_inference_leaves_no_room_for_it(tmp_path, monkeypatch):
+    """A run of fewer than RUN_BYTES that would take calibrate past twice plain inference's peak (estimated
+    from below, pipeline._plain_bytes) beside what calibrate holds before its runs (CALIBRATE_FLOOR) and the
+    model's file runs in segments (ppocr_cls: 51 MB a run, 72 MB plain: 166 -> 139 MB of peak RSS), with
+    the workers and threads it has unsplit (other thread counts give other floats), and the same file."""
+    import qtool
+    from qtool.collection import collect, pipeline, segments
+
+    schedules, parts = [], []
+    real, made = collect.collect, segments.Segmented
+
+    def spy(session, plan, runs, progress, stats, schedule, helpers):  # as pipeline calls it
+        schedules.append((schedule.workers, schedule.spread))
+        return real(session, plan, runs, progress, stats, schedule, helpers)
+
+    class Counted(segments.Segmented):
+        def __init__(self, segs, *args):
+            parts.append(len(segs))
+            made.__init__(self, segs, *args)
+
+    monkeypatch.setattr(collect, "collect", spy)
+    monkeypatch.setattr(segments, "Segmented", Counted)
+    monkeypatch.setattr(pipeline, "_cores", lambda: 2, raising=False)
+    monkeypatch.setattr(pipeline, "SEGMENT_BYTES", 1 << 20, raising=False)
+    # 12 tensors of 0.6 MB a run (7 MB, far under RUN_BYTES), at most 2 alive at once in plain inference:
+    # twice its 1.2 MB (and no floor on either side) leaves no room for the run beside the 55 KB model
+    monkeypatch.setattr(pipeline, "PLAIN_FLOOR", 0, raising=False)
+    monkeypatch.setattr(pipeline, "CALIBRATE_FLOOR", 0, raising=False)
+    monkeypatch.setattr(pipeline, "RUN_ROOM", 1 << 20, raising=False)  # unsplit: one run at a time, on both cores
+    path = tmp_path / "model.onnx"
+    _chain(path, layers=6, channels=16, side=96)
+    files = {}
+    for how in ("split", "whole"):
+        if how == "whole":
+            monkeypatch.setattr(pipeline, "_run_limit", lambda plain, file_bytes: pipeline.RUN_BYTES)
+        schedules.clear()
+        parts.clear()
+        cal = qtool.calibrate(path, data=str(tmp_path / "data"))
+        files[how] = [r.to_json() if hasattr(r, "to_json") else r for r in cal.tensors]
+        (schedule,) = schedules
+        assert schedule == (1, 2)  # one worker of both cores, as unsplit
+        assert (parts and parts[0] >= 3) if how == "split" else not parts, parts
+    assert files["split"] == files["whole"]
+
+
+def test_runs_go_side_by_side_only_while_twice_plain_inference_leaves_room_for_each(tmp_path, monkeypatch):
+    """Each worker holds a run's fetched activations: runs go side by side only while twice plain
+    inference's peak (estimated from below) leaves room for each beside CALIBRATE_FLOOR, the model's
+    file and the histograms (thai_oskut_ws: 2 workers of 19 MB runs, 166 -> 153 MB of peak RSS against
+    82 MB plain). The session keeps its one thread (other thread counts give other floats), the other
+    core goes to the histograms, and the file is the one of two workers."""
+    import qtool
+    from qtool.collection import collect, pipeline
+
+    schedules, threads = [], []
+    real, session = collect.collect, pipeline._session
+
+    def spy(session, plan, runs, progress, stats, schedule, helpers):  # as pipeline calls it
+        schedules.append((schedule.workers, schedule.spread))
+        return real(session, plan, runs, progress, stats, schedule, helpers)
+
+    def made(exposed, fetched, positions, static, folder, count):
+        threads.append(count)
+        return session(exposed, fetched, positions, static, folder, count)
+
+    monkeypatch.setattr(collect, "collect", spy)
+    monkeypatch.setattr(pipeline, "_session", made)
+    monkeypatch.setattr(pipeline, "_cores", lambda: 2, raising=False)
+    monkeypatch.setattr(pipeline, "RUN_ROOM", 1 << 30, raising=False)  # the model's bytes would let two runs go side by side
+    monkeypatch.setattr(pipeline, "_run_limit", lambda plain, file_bytes: pipeline.RUN_BYTES)  # not in segments
+    # 7 MB a run, at most 1.2 MB alive at once in plain inference: twice that (and no floor on either side)
+    # leaves room for no run beside the 55 KB model: one at a time
+    monkeypatch.setattr(pipeline, "PLAIN_FLOOR", 0, raising=False)
+    monkeypatch.setattr(pipeline, "CALIBRATE_FLOOR", 0, raising=False)
+    path = tmp_path / "model.onnx"
+    _chain(path, layers=6, channels=16, side=96)
+    files = {}
+    for how in ("bound", "free"):
+        if how == "free":
+            monkeypatch.setattr(pipeline, "_within_bound", lambda workers, per_run, room: workers)
+        schedules.clear()
+        threads.clear()
+        cal = qtool.calibrate(path, data=str(tmp_path / "data"))
+        files[how] = [r.to_json() if hasattr(r, "to_json") else r for r in cal.tensors]
+        assert threads == [1] and schedules == ([(1, 2)] if how == "bound" else [(2, 1)])
+    assert files["bound"] == files["free"]

@@ -2,16 +2,20 @@
 
 Calibration parallelises across batches, not inside one: each of `workers` threads takes the
 next batch (decoding it), runs it through onnxruntime on one intra-op thread and histograms
-the outputs into its own accumulator. Single-threaded runs side by side use the cores better
-than one run on all of them (onnxruntime's parallel sections leave cores idle between
-operators), and the histogram work of one worker overlaps the inference of the others. The
-accumulators add exactly at the end (histogram.TensorHistogram.merge, exact integer sums), so
-the result does not depend on which worker saw which batch. Each worker holds one batch's
-activations at a time: memory does not grow with the number of inputs.
+the outputs into the one accumulator all workers share, each tensor's histogram and statistics
+under that tensor's lock. Single-threaded runs side by side use the cores better than one run on
+all of them (onnxruntime's parallel sections leave cores idle between operators), and the
+histogram work of one worker overlaps the inference of the others. Histograms and statistics
+are exact integer sums (histogram.TensorHistogram, stats.SampleStats), so the result does not
+depend on which worker saw which batch nor in which order they added it. Each worker holds one
+batch's activations at a time: memory does not grow with the number of inputs, nor with the
+workers beyond their runs (one accumulator per worker held its own histograms: OSKut's 1071
+tensors, 17 MB a worker).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import threading
@@ -174,7 +178,8 @@ class _Team:
 
 
 class _Accumulator:
-    """One worker's histograms and per-sample statistics; workers' accumulators add exactly.
+    """The histograms and per-sample statistics the workers add their runs to (`locks`: one per
+    tensor where several workers share it); accumulators (another process's) add exactly.
 
     Derived tensors are not run: an Add/Sub/Mul output is computed from its inputs (and
     constant) batch by batch and then treated as if fetched; a concatenation's statistics come
@@ -203,10 +208,22 @@ class _Accumulator:
         self.scratch = {n for n in self.computed if n not in concat_parts
                         and all(r in self.constants for r in self.readers.get(n, ()))}
         self.pools = threading.local()
-        self.locks: dict[str, threading.Lock] = {}  # tensors whose statistics hold a Gram shared with other accumulators
+        self.locks: dict[str, threading.Lock] = {}  # {tensor: its lock}, where workers share this accumulator (share())
         self.blocks = blocks
         self.rows: dict[tuple[str, int], np.ndarray] = {}
         self.seen = 0
+
+    def share(self) -> None:
+        """Let several worker threads fill this accumulator at once: each tensor's histogram and
+        statistics are then updated under that tensor's own lock, and `seen` under one."""
+        self.locks = {n: threading.Lock() for n in {*self.hists, *self.stats}}
+        self.seen_lock = threading.Lock()
+
+    def count(self, samples: int) -> None:
+        """Add a run's samples to `seen`."""
+        lock = getattr(self, "seen_lock", None)
+        with lock if lock is not None else contextlib.nullcontext():
+            self.seen += samples
 
     def fill(self, pairs, samples: int, team: _Team | None = None, tokens: np.ndarray | None = None) -> None:
         """Histogram (and gather the statistics of) one run's outputs, `pairs` of (name, value),
@@ -304,16 +321,13 @@ class _Filling:
         # one sample per entry of the first axis when it has the batch's size, else one in all
         rows = samples if samples > 1 and value.ndim >= 1 and value.shape[0] == samples else 1
         stats = acc.stats.get(name)
-        extrema = acc.hists[name].update(value, rows, stats.segments(value, rows, block) if stats is not None else 1)
-        if extrema is None:
-            return []
-        if stats is not None:
-            lock = acc.locks.get(name)
-            if lock is None:
+        lock = acc.locks.get(name)
+        with lock if lock is not None else contextlib.nullcontext():
+            extrema = acc.hists[name].update(value, rows, stats.segments(value, rows, block) if stats is not None else 1)
+            if extrema is None:
+                return []
+            if stats is not None:
                 stats.update([value], rows, extrema, [block], self.tokens)
-            else:
-                with lock:
-                    stats.update([value], rows, extrema, [block], self.tokens)
         if name in acc.readers:
             self.kept[name] = value, rows, extrema, block
         ready = []
@@ -373,7 +387,9 @@ class _Filling:
             extrema = Extrema([min(g[2].lo[r] for g in got) for r in range(rows)],
                               [max(g[2].hi[r] for g in got) for r in range(rows)],
                               [sum(g[2].nonfinite[r] for g in got) for r in range(rows)])
-            self.acc.stats[name].update([g[0] for g in got], rows, extrema, [g[3] for g in got], self.tokens)
+            lock = self.acc.locks.get(name)
+            with lock if lock is not None else contextlib.nullcontext():
+                self.acc.stats[name].update([g[0] for g in got], rows, extrema, [g[3] for g in got], self.tokens)
 
 
 _NO_BYTES = np.empty(0, np.uint8)
@@ -491,12 +507,14 @@ def accumulate(session: onnxruntime.Session | segments.Segmented, plan: Plan, ru
     varying, fixed = plan.fetches()
     sources = [plan.blocked[n].source if n in plan.blocked else n for n in varying]
     blocks = {n: b.block for n, b in plan.blocked.items()}
-    accs = [_Accumulator(plan.names, plan.bins, stats, plan.derived, blocks) for _ in range(max(1, schedule.workers))]
-    _share_grams(accs)
-    teams = {id(acc): _Team(max(1, schedule.spread)) for acc in accs}
+    # one accumulator, shared by the workers (one per worker held its histograms and statistics once more each)
+    acc = _Accumulator(plan.names, plan.bins, stats, plan.derived, blocks)
+    teams = [_Team(max(1, schedule.spread)) for _ in range(max(1, schedule.workers))]
+    if len(teams) > 1:
+        acc.share()
     # one worker with threads to spare (a run too large for two in memory): the next inputs are
     # decoded while this run is histogrammed, instead of after
-    ahead = _Ahead(runs) if len(accs) == 1 and schedule.spread > 1 else None
+    ahead = _Ahead(runs) if len(teams) == 1 and schedule.spread > 1 else None
     source = ahead if ahead is not None else iter(runs)
     lock = threading.Lock()  # guards `source` (decoding happens in next()) and `progress`
 
@@ -512,17 +530,17 @@ def accumulate(session: onnxruntime.Session | segments.Segmented, plan: Plan, ru
             part.reverse()  # the list itself, which fill_parts empties (the segments hold no other reference)
             yield part
 
-    def take(acc: _Accumulator, feeds: Feeds, count: int) -> None:
+    def take(team: _Team, feeds: Feeds, count: int) -> None:
         if segmented:  # each segment's outputs histogrammed and dropped before the next segment runs
             if ahead is not None:
                 ahead.start()
             histogram.wait_for_kernel()
-            acc.fill_parts(parts_of(feeds), count, teams[id(acc)], real_tokens(feeds))
+            acc.fill_parts(parts_of(feeds), count, team, real_tokens(feeds))
             # what the run freed goes back to the system before the next: its segments' blocks under
             # MMAP_BYTES, freed in the heaps of the threads that ran them, stayed there in pieces too
             # small for the next run's (trueocr_det, 16 pages: 344 -> 272 MB of peak RSS, the same CPU time)
             segments.trim()
-            acc.seen += count
+            acc.count(count)
             if progress is not None:
                 with lock:
                     progress.update(count)
@@ -540,8 +558,8 @@ def accumulate(session: onnxruntime.Session | segments.Segmented, plan: Plan, ru
         pairs = list(zip(varying, outputs))
         del outputs  # fill lets each go once histogrammed
         pairs.reverse()  # last computed first: those are still in the CPU caches (names are in graph order)
-        acc.fill(pairs, count, teams[id(acc)], real_tokens(feeds))
-        acc.seen += count
+        acc.fill(pairs, count, team, real_tokens(feeds))
+        acc.count(count)
         if progress is not None:
             with lock:
                 progress.update(count)
@@ -557,61 +575,45 @@ def accumulate(session: onnxruntime.Session | segments.Segmented, plan: Plan, ru
         if first is not None:
             if fixed:
                 probe = {k: v[:plan.probe_size] for k, v in first[0].items()}
-                accs[0].fill(zip(fixed, onnxruntime.run(session, fixed, probe)), plan.probe_size)
+                acc.fill(zip(fixed, onnxruntime.run(session, fixed, probe)), plan.probe_size)
             # the first batch alone, while the binning kernel loads: it is then ready before the
             # workers start (their runs beside the load stall on the GIL it holds)
-            take(accs[0], *first)
+            take(teams[0], *first)
             first_run[0] = False
             if callable(schedule.kernel) and schedule.kernel(fetched):
                 # loaded before the workers start: its load (numba's compiler) does not come on
                 # top of their runs' activations
                 histogram.start_loading()
                 histogram.wait_for_kernel()
-        _run_workers(accs, source, lock, take)
+        _run_workers(teams, source, lock, take)
     finally:
-        for team in teams.values():
+        for team in teams:
             team.close()
         if ahead is not None:
             ahead.close()
-    for acc in accs[1:]:
-        accs[0].merge(acc)
-    return accs[0]
+    return acc
 
 
-def _share_grams(accs: list[_Accumulator]) -> None:
-    """One Gram per tensor for every worker thread's accumulator, each adding its runs under that
-    tensor's lock: the sums are exact integers, whose order does not matter, and a transformer's
-    Grams are most of what calibrate holds (svtrv2_captcha: 62 of them, 220 MiB a worker, against
-    250 MB for plain inference's whole process)."""
-    first = accs[0]
-    locks = {n: threading.Lock() for n, st in first.stats.items() if st.gram is not None}
-    for acc in accs[1:]:
-        for n in locks:
-            acc.stats[n].gram = first.stats[n].gram
-    for acc in accs:
-        acc.locks = locks if len(accs) > 1 else {}
-
-
-def _run_workers(accs: list, source, lock: threading.Lock, take) -> None:
-    """One thread per accumulator takes the next run until `source` is empty; the first error
+def _run_workers(teams: list, source, lock: threading.Lock, take) -> None:
+    """One thread per worker (its team) takes the next run until `source` is empty; the first error
     stops the others after their current run and is raised."""
     stop = threading.Event()
 
-    def work(acc: _Accumulator) -> None:
+    def work(team: _Team) -> None:
         while not stop.is_set():
             with lock:
                 item = next(source, None)
             if item is None:
                 return
-            take(acc, *item)
+            take(team, *item)
 
     switch = sys.getswitchinterval()
     # workers hand the GIL back and forth between their numpy/kernel calls: short turns keep
     # one from waiting for another's whole Python slice
     sys.setswitchinterval(min(switch, GIL_SWITCH_SECONDS))
     try:
-        with ThreadPoolExecutor(len(accs), thread_name_prefix="qtool-collect") as pool:
-            futures = [pool.submit(work, acc) for acc in accs]
+        with ThreadPoolExecutor(len(teams), thread_name_prefix="qtool-collect") as pool:
+            futures = [pool.submit(work, team) for team in teams]
             try:
                 done, _ = wait(futures, return_when=FIRST_EXCEPTION)
                 for f in done:
@@ -636,6 +638,8 @@ def _assemble(acc: _Accumulator, plan: Plan, stats: dict | None) -> tuple[dict[s
         else:
             hists[name] = acc.hists[name]
     if stats is not None:
+        for st in acc.stats.values():  # no pending sums in what the calibration holds (readers of channel_sums read them)
+            st.flush()
         stats.update(acc.stats)
     fixed = [n for n in plan.names if n in plan.static]
     if fixed:

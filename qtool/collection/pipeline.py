@@ -69,6 +69,14 @@ HELPER_BYTES = 512 << 20
 # inference's working set holds (CRAFT at 640x640 fetches 1.16 GB per run, 100 MB at most in one tensor).
 RUN_BYTES = 64 << 20
 SEGMENT_BYTES = 16 << 20
+# ... and so do runs of fewer bytes that would take calibrate past twice plain inference's peak RSS
+# (issue 49): calibrate holds CALIBRATE_FLOOR and the model's file before its runs (its imports,
+# onnx and qtool beside plain inference's numpy and onnxruntime, ~74 MB; its sessions and
+# onnxruntime's code pages: ppocr_cls, a 0.6 MB model, 94-100 MB measured before its first run),
+# then a run's fetched bytes, which onnxruntime's arena keeps from run to run; plain inference's
+# peak is estimated from below (_plain_bytes). ppocr_cls (51 MB a run of 6 crops, 72 MB plain):
+# 166 MB unsplit, 139 MB in segments (docs/benchmarks.md #mem18).
+CALIBRATE_FLOOR = 96 << 20
 # Runs side by side each hold the activations they fetch (onnxruntime's arena keeps them until they
 # are histogrammed): every run in flight beyond the first adds one run's fetched bytes. Plain
 # inference's process holds the interpreter, numpy and onnxruntime (~47 MB), the model's weights
@@ -276,7 +284,8 @@ def run(loaded: model.LoadedModel, options: CalibrateOptions, progress=None) -> 
     else:
         run_on = loaded
     source = _source(loaded, names, options)
-    hists, stats, samples = _collect(run_on, names, types, source, bins, progress)
+    with segments.one_heap():  # onnxruntime's threads and the workers' allocate in one heap
+        hists, stats, samples = _collect(run_on, names, types, source, bins, progress)
     if samples == 0:
         what = "images could be read" if options.images is not None else "inputs were given"
         raise QtoolError(f"none of the {len(source.inputs)} {what}; nothing was calibrated" if source.inputs
@@ -327,8 +336,8 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
     # inference cannot tell)
     sizes = segments.sizes(loaded.proto, fetched, source.dims, source.first, folder) if source.dims else {}
     source.first = None
-    kernel = _kernel(fetched, sizes, source, batches, _plain_bytes(loaded.proto, _file_bytes(loaded)))
-    workers, threads = _beside(*_parallelism(batches, source.batch_bytes), _run_bytes(fetched, sizes, source), _file_bytes(loaded))
+    kernel, limit, room, (workers, threads) = _bounds(loaded, len(names) * bins * 8, fetched, sizes, source, batches)
+    fewer = _within_bound(workers, _run_bytes(fetched, sizes, source), room)
     if progress is not None and source.inputs and hasattr(progress, "total"):  # a tqdm bar: now its length is known
         progress.total = len(source.inputs)
         progress.refresh()
@@ -343,13 +352,16 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
             # runs helper processes share (each with its own single session) are not split: threads side
             # by side queue for one interpreter lock (PP-OCRv5 det, 60 images at 640x640: 35-38 s with a
             # helper, 69-73 s in segments on two threads)
-            positions = _segment_cuts(exposed, fetched, types, sizes) if folder is None and not helpers else []
+            positions = _segment_cuts(exposed, fetched, types, sizes, limit) if folder is None and not helpers else []
             spread = threads
             if positions:  # each worker holds a segment's activations: as many as the model's bytes allow; the
                 # sessions keep their threads (onnxruntime's convolutions give other floats on other thread counts:
                 # centerface's file changed with one worker of two threads), the cores left go to the histograms
-                workers, spread = _beside(workers, threads, segments.held(exposed, fetched, sizes, positions), _file_bytes(loaded),
-                                          segmented=True)
+                held = segments.held(exposed, fetched, sizes, positions)
+                workers, spread = _beside(workers, threads, held, _file_bytes(loaded), segmented=True)
+                fewer = _within_bound(workers, held, room)
+            if fewer < workers and not helpers:  # the cores a worker less leaves go to the histograms
+                workers, spread = fewer, max(spread, _cores() // fewer)
             if helpers:
                 progress = helpers[0].progress
                 workers, threads = workers - len(helpers), 1
@@ -374,6 +386,20 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
     return hists, stats, samples
 
 
+def _bounds(loaded, accumulator: int, fetched: list[str], sizes: dict[str, int], source: _Source, batches: int):
+    """(collect.Schedule's kernel, the most bytes a run may fetch unsplit, the room twice plain inference
+    leaves for the runs in flight (_bound_room), (workers, threads) by the cores and the model's bytes).
+    A run under RUN_BYTES split for the 2x bound (_run_limit) keeps the workers and threads it has unsplit,
+    and runs side by side only while the 2x bound leaves room for each (_within_bound) keep their sessions'
+    threads: onnxruntime's convolutions give other floats on other thread counts (madmom_key_cnn's file
+    changed on 2 workers of 1 thread in segments, against 1 of 2 unsplit)."""
+    plain = _plain_bytes(loaded.proto, _file_bytes(loaded))
+    estimate = plain(sizes) if sizes else None
+    return (_kernel(fetched, sizes, source, batches, plain), _run_limit(estimate, _file_bytes(loaded)),
+            _bound_room(estimate, _file_bytes(loaded), accumulator),
+            _beside(*_parallelism(batches, source.batch_bytes), _run_bytes(fetched, sizes, source), _file_bytes(loaded)))
+
+
 def _session(exposed, fetched: list[str], positions: list[int], static: frozenset, folder, threads: int):
     """(the session the runs fetch from, its tensors in blocked layout, the cuts it has): the
     segments `positions` cut, or where a part onnxruntime will not load alone or there are no
@@ -389,12 +415,37 @@ def _session(exposed, fetched: list[str], positions: list[int], static: frozense
     return session, blocked, []
 
 
-def _segment_cuts(exposed, fetched: list[str], types, sizes: dict[str, int]) -> list[int]:
+def _run_limit(plain: int | None, file_bytes: int) -> int:
+    """The most bytes a run may fetch unsplit: RUN_BYTES, and no more than what twice `plain`
+    (plain inference's peak, _plain_bytes; None: not known) leaves beside CALIBRATE_FLOOR and
+    the model's file."""
+    if plain is None:
+        return RUN_BYTES
+    return max(0, min(RUN_BYTES, 2 * plain - CALIBRATE_FLOOR - file_bytes))
+
+
+def _bound_room(plain: int | None, file_bytes: int, accumulator: int) -> int | None:
+    """The bytes twice `plain` (plain inference's peak, _plain_bytes; None: not known) leaves for
+    the runs in flight beside CALIBRATE_FLOOR, the model's file and `accumulator` (the histograms,
+    one set however many workers fill them); None where not known."""
+    return None if plain is None else 2 * plain - CALIBRATE_FLOOR - file_bytes - accumulator
+
+
+def _within_bound(workers: int, per_run: int | None, room: int | None) -> int:
+    """The most of `workers` runs of `per_run` bytes each (one segment's, for a run in segments) that
+    fit in `room` (_bound_room) side by side, one at least (thai_oskut_ws: 2 workers of 19 MB runs
+    beside 17 MB of histograms, 166 MB against 82 of plain inference)."""
+    if not per_run or room is None:
+        return workers
+    return max(1, min(workers, room // per_run))
+
+
+def _segment_cuts(exposed, fetched: list[str], types, sizes: dict[str, int], limit: int = RUN_BYTES) -> list[int]:
     """Where to cut the exposed model into segments (segments.cuts), when one run's fetched
-    activations would pass RUN_BYTES (`sizes`: segments.sizes for the first run's input shapes);
-    [] otherwise. (A model loaded lazily keeps its weights where they lie: each segment refers
-    to its own.)"""
-    if sum(sizes.values()) <= RUN_BYTES:
+    activations would pass `limit` (_run_limit; `sizes`: segments.sizes for the first run's
+    input shapes); [] otherwise. (A model loaded lazily keeps its weights where they lie: each
+    segment refers to its own.)"""
+    if sum(sizes.values()) <= limit:
         return []
     return segments.cuts(exposed, fetched, sizes, max(SEGMENT_BYTES, 2 * max(sizes.values())), types)
 

@@ -210,6 +210,11 @@ class SampleStats:
             old = peak if self.channel_absmax is None else np.maximum(np.asarray(self.channel_absmax, np.float64), peak)
             self.channel_absmax = np.asarray(old, np.float64).tolist()  # Python floats, at C speed (every run of every linear input)
 
+    def flush(self) -> None:
+        """Move the pending channel sums into channel_sums (collect does, once the runs are done:
+        what reads channel_sums directly, SmoothQuant's scaling of them at export, sees them all)."""
+        self._flush()
+
     def _flush(self) -> None:
         if self._pending is not None:
             self.channel_sums = [s + int(v) for s, v in zip(self.channel_sums, self._pending)]
@@ -249,7 +254,7 @@ class SampleStats:
             peak = [max(a, b) for a, b in zip(self.channel_absmax, other.channel_absmax)]
         joint = None if self.pairs is None or other.pairs is None else self.pairs.merge(other.pairs)
         both = (self.gram is not None and other.gram is not None and self.gram.channels == other.gram.channels)
-        # a Gram both hold (calibrate's worker threads add to one: collect._share_grams) holds both's sums already
+        # a Gram both hold (one object reached two ways) holds both's sums already
         gram = (self.gram if self.gram is other.gram else self.gram.merge(other.gram)) if both else None
         return SampleStats(self.count + other.count, self.min_sum + other.min_sum, self.absmax_sum + other.absmax_sum, axis, sums,
                            peak, peak is not None, joint, gram)
