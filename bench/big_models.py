@@ -259,7 +259,7 @@ print("onnx.checker passes, onnxruntime runs it, outputs finite")
 # qtool's command line (argv[2:]) with a thread sampling the resident set (statm) and the main thread's stack every
 # argv[1] seconds; at the end, the peak and the stack then go to stderr's last lines, after a "PEAK" line.
 STACKS = """
-import os, sys, threading, time, traceback
+import os, sys, threading, time
 interval, page, main_thread = float(sys.argv[1]), os.sysconf("SC_PAGE_SIZE"), threading.get_ident()
 peak, started, done = [0, 0.0, []], time.perf_counter(), threading.Event()
 def sample():
@@ -267,8 +267,13 @@ def sample():
         with open("/proc/self/statm") as f:
             rss = int(f.read().split()[1]) * page
         if rss > peak[0]:
-            frame = sys._current_frames().get(main_thread)
-            peak[:] = rss, time.perf_counter() - started, traceback.extract_stack(frame) if frame is not None else []
+            # names only, and no frame held after: a frame kept past its return keeps its locals (a memoryview of a
+            # mapped model: qtool's mmap.close() then fails, "cannot close exported pointers exist")
+            frame, stack = sys._current_frames().get(main_thread), []
+            while frame is not None:
+                stack.append((frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
+                frame = frame.f_back
+            peak[:] = rss, time.perf_counter() - started, stack[::-1]
         done.wait(interval)
 threading.Thread(target=sample, daemon=True).start()
 sys.argv = ["qtool"] + sys.argv[2:]
@@ -277,9 +282,9 @@ try:
     main()
 finally:
     done.set()
-    ours = [k for k, f in enumerate(peak[2]) if "/qtool/" in f.filename]
-    frames = [f"{f.filename[f.filename.rindex('/qtool/') + 1:] if k in ours else os.path.basename(f.filename)}:{f.lineno} {f.name}"
-              for k, f in enumerate(peak[2])]
+    ours = [k for k, (path, _, _) in enumerate(peak[2]) if "/qtool/" in path]
+    frames = [f"{path[path.rindex('/qtool/') + 1:] if k in ours else os.path.basename(path)}:{line} {name}"
+              for k, (path, line, name) in enumerate(peak[2])]
     shown = frames[ours[0] + 2:] if ours else frames  # from below qtool's command line
     sys.stderr.write(f"PEAK {peak[0] / 1e9:.2f} GB resident at {peak[1]:.1f} s in\\n  " + "\\n  ".join(shown[-10:]) + "\\n")
 """
