@@ -30,9 +30,14 @@ command's process and every descendant alive at the sample, sampled every --inte
 single process's peak, never a sum over a tree (--verify-time shows it on a parent and a child that each
 hold 300 MB).
 
+With --stacks, each qtool command runs under a sampler thread (STACKS) that reads the main process's resident set
+every --interval seconds with the main thread's Python stack, and the peak is printed with qtool's frames at that
+moment: where a peak is (session 18 found the OpenVINO export's so: docs/benchmarks.md #big18). The sampler adds
+its own few MB and a little time; the peaks of the table are still the process tree's Pss.
+
 nncf is a bench-only dependency (it is in the dev venv), torch and transformers live only in the bench venv.
 Usage: python bench/big_models.py [--models large,xl] [--inputs 32] [--commands ort,calibrate,openvino,qdq,tensorrt,nncf]
-                                  [--check] [--keep] [--work DIR] [--verify-time]
+                                  [--check] [--keep] [--work DIR] [--verify-time] [--stacks]
 """
 
 from __future__ import annotations
@@ -251,9 +256,43 @@ print("onnx.checker passes, onnxruntime runs it, outputs finite")
 """
 
 
-def commands(path: Path, data: Path, work: Path) -> dict[str, list[str]]:
+# qtool's command line (argv[2:]) with a thread sampling the resident set (statm) and the main thread's stack every
+# argv[1] seconds; at the end, the peak and the stack then go to stderr's last lines, after a "PEAK" line.
+STACKS = """
+import os, sys, threading, time
+interval, page, main_thread = float(sys.argv[1]), os.sysconf("SC_PAGE_SIZE"), threading.get_ident()
+peak, started, done = [0, 0.0, []], time.perf_counter(), threading.Event()
+def sample():
+    while not done.is_set():
+        with open("/proc/self/statm") as f:
+            rss = int(f.read().split()[1]) * page
+        if rss > peak[0]:
+            # names only, and no frame held after: a frame kept past its return keeps its locals (a memoryview of a
+            # mapped model: qtool's mmap.close() then fails, "cannot close exported pointers exist")
+            frame, stack = sys._current_frames().get(main_thread), []
+            while frame is not None:
+                stack.append((frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
+                frame = frame.f_back
+            peak[:] = rss, time.perf_counter() - started, stack[::-1]
+        done.wait(interval)
+threading.Thread(target=sample, daemon=True).start()
+sys.argv = ["qtool"] + sys.argv[2:]
+try:
+    from qtool.cli import main
+    main()
+finally:
+    done.set()
+    ours = [k for k, (path, _, _) in enumerate(peak[2]) if "/qtool/" in path]
+    frames = [f"{path[path.rindex('/qtool/') + 1:] if k in ours else os.path.basename(path)}:{line} {name}"
+              for k, (path, line, name) in enumerate(peak[2])]
+    shown = frames[ours[0] + 2:] if ours else frames  # from below qtool's command line
+    sys.stderr.write(f"PEAK {peak[0] / 1e9:.2f} GB resident at {peak[1]:.1f} s in\\n  " + "\\n  ".join(shown[-10:]) + "\\n")
+"""
+
+
+def commands(path: Path, data: Path, work: Path, stacks: float | None = None) -> dict[str, list[str]]:
     py = sys.executable
-    qtool = [py, "-m", "qtool", "-q"]
+    qtool = [py, "-m", "qtool", "-q"] if stacks is None else [py, "-c", STACKS, str(stacks), "-q"]
     calib = str(work / "model.calib.json")
     return {
         "ort": [py, "-c", ORT, str(path), str(data)],
@@ -286,16 +325,19 @@ def run_model(name: str, args) -> None:
     shutil.rmtree(work, ignore_errors=True)
     (work / "nncf").mkdir(parents=True)
     data = make_inputs(work / "data", args.inputs)
-    cmds = commands(path, data, work)
+    cmds = commands(path, data, work, args.interval if args.stacks else None)
     print(f"\n{name}: {path} ({size / 1e9:.2f} GB, {args.inputs} inputs [1, {SEQ}])", flush=True)
     print(f"{'command':<10} {'wall s':>8} {'peak GB':>8} {'peak/model':>10} {'procs':>5} {'written MB':>10}", flush=True)
     results = {}
     for c in args.commands:
         r = measure(cmds[c], work, args.interval)
         results[c] = r
-        status = "" if r["rc"] == 0 else f"  FAILED (exit {r['rc']}): {r['stderr'].strip().splitlines()[-1] if r['stderr'].strip() else ''}"
+        said = r["stderr"][:r["stderr"].rindex("PEAK ")] if args.stacks and "PEAK " in r["stderr"] else r["stderr"]
+        status = "" if r["rc"] == 0 else f"  FAILED (exit {r['rc']}): {said.strip().splitlines()[-1] if said.strip() else ''}"
         print(f"{c:<10} {r['wall']:8.1f} {r['peak'] / 1e9:8.2f} {r['peak'] / size:10.2f} {r['processes']:5d} "
               f"{written(work, c) / 1e6:10.1f}{status}", flush=True)
+        if args.stacks and "PEAK " in r["stderr"]:
+            print("  " + r["stderr"][r["stderr"].rindex("PEAK "):].rstrip().replace("\n", "\n  "), flush=True)
     ok = {c: r for c, r in results.items() if r["rc"] == 0}
     if "ort" in ok and "calibrate" in ok:
         print(f"calibrate / onnxruntime time: {ok['calibrate']['wall'] / ok['ort']['wall']:.2f}")
@@ -335,6 +377,7 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=WORK)
     ap.add_argument("--json", help="append one JSON line per model to this file")
     ap.add_argument("--verify-time", action="store_true", help="compare /usr/bin/time -v with this sampler, then stop")
+    ap.add_argument("--stacks", action="store_true", help="print each qtool command's resident peak with its Python stack then")
     ap.add_argument("--make", nargs=2, metavar=("NAME", "FOLDER"), help=argparse.SUPPRESS)  # in the bench venv
     args = ap.parse_args()
     if args.make:

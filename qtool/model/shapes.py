@@ -1,8 +1,9 @@
 """onnx's shape inference of a model without its weight data, shared by every step of a command.
 
 Shape inference reads the graph, not the weights: it runs on the model's serialization with the
-data of every big float initializer left out (`weightless`: lazy ones, and in-graph ones of
-INLINE_BYTES or more), at the size of the graph. The results are cached by the graph's content
+data of every big weight left out (`weightless`: lazy initializers, and in-graph ones of INLINE_BYTES
+or more of any type but those shapes, axes and indices are read from: the float weights of a model,
+the 8-bit ones of an export or of a model shipped quantized), at the size of the graph. The results are cached by the graph's content
 (`INFERENCES`): the model module's tensor types and sizes, SmoothQuant's ranks and the FP16
 converter ask about the same few graphs in one command and share one inference each. The cache is
 one per process, not one per loaded model, because those steps are handed bare protos (copies and
@@ -35,17 +36,25 @@ from . import lazy, wire
 WEIGHTLESS = "qtool-weightless"  # the external-data location of the initializers weightless leaves out
 
 
-def _big_float(t: onnx.TensorProto) -> bool:
-    return t.data_type in lazy.FLOATS and lazy.big(t)
+# The types whose values onnx's shape inference may read from a constant input (a shape, axes, pads, indices, a
+# condition) stay in the graph; the data of every other type is a weight's, which inference never reads (it runs
+# without data propagation: _infer).
+_READ_TYPES = frozenset({onnx.TensorProto.INT32, onnx.TensorProto.INT64, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64,
+                         onnx.TensorProto.BOOL, onnx.TensorProto.STRING})
+
+
+def _big_weight(t: onnx.TensorProto) -> bool:
+    return t.data_type not in _READ_TYPES and lazy.big(t)
 
 
 def weightless(model: onnx.ModelProto) -> bytes:
-    """The model's serialization with the data of every big float initializer left out (lazy
-    ones, and in-graph ones of INLINE_BYTES or more, shown as external data of no file), and of
-    every big float Constant node of the main graph (Paddle's exports hold their weights so): what
-    shape inference reads, at the size of the graph (ppocrv5_textline_ori: 6.8 MB -> 52 KB, the
-    inference child 60 -> 21 MB)."""
-    data = wire.spliced(model, lambda t: lazy.is_lazy(t) or _big_float(t), lambda t: lazy.placeholder(t, WEIGHTLESS))
+    """The model's serialization with the data of every big weight left out (lazy initializers, and
+    in-graph ones of INLINE_BYTES or more but of the types shapes are read from, shown as external
+    data of no file: the float weights, the 8-bit ones of an export, 433 MB of BERT-large's OpenVINO
+    file), and of every big float Constant node of the main graph (Paddle's exports hold their
+    weights so): what shape inference reads, at the size of the graph (ppocrv5_textline_ori: 6.8 MB
+    -> 52 KB, the inference child 60 -> 21 MB)."""
+    data = wire.spliced(model, lambda t: lazy.is_lazy(t) or _big_weight(t), lambda t: lazy.placeholder(t, WEIGHTLESS))
     heavy = {k for k, n in enumerate(model.graph.node) if _big_constant(n)}
     return _light_nodes(data, model.graph.node, heavy) if heavy else data
 
@@ -55,8 +64,8 @@ def _big_constant(node: onnx.NodeProto) -> bool:
 
 
 def _big_value(a: onnx.AttributeProto) -> bool:
-    """A Constant's float value of INLINE_BYTES or more in the graph (raw or in float_data: ppocrv2_rec_crnn's)."""
-    return (a.name == "value" and a.HasField("t") and a.t.data_type in lazy.FLOATS and a.t.ByteSize() >= lazy.INLINE_BYTES
+    """A Constant's value of a weight's type (not _READ_TYPES) of INLINE_BYTES or more in the graph (raw or in float_data: ppocrv2_rec_crnn's)."""
+    return (a.name == "value" and a.HasField("t") and a.t.data_type not in _READ_TYPES and a.t.ByteSize() >= lazy.INLINE_BYTES
             and a.t.data_location != onnx.TensorProto.EXTERNAL)
 
 

@@ -580,7 +580,7 @@ def _own_pairs_as_fake_quantize(model: onnx.ModelProto, namer: G.Namer) -> int:
     """Each activation QuantizeLinear read only by DequantizeLinears of its own grid, and those readers, replaced
     by one FakeQuantize per reader, named as the reader's output (in place); returns the pairs written so."""
     index = G.Index(model)
-    constants, types = index.constants, index.types
+    constants = index.constants  # index.types only once a pair is found: it infers the finished model's shapes
     gone: set[int] = set()  # the pairs' nodes (their ids)
     pairs = 0
     for q in list(model.graph.node):  # _fake_quantize appends
@@ -594,7 +594,7 @@ def _own_pairs_as_fake_quantize(model: onnx.ModelProto, namer: G.Namer) -> int:
         scale, zp, kind = grid
         params = grids.QParams(np.float64(scale), np.int64(zp), grids.grid(8, signed=kind == TensorProto.INT8))
         for r, _ in readers:
-            _fake_quantize(model, namer, q.input[0], params, (), types.get(q.input[0], TensorProto.FLOAT), out=r.output[0])
+            _fake_quantize(model, namer, q.input[0], params, (), index.types.get(q.input[0], TensorProto.FLOAT), out=r.output[0])
         gone.update([id(q), *(id(r) for r, _ in readers)])
         pairs += 1
     if gone:
