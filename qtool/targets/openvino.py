@@ -610,6 +610,8 @@ def _float_own_weights(model: onnx.ModelProto, fp32: dict[str, str]) -> int:
     Linear made a float constant of the values it computes (q x scale, zero point 0, in the scale's type: onnx
     docs/Operators.md): OpenVINO runs a layer whose weights are dequantized int8 and whose input is quantized as an int8
     layer whatever the plan says. In place; returns the weights so written."""
+    if not fp32:
+        return 0
     index = G.Index(model)
     own = prequantized.own_quantizers(index)
     folded: set[str] = set()
