@@ -636,20 +636,16 @@ def test_runs_side_by_side_only_while_each_fetches_what_the_model_s_own_bytes_le
     assert (schedule.workers, schedule.spread) == ((1, 4) if kind == "activations" else (4, 1))
 
 
-@pytest.mark.parametrize("room", ["little", "plenty"])
-def test_runs_in_segments_go_side_by_side_only_while_a_segment_s_bytes_fit_beside_the_model_s(tmp_path, monkeypatch, room):
-    """A run in segments holds one segment's activations at a time, and each worker beside the first
-    another segment's: tabledet_obj_q (6 segments of ~280 MB for 97 MB of weights, two workers) peaked at
-    6.9x plain inference's RSS, 2.45 GB of 3.9 GB with one worker. Segmented runs now go side by side by
-    the rule of unsegmented ones, with the most one segment holds (segments.held) as a run's bytes."""
-    import qtool
-    from qtool.collection import collect, pipeline, segments
+def _spied(monkeypatch, seen):
+    """(what `seen` makes of each schedule collect is given, the segment count of each segmented run), filled as
+    calibrate runs: collect and segments.Segmented spied on."""
+    from qtool.collection import collect, segments
 
     schedules, parts = [], []
     real, made = collect.collect, segments.Segmented
 
     def spy(session, plan, runs, progress, stats, schedule, helpers):  # as pipeline calls it
-        schedules.append(schedule)
+        schedules.append(seen(schedule))
         return real(session, plan, runs, progress, stats, schedule, helpers)
 
     class Counted(segments.Segmented):
@@ -659,6 +655,19 @@ def test_runs_in_segments_go_side_by_side_only_while_a_segment_s_bytes_fit_besid
 
     monkeypatch.setattr(collect, "collect", spy)
     monkeypatch.setattr(segments, "Segmented", Counted)
+    return schedules, parts
+
+
+@pytest.mark.parametrize("room", ["little", "plenty"])
+def test_runs_in_segments_go_side_by_side_only_while_a_segment_s_bytes_fit_beside_the_model_s(tmp_path, monkeypatch, room):
+    """A run in segments holds one segment's activations at a time, and each worker beside the first
+    another segment's: tabledet_obj_q (6 segments of ~280 MB for 97 MB of weights, two workers) peaked at
+    6.9x plain inference's RSS, 2.45 GB of 3.9 GB with one worker. Segmented runs now go side by side by
+    the rule of unsegmented ones, with the most one segment holds (segments.held) as a run's bytes."""
+    import qtool
+    from qtool.collection import pipeline
+
+    schedules, parts = _spied(monkeypatch, lambda schedule: schedule)
     monkeypatch.setattr(pipeline, "_cores", lambda: 4, raising=False)
     monkeypatch.setattr(pipeline, "RUN_BYTES", 1 << 20, raising=False)  # 7 MB a run: in segments of ~1.2 MB
     monkeypatch.setattr(pipeline, "SEGMENT_BYTES", 1 << 20, raising=False)
@@ -738,22 +747,9 @@ def test_a_run_under_run_bytes_goes_in_segments_where_twice_plain_inference_leav
     model's file runs in segments (ppocr_cls: 51 MB a run, 72 MB plain: 166 -> 139 MB of peak RSS), with
     the workers and threads it has unsplit (other thread counts give other floats), and the same file."""
     import qtool
-    from qtool.collection import collect, pipeline, segments
+    from qtool.collection import pipeline
 
-    schedules, parts = [], []
-    real, made = collect.collect, segments.Segmented
-
-    def spy(session, plan, runs, progress, stats, schedule, helpers):  # as pipeline calls it
-        schedules.append((schedule.workers, schedule.spread))
-        return real(session, plan, runs, progress, stats, schedule, helpers)
-
-    class Counted(segments.Segmented):
-        def __init__(self, segs, *args):
-            parts.append(len(segs))
-            made.__init__(self, segs, *args)
-
-    monkeypatch.setattr(collect, "collect", spy)
-    monkeypatch.setattr(segments, "Segmented", Counted)
+    schedules, parts = _spied(monkeypatch, lambda schedule: (schedule.workers, schedule.spread))
     monkeypatch.setattr(pipeline, "_cores", lambda: 2, raising=False)
     monkeypatch.setattr(pipeline, "SEGMENT_BYTES", 1 << 20, raising=False)
     # 12 tensors of 0.6 MB a run (7 MB, far under RUN_BYTES), at most 2 alive at once in plain inference:
