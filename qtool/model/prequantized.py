@@ -28,7 +28,7 @@ import onnx
 from onnx import TensorProto, numpy_helper
 
 from . import dynamic
-from .graph import Index, attr, toposort
+from .graph import Index, attr, default_opset, toposort
 
 # ops whose output holds values of their (first) input only: on a quantized input's grid, as the input is
 # (onnxruntime's QDQ propagation, qdq_quantizer.py, passes a grid through these)
@@ -134,7 +134,9 @@ def pairs_as_float_ops(proto: onnx.ModelProto) -> onnx.ModelProto:
     (onnxruntime with its graph optimizations off), in a form a runtime cannot fuse into int8 layers. A runtime given
     the pairs themselves runs the model's reference in its int8 kernels (OpenVINO's "FP32" run of a shipped model was
     its int8 run, trueocr_orient u8: the same 22.06 dB). The weights' DequantizeLinear of constants stay: they compute
-    in float. Pairs of other grids stay as they are."""
+    in float. Pairs of other grids stay as they are, and so does a model before opset 11 (Round, Clip's inputs)."""
+    if default_opset(proto) < 11:
+        return proto
     out = onnx.ModelProto()
     out.CopyFrom(proto)
     m = Index(out)
