@@ -120,7 +120,8 @@ def activation_grid(m: Index, t: str) -> tuple[float, int, bool] | None:
         if n is None or not _standard(n):
             return None
         if n.op_type == "DequantizeLinear":
-            return activation_grid_of(m, n)
+            grid = pair_grid(n, m.constants)
+            return None if grid is None else (grid[0], grid[1], grid[2] == TensorProto.INT8)
         if n.op_type not in PASSES or not n.input:
             return None
         t = n.input[0]
@@ -142,29 +143,20 @@ def pairs_as_float_ops(proto: onnx.ModelProto) -> onnx.ModelProto:
     m = Index(out)
     made: list[onnx.NodeProto] = []
     gone: set[int] = set()
-    for q in list(out.graph.node):
-        if q.op_type != "QuantizeLinear" or not _standard(q) or q.input[0] in m.constants or len(q.input) < 2:
-            continue
-        readers = m.readers.get(q.output[0], [])
-        grid = activation_grid_of(m, q)
-        if grid is None or not readers or q.output[0] in m.outputs or any(
-                r.op_type != "DequantizeLinear" or list(r.input[1:]) != list(q.input[1:]) for r, _ in readers):
-            continue
-        scale, zero_point, signed = grid
-        lo, hi = (-128, 127) if signed else (0, 255)
+    for q, readers, (scale, zero_point, kind) in own_pairs(m):
+        lo, hi = (-128, 127) if kind == TensorProto.INT8 else (0, 255)
         base = q.output[0]
         consts = {k: f"{base}/float_{k}" for k in ("scale", "zero", "lo", "hi")}
         for k, v in zip(consts, (scale, zero_point, lo, hi)):
             out.graph.initializer.append(numpy_helper.from_array(np.asarray(v, np.float32), consts[k]))
-        steps = [("Div", [q.input[0], consts["scale"]]), ("Round", None), ("Add", [None, consts["zero"]]),
-                 ("Clip", [None, consts["lo"], consts["hi"]]), ("Sub", [None, consts["zero"]])]
-        t = None
-        for i, (op, ins) in enumerate(steps):
-            ins = [t if x is None else x for x in (ins or [None])]
-            t_out = f"{base}/float_{i}_{op}"
-            made.append(onnx.helper.make_node(op, ins, [t_out], name=f"{q.name or base}/float_{op}"))
-            t = t_out
-        for r, _ in readers:
+
+        def op(kind: str, *inputs: str, base: str = base, name: str = q.name or base) -> str:
+            made.append(onnx.helper.make_node(kind, list(inputs), [f"{base}/float_{kind}"], name=f"{name}/float_{kind}"))
+            return made[-1].output[0]
+
+        codes = op("Clip", op("Add", op("Round", op("Div", q.input[0], consts["scale"])), consts["zero"]), consts["lo"], consts["hi"])
+        t = op("Sub", codes, consts["zero"])
+        for r in readers:
             made.append(onnx.helper.make_node("Mul", [t, consts["scale"]], [r.output[0]], name=f"{r.name or r.output[0]}/float_Mul"))
             gone.add(id(r))
         gone.add(id(q))
@@ -177,14 +169,41 @@ def pairs_as_float_ops(proto: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-def activation_grid_of(m: Index, q: onnx.NodeProto) -> tuple[float, int, bool] | None:
-    """(scale, zero point, signed) of an 8-bit per-tensor QuantizeLinear or DequantizeLinear with constant parameters,
-    or None."""
-    if len(q.input) < 2 or q.input[1] not in m.constants or (len(q.input) > 2 and q.input[2] and q.input[2] not in m.constants):
+_EIGHT_BIT = frozenset({TensorProto.UINT8, TensorProto.INT8})
+
+
+def pair_grid(node: onnx.NodeProto, constants: dict[str, onnx.TensorProto], code_type: int | None = None):
+    """(scale, zero point, element type of the codes) of a per-tensor 8-bit QuantizeLinear or DequantizeLinear
+    (`code_type`: the codes' type a DequantizeLinear reads), or None."""
+    if not _standard(node) or len(node.input) < 2 or node.input[1] not in constants:
         return None
-    scale = numpy_helper.to_array(m.constants[q.input[1]])
-    zp = m.constants[q.input[2]] if len(q.input) > 2 and q.input[2] else None
-    kind = zp.data_type if zp is not None else (attr(q, "output_dtype") or TensorProto.UINT8)
-    if scale.size != 1 or kind not in (TensorProto.UINT8, TensorProto.INT8) or not float(scale.reshape(())) > 0:
+    scale = numpy_helper.to_array(constants[node.input[1]])
+    if scale.size != 1 or not (np.isfinite(scale).all() and scale.item() > 0):
         return None
-    return float(scale.reshape(())), int(numpy_helper.to_array(zp).reshape(-1)[0]) if zp is not None else 0, kind == TensorProto.INT8
+    if len(node.input) > 2 and node.input[2]:
+        if node.input[2] not in constants:
+            return None
+        zp_proto = constants[node.input[2]]
+        zp, kind = numpy_helper.to_array(zp_proto), zp_proto.data_type
+    else:
+        zp = np.zeros(1, np.int64)
+        kind = code_type or attr(node, "output_dtype") or TensorProto.UINT8
+    if kind not in _EIGHT_BIT or zp.size != 1:
+        return None
+    return float(scale.reshape(())), int(zp.reshape(())), kind
+
+
+def own_pairs(m: Index) -> list[tuple[onnx.NodeProto, list[onnx.NodeProto], tuple[float, int, int]]]:
+    """The model's own activation pairs, in graph order: (each QuantizeLinear of a per-tensor 8-bit grid (`pair_grid`)
+    whose codes are no graph output and are read only by DequantizeLinears of the same grid, those readers, the grid)."""
+    found = []
+    for q in m.graph.node:
+        if q.op_type != "QuantizeLinear" or q.input[0] in m.constants:
+            continue
+        grid = pair_grid(q, m.constants)
+        readers = m.readers.get(q.output[0], [])
+        if grid is None or q.output[0] in m.outputs or not readers or any(
+                r.op_type != "DequantizeLinear" or slot != 0 or pair_grid(r, m.constants, grid[2]) != grid for r, slot in readers):
+            continue
+        found.append((q, [r for r, _ in readers], grid))
+    return found

@@ -552,56 +552,22 @@ def _huge_bool_scales(model: onnx.ModelProto, namer: G.Namer) -> int:
 # The codes are the same: QuantizeLinear's saturate(round(x / s) + zp) on [qmin, qmax] (onnx docs/Operators.md) is
 # FakeQuantize's round((x - lo) / (hi - lo) * 255) with lo = s (qmin - zp), hi = s (qmax - zp), up to float rounding
 # (OpenVINO's frontend makes the same FakeQuantize of the pair: src/frontends/onnx/frontend/src/op/quantize_linear.cpp).
-_EIGHT_BIT = frozenset({TensorProto.UINT8, TensorProto.INT8})
-
-
-def _pair_grid(node: onnx.NodeProto, constants: dict[str, onnx.TensorProto], code_type: int | None = None):
-    """(scale, zero point, element type of the codes) of a per-tensor 8-bit QuantizeLinear or DequantizeLinear
-    (`code_type`: the codes' type a DequantizeLinear reads), or None."""
-    if node.domain not in ("", "ai.onnx") or len(node.input) < 2 or node.input[1] not in constants:
-        return None
-    scale = numpy_helper.to_array(constants[node.input[1]])
-    if scale.size != 1 or not (np.isfinite(scale).all() and scale.item() > 0):
-        return None
-    if len(node.input) > 2 and node.input[2]:
-        if node.input[2] not in constants:
-            return None
-        zp_proto = constants[node.input[2]]
-        zp, kind = numpy_helper.to_array(zp_proto), zp_proto.data_type
-    else:
-        zp = np.zeros(1, np.int64)
-        kind = code_type or G.attr(node, "output_dtype") or TensorProto.UINT8
-    if kind not in _EIGHT_BIT or zp.size != 1:
-        return None
-    return float(scale.reshape(())), int(zp.reshape(())), kind
-
-
 def _own_pairs_as_fake_quantize(model: onnx.ModelProto, namer: G.Namer) -> int:
     """Each activation QuantizeLinear read only by DequantizeLinears of its own grid, and those readers, replaced
     by one FakeQuantize per reader, named as the reader's output (in place); returns the pairs written so."""
-    index = G.Index(model)
-    constants = index.constants  # index.types only once a pair is found: it infers the finished model's shapes
+    index = G.Index(model)  # index.types only once a pair is found: it infers the finished model's shapes
     gone: set[int] = set()  # the pairs' nodes (their ids)
-    pairs = 0
-    for q in list(model.graph.node):  # _fake_quantize appends
-        if q.op_type != "QuantizeLinear" or q.input[0] in constants:
-            continue
-        grid = _pair_grid(q, constants)
-        readers = index.readers.get(q.output[0], [])
-        if grid is None or q.output[0] in index.outputs or not readers or any(
-                r.op_type != "DequantizeLinear" or slot != 0 or _pair_grid(r, constants, grid[2]) != grid for r, slot in readers):
-            continue
-        scale, zp, kind = grid
+    pairs = prequantized.own_pairs(index)
+    for q, readers, (scale, zp, kind) in pairs:
         params = grids.QParams(np.float64(scale), np.int64(zp), grids.grid(8, signed=kind == TensorProto.INT8))
-        for r, _ in readers:
+        for r in readers:
             _fake_quantize(model, namer, q.input[0], params, (), index.types.get(q.input[0], TensorProto.FLOAT), out=r.output[0])
-        gone.update([id(q), *(id(r) for r, _ in readers)])
-        pairs += 1
+        gone.update([id(q), *(id(r) for r in readers)])
     if gone:
         kept = [n for n in model.graph.node if id(n) not in gone]
         del model.graph.node[:]
         model.graph.node.extend(kept)
-    return pairs
+    return len(pairs)
 
 
 def _float_own_weights(model: onnx.ModelProto, fp32: dict[str, str]) -> int:
