@@ -112,6 +112,15 @@ def weight_codes(m: Index, t: str):
     return codes, scale.reshape(-1), axis
 
 
+def dequantized(codes: np.ndarray, scale: np.ndarray, axis: int | None) -> np.ndarray:
+    """The values a DequantizeLinear with no zero point computes of `weight_codes`' (codes, scale, axis): q x scale,
+    in the scale's type (onnx docs/Operators.md)."""
+    shape = [1] * codes.ndim
+    if axis is not None:
+        shape[axis] = scale.size
+    return codes.astype(scale.dtype) * scale.reshape(shape)
+
+
 def activation_grid(m: Index, t: str) -> tuple[float, int, bool] | None:
     """(scale, zero point, signed) of the 8-bit pair an activation `t` is on (its DequantizeLinear, or one up through
     pass-through ops: `PASSES`), per tensor; None elsewhere."""

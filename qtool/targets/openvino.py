@@ -588,12 +588,8 @@ def _float_own_weights(model: onnx.ModelProto, fp32: dict[str, str]) -> int:
         weight = prequantized.weight_codes(index, n.input[1])
         if weight is None or any(r.name not in fp32 for r, _ in index.readers.get(n.input[1], ())):
             continue
-        codes, scale, axis = weight
-        shape = [1] * codes.ndim
-        if axis is not None:
-            shape[axis] = scale.size
         dq = index.producer[n.input[1]]
-        model.graph.initializer.append(numpy_helper.from_array(codes.astype(scale.dtype) * scale.reshape(shape), n.input[1]))
+        model.graph.initializer.append(numpy_helper.from_array(prequantized.dequantized(*weight), n.input[1]))
         model.graph.node.remove(dq)
         folded.add(n.input[1])
     return len(folded)  # the int8 codes and steps no node reads any more: dropped with the file's unused initializers

@@ -129,11 +129,8 @@ def _shipped(inputs: Inputs, n: onnx.NodeProto, raw: set[str], remedy: str, plac
     if remedy != "uint8" or risk.saturation <= 0.01 * risk.noise or len(inputs.m.readers.get(n.input[1], ())) != 1 \
             or np.abs(codes.astype(np.int64)).max(initial=0) > 127:
         return None
-    shape = [1] * codes.ndim
-    if axis is not None:
-        shape[axis] = scale.size
     wsite = Quantizer.weight(n.input[1], inputs.m.types.get(n.input[1], onnx.TensorProto.FLOAT), axis, 0,
-                             codes.astype(scale.dtype) * scale.reshape(shape), [(n.name, 1)])
+                             prequantized.dequantized(codes, scale, axis), [(n.name, 1)])
     # its step the model's (the largest |value| is 127 steps or fewer: the floor decides), so its integers the model's
     wsite.floor, wsite.stated, wsite.unsigned_storage = scale.astype(np.float64) * 127, True, True
     placed.weights.append(wsite)
