@@ -185,12 +185,23 @@ def restore(model: onnx.ModelProto, namer: G.Namer | None = None) -> None:
         for info in g.value_info:
             if info.name == vi.name:
                 info.name = inner
-        source = inner
-        if producer is not None and _cast_to(producer) == FLOAT and _declared(model, producer.input[0]) == FLOAT16:
-            source = producer.input[0]  # float16 -> float32 -> float16: exact, read the float16 value itself
-        g.node.append(helper.make_node("Cast", [source], [vi.name], name=namer.fresh(f"{vi.name}/Cast"), to=FLOAT16))
+        if producer is not None and _cast_to(producer) == FLOAT and _declared(model, producer.input[0]) == FLOAT16 \
+                and producer.input[0] not in outputs | {i.name for i in g.input}:
+            _rename_made(g, made_by, producer.input[0], vi.name)  # float16 -> float32 -> float16: the float16 value itself
+            continue
+        g.node.append(helper.make_node("Cast", [inner], [vi.name], name=namer.fresh(f"{vi.name}/Cast"), to=FLOAT16))
     G.toposort(g)
     G.cleanup(g)
+
+
+def _rename_made(g: onnx.GraphProto, made_by: dict, old: str, new: str) -> None:
+    """Tensor `old`, made by a main-graph node, named `new` (its producer, its readers at any depth, its value info)."""
+    producer = made_by[old]
+    producer.output[list(producer.output).index(old)] = new
+    G.rename_reads(g, old, new)
+    for info in g.value_info:
+        if info.name == old:
+            info.name = new
 
 
 def _declared(model: onnx.ModelProto, name: str) -> int | None:
