@@ -171,3 +171,20 @@ def test_openvino_still_exports_the_float16_model_as_it_is(models, name):
     m = onnx.load(d / "m.openvino.onnx")
     assert _io(m) == _io(onnx.load(path))
     assert any(t.data_type == H for t in m.graph.initializer)
+
+
+def test_openvino_evaluates_a_float16_model_with_quantizers_in_if_branches(models):
+    """evaluate --target openvino of the float16 VAD: the branch placed as a model of its own reads the float16
+    tensor `/enc1/Relu_output_0` from outside, whose type shape inference of the file cannot give (it stops at the
+    FakeQuantize nodes above it): taken from the model, its FakeQuantize ranges are float16 (float32 before, and
+    onnxruntime refused the simulation: "Sub bound to different types")."""
+    d, path, cal, _ = models["vad"]
+    r = ok(invoke("evaluate", path, "--calib", cal, "--data", d / "cal", "--target", "openvino", "--json", "-q"))
+    assert all(o["sqnr_db"] > 15 for o in json.loads(r.output)["outputs"])
+    ok(invoke("export", path, "--calib", cal, "--target", "openvino", "-o", d / "ranges.openvino.onnx", "-q"))
+    m = onnx.load(d / "ranges.openvino.onnx")
+    for node in (n for n in m.graph.node if n.op_type == "If"):
+        for branch in (a.g for a in node.attribute):
+            types = {t.name: t.data_type for t in branch.initializer}
+            fq = [n for n in branch.node if n.op_type == "FakeQuantize" and n.input[0] == "/enc1/Relu_output_0"]
+            assert fq and {types[i] for i in fq[0].input[1:]} == {H}

@@ -35,12 +35,12 @@ FLOAT, FLOAT16 = TensorProto.FLOAT, TensorProto.FLOAT16
 _DTYPE_ATTRS = ("dtype",)  # RandomNormal(Like), RandomUniform(Like), EyeLike, Bernoulli: the output type
 
 
-def _graphs(graph: onnx.GraphProto):
+def graphs(graph: onnx.GraphProto):
     """The graph and its If/Loop/Scan bodies at every depth."""
     yield graph
     for n in graph.node:
         for sub in G.subgraphs(n):
-            yield from _graphs(sub)
+            yield from graphs(sub)
 
 
 def _typed(tp: onnx.TypeProto) -> list[onnx.TypeProto.Tensor]:
@@ -75,7 +75,7 @@ def _retyped_attr(node: onnx.NodeProto, a: AttributeProto) -> bool:
 def holds(proto: onnx.ModelProto) -> bool:
     """Whether the model has any float16 tensor: a weight, a constant, a Cast or typed output to float16, a declared
     input, output or value info (in the graph or a body)."""
-    for g in _graphs(proto.graph):
+    for g in graphs(proto.graph):
         if any(t.data_type == FLOAT16 for t in list(g.initializer) + [s.values for s in g.sparse_initializer]):
             return True
         if any(t.elem_type == FLOAT16 for vi in list(g.input) + list(g.output) + list(g.value_info) for t in _typed(vi.type)):
@@ -106,7 +106,7 @@ def twin(proto: onnx.ModelProto) -> onnx.ModelProto:
     boundary = {"inputs": [i.name for i in main.input if i.type.tensor_type.elem_type == FLOAT16],
                 "outputs": [o.name for o in main.output if o.type.tensor_type.elem_type == FLOAT16]}
     lazy_ones = []
-    for g in _graphs(main):
+    for g in graphs(main):
         for t in g.initializer:
             if t.data_type != FLOAT16:
                 continue
