@@ -13,7 +13,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 import zoo
-from onnx import TensorProto
+from onnx import TensorProto, numpy_helper
 from runcli import invoke, ok
 
 from qtool.model import float16
@@ -188,3 +188,20 @@ def test_openvino_evaluates_a_float16_model_with_quantizers_in_if_branches(model
             types = {t.name: t.data_type for t in branch.initializer}
             fq = [n for n in branch.node if n.op_type == "FakeQuantize" and n.input[0] == "/enc1/Relu_output_0"]
             assert fq and {types[i] for i in fq[0].input[1:]} == {H}
+
+
+def test_restore_makes_an_output_listed_twice_float16_once():
+    """A float16 output listed twice among the graph outputs (onnx and onnxruntime take it): one Cast makes it float16
+    (restore raised ValueError, "'y' is not in list", on the second)."""
+    w = numpy_helper.from_array(np.linspace(-1, 1, 16).reshape(4, 4).astype(np.float16), "w")
+    y = onnx.helper.make_tensor_value_info("y", H, [2, 4])
+    graph = onnx.helper.make_graph([onnx.helper.make_node("MatMul", ["x", "w"], ["y"])], "twice",
+                                   [onnx.helper.make_tensor_value_info("x", H, [2, 4])], [y, y], [w])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    twin = float16.twin(model)
+    float16.restore(twin)
+    assert _io(twin) == _io(model) and [n.op_type for n in twin.graph.node].count("Cast") == 2  # the input's and the output's
+    x = np.linspace(-2, 2, 8).reshape(2, 4).astype(np.float16)
+    got = ort.InferenceSession(twin.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    assert [g.dtype for g in got] == [np.float16, np.float16]

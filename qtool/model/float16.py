@@ -169,10 +169,14 @@ def restore(model: onnx.ModelProto, namer: G.Namer | None = None) -> None:
             if _cast_to(n) == FLOAT16 and n.output[0] not in outputs:
                 G.rename_reads(g, n.output[0], vi.name)
     made_by = G.producers(g)
+    done: set[str] = set()
     for vi in g.output:
         if vi.name not in boundary["outputs"] or vi.name in boundary["inputs"]:  # an input passed straight out: float16 already
             continue
         vi.type.tensor_type.elem_type = FLOAT16
+        if vi.name in done:  # an output listed twice: made float16 once
+            continue
+        done.add(vi.name)
         inner = namer.fresh(f"{vi.name}/float32")
         producer = made_by.get(vi.name)
         if producer is not None:
@@ -185,8 +189,8 @@ def restore(model: onnx.ModelProto, namer: G.Namer | None = None) -> None:
         for info in g.value_info:
             if info.name == vi.name:
                 info.name = inner
-        if producer is not None and _cast_to(producer) == FLOAT and _declared(model, producer.input[0]) == FLOAT16 \
-                and producer.input[0] not in outputs | {i.name for i in g.input}:
+        if producer is not None and _cast_to(producer) == FLOAT and producer.input[0] in made_by \
+                and producer.input[0] not in outputs and _declared(model, producer.input[0]) == FLOAT16:
             _rename_made(g, made_by, producer.input[0], vi.name)  # float16 -> float32 -> float16: the float16 value itself
             continue
         g.node.append(helper.make_node("Cast", [inner], [vi.name], name=namer.fresh(f"{vi.name}/Cast"), to=FLOAT16))
