@@ -1,4 +1,4 @@
-"""A float16 model read as its float32 twin, for the targets that quantize float32 layers (qdq, tensorrt).
+"""A float16 model read as its float32 twin, for the targets whose writers quantize float32 layers.
 
 A model whose layers compute in float16 (tf2onnx's Keras mixed-precision exports, onnxconverter's
 float16 conversion) is, for a Q/DQ writer, the float32 model with the same graph: every float16
@@ -12,9 +12,9 @@ The file keeps the user's feeds and output types (`restore`, after the writer in
 quantizers): a graph input that was float16 is float16 again, read through a Cast to float32 under a
 new name; a graph output that was float16 is made by a Cast to float16 of its float32 value, also
 renamed. Which ones is recorded on the twin (metadata KEY, removed by `restore`). A Cast pair that
-only goes float16 -> float32 -> float16 at the boundary (TensorRT's FP16 autocast casts its FP32
-graph inputs to FP16 and its outputs back) is dropped: it is exact, and TensorRT then reads the
-float16 input as the float16 layers do.
+only goes float16 -> float32 -> float16 at the boundary (a writer's FP16 conversion of the unquantized
+part casts its float32 graph inputs to float16 and its outputs back) is dropped: it is exact, and the
+runtime then reads the float16 input as the float16 layers do.
 
 Models without a float16 tensor are left alone (`holds`): their exports are unchanged byte for byte.
 """
