@@ -403,39 +403,6 @@ def test_an_openvino_export_of_a_recurrent_net_runs_its_lstm_in_int8(birnn, cpu)
     assert not (birnn / "none.onnx").exists()
 
 
-@pytest.fixture(scope="module")
-def fp16_tagger(tmp_path_factory):
-    from runcli import invoke
-
-    d = tmp_path_factory.mktemp("fp16")
-    onnx.save(zoo.fp16_char_tagger_like(), d / "tagger.onnx")
-    (d / "cal").mkdir()
-    rng = np.random.default_rng(3)
-    for i in range(6):
-        np.savez(d / "cal" / f"{i:03d}.npz", input_layer=rng.integers(1, 49, (4, 12 + i)).astype(np.int32))
-    r = invoke("calibrate", d / "tagger.onnx", "--data", d / "cal", "-o", d / "tagger.calib.json")
-    assert r.exit_code == 0, r.output
-    return d
-
-
-@pytest.mark.parametrize("target", ["qdq", "tensorrt"])
-def test_a_float16_model_for_a_float32_target_fails_saying_so(fp16_tagger, target):
-    """A float16 model (slovorez's tagger): the float32-only targets refuse in one line naming the float types and
-    the target that quantizes it, not "the exclusions asked for" that nobody asked; openvino writes its file."""
-    from runcli import invoke
-
-    out = fp16_tagger / f"tagger.{target}.onnx"
-    r = invoke("export", "--calib", fp16_tagger / "tagger.calib.json", "--target", target, "-o", out)
-    assert r.exit_code == 1, r.output
-    assert r.output.strip().splitlines() == [
-        f"error: the {target} export would quantize nothing: its layers' weights are float16 and the {target} target "
-        "quantizes float32 layers only: export it for openvino, which quantizes them, or convert the model to float32 "
-        "first; no file written"]
-    assert not out.exists()
-    r = invoke("export", "--calib", fp16_tagger / "tagger.calib.json", "--target", "openvino", "-o", fp16_tagger / "t.onnx")
-    assert r.exit_code == 0, r.output
-
-
 def test_a_tensorrt_export_of_a_gemv_head_fails_naming_the_rule(tmp_path):
     """A wake-word head (openwakeword's timer_v0.1.onnx): x [1, 16] -> Gemm, Relu, Gemm [1, 4]. Every Gemm is a GEMV
     (a dimension of 1), which ModelOpt's rules keep FP32: the refusal names that rule, not "the exclusions asked

@@ -2529,6 +2529,55 @@ def csp_concat_branch_like(ch=8, hw=32, gain=8.0, seed=9711):
                     [helper.make_tensor_value_info(o, FLOAT, ["n", 4, hw, hw]) for o in ("head", "proto")])
     return _make_model(graph, 13)
 
+
+def fp16_branch_vad_like(opset=16, samples=64, ch=16, seed=6203):
+    """A float16 voice-activity detector with float16 I/O, as onnxconverter-common's convert_float_to_float16
+    (keep_io_types=False) writes Silero VAD (its per-rate decoders in If branches): `input` float16 [n, 1, samples]
+    straight into Conv -> Relu `feat` (also a graph output) -> Conv (stride 2) -> Relu; Equal(`sr` int64 [1], 16000)
+    -> If: each branch a Conv 1x1 of its own rate with float16 weights and a float16 Constant gain; a float32 island
+    (Cast to float32 -> ReduceMean -> Cast(to=FLOAT16)) scales the branch's output; Sigmoid -> `prob` float16
+    [n, 1, frames]; a ConstantOfShape of float16 zeros padded onto it by Concat."""
+    g = _Graph(seed=seed)
+    rng = g.rng
+    half = np.float16
+
+    def w(cout, cin, k):
+        return (rng.normal(0, 1, (cout, cin, k)) / np.sqrt(cin * k)).astype(half)
+
+    x = g.op("Conv", ["input", g.init("enc0.weight", w(ch, 1, 5)), g.init("enc0.bias", rng.normal(0, 0.1, ch).astype(half))],
+             "/enc0", kernel_shape=[5], pads=[2, 2])
+    feat = g.op("Relu", [x], "/enc0", outputs=["feat"])
+    h = g.op("Relu", [g.op("Conv", [feat, g.init("enc1.weight", w(ch, ch, 3)), g.init("enc1.bias", np.zeros(ch, half))],
+                           "/enc1", kernel_shape=[3], pads=[1, 1], strides=[2])], "/enc1")
+    cond = g.op("Equal", ["sr", g.init("/rate16k", np.array([16000], np.int64))], "/decoder")
+
+    def branch(rate):
+        b = _Graph(seed=seed + rate)
+        gain = b.op("Constant", [], f"/dec{rate}", value=numpy_helper.from_array(np.array(0.5 + rate / 32000, half), f"gain{rate}"))
+        y = b.op("Conv", [h, b.init(f"dec{rate}.weight", w(1, ch, 1)), b.init(f"dec{rate}.bias", np.zeros(1, half))], f"/dec{rate}",
+                 kernel_shape=[1])
+        mean = b.op("Cast", [b.op("ReduceMean", [b.op("Cast", [y], f"/dec{rate}", to=FLOAT)], f"/dec{rate}", keepdims=1)],
+                    f"/dec{rate}", to=TensorProto.FLOAT16)
+        y = b.op("Mul", [b.op("Sub", [y, mean], f"/dec{rate}"), gain], f"/dec{rate}", outputs=[f"/dec{rate}/out"])
+        return b.graph(f"dec{rate}", [], [helper.make_tensor_value_info(y, TensorProto.FLOAT16, None)])
+
+    logit = g.op("If", [cond], "/decoder", then_branch=branch(16000), else_branch=branch(8000))
+    prob = g.op("Sigmoid", [logit], "/decoder")
+    pad = g.op("ConstantOfShape", [g.init("/pad/shape", np.array([1, 1, 1], np.int64))], "/pad",
+               value=numpy_helper.from_array(np.zeros(1, half), "zero"))
+    g.op("Concat", [prob, g.op("Expand", [pad, g.op("Concat", [g.op("Slice", [g.op("Shape", [prob], "/pad"),
+                                                                          g.init("/pad/s0", np.array([0], np.int64)),
+                                                                          g.init("/pad/s1", np.array([1], np.int64))], "/pad"),
+                                                             g.init("/pad/ones", np.array([1, 1], np.int64))], "/pad", axis=0)],
+                                  "/pad")], "/out", outputs=["prob"], axis=2)
+    frames = samples // 2 + 1
+    graph = g.graph("fp16_branch_vad", [helper.make_tensor_value_info("input", TensorProto.FLOAT16, ["n", 1, samples]),
+                                        helper.make_tensor_value_info("sr", TensorProto.INT64, [1])],
+                    [helper.make_tensor_value_info("prob", TensorProto.FLOAT16, ["n", 1, frames]),
+                     helper.make_tensor_value_info("feat", TensorProto.FLOAT16, ["n", ch, samples])])
+    return _make_model(graph, opset)
+
+
 if __name__ == "__main__":
     import tempfile
 

@@ -71,7 +71,7 @@ class Target:
     name: str
     writer: str  # the module with suffix() and export()
     rules_table: str  # "module:NAME" of its qtool.quantizers.rules.Rules
-    float_types: tuple[int, ...]  # element types it quantizes (onnx.TensorProto)
+    float_types: tuple[int, ...]  # element types it quantizes (onnx.TensorProto; qdq and tensorrt: FLOAT16 as its float32 twin, qtool.model.float16)
     runtime: str  # the runtime that runs its file on this CPU: "openvino" or "onnxruntime"
     any_subset: bool  # its writer builds a model of any subset of its quantizers (prepare/quantized)
     suffix: str  # default output suffix (the writer's suffix(**options) may pick another)
@@ -136,11 +136,11 @@ def _resolve(name: str):
 
 _TRT = "qtool.targets.tensorrt.options:"
 _REGISTRY = (
-    Target("tensorrt", "qtool.targets.tensorrt", "qtool.targets.tensorrt.rules:TENSORRT", (FLOAT,), "onnxruntime", False,
+    Target("tensorrt", "qtool.targets.tensorrt", "qtool.targets.tensorrt.rules:TENSORRT", (FLOAT, FLOAT16), "onnxruntime", False,
            ".trt.onnx", _TRT + "TensorRTOptions", _TRT + "CalibrateCache", "qtool.targets.tensorrt.inspection"),
     Target("openvino", "qtool.targets.openvino", "qtool.targets.cpu:CPU", (FLOAT, FLOAT16), "openvino", True,
            ".openvino.onnx", "qtool.targets.cpu:CpuOptions", branches=True),
-    Target("qdq", "qtool.targets.qdq", "qtool.targets.cpu:CPU", (FLOAT,), "onnxruntime", True,
+    Target("qdq", "qtool.targets.qdq", "qtool.targets.cpu:CPU", (FLOAT, FLOAT16), "onnxruntime", True,
            ".qdq.onnx", "qtool.targets.cpu:CpuOptions", branches=True),
 )
 TARGETS = tuple(t.name for t in _REGISTRY)

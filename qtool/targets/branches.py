@@ -22,7 +22,7 @@ import dataclasses
 import onnx
 
 from ..errors import QtoolError
-from ..model import branches, tensor_types
+from ..model import branches, float16, tensor_types
 from ..model import graph as G
 from . import WrittenFile, get
 
@@ -79,7 +79,13 @@ def _float_bodies(proto: onnx.ModelProto) -> str | None:
 def _place(model: onnx.ModelProto, loaded, cal, options, export, summaries: list[dict], warnings: list[str]) -> bool:
     """Place quantizers in the If branches of `model`'s main graph (in place); whether any branch changed."""
     recorded = {t.name for t in cal.tensors}
-    types = tensor_types(model)
+    # the file's types, and the model's where inference stops at the file's own ops (OpenVINO's FakeQuantize): a float16
+    # model's branch reading a tensor below one would take it as float32, its FakeQuantize ranges too (onnxruntime refused);
+    # a file written from the float32 twin (qtool.model.float16: no float16 weight left) has the model's float32 types
+    own = tensor_types(loaded.proto)
+    if not any(t.data_type == onnx.TensorProto.FLOAT16 for g in float16.graphs(model.graph) for t in g.initializer):
+        own = {k: onnx.TensorProto.FLOAT if v == onnx.TensorProto.FLOAT16 else v for k, v in own.items()}
+    types = {**own, **tensor_types(model)}
     scope = G.defined(model.graph)
     changed = False
     for node in branches.if_nodes(model.graph):

@@ -17,8 +17,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import Opt, QtoolError
+from ..model import float16, lazy
 from ..model import graph as G
-from ..model import lazy
 from ..model.checker import check
 from ..options import ExportOptions
 from ..quantizers import grids, placement
@@ -161,9 +161,15 @@ def apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
     model.graph.node.extend(new_nodes)
 
 
+def _apply(model: onnx.ModelProto, namer: G.Namer, plan: placement.Plan) -> None:
+    """`apply`, then a float16 model's graph inputs and outputs given back their float16 types (qtool.model.float16)."""
+    apply(model, namer, plan)
+    float16.restore(model, namer)
+
+
 def prepare(loaded, cal, options: ExportOptions = DEFAULTS) -> Prepared:
     """The steps of the QDQ export up to the placement: `export` and qtool.checks.evaluation share them."""
-    model = G.copy_model(loaded.proto, str(loaded.path.parent))
+    model = float16.twin(G.copy_model(loaded.proto, str(loaded.path.parent)))  # a float16 model: its float32 twin
     policies = options.group(CpuOptions).policies
     policies = policies if policies is not None else policy_mod.Policies()
     if needs_wide_types(policies):
@@ -180,13 +186,13 @@ def quantized(prepared: Prepared, cal, plan: placement.Plan | None = None,
               bias_correction: bool = True) -> tuple[onnx.ModelProto, int, list[str]]:
     """A copy of the prepared model with `plan`'s quantizers (default: all) and, with
     bias_correction, the bias shifts of its int8 layers: (model, layers corrected, warnings)."""
-    return with_quantizers(prepared, cal, plan, bias_correction, apply)
+    return with_quantizers(prepared, cal, plan, bias_correction, _apply)
 
 
 def export(loaded, cal, options: ExportOptions = DEFAULTS):
     """QDQ ONNX from the calibration `cal` of `loaded` (its CpuOptions' policies: qtool.quantizers.policy.Policies)."""
     prepared = prepare(loaded, cal, options)
-    return export_prepared(loaded, cal, prepared, apply, options.bias_correction, opset=True)
+    return export_prepared(loaded, cal, prepared, _apply, options.bias_correction, opset=True)
 
 
 def report_view(loaded, cal, *, method: str | None = None):

@@ -34,6 +34,7 @@ from onnx import helper, numpy_helper
 
 from ...calibration import Threshold, clipped_fraction
 from ...errors import Opt, QtoolError
+from ...model import float16
 from ...model import graph as G
 from ...quantizers import placement
 from ...quantizers.quantizer import Quantizer
@@ -205,7 +206,7 @@ def export(loaded, cal, *, trt_version: str | None = None, method: str | None = 
     major = parse_version(trt_version)[0]
     high_precision = high_precision or "fp16"
     check_options(major, high_precision, weights)
-    model = G.copy_model(loaded.proto, str(loaded.path.parent))
+    model = float16.twin(G.copy_model(loaded.proto, str(loaded.path.parent)))  # a float16 model: its float32 twin
     source_opset = G.default_opset(model)
     model, _ = upgrade_opset(model, _target_opset(model, major), why=f"TensorRT {major}.x FP8 Q/DQ")
     namer = G.Namer(model)
@@ -224,5 +225,6 @@ def export(loaded, cal, *, trt_version: str | None = None, method: str | None = 
         summary["fp8_exclusions"] = dict(sorted(extra.items()))
     if high_precision == "fp16":
         model = high_precision_fp16(model, cal, warnings, summary)
+    float16.restore(model)  # a float16 model's graph inputs and outputs float16 again
     data, more = G.finish(model, loaded.proto)
     return WrittenFile(data, warnings + more, summary)

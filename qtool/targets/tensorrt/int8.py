@@ -32,6 +32,7 @@ from onnx import helper
 
 from ...calibration import Threshold
 from ...errors import Opt, QtoolError
+from ...model import float16
 from ...model import graph as G
 from ...quantizers import biascorrection, grids, placement, smoothquant
 from ...quantizers.quantizer import Quantizer
@@ -156,7 +157,7 @@ def plan(loaded, cal, thresholds: Callable, *, major: int, high_precision: str, 
     `thresholds(cal)` ({tensor: calibration.Threshold on the signed grid}) and, on a transformer,
     SmoothQuant as the CPU exports apply it (qtool.quantizers.smoothquant.smooth; the smoothed activations
     take their exact max |x|)."""
-    model = G.copy_model(loaded.proto, str(loaded.path.parent))
+    model = float16.twin(G.copy_model(loaded.proto, str(loaded.path.parent)))  # a float16 model: its float32 twin
     opset, source_opset = _target_opset(model, major, high_precision), G.default_opset(model)
     model, _ = upgrade_opset(model, opset, why=f"TensorRT {major}.x Q/DQ with {high_precision.upper()} scales")
     G.unique_node_names(model.graph, G.Namer(model))
@@ -195,6 +196,7 @@ def export(loaded, cal, thresholds: Callable, *, major: int, high_precision: str
     warnings = placed.warnings + bc_warnings
     if high_precision == "fp16":
         model = high_precision_fp16(model, cal, warnings, summary)
+    float16.restore(model)  # a float16 model's graph inputs and outputs float16 again
     data, more = G.finish(model, loaded.proto)
     return data, warnings + more, summary
 
