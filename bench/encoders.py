@@ -52,6 +52,11 @@ GENRES = ("stdlib", "docs", "man", "pyref", "ui", "card")
 WORK_DIR = [WORK]
 BATCH = [16]  # texts per batch: --batch (transformers_data.py --genres --batch wrote them)
 F32 = {"INFERENCE_PRECISION_HINT": "f32"}
+# --float-int8: OpenVINO's low-precision transformations off (an internal CPU property the 2026.4 plugin accepts): every
+# FakeQuantize and int8 weight computed as float ops, the file's own arithmetic without any CPU's int8 kernels, which is
+# what a VNNI CPU's exact int32 sums compute up to float rounding; on an AVX2-only CPU it shows what the files give there
+NO_LPT = {"LP_TRANSFORMS_MODE": "NO"}
+CONFIG = [F32]
 
 
 def load_feeds(folder: Path) -> list[dict]:
@@ -114,7 +119,7 @@ class Scorer:
 
 
 def run(core, path: Path, feeds: list[dict], outputs: list[str]) -> list[list[np.ndarray]]:
-    compiled = core.compile_model(str(path), "CPU", F32)
+    compiled = core.compile_model(str(path), "CPU", CONFIG[0])
     ports = [compiled.output(n) for n in outputs]
     request = compiled.create_infer_request()
     got = []
@@ -171,9 +176,13 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16, help="texts per batch (transformers_data.py --genres --batch)")
     ap.add_argument("--work", type=Path, default=WORK, help=f"where the files go (default {WORK}); NNCF's files are reused from "
                     "the default folder when there (they do not change with qtool's code)")
+    ap.add_argument("--float-int8", action="store_true", help="run every file with OpenVINO's low-precision transformations "
+                    "off: its arithmetic as float ops, no CPU's int8 kernels (what a VNNI CPU computes; see NO_LPT)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     BATCH[0] = args.batch
+    if args.float_int8:
+        CONFIG[0] = F32 | NO_LPT
     WORK_DIR[0] = args.work
     import nncf
     import openvino as ov
@@ -181,7 +190,7 @@ def main() -> None:
     core = ov.Core()
     split = lambda s: [x.strip() for x in s.split(",") if x.strip()]  # noqa: E731
     tools = split(args.tools)
-    print(f"OpenVINO {ov.__version__} (f32), nncf {nncf.__version__}; token SQNR dB / mean sentence cosine vs FP32", flush=True)
+    print(f"OpenVINO {ov.__version__} (f32{', int8 as float ops' if args.float_int8 else ''}), nncf {nncf.__version__}; token SQNR dB / mean sentence cosine vs FP32", flush=True)
     print(f"{'model':8s} {'calib':7s} {'eval':7s} " + " ".join(f"{t:>26s}" for t in tools) + "   q - nncf_t (zoo)", flush=True)
     results = []
     for name in split(args.models):
