@@ -565,3 +565,50 @@ def test_a_run_in_segments_gives_back_what_it_freed_before_the_next(tmp_path, mo
     monkeypatch.setattr(collect, "accumulate", lambda session, *a, **k: (runs.append(type(session).__name__), accumulate(session, *a, **k))[1])
     api.calibrate_files(path, data=folder, output=tmp_path / "unet.calib.json")
     assert runs == ["Segmented"] and len(trims) >= 5
+
+
+@pytest.mark.parametrize("shipped", [True, False], ids=["qdq", "float"])
+def test_a_pre_norm_transformer_shipped_qdq_or_not_is_cut_in_its_layers_and_writes_the_one_session_s_file(tmp_path, monkeypatch,
+                                                                                                           shipped):
+    """smart-turn v3 (a pre-norm Whisper encoder onnxruntime quantized in its QDQ format) ran in 2 segments of ~95 MB,
+    3.4x plain inference's peak RSS: its weights and biases, DequantizeLinear outputs of initializers that the graph
+    order puts first, crossed every position up to their layers, and its residual sums (read by the next LayerNorm
+    and the next residual Add, computed by collect) every position of its body. Now each segment makes the weights it
+    reads again, and the sums do not block cuts (onnxruntime fuses an Add into a SkipLayerNormalization only when it
+    is its one reader). No cut goes inside a QDQ node unit: cut between a MatMul of two dequantized activations and
+    its output's QuantizeLinear, onnxruntime ran it as MatMulIntegerToFloat, in the whole model as a MatMul (values
+    within float rounding: another file). The float model's residual sums blocked its cuts as well; a cut between its
+    last MLP MatMul and that MatMul's bias Add (which onnxruntime fuses into the final SkipLayerNormalization only with
+    the MatMul in the same graph) changed the final LayerNorm's output."""
+    import zoo
+
+    from qtool import model as qmodel
+    from qtool.collection import collect, segments
+    from qtool.model import graph as G
+
+    rng = np.random.default_rng(19)
+    feeds = [{"input_features": rng.standard_normal((1, 8, 32)).astype(np.float32)} for _ in range(8)]
+    model = zoo.whisper_encoder_like(layers=3)
+    if shipped:
+        model = zoo.ort_static_qdq(model, feeds, str(tmp_path))
+    types = qmodel.tensor_types(model)
+    names = qmodel.activation_tensors(model, types)
+    fetched = [n for n in names if n not in collect.derivations(model, names, types)]
+    exposed = qmodel.with_outputs(model, fetched, types)
+    positions = segments.cuts(exposed, fetched, dict.fromkeys(fetched, 1), 8, types)
+    nodes = list(exposed.graph.node)
+    layer_of = [next((k for k in range(3) if f"layers.{k}" in n.name), None) for n in nodes]
+    assert len({layer_of[k] for k in positions} - {None}) == 3, positions  # cuts in each layer (one before the head before)
+    index = G.Index(exposed)
+    for k in positions:  # none between a DequantizeLinear of an activation and its reader, a tensor and its QuantizeLinear
+        before, after = nodes[:k], nodes[k:]
+        made = {o for n in before for o in n.output}
+        for n in after:
+            for slot, t in enumerate(n.input):
+                producer = index.producer.get(t)
+                assert not (t in made and (n.op_type == "QuantizeLinear" and slot == 0 or producer.op_type == "DequantizeLinear"
+                            and not all(i in index.constants for i in producer.input if i))), (k, n.name, t)
+    path = tmp_path / "shipped.onnx"
+    onnx.save(model, path)
+    folder = _random_files(tmp_path, 19, [(1, 8, 32)] * 4)
+    _one_session_and_segments_write_one_file(path, folder, tmp_path, monkeypatch)
