@@ -612,3 +612,43 @@ def test_a_pre_norm_transformer_shipped_qdq_or_not_is_cut_in_its_layers_and_writ
     onnx.save(model, path)
     folder = _random_files(tmp_path, 19, [(1, 8, 32)] * 4)
     _one_session_and_segments_write_one_file(path, folder, tmp_path, monkeypatch)
+
+
+def test_the_plan_is_sized_for_the_largest_data_file_not_the_first(tmp_path, monkeypatch):
+    """trueocr_rec's text lines: 17 x 88 pixels wide in its first data file, 15 x 776 in its last. The plan (segments,
+    workers) was sized for the first file's run, under RUN_BYTES: the later runs, 7.8x its size, ran whole (2.6x plain
+    inference's peak RSS). Now the largest file (by its arrays' headers) sizes it: runs of every file go in segments,
+    and the file is the one session's."""
+    path = tmp_path / "unet.onnx"
+    onnx.save(_unet(), path)
+    data = tmp_path / "data"
+    data.mkdir()
+    rng = np.random.default_rng(5)
+    for k, (h, w) in enumerate([(16, 16), (32, 16), (96, 96), (16, 32)]):  # ~0.16 MB a run first, ~5.9 MB the largest
+        np.savez(data / f"{k:02d}.npz", x=rng.standard_normal((1, 3, h, w)).astype(np.float32))
+    fetched = _fetches(monkeypatch)
+    whole = tmp_path / "whole.calib.json"
+    api.calibrate_files(path, data=data, output=whole)
+    at_once = list(fetched)
+    assert len(at_once) == 4
+    monkeypatch.setattr(pipeline, "RUN_BYTES", 1 << 20)  # over the first run, under the largest
+    monkeypatch.setattr(pipeline, "SEGMENT_BYTES", 256 << 10)
+    fetched.clear()
+    parts = tmp_path / "parts.calib.json"
+    api.calibrate_files(path, data=data, output=parts)
+    assert parts.read_bytes() == whole.read_bytes()
+    assert len(fetched) >= 3 * 4 and max(fetched) < max(at_once) / 2, (fetched, at_once)  # 4 runs whole before
+
+
+def test_the_largest_data_file_is_found_from_its_headers(tmp_path):
+    """.npy and .npz files, the model's input arrays only (an .npz's other arrays, labels, do not count), the first of
+    equals; a file whose header cannot be read counts none (it is reported where it is run)."""
+    rng = np.random.default_rng(6)
+    files = []
+    for k, (n, extra) in enumerate([(10, 0), (30, 1000), (30, 0), (20, 0)]):
+        files.append(tmp_path / f"{k}.npz")
+        np.savez(files[-1], x=rng.standard_normal((n, 4)).astype(np.float32), labels=np.zeros(extra))
+    assert pipeline._largest_file(files, {"x"}) == 1  # 1 and 2 hold 120 values of x: the first of them
+    (tmp_path / "4.npz").write_bytes(b"not a zip")
+    np.save(tmp_path / "5.npy", np.zeros((7, 100), np.float32))
+    assert pipeline._largest_file([*files, tmp_path / "4.npz", tmp_path / "5.npy"], {"x"}) == 5
