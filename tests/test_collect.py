@@ -814,3 +814,68 @@ def test_runs_go_side_by_side_only_while_twice_plain_inference_leaves_room_for_e
         files[how] = [r.to_json() if hasattr(r, "to_json") else r for r in cal.tensors]
         assert threads == [1] and schedules == ([(1, 2)] if how == "bound" else [(2, 1)])
     assert files["bound"] == files["free"]
+
+
+def _matmul_chain(width: int = 256, layers: int = 4) -> onnx.ModelProto:
+    """x [n, 8, width] -> (MatMul + Add -> Relu) x layers: weights of `width`^2 float32 values each."""
+    rng = np.random.default_rng(21)
+    inits, nodes, x = [], [], "x"
+    for k in range(layers):
+        inits += [numpy_helper.from_array((rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32), f"w{k}"),
+                  numpy_helper.from_array(np.zeros(width, np.float32), f"b{k}")]
+        nodes += [helper.make_node("MatMul", [x, f"w{k}"], [f"m{k}"]), helper.make_node("Add", [f"m{k}", f"b{k}"], [f"a{k}"]),
+                  helper.make_node("Relu", [f"a{k}"], [f"r{k}"])]
+        x = f"r{k}"
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8, width])],
+                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_a_dynamic_model_s_float_weights_count_against_the_2x_bound(tmp_path, monkeypatch):
+    """A model onnxruntime quantized dynamically is calibrated as the float model it was made from: its sessions hold
+    float32 weights where plain inference holds the file's int8 (ddddocr's OCR model: 52 MB against 13). The room
+    twice plain inference leaves for runs side by side was taken beside the file: 2 workers of 11 MB runs, 2.5x its
+    plain peak RSS. Now beside the float weights: where those leave room for one run, one worker runs (the same file:
+    the runs and sums are the same)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from qtool import api
+    from qtool import model as qmodel
+    from qtool.collection import collect, pipeline
+
+    if pipeline._cores() < 2:
+        pytest.skip("one core: one worker whatever the bound")
+    src, path = tmp_path / "float.onnx", tmp_path / "dynamic.onnx"
+    onnx.save(_matmul_chain(), src)
+    quantize_dynamic(str(src), str(path), weight_type=QuantType.QInt8)
+    loaded = qmodel.load_float_model(path, external_data=False, lazy=True)
+    held, file_bytes = pipeline._session_bytes(loaded), pipeline._file_bytes(loaded)
+    assert held >= 4 * 4 * 256 * 256 > 3 * file_bytes  # float32 weights, the file's int8
+    folder = tmp_path / "data"
+    folder.mkdir()
+    rng = np.random.default_rng(22)
+    for k in range(4):
+        np.save(folder / f"{k}.npy", rng.standard_normal((64, 8, 256)).astype(np.float32))
+    seen, bound, plains = [], [], []
+    real_collect, real_within, real_room = collect.collect, pipeline._within_bound, pipeline._bound_room
+    monkeypatch.setattr(pipeline, "_bound_room", lambda plain, model_bytes, accumulator: (plains.append((plain, accumulator)),
+                                                                                         real_room(plain, model_bytes, accumulator))[1])
+    monkeypatch.setattr(collect, "collect", lambda session, plan, runs, progress, stats, schedule, helpers:
+                        (seen.append(schedule.workers), real_collect(session, plan, runs, progress, stats, schedule, helpers))[1])
+    monkeypatch.setattr(pipeline, "_within_bound", lambda workers, per_run, room: (bound.append((workers, per_run, room)),
+                                                                                  real_within(workers, per_run, room))[1])
+    files = {}
+    api.calibrate_files(path, data=folder, output=tmp_path / "free.calib.json")
+    files["free"] = (tmp_path / "free.calib.json").read_bytes()
+    workers, per_run, _ = bound[0]
+    assert workers == 2 and seen == [2]  # room for both runs with the floor as it is
+    # a floor that leaves room for two runs beside the file, for one beside the float weights (runs still unsplit)
+    (plain, accumulator), floor = plains[0], pipeline.CALIBRATE_FLOOR
+    beside_weights = 2 * plain - floor - held - accumulator
+    monkeypatch.setattr(pipeline, "CALIBRATE_FLOOR", floor + beside_weights - 2 * per_run + (held - file_bytes) // 2)
+    seen.clear()
+    bound.clear()
+    plains.clear()
+    api.calibrate_files(path, data=folder, output=tmp_path / "bound.calib.json")
+    assert seen == [1] and bound[0][1] == per_run, bound  # the same runs, one at a time
+    assert (tmp_path / "bound.calib.json").read_bytes() == files["free"]

@@ -565,3 +565,90 @@ def test_a_run_in_segments_gives_back_what_it_freed_before_the_next(tmp_path, mo
     monkeypatch.setattr(collect, "accumulate", lambda session, *a, **k: (runs.append(type(session).__name__), accumulate(session, *a, **k))[1])
     api.calibrate_files(path, data=folder, output=tmp_path / "unet.calib.json")
     assert runs == ["Segmented"] and len(trims) >= 5
+
+
+@pytest.mark.parametrize("shipped", [True, False], ids=["qdq", "float"])
+def test_a_pre_norm_transformer_shipped_qdq_or_not_is_cut_in_its_layers_and_writes_the_one_session_s_file(tmp_path, monkeypatch,
+                                                                                                           shipped):
+    """smart-turn v3 (a pre-norm Whisper encoder onnxruntime quantized in its QDQ format) ran in 2 segments of ~95 MB,
+    3.4x plain inference's peak RSS: its weights and biases, DequantizeLinear outputs of initializers that the graph
+    order puts first, crossed every position up to their layers, and its residual sums (read by the next LayerNorm
+    and the next residual Add, computed by collect) every position of its body. Now each segment makes the weights it
+    reads again, and the sums do not block cuts (onnxruntime fuses an Add into a SkipLayerNormalization only when it
+    is its one reader). No cut goes inside a QDQ node unit: cut between a MatMul of two dequantized activations and
+    its output's QuantizeLinear, onnxruntime ran it as MatMulIntegerToFloat, in the whole model as a MatMul (values
+    within float rounding: another file). The float model's residual sums blocked its cuts as well; a cut between its
+    last MLP MatMul and that MatMul's bias Add (which onnxruntime fuses into the final SkipLayerNormalization only with
+    the MatMul in the same graph) changed the final LayerNorm's output."""
+    import zoo
+
+    from qtool import model as qmodel
+    from qtool.collection import collect, segments
+    from qtool.model import graph as G
+
+    rng = np.random.default_rng(19)
+    feeds = [{"input_features": rng.standard_normal((1, 8, 32)).astype(np.float32)} for _ in range(8)]
+    model = zoo.whisper_encoder_like(layers=3)
+    if shipped:
+        model = zoo.ort_static_qdq(model, feeds, str(tmp_path))
+    types = qmodel.tensor_types(model)
+    names = qmodel.activation_tensors(model, types)
+    fetched = [n for n in names if n not in collect.derivations(model, names, types)]
+    exposed = qmodel.with_outputs(model, fetched, types)
+    positions = segments.cuts(exposed, fetched, dict.fromkeys(fetched, 1), 8, types)
+    nodes = list(exposed.graph.node)
+    layer_of = [next((k for k in range(3) if f"layers.{k}" in n.name), None) for n in nodes]
+    assert len({layer_of[k] for k in positions} - {None}) == 3, positions  # cuts in each layer (one before the head before)
+    index = G.Index(exposed)
+    for k in positions:  # none between a DequantizeLinear of an activation and its reader, a tensor and its QuantizeLinear
+        before, after = nodes[:k], nodes[k:]
+        made = {o for n in before for o in n.output}
+        for n in after:
+            for slot, t in enumerate(n.input):
+                producer = index.producer.get(t)
+                assert not (t in made and (n.op_type == "QuantizeLinear" and slot == 0 or producer.op_type == "DequantizeLinear"
+                            and not all(i in index.constants for i in producer.input if i))), (k, n.name, t)
+    path = tmp_path / "shipped.onnx"
+    onnx.save(model, path)
+    folder = _random_files(tmp_path, 19, [(1, 8, 32)] * 4)
+    _one_session_and_segments_write_one_file(path, folder, tmp_path, monkeypatch)
+
+
+def test_the_plan_is_sized_for_the_largest_data_file_not_the_first(tmp_path, monkeypatch):
+    """trueocr_rec's text lines: 17 x 88 pixels wide in its first data file, 15 x 776 in its last. The plan (segments,
+    workers) was sized for the first file's run, under RUN_BYTES: the later runs, 7.8x its size, ran whole (2.6x plain
+    inference's peak RSS). Now the largest file (by its arrays' headers) sizes it: runs of every file go in segments,
+    and the file is the one session's."""
+    path = tmp_path / "unet.onnx"
+    onnx.save(_unet(), path)
+    data = tmp_path / "data"
+    data.mkdir()
+    rng = np.random.default_rng(5)
+    for k, (h, w) in enumerate([(16, 16), (32, 16), (96, 96), (16, 32)]):  # ~0.16 MB a run first, ~5.9 MB the largest
+        np.savez(data / f"{k:02d}.npz", x=rng.standard_normal((1, 3, h, w)).astype(np.float32))
+    fetched = _fetches(monkeypatch)
+    whole = tmp_path / "whole.calib.json"
+    api.calibrate_files(path, data=data, output=whole)
+    at_once = list(fetched)
+    assert len(at_once) == 4
+    monkeypatch.setattr(pipeline, "RUN_BYTES", 1 << 20)  # over the first run, under the largest
+    monkeypatch.setattr(pipeline, "SEGMENT_BYTES", 256 << 10)
+    fetched.clear()
+    parts = tmp_path / "parts.calib.json"
+    api.calibrate_files(path, data=data, output=parts)
+    assert parts.read_bytes() == whole.read_bytes()
+    assert len(fetched) >= 3 * 4 and max(fetched) < max(at_once) / 2, (fetched, at_once)  # 4 runs whole before
+
+
+def test_the_largest_data_file_is_found_from_its_headers(tmp_path):
+    """.npy and .npz files, the model's input arrays only (an .npz's other arrays, labels, do not count), the first of
+    equals; a file whose header cannot be read counts none (it is reported where it is run)."""
+    rng = np.random.default_rng(6)
+    files = []
+    for k, (n, extra) in enumerate([(10, 0), (30, 1000), (30, 0), (20, 0)]):
+        files.append(tmp_path / f"{k}.npz")
+        np.savez(files[-1], x=rng.standard_normal((n, 4)).astype(np.float32), labels=np.zeros(extra))
+    assert pipeline._largest_file(files, {"x"}) == 1  # 1 and 2 hold 120 values of x: the first of them
+    (tmp_path / "4.npz").write_bytes(b"not a zip")
+    np.save(tmp_path / "5.npy", np.zeros((7, 100), np.float32))
+    assert pipeline._largest_file([*files, tmp_path / "4.npz", tmp_path / "5.npy"], {"x"}) == 5

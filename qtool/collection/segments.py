@@ -290,19 +290,22 @@ def cuts(proto: onnx.ModelProto, fetched: list[str], sizes: dict[str, int], budg
     about `budget` bytes (`sizes`: bytes per fetched tensor; unknown ones count 0); only where
     every crossing tensor is a graph output of `proto`, not a float tensor, or a sum that
     onnxruntime fuses with none of its readers (see `_sums`), and none between a LAYOUT_READERS
-    node and the tensors its input's layout follows (`_layout_reads`). [] when no cut is needed
-    or allowed."""
+    node and the tensors its input's layout follows (`_layout_reads`), inside a QDQ node unit
+    (`_unit_reads`) or a SkipLayerNormalization onnxruntime fuses (`_norm_reads`); the outputs of
+    `_constants` each segment makes again. [] when no cut is needed or allowed."""
     nodes = proto.graph.node
-    outputs = {o.name for o in proto.graph.output}
+    graph_outputs = {o.name for o in proto.graph.output}
     last = lifetimes(nodes)[1]
-    outputs |= _sums(nodes) | _computed(nodes, proto.graph, outputs)
+    outputs = graph_outputs | _sums(nodes) | _computed(nodes, proto.graph, graph_outputs)
     # no cut between a LAYOUT_READERS node and what its input's layout follows: up to that reader,
     # the tensors it reads through LAYOUT_FOLLOWERS (back to a Conv, say) count as crossing
     until = {name: k for name, k in last.items() if name not in outputs}
     for name, k in _layout_reads(nodes, proto.graph).items():
         until[name] = max(k, until.get(name, -1))
-    fetched_set = set(fetched)
     constants = _constants(nodes, proto.graph)
+    for name, k in [*_unit_reads(nodes, constants).items(), *_norm_reads(nodes, proto.graph, graph_outputs).items()]:
+        until[name] = max(k, until.get(name, -1))
+    fetched_set = set(fetched)
     found: list[int] = []
     crossing: set[str] = set()  # made before position k, read at or after it, not safe to cut across
     bytes_since = 0
@@ -318,6 +321,65 @@ def cuts(proto: onnx.ModelProto, fetched: list[str], sizes: dict[str, int], budg
             if until.get(name, -1) > k and name not in constants and types.get(name) in FLOATS:
                 crossing.add(name)
         crossing = {t for t in crossing if until[t] > k}
+    return found
+
+
+def _unit_reads(nodes, constants: dict[str, onnx.NodeProto]) -> dict[str, int]:
+    """{tensor: position of its last reader in the same QDQ node unit}: a DequantizeLinear's output
+    (but a constant's: each segment makes those again) up to its last reader, and a QuantizeLinear's
+    input up to that QuantizeLinear. onnxruntime's QDQ selectors fuse a node with the DequantizeLinears
+    it reads and the QuantizeLinears reading it, by what they see of that unit, graph outputs or not:
+    cut between a MatMul of two dequantized activations and the QuantizeLinear of its output, the
+    MatMul ran as MatMulIntegerToFloat, in the whole model as a MatMul (smart-turn v3's attention
+    scores, within float rounding; microsoft/onnxruntime onnxruntime/core/optimizer/qdq_transformer/
+    selectors_actions/qdq_selectors.cc)."""
+    found: dict[str, int] = {}
+    made = {o: k for k, n in enumerate(nodes) for o in n.output if o}
+    for k, node in enumerate(nodes):
+        if node.domain not in ("", "ai.onnx", "com.microsoft"):
+            continue
+        for name in node.input:
+            producer = nodes[made[name]] if name in made else None
+            if producer is not None and producer.op_type == "DequantizeLinear" and name not in constants \
+                    or node.op_type == "QuantizeLinear" and name == node.input[0]:
+                found[name] = max(k, found.get(name, -1))
+    return found
+
+
+def _norm_reads(nodes, graph: onnx.GraphProto, outputs: set[str]) -> dict[str, int]:
+    """{tensor: position of the LayerNormalization whose SkipLayerNormalization fusion takes it as its bias}: where a
+    LayerNormalization's one reader is an Add (no graph output) one of whose inputs is made by an Add of a constant
+    (a bias) read by nothing else, that bias Add's inputs and output (microsoft/onnxruntime onnxruntime/core/
+    optimizer/skip_layer_norm_fusion.cc, formats 1 and 2). onnxruntime fuses a MatMul's bias Add into the
+    SkipLayerNormalization as its bias when the MatMul is in the same graph and keeps the Add when the MatMul's
+    output comes in as a graph input: a cut between a pre-norm transformer's last MLP MatMul and its bias Add changed
+    the final LayerNormalization's output in the last float bits (tests/zoo.py whisper_encoder_like). The residual
+    (the other input of the Add) may come in as a graph input: the same fusion."""
+    made = {o: n for n in nodes for o in n.output if o}
+    constant = {t.name for t in graph.initializer} | {o for n in nodes if n.op_type == "Constant" for o in n.output}
+    readers: dict[str, list] = {}
+    for n in nodes:
+        for name in set(node_reads(n)):
+            readers.setdefault(name, []).append(n)
+
+    def single_add(t: str, reader) -> onnx.NodeProto | None:
+        n = made.get(t)
+        if n is None or n.op_type != "Add" or n.domain not in ("", "ai.onnx") or t in outputs or readers.get(t) != [reader]:
+            return None
+        return n
+
+    found: dict[str, int] = {}
+    for k, node in enumerate(nodes):
+        if node.op_type != "LayerNormalization" or node.domain not in ("", "ai.onnx") or not node.input:
+            continue
+        first = single_add(node.input[0], node)
+        if first is None:
+            continue
+        for bias in (single_add(t, first) for t in first.input):
+            if bias is not None and any(i in constant for i in bias.input):
+                for name in [*bias.input, *bias.output]:
+                    if name and name not in constant:
+                        found[name] = max(k, found.get(name, -1))
     return found
 
 
@@ -504,6 +566,13 @@ def _sums(nodes) -> set[str]:
 # and Gelu: BiasGelu), a Transpose (the transpose optimizer moves it through elementwise nodes).
 COMPUTED_READERS = PLAIN_READERS | {"Slice", "BatchNormalization", "Shape"}
 COMPUTED_OPS = frozenset({"Add", "Sub", "Mul", "Concat"})
+# ... and a LayerNormalization, where the tensor has other readers too: onnxruntime fuses an Add into
+# the SkipLayerNormalization of its LayerNormalization reader only when that reader is its one output
+# edge and it is no graph output (microsoft/onnxruntime onnxruntime/core/optimizer/
+# skip_layer_norm_fusion.cc, CheckFirstAdd). A pre-norm transformer's residual sums (each read by the
+# next block's LayerNormalization and by the next residual Add) crossed every position of its body:
+# smart-turn v3 had 89 positions free of 406, none between its first block and its head.
+SHARED_READERS = COMPUTED_READERS | {"LayerNormalization"}
 
 
 def _computed(nodes, graph: onnx.GraphProto, outputs: set[str]) -> set[str]:
@@ -516,13 +585,17 @@ def _computed(nodes, graph: onnx.GraphProto, outputs: set[str]) -> set[str]:
     one in its first 185 MB of activations)."""
     constant = {t.name for t in graph.initializer} | {o for n in nodes if n.op_type == "Constant" for o in n.output}
     readers = _reader_ops(nodes)
+    count: dict[str, int] = {}  # reading nodes per tensor
+    for node in nodes:
+        for name in set(node_reads(node)):
+            count[name] = count.get(name, 0) + 1
     found: set[str] = set()
     for node in nodes:  # graph order: a node's inputs are judged before it
         if node.op_type not in COMPUTED_OPS or node.domain not in ("", "ai.onnx") or len(node.output) != 1:
             continue
         if all(not i or i in outputs or i in constant or i in found for i in node.input):
             found.add(node.output[0])
-    return {t for t in found if readers.get(t, {"?"}) <= COMPUTED_READERS}
+    return {t for t in found if readers.get(t, {"?"}) <= (SHARED_READERS if count.get(t, 0) > 1 else COMPUTED_READERS)}
 
 
 def _map_big_blocks() -> None:
@@ -536,12 +609,18 @@ def _map_big_blocks() -> None:
 
 
 def _constants(nodes, graph: onnx.GraphProto) -> dict[str, onnx.NodeProto]:
-    """{output: node} of the Constant nodes, and of Identity nodes of an initializer (not one the
-    graph also lists as an input): onnxruntime folds both, in a segment as in the whole model
-    (CRAFT's refiner shares one bias this way between layers far apart)."""
+    """{output: node} of the Constant nodes, of Identity nodes of an initializer (not one the
+    graph also lists as an input) and of DequantizeLinear nodes of initializers alone: what they
+    make depends on no input, so a segment that reads it makes it again, as the whole model does
+    (onnxruntime folds the first two; CRAFT's refiner shares one bias this way between layers far
+    apart). The weights and biases of a model shipped Q/DQ-quantized are DequantizeLinear outputs
+    of int8/int32 initializers, which onnxruntime keeps unfolded (for its QDQ fusions) and the
+    graph order puts before the first layer: each crossed every cut up to its layer (smart-turn
+    v3: 3 of 406 positions free, 2 segments of ~95 MB, 3.4x plain inference's peak RSS)."""
     inits = {t.name for t in graph.initializer} - {i.name for i in graph.input}
     return {n.output[0]: n for n in nodes if n.domain in ("", "ai.onnx") and len(n.output) == 1
-            and (n.op_type == "Constant" or n.op_type == "Identity" and len(n.input) == 1 and n.input[0] in inits)}
+            and (n.op_type == "Constant" or n.op_type == "Identity" and len(n.input) == 1 and n.input[0] in inits
+                 or n.op_type == "DequantizeLinear" and all(i in inits for i in n.input if i))}
 
 
 def _declarations(proto: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
