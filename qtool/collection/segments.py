@@ -356,11 +356,8 @@ def _norm_reads(nodes, graph: onnx.GraphProto, outputs: set[str]) -> dict[str, i
     the final LayerNormalization's output in the last float bits (tests/zoo.py whisper_encoder_like). The residual
     (the other input of the Add) may come in as a graph input: the same fusion."""
     made = {o: n for n in nodes for o in n.output if o}
-    constant = {t.name for t in graph.initializer} | {o for n in nodes if n.op_type == "Constant" for o in n.output}
-    readers: dict[str, list] = {}
-    for n in nodes:
-        for name in set(node_reads(n)):
-            readers.setdefault(name, []).append(n)
+    constant = _constant_names(nodes, graph)
+    readers = _reading_nodes(nodes)
 
     def single_add(t: str, reader) -> onnx.NodeProto | None:
         n = made.get(t)
@@ -540,6 +537,20 @@ def _blocks(node: onnx.NodeProto, weights: dict[str, onnx.TensorProto]) -> bool:
     return False
 
 
+def _reading_nodes(nodes) -> dict[str, list[onnx.NodeProto]]:
+    """{tensor: the nodes reading it, each once, in graph order}."""
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in nodes:
+        for name in set(node_reads(node)):
+            readers.setdefault(name, []).append(node)
+    return readers
+
+
+def _constant_names(nodes, graph: onnx.GraphProto) -> set[str]:
+    """The initializers' and Constant nodes' outputs."""
+    return {t.name for t in graph.initializer} | {o for n in nodes if n.op_type == "Constant" for o in n.output}
+
+
 def _reader_ops(nodes) -> dict[str, set[str]]:
     """{tensor: the op types of the nodes reading it ("?" for one of another domain)}."""
     readers: dict[str, set[str]] = {}
@@ -583,12 +594,9 @@ def _computed(nodes, graph: onnx.GraphProto, outputs: set[str]) -> set[str]:
     with nothing before them, so a cut across one changes no fusion (spindle_eeg, a 1-D conv net:
     its GELUs and residual sums, each computed from fetched tensors, crossed every position but
     one in its first 185 MB of activations)."""
-    constant = {t.name for t in graph.initializer} | {o for n in nodes if n.op_type == "Constant" for o in n.output}
+    constant = _constant_names(nodes, graph)
     readers = _reader_ops(nodes)
-    count: dict[str, int] = {}  # reading nodes per tensor
-    for node in nodes:
-        for name in set(node_reads(node)):
-            count[name] = count.get(name, 0) + 1
+    count = {name: len(reading) for name, reading in _reading_nodes(nodes).items()}
     found: set[str] = set()
     for node in nodes:  # graph order: a node's inputs are judged before it
         if node.op_type not in COMPUTED_OPS or node.domain not in ("", "ai.onnx") or len(node.output) != 1:

@@ -144,10 +144,6 @@ def _boundary(model: onnx.ModelProto) -> dict | None:
     return None
 
 
-def _cast_to(node: onnx.NodeProto) -> int | None:
-    return G.attr(node, "to") if node.op_type == "Cast" else None
-
-
 def restore(model: onnx.ModelProto, namer: G.Namer | None = None) -> None:
     """Give the twin's file (`model`, quantizers inserted) the float16 graph inputs and outputs the user's model has
     (module doc), in place; nothing for a model `twin` did not record."""
@@ -166,7 +162,7 @@ def restore(model: onnx.ModelProto, namer: G.Namer | None = None) -> None:
         G.rename_reads(g, vi.name, inner)
         g.node.insert(0, helper.make_node("Cast", [vi.name], [inner], name=namer.fresh(f"{vi.name}/Cast"), to=FLOAT))
         for n in readers:  # a Cast back to float16 (an FP16 autocast's graph-input Cast): read the input itself
-            if _cast_to(n) == FLOAT16 and n.output[0] not in outputs:
+            if G.cast_to(n) == FLOAT16 and n.output[0] not in outputs:
                 G.rename_reads(g, n.output[0], vi.name)
     made_by = G.producers(g)
     done: set[str] = set()
@@ -178,30 +174,27 @@ def restore(model: onnx.ModelProto, namer: G.Namer | None = None) -> None:
             continue
         done.add(vi.name)
         inner = namer.fresh(f"{vi.name}/float32")
-        producer = made_by.get(vi.name)
-        if producer is not None:
-            producer.output[list(producer.output).index(vi.name)] = inner
-        else:  # an initializer (or a twin's input) passed out
-            for t in g.initializer:
-                if t.name == vi.name:
-                    t.name = inner
-        G.rename_reads(g, vi.name, inner)
-        for info in g.value_info:
-            if info.name == vi.name:
-                info.name = inner
-        if producer is not None and _cast_to(producer) == FLOAT and producer.input[0] in made_by \
+        producer = made_by.get(vi.name)  # None: an initializer (or a twin's input) passed out
+        _rename(g, producer, vi.name, inner)
+        if producer is not None and G.cast_to(producer) == FLOAT and producer.input[0] in made_by \
                 and producer.input[0] not in outputs and _declared(model, producer.input[0]) == FLOAT16:
-            _rename_made(g, made_by, producer.input[0], vi.name)  # float16 -> float32 -> float16: the float16 value itself
+            # float16 -> float32 -> float16: the float16 value itself
+            _rename(g, made_by[producer.input[0]], producer.input[0], vi.name)
             continue
         g.node.append(helper.make_node("Cast", [inner], [vi.name], name=namer.fresh(f"{vi.name}/Cast"), to=FLOAT16))
     G.toposort(g)
     G.cleanup(g)
 
 
-def _rename_made(g: onnx.GraphProto, made_by: dict, old: str, new: str) -> None:
-    """Tensor `old`, made by a main-graph node, named `new` (its producer, its readers at any depth, its value info)."""
-    producer = made_by[old]
-    producer.output[list(producer.output).index(old)] = new
+def _rename(g: onnx.GraphProto, producer: onnx.NodeProto | None, old: str, new: str) -> None:
+    """Tensor `old` named `new`: the output of its main-graph `producer` (or, with None, the initializer of that name),
+    its readers at any depth, its value info."""
+    if producer is not None:
+        producer.output[list(producer.output).index(old)] = new
+    else:
+        for t in g.initializer:
+            if t.name == old:
+                t.name = new
     G.rename_reads(g, old, new)
     for info in g.value_info:
         if info.name == old:

@@ -185,6 +185,11 @@ MOVES = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Tr
 REFORMS = MOVES | {"Cast"}  # the same, or retyped: values moved or converted, none computed
 
 
+def cast_to(node: onnx.NodeProto) -> int | None:
+    """The element type a Cast node casts to; None for any other node."""
+    return attr(node, "to") if node.op_type == "Cast" else None
+
+
 def producers(graph: onnx.GraphProto) -> dict[str, onnx.NodeProto]:
     return {o: n for n in graph.node for o in n.output if o}
 

@@ -100,7 +100,7 @@ from ...model.checker import check
 from ...model.graph import (
     Index,
     Namer,
-    attr,
+    cast_to,
     defined,
     node_reads,
     normalize_constants,
@@ -603,7 +603,7 @@ def _fp32_constant_copies(g: onnx.GraphProto) -> None:
     inits = {t.name: t for t in g.initializer if t.data_type == TensorProto.FLOAT16}
     dead = []
     for n in g.node:
-        if _cast_to(n) == TensorProto.FLOAT and n.input[0] in inits:
+        if cast_to(n) == TensorProto.FLOAT and n.input[0] in inits:
             value = lazy.value(inits[n.input[0]]).astype(np.float32)
             g.initializer.append(numpy_helper.from_array(value, n.output[0]))
             dead.append(n)
@@ -618,10 +618,6 @@ def _fp32_constant_copies(g: onnx.GraphProto) -> None:
     unused = [t for t in g.initializer if t.name not in used and t.name in inits]
     for t in unused:
         g.initializer.remove(t)
-
-
-def _cast_to(n: onnx.NodeProto) -> int | None:
-    return attr(n, "to") if n.op_type == "Cast" else None
 
 
 def _rename(g: onnx.GraphProto, old: str, new: str) -> None:
@@ -650,7 +646,7 @@ def _drop_cast_pairs(g: onnx.GraphProto, n_before: int, original: set[str]) -> N
     dead: set[int] = set()
     for b in inserted:
         a = producers(g).get(b.input[0])
-        if _cast_to(b) != TensorProto.FLOAT or a is None or id(a) not in ids or _cast_to(a) != TensorProto.FLOAT16:
+        if cast_to(b) != TensorProto.FLOAT or a is None or id(a) not in ids or cast_to(a) != TensorProto.FLOAT16:
             continue
         s, u = a.input[0], b.output[0]
         if u not in outputs:
@@ -666,7 +662,7 @@ def _drop_cast_pairs(g: onnx.GraphProto, n_before: int, original: set[str]) -> N
             del b.attribute[:]
     reads = {x for n in g.node if id(n) not in dead for x in n.input}
     for a in inserted:
-        if _cast_to(a) != TensorProto.FLOAT16 or id(a) in dead:
+        if cast_to(a) != TensorProto.FLOAT16 or id(a) in dead:
             continue
         s, t = a.input[0], a.output[0]
         if t not in reads and t not in outputs:
