@@ -101,6 +101,13 @@ Usage: PYTHONPATH=. python bench/openvino_quirks.py (this checkout's qtool, not 
    tensor) runs right. Why qtool quantizes the SE gating Mul: with it float, ppocrv6_tiny_det's run is 0 dB where its
    file's arithmetic gives 19.7 (docs/benchmarks.md #behind11). Printed: run vs exact, dynamic and static, and with
    the Mul reading cq.
+15. an int8 Conv without a bias read twice: x -> FakeQuantize -> Conv (int8 weights, no bias or an all-zero one) -> y, and
+   y - ReduceMean(y) (a VAD decoder's centring in an If branch; y - Relu(y), Relu(y) beside y as an output, FakeQuantize(y)
+   beside y as an output go the same way; a Conv with a nonzero bias, a MatMul, a ConvTranspose run right). OpenVINO
+   2026.4 hands one reader the Conv's output scaled by its dequantization again (y * s where the file says y: the mean
+   ~0, so the output is y; a float16 VAD look-alike's decoder, tests/zoo.py fp16_branch_vad_like: 14 dB run where its
+   file's arithmetic gives 45.6). With a bias of float32's smallest normal (qtool's file: the same numbers) it runs right.
+   Printed: run vs exact without a bias, with a zero bias and with the tiny one.
 """
 
 from __future__ import annotations
@@ -491,6 +498,22 @@ def se_mul_float(rng, quantized: bool = False, static: bool = False) -> float:
     return _sqnr(_exact(m, feeds), _run(m, feeds))
 
 
+def unbiased_read_twice(rng, bias: float | None) -> float:
+    """Case 15: run vs exact, dB, of y - ReduceMean(y) for an int8 Conv's output y with no bias (`bias` None) or a
+    bias of `bias` in every channel."""
+    c, k = 16, 8
+    inits = {"w8": rng.integers(-63, 64, (k, c, 1)).astype(np.int8), "ws": rng.uniform(0.005, 0.02, (k, 1, 1)).astype(np.float32),
+             "lo": np.float32(0), "hi": np.float32(4)}
+    if bias is not None:
+        inits["b"] = np.full(k, bias, np.float32)
+    nodes = [helper.make_node("Cast", ["w8"], ["wf"], to=TensorProto.FLOAT), helper.make_node("Mul", ["wf", "ws"], ["w"]),
+             _fq("x", "lo", "hi", "xq"), helper.make_node("Conv", ["xq", "w"] + (["b"] if bias is not None else []), ["y"], kernel_shape=[1]),
+             helper.make_node("ReduceMean", ["y"], ["m"], axes=[2], keepdims=1), helper.make_node("Sub", ["y", "m"], ["out"])]
+    feeds = {"x": rng.uniform(0, 4, (2, c, 32)).astype(np.float32)}
+    m = _model(nodes, {"x": ["N", c, "T"]}, inits)
+    return _sqnr(_exact(m, feeds), _run(m, feeds))
+
+
 def main() -> None:
     import openvino as ov
 
@@ -565,6 +588,11 @@ def main() -> None:
     print(f"14. float squeeze-excitation Mul, dynamic shape: run vs file {dynamic:6.1f}; static {static:6.1f}; the Mul reading the "
           f"quantized tensor {quantized:6.1f}  -> {'still computed otherwise' if dynamic < 20 <= static else 'runs right now' if dynamic >= 20 else 'look closer'}"
           f"{'' if quantized >= 20 else '; THE QUANTIZED FORM IS WRONG TOO: qtool files are affected'}")
+    none, zero, tiny = (unbiased_read_twice(rng, None), unbiased_read_twice(rng, 0.0),
+                        unbiased_read_twice(rng, float(np.finfo(np.float32).tiny)))
+    print(f"15. int8 Conv without a bias, y - ReduceMean(y): run vs file {none:6.1f}; a zero bias {zero:6.1f}; a bias of 1.2e-38 {tiny:6.1f}"
+          f"  -> {'a reader still handed y scaled again' if max(none, zero) < 20 <= tiny else 'runs right now' if min(none, zero) >= SAME else 'look closer'}"
+          f"{'' if tiny >= SAME else '; THE TINY-BIAS FORM IS WRONG TOO: qtool files are affected'}")
 
 
 def reductions_misread() -> tuple[str, ...]:

@@ -805,6 +805,33 @@ def test_a_conv_whose_shape_is_read_runs_with_its_own_bias():
     assert sorted(n.name for n in m.graph.node if n.op_type == "Add") == ["/basenet/slice1.2/Conv/bias/Add", "/basenet/slice2.2/Conv/bias/Add"]
 
 
+def test_an_unbiased_conv_read_twice_runs_as_evaluated():
+    """x -> Conv without a bias -> y, y a graph output (an encoder's features) and read by the next quantized Conv:
+    OpenVINO 2026.4 hands one of the int8 Convolution's two readers its output scaled by the dequantization again
+    (bench/openvino_quirks.py case 15, where y - ReduceMean(y) goes the same way). The export gives that Conv a bias of
+    float32's smallest normal (the same numbers): OpenVINO's run (f32 float layers) matches the exact simulation on
+    both outputs; a Conv read once keeps no bias."""
+    rng = np.random.default_rng(7)
+    w1, w2, w3 = (rng.normal(0, 0.3, shape).astype(np.float32) for shape in ((8, 4, 3), (8, 8, 1), (4, 8, 3)))
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["h"], name="once", kernel_shape=[3], pads=[1, 1]),
+             helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Conv", ["r", "w2"], ["feat"], name="twice", kernel_shape=[1]),
+             helper.make_node("Conv", ["feat", "w3"], ["out"], name="last", kernel_shape=[3], pads=[1, 1])]
+    graph = helper.make_graph(nodes, "features", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, "T"])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, None),
+                               helper.make_tensor_value_info("feat", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(w, f"w{i + 1}") for i, w in enumerate((w1, w2, w3))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    feeds = [{"x": rng.normal(0, 1, (2, 4, 32)).astype(np.float32)} for _ in range(24)]
+    cal = qtool.calibrate(model, data=feeds[:16])
+    _runs_as_evaluated(model, cal, feeds[16:], floor=25)
+    m = onnx.load_from_string(qtool.export(model, cal, target="openvino"))
+    inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+    convs = {n.name: n for n in m.graph.node if n.op_type == "Conv"}
+    assert len(convs["once"].input) == 2 and len(convs["last"].input) == 2
+    assert (inits[convs["twice"].input[2]] == np.finfo(np.float32).tiny).all()
+
+
 def test_a_conv_whose_batch_an_lstm_reads_runs_with_its_own_bias():
     """A spectrogram CNN into a bidirectional LSTM whose zero initial states are sized by the batch read from its input
     (brainmaze's seizure detector, tests/zoo.py), on a dynamic batch. OpenVINO 2026.4 re-reads that batch from the
