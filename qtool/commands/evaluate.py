@@ -25,7 +25,9 @@ from ..model import dynamic, prequantized
 from ..model.graph import Index
 from ..model.writer import ModelFile
 from ..options import EvaluateOptions, ExportOptions, exactly_one
+from ..quantizers import cpu_kinds
 from ..results import EvaluateResult
+from ..runtime import onnxruntime
 from . import done, path, progress_bar
 
 log = logging.getLogger("qtool")
@@ -89,7 +91,25 @@ def evaluated(loaded, cal, runs, options: ExportOptions, *, runtime: str | None 
         "float_reading_sqnr_db": _evaluate.json_number(own.worst_sqnr_db),
         "float_reading_outputs": [o.to_json() for o in own.outputs],
     }
+    reference.update(_pair_saturation(given, loaded.proto, runs))
     return result, reference
+
+
+def _pair_saturation(given, reading: onnx.ModelProto, runs) -> dict:
+    """On an x86 CPU without VNNI, where onnxruntime's u8 x s8 kernels add pairs of products in int16 with saturation: the
+    model as given against the same integers computed without saturating (its int8 weights as uint8 with zero point
+    + 128: onnxruntime.without_pair_saturation), and the float reading against those. Empty elsewhere, and for a model
+    without int8 weights."""
+    if not (cpu_kinds.is_x86() and cpu_kinds.vnni() is False):
+        return {}
+    found = onnxruntime.without_pair_saturation(given.proto)
+    if found is None:
+        return {}
+    unsaturated, layers = found
+    as_given = _evaluate.evaluate_file(given, unsaturated.SerializeToString(), runs)
+    reading_vs = _evaluate.evaluate_file(replace(given, proto=unsaturated), reading.SerializeToString(), runs)
+    return {"unsaturated_layers": layers, "unsaturated_sqnr_db": _evaluate.json_number(as_given.worst_sqnr_db),
+            "float_reading_vs_unsaturated_sqnr_db": _evaluate.json_number(reading_vs.worst_sqnr_db)}
 
 
 def _own_pairs_reference(proto: onnx.ModelProto) -> dict | None:

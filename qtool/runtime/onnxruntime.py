@@ -141,3 +141,46 @@ def run(session, names: list[str] | None, feeds: Feeds) -> list[np.ndarray]:
     except Exception as e:
         shapes = {k: list(v.shape) for k, v in feeds.items()}
         raise QtoolError(f"onnxruntime failed on inputs of shape {shapes}: {first_line(e)}") from None
+
+
+INTEGER_OPS = {"MatMulInteger": (1, 3), "ConvInteger": (1, 3)}  # op: (its weight's input, the weight's zero point's)
+
+
+def without_pair_saturation(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int] | None:
+    """A copy of `model` (onnxruntime's quantize_dynamic output) whose MatMulInteger / ConvInteger weights stored int8
+    are stored uint8 with their zero point + 128: the same integers w - zp, and the same products, run by onnxruntime's
+    u8 x u8 kernels, which widen to 16 bits before multiplying. Its u8 x s8 kernels on x86 without VNNI add two u8 x s8
+    products in int16 with saturation (vpmaddubsw, microsoft/onnxruntime
+    onnxruntime/core/mlas/lib/x86_64/QgemmU8S8KernelAvx2.S);
+    with VNNI (vpdpbusd) they add in int32. With the number of layers rewritten; None where no weight is int8 (a
+    weight or zero point computed, or a Constant node's, stays as it is)."""
+    inits = {t.name: t for t in model.graph.initializer}
+    rewritten, added = [], {}
+    for node in model.graph.node:
+        slots = INTEGER_OPS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        if slots is None or len(node.input) <= slots[0] or node.input[slots[0]] not in inits:
+            continue
+        w, zp = node.input[slots[0]], node.input[slots[1]] if len(node.input) > slots[1] else ""
+        if inits[w].data_type != onnx.TensorProto.INT8 or (zp and (zp not in inits or inits[zp].data_type != onnx.TensorProto.INT8)):
+            continue
+        rewritten.append((node, w, zp))
+    if not rewritten:
+        return None
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    nodes = {n.name: n for n in out.graph.node}
+    for node, w, zp in rewritten:
+        names = []
+        for t, default in ((w, None), (zp, np.int8(0))):
+            if (t, default is None) not in added:
+                values = onnx.numpy_helper.to_array(inits[t]) if t else default
+                shifted = (np.asarray(values, np.int16) + 128).astype(np.uint8)
+                name = f"{t or w + '/zero_point'}/uint8"
+                out.graph.initializer.append(onnx.numpy_helper.from_array(shifted, name))
+                added[(t, default is None)] = name
+            names.append(added[(t, default is None)])
+        copy = nodes[node.name] if node.name in nodes and node.name else next(n for n in out.graph.node if n.output == node.output)
+        while len(copy.input) <= INTEGER_OPS[node.op_type][1]:
+            copy.input.append("")
+        copy.input[INTEGER_OPS[node.op_type][0]], copy.input[INTEGER_OPS[node.op_type][1]] = names
+    return out, len(rewritten)
