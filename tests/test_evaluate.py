@@ -448,6 +448,26 @@ def test_a_runtime_gap_one_input_carries_is_told_from_a_systematic_one(monkeypat
     assert "int8 pair sums can saturate" in w and "95 % interval of the difference" in w, w
 
 
+def test_a_runtime_above_a_file_that_states_the_models_own_arithmetic_is_not_said_to_skip_roundings(monkeypatch):
+    """A model shipped quantized (tabledet_cls in onnxruntime's QOperator format) whose file adds no quantizer: the file
+    states the model's own arithmetic (its FakeQuantize nodes as QuantizeLinear/DequantizeLinear pairs give the reference
+    bit for bit), its simulation leaves it by FakeQuantize's float formula alone (31.0 dB) and OpenVINO by its kernels'
+    (36.0, every input above). The warning names that float order, not fusions skipping roundings (which is what it
+    says of a file with quantizers of its own)."""
+    monkeypatch.setattr(cpu_kinds, "vnni", lambda: False)
+    monkeypatch.setattr(cpu_kinds, "is_x86", lambda: True)
+    rng = np.random.default_rng(2)
+    ref = rng.normal(size=(8, 64))
+    noise = 0.03 * rng.normal(size=(8, 64))
+    sim, run = _accs(ref, noise, 0.5 * noise)  # the run 6 dB closer on every input
+    lo, hi = ev.gap_interval(sim, run)
+    assert lo > ev.RUNTIME_GAP_DB, (lo, hi)
+    [w] = ev.runtime_warnings("openvino", _metrics(sim), _metrics(run), [(lo, hi)], states_reference=True)
+    assert "the file adds no quantizer: it states the model's own quantized arithmetic" in w and "rounds less often" not in w, w
+    [w] = ev.runtime_warnings("openvino", _metrics(sim), _metrics(run), [(lo, hi)])
+    assert "rounds less often than the file" in w, w
+
+
 def test_a_runtime_gap_two_inputs_carry_is_drift_though_every_resample_agrees(monkeypatch):
     """A siamese model's similarity (capspot_sim: a scalar per input, most inputs saturated) whose error two inputs
     of 8 carry: the run drifts from the file on those two, better than it on both, so every resample of the inputs

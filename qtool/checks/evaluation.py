@@ -595,7 +595,7 @@ def export_options(options: ExportOptions, runtime: str | None = None) -> Export
 def runtime_warnings(name: str, simulated: list[OutputMetrics], measured: list[OutputMetrics],
                      intervals: list[tuple[float, float] | None] | None = None, fp32: list[OutputMetrics] | None = None,
                      own: list[OutputMetrics] | None = None, departures: list[Departure] | None = None,
-                     exchanges: list[float | None] | None = None) -> list[str]:
+                     exchanges: list[float | None] | None = None, states_reference: bool = False) -> list[str]:
     """A warning per output where the runtime and the simulation are more than RUNTIME_GAP_DB apart,
     naming the likely cause. With the runtime's FP32 run (`fp32`: against onnxruntime's FP32; `own`:
     the int8 run against it), a gap the runtime's own FP32 accounts for is said to be the
@@ -605,7 +605,9 @@ def runtime_warnings(name: str, simulated: list[OutputMetrics], measured: list[O
     (the layers where the run leaves the file most) are named. A deep int8 network's run leaves
     its exact arithmetic where a float rounding flips a code, and the flip grows layer by layer:
     one input's SQNR can move by 10 dB either way (PP-OCRv5 rec: 3.4 dB worse on 8 inputs, 0.3
-    better on 128; docs/benchmarks.md#guard-cost)."""
+    better on 128; docs/benchmarks.md#guard-cost). `states_reference`: the file adds no quantizer to a model shipped
+    with its own quantizers (the reference): a runtime closer to it than the simulation is then not said to skip
+    roundings (_likely_cause)."""
     warnings = []
     where = _departures_text(name, departures or [])
     for i, (s, r) in enumerate(zip(simulated, measured)):
@@ -623,7 +625,7 @@ def runtime_warnings(name: str, simulated: list[OutputMetrics], measured: list[O
                     continue
                 said += ", still more than 1 dB from the file's"
             if interval is None:
-                warnings.append(f"{said}; {_likely_cause(name, worse=gap < 0)}{where}")
+                warnings.append(f"{said}; {_likely_cause(name, worse=gap < 0, states_reference=states_reference)}{where}")
                 continue
             span = f"95 % interval of the difference {interval[0]:+.2f}..{interval[1]:+.2f} dB"
             swapped = exchanges[i] if exchanges else None
@@ -634,7 +636,7 @@ def runtime_warnings(name: str, simulated: list[OutputMetrics], measured: list[O
                 warnings.append(f"{said}, within what these {s.samples} inputs can tell ({span}): an int8 run drifts from its "
                                 f"exact arithmetic input by input; evaluate on more inputs to tell{where}")
             else:
-                warnings.append(f"{said} ({span}); {_likely_cause(name, worse=gap < 0)}{where}")
+                warnings.append(f"{said} ({span}); {_likely_cause(name, worse=gap < 0, states_reference=states_reference)}{where}")
     return warnings
 
 
@@ -664,14 +666,23 @@ def _departures_text(name: str, departures: list[Departure]) -> str:
             f"beside the outputs, from the layers' quantized inputs to their output): {shown}")
 
 
-def _likely_cause(runtime: str, worse: bool) -> str:
-    """Saturation only makes a runtime worse; a runtime better than the file skips roundings."""
+def _likely_cause(runtime: str, worse: bool, states_reference: bool = False) -> str:
+    """Saturation only makes a runtime worse; a runtime better than the file skips roundings, except where the file
+    states the reference's own quantized arithmetic (`states_reference`): there the simulation leaves it by float order
+    alone (tabledet_cls quantized by onnxruntime: the file's 70 FakeQuantize nodes computed as QuantizeLinear/
+    DequantizeLinear pairs give the reference bit for bit, as FakeQuantize's formula 31.0 dB from it, OpenVINO 36.0;
+    docs/benchmarks.md#sim20-qoperator)."""
     has = cpu_kinds.vnni()
     if worse and cpu_kinds.is_x86() and has is False:
         return ("this CPU has no VNNI (avx512_vnni/avx_vnni): int8 pair sums can saturate (a --cpu vnni file is for CPUs with VNNI; "
                 "the default --cpu any guards every layer)")
     if worse and cpu_kinds.is_x86() and has is None:
         return "this CPU's flags could not be read: without VNNI (avx512_vnni/avx_vnni) int8 pair sums can saturate"
+    if not worse and states_reference:
+        return ("the file adds no quantizer: it states the model's own quantized arithmetic, which its simulation computes with "
+                "FakeQuantize's float formula ((x - low) / (high - low) * 255, rounded) where the model's QuantizeLinear divides "
+                f"by its scale: values at rounding ties go to other codes, and {runtime}'s int8 kernels round them otherwise "
+                "again; neither skips a rounding: both drift from the model's arithmetic by float order")
     if not worse:
         return (f"{runtime} rounds less often than the file: its fusions skip roundings (OpenVINO does not round a FakeQuantize "
                 "it fuses between a Conv and an Add)")
@@ -695,8 +706,10 @@ def evaluate(loaded, cal, runs: Runs, options: ExportOptions, *, runtime: str | 
         progress.total = 1 + (runtime is not None) + sites
         progress.refresh()
     reference = _Reference(runs, _session(loaded, loaded.proto), names, cache_bytes)
+    states = not (exported.summary.get("activation_quantizers") or exported.summary.get("weight_quantizers")) and \
+        bool(prequantized.own_quantizers(G.Index(loaded.proto)).pairs)
     outputs, samples, warnings, measured = _score(reference, names, not_compared, exported.data, runtime, progress,
-                                                  fp32_file(loaded) if runtime is not None else None)
+                                                  fp32_file(loaded) if runtime is not None else None, states_reference=states)
     tensors = []
     if ranked is not None:
         tensors = sensitivities(*ranked, cal, reference, names, progress, options.bias_correction,
@@ -840,10 +853,11 @@ def compared_outputs(loaded) -> tuple[list[str], list[str]]:
 
 
 def _score(reference: _Reference, names: list[str], not_compared: list[str], data, runtime: str | None,
-           progress, fp32=None) -> tuple[list[OutputMetrics], int, list[str], RuntimeResult | None]:
+           progress, fp32=None, states_reference: bool = False) -> tuple[list[OutputMetrics], int, list[str], RuntimeResult | None]:
     """The file `data` against FP32 (`reference`): its exact simulation, with `runtime` also that
     runtime on this CPU running the file and the FP32 model `fp32` (its bytes: fp32_file); (per-output
-    metrics, samples, warnings, the runtime's result)."""
+    metrics, samples, warnings, the runtime's result). `states_reference`: the file adds no quantizer to a reference that
+    is a model's own quantized arithmetic (runtime_warnings)."""
     accs, samples = _compare(reference, simulate.simulation(data), names, per_sample=runtime is not None)
     if samples == 0:
         raise QtoolError("no inputs to evaluate on")
@@ -893,7 +907,7 @@ def _score(reference: _Reference, names: list[str], not_compared: list[str], dat
                 warnings.append(f"{runtime} could not run the file with its quantized layers' outputs fetched to tell where it "
                                 f"leaves the file: {e}")
         warnings += runtime_warnings(runtime, outputs, measured.outputs, measured.intervals, measured.fp32, measured.own,
-                                     measured.departures, measured.exchanges)
+                                     measured.departures, measured.exchanges, states_reference)
     return outputs, samples, warnings, measured
 
 
