@@ -671,7 +671,7 @@ def _likely_cause(runtime: str, worse: bool, states_reference: bool = False) -> 
     states the reference's own quantized arithmetic (`states_reference`): there the simulation leaves it by float order
     alone (tabledet_cls quantized by onnxruntime: the file's 70 FakeQuantize nodes computed as QuantizeLinear/
     DequantizeLinear pairs give the reference bit for bit, as FakeQuantize's formula 31.0 dB from it, OpenVINO 36.0;
-    docs/benchmarks.md#sim20-qoperator)."""
+    docs/benchmarks.md#sim20-gaps)."""
     has = cpu_kinds.vnni()
     if worse and cpu_kinds.is_x86() and has is False:
         return ("this CPU has no VNNI (avx512_vnni/avx_vnni): int8 pair sums can saturate (a --cpu vnni file is for CPUs with VNNI; "
