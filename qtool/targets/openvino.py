@@ -425,7 +425,7 @@ def _unbiased_fanned_out(model: onnx.ModelProto, index: G.Index) -> list[onnx.No
 
 def _tiny_bias(model: onnx.ModelProto, namer: G.Namer, index: G.Index, conv: onnx.NodeProto) -> None:
     """Give `conv` (no bias, or an all-zero one) a bias of the smallest positive number of its float type (in place):
-    float32's smallest normal 1.2e-38 (y + 1.2e-38 is y for every |y| above 2**-102, and 1.2e-38 where y is 0), float16's
+    float32's smallest normal 1.2e-38 (y + 1.2e-38 is y for every |y| of 2**-101 or more, and 1.2e-38 where y is 0), float16's
     smallest subnormal 2**-24 (float16 has no normal that small: one rounding of values below 2**-12 may move by an ulp).
     With a bias, OpenVINO's CPU plugin computes each of the Conv's readers right."""
     elem_type = _float_type(index, conv)
