@@ -24,6 +24,7 @@ import functools
 import numpy as np
 
 from . import Context, Entry
+from .hunt import _seeded, _smooth_noise
 from .hunt8 import N_CALIB, N_HELD, _split
 from .hunt11v import _recorded_by_model
 from .sequence import VENVS, _package, _spread
@@ -119,6 +120,68 @@ def _atspm(member: str):
     return make
 
 
+# --- caustic-nmr 0.4.1: backbone chemical shifts from a protein graph (PaiNN-style message passing) ----------------
+
+# caustic/features.py: ELEMENT_TO_IDX C0 N1 O2 S3 H4; ATOM_ROLE_MAP N0 CA1 C2 O3 CB4 H5 HA6, side-chain heavy 7 / H 8;
+# BACKBONE_NUCLEI order H, HA, N, CA, CB, C (target_indices' 6 columns); caustic/config.py GraphConfig: cutoff 8 A,
+# max_neighbors 32, max_seq_sep 32
+_ATOMS = (("N", 1, 0), ("CA", 0, 1), ("C", 0, 2), ("O", 2, 3), ("CB", 0, 4), ("H", 4, 5), ("HA", 4, 6),
+          ("CG", 0, 7), ("HG", 4, 8))  # (name, element, role)
+_TARGET = ("H", "HA", "N", "CA", "CB", "C")
+
+
+def _caustic(ctx: Context, i: int, rng: np.random.Generator) -> dict:
+    # a synthetic alpha-helical peptide of 12-40 residues (rise 1.5 A, 100 degrees a residue, radius 2.3 A), nine
+    # atoms a residue at fixed offsets with jitter (glycine has no CB / CG / HG: its CB target is masked), spatial
+    # edges within 8 A keeping the 32 nearest; the per-residue geometry / environment / solvent features are smooth
+    # noise in the features' ranges (tag "synthetic": caustic builds them from a PDB file with gemmi and torch)
+    n_res = int(rng.integers(12, 41))
+    aa = rng.integers(0, 20, n_res)
+    offsets = {name: rng.normal(0, 1.2, 3) for name, _, _ in _ATOMS}
+    pos, elem, role, res_of, index = [], [], [], [], {}
+    for r in range(n_res):
+        ang = np.deg2rad(100.0 * r)
+        ca = np.array([2.3 * np.cos(ang), 2.3 * np.sin(ang), 1.5 * r])
+        for name, e, ro in _ATOMS:
+            if aa[r] == 7 and name in ("CB", "CG", "HG"):  # glycine
+                continue
+            index[r, name] = len(pos)
+            pos.append(ca + (0 if name == "CA" else offsets[name]) + rng.normal(0, 0.15, 3))
+            elem.append(e)
+            role.append(ro)
+            res_of.append(r)
+    pos = np.asarray(pos, np.float32)
+    res_of = np.asarray(res_of)
+    d = np.linalg.norm(pos[:, None].astype(np.float64) - pos[None], axis=-1)
+    np.fill_diagonal(d, np.inf)
+    src, dst = [], []
+    for a in range(len(pos)):
+        near = np.flatnonzero(d[a] < 8.0)
+        near = near[np.argsort(d[a, near])][:32]
+        src.extend(near.tolist())
+        dst.extend([a] * len(near))
+    src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+    n_edges = len(src)
+    target = np.array([[index.get((r, t), 0) for t in _TARGET] for r in range(n_res)], np.int64)
+    mask = np.array([[(r, t) in index for t in _TARGET] for r in range(n_res)], bool)
+    normals = rng.normal(size=pos.shape)
+    hb = (rng.random(n_edges) < 0.05).astype(np.float32)
+    return {
+        "element": np.asarray(elem, np.int64), "amino_acid": aa[res_of].astype(np.int64),
+        "atom_role": np.asarray(role, np.int64), "bfactor": rng.normal(0, 1, len(pos)).astype(np.float32),
+        "edge_index": np.stack([src, dst]), "edge_dist": d[src, dst].astype(np.float32),
+        "seq_sep": np.minimum(np.abs(res_of[src] - res_of[dst]), 32).astype(np.int64),
+        "same_residue": (res_of[src] == res_of[dst]).astype(np.float32),
+        "target_indices": target, "target_mask": mask, "residue_types": aa.astype(np.int64),
+        "residue_geometry": np.tanh(_smooth_noise(rng, (n_res, 52))).astype(np.float32),
+        "target_environment": np.tanh(_smooth_noise(rng, (n_res, 6, 15))).astype(np.float32),
+        "temperature_feature": np.full((n_res, 1), rng.uniform(-1, 1), np.float32),
+        "target_atom_rsasa": rng.uniform(0, 1, (n_res, 6)).astype(np.float32),
+        "pos": pos, "node_normal": (normals / np.linalg.norm(normals, axis=1, keepdims=True)).astype(np.float32),
+        "is_hbond": hb, "hb_cos": (hb * rng.uniform(0.5, 1.0, n_edges)).astype(np.float32),
+    }
+
+
 FN = "atspm_detector/weights/funcnet/"
 
 ENTRIES: list[Entry] = [
@@ -141,4 +204,8 @@ ENTRIES: list[Entry] = [
           _split(_atspm("function229_s0.onnx")),
           "recorded: as atspm_funcnet_pair, the function stage's tree ensemble (229 float64 features per detector)",
           ("lightgbm", "tree-ensemble", "ai.onnx.ml", "float64", "nothing-to-quantize")),
+    Entry("caustic_carbons", CAUSTIC, "caustic/data/best_v2_carbons.onnx", "graph", _seeded(_caustic),
+          "synthetic helical peptides of 12-40 residues: atoms, 8 A edges (32 nearest), residue features as noise",
+          ("pytorch", "gnn", "painn", "scatterelements", "int-input", "bool-input", "multi-input", "multi-output",
+           "dynamic", "layernorm", "synthetic")),
 ]
