@@ -1,0 +1,152 @@
+"""A model onnxruntime quantized dynamically, calibrated as the float model it was made from: calibrate's sessions hold
+its int8 weights (each float weight a MatMul, LSTM or Gather reads made by a DequantizeLinear as the session runs,
+qtool.model.dynamic.int8_weights), as plain inference holds them, not their float32 values 4x as large."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from qtool.model import dynamic, lazy, load_float_model
+
+V, D, H = 300, 64, 16  # vocabulary, embedding width, LSTM hidden size
+
+
+def _float_model() -> onnx.ModelProto:
+    """ids [n, t] -> Gather(embedding table) -> MatMul + Add -> Relu -> LSTM -> MatMul: the layers quantize_dynamic
+    quantizes to int8 weights (the table, the MatMuls' weights, the LSTM's W and R)."""
+    rng = np.random.default_rng(4)
+
+    def w(name, *shape, s=0.2):
+        return numpy_helper.from_array((rng.standard_normal(shape) * s).astype(np.float32), name)
+    inits = [w("table", V, D, s=1.0), w("w1", D, D), w("b1", D, s=0.1), w("W", 1, 4 * H, D), w("R", 1, 4 * H, H),
+             w("w2", H, 40), numpy_helper.from_array(np.array([1, 0, 2], np.int64), "perm_shape")]
+    nodes = [
+        helper.make_node("Gather", ["table", "ids"], ["emb"], "embed"),
+        helper.make_node("MatMul", ["emb", "w1"], ["m1"], "fc1"),
+        helper.make_node("Add", ["m1", "b1"], ["a1"], "fc1_bias"),
+        helper.make_node("Relu", ["a1"], ["r1"], "relu"),
+        helper.make_node("Transpose", ["r1"], ["seq"], "to_seq", perm=[1, 0, 2]),
+        helper.make_node("LSTM", ["seq", "W", "R"], ["Y", "Y_h"], "lstm", hidden_size=H),
+        helper.make_node("Squeeze", ["Y_h"], ["h"], "last"),
+        helper.make_node("MatMul", ["h", "w2"], ["logits"], "head"),
+    ]
+    graph = helper.make_graph(nodes, "tagger", [helper.make_tensor_value_info("ids", TensorProto.INT64, ["n", "t"])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["n", 40])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+@pytest.fixture
+def shipped(tmp_path):
+    """(the float model's path, the model onnxruntime's quantize_dynamic made of it, a folder of 3 input files)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    src, path = tmp_path / "float.onnx", tmp_path / "dynamic.onnx"
+    onnx.save(_float_model(), src)
+    quantize_dynamic(str(src), str(path), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "LSTM"])
+    # the table as onnxruntime's quantized Gather leaves it (operators/gather.py): Gather of int8 rows -> DequantizeLinear
+    model = onnx.load(path)
+    g = model.graph
+    table = next(t for t in g.initializer if t.name == "table")
+    values = numpy_helper.to_array(table)
+    scale = np.float32(np.abs(values).max() / 127)
+    table.CopyFrom(numpy_helper.from_array(np.clip(np.round(values / scale), -127, 127).astype(np.int8), "table_quantized"))
+    g.initializer.extend([numpy_helper.from_array(np.array(scale), "table_scale"),
+                          numpy_helper.from_array(np.array(0, np.int8), "table_zero_point")])
+    at, gather = next((k, n) for k, n in enumerate(g.node) if n.op_type == "Gather")
+    gather.input[0], gather.output[0] = "table_quantized", "emb_rows"
+    g.node.insert(at + 1, helper.make_node("DequantizeLinear", ["emb_rows", "table_scale", "table_zero_point"], ["emb"]))
+    onnx.save(model, path)
+    assert {"MatMulInteger", "DynamicQuantizeLSTM", "DequantizeLinear"} <= {n.op_type for n in g.node}
+    folder = tmp_path / "data"
+    folder.mkdir()
+    rng = np.random.default_rng(5)
+    for k in range(3):
+        np.save(folder / f"{k}.npy", rng.integers(0, V, (2, 5 + 3 * k)).astype(np.int64))
+    return src, path, folder
+
+
+def _float_weights_read(model: onnx.ModelProto) -> dict[str, str]:
+    """{float weight of INLINE_BYTES or more: the op reading it} in `model`."""
+    readers = {i: n.op_type for n in model.graph.node for i in n.input}
+    return {t.name: readers.get(t.name, "") for t in model.graph.initializer
+            if t.data_type == TensorProto.FLOAT and (lazy.nbytes(t) if lazy.is_lazy(t) else len(t.raw_data)) >= lazy.INLINE_BYTES}
+
+
+def test_calibrate_s_sessions_hold_the_int8_weights(shipped, tmp_path, monkeypatch):
+    """Every session calibrate makes of the float reading holds the table, the MatMuls' and the LSTM's weights as the
+    int8 the file holds (each dequantized by a DequantizeLinear where it is read; the table's rows after its Gather),
+    no float32 weight of theirs (before: all of them, 4x the file's int8 bytes)."""
+    from qtool import api
+    from qtool.runtime import nchwc
+
+    _, path, folder = shipped
+    made, real = [], nchwc.fetching_session
+    monkeypatch.setattr(nchwc, "fetching_session", lambda model, *a, **k: (made.append(model), real(model, *a, **k))[1])
+    api.calibrate_files(path, data=folder, output=tmp_path / "m.calib.json")
+    assert made
+    for model in made:
+        assert _float_weights_read(model) == {}
+        ints = [t for t in model.graph.initializer if t.data_type == TensorProto.INT8]
+        dequantized = {n.input[0] for n in model.graph.node if n.op_type == "DequantizeLinear"}
+        assert ints and {t.name for t in ints if lazy.nbytes(t) >= lazy.INLINE_BYTES} <= dequantized | {
+            n.input[0] for n in model.graph.node if n.op_type == "Gather"}
+        assert any(p.key == dynamic.SESSION_KEY for p in model.metadata_props)
+
+
+def test_int8_weights_run_the_float_model_s_arithmetic(shipped):
+    """The session model int8_weights makes computes what the float reading computes: the table's rows, the
+    dequantized weights and the LSTM's state exactly as its float values give them, the MatMuls to float32
+    rounding (a constant weight is packed once, a computed one is multiplied unpacked: the products summed in another
+    order). onnxruntime's QDQ fusions are off in its sessions: they would run DequantizeLinear -> MatMul as an int8
+    MatMulNBits, far from the float model."""
+    import onnxruntime as ort
+
+    from qtool.runtime import onnxruntime
+
+    _, path, _ = shipped
+    loaded = load_float_model(path, lazy=True)
+    assert _float_weights_read(loaded.proto) != {}
+    outputs = ["emb", "m1", "Y", "logits"]
+    with_outputs = onnx.ModelProto()
+    with_outputs.CopyFrom(loaded.proto)
+    with_outputs.graph.output.extend(helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs[:-1])
+    int8 = dynamic.int8_weights(with_outputs)
+    assert int8 is not None and _float_weights_read(int8) == {}
+    feeds = {"ids": np.random.default_rng(6).integers(0, V, (3, 7)).astype(np.int64)}
+    want = onnxruntime.session(with_outputs).run(outputs, feeds)
+    got = onnxruntime.session(int8).run(outputs, feeds)
+    assert np.array_equal(got[0], want[0])  # Gather of the int8 rows, then DequantizeLinear: the float table's rows
+    for g, w in zip(got[1:], want[1:]):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    from qtool.model.spill import runnable
+    data, spill = runnable(int8)
+    try:
+        fused = ort.InferenceSession(data, providers=["CPUExecutionProvider"],
+                                     sess_options=_external_root()).run(outputs, feeds)
+    finally:
+        if spill is not None:
+            spill.close()
+    # with onnxruntime's fusions the head's DequantizeLinear -> MatMul runs as MatMulNBits: 2e-3 off here
+    assert not np.allclose(fused[-1], want[-1], rtol=1e-5, atol=1e-6)
+
+
+def _external_root():
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.add_session_config_entry("session.model_external_initializers_file_folder_path", "/")
+    return opts
+
+
+def test_no_int8_weights_for_a_model_with_its_own_qdq_nodes(shipped):
+    """A float reading that still holds QuantizeLinear/DequantizeLinear nodes keeps its float weights in its
+    sessions: onnxruntime's QDQ fusions of its own nodes stay as they were."""
+    _, path, _ = shipped
+    loaded = load_float_model(path, lazy=True)
+    g = loaded.proto.graph
+    g.node.append(helper.make_node("QuantizeLinear", ["logits", "qs"], ["lq"]))
+    g.initializer.append(numpy_helper.from_array(np.array(0.1, np.float32), "qs"))
+    assert dynamic.int8_weights(loaded.proto) is None
