@@ -548,13 +548,39 @@ class _Rewriter:
 # com.microsoft MatMulNBits (onnxruntime/core/optimizer/qdq_transformer/selectors_actions/qdq_selectors.cc,
 # DQMatMulNodeGroupSelector and ValidateDQForMatMulNBits; its activations quantized too: other floats)
 SESSION_KEY = "qtool.int8_weights"
-# the readers (op, input slot) of a float weight that may read it made at run time: a MatMul's or an LSTM's weight (no
-# layout of their own: a Conv's weight stays float, as onnxruntime reorders a constant one into its blocked layout), and
-# a Gather's table (its rows gathered as integers, then dequantized: the same floats)
-_MADE_READERS = {("MatMul", 1), ("LSTM", 1), ("LSTM", 2), ("Gather", 0)}
+# the readers (op, input slot) of a float weight that may read it made at run time: a MatMul's weight, and a Gather's
+# table (its rows gathered as integers, then dequantized: the same floats). Not a Conv's weight, which onnxruntime
+# reorders into its blocked layout when constant, nor an LSTM's: made at run time, the LSTMs of tashkeel_bilstm,
+# tashkeel_rawi_v2/v3 and voicefilter_embedder took calibrate 20-50 MB higher (162 -> 214 MB), not lower
+_MADE_READERS = {("MatMul", 1), ("Gather", 0)}
+# ... and only where that saves this many bytes of the session's (_made_up_to): smaller models keep their float weights
+MADE_SAVES = 16 << 20
 
 
-def int8_weights(proto: onnx.ModelProto) -> onnx.ModelProto | None:
+def _made_up_to(sizes: dict[str, int], readers: dict, runs: int) -> int:
+    """The size of the largest MatMul weight int8_weights makes at run time, -1 for none at all: of each candidate, the
+    bytes the session holds for the weights of `sizes` ({float weight: bytes}) if those up to it are made (a quarter
+    of theirs, and the most one node's made weights hold at once, times `runs`; a Gather's table made with them, a
+    quarter of its bytes) and the others held float (twice theirs: read for the session, then copied packed while it
+    is made); the least (the smaller size of equals), where it holds MADE_SAVES less than all of them float."""
+    nodes: dict[int, list[str]] = {}
+    for name in sizes:
+        for n, _ in readers[name]:
+            if n.op_type != "Gather":  # a table's rows are made, not the table
+                nodes.setdefault(id(n), []).append(name)
+    weights = {w for ws in nodes.values() for w in ws}
+    tables = sum(b for w, b in sizes.items() if w not in weights)
+    best, least = 0, None
+    for size in [0, *sorted({sizes[w] for w in weights})]:
+        made = {w for w in weights if sizes[w] <= size}
+        at_once = max((sum(sizes[w] for w in set(ws) & made) for ws in nodes.values()), default=0)
+        cost = 2 * sum(sizes[w] for w in weights - made) + (tables + sum(sizes[w] for w in made)) // 4 + max(1, runs) * at_once
+        if least is None or cost < least:
+            best, least = size, cost
+    return best if 2 * sum(sizes.values()) - least >= MADE_SAVES else -1
+
+
+def int8_weights(proto: onnx.ModelProto, runs: int = 1) -> onnx.ModelProto | None:
     """For a session of the float reading of a model onnxruntime quantized dynamically (as_float, loaded lazily): a copy
     whose dequantized weights read by MatMul, LSTM and Gather nodes (_MADE_READERS) are the model's integers again, each
     made by a DequantizeLinear as the session runs (a Gather's rows dequantized after it), so that the session holds the
@@ -563,7 +589,11 @@ def int8_weights(proto: onnx.ModelProto) -> onnx.ModelProto | None:
     whole DQ -> op -> Q unit: onnxruntime/core/optimizer/constant_folding.cc) and computes (q - zero point) * scale in
     float32 as _dequantized does; a MatMul then multiplies by its weight unpacked (a constant one is packed once when the
     session is made: the sums of the products come in another order, floats differing in the last bits). None when
-    there is no such weight, or the model holds Q/DQ nodes of its own (whose fusions must stay as they are)."""
+    there is no such weight, or the model holds Q/DQ nodes of its own (whose fusions must stay as they are).
+
+    A MatMul's weight so made is held as float32 while its node runs, by each of the `runs` side by side: the weights
+    made are those up to the size that makes the least of the int8 bytes and those floats beside the float weights
+    kept (_made_up_to; a Gather's table with them, its rows alone float), where that saves MADE_SAVES bytes at least."""
     g = proto.graph
     if any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in all_nodes(g)):
         return None
@@ -579,6 +609,9 @@ def int8_weights(proto: onnx.ModelProto) -> onnx.ModelProto | None:
                 or made.axis is not None and any(n.op_type == "Gather" for n, _ in reads)):
             continue
         chosen[t.name] = (t, made)
+    most = _made_up_to({name: lazy.nbytes(t) for name, (t, _) in chosen.items()}, readers, runs)
+    chosen = {} if most < 0 else {name: c for name, c in chosen.items() if lazy.nbytes(c[0]) <= most
+                                  or all(n.op_type == "Gather" for n, _ in readers[name])}
     if not chosen:
         return None
     model = onnx.ModelProto()
