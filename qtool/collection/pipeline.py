@@ -410,7 +410,7 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
         # would hold its weights twice while onnxruntime makes its own)
         with model.exposing(loaded.proto, fetched, types) as exposed:
             # a model onnxruntime quantized dynamically: its sessions hold its int8 weights, not their float values
-            exposed = dynamic.int8_weights(exposed, workers) or exposed
+            exposed = dynamic.int8_weights(exposed, min(workers, fewer)) or exposed
             helpers = _helpers(exposed, folder, fetched, names, source, bins, stats, derived, workers, progress)
             # runs helper processes share (each with its own single session) are not split: threads side
             # by side queue for one interpreter lock (PP-OCRv5 det, 60 images at 640x640: 35-38 s with a

@@ -557,12 +557,13 @@ _MADE_READERS = {("MatMul", 1), ("Gather", 0)}
 MADE_SAVES = 16 << 20
 
 
-def _made_up_to(sizes: dict[str, int], readers: dict, runs: int) -> int:
+def _made_up_to(sizes: dict[str, int], readers: dict, runs: int, copies: int = 1) -> int:
     """The size of the largest MatMul weight int8_weights makes at run time, -1 for none at all: of each candidate, the
     bytes the session holds for the weights of `sizes` ({float weight: bytes}) if those up to it are made (a quarter
     of theirs, and the most one node's made weights hold at once, times `runs`; a Gather's table made with them, a
-    quarter of its bytes) and the others held float (twice theirs: read for the session, then copied packed while it
-    is made); the least (the smaller size of equals), where it holds MADE_SAVES less than all of them float."""
+    quarter of its bytes) and the others held float, `copies` times (a model with convolutions: twice, its session
+    made from the graph onnxruntime optimized, which qtool reads back with the weights, qtool.runtime.nchwc); the least
+    (the smaller size of equals), where it holds MADE_SAVES less than all of them float."""
     nodes: dict[int, list[str]] = {}
     for name in sizes:
         for n, _ in readers[name]:
@@ -574,10 +575,10 @@ def _made_up_to(sizes: dict[str, int], readers: dict, runs: int) -> int:
     for size in [0, *sorted({sizes[w] for w in weights})]:
         made = {w for w in weights if sizes[w] <= size}
         at_once = max((sum(sizes[w] for w in set(ws) & made) for ws in nodes.values()), default=0)
-        cost = 2 * sum(sizes[w] for w in weights - made) + (tables + sum(sizes[w] for w in made)) // 4 + max(1, runs) * at_once
+        cost = copies * sum(sizes[w] for w in weights - made) + (tables + sum(sizes[w] for w in made)) // 4 + max(1, runs) * at_once
         if least is None or cost < least:
             best, least = size, cost
-    return best if 2 * sum(sizes.values()) - least >= MADE_SAVES else -1
+    return best if copies * sum(sizes.values()) - least >= MADE_SAVES else -1
 
 
 def int8_weights(proto: onnx.ModelProto, runs: int = 1) -> onnx.ModelProto | None:
@@ -609,7 +610,8 @@ def int8_weights(proto: onnx.ModelProto, runs: int = 1) -> onnx.ModelProto | Non
                 or made.axis is not None and any(n.op_type == "Gather" for n, _ in reads)):
             continue
         chosen[t.name] = (t, made)
-    most = _made_up_to({name: lazy.nbytes(t) for name, (t, _) in chosen.items()}, readers, runs)
+    copies = 2 if any(n.op_type == "Conv" for n in g.node) else 1
+    most = _made_up_to({name: lazy.nbytes(t) for name, (t, _) in chosen.items()}, readers, runs, copies)
     chosen = {} if most < 0 else {name: c for name, c in chosen.items() if lazy.nbytes(c[0]) <= most
                                   or all(n.op_type == "Gather" for n, _ in readers[name])}
     if not chosen:
