@@ -170,3 +170,18 @@ def test_the_weights_made_are_those_that_hold_the_least():
     assert dynamic._made_up_to(sizes, readers, 2, copies=2) == 2 * mb  # the head's floats twice side by side
     small = {"w0": 2 * mb, "w1": 2 * mb}
     assert dynamic._made_up_to(small, readers, 1) == -1  # 4 MB float: less to save than MADE_SAVES
+
+
+def test_segments_keep_the_sessions_without_qdq_fusions(shipped, monkeypatch):
+    """A model cut into segments (collection.segments.split): each part's model says what the whole one says of its
+    sessions (dynamic.SESSION_KEY), so that onnxruntime does not fuse a part's DequantizeLinear -> MatMul into
+    MatMulNBits (before: the parts lost the model's metadata, t5's segments ran their MatMuls as int8 MatMulNBits)."""
+    from qtool.collection import segments
+
+    monkeypatch.setattr(dynamic, "_made_up_to", lambda *a, **k: 1 << 40)
+    _, path, _ = shipped
+    loaded = load_float_model(path, lazy=True)  # its store holds the lazy weights
+    int8 = dynamic.int8_weights(loaded.proto)
+    parts = segments.split(int8, ["m1", "logits"], [len(int8.graph.node) // 2])
+    assert len(parts) == 2
+    assert all(any(p.key == dynamic.SESSION_KEY for p in part.model.metadata_props) for part in parts)

@@ -453,6 +453,8 @@ def split(proto: onnx.ModelProto, fetched: list[str], positions: list[int]) -> l
         model.ir_version = proto.ir_version
         model.opset_import.extend(proto.opset_import)
         model.functions.extend(proto.functions)
+        # what the model says of its sessions (dynamic.SESSION_KEY: onnxruntime's QDQ fusions off), said by each part
+        model.metadata_props.extend(p for p in proto.metadata_props if p.key == dynamic.SESSION_KEY)
         sub = model.graph
         sub.name = f"{g.name}_{start}_{stop}"
         sub.node.extend(part)
