@@ -393,8 +393,7 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
     fetched = [n for n in names if n not in derived]
     batches = -(-len(source.inputs) // (source.batch_size or 1)) if source.inputs else os.cpu_count() or 1
     folder = loaded.path.parent if loaded.external_files else None
-    # bytes of each fetched tensor for the first run's input shapes (from its feeds where shape
-    # inference cannot tell)
+    # bytes of each fetched tensor for the first run's input shapes (from its feeds where shape inference cannot tell)
     sizes = segments.sizes(loaded.proto, fetched, source.dims, source.first, folder) if source.dims else {}
     source.first = None
     kernel, limit, room, (workers, threads) = _bounds(loaded, len(names) * bins * 8, fetched, sizes, source, batches)
@@ -409,8 +408,7 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
         # the model itself with the fetched tensors as outputs until the sessions are made (a copy
         # would hold its weights twice while onnxruntime makes its own)
         with model.exposing(loaded.proto, fetched, types) as exposed:
-            # a model onnxruntime quantized dynamically: its sessions hold its int8 weights, not their float values
-            exposed = dynamic.int8_weights(exposed, min(workers, fewer)) or exposed
+            exposed = dynamic.int8_weights(exposed, min(workers, fewer)) or exposed  # a dynamic model's int8 weights
             helpers = _helpers(exposed, folder, fetched, names, source, bins, stats, derived, workers, progress)
             # runs helper processes share (each with its own single session) are not split: threads side
             # by side queue for one interpreter lock (PP-OCRv5 det, 60 images at 640x640: 35-38 s with a
