@@ -19,7 +19,7 @@ from onnx import TensorProto
 from .. import calibration, model
 from ..errors import Opt, QtoolError
 from ..feeds import data
-from ..model import branches, lazy, shapes
+from ..model import branches, dynamic, lazy, shapes
 from ..model.graph import Index
 from ..model.spill import runnable
 from ..options import CalibrateOptions
@@ -329,6 +329,11 @@ def run(loaded: model.LoadedModel, options: CalibrateOptions, progress=None) -> 
     bins, kl_variant, shard = options.bins, options.kl_variant, options.shard
     if bins < 256 or not histogram.is_power_of_two(bins):
         raise QtoolError("{bins} must be a power of two >= 256 (e.g. 2048), so histograms merge exactly", bins=Opt("bins", bins))
+    if loaded.given is not None and loaded.store is None:
+        # a model onnxruntime quantized dynamically, read whole (an in-memory ModelProto): read again with its float
+        # weights computed when read, as `qtool calibrate` reads it (loaded lazily), so that its sessions hold its int8
+        # weights (dynamic.int8_weights) and the file is the one the command line writes
+        loaded = model.as_float(dataclasses.replace(loaded, proto=loaded.given, given=None, rewritten=None, store=lazy.STORES.new()))
     # the tensors inside If branches: fetched as outputs of their If nodes (model.branches), recorded by their own names
     run_on, inside = branches.exposed(loaded.proto, _catalogue)
     types = model.tensor_types(run_on)
@@ -388,8 +393,7 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
     fetched = [n for n in names if n not in derived]
     batches = -(-len(source.inputs) // (source.batch_size or 1)) if source.inputs else os.cpu_count() or 1
     folder = loaded.path.parent if loaded.external_files else None
-    # bytes of each fetched tensor for the first run's input shapes (from its feeds where shape
-    # inference cannot tell)
+    # bytes of each fetched tensor for the first run's input shapes (from its feeds where shape inference cannot tell)
     sizes = segments.sizes(loaded.proto, fetched, source.dims, source.first, folder) if source.dims else {}
     source.first = None
     kernel, limit, room, (workers, threads) = _bounds(loaded, len(names) * bins * 8, fetched, sizes, source, batches)
@@ -404,6 +408,7 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
         # the model itself with the fetched tensors as outputs until the sessions are made (a copy
         # would hold its weights twice while onnxruntime makes its own)
         with model.exposing(loaded.proto, fetched, types) as exposed:
+            exposed = dynamic.int8_weights(exposed, min(workers, fewer)) or exposed  # a dynamic model's int8 weights
             helpers = _helpers(exposed, folder, fetched, names, source, bins, stats, derived, workers, progress)
             # runs helper processes share (each with its own single session) are not split: threads side
             # by side queue for one interpreter lock (PP-OCRv5 det, 60 images at 640x640: 35-38 s with a

@@ -43,7 +43,7 @@ import numpy as np
 import onnx
 
 from .. import model as _model
-from ..model import lazy, shapes
+from ..model import dynamic, lazy, shapes
 from ..model.graph import ancestors, node_reads, subgraphs
 from ..model.lazy import FLOATS
 from ..runtime import nchwc, onnxruntime
@@ -160,7 +160,8 @@ def probed(proto: onnx.ModelProto, names: list[str], feeds: Feeds | None, folder
     shapes.close_child()  # shape inference's process (~20 MB) ends before the session is made
     try:
         # no arena: what the run frees goes back to the heap, given back to the system after it
-        session = onnxruntime.session(proto, external_folder=folder, shapes_first=True, arena=False)
+        # a model onnxruntime quantized dynamically: its int8 weights, not their float values (dynamic.int8_weights)
+        session = onnxruntime.session(dynamic.int8_weights(proto) or proto, external_folder=folder, shapes_first=True, arena=False)
     except Exception:  # QtoolError: the model will not load (its error comes where calibrate makes its own sessions)
         return found
     finally:
@@ -452,6 +453,8 @@ def split(proto: onnx.ModelProto, fetched: list[str], positions: list[int]) -> l
         model.ir_version = proto.ir_version
         model.opset_import.extend(proto.opset_import)
         model.functions.extend(proto.functions)
+        # what the model says of its sessions (dynamic.SESSION_KEY: onnxruntime's QDQ fusions off), said by each part
+        model.metadata_props.extend(p for p in proto.metadata_props if p.key == dynamic.SESSION_KEY)
         sub = model.graph
         sub.name = f"{g.name}_{start}_{stop}"
         sub.node.extend(part)

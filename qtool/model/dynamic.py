@@ -106,13 +106,26 @@ def exact_grid(q: np.ndarray, zp: np.ndarray, scale: np.ndarray, axis: int | Non
     integers `q` (zero points `zp`, scales `scale`) exactly: "per_tensor", "per_channel" or "" (ModelGrids.weights)."""
     if q.dtype != np.int8 or np.any(zp != 0) or q.size == 0:
         return ""
-    peak = np.abs(q.astype(np.int32))
+    # the peak |code| from int8 maxima and minima (no int32 copy of the weight: t5's 66 MB head took 132 MB more)
     if scale.size == 1:
-        return "per_tensor" if int(peak.max()) == 127 else ""
+        return "per_tensor" if max(int(q.max()), -int(q.min())) == 127 else ""
     if axis is None:
         return ""
     other = tuple(i for i in range(q.ndim) if i != axis % q.ndim)
-    return "per_channel" if np.all(peak.max(axis=other) == 127) else ""
+    peak = np.maximum(q.max(axis=other).astype(np.int32), -q.min(axis=other).astype(np.int32))
+    return "per_channel" if np.all(peak == 127) else ""
+
+
+def _finite(w: np.ndarray, zp: np.ndarray, scale: np.ndarray) -> bool:
+    """Whether _dequantized(w, zp, scale) (`zp` and `scale` broadcast against `w`) is finite everywhere, dequantized
+    ~4M values at a time along w's first axis."""
+    if w.ndim == 0 or w.size == 0:
+        return bool(np.all(np.isfinite(_dequantized(w, zp, scale))))
+    step = max(1, (1 << 22) // max(1, w[0].size))
+
+    def rows(a: np.ndarray, k: int) -> np.ndarray:  # a's part broadcast against w[k:k + step]
+        return a[k:k + step] if a.ndim == w.ndim and a.shape[0] > 1 else a
+    return all(np.all(np.isfinite(_dequantized(w[k:k + step], rows(zp, k), rows(scale, k)))) for k in range(0, w.shape[0], step))
 
 
 class _Unrecognised(Exception):
@@ -174,6 +187,30 @@ def _dequantized(w: np.ndarray, zp: np.ndarray, scale: np.ndarray, transpose=Non
     return data if transpose is None else np.ascontiguousarray(data.transpose(transpose))
 
 
+def _as_dequantize(source: onnx.TensorProto, folder, zp: np.ndarray, scale: np.ndarray, transpose) -> lazy.Dequantized | None:
+    """The DequantizeLinear that makes _dequantized(source's integers, zp, scale, transpose) (`zp` and `scale` in the
+    integers' broadcast shape): per tensor, or along the one axis they vary on; None where they vary on more than one
+    (an LSTM's scales per direction and gate row, both directions), which no DequantizeLinear of a 1-D scale makes."""
+    rank = len(source.dims)  # numpy's broadcasting: the scales' axes are the weight's last ones
+    zp, scale = (a.reshape((1,) * (rank - a.ndim) + a.shape) for a in (zp, scale))
+    if transpose is not None:
+        zp, scale = zp.transpose(transpose), scale.transpose(transpose)
+    if scale.size == 1 and zp.size == 1:
+        axis, scale, zp = None, scale.reshape(()), zp.reshape(())
+    else:
+        varies = [k for k, d in enumerate(np.broadcast_shapes(scale.shape, zp.shape)) if d != 1]
+        if len(varies) != 1:
+            return None
+        axis = varies[0]
+        length = max(scale.size, zp.size)
+        scale, zp = np.broadcast_to(scale.reshape(-1), (length,)).copy(), np.broadcast_to(zp.reshape(-1), (length,)).copy()
+
+    def integers(source=source, folder=folder, transpose=transpose):
+        q = lazy.read_value(source, folder)
+        return q if transpose is None else np.ascontiguousarray(q.transpose(transpose))
+    return lazy.Dequantized(integers, scale.astype(np.float32), zp, axis)
+
+
 class _Rewriter:
     def __init__(self, model: onnx.ModelProto, folder, given: onnx.ModelProto | None = None, store: lazy.Store | None = None):
         self.model, self.graph, self.folder = model, model.graph, folder
@@ -188,6 +225,8 @@ class _Rewriter:
         self.namer = Namer(model)
         self.weights: dict[tuple, str] = {}  # (quantized weight, scale, zero point, transposed) -> float weight
         self.done = Rewrite()
+        self.placed: dict[str, onnx.NodeProto] = {}  # the first output of a replaced node -> the node put in its place
+        self.gone: set[str] = set()  # outputs the new nodes make: their old makers go
 
     # ------------------------------------------------------------ reading the graph
 
@@ -255,13 +294,17 @@ class _Rewriter:
         key = (q, scale.tobytes(), zp.tobytes(), transpose)
         if key in self.weights:
             return self.weights[key]
-        data = _dequantized(w, shaped(zp), shaped(scale), transpose)
-        if not np.all(np.isfinite(data)):
+        source = self.given.get(q)
+        made_lazy = source is not None and 4 * w.size >= lazy.INLINE_BYTES
+        # a lazy weight's values are checked a slice at a time, never held whole (t5's 66 MB embedding table and its int32
+        # temporaries took calibrate to its peak RSS while it was read)
+        data = None if made_lazy else _dequantized(w, shaped(zp), shaped(scale), transpose)
+        if not (_finite(w, shaped(zp), shaped(scale)) if made_lazy else np.all(np.isfinite(data))):
             raise QtoolError(f"the dequantized weight {q!r} is not finite (its scale is); the model is damaged")
+        shape = w.shape if transpose is None else tuple(w.shape[k] for k in transpose)
         base = q[: -len("_quantized")] if q.endswith("_quantized") else q + "_dequantized"
         name = self.namer.fresh(base)
-        source = self.given.get(q)
-        if source is not None and data.nbytes >= lazy.INLINE_BYTES:
+        if made_lazy:
             # lazy: the float weights (4x the integer ones) are not held as well, in the proto and in each
             # serialization of it for onnxruntime (tashkeel_bilstm: 17 MB of them from its 4 MB of int8, its
             # calibrate 190 -> 140 MB of peak RSS); each session reads them from a file written when it is made
@@ -270,8 +313,9 @@ class _Rewriter:
 
             def fn(source=source, zp_=zp_, scale_=scale_, folder=folder, transpose=transpose):
                 return _dequantized(lazy.read_value(source, folder), zp_, scale_, transpose)
-            t = onnx.TensorProto(name=name, data_type=TensorProto.FLOAT, dims=data.shape)
-            lazy.refer(t, self.store.add(lazy.Computed(fn, np.dtype(np.float32))))
+            t = onnx.TensorProto(name=name, data_type=TensorProto.FLOAT, dims=shape)
+            made = _as_dequantize(source, folder, zp_, scale_, transpose)
+            lazy.refer(t, self.store.add(lazy.Computed(fn, np.dtype(np.float32), dequantized=made)))
             self.graph.initializer.append(t)
         else:
             self.graph.initializer.append(numpy_helper.from_array(data, name))
@@ -283,17 +327,25 @@ class _Rewriter:
         remove the node that made `new`'s outputs until now; the rest of the old layer, which nothing
         reads any more, goes at cleanup."""
         made = {o for o in new.output if o}
-        first = old.output[0]  # the node list is rebuilt here (its messages copied): `old` is found by what it makes
+        # the node list is rebuilt once, after the last layer (`placed`): rebuilt for each, its copied messages stayed
+        # in protobuf's arena until the model was parsed again (t5_title_decoder's 89 layers: 60 MB more while read)
+        self.placed[old.output[0]] = new
+        self.gone |= made
+        for o in made:
+            self.made_by[o] = new
+
+    def place(self) -> None:
+        """The node list with each layer's new node where its old one was (`replace`)."""
+        if not self.placed:
+            return
         kept = []
         for k in self.graph.node:
-            if first in k.output:
-                kept.append(new)
-            if not made & set(k.output):
+            kept.extend(self.placed[o] for o in k.output if o in self.placed)  # `old` is found by what it makes
+            if not self.gone & set(k.output):
                 kept.append(k)
         del self.graph.node[:]
         self.graph.node.extend(kept)
-        for o in made:
-            self.made_by[o] = new
+        self.placed, self.gone = {}, set()
 
     def node_name(self, old: onnx.NodeProto, op_type: str, y: str) -> str:
         """onnxruntime names a layer's integer node after the float one (+ "_quant"): that name again."""
@@ -311,6 +363,7 @@ class _Rewriter:
                 self.matmul(n)
             elif n.op_type == "DynamicQuantizeLSTM" and n.domain == "com.microsoft":
                 self.lstm(n)
+        self.place()
         return self.done
 
     def conv(self, n: onnx.NodeProto) -> None:
@@ -488,3 +541,124 @@ class _Rewriter:
             self.readers = consumers(self.graph)
             self.made_by = producers(self.graph)
             self.done.layers["Gather"] += 1
+
+
+# what a session model int8_weights made records (its metadata): qtool.runtime.onnxruntime then makes its sessions without
+# onnxruntime's QDQ fusions, which would run a DequantizeLinear -> MatMul of 8-bit per-tensor or per-column weights as
+# com.microsoft MatMulNBits (onnxruntime/core/optimizer/qdq_transformer/selectors_actions/qdq_selectors.cc,
+# DQMatMulNodeGroupSelector and ValidateDQForMatMulNBits; its activations quantized too: other floats)
+SESSION_KEY = "qtool.int8_weights"
+# the readers (op, input slot) of a float weight that may read it made at run time: a MatMul's weight, and a Gather's
+# table (its rows gathered as integers, then dequantized: the same floats). Not a Conv's weight, which onnxruntime
+# reorders into its blocked layout when constant, nor an LSTM's: made at run time, the LSTMs of tashkeel_bilstm,
+# tashkeel_rawi_v2/v3 and voicefilter_embedder took calibrate 20-50 MB higher (162 -> 214 MB), not lower
+_MADE_READERS = {("MatMul", 1), ("Gather", 0)}
+# ... and only where that saves this many bytes of the session's (_made_up_to): smaller models keep their float weights
+MADE_SAVES = 16 << 20
+
+
+def _made_up_to(sizes: dict[str, int], readers: dict, runs: int) -> int:
+    """The size of the largest MatMul weight int8_weights makes at run time, -1 for none at all: of each candidate, the
+    bytes the session holds for the weights of `sizes` ({float weight: bytes}) if those up to it are made (a quarter
+    of theirs, and the most one node's made weights hold at once, times `runs`; a Gather's table made with them, a
+    quarter of its bytes) and the others held float (packed once); the least (the smaller size of equals), where it
+    holds MADE_SAVES less than all of them float. ddddocr_ocr's 34 MB head made at run time beside its convolutions,
+    in one run at a time: 199 MB against 192-202 float, its file changed; kept float."""
+    nodes: dict[int, list[str]] = {}
+    for name in sizes:
+        for n, _ in readers[name]:
+            if n.op_type != "Gather":  # a table's rows are made, not the table
+                nodes.setdefault(id(n), []).append(name)
+    weights = {w for ws in nodes.values() for w in ws}
+    tables = sum(b for w, b in sizes.items() if w not in weights)
+    best, least = 0, None
+    for size in [0, *sorted({sizes[w] for w in weights})]:
+        made = {w for w in weights if sizes[w] <= size}
+        at_once = max((sum(sizes[w] for w in set(ws) & made) for ws in nodes.values()), default=0)
+        cost = sum(sizes[w] for w in weights - made) + (tables + sum(sizes[w] for w in made)) // 4 + max(1, runs) * at_once
+        if least is None or cost < least:
+            best, least = size, cost
+    return best if sum(sizes.values()) - least >= MADE_SAVES else -1
+
+
+def int8_weights(proto: onnx.ModelProto, runs: int = 1) -> onnx.ModelProto | None:
+    """For a session of the float reading of a model onnxruntime quantized dynamically (as_float, loaded lazily): a copy
+    whose dequantized weights read by MatMul, LSTM and Gather nodes (_MADE_READERS) are the model's integers again, each
+    made by a DequantizeLinear as the session runs (a Gather's rows dequantized after it), so that the session holds the
+    int8 weights plain inference holds, not their float32 values 4x as large (t5_title_encoder: 141 MB of float32 weights
+    from 35 MB of int8). onnxruntime keeps such a DequantizeLinear unfolded (its constant folding folds one only with a
+    whole DQ -> op -> Q unit: onnxruntime/core/optimizer/constant_folding.cc) and computes (q - zero point) * scale in
+    float32 as _dequantized does; a MatMul then multiplies by its weight unpacked (a constant one is packed once when the
+    session is made: the sums of the products come in another order, floats differing in the last bits). None when
+    there is no such weight, or the model holds Q/DQ nodes of its own (whose fusions must stay as they are).
+
+    A MatMul's weight so made is held as float32 while its node runs, by each of the `runs` side by side: the weights
+    made are those up to the size that makes the least of the int8 bytes and those floats beside the float weights
+    kept (_made_up_to; a Gather's table with them, its rows alone float), where that saves MADE_SAVES bytes at least."""
+    g = proto.graph
+    if any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in all_nodes(g)):
+        return None
+    opset = graph.default_opset(proto)
+    readers = consumers(g)
+    outputs = {o.name for o in g.output}
+    chosen = {}
+    for t in g.initializer:
+        made = lazy.entry(t).dequantized if lazy.is_lazy(t) and isinstance(lazy.entry(t), lazy.Computed) else None
+        reads = readers.get(t.name, [])
+        if (made is None or not reads or t.name in outputs or opset < (10 if made.axis is None else 13)
+                or any((n.op_type, slot) not in _MADE_READERS or n.domain not in ("", "ai.onnx") for n, slot in reads)
+                or made.axis is not None and any(n.op_type == "Gather" for n, _ in reads)):
+            continue
+        chosen[t.name] = (t, made)
+    most = _made_up_to({name: lazy.nbytes(t) for name, (t, _) in chosen.items()}, readers, runs)
+    chosen = {} if most < 0 else {name: c for name, c in chosen.items() if lazy.nbytes(c[0]) <= most
+                                  or all(n.op_type == "Gather" for n, _ in readers[name])}
+    return _with_int8(proto, chosen) if chosen else None
+
+
+def _with_int8(proto: onnx.ModelProto, chosen: dict) -> onnx.ModelProto:
+    """A copy of `proto` with each weight of `chosen` ({name: (its lazy float initializer, lazy.Dequantized)}) made by
+    a DequantizeLinear of its integers (after each Gather reading it, before the first other reader)."""
+    model = onnx.ModelProto()
+    model.CopyFrom(proto)
+    g = model.graph
+    namer = Namer(model)
+    store = lazy.STORES.entry(next(iter(chosen.values()))[0])[0]
+    kept = [t for t in g.initializer if t.name not in chosen]
+    del g.initializer[:]
+    g.initializer.extend(kept)
+    before: dict[int, list[onnx.NodeProto]] = {}  # DequantizeLinear nodes to put before the node at this position
+    after: dict[int, list[onnx.NodeProto]] = {}  # ... after it
+    for name, (t, made) in chosen.items():
+        q = onnx.TensorProto(name=namer.fresh(f"{name}_int8"), data_type=helper.np_dtype_to_tensor_dtype(made.zero_point.dtype),
+                             dims=t.dims)
+        lazy.refer(q, store.add(lazy.Computed(made.integers, made.zero_point.dtype)))
+        scale = numpy_helper.from_array(made.scale, namer.fresh(f"{name}_scale"))
+        zp = numpy_helper.from_array(made.zero_point, namer.fresh(f"{name}_zero_point"))
+        g.initializer.extend([q, scale, zp])
+        axis = {} if made.axis is None else {"axis": made.axis}
+        whole = False
+        for k, n in enumerate(g.node):
+            for slot, i in enumerate(n.input):
+                if i != name:
+                    continue
+                if n.op_type == "Gather":  # its rows gathered as integers, dequantized after it under its output's name
+                    rows = namer.fresh(f"{n.output[0]}_int8")
+                    dq = helper.make_node("DequantizeLinear", [rows, scale.name, zp.name], [n.output[0]],
+                                          namer.fresh(f"{n.name or rows}_dequantize"))
+                    n.input[slot], n.output[0] = q.name, rows
+                    after.setdefault(k, []).append(dq)
+                elif not whole:
+                    whole = True
+                    dq = helper.make_node("DequantizeLinear", [q.name, scale.name, zp.name], [name],
+                                          namer.fresh(f"{name}_dequantize"), **axis)
+                    before.setdefault(k, []).append(dq)
+    nodes = []
+    for k, n in enumerate(g.node):
+        nodes.extend(before.get(k, []))
+        nodes.append(n)
+        nodes.extend(after.get(k, []))
+    del g.node[:]
+    g.node.extend(nodes)
+    model.metadata_props.add(key=SESSION_KEY, value="1")
+    return model

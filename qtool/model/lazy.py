@@ -73,6 +73,18 @@ class Source:
 
 
 @dataclass(frozen=True)
+class Dequantized:
+    """How a computed float weight is made from integers, as ONNX DequantizeLinear makes it: (integers() - zero_point)
+    * scale in float32, per tensor (`axis` None: scalar scale and zero point) or along `axis` (1-D ones). A session may
+    then hold the integers and make the float weight as it runs (qtool.model.dynamic.int8_weights)."""
+
+    integers: Callable[[], np.ndarray]  # int8/uint8, in the float weight's shape
+    scale: np.ndarray  # float32
+    zero_point: np.ndarray  # the integers' type, scale's shape
+    axis: int | None
+
+
+@dataclass(frozen=True)
 class Computed:
     """A tensor's value computed at export (kept in memory, read-only), or computed from another
     entry when read (`fn`)."""
@@ -80,6 +92,7 @@ class Computed:
     fn: Callable[[], np.ndarray]
     dtype: np.dtype
     external: bool = False  # as Source.external, for a value derived from such a tensor
+    dequantized: Dequantized | None = None  # `fn` as DequantizeLinear computes it, when it is that
 
 
 Entry = Source | Computed

@@ -23,6 +23,7 @@ import onnx
 import onnxruntime as ort
 
 from ..errors import QtoolError
+from ..model.dynamic import SESSION_KEY
 from ..model.spill import runnable
 
 FATAL = 4  # onnxruntime's severities: 0 verbose, 1 info, 2 warning, 3 error, 4 fatal
@@ -67,6 +68,14 @@ def _options(threads: int | None, optimization: str | None, spin: bool, optimize
     return opts
 
 
+def _disabled(model: onnx.ModelProto | bytes) -> list[str]:
+    """The graph transformers a session of `model` runs without: onnxruntime's QDQ fusions for a model whose int8
+    weights are dequantized as it runs (qtool.model.dynamic.int8_weights: its floats are the float model's)."""
+    if isinstance(model, onnx.ModelProto) and any(p.key == SESSION_KEY for p in model.metadata_props):
+        return ["QDQSelectorActionTransformer"]
+    return []
+
+
 def raw_session(model: onnx.ModelProto, *, threads: int | None = None, optimization: str | None = None, spin: bool = True,
                 external_folder: str | os.PathLike | None = None, optimized_path: str | None = None) -> ort.InferenceSession:
     """A CPU session for an in-memory model, raising onnxruntime's own exceptions (for a caller
@@ -81,10 +90,10 @@ def raw_session(model: onnx.ModelProto, *, threads: int | None = None, optimizat
     `optimized_path`: where onnxruntime writes the graph it optimized (see nchwc)."""
     opts = _options(threads, optimization, spin, optimized_path)
     data, spill = runnable(model)
-    return _open(data, spill, opts, external_folder)
+    return _open(data, spill, opts, external_folder, _disabled(model))
 
 
-def _open(data: bytes, spill, opts: ort.SessionOptions, external_folder) -> ort.InferenceSession:
+def _open(data: bytes, spill, opts: ort.SessionOptions, external_folder, disabled: list[str] = ()) -> ort.InferenceSession:
     """The session of the model's bytes; `spill` (qtool.model.spill.runnable's file of lazy weights) is closed."""
     try:
         if spill is not None:  # lazy weights refer to their files by paths from the root
@@ -93,7 +102,8 @@ def _open(data: bytes, spill, opts: ort.SessionOptions, external_folder) -> ort.
             opts.add_session_config_entry("session.model_external_initializers_file_folder_path", str(external_folder))
         # onnxruntime prints an "EP Error ... falling back" banner on stdout before retrying
         with contextlib.redirect_stdout(io.StringIO()):
-            made = ort.InferenceSession(data, sess_options=opts, providers=["CPUExecutionProvider"])
+            made = ort.InferenceSession(data, sess_options=opts, providers=["CPUExecutionProvider"],
+                                        **({"disabled_optimizers": disabled} if disabled else {}))
         # the Python session keeps the bytes it was made from for its whole life, only to make itself
         # again when providers change (microsoft/onnxruntime onnxruntime/python/
         # onnxruntime_inference_collection.py: "This is bad as we're holding the memory indefinitely"):
@@ -122,7 +132,7 @@ def session(model: onnx.ModelProto | bytes, *, threads: int | None = None, optim
     except ValueError as e:  # protobuf refuses messages over 2 GB: weights must stay external
         raise QtoolError(f"model is too large to run in memory ({first_line(e)})") from None
     try:
-        return _open(data, spill, opts, external_folder)
+        return _open(data, spill, opts, external_folder, _disabled(model))
     except Exception as e:
         msg = first_line(e)
         m = re.search(r"([\w.]+:)?(\w+)\(-?\d+\) is not a registered function/op", msg)
