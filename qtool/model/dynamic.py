@@ -583,7 +583,7 @@ def _made_up_to(sizes: dict[str, int], readers: dict, runs: int) -> int:
 
 def int8_weights(proto: onnx.ModelProto, runs: int = 1) -> onnx.ModelProto | None:
     """For a session of the float reading of a model onnxruntime quantized dynamically (as_float, loaded lazily): a copy
-    whose dequantized weights read by MatMul, LSTM and Gather nodes (_MADE_READERS) are the model's integers again, each
+    whose dequantized weights read by MatMul and Gather nodes (_MADE_READERS) are the model's integers again, each
     made by a DequantizeLinear as the session runs (a Gather's rows dequantized after it), so that the session holds the
     int8 weights plain inference holds, not their float32 values 4x as large (t5_title_encoder: 141 MB of float32 weights
     from 35 MB of int8). onnxruntime keeps such a DequantizeLinear unfolded (its constant folding folds one only with a
