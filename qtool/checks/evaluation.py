@@ -706,7 +706,9 @@ def evaluate(loaded, cal, runs: Runs, options: ExportOptions, *, runtime: str | 
         progress.total = 1 + (runtime is not None) + sites
         progress.refresh()
     reference = _Reference(runs, _session(loaded, loaded.proto), names, cache_bytes)
-    states = not (exported.summary.get("activation_quantizers") or exported.summary.get("weight_quantizers")) and \
+    # (only a runtime's warnings read it)
+    states = runtime is not None and not (exported.summary.get("activation_quantizers") or
+                                          exported.summary.get("weight_quantizers")) and \
         bool(prequantized.own_quantizers(G.Index(loaded.proto)).pairs)
     outputs, samples, warnings, measured = _score(reference, names, not_compared, exported.data, runtime, progress,
                                                   fp32_file(loaded) if runtime is not None else None, states_reference=states)

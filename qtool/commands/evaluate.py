@@ -27,7 +27,6 @@ from ..model.writer import ModelFile
 from ..options import EvaluateOptions, ExportOptions, exactly_one
 from ..quantizers import cpu_kinds
 from ..results import EvaluateResult
-from ..runtime import onnxruntime
 from . import done, path, progress_bar
 
 log = logging.getLogger("qtool")
@@ -98,11 +97,11 @@ def evaluated(loaded, cal, runs, options: ExportOptions, *, runtime: str | None 
 def _pair_saturation(given, reading: onnx.ModelProto, runs) -> dict:
     """On an x86 CPU without VNNI, where onnxruntime's u8 x s8 kernels add pairs of products in int16 with saturation: the
     model as given against the same integers computed without saturating (its int8 weights as uint8 with zero point
-    + 128: onnxruntime.without_pair_saturation), and the float reading against those. Empty elsewhere, and for a model
+    + 128: dynamic.without_pair_saturation), and the float reading against those. Empty elsewhere, and for a model
     without int8 weights."""
     if not (cpu_kinds.is_x86() and cpu_kinds.vnni() is False):
         return {}
-    found = onnxruntime.without_pair_saturation(given.proto)
+    found = dynamic.without_pair_saturation(given.proto)
     if found is None:
         return {}
     unsaturated, layers = found

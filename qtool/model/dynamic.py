@@ -662,3 +662,45 @@ def _with_int8(proto: onnx.ModelProto, chosen: dict) -> onnx.ModelProto:
     g.node.extend(nodes)
     model.metadata_props.add(key=SESSION_KEY, value="1")
     return model
+
+
+INTEGER_OPS = {"MatMulInteger": (1, 3), "ConvInteger": (1, 3)}  # op: (its weight's input, the weight's zero point's)
+
+
+def without_pair_saturation(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int] | None:
+    """A copy of `model` (onnxruntime's quantize_dynamic output) whose MatMulInteger / ConvInteger weights stored int8
+    are stored uint8 with their zero point + 128: the same integers w - zp, and the same products, run by onnxruntime's
+    u8 x u8 kernels, which widen to 16 bits before multiplying. Its u8 x s8 kernels on x86 without VNNI add two u8 x s8
+    products in int16 with saturation (vpmaddubsw, microsoft/onnxruntime
+    onnxruntime/core/mlas/lib/x86_64/QgemmU8S8KernelAvx2.S);
+    with VNNI (vpdpbusd) they add in int32. With the number of layers rewritten; None where no weight is int8 (a
+    weight or zero point computed, or a Constant node's, stays as it is)."""
+    inits = {t.name: t for t in model.graph.initializer}
+    rewritten, added = [], {}
+    for k, node in enumerate(model.graph.node):
+        slots = INTEGER_OPS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        if slots is None or len(node.input) <= slots[0] or node.input[slots[0]] not in inits:
+            continue
+        w, zp = node.input[slots[0]], node.input[slots[1]] if len(node.input) > slots[1] else ""
+        if inits[w].data_type != TensorProto.INT8 or (zp and (zp not in inits or inits[zp].data_type != TensorProto.INT8)):
+            continue
+        rewritten.append((k, slots, w, zp))
+    if not rewritten:
+        return None
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for k, slots, w, zp in rewritten:
+        names = []
+        for t, default in ((w, None), (zp, np.int8(0))):
+            if (t, default is None) not in added:
+                values = numpy_helper.to_array(inits[t]) if t else default
+                shifted = (np.asarray(values, np.int16) + 128).astype(np.uint8)
+                name = f"{t or w + '/zero_point'}/uint8"
+                out.graph.initializer.append(numpy_helper.from_array(shifted, name))
+                added[(t, default is None)] = name
+            names.append(added[(t, default is None)])
+        copy = out.graph.node[k]  # the node's copy (CopyFrom keeps the order)
+        while len(copy.input) <= slots[1]:
+            copy.input.append("")
+        copy.input[slots[0]], copy.input[slots[1]] = names
+    return out, len(rewritten)

@@ -327,19 +327,25 @@ def _reads_batch_value(index: G.Index, model: onnx.ModelProto) -> bool:
     return False
 
 
-def _spatial_dims(index: G.Index, conv: onnx.NodeProto) -> int | None:
-    """The number of spatial axes of `conv`: its kernel_shape's, else its weight initializer's rank less 2 (through the
-    int8 weight's Cast and Mul), None where neither says."""
-    kernel = G.attr(conv, "kernel_shape")
-    if kernel:
-        return len(kernel)
+def _weight_initializer(index: G.Index, conv: onnx.NodeProto) -> onnx.TensorProto | None:
+    """`conv`'s weight initializer, through the int8 weight's Cast and Mul (_RANK_KEEPING); None where it is computed."""
     t = conv.input[1]
     while t not in index.constants:
         node = index.producer.get(t)
         if node is None or node.op_type not in _RANK_KEEPING:
             return None
         t = node.input[0]
-    return len(index.constants[t].dims) - 2
+    return index.constants[t]
+
+
+def _spatial_dims(index: G.Index, conv: onnx.NodeProto) -> int | None:
+    """The number of spatial axes of `conv`: its kernel_shape's, else its weight initializer's rank less 2 (through the
+    int8 weight's Cast and Mul), None where neither says."""
+    kernel = G.attr(conv, "kernel_shape")
+    if kernel:
+        return len(kernel)
+    weight = _weight_initializer(index, conv)
+    return None if weight is None else len(weight.dims) - 2
 
 
 def _shape_read_convs(model: onnx.ModelProto, index: G.Index) -> list[onnx.NodeProto]:
@@ -431,13 +437,10 @@ def _tiny_bias(model: onnx.ModelProto, namer: G.Namer, index: G.Index, conv: onn
     elem_type = _float_type(index, conv)
     dtype = _np_type(elem_type)
     tiny = np.float16(2 ** -24) if dtype == np.float16 else np.finfo(dtype).tiny
-    t = conv.input[1]
-    while t not in index.constants:  # the weight initializer, through the int8 weight's Cast and Mul
-        node = index.producer.get(t)
-        if node is None or node.op_type not in _RANK_KEEPING:
-            return
-        t = node.input[0]
-    channels = index.constants[t].dims[0]
+    weight = _weight_initializer(index, conv)
+    if weight is None:
+        return
+    channels = weight.dims[0]
     name = namer.fresh(f"{conv.name}/bias/tiny")
     model.graph.initializer.append(numpy_helper.from_array(np.full(channels, tiny, dtype), name))
     del conv.input[2:]
