@@ -79,6 +79,7 @@ __all__ = [
     "peak_pooled_classifier_like",
     "peaks",
     "keras_repeat_upsample_like",
+    "preconditioned_denoiser_like",
 ]
 
 FLOAT = TensorProto.FLOAT
@@ -2624,6 +2625,27 @@ def keras_repeat_upsample_like(opset=13, ch=4, seed=2001):
     graph = g.graph("keras_repeat_upsample", [helper.make_tensor_value_info("input", FLOAT, ["unk__1", "unk__2", "unk__3", 1])],
                     [helper.make_tensor_value_info("out", FLOAT, ["unk__4", "unk__5", "unk__6", 2])])
     return _make_model(graph, opset, producer="tf2onnx")
+
+
+def preconditioned_denoiser_like(opset=17, ch=8, hw=16, sigma_data=0.5, seed=2101):
+    """Imitates an EDM-preconditioned diffusion denoiser as torch.onnx exports it (terrain_unet, hunt20): inputs
+    `noisy` [N, 1, H, W] and `sigma` [N]; c_in = 1 / sqrt(sigma^2 + sigma_data^2) -> Unsqueeze to [N, 1, 1, 1] ->
+    Mul with `noisy` -> Conv -> Relu -> Conv -> `denoised` [N, 1, H, W]. Over the sigmas a sampler visits (0.05 to
+    80) c_in spans 0.0125 to 2: a per-sample scalar whose int8 grid has 2 codes at sigma 80."""
+    g = _Graph(seed=seed)
+    rng = g.rng
+    sq = g.op("Add", [g.op("Mul", ["sigma", "sigma"], name="node_pow"), g.init("sd2", np.array(sigma_data ** 2, np.float32))], name="node_add")
+    c_in = g.op("Reciprocal", [g.op("Sqrt", [sq], name="node_sqrt")], name="node_reciprocal")
+    c = g.op("Unsqueeze", [c_in, g.init("axes", np.array([1, 2, 3], np.int64))], name="node_unsqueeze")
+    x = g.op("Mul", ["noisy", c], name="node_mul")
+    h = g.op("Relu", [g.op("Conv", [x, g.init("w1", _conv_w(rng, ch, 1, 3)), g.init("b1", (rng.standard_normal(ch) * 0.1).astype(np.float32))],
+                           name="node_conv1", kernel_shape=[3, 3], pads=[1, 1, 1, 1])], name="node_relu")
+    g.op("Conv", [h, g.init("w2", _conv_w(rng, 1, ch, 3)), g.init("b2", np.zeros(1, np.float32))], outputs=["denoised"],
+         name="node_conv2", kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    graph = g.graph("preconditioned_denoiser", [helper.make_tensor_value_info("noisy", FLOAT, ["batch", 1, hw, hw]),
+                                                helper.make_tensor_value_info("sigma", FLOAT, ["batch"])],
+                    [helper.make_tensor_value_info("denoised", FLOAT, ["batch", 1, hw, hw])])
+    return _make_model(graph, opset)
 
 
 if __name__ == "__main__":

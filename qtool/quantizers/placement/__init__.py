@@ -26,7 +26,9 @@ src/nncf/openvino/quantization/ignored_patterns.py):
   (NNCF's SE_BLOCK pattern marks it PATTERN_NODE_TO_EXCLUDE: left out of the ignored nodes),
   so every reader of the block input reads one quantized tensor. Nor the Add of a magnitude,
   sqrt(a^2 + b^2) (an STFT's): its squares span twice their roots' dynamic range
-  (qtool.quantizers.patterns.is_magnitude; the Sqrt output is quantized where a layer reads it).
+  (qtool.quantizers.patterns.is_magnitude; the Sqrt output is quantized where a layer reads it). Nor an op
+  one of whose operands holds one value per sample (a diffusion model's preconditioning scale, a per-sample
+  mean or norm): rounded, it would scale or shift every position alike (placement.requests._one_per_sample).
 * Recurrent ops (LSTM, GRU, RNN) ask for nothing here: their inputs, weights and states stay float,
   except under rules with `int8_lstm` (OpenVINO's): an LSTM's X re-encoded onto its hidden state's
   grid, its initial state on that grid, W and R int8 with per-unit scales (with the guard, "pairs",
