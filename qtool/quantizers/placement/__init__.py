@@ -53,7 +53,10 @@ src/nncf/openvino/quantization/ignored_patterns.py):
   quantized tensor; per tensor otherwise.
 * AveragePool, GlobalAveragePool, ReduceMean, Resize: the data input; not the ReduceMean of squares
   in a decomposed LayerNorm (OpenVINO fuses the normalisation into MVN, whose input NNCF
-  quantizes), and the centring Sub(x, ReduceMean(x)) reads the same quantized x as the mean.
+  quantizes), and the centring Sub(x, ReduceMean(x)) reads the same quantized x as the mean. Not,
+  on every target, a generalized mean (GeM: pooling over Pow(x, p > 1) taken back to the root,
+  qtool.quantizers.patterns.is_power_mean): an 8-bit grid on x^p zeroes the channels whose values
+  are all small.
 * The max-subtraction Sub(x, ReduceMax(x)) of a softmax or log-sum-exp written out (ReduceMin alike, through ops
   that only move values) asks for nothing: it reads float logits, as a Softmax op does (NNCF's default preset
   quantizes both inputs, each on its own grid, and x - max(x) is then no longer 0 at the max).

@@ -137,7 +137,8 @@ def _node_requests(inputs: Inputs, asked: Requests, n: onnx.NodeProto, report: R
             return None, None
         return [(skip, n.input[skip])], []
     if op in rules.pooling:
-        if not n.input or not inputs.quantizable_act(n.input[0]) or (rules.nncf_patterns and P.is_variance(m, n)):
+        if not n.input or not inputs.quantizable_act(n.input[0]) or (rules.nncf_patterns and P.is_variance(m, n)) \
+                or P.is_power_mean(m, n):
             return None, None
         return [(0, n.input[0])], []
     return None, None
