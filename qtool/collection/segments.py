@@ -574,11 +574,22 @@ def _sums(nodes) -> set[str]:
 
 # Readers of a tensor collect computes (an Add, Sub, Mul or Concat of fetched tensors and
 # constants) that onnxruntime fuses with nothing before them: PLAIN_READERS, a Slice, a
-# BatchNormalization (its layout: LAYOUT_READERS), a Shape (its input's shape alone). Not a MatMul
-# or Gemm (a Mul by a constant goes into them: MatMulScaleFusion), a ReduceMean, Sub of a layer
-# normalization or LayerNormalization (an Add goes into SkipLayerNormalization), an activation (Add
-# and Gelu: BiasGelu), a Transpose (the transpose optimizer moves it through elementwise nodes).
-COMPUTED_READERS = PLAIN_READERS | {"Slice", "BatchNormalization", "Shape"}
+# BatchNormalization or AveragePool (their layout: LAYOUT_READERS; an AveragePool takes in only a Pad
+# before it, PadFusion), a Shape (its input's shape alone), a Reshape, Squeeze or Unsqueeze (what
+# onnxruntime rewrites around them is the Reshape's shape input, from Shape nodes of its data,
+# microsoft/onnxruntime onnxruntime/core/optimizer/reshape_fusion.cc, and an Unsqueeze of a constant,
+# unsqueeze_elimination.cc), a Gemm (it takes in a 2-D Transpose before it, gemm_transpose_fusion.cc;
+# MatMulScaleFusion's Mul or Div by a constant goes into a MatMul or FusedMatMul only,
+# matmul_scale_fusion.cc ProcessNode). Not a MatMul (MatMulScaleFusion), a ReduceMean, Sub of a
+# layer normalization or LayerNormalization (an Add goes into SkipLayerNormalization), an activation
+# (Add and Gelu: BiasGelu; x * Sigmoid(x): QuickGelu), a Transpose (the transpose optimizer moves it
+# through elementwise nodes). An EDM diffusion U-Net (terrain_unet) cut once in 1269 MB of a run's
+# activations: its preconditioning scalar (a Mul read by an Unsqueeze), its conditioning embedding
+# (x * Sigmoid(x), read by a Gemm in every block) and its encoder's skip sums (read by a Reshape and
+# a Shape for the next GroupNorm, the next residual Add, the decoder's Concat and the next level's
+# AveragePool) crossed every position from where they are made to the decoder.
+COMPUTED_READERS = PLAIN_READERS | {"Slice", "BatchNormalization", "AveragePool", "Shape", "Reshape", "Squeeze", "Unsqueeze",
+                                    "Gemm"}
 COMPUTED_OPS = frozenset({"Add", "Sub", "Mul", "Concat"})
 # ... and a LayerNormalization, where the tensor has other readers too: onnxruntime fuses an Add into
 # the SkipLayerNormalization of its LayerNormalization reader only when that reader is its one output
