@@ -3,7 +3,7 @@
 onnxruntime keeps every tensor a run returns alive until the caller drops it, so one run of a
 model with all its activations exposed holds them all at once: a CRAFT text detector (VGG16-BN
 U-Net) at 640x640 returns 1.16 GB per run, while plain inference's whole process peaks at 0.77 GB.
-Such a model is split into consecutive segments of its nodes (graph order), each its own
+Such a model is split into consecutive segments of its nodes (graph order, see `order`), each its own
 session: segment k takes the graph inputs and the tensors earlier segments made that it reads,
 and returns its own fetched activations plus what later segments read (carried). Every node
 runs once; collect histograms each segment's activations and drops them before the next
