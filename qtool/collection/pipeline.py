@@ -396,8 +396,7 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
     # bytes of each fetched tensor for the first run's input shapes (from its feeds where shape inference cannot tell)
     sizes = segments.sizes(loaded.proto, fetched, source.dims, source.first, folder) if source.dims else {}
     source.first = None
-    computed = _computed_bytes(loaded.proto, derived, source.dims) if sizes else 0
-    kernel, limit, room, (workers, threads) = _bounds(loaded, len(names) * bins * 8, fetched, sizes, source, batches, computed)
+    kernel, limit, room, (workers, threads) = _bounds(loaded, len(names) * bins * 8, fetched, sizes, source, batches, derived)
     fewer = _within_bound(workers, _run_bytes(fetched, sizes, source), room)
     if progress is not None and source.inputs and hasattr(progress, "total"):  # a tqdm bar: now its length is known
         progress.total = len(source.inputs)
@@ -449,9 +448,9 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
 
 
 def _bounds(loaded, accumulator: int, fetched: list[str], sizes: dict[str, int], source: _Source, batches: int,
-            computed: int = 0):
-    """(collect.Schedule's kernel, the most bytes a run may fetch unsplit (beside the `computed` bytes collect computes
-    from them: _computed_bytes), the room twice plain inference leaves for the runs in flight (_bound_room),
+            derived: dict | None = None):
+    """(collect.Schedule's kernel, the most bytes a run may fetch unsplit (beside the tensors collect computes from
+    them, `derived`: _computed_bytes), the room twice plain inference leaves for the runs in flight (_bound_room),
     (workers, threads) by the cores and the model's bytes).
     A run under RUN_BYTES split for the 2x bound (_run_limit) keeps the workers and threads it has unsplit,
     and runs side by side only while the 2x bound leaves room for each (_within_bound) keep their sessions'
@@ -459,6 +458,7 @@ def _bounds(loaded, accumulator: int, fetched: list[str], sizes: dict[str, int],
     changed on 2 workers of 1 thread in segments, against 1 of 2 unsplit)."""
     plain = _plain_bytes(loaded.proto, _file_bytes(loaded))
     estimate = plain(sizes) if sizes else None
+    computed = _computed_bytes(loaded.proto, derived, source.dims) if sizes and derived else 0
     return (_kernel(fetched, sizes, source, batches, plain), _run_limit(estimate, _session_bytes(loaded), computed),
             _bound_room(estimate, _session_bytes(loaded), accumulator),
             _beside(*_parallelism(batches, source.batch_bytes), _run_bytes(fetched, sizes, source), _file_bytes(loaded)))
