@@ -12,6 +12,7 @@ the weights weigh.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 from collections.abc import Iterator
@@ -98,18 +99,26 @@ def read_header(path: Path, integers: bool = False) -> tuple[onnx.ModelProto, li
         found: list = []
         if size == 0:
             raise ValueError("empty file")
-        with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as mm:
-            buf = memoryview(mm)
-            try:
-                parts = []
-                for number, first, value, stop in wire.fields(buf, 0, size):
-                    if number == wire.MODEL_GRAPH:
-                        parts.append(wire.field(wire.MODEL_GRAPH, _strip_graph(buf, value, stop, found, integers)))
-                    else:
-                        parts.append(bytes(buf[first:stop]))
-                header = onnx.ModelProto.FromString(b"".join(parts))
-            finally:
+        mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+        buf = memoryview(mm)
+        try:
+            parts = []
+            for number, first, value, stop in wire.fields(buf, 0, size):
+                if number == wire.MODEL_GRAPH:
+                    parts.append(wire.field(wire.MODEL_GRAPH, _strip_graph(buf, value, stop, found, integers)))
+                else:
+                    parts.append(bytes(buf[first:stop]))
+            header = onnx.ModelProto.FromString(b"".join(parts))
+        except BaseException:
+            # views of the map that a parse stopped midway still holds (its generators' frames) keep the map from
+            # closing: the error raised is the one that stopped it (a Ctrl-C: exit 130), not BufferError's "cannot
+            # close exported pointers exist" (which calibrate reported as an unreadable model); the map goes with them
+            with contextlib.suppress(BufferError):
                 buf.release()
+                mm.close()
+            raise
+        buf.release()
+        mm.close()
     finally:
         os.close(fd)
     return header, found, identity
