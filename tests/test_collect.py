@@ -762,7 +762,7 @@ def test_a_run_under_run_bytes_goes_in_segments_where_twice_plain_inference_leav
     files = {}
     for how in ("split", "whole"):
         if how == "whole":
-            monkeypatch.setattr(pipeline, "_run_limit", lambda plain, file_bytes: pipeline.RUN_BYTES)
+            monkeypatch.setattr(pipeline, "_run_limit", lambda plain, file_bytes, computed=0: pipeline.RUN_BYTES)
         schedules.clear()
         parts.clear()
         cal = qtool.calibrate(path, data=str(tmp_path / "data"))
@@ -771,6 +771,68 @@ def test_a_run_under_run_bytes_goes_in_segments_where_twice_plain_inference_leav
         assert schedule == (1, 2)  # one worker of both cores, as unsplit
         assert (parts and parts[0] >= 3) if how == "split" else not parts, parts
     assert files["split"] == files["whole"]
+
+
+def _biased_chain(path: Path, layers: int = 6, channels: int = 16, side: int = 96) -> None:
+    """Conv 3x3 -> Add (a bias per channel) -> Relu, `layers` times on [1, channels, side, side]: the Adds' outputs are
+    computed by collect from the Convs' (collect.derivations), not fetched."""
+    rng = np.random.default_rng(1)
+    nodes, inits, x = [], [], "x"
+    for k in range(layers):
+        inits += [numpy_helper.from_array((rng.standard_normal((channels, channels, 3, 3)) * 0.1).astype(np.float32), f"w{k}"),
+                  numpy_helper.from_array((rng.standard_normal((channels, 1, 1)) * 0.1).astype(np.float32), f"b{k}")]
+        nodes += [helper.make_node("Conv", [x, f"w{k}"], [f"c{k}"], pads=[1, 1, 1, 1]),
+                  helper.make_node("Add", [f"c{k}", f"b{k}"], [f"a{k}"]), helper.make_node("Relu", [f"a{k}"], [f"r{k}"])]
+        x = f"r{k}"
+    shape = [1, channels, side, side]
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, shape)], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    (path.parent / "data").mkdir()
+    for i in range(4):
+        np.save(path.parent / "data" / f"{i}.npy", np.random.default_rng(i).random(shape).astype(np.float32))
+
+
+def test_the_tensors_collect_computes_count_against_the_2x_bound_of_an_unsplit_run(tmp_path, monkeypatch):
+    """An unsplit run holds the tensors it fetched (onnxruntime's arena keeps them from run to run) and, beside them,
+    those collect computes from them (Add/Sub/Mul outputs, collect.derivations), each a new array: atspm_funcnet_pair's
+    runs fetched 29 MB and computed 32 MB, under the 31 MB twice plain inference left for the fetched ones alone, and
+    took calibrate to 2.07x plain inference's peak (1.8x split). A run whose fetched tensors fit beside CALIBRATE_FLOOR
+    and the model's file, but not with the computed ones, goes in segments, with the workers and threads it has
+    unsplit, and the same file."""
+    import qtool
+    from qtool.collection import pipeline
+
+    schedules, parts = _spied(monkeypatch, lambda schedule: (schedule.workers, schedule.spread))
+    monkeypatch.setattr(pipeline, "_cores", lambda: 2, raising=False)
+    monkeypatch.setattr(pipeline, "SEGMENT_BYTES", 1 << 20, raising=False)
+    monkeypatch.setattr(pipeline, "PLAIN_FLOOR", 0, raising=False)
+    monkeypatch.setattr(pipeline, "RUN_ROOM", 1 << 20, raising=False)  # unsplit: one run at a time, on both cores
+    path = tmp_path / "model.onnx"
+    _biased_chain(path)
+    limits, cuts = [], []
+    real_limit, real_cuts = pipeline._run_limit, pipeline._segment_cuts
+    monkeypatch.setattr(pipeline, "_run_limit", lambda plain, file_bytes, computed=0: (limits.append((plain, file_bytes, computed)),
+                                                                                       real_limit(plain, file_bytes, computed))[1])
+    monkeypatch.setattr(pipeline, "_segment_cuts", lambda exposed, fetched, types, sizes, limit=pipeline.RUN_BYTES:
+                        (cuts.append(sum(sizes.values())), real_cuts(exposed, fetched, types, sizes, limit))[1])
+    qtool.calibrate(path, data=str(tmp_path / "data"))
+    (plain, file_bytes, computed), = limits
+    fetched = cuts[0]
+    assert computed == 6 * 16 * 96 * 96 * 4 and fetched >= computed  # the six Adds' outputs
+    # a floor that leaves the fetched tensors room beside the file, not the computed ones with them
+    monkeypatch.setattr(pipeline, "CALIBRATE_FLOOR", 2 * plain - file_bytes - fetched - computed // 2)
+    files = {}
+    for how in ("with computed", "fetched alone"):
+        if how == "fetched alone":
+            monkeypatch.setattr(pipeline, "_run_limit", lambda plain, file_bytes, computed=0: real_limit(plain, file_bytes))
+        schedules.clear()
+        parts.clear()
+        cal = qtool.calibrate(path, data=str(tmp_path / "data"))
+        files[how] = [r.to_json() if hasattr(r, "to_json") else r for r in cal.tensors]
+        assert schedules == [(1, 2)]  # one worker of both cores, as unsplit
+        assert (parts and parts[0] >= 2) if how == "with computed" else not parts, (how, parts)
+    assert files["with computed"] == files["fetched alone"]
 
 
 def test_runs_go_side_by_side_only_while_twice_plain_inference_leaves_room_for_each(tmp_path, monkeypatch):
@@ -797,7 +859,7 @@ def test_runs_go_side_by_side_only_while_twice_plain_inference_leaves_room_for_e
     monkeypatch.setattr(pipeline, "_session", made)
     monkeypatch.setattr(pipeline, "_cores", lambda: 2, raising=False)
     monkeypatch.setattr(pipeline, "RUN_ROOM", 1 << 30, raising=False)  # the model's bytes would let two runs go side by side
-    monkeypatch.setattr(pipeline, "_run_limit", lambda plain, file_bytes: pipeline.RUN_BYTES)  # not in segments
+    monkeypatch.setattr(pipeline, "_run_limit", lambda plain, file_bytes, computed=0: pipeline.RUN_BYTES)  # not in segments
     # 7 MB a run, at most 1.2 MB alive at once in plain inference: twice that (and no floor on either side)
     # leaves room for no run beside the 55 KB model: one at a time
     monkeypatch.setattr(pipeline, "PLAIN_FLOOR", 0, raising=False)

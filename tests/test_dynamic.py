@@ -392,6 +392,83 @@ def test_the_float_model_holds_its_weights_once(tmp_path):
     assert grown < 1.3 * size, (grown, size)  # 1.02x; was 2.4x (69 MB for a 28 MB model)
 
 
+def _dynamic_mlp(tmp_path, width=256, layers=4) -> tuple:
+    """(the float model's path, onnxruntime's quantize_dynamic of it): a chain of `layers` MatMuls of width x width."""
+    from onnxruntime.quantization import quantize_dynamic
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal((width, width)) * 0.05).astype(np.float32), f"w{k}")
+             for k in range(layers)]
+    nodes = [helper.make_node("MatMul", ["x" if k == 0 else f"h{k - 1}", f"w{k}"], [f"h{k}" if k < layers - 1 else "y"], f"mm{k}")
+             for k in range(layers)]
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", width])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", width])], inits)
+    src, out = tmp_path / "float.onnx", tmp_path / "model.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), src)
+    quantize_dynamic(str(src), str(out))
+    return src, out
+
+
+def test_a_lazily_loaded_dynamic_model_keeps_its_integers_where_they_lie(tmp_path, monkeypatch):
+    """Loaded lazily (as calibrate loads every model), a model onnxruntime quantized dynamically keeps its int8 weights
+    in its file, as the float weights computed from them are: held in the graph of the model as given (LoadedModel.given,
+    alive for the whole calibration), they stood beside the session's (t5_title_decoder: 58 MB). The same float
+    reading, calibration, exports and evaluation reference; a model not quantized dynamically keeps its integers in its
+    graph, as before."""
+    import qtool
+    from qtool import calibration
+    from qtool.model import bigmodel, lazy
+
+    _, path = _dynamic_mlp(tmp_path)
+    whole, read = load_float_model(path), load_float_model(path, lazy=True)
+    integers = sum(t.ByteSize() for t in whole.given.graph.initializer if t.data_type == TensorProto.INT8)
+    assert integers > 4 * 256 * 256
+    assert read.given.ByteSize() < integers / 50, (read.given.ByteSize(), integers)  # before: the integers in the graph
+    weights = [t for t in read.given.graph.initializer if t.data_type == TensorProto.INT8 and t.dims]
+    assert len(weights) == 4 and all(isinstance(lazy.entry(t), lazy.Source) for t in weights)
+    assert all(np.array_equal(lazy.value(t), numpy_helper.to_array(w)) for t, w in zip(weights, (
+        next(w for w in whole.given.graph.initializer if w.name == t.name) for t in weights)))
+    assert all(np.array_equal(lazy.value(a), lazy.value(b)) for a, b in zip(read.proto.graph.initializer, whole.proto.graph.initializer))
+    # the reading evaluate's reference makes of the model as given (its int8 weights as uint8), from lazy integers
+    lazy_pairs, pairs = dynamic.without_pair_saturation(read.given), dynamic.without_pair_saturation(whole.given)
+    assert lazy_pairs[1] == pairs[1] == 4
+    shifted = {t.name: lazy.value(t) for t in pairs[0].graph.initializer if t.data_type == TensorProto.UINT8}
+    lazy_shifted = {t.name: lazy.value(t) for t in lazy_pairs[0].graph.initializer if t.data_type == TensorProto.UINT8}
+    assert len(shifted) == 8 and shifted.keys() == lazy_shifted.keys()  # 4 weights and their zero points
+    assert all(np.array_equal(lazy_shifted[n], v) for n, v in shifted.items())
+    calib = [{"x": np.random.default_rng(i).standard_normal((2, 256)).astype(np.float32)} for i in range(3)]
+    cal = qtool.calibrate(path, data=calib)
+    assert json.loads(calibration.to_json(cal))["tensors"] == json.loads(calibration.to_json(qtool.calibrate(onnx.load(path), data=calib)))["tensors"]
+    exports = {t: qtool.export(path, cal, target=t) for t in ("openvino", "qdq")}
+    monkeypatch.setattr(bigmodel, "LAZY_BYTES", 0)  # export reads it lazily too
+    for target, data in exports.items():
+        assert qtool.export(path, cal, target=target) == data, target
+    monkeypatch.undo()
+    held = tmp_path / "held"
+    held.mkdir()
+    np.savez(held / "0.npz", x=calib[0]["x"])
+    calibration.save(cal, tmp_path / "m.calib.json")
+    from qtool.quantizers import cpu_kinds
+
+    monkeypatch.setattr(cpu_kinds, "is_x86", lambda: True)  # evaluate's reference reads the integers again (as uint8)
+    monkeypatch.setattr(cpu_kinds, "vnni", lambda: False)
+
+    def reference():
+        r = invoke("evaluate", path, "--calib", tmp_path / "m.calib.json", "--data", held, "--target", "qdq", "--json")
+        assert r.exit_code == 0, r.output
+        return json.loads(r.stdout)["reference"]
+    whole_reference = reference()
+    assert whole_reference["unsaturated_layers"] == 4
+    monkeypatch.setattr(bigmodel, "LAZY_BYTES", 0)  # and so does evaluate
+    assert reference() == whole_reference
+    monkeypatch.undo()
+    src = tmp_path / "float.onnx"  # a model not quantized dynamically: its integers in its graph
+    model = onnx.load(src)
+    model.graph.initializer.append(numpy_helper.from_array(np.arange(4096, dtype=np.int64).astype(np.int8), "table"))
+    onnx.save(model, src)
+    assert not any(lazy.is_lazy(t) for t in load_model(src, lazy=True).proto.graph.initializer if t.data_type == TensorProto.INT8)
+
+
 @pytest.mark.parametrize("gain", [400.0, 40.0])
 def test_a_model_whose_own_grids_crush_its_channels_is_not_smoothed(tmp_path, monkeypatch, gain):
     """A model shipped dynamic-int8 whose own grids round most MLP channels to a few codes (t5_title_encoder's class:

@@ -616,7 +616,8 @@ def _sums(nodes) -> set[str]:
 # its preconditioning scalar (a Mul read by an Unsqueeze), its conditioning embedding (x * Sigmoid(x),
 # read by a Gemm in every block) and its encoder's skip sums (read by a Reshape and a Shape for the next
 # GroupNorm, the next residual Add, the decoder's Concat and the next level's AveragePool) crossed every
-# position from where they are made to the decoder.
+# position from where they are made to the decoder; OSKut's batch-normalized embeddings, read by an Unsqueeze and a
+# Concat 1000 nodes later, crossed 1028 of its 1060 positions (2 segments, 2.27x plain inference's peak RSS).
 COMPUTED_READERS = PLAIN_READERS | {"Slice", "BatchNormalization", "AveragePool", "Pad", "Shape", "Reshape", "Squeeze", "Unsqueeze",
                                     "Gemm"}
 COMPUTED_OPS = frozenset({"Add", "Sub", "Mul", "Concat"})

@@ -395,10 +395,12 @@ def _load_lazy(p: Path) -> LoadedModel:
     """load_model for a big model: the graph without its big weights (bigmodel.py), the SHA-256 of
     the files read in chunks."""
     with _reading(p):
-        header, found, identity = bigmodel.read_header(p)
+        header, found, identity = bigmodel.read_header(p, integers=True)
         locations = external_locations(header)
         _require_external(p, locations)
-        store = bigmodel.load_lazy(p, header, found, identity)
+        # a model onnxruntime quantized dynamically keeps its integers where they lie, as its float weights computed
+        # from them are (as_float); every other model holds them in its graph
+        store = bigmodel.load_lazy(p, header, found, identity, integers=dynamic.is_dynamic(header))
     h = hashlib.sha256()
     _update(h, p)
     onnx_sha256, sha256 = _digests(h, p, locations)

@@ -12,6 +12,7 @@ the weights weigh.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 from collections.abc import Iterator
@@ -37,7 +38,8 @@ def room_for_lazy(proto: onnx.ModelProto, more: int) -> bool:
     more (its optimized copy would hold them all), which would change their calibration."""
     if not any(n.op_type in ("Conv", "ConvInteger") for n in proto.graph.node):  # ConvInteger: a Conv read as float (dynamic.py)
         return True
-    return sum(lazy.nbytes(t) for t in lazy.lazy_tensors(proto)) + more < LAZY_BYTES
+    # the float ones: a dynamically quantized model's integers, lazy too (load_lazy), are not in the float reading's sessions
+    return sum(lazy.nbytes(t) for t in lazy.lazy_tensors(proto) if t.data_type in lazy.FLOATS) + more < LAZY_BYTES
 
 
 def _stat(fd: int) -> tuple:
@@ -45,9 +47,13 @@ def _stat(fd: int) -> tuple:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def _strip_initializer(buf, value: int, stop: int) -> tuple[bytes, tuple[int, int]] | None:
+INTEGERS = (TensorProto.INT8, TensorProto.UINT8)  # the weights of a model onnxruntime quantized dynamically
+
+
+def _strip_initializer(buf, value: int, stop: int, integers: bool = False) -> tuple[bytes, tuple[int, int, bool]] | None:
     """The initializer in buf[value:stop] as a graph field without its raw data, and (data offset,
-    data length), when it is a float tensor of INLINE_BYTES or more in raw data; None otherwise."""
+    data length, whether it is an integer tensor), when it is a float tensor (with `integers`, or an int8/uint8
+    one) of INLINE_BYTES or more in raw data; None otherwise."""
     raw = None
     data_type = 0
     kept = []
@@ -58,21 +64,22 @@ def _strip_initializer(buf, value: int, stop: int) -> tuple[bytes, tuple[int, in
         if n == wire.TENSOR_DATA_TYPE:
             data_type, _ = wire.varint(buf, v)
         kept.append((f, s))
-    if raw is None or data_type not in lazy.FLOATS or raw[1] < lazy.INLINE_BYTES:
+    integer = integers and data_type in INTEGERS
+    if raw is None or not (data_type in lazy.FLOATS or integer) or raw[1] < lazy.INLINE_BYTES:
         return None
-    return wire.field(wire.GRAPH_INITIALIZER, b"".join(bytes(buf[f:s]) for f, s in kept)), raw
+    return wire.field(wire.GRAPH_INITIALIZER, b"".join(bytes(buf[f:s]) for f, s in kept)), (*raw, integer)
 
 
-def _strip_graph(buf, start: int, end: int, found: list) -> bytes:
-    """The graph in buf[start:end] without the raw data of its float initializers of INLINE_BYTES
-    or more; `found` gets (initializer index, data offset, data length) for each."""
+def _strip_graph(buf, start: int, end: int, found: list, integers: bool = False) -> bytes:
+    """The graph in buf[start:end] without the raw data of its float initializers (with `integers`, and int8/uint8
+    ones) of INLINE_BYTES or more; `found` gets (initializer index, data offset, data length, integer) for each."""
     parts = []
     k = 0
     for number, first, value, stop in wire.fields(buf, start, end):
         if number != wire.GRAPH_INITIALIZER:
             parts.append(buf[first:stop])
             continue
-        stripped = _strip_initializer(buf, value, stop)
+        stripped = _strip_initializer(buf, value, stop, integers)
         if stripped is None:
             parts.append(buf[first:stop])
         else:
@@ -82,9 +89,9 @@ def _strip_graph(buf, start: int, end: int, found: list) -> bytes:
     return b"".join(bytes(p) for p in parts)
 
 
-def read_header(path: Path) -> tuple[onnx.ModelProto, list, tuple]:
-    """The model in `path` without the raw data of its big float initializers (see _strip_graph),
-    read through a memory map (only the graph's pages are touched), and the file's identity."""
+def read_header(path: Path, integers: bool = False) -> tuple[onnx.ModelProto, list, tuple]:
+    """The model in `path` without the raw data of its big float initializers (with `integers`, and its big int8/uint8
+    ones: see _strip_graph), read through a memory map (only the graph's pages are touched), and the file's identity."""
     fd = os.open(path, os.O_RDONLY)
     try:
         identity = _stat(fd)
@@ -92,18 +99,26 @@ def read_header(path: Path) -> tuple[onnx.ModelProto, list, tuple]:
         found: list = []
         if size == 0:
             raise ValueError("empty file")
-        with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as mm:
-            buf = memoryview(mm)
-            try:
-                parts = []
-                for number, first, value, stop in wire.fields(buf, 0, size):
-                    if number == wire.MODEL_GRAPH:
-                        parts.append(wire.field(wire.MODEL_GRAPH, _strip_graph(buf, value, stop, found)))
-                    else:
-                        parts.append(bytes(buf[first:stop]))
-                header = onnx.ModelProto.FromString(b"".join(parts))
-            finally:
+        mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+        buf = memoryview(mm)
+        try:
+            parts = []
+            for number, first, value, stop in wire.fields(buf, 0, size):
+                if number == wire.MODEL_GRAPH:
+                    parts.append(wire.field(wire.MODEL_GRAPH, _strip_graph(buf, value, stop, found, integers)))
+                else:
+                    parts.append(bytes(buf[first:stop]))
+            header = onnx.ModelProto.FromString(b"".join(parts))
+        except BaseException:
+            # views of the map that a parse stopped midway still holds (its generators' frames) keep the map from
+            # closing: the error raised is the one that stopped it (a Ctrl-C: exit 130), not BufferError's "cannot
+            # close exported pointers exist" (which calibrate reported as an unreadable model); the map goes with them
+            with contextlib.suppress(BufferError):
                 buf.release()
+                mm.close()
+            raise
+        buf.release()
+        mm.close()
     finally:
         os.close(fd)
     return header, found, identity
@@ -155,20 +170,28 @@ def _read(t: TensorProto, where: lazy.Source) -> None:
     t.data_location = TensorProto.DEFAULT
 
 
-def load_lazy(path: Path, header: onnx.ModelProto, found: list, identity: tuple) -> lazy.Store:
+def load_lazy(path: Path, header: onnx.ModelProto, found: list, identity: tuple, integers: bool = False) -> lazy.Store:
     """Make `header` (read_header's) refer to its weights where they lie: the big initializers
     stripped from the .onnx file, and the external data tensors of INLINE_BYTES or more (smaller ones
-    are read into the graph, as onnx's loader reads them). Returns the store of the references."""
+    are read into the graph, as onnx's loader reads them); the int8/uint8 ones read_header stripped (its
+    `integers`) refer to the file too with `integers`, else are read into the graph. Returns the store of the
+    references. (A model onnxruntime quantized dynamically is read as the float model it was made from, whose float
+    weights are computed from its integers when read (qtool.model.dynamic): held in the graph, the integers were held
+    for the whole calibration beside the session's: t5_title_decoder's 58 MB.)"""
     store = lazy.STORES.new()
     real = os.path.realpath(path)
     inits = header.graph.initializer
-    for k, offset, length in found:
-        lazy.refer(inits[k], store.add(lazy.Source(real, offset, length, False, identity)))
+    for k, offset, length, integer in found:
+        where = lazy.Source(real, offset, length, False, identity)
+        if integer and not integers:
+            _read(inits[k], where)
+        else:
+            lazy.refer(inits[k], store.add(where))
     files = _ExternalFiles(str(path.parent))
     for t in inits:
         if t.data_location == TensorProto.EXTERNAL and not lazy.is_lazy(t):
             where = files.source(t)
-            if t.data_type in lazy.FLOATS and where.length >= lazy.INLINE_BYTES:
+            if (t.data_type in lazy.FLOATS or integers and t.data_type in INTEGERS) and where.length >= lazy.INLINE_BYTES:
                 lazy.refer(t, store.add(where))
             else:
                 _read(t, where)

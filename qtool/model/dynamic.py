@@ -693,7 +693,7 @@ def without_pair_saturation(model: onnx.ModelProto) -> tuple[onnx.ModelProto, in
         names = []
         for t, default in ((w, None), (zp, np.int8(0))):
             if (t, default is None) not in added:
-                values = numpy_helper.to_array(inits[t]) if t else default
+                values = lazy.value(inits[t]) if t else default  # a lazy one read where it lies
                 shifted = (np.asarray(values, np.int16) + 128).astype(np.uint8)
                 name = f"{t or w + '/zero_point'}/uint8"
                 out.graph.initializer.append(numpy_helper.from_array(shifted, name))
