@@ -5,9 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
-
-from qtool import api
-from qtool.collection import pipeline
+from test_segments import _one_session_and_segments_write_one_file
 
 
 def _stacked_norm_like(layers: int = 8, channels: int = 8, width: int = 64) -> onnx.ModelProto:
@@ -57,23 +55,7 @@ def test_a_computed_tensor_an_unsqueeze_reads_blocks_no_cut(tmp_path, monkeypatc
     rng = np.random.default_rng(5)
     for k in range(3):
         np.save(folder / f"{k}.npy", rng.standard_normal((4, 8, 64)).astype(np.float32))
-    files, seen = {}, []
-
-    class Counted(segments.Segmented):
-        def __init__(self, parts, *args):
-            seen.append(len(parts))
-            super().__init__(parts, *args)
-
-    monkeypatch.setattr(segments, "Segmented", Counted)
-    for label, run_bytes in (("one", 1 << 40), ("segments", 1 << 10)):
-        monkeypatch.setattr(pipeline, "RUN_BYTES", run_bytes)
-        monkeypatch.setattr(pipeline, "SEGMENT_BYTES", 1 << 10)
-        seen.clear()
-        out = tmp_path / f"{label}.calib.json"
-        api.calibrate_files(path, data=folder, output=out)
-        files[label] = out.read_bytes()
-        assert bool(seen) == (label == "segments") and (not seen or seen[0] >= 3), seen
-    assert files["one"] == files["segments"]
+    _one_session_and_segments_write_one_file(path, folder, tmp_path, monkeypatch)
 
 
 def test_a_ctrl_c_while_the_model_is_read_lazily_is_a_ctrl_c(monkeypatch):
