@@ -284,8 +284,14 @@ def test_keep_fp32_needs_real_inputs_and_a_fake_quant_target(digits, tmp_path):
     np.savez(tmp_path / "d" / "0.npz", image=np.ones((1, 3, 8, 8), np.float32), scale_id=np.array([1], np.int64))
     ok(invoke("-q", "calibrate", tmp_path / "mixed.onnx", "--data", tmp_path / "d", "-o", tmp_path / "m.calib.json"))
     r = ok(invoke("export", "--target", "qdq", "--calib", tmp_path / "m.calib.json", "-o", tmp_path / "m.qdq.onnx",
-                  "--keep-fp32", "1", "--data", tmp_path / "d", "--json"))
-    assert len(json.loads(r.stdout)["kept_fp32"]) == 1
+                  "--max-drop", "1dB", "--data", tmp_path / "d", "--json"))
+    assert json.loads(r.stdout)["kept_fp32"] == [] and (tmp_path / "m.qdq.onnx").exists()
+    # its one int8 layer ranked on those inputs and kept FP32: nothing left to quantize (the Mul by the looked-up
+    # per-sample scale asks for no quantizer), said, and no file
+    r = invoke("export", "--target", "qdq", "--calib", tmp_path / "m.calib.json", "-o", tmp_path / "k.qdq.onnx",
+               "--keep-fp32", "1", "--data", tmp_path / "d")
+    assert r.exit_code == 1 and "would quantize nothing" in r.stderr and "/conv/Conv" in r.stderr
+    assert not (tmp_path / "k.qdq.onnx").exists()
 
 
 # ---------------------------------------------------------------- targets and runtimes
