@@ -151,4 +151,3 @@ def run(session, names: list[str] | None, feeds: Feeds) -> list[np.ndarray]:
     except Exception as e:
         shapes = {k: list(v.shape) for k, v in feeds.items()}
         raise QtoolError(f"onnxruntime failed on inputs of shape {shapes}: {first_line(e)}") from None
-
