@@ -630,13 +630,15 @@ def _rename(g: onnx.GraphProto, old: str, new: str) -> None:
         for i, x in enumerate(n.output):
             if x == old:
                 n.output[i] = new
-    keep = [vi for vi in g.value_info if vi.name != new]
-    for vi in keep:
+    # in place: a copy of every value_info per rename (del + extend) grew the export of a model with ~1000 nodes
+    # kept FP32 (kokoro_ja_int8, hunt22) to 21 GB before the OOM killer
+    for i in reversed(range(len(g.value_info))):
+        if g.value_info[i].name == new:
+            del g.value_info[i]
+    for vi in g.value_info:
         if vi.name == old:
             vi.name = new
             vi.type.tensor_type.elem_type = TensorProto.FLOAT
-    del g.value_info[:]
-    g.value_info.extend(keep)
 
 
 def _drop_cast_pairs(g: onnx.GraphProto, n_before: int, original: set[str]) -> None:
