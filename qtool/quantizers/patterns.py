@@ -734,3 +734,41 @@ def transformer_structure(m: G.Index) -> dict[str, int]:
                 and not is_fused_elementwise(m, n)):
             counts["residual_add"] += 1
     return counts
+
+
+ROUNDINGS = frozenset({"Round", "Floor", "Ceil"})
+# what carries a rounded count on to a length: casts, clamps, arithmetic, sums and picks of integers
+_COUNT_PATH = frozenset({"Clip", "Max", "Min", "Relu", "Cast", "Add", "Sub", "Mul", "Div", "Neg", "Abs", "Squeeze", "Unsqueeze",
+                         "Reshape", "Flatten", "Identity", "Gather", "Slice", "Concat", "CumSum", "ReduceSum", "ReduceMax"})
+# the inputs that set a tensor's length from a value: a Range's bounds, ConstantOfShape's shape, Expand's shape, Tile's repeats
+_LENGTH_SLOTS = {"Range": (0, 1, 2), "ConstantOfShape": (0,), "Expand": (1,), "Tile": (1,)}
+_COUNT_WALK = 64
+
+
+def _sets_length(m: G.Index, t: str) -> bool:
+    """Whether the values of `t` reach, through _COUNT_PATH ops (at most _COUNT_WALK nodes), an input that sets a length."""
+    seen: set[str] = set()
+    stack = [t]
+    while stack and len(seen) < _COUNT_WALK:
+        for reader, slot in m.readers.get(stack.pop(), []):
+            if slot in _LENGTH_SLOTS.get(reader.op_type, ()):
+                return True
+            if reader.op_type in _COUNT_PATH and reader.name not in seen:
+                seen.add(reader.name)
+                stack.extend(o for o in reader.output if o)
+    return False
+
+
+def length_roundings(m: G.Index) -> dict[str, list[str]]:
+    """{rounding node: the nodes that compute its input} for each Round/Floor/Ceil of a computed value whose result sets
+    a tensor's length: a text-to-speech model's durations rounded into frame counts (Kokoro / StyleTTS2, FastSpeech's
+    length regulator: Round -> Clip -> Cast -> CumSum / Range), where one count rounded otherwise changes the output's
+    length. The nodes are every node its input is computed from (G.ancestors), constants and graph inputs excluded."""
+    found: dict[str, list[str]] = {}
+    for n in m.graph.node:
+        if n.op_type not in ROUNDINGS or not n.input or m.producer.get(n.input[0]) is None:
+            continue
+        if not any(_sets_length(m, o) for o in n.output if o):
+            continue
+        found[n.name] = [a.name for a in G.ancestors(m.graph, [n.input[0]], m.producer)]
+    return found

@@ -35,6 +35,9 @@ def kept_float(inputs: Inputs, choices: Choices, report: Report) -> Kept:
         found.update(P.ignored_nodes(m))
     if rules.exclusions is not None:
         found.update(rules.exclusions(m))
+    for rounding, computing in P.length_roundings(m).items():  # every target: a length must not round otherwise
+        for name in computing:
+            found.setdefault(name, f"default exclusion: computes the count {rounding} rounds into a length")
     unused = sorted(included - set(found))
     if unused:
         report.warnings.append(f"--include: {_listed(unused)} not excluded by default; nothing to include")

@@ -35,6 +35,7 @@ from ...errors import Opt, QtoolError
 from ...model import float16
 from ...model import graph as G
 from ...quantizers import biascorrection, grids, placement, smoothquant
+from ...quantizers import patterns as P
 from ...quantizers.quantizer import Quantizer
 from ...quantizers.rules import Rules
 from .. import get
@@ -209,7 +210,11 @@ def high_precision_fp16(model: onnx.ModelProto, cal, warnings: list[str], summar
 
     G.toposort(model.graph)
     G.cleanup(model.graph)
-    converted, why = _to_fp16(autocast, model, {t.name: t.absmax for t in cal.tensors}, warnings)
+    # a count rounded into a length (P.length_roundings) and what computes it stay FP32, as the placement keeps them
+    # float: FP16's rounding changes the count as INT8's would
+    lengths = P.length_roundings(G.Index(model))
+    keep = [n for rounding, computing in lengths.items() for n in (*computing, rounding)]
+    converted, why = _to_fp16(autocast, model, {t.name: t.absmax for t in cal.tensors}, warnings, keep)
     if converted is None:
         warnings.append(f"FP16 conversion failed ({why}); the unquantized part stays FP32, as with --high-precision fp32 "
                         "(TensorRT runs it in FP32: slower, not less accurate)")
@@ -220,18 +225,18 @@ def high_precision_fp16(model: onnx.ModelProto, cal, warnings: list[str], summar
     return converted.model
 
 
-def _to_fp16(autocast, model: onnx.ModelProto, absmax: dict, warnings: list[str]):
+def _to_fp16(autocast, model: onnx.ModelProto, absmax: dict, warnings: list[str], keep: list[str] | None = None):
     """(qtool.targets.tensorrt.autocast.to_fp16's result, None), or (None, why) when no FP16 model comes out. When
     the whole model fails and it has If/Loop/Scan nodes (whose bodies the converter converts
     unguarded), those nodes are kept FP32 and the rest tried again, with a warning naming them."""
     try:
-        return autocast.to_fp16(model, activation_absmax=absmax), ""
+        return autocast.to_fp16(model, activation_absmax=absmax, keep_fp32_nodes=keep or ()), ""
     except Exception as e:  # any failure of the conversion falls back to FP32
         why = _reason(e)
     control = [n.name for n in model.graph.node if G.subgraphs(n)]
     if control:
         try:
-            converted = autocast.to_fp16(model, activation_absmax=absmax, keep_fp32_nodes=control)
+            converted = autocast.to_fp16(model, activation_absmax=absmax, keep_fp32_nodes=[*control, *(keep or ())])
         except Exception as e:
             return None, f"{why}; with {_names(control)} kept FP32: {_reason(e)}"
         warnings.append(f"FP16 conversion failed ({why}); {_names(control)} (control flow) stay FP32, the rest is FP16")
