@@ -904,3 +904,23 @@ def test_a_segment_input_whose_shape_data_propagation_tells_is_declared_static_a
     onnx.save(model, path)
     folder = _random_files(tmp_path, 22, [(16, 32)] * 4)
     _one_session_and_segments_write_one_file(path, folder, tmp_path, monkeypatch)
+
+
+def test_a_calibration_in_segments_orders_the_nodes_once(tmp_path, unet, monkeypatch):
+    """`segments.order` (shape inference's types, every node's readers) ran three times per calibration in segments:
+    in `cuts`, `held` and `split`; the cuts carry the order they count (Cuts.nodes) to the other two. The same file."""
+    from qtool.collection import segments
+
+    path, data = unet
+    calls, real = [], segments.order
+    monkeypatch.setattr(segments, "order", lambda proto: calls.append(1) or real(proto))
+    monkeypatch.setattr(pipeline, "RUN_BYTES", 256 << 10, raising=False)
+    monkeypatch.setattr(pipeline, "SEGMENT_BYTES", 256 << 10, raising=False)
+    parts = tmp_path / "parts.calib.json"
+    api.calibrate_files(path, data=data, output=parts)
+    assert len(calls) == 1
+    monkeypatch.setattr(segments, "_ordered", lambda proto, positions: real(proto))  # each its own order, as before
+    again = tmp_path / "again.calib.json"
+    api.calibrate_files(path, data=data, output=again)
+    assert len(calls) == 2, calls
+    assert again.read_bytes() == parts.read_bytes()
