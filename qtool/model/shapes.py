@@ -37,8 +37,8 @@ WEIGHTLESS = "qtool-weightless"  # the external-data location of the initializer
 
 
 # The types whose values onnx's shape inference may read from a constant input (a shape, axes, pads, indices, a
-# condition) stay in the graph; the data of every other type is a weight's, which inference never reads (it runs
-# without data propagation: _infer).
+# condition) stay in the graph; the data of every other type is a weight's, which inference never reads (data
+# propagation, _infer_propagated, follows integer shape values only).
 _READ_TYPES = frozenset({onnx.TensorProto.INT32, onnx.TensorProto.INT64, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64,
                          onnx.TensorProto.BOOL, onnx.TensorProto.STRING})
 
@@ -112,10 +112,10 @@ def isolated(call, data: bytes) -> tuple[bytes | None, str]:
     """`call(data)` (bytes -> bytes) in a forked child, so that a native abort or crash in it ends
     the child, not qtool: (its result, "") or (None, why it failed: the exception's last line, or
     how the child ended and the last line it wrote to stderr, which is kept off qtool's). Where
-    fork is not available (or fails), called here. `_infer` runs in a new minimal interpreter
-    instead (_spawned_infer) where it can: a fork counts this process's memory again."""
-    if call is _infer:
-        spawned = _spawned_infer(data)
+    fork is not available (or fails), called here. `_infer` and `_infer_propagated` run in a new
+    minimal interpreter instead (_spawned_infer) where it can: a fork counts this process's memory again."""
+    if call is _infer or call is _infer_propagated:
+        spawned = _spawned_infer(data, call is _infer_propagated)
         if spawned is not None:
             return spawned
     if not hasattr(os, "fork"):
@@ -181,10 +181,18 @@ def _infer(data: bytes) -> bytes:
     return onnx.shape_inference.infer_shapes(onnx.ModelProto.FromString(data), strict_mode=False).SerializeToString()
 
 
+def _infer_propagated(data: bytes) -> bytes:
+    """_infer with onnx's data propagation (data_prop): the values of shape tensors (Shape -> Gather ->
+    Concat -> Reshape...) followed, so that dimensions they decide are told, not made-up symbols."""
+    return onnx.shape_inference.infer_shapes(onnx.ModelProto.FromString(data), strict_mode=False,
+                                             data_prop=True).SerializeToString()
+
+
 # The child that runs _infer where it can: a new interpreter that loads onnx's C++ extension alone
 # (no numpy, no onnx package, ~20 MB) and calls what onnx.shape_inference.infer_shapes calls
 # (onnx/onnx shape_inference.py: C.infer_shapes(bytes, check_type, strict_mode, data_prop)), for
-# each model it is sent (8-byte length, bytes) answering "+" or "-" (a reason), length, bytes. A fork
+# each model it is sent (8-byte length, 1 byte: data propagation or not, bytes) answering "+" or "-" (a
+# reason), length, bytes. A fork
 # of this process shared its pages, but a process's resident set counts them again: a fork of a
 # calibration holding a 54 MB float model doubled its process tree's memory while onnx ran.
 _CHILD = """
@@ -197,10 +205,10 @@ read, write = sys.stdin.buffer, sys.stdout.buffer
 module.shape_inference.infer_shapes(b"", False, False, False)  # the call as this onnx spells it, else no "ready": a fork
 write.write(b"ready")
 write.flush()
-while len(head := read.read(8)) == 8:
-    data = read.read(int.from_bytes(head, "little"))
+while len(head := read.read(9)) == 9:
+    data = read.read(int.from_bytes(head[:8], "little"))
     try:
-        out = b"+" + module.shape_inference.infer_shapes(data, False, False, False)
+        out = b"+" + module.shape_inference.infer_shapes(data, False, False, head[8] == 1)
     except Exception as e:
         text = str(e).strip()
         out = b"-" + (text.splitlines()[-1] if text else type(e).__name__).encode("utf-8", "replace")
@@ -219,9 +227,9 @@ class _Child:
                                      stdout=subprocess.PIPE, stderr=self.err)
         self.ready = self.proc.stdout.read(5) == b"ready"
 
-    def infer(self, data: bytes) -> tuple[bytes | None, str]:
+    def infer(self, data: bytes, data_prop: bool = False) -> tuple[bytes | None, str]:
         try:
-            self.proc.stdin.write(len(data).to_bytes(8, "little") + data)
+            self.proc.stdin.write(len(data).to_bytes(8, "little") + bytes([data_prop]) + data)
             self.proc.stdin.flush()
             head = self.proc.stdout.read(8)
             payload = self.proc.stdout.read(int.from_bytes(head, "little")) if len(head) == 8 else b""
@@ -273,9 +281,9 @@ def close_child() -> None:
             _child = None
 
 
-def _spawned_infer(data: bytes) -> tuple[bytes | None, str] | None:
-    """_infer(data) in the inference child (_CHILD), as `isolated` reports it; None where that child
-    cannot start or load onnx's extension (the caller forks instead)."""
+def _spawned_infer(data: bytes, data_prop: bool = False) -> tuple[bytes | None, str] | None:
+    """_infer(data) (_infer_propagated where `data_prop`) in the inference child (_CHILD), as `isolated`
+    reports it; None where that child cannot start or load onnx's extension (the caller forks instead)."""
     global _child
     extension = getattr(getattr(onnx, "onnx_cpp2py_export", None), "__file__", None)
     if not extension or not sys.executable:
@@ -291,7 +299,7 @@ def _spawned_infer(data: bytes) -> tuple[bytes | None, str] | None:
                 child.err.close()
                 return None
             _child = child
-        found, why = _child.infer(data)
+        found, why = _child.infer(data, data_prop)
         if found is None and _child.proc.poll() is not None:
             _child.err.close()
             _child = None
@@ -299,10 +307,12 @@ def _spawned_infer(data: bytes) -> tuple[bytes | None, str] | None:
 
 
 class Inferences:
-    """onnx's shape inference results of the last few weightless graphs, by their SHA-256."""
+    """onnx's shape inference results of the last few weightless graphs, by their SHA-256
+    (`data_prop`: with onnx's data propagation, _infer_propagated)."""
 
-    def __init__(self, keep: int = 4):
+    def __init__(self, keep: int = 4, data_prop: bool = False):
         self.keep = keep
+        self.call = _infer_propagated if data_prop else _infer
         self._results: dict[str, onnx.ModelProto | None] = {}
         self.failures: dict[str, str] = {}  # why the inference of a graph failed, by its SHA-256
 
@@ -314,7 +324,7 @@ class Inferences:
         """The inference (strict_mode off) of the weightless model `data`, or None when it fails."""
         key = hashlib.sha256(data).hexdigest()
         if key not in self._results:
-            found, why = isolated(_infer, data)  # None: a model onnx cannot infer (custom ops, inconsistent shapes)
+            found, why = isolated(self.call, data)  # None: a model onnx cannot infer (custom ops, inconsistent shapes)
             result = None if found is None else onnx.ModelProto.FromString(found)
             if len(self._results) >= self.keep:
                 old = next(iter(self._results))
@@ -331,13 +341,19 @@ class Inferences:
 
 
 INFERENCES = Inferences()
+# ... with data propagation: the segments' declarations (collection.segments._inferred), which must tell the static
+# dimensions onnxruntime's own inference tells (it propagates shape values too: microsoft/onnxruntime
+# onnxruntime/core/graph/data_propagation/, called from graph.cc's node inference) where onnx's plain inference
+# makes up a symbol (unk__N)
+PROPAGATED = Inferences(data_prop=True)
 
 
-def inferred(model: onnx.ModelProto) -> onnx.ModelProto | None:
+def inferred(model: onnx.ModelProto, data_prop: bool = False) -> onnx.ModelProto | None:
     """onnx's shape inference (strict_mode off) of the model without its weight data, or None when
     it fails; cached by the graph's content, so every step of a command that asks about one graph
-    shares one inference. The result holds no weight data: read types and shapes from it."""
-    return INFERENCES.of(weightless(model))
+    shares one inference. The result holds no weight data: read types and shapes from it.
+    `data_prop`: with onnx's data propagation (PROPAGATED)."""
+    return (PROPAGATED if data_prop else INFERENCES).of(weightless(model))
 
 
 def with_inferred_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
