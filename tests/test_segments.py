@@ -925,3 +925,54 @@ def test_a_calibration_in_segments_orders_the_nodes_once(tmp_path, unet, monkeyp
     api.calibrate_files(path, data=data, output=again)
     assert len(calls) == 2, calls
     assert again.read_bytes() == parts.read_bytes()
+
+
+def _declared_encoder(blocks: int = 3, width: int = 32) -> onnx.ModelProto:
+    """Post-norm residual MLP blocks on a [batch, seq, width] input whose value_info (as torch's dynamo exporter
+    writes it) declares each block's tensors [1, seq, width], but the LayerNormalization outputs, which inference
+    tells [batch, seq, width], and one Reshape per block by a shape computed from a Shape of the block's input (onnx's
+    data propagation tells it as [seq, width] with the symbol; onnxruntime does not)."""
+    rng = np.random.default_rng(23)
+    inits = [numpy_helper.from_array(np.array([1], np.int64), "second"), numpy_helper.from_array(np.array([-1], np.int64), "rows")]
+    nodes, infos, h = [], [], "x"
+    for k in range(blocks):
+        nodes += [helper.make_node("Shape", [h], [f"s{k}"]), helper.make_node("Gather", [f"s{k}", "second"], [f"n{k}"]),
+                  helper.make_node("Concat", [f"n{k}", "rows"], [f"shape{k}"], axis=0),
+                  helper.make_node("Reshape", [h, f"shape{k}"], [f"v{k}"]), helper.make_node("Relu", [f"v{k}"], [f"q{k}"])]
+        w = numpy_helper.from_array((rng.standard_normal((width, width)) * 0.2).astype(np.float32), f"w{k}")
+        b = numpy_helper.from_array((rng.standard_normal(width) * 0.1).astype(np.float32), f"b{k}")
+        gamma = numpy_helper.from_array(rng.uniform(0.5, 1.5, width).astype(np.float32), f"g{k}")
+        beta = numpy_helper.from_array((rng.standard_normal(width) * 0.1).astype(np.float32), f"be{k}")
+        inits += [w, b, gamma, beta]
+        nodes += [helper.make_node("MatMul", [h, w.name], [f"m{k}"]), helper.make_node("Add", [f"m{k}", b.name], [f"a{k}"]),
+                  helper.make_node("Add", [h, f"a{k}"], [f"res{k}"]),
+                  helper.make_node("LayerNormalization", [f"res{k}", gamma.name, beta.name], [f"h{k + 1}"], axis=-1)]
+        infos += [helper.make_tensor_value_info(t, TensorProto.FLOAT, [1, "seq", width]) for t in (f"m{k}", f"a{k}", f"h{k + 1}")]
+        h = f"h{k + 1}"
+    outs = [helper.make_tensor_value_info(h, TensorProto.FLOAT, None)] + [helper.make_tensor_value_info(f"q{k}", TensorProto.FLOAT, None)
+                                                                          for k in range(blocks)]
+    graph = helper.make_graph(nodes, "declared", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", width])],
+                              outs, inits, value_info=infos)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_a_fetched_tensor_is_declared_as_onnxruntime_knows_it_not_by_its_value_info(tmp_path, monkeypatch):
+    """A segment input that the whole model fetches (a graph output of the exposed model) is declared as onnxruntime
+    knows it there: from inference, not from the model's value_info (which onnxruntime does not read for a graph
+    output), and with data propagation's shapes only where they are all numbers. khmersm's LayerNormalization
+    outputs, [1, seq, 192] in its value_info, came into segments so and fused with the next residual Add into
+    SkipLayerNormalizations the whole model does not have (87 of 141 records within float rounding)."""
+    from qtool import model as qmodel
+    from qtool.collection import collect, segments
+
+    model = _declared_encoder()
+    types = qmodel.tensor_types(model)
+    names = qmodel.activation_tensors(model, types)
+    fetched = [n for n in names if n not in collect.derivations(model, names, types)]
+    info = segments._declarations(qmodel.with_outputs(model, fetched, types))
+    shape = lambda name: [d.dim_value or d.dim_param or None for d in info[name].type.tensor_type.shape.dim]  # noqa: E731
+    assert shape("h1") == ["batch", "seq", 32] and shape("v0") == [None, None] and shape("a0") == [1, "seq", 32]
+    path = tmp_path / "declared.onnx"
+    onnx.save(model, path)
+    folder = _random_files(tmp_path, 23, [(1, 16, 32)] * 4)
+    _one_session_and_segments_write_one_file(path, folder, tmp_path, monkeypatch)

