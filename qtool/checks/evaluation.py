@@ -1152,7 +1152,8 @@ def check_finite_reference(names: list[str], accs: list[_Acc]) -> None:
                              "so there is nothing to compare: check the inputs' preprocessing, dtypes and value ranges")
 
 
-ROUNDING = ("Round", "Floor", "Ceil", "NonZero", "TopK", "NonMaxSuppression")  # ops whose integers can set a shape
+# ops whose integers can set a shape: patterns' roundings (Round, Floor, Ceil) and the selecting ops
+ROUNDING = P.ROUNDINGS | {"NonZero", "TopK", "NonMaxSuppression"}
 
 
 def check_compared(names: list[str], accs: list[_Acc], model: onnx.ModelProto | None = None) -> None:
