@@ -182,10 +182,12 @@ def test_evaluate_reports_the_simulation_and_the_runtime(chain):
 # ---------------------------------------------------------------- a FakeQuantize OpenVINO applies as a clamp
 
 
-def sum_block(after_sum: bool = True, two_convs: bool = False) -> onnx.ModelProto:
+def sum_block(after_sum: bool = True, two_convs: bool = False, computed_bias: bool = False) -> onnx.ModelProto:
     """x -> FakeQuantize -> int8 Conv -> bias Add -> FakeQuantize m -> Add with y's FakeQuantize (or, `two_convs`, with
     a second int8 Conv's FakeQuantize m2) [-> FakeQuantize]: the residual block of a ResNet, DLA or PP-LCNet
-    (bench/openvino_quirks.py, case 1). The grids clip the Conv's tails, so a clamp and a rounding differ."""
+    (bench/openvino_quirks.py, case 1). The grids clip the Conv's tails, so a clamp and a rounding differ.
+    `computed_bias`: the bias an int32 DequantizeLinear then a Reshape, as a model onnxruntime quantized writes it
+    and qtool's file keeps it (OpenVINO folds it to a constant)."""
     rng = np.random.default_rng(3)
     c = 16
     arrays = {"w8": rng.integers(-63, 64, (c, c, 3, 3)).astype(np.int8), "v8": rng.integers(-63, 64, (c, c, 3, 3)).astype(np.int8),
@@ -199,6 +201,10 @@ def sum_block(after_sum: bool = True, two_convs: bool = False) -> onnx.ModelProt
     nodes = [helper.make_node("Cast", ["w8"], ["wf"], to=TensorProto.FLOAT), helper.make_node("Mul", ["wf", "ws"], ["w"]),
              fq("x", "lo_x", "hi_x", "xq"), helper.make_node("Conv", ["xq", "w"], ["conv"], pads=[1, 1, 1, 1]),
              helper.make_node("Add", ["conv", "b"], ["biased"]), fq("biased", "lo", "hi", "m")]
+    if computed_bias:
+        step = np.float32(0.004 / 255)  # the input's step times the weights'
+        arrays.update(b32=np.round(arrays.pop("b").ravel() / step).astype(np.int32), b_step=step, b_shape=np.array([1, c, 1, 1], np.int64))
+        nodes[:0] = [helper.make_node("DequantizeLinear", ["b32", "b_step"], ["b_flat"]), helper.make_node("Reshape", ["b_flat", "b_shape"], ["b"])]
     if two_convs:  # the second Conv reads y
         nodes += [helper.make_node("Cast", ["v8"], ["vf"], to=TensorProto.FLOAT), helper.make_node("Mul", ["vf", "ws"], ["v"]),
                   fq("y", "lo_x", "hi_x", "yq"), helper.make_node("Conv", ["yq", "v"], ["conv2"], pads=[1, 1, 1, 1]),
@@ -215,15 +221,17 @@ def sum_block(after_sum: bool = True, two_convs: bool = False) -> onnx.ModelProt
     return m
 
 
-@pytest.mark.parametrize("after_sum, two_convs, clamped", [(True, False, {"m"}), (False, False, set()), (True, True, {"m"})])
-def test_a_fakequantize_openvino_fuses_before_a_sum_is_simulated_as_its_clamp(after_sum, two_convs, clamped):
+@pytest.mark.parametrize("after_sum, two_convs, computed_bias, clamped", [
+    (True, False, False, {"m"}), (False, False, False, set()), (True, True, False, {"m"}), (True, False, True, {"m"})])
+def test_a_fakequantize_openvino_fuses_before_a_sum_is_simulated_as_its_clamp(after_sum, two_convs, computed_bias, clamped):
     """OpenVINO 2026.4's CPU plugin fuses the residual Add into the int8 Conv as a sum post-op and, with the
     FakeQuantize after the Add fused too, applies the FakeQuantize between them as a clamp without rounding: the
     simulation computes that one so and matches the run (the file as written: 43 dB from it); without the
     FakeQuantize after the Add it rounds, and so does the simulation. Of two Convs meeting at the Add, the first
-    input's is fused (its FakeQuantize clamped), the second's rounds."""
+    input's is fused (its FakeQuantize clamped), the second's rounds. A bias computed from constants alone (a shipped
+    model's int32 bias, sscd_int8's 16 residual blocks) is folded and fused as a constant one is."""
     ov = module("openvino")
-    m = sum_block(after_sum, two_convs)
+    m = sum_block(after_sum, two_convs, computed_bias)
     assert simulate.sum_fused_clamps(m) == clamped
     rng = np.random.default_rng(4)
     feeds = {"x": rng.uniform(0, 1, (1, 16, 24, 24)).astype(np.float32),

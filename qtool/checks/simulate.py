@@ -110,7 +110,11 @@ class _SumFusion:
 
     def __init__(self, model: onnx.ModelProto):
         index = G.Index(model)
-        self.readers, self.producer, self.constants, self.outputs = index.readers, index.producer, index.constants, index.outputs
+        self.readers, self.producer, self.outputs = index.readers, index.producer, index.outputs
+        self.constants = set(index.constants)  # and what OpenVINO folds: nodes that read constants alone (a shipped
+        for n in model.graph.node:  # model's int32 bias, DequantizeLinear then Reshape; the nodes come in graph order)
+            if n.input and all(t in self.constants for t in n.input if t):
+                self.constants.update(o for o in n.output if o)
 
     def single(self, t: str) -> bool:
         return len(self.readers.get(t, [])) == 1 and t not in self.outputs
