@@ -515,7 +515,43 @@ def tensor_types(proto: onnx.ModelProto) -> dict[str, int]:
             for a in n.attribute:
                 if a.name == "value":
                     types[n.output[0]] = a.t.data_type
+    _schema_types(proto, types)
     return types
+
+
+def _schema_types(proto: onnx.ModelProto, types: dict[str, int]) -> None:
+    """Fill in, in graph order, the outputs ONNX shape inference left without a type, from the op's schema: an
+    output whose type parameter an input shares has that input's type, one whose parameter allows one type has it.
+    Some standard ops have no inference function (GroupNormalization-21, MeanVarianceNormalization: onnx defines
+    them by a function body only), and inference types nothing after them."""
+    versions = {o.domain or "": o.version for o in proto.opset_import}
+    for n in proto.graph.node:
+        outs = [(i, o) for i, o in enumerate(n.output) if o and o not in types]
+        if not outs or (n.domain or "") not in ("", "ai.onnx"):
+            continue
+        try:
+            schema = onnx.defs.get_schema(n.op_type, versions.get("", 1), "")
+        except onnx.defs.SchemaError:
+            continue
+        allowed = {c.type_param_str: list(c.allowed_type_strs) for c in schema.type_constraints}
+        formal_in = list(schema.inputs)
+        for i, o in outs:
+            if i >= len(schema.outputs) and not (schema.outputs and schema.outputs[-1].option == onnx.defs.OpSchema.FormalParameterOption.Variadic):
+                continue
+            param = schema.outputs[min(i, len(schema.outputs) - 1)].type_str
+            found = [types.get(t) for k, t in enumerate(n.input) if t and formal_in
+                     and formal_in[min(k, len(formal_in) - 1)].type_str == param and types.get(t)]
+            if found:
+                types[o] = found[0]
+            elif len(allowed.get(param, ())) == 1:
+                text = allowed[param][0]  # "tensor(float)"
+                if text.startswith("tensor(") and text[7:-1] in _TYPE_NAMES:
+                    types[o] = _TYPE_NAMES[text[7:-1]]
+
+
+_TYPE_NAMES = {"float": onnx.TensorProto.FLOAT, "float16": onnx.TensorProto.FLOAT16, "double": onnx.TensorProto.DOUBLE,
+               "bfloat16": onnx.TensorProto.BFLOAT16, "int64": onnx.TensorProto.INT64, "int32": onnx.TensorProto.INT32,
+               "bool": onnx.TensorProto.BOOL, "int8": onnx.TensorProto.INT8, "uint8": onnx.TensorProto.UINT8}
 
 
 def activation_tensors(proto: onnx.ModelProto, types: dict[str, int] | None = None) -> list[str]:
