@@ -233,3 +233,28 @@ def test_a_depthwise_input_is_per_tensor_in_the_qdq_file(tmp_path):
     assert sqnr(ort_run(path, {"x": x})[0], session.run(None, {"x": x})[0]) > 20
     fused = [n for n in onnx.load(str(tmp_path / "optimized.onnx")).graph.node if n.op_type == "QLinearConv"]
     assert len(fused) >= 2, [n.op_type for n in onnx.load(str(tmp_path / "optimized.onnx")).graph.node]
+
+
+def test_a_layer_after_a_node_the_opset_converter_replaces_keeps_its_range():
+    """An opset-9 model's Upsample becomes a Resize when the qdq export converts it to opset 13, and onnx's converter
+    names that Resize's output anew: the Conv reading it found no calibrated range and stayed FP32. The converted
+    model keeps the model's names, so the Conv reads a DequantizeLinear."""
+    from onnx import TensorProto, helper
+
+    import qtool
+
+    rng = np.random.default_rng(0)
+    w = {"w1": rng.normal(0, 0.3, (16, 3, 3, 3)), "sc": np.array([1, 1, 2, 2]), "w2": rng.normal(0, 0.1, (16, 16, 3, 3))}
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["a"], ["r"]),
+             helper.make_node("Upsample", ["r", "sc"], ["u"], mode="nearest"),
+             helper.make_node("Conv", ["u", "w2"], ["y"], pads=[1, 1, 1, 1])]
+    g = helper.make_graph(nodes, "old", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 16, 16])],
+                          [numpy_helper.from_array(v.astype(np.float32), k) for k, v in w.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 9)])
+    m.ir_version = 7
+    cal = qtool.calibrate(m, data=[{"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)} for _ in range(4)])
+    out = onnx.load_from_string(qtool.export(m, cal, target="qdq"))
+    producers = {o: n.op_type for n in out.graph.node for o in n.output}
+    assert [producers.get(n.input[0]) for n in out.graph.node if n.op_type == "Conv"] == ["DequantizeLinear"] * 2
+    assert "u" in producers  # the model's own name

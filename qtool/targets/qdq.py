@@ -49,6 +49,7 @@ def upgrade_opset(model: onnx.ModelProto, target: int = MIN_OPSET, why: str = "p
 
         converted = version_converter.convert_version(model, target)
         lazy.rebuilt(converted)
+        _original_names(model, converted)
     except Exception as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise QtoolError(
@@ -63,6 +64,28 @@ def upgrade_opset(model: onnx.ModelProto, target: int = MIN_OPSET, why: str = "p
             f"({str(e).strip().splitlines()[0]}); re-export the model at opset {target} or later"
         ) from None
     return converted, [f"the model was converted from opset {current} to opset {target} ({why} needs {target})"]
+
+
+def _original_names(original: onnx.ModelProto, converted: onnx.ModelProto) -> None:
+    """Give back the names onnx's version converter changed: an adapter that replaces a node names its output anew
+    (an opset-9 Upsample becomes a Resize writing '_v_21' where the model said 'u'), and the calibration file's range
+    of 'u' would find no tensor. The converter keeps the nodes in order, adding only the Constant nodes that hold new
+    inputs; where the two node lists do not align, nothing is renamed."""
+    known = {o for n in original.graph.node for o in n.output} | {i.name for i in original.graph.input} | \
+        {t.name for t in original.graph.initializer}
+    nodes = [n for n in converted.graph.node if not (n.op_type == "Constant" and not set(n.output) & known)]
+    if len(nodes) != len(original.graph.node) or any(a.op_type != b.op_type and len(a.output) != len(b.output)
+                                                     for a, b in zip(original.graph.node, nodes)):
+        return
+    rename = {new: old for a, b in zip(original.graph.node, nodes) for old, new in zip(a.output, b.output)
+              if old and new and old != new and new not in known}
+    if not rename:
+        return
+    for n in converted.graph.node:
+        n.input[:] = [rename.get(t, t) for t in n.input]
+        n.output[:] = [rename.get(t, t) for t in n.output]
+    for v in list(converted.graph.output) + list(converted.graph.value_info):
+        v.name = rename.get(v.name, v.name)
 
 
 def add_initializer(model: onnx.ModelProto, namer: G.Namer, base: str, array: np.ndarray) -> str:
