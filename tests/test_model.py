@@ -724,3 +724,28 @@ def test_types_after_an_op_onnx_cannot_infer_come_from_its_schema():
         n = producers.get(t)
         return n is not None and (n.op_type == "DequantizeLinear" or (n.op_type in ("Flatten", "Reshape") and dequantized(n.input[0])))
     assert all(dequantized(i) for i in readers), readers
+
+
+def test_types_after_a_contrib_op_come_from_onnxruntimes_schema():
+    """onnx knows no com.microsoft op: after a MatMulNBits (int4 weights, as onnxruntime-genai writes a language model's
+    layers) inference types nothing, and the MatMul behind it was left FP32 with 'type unknown'. onnxruntime's schema
+    types it, and the qdq export quantizes that MatMul."""
+    import qtool
+
+    rng = np.random.default_rng(0)
+    k, n, block = 64, 32, 32
+    q = rng.integers(0, 16, (n, k)).astype(np.uint8)
+    arrays = {"packed": (q[:, 0::2] | (q[:, 1::2] << 4)).reshape(n, k // block, block // 2),
+              "scales": rng.uniform(0.01, 0.03, n * (k // block)).astype(np.float32), "w2": rng.normal(0, 0.2, (n, 16)).astype(np.float32)}
+    nodes = [helper.make_node("MatMulNBits", ["x", "packed", "scales"], ["a"], domain="com.microsoft", K=k, N=n, bits=4, block_size=block),
+             helper.make_node("Relu", ["a"], ["r"]), helper.make_node("MatMul", ["r", "w2"], ["y"])]
+    g = helper.make_graph(nodes, "nbits", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6, k])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 16])],
+                          [numpy_helper.from_array(v, name) for name, v in arrays.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    assert model.tensor_types(m).get("r") == TensorProto.FLOAT
+    cal = qtool.calibrate(m, data=[{"x": rng.standard_normal((1, 6, k)).astype(np.float32)} for _ in range(4)])
+    out = onnx.load_from_string(qtool.export(m, cal, target="qdq"))
+    producers = {o: n.op_type for n in out.graph.node for o in n.output}
+    assert [producers.get(n.input[0]) for n in out.graph.node if n.op_type == "MatMul"] == ["DequantizeLinear"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import logging
 import math
@@ -523,30 +524,52 @@ def _schema_types(proto: onnx.ModelProto, types: dict[str, int]) -> None:
     """Fill in, in graph order, the outputs ONNX shape inference left without a type, from the op's schema: an
     output whose type parameter an input shares has that input's type, one whose parameter allows one type has it.
     Some standard ops have no inference function (GroupNormalization-21, MeanVarianceNormalization: onnx defines
-    them by a function body only), and inference types nothing after them."""
+    them by a function body only), onnx knows no contrib op (onnxruntime's com.microsoft MatMulNBits), and
+    inference types nothing after them."""
     versions = {o.domain or "": o.version for o in proto.opset_import}
     for n in proto.graph.node:
         outs = [(i, o) for i, o in enumerate(n.output) if o and o not in types]
-        if not outs or (n.domain or "") not in ("", "ai.onnx"):
-            continue
-        try:
-            schema = onnx.defs.get_schema(n.op_type, versions.get("", 1), "")
-        except onnx.defs.SchemaError:
+        schema = _schema(n.op_type, n.domain or "", versions.get(n.domain or "", 1)) if outs else None
+        if schema is None:
             continue
         allowed = {c.type_param_str: list(c.allowed_type_strs) for c in schema.type_constraints}
-        formal_in = list(schema.inputs)
+        formal_in, formal_out = [_type_str(f) for f in schema.inputs], [_type_str(f) for f in schema.outputs]
         for i, o in outs:
-            if i >= len(schema.outputs) and not (schema.outputs and schema.outputs[-1].option == onnx.defs.OpSchema.FormalParameterOption.Variadic):
+            if not formal_out or (i >= len(formal_out) and not str(schema.outputs[-1].option).endswith("Variadic")):
                 continue
-            param = schema.outputs[min(i, len(schema.outputs) - 1)].type_str
-            found = [types.get(t) for k, t in enumerate(n.input) if t and formal_in
-                     and formal_in[min(k, len(formal_in) - 1)].type_str == param and types.get(t)]
+            param = formal_out[min(i, len(formal_out) - 1)]
+            found = [types[t] for k, t in enumerate(n.input) if t and formal_in and formal_in[min(k, len(formal_in) - 1)] == param and types.get(t)]
             if found:
                 types[o] = found[0]
-            elif len(allowed.get(param, ())) == 1:
-                text = allowed[param][0]  # "tensor(float)"
-                if text.startswith("tensor(") and text[7:-1] in _TYPE_NAMES:
-                    types[o] = _TYPE_NAMES[text[7:-1]]
+            elif len(allowed.get(param, ())) == 1 and allowed[param][0][7:-1] in _TYPE_NAMES:  # "tensor(float)"
+                types[o] = _TYPE_NAMES[allowed[param][0][7:-1]]
+
+
+def _type_str(formal) -> str:
+    return getattr(formal, "type_str", None) or formal.typeStr  # onnx's spelling, onnxruntime's
+
+
+@functools.cache
+def _contrib_schemas() -> dict[tuple[str, str], list]:
+    """onnxruntime's own ops' schemas (com.microsoft and the rest it registers) by (domain, op)."""
+    from onnxruntime.capi import onnxruntime_pybind11_state as ort_c
+
+    found: dict[tuple[str, str], list] = {}
+    for s in ort_c.get_all_operator_schema():
+        if s.domain not in ("", "ai.onnx"):
+            found.setdefault((s.domain, s.name), []).append(s)
+    return found
+
+
+def _schema(op: str, domain: str, version: int):
+    """The schema of `op` at the model's opset of its domain: onnx's, else onnxruntime's; None if neither knows it."""
+    if domain in ("", "ai.onnx"):
+        try:
+            return onnx.defs.get_schema(op, version, "")
+        except onnx.defs.SchemaError:
+            return None
+    fitting = [s for s in _contrib_schemas().get((domain, op), []) if s.since_version <= version]
+    return max(fitting, key=lambda s: s.since_version) if fitting else None
 
 
 _TYPE_NAMES = {"float": onnx.TensorProto.FLOAT, "float16": onnx.TensorProto.FLOAT16, "double": onnx.TensorProto.DOUBLE,
