@@ -726,12 +726,8 @@ def test_types_after_an_op_onnx_cannot_infer_come_from_its_schema():
     assert all(dequantized(i) for i in readers), readers
 
 
-def test_types_after_a_contrib_op_come_from_onnxruntimes_schema():
-    """onnx knows no com.microsoft op: after a MatMulNBits (int4 weights, as onnxruntime-genai writes a language model's
-    layers) inference types nothing, and the MatMul behind it was left FP32 with 'type unknown'. onnxruntime's schema
-    types it, and the qdq export quantizes that MatMul."""
-    import qtool
-
+def _nbits_net() -> onnx.ModelProto:
+    """x -> com.microsoft MatMulNBits (int4 weights, as onnxruntime-genai writes a language model's layers) -> Relu -> MatMul."""
     rng = np.random.default_rng(0)
     k, n, block = 64, 32, 32
     q = rng.integers(0, 16, (n, k)).astype(np.uint8)
@@ -744,8 +740,22 @@ def test_types_after_a_contrib_op_come_from_onnxruntimes_schema():
                           [numpy_helper.from_array(v, name) for name, v in arrays.items()])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
     m.ir_version = 8
+    return m
+
+
+def test_types_after_a_contrib_op_come_from_onnxruntimes_schema(caplog):
+    """onnx knows no com.microsoft op: after a MatMulNBits inference types nothing, and the MatMul behind it was left
+    FP32 with 'type unknown'. onnxruntime's schema types it, and the qdq export quantizes that MatMul. The TensorRT
+    export says that TensorRT's parser needs a plugin for the MatMulNBits."""
+    import qtool
+
+    m = _nbits_net()
     assert model.tensor_types(m).get("r") == TensorProto.FLOAT
-    cal = qtool.calibrate(m, data=[{"x": rng.standard_normal((1, 6, k)).astype(np.float32)} for _ in range(4)])
+    rng = np.random.default_rng(0)
+    cal = qtool.calibrate(m, data=[{"x": rng.standard_normal((1, 6, 64)).astype(np.float32)} for _ in range(4)])
     out = onnx.load_from_string(qtool.export(m, cal, target="qdq"))
     producers = {o: n.op_type for n in out.graph.node for o in n.output}
     assert [producers.get(n.input[0]) for n in out.graph.node if n.op_type == "MatMul"] == ["DequantizeLinear"]
+    with caplog.at_level("WARNING"):
+        qtool.export(m, cal, target="tensorrt")
+    assert "(com.microsoft.MatMulNBits): TensorRT's ONNX parser imports none of them" in caplog.text, caplog.text

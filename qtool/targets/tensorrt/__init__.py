@@ -242,7 +242,7 @@ def export(loaded, cal, options: ExportOptions = DEFAULTS):
             high_precision=high_precision or ("fp16" if major >= 10 else "fp32"),
             weights=weights, exclude=exclude, include=include, bias_correction=options.bias_correction, smooth_quant=smooth_quant)
         summary = {"format": fmt, "trt_version": trt_version, "method": _method(cal, fmt, algorithm, method), **summary}
-        return WrittenFile(data, warnings, summary)
+        return WrittenFile(data, warnings + _plugin_ops(loaded.proto), summary)
     if high_precision is not None or weights != "fp32" or exclude or include or not options.bias_correction or smooth_quant not in ("auto", None):
         raise QtoolError("{high_precision}, {weights}, {exclude}, {include}, {bias_correction} and {smooth_quant} apply to {qdq} only",
                          **opts("high_precision", "weights", "exclude", "include", "bias_correction", "smooth_quant"),
@@ -251,7 +251,19 @@ def export(loaded, cal, options: ExportOptions = DEFAULTS):
     data, warnings, summary = _ranges_file(loaded, amax, trt_version, algorithm, fmt, unrepresentable(loaded.proto, cal, amax))
     if major == 10:
         warnings.insert(0, TRT10_DEPRECATED)
-    return WrittenFile(data, warnings, {"format": fmt, "trt_version": trt_version, "method": _method(cal, fmt, algorithm, method), **summary})
+    return WrittenFile(data, warnings + _plugin_ops(loaded.proto), {"format": fmt, "trt_version": trt_version, "method": _method(cal, fmt, algorithm, method), **summary})
+
+
+def _plugin_ops(proto) -> list[str]:
+    """A warning naming the model's ops outside the ONNX standard (onnxruntime's com.microsoft fused ops that qtool
+    does not read as standard ones, ai.onnx.ml): TensorRT's ONNX parser imports none of them; it looks each up as a
+    plugin of the op's name (onnx/onnx-tensorrt, the parser's fallback plugin importer), so the build needs one."""
+    found = sorted({f"{n.domain}.{n.op_type}" for n in G.all_nodes(proto.graph) if n.domain not in ("", "ai.onnx", "trt.plugins")})
+    if not found:
+        return []
+    return [f"the model has {len(found)} op type(s) outside the ONNX standard ({', '.join(found[:6])}{', ...' if len(found) > 6 else ''}): "
+            "TensorRT's ONNX parser imports none of them and builds the engine only with a plugin of each name; "
+            "export the model without them (e.g. without onnxruntime's fusions) or register the plugins"]
 
 
 def _foreign_qdq(loaded, trt_version: str) -> None:
