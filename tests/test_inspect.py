@@ -222,6 +222,17 @@ def test_onnx_model_without_trt_version_points_to_it(calibrated):
     assert "--trt-version" in r.stderr
 
 
+def test_a_file_qtool_exported_is_checked_for_the_tensorrt_it_records(calibrated, tmp_path):
+    """No --trt-version needed for a Q/DQ file qtool wrote: its provenance records the TensorRT it was made for."""
+    out = tmp_path / "chains.trt.onnx"
+    r = run("export", "--target", "tensorrt", "--calib", calibrated["calibration"], "-o", out, "--trt-version", "10.3.0", "--include", "Conv_conv")
+    assert r.exit_code == 0, r.output
+    r = run("inspect", out, "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["kind"] == "onnx" and doc["trt_version"] == "10.3.0" and doc["violations"] == [] and doc["qdq_nodes"] > 0
+
+
 def test_trt_version_checks_the_onnx_model(calibrated):
     r = run("inspect", calibrated["model"], "--trt-version", "11.4", "--json")
     assert r.exit_code == 1  # a float model: no Q/DQ node, and TensorRT 11 has no other INT8 path

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import inspection, targets
+from .. import inspection, provenance, targets
 from ..errors import Opt, QtoolError, UsageError
 from ..options import declared_options
 from ..results import InspectResult
@@ -40,5 +40,20 @@ def run(file, *, model=None, policies: PolicyFlags | None = None, **checks) -> I
             raise UsageError("{check} checks an ONNX model's Q/DQ nodes, and {file!r} is not an ONNX model",
                              check=Opt(key), file=str(file))
         return inspection.inspect_onnx(file, owners[key], value)
+    recorded = _recorded_check(file, owners) if model_path is None else None
+    if recorded is not None:
+        return inspection.inspect_onnx(file, *recorded)
     return inspection.inspect_file(file, model_path)
+
+
+def _recorded_check(file: Path, owners: dict[str, str]) -> tuple[str, str] | None:
+    """(target, value) of the check the ONNX file `file` was written for, when qtool exported it and recorded that
+    target's check option (a TensorRT file: its trt_version); None for any other file."""
+    if not file.is_file() or not inspection.is_onnx_file(file):
+        return None
+    found = provenance.read(provenance.header(file), file)
+    for key, target in owners.items():
+        if found is not None and found.target == target and found.options.get(key):
+            return target, targets.get(target).inspection().checked(str(found.options[key]))
+    return None
 

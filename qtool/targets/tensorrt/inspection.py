@@ -29,7 +29,8 @@ X.Y.Z, algorithm; each entry's hex and scale), a dynamic-range file or an onnxru
 table.
 
 With --trt-version X, FILE is an ONNX model with QuantizeLinear/DequantizeLinear nodes: each
-rule of TensorRT X's ONNX parser it breaks is printed as `node: rule: message`."""  # qtool inspect --help
+rule of TensorRT X's ONNX parser it breaks is printed as `node: rule: message`. A TensorRT file
+qtool exported is checked so without it, against the version it records."""  # qtool inspect --help
 
 
 def _plain(entries: dict[str, float]) -> list[dict]:
