@@ -12,8 +12,8 @@ summaries are nearly exhausted, #hunt22), none in the zoo or the dev models befo
 
 Feeds (no package code runs here: Unity and the browser are not): the packages' own preprocessing, reproduced and
 cited. BlazeFace: a square face crop (the zoo's face photos, calibration and held-out from other people) bilinear to
-the model's size, RGB scaled to [-1, 1] (MediaPipe's BlazeFace input range; keijiro's FaceDetector.cs feeds the
-ImagePreprocess texture the same way). M-LSD: jp.keijiro.mlsd Shader/Preprocess.compute: the picture sampled at the
+the model's size, RGB scaled to [-1, 1] (MediaPipe's BlazeFace input range; keijiro's FaceDetector.cs converts the
+texture with ImagePreprocess, which lives in another of his packages and was not read here). M-LSD: jp.keijiro.mlsd Shader/Preprocess.compute: the picture sampled at the
 model's size, RGB * 255 and a fourth channel of 1 (its vertical flip only undoes Unity's bottom-up textures).
 ISNet: @imgly/background-removal 1.7.0 dist/index.mjs runInference: bilinear to 1024x1024 (aspect not kept),
 tensorHWCtoBCHW with mean 128 and std 256 per channel, NCHW float32. 16 calibration and 8 held-out feeds each.
