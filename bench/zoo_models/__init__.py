@@ -59,7 +59,10 @@ class Entry:
 
 
 def wheel(requirement: str) -> Path:
-    """The wheel (or sdist) of a requirement, downloaded once into WHEELS; unpacked beside it."""
+    """The wheel (or sdist) of a requirement, downloaded once into WHEELS; unpacked beside it. "npm:NAME==VERSION" is
+    a package of the npm registry instead (`npm pack`: its tarball, unpacked the same way)."""
+    if requirement.startswith("npm:"):
+        return _npm_package(requirement[4:])
     name = requirement.split("==")[0].replace("-", "_").lower()
     version = requirement.split("==")[1] if "==" in requirement else ""
     WHEELS.mkdir(parents=True, exist_ok=True)
@@ -86,6 +89,28 @@ def wheel(requirement: str) -> Path:
                 z.extractall(tmp)
         else:
             shutil.unpack_archive(str(archive), str(tmp))
+        tmp.rename(unpacked)
+    return unpacked
+
+
+def _npm_package(spec: str) -> Path:
+    """An npm package's tarball (`npm pack NAME@VERSION`, named as npm names it: @scope/name -> scope-name-VERSION.tgz),
+    downloaded once into WHEELS and unpacked beside it (its files under package/)."""
+    name, _, version = spec.partition("==")
+    if not version:
+        raise SystemExit(f"npm:{spec}: give the version (npm:NAME==VERSION)")
+    WHEELS.mkdir(parents=True, exist_ok=True)
+    archive = WHEELS / f"{name.lstrip('@').replace('/', '-')}-{version}.tgz"
+    if not archive.exists():
+        subprocess.run(["npm", "pack", "--silent", "--pack-destination", str(WHEELS), f"{name}@{version}"], check=True,
+                       stdout=subprocess.DEVNULL)
+        if not archive.exists():
+            raise SystemExit(f"npm pack wrote no {archive.name} into {WHEELS}")
+    unpacked = WHEELS / (archive.name + ".d")
+    if not unpacked.exists():
+        tmp = unpacked.with_suffix(".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.unpack_archive(str(archive), str(tmp), format="gztar")
         tmp.rename(unpacked)
     return unpacked
 
