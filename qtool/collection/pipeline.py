@@ -474,12 +474,12 @@ def _session(exposed, fetched: list[str], positions: list[int], static: frozense
     shapes.close_child()
     if positions:
         try:
-            layout = nchwc.blocked_layout(exposed, fetched, static) if segments.may_block(exposed) else {}
+            layout = {} if segments.needless_layout(exposed) else nchwc.blocked_layout(exposed, fetched, static)
             session = segments.Segmented(segments.split(exposed, fetched, positions), static, threads, layout)
             return session, session.blocked, positions
         except Exception as e:
             log.debug("no segments (%s): one session", e)
-    if not segments.may_block(exposed):  # as fetching_session would make it, without an optimized copy (segments.may_block)
+    if segments.needless_layout(exposed):  # as fetching_session would make it, without an optimized copy to find nothing in
         return onnxruntime.session(exposed, external_folder=folder, threads=threads), {}, []
     session, blocked = nchwc.fetching_session(exposed, fetched, keep=static, external_folder=folder, threads=threads)
     return session, blocked, []

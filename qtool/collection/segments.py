@@ -594,6 +594,12 @@ def may_block(proto: onnx.ModelProto) -> bool:
     return any(_blocks(n, weights) for g in graphs for n in g.node)
 
 
+def needless_layout(proto: onnx.ModelProto) -> bool:
+    """Whether `proto` has convolutions but no node onnxruntime may block (`may_block`): where nchwc.fetching_session
+    would make an optimized copy of it to find nothing blocked (without convolutions it makes none)."""
+    return any(n.op_type == "Conv" for n in proto.graph.node) and not may_block(proto)
+
+
 def _reading_nodes(nodes) -> dict[str, list[onnx.NodeProto]]:
     """{tensor: the nodes reading it, each once, in graph order}."""
     readers: dict[str, list[onnx.NodeProto]] = {}
@@ -841,7 +847,7 @@ class Segmented:
         self.blocked = {name: nchwc.Blocked(name, block) for name, block in layout.items()}
         for k, seg in enumerate(segments):
             # carried tensors feed the next segment as they are: in NCHW
-            if may_block(seg.model):
+            if not needless_layout(seg.model):
                 session, blocked = nchwc.fetching_session(seg.model, list(seg.fetched), keep=keep | set(seg.carried), threads=threads,
                                                           arena=False)
             else:  # as fetching_session would make it, without an optimized copy to look for blocked tensors in
