@@ -131,20 +131,3 @@ def test_a_model_nothing_of_which_is_blocked_makes_no_optimized_copy(tmp_path, m
                                [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 8, 8])],
                                [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
     assert segments.may_block(helper.make_model(conv2d))
-
-
-def test_a_dynamic_model_of_1d_convolutions_keeps_its_float_weights_lazy():
-    """kokoro_ja_int8 (ConvInteger over 1-D signals) held its 290 MB of dequantized float weights inline in the float
-    reading's proto for the whole calibration (bigmodel.room_for_lazy kept them there for the blocked layout, which
-    no 1-D convolution has): 388 MB of calibrate's process before its first session. Lazy now; a 2-D one keeps them."""
-    from qtool.model import bigmodel
-
-    def dynamic_conv(dims):
-        w = numpy_helper.from_array(np.ones(dims, np.uint8), "w")
-        node = helper.make_node("ConvInteger", ["xq", "w"], ["y"])
-        graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("xq", TensorProto.UINT8, None)],
-                                  [helper.make_tensor_value_info("y", TensorProto.INT32, None)], [w])
-        return helper.make_model(graph)
-
-    assert bigmodel.room_for_lazy(dynamic_conv((8, 4, 3)), 1 << 30)
-    assert not bigmodel.room_for_lazy(dynamic_conv((8, 4, 3, 3)), 1 << 30)

@@ -38,26 +38,8 @@ def room_for_lazy(proto: onnx.ModelProto, more: int) -> bool:
     more (its optimized copy would hold them all), which would change their calibration."""
     if not any(n.op_type in ("Conv", "ConvInteger") for n in proto.graph.node):  # ConvInteger: a Conv read as float (dynamic.py)
         return True
-    weights = {t.name: t for t in proto.graph.initializer}
-    if not any(_blockable(n, weights) for n in proto.graph.node):  # only 1-D convolutions, say
-        return True
     # the float ones: a dynamically quantized model's integers, lazy too (load_lazy), are not in the float reading's sessions
     return sum(lazy.nbytes(t) for t in lazy.lazy_tensors(proto) if t.data_type in lazy.FLOATS) + more < LAZY_BYTES
-
-
-def _blockable(node: onnx.NodeProto, weights: dict) -> bool:
-    """Whether onnxruntime's blocked (NCHWc) transformer may take `node`: a 2-D convolution (ConvInteger: a Conv read
-    as float, dynamic.py), one whose weights are not an initializer, or a pool over 2 axes (its kNchwcDims: 4-D
-    tensors alone, microsoft/onnxruntime onnxruntime/core/optimizer/nchwc_transformer.cc; collection.segments._blocks).
-    A network of 1-D convolutions has no blocked layout to keep (kokoro_ja_int8's vocoder: its 290 MB of float
-    weights were held inline in the float reading's proto beside its sessions' copies)."""
-    if node.op_type in ("Conv", "ConvInteger"):
-        w = weights.get(node.input[1]) if len(node.input) > 1 else None
-        return w is None or len(w.dims) == 4
-    if node.op_type in ("MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool"):
-        kernel = next((list(a.ints) for a in node.attribute if a.name == "kernel_shape"), None)
-        return kernel is None or len(kernel) == 2
-    return False
 
 
 def _stat(fd: int) -> tuple:
