@@ -39,7 +39,7 @@ def room_for_lazy(proto: onnx.ModelProto, more: int) -> bool:
     if not any(n.op_type in ("Conv", "ConvInteger") for n in proto.graph.node):  # ConvInteger: a Conv read as float (dynamic.py)
         return True
     # the float ones: a dynamically quantized model's integers, lazy too (load_lazy), are not in the float reading's sessions
-    return sum(lazy.nbytes(t) for t in lazy.lazy_tensors(proto) if t.data_type in lazy.FLOATS) + more < LAZY_BYTES
+    return sum(lazy.nbytes(t) for t in lazy.apart(proto) if t.data_type in lazy.FLOATS) + more < LAZY_BYTES
 
 
 def _stat(fd: int) -> tuple:
