@@ -11,7 +11,7 @@ With every tensor of a detector exposed, those copies are a fifth of onnxruntime
 Histograms and extrema do not depend on where values sit, per-channel statistics can read the
 blocked layout, and an elementwise operation on two blocked tensors is the blocked form of the
 result; so calibration fetches such tensors before the reorder. onnxruntime optimizes the
-exposed model once (it writes the optimized graph to a file: one in memory, see scratch), the reorders that only
+exposed model once (it writes the optimized graph to a file, its weights to another beside it: optimized_apart), the reorders that only
 feed graph outputs are dropped, and that graph runs without further optimization. The values
 fetched are the ones the reorder would have copied, bit for bit. The array onnxruntime returns
 has the logical NCHW shape over blocked memory; `Blocked` says how to read it.
