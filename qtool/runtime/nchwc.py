@@ -160,7 +160,9 @@ def optimized_apart(model: onnx.ModelProto) -> Iterator[tuple[onnx.ModelProto, s
     folder = tempfile.mkdtemp(prefix="optimized-", dir=scratch.directory())
     try:
         path = os.path.join(folder, "optimized.onnx")
-        onnxruntime.raw_session(model, threads=1, spin=False, optimized_path=path, optimized_weights=WEIGHTS_FILE)
+        # a session that never runs: no packed weights (ddddocr_ocr's 51 MB of LSTM and head weights packed beside
+        # themselves: its layout probe was one of calibrate's peaks, docs/benchmarks.md #memt23)
+        onnxruntime.raw_session(model, threads=1, spin=False, optimized_path=path, optimized_weights=WEIGHTS_FILE, prepack=False)
         yield onnx.load(path, load_external_data=False), folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)

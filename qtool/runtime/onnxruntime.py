@@ -68,7 +68,8 @@ def first_line(e: BaseException) -> str:
 
 
 def _options(threads: int | None, optimization: str | None, spin: bool, optimized_path: str | None,
-             arena: bool = True, shapes_first: bool = False, optimized_weights: str | None = None) -> ort.SessionOptions:
+             arena: bool = True, shapes_first: bool = False, optimized_weights: str | None = None,
+             prepack: bool = True) -> ort.SessionOptions:
     opts = ort.SessionOptions()
     opts.log_severity_level = FATAL
     if shapes_first:  # Shape and Size nodes run as soon as what they read is made (see `session`)
@@ -84,6 +85,8 @@ def _options(threads: int | None, optimization: str | None, spin: bool, optimize
         if optimized_weights is not None:  # every initializer of INLINE_BYTES or more in that file, beside the graph
             opts.add_session_config_entry("session.optimized_model_external_initializers_file_name", optimized_weights)
             opts.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", str(INLINE_BYTES))
+    if not prepack:  # kernels read their constant weights as they are, with no packed copy of their own
+        opts.add_session_config_entry("session.disable_prepacking", "1")
     if spin:
         # onnxruntime's threads spin while waiting for work (waking a sleeping one costs each
         # parallel section more than the spin), and stop at the end of a run: calibration fills
@@ -103,7 +106,7 @@ def _disabled(model: onnx.ModelProto | bytes) -> list[str]:
 
 def raw_session(model: onnx.ModelProto, *, threads: int | None = None, optimization: str | None = None, spin: bool = True,
                 external_folder: str | os.PathLike | None = None, optimized_path: str | None = None,
-                optimized_weights: str | None = None) -> ort.InferenceSession:
+                optimized_weights: str | None = None, prepack: bool = True) -> ort.InferenceSession:
     """A CPU session for an in-memory model, raising onnxruntime's own exceptions (for a caller
     that reads them); no file is written, but for `optimized_path`.
 
@@ -115,8 +118,10 @@ def raw_session(model: onnx.ModelProto, *, threads: int | None = None, optimizat
     model's folder); onnxruntime reads them from there, so models over 2 GB work.
     `optimized_path`: where onnxruntime writes the graph it optimized (see nchwc); `optimized_weights`: with it, the
     name of a file beside it where onnxruntime writes that graph's initializers of lazy.INLINE_BYTES or more (else they
-    are in the graph)."""
-    opts = _options(threads, optimization, spin, optimized_path, optimized_weights=optimized_weights)
+    are in the graph). `prepack`: False for a session that will not run (one that writes its optimized graph), whose
+    kernels need no packed copies of their weights (onnxruntime's LSTM, MatMul and Conv kernels pack theirs when the
+    session is made)."""
+    opts = _options(threads, optimization, spin, optimized_path, optimized_weights=optimized_weights, prepack=prepack)
     data, spill = runnable(model)
     return _open(data, spill, opts, external_folder, _disabled(model))
 
