@@ -128,3 +128,33 @@ def test_dequantized_weights_beyond_the_room_are_lazy_and_keep_the_layout(tmp_pa
         assert int(re.search(r"(\d+) fetched in blocked layout", result.output).group(1)) > 0, result.output
         files.append(json.loads(out.read_text())["tensors"])
     assert files[0] == files[1]
+
+
+@needs_blocks
+def test_the_session_that_only_optimizes_packs_no_weights(tmp_path, monkeypatch):
+    """The session made only to write the optimized graph (it never runs) is made without onnxruntime's packed copies
+    of its weights (ddddocr_ocr's layout probe: 174 -> 130 MB); the session the runs use packs them as before (its
+    floats: a packed MatMul sums in another order)."""
+    import onnxruntime as ort
+
+    path = tmp_path / "convs.onnx"
+    _convs(path)
+    loaded = model.load_model(path, lazy=True)  # its store lives as long as it
+    exposed, names = _exposed(loaded.proto)
+    made = []
+    real = ort.InferenceSession
+
+    def entry(options, key):
+        try:
+            return options.get_session_config_entry(key)
+        except Exception:  # not set
+            return None
+
+    def recording(data, sess_options=None, **kw):
+        made.append((bool(sess_options.optimized_model_filepath), entry(sess_options, "session.disable_prepacking")))
+        return real(data, sess_options=sess_options, **kw)
+    monkeypatch.setattr(onnxruntime.ort, "InferenceSession", recording)
+    session, blocked = nchwc.fetching_session(exposed, names, threads=1)
+    monkeypatch.undo()
+    assert made == [(True, "1"), (False, None)], made  # before: [(True, None), (False, None)]
+    _same_values(exposed, names, session, blocked)
