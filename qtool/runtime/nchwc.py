@@ -166,6 +166,7 @@ def optimized_apart(model: onnx.ModelProto) -> Iterator[tuple[onnx.ModelProto, s
         yield onnx.load(path, load_external_data=False), folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+        scratch.release()  # a calibration killed outright once its sessions are made leaves nothing on disk
 
 
 def blocked_layout(model: onnx.ModelProto, fetched: list[str], keep: frozenset[str] = frozenset()) -> dict[str, int]:
