@@ -37,6 +37,18 @@ def directory() -> Path:
     return _dir[1]
 
 
+def release() -> None:
+    """Remove this process's temporary directory now if nothing is in it (it is made again when next needed): a
+    process killed outright afterwards leaves nothing (calibrate's optimized weights: qtool.runtime.nchwc)."""
+    global _dir
+    if _dir is not None and _dir[0] == os.getpid():
+        try:
+            os.rmdir(_dir[1])
+        except OSError:  # something is in it: kept until exit
+            return
+        _dir = None
+
+
 def remove() -> None:
     """Remove this process's temporary directory, if it made one."""
     global _dir

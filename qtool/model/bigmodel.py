@@ -35,11 +35,12 @@ def room_for_lazy(proto: onnx.ModelProto, more: int) -> bool:
     """Whether `more` bytes of lazy weights computed when read (lazy.Computed: weights a model computes from its
     constants, dequantized ones) keep the model's blocked layout: onnxruntime's NCHWc reorders serve models with
     convolutions, and qtool.runtime.nchwc gives up the layout for those whose lazy weights come to LAZY_BYTES or
-    more (its optimized copy would hold them all), which would change their calibration."""
+    more (its optimized copy would hold them all: the rule kept, though the copy now holds none), which would change
+    their calibration. Lazy weights counted as held in the graph (lazy.Computed.held) are not counted."""
     if not any(n.op_type in ("Conv", "ConvInteger") for n in proto.graph.node):  # ConvInteger: a Conv read as float (dynamic.py)
         return True
     # the float ones: a dynamically quantized model's integers, lazy too (load_lazy), are not in the float reading's sessions
-    return sum(lazy.nbytes(t) for t in lazy.lazy_tensors(proto) if t.data_type in lazy.FLOATS) + more < LAZY_BYTES
+    return sum(lazy.nbytes(t) for t in lazy.apart(proto) if t.data_type in lazy.FLOATS) + more < LAZY_BYTES
 
 
 def _stat(fd: int) -> tuple:

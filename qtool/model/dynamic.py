@@ -132,8 +132,8 @@ class _Unrecognised(Exception):
     """A dynamically quantized layer outside the patterns above: (node, what was expected)."""
 
 
-def as_float(proto: onnx.ModelProto, folder=None, where: str = "the model", store: lazy.Store | None = None
-             ) -> tuple[onnx.ModelProto, Rewrite] | None:
+def as_float(proto: onnx.ModelProto, folder=None, where: str = "the model", store: lazy.Store | None = None,
+             held: bool = False) -> tuple[onnx.ModelProto, Rewrite] | None:
     """(the float model `proto` was made from, what was rewritten) when it holds dynamically
     quantized layers (a new ModelProto: `proto` is not changed); None when it holds no quantized
     operator, or only QuantizeLinear/DequantizeLinear (a Q/DQ model: read as it is, its own quantizers kept,
@@ -141,7 +141,8 @@ def as_float(proto: onnx.ModelProto, folder=None, where: str = "the model", stor
     A one-line QtoolError for any other quantized operator or a layer outside the patterns.
     `folder`: where external data lies when the weights were not loaded; `where`: how to name the model;
     `store`: the lazy store of a model loaded lazily, whose dequantized weights are then lazy too,
-    computed from `proto`'s integer weights each time they are read (float_weight)."""
+    computed from `proto`'s integer weights each time they are read (float_weight); `held`: those lazy weights count as
+    held in the graph (lazy.Computed.held: where bigmodel.room_for_lazy has no room for them)."""
     found = sorted({n.op_type for n in all_nodes(proto.graph) if quantized_op(n)})
     if not found:
         return None
@@ -156,7 +157,7 @@ def as_float(proto: onnx.ModelProto, folder=None, where: str = "the model", stor
     model = onnx.ModelProto()
     model.CopyFrom(proto)
     try:
-        done = _Rewriter(model, folder, proto if store is not None else None, store).run()
+        done = _Rewriter(model, folder, proto if store is not None else None, store, held).run()
     except _Unrecognised as e:
         node, expected = e.args
         raise QtoolError(f"{where}: {node.op_type} node {node.name or node.output[0]!r} is not in the pattern onnxruntime's "
@@ -225,13 +226,14 @@ def _as_dequantize(source: onnx.TensorProto, folder, zp: np.ndarray, scale: np.n
 
 
 class _Rewriter:
-    def __init__(self, model: onnx.ModelProto, folder, given: onnx.ModelProto | None = None, store: lazy.Store | None = None):
+    def __init__(self, model: onnx.ModelProto, folder, given: onnx.ModelProto | None = None, store: lazy.Store | None = None,
+                 held: bool = False):
         self.model, self.graph, self.folder = model, model.graph, folder
         self.inits = {t.name: t for t in self.graph.initializer}
         # the model as given (kept beside the float one: LoadedModel.given), whose integer weights the lazy
         # float weights are computed from, and the store those refer to
         self.given = {t.name: t for t in given.graph.initializer} if given is not None else {}
-        self.store = store
+        self.store, self.held = store, held
         self.made_by = producers(self.graph)
         self.readers = consumers(self.graph)
         self.outputs = {o.name for o in self.graph.output}
@@ -328,7 +330,7 @@ class _Rewriter:
                 return _dequantized(lazy.read_value(source, folder), zp_, scale_, transpose)
             t = onnx.TensorProto(name=name, data_type=TensorProto.FLOAT, dims=shape)
             made = _as_dequantize(source, folder, zp_, scale_, transpose)
-            lazy.refer(t, self.store.add(lazy.Computed(fn, np.dtype(np.float32), dequantized=made)))
+            lazy.refer(t, self.store.add(lazy.Computed(fn, np.dtype(np.float32), dequantized=made, held=self.held)))
             self.graph.initializer.append(t)
         else:
             self.graph.initializer.append(numpy_helper.from_array(data, name))
@@ -616,7 +618,8 @@ def int8_weights(proto: onnx.ModelProto, runs: int = 1) -> onnx.ModelProto | Non
     outputs = {o.name for o in g.output}
     chosen = {}
     for t in g.initializer:
-        made = lazy.entry(t).dequantized if lazy.is_lazy(t) and isinstance(lazy.entry(t), lazy.Computed) else None
+        # a weight counted as held in the graph (lazy.Computed.held) stays float, as it did when held there
+        made = lazy.entry(t).dequantized if not lazy.held(t) and isinstance(lazy.entry(t), lazy.Computed) else None
         reads = readers.get(t.name, [])
         if (made is None or not reads or t.name in outputs or opset < (10 if made.axis is None else 13)
                 or any((n.op_type, slot) not in _MADE_READERS or n.domain not in ("", "ai.onnx") for n, slot in reads)

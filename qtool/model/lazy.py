@@ -93,6 +93,10 @@ class Computed:
     dtype: np.dtype
     external: bool = False  # as Source.external, for a value derived from such a tensor
     dequantized: Dequantized | None = None  # `fn` as DequantizeLinear computes it, when it is that
+    # a value the model would hold in its graph but for the memory it takes (qtool.model.dynamic's weights beyond
+    # bigmodel.room_for_lazy): what decides by a model's lazy weights (its blocked layout, room_for_lazy, int8_weights)
+    # counts it as held in the graph (`held`), so that it decides as it did when the value was there
+    held: bool = False
 
 
 Entry = Source | Computed
@@ -163,6 +167,19 @@ def lazy_tensors(model: onnx.ModelProto) -> list[TensorProto]:
     return [t for t in model.graph.initializer if is_lazy(t)]
 
 
+def held(t: TensorProto) -> bool:
+    """Whether `t` is in the graph, or lazy only for memory (Computed.held): counted as held in the graph."""
+    if not is_lazy(t):
+        return True
+    what = entry(t)
+    return isinstance(what, Computed) and what.held
+
+
+def apart(model: onnx.ModelProto) -> list[TensorProto]:
+    """The lazy tensors of `model` not counted as held in its graph (`held`)."""
+    return [t for t in lazy_tensors(model) if not held(t)]
+
+
 def _dtype(t: TensorProto) -> np.dtype:
     return np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type))
 
@@ -216,12 +233,13 @@ def replace(t: TensorProto, values: np.ndarray) -> None:
     """Give `t` the value `values` (its name kept), as CopyFrom(numpy_helper.from_array(values, t.name))
     does; a lazy tensor stays out of the graph when the array is INLINE_BYTES or more."""
     if is_lazy(t) and values.nbytes >= INLINE_BYTES:
-        store, _ = STORES.entry(t)
+        store, what = STORES.entry(t)
         name = t.name
         t.Clear()  # then the fields numpy_helper.from_array sets, but the data
         t.name, t.data_type = name, helper.np_dtype_to_tensor_dtype(values.dtype)
         t.dims.extend(values.shape)
-        refer(t, store.add(_kept(values)))
+        kept = _kept(values)
+        refer(t, store.add(dataclasses.replace(kept, held=True) if isinstance(what, Computed) and what.held else kept))
         return
     t.CopyFrom(numpy_helper.from_array(values, t.name))
 
@@ -250,7 +268,7 @@ def retyped(model: onnx.ModelProto, convert: Callable[[np.ndarray], np.ndarray],
         def fn(source=source, what=what):
             return np.ascontiguousarray(convert(array(source, what)))
 
-        _relocate(t, store.add(Computed(fn, _dtype(t), what.external)))
+        _relocate(t, store.add(Computed(fn, _dtype(t), what.external, held=isinstance(what, Computed) and what.held)))
 
 
 def rebuilt(model: onnx.ModelProto) -> None:

@@ -11,7 +11,7 @@ With every tensor of a detector exposed, those copies are a fifth of onnxruntime
 Histograms and extrema do not depend on where values sit, per-channel statistics can read the
 blocked layout, and an elementwise operation on two blocked tensors is the blocked form of the
 result; so calibration fetches such tensors before the reorder. onnxruntime optimizes the
-exposed model once (it writes the optimized graph to a file: one in memory, see scratch), the reorders that only
+exposed model once (it writes the optimized graph to a file, its weights to another beside it: optimized_apart), the reorders that only
 feed graph outputs are dropped, and that graph runs without further optimization. The values
 fetched are the ones the reorder would have copied, bit for bit. The array onnxruntime returns
 has the logical NCHW shape over blocked memory; `Blocked` says how to read it.
@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -135,10 +138,35 @@ def block_size() -> int | None:
 
 
 def _held_whole(model: onnx.ModelProto) -> bool:
-    """Whether an optimized copy of `model` may hold its weights: it has no lazy weights, or they come to less than
-    bigmodel.LAZY_BYTES (calibrate loads every model lazily: onnxruntime's copy refers to the weights it read by
-    path, but writes those it makes, folded or fused, into the graph)."""
-    return sum(lazy.nbytes(t) for t in lazy.lazy_tensors(model)) < bigmodel.LAZY_BYTES
+    """Whether `model` gets the blocked layout by its weights: its lazy weights apart from its graph (lazy.apart: not
+    those counted as held in it) come to less than bigmodel.LAZY_BYTES. The rule of the time when the optimized copy
+    held every weight it made, kept as it is: the layout decides the floats of per-channel statistics, so the
+    calibration files (the copy now holds none: optimized_apart)."""
+    return sum(lazy.nbytes(t) for t in lazy.apart(model)) < bigmodel.LAZY_BYTES
+
+
+WEIGHTS_FILE = "optimized.weights"
+
+
+@contextlib.contextmanager
+def optimized_apart(model: onnx.ModelProto) -> Iterator[tuple[onnx.ModelProto, str]]:
+    """(the graph onnxruntime runs for `model` on this machine, as `optimized` gives it but without its weights, the
+    folder they are in): onnxruntime writes each initializer of lazy.INLINE_BYTES or more to a file in that folder
+    (a folder of its own in qtool's scratch directory, removed when the context ends), where a session of the graph
+    reads them (its external folder). The graph's copy of every weight onnxruntime makes (its blocked reorders of
+    the Conv weights), parsed, serialized again and read by the session, was calibrate's peak RSS: tabledet_obj_q's
+    370 MB of float32 Conv weights 2-3 times (docs/benchmarks.md #memt23). Lazy weights referred to by their path (a
+    Spill file, gone once the session that optimized is made) are in that file too."""
+    folder = tempfile.mkdtemp(prefix="optimized-", dir=scratch.directory())
+    try:
+        path = os.path.join(folder, "optimized.onnx")
+        # a session that never runs: no packed weights (ddddocr_ocr's 51 MB of LSTM and head weights packed beside
+        # themselves: its layout probe was one of calibrate's peaks, docs/benchmarks.md #memt23)
+        onnxruntime.raw_session(model, threads=1, spin=False, optimized_path=path, optimized_weights=WEIGHTS_FILE, prepack=False)
+        yield onnx.load(path, load_external_data=False), folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        scratch.release()  # a calibration killed outright once its sessions are made leaves nothing on disk
 
 
 def blocked_layout(model: onnx.ModelProto, fetched: list[str], keep: frozenset[str] = frozenset()) -> dict[str, int]:
@@ -150,10 +178,10 @@ def blocked_layout(model: onnx.ModelProto, fetched: list[str], keep: frozenset[s
     if block is None:
         return {}
     try:
-        graph = optimized(model)
+        with optimized_apart(model) as (graph, _):
+            _, blocked = strip_reorders(graph, fetched, keep, block, in_place=True)
     except Exception:
         return {}
-    _, blocked = strip_reorders(graph, fetched, keep, block, in_place=True)
     return {name: b.block for name, b in blocked.items()}
 
 
@@ -174,19 +202,16 @@ def fetching_session(model: onnx.ModelProto, fetched: list[str], keep: frozenset
     convolutions = any(n.op_type == "Conv" for n in model.graph.node)
     block = block_size() if external_folder is None and convolutions and _held_whole(model) else None
     if block is not None:
-        try:
-            graph = optimized(model)
-        except Exception:  # onnxruntime.session below says what is wrong with the model
-            graph = None
-        if graph is not None:
-            _, blocked = strip_reorders(graph, fetched, keep, block, in_place=True)
-            if blocked:
-                # serialized, and the proto dropped, before onnxruntime makes its copies
-                data = graph.SerializeToString()
-                del graph
-                # onnxruntime's optimized copy of lazy weights refers to them by their paths from the root, as
-                # qtool.model.spill gave them to it
-                folder = "/" if lazy.lazy_tensors(model) else None
-                with contextlib.suppress(QtoolError):
-                    return onnxruntime.session(data, threads=threads, optimization="none", arena=arena, external_folder=folder), blocked
+        with contextlib.ExitStack() as files:
+            try:
+                graph, folder = files.enter_context(optimized_apart(model))
+            except Exception:  # onnxruntime.session below says what is wrong with the model
+                graph = None
+            if graph is not None:
+                _, blocked = strip_reorders(graph, fetched, keep, block, in_place=True)
+                if blocked:
+                    data = graph.SerializeToString()  # the graph alone: its weights are in `folder`
+                    del graph
+                    with contextlib.suppress(QtoolError):
+                        return onnxruntime.session(data, threads=threads, optimization="none", arena=arena, external_folder=folder), blocked
     return onnxruntime.session(model, external_folder=external_folder, threads=threads, arena=arena), {}

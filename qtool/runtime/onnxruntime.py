@@ -25,6 +25,7 @@ import onnxruntime as ort
 
 from ..errors import QtoolError
 from ..model.dynamic import SESSION_KEY
+from ..model.lazy import INLINE_BYTES
 from ..model.spill import runnable
 
 FATAL = 4  # onnxruntime's severities: 0 verbose, 1 info, 2 warning, 3 error, 4 fatal
@@ -67,7 +68,8 @@ def first_line(e: BaseException) -> str:
 
 
 def _options(threads: int | None, optimization: str | None, spin: bool, optimized_path: str | None,
-             arena: bool = True, shapes_first: bool = False) -> ort.SessionOptions:
+             arena: bool = True, shapes_first: bool = False, optimized_weights: str | None = None,
+             prepack: bool = True) -> ort.SessionOptions:
     opts = ort.SessionOptions()
     opts.log_severity_level = FATAL
     if shapes_first:  # Shape and Size nodes run as soon as what they read is made (see `session`)
@@ -80,6 +82,11 @@ def _options(threads: int | None, optimization: str | None, spin: bool, optimize
         opts.graph_optimization_level = LEVELS[optimization]
     if optimized_path is not None:
         opts.optimized_model_filepath = optimized_path
+        if optimized_weights is not None:  # every initializer of INLINE_BYTES or more in that file, beside the graph
+            opts.add_session_config_entry("session.optimized_model_external_initializers_file_name", optimized_weights)
+            opts.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", str(INLINE_BYTES))
+    if not prepack:  # kernels read their constant weights as they are, with no packed copy of their own
+        opts.add_session_config_entry("session.disable_prepacking", "1")
     if spin:
         # onnxruntime's threads spin while waiting for work (waking a sleeping one costs each
         # parallel section more than the spin), and stop at the end of a run: calibration fills
@@ -98,7 +105,8 @@ def _disabled(model: onnx.ModelProto | bytes) -> list[str]:
 
 
 def raw_session(model: onnx.ModelProto, *, threads: int | None = None, optimization: str | None = None, spin: bool = True,
-                external_folder: str | os.PathLike | None = None, optimized_path: str | None = None) -> ort.InferenceSession:
+                external_folder: str | os.PathLike | None = None, optimized_path: str | None = None,
+                optimized_weights: str | None = None, prepack: bool = True) -> ort.InferenceSession:
     """A CPU session for an in-memory model, raising onnxruntime's own exceptions (for a caller
     that reads them); no file is written, but for `optimized_path`.
 
@@ -108,8 +116,12 @@ def raw_session(model: onnx.ModelProto, *, threads: int | None = None, optimizat
     sections and stop at its end (False: onnxruntime's defaults).
     `external_folder`: where weights the proto keeps in external files live (the original
     model's folder); onnxruntime reads them from there, so models over 2 GB work.
-    `optimized_path`: where onnxruntime writes the graph it optimized (see nchwc)."""
-    opts = _options(threads, optimization, spin, optimized_path)
+    `optimized_path`: where onnxruntime writes the graph it optimized (see nchwc); `optimized_weights`: with it, the
+    name of a file beside it where onnxruntime writes that graph's initializers of lazy.INLINE_BYTES or more (else they
+    are in the graph). `prepack`: False for a session that will not run (one that writes its optimized graph), whose
+    kernels need no packed copies of their weights (onnxruntime's LSTM, MatMul and Conv kernels pack theirs when the
+    session is made)."""
+    opts = _options(threads, optimization, spin, optimized_path, optimized_weights=optimized_weights, prepack=prepack)
     data, spill = runnable(model)
     return _open(data, spill, opts, external_folder, _disabled(model))
 
