@@ -56,4 +56,3 @@ def _recorded_check(file: Path, owners: dict[str, str]) -> tuple[str, str] | Non
         if found is not None and found.target == target and found.options.get(key):
             return target, targets.get(target).inspection().checked(str(found.options[key]))
     return None
-
