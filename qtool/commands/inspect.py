@@ -48,7 +48,7 @@ def run(file, *, model=None, policies: PolicyFlags | None = None, **checks) -> I
 
 def _recorded_check(file: Path, owners: dict[str, str]) -> tuple[str, str] | None:
     """(target, value) of the check the ONNX file `file` was written for, when qtool exported it and recorded that
-    target's check option (a TensorRT file: its trt_version); None for any other file."""
+    target's check option (the target version its file was made for); None for any other file."""
     if not file.is_file() or not inspection.is_onnx_file(file):
         return None
     found = provenance.read(provenance.header(file), file)
