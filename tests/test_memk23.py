@@ -1,6 +1,8 @@
 """Calibrate's memory on a vocoder's long 1-D activations (session 23, kokoro_ja_int8): cuts through residual sums
 that an instance normalization reads, and no optimized copy of a model onnxruntime lays out nothing of blocked."""
 
+import contextlib
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -110,24 +112,26 @@ def test_a_model_nothing_of_which_is_blocked_makes_no_optimized_copy(tmp_path, m
     """Kokoro's convolutions are all 1-D (3-D weights), which onnxruntime's blocked (NCHWc) transformer never takes;
     calibrate still made an optimized copy of the whole float model to look for blocked tensors (the layout probe:
     477 -> 1433 MB of peak RSS while it was made) and one of each segment before its session. None is made now for
-    a model no node of which may be blocked (segments.may_block), and the file is the same; a 2-D convolution
+    a model no node of which may be blocked (nchwc.may_block), and the file is the same; a 2-D convolution
     network still makes them."""
     made = []
-    real = nchwc.optimized
+    real = nchwc.optimized_apart
 
-    def optimized(model):
+    @contextlib.contextmanager
+    def optimized_apart(model):  # what makes the optimized copy (nchwc.fetching_session's, blocked_layout's)
         made.append(len(model.graph.node))
-        return real(model)
+        with real(model) as found:
+            yield found
 
-    monkeypatch.setattr(nchwc, "optimized", optimized)
+    monkeypatch.setattr(nchwc, "optimized_apart", optimized_apart)
     model = _adain_resblocks()
     path = tmp_path / "adain.onnx"
     onnx.save(model, path)
     _one_session_and_segments_write_one_file(path, _files(tmp_path), tmp_path, monkeypatch)
     assert made == []
-    assert not segments.may_block(model)
+    assert not nchwc.may_block(model)
     w = numpy_helper.from_array(np.ones((4, 2, 3, 3), np.float32), "w")
     conv2d = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"])], "c",
                                [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 8, 8])],
                                [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
-    assert segments.may_block(helper.make_model(conv2d))
+    assert nchwc.may_block(helper.make_model(conv2d))

@@ -24,7 +24,7 @@ from ..model.graph import Index
 from ..model.spill import runnable
 from ..options import CalibrateOptions
 from ..quantizers import patterns, smoothquant
-from ..runtime import nchwc, onnxruntime
+from ..runtime import nchwc
 from ..statistics import histogram, thresholds
 from ..statistics.stats import linear_inputs, new_stats
 from . import collect, procs, segments
@@ -474,13 +474,11 @@ def _session(exposed, fetched: list[str], positions: list[int], static: frozense
     shapes.close_child()
     if positions:
         try:
-            layout = {} if segments.needless_layout(exposed) else nchwc.blocked_layout(exposed, fetched, static)
+            layout = nchwc.blocked_layout(exposed, fetched, static)
             session = segments.Segmented(segments.split(exposed, fetched, positions), static, threads, layout)
             return session, session.blocked, positions
         except Exception as e:
             log.debug("no segments (%s): one session", e)
-    if segments.needless_layout(exposed):  # as fetching_session would make it, without an optimized copy to find nothing in
-        return onnxruntime.session(exposed, external_folder=folder, threads=threads), {}, []
     session, blocked = nchwc.fetching_session(exposed, fetched, keep=static, external_folder=folder, threads=threads)
     return session, blocked, []
 

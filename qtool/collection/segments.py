@@ -44,7 +44,7 @@ import onnx
 
 from .. import model as _model
 from ..model import dynamic, lazy, shapes
-from ..model.graph import all_nodes, ancestors, node_reads, subgraphs
+from ..model.graph import ancestors, node_reads, subgraphs
 from ..model.lazy import FLOATS
 from ..runtime import nchwc, onnxruntime
 
@@ -534,7 +534,7 @@ def _layout_reads(nodes, graph: onnx.GraphProto | None = None) -> dict[str, int]
     such a node reads, and through LAYOUT_FOLLOWERS what those read (a GlobalAveragePool of a Relu
     of a Conv runs blocked after the Conv, and unblocked after a segment input between the Conv
     and the Relu); but none for a node whose input's layout comes from nothing onnxruntime blocks
-    (`_blocks`: 1-D convolutions, say: spindle_eeg's BatchNormalizations after GELUs of Conv1d
+    (`nchwc.blocks`: 1-D convolutions, say: spindle_eeg's BatchNormalizations after GELUs of Conv1d
     outputs, whose walks through Add and Mul went back to the graph input, left no cut in 204 MB)."""
     producer = {o: n for n in nodes for o in n.output if o}
     weights = {t.name: t for t in graph.initializer} if graph is not None else None
@@ -552,52 +552,13 @@ def _layout_reads(nodes, graph: onnx.GraphProto | None = None) -> dict[str, int]
             seen.add(name)
             made = producer.get(name)
             if made is not None and not blocked:
-                blocked = _blocks(made, weights)
+                blocked = nchwc.blocks(made, weights)
             if made is not None and made.op_type in LAYOUT_FOLLOWERS and made.domain in ("", "ai.onnx"):
                 todo.extend(made.input if made.op_type in ("Add", "Sum", "Mul", "Concat") else made.input[:1])
         if blocked:
             for name in seen:
                 found[name] = k
     return found
-
-
-# Pools onnxruntime's blocked transformer runs blocked on a 4-D input whatever made it
-# (NchwcTransformerImpl::TransformPool): blocked layout starts at them as at a 2-D Conv.
-BLOCKED_POOLS = frozenset({"MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool"})
-
-
-def _blocks(node: onnx.NodeProto, weights: dict[str, onnx.TensorProto]) -> bool:
-    """Whether onnxruntime's blocked (NCHWc) transformer may give `node`'s output the blocked
-    layout: only 4-D tensors are (NchwcTransformerImpl's kNchwcDims, microsoft/onnxruntime
-    onnxruntime/core/optimizer/nchwc_transformer.cc), made by a 2-D Conv (4-D weights) or a pool
-    over 2 axes. A Conv whose weights are not an initializer (computed: a DequantizeLinear's,
-    which onnxruntime folds) or a global pool (any rank) counts as one that may."""
-    if node.domain not in ("", "ai.onnx", "com.microsoft"):
-        return False
-    if node.op_type in ("Conv", "FusedConv"):
-        w = weights.get(node.input[1]) if len(node.input) > 1 else None
-        return w is None or len(w.dims) == 4
-    if node.op_type in BLOCKED_POOLS:
-        kernel = next((list(a.ints) for a in node.attribute if a.name == "kernel_shape"), None)
-        return kernel is None or len(kernel) == 2
-    return False
-
-
-def may_block(proto: onnx.ModelProto) -> bool:
-    """Whether onnxruntime's blocked transformer may give some tensor of `proto` the blocked layout: a node of it, or of
-    a graph inside it, `_blocks`. Where none does (Kokoro's vocoder and every other 1-D convolution network, whose
-    Conv weights are 3-D), nchwc.fetching_session's optimized copy of the model finds nothing blocked and the session is
-    onnxruntime.session's of the model as it is, and nchwc.blocked_layout's is {}: neither needs making (kokoro_ja_int8:
-    the layout probe's optimized copy of the whole float model took calibrate 477 -> 1433 MB while it was made)."""
-    graphs = [proto.graph, *(sub for n in all_nodes(proto.graph) for sub in subgraphs(n))]
-    weights = {t.name: t for g in graphs for t in g.initializer}
-    return any(_blocks(n, weights) for g in graphs for n in g.node)
-
-
-def needless_layout(proto: onnx.ModelProto) -> bool:
-    """Whether `proto` has convolutions but no node onnxruntime may block (`may_block`): where nchwc.fetching_session
-    would make an optimized copy of it to find nothing blocked (without convolutions it makes none)."""
-    return any(n.op_type == "Conv" for n in proto.graph.node) and not may_block(proto)
 
 
 def _reading_nodes(nodes) -> dict[str, list[onnx.NodeProto]]:
@@ -847,11 +808,8 @@ class Segmented:
         self.blocked = {name: nchwc.Blocked(name, block) for name, block in layout.items()}
         for k, seg in enumerate(segments):
             # carried tensors feed the next segment as they are: in NCHW
-            if not needless_layout(seg.model):
-                session, blocked = nchwc.fetching_session(seg.model, list(seg.fetched), keep=keep | set(seg.carried), threads=threads,
-                                                          arena=False)
-            else:  # as fetching_session would make it, without an optimized copy to look for blocked tensors in
-                session, blocked = onnxruntime.session(seg.model, threads=threads, arena=False), {}
+            session, blocked = nchwc.fetching_session(seg.model, list(seg.fetched), keep=keep | set(seg.carried), threads=threads,
+                                                      arena=False)
             self.sessions.append(session)
             names = list(dict.fromkeys([*seg.fetched, *seg.carried]))
             sources = [blocked[n].source if n in blocked else n for n in names]

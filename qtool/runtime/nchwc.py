@@ -34,7 +34,7 @@ from onnx import TensorProto, helper
 from .. import scratch
 from ..errors import QtoolError
 from ..model import bigmodel, lazy
-from ..model.graph import node_reads
+from ..model.graph import all_nodes, node_reads, subgraphs
 from . import onnxruntime
 
 DOMAIN = "com.microsoft.nchwc"
@@ -169,12 +169,46 @@ def optimized_apart(model: onnx.ModelProto) -> Iterator[tuple[onnx.ModelProto, s
         scratch.release()  # a calibration killed outright once its sessions are made leaves nothing on disk
 
 
+# Pools onnxruntime's blocked transformer runs blocked on a 4-D input whatever made it
+# (NchwcTransformerImpl::TransformPool): blocked layout starts at them as at a 2-D Conv.
+BLOCKED_POOLS = frozenset({"MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool"})
+
+
+def blocks(node: onnx.NodeProto, weights: dict[str, onnx.TensorProto]) -> bool:
+    """Whether onnxruntime's blocked (NCHWc) transformer may give `node`'s output the blocked
+    layout: only 4-D tensors are (NchwcTransformerImpl's kNchwcDims, microsoft/onnxruntime
+    onnxruntime/core/optimizer/nchwc_transformer.cc), made by a 2-D Conv (4-D weights) or a pool
+    over 2 axes. A Conv whose weights are not an initializer (computed: a DequantizeLinear's,
+    which onnxruntime folds) or a global pool (any rank) counts as one that may."""
+    if node.domain not in ("", "ai.onnx", "com.microsoft"):
+        return False
+    if node.op_type in ("Conv", "FusedConv"):
+        w = weights.get(node.input[1]) if len(node.input) > 1 else None
+        return w is None or len(w.dims) == 4
+    if node.op_type in BLOCKED_POOLS:
+        kernel = next((list(a.ints) for a in node.attribute if a.name == "kernel_shape"), None)
+        return kernel is None or len(kernel) == 2
+    return False
+
+
+def may_block(proto: onnx.ModelProto) -> bool:
+    """Whether the blocked transformer may give some tensor of `proto` the blocked layout: a node of it, or of a graph
+    inside it, `blocks`; and the model has a Conv (the layout serves convolutions). Where not (Kokoro's vocoder and
+    every other 1-D convolution network, whose Conv weights are 3-D), an optimized copy of the model finds nothing
+    blocked: fetching_session and blocked_layout make none (kokoro_ja_int8: the layout probe's optimized copy of the
+    whole float model took calibrate 477 -> 1433 MB while it was made)."""
+    if not any(n.op_type == "Conv" for n in proto.graph.node):
+        return False
+    graphs = [proto.graph, *(sub for n in all_nodes(proto.graph) for sub in subgraphs(n))]
+    weights = {t.name: t for g in graphs for t in g.initializer}
+    return any(blocks(n, weights) for g in graphs for n in g.node)
+
+
 def blocked_layout(model: onnx.ModelProto, fetched: list[str], keep: frozenset[str] = frozenset()) -> dict[str, int]:
     """{tensor: channel block} of the fetched tensors that fetching_session(model, fetched, keep)
     returns in blocked layout, without making that session (collection.segments: the layout each
     tensor has when the whole model runs, which its statistics are summed in)."""
-    convolutions = any(n.op_type == "Conv" for n in model.graph.node)
-    block = block_size() if convolutions and _held_whole(model) else None
+    block = block_size() if may_block(model) and _held_whole(model) else None
     if block is None:
         return {}
     try:
@@ -196,11 +230,10 @@ def fetching_session(model: onnx.ModelProto, fetched: list[str], keep: frozenset
                      ) -> tuple[onnxruntime.Session, dict[str, Blocked]]:
     """A session for `model`, whose outputs include `fetched`, and the fetched tensors it returns
     in onnxruntime's blocked layout (the `blocked` argument of qtool.collection.collect). Tensors
-    in `keep` come in NCHW. Models without convolutions, with external weights or lazy weights of
+    in `keep` come in NCHW. Models without convolutions or none that may be blocked (may_block), with external weights or lazy weights of
     bigmodel.LAZY_BYTES or more (whose optimized copy would hold them all), and machines or onnxruntime builds without the blocked
     layout, get onnxruntime.session's session and every tensor in NCHW. `arena`: onnxruntime.session's."""
-    convolutions = any(n.op_type == "Conv" for n in model.graph.node)
-    block = block_size() if external_folder is None and convolutions and _held_whole(model) else None
+    block = block_size() if external_folder is None and may_block(model) and _held_whole(model) else None
     if block is not None:
         with contextlib.ExitStack() as files:
             try:
