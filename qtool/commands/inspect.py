@@ -49,9 +49,13 @@ def run(file, *, model=None, policies: PolicyFlags | None = None, **checks) -> I
 def _recorded_check(file: Path, owners: dict[str, str]) -> tuple[str, str] | None:
     """(target, value) of the check the ONNX file `file` was written for, when qtool exported it and recorded that
     target's check option (the target version its file was made for); None for any other file."""
-    if not file.is_file() or not inspection.is_onnx_file(file):
+    if not file.is_file():
         return None
-    found = provenance.read(provenance.header(file), file)
+    try:
+        header = provenance.header(file)  # without the weights
+    except QtoolError:  # not an ONNX model: a calibration or range file, which inspect_file reads
+        return None
+    found = provenance.read(header, file)
     for key, target in owners.items():
         if found is not None and found.target == target and found.options.get(key):
             return target, targets.get(target).inspection().checked(str(found.options[key]))
