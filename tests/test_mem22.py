@@ -9,9 +9,8 @@ import tracemalloc
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from test_collect import _chain
 
 from qtool.model import dynamic
 
@@ -99,23 +98,6 @@ def test_dequantized_weights_are_made_in_one_array_with_the_same_floats(dtype, t
         assert peak <= 1.25 * got.nbytes, (peak, got.nbytes)
 
 
-def _conv_chain(path: Path, layers: int = 6, channels: int = 16, side: int = 96) -> None:
-    """Conv 3x3 + Relu `layers` times on [1, channels, side, side] (0.6 MB a tensor), and 3 data files."""
-    rng = np.random.default_rng(0)
-    nodes, inits, x = [], [], "x"
-    for k in range(layers):
-        inits.append(numpy_helper.from_array((rng.standard_normal((channels, channels, 3, 3)) * 0.1).astype(np.float32), f"w{k}"))
-        nodes += [helper.make_node("Conv", [x, f"w{k}"], [f"m{k}"], pads=[1, 1, 1, 1]), helper.make_node("Relu", [f"m{k}"], [f"r{k}"])]
-        x = f"r{k}"
-    shape = [1, channels, side, side]
-    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
-                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, shape)], inits)
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
-    (path.parent / "data").mkdir()
-    for i in range(3):
-        np.save(path.parent / "data" / f"{i}.npy", np.random.default_rng(i).random(shape).astype(np.float32))
-
-
 def test_no_session_is_made_beside_the_shape_inference_process(tmp_path, monkeypatch):
     """Calibrate's segments: shape inference's process, which cutting and splitting the model start, has ended when
     the layout probe's and the segments' onnxruntime sessions are made (ddddocr_ocr: 20 MB beside its peak, 205 MB
@@ -128,7 +110,7 @@ def test_no_session_is_made_beside_the_shape_inference_process(tmp_path, monkeyp
     monkeypatch.setattr(pipeline, "RUN_BYTES", 1 << 20, raising=False)  # 3.5 MB a run: in segments
     monkeypatch.setattr(pipeline, "SEGMENT_BYTES", 1 << 20, raising=False)
     path = tmp_path / "model.onnx"
-    _conv_chain(path)
+    _chain(path, 6, 16, 96)  # Conv 3x3 + Relu x 6 on [1, 16, 96, 96] (0.6 MB a tensor), and its data files
     beside = []
     segmented = pipeline.segments.Segmented
     opened = onnxruntime._open
