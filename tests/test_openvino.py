@@ -987,6 +987,32 @@ def test_a_reflection_pad_pads_the_quantized_codes(tmp_path):
     _runs_as_evaluated(model, cal, feeds[16:], floor=25)
 
 
+def test_a_zero_pad_pads_the_quantized_codes(tmp_path):
+    """Explicit zero pads before strided Convs (tests/zoo.py, M-LSD's TF export): zero lies on every grid, so the
+    quantizer moves above the Pad, which OpenVINO runs on u8 codes (mlsd_tiny: three such Pads ran f32 with a
+    Reorder each); a Pad of another constant keeps the quantizer below it. The file runs as evaluated."""
+    model = zoo.zero_padded_strided_conv_like()
+    rng = np.random.default_rng(8)
+    feeds = [{"x": rng.normal(0, 1, (1, 3, 16, 16)).astype(np.float32)} for _ in range(24)]
+    cal = qtool.calibrate(model, data=feeds[:16])
+    data = qtool.export(model, cal, target="openvino")
+    m = onnx.load_from_string(data)
+    producers = {o: n for n in m.graph.node for o in n.output}
+    zero, half = (next(n for n in m.graph.node if n.op_type == "Pad" and n.name.startswith(name)) for name in ("/pad0/", "/pad1/"))
+    assert producers[zero.input[0]].op_type == "FakeQuantize" and producers[zero.input[0]].input[0] == "/relu6_0/Clip_output_0"
+    assert not any(n.op_type == "FakeQuantize" and n.input[0] == zero.output[0] for n in m.graph.node)
+    assert producers[half.input[0]].op_type == "Clip"
+    assert any(n.op_type == "FakeQuantize" and n.input[0] == half.output[0] for n in m.graph.node)
+    (tmp_path / "pad.onnx").write_bytes(data)
+    compiled = ov_compile(tmp_path / "pad.onnx")
+    f32 = {op.get_friendly_name() for op in compiled.get_runtime_model().get_ops()
+           if str(op.get_rt_info()["runtimePrecision"].astype(str)) == "f32"
+           and str(op.get_rt_info()["layerType"].astype(str)) in ("Pad", "Subgraph", "FakeQuantize")}
+    # the zero Pad runs on codes or fuses into the Conv's padding, its FakeQuantize into conv0 (before: both f32)
+    assert not any(name.startswith("/pad0/") for name in f32) and any(name.startswith("/pad1/") for name in f32), f32
+    _runs_as_evaluated(model, cal, feeds[16:], floor=25)
+
+
 def test_a_transposed_convs_scale_shift_reads_int8(tmp_path):
     """A Caffe ResNet converted through TensorFlow (tests/zoo.py, open_nsfw): each Conv's output is Transposed to
     NHWC before its bias and batch norm, which OpenVINO then cannot fuse into the Conv. As in NNCF's file, the

@@ -1232,6 +1232,26 @@ def reflect_padded_conv_like(opset=13, samples=64, pad=8, ch=8, seed=6151):
     return _make_model(graph, opset)
 
 
+def zero_padded_strided_conv_like(opset=13, hw=16, ch=8, seed=6173):
+    """Explicit pads before strided Convs, as M-LSD's TF export writes them (mlsd_tiny: Relu6 -> Pad constant 0 ->
+    Conv stride 2): x [1, 3, hw, hw] -> Conv -> Clip(0, 6) -> Pad zeros -> Conv stride 2 -> Clip(0, 6) -> Pad 0.5 ->
+    Conv -> y. The zero Pad pads codes as it pads values (zero lies on every grid); the 0.5 Pad's constant need not."""
+    g = _Graph(seed=seed)
+    w0 = g.init("conv0.weight", (g.rng.normal(0, 1, (ch, 3, 3, 3)) / np.sqrt(27)).astype(np.float32))
+    zero, six = g.init("zero", np.array(0, np.float32)), g.init("six", np.array(6, np.float32))
+    r0 = g.op("Clip", [g.op("Conv", ["x", w0], "/conv0", kernel_shape=[3, 3], pads=[1, 1, 1, 1]), zero, six], "/relu6_0")
+    p0 = g.op("Pad", [r0, g.init("pads0", np.array([0, 0, 0, 0, 0, 0, 1, 1], np.int64))], "/pad0", mode="constant")
+    w1 = g.init("conv1.weight", (g.rng.normal(0, 1, (ch, ch, 3, 3)) / np.sqrt(9 * ch)).astype(np.float32))
+    r1 = g.op("Clip", [g.op("Conv", [p0, w1], "/conv1", kernel_shape=[3, 3], strides=[2, 2]), zero, six], "/relu6_1")
+    p1 = g.op("Pad", [r1, g.init("pads1", np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)), g.init("half", np.array(0.5, np.float32))],
+              "/pad1", mode="constant")
+    w2 = g.init("conv2.weight", (g.rng.normal(0, 1, (ch, ch, 3, 3)) / np.sqrt(9 * ch)).astype(np.float32))
+    g.op("Conv", [p1, w2], "/conv2", kernel_shape=[3, 3], outputs=["y"])
+    graph = g.graph("zero_padded_strided_conv", [helper.make_tensor_value_info("x", FLOAT, [1, 3, hw, hw])],
+                    [helper.make_tensor_value_info("y", FLOAT, None)])
+    return _make_model(graph, opset)
+
+
 def caffe_nhwc_resnet_like(opset=13, hw=8, ch=8, blocks=3, seed=6163):
     """A Caffe ResNet converted to ONNX through TensorFlow (open_nsfw): NHWC activations, each Conv (no bias)
     between Transposes, its bias and batch norm as constant ops in NHWC, float->float Casts around them:

@@ -122,6 +122,15 @@ def _scalar(m: G.Index, t: str) -> float | None:
     return float(v.ravel()[0])
 
 
+def zero_pad(m: G.Index, n: onnx.NodeProto) -> bool:
+    """A Pad with zeros: constant mode, no or a zero constant value (the attribute `value` before opset 11, the
+    third input since). Zero lies on every grid qtool writes, so such a Pad pads the codes as it pads the values."""
+    if n.op_type != "Pad" or G.text_attr(n, "mode", "constant") != "constant" or float(G.attr(n, "value", 0.0)) != 0.0:
+        return False
+    value = n.input[2] if len(n.input) > 2 and n.input[2] else None
+    return value is None or (value in m.constants and _scalar(m, value) == 0.0)
+
+
 def _se_gate(m: G.Index, t: str, hard: bool = False) -> tuple[list[onnx.NodeProto], str] | None:
     """The gate producing `t` as NNCF matches it on the OpenVINO graph (SIGMOID || HSIGMOID):
     Sigmoid, or relu6(x + 3) / 6 (Clip(x + 3, 0, 6) then / 6 or * 1/6), which OpenVINO fuses into

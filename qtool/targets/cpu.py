@@ -115,9 +115,10 @@ class PolicyFlags:
 # (openvinotoolkit/nncf src/nncf/onnx/graph/metatypes/groups.py QUANTIZE_AGNOSTIC_OPERATIONS) that read one data
 # input (the rest indices or shapes) and write values of it. A CRNN's unrolled BiLSTM Gathers each time step of
 # one sequence: one quantizer on the sequence (OpenVINO gathers u8) instead of one per step (a single Gather, a
-# class token's, keeps its quantizer: placement.moves). Pad only where it copies values (reflect, edge: Silero
-# VAD's STFT pads its input so; OpenVINO pads the u8 codes), not a constant pad (its constant need not lie on the
-# grid: placement.moves); not ReduceMax (qtool.targets.openvino moves its quantizer up with the output's range).
+# class token's, keeps its quantizer: placement.moves). Pad where it copies values (reflect, edge: Silero VAD's
+# STFT pads its input so; OpenVINO pads the u8 codes) or pads zeros, which lie on every grid (M-LSD's explicit pads
+# before its strided Convs), not another constant (it need not lie on the grid: placement.moves); not ReduceMax
+# (qtool.targets.openvino moves its quantizer up with the output's range).
 MOVED_ONLY = frozenset({"MaxPool", "GlobalMaxPool", "Gather", "GatherElements", "GatherND", "Tile", "Expand", "DepthToSpace",
                         "SpaceToDepth", "Dropout", "Pad"})
 

@@ -12,7 +12,6 @@ import itertools
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from ...model import graph as G
 from ...model import prequantized
@@ -343,17 +342,9 @@ def _from_graph_input(inputs: Inputs, tensor: str) -> bool:
     Transpose and a FakeQuantize: MTCNN R-Net's stem at 3 dB; by int8 signs Cast to float it runs right,
     bench/openvino_quirks.py). Negation commutes with a Cast and with padding by zeros."""
     producer = inputs.m.producer
-    while tensor in producer and (producer[tensor].op_type == "Cast" or _zero_pad(inputs, producer[tensor])):
+    while tensor in producer and (producer[tensor].op_type == "Cast" or patterns.zero_pad(inputs.m, producer[tensor])):
         tensor = producer[tensor].input[0]
     return tensor in inputs.m.inputs
-
-
-def _zero_pad(inputs: Inputs, n: onnx.NodeProto) -> bool:
-    """A Pad with zeros (constant mode, no or a zero constant value), as Caffe exports' explicit padding."""
-    if n.op_type != "Pad" or G.text_attr(n, "mode", "constant") != "constant" or float(G.attr(n, "value", 0.0)) != 0.0:  # value: the attribute before opset 11
-        return False
-    value = n.input[2] if len(n.input) > 2 and n.input[2] else None
-    return value is None or (value in inputs.m.constants and not np.any(numpy_helper.to_array(inputs.m.constants[value])))
 
 
 def _unpadded(n: onnx.NodeProto) -> bool:

@@ -157,8 +157,8 @@ def _move_up_once(inputs: Inputs, kept: Kept, wanted, moves: Moves, blocked: set
             continue
         if op == "Gather" and len(m.readers.get(n.input[0], ())) < 2:
             continue  # one part selected (a class token) keeps its own range; a sequence Gathered step by step moves up
-        if op == "Pad" and G.text_attr(n, "mode", "constant") not in ("reflect", "edge"):
-            continue  # a constant pad writes a value of its own, which need not lie on the grid
+        if op == "Pad" and G.text_attr(n, "mode", "constant") not in ("reflect", "edge") and not P.zero_pad(m, n):
+            continue  # a constant pad writes a value of its own, which need not lie on the grid (zero does)
         outs = [o for o in n.output if o]
         if not outs or any(
             o in m.outputs or o in kept.tensors or not wanted.get(o)
