@@ -54,6 +54,20 @@ def test_sample_model_end_to_end(tmp_path):
     assert sum(t.unsigned for t in cal.tensors) >= 5  # inputs, ReLU and pool outputs
 
 
+def test_a_command_run_in_process_leaves_the_callers_logging_as_it_was(tmp_path, digits, caplog):
+    """The command line gives qtool's logger a handler of its own for the command's run; run in-process (a notebook,
+    a test), the caller's logging then sees qtool's warnings again, as before the command."""
+    import logging
+
+    logger = logging.getLogger("qtool")
+    before = logger.handlers[:], logger.propagate, logger.level
+    assert run("calibrate", SAMPLE, "--images", digits, "-o", tmp_path / "d.calib.json").exit_code == 0
+    assert (logger.handlers[:], logger.propagate, logger.level) == before
+    with caplog.at_level("WARNING"):
+        logging.getLogger("qtool.targets").warning("a warning of qtool's")
+    assert "a warning of qtool's" in caplog.text
+
+
 def test_hand_worked_tiny_graph(tmp_path):
     m = zoo.tiny_relu_model()
     model = tmp_path / "relu.onnx"

@@ -45,6 +45,12 @@ def _setup_logging(quiet: bool, verbose: bool) -> None:
     log.setLevel(logging.ERROR if quiet else logging.DEBUG if verbose else logging.INFO)
 
 
+def _restore_logging(handlers: list, propagate: bool, level: int) -> None:
+    log.handlers[:] = handlers
+    log.propagate = propagate
+    log.setLevel(level)
+
+
 # --json on the command line: every exit prints exactly one JSON document on stdout, a failure
 # {"error": <the message>, "exit": <code>} (set when the group parses its arguments).
 _json = {"wanted": False, "printed": False}
@@ -138,6 +144,8 @@ def cli(ctx: click.Context, quiet: bool, verbose: bool) -> None:
     """INT8 calibration for ONNX models."""
     from ..statistics import histogram
 
+    before = log.handlers[:], log.propagate, log.level
+    ctx.call_on_close(lambda: _restore_logging(*before))  # run in-process, the caller's logging is as it was after
     _setup_logging(quiet, verbose)
     histogram.WITHOUT_BLAS_PROBE = True  # a command's process is qtool's
     ctx.obj = {"quiet": quiet, "verbose": verbose}
