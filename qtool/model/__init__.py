@@ -546,8 +546,8 @@ def _schema_types(proto: onnx.ModelProto, types: dict[str, int]) -> None:
             found = [types[t] for k, t in enumerate(n.input) if t and formal_in and formal_in[min(k, len(formal_in) - 1)] == param and types.get(t)]
             if found:
                 types[o] = found[0]
-            elif len(allowed.get(param, ())) == 1 and allowed[param][0][7:-1] in _TYPE_NAMES:  # "tensor(float)"
-                types[o] = _TYPE_NAMES[allowed[param][0][7:-1]]
+            elif len(allowed.get(param, ())) == 1 and (code := _type_code(allowed[param][0])) is not None:
+                types[o] = code
 
 
 def _type_str(formal) -> str:
@@ -577,9 +577,14 @@ def _schema(op: str, domain: str, version: int):
     return max(fitting, key=lambda s: s.since_version) if fitting else None
 
 
-_TYPE_NAMES = {"float": onnx.TensorProto.FLOAT, "float16": onnx.TensorProto.FLOAT16, "double": onnx.TensorProto.DOUBLE,
-               "bfloat16": onnx.TensorProto.BFLOAT16, "int64": onnx.TensorProto.INT64, "int32": onnx.TensorProto.INT32,
-               "bool": onnx.TensorProto.BOOL, "int8": onnx.TensorProto.INT8, "uint8": onnx.TensorProto.UINT8}
+def _type_code(spelled: str) -> int | None:
+    """The TensorProto type of a schema's "tensor(float)" spelling (onnx's and onnxruntime's), None for another form."""
+    if not (spelled.startswith("tensor(") and spelled.endswith(")")):
+        return None
+    try:
+        return onnx.TensorProto.DataType.Value(spelled[7:-1].upper())
+    except ValueError:
+        return None
 
 
 def activation_tensors(proto: onnx.ModelProto, types: dict[str, int] | None = None) -> list[str]:
