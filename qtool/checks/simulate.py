@@ -29,6 +29,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import QtoolError
+from ..model import folded_constants
 from ..model import graph as G
 from ..model.writer import ModelFile
 from ..runtime import onnxruntime, openvino
@@ -111,10 +112,8 @@ class _SumFusion:
     def __init__(self, model: onnx.ModelProto):
         index = G.Index(model)
         self.readers, self.producer, self.outputs = index.readers, index.producer, index.outputs
-        self.constants = set(index.constants)  # and what OpenVINO folds: nodes that read constants alone (a shipped
-        for n in model.graph.node:  # model's int32 bias, DequantizeLinear then Reshape; the nodes come in graph order)
-            if n.input and all(t in self.constants for t in n.input if t):
-                self.constants.update(o for o in n.output if o)
+        # and what OpenVINO folds: nodes that read constants alone (a shipped model's int32 bias, DequantizeLinear then Reshape)
+        self.constants = set(index.constants) | folded_constants(model.graph)
 
     def single(self, t: str) -> bool:
         return len(self.readers.get(t, [])) == 1 and t not in self.outputs

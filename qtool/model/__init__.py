@@ -587,6 +587,19 @@ def _type_code(spelled: str) -> int | None:
         return None
 
 
+def folded_constants(g: onnx.GraphProto) -> set[str]:
+    """The initializers, Constant outputs and every tensor computed from them alone (what a runtime folds), but
+    for random ops' and nodes with subgraphs."""
+    constants = {t.name for t in g.initializer}
+    for n in g.node:  # graph order: a node's inputs come before it
+        if n.op_type == "Constant" or (
+            n.input and n.op_type not in _NOT_FOLDABLE and not subgraphs(n)
+            and all((not i) or i in constants for i in n.input)
+        ):
+            constants.update(o for o in n.output if o)
+    return constants
+
+
 def activation_tensors(proto: onnx.ModelProto, types: dict[str, int] | None = None) -> list[str]:
     """Float tensors to calibrate, in graph order: graph inputs and node outputs that carry data.
 
@@ -596,13 +609,7 @@ def activation_tensors(proto: onnx.ModelProto, types: dict[str, int] | None = No
     g = proto.graph
     types = tensor_types(proto) if types is None else types
     initializers = {t.name for t in g.initializer}
-    constants = set(initializers)
-    for n in g.node:
-        if n.op_type == "Constant" or (
-            n.input and n.op_type not in _NOT_FOLDABLE and not subgraphs(n)
-            and all((not i) or i in constants for i in n.input)
-        ):
-            constants.update(o for o in n.output if o)
+    constants = folded_constants(g)
 
     # Which tensors feed data (as opposed to shape/index) somewhere: walk the graph backwards.
     needed_as_data = {o.name for o in g.output}
