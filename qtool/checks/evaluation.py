@@ -882,7 +882,7 @@ def _score(reference: _Reference, names: list[str], not_compared: list[str], dat
         base, failed = None, ""
         if fp32 is not None:
             try:
-                base = simulate.runtime(runtime, fp32, like=session)
+                base = simulate.runtime(runtime, fp32, like=session, float_only=True)
             except QtoolError as e:  # the file runs: its figures stand without the runtime's floor
                 failed = str(e)
         r_accs, f_accs, o_accs, run_failed = _compare_runtime(reference, session, base, names)

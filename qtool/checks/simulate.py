@@ -392,15 +392,16 @@ def simulation(model: onnx.ModelProto | bytes, outputs: list[str] = (), as_openv
     return onnxruntime.session(proto, optimization="none")  # ORT_DISABLE_ALL: the graph run as it is
 
 
-def runtime(name: str, data: bytes, like=None):
+def runtime(name: str, data: bytes, like=None, float_only: bool = False):
     """The real runtime on this CPU running the file `data`: OpenVINO ('openvino', f32 inference
     precision, int8 where the file quantizes) or onnxruntime ('onnxruntime', default optimizations:
     its int8 kernels for Q/DQ; float layers in f32 too). `like`: a session of this function's that
     the new one is compared with, compiled the same way (OpenVINO: at the inputs' shapes where it
-    compiled that one so)."""
+    compiled that one so). `float_only`: a model meant to run in float (FP32), which OpenVINO then quantizes nowhere
+    on the fly."""
     data = bytes(data)  # a big model's export (ModelFile) as one file
     if name == "openvino":
-        return openvino.Session(data, static=getattr(like, "static", ""))
+        return openvino.Session(data, static=getattr(like, "static", ""), float_only=float_only)
     if name == "onnxruntime":
         return onnxruntime.session(onnx.load_model_from_string(data))
     raise QtoolError(f"runtime {name!r} is not one of {', '.join(RUNTIMES)}")

@@ -31,6 +31,14 @@ _WHERE = re.compile(r"^(Exception from |Check '.*' failed at |While validating |
                     r"Model wasn't fully converted)")
 
 
+# OpenVINO's CPU plugin quantizes on the fly, in groups of this many, the activations a FullyConnected reads where its
+# weights are int8 (a Convert and Multiply of int8 constants, as a shipped model's weight DequantizeLinear reads), even
+# at f32 precision: 32 on an AVX-512 VNNI CPU (OpenVINO 2026.4; none on AVX2). 0 turns it off: a float model run so
+# is float (the reference of a model shipped with its own pairs kept their weights' DequantizeLinear: 38.9 dB from
+# onnxruntime's, exact with it off)
+_DYNAMIC_QUANTIZATION = "DYNAMIC_QUANTIZATION_GROUP_SIZE"
+
+
 def package():
     """The openvino module, or a one-line error saying how to install it."""
     try:
@@ -57,14 +65,17 @@ class Session:
     float precision of the unquantized layers, "f32" or "default" (OpenVINO's choice on this CPU: bf16
     with AVX-512 BF16 or AMX, qtool.quantizers.cpu_kinds), stated in the config either way; `float_precision`
     is the one it runs them in ("f32", "bf16", "f16"). Feeds the model does not take (an input no
-    node reads, which OpenVINO drops) are left out. `static`: why OpenVINO refused the dynamic shapes
+    node reads, which OpenVINO drops) are left out. `float_only`: no layer quantized on the fly
+    (_DYNAMIC_QUANTIZATION), for a model meant to run in float. `static`: why OpenVINO refused the dynamic shapes
     where it compiles at the inputs' shapes instead, "" otherwise; given, it compiles at the inputs'
     shapes from the start (a model compared with another that OpenVINO compiles so: the same shapes)."""
 
-    def __init__(self, data: bytes, config: dict | None = None, precision: str = "f32", static: str = ""):
+    def __init__(self, data: bytes, config: dict | None = None, precision: str = "f32", static: str = "", float_only: bool = False):
         self.core = package().Core()
         chosen = self.core.get_property("CPU", "INFERENCE_PRECISION_HINT").get_type_name() if precision == "default" else precision
         self.data, self.config = data, {**(config or {}), "INFERENCE_PRECISION_HINT": chosen}
+        if float_only and _DYNAMIC_QUANTIZATION in self.core.get_property("CPU", "SUPPORTED_PROPERTIES"):
+            self.config[_DYNAMIC_QUANTIZATION] = 0
         self.float_precision = chosen
         self.static = static
         self._compiled: dict[tuple, tuple] = {}  # input shapes -> (compiled model, request, input names)
