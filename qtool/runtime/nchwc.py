@@ -201,6 +201,10 @@ def may_block(proto: onnx.ModelProto) -> bool:
         return False
     graphs = [proto.graph, *(sub for n in all_nodes(proto.graph) for sub in subgraphs(n))]
     weights = {t.name: t for g in graphs for t in g.initializer}
+    # a weight a DequantizeLinear makes of an initializer as the session runs (qtool.model.dynamic.int8_weights: a 1-D
+    # convolution's) has that initializer's shape
+    weights.update({n.output[0]: weights[n.input[0]] for g in graphs for n in g.node
+                    if n.op_type == "DequantizeLinear" and n.input[0] in weights})
     return any(blocks(n, weights) for g in graphs for n in g.node)
 
 
