@@ -129,3 +129,35 @@ def test_a_convolution_whose_weight_a_dequantizelinear_makes_leaves_its_readers_
     assert not nchwc.may_block(made)
     assert set(segments._layout_reads(list(constant.graph.node), constant.graph)) == {"r", "c"}
     assert nchwc.may_block(constant)
+
+
+def test_a_qdq_model_s_runs_go_one_at_a_time_where_its_dequantized_weights_leave_no_room(tmp_path, monkeypatch):
+    """A Q/DQ model's DequantizeLinear outputs of its int8 weights are float32 weights each run makes beside its
+    activations (plain inference runs int8 kernels on the integers): counted in a run's bytes, two runs side by side
+    no longer fit in twice plain inference's peak (pipeline._within_bound), and one runs at a time (before: two, on
+    effword_resnet50_qint8 2.1x plain inference's peak RSS). Calibrate's file is the same either way."""
+    from qtool import api
+    from qtool.collection import collect, pipeline
+
+    rng = np.random.default_rng(9)
+    q = rng.integers(-127, 128, (1024, 1024, 3, 3)).astype(np.int8)  # 9.4 MB of int8: 38 MB as float32
+    inits = [numpy_helper.from_array(q, "q"), numpy_helper.from_array(np.array(0.002, np.float32), "s")]
+    nodes = [helper.make_node("DequantizeLinear", ["q", "s"], ["w"], "dq"),
+             helper.make_node("Conv", ["x", "w"], ["c"], "conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"], "relu")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1024, 4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    path = tmp_path / "qdq.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
+    folder = tmp_path / "data"
+    folder.mkdir()
+    for k in range(4):
+        np.save(folder / f"{k}.npy", rng.standard_normal((1, 1024, 4, 4)).astype(np.float32))
+    monkeypatch.setattr(pipeline, "_cores", lambda: 2)
+    schedules, real = [], collect.collect
+    monkeypatch.setattr(collect, "collect", lambda *a, **k: (schedules.append(a[5] if len(a) > 5 else k["schedule"]), real(*a, **k))[1])
+    api.calibrate_files(path, data=folder, output=tmp_path / "one.calib.json")
+    monkeypatch.setattr(pipeline, "_dequantized_bytes", lambda proto: 0, raising=False)  # as before
+    api.calibrate_files(path, data=folder, output=tmp_path / "two.calib.json")
+    assert [s.workers for s in schedules] == [1, 2]
+    assert (tmp_path / "one.calib.json").read_bytes() == (tmp_path / "two.calib.json").read_bytes()

@@ -20,6 +20,7 @@ has the logical NCHW shape over blocked memory; `Blocked` says how to read it.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shutil
 import tempfile
@@ -261,4 +262,17 @@ def fetching_session(model: onnx.ModelProto, fetched: list[str], keep: frozenset
                     del graph
                     with contextlib.suppress(QtoolError):
                         return onnxruntime.session(data, threads=threads, optimization="none", arena=arena, external_folder=folder), blocked
+            graph = None
+        # what the optimizing session freed goes back to the system before the session of the model is made beside it
+        # (effword_resnet50_qint8, a Q/DQ ResNet-50 nothing of which is blocked: calibrate 238 -> 218 MB in-process)
+        _give_back()
     return onnxruntime.session(model, external_folder=external_folder, threads=threads, arena=arena), {}
+
+
+def _give_back() -> None:
+    """glibc's malloc_trim: the heap's free pages back to the system (qtool.collection.segments.trim's call); nothing
+    where the C library is not glibc."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
