@@ -397,7 +397,8 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
     sizes = segments.sizes(loaded.proto, fetched, source.dims, source.first, folder) if source.dims else {}
     source.first = None
     kernel, limit, room, (workers, threads) = _bounds(loaded, len(names) * bins * 8, fetched, sizes, source, batches, derived)
-    fewer = _within_bound(workers, _run_bytes(fetched, sizes, source), room)
+    per_run = _run_bytes(fetched, sizes, source)
+    fewer = _within_bound(workers, per_run and per_run + _dequantized_bytes(loaded.proto), room)
     if progress is not None and source.inputs and hasattr(progress, "total"):  # a tqdm bar: now its length is known
         progress.total = len(source.inputs)
         progress.refresh()
@@ -511,6 +512,17 @@ def _bound_room(plain: int | None, file_bytes: int, accumulator: int) -> int | N
     the runs in flight beside CALIBRATE_FLOOR, the model's file and `accumulator` (the histograms,
     one set however many workers fill them); None where not known."""
     return None if plain is None else 2 * plain - CALIBRATE_FLOOR - file_bytes - accumulator
+
+
+def _dequantized_bytes(proto) -> int:
+    """The bytes of the float32 weights the model's own DequantizeLinear nodes make of its initializers (a Q/DQ model's:
+    onnxruntime leaves them unfolded, and with its activations fetched runs each layer in float from them), which a run
+    makes in its arena beside its activations, where plain inference runs the layers' int8 kernels on the integers.
+    effword_resnet50_qint8 (84 MB of them from 21 MB of int8): two runs side by side took calibrate 218 -> 245 MB,
+    twice plain inference's 117 (docs/benchmarks.md #mem24)."""
+    inits = {t.name: t for t in proto.graph.initializer}
+    return sum(4 * int(np.prod(inits[n.input[0]].dims, dtype=np.int64)) for n in proto.graph.node
+               if n.op_type == "DequantizeLinear" and n.input and n.input[0] in inits)
 
 
 def _within_bound(workers: int, per_run: int | None, room: int | None) -> int:

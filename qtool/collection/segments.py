@@ -538,6 +538,7 @@ def _layout_reads(nodes, graph: onnx.GraphProto | None = None) -> dict[str, int]
     outputs, whose walks through Add and Mul went back to the graph input, left no cut in 204 MB)."""
     producer = {o: n for n in nodes for o in n.output if o}
     weights = {t.name: t for t in graph.initializer} if graph is not None else None
+    dequantized = nchwc.dequantized_outputs(nodes)  # weights made as the session runs, never blocked
     found: dict[str, int] = {}
     for k, node in enumerate(nodes):
         if node.op_type not in LAYOUT_READERS or node.domain not in ("", "ai.onnx"):
@@ -552,7 +553,7 @@ def _layout_reads(nodes, graph: onnx.GraphProto | None = None) -> dict[str, int]
             seen.add(name)
             made = producer.get(name)
             if made is not None and not blocked:
-                blocked = nchwc.blocks(made, weights)
+                blocked = nchwc.blocks(made, weights, dequantized)
             if made is not None and made.op_type in LAYOUT_FOLLOWERS and made.domain in ("", "ai.onnx"):
                 todo.extend(made.input if made.op_type in ("Add", "Sum", "Mul", "Concat") else made.input[:1])
         if blocked:

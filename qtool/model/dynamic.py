@@ -568,6 +568,13 @@ SESSION_KEY = "qtool.int8_weights"
 # reorders into its blocked layout when constant, nor an LSTM's: made at run time, the LSTMs of tashkeel_bilstm,
 # tashkeel_rawi_v2/v3 and voicefilter_embedder took calibrate 20-50 MB higher (162 -> 214 MB), not lower
 _MADE_READERS = {("MatMul", 1), ("Gather", 0)}
+# ... and a Conv's weight that is not 4-D: onnxruntime's blocked (NCHWc) transformer takes 2-D convolutions only
+# (kNchwcDims, microsoft/onnxruntime onnxruntime/core/optimizer/nchwc_transformer.cc; qtool.runtime.nchwc.blocks), and
+# its CPU Conv kernel reads its weight as it is (no packed copy on x86): a 1-D convolution fed by a DequantizeLinear
+# computes the floats its constant weight gives, bit for bit (every Conv output a fetched graph output, nothing fused
+# into it). Such a weight is made at run time even when counted as held in the graph (lazy.Computed.held): the floats
+# are the same (kokoro_ja_int8's vocoder: ~290 MB of float32 Conv weights from its int8 ones, docs/benchmarks.md #mem24)
+_SAME_MADE = ("Conv", 1)
 # ... and only where that saves this many bytes of the session's (_made_up_to): smaller models keep their float weights
 MADE_SAVES = 16 << 20
 
@@ -618,11 +625,14 @@ def int8_weights(proto: onnx.ModelProto, runs: int = 1) -> onnx.ModelProto | Non
     outputs = {o.name for o in g.output}
     chosen = {}
     for t in g.initializer:
-        # a weight counted as held in the graph (lazy.Computed.held) stays float, as it did when held there
-        made = lazy.entry(t).dequantized if not lazy.held(t) and isinstance(lazy.entry(t), lazy.Computed) else None
         reads = readers.get(t.name, [])
+        # a weight counted as held in the graph (lazy.Computed.held) stays float, as it did when held there, but for one
+        # that only unblocked Convs read (_SAME_MADE: the same floats made at run time)
+        same = bool(reads) and len(t.dims) != 4 and all((n.op_type, slot) == _SAME_MADE for n, slot in reads)
+        made = lazy.entry(t).dequantized if lazy.is_lazy(t) and (same or not lazy.held(t)) \
+            and isinstance(lazy.entry(t), lazy.Computed) else None
         if (made is None or not reads or t.name in outputs or opset < (10 if made.axis is None else 13)
-                or any((n.op_type, slot) not in _MADE_READERS or n.domain not in ("", "ai.onnx") for n, slot in reads)
+                or any(((n.op_type, slot) not in _MADE_READERS and not same) or n.domain not in ("", "ai.onnx") for n, slot in reads)
                 or made.axis is not None and any(n.op_type == "Gather" for n, _ in reads)):
             continue
         chosen[t.name] = (t, made)
@@ -648,7 +658,8 @@ def _with_int8(proto: onnx.ModelProto, chosen: dict) -> onnx.ModelProto:
     for name, (t, made) in chosen.items():
         q = onnx.TensorProto(name=namer.fresh(f"{name}_int8"), data_type=helper.np_dtype_to_tensor_dtype(made.zero_point.dtype),
                              dims=t.dims)
-        lazy.refer(q, store.add(lazy.Computed(made.integers, made.zero_point.dtype)))
+        # the integers of a weight counted as held in the graph count so too (nchwc's layout rule decides as it did)
+        lazy.refer(q, store.add(lazy.Computed(made.integers, made.zero_point.dtype, held=lazy.held(t))))
         scale = numpy_helper.from_array(made.scale, namer.fresh(f"{name}_scale"))
         zp = numpy_helper.from_array(made.zero_point, namer.fresh(f"{name}_zero_point"))
         g.initializer.extend([q, scale, zp])

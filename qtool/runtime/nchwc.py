@@ -20,6 +20,7 @@ has the logical NCHW shape over blocked memory; `Blocked` says how to read it.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shutil
 import tempfile
@@ -174,21 +175,34 @@ def optimized_apart(model: onnx.ModelProto) -> Iterator[tuple[onnx.ModelProto, s
 BLOCKED_POOLS = frozenset({"MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool"})
 
 
-def blocks(node: onnx.NodeProto, weights: dict[str, onnx.TensorProto]) -> bool:
+def blocks(node: onnx.NodeProto, weights: dict[str, onnx.TensorProto], dequantized: frozenset[str] | set[str] = frozenset()
+           ) -> bool:
     """Whether onnxruntime's blocked (NCHWc) transformer may give `node`'s output the blocked
     layout: only 4-D tensors are (NchwcTransformerImpl's kNchwcDims, microsoft/onnxruntime
     onnxruntime/core/optimizer/nchwc_transformer.cc), made by a 2-D Conv (4-D weights) or a pool
-    over 2 axes. A Conv whose weights are not an initializer (computed: a DequantizeLinear's,
-    which onnxruntime folds) or a global pool (any rank) counts as one that may."""
+    over 2 axes. A Conv whose weights are not an initializer (computed from constants, which onnxruntime
+    folds) or a global pool (any rank) counts as one that may; but not one whose weights a DequantizeLinear makes
+    (`dequantized`: DequantizeLinear outputs): onnxruntime's constant folding leaves those for its QDQ fusions
+    (ConstantFolding's skip_dequantize_linear, set unless session.disable_quant_qdq: onnxruntime/core/optimizer/
+    graph_transformer_utils.cc) and the blocked transformer takes a constant weight only (a Q/DQ model's convolutions;
+    the 1-D ones dynamic.int8_weights gives int8 weights: docs/benchmarks.md #mem24)."""
     if node.domain not in ("", "ai.onnx", "com.microsoft"):
         return False
     if node.op_type in ("Conv", "FusedConv"):
-        w = weights.get(node.input[1]) if len(node.input) > 1 else None
+        name = node.input[1] if len(node.input) > 1 else ""
+        if name in dequantized:
+            return False
+        w = weights.get(name)
         return w is None or len(w.dims) == 4
     if node.op_type in BLOCKED_POOLS:
         kernel = next((list(a.ints) for a in node.attribute if a.name == "kernel_shape"), None)
         return kernel is None or len(kernel) == 2
     return False
+
+
+def dequantized_outputs(nodes) -> set[str]:
+    """The outputs of the DequantizeLinear nodes among `nodes` (blocks' `dequantized`)."""
+    return {n.output[0] for n in nodes if n.op_type == "DequantizeLinear" and n.domain in ("", "ai.onnx") and n.output}
 
 
 def may_block(proto: onnx.ModelProto) -> bool:
@@ -201,7 +215,8 @@ def may_block(proto: onnx.ModelProto) -> bool:
         return False
     graphs = [proto.graph, *(sub for n in all_nodes(proto.graph) for sub in subgraphs(n))]
     weights = {t.name: t for g in graphs for t in g.initializer}
-    return any(blocks(n, weights) for g in graphs for n in g.node)
+    dequantized = dequantized_outputs(n for g in graphs for n in g.node)
+    return any(blocks(n, weights, dequantized) for g in graphs for n in g.node)
 
 
 def blocked_layout(model: onnx.ModelProto, fetched: list[str], keep: frozenset[str] = frozenset()) -> dict[str, int]:
@@ -247,4 +262,17 @@ def fetching_session(model: onnx.ModelProto, fetched: list[str], keep: frozenset
                     del graph
                     with contextlib.suppress(QtoolError):
                         return onnxruntime.session(data, threads=threads, optimization="none", arena=arena, external_folder=folder), blocked
+            graph = None
+        # what the optimizing session freed goes back to the system before the session of the model is made beside it
+        # (effword_resnet50_qint8, a Q/DQ ResNet-50 nothing of which is blocked: calibrate 238 -> 218 MB in-process)
+        _give_back()
     return onnxruntime.session(model, external_folder=external_folder, threads=threads, arena=arena), {}
+
+
+def _give_back() -> None:
+    """glibc's malloc_trim: the heap's free pages back to the system (qtool.collection.segments.trim's call); nothing
+    where the C library is not glibc."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
