@@ -5,7 +5,8 @@ keys in a fixed order, tensors in graph order.
 
 Optional per tensor (files from older versions lack them and still load): `per_sample`, the
 statistics qtool.statistics.stats.SampleStats gathers: `count` samples, `min_sum` and
-`absmax_sum` (per-sample min and max |x|), for the data inputs of Conv/MatMul/Gemm
+`absmax_sum` (per-sample min and max |x|), `top_absmax` (the largest two samples' max |x|: whether one sample
+alone reaches far beyond the rest, qtool.statistics.thresholds.lone_peak; merged by taking the two largest), for the data inputs of Conv/MatMul/Gemm
 `channel_axis` and `channel_sums` (per-sample per-channel means), for depthwise-conv inputs
 and the inputs of MatMul/Gemm with constant weights `channel_absmax` (max |x|
 per channel: for per-channel quantizers and SmoothQuant, qtool.quantizers.smoothquant; merged by max),
@@ -167,8 +168,13 @@ class TensorRecord:
                 raise QtoolError(f"tensor {self.name!r} has no per-sample statistics (a calibration file from an older qtool); "
                                  "calibrate again to use mean-minmax")
             return min(self.stats.mean_absmax, self.absmax)
+        counts, edges = np.asarray(self.counts, dtype=np.int64), self.edges()
+        if thresholds.parse_method(method) == "auto" and self.stats is not None:
+            keep = thresholds.lone_peak(counts, edges, self.stats.top_absmax, self.stats.count)
+            if keep is not None:  # one input's few values far beyond every other's: searched without them
+                counts, edges = counts[:keep], edges[: keep + 1]
         return thresholds.amax_for(
-            method, np.asarray(self.counts, dtype=np.int64), self.edges(), absmax=self.absmax,
+            method, counts, edges, absmax=min(self.absmax, float(edges[-1])),
             unsigned=self.unsigned if unsigned is None else unsigned, kl_variant=kl_variant, num_bits=num_bits,
         )
 
@@ -364,7 +370,7 @@ def json_chunks(cal: Calibration) -> Iterator[bytes]:
         }
         if t.stats is not None:
             stats = t.stats.to_json()
-            for key in ("channel_sums", "channel_absmax"):
+            for key in ("channel_sums", "channel_absmax", "top_absmax"):
                 if key in stats:
                     stats[key] = inline(stats[key])
             out["per_sample"] = stats
@@ -589,6 +595,6 @@ def _invalid(cal: Calibration) -> str | None:
 
 def _stats_in_range(stats: SampleStats) -> bool:
     sums = [stats.min_sum, stats.absmax_sum, *(stats.channel_sums or [])]
-    peaks = stats.channel_absmax or []
+    peaks = [*(stats.channel_absmax or []), *(stats.top_absmax or [])]
     return (stats.count <= MAX_COUNT and all(abs(v) < MAX_SUM for v in sums) and all(v < MAX_MAGNITUDE for v in peaks)
             and (stats.axis is None or abs(stats.axis) < 64))

@@ -345,6 +345,7 @@ def test_calibration_numbers_are_pinned(tmp_path, name):
     tensors = json.loads(out.read_text())["tensors"]
     for t in tensors.values():
         t.get("per_sample", {}).pop("channel_pairs", None)
+        t.get("per_sample", {}).pop("top_absmax", None)  # since s24 (#tail24); the pins are of the files before it
     got = hashlib.sha256(json.dumps(tensors, sort_keys=True).encode()).hexdigest()
     here = _fingerprint(path, shape)
     if here not in PINNED[name]:

@@ -2800,3 +2800,59 @@ if __name__ == "__main__":
     else:
         raise AssertionError("onnxruntime unexpectedly loaded custom_op_model")
     print("all zoo models OK")
+
+
+def lone_peak_stack_like(ch=16, hw=32, blocks=12, loud=6, gain=6.0, seed=2401):
+    """Imitates MediaPipe's BlazeFace back-camera detector (tf2onnx; hunt23's blazeface_back, #tail24): a deep residual
+    stack of depthwise 3x3 convolutions, each block x + Conv1x1(Relu(DepthwiseConv(x))). Every block's depthwise kernel
+    smooths, but block `loud`'s is a Laplacian x `gain`: a detector of fine texture, which smooth inputs barely excite and
+    a small patch of checkerboard (lone_peak_feeds' `loud` inputs) drives ~20x beyond them, at a few positions only.
+    The output [1, ch, hw/2, hw/2] is the stack's average-pooled features."""
+    g = _Graph(seed=seed)
+    rng = g.rng
+    x = "input"
+    lap = np.array([[0, -1, 0], [-1, 4, -1], [0, -1, 0]], np.float32) * gain
+    for b in range(blocks):
+        if b == loud:
+            dw = np.repeat(lap[None, None], ch, axis=0)
+        else:
+            k = rng.uniform(0.2, 1.0, (ch, 1, 3, 3)).astype(np.float32)
+            dw = k / k.sum(axis=(2, 3), keepdims=True) * rng.uniform(0.8, 1.2, (ch, 1, 1, 1)).astype(np.float32)
+        bias = g.init(f"block{b}.dw.bias", (0.05 * rng.standard_normal(ch)).astype(np.float32))
+        if b == loud:  # edges replicated (tf2onnx's explicit Pad): zeros beyond the border would be texture to it
+            edged = g.op("Pad", [x, g.init("pads_edge", np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64))], f"/block{b}", mode="edge")
+            h = g.op("Conv", [edged, g.init(f"block{b}.dw.weight", dw), bias], f"/block{b}/depthwise", group=ch, kernel_shape=[3, 3])
+        else:
+            h = g.op("Conv", [x, g.init(f"block{b}.dw.weight", dw), bias], f"/block{b}/depthwise", group=ch, kernel_shape=[3, 3],
+                     pads=[1, 1, 1, 1])
+        h = g.op("Relu", [h], f"/block{b}")
+        pw = (rng.standard_normal((ch, ch, 1, 1)) * ((0.5 if b >= loud else 0.1) / np.sqrt(ch))).astype(np.float32)
+        h = g.op("Conv", [h, g.init(f"block{b}.pw.weight", pw), g.init(f"block{b}.pw.bias", np.zeros(ch, np.float32))],
+                 f"/block{b}/pointwise", kernel_shape=[1, 1])
+        x = g.op("Add", [x, h], f"/block{b}")
+    g.op("AveragePool", [x], "/head", outputs=["features"], kernel_shape=[2, 2], strides=[2, 2])
+    graph = g.graph("lone_peak_stack", [helper.make_tensor_value_info("input", FLOAT, [1, ch, hw, hw])],
+                    [helper.make_tensor_value_info("features", FLOAT, [1, ch, hw // 2, hw // 2])])
+    return _make_model(graph, 17, producer="tf2onnx")
+
+
+def lone_peak_feeds(n, seed, loud=(), ch=16, hw=32, amplitude=1.0):
+    """Smooth inputs (white noise blurred by a Gaussian of sigma 3 pixels per channel, scaled to unit deviation); the
+    inputs whose index is in `loud` carry a 4x4 patch of checkerboard of `amplitude` in every channel: what
+    lone_peak_stack_like's texture detector answers far beyond the others."""
+    rng = np.random.default_rng(seed)
+    taps = np.exp(-0.5 * (np.arange(-9, 10) / 3.0) ** 2)
+    taps /= taps.sum()
+
+    def blur(a, axis):
+        return np.apply_along_axis(lambda v: np.convolve(np.pad(v, 9, mode="wrap"), taps, mode="valid"), axis, a)
+
+    out = []
+    for i in range(n):
+        z = blur(blur(rng.standard_normal((ch, hw, hw)), 1), 2)
+        z /= z.std()
+        if i in loud:
+            r, c = rng.integers(2, hw - 6, 2)
+            z[:, r : r + 4, c : c + 4] += amplitude * np.where((np.arange(4)[:, None] + np.arange(4)[None, :]) % 2, 1.0, -1.0)
+        out.append({"input": z[None].astype(np.float32)})
+    return out

@@ -116,6 +116,11 @@ def sample_channels(parts: list[np.ndarray], rows: int, axis: int, bad: bool, bl
     return np.concatenate(means, axis=1), (np.concatenate(peaks) if track_absmax else None)
 
 
+def top_two(a: list[float], b: list[float]) -> list[float]:
+    """The largest two values of a and b together, largest first (order and grouping do not matter)."""
+    return sorted([*a, *b], reverse=True)[:2]
+
+
 def _peaks(v: np.ndarray, known: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
     """max |x| per channel of v [rows, outer, channels, inner]; from `known` (min and max per
     row and channel) unless a channel's is zero, where numpy's choice of sign is kept."""
@@ -141,6 +146,9 @@ class SampleStats:
     track_absmax: bool = False
     pairs: pairs.ChannelPairs | None = None  # joint histograms of channel pairs (inputs of Conv with few channels: images)
     gram: gram_mod.Gram | None = None  # X^T X over every position (transformers' linear-layer inputs: GPTQ's rounding)
+    # the largest two of the samples' max |x|, largest first (fewer while fewer samples were seen; None in files from
+    # older versions): whether one sample alone reaches far beyond every other (qtool.statistics.thresholds.lone_peak)
+    top_absmax: list[float] | None = field(default_factory=list)
     # channel sums not yet in channel_sums: exact int64 partial sums and a bound on their magnitude
     _pending: np.ndarray | None = field(default=None, repr=False, compare=False)
     _pending_bound: float = field(default=0.0, repr=False, compare=False)
@@ -159,6 +167,8 @@ class SampleStats:
                 lo, hi = min(lo, 0.0), max(hi, 0.0)
             self.min_sum += _unit(lo)
             self.absmax_sum += _unit(max(-lo, hi, 0.0))
+            if self.top_absmax is not None:
+                self.top_absmax = top_two(self.top_absmax, [max(-lo, hi, 0.0)])
         self.count += rows
         if self.axis is not None and parts[0].ndim > 0:
             known = extrema.parts if len(parts) == 1 else None
@@ -226,6 +236,8 @@ class SampleStats:
         self.count *= times
         self.min_sum *= times
         self.absmax_sum *= times
+        if self.top_absmax and times > 1:
+            self.top_absmax = top_two(self.top_absmax, self.top_absmax * (times - 1))
         if self.channel_sums is not None:
             self.channel_sums = [v * times for v in self.channel_sums]
         if self.pairs is not None:
@@ -236,7 +248,7 @@ class SampleStats:
     def fresh(self) -> SampleStats:
         """An empty accumulator gathering the same statistics."""
         return SampleStats(axis=self.axis, track_absmax=self.track_absmax, pairs=None if self.pairs is None else self.pairs.fresh(),
-                           gram=None if self.gram is None else self.gram.fresh())
+                           gram=None if self.gram is None else self.gram.fresh(), top_absmax=None if self.top_absmax is None else [])
 
     def merge(self, other: SampleStats) -> SampleStats:
         self._flush()
@@ -256,8 +268,9 @@ class SampleStats:
         both = (self.gram is not None and other.gram is not None and self.gram.channels == other.gram.channels)
         # a Gram both hold (one object reached two ways) holds both's sums already
         gram = (self.gram if self.gram is other.gram else self.gram.merge(other.gram)) if both else None
+        top = None if self.top_absmax is None or other.top_absmax is None else top_two(self.top_absmax, other.top_absmax)
         return SampleStats(self.count + other.count, self.min_sum + other.min_sum, self.absmax_sum + other.absmax_sum, axis, sums,
-                           peak, peak is not None, joint, gram)
+                           peak, peak is not None, joint, gram, top)
 
     def _mean(self, total: int) -> float:
         return float(total * 2 ** UNIT_LOG2 / self.count) if self.count else 0.0
@@ -279,6 +292,8 @@ class SampleStats:
     def to_json(self) -> dict:
         self._flush()
         out = {"count": self.count, "min_sum": self.min_sum, "absmax_sum": self.absmax_sum}
+        if self.top_absmax:
+            out["top_absmax"] = list(self.top_absmax)
         if self.channel_sums is not None:
             out["channel_axis"] = self.axis
             out["channel_sums"] = list(self.channel_sums)
@@ -317,12 +332,22 @@ def from_json(doc: dict) -> SampleStats:
         if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not (v >= 0) or v == float("inf") for v in peak):
             raise ValueError("channel_absmax values must be finite and >= 0")
         peak = [float(v) for v in peak]
+    top = doc.get("top_absmax")
+    if top is not None:
+        if not isinstance(top, list) or not 1 <= len(top) <= 2 or any(
+                isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf") for v in top):
+            raise ValueError("top_absmax must be one or two finite values >= 0")
+        if sorted(top, reverse=True) != top:
+            raise ValueError("top_absmax must be in decreasing order")
+        top = [float(v) for v in top]
     stats = SampleStats(integer(doc["count"]), integer(doc["min_sum"]), integer(doc["absmax_sum"]),
                         None if axis is None else integer(axis), None if sums is None else [integer(v) for v in sums],
                         peak, peak is not None, pairs.from_json(doc["channel_pairs"]) if "channel_pairs" in doc else None,
-                        gram_mod.from_json(doc["gram"]) if "gram" in doc else None)
+                        gram_mod.from_json(doc["gram"]) if "gram" in doc else None, top)
     if stats.count < 0:
         raise ValueError("negative sample count")
+    if top is not None and len(top) > stats.count:
+        raise ValueError("top_absmax holds more peaks than samples")
     return stats
 
 

@@ -750,6 +750,37 @@ def auto_choice(hist: np.ndarray, bin_edges: np.ndarray, *, absmax: float, unsig
     return best[1], best[2]
 
 
+# ---------------------------------------------------------------- one input's peak
+
+# One calibration input whose max |x| is over LONE x every other input's (the largest two of the samples' peaks,
+# SampleStats.top_absmax) and whose values beyond the others' peak are under LONE_SHARE of one input's values: a few
+# positions of one input, which `auto` leaves out of its search (lone_peak). Pooled, that input's tail set the threshold
+# every other input is quantized with: blazeface_back's depthwise_conv2d_26 peaks at 1505 on one of 16 photos and at
+# 35-106 on the rest, and the least squared error over all values kept 1007 (docs/benchmarks.md#hunt23, #tail24)
+LONE = 4.0
+LONE_SHARE = 0.01
+
+
+def lone_peak(hist: np.ndarray, bin_edges: np.ndarray, top_absmax, count: int) -> int | None:
+    """The number of leading bins `auto` searches when one sample alone reaches far beyond every other: the bins up to
+    the one holding the second-largest sample peak, when the largest is over LONE x it, there are at least 3 samples,
+    and the values beyond those bins are fewer than LONE_SHARE of one sample's share of the histogram; else None.
+    The values left out are that sample's only (no other sample reaches beyond its own peak)."""
+    h = np.asarray(hist)
+    if top_absmax is None or len(top_absmax) < 2 or count < 3 or h.size == 0:
+        return None
+    first, second = (float(v) for v in top_absmax[:2])
+    width = float(bin_edges[1] - bin_edges[0]) if len(bin_edges) > 1 else 0.0
+    if not (second > 0 and width > 0 and math.isfinite(first) and first > LONE * second):
+        return None
+    keep = min(int(second // width) + 1, h.size)
+    total = float(h.sum(dtype=np.float64))
+    beyond = float(h[keep:].sum(dtype=np.float64))
+    if keep >= h.size or not beyond > 0 or beyond > LONE_SHARE * total / count:
+        return None
+    return keep
+
+
 # ---------------------------------------------------------------- stretched tails
 
 # A range whose calibration samples typically peak at TYPICAL_PEAK of its reach or beyond clips some values of most
