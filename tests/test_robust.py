@@ -265,7 +265,7 @@ def test_fail_below_with_a_runtime_judges_the_runtimes_number(logw, monkeypatch)
     real = simulate.runtime
 
     class Noisy:
-        def __init__(self, name, data, like=None):  # like: the FP32 run compiled as the file
+        def __init__(self, name, data, like=None, float_only=False):  # like: the FP32 run compiled as the file
             self.inner = real("onnxruntime", data)
 
         def run(self, names, feeds):

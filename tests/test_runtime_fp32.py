@@ -152,7 +152,7 @@ def test_a_runtime_whose_fp32_differs_is_charged_with_the_gap(digits, monkeypatc
             skew = np.sin(x.sum(axis=1, keepdims=True) + np.arange(out[0].shape[1]))  # the same for both runs of a sample
             return [(out[0] + 3.0 * skew * np.abs(out[0]).max()).astype(out[0].dtype)]
 
-    monkeypatch.setattr(simulate, "runtime", lambda name, data, like=None: Skewed(real(name, data, like)))
+    monkeypatch.setattr(simulate, "runtime", lambda name, data, like=None, **kw: Skewed(real(name, data, like, **kw)))
     r = ok(invoke("evaluate", SAMPLE, "--calib", digits["calib"], "--data", digits["held"], "--target", "openvino",
                   "--runtime", "openvino", "--json"))
     e = json.loads(r.stdout)
@@ -206,7 +206,7 @@ def test_a_departure_is_confirmed_fetched_alone(digits, monkeypatch):
         def __getattr__(self, name):
             return getattr(self.session, name)
 
-    monkeypatch.setattr(simulate, "runtime", lambda name, data, like=None: Zeroing(real(name, data, like=like)))
+    monkeypatch.setattr(simulate, "runtime", lambda name, data, like=None, **kw: Zeroing(real(name, data, like=like, **kw)))
     found = ev.departures(_reference(digits["x"], ["logits"]), data, "openvino", None)
     # 0 dB fetched beside the others, the worst were it not measured again; alone, its own figure (a departure or not)
     assert found and all(d.drop_db > 0 and 10 < d.sqnr_db < 100 for d in found), found
@@ -225,7 +225,7 @@ def test_a_runtime_that_cannot_run_the_fp32_model_still_scores_the_file(digits, 
         def run(self, names, feeds):
             raise ev.QtoolError("OpenVINO failed on inputs of shape {'input': [32, 1, 28, 28]}: refused here")
 
-    def runtime(name, data, like=None):
+    def runtime(name, data, like=None, float_only=False):
         if like is None:
             return real(name, data)
         if when == "compile":

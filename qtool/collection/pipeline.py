@@ -397,8 +397,7 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
     sizes = segments.sizes(loaded.proto, fetched, source.dims, source.first, folder) if source.dims else {}
     source.first = None
     kernel, limit, room, (workers, threads) = _bounds(loaded, len(names) * bins * 8, fetched, sizes, source, batches, derived)
-    per_run = _run_bytes(fetched, sizes, source)
-    fewer = _within_bound(workers, per_run and per_run + _dequantized_bytes(loaded.proto), room)
+    fewer = _within_bound(workers, (run := _run_bytes(fetched, sizes, source)) and run + _dequantized_bytes(loaded.proto), room)
     if progress is not None and source.inputs and hasattr(progress, "total"):  # a tqdm bar: now its length is known
         progress.total = len(source.inputs)
         progress.refresh()
