@@ -47,6 +47,7 @@ from ..model import dynamic, lazy, shapes
 from ..model.graph import ancestors, node_reads, subgraphs
 from ..model.lazy import FLOATS
 from ..runtime import nchwc, onnxruntime
+from ..runtime.onnxruntime import trim  # collect trims through segments.trim too
 
 Feeds = dict[str, np.ndarray]
 
@@ -173,18 +174,6 @@ def probed(proto: onnx.ModelProto, names: list[str], feeds: Feeds | None, folder
     for n, shape in zip(outs, values):
         found[n] = int(np.prod(shape, dtype=np.int64)) * itemsize[n]
     return found
-
-
-def trim() -> None:
-    """Give the heap's free pages back to the system (glibc's malloc_trim, which also lets go of
-    the free pages inside every thread's heap), so that what the probe session held does not stay in
-    the process beside the sessions made after it (lac_bigru, 17 tensors: 209 MB of calibrate's
-    peak RSS before the probe, 234 MB with it untrimmed), nor what a run freed beside the next run
-    (collect); nothing where the C library is not glibc."""
-    try:
-        ctypes.CDLL(None).malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 @contextlib.contextmanager

@@ -20,7 +20,6 @@ has the logical NCHW shape over blocked memory; `Blocked` says how to read it.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import shutil
 import tempfile
@@ -265,14 +264,6 @@ def fetching_session(model: onnx.ModelProto, fetched: list[str], keep: frozenset
             graph = None
         # what the optimizing session freed goes back to the system before the session of the model is made beside it
         # (effword_resnet50_qint8, a Q/DQ ResNet-50 nothing of which is blocked: calibrate 238 -> 218 MB in-process)
-        _give_back()
+        onnxruntime.trim()
     return onnxruntime.session(model, external_folder=external_folder, threads=threads, arena=arena), {}
 
-
-def _give_back() -> None:
-    """glibc's malloc_trim: the heap's free pages back to the system (qtool.collection.segments.trim's call); nothing
-    where the C library is not glibc."""
-    try:
-        ctypes.CDLL(None).malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
