@@ -112,8 +112,9 @@ class _SumFusion:
     def __init__(self, model: onnx.ModelProto):
         index = G.Index(model)
         self.readers, self.producer, self.outputs = index.readers, index.producer, index.outputs
-        # and what OpenVINO folds: nodes that read constants alone (a shipped model's int32 bias, DequantizeLinear then Reshape)
-        self.constants = set(index.constants) | folded_constants(model.graph)
+        # the constants and what OpenVINO folds: nodes that read constants alone (a shipped model's int32 bias,
+        # DequantizeLinear then Reshape)
+        self.constants = folded_constants(model.graph)
 
     def single(self, t: str) -> bool:
         return len(self.readers.get(t, [])) == 1 and t not in self.outputs
