@@ -2856,3 +2856,31 @@ def lone_peak_feeds(n, seed, loud=(), ch=16, hw=32, amplitude=1.0):
             z[:, r : r + 4, c : c + 4] += amplitude * np.where((np.arange(4)[:, None] + np.arange(4)[None, :]) % 2, 1.0, -1.0)
         out.append({"input": z[None].astype(np.float32)})
     return out
+
+
+def max_of_banks_like(branches=12, window=21, emb=16, ch=16, dense=8, seed=2501):
+    """A Keras Conv1D bank merged by an element-wise Maximum (thai_deepcut, DeepCut's Thai word segmenter: tf2onnx writes
+    keras.layers.Maximum of 12 TimeDistributed Dense outputs as a chain of 11 binary Max): x [N, window, emb] ->
+    Transpose -> per branch Conv1D (kernel 1..branches, 'same') -> Relu -> Transpose -> MatMul + bias (Dense) ->
+    Max(Max(d0, d1), d2) ... -> Reshape [N, window * dense] -> MatMul + bias -> Relu -> MatMul + bias -> y [N, 1]."""
+    g = _Graph(seed=seed)
+    rng = g.rng
+    xt = g.op("Transpose", ["x"], "/in", perm=[0, 2, 1])  # [N, emb, window]
+    merged = None
+    for b in range(branches):
+        k = b + 1
+        w = (rng.standard_normal((ch, emb, k)) * np.sqrt(2.0 / (emb * k))).astype(np.float32)
+        c = g.op("Conv", [xt, g.init(f"conv{b}.weight", w), g.init(f"conv{b}.bias", rng.normal(0, 0.1, ch).astype(np.float32))],
+                 f"/conv{b}", kernel_shape=[k], pads=[(k - 1) // 2, k // 2])
+        r = g.op("Transpose", [g.op("Relu", [c], f"/conv{b}")], f"/conv{b}", perm=[0, 2, 1])  # [N, window, ch]
+        d = g.op("MatMul", [r, g.init(f"dense{b}.weight", (rng.standard_normal((ch, dense)) / np.sqrt(ch)).astype(np.float32))], f"/dense{b}")
+        d = g.op("Add", [d, g.init(f"dense{b}.bias", rng.normal(0, 0.2, dense).astype(np.float32))], f"/dense{b}")
+        merged = d if merged is None else g.op("Max", [merged, d], "/maximum")
+    flat = g.op("Reshape", [merged, g.init("flat_shape", np.array([-1, window * dense], np.int64))], "/flatten")
+    w1 = (rng.standard_normal((window * dense, 32)) / np.sqrt(window * dense)).astype(np.float32)
+    h = g.op("Relu", [g.op("Add", [g.op("MatMul", [flat, g.init("fc1.weight", w1)], "/fc1"), g.init("fc1.bias", np.zeros(32, np.float32))], "/fc1")], "/fc1")
+    w2 = (rng.standard_normal((32, 1)) / np.sqrt(32)).astype(np.float32)
+    g.op("Add", [g.op("MatMul", [h, g.init("fc2.weight", w2)], "/fc2"), g.init("fc2.bias", np.zeros(1, np.float32))], "/fc2", outputs=["y"])
+    graph = g.graph("max_of_banks", [helper.make_tensor_value_info("x", FLOAT, ["N", window, emb])],
+                    [helper.make_tensor_value_info("y", FLOAT, ["N", 1])])
+    return _make_model(graph, 13, producer="tf2onnx")
