@@ -156,8 +156,10 @@ def probed(proto: onnx.ModelProto, names: list[str], feeds: Feeds | None, folder
     shapes.close_child()  # shape inference's process (~20 MB) ends before the session is made
     try:
         # no arena: what the run frees goes back to the heap, given back to the system after it
-        # a model onnxruntime quantized dynamically: its int8 weights, not their float values (dynamic.int8_weights)
-        session = onnxruntime.session(dynamic.int8_weights(proto) or proto, external_folder=folder, shapes_first=True, arena=False)
+        # a model onnxruntime quantized dynamically: its int8 weights, not their float values (dynamic.int8_weights);
+        # run once for shapes, its kernels' weights not packed (ddddocr_ocr's LSTM and head: the probe 175 -> 149 MB in-process)
+        session = onnxruntime.session(dynamic.int8_weights(proto) or proto, external_folder=folder, shapes_first=True, arena=False,
+                                      prepack=False)
     except Exception:  # QtoolError: the model will not load (its error comes where calibrate makes its own sessions)
         return found
     finally:
