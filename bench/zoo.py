@@ -52,9 +52,11 @@ Usage (from the repository root; nncf is a bench-only dependency):
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import math
 import os
+import platform
 import shutil
 import signal
 import subprocess
@@ -119,8 +121,28 @@ def status_of(rc: int | None, timed_out: bool) -> str:
     return f"exit({rc})"
 
 
+# kcmp(2)'s syscall number by machine, and its KCMP_VM: whether two processes share one address space
+_KCMP = {"x86_64": 312, "aarch64": 272}.get(platform.machine())
+KCMP_VM = 1
+
+
+def one_space(a: int, b: int) -> bool:
+    """Whether processes `a` and `b` share one address space (kcmp(2), KCMP_VM): a child between vfork and exec, as
+    subprocess starts every child on Linux, runs in its parent's memory; False where that cannot be told."""
+    if _KCMP is None:
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.syscall(_KCMP, ctypes.c_long(a), ctypes.c_long(b), ctypes.c_long(KCMP_VM), ctypes.c_long(0),
+                            ctypes.c_long(0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
 def tree_rss(proc) -> int:
-    """RSS of a psutil.Process and all its descendants, in bytes (0 for those already gone)."""
+    """RSS of a psutil.Process and all its descendants, in bytes (0 for those already gone). A child that shares its
+    parent's address space (started by vfork, not yet exec'd: its RSS is its parent's pages) is counted once, in
+    its parent: summed, a moment of `qtool calibrate` starting a helper read twice its memory."""
     import psutil
 
     total = 0
@@ -130,6 +152,8 @@ def tree_rss(proc) -> int:
         return 0
     for p in members:
         try:
+            if p is not proc and one_space(p.pid, p.ppid()):
+                continue
             total += p.memory_info().rss
         except psutil.Error:
             pass

@@ -156,8 +156,10 @@ def probed(proto: onnx.ModelProto, names: list[str], feeds: Feeds | None, folder
     shapes.close_child()  # shape inference's process (~20 MB) ends before the session is made
     try:
         # no arena: what the run frees goes back to the heap, given back to the system after it
-        # a model onnxruntime quantized dynamically: its int8 weights, not their float values (dynamic.int8_weights)
-        session = onnxruntime.session(dynamic.int8_weights(proto) or proto, external_folder=folder, shapes_first=True, arena=False)
+        # a model onnxruntime quantized dynamically: its int8 weights, not their float values (dynamic.int8_weights);
+        # run once for shapes, its kernels' weights not packed (ddddocr_ocr's LSTM and head: the probe 175 -> 149 MB in-process)
+        session = onnxruntime.session(dynamic.int8_weights(proto) or proto, external_folder=folder, shapes_first=True, arena=False,
+                                      prepack=False)
     except Exception:  # QtoolError: the model will not load (its error comes where calibrate makes its own sessions)
         return found
     finally:
@@ -629,6 +631,15 @@ CONCAT_READERS = {"Concat": frozenset({"Mul"})}
 # AdaIN's instance normalization (a ReduceMean and a Sub over time) and by the next residual Add, crossed every
 # position of a resblock group: three segments of 371, 377 and 1078 MB of a run's 2.27 GB.
 FETCHED_READERS = frozenset({"ReduceMean"})
+# ... and a Mul or Div none of whose inputs is a constant of one value. The fusions of core/optimizer that take in a
+# Mul or Div with the Add, Sub, Mul or Concat before it hold a node of another op whose output must be no graph output
+# (fetched, it is one): Erf, Tanh or Sigmoid (GELU, FastGelu, QuickGelu: gelu_fusion.cc, fast_gelu_fusion.cc,
+# quick_gelu_fusion.cc), ReduceMean, Pow or Sqrt (layer_norm_fusion.cc), a MatMul or Conv (matmul_scale_fusion.cc,
+# conv_mul_fusion.cc); but MatMulScaleFusion's scale, a Mul or Div by a scalar constant, goes into the MatMul or
+# FusedMatMul after it, pass after pass, through a chain of such nodes (x * a * b -> FusedMatMul(x, alpha = a * b)),
+# so those stay uncut. Kokoro's AdaIN (kokoro_ja_int8): its centred input (x - mean, read by Mul(d, d) and Div(d, std))
+# and its output (read by the Snake's Mul by per-channel alphas and Add) crossed every position of each resblock.
+FACTOR_READERS = frozenset({"Mul", "Div"})
 
 
 def _computed(nodes, graph: onnx.GraphProto, outputs: set[str]) -> set[str]:
@@ -648,9 +659,27 @@ def _computed(nodes, graph: onnx.GraphProto, outputs: set[str]) -> set[str]:
             continue
         if all(not i or i in outputs or i in constant or i in found for i in node.input):
             found[node.output[0]] = node.op_type
+    scaled = _scaled(nodes, graph)
     return {t for t, op in found.items()
             if readers.get(t, {"?"}) <= (SHARED_READERS if count.get(t, 0) > 1 else COMPUTED_READERS) | CONCAT_READERS.get(op, set())
-            | FETCHED_READERS}
+            | FETCHED_READERS | (FACTOR_READERS if t not in scaled else set())}
+
+
+def _scaled(nodes, graph: onnx.GraphProto) -> set[str]:
+    """The tensors a Mul or Div reads beside a constant of one value, or of a size not told: a Constant of another
+    attribute, or what nodes make of constants alone, which onnxruntime folds into one (MatMulScaleFusion's scale)."""
+    sizes = {t.name: int(np.prod(t.dims, dtype=np.int64)) for t in graph.initializer}
+    for n in nodes:
+        if n.op_type == "Constant":
+            value = next((a.t for a in n.attribute if a.name == "value" and a.HasField("t")), None)
+            sizes.update({o: int(np.prod(value.dims, dtype=np.int64)) if value is not None else 1 for o in n.output})
+        elif n.input and all(not i or i in sizes for i in n.input):
+            sizes.update({o: 1 for o in n.output if o})
+    found: set[str] = set()
+    for n in nodes:
+        if n.op_type in FACTOR_READERS and any(sizes.get(i, 0) == 1 for i in n.input):
+            found.update(i for i in n.input if i and i not in sizes)
+    return found
 
 
 def _constants(nodes, graph: onnx.GraphProto) -> dict[str, onnx.NodeProto]:

@@ -163,8 +163,8 @@ def _open(data: bytes, spill, opts: ort.SessionOptions, external_folder, disable
 
 
 def session(model: onnx.ModelProto | bytes, *, threads: int | None = None, optimization: str | None = None,
-            external_folder: str | os.PathLike | None = None, arena: bool = True, shapes_first: bool = False
-            ) -> ort.InferenceSession:
+            external_folder: str | os.PathLike | None = None, arena: bool = True, shapes_first: bool = False,
+            prepack: bool = True) -> ort.InferenceSession:
     """raw_session's session (threads spinning, see there), or a one-line QtoolError saying why
     onnxruntime cannot load the model. `arena`: False turns off onnxruntime's CPU memory arena
     (which keeps the most a run ever allocated, for the session's life; its runs then allocate with malloc, whose
@@ -172,8 +172,9 @@ def session(model: onnx.ModelProto | bytes, *, threads: int | None = None, optim
     in onnxruntime's priority-based order, which runs a Shape or Size node as soon as its input
     is made, not where its place in the graph falls (microsoft/onnxruntime
     onnxruntime/core/graph/graph_viewer.cc, PriorityNodeCompare). `model` may come serialized (a
-    model without lazy weights: its caller need not hold the proto beside it)."""
-    opts = _options(threads, optimization, True, None, arena, shapes_first)
+    model without lazy weights: its caller need not hold the proto beside it). `prepack`: False for a session run once
+    (a probe), whose kernels read their constant weights as they are, with no packed copy beside them (raw_session)."""
+    opts = _options(threads, optimization, True, None, arena, shapes_first, prepack=prepack)
     if not arena:
         map_big_blocks()
     try:
