@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,6 +90,8 @@ def test_the_bench_counts_a_vforked_child_once(monkeypatch):
     twin, helper = _Proc(11, 10, 95 << 20), _Proc(12, 10, 20 << 20)
     root = _Proc(10, 1, 95 << 20, [twin, helper])
     monkeypatch.setattr(zoo, "one_space", lambda a, b: a == 11 and b == 10, raising=False)
+    # psutil is a bench dependency, not a test one: tree_rss reads only its Error class from it here
+    monkeypatch.setitem(sys.modules, "psutil", types.SimpleNamespace(Error=ProcessLookupError))
     assert zoo.tree_rss(root) == 115 << 20
 
 
