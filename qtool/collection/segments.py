@@ -668,17 +668,14 @@ def _computed(nodes, graph: onnx.GraphProto, outputs: set[str]) -> set[str]:
 def _scaled(nodes, graph: onnx.GraphProto) -> set[str]:
     """The tensors a Mul or Div reads beside a constant of one value, or of a size not told: a Constant of another
     attribute, or what nodes make of constants alone, which onnxruntime folds into one (MatMulScaleFusion's scale)."""
+    constants = _model.folded_constants(graph)
     sizes = {t.name: int(np.prod(t.dims, dtype=np.int64)) for t in graph.initializer}
-    for n in nodes:
-        if n.op_type == "Constant":
-            value = next((a.t for a in n.attribute if a.name == "value" and a.HasField("t")), None)
-            sizes.update({o: int(np.prod(value.dims, dtype=np.int64)) if value is not None else 1 for o in n.output})
-        elif n.input and all(not i or i in sizes for i in n.input):
-            sizes.update({o: 1 for o in n.output if o})
+    sizes.update({o: int(np.prod(a.t.dims, dtype=np.int64)) for n in nodes if n.op_type == "Constant"
+                  for a in n.attribute if a.name == "value" and a.HasField("t") for o in n.output})
     found: set[str] = set()
     for n in nodes:
-        if n.op_type in FACTOR_READERS and any(sizes.get(i, 0) == 1 for i in n.input):
-            found.update(i for i in n.input if i and i not in sizes)
+        if n.op_type in FACTOR_READERS and any(i in constants and sizes.get(i, 1) == 1 for i in n.input):
+            found.update(i for i in n.input if i and i not in constants)
     return found
 
 
