@@ -687,7 +687,8 @@ def test_what_sizing_and_the_sessions_freed_goes_back_before_the_runs(tmp_path, 
     before the runs (ppocrv5_textline_ori held 77 MB of heap through them: 203 -> 153 MB of peak RSS with both fixes
     of docs/benchmarks.md#mem16), and the file is the same as without it."""
     from qtool import api
-    from qtool.collection import collect, segments
+    from qtool.collection import collect
+    from qtool.runtime import onnxruntime
 
     path = tmp_path / "paddle.onnx"
     onnx.save(zoo.paddle_constant_weights_like(), path)
@@ -699,10 +700,10 @@ def test_what_sizing_and_the_sessions_freed_goes_back_before_the_runs(tmp_path, 
     files, trims, order = {}, [], []
     fill = collect._Accumulator.fill
     monkeypatch.setattr(collect._Accumulator, "fill", lambda self, *a, **k: (order.append(len(trims)), fill(self, *a, **k))[1])
-    for label, trim in (("trimmed", segments.trim), ("not", lambda: None)):
+    for label, trim in (("trimmed", onnxruntime.trim), ("not", lambda: None)):
         trims.clear()
         order.clear()
-        monkeypatch.setattr(segments, "trim", lambda trim=trim: (trims.append(sys._getframe(1).f_code.co_name), trim()))
+        monkeypatch.setattr(onnxruntime, "trim", lambda trim=trim: (trims.append(sys._getframe(1).f_code.co_name), trim()))
         out = tmp_path / f"{label}.calib.json"
         api.calibrate_files(path, data=folder, output=out)
         files[label] = out.read_bytes()

@@ -550,7 +550,7 @@ def test_a_run_in_segments_gives_back_what_it_freed_before_the_next(tmp_path, mo
     """Each run in segments frees its blocks under MMAP_BYTES in the heaps of the threads that ran them, where they
     stayed in pieces the next run could not use (trueocr_det: 344 -> 272 MB of peak RSS once they are given back
     after every run); calibrate gives them back (malloc_trim) once per run, and the file is the same."""
-    from qtool.collection import collect, segments
+    from qtool.collection import collect
 
     path = tmp_path / "unet.onnx"
     onnx.save(_unet(), path)
@@ -558,8 +558,8 @@ def test_a_run_in_segments_gives_back_what_it_freed_before_the_next(tmp_path, mo
     monkeypatch.setattr(pipeline, "RUN_BYTES", 1 << 10)
     monkeypatch.setattr(pipeline, "SEGMENT_BYTES", 1 << 10)
     trims = []
-    real = segments.trim
-    monkeypatch.setattr(segments, "trim", lambda: (trims.append(1), real()))
+    real = onnxruntime.trim
+    monkeypatch.setattr(onnxruntime, "trim", lambda: (trims.append(1), real()))
     runs = []
     accumulate = collect.accumulate
     monkeypatch.setattr(collect, "accumulate", lambda session, *a, **k: (runs.append(type(session).__name__), accumulate(session, *a, **k))[1])

@@ -539,7 +539,7 @@ def accumulate(session: onnxruntime.Session | segments.Segmented, plan: Plan, ru
             # what the run freed goes back to the system before the next: its segments' blocks under
             # MMAP_BYTES, freed in the heaps of the threads that ran them, stayed there in pieces too
             # small for the next run's (trueocr_det, 16 pages: 344 -> 272 MB of peak RSS, the same CPU time)
-            segments.trim()
+            onnxruntime.trim()
             acc.count(count)
             if progress is not None:
                 with lock:
@@ -569,7 +569,7 @@ def accumulate(session: onnxruntime.Session | segments.Segmented, plan: Plan, ru
     # what sizing the runs and making the sessions freed (a probe's or a shape computation's session, the
     # optimized copy of the blocked layout) goes back to the system before the runs make their own
     # (ppocrv5_textline_ori: 77 MB of heap held through its runs)
-    segments.trim()
+    onnxruntime.trim()
     try:
         first = next(source, None)
         if first is not None:

@@ -47,7 +47,6 @@ from ..model import dynamic, lazy, shapes
 from ..model.graph import ancestors, node_reads, subgraphs
 from ..model.lazy import FLOATS
 from ..runtime import nchwc, onnxruntime
-from ..runtime.onnxruntime import trim  # collect trims through segments.trim too
 
 Feeds = dict[str, np.ndarray]
 
@@ -170,7 +169,7 @@ def probed(proto: onnx.ModelProto, names: list[str], feeds: Feeds | None, folder
     except Exception:  # it will not run on these inputs: the sizes told so far (calibrate reports the run's error)
         values = None
     del session
-    trim()
+    onnxruntime.trim()
     if values is None:
         return found
     for n, shape in zip(outs, values):
@@ -248,7 +247,7 @@ def _shape_values(proto: onnx.ModelProto, dims: dict[str, tuple[int, ...]]) -> d
     session = onnxruntime.session(sub, threads=1)
     values = onnxruntime.run(session, wanted, feeds)
     del session, sub, graph
-    trim()
+    onnxruntime.trim()
     return {n: v for n, v in zip(wanted, values) if v.nbytes <= FOLD_BYTES}
 
 
