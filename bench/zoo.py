@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import json
 import math
 import os
@@ -132,11 +133,16 @@ def one_space(a: int, b: int) -> bool:
     if _KCMP is None:
         return False
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.syscall(_KCMP, ctypes.c_long(a), ctypes.c_long(b), ctypes.c_long(KCMP_VM), ctypes.c_long(0),
-                            ctypes.c_long(0)) == 0
+        return _libc().syscall(_KCMP, ctypes.c_long(a), ctypes.c_long(b), ctypes.c_long(KCMP_VM), ctypes.c_long(0),
+                               ctypes.c_long(0)) == 0
     except (OSError, AttributeError):
         return False
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    """The C library, opened once (tree_rss asks one_space for every child at every poll)."""
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def tree_rss(proc) -> int:
