@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import io
 import os
 import re
@@ -67,6 +68,79 @@ def trim() -> None:
         ctypes.CDLL(None).malloc_trim(0)
     except (OSError, AttributeError):
         pass
+
+
+MADV_DONTNEED = 4  # Linux's madvise advice
+# file systems whose files are memory (their pages are the file: let go of by a mapping, the machine still holds them)
+MEMORY_FILE_SYSTEMS = frozenset({"tmpfs", "ramfs", "hugetlbfs"})
+
+
+# /proc/self/maps' (and smaps') line of a private, non-executable mapping of a file: start-end perms offset dev inode path
+_FILE_MAPPING = re.compile(r"^([0-9a-f]+)-([0-9a-f]+) r[w-]-p [0-9a-f]+ ([0-9a-f]+):([0-9a-f]+) ([1-9][0-9]*) +/", re.M)
+_ANONYMOUS = re.compile(r"^Anonymous: +([0-9]+)", re.M)
+
+
+@functools.lru_cache(maxsize=1)
+def _file_systems() -> dict[tuple[int, int], str]:
+    """{(major, minor): file system type} of the mounts this process sees (/proc/self/mountinfo: "... major:minor
+    root mount-point options ... - type source ..."); empty where it is not there."""
+    kinds = {}
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                if " - " in line:
+                    major, minor = line.split()[2].split(":")
+                    kinds[(int(major), int(minor))] = line.split(" - ", 1)[1].split()[0]
+    except (OSError, ValueError, IndexError):
+        return {}
+    return kinds
+
+
+def mapped_files(clean: bool = False) -> dict[tuple[int, int], list[tuple[int, int]]]:
+    """{(device, inode): [(start, end) of each mapping]} of this process's private, non-executable mappings of files on
+    a disk's file system (/proc/self/maps): what onnxruntime maps of a session's weights (its optimized graph's file,
+    nchwc.optimized_apart; a Spill file; a model's own data). `clean`: only the mappings nothing wrote
+    (/proc/self/smaps: no anonymous, copied-on-write page), whose resident pages are the file's. Empty where /proc
+    is not there (not Linux)."""
+    kinds = _file_systems()
+    try:
+        with open("/proc/self/smaps" if clean else "/proc/self/maps") as f:
+            text = f.read()
+    except OSError:
+        return {}
+    found: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for m in _FILE_MAPPING.finditer(text):
+        major, minor = int(m[3], 16), int(m[4], 16)
+        if kinds.get((major, minor), "tmpfs") in MEMORY_FILE_SYSTEMS:
+            continue
+        if clean:  # the mapping's own Anonymous line is the first after its header
+            anonymous = _ANONYMOUS.search(text, m.end())
+            if anonymous is None or anonymous[1] != "0":
+                continue
+        found.setdefault(((major << 20) | minor, int(m[5])), []).append((int(m[1], 16), int(m[2], 16)))
+    return found
+
+
+def drop_pages(files: set[tuple[int, int]] | frozenset[tuple[int, int]]) -> int:
+    """Let go of this process's resident pages of the files `files` (mapped_files' keys), in the mappings of them
+    nothing wrote (mapped_files(clean=True): their pages are the file's; onnxruntime maps weights writable, and a page
+    written would be lost): the pages stay in the page cache, and the next read of them (the next run of the session
+    that maps them) brings them back with a minor fault, as after the kernel evicted them under memory pressure.
+    Bytes of the ranges let go; 0 where madvise is not there (not Linux)."""
+    if not files:
+        return 0
+    try:
+        madvise = ctypes.CDLL(None).madvise
+        madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    except (OSError, AttributeError):
+        return 0
+    dropped = 0
+    for key, ranges in mapped_files(clean=True).items():
+        if key in files:
+            for start, end in ranges:
+                if madvise(start, end - start, MADV_DONTNEED) == 0:
+                    dropped += end - start
+    return dropped
 
 
 def quiet() -> None:
