@@ -82,23 +82,41 @@ def test_a_segment_s_mapped_weights_are_let_go_once_it_has_run():
             np.testing.assert_array_equal(got[name], whole[name], err_msg=name)
 
 
+def _resident(start: int) -> int:
+    """Bytes resident of this process's mapping that starts at address `start` (/proc/self/smaps)."""
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split(maxsplit=1)[0]
+            if not head.endswith(":"):
+                inside = int(head.split("-")[0], 16) == start
+            elif inside and head == "Rss:":
+                return int(line.split()[1]) << 10
+    raise AssertionError("no such mapping")
+
+
 @needs_proc
 def test_only_pages_nothing_wrote_are_let_go(tmp_path):
     """A private mapping's page written (copied on write: the writer's own) is not the file's: a mapping with one is
-    left alone, whose pages madvise would otherwise replace with the file's."""
-    path = tmp_path / "weights.bin"
-    path.write_bytes(bytes(range(256)) * 64)
-    with open(path, "rb") as f:
-        mapping = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    left alone, whose pages madvise would otherwise replace with the file's; one nothing wrote is let go."""
+    mappings = []
+    for k in range(2):
+        path = tmp_path / f"weights{k}.bin"
+        path.write_bytes(bytes(range(256)) * 64)
+        with open(path, "rb") as f:
+            mappings.append(mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE))
     try:
-        st = os.stat(path)
-        clean = onnxruntime.mapped_files(clean=True)
-        key = next(k for k in clean if k[1] == st.st_ino)
-        assert mapping[:4] == bytes([0, 1, 2, 3])
-        mapping[0:1] = b"\xff"
-        assert key not in onnxruntime.mapped_files(clean=True)
-        assert key in onnxruntime.mapped_files()
-        onnxruntime.drop_pages({key})
-        assert mapping[0] == 0xFF  # the written page kept
+        found = onnxruntime.mapped_files()
+        keys = [next(k for k in found if k[1] == os.stat(tmp_path / f"weights{n}.bin").st_ino) for n in range(2)]
+        starts = [found[key][0][0] for key in keys]
+        clean, written = mappings
+        assert clean[:4] == written[:4] == bytes([0, 1, 2, 3])
+        written[0:1] = b"\xff"
+        assert _resident(starts[0]) > 0 and _resident(starts[1]) > 0
+        assert onnxruntime.drop_pages(set(keys)) == len(clean)  # the clean one's range only
+        assert _resident(starts[0]) == 0
+        assert written[0] == 0xFF and _resident(starts[1]) > 0  # the written page kept
+        assert clean[:4] == bytes([0, 1, 2, 3])  # read back from the file
     finally:
-        mapping.close()
+        for m in mappings:
+            m.close()

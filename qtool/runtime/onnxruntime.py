@@ -75,9 +75,11 @@ MADV_DONTNEED = 4  # Linux's madvise advice
 MEMORY_FILE_SYSTEMS = frozenset({"tmpfs", "ramfs", "hugetlbfs"})
 
 
-# /proc/self/maps' (and smaps') line of a private, non-executable mapping of a file: start-end perms offset dev inode path
+# /proc/self/maps' line of a private, non-executable mapping of a file: start-end perms offset major:minor inode path
 _FILE_MAPPING = re.compile(r"^([0-9a-f]+)-([0-9a-f]+) r[w-]-p [0-9a-f]+ ([0-9a-f]+):([0-9a-f]+) ([1-9][0-9]*) +/", re.M)
-_ANONYMOUS = re.compile(r"^Anonymous: +([0-9]+)", re.M)
+# /proc/self/pagemap's entry of a page (linux Documentation/admin-guide/mm/pagemap.rst): bit 63 present, 62 swapped,
+# 61 a file page (or shared anonymous)
+_PRESENT, _SWAPPED, _FILE_PAGE = np.uint64(1 << 63), np.uint64(1 << 62), np.uint64(1 << 61)
 
 
 @functools.lru_cache(maxsize=1)
@@ -96,50 +98,58 @@ def _file_systems() -> dict[tuple[int, int], str]:
     return kinds
 
 
-def mapped_files(clean: bool = False) -> dict[tuple[int, int], list[tuple[int, int]]]:
+def mapped_files() -> dict[tuple[int, int], list[tuple[int, int]]]:
     """{(device, inode): [(start, end) of each mapping]} of this process's private, non-executable mappings of files on
     a disk's file system (/proc/self/maps): what onnxruntime maps of a session's weights (its optimized graph's file,
-    nchwc.optimized_apart; a Spill file; a model's own data). `clean`: only the mappings nothing wrote
-    (/proc/self/smaps: no anonymous, copied-on-write page), whose resident pages are the file's. Empty where /proc
-    is not there (not Linux)."""
+    nchwc.optimized_apart; a Spill file; a model's own data). Empty where /proc is not there (not Linux)."""
     kinds = _file_systems()
     try:
-        with open("/proc/self/smaps" if clean else "/proc/self/maps") as f:
+        with open("/proc/self/maps") as f:
             text = f.read()
     except OSError:
         return {}
     found: dict[tuple[int, int], list[tuple[int, int]]] = {}
     for m in _FILE_MAPPING.finditer(text):
         major, minor = int(m[3], 16), int(m[4], 16)
-        if kinds.get((major, minor), "tmpfs") in MEMORY_FILE_SYSTEMS:
-            continue
-        if clean:  # the mapping's own Anonymous line is the first after its header
-            anonymous = _ANONYMOUS.search(text, m.end())
-            if anonymous is None or anonymous[1] != "0":
-                continue
-        found.setdefault(((major << 20) | minor, int(m[5])), []).append((int(m[1], 16), int(m[2], 16)))
+        if kinds.get((major, minor), "tmpfs") not in MEMORY_FILE_SYSTEMS:
+            found.setdefault(((major << 20) | minor, int(m[5])), []).append((int(m[1], 16), int(m[2], 16)))
     return found
+
+
+def _written(pagemap: int, start: int, end: int) -> bool:
+    """Whether a page of this process's mapping [start, end) is its own, not the file's: present or swapped out and
+    not a file page (copied on write). True where the page map cannot be read."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    try:
+        entries = np.frombuffer(os.pread(pagemap, (end - start) // page * 8, start // page * 8), np.uint64)
+    except OSError:
+        return True
+    return bool(np.any((entries & (_PRESENT | _SWAPPED) != 0) & (entries & _FILE_PAGE == 0)))
 
 
 def drop_pages(files: set[tuple[int, int]] | frozenset[tuple[int, int]]) -> int:
     """Let go of this process's resident pages of the files `files` (mapped_files' keys), in the mappings of them
-    nothing wrote (mapped_files(clean=True): their pages are the file's; onnxruntime maps weights writable, and a page
-    written would be lost): the pages stay in the page cache, and the next read of them (the next run of the session
-    that maps them) brings them back with a minor fault, as after the kernel evicted them under memory pressure.
-    Bytes of the ranges let go; 0 where madvise is not there (not Linux)."""
+    nothing wrote (/proc/self/pagemap: no page copied on write; onnxruntime maps weights writable, and a page written
+    would be lost): the pages stay in the page cache, and the next read of them (the next run of the session that
+    maps them) brings them back with a minor fault, as after the kernel evicted them under memory pressure. Bytes of
+    the ranges let go; 0 where /proc or madvise are not there (not Linux)."""
     if not files:
         return 0
     try:
         madvise = ctypes.CDLL(None).madvise
         madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        pagemap = os.open("/proc/self/pagemap", os.O_RDONLY)
     except (OSError, AttributeError):
         return 0
     dropped = 0
-    for key, ranges in mapped_files(clean=True).items():
-        if key in files:
-            for start, end in ranges:
-                if madvise(start, end - start, MADV_DONTNEED) == 0:
-                    dropped += end - start
+    try:
+        for key, ranges in mapped_files().items():
+            if key in files:
+                for start, end in ranges:
+                    if not _written(pagemap, start, end) and madvise(start, end - start, MADV_DONTNEED) == 0:
+                        dropped += end - start
+    finally:
+        os.close(pagemap)
     return dropped
 
 
