@@ -107,13 +107,13 @@ def test_only_pages_nothing_wrote_are_let_go(tmp_path):
             mappings.append(mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE))
     try:
         found = onnxruntime.mapped_files()
-        keys = [next(k for k in found if k[1] == os.stat(tmp_path / f"weights{n}.bin").st_ino) for n in range(2)]
-        starts = [found[key][0][0] for key in keys]
+        ours = [next(m for m in found if m[0][1] == os.stat(tmp_path / f"weights{n}.bin").st_ino) for n in range(2)]
+        starts = [start for _, start, _ in ours]
         clean, written = mappings
         assert clean[:4] == written[:4] == bytes([0, 1, 2, 3])
         written[0:1] = b"\xff"
         assert _resident(starts[0]) > 0 and _resident(starts[1]) > 0
-        assert onnxruntime.drop_pages(set(keys)) == len(clean)  # the clean one's range only
+        assert onnxruntime.drop_pages(frozenset(ours)) == len(clean)  # the clean one's range only
         assert _resident(starts[0]) == 0
         assert written[0] == 0xFF and _resident(starts[1]) > 0  # the written page kept
         assert clean[:4] == bytes([0, 1, 2, 3])  # read back from the file

@@ -817,8 +817,8 @@ class Segmented:
     def __init__(self, segments: list[Segment], keep: frozenset[str], threads: int | None, layout: dict[str, int]):
         onnxruntime.map_big_blocks()
         self.sessions = []
-        # per segment, the weights files its session maps (onnxruntime.mapped_files): their pages are let go once the
-        # segment has run, so that a run holds the weights of the segment it runs, not every segment's read so far
+        # per segment, the mappings of weights files its session made (onnxruntime.mapped_files): their pages are let go
+        # once the segment has run, so that a run holds the weights of the segment it runs, not every segment's read so far
         # (tabledet_obj_q: 371 MB of float32 Conv weights resident beside its first segments' 928x928 activations
         # from the second run on; docs/benchmarks.md #mem26)
         self.files: list[frozenset] = []
@@ -827,12 +827,12 @@ class Segmented:
         # nchwc.blocked_layout): per-channel sums read blocked and NCHW tensors in different orders
         self.blocked = {name: nchwc.Blocked(name, block) for name, block in layout.items()}
         for k, seg in enumerate(segments):
-            mapped = onnxruntime.mapped_files().keys()
+            mapped = onnxruntime.mapped_files()
             # carried tensors feed the next segment as they are: in NCHW
             session, blocked = nchwc.fetching_session(seg.model, list(seg.fetched), keep=keep | set(seg.carried), threads=threads,
                                                       arena=False)
             self.sessions.append(session)
-            self.files.append(frozenset(onnxruntime.mapped_files().keys() - mapped))
+            self.files.append(onnxruntime.mapped_files() - mapped)
             names = list(dict.fromkeys([*seg.fetched, *seg.carried]))
             sources = [blocked[n].source if n in blocked else n for n in names]
             later = {t for s in segments[k + 1:] for t in s.inputs}

@@ -98,22 +98,22 @@ def _file_systems() -> dict[tuple[int, int], str]:
     return kinds
 
 
-def mapped_files() -> dict[tuple[int, int], list[tuple[int, int]]]:
-    """{(device, inode): [(start, end) of each mapping]} of this process's private, non-executable mappings of files on
-    a disk's file system (/proc/self/maps): what onnxruntime maps of a session's weights (its optimized graph's file,
+def mapped_files() -> frozenset[tuple[tuple[int, int], int, int]]:
+    """((device, inode), start, end) of each of this process's private, non-executable mappings of a file on a disk's
+    file system (/proc/self/maps): what onnxruntime maps of a session's weights (its optimized graph's file,
     nchwc.optimized_apart; a Spill file; a model's own data). Empty where /proc is not there (not Linux)."""
     kinds = _file_systems()
     try:
         with open("/proc/self/maps") as f:
             text = f.read()
     except OSError:
-        return {}
-    found: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        return frozenset()
+    found = set()
     for m in _FILE_MAPPING.finditer(text):
         major, minor = int(m[3], 16), int(m[4], 16)
         if kinds.get((major, minor), "tmpfs") not in MEMORY_FILE_SYSTEMS:
-            found.setdefault(((major << 20) | minor, int(m[5])), []).append((int(m[1], 16), int(m[2], 16)))
-    return found
+            found.add((((major << 20) | minor, int(m[5])), int(m[1], 16), int(m[2], 16)))
+    return frozenset(found)
 
 
 def _written(pagemap: int, start: int, end: int) -> bool:
@@ -127,13 +127,13 @@ def _written(pagemap: int, start: int, end: int) -> bool:
     return bool(np.any((entries & (_PRESENT | _SWAPPED) != 0) & (entries & _FILE_PAGE == 0)))
 
 
-def drop_pages(files: set[tuple[int, int]] | frozenset[tuple[int, int]]) -> int:
-    """Let go of this process's resident pages of the files `files` (mapped_files' keys), in the mappings of them
-    nothing wrote (/proc/self/pagemap: no page copied on write; onnxruntime maps weights writable, and a page written
-    would be lost): the pages stay in the page cache, and the next read of them (the next run of the session that
-    maps them) brings them back with a minor fault, as after the kernel evicted them under memory pressure. Bytes of
-    the ranges let go; 0 where /proc or madvise are not there (not Linux)."""
-    if not files:
+def drop_pages(mappings: frozenset[tuple[tuple[int, int], int, int]]) -> int:
+    """Let go of this process's resident pages in those of `mappings` (mapped_files' items) that are still there and
+    that nothing wrote (/proc/self/pagemap: no page copied on write; onnxruntime maps weights writable, and a page
+    written would be lost): the pages stay in the page cache, and the next read of them (the next run of the session
+    that maps them) brings them back with a minor fault, as after the kernel evicted them under memory pressure.
+    Bytes of the ranges let go; 0 where /proc or madvise are not there (not Linux)."""
+    if not mappings:
         return 0
     try:
         madvise = ctypes.CDLL(None).madvise
@@ -143,11 +143,9 @@ def drop_pages(files: set[tuple[int, int]] | frozenset[tuple[int, int]]) -> int:
         return 0
     dropped = 0
     try:
-        for key, ranges in mapped_files().items():
-            if key in files:
-                for start, end in ranges:
-                    if not _written(pagemap, start, end) and madvise(start, end - start, MADV_DONTNEED) == 0:
-                        dropped += end - start
+        for _, start, end in mappings & mapped_files():
+            if not _written(pagemap, start, end) and madvise(start, end - start, MADV_DONTNEED) == 0:
+                dropped += end - start
     finally:
         os.close(pagemap)
     return dropped
