@@ -817,15 +817,22 @@ class Segmented:
     def __init__(self, segments: list[Segment], keep: frozenset[str], threads: int | None, layout: dict[str, int]):
         onnxruntime.map_big_blocks()
         self.sessions = []
+        # per segment, the mappings of weights files its session made (onnxruntime.mapped_files): their pages are let go
+        # once the segment has run, so that a run holds the weights of the segment it runs, not every segment's read so far
+        # (tabledet_obj_q: 371 MB of float32 Conv weights resident beside its first segments' 928x928 activations
+        # from the second run on; docs/benchmarks.md #mem26)
+        self.files: list[frozenset] = []
         self.steps = []  # per segment: (inputs, carried, names, sources, inputs no later segment reads, {name: (block, theirs)})
         # fetched tensors come in the layout they have when the whole model runs (`layout`, see
         # nchwc.blocked_layout): per-channel sums read blocked and NCHW tensors in different orders
         self.blocked = {name: nchwc.Blocked(name, block) for name, block in layout.items()}
         for k, seg in enumerate(segments):
+            mapped = onnxruntime.mapped_files()
             # carried tensors feed the next segment as they are: in NCHW
             session, blocked = nchwc.fetching_session(seg.model, list(seg.fetched), keep=keep | set(seg.carried), threads=threads,
                                                       arena=False)
             self.sessions.append(session)
+            self.files.append(onnxruntime.mapped_files() - mapped)
             names = list(dict.fromkeys([*seg.fetched, *seg.carried]))
             sources = [blocked[n].source if n in blocked else n for n in names]
             later = {t for s in segments[k + 1:] for t in s.inputs}
@@ -838,8 +845,9 @@ class Segmented:
         """Per segment, (name, value) of its tensors in `wanted`; the segment's other outputs
         are kept only as long as a later segment reads them."""
         have = dict(feeds)
-        for session, (inputs, carried, names, sources, release, relayout) in zip(self.sessions, self.steps):
+        for session, files, (inputs, carried, names, sources, release, relayout) in zip(self.sessions, self.files, self.steps):
             values = onnxruntime.run(session, sources, {n: have[n] for n in inputs})
+            onnxruntime.drop_pages(files)
             for n in release:
                 if n not in feeds:
                     del have[n]

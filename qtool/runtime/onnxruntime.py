@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import io
 import os
 import re
@@ -67,6 +68,87 @@ def trim() -> None:
         ctypes.CDLL(None).malloc_trim(0)
     except (OSError, AttributeError):
         pass
+
+
+MADV_DONTNEED = 4  # Linux's madvise advice
+# file systems whose files are memory (their pages are the file: let go of by a mapping, the machine still holds them)
+MEMORY_FILE_SYSTEMS = frozenset({"tmpfs", "ramfs", "hugetlbfs"})
+
+
+# /proc/self/maps' line of a private, non-executable mapping of a file: start-end perms offset major:minor inode path
+_FILE_MAPPING = re.compile(r"^([0-9a-f]+)-([0-9a-f]+) r[w-]-p [0-9a-f]+ ([0-9a-f]+):([0-9a-f]+) ([1-9][0-9]*) +/", re.M)
+# /proc/self/pagemap's entry of a page (linux Documentation/admin-guide/mm/pagemap.rst): bit 63 present, 62 swapped,
+# 61 a file page (or shared anonymous)
+_PRESENT, _SWAPPED, _FILE_PAGE = np.uint64(1 << 63), np.uint64(1 << 62), np.uint64(1 << 61)
+
+
+@functools.lru_cache(maxsize=1)
+def _file_systems() -> dict[tuple[int, int], str]:
+    """{(major, minor): file system type} of the mounts this process sees (/proc/self/mountinfo: "... major:minor
+    root mount-point options ... - type source ..."); empty where it is not there."""
+    kinds = {}
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                if " - " in line:
+                    major, minor = line.split()[2].split(":")
+                    kinds[(int(major), int(minor))] = line.split(" - ", 1)[1].split()[0]
+    except (OSError, ValueError, IndexError):
+        return {}
+    return kinds
+
+
+def mapped_files() -> frozenset[tuple[tuple[int, int], int, int]]:
+    """((device, inode), start, end) of each of this process's private, non-executable mappings of a file on a disk's
+    file system (/proc/self/maps): what onnxruntime maps of a session's weights (its optimized graph's file,
+    nchwc.optimized_apart; a Spill file; a model's own data). Empty where /proc is not there (not Linux)."""
+    kinds = _file_systems()
+    try:
+        with open("/proc/self/maps") as f:
+            text = f.read()
+    except OSError:
+        return frozenset()
+    found = set()
+    for m in _FILE_MAPPING.finditer(text):
+        major, minor = int(m[3], 16), int(m[4], 16)
+        if kinds.get((major, minor), "tmpfs") not in MEMORY_FILE_SYSTEMS:
+            found.add((((major << 20) | minor, int(m[5])), int(m[1], 16), int(m[2], 16)))
+    return frozenset(found)
+
+
+def _written(pagemap: int, start: int, end: int) -> bool:
+    """Whether a page of this process's mapping [start, end) is its own, not the file's: present or swapped out and
+    not a file page (copied on write). True where the page map cannot be read."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    try:
+        entries = np.frombuffer(os.pread(pagemap, (end - start) // page * 8, start // page * 8), np.uint64)
+    except OSError:
+        return True
+    return bool(np.any((entries & (_PRESENT | _SWAPPED) != 0) & (entries & _FILE_PAGE == 0)))
+
+
+def drop_pages(mappings: frozenset[tuple[tuple[int, int], int, int]]) -> int:
+    """Let go of this process's resident pages in those of `mappings` (mapped_files' items) that are still there and
+    that nothing wrote (/proc/self/pagemap: no page copied on write; onnxruntime maps weights writable, and a page
+    written would be lost): the pages stay in the page cache, and the next read of them (the next run of the session
+    that maps them) brings them back with a minor fault, as after the kernel evicted them under memory pressure.
+    Bytes of the ranges let go; 0 where /proc or madvise are not there (not Linux)."""
+    if not mappings:
+        return 0
+    try:
+        madvise = ctypes.CDLL(None).madvise
+        madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        pagemap = os.open("/proc/self/pagemap", os.O_RDONLY)
+    except (OSError, AttributeError):
+        return 0
+    dropped = 0
+    try:
+        for _, start, end in mappings & mapped_files():
+            if not _written(pagemap, start, end) and madvise(start, end - start, MADV_DONTNEED) == 0:
+                dropped += end - start
+    finally:
+        os.close(pagemap)
+    return dropped
 
 
 def quiet() -> None:
