@@ -169,13 +169,27 @@ def _int8_deconvolution(m, n) -> bool:
     return not depthwise and dims[0] % 16 == 0 and dims[1] * group % 16 == 0
 
 
+def _zero_point_free(m, n, slot: int) -> bool:
+    """An OpenVINO CPU op that runs in int8 only on an input grid without a zero point at `slot`: a ConvTranspose's
+    data input (_int8_deconvolution), and either input of a MatMul (or Gemm) of two computed tensors
+    (bench/openvino_quirks.py case 16: with a zero point on either it runs as an f32 MatMul, both inputs dequantized;
+    on u8 or a symmetric i8 grid it runs as an int8 one, on VNNI and AVX2 kernels alike). A MatMul with a constant
+    weight runs in int8 either way (a u8 FullyConnected with its zero point subtracted, as fast: case 16)."""
+    if n.op_type == "ConvTranspose":
+        return slot == 0 and _int8_deconvolution(m, n)
+    if n.op_type in ("MatMul", "Gemm") and slot in (0, 1) and len(n.input) >= 2:
+        return not any(t in m.constants for t in n.input[:2])
+    return False
+
+
 # OpenVINO's: its attention kernel takes the context's Transpose only without a FakeQuantize between them
 # (MiniLM-L3: 6 runtime Transposes -> 3, as NNCF's file; docs/benchmarks.md#guard-cost); its CPU plugin runs
 # an LSTM in int8 (qtool.quantizers.placement.recurrent); it fuses no FakeQuantize into a scatter (its
 # ScatterUpdate/ScatterElementsUpdate/ScatterNDUpdate nodes take no fused post-ops), so a FakeQuantize on a
 # scatter's output before an Add ran alone in f32, and the Add in f32 anyway (a graph net's 31 scatter-adds:
 # 13% of its latency; NNCF's file has none there); it runs a ConvTranspose in int8 only on a grid without a zero
-# point (_int8_deconvolution: such an input keeps a symmetric grid under --activations auto)
+# point (_int8_deconvolution: such an input keeps a symmetric grid under --activations auto), and a MatMul of two
+# computed tensors alike (_zero_point_free)
 SCATTERS = frozenset({"ScatterElements", "ScatterND", "Scatter"})
 # OpenVINO runs no Max or Min in int8: its low precision transformations have none for Maximum/Minimum (their list:
 # openvinotoolkit/openvino docs/articles_en/documentation/openvino-extensibility/openvino-plugin-library/advanced-guides/
@@ -184,7 +198,7 @@ SCATTERS = frozenset({"ScatterElements", "ScatterND", "Scatter"})
 # 11-Max chain): 22 FakeQuantizes, 39.6 dB in OpenVINO's run against 44.8 with the chain float (NNCF's transformer 40.4)
 ELEMENTWISE_INT8 = ELEMENTWISE - {"Max", "Min"}
 OPENVINO = replace(CPU, name="openvino", elementwise=ELEMENTWISE_INT8, fused_attention_context=True, int8_lstm=True, transposed_scale_shift=True,
-                   unfused_sources=SCATTERS, zero_point_free=_int8_deconvolution, stretched_tails=True)
+                   unfused_sources=SCATTERS, zero_point_free=_zero_point_free, stretched_tails=True)
 # onnxruntime's: its QLinearConv takes one input scale and zero point (onnx docs/Operators.md QLinearConv: x_scale and
 # x_zero_point are scalars), so a depthwise Conv's input quantized per channel either stays a float Conv (int8 grid:
 # its QDQ fusion leaves it) or, on a uint8 grid, is fused and fails at run time ("QLinearConv : input zero point must
