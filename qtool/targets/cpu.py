@@ -171,15 +171,11 @@ def _int8_deconvolution(m, n) -> bool:
 
 def _zero_point_free(m, n, slot: int) -> bool:
     """An OpenVINO CPU op that runs in int8 only on an input grid without a zero point at `slot`: a ConvTranspose's
-    data input (_int8_deconvolution), and either input of a MatMul (or Gemm) of two computed tensors
-    (bench/openvino_quirks.py case 16: with a zero point on either it runs as an f32 MatMul, both inputs dequantized;
-    on u8 or a symmetric i8 grid it runs as an int8 one, on VNNI and AVX2 kernels alike). A MatMul with a constant
-    weight runs in int8 either way (a u8 FullyConnected with its zero point subtracted, as fast: case 16)."""
-    if n.op_type == "ConvTranspose":
-        return slot == 0 and _int8_deconvolution(m, n)
-    if n.op_type in ("MatMul", "Gemm") and slot in (0, 1) and len(n.input) >= 2:
-        return not any(t in m.constants for t in n.input[:2])
-    return False
+    data input (_int8_deconvolution). Not a MatMul of two computed tensors, though OpenVINO runs one in f32 on a zero
+    point (bench/openvino_quirks.py case 16): its inputs symmetric, PP-OCRv6 rec's two such attention MatMuls run int8
+    at no measured speed gain and its OpenVINO run lost 0.97 dB (simulation 1.7; docs/benchmarks.md#mm26). A MatMul
+    with a constant weight runs in int8 either way (a u8 FullyConnected with its zero point subtracted: case 16)."""
+    return n.op_type == "ConvTranspose" and slot == 0 and _int8_deconvolution(m, n)
 
 
 # OpenVINO's: its attention kernel takes the context's Transpose only without a FakeQuantize between them
@@ -188,8 +184,7 @@ def _zero_point_free(m, n, slot: int) -> bool:
 # ScatterUpdate/ScatterElementsUpdate/ScatterNDUpdate nodes take no fused post-ops), so a FakeQuantize on a
 # scatter's output before an Add ran alone in f32, and the Add in f32 anyway (a graph net's 31 scatter-adds:
 # 13% of its latency; NNCF's file has none there); it runs a ConvTranspose in int8 only on a grid without a zero
-# point (_int8_deconvolution: such an input keeps a symmetric grid under --activations auto), and a MatMul of two
-# computed tensors alike (_zero_point_free)
+# point (_int8_deconvolution: such an input keeps a symmetric grid under --activations auto)
 SCATTERS = frozenset({"ScatterElements", "ScatterND", "Scatter"})
 # OpenVINO runs no Max or Min in int8: its low precision transformations have none for Maximum/Minimum (their list:
 # openvinotoolkit/openvino docs/articles_en/documentation/openvino-extensibility/openvino-plugin-library/advanced-guides/
