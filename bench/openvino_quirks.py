@@ -108,6 +108,16 @@ Usage: PYTHONPATH=. python bench/openvino_quirks.py (this checkout's qtool, not 
    ~0, so the output is y; a float16 VAD look-alike's decoder, tests/zoo.py fp16_branch_vad_like: 14 dB run where its
    file's arithmetic gives 45.6). With a bias of float32's smallest normal (qtool's file: the same numbers) it runs right.
    Printed: run vs exact without a bias, with a zero bias and with the tiny one.
+16. MatMul input grids with a zero point: x -> FakeQuantize -> MatMul (Gemm) with int8 weights times a scale per
+   output, and x -> FakeQuantize, y -> FakeQuantize -> MatMul of the two (attention's Q K^T), x's grid asymmetric
+   ([-0.5, 3], a zero point), symmetric (i8, [-2 x 128/127, 2]) or unsigned ([0, 3], u8 without one). OpenVINO 2026.4
+   runs the constant-weight one in int8 on every grid: a u8 FullyConnected with the zero point subtracted (exec type
+   FullyConnected, not FullyConnectedQuantizedLegacy; as fast, 20 x 336 x 336 rows on one thread); but the MatMul of
+   two computed tensors only without a zero point: with one it dequantizes both inputs and runs the MatMul in f32
+   (qtool's file keeps the grid it chose: symmetric there, PP-OCRv6 rec ran int8 and lost 0.97 dB, no faster; targets/
+   cpu.py _zero_point_free). The same with
+   oneDNN held to AVX2 (ONEDNN_MAX_CPU_ISA=AVX2: jit_gemm for the FullyConnected). Printed: run vs exact and the
+   runtime layer's type and input precision, per grid.
 """
 
 from __future__ import annotations
@@ -514,6 +524,37 @@ def unbiased_read_twice(rng, bias: float | None) -> float:
     return _sqnr(_exact(m, feeds), _run(m, feeds))
 
 
+MATMUL_GRIDS = {"asymmetric": (-0.5, 3.0), "symmetric": (-2.0 * 128 / 127, 2.0), "unsigned": (0.0, 3.0)}
+
+
+def matmul_grid(rng, grid: str, weights: bool) -> tuple[float, str]:
+    """Case 16: (run vs exact, dB; the runtime MatMul/FullyConnected layer's type and input precisions) of x on
+    MATMUL_GRIDS[grid] -> FakeQuantize -> MatMul with int8 weights (`weights`), or -> MatMul with y -> FakeQuantize
+    (symmetric, its values within half its range: no u8 x s8 pair sum passes int16 on AVX2) of the same shape
+    transposed: x [1, 2, 20, 64] times y [1, 2, 64, 20]."""
+    lo, hi = MATMUL_GRIDS[grid]
+    inits = {"lo": np.float32(lo), "hi": np.float32(hi), "ylo": np.float32(-128 / 127), "yhi": np.float32(1)}
+    nodes = [_fq("x", "lo", "hi", "xq")]
+    if weights:
+        inits |= {"w8": rng.integers(-63, 64, (64, 48)).astype(np.int8), "ws": rng.uniform(0.005, 0.02, (1, 48)).astype(np.float32)}
+        nodes += [helper.make_node("Cast", ["w8"], ["wf"], to=TensorProto.FLOAT), helper.make_node("Mul", ["wf", "ws"], ["w"]),
+                  helper.make_node("MatMul", ["xq", "w"], ["out"], name="mm")]
+        inputs = {"x": ["N", 20, 64]}
+        feeds = {"x": rng.uniform(lo, hi, (2, 20, 64)).astype(np.float32)}
+    else:
+        nodes += [_fq("y", "ylo", "yhi", "yq"), helper.make_node("MatMul", ["xq", "yq"], ["out"], name="mm")]
+        inputs = {"x": [1, 2, 20, 64], "y": [1, 2, 64, 20]}
+        feeds = {"x": rng.uniform(lo, hi, (1, 2, 20, 64)).astype(np.float32), "y": rng.uniform(-0.49, 0.49, (1, 2, 64, 20)).astype(np.float32)}
+    m = _model(nodes, inputs, inits)
+    session = simulate.runtime("openvino", m.SerializeToString())
+    run = np.asarray(session.run(None, feeds)[0])
+    held = [f"{op.get_rt_info()['layerType'].astype(str)} "
+            + "x".join(str(op.input(i).get_element_type().get_type_name()) for i in range(min(2, op.get_input_size())))
+            for op in session.compiled.get_runtime_model().get_ops()
+            if str(op.get_rt_info()["layerType"].astype(str)) in ("MatMul", "FullyConnected")]
+    return _sqnr(_exact(m, feeds), run), "/".join(held) or "none"
+
+
 def main() -> None:
     import openvino as ov
 
@@ -593,6 +634,15 @@ def main() -> None:
     print(f"15. int8 Conv without a bias, y - ReduceMean(y): run vs file {none:6.1f}; a zero bias {zero:6.1f}; a bias of 1.2e-38 {tiny:6.1f}"
           f"  -> {'a reader still handed y scaled again' if max(none, zero) < 20 <= tiny else 'runs right now' if min(none, zero) >= SAME else 'look closer'}"
           f"{'' if tiny >= SAME else '; THE TINY-BIAS FORM IS WRONG TOO: qtool files are affected'}")
+
+    for weights in (True, False):
+        cells = {grid: matmul_grid(rng, grid, weights) for grid in MATMUL_GRIDS}
+        f32 = [grid for grid, (_, layer) in cells.items() if "f32" in layer]
+        print(f"16. FakeQuantize -> MatMul {'with int8 weights  ' if weights else 'of two activations'}: run vs file "
+              + ", ".join(f"{grid} {db:6.1f} ({layer})" for grid, (db, layer) in cells.items())
+              + f"  -> {'int8 on every grid' if not f32 else 'f32 on ' + ', '.join(f32)}"
+              + ("" if all(db >= SAME for db, _ in cells.values()) else "; A GRID RUNS OTHERWISE THAN THE FILE: look closer")
+              + ("" if "f32" not in cells["symmetric"][1] else "; THE SYMMETRIC GRID RUNS F32 TOO: qtool files are affected"))
 
 
 def reductions_misread() -> tuple[str, ...]:

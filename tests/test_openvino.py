@@ -760,8 +760,9 @@ def test_peephole_lstms_run_in_openvino_as_the_file_says():
 def test_a_scatter_before_an_add_gets_no_quantizer():
     """A graph net's scatter-add aggregation (minimol's, tests/zoo.py scatter_gnn_like) -> Add with the node's own
     features: OpenVINO's CPU plugin fuses no FakeQuantize into a scatter, so one on its output ran alone in f32
-    before an Add it runs in f32 anyway (minimol: 31 of them, 13% of its latency). The OpenVINO file quantizes the
-    Add's other input only (the QDQ file neither: lone_sums); every MatMul stays int8 and OpenVINO runs the file's numbers."""
+    before an Add it runs in f32 anyway (minimol: 31 of them, 13% of its latency). Neither file quantizes the Add's
+    other input (OpenVINO's: it only rounded it, alone; tests/test_mm26.py; the QDQ file: lone_sums); every MatMul stays
+    int8 and OpenVINO runs the file's numbers."""
     model = zoo.scatter_gnn_like()
     rng = np.random.default_rng(11)
     feeds = []
@@ -777,7 +778,7 @@ def test_a_scatter_before_an_add_gets_no_quantizer():
         return {n.input[0]: producers[n.input[0]].op_type for n in m.graph.node if n.op_type == quantizer and n.input[0] in producers}
 
     ov_quantized = read_after(qtool.export(model, cal, target="openvino"), "FakeQuantize")
-    assert "ScatterElements" not in ov_quantized.values() and list(ov_quantized.values()).count("Mul") == 3, ov_quantized
+    assert "ScatterElements" not in ov_quantized.values() and "Mul" not in ov_quantized.values(), ov_quantized
     # the QDQ file would quantize both of the Add's inputs for it alone: it reads float there (placement.moves.lone_sums)
     qdq_quantized = read_after(qtool.export(model, cal, target="qdq"), "QuantizeLinear")
     assert "ScatterElements" not in qdq_quantized.values() and "Mul" not in qdq_quantized.values(), qdq_quantized
