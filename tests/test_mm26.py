@@ -70,28 +70,3 @@ def test_sums_freed_by_a_float_sum_read_float_too():
     assert not alone, alone
     result = qtool.evaluate(model, cal, data=feeds[12:], target="openvino", runtime="openvino")
     assert result.outputs[0].sqnr_db > 35 and abs(result.runtime.outputs[0].sqnr_db - result.outputs[0].sqnr_db) < 0.5, result
-
-
-def test_an_op_a_scatter_feeds_reads_both_inputs_float():
-    """A graph net's scatter-add -> Add with its node's gated features (tests/zoo.py scatter_gnn_like; minimol's 48
-    scatters): the scatter's output reads float (no FakeQuantize fuses into OpenVINO's scatter), so the Add runs in f32;
-    the quantizer on its other input only rounded it, alone in OpenVINO's runtime graph (minimol: 14). Neither input
-    is quantized now."""
-    import zoo
-
-    model = zoo.scatter_gnn_like()
-    rng = np.random.default_rng(11)
-    feeds = []
-    for _ in range(16):
-        nodes, edges = int(rng.integers(12, 30)), int(rng.integers(30, 80))
-        feeds.append({"x": rng.normal(0, 1, (nodes, 16)).astype(np.float32),
-                      "src": rng.integers(0, nodes, edges).astype(np.int64), "dst": rng.integers(0, nodes, edges).astype(np.int64)})
-    cal = qtool.calibrate(model, data=feeds[:12])
-    m = onnx.load_from_string(qtool.export(model, cal, target="openvino"))
-    quantized = {n.output[0] for n in m.graph.node if n.op_type == "FakeQuantize"}
-    producers = {o: n for n in m.graph.node for o in n.output}
-    for n in m.graph.node:
-        if n.op_type == "Add" and any(t in producers and producers[t].op_type == "ScatterElements" for t in n.input):
-            assert not quantized & set(n.input), (n.name, list(n.input))
-    result = qtool.evaluate(model, cal, data=feeds[12:], target="openvino", runtime="openvino")
-    assert result.plan_summary["int8_layers"] == 5, result.plan_summary

@@ -761,7 +761,7 @@ def test_a_scatter_before_an_add_gets_no_quantizer():
     """A graph net's scatter-add aggregation (minimol's, tests/zoo.py scatter_gnn_like) -> Add with the node's own
     features: OpenVINO's CPU plugin fuses no FakeQuantize into a scatter, so one on its output ran alone in f32
     before an Add it runs in f32 anyway (minimol: 31 of them, 13% of its latency). Neither file quantizes the Add's
-    other input (OpenVINO's: it only rounded it, alone; tests/test_mm26.py; the QDQ file: lone_sums); every MatMul stays
+    other input (OpenVINO's: it only rounded it, alone; docs/benchmarks.md#mm26; the QDQ file: lone_sums); every MatMul stays
     int8 and OpenVINO runs the file's numbers."""
     model = zoo.scatter_gnn_like()
     rng = np.random.default_rng(11)
