@@ -198,14 +198,8 @@ def place(proto: onnx.ModelProto, records: dict, *, rules: Rules, choices: Choic
     inputs, report = Inputs(proto, records, rules, float_types, thresholds), Report()
     kept = exclusions.kept_float(inputs, choices, report)  # 1. what stays float whatever the ops ask
     asked, moved = _asked_and_moved(inputs, kept, report)  # 2-3. what each op asks, moved up through pass-through ops
-    lone = moves.lone_sums(inputs, asked, moved) if rules.lone_sums_float else set()
-    while lone:  # an Add whose two quantizers would serve it alone reads float: asked again without it, until no other
-        # Add is left so (one reading float frees its inputs' other readers: minimol's residual stream, each block's
-        # sum read by the next block's Add and by a gated message's Add, 56 then 40 more; 50 standalone FakeQuantizes in
-        # OpenVINO's runtime graph -> 27, NNCF's 25)
-        kept = replace(kept, nodes=kept.nodes | lone)
-        asked, moved = _asked_and_moved(inputs, kept, Report())
-        lone = moves.lone_sums(inputs, asked, moved) - kept.nodes
+    if rules.lone_sums_float:  # 3b. Adds whose two quantizers would serve them alone read float
+        kept, asked, moved = _lone_sums_float(inputs, kept, asked, moved)
     ranges = moves.group_ranges(inputs, asked, moved, report)  # 4. one range per shared-range group
     checked = sites.read_weights(inputs, kept, asked, report)  # 5. the weights, finite or not
     placed = sites.decide(inputs, kept, asked, moved, ranges, checked, weights_7bit, report)  # 6. int8 ops, quantizers
@@ -242,6 +236,19 @@ def place(proto: onnx.ModelProto, records: dict, *, rules: Rules, choices: Choic
     _final_warnings(inputs, report)
     return Plan(placed.activations, placed.weights, placed.int8_layers, report.fp32, report.warnings, kept.ignored,
                 overflow_fix, asked.transformer, kept.unrepresentable, lstms, float_lstms)
+
+
+def _lone_sums_float(inputs: Inputs, kept, asked: requests.Requests, moved: moves.Moves):
+    """Step 3b: an Add whose two quantizers would serve it alone reads float, and the requests are asked again without
+    it, until no other Add is left so: one reading float frees its inputs' other readers (minimol's residual stream,
+    each block's sum read by the next block's Add and by a gated message's Add, 56 then 40 more; 50 standalone
+    FakeQuantizes in OpenVINO's runtime graph -> 27, NNCF's 25; docs/benchmarks.md#mm26)."""
+    lone = moves.lone_sums(inputs, asked, moved)
+    while lone:
+        kept = replace(kept, nodes=kept.nodes | lone)
+        asked, moved = _asked_and_moved(inputs, kept, Report())
+        lone = moves.lone_sums(inputs, asked, moved) - kept.nodes
+    return kept, asked, moved
 
 
 def _asked_and_moved(inputs: Inputs, kept, report: Report) -> tuple[requests.Requests, moves.Moves]:
