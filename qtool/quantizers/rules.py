@@ -50,9 +50,8 @@ class Rules:
     # an element-wise Add whose two quantizers serve it alone stays float, and a residual Add of a small step
     # (placement.moves.lone_sums)
     lone_sums_float: bool = False
-    # (graph.Index, node, input slot) -> the runtime runs this op in int8, and only on a grid without a zero point at that
-    # input: under `--activations auto` a tensor it reads there (through pass-through ops) keeps a symmetric grid
-    # (placement.sites)
+    # (graph.Index, node) -> the runtime runs this op in int8, and only on an input grid without a zero point: under
+    # `--activations auto` a tensor it reads (through pass-through ops) keeps a symmetric grid (placement.sites)
     zero_point_free: Callable | None = None
     # a range group's exported range stretched to its calibrated [min, max] where its calibration samples' typical peak
     # reaches the range, except on transformers (qtool.statistics.thresholds.stretches; placement.sites.attach_policies)

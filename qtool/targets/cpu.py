@@ -169,15 +169,6 @@ def _int8_deconvolution(m, n) -> bool:
     return not depthwise and dims[0] % 16 == 0 and dims[1] * group % 16 == 0
 
 
-def _zero_point_free(m, n, slot: int) -> bool:
-    """An OpenVINO CPU op that runs in int8 only on an input grid without a zero point at `slot`: a ConvTranspose's
-    data input (_int8_deconvolution). Not a MatMul of two computed tensors, though OpenVINO runs one in f32 on a zero
-    point (bench/openvino_quirks.py case 16): its inputs symmetric, PP-OCRv6 rec's two such attention MatMuls run int8
-    at no measured speed gain and its OpenVINO run lost 0.97 dB (simulation 1.7; docs/benchmarks.md#mm26). A MatMul
-    with a constant weight runs in int8 either way (a u8 FullyConnected with its zero point subtracted: case 16)."""
-    return n.op_type == "ConvTranspose" and slot == 0 and _int8_deconvolution(m, n)
-
-
 # OpenVINO's: its attention kernel takes the context's Transpose only without a FakeQuantize between them
 # (MiniLM-L3: 6 runtime Transposes -> 3, as NNCF's file; docs/benchmarks.md#guard-cost); its CPU plugin runs
 # an LSTM in int8 (qtool.quantizers.placement.recurrent); it fuses no FakeQuantize into a scatter (its
@@ -192,8 +183,11 @@ SCATTERS = frozenset({"ScatterElements", "ScatterND", "Scatter"})
 # output's FakeQuantize as a post-op: the quantizers only round. A Keras Maximum of 12 Dense outputs (thai_deepcut, an
 # 11-Max chain): 22 FakeQuantizes, 39.6 dB in OpenVINO's run against 44.8 with the chain float (NNCF's transformer 40.4)
 ELEMENTWISE_INT8 = ELEMENTWISE - {"Max", "Min"}
+# A MatMul's inputs keep the grid `auto` chose: with a constant weight OpenVINO runs it in int8 on a zero point too (a u8
+# FullyConnected, its zero point subtracted); one of two computed tensors runs f32 on a zero point, but made symmetric
+# PP-OCRv6 rec's two ran int8 no faster and 0.97 dB lower (bench/openvino_quirks.py case 16; docs/benchmarks.md#mm26)
 OPENVINO = replace(CPU, name="openvino", elementwise=ELEMENTWISE_INT8, fused_attention_context=True, int8_lstm=True, transposed_scale_shift=True,
-                   unfused_sources=SCATTERS, zero_point_free=_zero_point_free, stretched_tails=True)
+                   unfused_sources=SCATTERS, zero_point_free=_int8_deconvolution, stretched_tails=True)
 # onnxruntime's: its QLinearConv takes one input scale and zero point (onnx docs/Operators.md QLinearConv: x_scale and
 # x_zero_point are scalars), so a depthwise Conv's input quantized per channel either stays a float Conv (int8 grid:
 # its QDQ fusion leaves it) or, on a uint8 grid, is fused and fails at run time ("QLinearConv : input zero point must

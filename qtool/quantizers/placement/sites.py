@@ -169,16 +169,15 @@ def per_channel_depthwise(inputs: Inputs, kept: Kept, activation_sites: list[Qua
 
 
 def _feeds_zero_point_free(inputs: Inputs, tensors: list[str]) -> bool:
-    """Whether an op `Rules.zero_point_free` names reads one of `tensors` at a slot it names (a data input), directly or
-    through ops a quantizer moves up through (Rules.forwards): its runtime runs it in int8 only on a grid without a zero
-    point."""
+    """Whether an op `Rules.zero_point_free` names reads one of `tensors` as its data input, directly or through ops a
+    quantizer moves up through (Rules.forwards): its runtime runs it in int8 only on a grid without a zero point."""
     rules, readers = inputs.rules, inputs.m.readers
     if not rules.zero_point_free:
         return False
     todo, seen = list(tensors), set(tensors)
     while todo and len(seen) < 256:
         for r, slot in readers.get(todo.pop(), ()):
-            if rules.zero_point_free(inputs.m, r, slot):
+            if slot == 0 and rules.zero_point_free(inputs.m, r):
                 return True
             if rules.forwards(r.op_type):
                 for o in r.output:
