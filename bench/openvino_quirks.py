@@ -115,8 +115,8 @@ Usage: PYTHONPATH=. python bench/openvino_quirks.py (this checkout's qtool, not 
    FullyConnected, not FullyConnectedQuantizedLegacy; as fast, 20 x 336 x 336 rows on one thread); but the MatMul of
    two computed tensors only without a zero point: with one it dequantizes both inputs and runs the MatMul in f32
    (qtool's file keeps the grid `auto` chose: symmetric there, PP-OCRv6 rec ran int8 and lost 0.97 dB, no faster; targets/
-   cpu.py, beside OPENVINO). The same with oneDNN held to AVX2 (ONEDNN_MAX_CPU_ISA=AVX2: jit_gemm for the FullyConnected). Printed: run vs exact and the
-   runtime layer's type and input precision, per grid.
+   cpu.py, beside OPENVINO). The same with oneDNN held to AVX2 (ONEDNN_MAX_CPU_ISA=AVX2: jit_gemm for the
+   FullyConnected). Printed: run vs exact and the runtime layer's type and input precision, per grid.
 """
 
 from __future__ import annotations
