@@ -67,6 +67,7 @@ class Quantizer:
     flip_pads: tuple[int, ...] | None = None
     unrounded: np.ndarray | None = None  # a weight's float values when `values` are grid points GPTQ chose (qtool.quantizers.gptq)
     stated: bool = False
+    anchors: list[str] = field(default_factory=list)  # the group's tensors whose range is its range: a Max chain's end (else all)
 
     @classmethod
     def activation(cls, tensor: str, elem_type: int, rng: Range, readers: list[tuple[str, int]],

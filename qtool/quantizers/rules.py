@@ -47,6 +47,9 @@ class Rules:
     # a quantizer moves up through a part-selecting op (Slice, Split, Gather) only when every reader of its input
     # reads the moved quantizer (qtool.quantizers.placement.moves.PARTS): NNCF's CPU propagation
     parts_need_every_reader: bool = False
+    # an element-wise Max or Min whose output is quantized shares its range with its inputs quantized (placement.moves):
+    # a runtime that runs it in float between DequantizeLinear and QuantizeLinear then requantizes nothing
+    extremum_shares_quantized_inputs: bool = False
     # an element-wise Add whose two quantizers serve it alone stays float, and a residual Add of a small step
     # (placement.moves.lone_sums)
     lone_sums_float: bool = False

@@ -52,6 +52,7 @@ class Moves:
     upstream: dict[str, list[tuple[str, int, str]]] = field(default_factory=dict)  # moved tensor -> [(node, slot, upstream tensor)]
     groups: Groups = field(default_factory=Groups)
     concat_outputs: set[str] = field(default_factory=set)  # Concat outputs in a group: their range is the group's
+    chain_ends: set[str] = field(default_factory=set)  # a Max or Min chain's last output: its range is the group's
 
 
 # Ops that select a part of their data input: the part's range may be far narrower than the whole's
@@ -90,6 +91,8 @@ def move_up(inputs: Inputs, kept: Kept, asked: Requests, moves: Moves) -> None:
     moves.upstream, moves.groups, moves.concat_outputs = trial.upstream, trial.groups, trial.concat_outputs
     if inputs.rules.concat_shares_quantized_inputs:
         _share_concat_ranges(inputs, asked, moves)
+    if inputs.rules.extremum_shares_quantized_inputs:
+        _share_extremum_ranges(inputs, asked, moves)
 
 
 def _part_moves(m, trial: Moves, before: Moves):
@@ -205,6 +208,35 @@ def _share_concat_ranges(inputs: Inputs, asked: Requests, moves: Moves) -> None:
                 moves.concat_outputs.add(out)
 
 
+def _share_extremum_ranges(inputs: Inputs, asked: Requests, moves: Moves) -> None:
+    """An element-wise Max or Min whose output is quantized shares its range with every input quantized where it is:
+    the max of two values on one grid lies on it, so the QuantizeLinear after a Max that onnxruntime runs in float (it
+    has no int8 Max: DequantizeLinear -> Max -> QuantizeLinear stay three nodes) rounds nothing, where each on its own
+    grid rounds again at every Max of a chain (a Keras Maximum of 12 Dense outputs, tf2onnx's 11 binary Max). The range
+    is the chain's last output's (`chain_ends`): an input value below a Max's smallest output never comes out of it, so
+    clipping it there costs nothing (the Dense outputs of thai_oskut_tnhc reach -692, its last Max -96)."""
+    m = inputs.m
+    joined = {}
+    for n in m.graph.node:
+        if n.op_type not in ("Max", "Min") or not P.standard(n) or not n.output or not asked.wanted.get(n.output[0]):
+            continue
+        for t in n.input:  # an input another op reads keeps its own grid: the chain's range would clip it
+            if t and asked.wanted.get(t) and _only_into(m, moves, t, {n.op_type}):
+                moves.groups.union(n.output[0], t)
+                joined[n.output[0]] = n.op_type
+    for out, op in joined.items():  # the chain's end: read by no Max or Min of its kind that joined it
+        if not any(r.op_type == op and r.output and r.output[0] in joined for r, _ in m.readers.get(out, ())):
+            moves.chain_ends.add(out)
+
+
+def _only_into(m, moves: Moves, t: str, ops: set[str]) -> bool:
+    """Whether `t` is no graph output and every op that reads its values is one of `ops`, and so, where its quantizer
+    moved up through a pass-through op (a Keras zero padding), is every tensor it moved to read by that op alone."""
+    if t in m.outputs or not all(r.op_type in ops for r, _ in m.readers.get(t, ()) if r.op_type not in _SHAPE_READERS):
+        return False
+    return all(_only_into(m, moves, up, {m.nodes[name].op_type}) for name, _, up in moves.upstream.get(t, ()))
+
+
 @dataclass
 class Ranges:
     """The quantized tensors and their groups' ranges."""
@@ -229,7 +261,7 @@ def group_ranges(inputs: Inputs, asked: Requests, moves: Moves, report: Report) 
     zero: list[str] = []
     degenerate: list[str] = []
     for root, names in members.items():
-        anchors = [t for t in names if t in moves.concat_outputs and t in thresholds]
+        anchors = [t for t in names if (t in moves.concat_outputs or t in moves.chain_ends) and t in thresholds]
         if not anchors:
             anchors = [t for t in names if t in site_set and t in thresholds]
         if not anchors:

@@ -126,10 +126,10 @@ def _activation_sites(inputs: Inputs, moves: Moves, ranges: Ranges, readers_of_s
     for t in ranges.sites:
         if readers_of_site.get(t):
             root = moves.groups.find(t)
-            activation_sites.append(Quantizer.activation(
-                t, inputs.m.types.get(t, TensorProto.FLOAT), ranges.group_range[root], readers_of_site[t],
-                sorted(x for x in ranges.members[root] if x != t),
-            ))
+            site = Quantizer.activation(t, inputs.m.types.get(t, TensorProto.FLOAT), ranges.group_range[root], readers_of_site[t],
+                                        sorted(x for x in ranges.members[root] if x != t))
+            site.anchors = sorted(x for x in ranges.members[root] if x in moves.chain_ends)
+            activation_sites.append(site)
     return activation_sites
 
 
@@ -202,14 +202,15 @@ def attach_policies(inputs: Inputs, placed: Sites, policies: Policies, recompute
         if site.policy.bits != 8 and recompute is not None and group:
             site.range = Range(max(recompute(t, site.policy) for t in group), site.range.unsigned)
         if site.policy.symmetric is not True and group:
-            site.low = min(float(records[t].min) for t in group)
-            site.high = max(float(records[t].max) for t in group)
+            spans = [t for t in site.anchors if t in records] or group
+            site.low = min(float(records[t].min) for t in spans)
+            site.high = max(float(records[t].max) for t in spans)
             if site.policy.symmetric is None:  # auto: the finer grid, per tensor
                 symmetric = (site.channel_amax is not None or _feeds_zero_point_free(inputs, [site.tensor, *site.shared_with])
                              or choose_symmetry(site.range.amax, site.low, site.high, site.policy.bits))
                 site.policy = replace(site.policy, symmetric=symmetric)
-            if site.policy.symmetric is False and site.channel_amax is None and len(group) == 1:
-                top = asymmetric_top(records[group[0]], site.low, site.range.amax, site.high, site.policy.bits)
+            if site.policy.symmetric is False and site.channel_amax is None and len(spans) == 1:
+                top = asymmetric_top(records[spans[0]], site.low, site.range.amax, site.high, site.policy.bits)
                 if top > site.range.amax:  # the grid's top; its bottom stays the calibrated minimum (|min| < amax)
                     site.range = Range(top, site.range.unsigned)
         if stretch and site.channel_amax is None and group:
