@@ -193,7 +193,7 @@ OPENVINO = replace(CPU, name="openvino", elementwise=ELEMENTWISE_INT8, fused_att
 # its QDQ fusion leaves it) or, on a uint8 grid, is fused and fails at run time ("QLinearConv : input zero point must
 # be a scalar": DeepFilterNet3's ERB decoder): the qdq file quantizes it per tensor, as onnxruntime's quantize_static does.
 # It runs a Max or Min in float between its inputs' DequantizeLinear and its output's QuantizeLinear: their quantizers share
-# one grid, so none rounds again (thai_deepcut's 11-Max chain, onnxruntime's run: 35.9 -> 39.2 dB, docs/benchmarks.md#lead27)
+# one grid, so none rounds again (thai_deepcut's 11-Max chain, onnxruntime's run: 35.9 -> 39.0 dB, docs/benchmarks.md#lead27)
 QDQ = replace(CPU, name="qdq", depthwise_per_channel=False, extremum_shares_quantized_inputs=True)
 PLACEMENT_RULES = {"openvino": OPENVINO, "qdq": QDQ}  # by target; the others place with CPU
 
