@@ -65,6 +65,8 @@ def fields(buf, start: int, end: int) -> Iterator[tuple[int, int, int, int]]:
     while pos < end:
         first = pos
         k, pos = varint(buf, pos)
+        if k >> 3 == 0:  # protobuf numbers fields from 1: a zero tag is no message (a file of zeros ends here, at once)
+            raise ValueError("field number 0: not a protobuf message")
         wire = k & 7
         if wire == 0:
             value = pos
