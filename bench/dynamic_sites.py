@@ -46,9 +46,13 @@ def outputs(model, fs: list[dict]) -> list[np.ndarray]:
 
 
 def sqnr(ref: list[np.ndarray], got: list[np.ndarray]) -> float:
-    signal = sum(float((r ** 2).sum()) for r in ref)
-    noise = sum(float(((r - g) ** 2).sum()) for r, g in zip(ref, got))
-    return float("inf") if noise == 0 else 10 * np.log10(signal / noise)
+    """qtool's accumulator (qtool.checks.evaluation._Acc, as bench/zoo.py scores): float64, NaN-safe, guarded."""
+    from qtool.checks.evaluation import _Acc
+
+    acc = _Acc()
+    for r, g in zip(ref, got):
+        acc.update(r, g)
+    return acc.sqnr()
 
 
 def dynamic_inputs(model: onnx.ModelProto) -> list[str]:
