@@ -131,6 +131,22 @@ def derivations(proto: onnx.ModelProto, names: list[str], types: dict[str, int],
     return {n: Derived("concat", cat[n]) if n in cat else ops[n] for n in names if n in cat or n in ops}
 
 
+def carried_derivations(derived: dict[str, Derived], carried: frozenset[str] | set[str], blocked) -> tuple[dict[str, Derived], frozenset[str]]:
+    """(`derived` without the Add/Sub/Mul outputs a run in segments returns anyway, the ones taken out): a segment
+    returns what later segments read (segments.Segmented.carried), and collect histograms such a tensor as it comes
+    instead of computing it again beside it (the same float32 operation, one rounding, on the same inputs: the same
+    values). Kept and computed, those copies stood beside the segments' own until their derived readers' other inputs
+    came, segments later: kokoro_ja_int8's resblock sums and AdaIN outputs, 14.2 MB each on a 61-token input. Not one
+    computed from a tensor in blocked layout (`blocked`), which is computed in that layout (its per-channel
+    statistics sum in its order) where a segment returns it in NCHW."""
+    from_blocked = set(blocked)
+    for name, d in derived.items():  # graph order: parts before what is computed of them
+        if from_blocked & set(d.parts):
+            from_blocked.add(name)
+    taken = frozenset(n for n, d in derived.items() if d.op != "concat" and n in carried and n not in from_blocked)
+    return {n: d for n, d in derived.items() if n not in taken}, taken
+
+
 def _serial(items: deque, fn) -> None:
     while items:
         fn(*items.popleft())
@@ -442,6 +458,9 @@ class Plan:
     probe_size: int = 1
     derived: dict[str, Derived] = field(default_factory=dict)
     blocked: dict[str, nchwc.Blocked] = field(default_factory=dict)
+    # derived tensors a run in segments returns anyway, fetched instead (carried_derivations): the first run's fetched
+    # bytes, which the binning kernel's choice reads, leave them out as before
+    taken: frozenset[str] = frozenset()
 
     def fetches(self) -> tuple[list[str], list[str]]:
         """(tensors fetched per run, tensors fetched once), after checking the plan."""
@@ -531,7 +550,7 @@ def accumulate(session: onnxruntime.Session | segments.Segmented, plan: Plan, ru
     def parts_of(feeds: Feeds):
         for part in session.runs(feeds, wanted):
             if first_run[0]:
-                fetched.update((name, value.nbytes) for name, value in part)
+                fetched.update((name, value.nbytes) for name, value in part if name not in plan.taken)
             part.reverse()  # the list itself, which fill_parts empties (the segments hold no other reference)
             yield part
 
