@@ -131,6 +131,22 @@ def derivations(proto: onnx.ModelProto, names: list[str], types: dict[str, int],
     return {n: Derived("concat", cat[n]) if n in cat else ops[n] for n in names if n in cat or n in ops}
 
 
+def carried_derivations(derived: dict[str, Derived], carried: frozenset[str] | set[str], blocked) -> tuple[dict[str, Derived], frozenset[str]]:
+    """(`derived` without the Add/Sub/Mul outputs a run in segments returns anyway, the ones taken out): a segment
+    returns what later segments read (segments.Segmented.carried), and collect histograms such a tensor as it comes
+    instead of computing it again beside it (the same float32 operation, one rounding, on the same inputs: the same
+    values). Kept and computed, those copies stood beside the segments' own until their derived readers' other inputs
+    came, segments later: kokoro_ja_int8's resblock sums and AdaIN outputs, 14.2 MB each on a 61-token input. Not one
+    computed from a tensor in blocked layout (`blocked`), which is computed in that layout (its per-channel
+    statistics sum in its order) where a segment returns it in NCHW."""
+    from_blocked = set(blocked)
+    for name, d in derived.items():  # graph order: parts before what is computed of them
+        if from_blocked & set(d.parts):
+            from_blocked.add(name)
+    taken = frozenset(n for n, d in derived.items() if d.op != "concat" and n in carried and n not in from_blocked)
+    return {n: d for n, d in derived.items() if n not in taken}, taken
+
+
 def _serial(items: deque, fn) -> None:
     while items:
         fn(*items.popleft())
@@ -202,12 +218,11 @@ class _Accumulator:
         self.parts = {n: d.parts for n, d in derived.items()}
         self.constants = {n: d.constant for n, d in derived.items() if d.constant is not None}
         # computed tensors whose every reader is computed from them alone, on the same thread
-        # right after them: they go into scratch memory of that thread, reused run after run
-        # (written while in the CPU caches, instead of into fresh pages)
+        # right after them: they go into scratch memory of that thread, reused within a run
+        # (written while in the CPU caches, instead of into fresh pages; _Filling.free_buffers)
         concat_parts = {p for n in self.concats for p in self.inputs[n]}
         self.scratch = {n for n in self.computed if n not in concat_parts
                         and all(r in self.constants for r in self.readers.get(n, ()))}
-        self.pools = threading.local()
         self.locks: dict[str, threading.Lock] = {}  # {tensor: its lock}, where workers share this accumulator (share())
         self.blocks = blocks
         self.rows: dict[tuple[str, int], np.ndarray] = {}
@@ -246,6 +261,7 @@ class _Accumulator:
                 pairs.clear()
             del pairs
             share(todo, filling.add)
+            filling.pools = threading.local()  # the part's scratch buffers let go before the next part is run
         # a concatenation with an empty part (which adds nothing) waits for it in vain
         share(deque((n, self.parts[n]) for n in self.concats if 0 < filling.waiting[n] < len(self.inputs[n])), filling.gather)
 
@@ -254,13 +270,6 @@ class _Accumulator:
         if block and not nchwc.blocked_shape(value, block):
             raise AssertionError(f"{name} came from onnxruntime with shape {value.shape}, not in blocks of {block} channels")
         return block
-
-    def free_buffers(self) -> list[np.ndarray]:
-        """This thread's free scratch buffers."""
-        pool = getattr(self.pools, "free", None)
-        if pool is None:
-            pool = self.pools.free = []
-        return pool
 
     def derive(self, name: str, inputs: list[tuple], buffer: np.ndarray | None = None) -> tuple[np.ndarray, int | None]:
         """An Add/Sub/Mul output from its kept inputs: (value, its channel block or None),
@@ -313,6 +322,18 @@ class _Filling:
         self.waiting = {n: len(parts) for n, parts in acc.inputs.items()}  # inputs not yet kept
         self.unread = {n: len(readers) for n, readers in acc.readers.items()}  # derived tensors yet to read each
         self.lock = threading.Lock()
+        self.pools = threading.local()
+
+    def free_buffers(self) -> list[np.ndarray]:
+        """This thread's free scratch buffers for the part of the run being filled (fill_parts lets them go after
+        each part: a run in segments then holds none while its next segment runs). Kept from run to run, each
+        thread's pool held buffers of the longest input its runs had met beside the next runs' tensors, and a run in
+        segments held them beside every segment's (kokoro_ja_int8 on a 61-token input: 3 buffers of 14.2 MB, its
+        audio-rate tensors, through every segment, and more run after run)."""
+        pool = getattr(self.pools, "free", None)
+        if pool is None:
+            pool = self.pools.free = []
+        return pool
 
     def one(self, name: str, value: np.ndarray, block: int | None) -> list[str]:
         """Histogram one tensor; the derived tensors (to compute, or concatenations whose
@@ -352,7 +373,7 @@ class _Filling:
         """Histogram one fetched tensor, and the derived tensors ready after it."""
         acc, kept = self.acc, self.kept
         ready = self.one(name, value, block)
-        free = acc.free_buffers()
+        free = self.free_buffers()
         held: dict[str, list] = {}  # scratch of this thread in use: {tensor: [buffer, readers to come]}
         while ready:
             out = ready.pop()
@@ -437,6 +458,9 @@ class Plan:
     probe_size: int = 1
     derived: dict[str, Derived] = field(default_factory=dict)
     blocked: dict[str, nchwc.Blocked] = field(default_factory=dict)
+    # derived tensors a run in segments returns anyway, fetched instead (carried_derivations): the first run's fetched
+    # bytes, which the binning kernel's choice reads, leave them out as before
+    taken: frozenset[str] = frozenset()
 
     def fetches(self) -> tuple[list[str], list[str]]:
         """(tensors fetched per run, tensors fetched once), after checking the plan."""
@@ -526,7 +550,7 @@ def accumulate(session: onnxruntime.Session | segments.Segmented, plan: Plan, ru
     def parts_of(feeds: Feeds):
         for part in session.runs(feeds, wanted):
             if first_run[0]:
-                fetched.update((name, value.nbytes) for name, value in part)
+                fetched.update((name, value.nbytes) for name, value in part if name not in plan.taken)
             part.reverse()  # the list itself, which fill_parts empties (the segments hold no other reference)
             yield part
 

@@ -436,7 +436,10 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
                   "(batch %s, %d workers of %d threads, %d helper processes, %d segments)", len(names), len(derived), len(blocked),
                   len(source.inputs), source.batch_size or "per file", workers, threads, len(helpers), len(positions) + 1)
         shapes.close_child()
-        plan = collect.Plan(names, bins, source.static, source.probe, derived, blocked)
+        taken = frozenset()
+        if positions:  # in segments: the computed tensors a segment returns anyway come with its outputs
+            derived, taken = collect.carried_derivations(derived, session.carried, blocked)
+        plan = collect.Plan(names, bins, source.static, source.probe, derived, blocked, taken)
         hists, samples = collect.collect(session, plan, runs, progress, stats, collect.Schedule(workers, spread, kernel), helpers)
     finally:
         for helper in helpers:

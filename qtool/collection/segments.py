@@ -841,6 +841,11 @@ class Segmented:
             self.steps.append((seg.inputs, frozenset(seg.carried), names, sources, [t for t in seg.inputs if t not in later],
                                relayout))
 
+    @property
+    def carried(self) -> frozenset[str]:
+        """The tensors segments return for later segments to read (each run returns them, in NCHW)."""
+        return frozenset(t for step in self.steps for t in step[1])
+
     def runs(self, feeds: Feeds, wanted: set[str]) -> Iterator[list[tuple[str, np.ndarray]]]:
         """Per segment, (name, value) of its tensors in `wanted`; the segment's other outputs
         are kept only as long as a later segment reads them."""
