@@ -39,7 +39,7 @@ import numpy as np
 from . import Context, Entry, wheel
 from . import _seq_data as data
 from . import _vision_data as V
-from .hunt8 import N_CALIB, N_HELD, OWW, OWW_REQ, SR, _noisy, _session, _speech, _split
+from .hunt8 import N_CALIB, N_HELD, OWW, OWW_REQ, SR, _last_embeddings, _noisy, _session, _speech, _split
 from .hunt22 import _pip_no_deps
 
 OWWJS = "npm:openwakeword-js==0.1.27"
@@ -75,15 +75,8 @@ def _wake_head(frames: int, name: str, phrase: str, front: str | None):
         models = ctx.wheel / front if front else wheel(OWW_REQ) / OWW
         mel = _session(Path(models) / "melspectrogram.onnx")
         emb = _session(Path(models) / "embedding_model.onnx")
-        out = []
-        for a in _wake_audio(ctx, held, N_HELD if held else N_CALIB, phrase):
-            spec = np.squeeze(mel.run(None, {"input": a[None]})[0]) / 10 + 2
-            wins = [spec[s:s + 76] for s in range(0, len(spec) - 75, 8)]
-            e = np.squeeze(emb.run(None, {"input_1": np.stack(wins)[..., None].astype(np.float32)})[0], (1, 2))
-            if len(e) < frames:
-                e = np.concatenate([np.repeat(e[:1], frames - len(e), 0), e])
-            out.append({name: e[-frames:][None].astype(np.float32)})
-        return out
+        return [{name: _last_embeddings(emb, np.squeeze(mel.run(None, {"input": a[None]})[0]) / 10 + 2, frames)}
+                for a in _wake_audio(ctx, held, N_HELD if held else N_CALIB, phrase)]
 
     return make
 

@@ -235,18 +235,20 @@ def _oww_embedding(ctx: Context, held: bool) -> list[dict]:
     return out
 
 
+def _last_embeddings(emb, spec: np.ndarray, frames: int) -> np.ndarray:
+    """model.py predict: the last `frames` embeddings (windows of 76 mel frames every 8) of the feature buffer,
+    [1, frames, 96], the first repeated where the recording is shorter."""
+    wins = [spec[s:s + 76] for s in range(0, len(spec) - 75, 8)]
+    e = np.squeeze(emb.run(None, {"input_1": np.stack(wins)[..., None].astype(np.float32)})[0], (1, 2))
+    if len(e) < frames:
+        e = np.concatenate([np.repeat(e[:1], frames - len(e), 0), e])
+    return e[-frames:][None].astype(np.float32)
+
+
 def _oww_head(frames: int, name: str):
-    # model.py predict: the last `frames` embeddings (windows of 76 mel frames every 8) of the feature buffer
     def make(ctx: Context, held: bool) -> list[dict]:
         emb = _session(ctx.wheel / OWW / "embedding_model.onnx")
-        out = []
-        for spec in _oww_features(ctx, held):
-            wins = [spec[s:s + 76] for s in range(0, len(spec) - 75, 8)]
-            e = np.squeeze(emb.run(None, {"input_1": np.stack(wins)[..., None].astype(np.float32)})[0], (1, 2))
-            if len(e) < frames:
-                e = np.concatenate([np.repeat(e[:1], frames - len(e), 0), e])
-            out.append({name: e[-frames:][None].astype(np.float32)})
-        return out
+        return [{name: _last_embeddings(emb, spec, frames)} for spec in _oww_features(ctx, held)]
 
     return make
 
