@@ -424,9 +424,7 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
             if fewer < workers and not helpers:  # the cores a worker less leaves go to the histograms
                 workers, spread = fewer, max(spread, _cores() // fewer)
             if helpers:
-                progress = helpers[0].progress
-                workers, threads = workers - len(helpers), 1
-                spread = threads
+                progress, (workers, threads), spread = helpers[0].progress, (workers - len(helpers), 1), 1
                 skipped = [] if source.skipped is not None else None
                 runs = procs.claimed_runs(source.images, helpers[0].claims.take, skipped)
             else:
@@ -436,9 +434,7 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
                   "(batch %s, %d workers of %d threads, %d helper processes, %d segments)", len(names), len(derived), len(blocked),
                   len(source.inputs), source.batch_size or "per file", workers, threads, len(helpers), len(positions) + 1)
         shapes.close_child()
-        taken = frozenset()
-        if positions:  # in segments: the computed tensors a segment returns anyway come with its outputs
-            derived, taken = collect.carried_derivations(derived, session.carried, blocked)
+        derived, taken = collect.carried_derivations(derived, session.carried if positions else frozenset(), blocked)
         plan = collect.Plan(names, bins, source.static, source.probe, derived, blocked, taken)
         hists, samples = collect.collect(session, plan, runs, progress, stats, collect.Schedule(workers, spread, kernel), helpers)
     finally:
