@@ -424,7 +424,8 @@ def _collect(loaded, names, types, source: _Source, bins: int, progress):
             if fewer < workers and not helpers:  # the cores a worker less leaves go to the histograms
                 workers, spread = fewer, max(spread, _cores() // fewer)
             if helpers:
-                progress, (workers, threads), spread = helpers[0].progress, (workers - len(helpers), 1), 1
+                progress = helpers[0].progress
+                workers, threads, spread = workers - len(helpers), 1, 1
                 skipped = [] if source.skipped is not None else None
                 runs = procs.claimed_runs(source.images, helpers[0].claims.take, skipped)
             else:
