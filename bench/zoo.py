@@ -22,7 +22,8 @@ this checkout first on PYTHONPATH (the header prints which qtool the children im
   ort        onnxruntime.quantization.quantize_static(model, QDQ, its defaults: per-tensor int8 MinMax) over the
              calibration feeds, run by onnxruntime CPU against FP32 onnxruntime;
   latency    OpenVINO on the first held-out feed, every model compiled with f32 precision, LATENCY hint, 1 stream:
-             qtool's openvino file, NNCF's better preset (by SQNR) and FP32 (all at the feed's shapes where one
+             qtool's openvino file, NNCF's better preset (by SQNR) and FP32 (NNCF's and FP32 alone where qtool
+             writes no file: whether int8 pays there; all at the feed's shapes where one
              compiles only at static shapes) take turns in --rounds rounds, each
              running ~--round-seconds per round in 10 slices taken in turn A,B,C, C,B,A, ... (so a change in the
              machine's load falls on all alike); per round the median latency of each, per pair the ratio in each
@@ -523,7 +524,7 @@ def bench_model(folder: Path, work: Path, args, skip: set[str], save) -> dict:
         log("ort")
     if "latency" not in skip:
         ab = latency_models(model, files["openvino"], steps)
-        if "qtool" in ab:
+        if len(ab) > 1:  # qtool's file or NNCF's against FP32: where qtool writes none, whether NNCF's int8 pays
             steps["latency"] = python_step("latency", folder, work, timeout,
                                            ["--rounds", str(args.rounds), "--round-seconds", str(args.round_seconds),
                                             "--models-ab", *[f"{k}={v}" for k, v in ab.items()]])
