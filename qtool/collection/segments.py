@@ -35,7 +35,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -529,6 +529,7 @@ def _layout_reads(nodes, graph: onnx.GraphProto | None = None) -> dict[str, int]
     producer = {o: n for n in nodes for o in n.output if o}
     weights = {t.name: t for t in graph.initializer} if graph is not None else None
     dequantized = nchwc.dequantized_outputs(nodes)  # weights made as the session runs, never blocked
+    unblocked = _never_blocked(nodes, graph, producer, dequantized) if graph is not None else lambda name: False
     found: dict[str, int] = {}
     for k, node in enumerate(nodes):
         if node.op_type not in LAYOUT_READERS or node.domain not in ("", "ai.onnx"):
@@ -545,11 +546,54 @@ def _layout_reads(nodes, graph: onnx.GraphProto | None = None) -> dict[str, int]
             if made is not None and not blocked:
                 blocked = nchwc.blocks(made, weights, dequantized)
             if made is not None and made.op_type in LAYOUT_FOLLOWERS and made.domain in ("", "ai.onnx"):
-                todo.extend(made.input if made.op_type in ("Add", "Sum", "Mul", "Concat") else made.input[:1])
+                if made.op_type in LAYOUT_JOINS:
+                    if not any(unblocked(i) for i in made.input):  # else it runs in NCHW, cut or not
+                        todo.extend(made.input)
+                else:
+                    todo.extend(made.input[:1])
         if blocked:
             for name in seen:
                 found[name] = k
     return found
+
+
+# Of LAYOUT_FOLLOWERS, those onnxruntime's blocked transformer runs blocked only when every input comes blocked
+# (TransformBinary for Add, Sum and Mul, TransformConcat: "Verify that all of the inputs to this operator are from
+# NCHWc outputs", microsoft/onnxruntime onnxruntime/core/optimizer/nchwc_transformer.cc): one that reads a tensor which
+# never comes blocked runs in NCHW whether its other inputs come from a segment's inputs or not.
+LAYOUT_JOINS = frozenset({"Add", "Sum", "Mul", "Concat"})
+# Operators whose output the blocked transformer never gives the blocked layout and no graph optimization removes or
+# turns into a blocked one: a U-Net decoder's pixel-shuffle upsampling (DepthToSpace), its transposed convolutions,
+# dense layers.
+NCHW_MAKERS = frozenset({"DepthToSpace", "SpaceToDepth", "ConvTranspose", "MatMul", "Gemm"})
+
+
+def _never_blocked(nodes, graph: onnx.GraphProto, producer: dict, dequantized) -> Callable[[str], bool]:
+    """A function telling whether a tensor never comes in onnxruntime's blocked layout when the whole model runs: a
+    graph input, a constant, an NCHW_MAKERS output, and what LAYOUT_FOLLOWERS make of such tensors alone (a join of
+    one of them, an activation of one). Anything else may come blocked (the answer errs that way)."""
+    weights = {t.name: t for t in graph.initializer}
+    constant = set(weights) | set(_constants(nodes, graph))
+    memo: dict[str, bool] = {}
+
+    def never(name: str) -> bool:
+        if name in memo:
+            return memo[name]
+        memo[name] = False  # a cycle (none in a graph): as if it might
+        made = producer.get(name)
+        if made is None or name in constant:
+            found = True
+        elif made.domain not in ("", "ai.onnx") or nchwc.blocks(made, weights, dequantized):
+            found = False
+        elif made.op_type in LAYOUT_JOINS:
+            found = any(never(i) for i in made.input if i)
+        elif made.op_type in LAYOUT_FOLLOWERS:
+            found = bool(made.input) and never(made.input[0])
+        else:
+            found = made.op_type in NCHW_MAKERS
+        memo[name] = found
+        return found
+    return never
 
 
 def _reading_nodes(nodes) -> dict[str, list[onnx.NodeProto]]:
