@@ -567,12 +567,21 @@ def is_normalization(m: G.Index, n: onnx.NodeProto) -> bool:
     and the scaling (x - mean) * rsqrt(var) of a LayerNorm however an exporter spells it (jax2tf's: ReduceSum
     times 1/n, E[x^2] - E[x]^2, Max, Expand, Sqrt, Reciprocal), computed in float. magika's two such
     LayerNorms: its scaling's quantizer alone took the output to 16.8 dB; all of them int8 15.3 dB, the scaling
-    float 24.6, both float 30.0 (NNCF 20.9). The centring on a ReduceMean stays NNCF's MVN input (is_variance)."""
+    float 24.6, both float 30.0 (NNCF 20.9). The centring on a ReduceMean too, with its mean (is_centring_mean)."""
     if n.op_type not in ("Mul", "Div", "Sub") or len(n.input) != 2 or not all(m.is_data(t) for t in n.input):
         return False
-    if n.op_type == "Sub" and getattr(producer(m, n.input[1]), "op_type", None) == "ReduceMean":
-        return False  # x - ReduceMean(x): OpenVINO's MVN, whose one input NNCF quantizes (the mean's and the centring's)
     return any(_statistic(m, t) for t in n.input)
+
+
+def is_centring_mean(m: G.Index, n: onnx.NodeProto) -> bool:
+    """A ReduceMean whose output a Sub takes from the ReduceMean's own input: the mean of a centring x - mean(x), a
+    decomposed LayerNorm's (OpenVINO's MVN). Its input stays float, as a LayerNormalization op's does and as NNCF's
+    transformer preset leaves it (its default preset quantizes the MVN's input): on one 8-bit grid x - mean(x) keeps
+    the grid's absolute error on deviations that may be small beside x's range. docs/benchmarks.md#ln31."""
+    if n.op_type != "ReduceMean" or not standard(n) or not n.input or not n.output:
+        return False
+    return any(r.op_type == "Sub" and slot == 1 and r.input[0] == n.input[0] and standard(r)
+               for r, slot in m.readers.get(n.output[0], ()))
 
 
 # ---------------------------------------------------------------- unrepresentable ranges, transformers

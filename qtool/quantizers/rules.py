@@ -24,7 +24,7 @@ class Rules:
     pooling_needs_neighbour: bool  # ... only when the pool's output or input is quantized anyway
     pass_through: frozenset[str]  # the quantizer moves up through these (and Concat) when every reader wants it
     concat_shares_quantized_inputs: bool  # a Concat's output and its inputs quantized elsewhere share one range
-    nncf_patterns: bool  # activations/normalisations OpenVINO fuses, LayerNorm's mean and centring; NNCF's transformer preset on transformers
+    nncf_patterns: bool  # activations/normalisations OpenVINO fuses, LayerNorms float; NNCF's transformer preset on transformers
     ignored_patterns: bool  # NNCF's ignored patterns (SE gating, attention output, RoPE) stay FP32
     exclusions: Callable | None  # (graph.Index) -> {node: why} kept FP32 by default (--include overrides)
     weight_axis: Callable | None  # (node, slot, rank) -> the per-channel axis of a constant input, None per tensor (None: placement.sites.weight_axis)

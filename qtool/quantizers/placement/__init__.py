@@ -51,9 +51,10 @@ src/nncf/openvino/quantization/ignored_patterns.py):
   gives DEPTHWISE_CONVOLUTION the per-channel activation space q8_a_ch, with min-max ranges per
   channel), when the calibration file has the per-channel max |x| and no other op reads the
   quantized tensor; per tensor otherwise.
-* AveragePool, GlobalAveragePool, ReduceMean, Resize: the data input; not the ReduceMean of squares
-  in a decomposed LayerNorm (OpenVINO fuses the normalisation into MVN, whose input NNCF
-  quantizes), and the centring Sub(x, ReduceMean(x)) reads the same quantized x as the mean. Not,
+* AveragePool, GlobalAveragePool, ReduceMean, Resize: the data input; not a decomposed LayerNorm's
+  (OpenVINO's MVN) ReduceMean of squares nor the mean of its centring Sub(x, ReduceMean(x)): the
+  LayerNorm computes in float on a float x, as a LayerNormalization op does and as NNCF's transformer
+  preset leaves it (its default preset quantizes the MVN's input; docs/benchmarks.md#ln31). Not,
   on every target, a generalized mean (GeM: pooling over Pow(x, p > 1) taken back to the root,
   qtool.quantizers.patterns.is_power_mean): an 8-bit grid on x^p zeroes the channels whose values
   are all small.

@@ -98,11 +98,6 @@ def _ask(inputs: Inputs, kept: Kept, asked: Requests, n: onnx.NodeProto, acts: l
     asked.weights_of[n.name] = wts
     for slot, t in acts:
         asked.wanted[t].append((n.name, slot))
-    if n.op_type == "ReduceMean" and inputs.rules.nncf_patterns:  # a decomposed LayerNorm reads one quantized input
-        for sub, slot in inputs.m.readers.get(n.output[0], ()):
-            if sub.op_type == "Sub" and slot == 1 and sub.input[0] == n.input[0] and P.standard(sub) and sub.name not in kept.nodes:
-                asked.asks[sub.name] = [n.input[0]]
-                asked.wanted[n.input[0]].append((sub.name, 0))
 
 
 def _node_requests(inputs: Inputs, asked: Requests, n: onnx.NodeProto, report: Report):
@@ -141,8 +136,8 @@ def _node_requests(inputs: Inputs, asked: Requests, n: onnx.NodeProto, report: R
             return None, None
         return [(skip, n.input[skip])], []
     if op in rules.pooling:
-        if not n.input or not inputs.quantizable_act(n.input[0]) or (rules.nncf_patterns and P.is_variance(m, n)) \
-                or P.is_power_mean(m, n):
+        if not n.input or not inputs.quantizable_act(n.input[0]) or P.is_power_mean(m, n) \
+                or (rules.nncf_patterns and (P.is_variance(m, n) or P.is_centring_mean(m, n))):
             return None, None
         return [(0, n.input[0])], []
     return None, None
