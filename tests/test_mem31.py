@@ -100,3 +100,21 @@ def test_the_skip_tensor_crosses_a_cut_and_the_file_is_the_same(tmp_path, monkey
         files[label] = out.read_bytes()
     assert len(made) == 1 and "skip" in made[0].carried, made
     assert files["one"] == files["segments"]
+
+
+def test_a_chain_thousands_of_followers_long_is_walked_without_recursion():
+    """_never_blocked goes through the nodes once in graph order: a chain of 3000 Relu/Add nodes behind a Conv (an
+    unrolled recurrence's length) neither overflows Python's stack nor loses the answer at its end."""
+    rng = np.random.default_rng(0)
+    wt = numpy_helper.from_array(rng.standard_normal((8, 4, 3, 3)).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["t0"], "conv", pads=[1, 1, 1, 1])]
+    for k in range(3000):
+        op = "Relu" if k % 2 else "Add"
+        nodes.append(helper.make_node(op, [f"t{k}"] if op == "Relu" else [f"t{k}", f"t{k}"], [f"t{k + 1}"], f"n{k}"))
+    nodes.append(helper.make_node("BatchNormalization", ["t3000", "g", "b", "m", "v"], ["y"], "bn"))
+    inits = [wt] + [numpy_helper.from_array(np.ones(8, np.float32), n) for n in "gbmv"]
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])], inits)
+    reads = segments._layout_reads(list(graph.node), graph)
+    assert reads.get("t3000") == len(nodes) - 1, {k: reads[k] for k in list(reads)[:3]}
+    assert reads.get("t1500") == len(nodes) - 1  # the blocked Conv's output reaches the BatchNormalization through all

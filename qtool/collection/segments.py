@@ -574,25 +574,23 @@ def _never_blocked(nodes, graph: onnx.GraphProto, producer: dict, dequantized) -
     one of them, an activation of one). Anything else may come blocked (the answer errs that way)."""
     weights = {t.name: t for t in graph.initializer}
     constant = set(weights) | set(_constants(nodes, graph))
-    memo: dict[str, bool] = {}
+    found: dict[str, bool] = {}
 
-    def never(name: str) -> bool:
-        if name in memo:
-            return memo[name]
-        memo[name] = False  # a cycle (none in a graph): as if it might
-        made = producer.get(name)
-        if made is None or name in constant:
-            found = True
-        elif made.domain not in ("", "ai.onnx") or nchwc.blocks(made, weights, dequantized):
-            found = False
+    def never(name: str) -> bool:  # a tensor made later in `nodes` than its reader (none in a graph): as if it might
+        return found.get(name, False) if name in producer and name not in constant else True
+
+    for made in nodes:  # in graph order, so one pass (no recursion down a chain thousands of nodes long)
+        if made.domain not in ("", "ai.onnx") or nchwc.blocks(made, weights, dequantized):
+            value = False
         elif made.op_type in LAYOUT_JOINS:
-            found = any(never(i) for i in made.input if i)
+            value = any(never(i) for i in made.input if i)
         elif made.op_type in LAYOUT_FOLLOWERS:
-            found = bool(made.input) and never(made.input[0])
+            value = bool(made.input) and never(made.input[0])
         else:
-            found = made.op_type in NCHW_MAKERS
-        memo[name] = found
-        return found
+            value = made.op_type in NCHW_MAKERS
+        for o in made.output:
+            if o:
+                found[o] = value
     return never
 
 
