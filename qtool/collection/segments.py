@@ -529,7 +529,7 @@ def _layout_reads(nodes, graph: onnx.GraphProto | None = None) -> dict[str, int]
     producer = {o: n for n in nodes for o in n.output if o}
     weights = {t.name: t for t in graph.initializer} if graph is not None else None
     dequantized = nchwc.dequantized_outputs(nodes)  # weights made as the session runs, never blocked
-    unblocked = _never_blocked(nodes, graph, producer, dequantized) if graph is not None else lambda name: False
+    unblocked = _never_blocked(nodes, graph, producer, weights, dequantized) if graph is not None else lambda name: False
     found: dict[str, int] = {}
     for k, node in enumerate(nodes):
         if node.op_type not in LAYOUT_READERS or node.domain not in ("", "ai.onnx"):
@@ -568,11 +568,10 @@ LAYOUT_JOINS = frozenset({"Add", "Sum", "Mul", "Concat"})
 NCHW_MAKERS = frozenset({"DepthToSpace", "SpaceToDepth", "ConvTranspose", "MatMul", "Gemm"})
 
 
-def _never_blocked(nodes, graph: onnx.GraphProto, producer: dict, dequantized) -> Callable[[str], bool]:
+def _never_blocked(nodes, graph: onnx.GraphProto, producer: dict, weights: dict, dequantized) -> Callable[[str], bool]:
     """A function telling whether a tensor never comes in onnxruntime's blocked layout when the whole model runs: a
     graph input, a constant, an NCHW_MAKERS output, and what LAYOUT_FOLLOWERS make of such tensors alone (a join of
     one of them, an activation of one). Anything else may come blocked (the answer errs that way)."""
-    weights = {t.name: t for t in graph.initializer}
     constant = set(weights) | set(_constants(nodes, graph))
     found: dict[str, bool] = {}
 
