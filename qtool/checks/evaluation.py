@@ -676,8 +676,16 @@ def _likely_cause(runtime: str, worse: bool, states_reference: bool = False) -> 
     states the reference's own quantized arithmetic (`states_reference`): there the simulation leaves it by float order
     alone (tabledet_cls quantized by onnxruntime: the file's 70 FakeQuantize nodes computed as QuantizeLinear/
     DequantizeLinear pairs give the reference bit for bit, as FakeQuantize's formula 31.0 dB from it, OpenVINO 36.0;
-    docs/benchmarks.md#sim20-gaps)."""
+    docs/benchmarks.md#sim20-gaps). A runtime worse than such a file: the same flips, carried on through a deep model
+    (sscd_int8 on an AVX2 CPU, 1.1 dB under its simulation, the guard's saturation estimate 0 on all 53 layers and its
+    weights narrowed to 7 bits no closer: not saturation; docs/benchmarks.md#hunt21, #lead23, #lead32)."""
     has = cpu_kinds.vnni()
+    if worse and states_reference:
+        guarded = ("; this CPU has no VNNI, but the default --cpu any file keeps FP32 each of the model's layers whose pair "
+                   "sums the guard estimates can saturate" if cpu_kinds.is_x86() and has is False else "")
+        return ("the file adds no quantizer: it states the model's own quantized arithmetic, and "
+                f"{runtime}'s int8 kernels round values at rounding ties to other codes than the file's float formula, "
+                "which a deep model carries on layer by layer" + guarded)
     if worse and cpu_kinds.is_x86() and has is False:
         return ("this CPU has no VNNI (avx512_vnni/avx_vnni): int8 pair sums can saturate (a --cpu vnni file is for CPUs with VNNI; "
                 "the default --cpu any guards every layer)")
